@@ -1,0 +1,135 @@
+//! The RAII handle for one request's claim on an endpoint.
+
+use crate::clock::Nanos;
+use crate::endpoint::Endpoint;
+use std::sync::Arc;
+
+/// What a strategy needs to know about the request being placed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PickContext<'a> {
+    pub now: Nanos,
+    /// Expected cost of this request in ns (0 = unknown: the endpoint's latency estimate
+    /// is used). Counted in the endpoint's in-flight work while the pick lives.
+    pub cost: Nanos,
+    /// Key for `hash`: the header, cookie, client IP or path the balancer hashes on.
+    pub hash_key: Option<&'a [u8]>,
+    /// Endpoint id from a sticky cookie.
+    pub sticky: Option<&'a str>,
+    /// Endpoints already tried for this request (retries go elsewhere when they can).
+    pub exclude: &'a [Arc<Endpoint>],
+}
+
+impl PickContext<'_> {
+    pub fn is_excluded(&self, e: &Arc<Endpoint>) -> bool {
+        self.exclude.iter().any(|x| Arc::ptr_eq(x, e))
+    }
+
+    /// Whether a strategy may choose `e` now: available, not excluded, below `max_conns`.
+    pub fn eligible(&self, e: &Arc<Endpoint>) -> bool {
+        e.is_available(self.now) && e.has_capacity() && !self.is_excluded(e)
+    }
+}
+
+/// Why no endpoint was picked. The proxy answers 503 for `NoneAvailable` and queues the
+/// request for `AllBusy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPick {
+    /// No endpoint is healthy (or every healthy one was excluded).
+    NoneAvailable,
+    /// Some endpoint is available but every one is at `max_conns`.
+    AllBusy,
+}
+
+/// Classifies an empty choice for a strategy: busy if some endpoint could take the
+/// request once a slot frees, otherwise none available.
+pub fn no_pick_reason(endpoints: &[Arc<Endpoint>], ctx: &PickContext<'_>) -> NoPick {
+    let waitable = endpoints
+        .iter()
+        .any(|e| e.is_available(ctx.now) && !ctx.is_excluded(e) && !e.has_capacity());
+    if waitable {
+        NoPick::AllBusy
+    } else {
+        NoPick::NoneAvailable
+    }
+}
+
+/// Holds an in-flight slot on an endpoint; dropping it gives the slot back.
+///
+/// Latency is recorded explicitly with `observe` (time to response headers is what the
+/// estimate wants, while the slot is held until the body is done).
+#[derive(Debug)]
+pub struct Pick {
+    endpoint: Arc<Endpoint>,
+    cost: Nanos,
+    started: Nanos,
+}
+
+impl Pick {
+    /// Claims a slot on `endpoint`, or `None` when it is at `max_conns`.
+    pub fn try_new(endpoint: &Arc<Endpoint>, ctx: &PickContext<'_>) -> Option<Pick> {
+        let cost = if ctx.cost == 0 {
+            endpoint.rtt_estimate() as Nanos
+        } else {
+            ctx.cost
+        };
+        endpoint.try_acquire(cost).then(|| Pick {
+            endpoint: Arc::clone(endpoint),
+            cost,
+            started: ctx.now,
+        })
+    }
+
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
+    }
+
+    pub fn started(&self) -> Nanos {
+        self.started
+    }
+
+    /// Records the time from the pick to `now` as a latency observation.
+    pub fn observe(&self, now: Nanos) {
+        self.endpoint
+            .observe_rtt(now, now.saturating_sub(self.started));
+    }
+}
+
+impl Drop for Pick {
+    fn drop(&mut self) {
+        self.endpoint.release(self.cost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_releases_the_slot_and_cost() {
+        let e = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        let ctx = PickContext {
+            now: 1,
+            cost: 700,
+            ..Default::default()
+        };
+        let p = Pick::try_new(&e, &ctx).unwrap();
+        assert_eq!((e.in_flight(), e.in_flight_cost()), (1, 700));
+        drop(p);
+        assert_eq!((e.in_flight(), e.in_flight_cost()), (0, 0));
+    }
+
+    #[test]
+    fn reason_distinguishes_busy_from_down() {
+        let a = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        a.set_max_conns(1);
+        let ctx = PickContext {
+            now: 1,
+            ..Default::default()
+        };
+        let set = vec![Arc::clone(&a)];
+        let _held = Pick::try_new(&a, &ctx).unwrap();
+        assert_eq!(no_pick_reason(&set, &ctx), NoPick::AllBusy);
+        a.set_healthy(false);
+        assert_eq!(no_pick_reason(&set, &ctx), NoPick::NoneAvailable);
+    }
+}
