@@ -5,14 +5,19 @@
 //! an RAII handle that holds the in-flight slot until the request is done.
 
 pub mod clock;
+pub mod cost;
 pub mod endpoint;
+pub mod hashing;
 pub mod pick;
 pub mod set;
+pub mod strategy;
 
 pub use clock::Nanos;
+pub use cost::CostTable;
 pub use endpoint::Endpoint;
 pub use pick::{NoPick, Pick, PickContext};
 pub use set::EndpointSet;
+pub use strategy::Strategy;
 
 /// Chooses an endpoint for one request. Strategies keep their own state behind `&self`
 /// (atomics or a short lock) so one balancer serves every connection.

@@ -1,0 +1,391 @@
+#!/usr/bin/env bash
+# drover side-by-side benchmark: drover vs nginx vs HAProxy over two Node backends.
+#
+#   bash bench/run.sh                                   # full run (10 s x 3 rounds)
+#   BENCH_DURATION=2 BENCH_ROUNDS=1 bash bench/run.sh   # smoke run, a couple of minutes
+#
+# Environment (all optional):
+#   BENCH_DURATION   seconds per measurement                       (10)
+#   BENCH_ROUNDS     rounds; peer order alternates between rounds  (3)
+#   BENCH_PEERS      peers to measure, space separated
+#                    (nginx-lc nginx-rr haproxy-lc haproxy-rr drover-p2c drover-rr drover-default)
+#   BENCH_SCENARIOS  (tiny-c50 tiny-c1 mixed-closed mixed-open50 mixed-open75)
+#   BENCH_CAPACITY   mixed-load capacity in req/s; default: measured (best peer, round 1)
+#   BENCH_WARMUP     seconds of warm-up per peer before round 1     (1)
+#   BENCH_SKIP_BUILD=1  use the binaries already in target/release
+#   BENCH_NO_INSTALL=1  never call apt-get
+#   PROXY_CPU        core the proxy under test is pinned to        (last core)
+#   LOADGEN_CPU      core wrk / drover-loadgen is pinned to        (0)
+#   CHEAP_US, EXPENSIVE_MS   backend costs (20 µs, 10 ms), see bench/backend.js
+#
+# Results: a table on stdout, raw records and a summary under bench/results/.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+D="${BENCH_DURATION:-10}"
+ROUNDS="${BENCH_ROUNDS:-3}"
+WARMUP="${BENCH_WARMUP:-1}"
+PEERS_WANTED="${BENCH_PEERS:-nginx-lc nginx-rr haproxy-lc haproxy-rr drover-p2c drover-rr drover-default}"
+SCENARIOS="${BENCH_SCENARIOS:-tiny-c50 tiny-c1 mixed-closed mixed-open50 mixed-open75}"
+MIX="90:/cheap,10:/expensive"
+export CHEAP_US="${CHEAP_US:-20}" EXPENSIVE_MS="${EXPENSIVE_MS:-10}"
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[[ "$D" =~ ^[0-9]+$ && "$D" -ge 1 ]] || die "BENCH_DURATION must be a whole number of seconds"
+[[ "$ROUNDS" =~ ^[0-9]+$ && "$ROUNDS" -ge 1 ]] || die "BENCH_ROUNDS must be a positive integer"
+
+# ------------------------------------------------------------------ processes and cleanup
+TMP="$(mktemp -d /tmp/drover-bench.XXXXXX)"
+PIDS=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  sleep 0.2
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ------------------------------------------------------------------ tools
+install_missing() {
+  local pkgs=()
+  command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || pkgs+=(nginx-light)
+  command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || pkgs+=(haproxy)
+  command -v wrk >/dev/null || pkgs+=(wrk)
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v taskset >/dev/null || pkgs+=(util-linux)
+  ((${#pkgs[@]})) || return 0
+  [[ "${BENCH_NO_INSTALL:-0}" == 1 ]] && die "missing: ${pkgs[*]} (BENCH_NO_INSTALL=1)"
+  local sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || die "missing ${pkgs[*]}; run as root or install them"
+    sudo="sudo"
+  fi
+  log "installing ${pkgs[*]} with apt-get"
+  # Wait for another apt/dpkg run (up to 10 minutes) instead of failing on its lock.
+  local lock=(-o DPkg::Lock::Timeout=600)
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq \
+    --no-install-recommends "${pkgs[@]}" >&2
+}
+install_missing
+export PATH="$PATH:/usr/sbin:/sbin"
+NGINX="$(command -v nginx)"
+HAPROXY="$(command -v haproxy)"
+
+NCPU="$(nproc)"
+PROXY_CPU="${PROXY_CPU:-$((NCPU - 1))}"
+LOADGEN_CPU="${LOADGEN_CPU:-0}"
+PIN_PROXY=() PIN_LOAD=()
+if ((NCPU > 1)) && command -v taskset >/dev/null; then
+  PIN_PROXY=(taskset -c "$PROXY_CPU")
+  PIN_LOAD=(taskset -c "$LOADGEN_CPU")
+else
+  log "one core or no taskset: nothing is pinned"
+fi
+
+# ------------------------------------------------------------------ build
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+LOADGEN="$TARGET_DIR/release/drover-loadgen"
+DROVER="$TARGET_DIR/release/drover"
+HAVE_DROVER=0
+if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
+  log "cargo build --release -p drover -p drover-bench"
+  if (cd "$ROOT" && cargo build --release -p drover -p drover-bench >&2); then
+    HAVE_DROVER=1
+  else
+    log "drover does not build; measuring the peers only"
+    (cd "$ROOT" && cargo build --release -p drover-bench >&2) || die "drover-bench does not build"
+  fi
+else
+  [[ -x "$DROVER" ]] && HAVE_DROVER=1
+fi
+[[ -x "$LOADGEN" ]] || die "no $LOADGEN"
+if ((HAVE_DROVER)) && ! "$DROVER" proxy --help >/dev/null 2>&1; then
+  log "$DROVER has no working 'proxy' command; measuring the peers only"
+  HAVE_DROVER=0
+fi
+
+# ------------------------------------------------------------------ helpers
+USED_PORTS=" "
+free_port() {
+  local p
+  while :; do
+    p="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
+    [[ "$USED_PORTS" == *" $p "* ]] || break
+  done
+  USED_PORTS+="$p "
+  echo "$p"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port pid seconds
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    port_open "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+cpu_ticks() { # utime+stime of a process (all threads), in clock ticks
+  [[ -r "/proc/$1/stat" ]] || { echo 0; return; }
+  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+hwm_kb() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+CLK_TCK="$(getconf CLK_TCK)"
+
+# ------------------------------------------------------------------ backends
+BE_PORTS=()
+for i in 1 2; do
+  port="$(free_port)"
+  BACKEND_ID="be$i" node "$BENCH_DIR/backend.js" "$port" 2>"$TMP/backend$i.log" &
+  PIDS+=($!)
+  wait_port "$port" $! 10 || { cat "$TMP/backend$i.log" >&2; die "backend $i did not start"; }
+  BE_PORTS+=("$port")
+done
+log "backends on 127.0.0.1:${BE_PORTS[0]} and :${BE_PORTS[1]} (cheap ${CHEAP_US}µs, expensive ${EXPENSIVE_MS}ms)"
+
+# ------------------------------------------------------------------ peers
+declare -A PORT PID
+start_nginx() { # name lb-directive
+  local name=$1 dir="$TMP/$1" port
+  port="$(free_port)"
+  mkdir -p "$dir/tmp"
+  cat >"$dir/nginx.conf" <<EOF
+# one process serves everything (master_process off = a single worker, no master)
+daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile 65536;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 8192; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  keepalive_requests 10000000;
+  keepalive_timeout 120s;
+  upstream backends {
+    $2
+    server 127.0.0.1:${BE_PORTS[0]} max_fails=0;
+    server 127.0.0.1:${BE_PORTS[1]} max_fails=0;
+    keepalive 64;
+    keepalive_requests 10000000;
+    keepalive_timeout 120s;
+  }
+  server {
+    listen 127.0.0.1:$port backlog=4096;
+    location / {
+      proxy_pass http://backends;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  "${PIN_PROXY[@]}" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/stderr.log" &
+  PID[$name]=$!
+  PORT[$name]=$port
+}
+
+start_haproxy() { # name balance
+  local name=$1 dir="$TMP/$1" port
+  port="$(free_port)"
+  mkdir -p "$dir"
+  cat >"$dir/haproxy.cfg" <<EOF
+global
+  nbthread 1
+  maxconn 20000
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout http-keep-alive 120s
+  timeout http-request 10s
+frontend fe
+  bind 127.0.0.1:$port
+  default_backend be
+backend be
+  balance $2
+  server be1 127.0.0.1:${BE_PORTS[0]}
+  server be2 127.0.0.1:${BE_PORTS[1]}
+EOF
+  "${PIN_PROXY[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/stderr.log" 2>&1 &
+  PID[$name]=$!
+  PORT[$name]=$port
+}
+
+start_drover() { # name [strategy]
+  local name=$1 dir="$TMP/$1" port strat=()
+  port="$(free_port)"
+  mkdir -p "$dir"
+  [[ -n "${2:-}" ]] && strat=(--strategy "$2")
+  "${PIN_PROXY[@]}" "$DROVER" proxy --listen "127.0.0.1:$port" \
+    --backend "127.0.0.1:${BE_PORTS[0]}" --backend "127.0.0.1:${BE_PORTS[1]}" \
+    "${strat[@]}" --threads 1 >"$dir/stdout.log" 2>"$dir/stderr.log" &
+  PID[$name]=$!
+  PORT[$name]=$port
+}
+
+PEERS=()
+for name in $PEERS_WANTED; do
+  case "$name" in
+    nginx-lc) start_nginx "$name" "least_conn;" ;;
+    nginx-rr) start_nginx "$name" "" ;;
+    haproxy-lc) start_haproxy "$name" leastconn ;;
+    haproxy-rr) start_haproxy "$name" roundrobin ;;
+    drover-p2c | drover-rr | drover-default | drover-least-conn | drover-peak-ewma)
+      if ((!HAVE_DROVER)); then log "skipping $name: no drover binary"; continue; fi
+      s="${name#drover-}"
+      case "$s" in default) s="" ;; rr) s="round-robin" ;; esac
+      start_drover "$name" "$s"
+      ;;
+    *) die "unknown peer $name" ;;
+  esac
+  PIDS+=("${PID[$name]}")
+  if ! wait_port "${PORT[$name]}" "${PID[$name]}" 10; then
+    log "$name did not start listening; skipping it. Its log:"
+    cat "$TMP/$name"/*.log >&2 2>/dev/null || true
+    kill "${PID[$name]}" 2>/dev/null || true
+    continue
+  fi
+  # It must answer through both backends before it is measured.
+  if ! out="$("$LOADGEN" -n 4 -c 1 --json "http://127.0.0.1:${PORT[$name]}/" 2>&1)" ||
+    [[ "$out" != *'"ok":4'* ]]; then
+    log "$name does not answer correctly; skipping it: $out"
+    kill "${PID[$name]}" 2>/dev/null || true
+    continue
+  fi
+  PEERS+=("$name")
+  log "$name on 127.0.0.1:${PORT[$name]} (pid ${PID[$name]}, cpu ${PIN_PROXY[*]:-unpinned})"
+done
+((${#PEERS[@]})) || die "no peer started"
+PORT[direct]="${BE_PORTS[0]}"
+PID[direct]=""
+
+# ------------------------------------------------------------------ measuring
+STAMP="$(date +%Y%m%d-%H%M%S)"
+RESULTS="$BENCH_DIR/results"
+mkdir -p "$RESULTS"
+RAW="$RESULTS/raw-$STAMP.jsonl"
+: >"$RAW"
+CAPACITY="${BENCH_CAPACITY:-}"
+CAPACITY_FROM="BENCH_CAPACITY"
+
+run_one() { # round peer scenario
+  local round=$1 peer=$2 scen=$3 port=${PORT[$2]} pid=${PID[$2]} url cmd out
+  url="http://127.0.0.1:$port"
+  case "$scen" in
+    tiny-c50) cmd=(wrk -t1 -c50 "-d${D}s" --latency -s "$BENCH_DIR/wrk-json.lua" "$url/") ;;
+    tiny-c1) cmd=(wrk -t1 -c1 "-d${D}s" --latency -s "$BENCH_DIR/wrk-json.lua" "$url/") ;;
+    mixed-closed) cmd=("$LOADGEN" -c 50 -d "${D}s" --mix "$MIX" --json "$url/") ;;
+    mixed-open50 | mixed-open75)
+      local pct=${scen#mixed-open} rate
+      rate="$(awk -v c="$CAPACITY" -v p="$pct" 'BEGIN{printf "%.0f", c*p/100}')"
+      cmd=("$LOADGEN" --rate "$rate" -c 512 -d "${D}s" --mix "$MIX" --json "$url/")
+      ;;
+    *) die "unknown scenario $scen" ;;
+  esac
+  local t0=0 t1=0 rss=0 hwm=0
+  [[ -n "$pid" ]] && t0="$(cpu_ticks "$pid")"
+  "${PIN_LOAD[@]}" "${cmd[@]}" >"$TMP/out" 2>"$TMP/err" &
+  local lp=$!
+  sleep "$(awk -v d="$D" 'BEGIN{print d*0.8}')"
+  [[ -n "$pid" ]] && { rss="$(rss_kb "$pid")"; hwm="$(hwm_kb "$pid")"; }
+  if ! wait "$lp"; then
+    log "load generator failed for $peer/$scen: $(tail -3 "$TMP/err")"
+  fi
+  [[ -n "$pid" ]] && t1="$(cpu_ticks "$pid")"
+  out="$(grep '^{' "$TMP/out" | tail -1 || true)"
+  [[ -n "$out" ]] || out='null'
+  printf '{"round":%d,"peer":"%s","scenario":"%s","cpu_ticks":%d,"clk_tck":%d,"rss_kb":%d,"hwm_kb":%d,"result":%s}\n' \
+    "$round" "$peer" "$scen" "$((t1 - t0))" "$CLK_TCK" "${rss:-0}" "${hwm:-0}" "$out" >>"$RAW"
+  node -e '
+    const r = JSON.parse(process.argv[1]); const x = r.result || {};
+    const l = x.latency_us || {}; const e = x.errors || {};
+    const errs = Object.values(e).reduce((a, b) => a + b, 0);
+    const cpu = x.requests ? (r.cpu_ticks * 1e6 / r.clk_tck / x.requests).toFixed(1) : "-";
+    console.error(`  r${r.round} ${r.peer.padEnd(15)} ${r.scenario.padEnd(13)} ${(x.rps || 0).toFixed(0).padStart(7)} req/s  p50 ${l.p50}µs  p99 ${l.p99}µs  max ${l.max}µs  errors ${errs}  cpu/req ${cpu}µs  rss ${(r.rss_kb / 1024).toFixed(1)}MB`);
+  ' "$(tail -1 "$RAW")" || true
+  sleep 0.3
+}
+
+# Warm up the backends' JIT and every peer's upstream connections.
+if ((WARMUP > 0)); then
+  log "warming up (${WARMUP}s per peer)"
+  for peer in "${PEERS[@]}"; do
+    "${PIN_LOAD[@]}" wrk -t1 -c50 "-d${WARMUP}s" "http://127.0.0.1:${PORT[$peer]}/cheap" >/dev/null 2>&1 || true
+  done
+fi
+
+order_for_round() { # round -> peers, rotated by round-1 and reversed on even rounds
+  local r=$1 n=${#PEERS[@]} i out=()
+  for ((i = 0; i < n; i++)); do out+=("${PEERS[$(((i + r - 1) % n))]}"); done
+  if ((r % 2 == 0)); then
+    local rev=()
+    for ((i = n - 1; i >= 0; i--)); do rev+=("${out[$i]}"); done
+    out=("${rev[@]}")
+  fi
+  echo "${out[@]}"
+}
+
+log "measuring ${#PEERS[@]} peers x [$SCENARIOS], ${D}s each, $ROUNDS round(s); raw records in $RAW"
+for ((round = 1; round <= ROUNDS; round++)); do
+  read -r -a order <<<"$(order_for_round "$round")"
+  log "round $round: ${order[*]}"
+  for scen in $SCENARIOS; do
+    if [[ "$scen" == mixed-open* && -z "$CAPACITY" ]]; then
+      # Capacity = best closed-loop mixed throughput of round 1 (needs mixed-closed).
+      read -r CAPACITY CAPACITY_FROM < <(node -e '
+        const fs = require("fs"); let best = null;
+        for (const line of fs.readFileSync(process.argv[1], "utf8").split("\n")) {
+          if (!line) continue; const r = JSON.parse(line);
+          if (r.round === 1 && r.scenario === "mixed-closed" && r.result && r.result.errors_total === 0 &&
+              (!best || r.result.rps > best.result.rps)) best = r;
+        }
+        console.log(best ? `${best.result.rps} ${best.peer}` : "");
+      ' "$RAW")
+      [[ -n "$CAPACITY" ]] || die "no capacity: run mixed-closed before the open-loop scenarios or set BENCH_CAPACITY"
+      log "capacity $CAPACITY req/s (closed-loop mixed, best peer: $CAPACITY_FROM, round 1); open loop at 50% and 75%"
+    fi
+    if [[ "$scen" == tiny-c1 ]]; then
+      run_one "$round" direct "$scen"
+    fi
+    for peer in "${order[@]}"; do
+      run_one "$round" "$peer" "$scen"
+    done
+  done
+done
+
+# ------------------------------------------------------------------ report
+META="$TMP/meta.json"
+node -e 'console.log(JSON.stringify({
+  stamp: process.argv[1], duration_s: +process.argv[2], rounds: +process.argv[3],
+  cpus: +process.argv[4], proxy_cpu: process.argv[5], loadgen_cpu: process.argv[6],
+  capacity_rps: process.argv[7] ? +process.argv[7] : null, capacity_from: process.argv[8],
+  cheap_us: +process.env.CHEAP_US, expensive_ms: +process.env.EXPENSIVE_MS, mix: process.argv[9],
+  versions: JSON.parse(process.argv[10]) }))' \
+  "$STAMP" "$D" "$ROUNDS" "$NCPU" "${PIN_PROXY[*]:+$PROXY_CPU}" "${PIN_LOAD[*]:+$LOADGEN_CPU}" \
+  "$CAPACITY" "$CAPACITY_FROM" "$MIX" \
+  "$(node -e 'console.log(JSON.stringify({nginx: process.argv[1], haproxy: process.argv[2], node: process.version, wrk: process.argv[3]}))' \
+    "$("$NGINX" -v 2>&1 | sed 's/.*: //')" "$("$HAPROXY" -v 2>&1 | head -1 | awk '{print $3}')" \
+    "$(wrk -v 2>&1 | head -1 | awk '{print $2}')")" >"$META"
+node "$BENCH_DIR/report.js" "$RAW" "$META" "$RESULTS/summary-$STAMP.json"
+log "summary written to $RESULTS/summary-$STAMP.json"

@@ -1,0 +1,194 @@
+//! Pieces every strategy shares: claiming a slot, the least-score scan, and a cache of
+//! tables derived from one set snapshot.
+
+use crate::endpoint::Endpoint;
+use crate::pick::{no_pick_reason, NoPick, Pick, PickContext};
+use crate::set::EndpointSet;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How many endpoints a strategy may choose for one request before it gives up. A claim
+/// fails only when another thread filled the endpoint between the eligibility check and
+/// `Pick::try_new`; that endpoint is then no longer eligible, so the next choice lands
+/// elsewhere, and a few losses in a row mean everything is filling up anyway.
+const CLAIM_ATTEMPTS: usize = 4;
+
+/// Runs `choose` until its endpoint can be claimed, then explains an empty choice.
+pub(crate) fn claim<'s>(
+    set: &'s EndpointSet,
+    ctx: &PickContext<'_>,
+    mut choose: impl FnMut() -> Option<&'s Arc<Endpoint>>,
+) -> Result<Pick, NoPick> {
+    for _ in 0..CLAIM_ATTEMPTS {
+        match choose() {
+            Some(e) => {
+                if let Some(pick) = Pick::try_new(e, ctx) {
+                    return Ok(pick);
+                }
+            }
+            None => break,
+        }
+    }
+    Err(no_pick_reason(set.endpoints(), ctx))
+}
+
+/// The eligible endpoint with the lowest `score`, scanning from `start` so that ties do
+/// not all go to the first endpoint of the set.
+pub(crate) fn least_by<'s>(
+    endpoints: &'s [Arc<Endpoint>],
+    ctx: &PickContext<'_>,
+    start: usize,
+    mut score: impl FnMut(&Endpoint) -> f64,
+) -> Option<&'s Arc<Endpoint>> {
+    if endpoints.is_empty() {
+        return None;
+    }
+    let (tail, head) = endpoints.split_at(start % endpoints.len());
+    let mut best: Option<(&Arc<Endpoint>, f64)> = None;
+    for e in head.iter().chain(tail).filter(|e| ctx.eligible(e)) {
+        let s = score(e);
+        if best.is_none_or(|(_, b)| s < b) {
+            best = Some((e, s));
+        }
+    }
+    best.map(|(e, _)| e)
+}
+
+/// The eligible endpoint with the lowest load score (see `Endpoint::load_score`).
+pub(crate) fn least_loaded<'s>(
+    endpoints: &'s [Arc<Endpoint>],
+    ctx: &PickContext<'_>,
+    start: usize,
+) -> Option<&'s Arc<Endpoint>> {
+    least_by(endpoints, ctx, start, |e| e.load_score(ctx.now))
+}
+
+/// The next eligible index in rotation, from a shared counter.
+///
+/// When the counter's slot is not eligible, the counter is advanced past the slots it
+/// skipped too. Without that the endpoint after a dead one would inherit the dead one's
+/// turns and take twice its share; with it, each counter value is consumed once and the
+/// eligible endpoints share evenly.
+pub(crate) fn rotate(
+    counter: &AtomicUsize,
+    endpoints: &[Arc<Endpoint>],
+    ctx: &PickContext<'_>,
+) -> Option<usize> {
+    let n = endpoints.len();
+    if n == 0 {
+        return None;
+    }
+    let start = counter.fetch_add(1, Relaxed) % n;
+    let skipped = (0..n).position(|k| ctx.eligible(&endpoints[(start + k) % n]))?;
+    if skipped > 0 {
+        counter.fetch_add(skipped, Relaxed);
+    }
+    Some((start + skipped) % n)
+}
+
+/// A random start index for `least_by`: a thread-local draw, so concurrent pickers do
+/// not contend on a shared counter just to break ties.
+pub(crate) fn random_start(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        fastrand::usize(..len)
+    }
+}
+
+/// Tables derived from a set snapshot (Maglev, the sticky id index), built once per
+/// generation and shared by every pick on that snapshot.
+///
+/// Two entries, because while the registry swaps in a new set, requests that loaded the
+/// old snapshot a moment earlier still pick from it; with one entry the two generations
+/// would evict each other and rebuild on every pick. The lock is held only to compare a
+/// generation and clone an `Arc`; a build (rare) happens under it so that concurrent
+/// pickers wait for one build instead of each doing their own.
+#[derive(Debug)]
+pub(crate) struct PerSet<T> {
+    entries: Mutex<[Entry<T>; 2]>,
+}
+
+/// A table and the generation it was built for.
+type Entry<T> = Option<(u64, Arc<T>)>;
+
+impl<T> Default for PerSet<T> {
+    fn default() -> Self {
+        PerSet {
+            entries: Mutex::new([None, None]),
+        }
+    }
+}
+
+impl<T> PerSet<T> {
+    pub(crate) fn get(&self, set: &EndpointSet, build: impl FnOnce(&EndpointSet) -> T) -> Arc<T> {
+        let generation = set.generation();
+        let mut entries = lock(&self.entries);
+        if let Some((_, t)) = entries.iter().flatten().find(|(g, _)| *g == generation) {
+            return Arc::clone(t);
+        }
+        let table = Arc::new(build(set));
+        // Replace the empty or older entry, keeping the newest generation seen.
+        let victim = match &*entries {
+            [None, _] => 0,
+            [_, None] => 1,
+            [Some((a, _)), Some((b, _))] => usize::from(a > b),
+        };
+        entries[victim] = Some((generation, Arc::clone(&table)));
+        table
+    }
+}
+
+/// Locks, ignoring poison: every state kept behind these locks is valid at every step,
+/// so a panic elsewhere while holding one leaves nothing half-done.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(n: usize) -> EndpointSet {
+        EndpointSet::new(
+            (0..n)
+                .map(|i| {
+                    Arc::new(Endpoint::new(
+                        format!("127.0.0.1:{}", 1000 + i).parse().unwrap(),
+                    ))
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn least_by_breaks_ties_from_start() {
+        let s = set(3);
+        let ctx = PickContext::default();
+        for start in 0..6 {
+            let e = least_by(s.endpoints(), &ctx, start, |_| 1.0).unwrap();
+            assert!(Arc::ptr_eq(e, &s.endpoints()[start % 3]));
+        }
+        assert!(least_by(&[], &ctx, 0, |_| 1.0).is_none());
+    }
+
+    #[test]
+    fn per_set_builds_once_per_generation_and_survives_a_swap() {
+        let cache = PerSet::<u64>::default();
+        let (a, b, c) = (set(1), set(2), set(3));
+        let mut builds = 0;
+        let mut get = |s: &EndpointSet| {
+            *cache.get(s, |s| {
+                builds += 1;
+                s.len() as u64
+            })
+        };
+        assert_eq!(get(&a), 1);
+        assert_eq!(get(&b), 2);
+        assert_eq!(get(&a), 1);
+        assert_eq!(get(&b), 2);
+        assert_eq!(get(&c), 3); // evicts a, the oldest
+        assert_eq!(get(&b), 2);
+        assert_eq!(builds, 3);
+    }
+}

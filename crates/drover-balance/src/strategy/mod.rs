@@ -1,0 +1,163 @@
+//! The balancing strategies, by name.
+//!
+//! Every strategy only chooses endpoints that `PickContext::eligible` accepts, claims its
+//! slot with `Pick::try_new` (choosing again if another thread filled it first), and
+//! explains an empty choice with `pick::no_pick_reason`, so the proxy can tell "queue
+//! it" (`AllBusy`) from "503" (`NoneAvailable`) whatever the strategy.
+
+mod common;
+pub mod least_conn;
+pub mod maglev;
+pub mod p2c;
+pub mod peak_ewma;
+pub mod random;
+pub mod round_robin;
+pub mod sticky;
+pub mod weighted;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use least_conn::LeastConn;
+pub use maglev::Maglev;
+pub use p2c::P2c;
+pub use peak_ewma::PeakEwma;
+pub use random::WeightedRandom;
+pub use round_robin::RoundRobin;
+pub use sticky::Sticky;
+pub use weighted::SmoothWeighted;
+
+use crate::Balancer;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// A balancing strategy, as named in configuration (`strategy = "p2c"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Strategy {
+    RoundRobin,
+    Weighted,
+    LeastConn,
+    Random,
+    /// Power of two choices over the load score: the default (see `p2c`).
+    #[default]
+    P2c,
+    PeakEwma,
+    Hash,
+    Sticky,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 8] = [
+        Strategy::RoundRobin,
+        Strategy::Weighted,
+        Strategy::LeastConn,
+        Strategy::Random,
+        Strategy::P2c,
+        Strategy::PeakEwma,
+        Strategy::Hash,
+        Strategy::Sticky,
+    ];
+
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::RoundRobin => "round-robin",
+            Strategy::Weighted => "weighted",
+            Strategy::LeastConn => "least-conn",
+            Strategy::Random => "random",
+            Strategy::P2c => "p2c",
+            Strategy::PeakEwma => "peak-ewma",
+            Strategy::Hash => "hash",
+            Strategy::Sticky => "sticky",
+        }
+    }
+
+    /// A fresh balancer with its own state (counters, tables). Build one per pool: the
+    /// strategies cache per-set state and expect to see one pool's snapshots.
+    pub fn build(self) -> Arc<dyn Balancer> {
+        match self {
+            Strategy::RoundRobin => Arc::new(RoundRobin::new()),
+            Strategy::Weighted => Arc::new(SmoothWeighted::new()),
+            Strategy::LeastConn => Arc::new(LeastConn::new()),
+            Strategy::Random => Arc::new(WeightedRandom::new()),
+            Strategy::P2c => Arc::new(P2c::new()),
+            Strategy::PeakEwma => Arc::new(PeakEwma::new()),
+            Strategy::Hash => Arc::new(Maglev::new()),
+            Strategy::Sticky => Arc::new(Sticky::new()),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown strategy name; the message lists the valid ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseStrategyError {
+    name: String,
+}
+
+impl fmt::Display for ParseStrategyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown strategy {:?}: expected one of ", self.name)?;
+        for (i, s) in Strategy::ALL.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ParseStrategyError {}
+
+impl FromStr for Strategy {
+    type Err = ParseStrategyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| ParseStrategyError {
+                name: s.to_string(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in Strategy::ALL {
+            assert_eq!(s.to_string().parse::<Strategy>(), Ok(s));
+        }
+        assert_eq!(Strategy::default(), Strategy::P2c);
+    }
+
+    #[test]
+    fn unknown_name_lists_the_valid_ones() {
+        let err = "foo".parse::<Strategy>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown strategy \"foo\": expected one of round-robin, weighted, least-conn, \
+             random, p2c, peak-ewma, hash, sticky"
+        );
+        assert!("P2C".parse::<Strategy>().is_err());
+    }
+
+    #[test]
+    fn every_built_strategy_picks_and_honours_eligibility() {
+        for s in Strategy::ALL {
+            let b = s.build();
+            let set = set_of(&[1, 1, 1]);
+            assert!(b.pick(&set, &ctx()).is_ok(), "{s}");
+            check_eligibility(&*b);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `p2c`: the power of two choices, drover's default.
+//!
+//! Draw two distinct eligible endpoints at random and take the one with the lower load
+//! score (outstanding expected work, peak-EWMA latency, the backend's own load report).
+//! Mitzenmacher showed that the second choice cuts the worst queue from O(log n / log log
+//! n) to O(log log n); in practice it gets most of "least loaded" at O(1), and unlike a
+//! full scan it does not send a burst of concurrent picks, all reading the same stale
+//! scores, to one endpoint (the herd effect): each burst spreads over random pairs.
+//!
+//! Pools of up to three endpoints are scanned in full instead. There, two random draws
+//! cost about as much as reading every endpoint; with two endpoints both are drawn
+//! anyway; with three, p2c could only ever avoid the single worst one, while the scan
+//! finds the best; and with only some eligible, random draws would often miss.
+//!
+//! Large pools never allocate or walk the list: indices are drawn and redrawn (a bounded
+//! number of times) while they land on ineligible endpoints. Only when most of the pool
+//! is down do the draws run out, and then one linear scan finds whatever is left.
+
+use super::common::{claim, least_loaded, random_start};
+use crate::endpoint::Endpoint;
+use crate::pick::{NoPick, Pick, PickContext};
+use crate::set::EndpointSet;
+use crate::Balancer;
+use std::sync::Arc;
+
+/// Pools this small are scanned in full (see the module comment).
+const FULL_SCAN_MAX: usize = 3;
+
+/// Draws per choice before falling back to a scan: with half the pool ineligible, 8
+/// draws all miss once in 256 picks.
+const DRAWS: usize = 8;
+
+#[derive(Debug, Default)]
+pub struct P2c;
+
+impl P2c {
+    pub fn new() -> Self {
+        P2c
+    }
+}
+
+/// The p2c choice, shared by `hash` and `sticky` as their fallback.
+pub(crate) fn choose<'s>(
+    eps: &'s [Arc<Endpoint>],
+    ctx: &PickContext<'_>,
+) -> Option<&'s Arc<Endpoint>> {
+    let n = eps.len();
+    if n <= FULL_SCAN_MAX {
+        return least_loaded(eps, ctx, random_start(n));
+    }
+    let pair = draw(eps, ctx, None).and_then(|a| Some((a, draw(eps, ctx, Some(a))?)));
+    let Some((a, b)) = pair else {
+        return least_loaded(eps, ctx, random_start(n));
+    };
+    let (a, b) = (&eps[a], &eps[b]);
+    Some(if b.load_score(ctx.now) < a.load_score(ctx.now) {
+        b
+    } else {
+        a
+    })
+}
+
+/// A random eligible index other than `other`, or `None` when the draws run out.
+fn draw(eps: &[Arc<Endpoint>], ctx: &PickContext<'_>, other: Option<usize>) -> Option<usize> {
+    let n = eps.len();
+    (0..DRAWS)
+        .map(|_| match other {
+            None => fastrand::usize(..n),
+            // Uniform over the other n - 1 indices, without a retry on a repeat.
+            Some(a) => (a + 1 + fastrand::usize(..n - 1)) % n,
+        })
+        .find(|&i| ctx.eligible(&eps[i]))
+}
+
+impl Balancer for P2c {
+    fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
+        claim(set, ctx, || choose(set.endpoints(), ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::testing::*;
+
+    #[test]
+    fn small_pools_take_the_least_loaded() {
+        let s = set_of(&[1, 1, 1]);
+        s.endpoints()[0].observe_rtt(1, 9_000_000);
+        s.endpoints()[2].observe_rtt(1, 9_000_000);
+        for _ in 0..10 {
+            let p = P2c::new().pick(&s, &ctx()).unwrap();
+            assert_eq!(index_of(&s, &p), 1);
+        }
+    }
+
+    #[test]
+    fn never_picks_the_worst_of_a_large_pool() {
+        fastrand::seed(3);
+        let s = set_of(&[1; 10]);
+        s.endpoints()[4].report_load(1, 5.0);
+        let n = counts(&P2c::new(), &s, 5_000);
+        assert_eq!(n[4], 0, "{n:?}");
+        assert!(
+            n.iter().enumerate().all(|(i, &c)| i == 4 || c > 400),
+            "{n:?}"
+        );
+    }
+
+    #[test]
+    fn finds_the_last_eligible_endpoint_in_a_large_pool() {
+        fastrand::seed(4);
+        let s = set_of(&[1; 1000]);
+        for e in &s.endpoints()[1..] {
+            e.set_healthy(false);
+        }
+        for _ in 0..20 {
+            let p = P2c::new().pick(&s, &ctx()).unwrap();
+            assert_eq!(index_of(&s, &p), 0);
+        }
+    }
+
+    #[test]
+    fn honours_eligibility() {
+        check_eligibility(&P2c::new());
+    }
+}

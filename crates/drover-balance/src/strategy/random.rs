@@ -1,0 +1,77 @@
+//! `random`: an endpoint drawn at random, in proportion to its effective weight.
+//!
+//! Stateless, so it needs no coordination between threads or between several drover
+//! instances in front of the same pool, and it cannot synchronise into the lock-step
+//! patterns that shared counters can. It ignores load; that is what `p2c` adds.
+//!
+//! The draw sums the eligible weights and then walks to the chosen one: two passes of
+//! O(n). Eligibility and slow start change between picks, so there is no prefix-sum
+//! array to cache; for large pools `p2c` is the O(1) choice.
+
+use super::common::claim;
+use crate::endpoint::Endpoint;
+use crate::pick::{NoPick, Pick, PickContext};
+use crate::set::EndpointSet;
+use crate::Balancer;
+use std::sync::Arc;
+
+#[derive(Debug, Default)]
+pub struct WeightedRandom;
+
+impl WeightedRandom {
+    pub fn new() -> Self {
+        WeightedRandom
+    }
+}
+
+fn choose<'s>(eps: &'s [Arc<Endpoint>], ctx: &PickContext<'_>) -> Option<&'s Arc<Endpoint>> {
+    let eligible = || eps.iter().filter(|e| ctx.eligible(e));
+    let total: f64 = eligible().map(|e| e.effective_weight(ctx.now)).sum();
+    let mut r = fastrand::f64() * total;
+    let mut last = None;
+    for e in eligible() {
+        r -= e.effective_weight(ctx.now);
+        if r < 0.0 {
+            return Some(e);
+        }
+        last = Some(e);
+    }
+    // Rounding, or an endpoint that became ineligible between the passes.
+    last
+}
+
+impl Balancer for WeightedRandom {
+    fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
+        claim(set, ctx, || choose(set.endpoints(), ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::testing::*;
+
+    #[test]
+    fn shares_follow_weights() {
+        fastrand::seed(7);
+        let s = set_of(&[1, 3]);
+        let n = counts(&WeightedRandom::new(), &s, 40_000);
+        let share = n[1] as f64 / 40_000.0;
+        assert!((share - 0.75).abs() < 0.01, "{share}");
+    }
+
+    #[test]
+    fn skips_ineligible() {
+        fastrand::seed(8);
+        let s = set_of(&[1, 1, 1]);
+        s.endpoints()[0].set_healthy(false);
+        let n = counts(&WeightedRandom::new(), &s, 3_000);
+        assert_eq!(n[0], 0);
+        assert!(n[1] > 1_300 && n[2] > 1_300, "{n:?}");
+    }
+
+    #[test]
+    fn honours_eligibility() {
+        check_eligibility(&WeightedRandom::new());
+    }
+}

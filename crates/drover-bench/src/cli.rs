@@ -1,0 +1,232 @@
+//! Command line of the load generator (`drover-loadgen`, later `drover bench`).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::mix::Mix;
+use crate::run::{run, Config, Mode};
+
+/// Load-generate HTTP/1.1 over keep-alive connections and report latency percentiles.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Target, e.g. http://127.0.0.1:8000 or 127.0.0.1:8000/path
+    pub url: String,
+
+    /// Closed loop: connections kept busy. Open loop (--rate): most connections the pool
+    /// opens [default: 50 closed, 512 open]
+    #[arg(short, long)]
+    pub connections: Option<usize>,
+
+    /// How long to send, e.g. 10s, 500ms, 2m (a bare number is seconds)
+    #[arg(short, long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Open loop: send this many requests per second on a fixed schedule; latency counts
+    /// from each request's scheduled time
+    #[arg(short, long)]
+    pub rate: Option<f64>,
+
+    /// Stop after this many requests in total
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+
+    /// Generator threads, each with its own runtime
+    #[arg(short, long, default_value_t = 1)]
+    pub threads: usize,
+
+    /// Request path (default: the URL's path, or /)
+    #[arg(long, conflicts_with = "mix")]
+    pub path: Option<String>,
+
+    /// Weighted paths, picked at random per request: "90:/cheap,10:/expensive"
+    #[arg(long)]
+    pub mix: Option<String>,
+
+    /// Per-request timeout (open loop: from the scheduled time)
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Seed for the path choice
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Extra request header, "Name: value" (repeatable)
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+
+    /// Print the report as one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `10s`, `250ms`, `1.5s`, `2m`, `100us`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}; expected e.g. 10s, 500ms, 2m"))?;
+    let secs = match unit.trim() {
+        "" | "s" | "sec" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        u => return Err(format!("bad duration unit {u:?} in {s:?}")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Splits `http://host:port/path` into (`host:port`, `/path`).
+pub fn split_url(url: &str) -> Result<(String, String), String> {
+    let rest = if let Some(r) = url.strip_prefix("http://") {
+        r
+    } else if url.starts_with("https://") {
+        return Err("https is not supported; point the generator at a plain HTTP port".into());
+    } else if url.contains("://") {
+        return Err(format!("unsupported scheme in {url:?}"));
+    } else {
+        url
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        return Err(format!("no host in {url:?}"));
+    }
+    let authority = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        || authority.ends_with(']') && !authority.contains("]:")
+    {
+        if authority.ends_with(']') {
+            format!("{authority}:80")
+        } else {
+            authority.to_string()
+        }
+    } else {
+        format!("{authority}:80")
+    };
+    Ok((authority, path.to_string()))
+}
+
+impl BenchArgs {
+    /// Turns the arguments into a run configuration (resolves the host).
+    pub fn to_config(&self) -> Result<Config, String> {
+        let (authority, url_path) = split_url(&self.url)?;
+        let addr: SocketAddr = authority
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {authority}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{authority} resolves to no address"))?;
+        let mix = match (&self.mix, &self.path) {
+            (Some(m), _) => Mix::parse(m),
+            (None, Some(p)) => Mix::single(p),
+            (None, None) => Mix::single(&url_path),
+        }
+        .map_err(|e| e.to_string())?;
+        for h in &self.headers {
+            if !h.contains(':') || h.contains(['\r', '\n']) {
+                return Err(format!("bad header {h:?}; expected \"Name: value\""));
+            }
+        }
+        let mode = match self.rate {
+            Some(rate) if rate.is_finite() && rate > 0.0 => Mode::Open { rate },
+            Some(_) => return Err("--rate must be a positive number".into()),
+            None => Mode::Closed,
+        };
+        let connections = self.connections.unwrap_or(match mode {
+            Mode::Closed => 50,
+            Mode::Open { .. } => 512,
+        });
+        Ok(Config {
+            addr,
+            host: authority,
+            mix,
+            mode,
+            connections,
+            duration: self.duration,
+            max_requests: self.requests,
+            threads: self.threads,
+            timeout: self.timeout,
+            seed: self.seed,
+            headers: self.headers.clone(),
+        })
+    }
+}
+
+/// Runs the generator as a command: prints the report and returns the exit code.
+pub fn main_with(args: &BenchArgs) -> ExitCode {
+    let cfg = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("drover-loadgen: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cfg) {
+        Ok(report) => {
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.render_text());
+            }
+            if report.requests == 0 {
+                eprintln!("drover-loadgen: no response at all from {}", cfg.addr);
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("drover-loadgen: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5x").is_err());
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            split_url("http://127.0.0.1:8000").unwrap(),
+            ("127.0.0.1:8000".into(), "/".into())
+        );
+        assert_eq!(
+            split_url("127.0.0.1:8000/a/b?c").unwrap(),
+            ("127.0.0.1:8000".into(), "/a/b?c".into())
+        );
+        assert_eq!(
+            split_url("http://localhost/x").unwrap(),
+            ("localhost:80".into(), "/x".into())
+        );
+        assert_eq!(
+            split_url("http://[::1]:9000/").unwrap(),
+            ("[::1]:9000".into(), "/".into())
+        );
+        assert!(split_url("https://x").is_err());
+        assert!(split_url("http:///x").is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! A minimal HTTP/1.1 client connection: write a prebuilt request, read one response
+//! (Content-Length, chunked, or until close) and keep the connection for the next one.
+
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const MAX_HEADERS: usize = 64;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// The request bytes for `GET path` with the given host and extra header lines.
+pub fn build_request(path: &str, host: &str, headers: &[String]) -> Vec<u8> {
+    let mut s = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+    let has = |name: &str| {
+        headers.iter().any(|h| {
+            h.split_once(':')
+                .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        })
+    };
+    if !has("user-agent") {
+        s.push_str("User-Agent: drover-bench\r\n");
+    }
+    for h in headers {
+        s.push_str(h.trim());
+        s.push_str("\r\n");
+    }
+    s.push_str("\r\n");
+    s.into_bytes()
+}
+
+/// Why a request got no response.
+#[derive(Debug)]
+pub enum ReqError {
+    /// The peer closed the connection before a whole response arrived.
+    Closed,
+    Io(io::Error),
+    /// The response could not be parsed.
+    Parse(String),
+}
+
+impl From<io::Error> for ReqError {
+    fn from(e: io::Error) -> Self {
+        ReqError::Io(e)
+    }
+}
+
+impl std::fmt::Display for ReqError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReqError::Closed => f.write_str("connection closed before the response was complete"),
+            ReqError::Io(e) => write!(f, "{e}"),
+            ReqError::Parse(e) => write!(f, "bad response: {e}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    /// False when the server asked to close, or the body ran until close.
+    pub keep_alive: bool,
+}
+
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+pub struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        })
+    }
+
+    /// Sends `req` and reads its response. On error the connection must be dropped.
+    pub async fn request(&mut self, req: &[u8]) -> Result<Response, ReqError> {
+        self.buf.clear();
+        self.stream.write_all(req).await?;
+        self.read_response().await
+    }
+
+    async fn fill(&mut self) -> Result<(), ReqError> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        let n = self.stream.read_buf(&mut self.buf).await?;
+        if n == 0 {
+            return Err(ReqError::Closed);
+        }
+        Ok(())
+    }
+
+    async fn read_response(&mut self) -> Result<Response, ReqError> {
+        loop {
+            let parsed = {
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut r = httparse::Response::new(&mut headers);
+                match r.parse(&self.buf) {
+                    Ok(httparse::Status::Complete(n)) => Some(head_info(&r, n)?),
+                    Ok(httparse::Status::Partial) => None,
+                    Err(e) => return Err(ReqError::Parse(e.to_string())),
+                }
+            };
+            let Some((head_len, status, body, mut keep_alive)) = parsed else {
+                self.fill().await?;
+                continue;
+            };
+            self.buf.advance(head_len);
+            if (100..200).contains(&status) && status != 101 {
+                continue; // interim response; the real one follows
+            }
+            match body {
+                Body::None => {}
+                Body::Length(n) => self.skip(n).await?,
+                Body::Chunked => self.skip_chunked().await?,
+                Body::UntilClose => {
+                    loop {
+                        self.buf.clear();
+                        match self.fill().await {
+                            Ok(()) => {}
+                            Err(ReqError::Closed) => break,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    keep_alive = false;
+                }
+            }
+            return Ok(Response { status, keep_alive });
+        }
+    }
+
+    /// Consumes `n` bytes of body.
+    async fn skip(&mut self, mut n: u64) -> Result<(), ReqError> {
+        loop {
+            let take = n.min(self.buf.len() as u64);
+            self.buf.advance(take as usize);
+            n -= take;
+            if n == 0 {
+                return Ok(());
+            }
+            self.fill().await?;
+        }
+    }
+
+    async fn line(&mut self) -> Result<usize, ReqError> {
+        loop {
+            if let Some(p) = memchr::memmem::find(&self.buf, b"\r\n") {
+                return Ok(p);
+            }
+            if self.buf.len() > 64 * 1024 {
+                return Err(ReqError::Parse("chunk line too long".into()));
+            }
+            self.fill().await?;
+        }
+    }
+
+    async fn skip_chunked(&mut self) -> Result<(), ReqError> {
+        loop {
+            let end = self.line().await?;
+            let size = parse_chunk_size(&self.buf[..end])?;
+            self.buf.advance(end + 2);
+            if size == 0 {
+                // Trailer lines up to an empty line.
+                loop {
+                    let end = self.line().await?;
+                    self.buf.advance(end + 2);
+                    if end == 0 {
+                        return Ok(());
+                    }
+                }
+            }
+            self.skip(size + 2).await?;
+        }
+    }
+}
+
+fn head_info(
+    r: &httparse::Response<'_, '_>,
+    head_len: usize,
+) -> Result<(usize, u16, Body, bool), ReqError> {
+    let status = r.code.unwrap_or(0);
+    let http10 = r.version == Some(0);
+    let mut keep_alive = !http10;
+    let mut length = None;
+    let mut chunked = false;
+    for h in r.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| ReqError::Parse("bad content-length".into()))?;
+            length = Some(v);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = h
+                .value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for t in h.value.split(|&b| b == b',') {
+                let t = t.trim_ascii();
+                if t.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive = true;
+                }
+            }
+        }
+    }
+    let body = if (100..200).contains(&status) || status == 204 || status == 304 {
+        Body::None
+    } else if chunked {
+        Body::Chunked
+    } else if let Some(n) = length {
+        Body::Length(n)
+    } else {
+        Body::UntilClose
+    };
+    Ok((head_len, status, body, keep_alive))
+}
+
+fn parse_chunk_size(line: &[u8]) -> Result<u64, ReqError> {
+    let hex = line.split(|&b| b == b';').next().unwrap_or(&[]).trim_ascii();
+    let s = std::str::from_utf8(hex).map_err(|_| ReqError::Parse("bad chunk size".into()))?;
+    u64::from_str_radix(s, 16).map_err(|_| ReqError::Parse(format!("bad chunk size {s:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bytes() {
+        let r = build_request("/x", "127.0.0.1:80", &["X-A: 1".to_string()]);
+        assert_eq!(
+            r,
+            b"GET /x HTTP/1.1\r\nHost: 127.0.0.1:80\r\nUser-Agent: drover-bench\r\nX-A: 1\r\n\r\n"
+        );
+        let r = build_request("/", "h", &["user-agent: me".to_string()]);
+        assert_eq!(r, b"GET / HTTP/1.1\r\nHost: h\r\nuser-agent: me\r\n\r\n");
+    }
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(parse_chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(parse_chunk_size(b"0;ext=1").unwrap(), 0);
+        assert!(parse_chunk_size(b"zz").is_err());
+    }
+}

@@ -1,0 +1,427 @@
+//! The generator: closed loop (C connections, each sends its next request when the
+//! previous answer arrives) and open loop (requests on a fixed schedule, latency from the
+//! scheduled time, connections from a pool that grows up to a limit).
+//!
+//! Each generator thread runs its own current-thread tokio runtime; threads share
+//! nothing but the start time and the request budget, and their histograms are merged
+//! at the end.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::LocalSet;
+
+use crate::http::{build_request, Conn, ReqError};
+use crate::mix::Mix;
+use crate::schedule::Schedule;
+use crate::stats::{PathReport, Percentiles, Report, Stats};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Every connection sends its next request as soon as the previous one is answered.
+    Closed,
+    /// Requests at a fixed rate (requests/s) whatever the answers do.
+    Open { rate: f64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub addr: SocketAddr,
+    /// Value of the Host header.
+    pub host: String,
+    pub mix: Mix,
+    pub mode: Mode,
+    /// Closed loop: connections kept busy. Open loop: most connections opened.
+    pub connections: usize,
+    pub duration: Duration,
+    /// Stop after this many requests in total (whichever comes first with `duration`).
+    pub max_requests: Option<u64>,
+    pub threads: usize,
+    /// Per request; open loop counts it from the scheduled time.
+    pub timeout: Duration,
+    pub seed: u64,
+    /// Extra request header lines, `Name: value`.
+    pub headers: Vec<String>,
+}
+
+#[derive(Debug)]
+pub enum RunError {
+    Config(String),
+    Runtime(std::io::Error),
+    ThreadPanicked,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Config(s) => f.write_str(s),
+            RunError::Runtime(e) => write!(f, "cannot start the runtime: {e}"),
+            RunError::ThreadPanicked => f.write_str("a generator thread panicked"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+/// Delay before the first request, so every thread's runtime is up when the clock starts.
+const START_DELAY: Duration = Duration::from_millis(20);
+/// Pause after a failed connect before a closed-loop connection tries again.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Runs the load and returns the merged report. Blocks the calling thread (the generator
+/// uses threads of its own, so this may be called from anywhere, even inside a runtime
+/// via `spawn_blocking`).
+pub fn run(cfg: &Config) -> Result<Report, RunError> {
+    validate(cfg)?;
+    let cfg = Arc::new(cfg.clone());
+    let budget = Arc::new(AtomicU64::new(0));
+    let start = Instant::now() + START_DELAY;
+    let mut handles = Vec::with_capacity(cfg.threads);
+    for k in 0..cfg.threads {
+        let cfg = Arc::clone(&cfg);
+        let budget = Arc::clone(&budget);
+        let h = std::thread::Builder::new()
+            .name(format!("loadgen-{k}"))
+            .spawn(move || thread_main(&cfg, k, start, &budget))
+            .map_err(RunError::Runtime)?;
+        handles.push(h);
+    }
+    let mut total = Stats::new(cfg.mix.len());
+    let mut end = start;
+    for h in handles {
+        let (stats, last) = h.join().map_err(|_| RunError::ThreadPanicked)??;
+        total.merge(&stats);
+        end = end.max(last);
+    }
+    let elapsed = end.saturating_duration_since(start).max(Duration::from_micros(1));
+    Ok(report(&cfg, total, elapsed))
+}
+
+fn validate(cfg: &Config) -> Result<(), RunError> {
+    if cfg.threads == 0 {
+        return Err(RunError::Config("--threads must be at least 1".into()));
+    }
+    if cfg.connections == 0 {
+        return Err(RunError::Config("--connections must be at least 1".into()));
+    }
+    if let Mode::Open { rate } = cfg.mode {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(RunError::Config("--rate must be a positive number".into()));
+        }
+    }
+    if cfg.mix.is_empty() {
+        return Err(RunError::Config("no request path".into()));
+    }
+    Ok(())
+}
+
+fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
+    let paths: BTreeMap<String, PathReport> = cfg
+        .mix
+        .entries()
+        .iter()
+        .zip(&s.per_path)
+        .map(|(e, h)| {
+            (
+                e.path.clone(),
+                PathReport {
+                    weight: e.weight,
+                    requests: h.len(),
+                    latency_us: Percentiles::of(h),
+                },
+            )
+        })
+        .collect();
+    let open = matches!(cfg.mode, Mode::Open { .. });
+    Report {
+        mode: if open { "open" } else { "closed" },
+        target: cfg.addr.to_string(),
+        mix: cfg.mix.to_string(),
+        threads: cfg.threads,
+        connections: cfg.connections,
+        rate: match cfg.mode {
+            Mode::Open { rate } => Some(rate),
+            Mode::Closed => None,
+        },
+        duration_s: cfg.duration.as_secs_f64(),
+        elapsed_s: (elapsed.as_secs_f64() * 1e4).round() / 1e4,
+        requests: s.requests,
+        ok: s.ok,
+        rps: ((s.requests as f64 / elapsed.as_secs_f64()) * 10.0).round() / 10.0,
+        latency_us: Percentiles::of(&s.latency),
+        service_us: open.then(|| Percentiles::of(&s.service)),
+        errors: s.errors,
+        errors_total: s.errors.total(),
+        conn_waits: s.conn_waits,
+        connections_opened: s.connections_opened,
+        status: s.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        paths,
+        histogram: Some(s.latency),
+    }
+}
+
+/// Per-thread state shared by that thread's tasks.
+struct Local {
+    cfg: Arc<Config>,
+    requests: Vec<Vec<u8>>,
+    stats: RefCell<Stats>,
+    start: Instant,
+    deadline: Instant,
+    budget: Arc<AtomicU64>,
+    /// Time the last response (or error) was seen.
+    last: Cell<Instant>,
+}
+
+impl Local {
+    /// Claims one request from the global budget; false when it is spent.
+    fn claim(&self) -> bool {
+        match self.cfg.max_requests {
+            None => true,
+            Some(max) => self.budget.fetch_add(1, Ordering::Relaxed) < max,
+        }
+    }
+
+    fn done_at(&self, t: Instant) {
+        if t > self.last.get() {
+            self.last.set(t);
+        }
+    }
+}
+
+fn thread_main(
+    cfg: &Arc<Config>,
+    k: usize,
+    start: Instant,
+    budget: &Arc<AtomicU64>,
+) -> Result<(Stats, Instant), RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    let requests = cfg
+        .mix
+        .entries()
+        .iter()
+        .map(|e| build_request(&e.path, &cfg.host, &cfg.headers))
+        .collect();
+    let local = Rc::new(Local {
+        cfg: Arc::clone(cfg),
+        requests,
+        stats: RefCell::new(Stats::new(cfg.mix.len())),
+        start,
+        deadline: start + cfg.duration,
+        budget: Arc::clone(budget),
+        last: Cell::new(start),
+    });
+    let set = LocalSet::new();
+    let l2 = Rc::clone(&local);
+    set.block_on(&rt, async move {
+        tokio::time::sleep_until(start.into()).await;
+        match l2.cfg.mode {
+            Mode::Closed => closed_loop(l2, k).await,
+            Mode::Open { rate } => open_loop(l2, k, rate).await,
+        }
+    });
+    drop(set);
+    let last = local.last.get();
+    let stats = local.stats.replace(Stats::new(0));
+    Ok((stats, last))
+}
+
+// ---------------------------------------------------------------- closed loop
+
+async fn closed_loop(l: Rc<Local>, k: usize) {
+    let n = l.cfg.threads;
+    let c = l.cfg.connections / n + usize::from(k < l.cfg.connections % n);
+    let mut tasks = Vec::with_capacity(c);
+    for i in 0..c {
+        let id = (i * n + k) as u64;
+        tasks.push(tokio::task::spawn_local(closed_conn(Rc::clone(&l), id)));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+async fn closed_conn(l: Rc<Local>, id: u64) {
+    let mut rng = fastrand::Rng::with_seed(l.cfg.seed.wrapping_add(id.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let mut conn: Option<Conn> = None;
+    while Instant::now() < l.deadline && l.claim() {
+        let pi = l.cfg.mix.pick(&mut rng);
+        let t0 = Instant::now();
+        let deadline = t0 + l.cfg.timeout;
+        if conn.is_none() {
+            match tokio::time::timeout_at(deadline.into(), Conn::connect(l.cfg.addr)).await {
+                Ok(Ok(c)) => {
+                    l.stats.borrow_mut().connections_opened += 1;
+                    conn = Some(c);
+                }
+                Ok(Err(_)) => {
+                    l.stats.borrow_mut().errors.connect += 1;
+                    l.done_at(Instant::now());
+                    tokio::time::sleep(CONNECT_BACKOFF).await;
+                    continue;
+                }
+                Err(_) => {
+                    l.stats.borrow_mut().errors.timeout += 1;
+                    l.done_at(Instant::now());
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let sent = Instant::now();
+        let r = tokio::time::timeout_at(deadline.into(), c.request(&l.requests[pi])).await;
+        let now = Instant::now();
+        l.done_at(now);
+        match r {
+            Ok(Ok(resp)) => {
+                let lat = now.duration_since(t0).as_micros() as u64;
+                let svc = now.duration_since(sent).as_micros() as u64;
+                l.stats.borrow_mut().record(pi, resp.status, lat, svc);
+                if !resp.keep_alive {
+                    conn = None;
+                }
+            }
+            Ok(Err(e)) => {
+                count_error(&l, &e);
+                conn = None;
+            }
+            Err(_) => {
+                l.stats.borrow_mut().errors.timeout += 1;
+                conn = None;
+            }
+        }
+    }
+}
+
+fn count_error(l: &Local, _e: &ReqError) {
+    l.stats.borrow_mut().errors.io += 1;
+}
+
+// ---------------------------------------------------------------- open loop
+
+struct Pool {
+    idle: RefCell<Vec<Conn>>,
+    /// One permit per connection that may be in use.
+    slots: Semaphore,
+    in_flight: Cell<usize>,
+    drained: Notify,
+}
+
+async fn open_loop(l: Rc<Local>, k: usize, rate: f64) {
+    let n = l.cfg.threads;
+    let max_conns = l.cfg.connections / n + usize::from(k < l.cfg.connections % n);
+    if max_conns == 0 {
+        return;
+    }
+    let sched = Schedule::new(rate, n, k);
+    let count = sched.count_within(l.cfg.duration, l.cfg.max_requests);
+    let pool = Rc::new(Pool {
+        idle: RefCell::new(Vec::with_capacity(max_conns)),
+        slots: Semaphore::new(max_conns),
+        in_flight: Cell::new(0),
+        drained: Notify::new(),
+    });
+    // tokio's timer wheel has a 1 ms tick, which would make every request up to 1 ms
+    // late (and, since latency counts from the due time, add that to every figure).
+    // A plain thread sleeping with nanosleep (~50 µs slack) paces the sends instead and
+    // hands each due time to the runtime.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let start = l.start;
+    let ticker = std::thread::Builder::new()
+        .name(format!("loadgen-tick-{k}"))
+        .spawn(move || {
+            for j in 0..count {
+                let due = start + sched.due(j);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                if tx.send(due).is_err() {
+                    return;
+                }
+            }
+        });
+    if ticker.is_err() {
+        return;
+    }
+    let mut rng = fastrand::Rng::with_seed(l.cfg.seed.wrapping_add(k as u64));
+    while let Some(due) = rx.recv().await {
+        let pi = l.cfg.mix.pick(&mut rng);
+        pool.in_flight.set(pool.in_flight.get() + 1);
+        tokio::task::spawn_local(open_request(Rc::clone(&l), Rc::clone(&pool), due, pi));
+    }
+    while pool.in_flight.get() > 0 {
+        pool.drained.notified().await;
+    }
+}
+
+enum Failure {
+    Connect,
+    Io,
+    Timeout,
+}
+
+async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
+    let deadline = due + l.cfg.timeout;
+    let work = async {
+        let _permit = match pool.slots.try_acquire() {
+            Ok(p) => p,
+            Err(_) => {
+                l.stats.borrow_mut().conn_waits += 1;
+                pool.slots.acquire().await.expect("semaphore never closes")
+            }
+        };
+        let idle = pool.idle.borrow_mut().pop();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => {
+                let c = Conn::connect(l.cfg.addr).await.map_err(|_| Failure::Connect)?;
+                l.stats.borrow_mut().connections_opened += 1;
+                c
+            }
+        };
+        let sent = Instant::now();
+        let resp = conn
+            .request(&l.requests[pi])
+            .await
+            .map_err(|_| Failure::Io)?;
+        if resp.keep_alive {
+            pool.idle.borrow_mut().push(conn);
+        }
+        Ok::<_, Failure>((resp, sent))
+        // `_permit` drops here, after the connection is back in the pool.
+    };
+    let r = match tokio::time::timeout_at(deadline.into(), work).await {
+        Ok(r) => r,
+        Err(_) => Err(Failure::Timeout),
+    };
+    let now = Instant::now();
+    l.done_at(now);
+    {
+        let mut st = l.stats.borrow_mut();
+        match r {
+            Ok((resp, sent)) => {
+                let lat = now.saturating_duration_since(due).as_micros() as u64;
+                let svc = now.duration_since(sent).as_micros() as u64;
+                st.record(pi, resp.status, lat, svc);
+            }
+            Err(Failure::Connect) => st.errors.connect += 1,
+            Err(Failure::Io) => st.errors.io += 1,
+            Err(Failure::Timeout) => st.errors.timeout += 1,
+        }
+    }
+    let left = pool.in_flight.get() - 1;
+    pool.in_flight.set(left);
+    if left == 0 {
+        pool.drained.notify_one();
+    }
+}

@@ -1,0 +1,263 @@
+//! Counters and latency histograms, and the report built from them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Highest latency a histogram keeps exactly: 10 minutes, in microseconds. Larger values
+/// are recorded as this value.
+const MAX_US: u64 = 600_000_000;
+
+pub(crate) fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds")
+}
+
+/// What one thread of the generator counted.
+pub(crate) struct Stats {
+    pub latency: Histogram<u64>,
+    pub service: Histogram<u64>,
+    pub per_path: Vec<Histogram<u64>>,
+    pub requests: u64,
+    pub ok: u64,
+    pub status: BTreeMap<u16, u64>,
+    pub errors: Errors,
+    pub conn_waits: u64,
+    pub connections_opened: u64,
+}
+
+impl Stats {
+    pub fn new(paths: usize) -> Stats {
+        Stats {
+            latency: new_histogram(),
+            service: new_histogram(),
+            per_path: (0..paths).map(|_| new_histogram()).collect(),
+            requests: 0,
+            ok: 0,
+            status: BTreeMap::new(),
+            errors: Errors::default(),
+            conn_waits: 0,
+            connections_opened: 0,
+        }
+    }
+
+    /// A response arrived. `latency_us` counts from the send (closed loop) or from the
+    /// scheduled send time (open loop); `service_us` from the moment it was written.
+    pub fn record(&mut self, path: usize, status: u16, latency_us: u64, service_us: u64) {
+        self.requests += 1;
+        *self.status.entry(status).or_insert(0) += 1;
+        if (200..300).contains(&status) {
+            self.ok += 1;
+        } else {
+            self.errors.status += 1;
+        }
+        let l = latency_us.clamp(1, MAX_US);
+        self.latency.saturating_record(l);
+        self.per_path[path].saturating_record(l);
+        self.service.saturating_record(service_us.clamp(1, MAX_US));
+    }
+
+    pub fn merge(&mut self, o: &Stats) {
+        // Same bounds everywhere, so `add` cannot fail.
+        let _ = self.latency.add(&o.latency);
+        let _ = self.service.add(&o.service);
+        for (a, b) in self.per_path.iter_mut().zip(&o.per_path) {
+            let _ = a.add(b);
+        }
+        self.requests += o.requests;
+        self.ok += o.ok;
+        for (k, v) in &o.status {
+            *self.status.entry(*k).or_insert(0) += v;
+        }
+        self.errors.connect += o.errors.connect;
+        self.errors.status += o.errors.status;
+        self.errors.timeout += o.errors.timeout;
+        self.errors.io += o.errors.io;
+        self.conn_waits += o.conn_waits;
+        self.connections_opened += o.connections_opened;
+    }
+}
+
+/// Failed requests by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Errors {
+    /// Could not open a connection.
+    pub connect: u64,
+    /// A response came with a status outside 2xx.
+    pub status: u64,
+    /// No response within `--timeout` (open loop: counted from the scheduled time).
+    pub timeout: u64,
+    /// Connection reset or closed mid-response, or a response that did not parse.
+    pub io: u64,
+}
+
+impl Errors {
+    pub fn total(&self) -> u64 {
+        self.connect + self.status + self.timeout + self.io
+    }
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub min: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p99_9: u64,
+    pub max: u64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Percentiles {
+        if h.is_empty() {
+            return Percentiles::default();
+        }
+        Percentiles {
+            count: h.len(),
+            min: h.min(),
+            mean: (h.mean() * 10.0).round() / 10.0,
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p99_9: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PathReport {
+    pub weight: u32,
+    pub requests: u64,
+    pub latency_us: Percentiles,
+}
+
+/// The result of a run. Serialises to the `--json` output.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// "closed" or "open".
+    pub mode: &'static str,
+    pub target: String,
+    pub mix: String,
+    pub threads: usize,
+    /// Closed loop: connections kept busy. Open loop: most connections the pool may open.
+    pub connections: usize,
+    /// Open loop: the offered rate in requests/s.
+    pub rate: Option<f64>,
+    pub duration_s: f64,
+    /// From the start until the last response.
+    pub elapsed_s: f64,
+    /// Responses received, any status.
+    pub requests: u64,
+    /// Responses with a 2xx status.
+    pub ok: u64,
+    /// Responses per second of `elapsed_s`.
+    pub rps: f64,
+    /// Closed loop: from send to response. Open loop: from the scheduled send time to
+    /// response, so waiting for a connection or for a late timer counts.
+    pub latency_us: Percentiles,
+    /// Open loop only: from the moment the request was written to the response.
+    pub service_us: Option<Percentiles>,
+    pub errors: Errors,
+    pub errors_total: u64,
+    /// Open loop: requests that found every connection busy and had to wait.
+    pub conn_waits: u64,
+    pub connections_opened: u64,
+    /// Responses by status code.
+    pub status: BTreeMap<String, u64>,
+    pub paths: BTreeMap<String, PathReport>,
+    #[serde(skip)]
+    pub histogram: Option<Histogram<u64>>,
+}
+
+fn us(v: u64) -> String {
+    if v >= 10_000 {
+        format!("{:.1}ms", v as f64 / 1000.0)
+    } else if v >= 1000 {
+        format!("{:.2}ms", v as f64 / 1000.0)
+    } else {
+        format!("{v}µs")
+    }
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("report serialises")
+    }
+
+    /// The human-readable summary.
+    pub fn render_text(&self) -> String {
+        let mut s = String::new();
+        let mode = match self.rate {
+            Some(r) => format!("open loop at {r:.0} req/s, up to {} connections", self.connections),
+            None => format!("closed loop, {} connections", self.connections),
+        };
+        let _ = writeln!(
+            s,
+            "drover-loadgen → {}  {mode}, {} thread(s), {:.1}s, mix {}",
+            self.target, self.threads, self.duration_s, self.mix
+        );
+        let _ = writeln!(
+            s,
+            "  requests   {} in {:.2}s = {:.1} req/s ({} ok)",
+            self.requests, self.elapsed_s, self.rps, self.ok
+        );
+        let l = &self.latency_us;
+        let _ = writeln!(
+            s,
+            "  latency    p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (mean {})",
+            us(l.p50),
+            us(l.p90),
+            us(l.p99),
+            us(l.p99_9),
+            us(l.max),
+            us(l.mean as u64)
+        );
+        if let Some(sv) = &self.service_us {
+            let _ = writeln!(
+                s,
+                "  service    p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (from write, without queueing)",
+                us(sv.p50),
+                us(sv.p90),
+                us(sv.p99),
+                us(sv.p99_9),
+                us(sv.max)
+            );
+        }
+        if self.paths.len() > 1 {
+            for (p, r) in &self.paths {
+                let l = &r.latency_us;
+                let _ = writeln!(
+                    s,
+                    "  {p:<10} {} requests  p50 {}  p99 {}  max {}",
+                    r.requests,
+                    us(l.p50),
+                    us(l.p99),
+                    us(l.max)
+                );
+            }
+        }
+        let e = &self.errors;
+        let _ = writeln!(
+            s,
+            "  errors     {} (connect {}, status {}, timeout {}, io {})",
+            self.errors_total, e.connect, e.status, e.timeout, e.io
+        );
+        if !self.status.is_empty() && self.status.keys().any(|k| k != "200") {
+            let codes: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let _ = writeln!(s, "  status     {}", codes.join(", "));
+        }
+        if self.rate.is_some() && self.conn_waits > 0 {
+            let _ = writeln!(
+                s,
+                "  note       {} requests waited for a free connection (counted in latency)",
+                self.conn_waits
+            );
+        }
+        s
+    }
+}

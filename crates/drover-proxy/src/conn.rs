@@ -1,0 +1,392 @@
+//! One client connection: read a request, bind it to an endpoint, relay the exchange,
+//! repeat while keep-alive lasts.
+
+use crate::admission::{Admission, Slot};
+use crate::body::{self, BodyError};
+use crate::error::ProxyError;
+use crate::http1::request::{self, BadRequest, ClientInfo, KeySpec, Parsed, RequestHead};
+use crate::http1::response::{self, Exchange, ResponseHead};
+use crate::options::ProxyOptions;
+use crate::upstream::{self, Upstreams};
+use drover_balance::cost::CostTable;
+use drover_balance::{clock, Balancer, Endpoint, PickContext};
+use drover_registry::Pool;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+/// What every serving thread of one balancer shares.
+pub(crate) struct Shared {
+    pub opts: ProxyOptions,
+    pub pool: Arc<Pool>,
+    pub balancer: Arc<dyn Balancer>,
+    pub admission: Arc<Admission>,
+    pub costs: CostTable,
+    pub keys: KeySpec,
+    pub shutdown: watch::Receiver<bool>,
+    /// Open client connections, for draining on shutdown.
+    pub active: AtomicUsize,
+}
+
+/// One serving thread's view: the shared state plus its own backend connections.
+pub(crate) struct Worker {
+    pub shared: Arc<Shared>,
+    pub upstreams: Upstreams,
+}
+
+struct ActiveGuard<'a>(&'a AtomicUsize);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+pub(crate) async fn serve(client: TcpStream, peer: std::net::SocketAddr, worker: Arc<Worker>) {
+    worker.shared.active.fetch_add(1, Relaxed);
+    let _active = ActiveGuard(&worker.shared.active);
+    let mut conn = Conn {
+        shutdown: worker.shared.shutdown.clone(),
+        info: ClientInfo::new(peer, "http"),
+        client,
+        worker: Arc::clone(&worker),
+        cbuf: Vec::new(),
+        ubuf: Vec::new(),
+        out: Vec::new(),
+    };
+    conn.run().await;
+}
+
+/// How one attempt on one endpoint ended.
+enum Attempt {
+    /// The exchange completed; whether the client connection may be kept.
+    Done(bool),
+    /// Failed before the backend could have acted on it: try another endpoint.
+    Retry(ProxyError),
+    /// Failed in a way that must not be retried; the client gets this error.
+    Fail(ProxyError),
+    /// Failed after the response started, or on the client's side: close quietly.
+    Abort,
+}
+
+struct Conn {
+    client: TcpStream,
+    info: ClientInfo,
+    worker: Arc<Worker>,
+    shutdown: watch::Receiver<bool>,
+    /// Bytes from the client not yet used (a partial head, body, pipelined requests).
+    cbuf: Vec<u8>,
+    /// Bytes from the backend not yet used.
+    ubuf: Vec<u8>,
+    /// The next head to write: to the backend, then reused for the client.
+    out: Vec<u8>,
+}
+
+impl Conn {
+    fn opts(&self) -> &ProxyOptions {
+        &self.worker.shared.opts
+    }
+
+    async fn run(&mut self) {
+        let mut first = true;
+        loop {
+            let head = match self.read_head(first).await {
+                Ok(Some(head)) => head,
+                Ok(None) => return,
+                Err(bad) => {
+                    debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
+                    self.send_error(bad.status, "bad-request", bad.reason, true).await;
+                    return;
+                }
+            };
+            first = false;
+            self.cbuf.drain(..head.head_len);
+            if !self.exchange(&head).await || *self.shutdown.borrow() {
+                return;
+            }
+            if self.cbuf.is_empty() {
+                // An idle keep-alive connection holds no buffers.
+                self.cbuf = Vec::new();
+                self.ubuf = Vec::new();
+                self.out = Vec::new();
+            }
+        }
+    }
+
+    /// Reads the next request head. `Ok(None)`: the client left, idled out, or drover
+    /// is shutting down between requests.
+    async fn read_head(&mut self, first: bool) -> Result<Option<RequestHead>, BadRequest> {
+        let timeouts = self.opts().timeouts;
+        if self.cbuf.is_empty() {
+            if *self.shutdown.borrow() {
+                return Ok(None);
+            }
+            let wait = if first { timeouts.header_read } else { timeouts.idle };
+            self.cbuf.reserve(4096);
+            let read = tokio::select! {
+                r = tokio::time::timeout(wait, self.client.read_buf(&mut self.cbuf)) => r,
+                _ = self.shutdown.changed() => return Ok(None),
+            };
+            match read {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return Ok(None),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + timeouts.header_read;
+        let shared = &self.worker.shared;
+        loop {
+            match request::parse(&self.cbuf, &shared.opts.limits, &self.info, &shared.keys, &mut self.out)? {
+                Parsed::Complete(head) => return Ok(Some(head)),
+                Parsed::Partial => {}
+            }
+            self.cbuf.reserve(4096);
+            match tokio::time::timeout_at(deadline, self.client.read_buf(&mut self.cbuf)).await {
+                Err(_) => {
+                    return Err(BadRequest {
+                        status: 408,
+                        reason: "request head not received within the header read timeout",
+                    })
+                }
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// Proxies one request; returns whether the client connection may be kept.
+    async fn exchange(&mut self, head: &RequestHead) -> bool {
+        if head.expect_continue && head.body.is_some() {
+            // Answer 100 ourselves: the body is streamed to whichever endpoint is picked,
+            // so the client must not wait for a particular backend's go-ahead.
+            if self.client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+                return false;
+            }
+        }
+        let shared = Arc::clone(&self.worker.shared);
+        let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
+        let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+        let mut attempt = 0;
+        let failure = loop {
+            let set = shared.pool.load_full();
+            let ctx = PickContext {
+                now: clock::now(),
+                cost,
+                hash_key: head.hash_key.as_deref(),
+                sticky: head.sticky.as_deref(),
+                exclude: &tried,
+            };
+            let slot = match shared.admission.acquire(&*shared.balancer, &set, &ctx).await {
+                Ok(slot) => slot,
+                // Every endpoint was tried: report the last real failure, not "none healthy".
+                Err(ProxyError::NoEndpoint) if !tried.is_empty() => break ProxyError::ConnectFailed,
+                Err(e) => break e,
+            };
+            let endpoint = Arc::clone(slot.pick().endpoint());
+            match self.attempt(head, &slot).await {
+                Attempt::Done(keep) => return keep && head.keep_alive,
+                Attempt::Abort => return false,
+                Attempt::Fail(e) => break e,
+                Attempt::Retry(e) => {
+                    tried.push(endpoint);
+                    if attempt >= shared.opts.retries {
+                        break e;
+                    }
+                    attempt += 1;
+                }
+            }
+        };
+        warn!(balancer = %shared.opts.name, cause = failure.cause(), "{failure}");
+        // An unread request body leaves the connection unusable for the next request.
+        let close = head.body.is_some() || !head.keep_alive;
+        self.send_error(failure.status(), failure.cause(), &failure.to_string(), close)
+            .await;
+        !close
+    }
+
+    /// One try on the endpoint `slot` holds.
+    async fn attempt(&mut self, head: &RequestHead, slot: &Slot) -> Attempt {
+        let shared = Arc::clone(&self.worker.shared);
+        let opts = &shared.opts;
+        let endpoint = slot.pick().endpoint();
+        let addr = endpoint.addr();
+        let (mut up, reused) = match self.worker.upstreams.checkout(addr) {
+            Some(stream) => (stream, true),
+            None => match upstream::connect(addr, opts.timeouts.connect).await {
+                Ok(stream) => (stream, false),
+                Err(e) => {
+                    let ejected = shared.pool.on_connect_failure(endpoint, clock::now());
+                    warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, "connect failed");
+                    return Attempt::Retry(ProxyError::ConnectFailed);
+                }
+            },
+        };
+
+        // The request: head, then body streamed from the client.
+        match head.body {
+            None => {
+                if up.write_all(&self.out).await.is_err() {
+                    // Nothing reached the backend: safe to send elsewhere.
+                    return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, true);
+                }
+            }
+            Some(kind) => {
+                let r = body::forward(kind, false, &mut self.client, &mut self.cbuf, &mut up, &mut self.out, opts.timeouts.request).await;
+                match r {
+                    Ok(()) => {}
+                    Err(BodyError::Write) => {
+                        return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false)
+                    }
+                    Err(BodyError::Framing(e)) => {
+                        debug!(client = %self.info.ip, "{e}");
+                        self.send_error(400, "bad-request", "invalid chunked request body", true).await;
+                        return Attempt::Abort;
+                    }
+                    Err(BodyError::Read | BodyError::Timeout) => return Attempt::Abort,
+                }
+            }
+        }
+
+        // The response head (after any 1xx).
+        self.ubuf.clear();
+        let sticky_cookie = opts
+            .sticky_cookie
+            .as_ref()
+            .filter(|_| head.sticky.as_deref() != Some(endpoint.id()))
+            .map(|name| format!("{name}={}; Path=/; HttpOnly", endpoint.id()));
+        let ex = Exchange {
+            is_head: head.is_head,
+            http10_client: head.http10,
+            client_keep_alive: head.keep_alive && !*self.shutdown.borrow(),
+            upgrade: head.upgrade,
+        };
+        let resp = loop {
+            let resp = match self.read_response_head(&mut up, &ex, sticky_cookie.as_deref()).await {
+                Ok(resp) => resp,
+                Err(ReadHead::Closed { got_bytes }) => {
+                    let retry = !got_bytes && head.idempotent && head.body.is_none();
+                    return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, retry);
+                }
+                Err(ReadHead::Timeout) => {
+                    shared.pool.on_request_failure(endpoint, clock::now());
+                    return Attempt::Fail(ProxyError::Timeout);
+                }
+                Err(ReadHead::Bad(why)) => {
+                    shared.pool.on_request_failure(endpoint, clock::now());
+                    warn!(endpoint = %addr, "invalid response: {why}");
+                    return Attempt::Fail(ProxyError::BadResponse(why));
+                }
+            };
+            if !resp.informational {
+                break resp;
+            }
+            if !self.out.is_empty() && self.client.write_all(&self.out).await.is_err() {
+                return Attempt::Abort;
+            }
+            self.ubuf.drain(..resp.head_len);
+        };
+
+        let now = clock::now();
+        slot.pick().observe(now);
+        shared.costs.observe(head.cost_key, now.saturating_sub(slot.pick().started()));
+        if let Some(load) = resp.load {
+            endpoint.report_load(now, load);
+        }
+        if let Some(ejected) = shared.pool.on_response(endpoint, resp.status, now) {
+            warn!(endpoint = %addr, status = resp.status, "ejected for {ejected:?} after repeated errors");
+        }
+        self.ubuf.drain(..resp.head_len);
+
+        if resp.switching {
+            return self.tunnel(up).await;
+        }
+        let sent = body::forward(resp.body, resp.dechunk, &mut up, &mut self.ubuf, &mut self.client, &mut self.out, opts.timeouts.request).await;
+        match sent {
+            Ok(()) => {
+                if resp.backend_keep_alive && self.ubuf.is_empty() {
+                    self.worker.upstreams.checkin(addr, up);
+                }
+                Attempt::Done(resp.client_keep_alive)
+            }
+            Err(BodyError::Write) => Attempt::Abort,
+            Err(e) => {
+                warn!(endpoint = %addr, "response body failed mid-stream: {e:?}");
+                Attempt::Abort
+            }
+        }
+    }
+
+    /// Records a backend-side failure. A stale keep-alive connection closing is not the
+    /// endpoint's fault, so it does not count against its health.
+    fn backend_failed(&self, endpoint: &Arc<Endpoint>, reused: bool, e: ProxyError, retry: bool) -> Attempt {
+        if !reused {
+            self.worker.shared.pool.on_request_failure(endpoint, clock::now());
+        }
+        debug!(endpoint = %endpoint.addr(), reused, retry, "{e}");
+        if retry {
+            Attempt::Retry(e)
+        } else {
+            Attempt::Fail(e)
+        }
+    }
+
+    async fn read_response_head(
+        &mut self,
+        up: &mut TcpStream,
+        ex: &Exchange,
+        set_cookie: Option<&str>,
+    ) -> Result<ResponseHead, ReadHead> {
+        let timeout = self.opts().timeouts.request;
+        loop {
+            if !self.ubuf.is_empty() {
+                match response::parse(&self.ubuf, ex, set_cookie.map(str::as_bytes), &mut self.out) {
+                    Ok(Some(head)) => return Ok(head),
+                    Ok(None) => {}
+                    Err(bad) => return Err(ReadHead::Bad(bad.0)),
+                }
+            }
+            match body::read_some(up, &mut self.ubuf, timeout).await {
+                Ok(0) | Err(BodyError::Read | BodyError::Write | BodyError::Framing(_)) => {
+                    return Err(ReadHead::Closed {
+                        got_bytes: !self.ubuf.is_empty(),
+                    })
+                }
+                Ok(_) => {}
+                Err(BodyError::Timeout) => return Err(ReadHead::Timeout),
+            }
+        }
+    }
+
+    /// After a 101: relay bytes both ways until either side closes.
+    async fn tunnel(&mut self, mut up: TcpStream) -> Attempt {
+        self.out.extend_from_slice(&self.ubuf);
+        self.ubuf.clear();
+        if self.client.write_all(&self.out).await.is_err() {
+            return Attempt::Abort;
+        }
+        if !self.cbuf.is_empty() {
+            if up.write_all(&self.cbuf).await.is_err() {
+                return Attempt::Abort;
+            }
+            self.cbuf.clear();
+        }
+        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut up).await;
+        Attempt::Done(false)
+    }
+
+    async fn send_error(&mut self, status: u16, cause: &str, detail: &str, close: bool) {
+        request::write_error(&mut self.out, status, cause, detail, close);
+        let _ = self.client.write_all(&self.out).await;
+        if close {
+            let _ = self.client.shutdown().await;
+        }
+    }
+}
+
+enum ReadHead {
+    Closed { got_bytes: bool },
+    Timeout,
+    Bad(&'static str),
+}

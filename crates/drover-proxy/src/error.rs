@@ -1,0 +1,62 @@
+//! Why a request could not be proxied, and what the client is told.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyError {
+    /// No endpoint is healthy.
+    NoEndpoint,
+    /// Every endpoint is at its limit and the queue is full.
+    QueueFull,
+    /// Every endpoint stayed at its limit for the whole queue timeout.
+    QueueTimeout,
+    /// No endpoint accepted a connection.
+    ConnectFailed,
+    /// The backend closed or reset the connection before a complete response head.
+    BackendClosed,
+    /// The backend's response could not be passed on safely.
+    BadResponse(&'static str),
+    /// The backend did not answer within the request timeout.
+    Timeout,
+}
+
+impl ProxyError {
+    pub fn status(self) -> u16 {
+        match self {
+            ProxyError::NoEndpoint | ProxyError::QueueFull | ProxyError::QueueTimeout => 503,
+            ProxyError::ConnectFailed | ProxyError::BackendClosed | ProxyError::BadResponse(_) => 502,
+            ProxyError::Timeout => 504,
+        }
+    }
+
+    /// The `drover-error` header value: a stable token for scripts and dashboards.
+    pub fn cause(self) -> &'static str {
+        match self {
+            ProxyError::NoEndpoint => "no-healthy-endpoint",
+            ProxyError::QueueFull => "queue-full",
+            ProxyError::QueueTimeout => "queue-timeout",
+            ProxyError::ConnectFailed => "connect-failed",
+            ProxyError::BackendClosed => "backend-closed",
+            ProxyError::BadResponse(_) => "bad-response",
+            ProxyError::Timeout => "backend-timeout",
+        }
+    }
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxyError::NoEndpoint => f.write_str("no healthy endpoint"),
+            ProxyError::QueueFull => f.write_str("every endpoint is busy and the queue is full"),
+            ProxyError::QueueTimeout => {
+                f.write_str("every endpoint stayed busy for the whole queue timeout")
+            }
+            ProxyError::ConnectFailed => f.write_str("could not connect to any endpoint"),
+            ProxyError::BackendClosed => {
+                f.write_str("the backend closed the connection before responding")
+            }
+            ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
+            ProxyError::Timeout => f.write_str("the backend did not respond in time"),
+        }
+    }
+}

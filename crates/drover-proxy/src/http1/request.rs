@@ -1,0 +1,531 @@
+//! Client request heads: parse, refuse anything ambiguous, and write the head the
+//! backend will see (hop-by-hop headers dropped, forwarding headers added).
+
+use super::headers::{self, is, ConnectionOptions};
+use super::{find_bare_lf, BodyKind};
+use crate::options::{HashKey, Limits};
+use std::io::Write;
+
+/// Header slots httparse may fill; `Limits::max_headers` may only lower it.
+pub const HEADER_SLOTS: usize = 128;
+
+/// A request refused before it reached any backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadRequest {
+    pub status: u16,
+    pub reason: &'static str,
+}
+
+const fn bad(status: u16, reason: &'static str) -> BadRequest {
+    BadRequest { status, reason }
+}
+
+/// Facts about the client connection the forwarding headers need, formatted once per
+/// connection rather than per request.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    /// The client IP as text, for `X-Forwarded-For` and `hash` on client IP.
+    pub ip: String,
+    /// The same as an RFC 7239 node (`1.2.3.4` or `"[::1]"`).
+    pub forwarded_node: String,
+    pub proto: &'static str,
+}
+
+impl ClientInfo {
+    pub fn new(peer: std::net::SocketAddr, proto: &'static str) -> Self {
+        let ip = peer.ip().to_string();
+        let forwarded_node = match peer.ip() {
+            std::net::IpAddr::V4(_) => ip.clone(),
+            std::net::IpAddr::V6(_) => format!("\"[{ip}]\""),
+        };
+        ClientInfo {
+            ip,
+            forwarded_node,
+            proto,
+        }
+    }
+}
+
+/// What balancing needs from a request: its keys, when the strategy uses them.
+#[derive(Debug, Clone, Default)]
+pub struct KeySpec {
+    pub hash: Option<HashKey>,
+    pub sticky_cookie: Option<String>,
+}
+
+/// A parsed, validated request head.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHead {
+    /// Bytes of the client buffer the head took.
+    pub head_len: usize,
+    pub http10: bool,
+    pub body: Option<BodyKind>,
+    /// The client wants the connection kept after this exchange.
+    pub keep_alive: bool,
+    pub upgrade: bool,
+    pub expect_continue: bool,
+    pub is_head: bool,
+    /// Safe to send twice (RFC 9110 §9.2.2), so it may be retried after reaching a backend.
+    pub idempotent: bool,
+    /// Hash of method and target, for per-request cost estimates.
+    pub cost_key: u64,
+    pub hash_key: Option<Vec<u8>>,
+    pub sticky: Option<String>,
+}
+
+pub enum Parsed {
+    Partial,
+    Complete(RequestHead),
+}
+
+/// Parses the head at the start of `buf`. On success the backend's head is in `out`.
+pub fn parse(
+    buf: &[u8],
+    limits: &Limits,
+    client: &ClientInfo,
+    keys: &KeySpec,
+    out: &mut Vec<u8>,
+) -> Result<Parsed, BadRequest> {
+    let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
+    let slots = &mut slots[..limits.max_headers.clamp(1, HEADER_SLOTS)];
+    let mut req = httparse::Request::new(slots);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            let in_request_line = memchr::memchr(b'\n', buf).is_none();
+            if in_request_line && buf.len() > limits.max_uri_bytes + 64 {
+                return Err(bad(414, "request target too long"));
+            }
+            if buf.len() > limits.max_header_bytes {
+                return Err(bad(431, "request header section too large"));
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(bad(431, "too many header fields")),
+        Err(httparse::Error::Version) => return Err(bad(400, "malformed request line")),
+        Err(httparse::Error::Token) => {
+            return Err(bad(400, "invalid method or target"))
+        }
+        Err(httparse::Error::HeaderName) => {
+            return Err(bad(400, "invalid header name or obsolete line folding"))
+        }
+        Err(httparse::Error::HeaderValue) => return Err(bad(400, "invalid byte in header value")),
+        Err(_) => return Err(bad(400, "malformed request head")),
+    };
+    if head_len > limits.max_header_bytes {
+        return Err(bad(431, "request header section too large"));
+    }
+    if find_bare_lf(&buf[..head_len]).is_some() {
+        return Err(bad(400, "bare LF in request head; lines must end with CRLF"));
+    }
+    let method = req.method.unwrap_or("");
+    let target = req.path.unwrap_or("");
+    if target.len() > limits.max_uri_bytes {
+        return Err(bad(414, "request target too long"));
+    }
+    if method == "CONNECT" {
+        return Err(bad(405, "CONNECT is not supported by a reverse proxy"));
+    }
+    let http10 = req.version == Some(0);
+
+    let mut conn = ConnectionOptions::default();
+    let mut content_length: Option<u64> = None;
+    let mut te_seen = false;
+    let mut host: Option<&[u8]> = None;
+    let mut upgrade_header = false;
+    let mut expect_continue = false;
+    let mut xff: Option<&[u8]> = None;
+    let mut forwarded: Option<&[u8]> = None;
+    let mut has_request_id = false;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if is(name, "content-length") {
+            if content_length.is_some() {
+                return Err(bad(400, "duplicate Content-Length"));
+            }
+            let n = headers::parse_content_length(h.value)
+                .ok_or(bad(400, "invalid Content-Length"))?;
+            content_length = Some(n);
+        } else if is(name, "transfer-encoding") {
+            if te_seen {
+                return Err(bad(400, "more than one Transfer-Encoding field"));
+            }
+            if !headers::ends_with_chunked(h.value) {
+                return Err(bad(400, "Transfer-Encoding must end with chunked"));
+            }
+            te_seen = true;
+        } else if is(name, "host") {
+            if host.is_some() {
+                return Err(bad(400, "more than one Host field"));
+            }
+            host = Some(h.value);
+        } else if is(name, "connection") {
+            conn.add(h.value);
+        } else if is(name, "upgrade") {
+            upgrade_header = true;
+        } else if is(name, "expect") {
+            if !h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                return Err(bad(417, "unsupported Expect value"));
+            }
+            expect_continue = true;
+        } else if is(name, "x-forwarded-for") {
+            if xff.is_some() {
+                return Err(bad(400, "more than one X-Forwarded-For field"));
+            }
+            xff = Some(h.value);
+        } else if is(name, "forwarded") {
+            if forwarded.is_some() {
+                return Err(bad(400, "more than one Forwarded field"));
+            }
+            forwarded = Some(h.value);
+        } else if is(name, "x-request-id") {
+            has_request_id = true;
+        }
+    }
+    if te_seen && content_length.is_some() {
+        return Err(bad(400, "both Content-Length and Transfer-Encoding"));
+    }
+    if te_seen && http10 {
+        return Err(bad(400, "Transfer-Encoding in an HTTP/1.0 request"));
+    }
+    if !http10 && host.is_none() {
+        return Err(bad(400, "missing Host field"));
+    }
+    let body = if te_seen {
+        Some(BodyKind::Chunked)
+    } else {
+        content_length.filter(|&n| n > 0).map(BodyKind::Length)
+    };
+    let upgrade = conn.upgrade && upgrade_header && !http10;
+    if upgrade && body.is_some() {
+        return Err(bad(400, "an Upgrade request must not have a body"));
+    }
+
+    write_backend_head(
+        out,
+        &req,
+        &conn,
+        upgrade,
+        client,
+        host,
+        xff,
+        forwarded,
+        has_request_id,
+    );
+
+    Ok(Parsed::Complete(RequestHead {
+        head_len,
+        http10,
+        body,
+        keep_alive: !conn.close && (!http10 || conn.keep_alive),
+        upgrade,
+        expect_continue,
+        is_head: method == "HEAD",
+        idempotent: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"),
+        cost_key: cost_key(method, target),
+        hash_key: keys
+            .hash
+            .as_ref()
+            .and_then(|k| hash_key(k, &req, target, client)),
+        sticky: keys
+            .sticky_cookie
+            .as_deref()
+            .and_then(|c| cookie(&req, c))
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::to_owned),
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_backend_head(
+    out: &mut Vec<u8>,
+    req: &httparse::Request<'_, '_>,
+    conn: &ConnectionOptions,
+    upgrade: bool,
+    client: &ClientInfo,
+    host: Option<&[u8]>,
+    xff: Option<&[u8]>,
+    forwarded: Option<&[u8]>,
+    has_request_id: bool,
+) {
+    out.clear();
+    out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.path.unwrap_or("/").as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for h in req.headers.iter() {
+        let name = h.name;
+        let drop = headers::is_hop_by_hop(name)
+            || is(name, "expect")
+            || is(name, "x-forwarded-for")
+            || is(name, "x-forwarded-proto")
+            || is(name, "x-forwarded-host")
+            || is(name, "forwarded")
+            || (is(name, "upgrade") && !upgrade)
+            || (conn.names_others
+                && headers::listed_in_connection(
+                    name,
+                    req.headers
+                        .iter()
+                        .filter(|c| is(c.name, "connection"))
+                        .map(|c| c.value),
+                ));
+        if !drop {
+            put_header(out, name.as_bytes(), h.value);
+        }
+    }
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if let Some(prev) = xff {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(client.ip.as_bytes());
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+    out.extend_from_slice(client.proto.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(host) = host {
+        put_header(out, b"X-Forwarded-Host", host);
+    }
+    out.extend_from_slice(b"Forwarded: ");
+    if let Some(prev) = forwarded {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(b"for=");
+    out.extend_from_slice(client.forwarded_node.as_bytes());
+    if let Some(host) = host.filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"')) {
+        out.extend_from_slice(b";host=\"");
+        out.extend_from_slice(host);
+        out.push(b'"');
+    }
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(client.proto.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if !has_request_id {
+        out.extend_from_slice(b"x-request-id: ");
+        crate::request_id::write_new(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    if upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+pub(crate) fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A request's cost class: method plus target, so `/report?year=2020` and `/` differ.
+fn cost_key(method: &str, target: &str) -> u64 {
+    drover_balance::cost::CostTable::key(method.as_bytes(), target.as_bytes())
+}
+
+fn hash_key(
+    key: &HashKey,
+    req: &httparse::Request<'_, '_>,
+    target: &str,
+    client: &ClientInfo,
+) -> Option<Vec<u8>> {
+    match key {
+        HashKey::Header(name) => req
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.to_vec()),
+        HashKey::Cookie(name) => cookie(req, name).map(<[u8]>::to_vec),
+        HashKey::ClientIp => Some(client.ip.as_bytes().to_vec()),
+        HashKey::Path => Some(target.split('?').next().unwrap_or("").as_bytes().to_vec()),
+    }
+}
+
+/// The value of cookie `name` in the request's `Cookie` fields.
+fn cookie<'b>(req: &httparse::Request<'_, 'b>, name: &str) -> Option<&'b [u8]> {
+    req.headers
+        .iter()
+        .filter(|h| is(h.name, "cookie"))
+        .flat_map(|h| h.value.split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let eq = memchr::memchr(b'=', pair)?;
+            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+        })
+}
+
+/// Writes a small error response with a `drover-error` header naming the cause.
+pub fn write_error(out: &mut Vec<u8>, status: u16, cause: &str, detail: &str, close: bool) {
+    out.clear();
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {}\r\ncontent-type: text/plain; charset=utf-8\r\ndrover-error: {cause}\r\ncontent-length: {}\r\n{}\r\n{detail}\n",
+        reason_phrase(status),
+        detail.len() + 1,
+        if close { "connection: close\r\n" } else { "" },
+    );
+}
+
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ClientInfo {
+        ClientInfo::new("10.1.2.3:5555".parse().unwrap(), "http")
+    }
+
+    fn run(raw: &[u8]) -> Result<(RequestHead, String), BadRequest> {
+        let mut out = Vec::new();
+        match parse(raw, &Limits::default(), &client(), &KeySpec::default(), &mut out)? {
+            Parsed::Complete(h) => Ok((h, String::from_utf8(out).unwrap())),
+            Parsed::Partial => panic!("partial"),
+        }
+    }
+
+    fn status(raw: &[u8]) -> u16 {
+        match run(raw) {
+            Ok(_) => 200,
+            Err(e) => e.status,
+        }
+    }
+
+    #[test]
+    fn forwards_with_proxy_headers() {
+        let (h, out) = run(b"GET /a?b HTTP/1.1\r\nHost: ex.com\r\nConnection: keep-alive, x-drop\r\nX-Drop: 1\r\nKeep-Alive: 5\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n").unwrap();
+        assert!(h.keep_alive && h.idempotent && h.body.is_none());
+        assert!(out.starts_with("GET /a?b HTTP/1.1\r\nHost: ex.com\r\nAccept: */*\r\n"));
+        assert!(out.contains("X-Forwarded-For: 1.1.1.1, 10.1.2.3\r\n"));
+        assert!(out.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(out.contains("X-Forwarded-Host: ex.com\r\n"));
+        assert!(out.contains("Forwarded: for=10.1.2.3;host=\"ex.com\";proto=http\r\n"));
+        assert!(out.contains("x-request-id: "));
+        for gone in ["Connection", "X-Drop", "Keep-Alive", "https"] {
+            assert!(!out.contains(gone), "{gone} in {out}");
+        }
+        assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn keeps_a_request_id() {
+        let (_, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: abc\r\n\r\n").unwrap();
+        assert_eq!(out.matches("x-request-id").count() + out.matches("X-Request-Id").count(), 1);
+    }
+
+    #[test]
+    fn body_framing() {
+        let (h, _) = run(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert_eq!(h.body, Some(BodyKind::Length(5)));
+        assert!(!h.idempotent);
+        let (h, out) =
+            run(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert_eq!(h.body, Some(BodyKind::Chunked));
+        assert!(out.contains("Transfer-Encoding: chunked\r\n"));
+    }
+
+    #[test]
+    fn http10_keep_alive_only_when_asked() {
+        let (h, _) = run(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(h.http10 && !h.keep_alive);
+        let (h, _) = run(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+        assert!(h.keep_alive);
+    }
+
+    #[test]
+    fn upgrade_is_forwarded() {
+        let (h, out) = run(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n").unwrap();
+        assert!(h.upgrade);
+        assert!(out.contains("Upgrade: websocket\r\n") && out.contains("Connection: upgrade\r\n"));
+    }
+
+    #[test]
+    fn refuses_smuggling_and_junk() {
+        let cases: &[(&[u8], u16)] = &[
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHo st: a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\x01b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405),
+            (b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(status(raw), *want, "{}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn limits() {
+        let limits = Limits {
+            max_header_bytes: 200,
+            max_uri_bytes: 50,
+            max_headers: 4,
+        };
+        let mut out = Vec::new();
+        let go = |raw: &[u8], out: &mut Vec<u8>| {
+            parse(raw, &limits, &client(), &KeySpec::default(), out).map(|p| matches!(p, Parsed::Partial))
+        };
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(60));
+        assert_eq!(go(long_uri.as_bytes(), &mut out).unwrap_err().status, 414);
+        let unfinished_uri = format!("GET /{}", "x".repeat(200));
+        assert_eq!(go(unfinished_uri.as_bytes(), &mut out).unwrap_err().status, 414);
+        let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "y".repeat(300));
+        assert_eq!(go(big.as_bytes(), &mut out).unwrap_err().status, 431);
+        let many = b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n";
+        assert_eq!(go(many, &mut out).unwrap_err().status, 431);
+        assert_eq!(go(b"GET / HTTP/1.1\r\nHost: a\r\n", &mut out), Ok(true));
+    }
+
+    #[test]
+    fn balancing_keys() {
+        let keys = KeySpec {
+            hash: Some(HashKey::Cookie("sid".into())),
+            sticky_cookie: Some("drover_sticky".into()),
+        };
+        let mut out = Vec::new();
+        let raw = b"GET /p?q HTTP/1.1\r\nHost: a\r\nCookie: a=1; sid=xyz ; drover_sticky=abc123\r\n\r\n";
+        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out) else {
+            panic!()
+        };
+        assert_eq!(h.hash_key.as_deref(), Some(&b"xyz"[..]));
+        assert_eq!(h.sticky.as_deref(), Some("abc123"));
+        let keys = KeySpec {
+            hash: Some(HashKey::Path),
+            sticky_cookie: None,
+        };
+        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out) else {
+            panic!()
+        };
+        assert_eq!(h.hash_key.as_deref(), Some(&b"/p"[..]));
+    }
+}

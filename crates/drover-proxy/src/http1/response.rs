@@ -1,0 +1,290 @@
+//! Backend response heads: parse, validate, pick up the backend's load report, and write
+//! the head the client will see.
+
+use super::headers::{self, is, ConnectionOptions};
+use super::request::put_header;
+use super::BodyKind;
+use crate::orca;
+
+/// Largest backend response head accepted.
+pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+const HEADER_SLOTS: usize = 128;
+
+/// A backend response drover will not pass on (the client gets a 502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadResponse(pub &'static str);
+
+/// What the proxy must know about the request to frame the response.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exchange {
+    pub is_head: bool,
+    pub http10_client: bool,
+    pub client_keep_alive: bool,
+    pub upgrade: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseHead {
+    pub head_len: usize,
+    pub status: u16,
+    /// Framing of the body as the backend sends it.
+    pub body: BodyKind,
+    /// The backend connection may be reused after this response.
+    pub backend_keep_alive: bool,
+    /// The client connection may be kept after this response.
+    pub client_keep_alive: bool,
+    /// Chunks must be decoded for the client (HTTP/1.0 cannot read them).
+    pub dechunk: bool,
+    /// A 1xx other than 101: forwarded (or dropped), then another head follows.
+    pub informational: bool,
+    /// 101: both connections become a tunnel.
+    pub switching: bool,
+    /// Utilisation from an `endpoint-load-metrics` header.
+    pub load: Option<f64>,
+}
+
+/// Parses a response head at the start of `buf`; `Ok(None)` means more bytes are needed.
+/// On success the client's head is in `out` (empty for a 1xx an HTTP/1.0 client must
+/// not see).
+pub fn parse(
+    buf: &[u8],
+    ex: &Exchange,
+    set_cookie: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) -> Result<Option<ResponseHead>, BadResponse> {
+    let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
+    let mut res = httparse::Response::new(&mut slots);
+    let head_len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD => {
+            return Err(BadResponse("response head too large"))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(BadResponse("too many response header fields"))
+        }
+        Err(httparse::Error::Status | httparse::Error::Version) => {
+            return Err(BadResponse("malformed status line"))
+        }
+        Err(_) => return Err(BadResponse("malformed response header field")),
+    };
+    let status = res.code.unwrap_or(0);
+    if !(100..=999).contains(&status) {
+        return Err(BadResponse("malformed status line"));
+    }
+    let backend_http10 = res.version == Some(0);
+
+    let mut conn = ConnectionOptions::default();
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut te_other = false;
+    let mut load = None;
+    for h in res.headers.iter() {
+        if is(h.name, "content-length") {
+            let n = headers::parse_content_length(h.value)
+                .ok_or(BadResponse("invalid Content-Length"))?;
+            if content_length.is_some_and(|m| m != n) {
+                return Err(BadResponse("conflicting Content-Length"));
+            }
+            content_length = Some(n);
+        } else if is(h.name, "transfer-encoding") {
+            if headers::ends_with_chunked(h.value) && !chunked {
+                chunked = true;
+            } else {
+                te_other = true;
+            }
+        } else if is(h.name, "connection") {
+            conn.add(h.value);
+        } else if is(h.name, orca::HEADER) {
+            load = orca::parse_text(h.value).or(load);
+        }
+    }
+    if content_length.is_some() && (chunked || te_other) {
+        return Err(BadResponse("both Content-Length and Transfer-Encoding"));
+    }
+
+    let informational = (100..200).contains(&status) && status != 101;
+    let switching = status == 101 && ex.upgrade;
+    if status == 101 && !ex.upgrade {
+        return Err(BadResponse("101 Switching Protocols without an Upgrade request"));
+    }
+    let no_body = ex.is_head || (100..200).contains(&status) || status == 204 || status == 304;
+    let body = if no_body {
+        BodyKind::None
+    } else if te_other {
+        // RFC 9112 §6.3: a response whose last coding is not chunked ends at close.
+        BodyKind::UntilClose
+    } else if chunked {
+        BodyKind::Chunked
+    } else if let Some(n) = content_length {
+        BodyKind::Length(n)
+    } else {
+        BodyKind::UntilClose
+    };
+    let backend_keep_alive = !conn.close
+        && (!backend_http10 || conn.keep_alive)
+        && body != BodyKind::UntilClose
+        && !switching;
+    let dechunk = body == BodyKind::Chunked && ex.http10_client;
+    let client_keep_alive = ex.client_keep_alive
+        && !switching
+        && !dechunk
+        && body != BodyKind::UntilClose;
+
+    out.clear();
+    if informational && ex.http10_client {
+        return Ok(Some(ResponseHead {
+            head_len,
+            status,
+            body,
+            backend_keep_alive,
+            client_keep_alive,
+            dechunk,
+            informational,
+            switching,
+            load,
+        }));
+    }
+    // Status line with our version: drover speaks HTTP/1.1 to clients whatever the backend.
+    let line_end = memchr::memchr(b'\r', buf).unwrap_or(8);
+    out.extend_from_slice(b"HTTP/1.1");
+    out.extend_from_slice(&buf[8.min(line_end)..line_end]);
+    out.extend_from_slice(b"\r\n");
+    for h in res.headers.iter() {
+        let name = h.name;
+        let drop = headers::is_hop_by_hop(name)
+            || is(name, orca::HEADER)
+            || (is(name, "transfer-encoding") && (dechunk || no_body))
+            || (is(name, "upgrade") && !switching)
+            || (conn.names_others
+                && headers::listed_in_connection(
+                    name,
+                    res.headers
+                        .iter()
+                        .filter(|c| is(c.name, "connection"))
+                        .map(|c| c.value),
+                ));
+        if !drop {
+            put_header(out, name.as_bytes(), h.value);
+        }
+    }
+    if let Some(cookie) = set_cookie.filter(|_| !informational) {
+        put_header(out, b"Set-Cookie", cookie);
+    }
+    if switching {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    } else if informational {
+        // Connection options of a 1xx say nothing about the final response.
+    } else if !client_keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if ex.http10_client {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(Some(ResponseHead {
+        head_len,
+        status,
+        body,
+        backend_keep_alive,
+        client_keep_alive,
+        dechunk,
+        informational,
+        switching,
+        load,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ex() -> Exchange {
+        Exchange {
+            client_keep_alive: true,
+            ..Default::default()
+        }
+    }
+
+    fn run(raw: &[u8], ex: &Exchange) -> Result<(ResponseHead, String), BadResponse> {
+        let mut out = Vec::new();
+        let h = parse(raw, ex, None, &mut out)?.expect("complete");
+        Ok((h, String::from_utf8(out).unwrap()))
+    }
+
+    #[test]
+    fn strips_hop_by_hop_and_load_report() {
+        let (h, out) = run(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nendpoint-load-metrics: TEXT cpu_utilization=0.25\r\nX-A: b\r\n\r\nok",
+            &ex(),
+        )
+        .unwrap();
+        assert_eq!(h.status, 200);
+        assert_eq!(h.body, BodyKind::Length(2));
+        assert_eq!(h.load, Some(0.25));
+        assert!(h.backend_keep_alive && h.client_keep_alive);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\r\n");
+    }
+
+    #[test]
+    fn framing_rules() {
+        let (h, _) = run(b"HTTP/1.1 200 OK\r\n\r\n", &ex()).unwrap();
+        assert_eq!(h.body, BodyKind::UntilClose);
+        assert!(!h.client_keep_alive && !h.backend_keep_alive);
+        let (h, _) = run(b"HTTP/1.1 204 No Content\r\n\r\n", &ex()).unwrap();
+        assert_eq!(h.body, BodyKind::None);
+        let head = Exchange {
+            is_head: true,
+            ..ex()
+        };
+        let (h, _) = run(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", &head).unwrap();
+        assert_eq!(h.body, BodyKind::None);
+        let (h, out) = run(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &ex()).unwrap();
+        assert_eq!(h.body, BodyKind::Chunked);
+        assert!(out.contains("Transfer-Encoding: chunked"));
+        let old = Exchange {
+            http10_client: true,
+            ..ex()
+        };
+        let (h, out) = run(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &old).unwrap();
+        assert!(h.dechunk && !h.client_keep_alive);
+        assert!(!out.contains("Transfer-Encoding") && out.contains("Connection: close"));
+        let (h, _) = run(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", &ex()).unwrap();
+        assert!(!h.backend_keep_alive && h.client_keep_alive);
+    }
+
+    #[test]
+    fn switching_protocols_only_for_upgrades() {
+        let up = Exchange {
+            upgrade: true,
+            ..ex()
+        };
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        let (h, out) = run(raw, &up).unwrap();
+        assert!(h.switching && !h.backend_keep_alive);
+        assert!(out.contains("Upgrade: websocket\r\n") && out.contains("Connection: upgrade\r\n"));
+        assert!(run(raw, &ex()).is_err());
+    }
+
+    #[test]
+    fn refuses_bad_backend_heads() {
+        for raw in [
+            &b"HTTX/1.1 200 OK\r\n\r\n"[..],
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nBad Header: 1\r\n\r\n",
+        ] {
+            assert!(run(raw, &ex()).is_err(), "{}", String::from_utf8_lossy(raw));
+        }
+        assert!(matches!(parse(b"HTTP/1.1 200 OK\r\n", &ex(), None, &mut Vec::new()), Ok(None)));
+    }
+
+    #[test]
+    fn sticky_cookie_is_set() {
+        let mut out = Vec::new();
+        parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &ex(), Some(b"s=1; Path=/"), &mut out)
+            .unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("Set-Cookie: s=1; Path=/\r\n"));
+    }
+}

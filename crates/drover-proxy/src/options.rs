@@ -1,0 +1,105 @@
+//! What one balancer listener is configured with.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// Shown in logs and metrics.
+    pub name: String,
+    pub listen: SocketAddr,
+    /// Threads serving connections (each with its own event loop and listener socket).
+    pub threads: usize,
+    /// Extra attempts on another endpoint for a request that failed safely.
+    pub retries: u32,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub queue: QueueOptions,
+    pub hash_key: Option<HashKey>,
+    /// Cookie that pins a client to an endpoint (strategy `sticky`).
+    pub sticky_cookie: Option<String>,
+    /// Idle keep-alive connections kept per endpoint and thread.
+    pub max_idle_per_endpoint: usize,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        ProxyOptions {
+            name: "default".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            threads: 1,
+            retries: 2,
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+            queue: QueueOptions::default(),
+            hash_key: None,
+            sticky_cookie: None,
+            max_idle_per_endpoint: 64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Opening a connection to an endpoint.
+    pub connect: Duration,
+    /// A client has this long to send a whole request head once it starts (slow clients).
+    pub header_read: Duration,
+    /// Longest wait for a backend's response head, and between reads of any body.
+    pub request: Duration,
+    /// Keep-alive connections (client and backend side) idle longer than this are closed.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(1),
+            header_read: Duration::from_secs(10),
+            request: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_header_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub max_headers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 16 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_headers: 100,
+        }
+    }
+}
+
+/// Requests wait here while every endpoint is at `max_conns` (late binding).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueOptions {
+    pub max: usize,
+    pub timeout: Duration,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            max: 1024,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What `hash` balances on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    Header(String),
+    Cookie(String),
+    ClientIp,
+    Path,
+}

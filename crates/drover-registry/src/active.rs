@@ -1,0 +1,397 @@
+//! Active health checks: probe every endpoint of a pool on a timer.
+//!
+//! Probes run concurrently each round, each bounded by `timeout`. An endpoint goes down
+//! after `fall` failed probes in a row and comes back after `rise` passing ones, slow
+//! starting over the pool's `slow_start`. Streak counters live here, keyed by address,
+//! not on `Endpoint`: only the checker reads them, so the hot path never pays for them.
+//!
+//! Endpoints start healthy (unless the pool says `initially_unhealthy`), so a fresh
+//! balancer serves at once and a dead endpoint is caught by the first failed connect
+//! (passive ejection) long before `fall` rounds have passed.
+//!
+//! Active and passive health are independent: a passing check does not end a passive
+//! ejection early, and an ejection does not mark the endpoint down.
+
+use crate::pool::Pool;
+use crate::status::StatusRange;
+use drover_balance::{clock, Endpoint};
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::MissedTickBehavior;
+
+/// What a probe does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// `GET path`; up when the status is in `expect`.
+    Http { path: String, expect: StatusRange },
+    /// Up when a TCP connection opens.
+    Tcp,
+}
+
+impl CheckKind {
+    /// An HTTP check of `path` expecting 2xx/3xx. A missing leading `/` is added.
+    pub fn http(path: impl Into<String>) -> Self {
+        let mut path = path.into();
+        if !path.starts_with('/') {
+            path.insert(0, '/');
+        }
+        CheckKind::Http {
+            path,
+            expect: StatusRange::default(),
+        }
+    }
+}
+
+/// An active health check. Defaults follow nginx plus and HAProxy: every 2 s, 1 s
+/// timeout, 2 passes to rise, 3 failures to fall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub kind: CheckKind,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            kind: CheckKind::Tcp,
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            rise: 2,
+            fall: 3,
+        }
+    }
+}
+
+impl HealthCheck {
+    /// An HTTP check of `path` with default timing.
+    pub fn http(path: impl Into<String>) -> Self {
+        HealthCheck {
+            kind: CheckKind::http(path),
+            ..HealthCheck::default()
+        }
+    }
+
+    /// Rejects settings that cannot work, naming the field, for the config layer.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.interval.is_zero() {
+            return Err("interval must be greater than 0".into());
+        }
+        if self.timeout.is_zero() {
+            return Err("timeout must be greater than 0".into());
+        }
+        if self.rise == 0 || self.fall == 0 {
+            return Err("rise and fall must be at least 1".into());
+        }
+        if let CheckKind::Http { path, .. } = &self.kind {
+            if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                return Err(format!(
+                    "path {path:?} must start with '/' and contain no spaces or control characters"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a probe failed; its `Display` is what the logs say.
+#[derive(Debug)]
+pub enum ProbeError {
+    Timeout(Duration),
+    Refused,
+    Connect(io::Error),
+    Io(io::Error),
+    /// The connection closed before a whole status line arrived.
+    Closed,
+    Malformed,
+    Status(u16),
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeError::Timeout(d) => write!(f, "timeout after {d:?}"),
+            ProbeError::Refused => f.write_str("connection refused"),
+            ProbeError::Connect(e) => write!(f, "connect failed: {e}"),
+            ProbeError::Io(e) => write!(f, "i/o error: {e}"),
+            ProbeError::Closed => f.write_str("connection closed before status line"),
+            ProbeError::Malformed => f.write_str("malformed status line"),
+            ProbeError::Status(s) => write!(f, "status {s}"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+/// The longest status line a probe reads before calling the answer malformed.
+const MAX_STATUS_LINE: usize = 4096;
+
+/// One probe of `addr`, bounded by `timeout` as a whole. Public so the supervisor can use
+/// it for worker readiness.
+pub async fn probe(
+    addr: SocketAddr,
+    kind: &CheckKind,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    match tokio::time::timeout(timeout, probe_unbounded(addr, kind)).await {
+        Ok(result) => result,
+        Err(_) => Err(ProbeError::Timeout(timeout)),
+    }
+}
+
+async fn probe_unbounded(addr: SocketAddr, kind: &CheckKind) -> Result<(), ProbeError> {
+    let mut stream = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
+        io::ErrorKind::ConnectionRefused => ProbeError::Refused,
+        _ => ProbeError::Connect(e),
+    })?;
+    let (path, expect) = match kind {
+        CheckKind::Tcp => return Ok(()),
+        CheckKind::Http { path, expect } => (path, expect),
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: drover-health\r\nConnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(ProbeError::Io)?;
+    let status = read_status(&mut stream).await?;
+    if expect.contains(status) {
+        Ok(())
+    } else {
+        Err(ProbeError::Status(status))
+    }
+}
+
+/// Reads until the status line is complete and returns its code. Only the status line
+/// is parsed: headers and body do not matter to a health check.
+async fn read_status(stream: &mut TcpStream) -> Result<u16, ProbeError> {
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    loop {
+        if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            return parse_status_line(&buf[..=end]);
+        }
+        if buf.len() > MAX_STATUS_LINE {
+            return Err(ProbeError::Malformed);
+        }
+        let n = stream.read(&mut chunk).await.map_err(ProbeError::Io)?;
+        if n == 0 {
+            return Err(ProbeError::Closed);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Parses one status line ending in `\n`. With no room for headers, httparse stops after
+/// the status line and reports `Partial`; the code is filled in by then.
+fn parse_status_line(line: &[u8]) -> Result<u16, ProbeError> {
+    let mut response = httparse::Response::new(&mut []);
+    match response.parse(line) {
+        Ok(_) => response.code.ok_or(ProbeError::Malformed),
+        Err(_) => Err(ProbeError::Malformed),
+    }
+}
+
+/// Runs active checks for a pool until dropped (or `stop`ped).
+#[derive(Debug)]
+#[must_use = "the checks stop when the handle is dropped"]
+pub struct ActiveChecks {
+    task: JoinHandle<()>,
+    reports: Reports,
+}
+
+impl ActiveChecks {
+    /// Stops the checks; endpoints keep the health they have.
+    pub fn stop(self) {
+        // Drop aborts the task.
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// The checker's view of every endpoint it has probed, for the admin API ("why is
+    /// this endpoint down?"). Sorted by address.
+    pub fn report(&self) -> Vec<CheckReport> {
+        let mut all: Vec<CheckReport> = lock(&self.reports).values().cloned().collect();
+        all.sort_by_key(|r| r.addr);
+        all
+    }
+}
+
+impl Drop for ActiveChecks {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts checking every endpoint of `pool` (its membership as of each round) on the
+/// current tokio runtime. The first round runs at once.
+pub fn spawn_active_checks(pool: Arc<Pool>, check: HealthCheck) -> ActiveChecks {
+    let reports = Reports::default();
+    ActiveChecks {
+        task: tokio::spawn(run(pool, check, Arc::clone(&reports))),
+        reports,
+    }
+}
+
+/// Consecutive probe results for one endpoint, and the last failure's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    pub addr: SocketAddr,
+    pub passes: u32,
+    pub failures: u32,
+    /// Why the last failed probe failed (kept after passes, so "why was it down" stays
+    /// answerable).
+    pub last_error: Option<String>,
+}
+
+/// Shared with the handle for `report`; locked briefly once per probe result, never
+/// across an await, never by the request path.
+type Reports = Arc<Mutex<HashMap<SocketAddr, CheckReport>>>;
+
+fn lock(reports: &Reports) -> MutexGuard<'_, HashMap<SocketAddr, CheckReport>> {
+    reports.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
+    let check = Arc::new(check);
+    let mut ticker = tokio::time::interval(check.interval.max(Duration::from_millis(1)));
+    // A round slower than the interval (probes at their timeout) delays the next one
+    // instead of firing a burst to catch up.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let endpoints = pool.endpoints();
+        let mut probes = JoinSet::new();
+        for ep in &endpoints {
+            let (ep, check) = (Arc::clone(ep), Arc::clone(&check));
+            probes.spawn(async move {
+                let result = probe(ep.addr(), &check.kind, check.timeout).await;
+                (ep, result)
+            });
+        }
+        while let Some(joined) = probes.join_next().await {
+            // A probe task only fails by panicking, which it does not; skip it if so.
+            if let Ok((ep, result)) = joined {
+                let mut reports = lock(&reports);
+                let r = reports.entry(ep.addr()).or_insert_with(|| CheckReport {
+                    addr: ep.addr(),
+                    passes: 0,
+                    failures: 0,
+                    last_error: None,
+                });
+                apply(&pool, &check, &ep, r, result);
+            }
+        }
+        // Forget endpoints that left the pool so a returning address starts fresh.
+        lock(&reports).retain(|addr, _| endpoints.iter().any(|e| e.addr() == *addr));
+    }
+}
+
+/// Updates one endpoint's streaks and flips its health at `fall` / `rise`.
+fn apply(
+    pool: &Pool,
+    check: &HealthCheck,
+    ep: &Endpoint,
+    s: &mut CheckReport,
+    result: Result<(), ProbeError>,
+) {
+    match result {
+        Ok(()) => {
+            s.passes = s.passes.saturating_add(1);
+            s.failures = 0;
+            if !ep.is_healthy() && s.passes >= check.rise {
+                ep.set_healthy(true);
+                let slow_start = pool.options().slow_start;
+                if !slow_start.is_zero() {
+                    ep.start_ramp(clock::now(), clock::nanos(slow_start));
+                }
+                tracing::info!(
+                    pool = %pool.name(),
+                    endpoint = %ep.addr(),
+                    "endpoint up after {} passing health checks", s.passes
+                );
+            }
+        }
+        Err(e) => {
+            s.failures = s.failures.saturating_add(1);
+            s.passes = 0;
+            if ep.is_healthy() && s.failures >= check.fall {
+                ep.set_healthy(false);
+                tracing::warn!(
+                    pool = %pool.name(),
+                    endpoint = %ep.addr(),
+                    "endpoint down after {} failed health checks: {e}", s.failures
+                );
+            } else {
+                tracing::debug!(endpoint = %ep.addr(), "health check failed: {e}");
+            }
+            s.last_error = Some(e.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_line_parsing() {
+        assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n").unwrap(), 200);
+        assert_eq!(parse_status_line(b"HTTP/1.0 503 Busy\n").unwrap(), 503);
+        assert_eq!(parse_status_line(b"HTTP/1.1 204\r\n").unwrap(), 204);
+        assert!(matches!(
+            parse_status_line(b"garbage\r\n"),
+            Err(ProbeError::Malformed)
+        ));
+        assert!(matches!(
+            parse_status_line(b"HTTP/1.1 2x0 OK\r\n"),
+            Err(ProbeError::Malformed)
+        ));
+        assert!(matches!(
+            parse_status_line(b"SSH-2.0-OpenSSH\r\n"),
+            Err(ProbeError::Malformed)
+        ));
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        assert!(HealthCheck::default().validate().is_ok());
+        assert!(HealthCheck::http("health").validate().is_ok());
+        let bad = HealthCheck {
+            kind: CheckKind::Http {
+                path: "/a b\r\nX: y".into(),
+                expect: StatusRange::default(),
+            },
+            ..HealthCheck::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("path"));
+        let zero = HealthCheck {
+            rise: 0,
+            ..HealthCheck::default()
+        };
+        assert!(zero.validate().unwrap_err().contains("rise"));
+    }
+
+    #[test]
+    fn errors_read_well_in_logs() {
+        assert_eq!(
+            ProbeError::Timeout(Duration::from_secs(1)).to_string(),
+            "timeout after 1s"
+        );
+        assert_eq!(ProbeError::Status(500).to_string(), "status 500");
+        assert_eq!(ProbeError::Refused.to_string(), "connection refused");
+        assert_eq!(ProbeError::Malformed.to_string(), "malformed status line");
+    }
+}

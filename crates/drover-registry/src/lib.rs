@@ -1,0 +1,21 @@
+//! drover-registry: the live endpoint set of one backend pool, with health.
+//!
+//! - `Pool`: membership, swapped atomically (`arc-swap`); readers never lock, and
+//!   endpoints that stay keep their load state across changes.
+//! - `PassivePolicy`: ejection from what real requests see (connect failures, 5xx
+//!   streaks), with exponential back-off. The proxy reports outcomes to it.
+//! - `spawn_active_checks`: HTTP or TCP probes on a timer with rise/fall thresholds.
+//!
+//! No hyper here: the HTTP health check speaks just enough HTTP/1.1 with `httparse`.
+
+pub mod active;
+pub mod passive;
+pub mod pool;
+pub mod status;
+
+pub use active::{
+    probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck, ProbeError,
+};
+pub use passive::PassivePolicy;
+pub use pool::{EndpointStatus, MembershipChange, Pool, PoolOptions};
+pub use status::StatusRange;

@@ -1,0 +1,321 @@
+//! The live membership of one backend pool.
+//!
+//! Readers (every request) take a lock-free snapshot with `Pool::snapshot`; writers
+//! (sources, the admin API, the supervisor) build a new `EndpointSet` and swap it in. A
+//! new set reuses the `Arc<Endpoint>` of every address that stays, so in-flight counts,
+//! latency estimates, health and ejection state survive membership changes.
+
+use crate::passive::PassivePolicy;
+use arc_swap::{ArcSwap, Guard};
+use drover_balance::{clock, Endpoint, EndpointSet, Nanos};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How a pool treats its members.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolOptions {
+    /// Slow start for endpoints that join a running pool and for endpoints that active
+    /// checks bring back up: their share ramps up over this long. Zero disables it.
+    pub slow_start: Duration,
+    /// Concurrency limit applied to every endpoint (0 = none). Above it the balancer
+    /// queues requests in drover instead of inside a busy backend.
+    pub max_conns: u32,
+    /// New endpoints start unhealthy and wait for `rise` passing active checks. Off by
+    /// default so a fresh balancer serves at once; supervised workers that need time to
+    /// boot turn it on. Without active checks such endpoints would never be picked.
+    pub initially_unhealthy: bool,
+    /// Passive health: ejection on connect failures and 5xx streaks.
+    pub passive: PassivePolicy,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            slow_start: Duration::ZERO,
+            max_conns: 0,
+            initially_unhealthy: false,
+            passive: PassivePolicy::default(),
+        }
+    }
+}
+
+/// What `set_members` changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MembershipChange {
+    pub added: Vec<SocketAddr>,
+    pub removed: Vec<SocketAddr>,
+}
+
+impl MembershipChange {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// One endpoint's state, for the admin API and logs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointStatus {
+    pub addr: SocketAddr,
+    /// Stable id (the one sticky cookies carry).
+    pub id: String,
+    /// Active health checks' verdict.
+    pub healthy: bool,
+    /// Passive ejection end on the `drover_balance::clock` (0 = never ejected).
+    pub ejected_until: Nanos,
+    /// Time left in the current passive ejection (zero when not ejected).
+    pub ejected_for: Duration,
+    /// Healthy and not ejected: the balancer may pick it.
+    pub available: bool,
+    pub in_flight: u32,
+    /// Peak-EWMA latency estimate in ns.
+    pub rtt_ns: u64,
+    pub weight: u32,
+    pub max_conns: u32,
+    /// Slow-start factor in (0, 1]; 1 when not ramping.
+    pub ramp: f64,
+    /// Consecutive failed requests, and consecutive ejections (the back-off exponent).
+    pub fail_streak: u32,
+    pub ejections: u32,
+}
+
+/// The live endpoint set of one backend pool.
+#[derive(Debug)]
+pub struct Pool {
+    name: String,
+    options: PoolOptions,
+    set: ArcSwap<EndpointSet>,
+    /// Serializes writers so two membership changes cannot lose each other's endpoints.
+    /// Readers never take it.
+    writer: Mutex<()>,
+}
+
+impl Pool {
+    /// A pool with `addrs` as `(address, weight)`. Its first members do not slow-start:
+    /// there is no traffic to protect them from yet, and a fresh balancer should serve at
+    /// full speed. Duplicate addresses keep their first weight.
+    pub fn new(name: impl Into<String>, addrs: &[(SocketAddr, u32)], options: PoolOptions) -> Pool {
+        let pool = Pool {
+            name: name.into(),
+            options,
+            set: ArcSwap::from_pointee(EndpointSet::default()),
+            writer: Mutex::new(()),
+        };
+        let endpoints = dedup(addrs)
+            .into_iter()
+            .map(|(addr, weight)| pool.new_endpoint(addr, weight, None))
+            .collect();
+        pool.set.store(Arc::new(EndpointSet::new(endpoints)));
+        pool
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn options(&self) -> &PoolOptions {
+        &self.options
+    }
+
+    /// The current membership. Lock-free; this is what the hot path calls. Hold the guard
+    /// only for the pick (it pins the snapshot), not across I/O.
+    pub fn snapshot(&self) -> Guard<Arc<EndpointSet>> {
+        self.set.load()
+    }
+
+    /// The current membership as an owned `Arc`, for code that keeps it across awaits.
+    pub fn load_full(&self) -> Arc<EndpointSet> {
+        self.set.load_full()
+    }
+
+    /// A copy of the current endpoint list (not for the hot path).
+    pub fn endpoints(&self) -> Vec<Arc<Endpoint>> {
+        self.set.load().endpoints().to_vec()
+    }
+
+    pub fn find(&self, addr: SocketAddr) -> Option<Arc<Endpoint>> {
+        self.set.load().find(addr).cloned()
+    }
+
+    /// Replaces the membership with `members` as `(address, weight)`, in that order.
+    ///
+    /// Addresses that stay keep their `Arc<Endpoint>` (and so their load and health
+    /// state); only their weight is updated. New addresses start slow start when
+    /// `slow_start` is set. Removed endpoints live on while requests hold them. When
+    /// neither addresses nor weights change, the snapshot is kept, so strategies that
+    /// cache tables per generation (Maglev) do not rebuild them for nothing.
+    pub fn set_members(&self, members: &[(SocketAddr, u32)]) -> MembershipChange {
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        self.apply(members)
+    }
+
+    /// The body of `set_members`; the caller holds the writer lock.
+    fn apply(&self, members: &[(SocketAddr, u32)]) -> MembershipChange {
+        let current = self.set.load_full();
+        let members = dedup(members);
+        let now = clock::now();
+
+        let mut change = MembershipChange::default();
+        let mut weights_changed = false;
+        let endpoints: Vec<Arc<Endpoint>> = members
+            .iter()
+            .map(|&(addr, weight)| match current.find(addr) {
+                Some(ep) => {
+                    weights_changed |= ep.weight() != weight.max(1);
+                    ep.set_weight(weight);
+                    Arc::clone(ep)
+                }
+                None => {
+                    change.added.push(addr);
+                    self.new_endpoint(addr, weight, Some(now))
+                }
+            })
+            .collect();
+        let kept: HashSet<SocketAddr> = members.iter().map(|m| m.0).collect();
+        change.removed = current
+            .endpoints()
+            .iter()
+            .map(|e| e.addr())
+            .filter(|a| !kept.contains(a))
+            .collect();
+
+        let reordered = !change.is_empty()
+            || current
+                .endpoints()
+                .iter()
+                .zip(&endpoints)
+                .any(|(a, b)| !Arc::ptr_eq(a, b));
+        if reordered || weights_changed {
+            self.set.store(Arc::new(EndpointSet::new(endpoints)));
+        }
+        if !change.is_empty() {
+            tracing::info!(
+                pool = %self.name,
+                added = ?change.added,
+                removed = ?change.removed,
+                "pool membership changed"
+            );
+        }
+        change
+    }
+
+    /// Adds one endpoint (or updates its weight). Convenience over `set_members` for
+    /// sources that register one backend at a time.
+    pub fn insert(&self, addr: SocketAddr, weight: u32) -> MembershipChange {
+        self.modify(|members| match members.iter_mut().find(|m| m.0 == addr) {
+            Some(m) => m.1 = weight,
+            None => members.push((addr, weight)),
+        })
+    }
+
+    /// Removes one endpoint, if present.
+    pub fn remove(&self, addr: SocketAddr) -> MembershipChange {
+        self.modify(|members| members.retain(|m| m.0 != addr))
+    }
+
+    /// Read-modify-write of the member list under the writer lock.
+    fn modify(&self, f: impl FnOnce(&mut Vec<(SocketAddr, u32)>)) -> MembershipChange {
+        // Hold the writer lock across read and write so a concurrent change is not lost.
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut members: Vec<(SocketAddr, u32)> = self
+            .set
+            .load()
+            .endpoints()
+            .iter()
+            .map(|e| (e.addr(), e.weight()))
+            .collect();
+        f(&mut members);
+        self.apply(&members)
+    }
+
+    /// Every endpoint's state, for the admin API.
+    pub fn status(&self) -> Vec<EndpointStatus> {
+        self.status_at(clock::now())
+    }
+
+    pub fn status_at(&self, now: Nanos) -> Vec<EndpointStatus> {
+        self.set
+            .load()
+            .endpoints()
+            .iter()
+            .map(|e| {
+                let until = e.ejected_until();
+                EndpointStatus {
+                    addr: e.addr(),
+                    id: e.id().to_string(),
+                    healthy: e.is_healthy(),
+                    ejected_until: until,
+                    ejected_for: Duration::from_nanos(until.saturating_sub(now)),
+                    available: e.is_available(now),
+                    in_flight: e.in_flight(),
+                    rtt_ns: e.rtt_estimate() as u64,
+                    weight: e.weight(),
+                    max_conns: e.max_conns(),
+                    ramp: e.ramp(now),
+                    fail_streak: e.fail_streak(),
+                    ejections: e.ejections(),
+                }
+            })
+            .collect()
+    }
+
+    /// Passive health, forwarded with this pool's current set. See `PassivePolicy`.
+    pub fn on_connect_failure(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
+        self.options
+            .passive
+            .on_connect_failure(&self.set.load(), ep, now)
+    }
+
+    /// Passive health for a response status. Successes skip the snapshot load.
+    pub fn on_response(&self, ep: &Arc<Endpoint>, status: u16, now: Nanos) -> Option<Duration> {
+        let passive = &self.options.passive;
+        if passive.is_failure(status) {
+            passive.on_response(&self.set.load(), ep, status, now)
+        } else {
+            passive.on_success(ep, now);
+            None
+        }
+    }
+
+    /// Passive health: the backend took the request but failed it without a status.
+    pub fn on_request_failure(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
+        self.options
+            .passive
+            .on_request_failure(&self.set.load(), ep, now)
+    }
+
+    pub fn on_success(&self, ep: &Arc<Endpoint>, now: Nanos) {
+        self.options.passive.on_success(ep, now);
+    }
+
+    /// `ramp_from`: when the endpoint joins a running pool, slow start begins then.
+    fn new_endpoint(
+        &self,
+        addr: SocketAddr,
+        weight: u32,
+        ramp_from: Option<Nanos>,
+    ) -> Arc<Endpoint> {
+        let ep = Endpoint::with_weight(addr, weight);
+        ep.set_max_conns(self.options.max_conns);
+        if self.options.initially_unhealthy {
+            // Active checks start the ramp when it rises, so none is needed here.
+            ep.set_healthy(false);
+        } else if let Some(now) = ramp_from {
+            if !self.options.slow_start.is_zero() {
+                ep.start_ramp(now, clock::nanos(self.options.slow_start));
+            }
+        }
+        Arc::new(ep)
+    }
+}
+
+/// Drops repeated addresses, keeping the first.
+fn dedup(members: &[(SocketAddr, u32)]) -> Vec<(SocketAddr, u32)> {
+    let mut seen = HashSet::with_capacity(members.len());
+    members
+        .iter()
+        .copied()
+        .filter(|m| seen.insert(m.0))
+        .collect()
+}

@@ -1,0 +1,294 @@
+//! Active health checks against tiny real backends on 127.0.0.1.
+
+use drover_balance::clock;
+use drover_registry::{
+    probe, spawn_active_checks, CheckKind, HealthCheck, Pool, PoolOptions, ProbeError, StatusRange,
+};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const OK: u8 = 0;
+const ERROR: u8 = 1;
+const HANG: u8 = 2;
+const GARBAGE: u8 = 3;
+/// Half a status line, then close.
+const CUT: u8 = 4;
+
+/// A backend whose answer to every request is set by `mode`.
+struct Backend {
+    addr: SocketAddr,
+    mode: Arc<AtomicU8>,
+    hits: Arc<AtomicUsize>,
+    last_request: Arc<Mutex<Vec<u8>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl Backend {
+    async fn start(mode: u8) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Backend::serve(listener, mode)
+    }
+
+    fn serve(listener: TcpListener, mode: u8) -> Backend {
+        let addr = listener.local_addr().unwrap();
+        let mode = Arc::new(AtomicU8::new(mode));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let last_request = Arc::new(Mutex::new(Vec::new()));
+        let (m, h, r) = (mode.clone(), hits.clone(), last_request.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let (m, h, r) = (m.clone(), h.clone(), r.clone());
+                tokio::spawn(handle(conn, m, h, r));
+            }
+        });
+        Backend {
+            addr,
+            mode,
+            hits,
+            last_request,
+            accept,
+        }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, SeqCst);
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(SeqCst)
+    }
+}
+
+async fn handle(
+    mut conn: TcpStream,
+    mode: Arc<AtomicU8>,
+    hits: Arc<AtomicUsize>,
+    last: Arc<Mutex<Vec<u8>>>,
+) {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+    *last.lock().unwrap() = req;
+    hits.fetch_add(1, SeqCst);
+    let answer: &[u8] = match mode.load(SeqCst) {
+        OK => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        ERROR => b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n",
+        GARBAGE => b"garbage\r\n\r\n",
+        CUT => b"HTTP/1.1 20",
+        _ => {
+            // Accept, read, never answer; keep the socket open past any probe timeout.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return;
+        }
+    };
+    let _ = conn.write_all(answer).await;
+}
+
+fn check(kind: CheckKind) -> HealthCheck {
+    HealthCheck {
+        kind,
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_millis(100),
+        rise: 2,
+        fall: 3,
+    }
+}
+
+fn pool_of(addrs: &[SocketAddr], opts: PoolOptions) -> Arc<Pool> {
+    let members: Vec<_> = addrs.iter().map(|a| (*a, 1)).collect();
+    Arc::new(Pool::new("test", &members, opts))
+}
+
+/// Polls `f` until it holds, failing the test after 5 s.
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn healthy(pool: &Pool, addr: SocketAddr) -> bool {
+    pool.find(addr).unwrap().is_healthy()
+}
+
+#[tokio::test]
+async fn http_500_goes_down_after_fall_and_back_up_after_rise_with_slow_start() {
+    let backend = Backend::start(ERROR).await;
+    let opts = PoolOptions {
+        slow_start: Duration::from_secs(30),
+        ..PoolOptions::default()
+    };
+    let pool = pool_of(&[backend.addr], opts);
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/health")));
+
+    wait_until("down", || !healthy(&pool, backend.addr)).await;
+    assert!(backend.hits() >= 3, "down only after `fall` failures");
+    let report = checks.report();
+    assert_eq!(report.len(), 1);
+    assert_eq!(report[0].addr, backend.addr);
+    assert!(report[0].failures >= 3);
+    assert_eq!(report[0].last_error.as_deref(), Some("status 500"));
+
+    backend.set(OK);
+    let hits = backend.hits();
+    wait_until("up", || healthy(&pool, backend.addr)).await;
+    assert!(backend.hits() - hits >= 2, "up only after `rise` passes");
+    let ep = pool.find(backend.addr).unwrap();
+    assert!(ep.ramp(clock::now()) < 0.5, "slow start begins on recovery");
+}
+
+#[tokio::test]
+async fn the_request_is_a_plain_http11_get() {
+    let backend = Backend::start(OK).await;
+    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("health")));
+    wait_until("probed", || backend.hits() > 0).await;
+    let req = String::from_utf8(backend.last_request.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        req,
+        format!(
+            "GET /health HTTP/1.1\r\nHost: {}\r\nUser-Agent: drover-health\r\nConnection: close\r\n\r\n",
+            backend.addr
+        )
+    );
+    assert!(healthy(&pool, backend.addr));
+}
+
+#[tokio::test]
+async fn a_hung_backend_times_out_and_goes_down() {
+    let backend = Backend::start(HANG).await;
+    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let started = Instant::now();
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("down", || !healthy(&pool, backend.addr)).await;
+    // Three rounds, each cut off at the 100 ms timeout.
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn a_closed_port_goes_down() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let pool = pool_of(&[addr], PoolOptions::default());
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("down", || !healthy(&pool, addr)).await;
+}
+
+#[tokio::test]
+async fn garbage_and_cut_answers_are_failures() {
+    let garbage = Backend::start(GARBAGE).await;
+    let cut = Backend::start(CUT).await;
+    let pool = pool_of(&[garbage.addr, cut.addr], PoolOptions::default());
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("garbage down", || !healthy(&pool, garbage.addr)).await;
+    wait_until("cut down", || !healthy(&pool, cut.addr)).await;
+}
+
+#[tokio::test]
+async fn one_hung_backend_does_not_hide_another() {
+    let hung = Backend::start(HANG).await;
+    let good = Backend::start(OK).await;
+    let bad = Backend::start(ERROR).await;
+    let pool = pool_of(&[hung.addr, good.addr, bad.addr], PoolOptions::default());
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("bad down", || !healthy(&pool, bad.addr)).await;
+    wait_until("hung down", || !healthy(&pool, hung.addr)).await;
+    assert!(healthy(&pool, good.addr));
+}
+
+#[tokio::test]
+async fn tcp_check_rises_falls_and_rises_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = PoolOptions {
+        initially_unhealthy: true,
+        ..PoolOptions::default()
+    };
+    let pool = pool_of(&[addr], opts);
+    assert!(!healthy(&pool, addr));
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::Tcp));
+    // Connect alone passes: the listener's backlog accepts without `accept()`.
+    wait_until("up", || healthy(&pool, addr)).await;
+    drop(listener);
+    wait_until("down", || !healthy(&pool, addr)).await;
+    let Ok(listener) = TcpListener::bind(addr).await else {
+        return; // the port was taken meanwhile; the rest was shown
+    };
+    let _backend = Backend::serve(listener, OK);
+    wait_until("up again", || healthy(&pool, addr)).await;
+}
+
+#[tokio::test]
+async fn endpoints_added_later_are_checked_and_dropping_the_handle_stops() {
+    let a = Backend::start(OK).await;
+    let b = Backend::start(ERROR).await;
+    let pool = pool_of(&[a.addr], PoolOptions::default());
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("a probed", || a.hits() > 0).await;
+    pool.insert(b.addr, 1);
+    wait_until("b down", || !healthy(&pool, b.addr)).await;
+
+    drop(checks);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let hits = a.hits();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(a.hits(), hits, "no probes after the handle is dropped");
+}
+
+#[tokio::test]
+async fn probe_reports_why() {
+    let t = Duration::from_millis(200);
+    let http = CheckKind::http("/");
+    let ok = Backend::start(OK).await;
+    assert!(probe(ok.addr, &http, t).await.is_ok());
+
+    let expect_204 = CheckKind::Http {
+        path: "/".into(),
+        expect: StatusRange::exact(204),
+    };
+    assert!(matches!(
+        probe(ok.addr, &expect_204, t).await,
+        Err(ProbeError::Status(200))
+    ));
+
+    ok.set(ERROR);
+    let e = probe(ok.addr, &http, t).await.unwrap_err();
+    assert_eq!(e.to_string(), "status 500");
+    ok.set(GARBAGE);
+    let e = probe(ok.addr, &http, t).await.unwrap_err();
+    assert_eq!(e.to_string(), "malformed status line");
+    ok.set(CUT);
+    let e = probe(ok.addr, &http, t).await.unwrap_err();
+    assert!(matches!(e, ProbeError::Closed), "{e}");
+    ok.set(HANG);
+    let e = probe(ok.addr, &http, t).await.unwrap_err();
+    assert_eq!(e.to_string(), "timeout after 200ms");
+    // A TCP check passes on a hung backend: it only proves the port is open.
+    assert!(probe(ok.addr, &CheckKind::Tcp, t).await.is_ok());
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed = listener.local_addr().unwrap();
+    drop(listener);
+    let e = probe(closed, &CheckKind::Tcp, t).await.unwrap_err();
+    assert_eq!(e.to_string(), "connection refused");
+}

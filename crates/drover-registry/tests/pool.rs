@@ -1,0 +1,181 @@
+//! Membership changes: endpoints that stay keep their state; new ones slow-start.
+
+use drover_balance::{clock, Pick, PickContext};
+use drover_registry::{Pool, PoolOptions};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn addr(port: u16) -> SocketAddr {
+    ([127, 0, 0, 1], port).into()
+}
+
+fn slow_start_opts() -> PoolOptions {
+    PoolOptions {
+        slow_start: Duration::from_secs(30),
+        max_conns: 7,
+        ..PoolOptions::default()
+    }
+}
+
+#[test]
+fn load_state_survives_a_membership_change() {
+    let pool = Pool::new("web", &[(addr(1), 1), (addr(2), 1)], slow_start_opts());
+    let a = pool.find(addr(1)).unwrap();
+    let now = clock::now();
+    let pick = Pick::try_new(
+        &a,
+        &PickContext {
+            now,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    a.observe_rtt(now, 42_000);
+    a.set_healthy(false);
+    a.eject_until(now + 1_000_000_000);
+    let before = pool.snapshot().generation();
+
+    let change = pool.set_members(&[(addr(3), 1), (addr(1), 3)]);
+    assert_eq!(change.added, [addr(3)]);
+    assert_eq!(change.removed, [addr(2)]);
+
+    let snap = pool.snapshot();
+    assert!(snap.generation() > before);
+    assert_eq!(snap.len(), 2);
+    let a2 = snap.find(addr(1)).unwrap();
+    assert!(Arc::ptr_eq(&a, a2), "the same endpoint, not a copy");
+    assert_eq!(a2.in_flight(), 1);
+    assert_eq!(a2.rtt_estimate(), 42_000.0);
+    assert!(!a2.is_healthy());
+    assert_eq!(a2.ejected_until(), now + 1_000_000_000);
+    assert_eq!(a2.weight(), 3, "weight follows the new list");
+    drop(pick);
+    assert_eq!(a2.in_flight(), 0);
+    // Order follows the list given.
+    let order: Vec<_> = snap.endpoints().iter().map(|e| e.addr()).collect();
+    assert_eq!(order, [addr(3), addr(1)]);
+}
+
+#[test]
+fn only_endpoints_joining_a_running_pool_slow_start() {
+    let pool = Pool::new("web", &[(addr(1), 1)], slow_start_opts());
+    let now = clock::now();
+    assert_eq!(pool.find(addr(1)).unwrap().ramp(now), 1.0);
+    pool.set_members(&[(addr(1), 1), (addr(2), 1)]);
+    let now = clock::now();
+    assert_eq!(pool.find(addr(1)).unwrap().ramp(now), 1.0);
+    assert!(pool.find(addr(2)).unwrap().ramp(now) < 0.2);
+}
+
+#[test]
+fn no_slow_start_when_disabled() {
+    let pool = Pool::new("web", &[(addr(1), 1)], PoolOptions::default());
+    pool.insert(addr(2), 1);
+    assert_eq!(pool.find(addr(2)).unwrap().ramp(clock::now()), 1.0);
+}
+
+#[test]
+fn max_conns_applies_to_every_endpoint() {
+    let pool = Pool::new("web", &[(addr(1), 1)], slow_start_opts());
+    pool.insert(addr(2), 1);
+    for ep in pool.endpoints() {
+        assert_eq!(ep.max_conns(), 7);
+    }
+}
+
+#[test]
+fn initially_unhealthy_endpoints_wait_for_checks() {
+    let opts = PoolOptions {
+        initially_unhealthy: true,
+        ..PoolOptions::default()
+    };
+    let pool = Pool::new("w", &[(addr(1), 1)], opts);
+    assert!(!pool.find(addr(1)).unwrap().is_healthy());
+    pool.insert(addr(2), 1);
+    assert!(!pool.find(addr(2)).unwrap().is_healthy());
+}
+
+#[test]
+fn an_unchanged_list_keeps_the_snapshot() {
+    let pool = Pool::new("web", &[(addr(1), 1), (addr(2), 2)], PoolOptions::default());
+    let gen = pool.snapshot().generation();
+    assert!(pool.set_members(&[(addr(1), 1), (addr(2), 2)]).is_empty());
+    assert_eq!(pool.snapshot().generation(), gen);
+    // A weight change swaps (strategies may cache weight-derived tables per snapshot).
+    assert!(pool.set_members(&[(addr(1), 1), (addr(2), 5)]).is_empty());
+    assert!(pool.snapshot().generation() > gen);
+}
+
+#[test]
+fn duplicates_keep_the_first() {
+    let pool = Pool::new("web", &[(addr(1), 4), (addr(1), 9)], PoolOptions::default());
+    assert_eq!(pool.endpoints().len(), 1);
+    assert_eq!(pool.endpoints()[0].weight(), 4);
+}
+
+#[test]
+fn insert_and_remove() {
+    let pool = Pool::new("web", &[], PoolOptions::default());
+    assert!(pool.snapshot().is_empty());
+    assert_eq!(pool.insert(addr(1), 1).added, [addr(1)]);
+    assert!(pool.insert(addr(1), 2).is_empty());
+    assert_eq!(pool.find(addr(1)).unwrap().weight(), 2);
+    assert_eq!(pool.remove(addr(1)).removed, [addr(1)]);
+    assert!(pool.remove(addr(1)).is_empty());
+    assert!(pool.snapshot().is_empty());
+}
+
+#[test]
+fn concurrent_inserts_are_not_lost() {
+    let pool = Arc::new(Pool::new("web", &[], PoolOptions::default()));
+    std::thread::scope(|s| {
+        for t in 0..8u16 {
+            let pool = Arc::clone(&pool);
+            s.spawn(move || {
+                for i in 0..50 {
+                    pool.insert(addr(1000 + t * 100 + i), 1);
+                    // Readers meanwhile never block and always see a whole set.
+                    assert!(!pool.snapshot().is_empty());
+                }
+            });
+        }
+    });
+    assert_eq!(pool.endpoints().len(), 400);
+}
+
+#[test]
+fn status_reports_each_endpoint() {
+    let pool = Pool::new("web", &[(addr(1), 2), (addr(2), 1)], PoolOptions::default());
+    let now = clock::now();
+    let b = pool.find(addr(2)).unwrap();
+    b.eject_until(now + 3_000_000_000);
+    b.observe_rtt(now, 5_000);
+    let status = pool.status_at(now);
+    assert_eq!(status.len(), 2);
+    assert_eq!(status[0].addr, addr(1));
+    assert!(status[0].available && status[0].healthy);
+    assert_eq!(status[0].weight, 2);
+    assert_eq!(status[0].ejected_for, Duration::ZERO);
+    assert!(!status[1].available && status[1].healthy);
+    assert_eq!(status[1].ejected_for, Duration::from_secs(3));
+    assert_eq!(status[1].rtt_ns, 5_000);
+    assert_eq!(status[1].id, b.id());
+}
+
+#[test]
+fn pool_forwards_passive_reports() {
+    let pool = Pool::new("web", &[(addr(1), 1), (addr(2), 1)], PoolOptions::default());
+    let a = pool.find(addr(1)).unwrap();
+    let now = clock::now();
+    for _ in 0..4 {
+        assert_eq!(pool.on_response(&a, 503, now), None);
+    }
+    pool.on_response(&a, 200, now);
+    assert_eq!(a.fail_streak(), 0);
+    assert_eq!(
+        pool.on_connect_failure(&a, now),
+        Some(pool.options().passive.base_ejection)
+    );
+    assert!(!a.is_available(now));
+}

@@ -1,0 +1,40 @@
+//! Test-only support for drover's integration tests: real sockets on
+//! 127.0.0.1:0, HTTP/1.1 written by hand (no hyper) so tests see the exact
+//! bytes drover forwards.
+//!
+//! [`Backend`] routes by request path:
+//!
+//! | path | behaviour |
+//! |---|---|
+//! | `/` and anything unknown | 200, body = backend name |
+//! | `/status/NNN` | status NNN (200..=999), body `status NNN\n` |
+//! | `/delay/MS` | sleeps MS ms, then 200 with the name |
+//! | `/echo` | 200 echoing the body; chunked (same chunks, trailers echoed) if the request was chunked |
+//! | `/headers` | 200, body = the raw request head as received |
+//! | `/load/X` | 200 with `endpoint-load-metrics: TEXT cpu_utilization=X, named_metrics.elu=X` |
+//! | `/close` | reads the request, closes without answering |
+//! | `/hang` | reads the request, never answers (until the peer closes or `stop()`) |
+//! | `/health` | 200 `ok`; 503 after `set_health(false)`; no answer after `set_hang_health(true)` |
+//! | `/big/N` | 200, N bytes ([`big_body`]) sent chunked in 16 KiB chunks |
+//! | `/ws` | WebSocket echo (text, binary, ping → pong, close echoed) |
+//!
+//! Every response carries `x-backend: NAME`. `Expect: 100-continue` is
+//! honoured, `Connection: close` and HTTP/1.0 close the connection.
+
+mod backend;
+mod client;
+mod harness;
+mod http;
+mod ws;
+
+pub use backend::{big_body, Backend, BackendBuilder};
+pub use client::{
+    parse_status, raw_exchange, raw_exchange_timeout, ws_connect, HttpClient, Response, WsClient,
+    WsMessage,
+};
+pub use harness::{
+    addr_after, addrs_after, spawn_backend_process, spawn_backend_process_on, spawn_ready_line,
+    testkit_backend_bin, wait_until, wait_until_async, ChildProcess, DroverProcess,
+};
+pub use http::{chunked_body, HeaderList, RequestHead};
+pub use ws::accept_key as ws_accept_key;

@@ -1,0 +1,125 @@
+//! Command-line interface.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(name = "drover", version, about = "Load balancer and process supervisor in one binary")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Balance HTTP/1.1 requests over backends.
+    Proxy(ProxyArgs),
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write durations like 500ms, 2s, 1m)"))
+}
+
+fn threads(s: &str) -> Result<usize, String> {
+    if s == "auto" {
+        return Ok(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    }
+    match s.parse::<usize>() {
+        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        _ => Err(format!("expected a number from 1 to 256 or \"auto\", got {s:?}")),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Read balancers from this drover.toml instead of flags.
+    #[arg(short, long, value_name = "FILE", conflicts_with_all = ["listen", "backend"])]
+    pub config: Option<PathBuf>,
+
+    /// Address to accept clients on.
+    #[arg(short, long, value_name = "ADDR", required_unless_present = "config")]
+    pub listen: Option<SocketAddr>,
+
+    /// A backend address (repeat for each backend).
+    #[arg(short, long = "backend", value_name = "ADDR", required_unless_present = "config")]
+    pub backend: Vec<SocketAddr>,
+
+    /// round-robin, weighted, least-conn, random, p2c, peak-ewma, hash or sticky.
+    #[arg(short, long, default_value = "p2c")]
+    pub strategy: drover_balance::Strategy,
+
+    /// Serving threads ("auto": one per core).
+    #[arg(short, long, default_value = "auto", value_parser = threads)]
+    pub threads: usize,
+
+    /// Extra attempts on another backend for a request that failed safely.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub retries: u32,
+
+    /// Requests in flight per backend before drover queues the rest (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_conns: u32,
+
+    /// Requests that may wait for a free backend.
+    #[arg(long, default_value_t = 1024)]
+    pub queue_max: usize,
+
+    /// How long a request may wait for a free backend.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub queue_timeout: Duration,
+
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub connect_timeout: Duration,
+
+    /// How long a client may take to send a request head (slow clients are cut off).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub header_timeout: Duration,
+
+    /// How long a backend may take to start answering.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub request_timeout: Duration,
+
+    /// Idle keep-alive connections are closed after this.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub idle_timeout: Duration,
+
+    /// Active HTTP health check path (e.g. /health).
+    #[arg(long, value_name = "PATH", conflicts_with = "health_tcp")]
+    pub health_path: Option<String>,
+
+    /// Active health check by TCP connect.
+    #[arg(long)]
+    pub health_tcp: bool,
+
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub health_interval: Duration,
+
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub health_timeout: Duration,
+
+    /// Passing checks before a down backend is used again.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rise: u32,
+
+    /// Failing checks before a backend is taken out.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub fall: u32,
+
+    /// A returning backend's share ramps up over this long (0s: off).
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    pub slow_start: Duration,
+
+    /// Key for --strategy hash: header:NAME, cookie:NAME, client-ip or path.
+    #[arg(long, value_name = "KEY", value_parser = crate::plan::parse_hash_key)]
+    pub hash_key: Option<drover_proxy::HashKey>,
+
+    /// Cookie name for --strategy sticky.
+    #[arg(long, default_value = "drover_sticky")]
+    pub sticky_cookie: String,
+
+    /// On SIGTERM, how long in-flight requests may take to finish.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub drain_timeout: Duration,
+}

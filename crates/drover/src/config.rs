@@ -1,0 +1,2231 @@
+//! Configuration: the TOML schema, its loader and its validation.
+//!
+//! Loading happens in two passes over private `Raw*` structs:
+//!
+//! 1. serde deserializes the text. Everything that can be checked on one value alone
+//!    (durations, addresses, ranges, strategy names, backend syntax) is checked here by
+//!    small newtypes, so toml attaches the value's byte span to the error and
+//!    `serde_path_to_error` tells us the key path.
+//! 2. `validate` checks what needs more than one value (hash key vs. strategy, `app:NAME`
+//!    references, duplicates, the admin token). The raw structs keep `toml::Spanned`
+//!    wrappers on exactly the values these checks report on, so those errors carry a
+//!    line and column too.
+//!
+//! The result is a plain, typed [`Config`] with every default filled in; nothing
+//! downstream ever sees a `Raw*` type or an unvalidated value.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+pub use drover_balance::Strategy;
+
+// ---------------------------------------------------------------------------------------
+// Public, validated configuration
+// ---------------------------------------------------------------------------------------
+
+/// A complete, validated configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The admin/control endpoint (`[admin]`); `None` when the table is absent.
+    pub admin: Option<AdminConfig>,
+    /// Supervised processes (`[[app]]`), in file order.
+    pub apps: Vec<AppConfig>,
+    /// Listeners and their backend pools (`[[balancer]]`), in file order.
+    pub balancers: Vec<BalancerConfig>,
+}
+
+/// `[admin]`: where the control API listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Listen address; default `127.0.0.1:9900`.
+    pub listen: SocketAddr,
+    /// Bearer token required by the admin API. Always `Some` when `listen` is not a
+    /// loopback address (the loader refuses such a config without one).
+    pub token: Option<String>,
+}
+
+/// `[[app]]`: a command drover starts, health-checks and restarts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppConfig {
+    /// Unique name matching `[a-z0-9_-]+`; balancers refer to it as `app:NAME`.
+    pub name: String,
+    /// Program and arguments; never empty, and the program is never an empty string.
+    pub command: Vec<String>,
+    /// How many worker processes to run; default `Workers::Count(1)`.
+    pub workers: Workers,
+    /// Working directory for the workers; `None` means drover's own.
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables, on top of drover's environment.
+    pub env: BTreeMap<String, String>,
+    /// How a worker is probed; default an HTTP check of `/health`.
+    pub health: HealthCheckConfig,
+    /// How long a new worker may take to pass its first health check; default 30s.
+    pub ready_timeout: Duration,
+    /// Grace period between SIGTERM and SIGKILL when stopping a worker; default 10s.
+    pub stop_timeout: Duration,
+}
+
+/// How many worker processes an app runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// `workers = "auto"`: one per available CPU.
+    Auto,
+    /// `workers = N`, with N in 1..=1024.
+    Count(usize),
+}
+
+impl Workers {
+    /// The concrete number of workers to run on this machine.
+    pub fn resolve(self) -> usize {
+        match self {
+            Workers::Count(n) => n,
+            Workers::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// An active health check, for an app's workers or a balancer's backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    /// What a probe does.
+    pub kind: HealthCheckKind,
+    /// Time between probes of one endpoint; default 2s.
+    pub interval: Duration,
+    /// How long one probe may take before it counts as failed; default 1s.
+    pub timeout: Duration,
+    /// Consecutive passes that mark an endpoint healthy; default 2.
+    pub rise: u32,
+    /// Consecutive failures that mark an endpoint unhealthy; default 3.
+    pub fall: u32,
+}
+
+/// The probe an active health check performs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthCheckKind {
+    /// `GET path`; passes when the status is within `expect` (inclusive).
+    Http {
+        /// Request path, starting with `/`.
+        path: String,
+        /// Inclusive range of passing status codes; default `(200, 399)`.
+        expect: (u16, u16),
+    },
+    /// Passes when a TCP connection is accepted.
+    Tcp,
+}
+
+/// `[[balancer]]`: one listener and the pool it spreads requests over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerConfig {
+    /// Unique name: as written, or `"default"` for a lone unnamed balancer, or
+    /// `"balancer-N"` (N = its index in the file) otherwise.
+    pub name: String,
+    /// Address the listener binds.
+    pub listen: SocketAddr,
+    /// How an endpoint is chosen; default `Strategy::P2c`.
+    pub strategy: Strategy,
+    /// The pool, in file order; never empty and without duplicates.
+    pub backends: Vec<BackendRef>,
+    /// Retries of a failed attempt on another endpoint, 0..=10; default 2.
+    pub retries: u32,
+    /// Concurrent requests per endpoint, 0 = unlimited; default 0. A backend's own
+    /// `max_conns` overrides it.
+    pub max_conns: u32,
+    /// Waiting room for requests when every endpoint is at `max_conns`.
+    pub queue: QueueConfig,
+    /// Per-phase timeouts.
+    pub timeouts: TimeoutConfig,
+    /// Active health checking of backends; `None` = off (passive checks still apply).
+    pub health: Option<HealthCheckConfig>,
+    /// Passive health: ejection of endpoints that keep failing.
+    pub passive: PassiveConfig,
+    /// Ramp-up period for an endpoint that just became healthy, `ZERO` = off; default 10s.
+    pub slow_start: Duration,
+    /// What to hash; `Some` exactly when `strategy == "hash"`.
+    pub hash: Option<HashKey>,
+    /// Sticky-session cookie; `Some` exactly when `strategy == "sticky"`.
+    pub sticky: Option<StickyConfig>,
+    /// Request-size limits.
+    pub limits: LimitsConfig,
+    /// How long to let in-flight requests finish on shutdown or reload; default 30s.
+    pub drain_timeout: Duration,
+    /// Worker threads for this listener, 1..=1024; `None` = drover decides.
+    pub threads: Option<usize>,
+}
+
+impl BalancerConfig {
+    /// A balancer with every optional setting at its default, for configs built from
+    /// command-line flags rather than a file.
+    pub fn new(name: impl Into<String>, listen: SocketAddr, backends: Vec<BackendRef>) -> Self {
+        BalancerConfig {
+            name: name.into(),
+            listen,
+            strategy: Strategy::P2c,
+            backends,
+            retries: 2,
+            max_conns: 0,
+            queue: QueueConfig::default(),
+            timeouts: TimeoutConfig::default(),
+            health: None,
+            passive: PassiveConfig::default(),
+            slow_start: Duration::from_secs(10),
+            hash: None,
+            sticky: None,
+            limits: LimitsConfig::default(),
+            drain_timeout: Duration::from_secs(30),
+            threads: None,
+        }
+    }
+}
+
+impl AppConfig {
+    /// An app with every optional setting at its default, for configs built from
+    /// command-line flags rather than a file.
+    pub fn new(name: impl Into<String>, command: Vec<String>) -> Self {
+        AppConfig {
+            name: name.into(),
+            command,
+            workers: Workers::Count(1),
+            cwd: None,
+            env: BTreeMap::new(),
+            health: HealthCheckConfig::default_for_app(),
+            ready_timeout: Duration::from_secs(30),
+            stop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl HealthCheckConfig {
+    /// The check an app gets when it says nothing: `GET /health` expecting 2xx/3xx.
+    pub fn default_for_app() -> Self {
+        HealthCheckConfig {
+            kind: HealthCheckKind::Http {
+                path: "/health".to_string(),
+                expect: DEFAULT_EXPECT,
+            },
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            rise: 2,
+            fall: 3,
+        }
+    }
+}
+
+/// One entry of a balancer's `backends`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendRef {
+    /// A fixed address: `"127.0.0.1:9001"` or `{ address = "...", weight, max_conns }`.
+    Addr {
+        /// The backend's address.
+        addr: SocketAddr,
+        /// Relative weight for weighted strategies, 1..=1000; default 1.
+        weight: u32,
+        /// Per-endpoint concurrency cap overriding the balancer's `max_conns`.
+        max_conns: Option<u32>,
+    },
+    /// `"app:NAME"`: every worker of the `[[app]]` called NAME (guaranteed to exist).
+    App(String),
+}
+
+/// `hash.key`: the request property the `hash` strategy hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// `"header:NAME"`; NAME is lowercased.
+    Header(String),
+    /// `"cookie:NAME"`.
+    Cookie(String),
+    /// `"client-ip"`.
+    ClientIp,
+    /// `"path"`.
+    Path,
+}
+
+/// `sticky`: the cookie that pins a client to an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickyConfig {
+    /// Cookie name; default `"drover_sticky"`.
+    pub cookie: String,
+}
+
+/// `queue`: requests wait here while every endpoint is at `max_conns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Most requests waiting at once, 0 = never queue (fail at once); default 1024.
+    pub max: usize,
+    /// Longest a request waits before getting a 503; default 5s.
+    pub timeout: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max: 1024,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `timeouts`: limits on each phase of a proxied request. All are non-zero.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeoutConfig {
+    /// Connecting to a backend; default 1s.
+    pub connect: Duration,
+    /// Receiving a client's request head; default 10s.
+    pub header_read: Duration,
+    /// A whole request, from first byte in to last byte out; default 30s.
+    pub request: Duration,
+    /// An idle keep-alive connection, client or backend side; default 60s.
+    pub idle: Duration,
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        TimeoutConfig {
+            connect: Duration::from_secs(1),
+            header_read: Duration::from_secs(10),
+            request: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `passive`: ejection of endpoints whose real traffic keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassiveConfig {
+    /// Consecutive failures (5xx or connect errors) that eject an endpoint, 0 = off;
+    /// default 5.
+    pub failures: u32,
+    /// First ejection period, doubled on each repeat ejection; default 2s.
+    pub ejection: Duration,
+    /// Cap on the ejection period, never below `ejection`; default 60s.
+    pub max_ejection: Duration,
+}
+
+impl Default for PassiveConfig {
+    fn default() -> Self {
+        PassiveConfig {
+            failures: 5,
+            ejection: Duration::from_secs(2),
+            max_ejection: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `limits`: bounds on what a client may send; requests over them get 4xx.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsConfig {
+    /// Whole request head, 1024..=1048576 bytes; default 16384.
+    pub max_header_bytes: usize,
+    /// Request target, 256..=1048576 bytes; default 8192.
+    pub max_uri_bytes: usize,
+    /// Number of header fields, 1..=1000; default 100.
+    pub max_headers: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_header_bytes: 16384,
+            max_uri_bytes: 8192,
+            max_headers: 100,
+        }
+    }
+}
+
+const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9900";
+const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
+const DEFAULT_EXPECT: (u16, u16) = (200, 399);
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/// A config that could not be read, parsed or validated.
+///
+/// Displays as `{file}:{line}:{column}: {key}: {message}`; the position is left out when
+/// unknown (e.g. "nothing to run", I/O errors) and the key when there is none (syntax
+/// errors before any key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file name as given to [`load`] or [`parse`].
+    pub file: String,
+    /// 1-based line, when the error points at a place in the file.
+    pub line: Option<usize>,
+    /// 1-based column in characters, when `line` is known.
+    pub column: Option<usize>,
+    /// Dotted key path such as `balancer[0].timeouts.connect`; may be empty.
+    pub key: String,
+    /// What is wrong, and where possible what would be right.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.column {
+                write!(f, ":{col}")?;
+            }
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------
+
+/// Reads, parses and validates the config file at `path`. Errors name the path as given.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: origin.clone(),
+        line: None,
+        column: None,
+        key: String::new(),
+        message: format!("cannot read config file: {e}"),
+    })?;
+    parse(&text, &origin)
+}
+
+/// Parses and validates config `text`; `origin` is the file name used in errors.
+pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let ctx = Ctx { text, origin };
+    let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
+        .map_err(|e| ctx.serde_error(e))?;
+    raw.validate(&ctx)
+}
+
+/// Where errors are reported from: the text (to turn spans into line:column) and its name.
+struct Ctx<'a> {
+    text: &'a str,
+    origin: &'a str,
+}
+
+impl Ctx<'_> {
+    fn at(
+        &self,
+        span: Range<usize>,
+        key: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> ConfigError {
+        let (line, col) = line_col(self.text, span.start);
+        ConfigError {
+            file: self.origin.to_string(),
+            line: Some(line),
+            column: Some(col),
+            key: key.into(),
+            message: msg.into(),
+        }
+    }
+
+    fn nowhere(&self, key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.origin.to_string(),
+            line: None,
+            column: None,
+            key: key.into(),
+            message: msg.into(),
+        }
+    }
+
+    /// Turns a deserialization error into a `ConfigError`, rewording serde's generic
+    /// messages so they talk about keys rather than fields.
+    fn serde_error(&self, err: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+        let mut key = render_path(err.path());
+        let inner = err.inner();
+        // toml's syntax errors can span several lines ("expected ..."); keep one line.
+        let raw_msg = inner.message().trim().replace('\n', "; ");
+        let message = if let Some(name) = backticked(&raw_msg, "missing field `") {
+            // serde reports the table, not the key; name the key in the path instead.
+            push_key(&mut key, name);
+            "required key is missing".to_string()
+        } else if let Some(rest) = raw_msg.strip_prefix("unknown field") {
+            format!("unknown key{rest}")
+        } else if raw_msg.contains("expected a sequence") && (key == "balancer" || key == "app") {
+            format!("{raw_msg} (write [[{key}]], with double brackets, for each {key})")
+        } else {
+            raw_msg
+        };
+        match inner.span() {
+            Some(span) => self.at(span, key, message),
+            None => self.nowhere(key, message),
+        }
+    }
+}
+
+/// 1-based line and character column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    // Spans from toml always fall on char boundaries; this only guards against a
+    // future change turning into a panic.
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let col = before[line_start..].chars().count() + 1;
+    (line, col)
+}
+
+/// The text between `prefix` and the next backtick, if `msg` starts with `prefix`.
+fn backticked<'m>(msg: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = msg.strip_prefix(prefix)?;
+    rest.split('`').next()
+}
+
+/// Renders a serde path as `a.b[0].c`, hiding the private field names that
+/// `toml::Spanned` introduces.
+fn render_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } if key.starts_with("$__serde_spanned_private") => {}
+            Segment::Map { key } => push_key(&mut out, key),
+            Segment::Enum { variant } => push_key(&mut out, variant),
+            Segment::Unknown => push_key(&mut out, "?"),
+        }
+    }
+    out
+}
+
+/// Appends `key` to a dotted path, quoting it when it is not a bare TOML key.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        path.push_str(key);
+    } else {
+        path.push_str(&format!("{key:?}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Single-value newtypes: validated during deserialization so errors get a span + path
+// ---------------------------------------------------------------------------------------
+
+/// A humantime duration string ("250ms", "2s", "1m"); zero allowed.
+#[derive(Debug, Clone, Copy)]
+struct Dur(Duration);
+
+/// A duration that must be greater than zero.
+#[derive(Debug, Clone, Copy)]
+struct PosDur(Duration);
+
+struct DurVisitor;
+
+impl Visitor<'_> for DurVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duration string such as \"250ms\", \"2s\" or \"1m\"")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Duration, E> {
+        humantime::parse_duration(s).map_err(|e| {
+            E::custom(format!(
+                "invalid duration {s:?} ({e}): expected e.g. \"250ms\", \"2s\" or \"1m\""
+            ))
+        })
+    }
+
+    // A bare number has no unit; say so rather than serde's generic "invalid type".
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Duration, E> {
+        Err(E::custom(format!(
+            "invalid duration {n}: durations are strings with a unit, e.g. \"{n}s\" or \"{n}ms\""
+        )))
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(DurVisitor).map(Dur)
+    }
+}
+
+impl<'de> Deserialize<'de> for PosDur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let dur = d.deserialize_any(DurVisitor)?;
+        if dur.is_zero() {
+            return Err(de::Error::custom("duration must be greater than 0"));
+        }
+        Ok(PosDur(dur))
+    }
+}
+
+/// An integer in `LO..=HI`; the bounds are named in the error.
+#[derive(Debug, Clone, Copy)]
+struct Bounded<const LO: i64, const HI: i64>(i64);
+
+impl<const LO: i64, const HI: i64> Bounded<LO, HI> {
+    // The casts cannot truncate: every instantiation's range fits the target type.
+    fn as_u32(self) -> u32 {
+        self.0 as u32
+    }
+    fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl<'de, const LO: i64, const HI: i64> Deserialize<'de> for Bounded<LO, HI> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<const LO: i64, const HI: i64>;
+        impl<const LO: i64, const HI: i64> Visitor<'_> for V<LO, HI> {
+            type Value = i64;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "an integer in {LO}..={HI}")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<i64, E> {
+                if (LO..=HI).contains(&n) {
+                    Ok(n)
+                } else {
+                    Err(E::custom(format!(
+                        "{n} is out of range: expected {LO}..={HI}"
+                    )))
+                }
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<i64, E> {
+                match i64::try_from(n) {
+                    Ok(n) => self.visit_i64(n),
+                    Err(_) => Err(E::custom(format!(
+                        "{n} is out of range: expected {LO}..={HI}"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V::<LO, HI>).map(Bounded)
+    }
+}
+
+/// A `SocketAddr` given as a string.
+#[derive(Debug, Clone, Copy)]
+struct Addr(SocketAddr);
+
+impl<'de> Deserialize<'de> for Addr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_socket_addr(&s).map(Addr).map_err(de::Error::custom)
+    }
+}
+
+fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| {
+        // "localhost:80" is the likeliest mistake: say why it is refused.
+        let hint = if s.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
+            " (host names are not resolved here; use an IP address such as 127.0.0.1)"
+        } else {
+            ""
+        };
+        format!("invalid address {s:?}: expected IP:PORT such as \"127.0.0.1:8000\" or \"[::1]:8000\"{hint}")
+    })
+}
+
+/// A strategy name, parsed by `drover_balance` so the two never disagree on spelling.
+#[derive(Debug, Clone, Copy)]
+struct StrategyName(Strategy);
+
+impl<'de> Deserialize<'de> for StrategyName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        // ParseStrategyError's message already lists every valid name.
+        s.parse().map(StrategyName).map_err(de::Error::custom)
+    }
+}
+
+/// An HTTP token (RFC 9110 `tchar`s): header and cookie names.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+impl<'de> Deserialize<'de> for HashKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let named = |kind: &str, name: &str| {
+            if is_token(name) {
+                Ok(name.to_string())
+            } else {
+                Err(de::Error::custom(format!(
+                    "invalid hash key {s:?}: {name:?} is not a valid {kind} name"
+                )))
+            }
+        };
+        if let Some(h) = s.strip_prefix("header:") {
+            // Header names are case-insensitive; lowercase once here so lookups needn't.
+            named("header", h).map(|h| HashKey::Header(h.to_ascii_lowercase()))
+        } else if let Some(c) = s.strip_prefix("cookie:") {
+            named("cookie", c).map(HashKey::Cookie)
+        } else if s == "client-ip" {
+            Ok(HashKey::ClientIp)
+        } else if s == "path" {
+            Ok(HashKey::Path)
+        } else {
+            Err(de::Error::custom(format!(
+                "invalid hash key {s:?}: expected \"header:NAME\", \"cookie:NAME\", \"client-ip\" or \"path\""
+            )))
+        }
+    }
+}
+
+/// A cookie name (an HTTP token).
+#[derive(Debug, Clone)]
+struct CookieName(String);
+
+impl<'de> Deserialize<'de> for CookieName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if is_token(&s) {
+            Ok(CookieName(s))
+        } else {
+            Err(de::Error::custom(format!("invalid cookie name {s:?}")))
+        }
+    }
+}
+
+/// A health-check path: must start with `/`.
+#[derive(Debug, Clone)]
+struct HttpPath(String);
+
+impl<'de> Deserialize<'de> for HttpPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.starts_with('/') && !s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            Ok(HttpPath(s))
+        } else {
+            Err(de::Error::custom(format!(
+                "invalid path {s:?}: expected an absolute path such as \"/health\""
+            )))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Workers {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Workers;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of workers in 1..=1024 or \"auto\"")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Workers, E> {
+                if (1..=1024).contains(&n) {
+                    Ok(Workers::Count(n as usize))
+                } else {
+                    Err(E::custom(format!(
+                        "{n} is out of range: expected 1..=1024 or \"auto\""
+                    )))
+                }
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Workers, E> {
+                if s == "auto" {
+                    Ok(Workers::Auto)
+                } else {
+                    Err(E::custom(format!(
+                        "invalid workers {s:?}: expected a number in 1..=1024 or \"auto\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `expect = 200` or `expect = "200-399"`: an inclusive status range.
+#[derive(Debug, Clone, Copy)]
+struct Expect((u16, u16));
+
+impl<'de> Deserialize<'de> for Expect {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        fn status<E: de::Error>(n: i64) -> Result<u16, E> {
+            if (100..=599).contains(&n) {
+                Ok(n as u16)
+            } else {
+                Err(E::custom(format!(
+                    "status {n} is out of range: expected 100..=599"
+                )))
+            }
+        }
+        impl Visitor<'_> for V {
+            type Value = (u16, u16);
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a status code such as 200 or a range such as \"200-399\"")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<(u16, u16), E> {
+                let s = status(n)?;
+                Ok((s, s))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<(u16, u16), E> {
+                let bad = || {
+                    E::custom(format!(
+                        "invalid expect {s:?}: expected a status such as 200 or a range such as \"200-399\""
+                    ))
+                };
+                let num = |t: &str| t.trim().parse::<i64>().map_err(|_| bad());
+                let (lo, hi) = match s.split_once('-') {
+                    Some((lo, hi)) => (status(num(lo)?)?, status(num(hi)?)?),
+                    None => {
+                        let one = status(num(s)?)?;
+                        (one, one)
+                    }
+                };
+                if lo > hi {
+                    return Err(E::custom(format!(
+                        "invalid expect {s:?}: {lo} is above {hi}"
+                    )));
+                }
+                Ok((lo, hi))
+            }
+        }
+        d.deserialize_any(V).map(Expect)
+    }
+}
+
+/// A backend reference as written, before the checks that need the whole file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Addr(SocketAddr),
+    App(String),
+    /// Accepted by the schema so the syntax is settled; rejected by `validate` until a
+    /// DNS source exists.
+    Dns {
+        host: String,
+        port: u16,
+    },
+    /// Same as `Dns`, for an etcd prefix.
+    Etcd(String),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Addr(a) => write!(f, "{a}"),
+            Target::App(n) => write!(f, "app:{n}"),
+            Target::Dns { host, port } => write!(f, "dns:{host}:{port}"),
+            Target::Etcd(p) => write!(f, "etcd:{p}"),
+        }
+    }
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(Target::Addr(addr));
+    }
+    if let Some(name) = s.strip_prefix("app:") {
+        return if is_valid_name(name) {
+            Ok(Target::App(name.to_string()))
+        } else {
+            Err(format!(
+                "invalid backend {s:?}: app names match [a-z0-9_-]+"
+            ))
+        };
+    }
+    if let Some(rest) = s.strip_prefix("dns:") {
+        let parsed = rest.rsplit_once(':').and_then(|(host, port)| {
+            let ok_host = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
+            Some((host, port.parse::<u16>().ok()?)).filter(|_| ok_host)
+        });
+        return match parsed {
+            Some((host, port)) => Ok(Target::Dns {
+                host: host.to_string(),
+                port,
+            }),
+            None => Err(format!("invalid backend {s:?}: expected \"dns:HOST:PORT\"")),
+        };
+    }
+    if let Some(prefix) = s.strip_prefix("etcd:") {
+        return if prefix.starts_with('/') {
+            Ok(Target::Etcd(prefix.to_string()))
+        } else {
+            Err(format!("invalid backend {s:?}: expected \"etcd:/PREFIX\""))
+        };
+    }
+    let hint = if parse_socket_addr(s).is_err() && s.contains(':') && !s.contains("://") {
+        " (host names are not resolved; use an IP address, or \"dns:HOST:PORT\")"
+    } else {
+        ""
+    };
+    Err(format!(
+        "invalid backend {s:?}: expected \"IP:PORT\", \"app:NAME\", \"dns:HOST:PORT\" or \"etcd:/PREFIX\"{hint}"
+    ))
+}
+
+impl<'de> Deserialize<'de> for Target {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_target(&s).map_err(de::Error::custom)
+    }
+}
+
+/// One `backends` entry: a string, or a table with per-backend settings.
+#[derive(Debug, Clone)]
+struct RawBackend {
+    target: Target,
+    weight: Option<u32>,
+    max_conns: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackendTable {
+    address: Target,
+    weight: Option<Bounded<1, 1000>>,
+    max_conns: Option<Bounded<0, 1_000_000>>,
+}
+
+impl<'de> Deserialize<'de> for RawBackend {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawBackend;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a backend string such as \"127.0.0.1:9001\" or a table { address = \"...\", weight = N, max_conns = N }")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<RawBackend, E> {
+                Ok(RawBackend {
+                    target: parse_target(s).map_err(E::custom)?,
+                    weight: None,
+                    max_conns: None,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawBackend, A::Error> {
+                // Reuse the derived impl so the table form gets deny_unknown_fields and
+                // precise per-key errors for free.
+                let t = RawBackendTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawBackend {
+                    target: t.address,
+                    weight: t.weight.map(Bounded::as_u32),
+                    max_conns: t.max_conns.map(Bounded::as_u32),
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw (as-written) schema
+// ---------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    admin: Option<Spanned<RawAdmin>>,
+    #[serde(default)]
+    app: Vec<Spanned<RawApp>>,
+    #[serde(default)]
+    balancer: Vec<Spanned<RawBalancer>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: Option<Spanned<Addr>>,
+    token: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApp {
+    name: Spanned<String>,
+    command: Spanned<Vec<String>>,
+    workers: Option<Workers>,
+    cwd: Option<PathBuf>,
+    env: Option<Spanned<BTreeMap<String, String>>>,
+    health: Option<Spanned<RawHealth>>,
+    ready_timeout: Option<PosDur>,
+    stop_timeout: Option<PosDur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    path: Option<HttpPath>,
+    tcp: Option<Spanned<bool>>,
+    expect: Option<Spanned<Expect>>,
+    interval: Option<PosDur>,
+    timeout: Option<PosDur>,
+    rise: Option<Bounded<1, 100>>,
+    fall: Option<Bounded<1, 100>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBalancer {
+    name: Option<Spanned<String>>,
+    listen: Spanned<Addr>,
+    strategy: Option<Spanned<StrategyName>>,
+    backends: Spanned<Vec<Spanned<RawBackend>>>,
+    retries: Option<Bounded<0, 10>>,
+    max_conns: Option<Bounded<0, 1_000_000>>,
+    queue: Option<RawQueue>,
+    timeouts: Option<RawTimeouts>,
+    health: Option<Spanned<RawHealth>>,
+    passive: Option<RawPassive>,
+    slow_start: Option<Dur>,
+    hash: Option<Spanned<RawHash>>,
+    sticky: Option<Spanned<RawSticky>>,
+    limits: Option<RawLimits>,
+    drain_timeout: Option<Dur>,
+    threads: Option<Bounded<1, 1024>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueue {
+    max: Option<Bounded<0, 1_000_000>>,
+    timeout: Option<PosDur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    connect: Option<PosDur>,
+    header_read: Option<PosDur>,
+    request: Option<PosDur>,
+    idle: Option<PosDur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPassive {
+    failures: Option<Bounded<0, 1000>>,
+    ejection: Option<PosDur>,
+    max_ejection: Option<Spanned<PosDur>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHash {
+    key: HashKey,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSticky {
+    cookie: Option<CookieName>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_header_bytes: Option<Bounded<1024, 1_048_576>>,
+    max_uri_bytes: Option<Bounded<256, 1_048_576>>,
+    max_headers: Option<Bounded<1, 1000>>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation: raw -> typed, with the checks that need more than one value
+// ---------------------------------------------------------------------------------------
+
+/// App and balancer names: lowercase so `app:NAME` references and metric labels
+/// are unambiguous.
+fn is_valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+const NAME_RULE: &str = "names are 1 to 64 characters of a-z, 0-9, '_' and '-'";
+
+impl RawConfig {
+    fn validate(self, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
+        let admin = match self.admin {
+            Some(a) => Some(validate_admin(a, ctx)?),
+            None => None,
+        };
+
+        let mut apps = Vec::with_capacity(self.app.len());
+        let mut app_names = HashSet::new();
+        for (i, raw) in self.app.into_iter().enumerate() {
+            let name_span = raw.get_ref().name.span();
+            let app = validate_app(raw.into_inner(), i, ctx)?;
+            if !app_names.insert(app.name.clone()) {
+                return Err(ctx.at(
+                    name_span,
+                    format!("app[{i}].name"),
+                    format!("duplicate app name {:?}", app.name),
+                ));
+            }
+            apps.push(app);
+        }
+
+        if apps.is_empty() && self.balancer.is_empty() {
+            return Err(ctx.nowhere(
+                "",
+                "nothing to run: add at least one [[balancer]] or [[app]]",
+            ));
+        }
+
+        let lone = self.balancer.len() == 1;
+        let mut balancers: Vec<BalancerConfig> = Vec::with_capacity(self.balancer.len());
+        let mut listens: Vec<(SocketAddr, String)> = Vec::new();
+        if let Some(a) = &admin {
+            listens.push((a.listen, "admin.listen".to_string()));
+        }
+        for (i, raw) in self.balancer.into_iter().enumerate() {
+            let listen_span = raw.get_ref().listen.span();
+            let table_span = raw.span();
+            let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
+            let b = validate_balancer(raw, i, lone, &app_names, ctx)?;
+            if let Some(other) = balancers.iter().position(|o| o.name == b.name) {
+                let msg = format!(
+                    "duplicate balancer name {:?} (also balancer[{other}]; unnamed balancers are called \"balancer-INDEX\")",
+                    b.name
+                );
+                return Err(match name_span {
+                    Some(span) => ctx.at(span, format!("balancer[{i}].name"), msg),
+                    None => ctx.at(table_span, format!("balancer[{i}]"), msg),
+                });
+            }
+            if let Some((_, owner)) = listens.iter().find(|(a, _)| listens_clash(*a, b.listen)) {
+                return Err(ctx.at(
+                    listen_span,
+                    format!("balancer[{i}].listen"),
+                    format!("address {} is already used by {owner}", b.listen),
+                ));
+            }
+            listens.push((b.listen, format!("balancer[{i}].listen")));
+            balancers.push(b);
+        }
+
+        Ok(Config {
+            admin,
+            apps,
+            balancers,
+        })
+    }
+}
+
+/// Whether two listeners would fight over the same port. Port 0 never clashes: the OS
+/// picks a free port for each (tests rely on this).
+fn listens_clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+fn validate_admin(raw: Spanned<RawAdmin>, ctx: &Ctx<'_>) -> Result<AdminConfig, ConfigError> {
+    let span = raw.span();
+    let raw = raw.into_inner();
+    let (listen, listen_span) = match raw.listen {
+        Some(l) => (l.get_ref().0, l.span()),
+        None => (
+            DEFAULT_ADMIN_LISTEN
+                .parse()
+                .expect("default admin address parses"),
+            span,
+        ),
+    };
+    let token = match raw.token {
+        Some(t) if t.get_ref().trim().is_empty() => {
+            return Err(ctx.at(t.span(), "admin.token", "token must not be empty"));
+        }
+        Some(t) => Some(t.into_inner()),
+        None => None,
+    };
+    // An admin API reachable from the network can reconfigure the proxy; refuse to
+    // expose it without a token rather than trusting the firewall.
+    if token.is_none() && !listen.ip().is_loopback() {
+        return Err(ctx.at(
+            listen_span,
+            "admin.token",
+            format!(
+                "a token is required because admin.listen ({listen}) is not a loopback address"
+            ),
+        ));
+    }
+    Ok(AdminConfig { listen, token })
+}
+
+fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, ConfigError> {
+    let key = |k: &str| format!("app[{i}].{k}");
+    if !is_valid_name(raw.name.get_ref()) {
+        return Err(ctx.at(
+            raw.name.span(),
+            key("name"),
+            format!("invalid app name {:?}: {NAME_RULE}", raw.name.get_ref()),
+        ));
+    }
+    let command_span = raw.command.span();
+    let command = raw.command.into_inner();
+    match command.first() {
+        None => return Err(ctx.at(command_span, key("command"), "command must not be empty")),
+        Some(p) if p.is_empty() => {
+            return Err(ctx.at(
+                command_span,
+                key("command"),
+                "program (command[0]) must not be empty",
+            ))
+        }
+        Some(_) => {}
+    }
+    let env = match raw.env {
+        Some(env) => {
+            let span = env.span();
+            let env = env.into_inner();
+            // The OS cannot represent these; spawning would fail later with a vaguer error.
+            if let Some(bad) = env
+                .iter()
+                .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+            {
+                return Err(ctx.at(
+                    span,
+                    key("env"),
+                    format!("invalid environment variable {:?}: names must be non-empty without '=' or NUL, values without NUL", bad.0),
+                ));
+            }
+            env
+        }
+        None => BTreeMap::new(),
+    };
+    let health = match raw.health {
+        Some(h) => validate_health(h, &key("health"), true, ctx)?,
+        None => HealthCheckConfig::default_for_app(),
+    };
+    let defaults = AppConfig::new(String::new(), Vec::new());
+    Ok(AppConfig {
+        name: raw.name.into_inner(),
+        command,
+        workers: raw.workers.unwrap_or(defaults.workers),
+        cwd: raw.cwd,
+        env,
+        health,
+        ready_timeout: raw.ready_timeout.map_or(defaults.ready_timeout, |d| d.0),
+        stop_timeout: raw.stop_timeout.map_or(defaults.stop_timeout, |d| d.0),
+    })
+}
+
+/// `for_app`: apps default to an HTTP check of `/health`; balancers must say which kind,
+/// because a backend drover does not run may have no `/health` at all.
+fn validate_health(
+    raw: Spanned<RawHealth>,
+    key: &str,
+    for_app: bool,
+    ctx: &Ctx<'_>,
+) -> Result<HealthCheckConfig, ConfigError> {
+    let span = raw.span();
+    let raw = raw.into_inner();
+    let tcp = raw.tcp.as_ref().is_some_and(|t| *t.get_ref());
+    let kind = match (raw.path, tcp) {
+        (Some(_), true) => {
+            let tspan = raw.tcp.as_ref().map_or(span, |t| t.span());
+            return Err(ctx.at(
+                tspan,
+                format!("{key}.tcp"),
+                "choose one check: path (HTTP) or tcp = true, not both",
+            ));
+        }
+        (None, true) => {
+            if let Some(e) = &raw.expect {
+                return Err(ctx.at(
+                    e.span(),
+                    format!("{key}.expect"),
+                    "expect applies only to HTTP checks (set path instead of tcp = true)",
+                ));
+            }
+            HealthCheckKind::Tcp
+        }
+        (path, false) => {
+            let path = match path {
+                Some(p) => p.0,
+                None if for_app => "/health".to_string(),
+                None => {
+                    return Err(ctx.at(
+                        span,
+                        key,
+                        "set path = \"/...\" for an HTTP check or tcp = true for a TCP check",
+                    ))
+                }
+            };
+            HealthCheckKind::Http {
+                path,
+                expect: raw.expect.map_or(DEFAULT_EXPECT, |e| e.into_inner().0),
+            }
+        }
+    };
+    let d = HealthCheckConfig::default_for_app();
+    Ok(HealthCheckConfig {
+        kind,
+        interval: raw.interval.map_or(d.interval, |v| v.0),
+        timeout: raw.timeout.map_or(d.timeout, |v| v.0),
+        rise: raw.rise.map_or(d.rise, Bounded::as_u32),
+        fall: raw.fall.map_or(d.fall, Bounded::as_u32),
+    })
+}
+
+fn validate_balancer(
+    raw: Spanned<RawBalancer>,
+    i: usize,
+    lone: bool,
+    apps: &HashSet<String>,
+    ctx: &Ctx<'_>,
+) -> Result<BalancerConfig, ConfigError> {
+    let key = |k: &str| format!("balancer[{i}].{k}");
+    let table_span = raw.span();
+    let raw = raw.into_inner();
+
+    let name = match &raw.name {
+        Some(n) if !is_valid_name(n.get_ref()) => {
+            return Err(ctx.at(
+                n.span(),
+                key("name"),
+                format!("invalid balancer name {:?}: {NAME_RULE}", n.get_ref()),
+            ));
+        }
+        Some(n) => n.get_ref().clone(),
+        None if lone => "default".to_string(),
+        None => format!("balancer-{i}"),
+    };
+    let mut b = BalancerConfig::new(name, raw.listen.get_ref().0, Vec::new());
+
+    // Strategy-specific tables: required by their strategy, meaningless elsewhere.
+    let strategy_span = raw
+        .strategy
+        .as_ref()
+        .map_or(table_span.clone(), |s| s.span());
+    if let Some(s) = raw.strategy {
+        b.strategy = s.into_inner().0;
+    }
+    match (b.strategy, raw.hash) {
+        (Strategy::Hash, Some(h)) => b.hash = Some(h.into_inner().key),
+        (Strategy::Hash, None) => {
+            return Err(ctx.at(
+                strategy_span,
+                key("hash"),
+                "strategy \"hash\" needs a hash key, e.g. hash = { key = \"header:x-user\" } (or \"cookie:NAME\", \"client-ip\", \"path\")",
+            ))
+        }
+        (other, Some(h)) => {
+            return Err(ctx.at(
+                h.span(),
+                key("hash"),
+                format!("hash is only used with strategy = \"hash\" (strategy is \"{other}\")"),
+            ))
+        }
+        (_, None) => {}
+    }
+    match (b.strategy, raw.sticky) {
+        (Strategy::Sticky, s) => {
+            let cookie = s
+                .and_then(|s| s.into_inner().cookie)
+                .map_or_else(|| DEFAULT_STICKY_COOKIE.to_string(), |c| c.0);
+            b.sticky = Some(StickyConfig { cookie });
+        }
+        (other, Some(s)) => {
+            return Err(ctx.at(
+                s.span(),
+                key("sticky"),
+                format!("sticky is only used with strategy = \"sticky\" (strategy is \"{other}\")"),
+            ))
+        }
+        (_, None) => {}
+    }
+
+    let backends_span = raw.backends.span();
+    let entries = raw.backends.into_inner();
+    if entries.is_empty() {
+        return Err(ctx.at(
+            backends_span,
+            key("backends"),
+            "backends must not be empty: list at least one \"IP:PORT\" or \"app:NAME\"",
+        ));
+    }
+    for (j, entry) in entries.into_iter().enumerate() {
+        let span = entry.span();
+        let entry = entry.into_inner();
+        let bkey = format!("balancer[{i}].backends[{j}]");
+        let backend = match entry.target {
+            Target::Addr(addr) => BackendRef::Addr {
+                addr,
+                weight: entry.weight.unwrap_or(1),
+                max_conns: entry.max_conns,
+            },
+            Target::App(name) => {
+                if entry.weight.is_some() || entry.max_conns.is_some() {
+                    let k = if entry.weight.is_some() {
+                        "weight"
+                    } else {
+                        "max_conns"
+                    };
+                    return Err(ctx.at(
+                        span,
+                        format!("{bkey}.{k}"),
+                        "weight and max_conns apply only to IP:PORT backends; an app's workers are equal (use the balancer's max_conns)",
+                    ));
+                }
+                if !apps.contains(&name) {
+                    let known = if apps.is_empty() {
+                        "no [[app]] is defined".to_string()
+                    } else {
+                        let mut names: Vec<&str> = apps.iter().map(String::as_str).collect();
+                        names.sort_unstable();
+                        format!("defined apps: {}", names.join(", "))
+                    };
+                    return Err(ctx.at(
+                        span,
+                        bkey,
+                        format!(
+                            "backend \"app:{name}\" refers to an app that does not exist ({known})"
+                        ),
+                    ));
+                }
+                BackendRef::App(name)
+            }
+            t @ (Target::Dns { .. } | Target::Etcd(_)) => {
+                let kind = if matches!(t, Target::Dns { .. }) {
+                    "dns"
+                } else {
+                    "etcd"
+                };
+                return Err(ctx.at(
+                    span,
+                    bkey,
+                    format!("backend \"{t}\": {kind}: backends are not supported yet; list IP:PORT addresses or app:NAME"),
+                ));
+            }
+        };
+        let same = |o: &BackendRef| match (o, &backend) {
+            (BackendRef::Addr { addr: a, .. }, BackendRef::Addr { addr: b, .. }) => a == b,
+            (BackendRef::App(a), BackendRef::App(b)) => a == b,
+            _ => false,
+        };
+        if let Some(first) = b.backends.iter().position(same) {
+            return Err(ctx.at(
+                span,
+                bkey,
+                format!(
+                    "duplicate backend (same as backends[{first}]); use weight to favour a backend"
+                ),
+            ));
+        }
+        b.backends.push(backend);
+    }
+
+    if let Some(r) = raw.retries {
+        b.retries = r.as_u32();
+    }
+    if let Some(m) = raw.max_conns {
+        b.max_conns = m.as_u32();
+    }
+    if let Some(q) = raw.queue {
+        if let Some(m) = q.max {
+            b.queue.max = m.as_usize();
+        }
+        if let Some(t) = q.timeout {
+            b.queue.timeout = t.0;
+        }
+    }
+    if let Some(t) = raw.timeouts {
+        let set = |slot: &mut Duration, v: Option<PosDur>| {
+            if let Some(v) = v {
+                *slot = v.0;
+            }
+        };
+        set(&mut b.timeouts.connect, t.connect);
+        set(&mut b.timeouts.header_read, t.header_read);
+        set(&mut b.timeouts.request, t.request);
+        set(&mut b.timeouts.idle, t.idle);
+    }
+    if let Some(h) = raw.health {
+        b.health = Some(validate_health(h, &key("health"), false, ctx)?);
+    }
+    if let Some(p) = raw.passive {
+        if let Some(f) = p.failures {
+            b.passive.failures = f.as_u32();
+        }
+        if let Some(e) = p.ejection {
+            b.passive.ejection = e.0;
+        }
+        if let Some(m) = p.max_ejection {
+            let span = m.span();
+            b.passive.max_ejection = m.into_inner().0;
+            if b.passive.max_ejection < b.passive.ejection {
+                return Err(ctx.at(
+                    span,
+                    key("passive.max_ejection"),
+                    format!(
+                        "max_ejection ({}) must not be below ejection ({})",
+                        humantime::format_duration(b.passive.max_ejection),
+                        humantime::format_duration(b.passive.ejection)
+                    ),
+                ));
+            }
+        } else {
+            // Only `ejection` was raised: lift the cap with it rather than erroring on a
+            // value the user never wrote.
+            b.passive.max_ejection = b.passive.max_ejection.max(b.passive.ejection);
+        }
+    }
+    if let Some(s) = raw.slow_start {
+        b.slow_start = s.0;
+    }
+    if let Some(l) = raw.limits {
+        if let Some(v) = l.max_header_bytes {
+            b.limits.max_header_bytes = v.as_usize();
+        }
+        if let Some(v) = l.max_uri_bytes {
+            b.limits.max_uri_bytes = v.as_usize();
+        }
+        if let Some(v) = l.max_headers {
+            b.limits.max_headers = v.as_usize();
+        }
+    }
+    if let Some(d) = raw.drain_timeout {
+        b.drain_timeout = d.0;
+    }
+    b.threads = raw.threads.map(Bounded::as_usize);
+    Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(text: &str) -> Config {
+        match parse(text, "t.toml") {
+            Ok(c) => c,
+            Err(e) => panic!("expected config to parse, got: {e}"),
+        }
+    }
+
+    fn err(text: &str) -> ConfigError {
+        match parse(text, "t.toml") {
+            Ok(c) => panic!("expected an error, got: {c:#?}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Asserts the error's position, key and a fragment of its message together, so a
+    /// failure shows the whole rendered error.
+    #[track_caller]
+    fn check(e: &ConfigError, line: usize, key: &str, msg_part: &str) {
+        let shown = e.to_string();
+        assert_eq!(e.file, "t.toml", "{shown}");
+        assert_eq!(e.line, Some(line), "{shown}");
+        assert!(e.column.is_some(), "{shown}");
+        assert_eq!(e.key, key, "{shown}");
+        assert!(e.message.contains(msg_part), "{shown}");
+        assert!(shown.starts_with(&format!("t.toml:{line}:")), "{shown}");
+    }
+
+    const MINIMAL: &str =
+        "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:9001\"]\n";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn design_example_parses() {
+        // The example from DESIGN.md, section Configuration, verbatim.
+        let c = ok(r#"
+[admin]
+listen = "127.0.0.1:9900"         # token required when not on loopback
+
+[[app]]                           # supervised processes (optional)
+name = "pi"
+command = ["node", "examples/pi-server.js"]
+workers = "auto"                  # one per core
+health = { path = "/health", interval = "2s", rise = 2, fall = 3 }
+
+[[balancer]]
+listen = "0.0.0.0:8000"
+strategy = "p2c"
+backends = ["app:pi"]             # or "127.0.0.1:9001", "dns:api.internal:80", "etcd:/drover/pools/web"
+retries = 2                       # only when the request never reached a backend, or is idempotent
+timeouts = { connect = "1s", request = "30s", idle = "60s" }
+"#);
+        let admin = c.admin.as_ref().unwrap();
+        assert_eq!(admin.listen, addr("127.0.0.1:9900"));
+        assert_eq!(admin.token, None);
+        assert_eq!(c.apps.len(), 1);
+        let app = &c.apps[0];
+        assert_eq!(app.name, "pi");
+        assert_eq!(app.command, ["node", "examples/pi-server.js"]);
+        assert_eq!(app.workers, Workers::Auto);
+        assert!(app.workers.resolve() >= 1);
+        assert_eq!(app.health, HealthCheckConfig::default_for_app());
+        let b = &c.balancers[0];
+        assert_eq!(b.name, "default");
+        assert_eq!(b.listen, addr("0.0.0.0:8000"));
+        assert_eq!(b.strategy, Strategy::P2c);
+        assert_eq!(b.backends, [BackendRef::App("pi".into())]);
+        assert_eq!(b.retries, 2);
+        assert_eq!(b.timeouts, TimeoutConfig::default());
+    }
+
+    #[test]
+    fn minimal_balancer_gets_every_default() {
+        let c = ok(MINIMAL);
+        assert!(c.admin.is_none());
+        assert!(c.apps.is_empty());
+        let expected = BalancerConfig::new(
+            "default",
+            addr("127.0.0.1:8000"),
+            vec![BackendRef::Addr {
+                addr: addr("127.0.0.1:9001"),
+                weight: 1,
+                max_conns: None,
+            }],
+        );
+        assert_eq!(c.balancers, std::slice::from_ref(&expected));
+        // Spot-check the documented defaults, so changing one is a deliberate act.
+        assert_eq!(expected.strategy, Strategy::P2c);
+        assert_eq!(expected.retries, 2);
+        assert_eq!(expected.max_conns, 0);
+        assert_eq!(expected.queue.max, 1024);
+        assert_eq!(expected.queue.timeout, Duration::from_secs(5));
+        assert_eq!(expected.timeouts.header_read, Duration::from_secs(10));
+        assert_eq!(expected.passive.failures, 5);
+        assert_eq!(expected.slow_start, Duration::from_secs(10));
+        assert_eq!(expected.limits.max_header_bytes, 16384);
+        assert_eq!(expected.drain_timeout, Duration::from_secs(30));
+        assert_eq!(expected.health, None);
+    }
+
+    #[test]
+    fn every_key_parses() {
+        let c = ok(r#"
+[admin]
+listen = "0.0.0.0:9900"
+token = "s3cret"
+
+[[app]]
+name = "api_v2"
+command = ["./server", "--port", "0"]
+workers = 4
+cwd = "/srv/api"
+env = { RUST_LOG = "info", "A.B" = "c" }
+health = { tcp = true, interval = "500ms", timeout = "250ms", rise = 1, fall = 5 }
+ready_timeout = "1m"
+stop_timeout = "3s"
+
+[[balancer]]
+name = "web"
+listen = "[::1]:8080"
+strategy = "hash"
+backends = [
+  "127.0.0.1:9001",
+  { address = "127.0.0.1:9002", weight = 3, max_conns = 10 },
+  "app:api_v2",
+]
+retries = 0
+max_conns = 100
+queue = { max = 0, timeout = "100ms" }
+timeouts = { connect = "250ms", header_read = "5s", request = "2m", idle = "90s" }
+health = { path = "/ready", expect = "200-299", interval = "3s", timeout = "2s", rise = 3, fall = 2 }
+passive = { failures = 0, ejection = "1s", max_ejection = "10s" }
+slow_start = "0s"
+hash = { key = "header:X-User" }
+limits = { max_header_bytes = 32768, max_uri_bytes = 4096, max_headers = 50 }
+drain_timeout = "0s"
+threads = 2
+
+[[balancer]]
+listen = "127.0.0.1:8081"
+strategy = "sticky"
+backends = ["app:api_v2"]
+sticky = { cookie = "sid" }
+"#);
+        assert_eq!(c.admin.as_ref().unwrap().token.as_deref(), Some("s3cret"));
+        let app = &c.apps[0];
+        assert_eq!(app.workers, Workers::Count(4));
+        assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/api")));
+        assert_eq!(app.env.get("A.B").map(String::as_str), Some("c"));
+        assert_eq!(app.health.kind, HealthCheckKind::Tcp);
+        assert_eq!(app.health.interval, Duration::from_millis(500));
+        assert_eq!((app.health.rise, app.health.fall), (1, 5));
+        assert_eq!(app.ready_timeout, Duration::from_secs(60));
+        assert_eq!(app.stop_timeout, Duration::from_secs(3));
+
+        let b = &c.balancers[0];
+        assert_eq!(b.name, "web");
+        assert_eq!(b.listen, addr("[::1]:8080"));
+        assert_eq!(
+            b.backends,
+            [
+                BackendRef::Addr {
+                    addr: addr("127.0.0.1:9001"),
+                    weight: 1,
+                    max_conns: None
+                },
+                BackendRef::Addr {
+                    addr: addr("127.0.0.1:9002"),
+                    weight: 3,
+                    max_conns: Some(10)
+                },
+                BackendRef::App("api_v2".into()),
+            ]
+        );
+        assert_eq!((b.retries, b.max_conns), (0, 100));
+        assert_eq!(
+            b.queue,
+            QueueConfig {
+                max: 0,
+                timeout: Duration::from_millis(100)
+            }
+        );
+        assert_eq!(b.timeouts.request, Duration::from_secs(120));
+        assert_eq!(
+            b.health,
+            Some(HealthCheckConfig {
+                kind: HealthCheckKind::Http {
+                    path: "/ready".into(),
+                    expect: (200, 299)
+                },
+                interval: Duration::from_secs(3),
+                timeout: Duration::from_secs(2),
+                rise: 3,
+                fall: 2,
+            })
+        );
+        assert_eq!(
+            b.passive,
+            PassiveConfig {
+                failures: 0,
+                ejection: Duration::from_secs(1),
+                max_ejection: Duration::from_secs(10)
+            }
+        );
+        assert_eq!(b.slow_start, Duration::ZERO);
+        assert_eq!(b.hash, Some(HashKey::Header("x-user".into())));
+        assert_eq!(b.sticky, None);
+        assert_eq!(b.limits.max_headers, 50);
+        assert_eq!(b.drain_timeout, Duration::ZERO);
+        assert_eq!(b.threads, Some(2));
+
+        let s = &c.balancers[1];
+        assert_eq!(s.name, "balancer-1");
+        assert_eq!(
+            s.sticky,
+            Some(StickyConfig {
+                cookie: "sid".into()
+            })
+        );
+        assert_eq!(s.hash, None);
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_the_valid_ones() {
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackend = [\"127.0.0.1:1\"]\n");
+        check(&e, 3, "balancer[0].backend", "unknown key `backend`");
+        assert!(e.message.contains("`backends`"), "{e}");
+        assert_eq!(e.column, Some(1));
+
+        let e = err("[server]\nport = 1\n");
+        check(
+            &e,
+            1,
+            "server",
+            "expected one of `admin`, `app`, `balancer`",
+        );
+
+        let e = err(&format!("{MINIMAL}timeouts = {{ conect = \"1s\" }}\n"));
+        check(&e, 4, "balancer[0].timeouts.conect", "`connect`");
+
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [{ address = \"127.0.0.1:1\", wieght = 2 }]\n");
+        check(&e, 3, "balancer[0].backends[0].wieght", "`weight`");
+
+        let e =
+            err("[[app]]\nname = \"a\"\ncommand = [\"x\"]\nhealth = { path = \"/h\", rize = 2 }\n");
+        check(&e, 4, "app[0].health.rize", "`rise`");
+    }
+
+    #[test]
+    fn bad_duration_names_key_and_value() {
+        let text = format!("{MINIMAL}\n[balancer.timeouts]\nconnect = \"1 sec\"\nidle = \"10x\"\n");
+        let e = err(&text);
+        check(
+            &e,
+            7,
+            "balancer[0].timeouts.idle",
+            "invalid duration \"10x\"",
+        );
+        assert_eq!(e.column, Some(8));
+
+        let e = err(&format!("{MINIMAL}drain_timeout = 30\n"));
+        check(&e, 4, "balancer[0].drain_timeout", "\"30s\"");
+
+        let e = err(&format!("{MINIMAL}timeouts = {{ connect = \"0s\" }}\n"));
+        check(&e, 4, "balancer[0].timeouts.connect", "greater than 0");
+    }
+
+    #[test]
+    fn bad_listen_address() {
+        let e = err("[[balancer]]\nlisten = \"8000\"\nbackends = [\"127.0.0.1:1\"]\n");
+        check(&e, 2, "balancer[0].listen", "invalid address \"8000\"");
+        assert_eq!(e.column, Some(10));
+        let e = err("[[balancer]]\nlisten = \"localhost:8000\"\nbackends = [\"127.0.0.1:1\"]\n");
+        check(&e, 2, "balancer[0].listen", "host names are not resolved");
+        let e = err("[[balancer]]\nlisten = 8000\nbackends = [\"127.0.0.1:1\"]\n");
+        check(&e, 2, "balancer[0].listen", "expected a string");
+    }
+
+    #[test]
+    fn missing_required_keys_are_named() {
+        let e = err("[[balancer]]\nbackends = [\"127.0.0.1:1\"]\n");
+        check(&e, 1, "balancer[0].listen", "required key is missing");
+        let e = err(&format!(
+            "{MINIMAL}[[balancer]]\nlisten = \"127.0.0.1:8001\"\n"
+        ));
+        check(&e, 4, "balancer[1].backends", "required key is missing");
+        let e = err("[[app]]\ncommand = [\"x\"]\n");
+        check(&e, 1, "app[0].name", "required key is missing");
+    }
+
+    #[test]
+    fn unknown_strategy_lists_the_known_ones() {
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nstrategy = \"fastest\"\nbackends = [\"127.0.0.1:1\"]\n");
+        assert_eq!(
+            e.to_string(),
+            "t.toml:3:12: balancer[0].strategy: unknown strategy \"fastest\": expected one of \
+             round-robin, weighted, least-conn, random, p2c, peak-ewma, hash, sticky"
+        );
+    }
+
+    #[test]
+    fn every_strategy_name_is_accepted() {
+        for s in Strategy::ALL {
+            let extra = match s.name() {
+                "hash" => "hash = { key = \"client-ip\" }\n",
+                _ => "",
+            };
+            let c = ok(&format!("{MINIMAL}strategy = \"{s}\"\n{extra}"));
+            assert_eq!(c.balancers[0].strategy, s);
+        }
+    }
+
+    #[test]
+    fn hash_key_required_with_hash_and_only_with_hash() {
+        let e = err(&format!("{MINIMAL}strategy = \"hash\"\n"));
+        check(&e, 4, "balancer[0].hash", "needs a hash key");
+
+        let e = err(&format!("{MINIMAL}hash = {{ key = \"path\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].hash",
+            "only used with strategy = \"hash\"",
+        );
+
+        let e = err(&format!(
+            "{MINIMAL}strategy = \"hash\"\nhash = {{ key = \"query:x\" }}\n"
+        ));
+        check(
+            &e,
+            5,
+            "balancer[0].hash.key",
+            "invalid hash key \"query:x\"",
+        );
+
+        let e = err(&format!(
+            "{MINIMAL}strategy = \"hash\"\nhash = {{ key = \"header:\" }}\n"
+        ));
+        check(&e, 5, "balancer[0].hash.key", "not a valid header name");
+
+        for (text, want) in [
+            ("cookie:sid", HashKey::Cookie("sid".into())),
+            ("client-ip", HashKey::ClientIp),
+            ("path", HashKey::Path),
+        ] {
+            let c = ok(&format!(
+                "{MINIMAL}strategy = \"hash\"\nhash = {{ key = \"{text}\" }}\n"
+            ));
+            assert_eq!(c.balancers[0].hash, Some(want));
+        }
+    }
+
+    #[test]
+    fn sticky_defaults_its_cookie_and_is_refused_elsewhere() {
+        let c = ok(&format!("{MINIMAL}strategy = \"sticky\"\n"));
+        assert_eq!(
+            c.balancers[0].sticky,
+            Some(StickyConfig {
+                cookie: "drover_sticky".into()
+            })
+        );
+        let e = err(&format!("{MINIMAL}sticky = {{ cookie = \"s\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].sticky",
+            "only used with strategy = \"sticky\"",
+        );
+        let e = err(&format!(
+            "{MINIMAL}strategy = \"sticky\"\nsticky = {{ cookie = \"a b\" }}\n"
+        ));
+        check(&e, 5, "balancer[0].sticky.cookie", "invalid cookie name");
+    }
+
+    #[test]
+    fn app_backend_must_name_a_defined_app() {
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:1\", \"app:nope\"]\n");
+        check(&e, 3, "balancer[0].backends[1]", "app:nope");
+        assert!(e.message.contains("no [[app]] is defined"), "{e}");
+
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\n[[app]]\nname = \"web\"\ncommand = [\"y\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:api\"]\n");
+        check(&e, 10, "balancer[0].backends[0]", "defined apps: pi, web");
+
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:Bad\"]\n");
+        check(&e, 3, "balancer[0].backends[0]", "[a-z0-9_-]+");
+    }
+
+    #[test]
+    fn retries_and_other_numbers_out_of_range() {
+        let e = err(&format!("{MINIMAL}retries = 11\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].retries",
+            "11 is out of range: expected 0..=10",
+        );
+        let e = err(&format!("{MINIMAL}retries = -1\n"));
+        check(&e, 4, "balancer[0].retries", "expected 0..=10");
+        let e = err(&format!("{MINIMAL}retries = \"2\"\n"));
+        check(&e, 4, "balancer[0].retries", "an integer in 0..=10");
+        let e = err(&format!("{MINIMAL}limits = {{ max_headers = 0 }}\n"));
+        check(&e, 4, "balancer[0].limits.max_headers", "1..=1000");
+        let e = err(&format!("{MINIMAL}threads = 0\n"));
+        check(&e, 4, "balancer[0].threads", "1..=1024");
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [{ address = \"127.0.0.1:1\", weight = 0 }]\n");
+        check(&e, 3, "balancer[0].backends[0].weight", "1..=1000");
+    }
+
+    #[test]
+    fn dns_and_etcd_backends_parse_but_are_not_supported_yet() {
+        let e = err(
+            "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"dns:api.internal:80\"]\n",
+        );
+        check(
+            &e,
+            3,
+            "balancer[0].backends[0]",
+            "dns: backends are not supported yet",
+        );
+        let e = err(
+            "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"etcd:/drover/pools/web\"]\n",
+        );
+        check(
+            &e,
+            3,
+            "balancer[0].backends[0]",
+            "etcd: backends are not supported yet",
+        );
+        // Malformed ones are syntax errors, reported as such.
+        let e =
+            err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"dns:api.internal\"]\n");
+        check(
+            &e,
+            3,
+            "balancer[0].backends[0]",
+            "expected \"dns:HOST:PORT\"",
+        );
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"etcd:pools\"]\n");
+        check(
+            &e,
+            3,
+            "balancer[0].backends[0]",
+            "expected \"etcd:/PREFIX\"",
+        );
+        assert_eq!(
+            parse_target("dns:api.internal:80"),
+            Ok(Target::Dns {
+                host: "api.internal".into(),
+                port: 80
+            })
+        );
+        assert_eq!(parse_target("etcd:/a/b"), Ok(Target::Etcd("/a/b".into())));
+    }
+
+    #[test]
+    fn malformed_backends() {
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"localhost:9001\"]\n");
+        check(&e, 3, "balancer[0].backends[0]", "dns:HOST:PORT");
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = []\n");
+        check(&e, 3, "balancer[0].backends", "must not be empty");
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [1]\n");
+        check(&e, 3, "balancer[0].backends[0]", "a backend string");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [{ address = \"app:pi\", weight = 2 }]\n");
+        check(
+            &e,
+            6,
+            "balancer[0].backends[0].weight",
+            "only to IP:PORT backends",
+        );
+    }
+
+    #[test]
+    fn duplicate_backends() {
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:1\",\n  { address = \"127.0.0.1:1\", weight = 2 }]\n");
+        check(
+            &e,
+            4,
+            "balancer[0].backends[1]",
+            "duplicate backend (same as backends[0])",
+        );
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:pi\", \"app:pi\"]\n");
+        check(&e, 6, "balancer[0].backends[1]", "duplicate backend");
+    }
+
+    #[test]
+    fn listen_addresses_must_not_clash() {
+        let two = |a: &str, b: &str| {
+            format!("[[balancer]]\nlisten = \"{a}\"\nbackends = [\"127.0.0.1:1\"]\n[[balancer]]\nlisten = \"{b}\"\nbackends = [\"127.0.0.1:1\"]\n")
+        };
+        let e = err(&two("127.0.0.1:8000", "127.0.0.1:8000"));
+        check(
+            &e,
+            5,
+            "balancer[1].listen",
+            "already used by balancer[0].listen",
+        );
+        let e = err(&two("127.0.0.1:8000", "0.0.0.0:8000"));
+        check(&e, 5, "balancer[1].listen", "already used");
+        let e = err(
+            &format!("[admin]\nlisten = \"127.0.0.1:9900\"\n{MINIMAL}").replace("8000", "9900")
+        );
+        check(&e, 4, "balancer[0].listen", "already used by admin.listen");
+        // Different ports, different IPs, and ephemeral ports are all fine.
+        let c = ok(&two("127.0.0.1:8000", "127.0.0.1:8001"));
+        assert_eq!(c.balancers[1].name, "balancer-1");
+        ok(&two("127.0.0.1:8000", "127.0.0.2:8000"));
+        ok(&two("127.0.0.1:0", "127.0.0.1:0"));
+    }
+
+    #[test]
+    fn balancer_names_are_unique_and_valid() {
+        let text = format!("{MINIMAL}name = \"web\"\n[[balancer]]\nname = \"web\"\nlisten = \"127.0.0.1:8001\"\nbackends = [\"127.0.0.1:1\"]\n");
+        let e = err(&text);
+        check(&e, 6, "balancer[1].name", "duplicate balancer name \"web\"");
+        let e = err(&format!("{MINIMAL}name = \"Web Server\"\n"));
+        check(&e, 4, "balancer[0].name", "a-z, 0-9");
+        // An explicit name may collide with a generated one.
+        let text = format!("{MINIMAL}name = \"balancer-1\"\n[[balancer]]\nlisten = \"127.0.0.1:8001\"\nbackends = [\"127.0.0.1:1\"]\n");
+        let e = err(&text);
+        check(
+            &e,
+            5,
+            "balancer[1]",
+            "duplicate balancer name \"balancer-1\"",
+        );
+    }
+
+    #[test]
+    fn app_checks() {
+        let e = err("[[app]]\nname = \"Pi\"\ncommand = [\"x\"]\n");
+        check(&e, 2, "app[0].name", "invalid app name \"Pi\"");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\n[[app]]\nname = \"pi\"\ncommand = [\"y\"]\n");
+        check(&e, 5, "app[1].name", "duplicate app name \"pi\"");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = []\n");
+        check(&e, 3, "app[0].command", "must not be empty");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"\"]\n");
+        check(&e, 3, "app[0].command", "command[0]");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = \"node app.js\"\n");
+        check(&e, 3, "app[0].command", "expected a sequence");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nworkers = 0\n");
+        check(&e, 4, "app[0].workers", "1..=1024 or \"auto\"");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nworkers = \"many\"\n");
+        check(&e, 4, "app[0].workers", "invalid workers \"many\"");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nenv = { PORT = 8080 }\n");
+        check(&e, 4, "app[0].env.PORT", "expected a string");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nenv = { \"A=B\" = \"1\" }\n");
+        check(&e, 4, "app[0].env", "invalid environment variable \"A=B\"");
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nready_timeout = \"soon\"\n");
+        check(&e, 4, "app[0].ready_timeout", "invalid duration \"soon\"");
+        // An app alone is a valid config: drover just supervises it.
+        let c = ok("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\n");
+        assert_eq!(c.apps[0], AppConfig::new("pi", vec!["x".into()]));
+    }
+
+    #[test]
+    fn health_checks() {
+        let app = |h: &str| format!("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nhealth = {h}\n");
+        let c = ok(&app("{ expect = 204 }"));
+        assert_eq!(
+            c.apps[0].health.kind,
+            HealthCheckKind::Http {
+                path: "/health".into(),
+                expect: (204, 204)
+            }
+        );
+        let c = ok(&app("{ path = \"/up\", expect = \"200\" }"));
+        assert_eq!(
+            c.apps[0].health.kind,
+            HealthCheckKind::Http {
+                path: "/up".into(),
+                expect: (200, 200)
+            }
+        );
+        let e = err(&app("{ path = \"/up\", tcp = true }"));
+        check(&e, 4, "app[0].health.tcp", "not both");
+        let e = err(&app("{ tcp = true, expect = 200 }"));
+        check(&e, 4, "app[0].health.expect", "only to HTTP checks");
+        let e = err(&app("{ path = \"health\" }"));
+        check(&e, 4, "app[0].health.path", "absolute path");
+        let e = err(&app("{ expect = \"399-200\" }"));
+        check(&e, 4, "app[0].health.expect", "399 is above 200");
+        let e = err(&app("{ expect = 700 }"));
+        check(&e, 4, "app[0].health.expect", "100..=599");
+        let e = err(&app("{ expect = \"2xx\" }"));
+        check(&e, 4, "app[0].health.expect", "invalid expect \"2xx\"");
+        let e = err(&app("{ rise = 0 }"));
+        check(&e, 4, "app[0].health.rise", "1..=100");
+
+        // A balancer's backends may not serve /health, so it must choose.
+        let e = err(&format!("{MINIMAL}health = {{ interval = \"1s\" }}\n"));
+        check(&e, 4, "balancer[0].health", "tcp = true");
+        let c = ok(&format!("{MINIMAL}health = {{ tcp = true }}\n"));
+        assert_eq!(
+            c.balancers[0].health.as_ref().unwrap().kind,
+            HealthCheckKind::Tcp
+        );
+    }
+
+    #[test]
+    fn passive_ejection_bounds() {
+        let e = err(&format!(
+            "{MINIMAL}passive = {{ ejection = \"5s\", max_ejection = \"1s\" }}\n"
+        ));
+        check(
+            &e,
+            4,
+            "balancer[0].passive.max_ejection",
+            "must not be below ejection (5s)",
+        );
+        // Raising only `ejection` past the default cap lifts the cap instead of erroring.
+        let c = ok(&format!("{MINIMAL}passive = {{ ejection = \"2m\" }}\n"));
+        assert_eq!(
+            c.balancers[0].passive.max_ejection,
+            Duration::from_secs(120)
+        );
+    }
+
+    #[test]
+    fn admin_token_required_off_loopback() {
+        let e = err(&format!("[admin]\nlisten = \"0.0.0.0:9900\"\n{MINIMAL}"));
+        check(&e, 2, "admin.token", "not a loopback address");
+        let e = err(&format!(
+            "[admin]\nlisten = \"[::1]:9900\"\ntoken = \" \"\n{MINIMAL}"
+        ));
+        check(&e, 3, "admin.token", "must not be empty");
+        let c = ok(&format!("[admin]\nlisten = \"[::1]:9900\"\n{MINIMAL}"));
+        assert_eq!(c.admin.unwrap().listen, addr("[::1]:9900"));
+        let c = ok(&format!("[admin]\n{MINIMAL}"));
+        assert_eq!(c.admin.unwrap().listen, addr("127.0.0.1:9900"));
+    }
+
+    #[test]
+    fn empty_config_is_an_error_without_position() {
+        let e = err("# nothing here\n");
+        assert_eq!(e.line, None);
+        assert_eq!(
+            e.to_string(),
+            "t.toml: nothing to run: add at least one [[balancer]] or [[app]]"
+        );
+        let e = err("[admin]\n");
+        assert!(e.message.contains("nothing to run"), "{e}");
+    }
+
+    #[test]
+    fn single_bracket_table_gets_a_hint() {
+        let e = err("[balancer]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:1\"]\n");
+        assert_eq!(e.key, "balancer", "{e}");
+        assert!(e.message.contains("[[balancer]]"), "{e}");
+        assert_eq!(e.line, Some(1), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_have_a_position() {
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\nbackends = []\n");
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(!e.message.contains('\n'), "{e}");
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nlisten = \"127.0.0.1:8001\"\n");
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("duplicate key"), "{e}");
+    }
+
+    #[test]
+    fn line_and_column_count_characters() {
+        assert_eq!(line_col("abc", 0), (1, 1));
+        assert_eq!(line_col("a\nbc", 3), (2, 2));
+        assert_eq!(line_col("é\néé", 5), (2, 2));
+        assert_eq!(line_col("ab", 99), (1, 3));
+        // Column counts characters, so a multibyte name shifts it by one, not two.
+        let e = err("# é\n[[balancer]]\nlisten = \"x\"\n");
+        assert_eq!((e.line, e.column), (Some(3), Some(10)), "{e}");
+    }
+
+    #[test]
+    fn display_omits_unknown_parts() {
+        let mut e = ConfigError {
+            file: "f.toml".into(),
+            line: Some(7),
+            column: Some(12),
+            key: "a.b".into(),
+            message: "bad".into(),
+        };
+        assert_eq!(e.to_string(), "f.toml:7:12: a.b: bad");
+        e.key.clear();
+        assert_eq!(e.to_string(), "f.toml:7:12: bad");
+        e.line = None;
+        e.column = None;
+        assert_eq!(e.to_string(), "f.toml: bad");
+    }
+
+    #[test]
+    fn quoted_keys_are_quoted_in_paths() {
+        let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nenv = { \"MY.VAR\" = 1 }\n");
+        assert_eq!(e.key, "app[0].env.\"MY.VAR\"", "{e}");
+    }
+
+    #[test]
+    fn load_reads_files_and_names_them() {
+        let dir = std::env::temp_dir().join(format!("drover-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, MINIMAL).unwrap();
+        assert_eq!(load(&good).unwrap().balancers.len(), 1);
+
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, format!("{MINIMAL}retries = 99\n")).unwrap();
+        let e = load(&bad).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}:4:11: balancer[0].retries: ", bad.display())),
+            "{e}"
+        );
+
+        let missing = dir.join("missing.toml");
+        let e = load(&missing).unwrap_err();
+        assert_eq!(e.file, missing.display().to_string());
+        assert!(e.message.contains("cannot read config file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,73 @@
+//! drover: a load balancer and process supervisor in one binary.
+
+mod cli;
+mod config;
+mod plan;
+mod run;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Proxy(args) => proxy(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
+    let balancers = match &args.config {
+        Some(path) => {
+            let cfg = config::load(path).map_err(|e| e.to_string())?;
+            if !cfg.apps.is_empty() {
+                return Err(format!(
+                    "{}: [[app]] tables describe supervised workers, which `drover proxy` does not run",
+                    path.display()
+                ));
+            }
+            cfg.balancers
+        }
+        None => vec![plan::BalancerPlan::config_from_args(&args)?],
+    };
+    if balancers.is_empty() {
+        return Err("nothing to run: the config has no [[balancer]]".into());
+    }
+    let plans = balancers
+        .iter()
+        .map(plan::BalancerPlan::from_config)
+        .collect::<Result<Vec<_>, _>>()?;
+    control_runtime()?.block_on(async move {
+        let mut running = Vec::new();
+        for plan in plans {
+            running.push(run::start(plan)?);
+        }
+        run::serve_until_signal(running).await
+    })
+}
+
+/// The control plane (signals, health checks) runs on its own small event loop, apart
+/// from the serving threads.
+fn control_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the event loop: {e}"))
+}

@@ -1,0 +1,230 @@
+//! A balancer to start, whether it came from flags or from a drover.toml.
+
+use crate::cli::ProxyArgs;
+use crate::config::{self, BackendRef};
+use drover_balance::Strategy;
+use drover_proxy::{HashKey, Limits, ProxyOptions, QueueOptions, Timeouts};
+use drover_registry::{CheckKind, HealthCheck, PassivePolicy, PoolOptions, StatusRange};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Everything needed to start one balancer.
+#[derive(Debug, Clone)]
+pub struct BalancerPlan {
+    pub proxy: ProxyOptions,
+    pub pool: PoolOptions,
+    pub strategy: Strategy,
+    /// Backend addresses with weights.
+    pub backends: Vec<(SocketAddr, u32)>,
+    /// Per-backend concurrency limits that differ from the pool's.
+    pub max_conns: Vec<(SocketAddr, u32)>,
+    pub health: Option<HealthCheck>,
+    pub drain_timeout: Duration,
+}
+
+/// `header:NAME`, `cookie:NAME`, `client-ip` or `path`.
+pub fn parse_hash_key(s: &str) -> Result<HashKey, String> {
+    let named = |kind: &str, name: &str| {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+            Err(format!("{kind}: needs a name, as in {kind}:x-user-id"))
+        } else {
+            Ok(name.to_owned())
+        }
+    };
+    match s.split_once(':') {
+        Some(("header", name)) => named("header", name).map(HashKey::Header),
+        Some(("cookie", name)) => named("cookie", name).map(HashKey::Cookie),
+        None if s == "client-ip" => Ok(HashKey::ClientIp),
+        None if s == "path" => Ok(HashKey::Path),
+        _ => Err(format!(
+            "unknown hash key {s:?}: expected header:NAME, cookie:NAME, client-ip or path"
+        )),
+    }
+}
+
+impl BalancerPlan {
+    /// The balancer the `proxy` flags describe, as a config entry so flags and files
+    /// share one validation and one translation.
+    pub fn config_from_args(a: &ProxyArgs) -> Result<config::BalancerConfig, String> {
+        let listen = a.listen.ok_or("--listen is required without --config")?;
+        if a.backend.is_empty() {
+            return Err("at least one --backend is required".into());
+        }
+        if a.strategy == Strategy::Hash && a.hash_key.is_none() {
+            return Err(
+                "--strategy hash needs --hash-key (header:NAME, cookie:NAME, client-ip or path)"
+                    .into(),
+            );
+        }
+        if a.hash_key.is_some() && a.strategy != Strategy::Hash {
+            return Err("--hash-key only applies to --strategy hash".into());
+        }
+        let mut backends = Vec::new();
+        for (i, b) in a.backend.iter().enumerate() {
+            if a.backend[..i].contains(b) {
+                return Err(format!("--backend {b} is given twice"));
+            }
+            backends.push(BackendRef::Addr {
+                addr: *b,
+                weight: 1,
+                max_conns: None,
+            });
+        }
+        let mut b = config::BalancerConfig::new("default", listen, backends);
+        b.strategy = a.strategy;
+        b.retries = a.retries;
+        b.max_conns = a.max_conns;
+        b.queue = config::QueueConfig {
+            max: a.queue_max,
+            timeout: a.queue_timeout,
+        };
+        b.timeouts = config::TimeoutConfig {
+            connect: a.connect_timeout,
+            header_read: a.header_timeout,
+            request: a.request_timeout,
+            idle: a.idle_timeout,
+        };
+        if a.health_tcp || a.health_path.is_some() {
+            b.health = Some(config::HealthCheckConfig {
+                kind: match &a.health_path {
+                    Some(path) => config::HealthCheckKind::Http {
+                        path: path.clone(),
+                        expect: (200, 399),
+                    },
+                    None => config::HealthCheckKind::Tcp,
+                },
+                interval: a.health_interval,
+                timeout: a.health_timeout,
+                rise: a.rise,
+                fall: a.fall,
+            });
+        }
+        b.slow_start = a.slow_start;
+        b.hash = a.hash_key.as_ref().map(|k| match k {
+            HashKey::Header(n) => config::HashKey::Header(n.clone()),
+            HashKey::Cookie(n) => config::HashKey::Cookie(n.clone()),
+            HashKey::ClientIp => config::HashKey::ClientIp,
+            HashKey::Path => config::HashKey::Path,
+        });
+        b.sticky = (a.strategy == Strategy::Sticky).then(|| config::StickyConfig {
+            cookie: a.sticky_cookie.clone(),
+        });
+        b.drain_timeout = a.drain_timeout;
+        b.threads = Some(a.threads);
+        Ok(b)
+    }
+
+    /// Translates a validated config entry into the parts that run it.
+    pub fn from_config(b: &config::BalancerConfig) -> Result<BalancerPlan, String> {
+        let mut backends = Vec::new();
+        let mut max_conns = Vec::new();
+        for backend in &b.backends {
+            match backend {
+                BackendRef::Addr {
+                    addr,
+                    weight,
+                    max_conns: own,
+                } => {
+                    backends.push((*addr, *weight));
+                    if let Some(m) = own {
+                        max_conns.push((*addr, *m));
+                    }
+                }
+                BackendRef::App(name) => {
+                    return Err(format!(
+                        "balancer {:?}: backend app:{name} needs a supervisor, which `drover proxy` does not run",
+                        b.name
+                    ))
+                }
+            }
+        }
+        let health = b.health.as_ref().map(|h| HealthCheck {
+            kind: match &h.kind {
+                config::HealthCheckKind::Http { path, expect } => CheckKind::Http {
+                    path: path.clone(),
+                    expect: StatusRange::new(expect.0, expect.1),
+                },
+                config::HealthCheckKind::Tcp => CheckKind::Tcp,
+            },
+            interval: h.interval,
+            timeout: h.timeout,
+            rise: h.rise,
+            fall: h.fall,
+        });
+        if let Some(h) = &health {
+            h.validate()
+                .map_err(|e| format!("balancer {:?}: health: {e}", b.name))?;
+        }
+        let passive = PassivePolicy {
+            connect_failures: if b.passive.failures == 0 { 0 } else { 1 },
+            consecutive_5xx: b.passive.failures,
+            base_ejection: b.passive.ejection,
+            max_ejection: b.passive.max_ejection,
+            slow_start: b.slow_start,
+            ..PassivePolicy::default()
+        };
+        Ok(BalancerPlan {
+            proxy: ProxyOptions {
+                name: b.name.clone(),
+                listen: b.listen,
+                threads: b.threads.unwrap_or_else(default_threads),
+                retries: b.retries,
+                timeouts: Timeouts {
+                    connect: b.timeouts.connect,
+                    header_read: b.timeouts.header_read,
+                    request: b.timeouts.request,
+                    idle: b.timeouts.idle,
+                },
+                limits: Limits {
+                    max_header_bytes: b.limits.max_header_bytes,
+                    max_uri_bytes: b.limits.max_uri_bytes,
+                    max_headers: b.limits.max_headers,
+                },
+                queue: QueueOptions {
+                    max: b.queue.max,
+                    timeout: b.queue.timeout,
+                },
+                hash_key: b.hash.as_ref().map(|k| match k {
+                    config::HashKey::Header(n) => HashKey::Header(n.clone()),
+                    config::HashKey::Cookie(n) => HashKey::Cookie(n.clone()),
+                    config::HashKey::ClientIp => HashKey::ClientIp,
+                    config::HashKey::Path => HashKey::Path,
+                }),
+                sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),
+                ..ProxyOptions::default()
+            },
+            pool: PoolOptions {
+                slow_start: b.slow_start,
+                max_conns: b.max_conns,
+                initially_unhealthy: false,
+                passive,
+            },
+            strategy: b.strategy,
+            backends,
+            max_conns,
+            health,
+            drain_timeout: b.drain_timeout,
+        })
+    }
+}
+
+/// One serving thread per core, as nginx's `worker_processes auto`.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_keys() {
+        assert_eq!(parse_hash_key("header:x-user"), Ok(HashKey::Header("x-user".into())));
+        assert_eq!(parse_hash_key("cookie:sid"), Ok(HashKey::Cookie("sid".into())));
+        assert_eq!(parse_hash_key("client-ip"), Ok(HashKey::ClientIp));
+        assert_eq!(parse_hash_key("path"), Ok(HashKey::Path));
+        for bad in ["header:", "cookie", "ip", "header:a b", ""] {
+            assert!(parse_hash_key(bad).is_err(), "{bad}");
+        }
+    }
+}

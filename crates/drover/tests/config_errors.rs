@@ -1,0 +1,172 @@
+//! End-to-end config errors: `drover proxy --config FILE` must refuse a bad file with
+//! exit code 2 and an `error: FILE:LINE:COL: KEY: message` line on stderr, before it
+//! binds anything. Finer-grained cases live in the unit tests of `src/config.rs`; these
+//! check that the binary surfaces the loader's errors unchanged.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A scratch directory unique to this test process and case, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(case: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "drover-config-errors-{}-{case}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stderr: String,
+}
+
+/// Runs `drover proxy --config <dir>/<file_name>` on `text` and returns its exit code and
+/// stderr. A valid config would make drover serve forever, so the run is killed after a
+/// deadline rather than hanging the test suite.
+fn run_with_config(case: &str, file_name: &str, text: Option<&str>) -> Outcome {
+    let scratch = Scratch::new(case);
+    let path = scratch.0.join(file_name);
+    if let Some(text) = text {
+        std::fs::write(&path, text).expect("write config");
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("proxy")
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().expect("wait for drover").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("drover did not exit on an invalid config ({case}); it must refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collect drover output");
+    Outcome {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Asserts exit code 2 and an error naming `file_name:line` and every one of `needles`.
+#[track_caller]
+fn assert_config_error(case: &str, text: &str, line: usize, needles: &[&str]) {
+    let file_name = format!("{case}.toml");
+    let out = run_with_config(case, &file_name, Some(text));
+    let stderr = &out.stderr;
+    assert_eq!(out.code, Some(2), "exit code for {case}; stderr:\n{stderr}");
+    assert!(stderr.contains("error: "), "{case}: stderr:\n{stderr}");
+    let at = format!("{file_name}:{line}:");
+    assert!(
+        stderr.contains(&at),
+        "{case}: expected {at:?} in stderr:\n{stderr}"
+    );
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "{case}: expected {needle:?} in stderr:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn unknown_key() {
+    assert_config_error(
+        "unknown-key",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackend = [\"127.0.0.1:9001\"]\n",
+        3,
+        &["balancer[0].backend", "unknown key", "backends"],
+    );
+}
+
+#[test]
+fn bad_duration() {
+    assert_config_error(
+        "bad-duration",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\ntimeouts = { connect = \"fast\" }\n",
+        4,
+        &["balancer[0].timeouts.connect", "\"fast\""],
+    );
+}
+
+#[test]
+fn bad_listen_address() {
+    assert_config_error(
+        "bad-listen",
+        "[[balancer]]\nlisten = \"localhost\"\nbackends = [\"127.0.0.1:9001\"]\n",
+        2,
+        &["balancer[0].listen", "\"localhost\""],
+    );
+}
+
+#[test]
+fn unknown_strategy() {
+    assert_config_error(
+        "unknown-strategy",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nstrategy = \"fastest\"\nbackends = [\"127.0.0.1:9001\"]\n",
+        3,
+        &["balancer[0].strategy", "\"fastest\"", "round-robin", "p2c"],
+    );
+}
+
+#[test]
+fn missing_hash_key() {
+    assert_config_error(
+        "missing-hash",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nstrategy = \"hash\"\n",
+        4,
+        &["balancer[0].hash"],
+    );
+}
+
+#[test]
+fn app_backend_without_app() {
+    assert_config_error(
+        "missing-app",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:nope\"]\n",
+        3,
+        &["balancer[0].backends[0]", "app:nope"],
+    );
+}
+
+#[test]
+fn retries_out_of_range() {
+    assert_config_error(
+        "retries-range",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nretries = 11\n",
+        4,
+        &["balancer[0].retries", "0..=10"],
+    );
+}
+
+#[test]
+fn missing_file_is_a_config_error() {
+    let out = run_with_config("missing-file", "does-not-exist.toml", None);
+    assert_eq!(out.code, Some(2), "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("does-not-exist.toml"),
+        "stderr:\n{}",
+        out.stderr
+    );
+}
