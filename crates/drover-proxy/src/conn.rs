@@ -168,7 +168,7 @@ impl Conn {
         let shared = Arc::clone(&self.worker.shared);
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
-        let mut attempt = 0;
+        let mut last_failure = None;
         let failure = loop {
             let set = shared.pool.load_full();
             let ctx = PickContext {
@@ -181,8 +181,7 @@ impl Conn {
             let slot = match shared.admission.acquire(&*shared.balancer, &set, &ctx).await {
                 Ok(slot) => slot,
                 // Every endpoint was tried: report the last real failure, not "none healthy".
-                Err(ProxyError::NoEndpoint) if !tried.is_empty() => break ProxyError::ConnectFailed,
-                Err(e) => break e,
+                Err(e) => break last_failure.unwrap_or(e),
             };
             let endpoint = Arc::clone(slot.pick().endpoint());
             match self.attempt(head, &slot).await {
@@ -191,10 +190,10 @@ impl Conn {
                 Attempt::Fail(e) => break e,
                 Attempt::Retry(e) => {
                     tried.push(endpoint);
-                    if attempt >= shared.opts.retries {
+                    if tried.len() > shared.opts.retries as usize {
                         break e;
                     }
-                    attempt += 1;
+                    last_failure = Some(e);
                 }
             }
         };
@@ -259,7 +258,7 @@ impl Conn {
         let ex = Exchange {
             is_head: head.is_head,
             http10_client: head.http10,
-            client_keep_alive: head.keep_alive && !*self.shutdown.borrow(),
+            client_keep_alive: head.keep_alive,
             upgrade: head.upgrade,
         };
         let resp = loop {
@@ -341,7 +340,13 @@ impl Conn {
         let timeout = self.opts().timeouts.request;
         loop {
             if !self.ubuf.is_empty() {
-                match response::parse(&self.ubuf, ex, set_cookie.map(str::as_bytes), &mut self.out) {
+                // Shutdown may have begun while the backend worked: then this response
+                // tells the client to close.
+                let ex = Exchange {
+                    client_keep_alive: ex.client_keep_alive && !*self.shutdown.borrow(),
+                    ..*ex
+                };
+                match response::parse(&self.ubuf, &ex, set_cookie.map(str::as_bytes), &mut self.out) {
                     Ok(Some(head)) => return Ok(head),
                     Ok(None) => {}
                     Err(bad) => return Err(ReadHead::Bad(bad.0)),

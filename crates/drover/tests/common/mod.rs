@@ -1,0 +1,34 @@
+//! Shared set-up for tests that drive the real `drover` binary.
+#![allow(dead_code)]
+
+use drover_testkit::{Backend, DroverProcess};
+use std::net::SocketAddr;
+use std::path::Path;
+
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_drover"))
+}
+
+/// `drover proxy` on 127.0.0.1:0 over `backends`, one thread, plus `extra` flags.
+pub async fn proxy(backends: &[SocketAddr], extra: &[&str]) -> DroverProcess {
+    let mut args: Vec<String> = vec!["proxy".into(), "--listen".into(), "127.0.0.1:0".into(), "--threads".into(), "1".into()];
+    for b in backends {
+        args.push("--backend".into());
+        args.push(b.to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    DroverProcess::spawn(bin(), &args).await
+}
+
+pub async fn backends(n: usize) -> Vec<Backend> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(Backend::named(&format!("b{i}")).start().await);
+    }
+    v
+}
+
+pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
+    backends.iter().map(Backend::addr).collect()
+}
