@@ -79,6 +79,9 @@ export PATH="$PATH:/usr/sbin:/sbin"
 NGINX="$(command -v nginx)"
 HAPROXY="$(command -v haproxy)"
 
+# Room for every peer's connections (HAProxy sizes its fd limit from maxconn).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
 NCPU="$(nproc)"
 PROXY_CPU="${PROXY_CPU:-$((NCPU - 1))}"
 LOADGEN_CPU="${LOADGEN_CPU:-0}"
@@ -209,7 +212,7 @@ start_haproxy() { # name balance
   cat >"$dir/haproxy.cfg" <<EOF
 global
   nbthread 1
-  maxconn 20000
+  maxconn 4096
 defaults
   mode http
   option http-keep-alive
@@ -321,8 +324,10 @@ run_one() { # round peer scenario
     const r = JSON.parse(process.argv[1]); const x = r.result || {};
     const l = x.latency_us || {}; const e = x.errors || {};
     const errs = Object.values(e).reduce((a, b) => a + b, 0);
-    const cpu = x.requests ? (r.cpu_ticks * 1e6 / r.clk_tck / x.requests).toFixed(1) : "-";
-    console.error(`  r${r.round} ${r.peer.padEnd(15)} ${r.scenario.padEnd(13)} ${(x.rps || 0).toFixed(0).padStart(7)} req/s  p50 ${l.p50}µs  p99 ${l.p99}µs  max ${l.max}µs  errors ${errs}  cpu/req ${cpu}µs  rss ${(r.rss_kb / 1024).toFixed(1)}MB`);
+    const proxy = r.peer !== "direct";
+    const cpu = proxy && x.requests ? `  cpu/req ${(r.cpu_ticks * 1e6 / r.clk_tck / x.requests).toFixed(1)}µs` : "";
+    const rss = proxy ? `  rss ${(r.rss_kb / 1024).toFixed(1)}MB` : "";
+    console.error(`  r${r.round} ${r.peer.padEnd(15)} ${r.scenario.padEnd(13)} ${(x.rps || 0).toFixed(0).padStart(7)} req/s  p50 ${l.p50}µs  p99 ${l.p99}µs  max ${l.max}µs  errors ${errs}${cpu}${rss}`);
   ' "$(tail -1 "$RAW")" || true
   sleep 0.3
 }

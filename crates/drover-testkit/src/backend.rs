@@ -35,6 +35,8 @@ struct Shared {
     name: String,
     healthy: AtomicBool,
     hang_health: AtomicBool,
+    /// Utilisation reported on every response (`endpoint-load-metrics`), if set.
+    load_report: Mutex<Option<f64>>,
     hits: AtomicU64,
     connections: AtomicU64,
     open_connections: AtomicU64,
@@ -74,6 +76,7 @@ impl BackendBuilder {
             name: self.name.unwrap_or_else(|| addr.to_string()),
             healthy: AtomicBool::new(true),
             hang_health: AtomicBool::new(false),
+            load_report: Mutex::new(None),
             hits: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             open_connections: AtomicU64::new(0),
@@ -179,6 +182,12 @@ impl Backend {
     /// `false` makes `/health` answer 503.
     pub fn set_health(&self, healthy: bool) {
         self.shared.healthy.store(healthy, Ordering::SeqCst);
+    }
+
+    /// Reports this utilisation in an `endpoint-load-metrics` header on every
+    /// response (`None` stops reporting), like a backend using drover's SDK.
+    pub fn set_load_report(&self, load: Option<f64>) {
+        *lock(&self.shared.load_report) = load;
     }
 
     /// `true` makes `/health` never answer (a hung worker).
@@ -452,6 +461,11 @@ fn head_lines(status: u16, shared: &Shared, keep_alive: bool) -> String {
         reason(status),
         shared.name
     );
+    if let Some(load) = *lock(&shared.load_report) {
+        out.push_str(&format!(
+            "endpoint-load-metrics: TEXT cpu_utilization={load}\r\n"
+        ));
+    }
     if !keep_alive {
         out.push_str("connection: close\r\n");
     }

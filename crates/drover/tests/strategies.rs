@@ -1,0 +1,141 @@
+//! Each strategy's spread, through the real proxy.
+
+mod common;
+
+use common::{addrs, backends, bin, proxy};
+use drover_testkit::{Backend, DroverProcess, HttpClient};
+use std::net::SocketAddr;
+
+async fn count(addr: SocketAddr, n: usize, path: &str, headers: &[(&str, &str)]) -> Vec<String> {
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let r = c.request("GET", path, headers, None).await.unwrap();
+        assert_eq!(r.status, 200);
+        seen.push(r.header("x-backend").unwrap().to_owned());
+    }
+    seen
+}
+
+fn share(seen: &[String], name: &str) -> usize {
+    seen.iter().filter(|s| *s == name).count()
+}
+
+/// Runs `n` concurrent `/delay/ms` requests and returns each backend's peak concurrency.
+async fn concurrent(addr: SocketAddr, b: &[Backend], n: usize, ms: u64) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        tasks.push(tokio::spawn(async move {
+            HttpClient::connect(addr).await.unwrap().get(&format!("/delay/{ms}")).await.status
+        }));
+        // Let each request get placed before the next arrives.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    b.iter().map(Backend::max_in_flight).collect()
+}
+
+#[tokio::test]
+async fn round_robin_alternates() {
+    let b = backends(3).await;
+    let d = proxy(&addrs(&b), &["--strategy", "round-robin"]).await;
+    let seen = count(d.addr(), 90, "/", &[]).await;
+    for name in ["b0", "b1", "b2"] {
+        assert_eq!(share(&seen, name), 30);
+    }
+}
+
+#[tokio::test]
+async fn weighted_follows_weights_from_the_config() {
+    let b = backends(2).await;
+    let dir = std::env::temp_dir().join(format!("drover-weighted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[balancer]]\nlisten = \"127.0.0.1:0\"\nstrategy = \"weighted\"\nthreads = 1\nbackends = [\n  {{ address = \"{}\", weight = 3 }},\n  {{ address = \"{}\", weight = 1 }},\n]\n",
+            b[0].addr(),
+            b[1].addr()
+        ),
+    )
+    .unwrap();
+    let d = DroverProcess::spawn(bin(), &["proxy", "--config", file.to_str().unwrap()]).await;
+    let seen = count(d.addr(), 100, "/", &[]).await;
+    assert_eq!((share(&seen, "b0"), share(&seen, "b1")), (75, 25));
+}
+
+#[tokio::test]
+async fn random_uses_every_backend() {
+    let b = backends(2).await;
+    let d = proxy(&addrs(&b), &["--strategy", "random"]).await;
+    let seen = count(d.addr(), 200, "/", &[]).await;
+    assert!((60..=140).contains(&share(&seen, "b0")), "{}", share(&seen, "b0"));
+}
+
+#[tokio::test]
+async fn least_loaded_strategies_spread_concurrent_work() {
+    for strategy in ["least-conn", "p2c", "peak-ewma"] {
+        let b = backends(2).await;
+        let d = proxy(&addrs(&b), &["--strategy", strategy]).await;
+        let peaks = concurrent(d.addr(), &b, 4, 300).await;
+        assert_eq!(peaks, vec![2, 2], "{strategy}: four slow requests should split two and two");
+    }
+}
+
+#[tokio::test]
+async fn p2c_sends_less_to_a_backend_that_reports_itself_busy() {
+    let b = backends(2).await;
+    b[0].set_load_report(Some(3.0));
+    let d = proxy(&addrs(&b), &["--strategy", "p2c"]).await;
+    // Both answer once (concurrently, so each is picked), and b0's report arrives.
+    concurrent(d.addr(), &b, 2, 50).await;
+    for x in &b {
+        x.reset_stats();
+    }
+    // b0 reports four times the load: its score is scaled by (1 + 3), so of eight
+    // overlapping slow requests it gets about one in five.
+    let peaks = concurrent(d.addr(), &b, 8, 400).await;
+    assert!(peaks[0] <= 2 && peaks[1] >= 6, "peak in-flight per backend: {peaks:?}");
+}
+
+#[tokio::test]
+async fn hash_keeps_a_key_on_one_backend() {
+    let b = backends(3).await;
+    let d = proxy(&addrs(&b), &["--strategy", "hash", "--hash-key", "header:x-user"]).await;
+    let mut owners = std::collections::HashSet::new();
+    for user in 0..30 {
+        let user = format!("user-{user}");
+        let seen = count(d.addr(), 5, "/", &[("x-user", &user)]).await;
+        assert!(seen.iter().all(|s| *s == seen[0]), "{user} moved: {seen:?}");
+        owners.insert(seen[0].clone());
+    }
+    assert_eq!(owners.len(), 3, "30 keys should land on all 3 backends");
+}
+
+#[tokio::test]
+async fn sticky_cookie_pins_and_falls_back() {
+    let b = backends(2).await;
+    let d = proxy(&addrs(&b), &["--strategy", "sticky"]).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let first = c.get("/").await;
+    let cookie = first.header("set-cookie").expect("sticky sets a cookie").to_owned();
+    assert!(cookie.starts_with("drover_sticky=") && cookie.contains("Path=/"));
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let owner = first.header("x-backend").unwrap().to_owned();
+    for _ in 0..20 {
+        let r = c.request("GET", "/", &[("Cookie", &pair)], None).await.unwrap();
+        assert_eq!(r.header("x-backend"), Some(owner.as_str()));
+        assert!(r.header("set-cookie").is_none(), "the cookie is only set when it changes");
+    }
+    // The pinned backend dies: the client moves and gets a new cookie.
+    let idx = if owner == "b0" { 0 } else { 1 };
+    b[idx].stop().await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.request("GET", "/", &[("Cookie", &pair)], None).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("x-backend"), Some(owner.as_str()));
+    assert!(r.header("set-cookie").is_some_and(|c| c != cookie));
+}
