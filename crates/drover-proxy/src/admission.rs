@@ -98,7 +98,9 @@ pub struct Slot {
 
 impl Slot {
     pub fn pick(&self) -> &Pick {
-        self.pick.as_ref().expect("slot holds its pick until dropped")
+        self.pick
+            .as_ref()
+            .expect("slot holds its pick until dropped")
     }
 }
 

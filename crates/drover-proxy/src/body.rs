@@ -165,12 +165,26 @@ where
 mod tests {
     use super::*;
 
-    async fn run(kind: BodyKind, dechunk: bool, first: &[u8], rest: &[u8]) -> (Result<(), BodyError>, Vec<u8>, Vec<u8>) {
+    async fn run(
+        kind: BodyKind,
+        dechunk: bool,
+        first: &[u8],
+        rest: &[u8],
+    ) -> (Result<(), BodyError>, Vec<u8>, Vec<u8>) {
         let mut src = rest;
         let mut pending = first.to_vec();
         let mut dst = Vec::new();
         let mut out = b"HEAD|".to_vec();
-        let r = forward(kind, dechunk, &mut src, &mut pending, &mut dst, &mut out, Duration::from_secs(1)).await;
+        let r = forward(
+            kind,
+            dechunk,
+            &mut src,
+            &mut pending,
+            &mut dst,
+            &mut out,
+            Duration::from_secs(1),
+        )
+        .await;
         (r, dst, pending)
     }
 

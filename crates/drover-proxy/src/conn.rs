@@ -98,7 +98,8 @@ impl Conn {
                 Ok(None) => return,
                 Err(bad) => {
                     debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
-                    self.send_error(bad.status, "bad-request", bad.reason, true).await;
+                    self.send_error(bad.status, "bad-request", bad.reason, true)
+                        .await;
                     return;
                 }
             };
@@ -124,7 +125,11 @@ impl Conn {
             if *self.shutdown.borrow() {
                 return Ok(None);
             }
-            let wait = if first { timeouts.header_read } else { timeouts.idle };
+            let wait = if first {
+                timeouts.header_read
+            } else {
+                timeouts.idle
+            };
             self.cbuf.reserve(4096);
             let read = tokio::select! {
                 r = tokio::time::timeout(wait, self.client.read_buf(&mut self.cbuf)) => r,
@@ -138,7 +143,13 @@ impl Conn {
         let deadline = tokio::time::Instant::now() + timeouts.header_read;
         let shared = &self.worker.shared;
         loop {
-            match request::parse(&self.cbuf, &shared.opts.limits, &self.info, &shared.keys, &mut self.out)? {
+            match request::parse(
+                &self.cbuf,
+                &shared.opts.limits,
+                &self.info,
+                &shared.keys,
+                &mut self.out,
+            )? {
                 Parsed::Complete(head) => return Ok(Some(head)),
                 Parsed::Partial => {}
             }
@@ -161,7 +172,12 @@ impl Conn {
         if head.expect_continue && head.body.is_some() {
             // Answer 100 ourselves: the body is streamed to whichever endpoint is picked,
             // so the client must not wait for a particular backend's go-ahead.
-            if self.client.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+            if self
+                .client
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+            {
                 return false;
             }
         }
@@ -178,7 +194,11 @@ impl Conn {
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
             };
-            let slot = match shared.admission.acquire(&*shared.balancer, &set, &ctx).await {
+            let slot = match shared
+                .admission
+                .acquire(&*shared.balancer, &set, &ctx)
+                .await
+            {
                 Ok(slot) => slot,
                 // Every endpoint was tried: report the last real failure, not "none healthy".
                 Err(e) => break last_failure.unwrap_or(e),
@@ -200,8 +220,13 @@ impl Conn {
         warn!(balancer = %shared.opts.name, cause = failure.cause(), "{failure}");
         // An unread request body leaves the connection unusable for the next request.
         let close = head.body.is_some() || !head.keep_alive;
-        self.send_error(failure.status(), failure.cause(), &failure.to_string(), close)
-            .await;
+        self.send_error(
+            failure.status(),
+            failure.cause(),
+            &failure.to_string(),
+            close,
+        )
+        .await;
         !close
     }
 
@@ -232,15 +257,30 @@ impl Conn {
                 }
             }
             Some(kind) => {
-                let r = body::forward(kind, false, &mut self.client, &mut self.cbuf, &mut up, &mut self.out, opts.timeouts.request).await;
+                let r = body::forward(
+                    kind,
+                    false,
+                    &mut self.client,
+                    &mut self.cbuf,
+                    &mut up,
+                    &mut self.out,
+                    opts.timeouts.request,
+                )
+                .await;
                 match r {
                     Ok(()) => {}
                     Err(BodyError::Write) => {
-                        return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false)
+                        return self.backend_failed(
+                            endpoint,
+                            reused,
+                            ProxyError::BackendClosed,
+                            false,
+                        )
                     }
                     Err(BodyError::Framing(e)) => {
                         debug!(client = %self.info.ip, "{e}");
-                        self.send_error(400, "bad-request", "invalid chunked request body", true).await;
+                        self.send_error(400, "bad-request", "invalid chunked request body", true)
+                            .await;
                         return Attempt::Abort;
                     }
                     Err(BodyError::Read | BodyError::Timeout) => return Attempt::Abort,
@@ -262,7 +302,10 @@ impl Conn {
             upgrade: head.upgrade,
         };
         let resp = loop {
-            let resp = match self.read_response_head(&mut up, &ex, sticky_cookie.as_deref()).await {
+            let resp = match self
+                .read_response_head(&mut up, &ex, sticky_cookie.as_deref())
+                .await
+            {
                 Ok(resp) => resp,
                 Err(ReadHead::Closed { got_bytes }) => {
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
@@ -289,7 +332,9 @@ impl Conn {
 
         let now = clock::now();
         slot.pick().observe(now);
-        shared.costs.observe(head.cost_key, now.saturating_sub(slot.pick().started()));
+        shared
+            .costs
+            .observe(head.cost_key, now.saturating_sub(slot.pick().started()));
         if let Some(load) = resp.load {
             endpoint.report_load(now, load);
         }
@@ -301,7 +346,16 @@ impl Conn {
         if resp.switching {
             return self.tunnel(up).await;
         }
-        let sent = body::forward(resp.body, resp.dechunk, &mut up, &mut self.ubuf, &mut self.client, &mut self.out, opts.timeouts.request).await;
+        let sent = body::forward(
+            resp.body,
+            resp.dechunk,
+            &mut up,
+            &mut self.ubuf,
+            &mut self.client,
+            &mut self.out,
+            opts.timeouts.request,
+        )
+        .await;
         match sent {
             Ok(()) => {
                 if resp.backend_keep_alive && self.ubuf.is_empty() {
@@ -319,9 +373,18 @@ impl Conn {
 
     /// Records a backend-side failure. A stale keep-alive connection closing is not the
     /// endpoint's fault, so it does not count against its health.
-    fn backend_failed(&self, endpoint: &Arc<Endpoint>, reused: bool, e: ProxyError, retry: bool) -> Attempt {
+    fn backend_failed(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        reused: bool,
+        e: ProxyError,
+        retry: bool,
+    ) -> Attempt {
         if !reused {
-            self.worker.shared.pool.on_request_failure(endpoint, clock::now());
+            self.worker
+                .shared
+                .pool
+                .on_request_failure(endpoint, clock::now());
         }
         debug!(endpoint = %endpoint.addr(), reused, retry, "{e}");
         if retry {
@@ -346,7 +409,12 @@ impl Conn {
                     client_keep_alive: ex.client_keep_alive && !*self.shutdown.borrow(),
                     ..*ex
                 };
-                match response::parse(&self.ubuf, &ex, set_cookie.map(str::as_bytes), &mut self.out) {
+                match response::parse(
+                    &self.ubuf,
+                    &ex,
+                    set_cookie.map(str::as_bytes),
+                    &mut self.out,
+                ) {
                     Ok(Some(head)) => return Ok(head),
                     Ok(None) => {}
                     Err(bad) => return Err(ReadHead::Bad(bad.0)),

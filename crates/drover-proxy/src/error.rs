@@ -24,7 +24,9 @@ impl ProxyError {
     pub fn status(self) -> u16 {
         match self {
             ProxyError::NoEndpoint | ProxyError::QueueFull | ProxyError::QueueTimeout => 503,
-            ProxyError::ConnectFailed | ProxyError::BackendClosed | ProxyError::BadResponse(_) => 502,
+            ProxyError::ConnectFailed | ProxyError::BackendClosed | ProxyError::BadResponse(_) => {
+                502
+            }
             ProxyError::Timeout => 504,
         }
     }

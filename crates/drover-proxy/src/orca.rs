@@ -31,11 +31,17 @@ mod tests {
 
     #[test]
     fn reads_text_reports() {
-        assert_eq!(parse_text(b"TEXT cpu_utilization=0.42, named_metrics.elu=0.91"), Some(0.91));
+        assert_eq!(
+            parse_text(b"TEXT cpu_utilization=0.42, named_metrics.elu=0.91"),
+            Some(0.91)
+        );
         assert_eq!(parse_text(b"TEXT cpu_utilization=0.3"), Some(0.3));
         assert_eq!(parse_text(b"TEXT rps_fractional=10"), None);
         assert_eq!(parse_text(b"JSON {\"cpu_utilization\": 0.3}"), None);
-        assert_eq!(parse_text(b"TEXT cpu_utilization=-1, cpu_utilization=NaN"), None);
+        assert_eq!(
+            parse_text(b"TEXT cpu_utilization=-1, cpu_utilization=NaN"),
+            None
+        );
         assert_eq!(parse_text(b"\xff"), None);
     }
 }

@@ -32,7 +32,11 @@ pub struct Proxy {
 
 impl Proxy {
     /// Binds `opts.listen` and starts `opts.threads` serving threads.
-    pub fn start(opts: ProxyOptions, pool: Arc<Pool>, balancer: Arc<dyn Balancer>) -> io::Result<Proxy> {
+    pub fn start(
+        opts: ProxyOptions,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+    ) -> io::Result<Proxy> {
         let threads = opts.threads.max(1);
         let first = bind(opts.listen, threads > 1)?;
         let local_addr = first.local_addr()?;
@@ -124,7 +128,10 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener>
 }
 
 fn serve_thread(listener: std::net::TcpListener, shared: Arc<Shared>) {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             error!("cannot start a serving thread: {e}");

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
-#[command(name = "drover", version, about = "Load balancer and process supervisor in one binary")]
+#[command(
+    name = "drover",
+    version,
+    about = "Load balancer and process supervisor in one binary"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -28,7 +32,9 @@ fn threads(s: &str) -> Result<usize, String> {
     }
     match s.parse::<usize>() {
         Ok(n) if (1..=256).contains(&n) => Ok(n),
-        _ => Err(format!("expected a number from 1 to 256 or \"auto\", got {s:?}")),
+        _ => Err(format!(
+            "expected a number from 1 to 256 or \"auto\", got {s:?}"
+        )),
     }
 }
 
@@ -43,7 +49,12 @@ pub struct ProxyArgs {
     pub listen: Option<SocketAddr>,
 
     /// A backend address (repeat for each backend).
-    #[arg(short, long = "backend", value_name = "ADDR", required_unless_present = "config")]
+    #[arg(
+        short,
+        long = "backend",
+        value_name = "ADDR",
+        required_unless_present = "config"
+    )]
     pub backend: Vec<SocketAddr>,
 
     /// round-robin, weighted, least-conn, random, p2c, peak-ewma, hash or sticky.

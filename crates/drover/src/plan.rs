@@ -219,8 +219,14 @@ mod tests {
 
     #[test]
     fn hash_keys() {
-        assert_eq!(parse_hash_key("header:x-user"), Ok(HashKey::Header("x-user".into())));
-        assert_eq!(parse_hash_key("cookie:sid"), Ok(HashKey::Cookie("sid".into())));
+        assert_eq!(
+            parse_hash_key("header:x-user"),
+            Ok(HashKey::Header("x-user".into()))
+        );
+        assert_eq!(
+            parse_hash_key("cookie:sid"),
+            Ok(HashKey::Cookie("sid".into()))
+        );
         assert_eq!(parse_hash_key("client-ip"), Ok(HashKey::ClientIp));
         assert_eq!(parse_hash_key("path"), Ok(HashKey::Path));
         for bad in ["header:", "cookie", "ip", "header:a b", ""] {

@@ -17,7 +17,11 @@ pub struct Running {
 
 /// Starts one balancer. Must run inside the control runtime (health checks live there).
 pub fn start(plan: BalancerPlan) -> Result<Running, String> {
-    let pool = Arc::new(Pool::new(plan.proxy.name.clone(), &plan.backends, plan.pool.clone()));
+    let pool = Arc::new(Pool::new(
+        plan.proxy.name.clone(),
+        &plan.backends,
+        plan.pool.clone(),
+    ));
     for (addr, max) in &plan.max_conns {
         if let Some(ep) = pool.find(*addr) {
             ep.set_max_conns(*max);

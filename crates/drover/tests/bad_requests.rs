@@ -14,10 +14,22 @@ async fn refused(cases: &[(&str, &[u8], u16)]) {
         let reply = raw_exchange(d.addr(), raw).await.unwrap();
         let text = String::from_utf8_lossy(&reply);
         assert_eq!(parse_status(&reply), Some(*want), "{what}: got {text}");
-        assert!(text.to_ascii_lowercase().contains("drover-error: bad-request"), "{what}: {text}");
-        assert!(text.to_ascii_lowercase().contains("connection: close"), "{what}: {text}");
+        assert!(
+            text.to_ascii_lowercase()
+                .contains("drover-error: bad-request"),
+            "{what}: {text}"
+        );
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{what}: {text}"
+        );
     }
-    assert_eq!(b[0].hits(), 0, "a refused request reached the backend: {:?}", b[0].last_request_head());
+    assert_eq!(
+        b[0].hits(),
+        0,
+        "a refused request reached the backend: {:?}",
+        b[0].last_request_head()
+    );
 }
 
 #[tokio::test]
@@ -40,16 +52,48 @@ async fn smuggling_attempts_get_400() {
 #[tokio::test]
 async fn malformed_heads_get_400() {
     refused(&[
-        ("obsolete line folding", b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n  folded\r\n\r\n", 400),
+        (
+            "obsolete line folding",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n  folded\r\n\r\n",
+            400,
+        ),
         ("bare LF line ends", b"GET / HTTP/1.1\nHost: a\n\n", 400),
-        ("bare LF after a header", b"GET / HTTP/1.1\r\nHost: a\nX-B: 1\r\n\r\n", 400),
-        ("space in header name", b"GET / HTTP/1.1\r\nHost: a\r\nX A: 1\r\n\r\n", 400),
-        ("control byte in value", b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\x012\r\n\r\n", 400),
-        ("NUL in value", b"GET / HTTP/1.1\r\nHost: a\r\nX-A: \x00\r\n\r\n", 400),
-        ("bare CR in value", b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r2\r\n\r\n", 400),
+        (
+            "bare LF after a header",
+            b"GET / HTTP/1.1\r\nHost: a\nX-B: 1\r\n\r\n",
+            400,
+        ),
+        (
+            "space in header name",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX A: 1\r\n\r\n",
+            400,
+        ),
+        (
+            "control byte in value",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\x012\r\n\r\n",
+            400,
+        ),
+        (
+            "NUL in value",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-A: \x00\r\n\r\n",
+            400,
+        ),
+        (
+            "bare CR in value",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r2\r\n\r\n",
+            400,
+        ),
         ("missing Host", b"GET / HTTP/1.1\r\nX-A: 1\r\n\r\n", 400),
-        ("two Host fields", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
-        ("space in target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (
+            "two Host fields",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            400,
+        ),
+        (
+            "space in target",
+            b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n",
+            400,
+        ),
         ("not HTTP", b"HELLO\r\n\r\n", 400),
     ])
     .await;
@@ -57,7 +101,10 @@ async fn malformed_heads_get_400() {
 
 #[tokio::test]
 async fn oversize_heads_get_431_and_414() {
-    let long_header = format!("GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n", "x".repeat(20_000));
+    let long_header = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(20_000)
+    );
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "u".repeat(9_000));
     let many: String = (0..120).map(|i| format!("X-H{i}: v\r\n")).collect();
     let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
@@ -83,8 +130,15 @@ async fn bad_chunked_body_is_cut_off() {
     // 400 and the backend connection is dropped rather than left mid-body.
     let text = String::from_utf8_lossy(&reply).to_ascii_lowercase();
     assert_eq!(parse_status(&reply), Some(400), "{text}");
-    assert!(text.contains("drover-error: bad-request"), "the 400 did not come from drover: {text}");
-    assert_eq!(b[0].hits_for("/echo"), 0, "the backend answered a request with a broken body");
+    assert!(
+        text.contains("drover-error: bad-request"),
+        "the 400 did not come from drover: {text}"
+    );
+    assert_eq!(
+        b[0].hits_for("/echo"),
+        0,
+        "the backend answered a request with a broken body"
+    );
 }
 
 #[tokio::test]
@@ -92,14 +146,28 @@ async fn slow_client_is_cut_off() {
     let b = backends(1).await;
     let d = proxy(&addrs(&b), &["--header-timeout", "300ms"]).await;
     // Sends half a head and stalls, like a slowloris client.
-    let reply = raw_exchange_timeout(d.addr(), b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow:", Duration::from_secs(3))
-        .await
-        .unwrap();
-    assert_eq!(parse_status(&reply), Some(408), "{}", String::from_utf8_lossy(&reply));
+    let reply = raw_exchange_timeout(
+        d.addr(),
+        b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow:",
+        Duration::from_secs(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        parse_status(&reply),
+        Some(408),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
     assert_eq!(b[0].hits(), 0);
 }
 
 #[tokio::test]
 async fn connect_method_is_refused() {
-    refused(&[("CONNECT", b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405)]).await;
+    refused(&[(
+        "CONNECT",
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+        405,
+    )])
+    .await;
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A backend that answers every request with `status` and counts them.
-async fn constant_backend(status: u16) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+async fn constant_backend(
+    status: u16,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -60,7 +62,11 @@ async fn killed_backend_under_load_fails_no_get() {
                 let path = if i % 10 == 0 { "/delay/5" } else { "/" };
                 match c.request("GET", path, &[], None).await {
                     Ok(r) if r.status == 200 => {}
-                    Ok(r) => failed.push(format!("status {} {:?}", r.status, r.header("drover-error"))),
+                    Ok(r) => failed.push(format!(
+                        "status {} {:?}",
+                        r.status,
+                        r.header("drover-error")
+                    )),
                     Err(e) => {
                         failed.push(format!("{e}"));
                         c = HttpClient::connect(addr).await.unwrap();
@@ -76,19 +82,54 @@ async fn killed_backend_under_load_fails_no_get() {
     for c in clients {
         failed.extend(c.await.unwrap());
     }
-    assert!(failed.is_empty(), "{} failed GETs: {:?}\n{}", failed.len(), &failed[..failed.len().min(5)], d.stderr_text());
-    assert!(d.stderr_text().contains("connect failed"), "the kill was not noticed:\n{}", d.stderr_text());
+    assert!(
+        failed.is_empty(),
+        "{} failed GETs: {:?}\n{}",
+        failed.len(),
+        &failed[..failed.len().min(5)],
+        d.stderr_text()
+    );
+    assert!(
+        d.stderr_text().contains("connect failed"),
+        "the kill was not noticed:\n{}",
+        d.stderr_text()
+    );
 }
 
 #[tokio::test]
 async fn hung_backend_is_taken_out_by_the_active_check_and_returns() {
     let b = backends(2).await;
-    let d = proxy(&addrs(&b), &["--strategy", "round-robin", "--health-path", "/health", "--health-interval", "100ms", "--health-timeout", "100ms", "--fall", "2", "--rise", "2"]).await;
+    let d = proxy(
+        &addrs(&b),
+        &[
+            "--strategy",
+            "round-robin",
+            "--health-path",
+            "/health",
+            "--health-interval",
+            "100ms",
+            "--health-timeout",
+            "100ms",
+            "--fall",
+            "2",
+            "--rise",
+            "2",
+        ],
+    )
+    .await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     b[0].set_hang_health(true);
     // After `fall` failed checks every request goes to the healthy backend.
-    let out = wait_until(Duration::from_secs(5), || d.stderr_text().contains(&b[0].addr().to_string())).await;
-    assert!(out, "no health log about {}: {}", b[0].addr(), d.stderr_text());
+    let out = wait_until(Duration::from_secs(5), || {
+        d.stderr_text().contains(&b[0].addr().to_string())
+    })
+    .await;
+    assert!(
+        out,
+        "no health log about {}: {}",
+        b[0].addr(),
+        d.stderr_text()
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     b[0].reset_stats();
     for _ in 0..20 {
@@ -113,10 +154,18 @@ async fn errors_name_their_cause() {
     let d = proxy(&[closed_port(), closed_port()], &[]).await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c.get("/").await;
-    assert_eq!((r.status, r.header("drover-error")), (502, Some("connect-failed")), "{}", r.text());
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("connect-failed")),
+        "{}",
+        r.text()
+    );
     // ...and once both are ejected, nothing is healthy: 503.
     let r = c.get("/").await;
-    assert_eq!((r.status, r.header("drover-error")), (503, Some("no-healthy-endpoint")));
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (503, Some("no-healthy-endpoint"))
+    );
     assert!(!r.body.is_empty());
 
     // 504: the backend is too slow.
@@ -124,11 +173,21 @@ async fn errors_name_their_cause() {
     let d = proxy(&addrs(&b), &["--request-timeout", "200ms"]).await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c.get("/delay/2000").await;
-    assert_eq!((r.status, r.header("drover-error")), (504, Some("backend-timeout")));
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (504, Some("backend-timeout"))
+    );
 
     // 502: the backend hung up without answering.
-    let r = HttpClient::connect(d.addr()).await.unwrap().get("/close").await;
-    assert_eq!((r.status, r.header("drover-error")), (502, Some("backend-closed")));
+    let r = HttpClient::connect(d.addr())
+        .await
+        .unwrap()
+        .get("/close")
+        .await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-closed"))
+    );
 }
 
 #[tokio::test]
@@ -138,7 +197,11 @@ async fn unsafe_requests_are_not_retried_once_sent() {
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c.request("POST", "/close", &[], Some(b"x")).await.unwrap();
     assert_eq!(r.status, 502);
-    assert_eq!(b[0].hits_for("/close") + b[1].hits_for("/close"), 1, "a POST that reached a backend was sent again");
+    assert_eq!(
+        b[0].hits_for("/close") + b[1].hits_for("/close"),
+        1,
+        "a POST that reached a backend was sent again"
+    );
 
     // A GET is idempotent: it is tried on the other backend too.
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
@@ -160,7 +223,12 @@ async fn consecutive_5xx_eject_an_endpoint() {
         }
     }
     // Five 500s in a row eject it; the rest go to the good backend.
-    assert_eq!(errors, 5, "bad backend got {} requests", bad_hits.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(
+        errors,
+        5,
+        "bad backend got {} requests",
+        bad_hits.load(std::sync::atomic::Ordering::Relaxed)
+    );
     assert!(d.stderr_text().contains("ejected"), "{}", d.stderr_text());
 }
 
@@ -171,7 +239,14 @@ async fn busy_endpoints_queue_requests_in_drover() {
     let addr = d.addr();
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        tasks.push(tokio::spawn(async move { HttpClient::connect(addr).await.unwrap().get("/delay/100").await.status }));
+        tasks.push(tokio::spawn(async move {
+            HttpClient::connect(addr)
+                .await
+                .unwrap()
+                .get("/delay/100")
+                .await
+                .status
+        }));
     }
     for t in tasks {
         assert_eq!(t.await.unwrap(), 200);
@@ -184,9 +259,27 @@ async fn busy_endpoints_queue_requests_in_drover() {
 #[tokio::test]
 async fn a_full_queue_and_a_long_wait_get_503() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "200ms", "--queue-max", "1"]).await;
+    let d = proxy(
+        &addrs(&b),
+        &[
+            "--max-conns",
+            "1",
+            "--queue-timeout",
+            "200ms",
+            "--queue-max",
+            "1",
+        ],
+    )
+    .await;
     let addr = d.addr();
-    let hog = tokio::spawn(async move { HttpClient::connect(addr).await.unwrap().get("/delay/1500").await.status });
+    let hog = tokio::spawn(async move {
+        HttpClient::connect(addr)
+            .await
+            .unwrap()
+            .get("/delay/1500")
+            .await
+            .status
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let waiter = tokio::spawn(async move {
         let r = HttpClient::connect(addr).await.unwrap().get("/").await;
@@ -194,8 +287,14 @@ async fn a_full_queue_and_a_long_wait_get_503() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let r = HttpClient::connect(addr).await.unwrap().get("/").await;
-    assert_eq!((r.status, r.header("drover-error")), (503, Some("queue-full")));
-    assert_eq!(waiter.await.unwrap(), (503, Some("queue-timeout".to_owned())));
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (503, Some("queue-full"))
+    );
+    assert_eq!(
+        waiter.await.unwrap(),
+        (503, Some("queue-timeout".to_owned()))
+    );
     assert_eq!(hog.await.unwrap(), 200);
 }
 
@@ -206,14 +305,27 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let addr = d.addr();
     let mut idle = HttpClient::connect(addr).await.unwrap();
     assert_eq!(idle.get("/").await.status, 200);
-    let slow = tokio::spawn(async move { HttpClient::connect(addr).await.unwrap().get("/delay/600").await });
+    let slow = tokio::spawn(async move {
+        HttpClient::connect(addr)
+            .await
+            .unwrap()
+            .get("/delay/600")
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(150)).await;
     d.signal("TERM").unwrap();
     let r = slow.await.unwrap();
     assert_eq!(r.status, 200, "the in-flight request was cut off");
     assert_eq!(r.header("connection"), Some("close"));
-    let status = d.wait_exit(Duration::from_secs(5)).await.expect("drover did not exit");
-    assert!(status.success(), "exit status {status:?}\n{}", d.stderr_text());
+    let status = d
+        .wait_exit(Duration::from_secs(5))
+        .await
+        .expect("drover did not exit");
+    assert!(
+        status.success(),
+        "exit status {status:?}\n{}",
+        d.stderr_text()
+    );
     // The idle keep-alive connection was closed, and nothing listens any more.
     assert!(idle.request("GET", "/", &[], None).await.is_err());
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());

@@ -16,7 +16,10 @@ async fn keep_alive_both_sides() {
     }
     // One client connection, and the proxy reused its backend connections.
     assert_eq!(b[0].hits() + b[1].hits(), 20);
-    assert!(b[0].connections() + b[1].connections() <= 2, "backend connections were not reused");
+    assert!(
+        b[0].connections() + b[1].connections() <= 2,
+        "backend connections were not reused"
+    );
 }
 
 #[tokio::test]
@@ -25,20 +28,47 @@ async fn forwarding_headers_and_request_id() {
     let d = proxy(&addrs(&b), &[]).await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c
-        .request("GET", "/headers", &[("Host", "shop.example"), ("X-Forwarded-For", "203.0.113.9"), ("Connection", "keep-alive, x-secret"), ("X-Secret", "1")], None)
+        .request(
+            "GET",
+            "/headers",
+            &[
+                ("Host", "shop.example"),
+                ("X-Forwarded-For", "203.0.113.9"),
+                ("Connection", "keep-alive, x-secret"),
+                ("X-Secret", "1"),
+            ],
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(r.status, 200);
     let head = b[0].last_request_head().unwrap();
-    assert_eq!(head.header_str("x-forwarded-for").as_deref(), Some("203.0.113.9, 127.0.0.1"));
-    assert_eq!(head.header_str("x-forwarded-proto").as_deref(), Some("http"));
-    assert_eq!(head.header_str("x-forwarded-host").as_deref(), Some("shop.example"));
-    assert_eq!(head.header_str("forwarded").as_deref(), Some("for=127.0.0.1;host=\"shop.example\";proto=http"));
+    assert_eq!(
+        head.header_str("x-forwarded-for").as_deref(),
+        Some("203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(
+        head.header_str("x-forwarded-proto").as_deref(),
+        Some("http")
+    );
+    assert_eq!(
+        head.header_str("x-forwarded-host").as_deref(),
+        Some("shop.example")
+    );
+    assert_eq!(
+        head.header_str("forwarded").as_deref(),
+        Some("for=127.0.0.1;host=\"shop.example\";proto=http")
+    );
     assert_eq!(head.header_str("x-request-id").map(|s| s.len()), Some(16));
-    assert!(head.header("x-secret").is_none(), "a header named in Connection was forwarded");
+    assert!(
+        head.header("x-secret").is_none(),
+        "a header named in Connection was forwarded"
+    );
     assert!(head.header("connection").is_none());
 
-    c.request("GET", "/headers", &[("X-Request-Id", "keep-me")], None).await.unwrap();
+    c.request("GET", "/headers", &[("X-Request-Id", "keep-me")], None)
+        .await
+        .unwrap();
     let head = b[0].last_request_head().unwrap();
     assert_eq!(head.header_all("x-request-id"), vec![&b"keep-me"[..]]);
 }
@@ -55,7 +85,12 @@ async fn bodies_stream_both_ways() {
 
     let chunked = chunked_body(&[b"hello ", b"chunked ", b"world"]);
     let r = c
-        .request("POST", "/echo", &[("Transfer-Encoding", "chunked")], Some(&chunked))
+        .request(
+            "POST",
+            "/echo",
+            &[("Transfer-Encoding", "chunked")],
+            Some(&chunked),
+        )
         .await
         .unwrap();
     assert_eq!(r.header("transfer-encoding"), Some("chunked"));
@@ -89,7 +124,9 @@ async fn head_and_http10() {
     assert_eq!(c.get("/").await.status, 200);
 
     // HTTP/1.0 cannot read chunks: drover decodes them and closes.
-    let raw = raw_exchange(d.addr(), b"GET /big/40000 HTTP/1.0\r\n\r\n").await.unwrap();
+    let raw = raw_exchange(d.addr(), b"GET /big/40000 HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&raw);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(!text.to_ascii_lowercase().contains("transfer-encoding"));
@@ -139,6 +176,9 @@ async fn expect_continue_is_answered() {
     .await
     .unwrap();
     let text = String::from_utf8_lossy(&raw);
-    assert!(text.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"),
+        "{text}"
+    );
     assert!(text.ends_with("hi"), "{text}");
 }

@@ -26,7 +26,12 @@ async fn concurrent(addr: SocketAddr, b: &[Backend], n: usize, ms: u64) -> Vec<u
     let mut tasks = Vec::new();
     for _ in 0..n {
         tasks.push(tokio::spawn(async move {
-            HttpClient::connect(addr).await.unwrap().get(&format!("/delay/{ms}")).await.status
+            HttpClient::connect(addr)
+                .await
+                .unwrap()
+                .get(&format!("/delay/{ms}"))
+                .await
+                .status
         }));
         // Let each request get placed before the next arrives.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -72,7 +77,11 @@ async fn random_uses_every_backend() {
     let b = backends(2).await;
     let d = proxy(&addrs(&b), &["--strategy", "random"]).await;
     let seen = count(d.addr(), 200, "/", &[]).await;
-    assert!((60..=140).contains(&share(&seen, "b0")), "{}", share(&seen, "b0"));
+    assert!(
+        (60..=140).contains(&share(&seen, "b0")),
+        "{}",
+        share(&seen, "b0")
+    );
 }
 
 #[tokio::test]
@@ -81,7 +90,11 @@ async fn least_loaded_strategies_spread_concurrent_work() {
         let b = backends(2).await;
         let d = proxy(&addrs(&b), &["--strategy", strategy]).await;
         let peaks = concurrent(d.addr(), &b, 4, 300).await;
-        assert_eq!(peaks, vec![2, 2], "{strategy}: four slow requests should split two and two");
+        assert_eq!(
+            peaks,
+            vec![2, 2],
+            "{strategy}: four slow requests should split two and two"
+        );
     }
 }
 
@@ -98,13 +111,20 @@ async fn p2c_sends_less_to_a_backend_that_reports_itself_busy() {
     // b0 reports four times the load: its score is scaled by (1 + 3), so of eight
     // overlapping slow requests it gets about one in five.
     let peaks = concurrent(d.addr(), &b, 8, 400).await;
-    assert!(peaks[0] <= 2 && peaks[1] >= 6, "peak in-flight per backend: {peaks:?}");
+    assert!(
+        peaks[0] <= 2 && peaks[1] >= 6,
+        "peak in-flight per backend: {peaks:?}"
+    );
 }
 
 #[tokio::test]
 async fn hash_keeps_a_key_on_one_backend() {
     let b = backends(3).await;
-    let d = proxy(&addrs(&b), &["--strategy", "hash", "--hash-key", "header:x-user"]).await;
+    let d = proxy(
+        &addrs(&b),
+        &["--strategy", "hash", "--hash-key", "header:x-user"],
+    )
+    .await;
     let mut owners = std::collections::HashSet::new();
     for user in 0..30 {
         let user = format!("user-{user}");
@@ -121,20 +141,32 @@ async fn sticky_cookie_pins_and_falls_back() {
     let d = proxy(&addrs(&b), &["--strategy", "sticky"]).await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let first = c.get("/").await;
-    let cookie = first.header("set-cookie").expect("sticky sets a cookie").to_owned();
+    let cookie = first
+        .header("set-cookie")
+        .expect("sticky sets a cookie")
+        .to_owned();
     assert!(cookie.starts_with("drover_sticky=") && cookie.contains("Path=/"));
     let pair = cookie.split(';').next().unwrap().to_owned();
     let owner = first.header("x-backend").unwrap().to_owned();
     for _ in 0..20 {
-        let r = c.request("GET", "/", &[("Cookie", &pair)], None).await.unwrap();
+        let r = c
+            .request("GET", "/", &[("Cookie", &pair)], None)
+            .await
+            .unwrap();
         assert_eq!(r.header("x-backend"), Some(owner.as_str()));
-        assert!(r.header("set-cookie").is_none(), "the cookie is only set when it changes");
+        assert!(
+            r.header("set-cookie").is_none(),
+            "the cookie is only set when it changes"
+        );
     }
     // The pinned backend dies: the client moves and gets a new cookie.
     let idx = if owner == "b0" { 0 } else { 1 };
     b[idx].stop().await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
-    let r = c.request("GET", "/", &[("Cookie", &pair)], None).await.unwrap();
+    let r = c
+        .request("GET", "/", &[("Cookie", &pair)], None)
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     assert_ne!(r.header("x-backend"), Some(owner.as_str()));
     assert!(r.header("set-cookie").is_some_and(|c| c != cookie));

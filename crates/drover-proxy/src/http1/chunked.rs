@@ -175,7 +175,10 @@ mod tests {
         let mut s = ChunkedScanner::default();
         let mut out = Vec::new();
         for (i, b) in body.iter().enumerate() {
-            assert_eq!(s.scan(std::slice::from_ref(b), |d| out.extend_from_slice(d)), Ok(1));
+            assert_eq!(
+                s.scan(std::slice::from_ref(b), |d| out.extend_from_slice(d)),
+                Ok(1)
+            );
             assert_eq!(s.is_done(), i == body.len() - 1);
         }
         assert_eq!(out, b"0123456789");

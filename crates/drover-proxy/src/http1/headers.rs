@@ -65,8 +65,9 @@ pub fn parse_content_length(value: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    v.iter()
-        .try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add((d - b'0') as u64))
+    v.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add((d - b'0') as u64)
+    })
 }
 
 /// Whether a `Transfer-Encoding` list ends with `chunked` and names each coding as a
@@ -95,7 +96,14 @@ mod tests {
     fn content_length_is_strict() {
         assert_eq!(parse_content_length(b"42"), Some(42));
         assert_eq!(parse_content_length(b" 42 "), Some(42));
-        for bad in [&b""[..], b"+4", b"4,4", b"-1", b"0x10", b"99999999999999999999"] {
+        for bad in [
+            &b""[..],
+            b"+4",
+            b"4,4",
+            b"-1",
+            b"0x10",
+            b"99999999999999999999",
+        ] {
             assert_eq!(parse_content_length(bad), None, "{bad:?}");
         }
     }
@@ -104,7 +112,14 @@ mod tests {
     fn transfer_encoding_must_end_in_chunked() {
         assert!(ends_with_chunked(b"chunked"));
         assert!(ends_with_chunked(b"gzip, Chunked"));
-        for bad in [&b"gzip"[..], b"chunked, gzip", b"chunked,", b"", b"chu nked", b"\"chunked\""] {
+        for bad in [
+            &b"gzip"[..],
+            b"chunked, gzip",
+            b"chunked,",
+            b"",
+            b"chu nked",
+            b"\"chunked\"",
+        ] {
             assert!(!ends_with_chunked(bad), "{bad:?}");
         }
     }
@@ -114,6 +129,9 @@ mod tests {
         let mut c = ConnectionOptions::default();
         c.add(b"Keep-Alive, Upgrade , x-foo");
         assert!(c.keep_alive && c.upgrade && c.names_others && !c.close);
-        assert!(listed_in_connection("X-Foo", [&b"keep-alive, x-foo"[..]].into_iter()));
+        assert!(listed_in_connection(
+            "X-Foo",
+            [&b"keep-alive, x-foo"[..]].into_iter()
+        ));
     }
 }

@@ -103,9 +103,7 @@ pub fn parse(
         }
         Err(httparse::Error::TooManyHeaders) => return Err(bad(431, "too many header fields")),
         Err(httparse::Error::Version) => return Err(bad(400, "malformed request line")),
-        Err(httparse::Error::Token) => {
-            return Err(bad(400, "invalid method or target"))
-        }
+        Err(httparse::Error::Token) => return Err(bad(400, "invalid method or target")),
         Err(httparse::Error::HeaderName) => {
             return Err(bad(400, "invalid header name or obsolete line folding"))
         }
@@ -116,7 +114,10 @@ pub fn parse(
         return Err(bad(431, "request header section too large"));
     }
     if find_bare_lf(&buf[..head_len]).is_some() {
-        return Err(bad(400, "bare LF in request head; lines must end with CRLF"));
+        return Err(bad(
+            400,
+            "bare LF in request head; lines must end with CRLF",
+        ));
     }
     let method = req.method.unwrap_or("");
     let target = req.path.unwrap_or("");
@@ -143,8 +144,8 @@ pub fn parse(
             if content_length.is_some() {
                 return Err(bad(400, "duplicate Content-Length"));
             }
-            let n = headers::parse_content_length(h.value)
-                .ok_or(bad(400, "invalid Content-Length"))?;
+            let n =
+                headers::parse_content_length(h.value).ok_or(bad(400, "invalid Content-Length"))?;
             content_length = Some(n);
         } else if is(name, "transfer-encoding") {
             if te_seen {
@@ -221,7 +222,10 @@ pub fn parse(
         upgrade,
         expect_continue,
         is_head: method == "HEAD",
-        idempotent: matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"),
+        idempotent: matches!(
+            method,
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        ),
         cost_key: cost_key(method, target),
         hash_key: keys
             .hash
@@ -393,7 +397,13 @@ mod tests {
 
     fn run(raw: &[u8]) -> Result<(RequestHead, String), BadRequest> {
         let mut out = Vec::new();
-        match parse(raw, &Limits::default(), &client(), &KeySpec::default(), &mut out)? {
+        match parse(
+            raw,
+            &Limits::default(),
+            &client(),
+            &KeySpec::default(),
+            &mut out,
+        )? {
             Parsed::Complete(h) => Ok((h, String::from_utf8(out).unwrap())),
             Parsed::Partial => panic!("partial"),
         }
@@ -425,7 +435,10 @@ mod tests {
     #[test]
     fn keeps_a_request_id() {
         let (_, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: abc\r\n\r\n").unwrap();
-        assert_eq!(out.matches("x-request-id").count() + out.matches("X-Request-Id").count(), 1);
+        assert_eq!(
+            out.matches("x-request-id").count() + out.matches("X-Request-Id").count(),
+            1
+        );
     }
 
     #[test]
@@ -449,7 +462,10 @@ mod tests {
 
     #[test]
     fn upgrade_is_forwarded() {
-        let (h, out) = run(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n").unwrap();
+        let (h, out) = run(
+            b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .unwrap();
         assert!(h.upgrade);
         assert!(out.contains("Upgrade: websocket\r\n") && out.contains("Connection: upgrade\r\n"));
     }
@@ -493,12 +509,16 @@ mod tests {
         };
         let mut out = Vec::new();
         let go = |raw: &[u8], out: &mut Vec<u8>| {
-            parse(raw, &limits, &client(), &KeySpec::default(), out).map(|p| matches!(p, Parsed::Partial))
+            parse(raw, &limits, &client(), &KeySpec::default(), out)
+                .map(|p| matches!(p, Parsed::Partial))
         };
         let long_uri = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(60));
         assert_eq!(go(long_uri.as_bytes(), &mut out).unwrap_err().status, 414);
         let unfinished_uri = format!("GET /{}", "x".repeat(200));
-        assert_eq!(go(unfinished_uri.as_bytes(), &mut out).unwrap_err().status, 414);
+        assert_eq!(
+            go(unfinished_uri.as_bytes(), &mut out).unwrap_err().status,
+            414
+        );
         let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n", "y".repeat(300));
         assert_eq!(go(big.as_bytes(), &mut out).unwrap_err().status, 431);
         let many = b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n";
@@ -513,8 +533,10 @@ mod tests {
             sticky_cookie: Some("drover_sticky".into()),
         };
         let mut out = Vec::new();
-        let raw = b"GET /p?q HTTP/1.1\r\nHost: a\r\nCookie: a=1; sid=xyz ; drover_sticky=abc123\r\n\r\n";
-        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out) else {
+        let raw =
+            b"GET /p?q HTTP/1.1\r\nHost: a\r\nCookie: a=1; sid=xyz ; drover_sticky=abc123\r\n\r\n";
+        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out)
+        else {
             panic!()
         };
         assert_eq!(h.hash_key.as_deref(), Some(&b"xyz"[..]));
@@ -523,7 +545,8 @@ mod tests {
             hash: Some(HashKey::Path),
             sticky_cookie: None,
         };
-        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out) else {
+        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out)
+        else {
             panic!()
         };
         assert_eq!(h.hash_key.as_deref(), Some(&b"/p"[..]));

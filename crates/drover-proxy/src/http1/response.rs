@@ -106,7 +106,9 @@ pub fn parse(
     let informational = (100..200).contains(&status) && status != 101;
     let switching = status == 101 && ex.upgrade;
     if status == 101 && !ex.upgrade {
-        return Err(BadResponse("101 Switching Protocols without an Upgrade request"));
+        return Err(BadResponse(
+            "101 Switching Protocols without an Upgrade request",
+        ));
     }
     let no_body = ex.is_head || (100..200).contains(&status) || status == 204 || status == 304;
     let body = if no_body {
@@ -126,10 +128,8 @@ pub fn parse(
         && body != BodyKind::UntilClose
         && !switching;
     let dechunk = body == BodyKind::Chunked && ex.http10_client;
-    let client_keep_alive = ex.client_keep_alive
-        && !switching
-        && !dechunk
-        && body != BodyKind::UntilClose;
+    let client_keep_alive =
+        ex.client_keep_alive && !switching && !dechunk && body != BodyKind::UntilClose;
 
     out.clear();
     if informational && ex.http10_client {
@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(h.body, BodyKind::Length(2));
         assert_eq!(h.load, Some(0.25));
         assert!(h.backend_keep_alive && h.client_keep_alive);
-        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\r\n");
+        assert_eq!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\r\n"
+        );
     }
 
     #[test]
@@ -238,14 +241,22 @@ mod tests {
         };
         let (h, _) = run(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", &head).unwrap();
         assert_eq!(h.body, BodyKind::None);
-        let (h, out) = run(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &ex()).unwrap();
+        let (h, out) = run(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &ex(),
+        )
+        .unwrap();
         assert_eq!(h.body, BodyKind::Chunked);
         assert!(out.contains("Transfer-Encoding: chunked"));
         let old = Exchange {
             http10_client: true,
             ..ex()
         };
-        let (h, out) = run(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &old).unwrap();
+        let (h, out) = run(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &old,
+        )
+        .unwrap();
         assert!(h.dechunk && !h.client_keep_alive);
         assert!(!out.contains("Transfer-Encoding") && out.contains("Connection: close"));
         let (h, _) = run(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", &ex()).unwrap();
@@ -277,14 +288,24 @@ mod tests {
         ] {
             assert!(run(raw, &ex()).is_err(), "{}", String::from_utf8_lossy(raw));
         }
-        assert!(matches!(parse(b"HTTP/1.1 200 OK\r\n", &ex(), None, &mut Vec::new()), Ok(None)));
+        assert!(matches!(
+            parse(b"HTTP/1.1 200 OK\r\n", &ex(), None, &mut Vec::new()),
+            Ok(None)
+        ));
     }
 
     #[test]
     fn sticky_cookie_is_set() {
         let mut out = Vec::new();
-        parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &ex(), Some(b"s=1; Path=/"), &mut out)
-            .unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("Set-Cookie: s=1; Path=/\r\n"));
+        parse(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            &ex(),
+            Some(b"s=1; Path=/"),
+            &mut out,
+        )
+        .unwrap();
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains("Set-Cookie: s=1; Path=/\r\n"));
     }
 }

@@ -11,7 +11,13 @@ pub fn bin() -> &'static Path {
 
 /// `drover proxy` on 127.0.0.1:0 over `backends`, one thread, plus `extra` flags.
 pub async fn proxy(backends: &[SocketAddr], extra: &[&str]) -> DroverProcess {
-    let mut args: Vec<String> = vec!["proxy".into(), "--listen".into(), "127.0.0.1:0".into(), "--threads".into(), "1".into()];
+    let mut args: Vec<String> = vec![
+        "proxy".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--threads".into(),
+        "1".into(),
+    ];
     for b in backends {
         args.push("--backend".into());
         args.push(b.to_string());
