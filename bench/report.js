@@ -32,12 +32,15 @@ function normalise(r) {
     ? Object.values(x.errors || {}).reduce((a, b) => a + b, 0)
     : x.errors_total ?? 0;
   const cpuUs = r.clk_tck && x.requests && r.peer !== 'direct' ? (r.cpu_ticks * 1e6) / r.clk_tck / x.requests : null;
+  const per = (t) => (cpuUs === null || t === undefined ? null : (t * 1e6) / r.clk_tck / x.requests);
   return {
     rps: x.rps,
     requests: x.requests,
     p50: l.p50, p90: l.p90, p99: l.p99, p999: l.p99_9, max: l.max,
     errors,
     cpu_us_per_req: cpuUs,
+    user_us_per_req: per(r.user_ticks),
+    sys_us_per_req: per(r.sys_ticks),
     rss_kb: r.peer === 'direct' ? null : r.rss_kb || null,
     hwm_kb: r.peer === 'direct' ? null : r.hwm_kb || null,
     rate: x.rate ?? null,
@@ -56,7 +59,7 @@ for (const [k, rows] of groups) {
   const [peer, scen] = k.split('|');
   const ok = rows.filter((r) => !r.failed);
   const m = { rounds: ok.length, failed_rounds: rows.length - ok.length };
-  for (const f of ['rps', 'requests', 'p50', 'p90', 'p99', 'p999', 'max', 'errors', 'cpu_us_per_req', 'rss_kb', 'hwm_kb', 'rate']) {
+  for (const f of ['rps', 'requests', 'p50', 'p90', 'p99', 'p999', 'max', 'errors', 'cpu_us_per_req', 'user_us_per_req', 'sys_us_per_req', 'rss_kb', 'hwm_kb', 'rate']) {
     m[f] = median(ok.map((r) => r[f]));
   }
   (medians[peer] ||= {})[scen] = m;
@@ -109,6 +112,8 @@ for (const p of peers.filter((x) => x !== 'direct')) {
   headline[p] = {
     tiny_rps: get(p, 'tiny-c50', 'rps'),
     cpu_us_per_req: get(p, 'tiny-c50', 'cpu_us_per_req'),
+    user_us_per_req: get(p, 'tiny-c50', 'user_us_per_req'),
+    sys_us_per_req: get(p, 'tiny-c50', 'sys_us_per_req'),
     added_p50_us_c1: p50 !== null && direct50 !== null ? p50 - direct50 : null,
     rss_mb: get(p, 'tiny-c50', 'rss_kb') !== null ? get(p, 'tiny-c50', 'rss_kb') / 1024 : null,
     mixed_closed_p99_us: get(p, 'mixed-closed', 'p99'),
@@ -119,8 +124,10 @@ for (const p of peers.filter((x) => x !== 'direct')) {
 console.log('');
 console.log('headline (DESIGN.md "Performance targets" figures; tiny = wrk -c50 on "/", +p50 = wrk -c1 p50 minus direct-to-backend p50' +
   (direct50 !== null ? ` ${direct50}µs` : '') + ')');
-const hcols = ['peer', 'tiny req/s', 'cpu µs/req', '+p50 µs @c1', 'RSS MB', 'open75 p99'];
-const hrows = Object.entries(headline).map(([p, h]) => [p, fmtN(h.tiny_rps), fmtN(h.cpu_us_per_req, 1), fmtN(h.added_p50_us_c1), fmtN(h.rss_mb, 1), fmtUs(h.open75_p99_us)]);
+const hcols = ['peer', 'tiny req/s', 'cpu µs/req', '(user+sys)', '+p50 µs @c1', 'RSS MB', 'open75 p99'];
+const hrows = Object.entries(headline).map(([p, h]) => [p, fmtN(h.tiny_rps), fmtN(h.cpu_us_per_req, 1),
+  h.user_us_per_req === null ? '-' : `${fmtN(h.user_us_per_req, 1)}+${fmtN(h.sys_us_per_req, 1)}`,
+  fmtN(h.added_p50_us_c1), fmtN(h.rss_mb, 1), fmtUs(h.open75_p99_us)]);
 const hw = hcols.map((c, i) => Math.max(c.length, ...hrows.map((r) => String(r[i]).length)));
 const hline = (r) => r.map((c, i) => (i === 0 ? String(c).padEnd(hw[i]) : String(c).padStart(hw[i]))).join('  ');
 console.log(hline(hcols));

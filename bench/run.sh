@@ -40,9 +40,11 @@ die() { log "error: $*"; exit 1; }
 # ------------------------------------------------------------------ processes and cleanup
 TMP="$(mktemp -d /tmp/drover-bench.XXXXXX)"
 PIDS=()
+LOAD_PID=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [[ -n "$LOAD_PID" ]]; then kill "$LOAD_PID" 2>/dev/null || true; fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   sleep 0.2
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
@@ -139,9 +141,9 @@ wait_port() { # port pid seconds
   return 1
 }
 
-cpu_ticks() { # utime+stime of a process (all threads), in clock ticks
-  [[ -r "/proc/$1/stat" ]] || { echo 0; return; }
-  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+cpu_ticks() { # "utime stime" of a process (all threads), in clock ticks
+  [[ -r "/proc/$1/stat" ]] || { echo "0 0"; return; }
+  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12, $13}'
 }
 rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 hwm_kb() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -306,20 +308,22 @@ run_one() { # round peer scenario
       ;;
     *) die "unknown scenario $scen" ;;
   esac
-  local t0=0 t1=0 rss=0 hwm=0
-  [[ -n "$pid" ]] && t0="$(cpu_ticks "$pid")"
+  local u0=0 s0=0 u1=0 s1=0 rss=0 hwm=0
+  [[ -n "$pid" ]] && read -r u0 s0 < <(cpu_ticks "$pid")
   "${PIN_LOAD[@]}" "${cmd[@]}" >"$TMP/out" 2>"$TMP/err" &
   local lp=$!
+  LOAD_PID=$lp
   sleep "$(awk -v d="$D" 'BEGIN{print d*0.8}')"
   [[ -n "$pid" ]] && { rss="$(rss_kb "$pid")"; hwm="$(hwm_kb "$pid")"; }
   if ! wait "$lp"; then
     log "load generator failed for $peer/$scen: $(tail -3 "$TMP/err")"
   fi
-  [[ -n "$pid" ]] && t1="$(cpu_ticks "$pid")"
+  LOAD_PID=""
+  [[ -n "$pid" ]] && read -r u1 s1 < <(cpu_ticks "$pid")
   out="$(grep '^{' "$TMP/out" | tail -1 || true)"
   [[ -n "$out" ]] || out='null'
-  printf '{"round":%d,"peer":"%s","scenario":"%s","cpu_ticks":%d,"clk_tck":%d,"rss_kb":%d,"hwm_kb":%d,"result":%s}\n' \
-    "$round" "$peer" "$scen" "$((t1 - t0))" "$CLK_TCK" "${rss:-0}" "${hwm:-0}" "$out" >>"$RAW"
+  printf '{"round":%d,"peer":"%s","scenario":"%s","cpu_ticks":%d,"user_ticks":%d,"sys_ticks":%d,"clk_tck":%d,"rss_kb":%d,"hwm_kb":%d,"result":%s}\n' \
+    "$round" "$peer" "$scen" "$((u1 + s1 - u0 - s0))" "$((u1 - u0))" "$((s1 - s0))" "$CLK_TCK" "${rss:-0}" "${hwm:-0}" "$out" >>"$RAW"
   node -e '
     const r = JSON.parse(process.argv[1]); const x = r.result || {};
     const l = x.latency_us || {}; const e = x.errors || {};

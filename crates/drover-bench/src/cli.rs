@@ -104,7 +104,9 @@ pub fn split_url(url: &str) -> Result<(String, String), String> {
     if authority.is_empty() {
         return Err(format!("no host in {url:?}"));
     }
-    let authority = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    let authority = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
         || authority.ends_with(']') && !authority.contains("]:")
     {
         if authority.ends_with(']') {

@@ -233,7 +233,11 @@ fn head_info(
 }
 
 fn parse_chunk_size(line: &[u8]) -> Result<u64, ReqError> {
-    let hex = line.split(|&b| b == b';').next().unwrap_or(&[]).trim_ascii();
+    let hex = line
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(&[])
+        .trim_ascii();
     let s = std::str::from_utf8(hex).map_err(|_| ReqError::Parse("bad chunk size".into()))?;
     u64::from_str_radix(s, 16).map_err(|_| ReqError::Parse(format!("bad chunk size {s:?}")))
 }

@@ -6,7 +6,11 @@ use clap::Parser;
 use drover_bench::cli::{main_with, BenchArgs};
 
 #[derive(Parser)]
-#[command(name = "drover-loadgen", version, about = "HTTP/1.1 load generator: closed and open loop, HdrHistogram latency")]
+#[command(
+    name = "drover-loadgen",
+    version,
+    about = "HTTP/1.1 load generator: closed and open loop, HdrHistogram latency"
+)]
 struct Cli {
     #[command(flatten)]
     args: BenchArgs,

@@ -197,7 +197,10 @@ mod tests {
             Mix::parse("5:/a\r\nX: y"),
             Err(MixError::BadPath(_))
         ));
-        assert!(matches!(Mix::parse("1:/a,2:/a"), Err(MixError::Duplicate(_))));
+        assert!(matches!(
+            Mix::parse("1:/a,2:/a"),
+            Err(MixError::Duplicate(_))
+        ));
         assert!(Mix::single("nope").is_err());
     }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::LocalSet;
 
-use crate::http::{build_request, Conn, ReqError};
+use crate::http::{build_request, Conn};
 use crate::mix::Mix;
 use crate::schedule::Schedule;
 use crate::stats::{PathReport, Percentiles, Report, Stats};
@@ -100,7 +100,9 @@ pub fn run(cfg: &Config) -> Result<Report, RunError> {
         total.merge(&stats);
         end = end.max(last);
     }
-    let elapsed = end.saturating_duration_since(start).max(Duration::from_micros(1));
+    let elapsed = end
+        .saturating_duration_since(start)
+        .max(Duration::from_micros(1));
     Ok(report(&cfg, total, elapsed))
 }
 
@@ -251,7 +253,11 @@ async fn closed_loop(l: Rc<Local>, k: usize) {
 }
 
 async fn closed_conn(l: Rc<Local>, id: u64) {
-    let mut rng = fastrand::Rng::with_seed(l.cfg.seed.wrapping_add(id.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let mut rng = fastrand::Rng::with_seed(
+        l.cfg
+            .seed
+            .wrapping_add(id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+    );
     let mut conn: Option<Conn> = None;
     while Instant::now() < l.deadline && l.claim() {
         let pi = l.cfg.mix.pick(&mut rng);
@@ -290,8 +296,8 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
                     conn = None;
                 }
             }
-            Ok(Err(e)) => {
-                count_error(&l, &e);
+            Ok(Err(_)) => {
+                l.stats.borrow_mut().errors.io += 1;
                 conn = None;
             }
             Err(_) => {
@@ -300,10 +306,6 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
             }
         }
     }
-}
-
-fn count_error(l: &Local, _e: &ReqError) {
-    l.stats.borrow_mut().errors.io += 1;
 }
 
 // ---------------------------------------------------------------- open loop
@@ -384,7 +386,9 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
         let mut conn = match idle {
             Some(c) => c,
             None => {
-                let c = Conn::connect(l.cfg.addr).await.map_err(|_| Failure::Connect)?;
+                let c = Conn::connect(l.cfg.addr)
+                    .await
+                    .map_err(|_| Failure::Connect)?;
                 l.stats.borrow_mut().connections_opened += 1;
                 c
             }

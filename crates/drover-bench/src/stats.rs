@@ -193,7 +193,10 @@ impl Report {
     pub fn render_text(&self) -> String {
         let mut s = String::new();
         let mode = match self.rate {
-            Some(r) => format!("open loop at {r:.0} req/s, up to {} connections", self.connections),
+            Some(r) => format!(
+                "open loop at {r:.0} req/s, up to {} connections",
+                self.connections
+            ),
             None => format!("closed loop, {} connections", self.connections),
         };
         let _ = writeln!(
@@ -248,7 +251,11 @@ impl Report {
             self.errors_total, e.connect, e.status, e.timeout, e.io
         );
         if !self.status.is_empty() && self.status.keys().any(|k| k != "200") {
-            let codes: Vec<String> = self.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let codes: Vec<String> = self
+                .status
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
             let _ = writeln!(s, "  status     {}", codes.join(", "));
         }
         if self.rate.is_some() && self.conn_waits > 0 {

@@ -130,7 +130,13 @@ fn closed_and_open_loop_against_local_server() {
     assert_eq!(r.status["200"], 200);
 
     // Open loop at 2000 req/s: 200 requests take ~0.1 s; non-2xx and closing responses.
-    let r = run(&config(addr, "2:/,1:/bad,1:/close", Mode::Open { rate: 2000.0 }, 16)).unwrap();
+    let r = run(&config(
+        addr,
+        "2:/,1:/bad,1:/close",
+        Mode::Open { rate: 2000.0 },
+        16,
+    ))
+    .unwrap();
     assert_eq!(r.mode, "open");
     assert_eq!(r.requests, 200, "{}", r.render_text());
     let bad = seen.bad.load(Ordering::Relaxed);
@@ -138,7 +144,11 @@ fn closed_and_open_loop_against_local_server() {
     assert_eq!(r.errors_total, bad, "{}", r.render_text());
     assert_eq!(r.ok, 200 - bad);
     assert_eq!(r.status["500"], bad);
-    assert!(r.elapsed_s >= 0.09 && r.elapsed_s < 5.0, "elapsed {}", r.elapsed_s);
+    assert!(
+        r.elapsed_s >= 0.09 && r.elapsed_s < 5.0,
+        "elapsed {}",
+        r.elapsed_s
+    );
     let svc = r.service_us.unwrap();
     assert_eq!(svc.count, 200);
     assert!(r.latency_us.p50 >= svc.p50 / 2);
