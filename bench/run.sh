@@ -237,14 +237,14 @@ EOF
   PORT[$name]=$port
 }
 
-start_drover() { # name [strategy]
+start_drover() { # name [strategy] [extra flags...]
   local name=$1 dir="$TMP/$1" port strat=()
   port="$(free_port)"
   mkdir -p "$dir"
   [[ -n "${2:-}" ]] && strat=(--strategy "$2")
   "${PIN_PROXY[@]}" "$DROVER" proxy --listen "127.0.0.1:$port" \
     --backend "127.0.0.1:${BE_PORTS[0]}" --backend "127.0.0.1:${BE_PORTS[1]}" \
-    "${strat[@]}" --threads 1 >"$dir/stdout.log" 2>"$dir/stderr.log" &
+    "${strat[@]}" "${@:3}" --threads 1 >"$dir/stdout.log" 2>"$dir/stderr.log" &
   PID[$name]=$!
   PORT[$name]=$port
 }
@@ -256,11 +256,14 @@ for name in $PEERS_WANTED; do
     nginx-rr) start_nginx "$name" "" ;;
     haproxy-lc) start_haproxy "$name" leastconn ;;
     haproxy-rr) start_haproxy "$name" roundrobin ;;
-    drover-p2c | drover-rr | drover-default | drover-least-conn | drover-peak-ewma)
+    drover-*)
+      # drover-STRATEGY, optionally +mcN for --max-conns N (e.g. drover-p2c+mc2).
       if ((!HAVE_DROVER)); then log "skipping $name: no drover binary"; continue; fi
       s="${name#drover-}"
+      extra=()
+      if [[ "$s" == *+mc* ]]; then extra=(--max-conns "${s##*+mc}"); s="${s%%+mc*}"; fi
       case "$s" in default) s="" ;; rr) s="round-robin" ;; esac
-      start_drover "$name" "$s"
+      start_drover "$name" "$s" "${extra[@]}"
       ;;
     *) die "unknown peer $name" ;;
   esac

@@ -22,9 +22,13 @@ pub const DEFAULT_CAPACITY: usize = 4096;
 const VALUE_BITS: u32 = 40;
 const VALUE_MAX: u64 = (1 << VALUE_BITS) - 1;
 
-/// A new sample moves the estimate by 1/4: route costs are steady, so a short memory
-/// adapts within a few requests after a deploy while one outlier moves it only partly.
-const EWMA_SHIFT: u32 = 2;
+/// The estimate tracks what a request costs when it does not wait inside the backend:
+/// a faster sample pulls it halfway down at once, a slower one only 1/16 up. Latency
+/// observed under load includes queueing behind other requests, which is not the
+/// request's own cost; the low envelope is (and the adaptive concurrency limit compares
+/// each latency against it to see queueing).
+const DOWN_SHIFT: u32 = 1;
+const UP_SHIFT: u32 = 4;
 
 /// A bounded, lock-free table of request-cost estimates.
 pub struct CostTable {
@@ -71,9 +75,9 @@ impl CostTable {
         let value = if old != 0 && old >> VALUE_BITS == tag(key) {
             let prev = old & VALUE_MAX;
             if sample >= prev {
-                prev + ((sample - prev) >> EWMA_SHIFT)
+                prev + ((sample - prev) >> UP_SHIFT)
             } else {
-                prev - ((prev - sample) >> EWMA_SHIFT)
+                prev - ((prev - sample) >> DOWN_SHIFT)
             }
         } else {
             sample
@@ -127,9 +131,22 @@ mod tests {
         t.observe(k, 40_000);
         assert_eq!(t.estimate(k), Some(40_000));
         t.observe(k, 80_000);
-        assert_eq!(t.estimate(k), Some(50_000));
+        assert_eq!(t.estimate(k), Some(42_500));
         t.observe(k, 10_000);
-        assert_eq!(t.estimate(k), Some(40_000));
+        assert_eq!(t.estimate(k), Some(26_250));
+    }
+
+    #[test]
+    fn tracks_the_uncontended_cost_not_queueing() {
+        // Mostly fast, sometimes stuck behind other work: the estimate stays near the
+        // fast figure, which is what the request itself costs.
+        let t = CostTable::new();
+        let k = CostTable::key(b"GET", b"/cheap");
+        for i in 0..200 {
+            t.observe(k, if i % 5 == 4 { 10_000_000 } else { 60_000 });
+        }
+        let est = t.estimate(k).unwrap();
+        assert!(est < 1_000_000, "{est}");
     }
 
     #[test]
@@ -137,7 +154,7 @@ mod tests {
         let t = CostTable::new();
         let k = CostTable::key(b"POST", b"/render");
         t.observe(k, 1_000);
-        for _ in 0..64 {
+        for _ in 0..200 {
             t.observe(k, 5_000_000);
         }
         let est = t.estimate(k).unwrap();

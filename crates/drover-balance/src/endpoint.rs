@@ -19,6 +19,28 @@ pub const EWMA_DECAY: Nanos = 10_000_000_000;
 /// keep its last word forever.
 pub const REPORT_TTL: Nanos = 5_000_000_000;
 
+/// Adaptive concurrency limit: where it starts, its bounds, and how it moves.
+pub const LIMIT_INITIAL: f64 = 4.0;
+pub const LIMIT_MIN: f64 = 1.0;
+pub const LIMIT_MAX: f64 = 1024.0;
+/// A request whose latency is this many times its uncontended cost waited inside the
+/// backend behind other work: the endpoint holds more than it serves at once.
+const QUEUED_RATIO: f64 = 2.0;
+/// A request this close to its uncontended cost did not wait.
+const UNQUEUED_RATIO: f64 = 1.5;
+/// Multiplicative decrease per queued request, additive increase per unqueued one
+/// served at the limit (spread so the limit grows by about 1 per `limit × GROWTH`
+/// requests): the limit falls fast when requests queue and creeps up when they don't,
+/// as in TCP Vegas and Netflix's concurrency-limits.
+const DECREASE: f64 = 0.9;
+const GROWTH: f64 = 4.0;
+/// Above its learned limit, an adaptive endpoint still takes requests while the work it
+/// holds is under this (ns). A backend that serves one request at a time learns a
+/// limit near 1, and at 1 it idles while each response travels back through the proxy;
+/// a little cheap work in the pipe keeps it busy, and an expensive request (more than
+/// this on its own) still never has anything queued behind it.
+pub const PIPELINE_BUDGET: Nanos = 500_000;
+
 /// The least share a ramping endpoint gets, so slow start never starves it of the
 /// traffic it needs to warm up.
 const MIN_RAMP: f64 = 0.1;
@@ -30,6 +52,10 @@ pub struct Endpoint {
     id: String,
     weight: AtomicU32,
     max_conns: AtomicU32,
+    /// When set and `max_conns` is 0, the in-flight cap is learned (`limit`).
+    adaptive: AtomicBool,
+    /// The learned concurrency limit (f64 bits).
+    limit: AtomicU64,
     in_flight: AtomicU32,
     /// Sum of the expected cost (ns) of the requests in flight.
     in_flight_cost: AtomicU64,
@@ -62,6 +88,8 @@ impl Endpoint {
             id: stable_id(&addr.to_string()),
             weight: AtomicU32::new(weight.max(1)),
             max_conns: AtomicU32::new(0),
+            adaptive: AtomicBool::new(false),
+            limit: AtomicU64::new(LIMIT_INITIAL.to_bits()),
             in_flight: AtomicU32::new(0),
             in_flight_cost: AtomicU64::new(0),
             rtt_estimate: AtomicU64::new(0),
@@ -111,22 +139,71 @@ impl Endpoint {
         self.in_flight_cost.load(Relaxed)
     }
 
-    pub fn has_capacity(&self) -> bool {
-        let max = self.max_conns();
-        max == 0 || self.in_flight() < max
+    /// Learns the concurrency limit from latency instead of a fixed `max_conns`.
+    pub fn set_adaptive(&self, on: bool) {
+        self.adaptive.store(on, Relaxed);
     }
 
-    /// Takes an in-flight slot unless the endpoint is at `max_conns`. Only `Pick` calls it.
-    pub(crate) fn try_acquire(&self, cost: Nanos) -> bool {
-        let max = self.max_conns();
-        let taken = self
-            .in_flight
-            .fetch_update(Relaxed, Relaxed, |n| (max == 0 || n < max).then_some(n + 1))
-            .is_ok();
-        if taken {
-            self.in_flight_cost.fetch_add(cost, Relaxed);
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive.load(Relaxed) && self.max_conns() == 0
+    }
+
+    /// The learned limit, fractional (it moves in small steps).
+    pub fn learned_limit(&self) -> f64 {
+        f64::from_bits(self.limit.load(Relaxed))
+    }
+
+    /// The in-flight cap in force: `max_conns` when set, the learned limit when
+    /// adaptive, 0 (none) otherwise.
+    pub fn concurrency_cap(&self) -> u32 {
+        match self.max_conns() {
+            0 if self.adaptive.load(Relaxed) => self.learned_limit() as u32,
+            max => max,
         }
-        taken
+    }
+
+    pub fn has_capacity(&self) -> bool {
+        self.admits(self.in_flight())
+    }
+
+    fn admits(&self, in_flight: u32) -> bool {
+        let cap = self.concurrency_cap();
+        cap == 0
+            || in_flight < cap
+            || (self.is_adaptive() && self.in_flight_cost() < PIPELINE_BUDGET)
+    }
+
+    /// Takes an in-flight slot unless the endpoint is at its cap; returns the in-flight
+    /// count including this one. Only `Pick` calls it.
+    pub(crate) fn try_acquire(&self, cost: Nanos) -> Option<u32> {
+        let before = self
+            .in_flight
+            .fetch_update(Relaxed, Relaxed, |n| self.admits(n).then_some(n + 1))
+            .ok()?;
+        self.in_flight_cost.fetch_add(cost, Relaxed);
+        Some(before + 1)
+    }
+
+    /// Adapts the learned limit after a request whose uncontended cost was known.
+    /// `in_flight_at_start` is how many requests the endpoint held with this one.
+    ///
+    /// Only a request that filled the endpoint exactly to its limit may raise it: an
+    /// idle endpoint serving quickly says nothing about how much more it could take,
+    /// and one let in above the limit on the pipeline budget says nothing either.
+    pub fn adapt_limit(&self, latency: Nanos, expected: Nanos, in_flight_at_start: u32) {
+        if !self.is_adaptive() || expected == 0 {
+            return;
+        }
+        let ratio = latency as f64 / expected as f64;
+        let limit = self.learned_limit();
+        let next = if ratio >= QUEUED_RATIO {
+            (limit * DECREASE).max(LIMIT_MIN)
+        } else if ratio <= UNQUEUED_RATIO && in_flight_at_start == limit as u32 {
+            (limit + 1.0 / (limit * GROWTH)).min(LIMIT_MAX)
+        } else {
+            return;
+        };
+        self.limit.store(next.to_bits(), Relaxed);
     }
 
     pub(crate) fn release(&self, cost: Nanos) {
@@ -291,13 +368,45 @@ mod tests {
     fn acquire_respects_max_conns() {
         let e = ep();
         e.set_max_conns(2);
-        assert!(e.try_acquire(10));
-        assert!(e.try_acquire(10));
-        assert!(!e.try_acquire(10));
+        assert_eq!(e.try_acquire(10), Some(1));
+        assert_eq!(e.try_acquire(10), Some(2));
+        assert_eq!(e.try_acquire(10), None);
         assert_eq!(e.in_flight_cost(), 20);
         e.release(10);
-        assert!(e.try_acquire(5));
+        assert_eq!(e.try_acquire(5), Some(2));
         assert_eq!(e.in_flight(), 2);
+    }
+
+    #[test]
+    fn adaptive_limit_falls_when_requests_queue_and_creeps_up_when_not() {
+        let e = ep();
+        // Not adaptive: nothing moves and there is no cap.
+        e.adapt_limit(100, 1, 1);
+        assert_eq!((e.learned_limit(), e.concurrency_cap()), (LIMIT_INITIAL, 0));
+        e.set_adaptive(true);
+        assert_eq!(e.concurrency_cap(), LIMIT_INITIAL as u32);
+        // Cheap requests stuck behind expensive ones: down to one at a time.
+        for _ in 0..30 {
+            e.adapt_limit(10_000_000, 60_000, 2);
+        }
+        assert_eq!(e.learned_limit(), LIMIT_MIN);
+        assert_eq!(e.concurrency_cap(), 1);
+        // Served at the limit without queueing: it grows, slowly.
+        let steps = (1..100)
+            .find(|_| {
+                e.adapt_limit(60_000, 60_000, 1);
+                e.concurrency_cap() == 2
+            })
+            .unwrap();
+        assert!((4..=8).contains(&steps), "{steps} steps from 1 to 2");
+        // Served below the limit: no evidence, no growth.
+        let before = e.learned_limit();
+        e.adapt_limit(60_000, 60_000, 1);
+        assert_eq!(e.learned_limit(), before);
+        // A fixed max_conns overrides learning.
+        e.set_max_conns(7);
+        assert_eq!(e.concurrency_cap(), 7);
+        assert!(!e.is_adaptive());
     }
 
     #[test]
@@ -349,7 +458,7 @@ mod tests {
         let a = ep();
         let b = Endpoint::with_weight("127.0.0.1:8002".parse().unwrap(), 2);
         assert!(b.load_score(1) < a.load_score(1));
-        assert!(a.try_acquire(5_000_000));
+        assert!(a.try_acquire(5_000_000).is_some());
         let c = ep();
         assert!(a.load_score(1) > c.load_score(1));
     }

@@ -61,6 +61,10 @@ pub fn no_pick_reason(endpoints: &[Arc<Endpoint>], ctx: &PickContext<'_>) -> NoP
 pub struct Pick {
     endpoint: Arc<Endpoint>,
     cost: Nanos,
+    /// The cost came from a per-request estimate, not the endpoint's latency.
+    cost_known: bool,
+    /// In-flight requests on the endpoint, this one included, when it was sent.
+    in_flight_at_start: u32,
     started: Nanos,
 }
 
@@ -72,9 +76,12 @@ impl Pick {
         } else {
             ctx.cost
         };
-        endpoint.try_acquire(cost).then(|| Pick {
+        let in_flight_at_start = endpoint.try_acquire(cost)?;
+        Some(Pick {
             endpoint: Arc::clone(endpoint),
             cost,
+            cost_known: ctx.cost != 0,
+            in_flight_at_start,
             started: ctx.now,
         })
     }
@@ -87,10 +94,15 @@ impl Pick {
         self.started
     }
 
-    /// Records the time from the pick to `now` as a latency observation.
+    /// Records the time from the pick to `now` as a latency observation, and lets an
+    /// adaptive endpoint learn from it how much it can take at once.
     pub fn observe(&self, now: Nanos) {
-        self.endpoint
-            .observe_rtt(now, now.saturating_sub(self.started));
+        let latency = now.saturating_sub(self.started);
+        self.endpoint.observe_rtt(now, latency);
+        if self.cost_known {
+            self.endpoint
+                .adapt_limit(latency, self.cost, self.in_flight_at_start);
+        }
     }
 }
 

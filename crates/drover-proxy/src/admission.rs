@@ -40,10 +40,14 @@ impl Admission {
         set: &EndpointSet,
         ctx: &PickContext<'_>,
     ) -> Result<Slot, ProxyError> {
-        match balancer.pick(set, ctx) {
-            Ok(pick) => return Ok(self.slot(pick)),
-            Err(NoPick::NoneAvailable) => return Err(ProxyError::NoEndpoint),
-            Err(NoPick::AllBusy) => {}
+        // While others wait, a newcomer queues behind them instead of taking the slot
+        // that was freed for the first of them.
+        if self.waiting() == 0 {
+            match balancer.pick(set, ctx) {
+                Ok(pick) => return Ok(self.slot(pick)),
+                Err(NoPick::NoneAvailable) => return Err(ProxyError::NoEndpoint),
+                Err(NoPick::AllBusy) => {}
+            }
         }
         if self.waiting.fetch_add(1, Relaxed) >= self.max {
             self.waiting.fetch_sub(1, Relaxed);
@@ -72,7 +76,15 @@ impl Admission {
                 ..*ctx
             };
             match balancer.pick(set, &ctx) {
-                Ok(pick) => return Ok(self.slot(pick)),
+                Ok(pick) => {
+                    // One release can make room for several requests (an expensive one
+                    // leaving makes room for many cheap ones): pass the wake-up on, and
+                    // the queue drains as far as there is room.
+                    if self.waiting() > 1 {
+                        self.freed.notify_one();
+                    }
+                    return Ok(self.slot(pick));
+                }
                 Err(NoPick::NoneAvailable) => return Err(ProxyError::NoEndpoint),
                 Err(NoPick::AllBusy) => {}
             }

@@ -22,6 +22,10 @@ pub struct PoolOptions {
     /// Concurrency limit applied to every endpoint (0 = none). Above it the balancer
     /// queues requests in drover instead of inside a busy backend.
     pub max_conns: u32,
+    /// With `max_conns` 0: learn each endpoint's limit from how its latency grows with
+    /// load (`Endpoint::adapt_limit`), so requests wait in drover rather than queue
+    /// inside a backend that serves one at a time.
+    pub adaptive_limit: bool,
     /// New endpoints start unhealthy and wait for `rise` passing active checks. Off by
     /// default so a fresh balancer serves at once; supervised workers that need time to
     /// boot turn it on. Without active checks such endpoints would never be picked.
@@ -35,6 +39,7 @@ impl Default for PoolOptions {
         PoolOptions {
             slow_start: Duration::ZERO,
             max_conns: 0,
+            adaptive_limit: false,
             initially_unhealthy: false,
             passive: PassivePolicy::default(),
         }
@@ -298,6 +303,7 @@ impl Pool {
     ) -> Arc<Endpoint> {
         let ep = Endpoint::with_weight(addr, weight);
         ep.set_max_conns(self.options.max_conns);
+        ep.set_adaptive(self.options.adaptive_limit);
         if self.options.initially_unhealthy {
             // Active checks start the ramp when it rises, so none is needed here.
             ep.set_healthy(false);

@@ -20,6 +20,15 @@ pub struct Cli {
 pub enum Command {
     /// Balance HTTP/1.1 requests over backends.
     Proxy(ProxyArgs),
+    /// Start every app and balancer a drover.toml describes.
+    Up(UpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// The config to run.
+    #[arg(short, long, value_name = "FILE", default_value = "drover.toml")]
+    pub config: PathBuf,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -69,9 +78,10 @@ pub struct ProxyArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub retries: u32,
 
-    /// Requests in flight per backend before drover queues the rest (0: no limit).
-    #[arg(long, default_value_t = 0)]
-    pub max_conns: u32,
+    /// Requests in flight per backend before drover queues the rest: "auto" learns it
+    /// from latency, 0 means no limit.
+    #[arg(long, default_value = "auto")]
+    pub max_conns: crate::config::ConnLimit,
 
     /// Requests that may wait for a free backend.
     #[arg(long, default_value_t = 1024)]

@@ -65,8 +65,10 @@ pub struct AppConfig {
     pub cwd: Option<PathBuf>,
     /// Extra environment variables, on top of drover's environment.
     pub env: BTreeMap<String, String>,
-    /// How a worker is probed; default an HTTP check of `/health`.
-    pub health: HealthCheckConfig,
+    /// How a worker is probed once its port accepts; `None` (default): the open port is
+    /// enough, since drover runs programs that may not serve any health route. A
+    /// `health` table without `path` checks `/health`.
+    pub health: Option<HealthCheckConfig>,
     /// How long a new worker may take to pass its first health check; default 30s.
     pub ready_timeout: Duration,
     /// Grace period between SIGTERM and SIGKILL when stopping a worker; default 10s.
@@ -135,9 +137,10 @@ pub struct BalancerConfig {
     pub backends: Vec<BackendRef>,
     /// Retries of a failed attempt on another endpoint, 0..=10; default 2.
     pub retries: u32,
-    /// Concurrent requests per endpoint, 0 = unlimited; default 0. A backend's own
+    /// Concurrent requests per endpoint before drover queues the rest: `"auto"`
+    /// (default, learned from latency), 0 (no limit) or a number. A backend's own
     /// `max_conns` overrides it.
-    pub max_conns: u32,
+    pub max_conns: ConnLimit,
     /// Waiting room for requests when every endpoint is at `max_conns`.
     pub queue: QueueConfig,
     /// Per-phase timeouts.
@@ -170,7 +173,7 @@ impl BalancerConfig {
             strategy: Strategy::P2c,
             backends,
             retries: 2,
-            max_conns: 0,
+            max_conns: ConnLimit::Auto,
             queue: QueueConfig::default(),
             timeouts: TimeoutConfig::default(),
             health: None,
@@ -195,7 +198,7 @@ impl AppConfig {
             workers: Workers::Count(1),
             cwd: None,
             env: BTreeMap::new(),
-            health: HealthCheckConfig::default_for_app(),
+            health: None,
             ready_timeout: Duration::from_secs(30),
             stop_timeout: Duration::from_secs(10),
         }
@@ -721,6 +724,57 @@ impl<'de> Deserialize<'de> for HttpPath {
     }
 }
 
+/// Requests in flight per endpoint before drover queues the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnLimit {
+    /// Learned per endpoint from latency: about one at a time for a backend that serves
+    /// one at a time, more for one that runs requests in parallel.
+    Auto,
+    /// A fixed cap; 0 means no cap at all.
+    Fixed(u32),
+}
+
+impl std::str::FromStr for ConnLimit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(ConnLimit::Auto);
+        }
+        match s.parse::<u32>() {
+            Ok(n) if n <= 1_000_000 => Ok(ConnLimit::Fixed(n)),
+            _ => Err(format!(
+                "invalid max_conns {s:?}: expected \"auto\", 0 (no limit) or a number up to 1000000"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ConnLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ConnLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"auto\", 0 (no limit) or a number up to 1000000")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<ConnLimit, E> {
+                if (0..=1_000_000).contains(&n) {
+                    Ok(ConnLimit::Fixed(n as u32))
+                } else {
+                    Err(E::custom(format!(
+                        "{n} is out of range: expected \"auto\", 0 (no limit) or 1..=1000000"
+                    )))
+                }
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ConnLimit, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 impl<'de> Deserialize<'de> for Workers {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -982,7 +1036,7 @@ struct RawBalancer {
     strategy: Option<Spanned<StrategyName>>,
     backends: Spanned<Vec<Spanned<RawBackend>>>,
     retries: Option<Bounded<0, 10>>,
-    max_conns: Option<Bounded<0, 1_000_000>>,
+    max_conns: Option<ConnLimit>,
     queue: Option<RawQueue>,
     timeouts: Option<RawTimeouts>,
     health: Option<Spanned<RawHealth>>,
@@ -1206,8 +1260,8 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         None => BTreeMap::new(),
     };
     let health = match raw.health {
-        Some(h) => validate_health(h, &key("health"), true, ctx)?,
-        None => HealthCheckConfig::default_for_app(),
+        Some(h) => Some(validate_health(h, &key("health"), true, ctx)?),
+        None => None,
     };
     let defaults = AppConfig::new(String::new(), Vec::new());
     Ok(AppConfig {
@@ -1432,7 +1486,7 @@ fn validate_balancer(
         b.retries = r.as_u32();
     }
     if let Some(m) = raw.max_conns {
-        b.max_conns = m.as_u32();
+        b.max_conns = m;
     }
     if let Some(q) = raw.queue {
         if let Some(m) = q.max {
@@ -1571,7 +1625,7 @@ timeouts = { connect = "1s", request = "30s", idle = "60s" }
         assert_eq!(app.command, ["node", "examples/pi-server.js"]);
         assert_eq!(app.workers, Workers::Auto);
         assert!(app.workers.resolve() >= 1);
-        assert_eq!(app.health, HealthCheckConfig::default_for_app());
+        assert_eq!(app.health, Some(HealthCheckConfig::default_for_app()));
         let b = &c.balancers[0];
         assert_eq!(b.name, "default");
         assert_eq!(b.listen, addr("0.0.0.0:8000"));
@@ -1599,7 +1653,7 @@ timeouts = { connect = "1s", request = "30s", idle = "60s" }
         // Spot-check the documented defaults, so changing one is a deliberate act.
         assert_eq!(expected.strategy, Strategy::P2c);
         assert_eq!(expected.retries, 2);
-        assert_eq!(expected.max_conns, 0);
+        assert_eq!(expected.max_conns, ConnLimit::Auto);
         assert_eq!(expected.queue.max, 1024);
         assert_eq!(expected.queue.timeout, Duration::from_secs(5));
         assert_eq!(expected.timeouts.header_read, Duration::from_secs(10));
@@ -1659,9 +1713,9 @@ sticky = { cookie = "sid" }
         assert_eq!(app.workers, Workers::Count(4));
         assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/api")));
         assert_eq!(app.env.get("A.B").map(String::as_str), Some("c"));
-        assert_eq!(app.health.kind, HealthCheckKind::Tcp);
-        assert_eq!(app.health.interval, Duration::from_millis(500));
-        assert_eq!((app.health.rise, app.health.fall), (1, 5));
+        assert_eq!(app.health.as_ref().unwrap().kind, HealthCheckKind::Tcp);
+        assert_eq!(app.health.as_ref().unwrap().interval, Duration::from_millis(500));
+        assert_eq!((app.health.as_ref().unwrap().rise, app.health.as_ref().unwrap().fall), (1, 5));
         assert_eq!(app.ready_timeout, Duration::from_secs(60));
         assert_eq!(app.stop_timeout, Duration::from_secs(3));
 
@@ -1684,7 +1738,7 @@ sticky = { cookie = "sid" }
                 BackendRef::App("api_v2".into()),
             ]
         );
-        assert_eq!((b.retries, b.max_conns), (0, 100));
+        assert_eq!((b.retries, b.max_conns), (0, ConnLimit::Fixed(100)));
         assert_eq!(
             b.queue,
             QueueConfig {
@@ -2069,7 +2123,7 @@ sticky = { cookie = "sid" }
         let app = |h: &str| format!("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nhealth = {h}\n");
         let c = ok(&app("{ expect = 204 }"));
         assert_eq!(
-            c.apps[0].health.kind,
+            c.apps[0].health.as_ref().unwrap().kind,
             HealthCheckKind::Http {
                 path: "/health".into(),
                 expect: (204, 204)
@@ -2077,7 +2131,7 @@ sticky = { cookie = "sid" }
         );
         let c = ok(&app("{ path = \"/up\", expect = \"200\" }"));
         assert_eq!(
-            c.apps[0].health.kind,
+            c.apps[0].health.as_ref().unwrap().kind,
             HealthCheckKind::Http {
                 path: "/up".into(),
                 expect: (200, 200)

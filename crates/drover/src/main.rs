@@ -4,6 +4,7 @@ mod cli;
 mod config;
 mod plan;
 mod run;
+mod up;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -14,6 +15,7 @@ fn main() -> ExitCode {
     init_logging();
     let result = match cli.command {
         Command::Proxy(args) => proxy(args),
+        Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,12 +56,19 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
         .iter()
         .map(plan::BalancerPlan::from_config)
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(p) = plans.iter().find(|p| p.app.is_some()) {
+        return Err(format!(
+            "balancer {:?} balances over a supervised app; start it with `drover up`",
+            p.proxy.name
+        ));
+    }
     control_runtime()?.block_on(async move {
         let mut running = Vec::new();
         for plan in plans {
-            running.push(run::start(plan)?);
+            let pool = run::static_pool(&plan);
+            running.push(run::start(plan, pool)?);
         }
-        run::serve_until_signal(running).await
+        run::serve_until_signal(running, Vec::new()).await
     })
 }
 

@@ -14,8 +14,10 @@ pub struct BalancerPlan {
     pub proxy: ProxyOptions,
     pub pool: PoolOptions,
     pub strategy: Strategy,
-    /// Backend addresses with weights.
+    /// Backend addresses with weights (empty when `app` is set).
     pub backends: Vec<(SocketAddr, u32)>,
+    /// The supervised app whose workers are the backends (`backends = ["app:NAME"]`).
+    pub app: Option<String>,
     /// Per-backend concurrency limits that differ from the pool's.
     pub max_conns: Vec<(SocketAddr, u32)>,
     pub health: Option<HealthCheck>,
@@ -118,6 +120,7 @@ impl BalancerPlan {
     pub fn from_config(b: &config::BalancerConfig) -> Result<BalancerPlan, String> {
         let mut backends = Vec::new();
         let mut max_conns = Vec::new();
+        let mut app = None;
         for backend in &b.backends {
             match backend {
                 BackendRef::Addr {
@@ -130,13 +133,16 @@ impl BalancerPlan {
                         max_conns.push((*addr, *m));
                     }
                 }
-                BackendRef::App(name) => {
-                    return Err(format!(
-                        "balancer {:?}: backend app:{name} needs a supervisor, which `drover proxy` does not run",
-                        b.name
-                    ))
-                }
+                BackendRef::App(name) => app = Some(name.clone()),
             }
+        }
+        if app.is_some() && b.backends.len() > 1 {
+            // One pool per balancer: an app's workers come and go under the supervisor,
+            // and mixing them with fixed addresses would make both harder to reason about.
+            return Err(format!(
+                "balancer {:?}: backends = [\"app:NAME\"] must be the only backend; run fixed addresses behind a balancer of their own",
+                b.name
+            ));
         }
         let health = b.health.as_ref().map(|h| HealthCheck {
             kind: match &h.kind {
@@ -195,12 +201,17 @@ impl BalancerPlan {
             },
             pool: PoolOptions {
                 slow_start: b.slow_start,
-                max_conns: b.max_conns,
+                max_conns: match b.max_conns {
+                    config::ConnLimit::Auto => 0,
+                    config::ConnLimit::Fixed(n) => n,
+                },
+                adaptive_limit: b.max_conns == config::ConnLimit::Auto,
                 initially_unhealthy: false,
                 passive,
             },
             strategy: b.strategy,
             backends,
+            app,
             max_conns,
             health,
             drain_timeout: b.drain_timeout,

@@ -3,6 +3,7 @@
 use crate::plan::BalancerPlan;
 use drover_proxy::Proxy;
 use drover_registry::{spawn_active_checks, ActiveChecks, Pool};
+use drover_supervisor::Supervisor;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -15,8 +16,8 @@ pub struct Running {
     drain_timeout: Duration,
 }
 
-/// Starts one balancer. Must run inside the control runtime (health checks live there).
-pub fn start(plan: BalancerPlan) -> Result<Running, String> {
+/// The pool a plan's fixed backends make up.
+pub fn static_pool(plan: &BalancerPlan) -> Arc<Pool> {
     let pool = Arc::new(Pool::new(
         plan.proxy.name.clone(),
         &plan.backends,
@@ -27,19 +28,29 @@ pub fn start(plan: BalancerPlan) -> Result<Running, String> {
             ep.set_max_conns(*max);
         }
     }
+    pool
+}
+
+/// Starts one balancer over `pool`. Must run inside the control runtime (health checks
+/// live there). A supervised app's pool is checked by its supervisor, not here.
+pub fn start(plan: BalancerPlan, pool: Arc<Pool>) -> Result<Running, String> {
     let checks = plan
         .health
         .clone()
+        .filter(|_| plan.app.is_none())
         .map(|check| spawn_active_checks(Arc::clone(&pool), check));
     let listen = plan.proxy.listen;
     let name = plan.proxy.name.clone();
-    let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())
+    let proxy = Proxy::start(plan.proxy, pool, plan.strategy.build())
         .map_err(|e| format!("balancer {name:?}: cannot listen on {listen}: {e}"))?;
+    let over = match &plan.app {
+        Some(app) => format!("app {app:?}"),
+        None => format!("{} backends", plan.backends.len()),
+    };
     // Scripts and tests read this line to learn the port when listening on :0.
     eprintln!(
-        "drover: balancer {name:?} listening on {} ({} backends, strategy {})",
+        "drover: balancer {name:?} listening on {} ({over}, strategy {})",
         proxy.local_addr(),
-        plan.backends.len(),
         plan.strategy
     );
     Ok(Running {
@@ -50,8 +61,12 @@ pub fn start(plan: BalancerPlan) -> Result<Running, String> {
 }
 
 /// Serves until SIGTERM or SIGINT, then drains: stop accepting, let in-flight requests
-/// finish within the drain timeout, and return.
-pub async fn serve_until_signal(balancers: Vec<Running>) -> Result<(), String> {
+/// finish within the drain timeout, and return. Supervised apps are stopped after the
+/// balancers have drained, so no request is cut off by its worker going away.
+pub async fn serve_until_signal(
+    balancers: Vec<Running>,
+    apps: Vec<Supervisor>,
+) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let which = tokio::select! {
@@ -71,6 +86,9 @@ pub async fn serve_until_signal(balancers: Vec<Running>) -> Result<(), String> {
                 "drain timeout reached; closing remaining connections"
             );
         }
+    }
+    for app in &apps {
+        app.shutdown().await;
     }
     eprintln!("drover: stopped");
     Ok(())

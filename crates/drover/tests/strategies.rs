@@ -102,7 +102,8 @@ async fn least_loaded_strategies_spread_concurrent_work() {
 async fn p2c_sends_less_to_a_backend_that_reports_itself_busy() {
     let b = backends(2).await;
     b[0].set_load_report(Some(3.0));
-    let d = proxy(&addrs(&b), &["--strategy", "p2c"]).await;
+    // No concurrency limit, so only the score decides.
+    let d = proxy(&addrs(&b), &["--strategy", "p2c", "--max-conns", "0"]).await;
     // Both answer once (concurrently, so each is picked), and b0's report arrives.
     concurrent(d.addr(), &b, 2, 50).await;
     for x in &b {

@@ -1,0 +1,73 @@
+//! Readiness (is the fresh worker serving yet?) and liveness (is it still?) probes,
+//! both built on `drover_registry::probe`.
+
+use drover_registry::{probe, CheckKind, HealthCheck, ProbeError};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::time::MissedTickBehavior;
+
+/// How often a starting worker's port is tried. Connecting to a closed loopback port
+/// fails at once, so this is the readiness latency, not a cost.
+const READY_POLL: Duration = Duration::from_millis(50);
+
+/// Bound on one readiness connect. Loopback connects answer at once; this only matters
+/// for a worker whose accept queue is full or whose kernel is swamped.
+const READY_CONNECT: Duration = Duration::from_millis(500);
+
+/// Waits until `addr` accepts TCP and, when `check` is set, one probe of it passes.
+/// One pass is enough here (not `rise`): a worker that answers its health route is
+/// ready, and a slow start just delays traffic. Fails after `within` with the last
+/// reason, for the log.
+pub(crate) async fn wait_ready(
+    addr: SocketAddr,
+    check: Option<&HealthCheck>,
+    within: Duration,
+) -> Result<(), String> {
+    let mut last = String::from("no attempt finished");
+    let attempts = async {
+        loop {
+            match ready_once(addr, check).await {
+                Ok(()) => return,
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    };
+    match tokio::time::timeout(within, attempts).await {
+        Ok(()) => Ok(()),
+        Err(_) => Err(format!("not ready within {within:?} ({last})")),
+    }
+}
+
+async fn ready_once(addr: SocketAddr, check: Option<&HealthCheck>) -> Result<(), ProbeError> {
+    probe(addr, &CheckKind::Tcp, READY_CONNECT).await?;
+    match check {
+        Some(c) if c.kind != CheckKind::Tcp => probe(addr, &c.kind, c.timeout).await,
+        _ => Ok(()),
+    }
+}
+
+/// Probes a ready worker every `interval` and returns once `fall` probes in a row have
+/// failed, with the last error. Never returns for a healthy worker; the caller races it
+/// against the process exiting.
+pub(crate) async fn until_unhealthy(addr: SocketAddr, check: &HealthCheck) -> String {
+    let mut ticker = tokio::time::interval(check.interval.max(Duration::from_millis(1)));
+    // A probe that hangs until its timeout delays the next one instead of bunching up.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Readiness just passed a probe; the first tick of `interval` fires at once, skip it.
+    ticker.tick().await;
+    let mut failures = 0;
+    loop {
+        ticker.tick().await;
+        match probe(addr, &check.kind, check.timeout).await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                tracing::debug!(endpoint = %addr, failures, "worker health check failed: {e}");
+                if failures >= check.fall.max(1) {
+                    return format!("failed {failures} health checks in a row (last: {e})");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! drover-supervisor: run N worker processes of any program and keep them serving.
+//!
+//! For each worker slot, a task picks a free loopback port, spawns the command with
+//! `PORT`, `DROVER_WORKER_ID` and `DROVER_APP` set, forwards its output with a
+//! `[app/ID] ` prefix, waits until the port accepts connections (and the health check
+//! passes, if any), and only then adds `127.0.0.1:PORT` to the app's `Pool`. When the
+//! process exits or fails `fall` health checks in a row, its endpoint leaves the pool
+//! at once and a fresh process starts on a fresh port after an exponential back-off.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use drover_registry::{Pool, PoolOptions};
+//! use drover_supervisor::{AppSpec, Supervisor};
+//! use std::sync::Arc;
+//!
+//! let pool = Arc::new(Pool::new("pi", &[], PoolOptions::default()));
+//! let mut spec = AppSpec::new("pi", vec!["node".into(), "examples/pi-server.js".into()]);
+//! spec.workers = 2;
+//! let sup = Supervisor::start(spec, Arc::clone(&pool)).unwrap();
+//! sup.wait_ready(std::time::Duration::from_secs(10)).await;
+//! // ... a balancer serves from `pool` ...
+//! sup.shutdown().await;
+//! # }
+//! ```
+
+mod health;
+pub mod output;
+mod process;
+pub mod spec;
+pub mod status;
+mod supervisor;
+mod worker;
+
+pub use output::{stderr_sink, LineSink, LogLine, Stream};
+pub use spec::{AppSpec, Backoff};
+pub use status::{WorkerState, WorkerStatus};
+pub use supervisor::Supervisor;

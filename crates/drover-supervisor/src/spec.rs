@@ -1,0 +1,173 @@
+//! What to run: one app's command, worker count, readiness, health and restart policy.
+
+use drover_registry::HealthCheck;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One supervised app: `workers` copies of `command`, each on its own loopback port.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppSpec {
+    /// Names the app in logs, output prefixes (`[name/ID]`) and `DROVER_APP`.
+    pub name: String,
+    /// Program and arguments, run directly (no shell). Wrap in `["sh", "-c", ...]` for one.
+    pub command: Vec<String>,
+    pub workers: usize,
+    /// Working directory; drover's own when `None`.
+    pub cwd: Option<PathBuf>,
+    /// Extra environment on top of drover's. `PORT`, `DROVER_WORKER_ID` and `DROVER_APP`
+    /// are set after these and win: a worker must listen where drover looks.
+    pub env: BTreeMap<String, String>,
+    /// Readiness is "the port accepts TCP", plus one passing probe of this check when set.
+    /// Once ready, the check runs every `interval`; `fall` failures in a row restart the
+    /// worker (that is how a hung event loop is caught).
+    pub health: Option<HealthCheck>,
+    /// How long a fresh worker may take to become ready before it is killed and counted
+    /// as a failed start.
+    pub ready_timeout: Duration,
+    /// Grace between SIGTERM and SIGKILL when drover stops a worker.
+    pub stop_timeout: Duration,
+    pub restart: Backoff,
+}
+
+impl AppSpec {
+    /// One worker of `command` with default timings and no health check.
+    pub fn new(name: impl Into<String>, command: Vec<String>) -> AppSpec {
+        AppSpec {
+            name: name.into(),
+            command,
+            workers: 1,
+            cwd: None,
+            env: BTreeMap::new(),
+            health: None,
+            // Generous enough for a JVM or a big Node app; a worker that never listens is
+            // still caught, just not instantly.
+            ready_timeout: Duration::from_secs(30),
+            // Docker's default: long enough to finish normal requests.
+            stop_timeout: Duration::from_secs(10),
+            restart: Backoff::default(),
+        }
+    }
+
+    /// Rejects settings that cannot work, naming the field, for the config layer.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() || self.name.contains(['/', ' ', '\n']) {
+            return Err(format!(
+                "name {:?} must be non-empty without '/', spaces or newlines",
+                self.name
+            ));
+        }
+        if self.command.first().is_none_or(|p| p.is_empty()) {
+            return Err("command must name a program".into());
+        }
+        if self.workers == 0 {
+            return Err("workers must be at least 1".into());
+        }
+        if self.ready_timeout.is_zero() {
+            return Err("ready_timeout must be greater than 0".into());
+        }
+        if let Some(check) = &self.health {
+            check.validate().map_err(|e| format!("health: {e}"))?;
+        }
+        self.restart.validate().map_err(|e| format!("restart: {e}"))
+    }
+}
+
+/// Exponential back-off between restarts.
+///
+/// A worker that exits (or is killed for failing readiness or health) less than
+/// `min_uptime` after it became ready counts as a crash; each crash in a row multiplies
+/// the delay by `factor` up to `max`. A worker that served longer than `min_uptime`
+/// resets the streak: one crash after a day of service should not wait 30 s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    pub factor: f64,
+    pub min_uptime: Duration,
+    /// After this many crashes in a row the worker is reported as crash-looping (status
+    /// and a warn log). It keeps being restarted at the back-off pace.
+    pub crash_loop_after: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(30),
+            factor: 2.0,
+            min_uptime: Duration::from_secs(1),
+            crash_loop_after: 5,
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before the next start after `crashes` crashes in a row (0 after a worker
+    /// that lived long enough, which waits `initial` like the first crash).
+    pub fn delay(&self, crashes: u32) -> Duration {
+        let exp = crashes.saturating_sub(1).min(64) as i32;
+        let secs = self.initial.as_secs_f64() * self.factor.max(1.0).powi(exp);
+        // `secs` can overflow to infinity for big streaks; clamp before converting.
+        if !secs.is_finite() || secs >= self.max.as_secs_f64() {
+            self.max.max(self.initial)
+        } else {
+            Duration::from_secs_f64(secs)
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.factor.is_finite() || self.factor < 1.0 {
+            return Err(format!("factor {} must be at least 1", self.factor));
+        }
+        if self.max < self.initial {
+            return Err("max must not be less than initial".into());
+        }
+        if self.crash_loop_after == 0 {
+            return Err("crash_loop_after must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let b = Backoff::default();
+        let ms = |n| b.delay(n).as_millis();
+        assert_eq!(
+            [ms(0), ms(1), ms(2), ms(3), ms(4)],
+            [100, 100, 200, 400, 800]
+        );
+        assert_eq!(b.delay(9), Duration::from_millis(25_600));
+        assert_eq!(b.delay(10), Duration::from_secs(30));
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let ok = AppSpec::new("pi", vec!["node".into(), "app.js".into()]);
+        assert!(ok.validate().is_ok());
+        let empty = AppSpec::new("pi", vec![]);
+        assert!(empty.validate().unwrap_err().contains("command"));
+        let zero = AppSpec {
+            workers: 0,
+            ..ok.clone()
+        };
+        assert!(zero.validate().unwrap_err().contains("workers"));
+        let slash = AppSpec::new("a/b", vec!["x".into()]);
+        assert!(slash.validate().unwrap_err().contains("name"));
+        let mut bad = ok.clone();
+        bad.restart.factor = 0.5;
+        assert!(bad.validate().unwrap_err().starts_with("restart: factor"));
+        let mut bad = ok;
+        bad.health = Some(HealthCheck {
+            fall: 0,
+            ..HealthCheck::default()
+        });
+        assert!(bad.validate().unwrap_err().starts_with("health:"));
+    }
+}

@@ -1,0 +1,64 @@
+//! What a worker is doing, for `drover status`, the admin API and tests.
+
+use std::fmt;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkerState {
+    /// Spawned, waiting for its port to accept connections (and health to pass).
+    Starting,
+    /// In the pool, serving.
+    Ready,
+    /// Failed `fall` health checks in a row; out of the pool, being restarted.
+    Unhealthy,
+    /// Being stopped for shutdown (SIGTERM, then SIGKILL after the grace).
+    Stopping,
+    /// Exited; waiting out the back-off before the next start.
+    BackingOff,
+    /// Like `BackingOff`, after `crash_loop_after` crashes in a row.
+    CrashLooping,
+    /// Shut down for good.
+    Stopped,
+}
+
+impl WorkerState {
+    /// The kebab-case name used in JSON and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Starting => "starting",
+            WorkerState::Ready => "ready",
+            WorkerState::Unhealthy => "unhealthy",
+            WorkerState::Stopping => "stopping",
+            WorkerState::BackingOff => "backing-off",
+            WorkerState::CrashLooping => "crash-looping",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+}
+
+impl fmt::Display for WorkerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One worker slot. The slot (`app`, `id`) is stable; the process in it changes on
+/// every restart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerStatus {
+    pub app: String,
+    pub id: usize,
+    /// The current process, while there is one.
+    pub pid: Option<u32>,
+    /// The current process's `PORT`, while there is one (a restart picks a fresh port).
+    pub port: Option<u16>,
+    pub state: WorkerState,
+    /// How many times this slot started a new process after the first.
+    pub restarts: u32,
+    /// Crashes in a row (exits before `min_uptime`); 0 once a process served long enough.
+    pub crash_streak: u32,
+    /// Time since the current process was spawned.
+    pub uptime: Option<Duration>,
+    /// Why the previous process ended, e.g. "exit status: 1" or "not ready within 5s".
+    pub last_exit: Option<String>,
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env node
+// A demo backend for drover, no dependencies: estimates pi by Monte-Carlo sampling, so
+// each request costs CPU in proportion to `iterations`. That makes it a good subject for
+// load-aware balancing: /mixed sends a realistic mix of cheap and expensive requests.
+//
+//   GET /                      same as /pi
+//   GET /pi?iterations=N       estimate pi from N random points (default 100000)
+//   GET /mixed[?n=K]           90% cheap (1e4 points), 10% expensive (5e5 points);
+//                              with n, request K is expensive when K % 10 === 0, so a
+//                              load generator can make the mix deterministic
+//   GET /health                200 "ok"
+//
+// Reads PORT (default 3000); reports DROVER_WORKER_ID and its pid in every answer.
+// On SIGTERM or SIGINT it stops accepting connections, finishes requests in flight and
+// exits 0, which is what drover's supervisor expects before its SIGKILL deadline.
+'use strict';
+
+const http = require('node:http');
+
+const PORT = Number(process.env.PORT || 3000);
+const WORKER = process.env.DROVER_WORKER_ID ?? null;
+const DEFAULT_ITERATIONS = 100000;
+const CHEAP = 1e4;
+const EXPENSIVE = 5e5;
+// Bounds the CPU one request may ask for, so a typo cannot wedge a worker for minutes.
+const MAX_ITERATIONS = 1e8;
+
+function estimatePi(iterations) {
+  let inside = 0;
+  for (let i = 0; i < iterations; i++) {
+    const x = Math.random();
+    const y = Math.random();
+    if (x * x + y * y <= 1) inside++;
+  }
+  return (4 * inside) / iterations;
+}
+
+function send(res, status, body, type = 'application/json') {
+  const text = typeof body === 'string' ? body : JSON.stringify(body) + '\n';
+  res.writeHead(status, {
+    'content-type': type,
+    'content-length': Buffer.byteLength(text),
+    // While draining, tell keep-alive clients (drover) not to reuse this connection.
+    ...(closing ? { connection: 'close' } : {}),
+  });
+  res.end(text);
+}
+
+function piAnswer(res, iterations, extra = {}) {
+  const started = process.hrtime.bigint();
+  const pi = estimatePi(iterations);
+  const ms = Number(process.hrtime.bigint() - started) / 1e6;
+  send(res, 200, { pi, iterations, worker: WORKER, pid: process.pid, ms, ...extra });
+}
+
+function handle(req, res) {
+  const url = new URL(req.url, 'http://localhost');
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    return send(res, 405, 'method not allowed\n', 'text/plain');
+  }
+  switch (url.pathname) {
+    case '/health':
+      return send(res, 200, 'ok', 'text/plain');
+    case '/':
+    case '/pi': {
+      const raw = url.searchParams.get('iterations');
+      const iterations = raw === null ? DEFAULT_ITERATIONS : Number(raw);
+      if (!Number.isInteger(iterations) || iterations < 1 || iterations > MAX_ITERATIONS) {
+        return send(res, 400, `iterations must be an integer in 1..${MAX_ITERATIONS}\n`, 'text/plain');
+      }
+      return piAnswer(res, iterations);
+    }
+    case '/mixed': {
+      const n = url.searchParams.get('n');
+      const expensive = n === null ? Math.random() < 0.1 : Number(n) % 10 === 0;
+      return piAnswer(res, expensive ? EXPENSIVE : CHEAP, { kind: expensive ? 'expensive' : 'cheap' });
+    }
+    default:
+      return send(res, 404, 'not found\n', 'text/plain');
+  }
+}
+
+let closing = false;
+const server = http.createServer((req, res) => {
+  res.on('finish', () => {
+    // A keep-alive connection that just finished its last request is now idle.
+    if (closing) server.closeIdleConnections();
+  });
+  handle(req, res);
+});
+
+function shutdown(signal) {
+  if (closing) return;
+  closing = true;
+  console.log(`pi-server ${WORKER ?? ''} (pid ${process.pid}): ${signal}, draining`);
+  // close() stops accepting and calls back once every connection has ended; idle
+  // keep-alive connections are closed now, busy ones after their response.
+  server.close(() => process.exit(0));
+  server.closeIdleConnections();
+}
+process.on('SIGTERM', () => shutdown('SIGTERM'));
+process.on('SIGINT', () => shutdown('SIGINT'));
+
+server.listen(PORT, '127.0.0.1', () => {
+  console.log(`pi-server worker ${WORKER ?? '-'} (pid ${process.pid}) listening on 127.0.0.1:${PORT}`);
+});
