@@ -2,28 +2,53 @@
 //! concurrency limit, and is bound to an endpoint only when one has room.
 //!
 //! Queueing here rather than inside a busy backend is what keeps cheap requests from
-//! waiting behind expensive ones in a single-threaded server: the request goes to
+//! waiting behind expensive ones in a single-threaded server: a queued request goes to
 //! whichever endpoint frees up first, not to the one it happened to be sent to.
+//!
+//! The queue is strictly first come, first served: each release hands slots to the
+//! waiters at the head, in order, for as long as there is room. (A wake-up primitive
+//! would let a waiter that lost a race drop to the back, which is what makes tails long.)
 
 use crate::error::ProxyError;
-use drover_balance::{Balancer, EndpointSet, NoPick, Pick, PickContext};
+use drover_balance::{clock, Balancer, Endpoint, Nanos, NoPick, Pick, PickContext};
+use drover_registry::Pool;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::oneshot;
 
 pub struct Admission {
+    balancer: Arc<dyn Balancer>,
+    pool: Arc<Pool>,
+    queue: Mutex<VecDeque<Waiter>>,
+    /// The queue's length, readable without the lock on every release.
     waiting: AtomicUsize,
-    freed: Notify,
     max: usize,
     timeout: Duration,
 }
 
+/// A queued request: what its pick needs, owned, and where to send the slot.
+struct Waiter {
+    cost: Nanos,
+    hash_key: Option<Vec<u8>>,
+    sticky: Option<String>,
+    exclude: Vec<Arc<Endpoint>>,
+    reply: oneshot::Sender<Result<Slot, ProxyError>>,
+}
+
 impl Admission {
-    pub fn new(max: usize, timeout: Duration) -> Self {
+    pub fn new(
+        balancer: Arc<dyn Balancer>,
+        pool: Arc<Pool>,
+        max: usize,
+        timeout: Duration,
+    ) -> Self {
         Admission {
+            balancer,
+            pool,
+            queue: Mutex::new(VecDeque::new()),
             waiting: AtomicUsize::new(0),
-            freed: Notify::new(),
             max,
             timeout,
         }
@@ -34,64 +59,85 @@ impl Admission {
     }
 
     /// Picks an endpoint, waiting in the queue while all are busy.
-    pub async fn acquire(
-        self: &Arc<Self>,
-        balancer: &dyn Balancer,
-        set: &EndpointSet,
-        ctx: &PickContext<'_>,
-    ) -> Result<Slot, ProxyError> {
+    pub async fn acquire(self: &Arc<Self>, ctx: &PickContext<'_>) -> Result<Slot, ProxyError> {
         // While others wait, a newcomer queues behind them instead of taking the slot
-        // that was freed for the first of them.
+        // that is about to be handed to the first of them.
         if self.waiting() == 0 {
-            match balancer.pick(set, ctx) {
+            let set = self.pool.snapshot();
+            match self.balancer.pick(&set, ctx) {
                 Ok(pick) => return Ok(self.slot(pick)),
                 Err(NoPick::NoneAvailable) => return Err(ProxyError::NoEndpoint),
                 Err(NoPick::AllBusy) => {}
             }
         }
-        if self.waiting.fetch_add(1, Relaxed) >= self.max {
-            self.waiting.fetch_sub(1, Relaxed);
-            return Err(ProxyError::QueueFull);
+        let (reply, mut answer) = oneshot::channel();
+        {
+            let mut queue = self.lock();
+            if queue.len() >= self.max {
+                return Err(ProxyError::QueueFull);
+            }
+            queue.push_back(Waiter {
+                cost: ctx.cost,
+                hash_key: ctx.hash_key.map(<[u8]>::to_vec),
+                sticky: ctx.sticky.map(str::to_owned),
+                exclude: ctx.exclude.to_vec(),
+                reply,
+            });
+            self.waiting.store(queue.len(), Relaxed);
         }
-        let result = self.wait(balancer, set, ctx).await;
-        self.waiting.fetch_sub(1, Relaxed);
-        result
+        // A slot may have freed between the pick above and joining the queue.
+        self.dispatch();
+        match tokio::time::timeout(self.timeout, &mut answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(ProxyError::QueueTimeout),
+            Err(_) => {
+                // A slot sent just as the timeout fired is still ours to use.
+                answer.close();
+                answer.try_recv().unwrap_or(Err(ProxyError::QueueTimeout))
+            }
+        }
     }
 
-    async fn wait(
-        self: &Arc<Self>,
-        balancer: &dyn Balancer,
-        set: &EndpointSet,
-        ctx: &PickContext<'_>,
-    ) -> Result<Slot, ProxyError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            // Register before trying, so a slot freed between the try and the wait is
-            // not missed.
-            freed.as_mut().enable();
-            let ctx = PickContext {
-                now: drover_balance::clock::now(),
-                ..*ctx
-            };
-            match balancer.pick(set, &ctx) {
-                Ok(pick) => {
-                    // One release can make room for several requests (an expensive one
-                    // leaving makes room for many cheap ones): pass the wake-up on, and
-                    // the queue drains as far as there is room.
-                    if self.waiting() > 1 {
-                        self.freed.notify_one();
-                    }
-                    return Ok(self.slot(pick));
-                }
-                Err(NoPick::NoneAvailable) => return Err(ProxyError::NoEndpoint),
-                Err(NoPick::AllBusy) => {}
+    /// Hands free slots to the waiters at the head of the queue, in order, until the
+    /// head cannot be placed.
+    fn dispatch(self: &Arc<Self>) {
+        let mut queue = self.lock();
+        if queue.is_empty() {
+            return;
+        }
+        let set = self.pool.snapshot();
+        while let Some(head) = queue.front() {
+            if head.reply.is_closed() {
+                // Gave up (timeout or client gone).
+                queue.pop_front();
+                continue;
             }
-            if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                return Err(ProxyError::QueueTimeout);
+            let ctx = PickContext {
+                now: clock::now(),
+                cost: head.cost,
+                hash_key: head.hash_key.as_deref(),
+                sticky: head.sticky.as_deref(),
+                exclude: &head.exclude,
+            };
+            let result = match self.balancer.pick(&set, &ctx) {
+                Ok(pick) => Ok(self.slot(pick)),
+                Err(NoPick::NoneAvailable) => Err(ProxyError::NoEndpoint),
+                Err(NoPick::AllBusy) => break,
+            };
+            let Some(waiter) = queue.pop_front() else {
+                break;
+            };
+            if let Err(Ok(mut unsent)) = waiter.reply.send(result) {
+                // The waiter left after all: release the slot without re-entering
+                // dispatch (we hold the queue), and offer it to the next waiter.
+                drop(unsent.pick.take());
             }
         }
+        self.waiting.store(queue.len(), Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiter>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn slot(self: &Arc<Self>, pick: Pick) -> Slot {
@@ -102,7 +148,7 @@ impl Admission {
     }
 }
 
-/// A `Pick` that wakes the next queued request when it is released.
+/// A `Pick` that, when released, hands its room to the next queued request.
 pub struct Slot {
     pick: Option<Pick>,
     admission: Arc<Admission>,
@@ -118,10 +164,8 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // Release first, then wake: the woken request must find the slot free.
-        drop(self.pick.take());
-        if self.admission.waiting.load(Relaxed) > 0 {
-            self.admission.freed.notify_one();
+        if self.pick.take().is_some() && self.admission.waiting() > 0 {
+            self.admission.dispatch();
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::options::ProxyOptions;
 use crate::upstream::{self, Upstreams};
 use drover_balance::cost::CostTable;
-use drover_balance::{clock, Balancer, Endpoint, PickContext};
+use drover_balance::{clock, Endpoint, PickContext};
 use drover_registry::Pool;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -22,7 +22,6 @@ use tracing::{debug, warn};
 pub(crate) struct Shared {
     pub opts: ProxyOptions,
     pub pool: Arc<Pool>,
-    pub balancer: Arc<dyn Balancer>,
     pub admission: Arc<Admission>,
     pub costs: CostTable,
     pub keys: KeySpec,
@@ -186,7 +185,6 @@ impl Conn {
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
         let mut last_failure = None;
         let failure = loop {
-            let set = shared.pool.load_full();
             let ctx = PickContext {
                 now: clock::now(),
                 cost,
@@ -194,11 +192,7 @@ impl Conn {
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
             };
-            let slot = match shared
-                .admission
-                .acquire(&*shared.balancer, &set, &ctx)
-                .await
-            {
+            let slot = match shared.admission.acquire(&ctx).await {
                 Ok(slot) => slot,
                 // Every endpoint was tried: report the last real failure, not "none healthy".
                 Err(e) => break last_failure.unwrap_or(e),

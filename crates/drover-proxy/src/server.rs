@@ -46,7 +46,12 @@ impl Proxy {
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
-            admission: Arc::new(Admission::new(opts.queue.max, opts.queue.timeout)),
+            admission: Arc::new(Admission::new(
+                Arc::clone(&balancer),
+                Arc::clone(&pool),
+                opts.queue.max,
+                opts.queue.timeout,
+            )),
             costs: CostTable::new(),
             keys: KeySpec {
                 hash: opts.hash_key.clone(),
@@ -54,7 +59,6 @@ impl Proxy {
             },
             opts,
             pool,
-            balancer,
             shutdown: shutdown_rx,
             active: Default::default(),
         });

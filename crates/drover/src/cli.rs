@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Balance HTTP/1.1 requests over backends.
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
     /// Start every app and balancer a drover.toml describes.
     Up(UpArgs),
 }

@@ -1714,8 +1714,17 @@ sticky = { cookie = "sid" }
         assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/api")));
         assert_eq!(app.env.get("A.B").map(String::as_str), Some("c"));
         assert_eq!(app.health.as_ref().unwrap().kind, HealthCheckKind::Tcp);
-        assert_eq!(app.health.as_ref().unwrap().interval, Duration::from_millis(500));
-        assert_eq!((app.health.as_ref().unwrap().rise, app.health.as_ref().unwrap().fall), (1, 5));
+        assert_eq!(
+            app.health.as_ref().unwrap().interval,
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            (
+                app.health.as_ref().unwrap().rise,
+                app.health.as_ref().unwrap().fall
+            ),
+            (1, 5)
+        );
         assert_eq!(app.ready_timeout, Duration::from_secs(60));
         assert_eq!(app.stop_timeout, Duration::from_secs(3));
 

@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let result = match cli.command {
-        Command::Proxy(args) => proxy(args),
+        Command::Proxy(args) => proxy(*args),
         Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
     };
     match result {
@@ -41,7 +41,7 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
             let cfg = config::load(path).map_err(|e| e.to_string())?;
             if !cfg.apps.is_empty() {
                 return Err(format!(
-                    "{}: [[app]] tables describe supervised workers, which `drover proxy` does not run",
+                    "{}: [[app]] tables describe supervised workers, which `drover proxy` does not run; start this file with `drover up`",
                     path.display()
                 ));
             }

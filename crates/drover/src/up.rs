@@ -14,7 +14,10 @@ use std::sync::Arc;
 pub async fn up(path: &Path) -> Result<(), String> {
     let cfg = config::load(path).map_err(|e| e.to_string())?;
     if cfg.apps.is_empty() && cfg.balancers.is_empty() {
-        return Err(format!("{}: nothing to run: no [[app]] or [[balancer]]", path.display()));
+        return Err(format!(
+            "{}: nothing to run: no [[app]] or [[balancer]]",
+            path.display()
+        ));
     }
     let plans = cfg
         .balancers
@@ -39,7 +42,10 @@ pub async fn up(path: &Path) -> Result<(), String> {
                     "app {app:?} is behind two balancers; give each balancer its own app"
                 ));
             }
-            pools.insert(app.clone(), Arc::new(Pool::new(app.clone(), &[], plan.pool.clone())));
+            pools.insert(
+                app.clone(),
+                Arc::new(Pool::new(app.clone(), &[], plan.pool.clone())),
+            );
         }
     }
 

@@ -1,0 +1,95 @@
+//! Bad command-line flags: a clear error naming the flag, exit 2, nothing started.
+
+mod common;
+
+use common::bin;
+
+async fn fails(args: &[&str], needle: &str) {
+    let out = tokio::process::Command::new(bin())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: expected {needle:?} in: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn bad_flags_are_named() {
+    let b = [
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        "127.0.0.1:1",
+    ];
+    let with =
+        |extra: &[&'static str]| -> Vec<&'static str> { b.iter().chain(extra).copied().collect() };
+    fails(&["proxy", "--backend", "127.0.0.1:1"], "--listen").await;
+    fails(&["proxy", "--listen", "127.0.0.1:0"], "--backend").await;
+    fails(
+        &["proxy", "--listen", "nowhere", "--backend", "127.0.0.1:1"],
+        "--listen",
+    )
+    .await;
+    fails(
+        &["proxy", "--listen", "127.0.0.1:0", "--backend", "localhost"],
+        "--backend",
+    )
+    .await;
+    fails(
+        &with(&["--strategy", "fastest"]),
+        "unknown strategy \"fastest\"",
+    )
+    .await;
+    fails(&with(&["--threads", "0"]), "--threads").await;
+    fails(&with(&["--retries", "11"]), "--retries").await;
+    fails(&with(&["--max-conns", "lots"]), "max_conns").await;
+    fails(&with(&["--queue-timeout", "soon"]), "--queue-timeout").await;
+    fails(&with(&["--strategy", "hash"]), "--hash-key").await;
+    fails(
+        &with(&["--hash-key", "path"]),
+        "only applies to --strategy hash",
+    )
+    .await;
+    fails(
+        &with(&["--strategy", "hash", "--hash-key", "ip"]),
+        "unknown hash key",
+    )
+    .await;
+    fails(
+        &with(&["--health-path", "/h", "--health-tcp"]),
+        "--health-tcp",
+    )
+    .await;
+    fails(&with(&["--backend", "127.0.0.1:1"]), "given twice").await;
+    fails(&with(&["--config", "x.toml"]), "--config").await;
+    fails(
+        &["up", "--config", "/nonexistent/drover.toml"],
+        "/nonexistent/drover.toml",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_reported() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    fails(
+        &[
+            "proxy",
+            "--listen",
+            &addr,
+            "--backend",
+            "127.0.0.1:1",
+            "--threads",
+            "1",
+        ],
+        "cannot listen on",
+    )
+    .await;
+}
