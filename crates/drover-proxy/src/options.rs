@@ -95,11 +95,63 @@ impl Default for QueueOptions {
     }
 }
 
-/// What `hash` balances on.
+/// What `hash` balances on, written `header:NAME`, `cookie:NAME`, `client-ip` or
+/// `path` in flags and config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashKey {
+    /// A request header; the name is kept lowercase.
     Header(String),
     Cookie(String),
     ClientIp,
+    /// The request path, without the query.
     Path,
+}
+
+impl std::str::FromStr for HashKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let named = |kind: &str, name: &str| {
+            if crate::http1::headers::is_token(name) {
+                Ok(name.to_owned())
+            } else {
+                Err(format!(
+                    "invalid hash key {s:?}: {name:?} is not a valid {kind} name"
+                ))
+            }
+        };
+        if let Some(h) = s.strip_prefix("header:") {
+            // Header names are case-insensitive; lowercase once here so lookups needn't.
+            named("header", h).map(|h| HashKey::Header(h.to_ascii_lowercase()))
+        } else if let Some(c) = s.strip_prefix("cookie:") {
+            named("cookie", c).map(HashKey::Cookie)
+        } else if s == "client-ip" {
+            Ok(HashKey::ClientIp)
+        } else if s == "path" {
+            Ok(HashKey::Path)
+        } else {
+            Err(format!(
+                "invalid hash key {s:?}: expected \"header:NAME\", \"cookie:NAME\", \"client-ip\" or \"path\""
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HashKey;
+
+    #[test]
+    fn hash_keys_parse() {
+        assert_eq!(
+            "header:X-User".parse(),
+            Ok(HashKey::Header("x-user".into()))
+        );
+        assert_eq!("cookie:sid".parse(), Ok(HashKey::Cookie("sid".into())));
+        assert_eq!("client-ip".parse(), Ok(HashKey::ClientIp));
+        assert_eq!("path".parse(), Ok(HashKey::Path));
+        for bad in ["header:", "cookie", "ip", "header:a b", "", "cookie:a;b"] {
+            assert!(bad.parse::<HashKey>().is_err(), "{bad}");
+        }
+    }
 }

@@ -133,7 +133,7 @@ pub struct ProxyArgs {
     pub slow_start: Duration,
 
     /// Key for --strategy hash: header:NAME, cookie:NAME, client-ip or path.
-    #[arg(long, value_name = "KEY", value_parser = crate::plan::parse_hash_key)]
+    #[arg(long, value_name = "KEY")]
     pub hash_key: Option<drover_proxy::HashKey>,
 
     /// Cookie name for --strategy sticky.

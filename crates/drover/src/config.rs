@@ -238,17 +238,7 @@ pub enum BackendRef {
 }
 
 /// `hash.key`: the request property the `hash` strategy hashes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HashKey {
-    /// `"header:NAME"`; NAME is lowercased.
-    Header(String),
-    /// `"cookie:NAME"`.
-    Cookie(String),
-    /// `"client-ip"`.
-    ClientIp,
-    /// `"path"`.
-    Path,
-}
+pub use drover_proxy::HashKey;
 
 /// `sticky`: the cookie that pins a client to an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -663,32 +653,13 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-impl<'de> Deserialize<'de> for HashKey {
+/// `hash.key` as written, parsed by `HashKey`'s own parser (the one flags use too).
+struct RawHashKey(HashKey);
+
+impl<'de> Deserialize<'de> for RawHashKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        let named = |kind: &str, name: &str| {
-            if is_token(name) {
-                Ok(name.to_string())
-            } else {
-                Err(de::Error::custom(format!(
-                    "invalid hash key {s:?}: {name:?} is not a valid {kind} name"
-                )))
-            }
-        };
-        if let Some(h) = s.strip_prefix("header:") {
-            // Header names are case-insensitive; lowercase once here so lookups needn't.
-            named("header", h).map(|h| HashKey::Header(h.to_ascii_lowercase()))
-        } else if let Some(c) = s.strip_prefix("cookie:") {
-            named("cookie", c).map(HashKey::Cookie)
-        } else if s == "client-ip" {
-            Ok(HashKey::ClientIp)
-        } else if s == "path" {
-            Ok(HashKey::Path)
-        } else {
-            Err(de::Error::custom(format!(
-                "invalid hash key {s:?}: expected \"header:NAME\", \"cookie:NAME\", \"client-ip\" or \"path\""
-            )))
-        }
+        s.parse().map(RawHashKey).map_err(de::Error::custom)
     }
 }
 
@@ -1076,7 +1047,7 @@ struct RawPassive {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHash {
-    key: HashKey,
+    key: RawHashKey,
 }
 
 #[derive(Deserialize)]
@@ -1368,7 +1339,7 @@ fn validate_balancer(
         b.strategy = s.into_inner().0;
     }
     match (b.strategy, raw.hash) {
-        (Strategy::Hash, Some(h)) => b.hash = Some(h.into_inner().key),
+        (Strategy::Hash, Some(h)) => b.hash = Some(h.into_inner().key.0),
         (Strategy::Hash, None) => {
             return Err(ctx.at(
                 strategy_span,

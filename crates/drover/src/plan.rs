@@ -3,7 +3,7 @@
 use crate::cli::ProxyArgs;
 use crate::config::{self, BackendRef};
 use drover_balance::Strategy;
-use drover_proxy::{HashKey, Limits, ProxyOptions, QueueOptions, Timeouts};
+use drover_proxy::{Limits, ProxyOptions, QueueOptions, Timeouts};
 use drover_registry::{CheckKind, HealthCheck, PassivePolicy, PoolOptions, StatusRange};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,26 +22,6 @@ pub struct BalancerPlan {
     pub max_conns: Vec<(SocketAddr, u32)>,
     pub health: Option<HealthCheck>,
     pub drain_timeout: Duration,
-}
-
-/// `header:NAME`, `cookie:NAME`, `client-ip` or `path`.
-pub fn parse_hash_key(s: &str) -> Result<HashKey, String> {
-    let named = |kind: &str, name: &str| {
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
-            Err(format!("{kind}: needs a name, as in {kind}:x-user-id"))
-        } else {
-            Ok(name.to_owned())
-        }
-    };
-    match s.split_once(':') {
-        Some(("header", name)) => named("header", name).map(HashKey::Header),
-        Some(("cookie", name)) => named("cookie", name).map(HashKey::Cookie),
-        None if s == "client-ip" => Ok(HashKey::ClientIp),
-        None if s == "path" => Ok(HashKey::Path),
-        _ => Err(format!(
-            "unknown hash key {s:?}: expected header:NAME, cookie:NAME, client-ip or path"
-        )),
-    }
 }
 
 impl BalancerPlan {
@@ -102,12 +82,7 @@ impl BalancerPlan {
             });
         }
         b.slow_start = a.slow_start;
-        b.hash = a.hash_key.as_ref().map(|k| match k {
-            HashKey::Header(n) => config::HashKey::Header(n.clone()),
-            HashKey::Cookie(n) => config::HashKey::Cookie(n.clone()),
-            HashKey::ClientIp => config::HashKey::ClientIp,
-            HashKey::Path => config::HashKey::Path,
-        });
+        b.hash = a.hash_key.clone();
         b.sticky = (a.strategy == Strategy::Sticky).then(|| config::StickyConfig {
             cookie: a.sticky_cookie.clone(),
         });
@@ -144,19 +119,7 @@ impl BalancerPlan {
                 b.name
             ));
         }
-        let health = b.health.as_ref().map(|h| HealthCheck {
-            kind: match &h.kind {
-                config::HealthCheckKind::Http { path, expect } => CheckKind::Http {
-                    path: path.clone(),
-                    expect: StatusRange::new(expect.0, expect.1),
-                },
-                config::HealthCheckKind::Tcp => CheckKind::Tcp,
-            },
-            interval: h.interval,
-            timeout: h.timeout,
-            rise: h.rise,
-            fall: h.fall,
-        });
+        let health = b.health.as_ref().map(health_check);
         if let Some(h) = &health {
             h.validate()
                 .map_err(|e| format!("balancer {:?}: health: {e}", b.name))?;
@@ -190,12 +153,7 @@ impl BalancerPlan {
                     max: b.queue.max,
                     timeout: b.queue.timeout,
                 },
-                hash_key: b.hash.as_ref().map(|k| match k {
-                    config::HashKey::Header(n) => HashKey::Header(n.clone()),
-                    config::HashKey::Cookie(n) => HashKey::Cookie(n.clone()),
-                    config::HashKey::ClientIp => HashKey::ClientIp,
-                    config::HashKey::Path => HashKey::Path,
-                }),
+                hash_key: b.hash.clone(),
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),
                 ..ProxyOptions::default()
             },
@@ -219,29 +177,24 @@ impl BalancerPlan {
     }
 }
 
+/// A config health check as the registry runs it.
+pub fn health_check(h: &config::HealthCheckConfig) -> HealthCheck {
+    HealthCheck {
+        kind: match &h.kind {
+            config::HealthCheckKind::Http { path, expect } => CheckKind::Http {
+                path: path.clone(),
+                expect: StatusRange::new(expect.0, expect.1),
+            },
+            config::HealthCheckKind::Tcp => CheckKind::Tcp,
+        },
+        interval: h.interval,
+        timeout: h.timeout,
+        rise: h.rise,
+        fall: h.fall,
+    }
+}
+
 /// One serving thread per core, as nginx's `worker_processes auto`.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hash_keys() {
-        assert_eq!(
-            parse_hash_key("header:x-user"),
-            Ok(HashKey::Header("x-user".into()))
-        );
-        assert_eq!(
-            parse_hash_key("cookie:sid"),
-            Ok(HashKey::Cookie("sid".into()))
-        );
-        assert_eq!(parse_hash_key("client-ip"), Ok(HashKey::ClientIp));
-        assert_eq!(parse_hash_key("path"), Ok(HashKey::Path));
-        for bad in ["header:", "cookie", "ip", "header:a b", ""] {
-            assert!(parse_hash_key(bad).is_err(), "{bad}");
-        }
-    }
 }

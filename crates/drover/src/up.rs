@@ -1,9 +1,9 @@
 //! `drover up`: every app and balancer a drover.toml describes.
 
 use crate::config::{self, AppConfig};
-use crate::plan::BalancerPlan;
+use crate::plan::{self, BalancerPlan};
 use crate::run;
-use drover_registry::{CheckKind, HealthCheck, Pool, PoolOptions, StatusRange};
+use drover_registry::{Pool, PoolOptions};
 use drover_supervisor::{AppSpec, Supervisor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -85,19 +85,7 @@ fn app_spec(a: &AppConfig) -> AppSpec {
     spec.workers = a.workers.resolve();
     spec.cwd = a.cwd.clone();
     spec.env = a.env.clone();
-    spec.health = a.health.as_ref().map(|h| HealthCheck {
-        kind: match &h.kind {
-            config::HealthCheckKind::Http { path, expect } => CheckKind::Http {
-                path: path.clone(),
-                expect: StatusRange::new(expect.0, expect.1),
-            },
-            config::HealthCheckKind::Tcp => CheckKind::Tcp,
-        },
-        interval: h.interval,
-        timeout: h.timeout,
-        rise: h.rise,
-        fall: h.fall,
-    });
+    spec.health = a.health.as_ref().map(plan::health_check);
     spec.ready_timeout = a.ready_timeout;
     spec.stop_timeout = a.stop_timeout;
     spec

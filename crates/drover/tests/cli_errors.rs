@@ -58,7 +58,7 @@ async fn bad_flags_are_named() {
     .await;
     fails(
         &with(&["--strategy", "hash", "--hash-key", "ip"]),
-        "unknown hash key",
+        "invalid hash key",
     )
     .await;
     fails(

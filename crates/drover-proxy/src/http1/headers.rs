@@ -83,6 +83,11 @@ pub fn ends_with_chunked(value: &[u8]) -> bool {
     last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
 }
 
+/// A non-empty RFC 9110 token (header and cookie names).
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(is_tchar)
+}
+
 /// RFC 9110 token characters.
 pub fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)

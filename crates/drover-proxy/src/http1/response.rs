@@ -131,19 +131,20 @@ pub fn parse(
     let client_keep_alive =
         ex.client_keep_alive && !switching && !dechunk && body != BodyKind::UntilClose;
 
+    let head = ResponseHead {
+        head_len,
+        status,
+        body,
+        backend_keep_alive,
+        client_keep_alive,
+        dechunk,
+        informational,
+        switching,
+        load,
+    };
     out.clear();
     if informational && ex.http10_client {
-        return Ok(Some(ResponseHead {
-            head_len,
-            status,
-            body,
-            backend_keep_alive,
-            client_keep_alive,
-            dechunk,
-            informational,
-            switching,
-            load,
-        }));
+        return Ok(Some(head));
     }
     // Status line with our version: drover speaks HTTP/1.1 to clients whatever the backend.
     let line_end = memchr::memchr(b'\r', buf).unwrap_or(8);
@@ -181,17 +182,7 @@ pub fn parse(
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    Ok(Some(ResponseHead {
-        head_len,
-        status,
-        body,
-        backend_keep_alive,
-        client_keep_alive,
-        dechunk,
-        informational,
-        switching,
-        load,
-    }))
+    Ok(Some(head))
 }
 
 #[cfg(test)]
