@@ -39,7 +39,7 @@ const GROWTH: f64 = 4.0;
 /// limit near 1, and at 1 it idles while each response travels back through the proxy;
 /// a little cheap work in the pipe keeps it busy, and an expensive request (more than
 /// this on its own) still never has anything queued behind it.
-pub const PIPELINE_BUDGET: Nanos = 500_000;
+pub const PIPELINE_BUDGET: Nanos = 2_000_000;
 
 /// The least share a ramping endpoint gets, so slow start never starves it of the
 /// traffic it needs to warm up.
