@@ -22,6 +22,36 @@ pub enum Command {
     Proxy(Box<ProxyArgs>),
     /// Start every app and balancer a drover.toml describes.
     Up(UpArgs),
+    /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Worker processes ("auto": one per core). Each gets PORT and DROVER_WORKER_ID.
+    #[arg(short, long, default_value = "auto")]
+    pub workers: crate::config::Workers,
+
+    /// Address to accept clients on.
+    #[arg(short, long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+
+    /// How requests are spread over the workers.
+    #[arg(short, long, default_value = "p2c")]
+    pub strategy: drover_balance::Strategy,
+
+    /// Serving threads of the balancer ("auto": one per core).
+    #[arg(short, long, default_value = "auto", value_parser = threads)]
+    pub threads: usize,
+
+    /// HTTP path a worker must answer (2xx/3xx) before it gets traffic, and keep
+    /// answering to stay in it; without it an open port is enough.
+    #[arg(long, value_name = "PATH")]
+    pub health_path: Option<String>,
+
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -84,6 +84,23 @@ pub enum Workers {
     Count(usize),
 }
 
+impl std::str::FromStr for Workers {
+    type Err = String;
+
+    /// `auto` or a count in 1..=1024, as on the command line (`drover run -w 4`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(Workers::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n)),
+            _ => Err(format!(
+                "invalid workers {s:?}: expected a number in 1..=1024 or \"auto\""
+            )),
+        }
+    }
+}
+
 impl Workers {
     /// The concrete number of workers to run on this machine.
     pub fn resolve(self) -> usize {

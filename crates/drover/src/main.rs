@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Proxy(args) => proxy(*args),
         Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
+        Command::Run(args) => control_runtime().and_then(|rt| rt.block_on(up::run_app(&args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

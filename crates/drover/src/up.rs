@@ -19,6 +19,38 @@ pub async fn up(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
+    run_config(&cfg).await
+}
+
+/// `drover run -w N -- CMD`: one app and a balancer in front of it, from flags.
+pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
+    let mut app = AppConfig::new("app", args.command.clone());
+    app.workers = args.workers;
+    if let Some(path) = &args.health_path {
+        app.health = Some(config::HealthCheckConfig {
+            kind: config::HealthCheckKind::Http {
+                path: path.clone(),
+                expect: (200, 399),
+            },
+            ..config::HealthCheckConfig::default_for_app()
+        });
+    }
+    let mut balancer = config::BalancerConfig::new(
+        "default",
+        args.listen,
+        vec![config::BackendRef::App("app".into())],
+    );
+    balancer.strategy = args.strategy;
+    balancer.threads = Some(args.threads);
+    let cfg = config::Config {
+        admin: None,
+        apps: vec![app],
+        balancers: vec![balancer],
+    };
+    run_config(&cfg).await
+}
+
+async fn run_config(cfg: &config::Config) -> Result<(), String> {
     let plans = cfg
         .balancers
         .iter()

@@ -27,7 +27,7 @@ fn field<'a>(json: &'a str, name: &str) -> Option<&'a str> {
     let at = json.find(&format!("\"{name}\":"))? + name.len() + 3;
     let rest = &json[at..];
     let end = rest.find([',', '}'])?;
-    Some(rest[..end].trim_matches('"'))
+    Some(rest[..end].trim().trim_matches('"'))
 }
 
 fn alive(pid: u32) -> bool {
@@ -50,21 +50,7 @@ async fn up_balances_over_supervised_workers_and_stops_them() {
     let d = DroverProcess::spawn(bin(), &["up", "--config", file.to_str().unwrap()]).await;
     let addr = d.addr();
     // Workers join as they become ready; wait until both answer.
-    let mut pids = std::collections::BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while pids.len() < 2 && tokio::time::Instant::now() < deadline {
-        if let Ok(mut c) = HttpClient::connect(addr).await {
-            if let Ok(r) = c.request("GET", "/pi?iterations=1000", &[], None).await {
-                let text = r.text();
-                if let (200, Some(w), Some(p)) =
-                    (r.status, field(&text, "worker"), field(&text, "pid"))
-                {
-                    pids.insert(w.to_owned(), p.parse::<u32>().unwrap());
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let pids = worker_pids(addr, 2).await;
     let both = pids.len() == 2;
     assert!(
         both,
@@ -128,4 +114,152 @@ async fn proxy_refuses_a_config_with_apps() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("drover up"), "{stderr}");
+}
+
+/// Asks `/pi` until `n` distinct workers have answered; returns worker id → pid. The
+/// requests overlap, so a load-aware balancer spreads them (one at a time, it would
+/// rightly send them all to the fastest worker).
+async fn worker_pids(
+    addr: std::net::SocketAddr,
+    n: usize,
+) -> std::collections::BTreeMap<String, u32> {
+    let mut pids = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while pids.len() < n && tokio::time::Instant::now() < deadline {
+        let asks: Vec<_> = (0..4)
+            .map(|_| {
+                tokio::spawn(async move {
+                    let mut c = HttpClient::connect(addr).await.ok()?;
+                    let r = c
+                        .request("GET", "/pi?iterations=300000", &[], None)
+                        .await
+                        .ok()?;
+                    (r.status == 200).then(|| r.text())
+                })
+            })
+            .collect();
+        for ask in asks {
+            if let Ok(Some(text)) = ask.await {
+                if let (Some(w), Some(p)) = (field(&text, "worker"), field(&text, "pid")) {
+                    pids.insert(w.to_owned(), p.parse::<u32>().unwrap());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_survives_kill_9_of_a_worker_under_load() {
+    let server = pi_server();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--",
+            "node",
+            &server,
+        ],
+    )
+    .await;
+    let addr = d.addr();
+    let before = worker_pids(addr, 2).await;
+    assert_eq!(
+        before.len(),
+        2,
+        "workers never both answered\n{}",
+        d.stderr_text()
+    );
+
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(tokio::spawn(async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            let mut failed = Vec::new();
+            for _ in 0..300 {
+                match c.request("GET", "/pi?iterations=2000", &[], None).await {
+                    Ok(r) if r.status == 200 => {}
+                    Ok(r) => failed.push(format!("{} {:?}", r.status, r.header("drover-error"))),
+                    Err(e) => {
+                        failed.push(e.to_string());
+                        c = HttpClient::connect(addr).await.unwrap();
+                    }
+                }
+            }
+            failed
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let victim = before["0"];
+    std::process::Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    let mut failed = Vec::new();
+    for c in clients {
+        failed.extend(c.await.unwrap());
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed GETs: {:?}\n{}",
+        failed.len(),
+        &failed[..failed.len().min(5)],
+        d.stderr_text()
+    );
+
+    // The supervisor restarted worker 0 under a new pid, and it serves again.
+    let after = worker_pids(addr, 2).await;
+    assert!(
+        after.get("0").is_some_and(|p| *p != victim),
+        "worker 0 was not restarted: {after:?}\n{}",
+        d.stderr_text()
+    );
+    assert!(
+        d.stderr_text().contains("restarting"),
+        "{}",
+        d.stderr_text()
+    );
+}
+
+#[tokio::test]
+async fn run_supervises_a_python_program_too() {
+    let server = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/pi-server.py")
+        .canonicalize()
+        .unwrap();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--health-path",
+            "/health",
+            "--",
+            "python3",
+            server.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let pids = worker_pids(d.addr(), 2).await;
+    assert_eq!(pids.len(), 2, "{pids:?}\n{}", d.stderr_text());
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .is_some_and(|s| s.success()));
+    for pid in pids.values() {
+        assert!(!alive(*pid), "worker {pid} outlived drover");
+    }
 }
