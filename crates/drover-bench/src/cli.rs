@@ -57,6 +57,11 @@ pub struct BenchArgs {
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
 
+    /// Count responses per value of this response header, e.g. x-worker to see how
+    /// many requests each worker answered (at most 64 values; the rest count as "other")
+    #[arg(long, value_name = "NAME")]
+    pub count_header: Option<String>,
+
     /// Print the report as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
@@ -135,6 +140,11 @@ impl BenchArgs {
             (None, None) => Mix::single(&url_path),
         }
         .map_err(|e| e.to_string())?;
+        if let Some(h) = &self.count_header {
+            if !crate::run::valid_header_name(h) {
+                return Err(format!("--count-header {h:?} is not a header name"));
+            }
+        }
         for h in &self.headers {
             if !h.contains(':') || h.contains(['\r', '\n']) {
                 return Err(format!("bad header {h:?}; expected \"Name: value\""));
@@ -161,6 +171,7 @@ impl BenchArgs {
             timeout: self.timeout,
             seed: self.seed,
             headers: self.headers.clone(),
+            count_header: self.count_header.clone(),
         })
     }
 }
@@ -208,6 +219,30 @@ mod tests {
         assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5x").is_err());
+    }
+
+    fn args(extra: &[&str]) -> BenchArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        let argv = ["drover-loadgen"]
+            .iter()
+            .chain(extra)
+            .chain(&["127.0.0.1:9"]);
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn count_header_option() {
+        let cfg = args(&["--count-header", "x-worker"]).to_config().unwrap();
+        assert_eq!(cfg.count_header.as_deref(), Some("x-worker"));
+        assert_eq!(args(&[]).to_config().unwrap().count_header, None);
+        for bad in ["", "x worker", "x-worker:", "é"] {
+            let err = args(&["--count-header", bad]).to_config().unwrap_err();
+            assert!(err.contains("--count-header"), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -57,11 +57,14 @@ impl std::fmt::Display for ReqError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
     /// False when the server asked to close, or the body ran until close.
     pub keep_alive: bool,
+    /// Value of the header the caller asked to capture (trimmed, lossy UTF-8), when the
+    /// response had it.
+    pub tag: Option<String>,
 }
 
 enum Body {
@@ -86,11 +89,16 @@ impl Conn {
         })
     }
 
-    /// Sends `req` and reads its response. On error the connection must be dropped.
-    pub async fn request(&mut self, req: &[u8]) -> Result<Response, ReqError> {
+    /// Sends `req` and reads its response, capturing the value of header `tag_header`
+    /// when given. On error the connection must be dropped.
+    pub async fn request(
+        &mut self,
+        req: &[u8],
+        tag_header: Option<&str>,
+    ) -> Result<Response, ReqError> {
         self.buf.clear();
         self.stream.write_all(req).await?;
-        self.read_response().await
+        self.read_response(tag_header).await
     }
 
     async fn fill(&mut self) -> Result<(), ReqError> {
@@ -104,18 +112,25 @@ impl Conn {
         Ok(())
     }
 
-    async fn read_response(&mut self) -> Result<Response, ReqError> {
+    async fn read_response(&mut self, tag_header: Option<&str>) -> Result<Response, ReqError> {
         loop {
             let parsed = {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut r = httparse::Response::new(&mut headers);
                 match r.parse(&self.buf) {
-                    Ok(httparse::Status::Complete(n)) => Some(head_info(&r, n)?),
+                    Ok(httparse::Status::Complete(n)) => Some(head_info(&r, n, tag_header)?),
                     Ok(httparse::Status::Partial) => None,
                     Err(e) => return Err(ReqError::Parse(e.to_string())),
                 }
             };
-            let Some((head_len, status, body, mut keep_alive)) = parsed else {
+            let Some(Head {
+                len: head_len,
+                status,
+                body,
+                mut keep_alive,
+                tag,
+            }) = parsed
+            else {
                 self.fill().await?;
                 continue;
             };
@@ -139,7 +154,11 @@ impl Conn {
                     keep_alive = false;
                 }
             }
-            return Ok(Response { status, keep_alive });
+            return Ok(Response {
+                status,
+                keep_alive,
+                tag,
+            });
         }
     }
 
@@ -188,16 +207,30 @@ impl Conn {
     }
 }
 
+/// What a parsed response head says about the rest of the response.
+struct Head {
+    len: usize,
+    status: u16,
+    body: Body,
+    keep_alive: bool,
+    tag: Option<String>,
+}
+
 fn head_info(
     r: &httparse::Response<'_, '_>,
     head_len: usize,
-) -> Result<(usize, u16, Body, bool), ReqError> {
+    tag_header: Option<&str>,
+) -> Result<Head, ReqError> {
     let status = r.code.unwrap_or(0);
     let http10 = r.version == Some(0);
     let mut keep_alive = !http10;
     let mut length = None;
     let mut chunked = false;
+    let mut tag = None;
     for h in r.headers.iter() {
+        if tag_header.is_some_and(|t| h.name.eq_ignore_ascii_case(t)) {
+            tag = Some(String::from_utf8_lossy(h.value.trim_ascii()).into_owned());
+        }
         if h.name.eq_ignore_ascii_case("content-length") {
             let v = std::str::from_utf8(h.value)
                 .ok()
@@ -229,7 +262,13 @@ fn head_info(
     } else {
         Body::UntilClose
     };
-    Ok((head_len, status, body, keep_alive))
+    Ok(Head {
+        len: head_len,
+        status,
+        body,
+        keep_alive,
+        tag,
+    })
 }
 
 fn parse_chunk_size(line: &[u8]) -> Result<u64, ReqError> {
@@ -255,6 +294,26 @@ mod tests {
         );
         let r = build_request("/", "h", &["user-agent: me".to_string()]);
         assert_eq!(r, b"GET / HTTP/1.1\r\nHost: h\r\nuser-agent: me\r\n\r\n");
+    }
+
+    fn parse_head(raw: &[u8], tag_header: Option<&str>) -> Head {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut r = httparse::Response::new(&mut headers);
+        let httparse::Status::Complete(n) = r.parse(raw).unwrap() else {
+            panic!("partial head");
+        };
+        head_info(&r, n, tag_header).unwrap()
+    }
+
+    #[test]
+    fn captures_the_asked_header_case_insensitively() {
+        let raw = b"HTTP/1.1 200 OK\r\nX-Worker:  3 \r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(parse_head(raw, Some("x-worker")).tag.as_deref(), Some("3"));
+        assert_eq!(parse_head(raw, Some("X-WORKER")).tag.as_deref(), Some("3"));
+        assert_eq!(parse_head(raw, Some("x-other")).tag, None);
+        assert_eq!(parse_head(raw, None).tag, None);
+        let h = parse_head(raw, Some("x-worker"));
+        assert_eq!((h.status, h.keep_alive, h.len), (200, true, raw.len()));
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct Config {
     pub seed: u64,
     /// Extra request header lines, `Name: value`.
     pub headers: Vec<String>,
+    /// Count responses per value of this response header (e.g. `x-worker`).
+    pub count_header: Option<String>,
 }
 
 #[derive(Debug)]
@@ -93,7 +95,7 @@ pub fn run(cfg: &Config) -> Result<Report, RunError> {
             .map_err(RunError::Runtime)?;
         handles.push(h);
     }
-    let mut total = Stats::new(cfg.mix.len());
+    let mut total = Stats::new(cfg.mix.len(), cfg.count_header.as_deref());
     let mut end = start;
     for h in handles {
         let (stats, last) = h.join().map_err(|_| RunError::ThreadPanicked)??;
@@ -121,7 +123,22 @@ fn validate(cfg: &Config) -> Result<(), RunError> {
     if cfg.mix.is_empty() {
         return Err(RunError::Config("no request path".into()));
     }
+    if let Some(h) = &cfg.count_header {
+        if !valid_header_name(h) {
+            return Err(RunError::Config(format!(
+                "--count-header {h:?} is not a header name"
+            )));
+        }
+    }
     Ok(())
+}
+
+/// An HTTP header name: one or more token characters (RFC 9110).
+pub fn valid_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
@@ -165,6 +182,7 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
         connections_opened: s.connections_opened,
         status: s.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         paths,
+        header_counts: s.header_counts,
         histogram: Some(s.latency),
     }
 }
@@ -216,7 +234,7 @@ fn thread_main(
     let local = Rc::new(Local {
         cfg: Arc::clone(cfg),
         requests,
-        stats: RefCell::new(Stats::new(cfg.mix.len())),
+        stats: RefCell::new(Stats::new(cfg.mix.len(), cfg.count_header.as_deref())),
         start,
         deadline: start + cfg.duration,
         budget: Arc::clone(budget),
@@ -233,7 +251,7 @@ fn thread_main(
     });
     drop(set);
     let last = local.last.get();
-    let stats = local.stats.replace(Stats::new(0));
+    let stats = local.stats.replace(Stats::new(0, None));
     Ok((stats, last))
 }
 
@@ -284,14 +302,20 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
         }
         let Some(c) = conn.as_mut() else { continue };
         let sent = Instant::now();
-        let r = tokio::time::timeout_at(deadline.into(), c.request(&l.requests[pi])).await;
+        let r = tokio::time::timeout_at(
+            deadline.into(),
+            c.request(&l.requests[pi], l.cfg.count_header.as_deref()),
+        )
+        .await;
         let now = Instant::now();
         l.done_at(now);
         match r {
             Ok(Ok(resp)) => {
                 let lat = now.duration_since(t0).as_micros() as u64;
                 let svc = now.duration_since(sent).as_micros() as u64;
-                l.stats.borrow_mut().record(pi, resp.status, lat, svc);
+                l.stats
+                    .borrow_mut()
+                    .record(pi, resp.status, resp.tag.as_deref(), lat, svc);
                 if !resp.keep_alive {
                     conn = None;
                 }
@@ -395,7 +419,7 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
         };
         let sent = Instant::now();
         let resp = conn
-            .request(&l.requests[pi])
+            .request(&l.requests[pi], l.cfg.count_header.as_deref())
             .await
             .map_err(|_| Failure::Io)?;
         if resp.keep_alive {
@@ -416,7 +440,7 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
             Ok((resp, sent)) => {
                 let lat = now.saturating_duration_since(due).as_micros() as u64;
                 let svc = now.duration_since(sent).as_micros() as u64;
-                st.record(pi, resp.status, lat, svc);
+                st.record(pi, resp.status, resp.tag.as_deref(), lat, svc);
             }
             Err(Failure::Connect) => st.errors.connect += 1,
             Err(Failure::Io) => st.errors.io += 1,

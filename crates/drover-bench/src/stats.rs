@@ -1,5 +1,6 @@
 //! Counters and latency histograms, and the report built from them.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -25,10 +26,12 @@ pub(crate) struct Stats {
     pub errors: Errors,
     pub conn_waits: u64,
     pub connections_opened: u64,
+    /// Responses per value of the `--count-header` header, when one was asked for.
+    pub header_counts: Option<HeaderCounts>,
 }
 
 impl Stats {
-    pub fn new(paths: usize) -> Stats {
+    pub fn new(paths: usize, count_header: Option<&str>) -> Stats {
         Stats {
             latency: new_histogram(),
             service: new_histogram(),
@@ -39,13 +42,25 @@ impl Stats {
             errors: Errors::default(),
             conn_waits: 0,
             connections_opened: 0,
+            header_counts: count_header.map(HeaderCounts::new),
         }
     }
 
     /// A response arrived. `latency_us` counts from the send (closed loop) or from the
     /// scheduled send time (open loop); `service_us` from the moment it was written.
-    pub fn record(&mut self, path: usize, status: u16, latency_us: u64, service_us: u64) {
+    /// `tag` is the value of the counted header, if the response had it.
+    pub fn record(
+        &mut self,
+        path: usize,
+        status: u16,
+        tag: Option<&str>,
+        latency_us: u64,
+        service_us: u64,
+    ) {
         self.requests += 1;
+        if let Some(c) = &mut self.header_counts {
+            c.add(tag, 1);
+        }
         *self.status.entry(status).or_insert(0) += 1;
         if (200..300).contains(&status) {
             self.ok += 1;
@@ -76,6 +91,80 @@ impl Stats {
         self.errors.io += o.errors.io;
         self.conn_waits += o.conn_waits;
         self.connections_opened += o.connections_opened;
+        if let (Some(a), Some(b)) = (&mut self.header_counts, &o.header_counts) {
+            a.merge(b);
+        }
+    }
+}
+
+/// Most distinct values of the counted header that are kept apart. A header that
+/// differs on every response (a request id, say) would otherwise grow the report with
+/// the run; past this many values, responses are counted together as `other`.
+pub const MAX_HEADER_VALUES: usize = 64;
+
+/// Responses counted per value of one response header (`--count-header`), e.g. how many
+/// requests each worker answered when workers name themselves in `x-worker`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HeaderCounts {
+    /// The header's name as given.
+    pub header: String,
+    /// Responses per value, for the first [`MAX_HEADER_VALUES`] distinct values seen.
+    pub values: BTreeMap<String, u64>,
+    /// Responses with a value beyond the first [`MAX_HEADER_VALUES`].
+    pub other: u64,
+    /// Responses without the header.
+    pub missing: u64,
+}
+
+impl HeaderCounts {
+    pub fn new(header: &str) -> HeaderCounts {
+        HeaderCounts {
+            header: header.to_string(),
+            ..HeaderCounts::default()
+        }
+    }
+
+    /// Counts `n` responses whose header had `value` (`None`: no such header).
+    pub fn add(&mut self, value: Option<&str>, n: u64) {
+        let Some(v) = value else {
+            self.missing += n;
+            return;
+        };
+        if let Some(c) = self.values.get_mut(v) {
+            *c += n;
+        } else if self.values.len() < MAX_HEADER_VALUES {
+            self.values.insert(v.to_string(), n);
+        } else {
+            self.other += n;
+        }
+    }
+
+    pub fn merge(&mut self, o: &HeaderCounts) {
+        for (v, n) in &o.values {
+            self.add(Some(v), *n);
+        }
+        self.other += o.other;
+        self.missing += o.missing;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.values.values().sum::<u64>() + self.other + self.missing
+    }
+
+    /// Values in natural order: numbers by value (worker 2 before worker 10), then text.
+    pub fn sorted(&self) -> Vec<(&str, u64)> {
+        let mut v: Vec<(&str, u64)> = self.values.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+        v.sort_by(|a, b| natural(a.0, b.0));
+        v
+    }
+}
+
+fn natural(a: &str, b: &str) -> Ordering {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        (Ok(_), Err(_)) => Ordering::Less,
+        (Err(_), Ok(_)) => Ordering::Greater,
+        (Err(_), Err(_)) => a.cmp(b),
     }
 }
 
@@ -170,6 +259,9 @@ pub struct Report {
     /// Responses by status code.
     pub status: BTreeMap<String, u64>,
     pub paths: BTreeMap<String, PathReport>,
+    /// Responses per value of the `--count-header` header; absent without that option.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_counts: Option<HeaderCounts>,
     #[serde(skip)]
     pub histogram: Option<Histogram<u64>>,
 }
@@ -258,6 +350,21 @@ impl Report {
                 .collect();
             let _ = writeln!(s, "  status     {}", codes.join(", "));
         }
+        if let Some(c) = &self.header_counts {
+            let total = c.total().max(1) as f64;
+            let mut parts: Vec<String> = c
+                .sorted()
+                .iter()
+                .map(|(v, n)| format!("{v}: {n} ({:.1}%)", *n as f64 * 100.0 / total))
+                .collect();
+            if c.other > 0 {
+                parts.push(format!("other: {}", c.other));
+            }
+            if c.missing > 0 {
+                parts.push(format!("without header: {}", c.missing));
+            }
+            let _ = writeln!(s, "  {:<10} {}", c.header, parts.join(", "));
+        }
         if self.rate.is_some() && self.conn_waits > 0 {
             let _ = writeln!(
                 s,
@@ -266,5 +373,68 @@ impl Report {
             );
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_counts_per_value_and_missing() {
+        let mut c = HeaderCounts::new("x-worker");
+        c.add(Some("2"), 1);
+        c.add(Some("10"), 3);
+        c.add(Some("2"), 1);
+        c.add(None, 4);
+        c.add(Some("b"), 1);
+        assert_eq!(c.values["2"], 2);
+        assert_eq!(c.values["10"], 3);
+        assert_eq!((c.other, c.missing, c.total()), (0, 4, 10));
+        assert_eq!(c.sorted(), vec![("2", 2), ("10", 3), ("b", 1)]);
+    }
+
+    #[test]
+    fn header_counts_are_bounded() {
+        let mut c = HeaderCounts::new("x-request-id");
+        for i in 0..MAX_HEADER_VALUES + 10 {
+            c.add(Some(&i.to_string()), 1);
+        }
+        assert_eq!(c.values.len(), MAX_HEADER_VALUES);
+        assert_eq!(c.other, 10);
+        // A value already kept is still counted as itself.
+        c.add(Some("0"), 1);
+        assert_eq!(c.values["0"], 2);
+        assert_eq!(c.total(), MAX_HEADER_VALUES as u64 + 11);
+    }
+
+    #[test]
+    fn merging_threads_keeps_the_bound_and_the_totals() {
+        let mut a = HeaderCounts::new("x-worker");
+        let mut b = HeaderCounts::new("x-worker");
+        for i in 0..MAX_HEADER_VALUES {
+            a.add(Some(&format!("a{i}")), 1);
+        }
+        b.add(Some("a0"), 5);
+        b.add(Some("new"), 2);
+        b.add(None, 1);
+        a.merge(&b);
+        assert_eq!(a.values["a0"], 6);
+        assert!(!a.values.contains_key("new"));
+        assert_eq!((a.other, a.missing), (2, 1));
+        assert_eq!(a.total(), MAX_HEADER_VALUES as u64 + 8);
+    }
+
+    #[test]
+    fn stats_count_the_header_only_when_asked() {
+        let mut on = Stats::new(1, Some("x-worker"));
+        on.record(0, 200, Some("1"), 10, 10);
+        on.record(0, 502, None, 10, 10);
+        let mut off = Stats::new(1, None);
+        off.record(0, 200, Some("1"), 10, 10);
+        on.merge(&off);
+        let c = on.header_counts.unwrap();
+        assert_eq!((c.values["1"], c.missing), (1, 1));
+        assert!(off.header_counts.is_none());
     }
 }

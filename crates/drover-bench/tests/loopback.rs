@@ -16,11 +16,13 @@ struct Seen {
     chunked: AtomicU64,
     bad: AtomicU64,
     close: AtomicU64,
+    tagged: AtomicU64,
     connections: AtomicU64,
 }
 
 /// Serves keep-alive HTTP/1.1: `/` 200 with Content-Length, `/chunked` 200 chunked,
-/// `/bad` 500, `/close` 200 then closes.
+/// `/bad` 500, `/close` 200 then closes, `/tagged` 200 with `X-Worker: w0`..`w2` in
+/// turn (no header on every fourth).
 fn start_server() -> (SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -61,6 +63,18 @@ async fn serve(mut sock: TcpStream, seen: Arc<Seen>) {
         };
         buf.drain(..len);
         let (resp, close): (&[u8], bool) = match path.as_str() {
+            "/tagged" => {
+                let k = seen.tagged.fetch_add(1, Ordering::Relaxed);
+                (
+                    match k % 4 {
+                        0 => b"HTTP/1.1 200 OK\r\nX-Worker: w0\r\nContent-Length: 2\r\n\r\nok",
+                        1 => b"HTTP/1.1 200 OK\r\nx-worker: w1\r\nContent-Length: 2\r\n\r\nok",
+                        2 => b"HTTP/1.1 200 OK\r\nX-WORKER:w2\r\nContent-Length: 2\r\n\r\nok",
+                        _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                    },
+                    false,
+                )
+            }
             "/" => {
                 seen.root.fetch_add(1, Ordering::Relaxed);
                 (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false)
@@ -106,6 +120,7 @@ fn config(addr: SocketAddr, mix: &str, mode: Mode, connections: usize) -> Config
         timeout: Duration::from_secs(5),
         seed: 3,
         headers: vec![],
+        count_header: None,
     }
 }
 
@@ -169,4 +184,39 @@ fn closed_and_open_loop_against_local_server() {
     let r = run(&cfg).unwrap();
     assert_eq!(r.requests, 0);
     assert_eq!(r.errors.connect, 20);
+}
+
+#[test]
+fn counts_responses_per_header_value() {
+    let (addr, seen) = start_server();
+    for mode in [Mode::Closed, Mode::Open { rate: 2000.0 }] {
+        seen.tagged.store(0, Ordering::Relaxed);
+        let mut cfg = config(addr, "/tagged", mode, 1);
+        cfg.count_header = Some("X-Worker".into());
+        let r = run(&cfg).unwrap();
+        assert_eq!(r.requests, 200, "{}", r.render_text());
+        let c = r.header_counts.as_ref().unwrap();
+        assert_eq!(c.header, "X-Worker");
+        // One connection, so the server answers in turn: 50 of each.
+        for w in ["w0", "w1", "w2"] {
+            assert_eq!(c.values[w], 50, "{c:?}");
+        }
+        assert_eq!((c.missing, c.other), (50, 0));
+        assert!(
+            r.render_text().contains(
+                "X-Worker   w0: 50 (25.0%), w1: 50 (25.0%), w2: 50 (25.0%), without header: 50"
+            ),
+            "{}",
+            r.render_text()
+        );
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(json["header_counts"]["values"]["w1"], 50);
+        assert_eq!(json["header_counts"]["missing"], 50);
+    }
+
+    // Without the option the report has no counts at all.
+    let r = run(&config(addr, "/tagged", Mode::Closed, 1)).unwrap();
+    assert!(r.header_counts.is_none());
+    let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert!(json.get("header_counts").is_none());
 }
