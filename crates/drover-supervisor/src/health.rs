@@ -71,3 +71,33 @@ pub(crate) async fn until_unhealthy(addr: SocketAddr, check: &HealthCheck) -> St
         }
     }
 }
+
+/// How long a shared-mode worker must stay alive to count as ready. drover cannot reach
+/// one worker through a shared socket, so it cannot probe it; until the worker accepts,
+/// connections wait in the kernel's accept queue (or go to the other workers), so a
+/// short settle costs latency at worst, never a failed request.
+pub(crate) const SHARED_SETTLE: Duration = Duration::from_millis(300);
+
+/// Readiness for a worker of either mode: `addr` is its own port in proxy mode, `None`
+/// in shared mode.
+pub(crate) async fn wait_ready_at(
+    addr: Option<SocketAddr>,
+    check: Option<&HealthCheck>,
+    within: Duration,
+) -> Result<(), String> {
+    match addr {
+        Some(addr) => wait_ready(addr, check, within).await,
+        None => {
+            tokio::time::sleep(SHARED_SETTLE.min(within)).await;
+            Ok(())
+        }
+    }
+}
+
+/// `until_unhealthy` when there is something to check; never resolves otherwise.
+pub(crate) async fn watch(addr: Option<SocketAddr>, check: Option<HealthCheck>) -> String {
+    match (addr, check) {
+        (Some(addr), Some(check)) => until_unhealthy(addr, &check).await,
+        _ => std::future::pending().await,
+    }
+}

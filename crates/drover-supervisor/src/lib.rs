@@ -24,6 +24,7 @@
 //! ```
 
 mod health;
+pub mod memory;
 pub mod output;
 mod process;
 pub mod spec;
@@ -32,6 +33,6 @@ mod supervisor;
 mod worker;
 
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
-pub use spec::{AppSpec, Backoff};
+pub use spec::{AppSpec, Backoff, Mode};
 pub use status::{WorkerState, WorkerStatus};
 pub use supervisor::Supervisor;

@@ -12,6 +12,7 @@
 //! since a slot checks for shutdown before every restart.
 
 use crate::spec::AppSpec;
+use command_fds::{CommandFdExt, FdMapping};
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -67,17 +68,51 @@ fn reserved() -> std::sync::MutexGuard<'static, BTreeSet<u16>> {
     RESERVED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Spawns worker `id` of `spec` listening on `port`, with both output pipes captured.
-pub(crate) fn spawn(spec: &AppSpec, id: usize, port: u16) -> io::Result<Child> {
+/// Where a new worker listens.
+pub(crate) enum Listen<'a> {
+    /// Its own loopback port, passed as `PORT`.
+    Port(u16),
+    /// drover's listening socket, passed as fd 3 the way systemd's socket activation
+    /// does (`LISTEN_FDS=1`, `LISTEN_PID`, `LISTEN_FDNAMES`).
+    Socket(&'a TcpListener),
+}
+
+/// Spawns worker `id` of `spec`, with both output pipes captured.
+pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result<Child> {
     let (program, args) = spec
         .command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .envs(&spec.env)
-        .env("PORT", port.to_string())
-        .env("DROVER_WORKER_ID", id.to_string())
+    let mut cmd = match listen {
+        Listen::Port(port) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).envs(&spec.env).env("PORT", port.to_string());
+            cmd
+        }
+        Listen::Socket(socket) => {
+            // LISTEN_PID must be the worker's own pid, which is only known after the
+            // fork. A shell sets it to its `$$` and execs the program, which keeps that
+            // pid; the alternative, setting it between fork and exec, needs unsafe code.
+            let mut cmd = Command::new("/bin/sh");
+            cmd.arg("-c")
+                .arg(r#"LISTEN_PID=$$; export LISTEN_PID; exec "$@""#)
+                .arg(program)
+                .arg(program)
+                .args(args)
+                .envs(&spec.env)
+                .env("LISTEN_FDS", "1")
+                .env("LISTEN_FDNAMES", "http")
+                .env_remove("PORT");
+            let fd = socket.try_clone()?.into();
+            cmd.fd_mappings(vec![FdMapping {
+                parent_fd: fd,
+                child_fd: 3,
+            }])
+            .map_err(|e| io::Error::other(e.to_string()))?;
+            cmd
+        }
+    };
+    cmd.env("DROVER_WORKER_ID", id.to_string())
         .env("DROVER_APP", &spec.name)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

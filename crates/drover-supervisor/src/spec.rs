@@ -27,7 +27,56 @@ pub struct AppSpec {
     pub ready_timeout: Duration,
     /// Grace between SIGTERM and SIGKILL when drover stops a worker.
     pub stop_timeout: Duration,
+    /// During a rolling reload or a memory restart, how long the old worker may take to
+    /// finish its in-flight requests (it gets no new ones) before SIGTERM.
+    pub drain_timeout: Duration,
+    /// Replace a worker (gracefully, like a reload) once its RSS exceeds this many bytes.
+    pub max_memory: Option<u64>,
+    pub mode: Mode,
     pub restart: Backoff,
+}
+
+/// How clients reach the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Each worker listens on its own loopback `PORT`; a balancer in front picks one per
+    /// request and sees every worker's load and health.
+    #[default]
+    Proxy,
+    /// drover binds one listening socket and hands it to every worker as fd 3
+    /// (`LISTEN_FDS=1`, `LISTEN_PID`): the kernel spreads connections, with no proxy hop.
+    /// No per-worker health checks or request-level balancing: drover cannot address
+    /// one worker through a shared socket.
+    Shared,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Proxy => "proxy",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "proxy" => Ok(Mode::Proxy),
+            "shared" => Ok(Mode::Shared),
+            _ => Err(format!(
+                "unknown mode {s:?}: expected \"proxy\" or \"shared\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl AppSpec {
@@ -45,6 +94,9 @@ impl AppSpec {
             ready_timeout: Duration::from_secs(30),
             // Docker's default: long enough to finish normal requests.
             stop_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
+            max_memory: None,
+            mode: Mode::Proxy,
             restart: Backoff::default(),
         }
     }
@@ -67,7 +119,15 @@ impl AppSpec {
             return Err("ready_timeout must be greater than 0".into());
         }
         if let Some(check) = &self.health {
+            if self.mode == Mode::Shared {
+                return Err(
+                    "health checks need a port per worker, which shared mode does not have".into(),
+                );
+            }
             check.validate().map_err(|e| format!("health: {e}"))?;
+        }
+        if self.max_memory == Some(0) {
+            return Err("max_memory must be greater than 0".into());
         }
         self.restart.validate().map_err(|e| format!("restart: {e}"))
     }

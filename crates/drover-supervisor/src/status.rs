@@ -61,4 +61,8 @@ pub struct WorkerStatus {
     pub uptime: Option<Duration>,
     /// Why the previous process ended, e.g. "exit status: 1" or "not ready within 5s".
     pub last_exit: Option<String>,
+    /// Resident memory of the current process, from `/proc`.
+    pub rss_bytes: Option<u64>,
+    /// Requests the balancer has in flight to this worker (proxy mode, while in the pool).
+    pub in_flight: Option<u32>,
 }

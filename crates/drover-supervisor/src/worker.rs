@@ -2,30 +2,52 @@
 //! it, and when it ends take it out and start another after the back-off. Each slot is
 //! one tokio task; slots never wait for each other, so a crash-looping worker cannot
 //! hold up the ones that serve.
+//!
+//! A serving slot can also be asked to replace its process without a gap (rolling
+//! reload, memory limit): the new process starts and becomes ready while the old one
+//! serves; the new one joins the pool before the old one leaves it; the old one gets no
+//! new requests, finishes the ones it holds, and only then is stopped.
 
 use crate::health;
+use crate::memory;
 use crate::output::{self, LineSink, Stream};
-use crate::process::{self, Port};
+use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
 use drover_registry::Pool;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::process::Child;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// How often a serving worker's RSS is compared with `max_memory`.
+const MEMORY_POLL: Duration = Duration::from_secs(1);
+
+/// How often a draining worker's in-flight count is looked at.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// What every slot of one app shares with the `Supervisor` handle.
 pub(crate) struct Shared {
-    pub spec: AppSpec,
     pub app: Arc<str>,
     pub pool: Arc<Pool>,
     pub sink: LineSink,
+    /// Shared mode: the socket every worker accepts on. `None` in proxy mode.
+    pub socket: Option<TcpListener>,
     /// One per worker id. Locked briefly to update or read; never across an await.
     pub slots: Vec<Mutex<Slot>>,
+    /// The spec new processes are started from, and its generation: a reload bumps it,
+    /// and a process older than the current generation is due for replacement.
+    current: Mutex<(Arc<AppSpec>, u64)>,
 }
+
+/// Asks a serving slot to replace its process with one of the current generation.
+/// The answer is `Ok` once the slot runs the current generation (or will, on its next
+/// start), `Err` with the reason when the replacement never became ready; the old
+/// process then still serves.
+pub(crate) type ReplaceRequest = oneshot::Sender<Result<(), String>>;
 
 /// A slot's live state; `WorkerStatus` is built from it on demand.
 #[derive(Debug)]
@@ -66,13 +88,43 @@ impl Slot {
             crash_streak: self.crash_streak,
             uptime: self.spawned.map(|t| t.elapsed()),
             last_exit: self.last_exit.clone(),
+            rss_bytes: None,
+            in_flight: None,
         }
     }
 }
 
 impl Shared {
+    pub(crate) fn new(
+        spec: AppSpec,
+        pool: Arc<Pool>,
+        sink: LineSink,
+        socket: Option<TcpListener>,
+    ) -> Shared {
+        Shared {
+            app: Arc::from(spec.name.as_str()),
+            slots: (0..spec.workers).map(|_| Mutex::new(Slot::new())).collect(),
+            pool,
+            sink,
+            socket,
+            current: Mutex::new((Arc::new(spec), 0)),
+        }
+    }
+
     pub(crate) fn slot(&self, id: usize) -> MutexGuard<'_, Slot> {
         self.slots[id].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The spec new processes start from, with its generation.
+    pub(crate) fn current(&self) -> (Arc<AppSpec>, u64) {
+        let cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        (Arc::clone(&cur.0), cur.1)
+    }
+
+    /// Makes `spec` the one new processes start from, as a new generation.
+    pub(crate) fn set_spec(&self, spec: Arc<AppSpec>) {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        *cur = (spec, cur.1 + 1);
     }
 
     /// Takes a slot's endpoint out of the pool, if it has one there.
@@ -123,9 +175,54 @@ struct Life {
     served: Duration,
 }
 
+/// One running worker process.
+struct Proc {
+    child: Child,
+    pid: Option<u32>,
+    /// Proxy mode: its own port, held so no other worker of drover gets it meanwhile.
+    port: Option<Port>,
+    spec: Arc<AppSpec>,
+    generation: u64,
+}
+
+impl Proc {
+    /// Where the balancer reaches it; `None` in shared mode.
+    fn addr(&self) -> Option<SocketAddr> {
+        self.port.as_ref().map(Port::addr)
+    }
+}
+
+/// Starts a process of the current spec for slot `id`; it is not ready yet.
+fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
+    let (spec, generation) = shared.current();
+    let (port, listen) = match &shared.socket {
+        Some(socket) => (None, Listen::Socket(socket)),
+        None => {
+            let port = Port::pick()?;
+            let listen = Listen::Port(port.get());
+            (Some(port), listen)
+        }
+    };
+    let mut child = process::spawn(&spec, id, listen)?;
+    forward_output(shared, id, &mut child);
+    let pid = child.id();
+    tracing::debug!(app = %spec.name, worker = id, ?pid, port = port.as_ref().map(Port::get), "worker spawned");
+    Ok(Proc {
+        child,
+        pid,
+        port,
+        spec,
+        generation,
+    })
+}
+
 /// Runs slot `id` until shutdown.
-pub(crate) async fn run(shared: Arc<Shared>, id: usize, mut stop: watch::Receiver<bool>) {
-    let policy = &shared.spec.restart;
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    id: usize,
+    mut stop: watch::Receiver<bool>,
+    mut replace: mpsc::UnboundedReceiver<ReplaceRequest>,
+) {
     let mut crashes = 0u32;
     let mut first = true;
     while !is_stopping(&stop) {
@@ -133,10 +230,11 @@ pub(crate) async fn run(shared: Arc<Shared>, id: usize, mut stop: watch::Receive
             shared.slot(id).restarts += 1;
         }
         first = false;
-        let life = run_once(&shared, id, &mut stop).await;
+        let life = run_once(&shared, id, &mut stop, &mut replace).await;
         if matches!(life.end, End::Shutdown) {
             break;
         }
+        let policy = shared.current().0.restart.clone();
         // Whether it lived counts from readiness: a worker that takes 5 s to boot and
         // dies right after is crashing, however long its process existed.
         crashes = if life.served >= policy.min_uptime {
@@ -162,7 +260,7 @@ pub(crate) async fn run(shared: Arc<Shared>, id: usize, mut stop: watch::Receive
                 WorkerState::BackingOff
             };
         }
-        log_end(&shared.spec, id, &life, delay);
+        log_end(&shared.app, id, &life, delay);
         if looping {
             tracing::warn!(
                 app = %shared.app,
@@ -173,9 +271,16 @@ pub(crate) async fn run(shared: Arc<Shared>, id: usize, mut stop: watch::Receive
                 policy.min_uptime,
             );
         }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = stopped(&mut stop) => break,
+        let backoff = tokio::time::sleep(delay);
+        tokio::pin!(backoff);
+        loop {
+            tokio::select! {
+                _ = &mut backoff => break,
+                _ = stopped(&mut stop) => break,
+                // Nothing to replace while no process runs; the next one starts from
+                // the current spec anyway.
+                Some(reply) = replace.recv() => { let _ = reply.send(Ok(())); }
+            }
         }
     }
     let mut slot = shared.slot(id);
@@ -185,94 +290,251 @@ pub(crate) async fn run(shared: Arc<Shared>, id: usize, mut stop: watch::Receive
     slot.spawned = None;
 }
 
-fn log_end(spec: &AppSpec, id: usize, life: &Life, delay: Duration) {
+fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
     let pid = life.pid.map_or_else(|| "-".to_string(), |p| p.to_string());
     tracing::warn!(
-        app = %spec.name,
+        app = %app,
         worker = id,
-        "worker {}/{id} (pid {pid}) {}; restarting in {delay:?}",
-        spec.name,
+        "worker {app}/{id} (pid {pid}) {}; restarting in {delay:?}",
         life.end,
     );
 }
 
-/// One process, from spawn to its end.
-async fn run_once(shared: &Shared, id: usize, stop: &mut watch::Receiver<bool>) -> Life {
-    let spec = &shared.spec;
-    let not_started = |e| Life {
-        end: End::NotStarted(e),
-        pid: None,
-        served: Duration::ZERO,
-    };
-    // Held for the process's life so no other worker of drover gets this port meanwhile.
-    let port = match Port::pick() {
-        Ok(p) => p,
-        Err(e) => return not_started(e),
-    };
-    let addr = port.addr();
-    let mut child = match process::spawn(spec, id, port.get()) {
-        Ok(c) => c,
-        Err(e) => return not_started(e),
-    };
-    let pid = child.id();
-    {
-        let mut slot = shared.slot(id);
-        slot.pid = pid;
-        slot.port = Some(port.get());
-        slot.spawned = Some(Instant::now());
-        slot.state = WorkerState::Starting;
+/// One process, from spawn to its end (replacements included: a slot's process may be
+/// swapped several times within one `run_once`).
+async fn run_once(
+    shared: &Shared,
+    id: usize,
+    stop: &mut watch::Receiver<bool>,
+    replace: &mut mpsc::UnboundedReceiver<ReplaceRequest>,
+) -> Life {
+    // Requests queued while no process ran are already met: this one starts from the
+    // current spec.
+    while let Ok(reply) = replace.try_recv() {
+        let _ = reply.send(Ok(()));
     }
-    forward_output(shared, id, &mut child);
-    tracing::debug!(app = %spec.name, worker = id, ?pid, %addr, "worker spawned");
+    let mut proc = match spawn(shared, id) {
+        Ok(p) => p,
+        Err(e) => {
+            return Life {
+                end: End::NotStarted(e),
+                pid: None,
+                served: Duration::ZERO,
+            }
+        }
+    };
+    shared.slot(id).started(&proc, WorkerState::Starting);
+    let pid = proc.pid;
     let life = |end, served| Life { end, pid, served };
 
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
     let ready = tokio::select! {
-        r = health::wait_ready(addr, spec.health.as_ref(), spec.ready_timeout) => r,
-        status = child.wait() => return life(exited(status), Duration::ZERO),
+        r = health::wait_ready_at(proc.addr(), proc.spec.health.as_ref(), proc.spec.ready_timeout) => r,
+        status = proc.child.wait() => return life(exited(status), Duration::ZERO),
         _ = stopped(stop) => {
-            shutdown_child(shared, id, &mut child).await;
+            shutdown_proc(shared, id, &mut proc).await;
             return life(End::Shutdown, Duration::ZERO);
         }
     };
     if let Err(reason) = ready {
-        process::stop(&mut child, spec.stop_timeout).await;
+        process::stop(&mut proc.child, proc.spec.stop_timeout).await;
         return life(End::Killed(reason), Duration::ZERO);
     }
     if is_stopping(stop) {
-        shutdown_child(shared, id, &mut child).await;
+        shutdown_proc(shared, id, &mut proc).await;
         return life(End::Shutdown, Duration::ZERO);
     }
+    join_pool(shared, id, &proc);
+    tracing::info!(app = %shared.app, worker = id, ?pid, addr = ?proc.addr(), "worker ready");
+    serve(shared, id, proc, stop, replace).await
+}
 
-    // Phase 2: serve until the process dies, fails its health checks, or shutdown.
-    join_pool(shared, id, addr);
-    tracing::info!(app = %spec.name, worker = id, ?pid, %addr, "worker ready");
-    let ready_at = Instant::now();
-    let unhealthy = async {
-        match &spec.health {
-            Some(check) => health::until_unhealthy(addr, check).await,
-            None => std::future::pending().await,
+/// Phase 2: serve until the process dies, fails its health checks, or shutdown;
+/// replace it gracefully when asked or when it grows past `max_memory`.
+async fn serve(
+    shared: &Shared,
+    id: usize,
+    mut proc: Proc,
+    stop: &mut watch::Receiver<bool>,
+    replace: &mut mpsc::UnboundedReceiver<ReplaceRequest>,
+) -> Life {
+    let mut ready_at = Instant::now();
+    // Kept across loop turns: recreating it on every event would reset its count of
+    // failed checks.
+    let mut unhealthy = Box::pin(health::watch(proc.addr(), proc.spec.health.clone()));
+    let mut memory_poll = tokio::time::interval(MEMORY_POLL);
+    memory_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let why = tokio::select! {
+            status = proc.child.wait() => {
+                // Out of the pool before anything else, so no new request goes to a corpse.
+                shared.leave_pool(id);
+                return Life { end: exited(status), pid: proc.pid, served: ready_at.elapsed() };
+            }
+            reason = &mut unhealthy => {
+                shared.leave_pool(id);
+                shared.slot(id).state = WorkerState::Unhealthy;
+                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid, "worker {}/{id} unhealthy: {reason}", shared.app);
+                process::stop(&mut proc.child, proc.spec.stop_timeout).await;
+                return Life { end: End::Killed(reason), pid: proc.pid, served: ready_at.elapsed() };
+            }
+            _ = stopped(stop) => {
+                shutdown_proc(shared, id, &mut proc).await;
+                return Life { end: End::Shutdown, pid: proc.pid, served: ready_at.elapsed() };
+            }
+            Some(reply) = replace.recv() => Why::Asked(reply),
+            _ = memory_poll.tick(), if proc.spec.max_memory.is_some() => {
+                match (proc.pid.and_then(memory::rss_bytes), proc.spec.max_memory) {
+                    (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
+                    _ => continue,
+                }
+            }
+        };
+        let reply = match why {
+            Why::Asked(reply) => {
+                if proc.generation == shared.current().1 {
+                    let _ = reply.send(Ok(()));
+                    continue;
+                }
+                Some(reply)
+            }
+            Why::Memory(rss) => {
+                tracing::warn!(
+                    app = %shared.app, worker = id, pid = ?proc.pid,
+                    "worker {}/{id} uses {} MiB, over max_memory {} MiB; replacing it",
+                    shared.app, rss >> 20, proc.spec.max_memory.unwrap_or(0) >> 20,
+                );
+                None
+            }
+        };
+        let outcome = replace_proc(shared, id, proc, stop).await;
+        let result = match outcome {
+            Replaced::Done(new) => {
+                proc = new;
+                ready_at = Instant::now();
+                unhealthy = Box::pin(health::watch(proc.addr(), proc.spec.health.clone()));
+                Ok(())
+            }
+            Replaced::Kept(old, reason) => {
+                proc = old;
+                tracing::warn!(app = %shared.app, worker = id, "worker {}/{id} not replaced: {reason}", shared.app);
+                Err(reason)
+            }
+            Replaced::OldExited(pid, status, reason) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(reason));
+                }
+                return Life {
+                    end: exited(status),
+                    pid,
+                    served: ready_at.elapsed(),
+                };
+            }
+        };
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+enum Why {
+    Asked(ReplaceRequest),
+    Memory(u64),
+}
+
+/// How a replacement went.
+enum Replaced {
+    /// The new process serves; the old one was drained and stopped.
+    Done(Proc),
+    /// The new process never became ready (or shutdown began); the old one still serves.
+    Kept(Proc, String),
+    /// The old process exited while its replacement was starting, and the replacement
+    /// failed too: the slot has nothing running.
+    OldExited(Option<u32>, std::io::Result<ExitStatus>, String),
+}
+
+/// Starts a process of the current spec next to `old`, swaps them in the pool once the
+/// new one is ready, drains `old` and stops it.
+async fn replace_proc(
+    shared: &Shared,
+    id: usize,
+    mut old: Proc,
+    stop: &mut watch::Receiver<bool>,
+) -> Replaced {
+    let mut new = match spawn(shared, id) {
+        Ok(p) => p,
+        Err(e) => return Replaced::Kept(old, format!("replacement failed to start: {e}")),
+    };
+    tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
+    let (addr, spec) = (new.addr(), Arc::clone(&new.spec));
+    let ready =
+        async move { health::wait_ready_at(addr, spec.health.as_ref(), spec.ready_timeout).await };
+    tokio::pin!(ready);
+    let mut old_status = None;
+    let ready = loop {
+        tokio::select! {
+            r = &mut ready => break r,
+            status = new.child.wait() => break Err(match status {
+                Ok(s) => format!("replacement exited with {s} before it was ready"),
+                Err(e) => format!("lost track of the replacement: {e}"),
+            }),
+            status = old.child.wait(), if old_status.is_none() => {
+                shared.leave_pool(id);
+                old_status = Some(status);
+            }
+            _ = stopped(stop) => break Err("shutdown began".to_string()),
         }
     };
-    let end = tokio::select! {
-        status = child.wait() => {
-            // Out of the pool before anything else, so no new request goes to a corpse.
-            shared.leave_pool(id);
-            exited(status)
+    if let Err(reason) = ready {
+        process::stop(&mut new.child, new.spec.stop_timeout).await;
+        return match old_status {
+            Some(status) => Replaced::OldExited(old.pid, status, reason),
+            None => Replaced::Kept(old, reason),
+        };
+    }
+    if is_stopping(stop) {
+        process::stop(&mut new.child, new.spec.stop_timeout).await;
+        return Replaced::Kept(old, "shutdown began".to_string());
+    }
+
+    // The new one joins before the old one leaves, so capacity never dips.
+    let old_endpoint = old.addr().and_then(|a| shared.pool.find(a));
+    join_pool(shared, id, &new);
+    if let Some(addr) = old.addr() {
+        shared.pool.remove(addr);
+    }
+    shared.slot(id).started(&new, WorkerState::Ready);
+    if old_status.is_none() {
+        // Requests already bound to the old worker finish there; none are added.
+        let drained = async {
+            if let Some(ep) = old_endpoint {
+                while ep.in_flight() > 0 {
+                    tokio::time::sleep(DRAIN_POLL).await;
+                }
+            }
+        };
+        tokio::select! {
+            r = tokio::time::timeout(old.spec.drain_timeout, drained) => {
+                if r.is_err() {
+                    tracing::warn!(app = %shared.app, worker = id, pid = ?old.pid,
+                        "old worker still busy after drain_timeout {:?}; stopping it", old.spec.drain_timeout);
+                }
+            }
+            _ = old.child.wait() => {}
         }
-        reason = unhealthy => {
-            shared.leave_pool(id);
-            shared.slot(id).state = WorkerState::Unhealthy;
-            tracing::warn!(app = %spec.name, worker = id, ?pid, "worker {}/{id} unhealthy: {reason}", spec.name);
-            process::stop(&mut child, spec.stop_timeout).await;
-            End::Killed(reason)
-        }
-        _ = stopped(stop) => {
-            shutdown_child(shared, id, &mut child).await;
-            End::Shutdown
-        }
-    };
-    life(end, ready_at.elapsed())
+        process::stop(&mut old.child, old.spec.stop_timeout).await;
+    }
+    tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "worker replaced");
+    Replaced::Done(new)
+}
+
+impl Slot {
+    fn started(&mut self, proc: &Proc, state: WorkerState) {
+        self.pid = proc.pid;
+        self.port = proc.port.as_ref().map(Port::get);
+        self.spawned = Some(Instant::now());
+        self.state = state;
+    }
 }
 
 /// `Child::wait` only fails if the child was already reaped, which nothing else does;
@@ -284,7 +546,12 @@ fn exited(status: std::io::Result<ExitStatus>) -> End {
     }
 }
 
-fn join_pool(shared: &Shared, id: usize, addr: SocketAddr) {
+fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
+    let mut slot = shared.slot(id);
+    slot.state = WorkerState::Ready;
+    let Some(addr) = proc.addr() else {
+        return; // shared mode: the kernel balances, there is no pool
+    };
     shared.pool.insert(addr, 1);
     // We just saw it serve, so it is healthy even in a pool whose members start
     // unhealthy (those wait for active checks that may be minutes apart).
@@ -293,15 +560,13 @@ fn join_pool(shared: &Shared, id: usize, addr: SocketAddr) {
             ep.set_healthy(true);
         }
     }
-    let mut slot = shared.slot(id);
     slot.in_pool = Some(addr);
-    slot.state = WorkerState::Ready;
 }
 
-async fn shutdown_child(shared: &Shared, id: usize, child: &mut Child) {
+async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) {
     shared.leave_pool(id);
     shared.slot(id).state = WorkerState::Stopping;
-    process::stop(child, shared.spec.stop_timeout).await;
+    process::stop(&mut proc.child, proc.spec.stop_timeout).await;
 }
 
 fn forward_output(shared: &Shared, id: usize, child: &mut Child) {

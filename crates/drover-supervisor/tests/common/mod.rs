@@ -18,10 +18,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// hangs forever in its second `/health` request: a hung event loop, in effect.
 /// With `IGNORE_TERM=1` it ignores SIGTERM, so only SIGKILL stops it.
 const SERVER_PY: &str = r#"
-import json, os, signal, sys, time
+import json, os, signal, socket, sys, time
 from http.server import HTTPServer, BaseHTTPRequestHandler
 
-port = int(os.environ["PORT"])
+shared = os.environ.get("LISTEN_FDS") == "1"
+port = None if shared else int(os.environ["PORT"])
 wid = os.environ.get("DROVER_WORKER_ID")
 app = os.environ.get("DROVER_APP")
 if os.environ.get("IGNORE_TERM"):
@@ -43,7 +44,8 @@ class Handler(BaseHTTPRequestHandler):
             body = b"ok"
         else:
             body = json.dumps({"port": port, "worker": wid, "app": app,
-                               "pid": os.getpid(), "extra": os.environ.get("EXTRA")}).encode()
+                               "pid": os.getpid(), "extra": os.environ.get("EXTRA"),
+                               "listen_pid": os.environ.get("LISTEN_PID")}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -54,7 +56,14 @@ class Handler(BaseHTTPRequestHandler):
 
 print(f"hello from worker {wid}", flush=True)
 print(f"stderr from worker {wid}", file=sys.stderr, flush=True)
-HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+if shared:
+    # systemd's convention: the listening socket is fd 3.
+    server = HTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = socket.socket(fileno=3)
+else:
+    server = HTTPServer(("127.0.0.1", port), Handler)
+server.serve_forever()
 "#;
 
 /// A fresh directory under cargo's `target/tmp` (not /tmp, so runs leave nothing

@@ -1,0 +1,258 @@
+//! Rolling reloads, memory-limit replacement and shared-socket mode, with real workers.
+
+mod common;
+
+use common::*;
+use drover_supervisor::{AppSpec, Mode, Supervisor, WorkerState};
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn pids(sup: &Supervisor) -> Vec<u32> {
+    sup.status()
+        .iter()
+        .map(|w| w.pid.expect("running"))
+        .collect()
+}
+
+fn json_field(body: &str, key: &str) -> String {
+    let needle = format!("\"{key}\": ");
+    let at = body
+        .find(&needle)
+        .unwrap_or_else(|| panic!("{key} in {body}"))
+        + needle.len();
+    body[at..]
+        .split([',', '}'])
+        .next()
+        .unwrap()
+        .trim_matches('"')
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_replaces_every_worker_with_the_new_spec_and_the_pool_never_empties() {
+    let pool = pool("web");
+    let spec = python_app("web", 2);
+    let sup = Supervisor::start(spec.clone(), pool.clone()).unwrap();
+    assert!(sup.wait_ready(Duration::from_secs(15)).await);
+    let before = pids(&sup);
+
+    // Watch the pool the whole time: a reload must never leave it empty.
+    let stop = Arc::new(AtomicBool::new(false));
+    let empty_seen = Arc::new(AtomicUsize::new(0));
+    let watcher = {
+        let (pool, stop, empty_seen) = (pool.clone(), stop.clone(), empty_seen.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if pool.endpoints().is_empty() {
+                    empty_seen.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+
+    let mut next = spec.clone();
+    next.env.insert("EXTRA".into(), "v2".into());
+    sup.reload(Some(next.clone())).await.expect("reload");
+    stop.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+    assert_eq!(
+        empty_seen.load(Ordering::Relaxed),
+        0,
+        "pool was empty during reload"
+    );
+
+    let after = pids(&sup);
+    for (old, new) in before.iter().zip(&after) {
+        assert_ne!(old, new, "worker not replaced: {before:?} -> {after:?}");
+    }
+    for old in &before {
+        assert!(
+            eventually(Duration::from_secs(5), || !process_exists(*old)).await,
+            "old worker {old} still exists (zombie?)"
+        );
+    }
+    assert_eq!(pool_addrs(&pool).len(), 2);
+    for addr in pool_addrs(&pool) {
+        assert_eq!(json_field(&get(addr, "/").await, "extra"), "v2");
+    }
+    assert_eq!(*sup.spec(), next);
+    assert!(sup.status().iter().all(|w| w.state == WorkerState::Ready));
+
+    // A reload with no new spec restarts the same command: fresh processes again.
+    sup.reload(None).await.expect("plain reload");
+    let again = pids(&sup);
+    assert!(
+        after.iter().zip(&again).all(|(a, b)| a != b),
+        "{after:?} {again:?}"
+    );
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_that_never_gets_ready_leaves_the_old_workers_serving() {
+    let pool = pool("web");
+    let spec = python_app("web", 2);
+    let sup = Supervisor::start(spec.clone(), pool.clone()).unwrap();
+    assert!(sup.wait_ready(Duration::from_secs(15)).await);
+    let before = pids(&sup);
+
+    let mut broken = spec.clone();
+    broken.command = vec!["sh".into(), "-c".into(), "exit 3".into()];
+    let err = sup.reload(Some(broken)).await.unwrap_err();
+    assert!(
+        err.contains("worker 0") && err.contains("exit status: 3"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(pids(&sup), before);
+    assert_eq!(*sup.spec(), spec);
+
+    // Worker 0's replacement comes up, worker 1's does not: worker 0 is rolled back.
+    let flag = temp_dir().join("started-once");
+    let script = spec.command[1].clone();
+    let mut flaky = spec.clone();
+    flaky.command = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "if [ -e {f} ]; then exit 4; fi; touch {f}; exec python3 {script}",
+            f = flag.display()
+        ),
+    ];
+    let err = sup.reload(Some(flaky)).await.unwrap_err();
+    assert!(
+        err.contains("worker 1") && err.contains("rolled back: ok"),
+        "{err}"
+    );
+    assert_eq!(*sup.spec(), spec);
+    let now = pids(&sup);
+    assert_ne!(now[0], before[0], "worker 0 was replaced twice");
+    assert_eq!(now[1], before[1]);
+    for addr in pool_addrs(&pool) {
+        assert_eq!(json_field(&get(addr, "/").await, "extra"), "null");
+    }
+
+    // Bad specs are refused before anything starts.
+    let mut more = spec.clone();
+    more.workers = 3;
+    assert!(sup
+        .reload(Some(more))
+        .await
+        .unwrap_err()
+        .contains("workers"));
+    let mut empty = spec.clone();
+    empty.command.clear();
+    assert!(sup
+        .reload(Some(empty))
+        .await
+        .unwrap_err()
+        .contains("command"));
+    assert_eq!(pids(&sup), now);
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_over_max_memory_is_replaced_without_a_gap() {
+    let pool = pool("fat");
+    let mut spec = python_app("fat", 1);
+    // Any Python process is over 1 MiB, so the worker is replaced about every second.
+    spec.max_memory = Some(1 << 20);
+    let sup = Supervisor::start(spec, pool.clone()).unwrap();
+    assert!(sup.wait_ready(Duration::from_secs(15)).await);
+    let first = pids(&sup)[0];
+    assert!(sup.status()[0].rss_bytes.unwrap() > 1 << 20);
+
+    let mut replaced = false;
+    for _ in 0..600 {
+        assert!(
+            !pool.endpoints().is_empty(),
+            "pool emptied during a memory restart"
+        );
+        if pids(&sup)[0] != first {
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(replaced, "not replaced: {:?}", sup.status());
+    assert!(eventually(Duration::from_secs(5), || !process_exists(first)).await);
+    // A replacement is not a crash.
+    assert_eq!(sup.status()[0].crash_streak, 0);
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_hands_one_socket_to_every_worker() {
+    let socket = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    let mut spec = python_app("shared", 2);
+    spec.mode = Mode::Shared;
+    let (sink, _lines) = collecting_sink();
+    let sup = Supervisor::start_shared(spec, socket, sink).unwrap();
+    assert_eq!(sup.shared_addr(), Some(addr));
+    assert!(sup.wait_ready(Duration::from_secs(15)).await);
+    assert!(sup.status().iter().all(|w| w.port.is_none()));
+
+    // Each answer names its worker; LISTEN_PID is the worker's own pid, as
+    // systemd-style libraries check.
+    let mut workers = BTreeSet::new();
+    for _ in 0..200 {
+        let body = get(addr, "/").await;
+        assert_eq!(json_field(&body, "listen_pid"), json_field(&body, "pid"));
+        assert_eq!(json_field(&body, "port"), "null");
+        workers.insert(json_field(&body, "worker"));
+        if workers.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        workers.len(),
+        2,
+        "the kernel gave every connection to {workers:?}"
+    );
+
+    // Supervision still applies: a killed worker comes back on the same socket.
+    let victim = sup.status()[0].pid.unwrap();
+    kill9(victim);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let w = &sup.status()[0];
+            w.state == WorkerState::Ready && w.pid != Some(victim)
+        })
+        .await
+    );
+    // And so does a rolling reload; the socket never closes, so no connection is refused.
+    let before = pids(&sup);
+    let reload = sup.reload(None);
+    let load = async {
+        for _ in 0..100 {
+            get(addr, "/").await;
+        }
+    };
+    let (reloaded, ()) = tokio::join!(reload, load);
+    reloaded.unwrap();
+    assert!(pids(&sup).iter().zip(&before).all(|(a, b)| a != b));
+    get(addr, "/").await;
+    sup.shutdown().await;
+}
+
+#[test]
+fn shared_mode_refuses_health_checks_and_proxy_start() {
+    let mut spec = AppSpec::new("s", vec!["x".into()]);
+    spec.mode = Mode::Shared;
+    spec.health = Some(Default::default());
+    assert!(spec.validate().unwrap_err().contains("shared mode"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        spec.health = None;
+        let err = Supervisor::start(spec, pool("s")).unwrap_err();
+        assert!(err.contains("shared mode"), "{err}");
+    });
+}
