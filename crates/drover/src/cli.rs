@@ -24,6 +24,44 @@ pub enum Command {
     Up(UpArgs),
     /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
     Run(RunArgs),
+    /// Talk to a running drover through its admin API: status, reload.
+    Ctl(CtlArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The admin API of the drover to talk to ([admin] listen, or drover run --admin).
+    #[arg(
+        long,
+        env = "DROVER_ADMIN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9900"
+    )]
+    pub admin: SocketAddr,
+
+    /// Bearer token, when the admin API requires one.
+    #[arg(long, env = "DROVER_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// Apps, workers (pid, uptime, restarts, RSS, in-flight, state) and endpoints.
+    Status {
+        /// The raw JSON from GET /v1/status instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rolling reload: replace every worker, one at a time, with no failed request.
+    /// Under `drover up`, drover.toml is read again and its app settings apply.
+    Reload {
+        /// Only this app.
+        #[arg(long, value_name = "NAME")]
+        app: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -36,9 +74,28 @@ pub struct RunArgs {
     #[arg(short, long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
     pub listen: SocketAddr,
 
-    /// How requests are spread over the workers.
-    #[arg(short, long, default_value = "p2c")]
-    pub strategy: drover_balance::Strategy,
+    /// How requests are spread over the workers [default: p2c].
+    #[arg(short, long)]
+    pub strategy: Option<drover_balance::Strategy>,
+
+    /// "proxy": each worker on its own port behind drover's balancer. "shared": the
+    /// workers accept on one socket drover binds at --listen (LISTEN_FDS=1, fd 3); the
+    /// kernel spreads connections, with no proxy hop and no per-worker health checks.
+    #[arg(short, long, default_value = "proxy")]
+    pub mode: drover_supervisor::Mode,
+
+    /// Replace a worker (gracefully) once its RSS exceeds this, e.g. 512M or 2G.
+    #[arg(long, value_name = "SIZE", value_parser = byte_size)]
+    pub max_memory: Option<u64>,
+
+    /// On reload, how long an old worker may take to finish its requests.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub drain_timeout: Duration,
+
+    /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
+    /// none with a warning when another drover holds that port].
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<AdminListen>,
 
     /// Serving threads of the balancer ("auto": one per core).
     #[arg(short, long, default_value = "auto", value_parser = threads)]
@@ -63,6 +120,30 @@ pub struct UpArgs {
 
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (write durations like 500ms, 2s, 1m)"))
+}
+
+fn byte_size(s: &str) -> Result<u64, String> {
+    match crate::config::parse_byte_size(s)? {
+        0 => Err("must be greater than 0".into()),
+        n => Ok(n),
+    }
+}
+
+/// `--admin ADDR` or `--admin off`.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminListen(pub Option<SocketAddr>);
+
+impl std::str::FromStr for AdminListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(AdminListen(None));
+        }
+        s.parse()
+            .map(|a| AdminListen(Some(a)))
+            .map_err(|_| format!("expected an address like 127.0.0.1:9900 or \"off\", got {s:?}"))
+    }
 }
 
 fn threads(s: &str) -> Result<usize, String> {

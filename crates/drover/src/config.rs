@@ -25,6 +25,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use drover_supervisor::Mode;
+
 pub use drover_balance::Strategy;
 
 // ---------------------------------------------------------------------------------------
@@ -73,6 +75,16 @@ pub struct AppConfig {
     pub ready_timeout: Duration,
     /// Grace period between SIGTERM and SIGKILL when stopping a worker; default 10s.
     pub stop_timeout: Duration,
+    /// On a rolling reload, how long an old worker may take to finish its requests;
+    /// default 30s.
+    pub drain_timeout: Duration,
+    /// Replace a worker (gracefully, like a reload) whose RSS grows past this.
+    pub max_memory: Option<u64>,
+    /// `proxy` (default): each worker on its own port behind a balancer. `shared`: the
+    /// workers accept on one socket drover binds at `listen`.
+    pub mode: Mode,
+    /// Shared mode only, and required there: the address the workers serve clients on.
+    pub listen: Option<SocketAddr>,
 }
 
 /// How many worker processes an app runs.
@@ -218,6 +230,10 @@ impl AppConfig {
             health: None,
             ready_timeout: Duration::from_secs(30),
             stop_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
+            max_memory: None,
+            mode: Mode::Proxy,
+            listen: None,
         }
     }
 }
@@ -632,6 +648,58 @@ impl<'de, const LO: i64, const HI: i64> Deserialize<'de> for Bounded<LO, HI> {
 #[derive(Debug, Clone, Copy)]
 struct Addr(SocketAddr);
 
+/// A size in bytes: a whole number, or a string with a unit (`"512M"`, `"1.5GiB"`).
+struct ByteSize(u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = u64;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size like \"512M\", \"2G\" or a number of bytes")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<u64, E> {
+                u64::try_from(n).map_err(|_| E::custom(format!("size {n} must not be negative")))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
+                parse_byte_size(s).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V).map(ByteSize)
+    }
+}
+
+/// `512M`, `512MB`, `512MiB`, `1.5G`, `800k`, `1048576`: binary units (as `ps` and
+/// `top` show RSS), so `M` and `MB` both mean MiB. Hand-written: the unit list is
+/// short, and a crate would bring its own idea of what `MB` means.
+pub fn parse_byte_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected e.g. 512M, 2G or a number of bytes"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {other:?} (use K, M or G)"
+            ))
+        }
+    };
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("invalid size {s:?}: too large"));
+    }
+    Ok(bytes as u64)
+}
+
 impl<'de> Deserialize<'de> for Addr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -1002,6 +1070,10 @@ struct RawApp {
     health: Option<Spanned<RawHealth>>,
     ready_timeout: Option<PosDur>,
     stop_timeout: Option<PosDur>,
+    drain_timeout: Option<PosDur>,
+    max_memory: Option<Spanned<ByteSize>>,
+    mode: Option<Spanned<String>>,
+    listen: Option<Spanned<Addr>>,
 }
 
 #[derive(Deserialize)]
@@ -1105,8 +1177,10 @@ impl RawConfig {
 
         let mut apps = Vec::with_capacity(self.app.len());
         let mut app_names = HashSet::new();
+        let mut app_listen_spans = Vec::with_capacity(self.app.len());
         for (i, raw) in self.app.into_iter().enumerate() {
             let name_span = raw.get_ref().name.span();
+            app_listen_spans.push(raw.get_ref().listen.as_ref().map(|l| l.span()));
             let app = validate_app(raw.into_inner(), i, ctx)?;
             if !app_names.insert(app.name.clone()) {
                 return Err(ctx.at(
@@ -1131,7 +1205,26 @@ impl RawConfig {
         if let Some(a) = &admin {
             listens.push((a.listen, "admin.listen".to_string()));
         }
+        for (i, app) in apps.iter().enumerate() {
+            if let Some(listen) = app.listen {
+                if let Some((_, owner)) = listens.iter().find(|(a, _)| listens_clash(*a, listen)) {
+                    let span = app_listen_spans[i].clone().unwrap_or_default();
+                    return Err(ctx.at(
+                        span,
+                        format!("app[{i}].listen"),
+                        format!("address {listen} is already used by {owner}"),
+                    ));
+                }
+                listens.push((listen, format!("app[{i}].listen")));
+            }
+        }
+        let shared_apps: HashSet<&str> = apps
+            .iter()
+            .filter(|a| a.mode == Mode::Shared)
+            .map(|a| a.name.as_str())
+            .collect();
         for (i, raw) in self.balancer.into_iter().enumerate() {
+            let backends_span = raw.get_ref().backends.span();
             let listen_span = raw.get_ref().listen.span();
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
@@ -1151,6 +1244,16 @@ impl RawConfig {
                     listen_span,
                     format!("balancer[{i}].listen"),
                     format!("address {} is already used by {owner}", b.listen),
+                ));
+            }
+            if let Some(app) = b.backends.iter().find_map(|r| match r {
+                BackendRef::App(a) if shared_apps.contains(a.as_str()) => Some(a),
+                _ => None,
+            }) {
+                return Err(ctx.at(
+                    backends_span,
+                    format!("balancer[{i}].backends"),
+                    format!("app {app:?} runs in shared mode: its workers accept on the app's own listen address, and no balancer can reach one of them"),
                 ));
             }
             listens.push((b.listen, format!("balancer[{i}].listen")));
@@ -1247,8 +1350,52 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         }
         None => BTreeMap::new(),
     };
+    let mode = match &raw.mode {
+        Some(m) => m
+            .get_ref()
+            .parse::<Mode>()
+            .map_err(|e| ctx.at(m.span(), key("mode"), e))?,
+        None => Mode::Proxy,
+    };
+    if let (Mode::Shared, Some(h)) = (mode, &raw.health) {
+        return Err(ctx.at(
+            h.span(),
+            key("health"),
+            "health checks need a port per worker, which mode = \"shared\" does not have",
+        ));
+    }
     let health = match raw.health {
         Some(h) => Some(validate_health(h, &key("health"), true, ctx)?),
+        None => None,
+    };
+    let listen = raw.listen.as_ref().map(|l| l.get_ref().0);
+    match (mode, &raw.listen) {
+        (Mode::Shared, None) => {
+            let span = raw.mode.as_ref().map_or(raw.name.span(), |m| m.span());
+            return Err(ctx.at(
+                span,
+                key("listen"),
+                "mode = \"shared\" needs listen: the address drover binds for the workers",
+            ));
+        }
+        (Mode::Proxy, Some(l)) => {
+            return Err(ctx.at(
+                l.span(),
+                key("listen"),
+                "listen is for mode = \"shared\"; in proxy mode a [[balancer]] listens (backends = [\"app:NAME\"])",
+            ));
+        }
+        _ => {}
+    }
+    let max_memory = match &raw.max_memory {
+        Some(m) if m.get_ref().0 == 0 => {
+            return Err(ctx.at(
+                m.span(),
+                key("max_memory"),
+                "max_memory must be greater than 0",
+            ))
+        }
+        Some(m) => Some(m.get_ref().0),
         None => None,
     };
     let defaults = AppConfig::new(String::new(), Vec::new());
@@ -1261,6 +1408,10 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         health,
         ready_timeout: raw.ready_timeout.map_or(defaults.ready_timeout, |d| d.0),
         stop_timeout: raw.stop_timeout.map_or(defaults.stop_timeout, |d| d.0),
+        drain_timeout: raw.drain_timeout.map_or(defaults.drain_timeout, |d| d.0),
+        max_memory,
+        mode,
+        listen,
     })
 }
 
@@ -2254,6 +2405,76 @@ sticky = { cookie = "sid" }
     fn quoted_keys_are_quoted_in_paths() {
         let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nenv = { \"MY.VAR\" = 1 }\n");
         assert_eq!(e.key, "app[0].env.\"MY.VAR\"", "{e}");
+    }
+
+    #[test]
+    fn shared_mode_apps_are_checked() {
+        let app = |extra: &str| format!("[[app]]\nname = \"web\"\ncommand = [\"node\"]\n{extra}");
+        let c = ok(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\nmax_memory = \"512M\"\ndrain_timeout = \"5s\"\n"));
+        assert_eq!(c.apps[0].mode, Mode::Shared);
+        assert_eq!(c.apps[0].listen, Some(addr("127.0.0.1:8000")));
+        assert_eq!(c.apps[0].max_memory, Some(512 << 20));
+        assert_eq!(c.apps[0].drain_timeout, Duration::from_secs(5));
+        check(
+            &err(&app("mode = \"shared\"\n")),
+            4,
+            "app[0].listen",
+            "needs listen",
+        );
+        check(
+            &err(&app("mode = \"cluster\"\n")),
+            4,
+            "app[0].mode",
+            "unknown mode \"cluster\"",
+        );
+        check(
+            &err(&app("listen = \"127.0.0.1:8000\"\n")),
+            4,
+            "app[0].listen",
+            "listen is for mode = \"shared\"",
+        );
+        check(
+            &err(&app(
+                "mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\nhealth = { path = \"/h\" }\n",
+            )),
+            6,
+            "app[0].health",
+            "port per worker",
+        );
+        check(
+            &err(&app("max_memory = \"12X\"\n")),
+            4,
+            "app[0].max_memory",
+            "unknown unit",
+        );
+        check(
+            &err(&app("max_memory = 0\n")),
+            4,
+            "app[0].max_memory",
+            "greater than 0",
+        );
+        check(
+            &err(&app("max_memory = -5\n")),
+            4,
+            "app[0].max_memory",
+            "negative",
+        );
+        check(
+            &err(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:9\"]\n")),
+            7,
+            "balancer[0].listen",
+            "already used by app[0].listen",
+        );
+        check(
+            &err(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\n[[balancer]]\nlisten = \"127.0.0.1:8001\"\nbackends = [\"app:web\"]\n")),
+            8,
+            "balancer[0].backends",
+            "runs in shared mode",
+        );
+        assert_eq!(parse_byte_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_byte_size("800k"), Ok(800 << 10));
+        assert_eq!(parse_byte_size("1048576"), Ok(1 << 20));
+        assert!(parse_byte_size("M").unwrap_err().contains("invalid size"));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 mod cli;
 mod config;
+mod control;
+mod ctl;
 mod plan;
 mod run;
 mod up;
@@ -17,6 +19,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy(*args),
         Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
         Command::Run(args) => control_runtime().and_then(|rt| rt.block_on(up::run_app(&args))),
+        Command::Ctl(args) => control_runtime().and_then(|rt| rt.block_on(ctl::ctl(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -37,7 +40,7 @@ fn init_logging() {
 }
 
 fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
-    let balancers = match &args.config {
+    let (balancers, admin) = match &args.config {
         Some(path) => {
             let cfg = config::load(path).map_err(|e| e.to_string())?;
             if !cfg.apps.is_empty() {
@@ -46,9 +49,9 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
                     path.display()
                 ));
             }
-            cfg.balancers
+            (cfg.balancers, cfg.admin)
         }
-        None => vec![plan::BalancerPlan::config_from_args(&args)?],
+        None => (vec![plan::BalancerPlan::config_from_args(&args)?], None),
     };
     if balancers.is_empty() {
         return Err("nothing to run: the config has no [[balancer]]".into());
@@ -63,14 +66,12 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
             p.proxy.name
         ));
     }
-    control_runtime()?.block_on(async move {
-        let mut running = Vec::new();
-        for plan in plans {
-            let pool = run::static_pool(&plan);
-            running.push(run::start(plan, pool)?);
-        }
-        run::serve_until_signal(running, Vec::new()).await
-    })
+    let cfg = config::Config {
+        admin,
+        apps: Vec::new(),
+        balancers,
+    };
+    control_runtime()?.block_on(up::run_config(cfg, None, up::Admin::Required))
 }
 
 /// The control plane (signals, health checks) runs on its own small event loop, apart

@@ -1,5 +1,6 @@
 //! Starting balancers and stopping them cleanly.
 
+use crate::control::Controller;
 use crate::plan::BalancerPlan;
 use drover_proxy::Proxy;
 use drover_registry::{spawn_active_checks, ActiveChecks, Pool};
@@ -63,15 +64,36 @@ pub fn start(plan: BalancerPlan, pool: Arc<Pool>) -> Result<Running, String> {
 /// Serves until SIGTERM or SIGINT, then drains: stop accepting, let in-flight requests
 /// finish within the drain timeout, and return. Supervised apps are stopped after the
 /// balancers have drained, so no request is cut off by its worker going away.
+/// SIGHUP starts a rolling reload of the apps (see `Controller::reload_apps`).
 pub async fn serve_until_signal(
     balancers: Vec<Running>,
-    apps: Vec<Supervisor>,
+    apps: Vec<Arc<Supervisor>>,
+    control: Option<Arc<Controller>>,
 ) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let which = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let which = loop {
+        tokio::select! {
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
+            _ = hup.recv() => {
+                let Some(control) = control.clone() else {
+                    eprintln!("drover: SIGHUP: nothing to reload (no supervised apps)");
+                    continue;
+                };
+                eprintln!("drover: SIGHUP received, reloading");
+                // In its own task, so SIGTERM is still heard during a long reload.
+                tokio::spawn(async move {
+                    match control.reload_apps(None).await {
+                        Ok(msg) => eprintln!("drover: {msg}"),
+                        Err(e) => eprintln!("drover: reload failed: {}", match e {
+                            drover_admin::ControlError::NotFound(m) | drover_admin::ControlError::Failed(m) => m,
+                        }),
+                    }
+                });
+            }
+        }
     };
     info!("{which}: draining");
     eprintln!("drover: {which} received, draining");

@@ -1,11 +1,14 @@
-//! `drover up`: every app and balancer a drover.toml describes.
+//! `drover up` and `drover run`: apps, balancers and the admin API a config describes.
 
-use crate::config::{self, AppConfig};
+use crate::config::{self, AppConfig, Config, Mode};
+use crate::control::{BalancerView, Controller};
 use crate::plan::{self, BalancerPlan};
 use crate::run;
+use drover_admin::AdminServer;
 use drover_registry::{Pool, PoolOptions};
-use drover_supervisor::{AppSpec, Supervisor};
+use drover_supervisor::{stderr_sink, AppSpec, Supervisor};
 use std::collections::BTreeMap;
+use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,38 +22,88 @@ pub async fn up(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    run_config(&cfg).await
+    run_config(cfg, Some(path), Admin::Required).await
 }
 
-/// `drover run -w N -- CMD`: one app and a balancer in front of it, from flags.
+/// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
+/// mode, one socket the workers share), from flags.
 pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
     let mut app = AppConfig::new("app", args.command.clone());
     app.workers = args.workers;
-    if let Some(path) = &args.health_path {
-        app.health = Some(config::HealthCheckConfig {
-            kind: config::HealthCheckKind::Http {
-                path: path.clone(),
-                expect: (200, 399),
-            },
-            ..config::HealthCheckConfig::default_for_app()
-        });
+    app.mode = args.mode;
+    app.max_memory = args.max_memory;
+    app.drain_timeout = args.drain_timeout;
+    let mut balancers = Vec::new();
+    match args.mode {
+        Mode::Shared => {
+            if args.strategy.is_some() {
+                return Err("--strategy does not apply to --mode shared: the kernel hands connections to the workers".into());
+            }
+            if args.health_path.is_some() {
+                return Err(
+                    "--health-path needs a port per worker, which --mode shared does not have"
+                        .into(),
+                );
+            }
+            app.listen = Some(args.listen);
+        }
+        Mode::Proxy => {
+            if let Some(path) = &args.health_path {
+                app.health = Some(config::HealthCheckConfig {
+                    kind: config::HealthCheckKind::Http {
+                        path: path.clone(),
+                        expect: (200, 399),
+                    },
+                    ..config::HealthCheckConfig::default_for_app()
+                });
+            }
+            let mut balancer = config::BalancerConfig::new(
+                "default",
+                args.listen,
+                vec![config::BackendRef::App("app".into())],
+            );
+            balancer.strategy = args.strategy.unwrap_or_default();
+            balancer.threads = Some(args.threads);
+            balancers.push(balancer);
+        }
     }
-    let mut balancer = config::BalancerConfig::new(
-        "default",
-        args.listen,
-        vec![config::BackendRef::App("app".into())],
-    );
-    balancer.strategy = args.strategy;
-    balancer.threads = Some(args.threads);
-    let cfg = config::Config {
-        admin: None,
-        apps: vec![app],
-        balancers: vec![balancer],
+    // Asked for: it must start. Not asked for: the default port, if it is free.
+    let (admin, admin_mode) = match args.admin {
+        Some(a) => (a.0, Admin::Required),
+        None => (Some(DEFAULT_ADMIN), Admin::IfFree),
     };
-    run_config(&cfg).await
+    let admin = admin.map(|listen| config::AdminConfig {
+        listen,
+        token: None,
+    });
+    let cfg = Config {
+        admin,
+        apps: vec![app],
+        balancers,
+    };
+    run_config(cfg, None, admin_mode).await
 }
 
-async fn run_config(cfg: &config::Config) -> Result<(), String> {
+/// Where `drover run` puts its admin API unless told otherwise; `drover ctl`'s default.
+const DEFAULT_ADMIN: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    9900,
+));
+
+/// Whether failing to bind the admin API stops the start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admin {
+    /// It was configured: a taken port is an error.
+    Required,
+    /// It is `drover run`'s default: a taken port (another drover) gets a warning.
+    IfFree,
+}
+
+pub(crate) async fn run_config(
+    cfg: Config,
+    source: Option<&Path>,
+    admin_mode: Admin,
+) -> Result<(), String> {
     let plans = cfg
         .balancers
         .iter()
@@ -61,9 +114,36 @@ async fn run_config(cfg: &config::Config) -> Result<(), String> {
         .iter()
         .map(|a| {
             let spec = app_spec(a);
-            spec.validate().map(|()| spec)
+            spec.validate()
+                .map(|()| spec)
+                .map_err(|e| format!("app {:?}: {e}", a.name))
         })
         .collect::<Result<Vec<_>, _>>()?;
+
+    // Every address drover itself binds is taken before anything starts, so a taken
+    // port stops the start-up with nothing to undo.
+    let mut shared_sockets = BTreeMap::new();
+    for app in &cfg.apps {
+        if let Some(listen) = app.listen {
+            let socket = TcpListener::bind(listen)
+                .map_err(|e| format!("app {:?}: cannot listen on {listen}: {e}", app.name))?;
+            shared_sockets.insert(app.name.clone(), socket);
+        }
+    }
+    let admin_listener = match &cfg.admin {
+        Some(admin) => match tokio::net::TcpListener::bind(admin.listen).await {
+            Ok(l) => Some(l),
+            Err(e) if admin_mode == Admin::IfFree => {
+                eprintln!(
+                    "drover: warning: no admin API (`drover ctl` will not reach this drover): cannot listen on {}: {e}; pass --admin ADDR",
+                    admin.listen
+                );
+                None
+            }
+            Err(e) => return Err(format!("admin API: cannot listen on {}: {e}", admin.listen)),
+        },
+        None => None,
+    };
 
     // An app's pool takes its balancing options from the balancer in front of it.
     let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
@@ -83,24 +163,54 @@ async fn run_config(cfg: &config::Config) -> Result<(), String> {
 
     let mut apps = Vec::new();
     for spec in specs {
-        let pool = pools
-            .entry(spec.name.clone())
-            .or_insert_with(|| Arc::new(Pool::new(spec.name.clone(), &[], PoolOptions::default())))
-            .clone();
-        let workers = spec.workers;
-        let name = spec.name.clone();
-        let sup = Supervisor::start(spec, pool)?;
-        eprintln!("drover: app {name:?} starting {workers} workers");
-        apps.push(sup);
+        let (name, workers) = (spec.name.clone(), spec.workers);
+        let sup = match shared_sockets.remove(&name) {
+            Some(socket) => {
+                let addr = socket.local_addr().map_err(|e| e.to_string())?;
+                let sup = Supervisor::start_shared(spec, socket, stderr_sink())?;
+                // Scripts and tests read this line to learn the port when listening on :0.
+                eprintln!(
+                    "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
+                );
+                sup
+            }
+            None => {
+                let pool = pools
+                    .entry(name.clone())
+                    .or_insert_with(|| {
+                        Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
+                    })
+                    .clone();
+                let sup = Supervisor::start(spec, pool)?;
+                eprintln!("drover: app {name:?} starting {workers} workers");
+                sup
+            }
+        };
+        apps.push(Arc::new(sup));
     }
     let mut balancers = Vec::new();
+    let mut views = Vec::new();
     for plan in plans {
         let pool = match &plan.app {
             Some(app) => Arc::clone(&pools[app]),
             None => run::static_pool(&plan),
         };
-        match run::start(plan, pool) {
-            Ok(b) => balancers.push(b),
+        let (name, app, strategy) = (
+            plan.proxy.name.clone(),
+            plan.app.clone(),
+            plan.strategy.to_string(),
+        );
+        match run::start(plan, Arc::clone(&pool)) {
+            Ok(b) => {
+                views.push(BalancerView {
+                    name,
+                    listen: b.proxy.local_addr(),
+                    strategy,
+                    app,
+                    pool,
+                });
+                balancers.push(b);
+            }
             Err(e) => {
                 for app in &apps {
                     app.shutdown().await;
@@ -109,10 +219,25 @@ async fn run_config(cfg: &config::Config) -> Result<(), String> {
             }
         }
     }
-    run::serve_until_signal(balancers, apps).await
+    let token = cfg.admin.as_ref().and_then(|a| a.token.clone());
+    let controller = Arc::new(Controller::new(
+        source.map(|p| (p.to_path_buf(), cfg)),
+        apps.clone(),
+        views,
+    ));
+    let _admin = match admin_listener {
+        Some(listener) => {
+            let server = AdminServer::serve(listener, token, controller.clone())
+                .map_err(|e| format!("admin API: {e}"))?;
+            eprintln!("drover: admin API listening on {}", server.local_addr());
+            Some(server)
+        }
+        None => None,
+    };
+    run::serve_until_signal(balancers, apps, Some(controller)).await
 }
 
-fn app_spec(a: &AppConfig) -> AppSpec {
+pub(crate) fn app_spec(a: &AppConfig) -> AppSpec {
     let mut spec = AppSpec::new(a.name.clone(), a.command.clone());
     spec.workers = a.workers.resolve();
     spec.cwd = a.cwd.clone();
@@ -120,5 +245,8 @@ fn app_spec(a: &AppConfig) -> AppSpec {
     spec.health = a.health.as_ref().map(plan::health_check);
     spec.ready_timeout = a.ready_timeout;
     spec.stop_timeout = a.stop_timeout;
+    spec.drain_timeout = a.drain_timeout;
+    spec.max_memory = a.max_memory;
+    spec.mode = a.mode;
     spec
 }

@@ -73,6 +73,35 @@ async fn bad_flags_are_named() {
         "/nonexistent/drover.toml",
     )
     .await;
+
+    let run = |extra: &[&'static str]| -> Vec<&'static str> {
+        ["run", "-l", "127.0.0.1:0", "--admin", "off"]
+            .iter()
+            .chain(extra)
+            .chain(&["--", "true"])
+            .copied()
+            .collect()
+    };
+    fails(&run(&["--mode", "cluster"]), "unknown mode \"cluster\"").await;
+    fails(&run(&["--max-memory", "12X"]), "unknown unit \"x\"").await;
+    fails(&run(&["--max-memory", "0"]), "greater than 0").await;
+    fails(
+        &["run", "--admin", "everywhere", "--", "true"],
+        "or \"off\"",
+    )
+    .await;
+    fails(
+        &run(&["--mode", "shared", "--strategy", "p2c"]),
+        "--strategy does not apply to --mode shared",
+    )
+    .await;
+    fails(
+        &run(&["--mode", "shared", "--health-path", "/health"]),
+        "--health-path needs a port per worker",
+    )
+    .await;
+    fails(&["ctl", "status", "--admin", "nowhere"], "--admin").await;
+    fails(&["ctl", "restart"], "restart").await;
 }
 
 #[tokio::test]

@@ -43,6 +43,8 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(3600)
             body = b"ok"
         else:
+            if self.path == "/slow":
+                time.sleep(0.2)
             body = json.dumps({"port": port, "worker": wid, "app": app,
                                "pid": os.getpid(), "extra": os.environ.get("EXTRA"),
                                "listen_pid": os.environ.get("LISTEN_PID")}).encode()

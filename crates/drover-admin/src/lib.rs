@@ -1,0 +1,21 @@
+//! drover-admin: the control API that `drover ctl` talks to.
+//!
+//! A small HTTP/1.1 JSON API on its own listener, apart from the data plane:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /v1/status` | apps, workers and balancers with their endpoints (`Status`) |
+//! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
+//!
+//! When a token is set, every request needs `Authorization: Bearer TOKEN`. The crate
+//! knows nothing of supervisors or pools: the binary implements `Control` over them,
+//! which keeps this crate's tests free of real workers.
+
+mod client;
+mod server;
+pub mod status;
+
+pub use client::{request, Reply};
+pub use hyper::Method;
+pub use server::{AdminServer, Control, ControlError};
+pub use status::{AppStatus, BalancerStatus, EndpointRow, Status, WorkerRow};

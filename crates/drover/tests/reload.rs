@@ -1,0 +1,613 @@
+//! Rolling reloads (`drover ctl reload`, SIGHUP), `drover ctl status`, the admin API's
+//! answers to bad requests, shared-socket mode, crash loops and hung workers, all
+//! through the real binary and real worker processes.
+
+mod common;
+
+use common::bin;
+use drover_admin::Status;
+use drover_testkit::{DroverProcess, HttpClient};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("drover-reload-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn pi_server() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/pi-server.js")
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// A Python worker for these tests: answers `/health` and `/` (JSON with its pid,
+/// worker id and `$EXTRA`); serves on fd 3 under `LISTEN_FDS`, else on `$PORT`. With
+/// `HANG_FLAG`, the first process to start hangs in its third `/health` (a stuck event
+/// loop, as far as a health check can tell).
+const WORKER_PY: &str = r#"
+import json, os, socket, time
+from http.server import HTTPServer, BaseHTTPRequestHandler
+hang = False
+flag = os.environ.get("HANG_FLAG")
+if flag and not os.path.exists(flag):
+    open(flag, "w").close()
+    hang = True
+checks = 0
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        global checks
+        if self.path == "/health":
+            checks += 1
+            if hang and checks > 2:
+                time.sleep(3600)
+            body = b"ok"
+        else:
+            if self.path == "/slow":
+                time.sleep(0.2)
+            body = json.dumps({"pid": os.getpid(), "worker": os.environ.get("DROVER_WORKER_ID"),
+                               "extra": os.environ.get("EXTRA"),
+                               "listen_pid": os.environ.get("LISTEN_PID")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+if os.environ.get("LISTEN_FDS") == "1":
+    srv = HTTPServer(("127.0.0.1", 0), H, bind_and_activate=False)
+    srv.socket.close()
+    srv.socket = socket.socket(fileno=3)
+else:
+    srv = HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H)
+srv.serve_forever()
+"#;
+
+fn worker_script(dir: &Path) -> String {
+    let path = dir.join("worker.py");
+    std::fs::write(&path, WORKER_PY).unwrap();
+    path.display().to_string()
+}
+
+async fn ctl(admin: SocketAddr, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .arg("ctl")
+        .arg("--admin")
+        .arg(admin.to_string())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn status(admin: SocketAddr) -> Status {
+    let (code, out, err) = ctl(admin, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn admin_addr(d: &DroverProcess) -> SocketAddr {
+    *d.addrs_after("admin API listening on ")
+        .first()
+        .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
+}
+
+async fn all_ready(admin: SocketAddr, n: usize) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for _ in 0..300 {
+        let s = status(admin).await;
+        let ws = &s.apps[0].workers;
+        if ws.len() == n && ws.iter().all(|w| w.state == "ready") {
+            pids = ws.iter().map(|w| w.pid.unwrap()).collect();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pids.len(), n, "workers never all ready");
+    pids
+}
+
+/// Keeps `conns` keep-alive clients busy with GETs until `stop`; returns how many
+/// succeeded and every failure.
+fn steady_load(
+    addr: SocketAddr,
+    conns: usize,
+    path: &'static str,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
+    (0..conns)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    match c.request("GET", path, &[], None).await {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) => {
+                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
+                        }
+                        Err(e) => {
+                            failed.push(e.to_string());
+                            c = HttpClient::connect(addr).await.unwrap();
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_reload_under_load_fails_no_request() {
+    let server = pi_server();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+            "--health-path",
+            "/health",
+            "--",
+            "node",
+            &server,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d);
+    let first = all_ready(admin, 2).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 4, "/pi?iterations=20000", stop.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Once through the admin API...
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    assert!(out.contains("reloaded app (2 workers)"), "{out}");
+    let second = all_ready(admin, 2).await;
+    assert!(
+        second.iter().all(|p| !first.contains(p)),
+        "{first:?} -> {second:?}"
+    );
+
+    // ...and once by signal, as `kill -HUP` or systemd's ExecReload would.
+    d.signal("HUP").unwrap();
+    assert!(
+        d.wait_for_line("drover: reloaded app", Duration::from_secs(30))
+            .await
+            .is_some(),
+        "{}",
+        d.stderr_text()
+    );
+    let third = all_ready(admin, 2).await;
+    assert!(
+        third.iter().all(|p| !second.contains(p)),
+        "{second:?} -> {third:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for l in load {
+        let (o, f) = l.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 100, "too little load to mean anything: {ok}");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed during reloads: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    // The replaced workers are gone, not zombies.
+    for pid in first.iter().chain(&second) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty(), "old worker {pid} still there: {stat}");
+    }
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
+}
+
+#[tokio::test]
+async fn ctl_status_prints_workers_and_endpoints() {
+    let dir = temp_dir("status");
+    let script = worker_script(&dir);
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "-t",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+            "--",
+            "python3",
+            &script,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d);
+    let pids = all_ready(admin, 2).await;
+    let (code, table, err) = ctl(admin, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table.contains("app app (proxy mode, 2 workers): python3"),
+        "{table}"
+    );
+    for header in ["PID", "UPTIME", "RESTARTS", "RSS", "IN-FLIGHT", "STATE"] {
+        assert!(table.contains(header), "{header} missing:\n{table}");
+    }
+    for pid in &pids {
+        assert!(table.contains(&pid.to_string()), "{table}");
+    }
+    assert!(
+        table.contains(&format!("balancer default on {} (p2c)", d.addr())),
+        "{table}"
+    );
+    assert_eq!(table.matches("  up  ").count(), 2, "{table}");
+    let s = status(admin).await;
+    assert!(s.apps[0]
+        .workers
+        .iter()
+        .all(|w| w.rss_bytes.unwrap() > 1 << 20));
+    assert_eq!(s.balancers[0].endpoints.len(), 2);
+}
+
+#[tokio::test]
+async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
+    let dir = temp_dir("admin");
+    let script = worker_script(&dir);
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"s3cret\"\n\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n"
+        ),
+    )
+    .unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d);
+
+    let raw = |req: String| async move {
+        let resp = drover_testkit::raw_exchange(admin, req.as_bytes())
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&resp).into_owned()
+    };
+    let auth = "Authorization: Bearer s3cret\r\n";
+    let get = |path: &str, headers: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n")
+    };
+    let no_token = raw(get("/v1/status", "")).await;
+    assert!(no_token.starts_with("HTTP/1.1 401"), "{no_token}");
+    assert!(no_token.contains("www-authenticate: Bearer"), "{no_token}");
+    let wrong = raw(get("/v1/status", "Authorization: Bearer s3creT\r\n")).await;
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+    let ok = raw(get("/v1/status", auth)).await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+
+    let cases = [
+        (get("/v1/reload", auth), "405", "use POST"),
+        (get("/v1/nope", auth), "404", "no such endpoint"),
+        (get("/v1/status?x=1", auth), "400", "unknown query parameter"),
+        (
+            format!("POST /v1/reload?app= HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"),
+            "400",
+            "app must not be empty",
+        ),
+        (
+            format!("POST /v1/reload?app=%zz HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"),
+            "400",
+            "percent",
+        ),
+        (
+            format!("POST /v1/reload?app=ghost HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"),
+            "404",
+            "no app named \\\"ghost\\\" (apps: web)",
+        ),
+        ("NOT HTTP AT ALL\r\n\r\n".to_string(), "400", ""),
+    ];
+    for (req, code, says) in cases {
+        let resp = raw(req.clone()).await;
+        assert!(
+            resp.starts_with(&format!("HTTP/1.1 {code}")),
+            "{req:?} -> {resp}"
+        );
+        assert!(resp.contains(says), "{req:?} -> {resp}");
+    }
+
+    // drover ctl passes the token from the environment, and says what went wrong.
+    let (code, _, err) = ctl(admin, &["status"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("401") && err.contains("token"), "{err}");
+    let out = tokio::process::Command::new(bin())
+        .args(["ctl", "--admin", &admin.to_string(), "status", "--json"])
+        .env("DROVER_ADMIN_TOKEN", "s3cret")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, _, err) = ctl("127.0.0.1:1".parse().unwrap(), &["status"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot reach drover's admin API at 127.0.0.1:1"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
+    let dir = temp_dir("up-reload");
+    let script = worker_script(&dir);
+    let file = dir.join("drover.toml");
+    let config = |extra: &str, retries: u32| {
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\nworkers = 2\nenv = {{ EXTRA = \"{extra}\" }}\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nretries = {retries}\nbackends = [\"app:web\"]\n"
+        )
+    };
+    std::fs::write(&file, config("v1", 2)).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d);
+    let v1 = all_ready(admin, 2).await;
+    let extras = || async {
+        let mut seen = BTreeSet::new();
+        for _ in 0..20 {
+            let mut c = HttpClient::connect(d.addr()).await.unwrap();
+            let r = c.request("GET", "/", &[], None).await.unwrap();
+            let json: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+            seen.insert(json["extra"].as_str().unwrap_or("").to_string());
+        }
+        seen
+    };
+    assert_eq!(extras().await, BTreeSet::from(["v1".to_string()]));
+
+    // An app change applies to new workers.
+    std::fs::write(&file, config("v2", 2)).unwrap();
+    let (code, out, err) = ctl(admin, &["reload", "--app", "web"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("reloaded web"), "{out}");
+    assert_eq!(extras().await, BTreeSet::from(["v2".to_string()]));
+    let v2 = all_ready(admin, 2).await;
+    assert!(v2.iter().all(|p| !v1.contains(p)));
+
+    // A balancer change is refused as a whole, and so is a broken file.
+    std::fs::write(&file, config("v3", 3)).unwrap();
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("balancer \"balancer\" changed") || err.contains("changed"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was reloaded"), "{err}");
+    std::fs::write(&file, "[[app]]\nname = \"web\"\nworkerz = 2\n").unwrap();
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("drover.toml:") && err.contains("workerz"),
+        "{err}"
+    );
+    assert_eq!(
+        all_ready(admin, 2).await,
+        v2,
+        "a refused reload touched workers"
+    );
+    assert_eq!(extras().await, BTreeSet::from(["v2".to_string()]));
+}
+
+#[tokio::test]
+async fn shared_mode_serves_on_every_worker_through_one_socket() {
+    let dir = temp_dir("shared");
+    let script = worker_script(&dir);
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "--mode",
+            "shared",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--",
+            "python3",
+            &script,
+        ],
+    )
+    .await;
+    assert!(
+        d.stderr_text().contains("(shared socket, 2 workers)"),
+        "{}",
+        d.stderr_text()
+    );
+    let admin = admin_addr(&d);
+    let pids = all_ready(admin, 2).await;
+    let s = status(admin).await;
+    assert_eq!(s.apps[0].mode, "shared");
+    assert!(s.balancers.is_empty());
+
+    // Sequential requests may all land on one worker: the kernel wakes whichever
+    // worker waits in accept, and an idle one keeps winning (the shared-socket
+    // trade-off). Overlapping slow requests keep one busy, so the other must accept.
+    let mut seen = BTreeSet::new();
+    for _ in 0..10 {
+        let asks: Vec<_> = (0..4)
+            .map(|_| {
+                let addr = d.addr();
+                tokio::spawn(async move {
+                    let mut c = HttpClient::connect(addr).await.unwrap();
+                    let r = c.request("GET", "/slow", &[], None).await.unwrap();
+                    serde_json::from_str::<serde_json::Value>(&r.text()).unwrap()
+                })
+            })
+            .collect();
+        for ask in asks {
+            let json = ask.await.unwrap();
+            let pid = json["pid"].as_u64().unwrap();
+            assert_eq!(json["listen_pid"].as_str(), Some(pid.to_string().as_str()));
+            seen.insert(pid as u32);
+        }
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen, pids.iter().copied().collect::<BTreeSet<_>>());
+
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}");
+    let after = all_ready(admin, 2).await;
+    assert!(after.iter().all(|p| !pids.contains(p)));
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    assert_eq!(c.request("GET", "/", &[], None).await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn a_crash_looping_app_is_reported_while_the_other_keeps_serving() {
+    let dir = temp_dir("crashloop");
+    let script = worker_script(&dir);
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"good\"\ncommand = [\"python3\", \"{script}\"]\n\n[[app]]\nname = \"bad\"\ncommand = [\"sh\", \"-c\", \"echo boom >&2; exit 3\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:good\"]\n"
+        ),
+    )
+    .unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d);
+    let mut looping = false;
+    for _ in 0..200 {
+        let s = status(admin).await;
+        let bad = s.apps.iter().find(|a| a.name == "bad").unwrap();
+        if bad.workers[0].state == "crash-looping" {
+            assert!(bad.workers[0].crash_streak >= 5);
+            assert_eq!(bad.workers[0].last_exit.as_deref(), Some("exit status: 3"));
+            looping = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(looping, "{}", d.stderr_text());
+    assert!(d.stderr_text().contains("crash-looping"), "not logged");
+    assert!(d.stderr_text().contains("[bad/0] boom"));
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    assert_eq!(c.request("GET", "/", &[], None).await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn a_hung_worker_is_taken_out_and_restarted() {
+    let dir = temp_dir("hung");
+    let script = worker_script(&dir);
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\nworkers = 2\nenv = {{ HANG_FLAG = \"{}\" }}\nhealth = {{ path = \"/health\", interval = \"100ms\", timeout = \"200ms\", fall = 2 }}\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+            dir.join("hung-once").display()
+        ),
+    )
+    .unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d);
+    let mut restarted = false;
+    for _ in 0..200 {
+        let s = status(admin).await;
+        let ws = &s.apps[0].workers;
+        if ws.iter().any(|w| w.restarts >= 1) && ws.iter().all(|w| w.state == "ready") {
+            restarted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(restarted, "{}", d.stderr_text());
+    assert!(d.stderr_text().contains("unhealthy"), "{}", d.stderr_text());
+    // Both workers serve again.
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..10 {
+        assert_eq!(c.request("GET", "/", &[], None).await.unwrap().status, 200);
+    }
+}
+
+#[tokio::test]
+async fn max_memory_replaces_a_worker_gracefully() {
+    let dir = temp_dir("memory");
+    let script = worker_script(&dir);
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "1",
+            "-l",
+            "127.0.0.1:0",
+            "-t",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+            "--max-memory",
+            "1M",
+            "--",
+            "python3",
+            &script,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d);
+    let first = all_ready(admin, 1).await[0];
+    assert!(
+        d.wait_for_line("over max_memory", Duration::from_secs(10))
+            .await
+            .is_some(),
+        "{}",
+        d.stderr_text()
+    );
+    let mut replaced = false;
+    for _ in 0..100 {
+        let w = &status(admin).await.apps[0].workers[0];
+        if w.pid.is_some_and(|p| p != first) && w.state == "ready" {
+            assert_eq!(w.crash_streak, 0);
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(replaced, "{}", d.stderr_text());
+}
