@@ -1,0 +1,3 @@
+module drover.example/pi-server
+
+go 1.18

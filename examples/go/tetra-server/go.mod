@@ -1,0 +1,3 @@
+module drover.example/tetra-server
+
+go 1.18
