@@ -1,10 +1,9 @@
 //! One worker process: a free port, spawning, and stopping it (SIGTERM, then SIGKILL).
 //!
-//! Children stay in drover's process group and die with drover through `kill_on_drop`
-//! and the explicit stop on shutdown. Limitation: if drover itself is killed with
-//! SIGKILL, workers are orphaned. Linux's `prctl(PR_SET_PDEATHSIG)` would fix that, but
-//! it has to run between fork and exec (`pre_exec`), which is `unsafe`, and this
-//! workspace forbids unsafe code.
+//! Children stay in drover's process group and die with drover: through `kill_on_drop`
+//! and the explicit stop on shutdown, and, when drover itself is killed with SIGKILL
+//! (nothing of drover runs then), through Linux's parent-death signal, set in each
+//! child before it execs (`die_with_drover`).
 //!
 //! Staying in drover's process group means Ctrl-C at a terminal sends SIGINT to the
 //! workers too, not only to drover. Workers that exit on it are not restarted as long as
@@ -123,7 +122,39 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
+    die_with_drover(&mut cmd);
     cmd.spawn()
+}
+
+/// Makes the kernel SIGKILL the worker when drover dies, however drover dies.
+///
+/// The one `unsafe` block in drover. The need: "children die with drover" must hold
+/// even for `kill -9 drover` (an OOM kill, a crashed container init), which no code in
+/// drover survives to handle; without this, every worker of a killed drover keeps its
+/// port and CPU until someone finds it. `PR_SET_PDEATHSIG` has to be set by the child
+/// itself, between fork and exec, and std only offers that spot through `pre_exec`.
+#[allow(unsafe_code)]
+fn die_with_drover(cmd: &mut Command) {
+    use nix::sys::prctl::set_pdeathsig;
+    use nix::sys::signal::Signal;
+    use nix::unistd::{getppid, Pid};
+    let drover = Pid::this();
+    // SAFETY: the closure runs in the forked child, where only async-signal-safe calls
+    // are sound. It calls prctl(2) and getppid(2) through nix, which are plain syscalls,
+    // and builds an io::Error from an errno, which does not allocate. It touches no lock
+    // and no memory shared with other threads of drover.
+    unsafe {
+        cmd.pre_exec(move || {
+            set_pdeathsig(Signal::SIGKILL).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+            // drover may have died between fork and prctl, before the signal was armed.
+            if getppid() != drover {
+                return Err(io::Error::from_raw_os_error(
+                    nix::errno::Errno::ESRCH as i32,
+                ));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Stops `child`: SIGTERM, up to `grace` to exit, then SIGKILL. Always reaps it, so no

@@ -611,3 +611,44 @@ async fn max_memory_replaces_a_worker_gracefully() {
     }
     assert!(replaced, "{}", d.stderr_text());
 }
+
+#[tokio::test]
+async fn workers_die_with_drover_even_on_sigkill() {
+    let dir = temp_dir("sigkill");
+    let script = worker_script(&dir);
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "-t",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+            "--",
+            "python3",
+            &script,
+        ],
+    )
+    .await;
+    let pids = all_ready(admin_addr(&d), 2).await;
+    // Only drover itself: its workers are left to the kernel's parent-death signal.
+    d.kill();
+    d.wait_exit(Duration::from_secs(5))
+        .await
+        .expect("drover survived SIGKILL");
+    let gone = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !pids.iter().all(gone) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        pids.iter().all(gone),
+        "workers {pids:?} outlived a SIGKILLed drover"
+    );
+}
