@@ -1,6 +1,6 @@
 //! The example servers in `examples/` (pi and tetration, each in Node, Python and Go):
-//! behind `drover run`, on a socket passed as fd 3 (LISTEN_FDS), and answering alike
-//! across languages.
+//! behind `drover run`, in its shared-socket mode, on a socket passed as fd 3
+//! (LISTEN_FDS) without drover, and answering alike across languages.
 //!
 //! Go servers are built once per test process with `go build`. Without `go` their tests
 //! pass as skipped, except under CI (env `CI` set), where a missing `go` is a failure.
@@ -8,7 +8,7 @@
 mod common;
 
 use common::bin;
-use drover_testkit::{spawn_ready_line, ChildProcess, HttpClient, Response};
+use drover_testkit::{spawn_ready_line, wait_until, ChildProcess, HttpClient, Response};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Bound on one request; the costliest one here takes milliseconds.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one request: the costliest one here takes milliseconds, but a loaded
+/// machine may take seconds to start an interpreter behind a socket's backlog.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lang {
@@ -134,13 +135,15 @@ fn clean_env(cmd: &mut Command) {
 /// GET on a fresh connection: the Python servers speak HTTP/1.0 and close after each
 /// answer.
 async fn get(addr: SocketAddr, path: &str) -> Response {
-    let mut c = HttpClient::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    c.set_timeout(REQUEST_TIMEOUT);
-    c.request("GET", path, &[], None)
+    try_get(addr, path)
         .await
         .unwrap_or_else(|e| panic!("GET {path} via {addr}: {e}"))
+}
+
+async fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
+    let mut c = HttpClient::connect(addr).await?;
+    c.set_timeout(REQUEST_TIMEOUT);
+    c.request("GET", path, &[], None).await
 }
 
 // --- a JSON reader for the servers' flat answers (no JSON crate among the
@@ -400,30 +403,77 @@ async fn behind_drover(lang: Lang, app: App) {
     let who = format!("{lang:?} {}", app.name());
     let mut cmd = Command::new(bin());
     // Round-robin, so both workers see traffic as soon as both are in.
-    let flags =
-        "run -w 2 --listen 127.0.0.1:0 --threads 1 --strategy round-robin --health-path /health --";
-    cmd.args(flags.split(' ')).args(&server);
+    let flags = "run -w 2 --listen 127.0.0.1:0 --threads 1 --admin off \
+                 --strategy round-robin --health-path /health --";
+    cmd.args(flags.split_whitespace()).args(&server);
     clean_env(&mut cmd);
     // Worker output is forwarded to drover's stderr and says "listening on" too.
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-    let addr = d.addr();
+    check_both_workers(&who, app, &d).await;
+    for (path, status, message) in bad_inputs(app) {
+        let r = get(d.addr(), path).await;
+        check_bad_input(&who, path, *status, message, &r);
+    }
+    drover_stops_cleanly(&who, &d).await;
+}
 
+/// drover's shared mode: no balancer, the workers accept on the socket drover passes
+/// them as fd 3 (LISTEN_FDS), and the kernel spreads the connections.
+async fn shared_mode(lang: Lang, app: App) {
+    let Some(server) = command(lang, app) else {
+        return;
+    };
+    let who = format!("{lang:?} {} (shared socket)", app.name());
+    let mut cmd = Command::new(bin());
+    cmd.args("run --mode shared -w 2 --listen 127.0.0.1:0 --admin off --".split(' '))
+        .args(&server);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"app\" listening on ").await;
+    // Both workers must take drover's socket rather than bind PORT. Waiting for that
+    // also keeps the first requests from sitting in the backlog while a loaded machine
+    // is still starting the interpreters.
+    for id in 0..2 {
+        let took = format!("[app/{id}] ");
+        let ready = wait_until(Duration::from_secs(15), || {
+            d.lines_containing("(fd 3 from LISTEN_FDS)")
+                .iter()
+                .any(|l| l.contains(&took))
+        })
+        .await;
+        assert!(
+            ready,
+            "{who}: worker {id} never served fd 3\n{}",
+            d.stderr_text()
+        );
+    }
+    check_both_workers(&who, app, &d).await;
+    drover_stops_cleanly(&who, &d).await;
+}
+
+/// Asks through drover until both workers, 0 and 1, have answered correctly; then
+/// checks `/health`.
+async fn check_both_workers(who: &str, app: App, d: &ChildProcess) {
+    let addr = d.addr();
     let mut workers = BTreeSet::new();
     let mut answers = 0;
-    let deadline = Instant::now() + Duration::from_secs(8);
+    // Bounds a loaded machine; both usually answer within a second.
+    let deadline = Instant::now() + Duration::from_secs(15);
     while workers.len() < 2 && Instant::now() < deadline {
         // Overlapping requests, as a load generator would send them.
         let asks: Vec<_> = (0..4)
-            .map(|_| tokio::spawn(async move { get(addr, app.sample_path()).await }))
+            .map(|_| tokio::spawn(async move { try_get(addr, app.sample_path()).await }))
             .collect();
         for ask in asks {
-            let r = ask.await.unwrap();
+            let r = ask.await.unwrap().unwrap_or_else(|e| {
+                panic!("{who}: GET {}: {e}\n{}", app.sample_path(), d.stderr_text())
+            });
             if r.status == 200 {
-                let worker = check_sample(&who, app, &r).expect("drover sets DROVER_WORKER_ID");
+                let worker = check_sample(who, app, &r).expect("drover sets DROVER_WORKER_ID");
                 workers.insert(worker);
                 answers += 1;
             } else {
-                // Until a worker is ready, drover itself answers (no backend yet).
+                // Until a worker is ready, the balancer itself answers (no backend yet);
+                // in shared mode the connection just waits in the socket's backlog.
                 assert!(
                     r.header("x-worker").is_none(),
                     "{who}: {} {}",
@@ -446,11 +496,10 @@ async fn behind_drover(lang: Lang, app: App) {
         (200, "ok"),
         "{who}"
     );
-    for (path, status, message) in bad_inputs(app) {
-        let r = get(addr, path).await;
-        check_bad_input(&who, path, *status, message, &r);
-    }
+}
 
+/// SIGTERM to drover: it drains, stops its workers (which exit 0 on SIGTERM) and exits 0.
+async fn drover_stops_cleanly(who: &str, d: &ChildProcess) {
     d.signal("TERM").unwrap();
     let status = d.wait_exit(Duration::from_secs(8)).await;
     assert!(
@@ -476,6 +525,22 @@ async fn launch(server: &[String], extra: &[&str], port: u16) -> ChildProcess {
     spawn_ready_line(cmd, "fd 3 listening on ").await
 }
 
+/// `server` with a socket on fd 3, once it says it serves that socket.
+async fn launch_on_fd_3(who: &str, server: &[String]) -> ChildProcess {
+    // PORT=0: a server that wrongly binds PORT announces some other port, and fails here.
+    let p = launch(server, &[], 0).await;
+    let ready = format!("listening on {} (fd 3 from LISTEN_FDS)", p.addr());
+    assert!(
+        p.wait_for_line(&ready, Duration::from_secs(15))
+            .await
+            .is_some(),
+        "{who}: no {ready:?} line\n{}{}",
+        p.stdout_text(),
+        p.stderr_text()
+    );
+    p
+}
+
 /// Sends SIGTERM and expects exit status 0 soon after.
 async fn stops_cleanly(who: &str, p: &ChildProcess) {
     p.signal("TERM").unwrap();
@@ -493,18 +558,8 @@ async fn serves_fd_3(lang: Lang, app: App) {
         return;
     };
     let who = format!("{lang:?} {}", app.name());
-    // PORT=0: a server that wrongly binds PORT announces some other port, and fails below.
-    let p = launch(&server, &[], 0).await;
+    let p = launch_on_fd_3(&who, &server).await;
     let addr = p.addr();
-    let ready = format!("listening on {addr} (fd 3 from LISTEN_FDS)");
-    assert!(
-        p.wait_for_line(&ready, Duration::from_secs(10))
-            .await
-            .is_some(),
-        "{who}: no {ready:?} line\n{}{}",
-        p.stdout_text(),
-        p.stderr_text()
-    );
 
     let health = get(addr, "/health").await;
     assert_eq!(
@@ -536,7 +591,7 @@ async fn ignores_fd_3_of_another_pid(lang: Lang, app: App) {
         .port();
     let p = launch(&server, &["--wrong-pid"], port).await;
     let own = format!("listening on 127.0.0.1:{port}");
-    let line = p.wait_for_line(&own, Duration::from_secs(10)).await;
+    let line = p.wait_for_line(&own, Duration::from_secs(15)).await;
     assert!(
         line.as_deref().is_some_and(|l| !l.contains("LISTEN_FDS")),
         "{who}: no {own:?} line\n{}{}",
@@ -556,6 +611,11 @@ macro_rules! example_server {
             #[tokio::test]
             async fn answers_behind_drover_from_both_workers() {
                 behind_drover($lang, $app).await;
+            }
+
+            #[tokio::test]
+            async fn answers_in_drover_shared_mode_from_both_workers() {
+                shared_mode($lang, $app).await;
             }
 
             #[tokio::test]
@@ -585,7 +645,9 @@ async fn all_languages(app: App) -> Vec<(String, ChildProcess)> {
     let mut out = Vec::new();
     for lang in [Lang::Node, Lang::Python, Lang::Go] {
         if let Some(server) = command(lang, app) {
-            out.push((format!("{lang:?}"), launch(&server, &[], 0).await));
+            let who = format!("{lang:?}");
+            let p = launch_on_fd_3(&who, &server).await;
+            out.push((who, p));
         }
     }
     out
