@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, pi_server, temp_dir};
 use drover_admin::Status;
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeSet;
@@ -13,22 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("drover-reload-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn pi_server() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/pi-server.js")
-        .canonicalize()
-        .unwrap()
-        .display()
-        .to_string()
-}
 
 /// A Python worker for these tests: answers `/health` and `/` (JSON with its pid,
 /// worker id and `$EXTRA`); serves on fd 3 under `LISTEN_FDS`, else on `$PORT`. With
@@ -76,6 +60,45 @@ fn worker_script(dir: &Path) -> String {
     let path = dir.join("worker.py");
     std::fs::write(&path, WORKER_PY).unwrap();
     path.display().to_string()
+}
+
+/// `drover run` of the Python test worker: `workers` of them, the balancer and admin
+/// API on free ports, plus `extra` flags. Returns drover and its admin address.
+async fn run_python(tag: &str, workers: &str, extra: &[&str]) -> (DroverProcess, SocketAddr) {
+    let script = worker_script(&temp_dir(tag));
+    let mut args = vec![
+        "run",
+        "-w",
+        workers,
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "python3", &script]);
+    let d = DroverProcess::spawn(bin(), &args).await;
+    let admin = admin_addr(&d);
+    (d, admin)
+}
+
+/// A drover.toml with an admin API, app "web" running the Python test worker and a
+/// balancer over it; `admin`, `app` and `balancer` are extra lines for each table (`app`
+/// may also append more tables).
+fn web_config(script: &str, admin: &str, app: &str, balancer: &str) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n{admin}\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\n{app}\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n{balancer}"
+    )
+}
+
+/// `drover up` on `toml` written to a fresh drover.toml; returns drover, its admin
+/// address and the file (for reload tests to rewrite).
+async fn up_with(tag: &str, toml: &str) -> (DroverProcess, SocketAddr, PathBuf) {
+    let file = temp_dir(tag).join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d);
+    (d, admin, file)
 }
 
 async fn ctl(admin: SocketAddr, args: &[&str]) -> (i32, String, String) {
@@ -239,27 +262,7 @@ async fn rolling_reload_under_load_fails_no_request() {
 
 #[tokio::test]
 async fn ctl_status_prints_workers_and_endpoints() {
-    let dir = temp_dir("status");
-    let script = worker_script(&dir);
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "2",
-            "-l",
-            "127.0.0.1:0",
-            "-t",
-            "1",
-            "--admin",
-            "127.0.0.1:0",
-            "--",
-            "python3",
-            &script,
-        ],
-    )
-    .await;
-    let admin = admin_addr(&d);
+    let (d, admin) = run_python("status", "2", &["-t", "1"]).await;
     let pids = all_ready(admin, 2).await;
     let (code, table, err) = ctl(admin, &["status"]).await;
     assert_eq!(code, 0, "{err}");
@@ -288,18 +291,9 @@ async fn ctl_status_prints_workers_and_endpoints() {
 
 #[tokio::test]
 async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
-    let dir = temp_dir("admin");
-    let script = worker_script(&dir);
-    let file = dir.join("drover.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"s3cret\"\n\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n"
-        ),
-    )
-    .unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d);
+    let dir = temp_dir("reload-admin");
+    let toml = web_config(&worker_script(&dir), "token = \"s3cret\"\n", "", "");
+    let (_d, admin, _) = up_with("admin", &toml).await;
 
     let raw = |req: String| async move {
         let resp = drover_testkit::raw_exchange(admin, req.as_bytes())
@@ -374,17 +368,16 @@ async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
 
 #[tokio::test]
 async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
-    let dir = temp_dir("up-reload");
-    let script = worker_script(&dir);
-    let file = dir.join("drover.toml");
+    let script = worker_script(&temp_dir("reload-up-reload-script"));
     let config = |extra: &str, retries: u32| {
-        format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\nworkers = 2\nenv = {{ EXTRA = \"{extra}\" }}\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nretries = {retries}\nbackends = [\"app:web\"]\n"
+        web_config(
+            &script,
+            "",
+            &format!("workers = 2\nenv = {{ EXTRA = \"{extra}\" }}\n"),
+            &format!("retries = {retries}\n"),
         )
     };
-    std::fs::write(&file, config("v1", 2)).unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d);
+    let (d, admin, file) = up_with("up-reload", &config("v1", 2)).await;
     let v1 = all_ready(admin, 2).await;
     let extras = || async {
         let mut seen = BTreeSet::new();
@@ -433,32 +426,12 @@ async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
 
 #[tokio::test]
 async fn shared_mode_serves_on_every_worker_through_one_socket() {
-    let dir = temp_dir("shared");
-    let script = worker_script(&dir);
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "--mode",
-            "shared",
-            "-w",
-            "2",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--",
-            "python3",
-            &script,
-        ],
-    )
-    .await;
+    let (d, admin) = run_python("shared", "2", &["--mode", "shared"]).await;
     assert!(
         d.stderr_text().contains("(shared socket, 2 workers)"),
         "{}",
         d.stderr_text()
     );
-    let admin = admin_addr(&d);
     let pids = all_ready(admin, 2).await;
     let s = status(admin).await;
     assert_eq!(s.apps[0].mode, "shared");
@@ -501,18 +474,9 @@ async fn shared_mode_serves_on_every_worker_through_one_socket() {
 
 #[tokio::test]
 async fn a_crash_looping_app_is_reported_while_the_other_keeps_serving() {
-    let dir = temp_dir("crashloop");
-    let script = worker_script(&dir);
-    let file = dir.join("drover.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"good\"\ncommand = [\"python3\", \"{script}\"]\n\n[[app]]\nname = \"bad\"\ncommand = [\"sh\", \"-c\", \"echo boom >&2; exit 3\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:good\"]\n"
-        ),
-    )
-    .unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d);
+    let dir = temp_dir("reload-crashloop");
+    let bad = "[[app]]\nname = \"bad\"\ncommand = [\"sh\", \"-c\", \"echo boom >&2; exit 3\"]\n";
+    let (d, admin, _) = up_with("crashloop", &web_config(&worker_script(&dir), "", bad, "")).await;
     let mut looping = false;
     for _ in 0..200 {
         let s = status(admin).await;
@@ -534,19 +498,12 @@ async fn a_crash_looping_app_is_reported_while_the_other_keeps_serving() {
 
 #[tokio::test]
 async fn a_hung_worker_is_taken_out_and_restarted() {
-    let dir = temp_dir("hung");
-    let script = worker_script(&dir);
-    let file = dir.join("drover.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\nworkers = 2\nenv = {{ HANG_FLAG = \"{}\" }}\nhealth = {{ path = \"/health\", interval = \"100ms\", timeout = \"200ms\", fall = 2 }}\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
-            dir.join("hung-once").display()
-        ),
-    )
-    .unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d);
+    let dir = temp_dir("reload-hung");
+    let app = format!(
+        "workers = 2\nenv = {{ HANG_FLAG = \"{}\" }}\nhealth = {{ path = \"/health\", interval = \"100ms\", timeout = \"200ms\", fall = 2 }}\n",
+        dir.join("hung-once").display()
+    );
+    let (d, admin, _) = up_with("hung", &web_config(&worker_script(&dir), "", &app, "")).await;
     let mut restarted = false;
     for _ in 0..200 {
         let s = status(admin).await;
@@ -568,29 +525,7 @@ async fn a_hung_worker_is_taken_out_and_restarted() {
 
 #[tokio::test]
 async fn max_memory_replaces_a_worker_gracefully() {
-    let dir = temp_dir("memory");
-    let script = worker_script(&dir);
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "1",
-            "-l",
-            "127.0.0.1:0",
-            "-t",
-            "1",
-            "--admin",
-            "127.0.0.1:0",
-            "--max-memory",
-            "1M",
-            "--",
-            "python3",
-            &script,
-        ],
-    )
-    .await;
-    let admin = admin_addr(&d);
+    let (d, admin) = run_python("memory", "1", &["-t", "1", "--max-memory", "1M"]).await;
     let first = all_ready(admin, 1).await[0];
     assert!(
         d.wait_for_line("over max_memory", Duration::from_secs(10))
@@ -614,27 +549,8 @@ async fn max_memory_replaces_a_worker_gracefully() {
 
 #[tokio::test]
 async fn workers_die_with_drover_even_on_sigkill() {
-    let dir = temp_dir("sigkill");
-    let script = worker_script(&dir);
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "2",
-            "-l",
-            "127.0.0.1:0",
-            "-t",
-            "1",
-            "--admin",
-            "127.0.0.1:0",
-            "--",
-            "python3",
-            &script,
-        ],
-    )
-    .await;
-    let pids = all_ready(admin_addr(&d), 2).await;
+    let (d, admin) = run_python("sigkill", "2", &["-t", "1"]).await;
+    let pids = all_ready(admin, 2).await;
     // Only drover itself: its workers are left to the kernel's parent-death signal.
     d.kill();
     d.wait_exit(Duration::from_secs(5))

@@ -2,26 +2,10 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, pi_server, temp_dir};
 use drover_testkit::{DroverProcess, HttpClient};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("drover-up-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn pi_server() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/pi-server.js")
-        .canonicalize()
-        .unwrap()
-        .display()
-        .to_string()
-}
 
 fn field<'a>(json: &'a str, name: &str) -> Option<&'a str> {
     let at = json.find(&format!("\"{name}\":"))? + name.len() + 3;
@@ -37,7 +21,7 @@ fn alive(pid: u32) -> bool {
 
 #[tokio::test]
 async fn up_balances_over_supervised_workers_and_stops_them() {
-    let dir = temp_dir("pi");
+    let dir = temp_dir("up-pi");
     let file = dir.join("drover.toml");
     std::fs::write(
         &file,
@@ -75,7 +59,7 @@ async fn up_balances_over_supervised_workers_and_stops_them() {
 
 #[tokio::test]
 async fn a_bad_config_names_the_key_and_starts_nothing() {
-    let dir = temp_dir("bad");
+    let dir = temp_dir("up-bad");
     let marker = dir.join("started");
     let file = dir.join("drover.toml");
     std::fs::write(
@@ -103,7 +87,7 @@ async fn a_bad_config_names_the_key_and_starts_nothing() {
 
 #[tokio::test]
 async fn proxy_refuses_a_config_with_apps() {
-    let dir = temp_dir("proxy-apps");
+    let dir = temp_dir("up-proxy-apps");
     let file = dir.join("drover.toml");
     std::fs::write(&file, "[[app]]\nname = \"web\"\ncommand = [\"true\"]\n").unwrap();
     let out = tokio::process::Command::new(bin())

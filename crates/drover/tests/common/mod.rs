@@ -3,7 +3,7 @@
 
 use drover_testkit::{Backend, DroverProcess};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_drover"))
@@ -37,4 +37,22 @@ pub async fn backends(n: usize) -> Vec<Backend> {
 
 pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
     backends.iter().map(Backend::addr).collect()
+}
+
+/// A fresh scratch directory for one test, unique per test process.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("drover-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The bundled Node pi server, as an absolute path.
+pub fn pi_server() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/pi-server.js")
+        .canonicalize()
+        .unwrap()
+        .display()
+        .to_string()
 }
