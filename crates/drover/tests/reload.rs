@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bin, pi_server, temp_dir};
+use common::{bin, pi_server, steady_load, temp_dir};
 use drover_admin::Status;
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeSet;
@@ -142,38 +142,6 @@ async fn all_ready(admin: SocketAddr, n: usize) -> Vec<u32> {
     }
     assert_eq!(pids.len(), n, "workers never all ready");
     pids
-}
-
-/// Keeps `conns` keep-alive clients busy with GETs until `stop`; returns how many
-/// succeeded and every failure.
-fn steady_load(
-    addr: SocketAddr,
-    conns: usize,
-    path: &'static str,
-    stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
-    (0..conns)
-        .map(|_| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut c = HttpClient::connect(addr).await.unwrap();
-                let (mut ok, mut failed) = (0, Vec::new());
-                while !stop.load(Ordering::Relaxed) {
-                    match c.request("GET", path, &[], None).await {
-                        Ok(r) if r.status == 200 => ok += 1,
-                        Ok(r) => {
-                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
-                        }
-                        Err(e) => {
-                            failed.push(e.to_string());
-                            c = HttpClient::connect(addr).await.unwrap();
-                        }
-                    }
-                }
-                (ok, failed)
-            })
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,11 @@
 
 mod common;
 
-use common::{bin, pi_server, temp_dir};
+use common::{bin, pi_server, steady_load, temp_dir};
 use drover_testkit::{DroverProcess, HttpClient};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn field<'a>(json: &'a str, name: &str) -> Option<&'a str> {
@@ -162,33 +164,20 @@ async fn run_survives_kill_9_of_a_worker_under_load() {
         d.stderr_text()
     );
 
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(tokio::spawn(async move {
-            let mut c = HttpClient::connect(addr).await.unwrap();
-            let mut failed = Vec::new();
-            for _ in 0..300 {
-                match c.request("GET", "/pi?iterations=2000", &[], None).await {
-                    Ok(r) if r.status == 200 => {}
-                    Ok(r) => failed.push(format!("{} {:?}", r.status, r.header("drover-error"))),
-                    Err(e) => {
-                        failed.push(e.to_string());
-                        c = HttpClient::connect(addr).await.unwrap();
-                    }
-                }
-            }
-            failed
-        }));
-    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(addr, 3, "/pi?iterations=2000", stop.clone());
     tokio::time::sleep(Duration::from_millis(100)).await;
     let victim = before["0"];
     std::process::Command::new("kill")
         .args(["-9", &victim.to_string()])
         .status()
         .unwrap();
+    // Load runs on through the kill and the restart.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
     let mut failed = Vec::new();
-    for c in clients {
-        failed.extend(c.await.unwrap());
+    for l in load {
+        failed.extend(l.await.unwrap().1);
     }
     assert!(
         failed.is_empty(),

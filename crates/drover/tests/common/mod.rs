@@ -1,9 +1,11 @@
 //! Shared set-up for tests that drive the real `drover` binary.
 #![allow(dead_code)]
 
-use drover_testkit::{Backend, DroverProcess};
+use drover_testkit::{Backend, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 pub fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_drover"))
@@ -55,4 +57,36 @@ pub fn pi_server() -> String {
         .unwrap()
         .display()
         .to_string()
+}
+
+/// Keeps `conns` keep-alive clients busy with GETs until `stop`; returns how many
+/// succeeded and every failure.
+pub fn steady_load(
+    addr: SocketAddr,
+    conns: usize,
+    path: &'static str,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
+    (0..conns)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    match c.request("GET", path, &[], None).await {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) => {
+                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
+                        }
+                        Err(e) => {
+                            failed.push(e.to_string());
+                            c = HttpClient::connect(addr).await.unwrap();
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
 }
