@@ -334,12 +334,36 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
 
 // ---------------------------------------------------------------- open loop
 
+/// An open-loop connection idle this long is closed instead of reused. Servers close idle
+/// keep-alive connections too (Node's default after 5 s), and a request written just as
+/// the server closes fails; staying below the common timeouts avoids counting that race
+/// as the server's error (undici uses 4 s for the same reason).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 struct Pool {
-    idle: RefCell<Vec<Conn>>,
+    /// Connections with the time they went idle, most recent last.
+    idle: RefCell<Vec<(Conn, Instant)>>,
     /// One permit per connection that may be in use.
     slots: Semaphore,
     in_flight: Cell<usize>,
     drained: Notify,
+}
+
+impl Pool {
+    /// The most recently used idle connection, closing any that idled too long.
+    fn take_idle(&self, now: Instant) -> Option<Conn> {
+        let mut idle = self.idle.borrow_mut();
+        // Most recent last: once the newest is stale, all are.
+        match idle.last() {
+            Some((_, since)) if now.duration_since(*since) < POOL_IDLE_TIMEOUT => {
+                idle.pop().map(|(c, _)| c)
+            }
+            _ => {
+                idle.clear();
+                None
+            }
+        }
+    }
 }
 
 async fn open_loop(l: Rc<Local>, k: usize, rate: f64) {
@@ -406,7 +430,7 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
                 pool.slots.acquire().await.expect("semaphore never closes")
             }
         };
-        let idle = pool.idle.borrow_mut().pop();
+        let idle = pool.take_idle(Instant::now());
         let mut conn = match idle {
             Some(c) => c,
             None => {
@@ -423,7 +447,7 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
             .await
             .map_err(|_| Failure::Io)?;
         if resp.keep_alive {
-            pool.idle.borrow_mut().push(conn);
+            pool.idle.borrow_mut().push((conn, Instant::now()));
         }
         Ok::<_, Failure>((resp, sent))
         // `_permit` drops here, after the connection is back in the pool.
@@ -451,5 +475,41 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
     pool.in_flight.set(left);
     if left == 0 {
         pool.drained.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_reuses_the_newest_idle_connection_and_drops_stale_ones() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let pool = Pool {
+                idle: RefCell::new(Vec::new()),
+                slots: Semaphore::new(4),
+                in_flight: Cell::new(0),
+                drained: Notify::new(),
+            };
+            let now = Instant::now();
+            let stale = now - POOL_IDLE_TIMEOUT - Duration::from_millis(1);
+            let fresh = now - Duration::from_millis(100);
+            for since in [stale, fresh, fresh] {
+                let c = Conn::connect(addr).await.unwrap();
+                pool.idle.borrow_mut().push((c, since));
+            }
+            assert!(pool.take_idle(now).is_some());
+            assert!(pool.take_idle(now).is_some());
+            // Only the stale one is left: it is closed, not handed out.
+            assert!(pool.take_idle(now).is_none());
+            assert!(pool.idle.borrow().is_empty());
+            assert!(pool.take_idle(now).is_none());
+        });
     }
 }
