@@ -161,7 +161,7 @@ console.log(`drover vs Node cluster vs PM2 — ${meta.stamp || rawPath}: ${meta.
 console.log(`pi: GET ${meta.pi_path || '/pi'}, closed loop, ${meta.closed_connections ?? 50} connections; ` +
   `mixed: ${meta.mix || '?'}`);
 if (meta.capacity_rps) {
-  console.log(`capacity (mixed, closed loop, best multi-worker peer in round 1: ${meta.capacity_from}): ` +
+  console.log(`capacity (mixed, closed loop, round 1, ${meta.capacity_from}): ` +
     `${Math.round(meta.capacity_rps)} req/s; open loop offers a share of it, latency from each request's scheduled time`);
 }
 for (const n of meta.notes || []) console.log(`note: ${n}`);

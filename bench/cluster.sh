@@ -15,8 +15,8 @@
 #                    (node node-cluster pm2 drover-rr drover-p2c drover-shared)
 #   BENCH_SCENARIOS  (pi-closed mixed-closed mixed-open50 mixed-open75); any mixed-openNN
 #                    runs the mixed load open loop at NN % of capacity
-#   BENCH_CAPACITY   mixed-load capacity in req/s; default: measured (best multi-worker
-#                    peer on mixed-closed, round 1)
+#   BENCH_CAPACITY   mixed-load capacity in req/s; default: measured (median of the
+#                    multi-worker peers' mixed-closed throughput in round 1)
 #   BENCH_WORKERS    workers per peer                               (nproc)
 #   BENCH_WARMUP     seconds of warm-up per peer before round 1     (2)
 #   BENCH_SKIP_BUILD=1  use the binaries already in target/release
@@ -44,11 +44,10 @@ CLOSED_CONNS=50
 OPEN_CONNS=512
 COUNT_HEADER=x-worker
 
-log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-[[ "$D" =~ ^[0-9]+$ && "$D" -ge 1 ]] || die "BENCH_DURATION must be a whole number of seconds"
-[[ "$ROUNDS" =~ ^[0-9]+$ && "$ROUNDS" -ge 1 ]] || die "BENCH_ROUNDS must be a positive integer"
+LOG_TAG=cluster
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+check_run_length "$D" "$ROUNDS"
 [[ "$WORKERS" =~ ^[0-9]+$ && "$WORKERS" -ge 1 ]] || die "BENCH_WORKERS must be a positive integer"
 command -v node >/dev/null || die "node is needed (the peers are Node apps)"
 
@@ -111,22 +110,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ build and tools
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-LOADGEN="$TARGET_DIR/release/drover-loadgen"
-DROVER="$TARGET_DIR/release/drover"
-HAVE_DROVER=0
-if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
-  log "cargo build --release -p drover -p drover-bench"
-  if (cd "$ROOT" && cargo build --release -p drover -p drover-bench >&2); then
-    HAVE_DROVER=1
-  else
-    log "drover does not build; measuring the other peers only"
-    (cd "$ROOT" && cargo build --release -p drover-bench >&2) || die "drover-bench does not build"
-  fi
-else
-  [[ -x "$DROVER" ]] && HAVE_DROVER=1
-fi
-[[ -x "$LOADGEN" ]] || die "no $LOADGEN"
+build_binaries
 "$LOADGEN" --help | grep -q -- --count-header || die "$LOADGEN has no --count-header; rebuild it"
 DROVER_HELP=""
 if ((HAVE_DROVER)); then
@@ -163,28 +147,6 @@ if [[ " $PEERS_WANTED " == *" pm2 "* ]] && ! find_pm2; then
   log "no pm2 and it could not be installed; skipping the pm2 peer"
   PM2=""
 fi
-
-# ------------------------------------------------------------------ helpers
-USED_PORTS=" "
-free_port() {
-  local p
-  while :; do
-    p="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-    [[ "$USED_PORTS" == *" $p "* ]] || break
-  done
-  USED_PORTS+="$p "
-  echo "$p"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-cpu_ticks() { # pid -> utime + stime (all threads), in clock ticks
-  [[ -r "/proc/$1/stat" ]] || { echo 0; return; }
-  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
-}
-rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-hwm_kb() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-CLK_TCK="$(getconf CLK_TCK)"
 
 # ------------------------------------------------------------------ peers
 # PID[peer] is the peer's "primary": the process that owns the listening socket and
@@ -307,8 +269,8 @@ run_one() { # round peer scenario
   cmd+=(--count-header "$COUNT_HEADER" --json "$url/")
   local workers p0 p1 w0=0 w1=0 rss hwm wrss=()
   workers="$(descendants "$pid" | tr '\n' ' ')"
-  p0="$(cpu_ticks "$pid")"
-  for w in $workers; do w0=$((w0 + $(cpu_ticks "$w"))); done
+  p0="$(cpu_total "$pid")"
+  for w in $workers; do w0=$((w0 + $(cpu_total "$w"))); done
   # The load generator floats like everything else: see bench/README.md for why.
   "${cmd[@]}" >"$TMP/out" 2>"$TMP/err" &
   local lp=$!
@@ -321,8 +283,8 @@ run_one() { # round peer scenario
     log "load generator failed for $peer/$scen: $(tail -3 "$TMP/err")"
   fi
   LOAD_PID=""
-  p1="$(cpu_ticks "$pid")"
-  for w in $workers; do w1=$((w1 + $(cpu_ticks "$w"))); done
+  p1="$(cpu_total "$pid")"
+  for w in $workers; do w1=$((w1 + $(cpu_total "$w"))); done
   out="$(grep '^{' "$TMP/out" | tail -1 || true)"
   [[ -n "$out" ]] || out='null'
   local wj
@@ -341,37 +303,16 @@ if ((WARMUP > 0)); then
   done
 fi
 
-order_for_round() { # round -> peers, rotated by round-1 and reversed on even rounds
-  local r=$1 n=${#PEERS[@]} i out=()
-  for ((i = 0; i < n; i++)); do out+=("${PEERS[$(((i + r - 1) % n))]}"); done
-  if ((r % 2 == 0)); then
-    local rev=()
-    for ((i = n - 1; i >= 0; i--)); do rev+=("${out[$i]}"); done
-    out=("${rev[@]}")
-  fi
-  echo "${out[@]}"
-}
-
 log "measuring ${#PEERS[@]} peers x [$SCENARIOS], ${D}s each, $ROUNDS round(s), $WORKERS workers per peer; raw records in $RAW"
 for ((round = 1; round <= ROUNDS; round++)); do
   read -r -a order <<<"$(order_for_round "$round")"
   log "round $round: ${order[*]}"
   for scen in $SCENARIOS; do
     if [[ "$scen" == mixed-open* && -z "$CAPACITY" ]]; then
-      # The best closed-loop throughput among peers that use every core: a single
-      # process cannot set the pace for the others.
-      # shellcheck disable=SC2016 # JavaScript, not shell
-      read -r CAPACITY CAPACITY_FROM < <(node -e '
-        const fs = require("fs"); let best = null;
-        for (const line of fs.readFileSync(process.argv[1], "utf8").split("\n")) {
-          if (!line) continue; const r = JSON.parse(line);
-          if (r.round === 1 && r.scenario === "mixed-closed" && r.workers > 1 && r.result &&
-              r.result.errors_total === 0 && (!best || r.result.rps > best.result.rps)) best = r;
-        }
-        console.log(best ? `${best.result.rps} ${best.peer}` : "");
-      ' "$RAW")
+      # From peers that use every core: a single process cannot set the pace for them.
+      read -r CAPACITY CAPACITY_FROM < <(measured_capacity "$RAW" 2)
       [[ -n "$CAPACITY" ]] || die "no capacity: run mixed-closed with a multi-worker peer before the open-loop scenarios, or set BENCH_CAPACITY"
-      log "capacity $CAPACITY req/s (closed-loop mixed, best multi-worker peer: $CAPACITY_FROM, round 1)"
+      log "capacity $CAPACITY req/s (closed-loop mixed, round 1, multi-worker peers: $CAPACITY_FROM)"
     fi
     for peer in "${order[@]}"; do
       if [[ "$scen" == mixed-open* ]] && ((!MULTI[$peer])); then

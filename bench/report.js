@@ -90,6 +90,11 @@ const line = (r) => r.map((c, i) => (i < 2 ? String(c).padEnd(widths[i]) : Strin
 console.log('');
 console.log(`drover bench — medians of ${meta.rounds ?? '?'} round(s), ${meta.duration_s ?? '?'}s each, ${meta.cpus ?? '?'} cores` +
   (meta.proxy_cpu !== undefined && meta.proxy_cpu !== '' ? `, proxy pinned to cpu ${meta.proxy_cpu}, load generator to cpu ${meta.loadgen_cpu}` : ''));
+if (meta.backend === 'nginx') {
+  console.log('backends: one nginx worker answering "ok" (the proxy\'s own core is the bottleneck)');
+} else if (meta.backend) {
+  console.log('backends: two Node processes (bench/backend.js)');
+}
 if (meta.capacity_rps) {
   console.log(`mixed load ${meta.mix}: cheap ${meta.cheap_us}µs, expensive ${meta.expensive_ms}ms; capacity ${meta.capacity_rps} req/s from ${meta.capacity_from}`);
 }

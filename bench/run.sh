@@ -10,7 +10,13 @@
 #   BENCH_PEERS      peers to measure, space separated
 #                    (nginx-lc nginx-rr haproxy-lc haproxy-rr drover-p2c drover-rr drover-default)
 #   BENCH_SCENARIOS  (tiny-c50 tiny-c1 mixed-closed mixed-open50 mixed-open75)
-#   BENCH_CAPACITY   mixed-load capacity in req/s; default: measured (best peer, round 1)
+#   BENCH_CAPACITY   mixed-load capacity in req/s; default: measured (median of the
+#                    peers' closed-loop mixed throughput in round 1)
+#   BENCH_BACKEND    node (default): two Node processes, bench/backend.js, every scenario.
+#                    nginx: one nginx worker answering "ok" on two ports, for the tiny
+#                    scenarios only. Node backends are the bottleneck of tiny-c50 on 2
+#                    cores; nginx costs so little that the proxy's own core is, so the
+#                    req/s compare the proxies themselves.
 #   BENCH_WARMUP     seconds of warm-up per peer before round 1     (1)
 #   BENCH_SKIP_BUILD=1  use the binaries already in target/release
 #   BENCH_NO_INSTALL=1  never call apt-get
@@ -27,15 +33,28 @@ D="${BENCH_DURATION:-10}"
 ROUNDS="${BENCH_ROUNDS:-3}"
 WARMUP="${BENCH_WARMUP:-1}"
 PEERS_WANTED="${BENCH_PEERS:-nginx-lc nginx-rr haproxy-lc haproxy-rr drover-p2c drover-rr drover-default}"
-SCENARIOS="${BENCH_SCENARIOS:-tiny-c50 tiny-c1 mixed-closed mixed-open50 mixed-open75}"
+BACKEND="${BENCH_BACKEND:-node}"
+if [[ "$BACKEND" == nginx ]]; then
+  SCENARIOS="${BENCH_SCENARIOS:-tiny-c50 tiny-c1}"
+else
+  SCENARIOS="${BENCH_SCENARIOS:-tiny-c50 tiny-c1 mixed-closed mixed-open50 mixed-open75}"
+fi
 MIX="90:/cheap,10:/expensive"
 export CHEAP_US="${CHEAP_US:-20}" EXPENSIVE_MS="${EXPENSIVE_MS:-10}"
 
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-[[ "$D" =~ ^[0-9]+$ && "$D" -ge 1 ]] || die "BENCH_DURATION must be a whole number of seconds"
-[[ "$ROUNDS" =~ ^[0-9]+$ && "$ROUNDS" -ge 1 ]] || die "BENCH_ROUNDS must be a positive integer"
+LOG_TAG=bench
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+check_run_length "$D" "$ROUNDS"
+case "$BACKEND" in
+  node) ;;
+  nginx)
+    for scen in $SCENARIOS; do
+      [[ "$scen" == tiny-* ]] || die "BENCH_BACKEND=nginx serves the tiny scenarios only, not $scen (set BENCH_SCENARIOS=\"tiny-c50 tiny-c1\")"
+    done
+    ;;
+  *) die "BENCH_BACKEND must be node or nginx, not \"$BACKEND\"" ;;
+esac
 
 # ------------------------------------------------------------------ processes and cleanup
 TMP="$(mktemp -d /tmp/drover-bench.XXXXXX)"
@@ -96,69 +115,50 @@ else
 fi
 
 # ------------------------------------------------------------------ build
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-LOADGEN="$TARGET_DIR/release/drover-loadgen"
-DROVER="$TARGET_DIR/release/drover"
-HAVE_DROVER=0
-if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
-  log "cargo build --release -p drover -p drover-bench"
-  if (cd "$ROOT" && cargo build --release -p drover -p drover-bench >&2); then
-    HAVE_DROVER=1
-  else
-    log "drover does not build; measuring the peers only"
-    (cd "$ROOT" && cargo build --release -p drover-bench >&2) || die "drover-bench does not build"
-  fi
-else
-  [[ -x "$DROVER" ]] && HAVE_DROVER=1
-fi
-[[ -x "$LOADGEN" ]] || die "no $LOADGEN"
+build_binaries
 if ((HAVE_DROVER)) && ! "$DROVER" proxy --help >/dev/null 2>&1; then
   log "$DROVER has no working 'proxy' command; measuring the peers only"
   HAVE_DROVER=0
 fi
 
-# ------------------------------------------------------------------ helpers
-USED_PORTS=" "
-free_port() {
-  local p
-  while :; do
-    p="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-    [[ "$USED_PORTS" == *" $p "* ]] || break
-  done
-  USED_PORTS+="$p "
-  echo "$p"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-wait_port() { # port pid seconds
-  local i
-  for ((i = 0; i < $3 * 20; i++)); do
-    port_open "$1" && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-cpu_ticks() { # "utime stime" of a process (all threads), in clock ticks
-  [[ -r "/proc/$1/stat" ]] || { echo "0 0"; return; }
-  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12, $13}'
-}
-rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-hwm_kb() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-CLK_TCK="$(getconf CLK_TCK)"
-
 # ------------------------------------------------------------------ backends
-BE_PORTS=()
-for i in 1 2; do
-  port="$(free_port)"
-  BACKEND_ID="be$i" node "$BENCH_DIR/backend.js" "$port" 2>"$TMP/backend$i.log" &
+BE_PORTS=("$(free_port)" "$(free_port)")
+if [[ "$BACKEND" == nginx ]]; then
+  mkdir -p "$TMP/backend/tmp"
+  cat >"$TMP/backend/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $TMP/backend/nginx.pid;
+error_log $TMP/backend/error.log warn;
+events { worker_connections 8192; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/backend/tmp/body;
+  keepalive_requests 10000000;
+  keepalive_timeout 300s;
+  server {
+    listen 127.0.0.1:${BE_PORTS[0]} backlog=4096;
+    listen 127.0.0.1:${BE_PORTS[1]} backlog=4096;
+    location / { return 200 "ok"; }
+  }
+}
+EOF
+  "$NGINX" -p "$TMP/backend" -e "$TMP/backend/error.log" -c "$TMP/backend/nginx.conf" 2>"$TMP/backend.log" &
   PIDS+=($!)
-  wait_port "$port" $! 10 || { cat "$TMP/backend$i.log" >&2; die "backend $i did not start"; }
-  BE_PORTS+=("$port")
-done
-log "backends on 127.0.0.1:${BE_PORTS[0]} and :${BE_PORTS[1]} (cheap ${CHEAP_US}µs, expensive ${EXPENSIVE_MS}ms)"
+  for port in "${BE_PORTS[@]}"; do
+    wait_port "$port" $! 10 || { cat "$TMP/backend.log" "$TMP/backend/error.log" >&2; die "nginx backend did not start"; }
+  done
+  log "backend: one nginx worker answering \"ok\" on 127.0.0.1:${BE_PORTS[0]} and :${BE_PORTS[1]}"
+else
+  for i in 1 2; do
+    port="${BE_PORTS[$((i - 1))]}"
+    BACKEND_ID="be$i" node "$BENCH_DIR/backend.js" "$port" 2>"$TMP/backend$i.log" &
+    PIDS+=($!)
+    wait_port "$port" $! 10 || { cat "$TMP/backend$i.log" >&2; die "backend $i did not start"; }
+  done
+  log "backends: two Node processes on 127.0.0.1:${BE_PORTS[0]} and :${BE_PORTS[1]} (cheap ${CHEAP_US}µs, expensive ${EXPENSIVE_MS}ms)"
+fi
 
 # ------------------------------------------------------------------ peers
 declare -A PORT PID
@@ -347,35 +347,15 @@ if ((WARMUP > 0)); then
   done
 fi
 
-order_for_round() { # round -> peers, rotated by round-1 and reversed on even rounds
-  local r=$1 n=${#PEERS[@]} i out=()
-  for ((i = 0; i < n; i++)); do out+=("${PEERS[$(((i + r - 1) % n))]}"); done
-  if ((r % 2 == 0)); then
-    local rev=()
-    for ((i = n - 1; i >= 0; i--)); do rev+=("${out[$i]}"); done
-    out=("${rev[@]}")
-  fi
-  echo "${out[@]}"
-}
-
 log "measuring ${#PEERS[@]} peers x [$SCENARIOS], ${D}s each, $ROUNDS round(s); raw records in $RAW"
 for ((round = 1; round <= ROUNDS; round++)); do
   read -r -a order <<<"$(order_for_round "$round")"
   log "round $round: ${order[*]}"
   for scen in $SCENARIOS; do
     if [[ "$scen" == mixed-open* && -z "$CAPACITY" ]]; then
-      # Capacity = best closed-loop mixed throughput of round 1 (needs mixed-closed).
-      read -r CAPACITY CAPACITY_FROM < <(node -e '
-        const fs = require("fs"); let best = null;
-        for (const line of fs.readFileSync(process.argv[1], "utf8").split("\n")) {
-          if (!line) continue; const r = JSON.parse(line);
-          if (r.round === 1 && r.scenario === "mixed-closed" && r.result && r.result.errors_total === 0 &&
-              (!best || r.result.rps > best.result.rps)) best = r;
-        }
-        console.log(best ? `${best.result.rps} ${best.peer}` : "");
-      ' "$RAW")
+      read -r CAPACITY CAPACITY_FROM < <(measured_capacity "$RAW" 1)
       [[ -n "$CAPACITY" ]] || die "no capacity: run mixed-closed before the open-loop scenarios or set BENCH_CAPACITY"
-      log "capacity $CAPACITY req/s (closed-loop mixed, best peer: $CAPACITY_FROM, round 1); open loop at 50% and 75%"
+      log "capacity $CAPACITY req/s (closed-loop mixed, round 1, $CAPACITY_FROM); open loop at 50% and 75%"
     fi
     if [[ "$scen" == tiny-c1 ]]; then
       run_one "$round" direct "$scen"
@@ -388,10 +368,11 @@ done
 
 # ------------------------------------------------------------------ report
 META="$TMP/meta.json"
-node -e 'console.log(JSON.stringify({
+BACKEND="$BACKEND" node -e 'console.log(JSON.stringify({
   stamp: process.argv[1], duration_s: +process.argv[2], rounds: +process.argv[3],
   cpus: +process.argv[4], proxy_cpu: process.argv[5], loadgen_cpu: process.argv[6],
   capacity_rps: process.argv[7] ? +process.argv[7] : null, capacity_from: process.argv[8],
+  backend: process.env.BACKEND,
   cheap_us: +process.env.CHEAP_US, expensive_ms: +process.env.EXPENSIVE_MS, mix: process.argv[9],
   versions: JSON.parse(process.argv[10]) }))' \
   "$STAMP" "$D" "$ROUNDS" "$NCPU" "${PIN_PROXY[*]:+$PROXY_CPU}" "${PIN_LOAD[*]:+$LOADGEN_CPU}" \

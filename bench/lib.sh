@@ -1,0 +1,107 @@
+# Shared by bench/run.sh and bench/cluster.sh: logging, building the binaries, ports,
+# per-process CPU and memory, the peer order of a round, and the measured capacity.
+# Source it after setting BENCH_DIR, ROOT and LOG_TAG.
+# shellcheck shell=bash
+
+log() { printf '[%s %s] %s\n' "${LOG_TAG:-bench}" "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+check_run_length() { # duration rounds
+  [[ "$1" =~ ^[0-9]+$ && "$1" -ge 1 ]] || die "BENCH_DURATION must be a whole number of seconds"
+  [[ "$2" =~ ^[0-9]+$ && "$2" -ge 1 ]] || die "BENCH_ROUNDS must be a positive integer"
+}
+
+# Builds drover and drover-loadgen (unless BENCH_SKIP_BUILD=1) and sets LOADGEN, DROVER
+# and HAVE_DROVER. A drover that does not build is left out; the peers are still measured.
+build_binaries() {
+  local target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
+  LOADGEN="$target_dir/release/drover-loadgen"
+  DROVER="$target_dir/release/drover"
+  HAVE_DROVER=0
+  if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
+    log "cargo build --release -p drover -p drover-bench"
+    if (cd "$ROOT" && cargo build --release -p drover -p drover-bench >&2); then
+      HAVE_DROVER=1
+    else
+      log "drover does not build; measuring the other peers only"
+      (cd "$ROOT" && cargo build --release -p drover-bench >&2) || die "drover-bench does not build"
+    fi
+  else
+    [[ -x "$DROVER" ]] && HAVE_DROVER=1
+  fi
+  [[ -x "$LOADGEN" ]] || die "no $LOADGEN"
+  return 0
+}
+
+# A loopback port no other peer of this run was given.
+USED_PORTS=" "
+free_port() {
+  local p
+  while :; do
+    p="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
+    [[ "$USED_PORTS" == *" $p "* ]] || break
+  done
+  USED_PORTS+="$p "
+  echo "$p"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port pid seconds: true once the port accepts, false if pid dies first
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    port_open "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+cpu_ticks() { # "utime stime" of a process (all threads), in clock ticks
+  [[ -r "/proc/$1/stat" ]] || { echo "0 0"; return; }
+  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12, $13}'
+}
+cpu_total() { # utime + stime of a process, in clock ticks
+  local u s
+  read -r u s < <(cpu_ticks "$1")
+  echo $((u + s))
+}
+rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+hwm_kb() { awk '/^VmHWM:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+CLK_TCK="$(getconf CLK_TCK)"
+
+order_for_round() { # round -> PEERS, rotated by round-1 and reversed on even rounds
+  local r=$1 n=${#PEERS[@]} i out=()
+  for ((i = 0; i < n; i++)); do out+=("${PEERS[$(((i + r - 1) % n))]}"); done
+  if ((r % 2 == 0)); then
+    local rev=()
+    for ((i = n - 1; i >= 0; i--)); do rev+=("${out[$i]}"); done
+    out=("${rev[@]}")
+  fi
+  echo "${out[@]}"
+}
+
+# Capacity for the open-loop runs: the median of round 1's error-free closed-loop mixed
+# throughputs (records with at least MIN_WORKERS workers, when the record says). The
+# median, not the best: on a noisy 2-core machine the best of several is an outlier, and
+# "75 % of capacity" offered from an outlier is really 85-95 %, where every peer's queue
+# grows for the whole run and the p99s compare nothing but luck.
+# Prints "RPS DESCRIPTION", or nothing when no such record exists.
+measured_capacity() { # raw.jsonl min_workers
+  # shellcheck disable=SC2016 # JavaScript, not shell
+  node -e '
+    const fs = require("fs"); const min = +process.argv[2]; const runs = [];
+    for (const line of fs.readFileSync(process.argv[1], "utf8").split("\n")) {
+      if (!line) continue; const r = JSON.parse(line);
+      if (r.round === 1 && r.scenario === "mixed-closed" && r.peer !== "direct" &&
+          (r.workers === undefined || r.workers >= min) &&
+          r.result && r.result.errors_total === 0) runs.push(r);
+    }
+    if (!runs.length) process.exit(0);
+    runs.sort((a, b) => a.result.rps - b.result.rps);
+    const n = runs.length, mid = Math.floor(n / 2);
+    const rps = n % 2 ? runs[mid].result.rps : (runs[mid - 1].result.rps + runs[mid].result.rps) / 2;
+    const each = runs.map((r) => `${r.peer}=${Math.round(r.result.rps)}`).join(",");
+    console.log(`${Math.round(rps)} median-of-${n}:${each}`);
+  ' "$1" "$2"
+}
