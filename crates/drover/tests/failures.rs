@@ -256,6 +256,89 @@ async fn busy_endpoints_queue_requests_in_drover() {
     assert_eq!(b[0].hits(), 4);
 }
 
+/// The queue is ordered by deadline (arrival + a multiple of the route's learned cost):
+/// a cheap request that arrives while an expensive one waits goes first, so it does not
+/// sit behind work it has nothing to do with; requests of one route stay in order.
+#[tokio::test]
+async fn a_queued_cheap_request_passes_a_queued_expensive_one() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "5s"]).await;
+    let addr = d.addr();
+    // drover learns each route's cost from its latency.
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    for path in ["/delay/300", "/delay/1", "/delay/1"] {
+        assert_eq!(c.get(path).await.status, 200);
+    }
+    b[0].reset_stats();
+    let send = |path: &'static str| {
+        tokio::spawn(async move {
+            HttpClient::connect(addr)
+                .await
+                .unwrap()
+                .get(path)
+                .await
+                .status
+        })
+    };
+    let hog = send("/delay/400");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let expensive = send("/delay/300");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cheap_first = send("/delay/1");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let cheap_second = send("/delay/1");
+    for t in [hog, expensive, cheap_first, cheap_second] {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let order: Vec<String> = b[0].request_heads().into_iter().map(|h| h.target).collect();
+    assert_eq!(
+        order,
+        ["/delay/400", "/delay/1", "/delay/1", "/delay/300"],
+        "the backend never held more than one: {}",
+        b[0].max_in_flight()
+    );
+}
+
+/// Cheap requests pass an expensive one only within its slack (4 times its cost): one
+/// that has waited longer is served before later cheap arrivals, so it never starves.
+#[tokio::test]
+async fn an_expensive_request_is_passed_only_within_its_slack() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "5s"]).await;
+    let addr = d.addr();
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    for path in ["/delay/50", "/delay/1", "/delay/1"] {
+        assert_eq!(c.get(path).await.status, 200);
+    }
+    b[0].reset_stats();
+    let send = |path: &'static str| {
+        tokio::spawn(async move {
+            HttpClient::connect(addr)
+                .await
+                .unwrap()
+                .get(path)
+                .await
+                .status
+        })
+    };
+    let hog = send("/delay/700");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Queued with a deadline about 200 ms from now.
+    let expensive = send("/delay/50");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let early_cheap = send("/delay/1?early");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late_cheap = send("/delay/1?late");
+    for t in [hog, expensive, early_cheap, late_cheap] {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let order: Vec<String> = b[0].request_heads().into_iter().map(|h| h.target).collect();
+    assert_eq!(
+        order,
+        ["/delay/700", "/delay/1?early", "/delay/50", "/delay/1?late"]
+    );
+}
+
 #[tokio::test]
 async fn a_full_queue_and_a_long_wait_get_503() {
     let b = backends(1).await;
