@@ -5,15 +5,19 @@
 //! waiting behind expensive ones in a single-threaded server: a queued request goes to
 //! whichever endpoint frees up first, not to the one it happened to be sent to.
 //!
-//! The queue is ordered by deadline, earliest first: a request's deadline is the moment
-//! it joined plus `SLOWDOWN` times its expected cost (the route's learned latency). Among
-//! requests of one route that is first come, first served. Across routes, a cheap
-//! request passes an expensive one that has waited less than its slack, so a burst of
-//! expensive requests no longer holds every cheap request behind it, while the expensive
-//! request's extra wait is bounded by its slack (it never starves). Queueing theory says
-//! why this pays: giving short jobs priority cuts their wait by about 1 / (1 - load of
-//! the long ones) and adds to the long ones' wait only about 1 / (1 - load of the short
-//! ones), small when short jobs are a small share of the work, as they are here.
+//! The queue is first come, first served, with one exception: a request joins ahead of
+//! queued requests whose learned cost is more than `PASS_RATIO` times its own, passing
+//! each of them at most `MAX_PASSES` times. So a cheap request that arrives while two
+//! expensive ones wait for a busy endpoint no longer waits for both to be served, and an
+//! expensive one waits for a few cheap ones more at most, and never starves.
+//!
+//! Why bounded passes rather than a priority by cost or a deadline per request (both
+//! measured, see bench/README.md): in bursts that drain, priority to short jobs cuts
+//! their wait a lot and adds little to the long ones'; but when the queue stands
+//! (overload, or a closed-loop load that refills it as fast as it empties), cheap
+//! requests keep passing, expensive ones pile up behind each other, and the tail grows
+//! two- to three-fold. A bound on passes keeps most of the first and none of the second.
+//!
 //! Each release hands slots to the waiters at the head, in order, for as long as there
 //! is room. (A wake-up primitive would let a waiter that lost a race drop to the back,
 //! which is what makes tails long.)
@@ -21,25 +25,22 @@
 use crate::error::ProxyError;
 use drover_balance::{clock, Balancer, Endpoint, Nanos, NoPick, Pick, PickContext};
 use drover_registry::Pool;
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// How many times its own expected cost a queued request may wait before requests that
-/// joined after it stop passing it. 4: a 10 ms request lets cheaper work ahead for at most
-/// 40 ms, a 0.2 ms one for 0.8 ms. Lower tends to FIFO (longer waits for cheap requests
-/// behind expensive bursts); higher to strict shortest-first (expensive tails grow).
-pub const SLOWDOWN: Nanos = 4;
+/// A request passes queued ones that cost more than this many times what it costs.
+pub const PASS_RATIO: Nanos = 4;
+
+/// How many later requests may pass a queued one.
+pub const MAX_PASSES: u32 = 8;
 
 pub struct Admission {
     balancer: Arc<dyn Balancer>,
     pool: Arc<Pool>,
-    queue: Mutex<BinaryHeap<Waiter>>,
-    /// Arrival order, to break ties between equal deadlines first come, first served.
-    next_seq: AtomicU64,
+    queue: Mutex<VecDeque<Waiter>>,
     /// The queue's length, readable without the lock on every release.
     waiting: AtomicUsize,
     max: usize,
@@ -48,9 +49,9 @@ pub struct Admission {
 
 /// A queued request: what its pick needs, owned, and where to send the slot.
 struct Waiter {
-    deadline: Nanos,
-    seq: u64,
     cost: Nanos,
+    /// Later requests that joined ahead of this one.
+    passed: u32,
     hash_key: Option<Vec<u8>>,
     sticky: Option<String>,
     exclude: Vec<Arc<Endpoint>>,
@@ -67,8 +68,7 @@ impl Admission {
         Admission {
             balancer,
             pool,
-            queue: Mutex::new(BinaryHeap::new()),
-            next_seq: AtomicU64::new(0),
+            queue: Mutex::new(VecDeque::new()),
             waiting: AtomicUsize::new(0),
             max,
             timeout,
@@ -97,15 +97,21 @@ impl Admission {
             if queue.len() >= self.max {
                 return Err(ProxyError::QueueFull);
             }
-            queue.push(Waiter {
-                deadline: ctx.now.saturating_add(ctx.cost.saturating_mul(SLOWDOWN)),
-                seq: self.next_seq.fetch_add(1, Relaxed),
-                cost: ctx.cost,
-                hash_key: ctx.hash_key.map(<[u8]>::to_vec),
-                sticky: ctx.sticky.map(str::to_owned),
-                exclude: ctx.exclude.to_vec(),
-                reply,
-            });
+            let at = join_position(&queue, ctx.cost);
+            for ahead in queue.range_mut(at..) {
+                ahead.passed += 1;
+            }
+            queue.insert(
+                at,
+                Waiter {
+                    cost: ctx.cost,
+                    passed: 0,
+                    hash_key: ctx.hash_key.map(<[u8]>::to_vec),
+                    sticky: ctx.sticky.map(str::to_owned),
+                    exclude: ctx.exclude.to_vec(),
+                    reply,
+                },
+            );
             self.waiting.store(queue.len(), Relaxed);
         }
         // A slot may have freed between the pick above and joining the queue.
@@ -121,18 +127,18 @@ impl Admission {
         }
     }
 
-    /// Hands free slots to the waiters with the earliest deadlines, in order, until the
-    /// first of them cannot be placed.
+    /// Hands free slots to the waiters at the head of the queue, in order, until the
+    /// head cannot be placed.
     fn dispatch(self: &Arc<Self>) {
         let mut queue = self.lock();
         if queue.is_empty() {
             return;
         }
         let set = self.pool.snapshot();
-        while let Some(head) = queue.peek() {
+        while let Some(head) = queue.front() {
             if head.reply.is_closed() {
                 // Gave up (timeout or client gone).
-                queue.pop();
+                queue.pop_front();
                 continue;
             }
             let ctx = PickContext {
@@ -147,7 +153,7 @@ impl Admission {
                 Err(NoPick::NoneAvailable) => Err(ProxyError::NoEndpoint),
                 Err(NoPick::AllBusy) => break,
             };
-            let Some(waiter) = queue.pop() else {
+            let Some(waiter) = queue.pop_front() else {
                 break;
             };
             if let Err(Ok(mut unsent)) = waiter.reply.send(result) {
@@ -159,7 +165,7 @@ impl Admission {
         self.waiting.store(queue.len(), Relaxed);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Waiter>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiter>> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -171,27 +177,23 @@ impl Admission {
     }
 }
 
-// `BinaryHeap` pops its greatest element: the greatest waiter is the one with the
-// earliest deadline, and of equal deadlines the one that came first.
-impl Ord for Waiter {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.deadline, other.seq).cmp(&(self.deadline, self.seq))
+/// Where a request of `cost` joins: behind the last waiter it may not pass. It passes
+/// waiters at the tail that cost more than `PASS_RATIO` times as much and have been
+/// passed fewer than `MAX_PASSES` times. An unknown cost (0) passes nobody.
+fn join_position(queue: &VecDeque<Waiter>, cost: Nanos) -> usize {
+    let mut at = queue.len();
+    if cost == 0 {
+        return at;
     }
-}
-
-impl PartialOrd for Waiter {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+    while at > 0 {
+        let ahead = &queue[at - 1];
+        if ahead.passed >= MAX_PASSES || ahead.cost <= cost.saturating_mul(PASS_RATIO) {
+            break;
+        }
+        at -= 1;
     }
+    at
 }
-
-impl PartialEq for Waiter {
-    fn eq(&self, other: &Self) -> bool {
-        self.seq == other.seq
-    }
-}
-
-impl Eq for Waiter {}
 
 /// A `Pick` that, when released, hands its room to the next queued request.
 pub struct Slot {
@@ -212,5 +214,46 @@ impl Drop for Slot {
         if self.pick.take().is_some() && self.admission.waiting() > 0 {
             self.admission.dispatch();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(cost: Nanos, passed: u32) -> Waiter {
+        Waiter {
+            cost,
+            passed,
+            hash_key: None,
+            sticky: None,
+            exclude: Vec::new(),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn queue(waiters: &[(Nanos, u32)]) -> VecDeque<Waiter> {
+        waiters.iter().map(|&(c, p)| waiter(c, p)).collect()
+    }
+
+    #[test]
+    fn a_cheap_request_joins_ahead_of_the_expensive_tail_only() {
+        // [cheap, expensive, expensive]: a cheap newcomer passes both expensive ones
+        // but not the cheap one at the head.
+        assert_eq!(join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10), 1);
+        // A newcomer of similar cost (within PASS_RATIO) keeps its place in line.
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 400), 1);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 249), 0);
+        // An expensive one in the middle shields the ones ahead of it only by its place:
+        // the newcomer stops at the first waiter it may not pass.
+        assert_eq!(join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10), 2);
+        assert_eq!(join_position(&VecDeque::new(), 10), 0);
+    }
+
+    #[test]
+    fn passes_are_bounded_and_unknown_costs_pass_nobody() {
+        assert_eq!(join_position(&queue(&[(1000, MAX_PASSES)]), 10), 1);
+        assert_eq!(join_position(&queue(&[(1000, MAX_PASSES - 1)]), 10), 0);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 0), 1);
     }
 }
