@@ -240,13 +240,19 @@ mod tests {
     fn a_cheap_request_joins_ahead_of_the_expensive_tail_only() {
         // [cheap, expensive, expensive]: a cheap newcomer passes both expensive ones
         // but not the cheap one at the head.
-        assert_eq!(join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10), 1);
+        assert_eq!(
+            join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10),
+            1
+        );
         // A newcomer of similar cost (within PASS_RATIO) keeps its place in line.
         assert_eq!(join_position(&queue(&[(1000, 0)]), 400), 1);
         assert_eq!(join_position(&queue(&[(1000, 0)]), 249), 0);
         // An expensive one in the middle shields the ones ahead of it only by its place:
         // the newcomer stops at the first waiter it may not pass.
-        assert_eq!(join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10), 2);
+        assert_eq!(
+            join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10),
+            2
+        );
         assert_eq!(join_position(&VecDeque::new(), 10), 0);
     }
 

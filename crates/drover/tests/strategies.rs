@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{addrs, backends, bin, proxy};
+use common::{addrs, backends, bin, proxy, temp_dir};
 use drover_testkit::{Backend, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 
@@ -55,8 +55,7 @@ async fn round_robin_alternates() {
 #[tokio::test]
 async fn weighted_follows_weights_from_the_config() {
     let b = backends(2).await;
-    let dir = std::env::temp_dir().join(format!("drover-weighted-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("weighted");
     let file = dir.join("drover.toml");
     std::fs::write(
         &file,

@@ -43,7 +43,9 @@ pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
 
 /// A fresh scratch directory for one test, unique per test process.
 pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("drover-{tag}-{}", std::process::id()));
+    // Under target/ (cargo's per-build scratch dir), so runs leave nothing in /tmp.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("drover-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
