@@ -11,12 +11,12 @@
 //! expensive ones wait for a busy endpoint no longer waits for both to be served, and an
 //! expensive one waits for a few cheap ones more at most, and never starves.
 //!
-//! Why bounded passes rather than a priority by cost or a deadline per request (both
-//! measured, see bench/README.md): in bursts that drain, priority to short jobs cuts
-//! their wait a lot and adds little to the long ones'; but when the queue stands
-//! (overload, or a closed-loop load that refills it as fast as it empties), cheap
-//! requests keep passing, expensive ones pile up behind each other, and the tail grows
-//! two- to three-fold. A bound on passes keeps most of the first and none of the second.
+//! Why bounded passes rather than a deadline per request (measured: "Queue order" in
+//! bench/README.md): in bursts that drain, priority to short jobs cuts their wait a lot
+//! and adds little to the long ones'; but when the queue stands (overload, or a
+//! closed-loop load that refills it as fast as it empties), cheap requests keep
+//! passing, expensive ones pile up behind each other, and the tail grows two- to
+//! three-fold. A bound on passes keeps most of the first and none of the second.
 //!
 //! Each release hands slots to the waiters at the head, in order, for as long as there
 //! is room. (A wake-up primitive would let a waiter that lost a race drop to the back,
