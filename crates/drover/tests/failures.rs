@@ -256,82 +256,64 @@ async fn busy_endpoints_queue_requests_in_drover() {
     assert_eq!(b[0].hits(), 4);
 }
 
-/// A cheap request that arrives while an expensive one waits in drover's queue joins
-/// ahead of it (costs are learned per route), so it does not sit behind work it has
-/// nothing to do with; requests of one route stay in order.
-#[tokio::test]
-async fn a_queued_cheap_request_passes_a_queued_expensive_one() {
+/// Sends `schedule` (wait this many ms, then send this path, each on its own
+/// connection) through a proxy whose one backend takes one request at a time, after
+/// teaching it the cost of each `learn` route; returns the order the backend served
+/// them in.
+async fn served_order(learn: &[&str], schedule: &[(u64, &'static str)]) -> Vec<String> {
     let b = backends(1).await;
     let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "5s"]).await;
     let addr = d.addr();
     // drover learns each route's cost from its latency.
     let mut c = HttpClient::connect(addr).await.unwrap();
-    for path in ["/delay/300", "/delay/1", "/delay/1"] {
+    for path in learn {
         assert_eq!(c.get(path).await.status, 200);
     }
     b[0].reset_stats();
-    let send = |path: &'static str| {
-        tokio::spawn(async move {
+    let mut tasks = Vec::new();
+    for &(wait_ms, path) in schedule {
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        tasks.push(tokio::spawn(async move {
             HttpClient::connect(addr)
                 .await
                 .unwrap()
                 .get(path)
                 .await
                 .status
-        })
-    };
-    let hog = send("/delay/400");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let expensive = send("/delay/300");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let cheap_first = send("/delay/1");
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let cheap_second = send("/delay/1");
-    for t in [hog, expensive, cheap_first, cheap_second] {
+        }));
+    }
+    for t in tasks {
         assert_eq!(t.await.unwrap(), 200);
     }
-    let order: Vec<String> = b[0].request_heads().into_iter().map(|h| h.target).collect();
-    assert_eq!(
-        order,
-        ["/delay/400", "/delay/1", "/delay/1", "/delay/300"],
-        "the backend never held more than one: {}",
-        b[0].max_in_flight()
-    );
+    assert_eq!(b[0].max_in_flight(), 1);
+    b[0].request_heads().into_iter().map(|h| h.target).collect()
+}
+
+/// A cheap request that arrives while an expensive one waits in drover's queue joins
+/// ahead of it (costs are learned per route), so it does not sit behind work it has
+/// nothing to do with; requests of one route stay in order.
+#[tokio::test]
+async fn a_queued_cheap_request_passes_a_queued_expensive_one() {
+    let order = served_order(
+        &["/delay/300", "/delay/1", "/delay/1"],
+        &[
+            (0, "/delay/400"),
+            (100, "/delay/300"),
+            (50, "/delay/1"),
+            (20, "/delay/1"),
+        ],
+    )
+    .await;
+    assert_eq!(order, ["/delay/400", "/delay/1", "/delay/1", "/delay/300"]);
 }
 
 /// Cheap requests pass a queued expensive one at most 8 times: the ninth and later
 /// queue behind it, so it never starves.
 #[tokio::test]
 async fn an_expensive_request_is_passed_a_bounded_number_of_times() {
-    let b = backends(1).await;
-    let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "5s"]).await;
-    let addr = d.addr();
-    let mut c = HttpClient::connect(addr).await.unwrap();
-    for path in ["/delay/50", "/delay/1", "/delay/1"] {
-        assert_eq!(c.get(path).await.status, 200);
-    }
-    b[0].reset_stats();
-    let send = |path: &'static str| {
-        tokio::spawn(async move {
-            HttpClient::connect(addr)
-                .await
-                .unwrap()
-                .get(path)
-                .await
-                .status
-        })
-    };
-    let mut tasks = vec![send("/delay/700")];
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    tasks.push(send("/delay/50"));
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_millis(15)).await;
-        tasks.push(send("/delay/1"));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), 200);
-    }
-    let order: Vec<String> = b[0].request_heads().into_iter().map(|h| h.target).collect();
+    let mut schedule = vec![(0, "/delay/700"), (100, "/delay/50")];
+    schedule.extend([(15, "/delay/1"); 10]);
+    let order = served_order(&["/delay/50", "/delay/1", "/delay/1"], &schedule).await;
     let mut want = vec!["/delay/700"];
     want.extend(["/delay/1"; 8]);
     want.push("/delay/50");
