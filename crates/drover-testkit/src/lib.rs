@@ -38,3 +38,14 @@ pub use harness::{
 };
 pub use http::{chunked_body, HeaderList, RequestHead};
 pub use ws::accept_key as ws_accept_key;
+
+/// The Python worker used by the supervisor and `drover run` tests (see the comment at
+/// the top of `fixtures/py_worker.py` for what it answers and which variables it reads).
+pub const PY_WORKER: &str = include_str!("../fixtures/py_worker.py");
+
+/// Writes [`PY_WORKER`] into `dir` as `py_worker.py` and returns its path.
+pub fn write_py_worker(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("py_worker.py");
+    std::fs::write(&path, PY_WORKER).expect("write the Python test worker");
+    path
+}

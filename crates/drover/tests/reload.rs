@@ -14,52 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A Python worker for these tests: answers `/health` and `/` (JSON with its pid,
-/// worker id and `$EXTRA`); serves on fd 3 under `LISTEN_FDS`, else on `$PORT`. With
-/// `HANG_FLAG`, the first process to start hangs in its third `/health` (a stuck event
-/// loop, as far as a health check can tell).
-const WORKER_PY: &str = r#"
-import json, os, socket, time
-from http.server import HTTPServer, BaseHTTPRequestHandler
-hang = False
-flag = os.environ.get("HANG_FLAG")
-if flag and not os.path.exists(flag):
-    open(flag, "w").close()
-    hang = True
-checks = 0
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        global checks
-        if self.path == "/health":
-            checks += 1
-            if hang and checks > 2:
-                time.sleep(3600)
-            body = b"ok"
-        else:
-            if self.path == "/slow":
-                time.sleep(0.2)
-            body = json.dumps({"pid": os.getpid(), "worker": os.environ.get("DROVER_WORKER_ID"),
-                               "extra": os.environ.get("EXTRA"),
-                               "listen_pid": os.environ.get("LISTEN_PID")}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-if os.environ.get("LISTEN_FDS") == "1":
-    srv = HTTPServer(("127.0.0.1", 0), H, bind_and_activate=False)
-    srv.socket.close()
-    srv.socket = socket.socket(fileno=3)
-else:
-    srv = HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H)
-srv.serve_forever()
-"#;
-
 fn worker_script(dir: &Path) -> String {
-    let path = dir.join("worker.py");
-    std::fs::write(&path, WORKER_PY).unwrap();
-    path.display().to_string()
+    // Python worker of drover-testkit: see fixtures/py_worker.py for what it answers.
+    drover_testkit::write_py_worker(dir).display().to_string()
 }
 
 /// `drover run` of the Python test worker: `workers` of them, the balancer and admin
@@ -468,7 +425,7 @@ async fn a_crash_looping_app_is_reported_while_the_other_keeps_serving() {
 async fn a_hung_worker_is_taken_out_and_restarted() {
     let dir = temp_dir("reload-hung");
     let app = format!(
-        "workers = 2\nenv = {{ HANG_FLAG = \"{}\" }}\nhealth = {{ path = \"/health\", interval = \"100ms\", timeout = \"200ms\", fall = 2 }}\n",
+        "workers = 2\nenv = {{ HANG_FLAG = \"{}\", HANG_AFTER = \"2\" }}\nhealth = {{ path = \"/health\", interval = \"100ms\", timeout = \"200ms\", fall = 2 }}\n",
         dir.join("hung-once").display()
     );
     let (d, admin, _) = up_with("hung", &web_config(&worker_script(&dir), "", &app, "")).await;

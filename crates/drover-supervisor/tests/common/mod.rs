@@ -12,62 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A single-threaded http.server worker. It prints a line to each pipe at start,
-/// answers `/health` with "ok" and anything else with JSON describing itself.
-/// With `HANG_FLAG=path`, the first process to start (the one that creates the file)
-/// hangs forever in its second `/health` request: a hung event loop, in effect.
-/// With `IGNORE_TERM=1` it ignores SIGTERM, so only SIGKILL stops it.
-const SERVER_PY: &str = r#"
-import json, os, signal, socket, sys, time
-from http.server import HTTPServer, BaseHTTPRequestHandler
-
-shared = os.environ.get("LISTEN_FDS") == "1"
-port = None if shared else int(os.environ["PORT"])
-wid = os.environ.get("DROVER_WORKER_ID")
-app = os.environ.get("DROVER_APP")
-if os.environ.get("IGNORE_TERM"):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-hang = False
-flag = os.environ.get("HANG_FLAG")
-if flag and not os.path.exists(flag):
-    open(flag, "w").close()
-    hang = True
-health_calls = 0
-
-class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
-        global health_calls
-        if self.path == "/health":
-            health_calls += 1
-            if hang and health_calls > 1:
-                time.sleep(3600)
-            body = b"ok"
-        else:
-            if self.path == "/slow":
-                time.sleep(0.2)
-            body = json.dumps({"port": port, "worker": wid, "app": app,
-                               "pid": os.getpid(), "extra": os.environ.get("EXTRA"),
-                               "listen_pid": os.environ.get("LISTEN_PID")}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-print(f"hello from worker {wid}", flush=True)
-print(f"stderr from worker {wid}", file=sys.stderr, flush=True)
-if shared:
-    # systemd's convention: the listening socket is fd 3.
-    server = HTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
-    server.socket.close()
-    server.socket = socket.socket(fileno=3)
-else:
-    server = HTTPServer(("127.0.0.1", port), Handler)
-server.serve_forever()
-"#;
-
 /// A fresh directory under cargo's `target/tmp` (not /tmp, so runs leave nothing
 /// behind outside the build directory), unique per call.
 pub fn temp_dir() -> PathBuf {
@@ -83,9 +27,7 @@ pub fn temp_dir() -> PathBuf {
 
 /// Writes the Python worker into a fresh temp dir and returns its path.
 pub fn server_script() -> PathBuf {
-    let path = temp_dir().join("server.py");
-    std::fs::write(&path, SERVER_PY).unwrap();
-    path
+    drover_testkit::write_py_worker(&temp_dir())
 }
 
 /// An app running the Python worker, with back-offs and timeouts sized for tests.
