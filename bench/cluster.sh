@@ -23,6 +23,10 @@
 #   BENCH_NO_INSTALL=1  never install PM2 (the pm2 peer is skipped when it is missing)
 #   DROVER_THREADS   pass -t N to drover run (default: drover's own default, one per core)
 #   PI_ITERATIONS    cost of the pi workload's request                 (100000, ~2 ms)
+#   BENCH_REUSE      open loop: idle connection a request goes out on (random)
+#                    random: like many independent clients; newest: the connection that
+#                    answered last, which steers requests to the worker that just finished
+#                    and so does the per-connection peers' balancing for them
 #
 # Results: tables on stdout, raw records and a summary under bench/results/.
 set -euo pipefail
@@ -42,12 +46,14 @@ PI_PATH="/pi?iterations=${PI_ITERATIONS:-100000}"
 MIX="90:/pi?iterations=10000,10:/pi?iterations=500000"
 CLOSED_CONNS=50
 OPEN_CONNS=512
+REUSE="${BENCH_REUSE:-random}"
 COUNT_HEADER=x-worker
 
 LOG_TAG=cluster
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 check_run_length "$D" "$ROUNDS"
+[[ "$REUSE" == random || "$REUSE" == newest ]] || die "BENCH_REUSE must be random or newest, not \"$REUSE\""
 [[ "$WORKERS" =~ ^[0-9]+$ && "$WORKERS" -ge 1 ]] || die "BENCH_WORKERS must be a positive integer"
 command -v node >/dev/null || die "node is needed (the peers are Node apps)"
 
@@ -262,7 +268,7 @@ run_one() { # round peer scenario
       local pct=${scen#mixed-open} rate
       [[ "$pct" =~ ^[0-9]+$ ]] || die "unknown scenario $scen"
       rate="$(awk -v c="$CAPACITY" -v p="$pct" 'BEGIN{printf "%.0f", c*p/100}')"
-      cmd=("$LOADGEN" --rate "$rate" -c "$OPEN_CONNS" -d "${D}s" --mix "$MIX")
+      cmd=("$LOADGEN" --rate "$rate" -c "$OPEN_CONNS" --reuse "$REUSE" -d "${D}s" --mix "$MIX")
       ;;
     *) die "unknown scenario $scen" ;;
   esac

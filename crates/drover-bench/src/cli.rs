@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::mix::Mix;
-use crate::run::{run, Config, Mode};
+use crate::run::{run, Config, Mode, Reuse};
 
 /// Load-generate HTTP/1.1 over keep-alive connections and report latency percentiles.
 #[derive(Debug, Clone, Args)]
@@ -28,6 +28,13 @@ pub struct BenchArgs {
     /// from each request's scheduled time
     #[arg(short, long)]
     pub rate: Option<f64>,
+
+    /// Open loop: which idle keep-alive connection a request goes out on. `random` acts
+    /// like many independent clients; `newest` (the connection that answered last) acts
+    /// like one client's pool and, against servers that balance per connection (Node
+    /// cluster, PM2, a shared socket), steers requests to the worker that just finished
+    #[arg(long, value_enum, default_value_t = Reuse::Random)]
+    pub reuse: Reuse,
 
     /// Stop after this many requests in total
     #[arg(short = 'n', long)]
@@ -151,7 +158,10 @@ impl BenchArgs {
             }
         }
         let mode = match self.rate {
-            Some(rate) if rate.is_finite() && rate > 0.0 => Mode::Open { rate },
+            Some(rate) if rate.is_finite() && rate > 0.0 => Mode::Open {
+                rate,
+                reuse: self.reuse,
+            },
             Some(_) => return Err("--rate must be a positive number".into()),
             None => Mode::Closed,
         };
@@ -232,6 +242,26 @@ mod tests {
             .chain(extra)
             .chain(&["127.0.0.1:9"]);
         <Cli as clap::Parser>::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn reuse_option() {
+        let mode = |extra: &[&str]| args(extra).to_config().unwrap().mode;
+        let open = |reuse| Mode::Open { rate: 100.0, reuse };
+        assert_eq!(mode(&["--rate", "100"]), open(Reuse::Random));
+        assert_eq!(
+            mode(&["--rate", "100", "--reuse", "newest"]),
+            open(Reuse::Newest)
+        );
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            _args: BenchArgs,
+        }
+        let err = <Cli as clap::Parser>::try_parse_from(["x", "--reuse", "oldest", "127.0.0.1:9"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--reuse") && err.contains("oldest"), "{err}");
     }
 
     #[test]

@@ -80,6 +80,12 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// The local port, which tells connections apart (tests).
+    #[cfg(test)]
+    pub fn local_port(&self) -> u16 {
+        self.stream.local_addr().map_or(0, |a| a.port())
+    }
+
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;

@@ -19,6 +19,6 @@ pub mod schedule;
 pub mod stats;
 
 pub use mix::{Mix, MixError};
-pub use run::{run, Config, Mode, RunError};
+pub use run::{run, Config, Mode, Reuse, RunError};
 pub use schedule::Schedule;
 pub use stats::{Errors, Percentiles, Report};

@@ -28,7 +28,32 @@ pub enum Mode {
     /// Every connection sends its next request as soon as the previous one is answered.
     Closed,
     /// Requests at a fixed rate (requests/s) whatever the answers do.
-    Open { rate: f64 },
+    Open { rate: f64, reuse: Reuse },
+}
+
+/// Which idle keep-alive connection an open-loop request goes out on.
+///
+/// This matters only when the server balances per *connection* (Node's cluster module,
+/// PM2, a shared listening socket): there, the client's choice of connection is the
+/// balancing. A pool that reuses the connection that answered last steers each request
+/// to the worker that just finished one, which is in effect least-loaded balancing done
+/// by the client. Many independent clients (browsers, mobile apps) do no such thing: the
+/// next request comes on whichever client's connection happens to send next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Reuse {
+    /// An idle connection picked at random, as many independent clients behave.
+    Random,
+    /// The most recently used idle connection, as one client's pool behaves.
+    Newest,
+}
+
+impl Reuse {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reuse::Random => "random",
+            Reuse::Newest => "newest",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,7 +140,7 @@ fn validate(cfg: &Config) -> Result<(), RunError> {
     if cfg.connections == 0 {
         return Err(RunError::Config("--connections must be at least 1".into()));
     }
-    if let Mode::Open { rate } = cfg.mode {
+    if let Mode::Open { rate, .. } = cfg.mode {
         if !(rate.is_finite() && rate > 0.0) {
             return Err(RunError::Config("--rate must be a positive number".into()));
         }
@@ -166,7 +191,11 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
         threads: cfg.threads,
         connections: cfg.connections,
         rate: match cfg.mode {
-            Mode::Open { rate } => Some(rate),
+            Mode::Open { rate, .. } => Some(rate),
+            Mode::Closed => None,
+        },
+        reuse: match cfg.mode {
+            Mode::Open { reuse, .. } => Some(reuse.as_str()),
             Mode::Closed => None,
         },
         duration_s: cfg.duration.as_secs_f64(),
@@ -246,7 +275,7 @@ fn thread_main(
         tokio::time::sleep_until(start.into()).await;
         match l2.cfg.mode {
             Mode::Closed => closed_loop(l2, k).await,
-            Mode::Open { rate } => open_loop(l2, k, rate).await,
+            Mode::Open { rate, reuse } => open_loop(l2, k, rate, reuse).await,
         }
     });
     drop(set);
@@ -343,6 +372,8 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 struct Pool {
     /// Connections with the time they went idle, most recent last.
     idle: RefCell<Vec<(Conn, Instant)>>,
+    reuse: Reuse,
+    rng: RefCell<fastrand::Rng>,
     /// One permit per connection that may be in use.
     slots: Semaphore,
     in_flight: Cell<usize>,
@@ -350,23 +381,45 @@ struct Pool {
 }
 
 impl Pool {
-    /// The most recently used idle connection, closing any that idled too long.
+    fn new(max_conns: usize, reuse: Reuse, seed: u64) -> Pool {
+        Pool {
+            idle: RefCell::new(Vec::with_capacity(max_conns)),
+            reuse,
+            rng: RefCell::new(fastrand::Rng::with_seed(seed)),
+            slots: Semaphore::new(max_conns),
+            in_flight: Cell::new(0),
+            drained: Notify::new(),
+        }
+    }
+
+    /// An idle connection chosen as `reuse` says, closing any it meets that idled too long.
     fn take_idle(&self, now: Instant) -> Option<Conn> {
         let mut idle = self.idle.borrow_mut();
-        // Most recent last: once the newest is stale, all are.
-        match idle.last() {
-            Some((_, since)) if now.duration_since(*since) < POOL_IDLE_TIMEOUT => {
-                idle.pop().map(|(c, _)| c)
+        while !idle.is_empty() {
+            let i = match self.reuse {
+                Reuse::Newest => idle.len() - 1,
+                Reuse::Random => self.rng.borrow_mut().usize(..idle.len()),
+            };
+            let (conn, since) = idle.swap_remove(i);
+            if now.duration_since(since) < POOL_IDLE_TIMEOUT {
+                return Some(conn);
             }
-            _ => {
+            if self.reuse == Reuse::Newest {
+                // Most recent last: once the newest is stale, all are.
                 idle.clear();
-                None
             }
         }
+        None
+    }
+
+    /// Puts a connection back. `Newest` keeps the vector ordered by idle time, so it
+    /// appends; `Random` picks by index and does not care.
+    fn put_idle(&self, conn: Conn, now: Instant) {
+        self.idle.borrow_mut().push((conn, now));
     }
 }
 
-async fn open_loop(l: Rc<Local>, k: usize, rate: f64) {
+async fn open_loop(l: Rc<Local>, k: usize, rate: f64, reuse: Reuse) {
     let n = l.cfg.threads;
     let max_conns = l.cfg.connections / n + usize::from(k < l.cfg.connections % n);
     if max_conns == 0 {
@@ -374,12 +427,8 @@ async fn open_loop(l: Rc<Local>, k: usize, rate: f64) {
     }
     let sched = Schedule::new(rate, n, k);
     let count = sched.count_within(l.cfg.duration, l.cfg.max_requests);
-    let pool = Rc::new(Pool {
-        idle: RefCell::new(Vec::with_capacity(max_conns)),
-        slots: Semaphore::new(max_conns),
-        in_flight: Cell::new(0),
-        drained: Notify::new(),
-    });
+    let pool_seed = l.cfg.seed.wrapping_add(k as u64).rotate_left(32);
+    let pool = Rc::new(Pool::new(max_conns, reuse, pool_seed));
     // tokio's timer wheel has a 1 ms tick, which would make every request up to 1 ms
     // late (and, since latency counts from the due time, add that to every figure).
     // A plain thread sleeping with nanosleep (~50 µs slack) paces the sends instead and
@@ -447,7 +496,7 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
             .await
             .map_err(|_| Failure::Io)?;
         if resp.keep_alive {
-            pool.idle.borrow_mut().push((conn, Instant::now()));
+            pool.put_idle(conn, Instant::now());
         }
         Ok::<_, Failure>((resp, sent))
         // `_permit` drops here, after the connection is back in the pool.
@@ -482,8 +531,20 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
 mod tests {
     use super::*;
 
+    /// Three idle connections, the oldest stale, pushed oldest first.
+    async fn pool_with_three(reuse: Reuse, addr: std::net::SocketAddr, now: Instant) -> Pool {
+        let pool = Pool::new(4, reuse, 7);
+        let stale = now - POOL_IDLE_TIMEOUT - Duration::from_millis(1);
+        let fresh = now - Duration::from_millis(100);
+        for since in [stale, fresh, fresh] {
+            let c = Conn::connect(addr).await.unwrap();
+            pool.put_idle(c, since);
+        }
+        pool
+    }
+
     #[test]
-    fn pool_reuses_the_newest_idle_connection_and_drops_stale_ones() {
+    fn pool_hands_out_fresh_connections_and_closes_stale_ones() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -491,25 +552,42 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let pool = Pool {
-                idle: RefCell::new(Vec::new()),
-                slots: Semaphore::new(4),
-                in_flight: Cell::new(0),
-                drained: Notify::new(),
-            };
-            let now = Instant::now();
-            let stale = now - POOL_IDLE_TIMEOUT - Duration::from_millis(1);
-            let fresh = now - Duration::from_millis(100);
-            for since in [stale, fresh, fresh] {
-                let c = Conn::connect(addr).await.unwrap();
-                pool.idle.borrow_mut().push((c, since));
+            for reuse in [Reuse::Newest, Reuse::Random] {
+                let now = Instant::now();
+                let pool = pool_with_three(reuse, addr, now).await;
+                assert!(pool.take_idle(now).is_some(), "{reuse:?}");
+                assert!(pool.take_idle(now).is_some(), "{reuse:?}");
+                // Only the stale one is left: it is closed, not handed out.
+                assert!(pool.take_idle(now).is_none(), "{reuse:?}");
+                assert!(pool.idle.borrow().is_empty(), "{reuse:?}");
             }
-            assert!(pool.take_idle(now).is_some());
-            assert!(pool.take_idle(now).is_some());
-            // Only the stale one is left: it is closed, not handed out.
-            assert!(pool.take_idle(now).is_none());
-            assert!(pool.idle.borrow().is_empty());
-            assert!(pool.take_idle(now).is_none());
+        });
+    }
+
+    /// `newest` keeps going back to the connection that answered last; `random` spreads
+    /// over all idle ones (the point of the option: see `Reuse`).
+    #[test]
+    fn newest_reuses_one_connection_random_spreads_over_all() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for (reuse, want_distinct) in [(Reuse::Newest, 1), (Reuse::Random, 4)] {
+                let pool = Pool::new(4, reuse, 7);
+                for _ in 0..4 {
+                    pool.put_idle(Conn::connect(addr).await.unwrap(), Instant::now());
+                }
+                let mut seen = std::collections::HashSet::new();
+                for _ in 0..200 {
+                    let c = pool.take_idle(Instant::now()).unwrap();
+                    seen.insert(c.local_port());
+                    pool.put_idle(c, Instant::now());
+                }
+                assert_eq!(seen.len(), want_distinct, "{reuse:?}");
+            }
         });
     }
 }

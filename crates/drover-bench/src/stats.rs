@@ -237,6 +237,8 @@ pub struct Report {
     pub connections: usize,
     /// Open loop: the offered rate in requests/s.
     pub rate: Option<f64>,
+    /// Open loop: which idle connection a request goes out on (`random`, `newest`).
+    pub reuse: Option<&'static str>,
     pub duration_s: f64,
     /// From the start until the last response.
     pub elapsed_s: f64,
@@ -286,8 +288,9 @@ impl Report {
         let mut s = String::new();
         let mode = match self.rate {
             Some(r) => format!(
-                "open loop at {r:.0} req/s, up to {} connections",
-                self.connections
+                "open loop at {r:.0} req/s, up to {} connections (reuse {})",
+                self.connections,
+                self.reuse.unwrap_or("random")
             ),
             None => format!("closed loop, {} connections", self.connections),
         };

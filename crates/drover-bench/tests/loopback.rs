@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_bench::{run, Config, Mix, Mode};
+use drover_bench::{run, Config, Mix, Mode, Reuse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -148,7 +148,10 @@ fn closed_and_open_loop_against_local_server() {
     let r = run(&config(
         addr,
         "2:/,1:/bad,1:/close",
-        Mode::Open { rate: 2000.0 },
+        Mode::Open {
+            rate: 2000.0,
+            reuse: Reuse::Random,
+        },
         16,
     ))
     .unwrap();
@@ -189,7 +192,13 @@ fn closed_and_open_loop_against_local_server() {
 #[test]
 fn counts_responses_per_header_value() {
     let (addr, seen) = start_server();
-    for mode in [Mode::Closed, Mode::Open { rate: 2000.0 }] {
+    for mode in [
+        Mode::Closed,
+        Mode::Open {
+            rate: 2000.0,
+            reuse: Reuse::Random,
+        },
+    ] {
         seen.tagged.store(0, Ordering::Relaxed);
         let mut cfg = config(addr, "/tagged", mode, 1);
         cfg.count_header = Some("X-Worker".into());
