@@ -532,7 +532,7 @@ mod tests {
     use super::*;
 
     /// Three idle connections, the oldest stale, pushed oldest first.
-    async fn pool_with_three(reuse: Reuse, addr: std::net::SocketAddr, now: Instant) -> Pool {
+    async fn pool_with_three(reuse: Reuse, addr: SocketAddr, now: Instant) -> Pool {
         let pool = Pool::new(4, reuse, 7);
         let stale = now - POOL_IDLE_TIMEOUT - Duration::from_millis(1);
         let fresh = now - Duration::from_millis(100);
@@ -543,15 +543,21 @@ mod tests {
         pool
     }
 
-    #[test]
-    fn pool_hands_out_fresh_connections_and_closes_stale_ones() {
+    /// Runs `body` with the address of a listener that accepts (into its backlog) and
+    /// never answers: enough for a pool that only opens and hands out connections.
+    fn with_listener<F: std::future::Future<Output = ()>>(body: impl FnOnce(SocketAddr) -> F) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
-        rt.block_on(async {
+            .unwrap()
+            .block_on(body(addr));
+    }
+
+    #[test]
+    fn pool_hands_out_fresh_connections_and_closes_stale_ones() {
+        with_listener(|addr| async move {
             for reuse in [Reuse::Newest, Reuse::Random] {
                 let now = Instant::now();
                 let pool = pool_with_three(reuse, addr, now).await;
@@ -568,13 +574,7 @@ mod tests {
     /// over all idle ones (the point of the option: see `Reuse`).
     #[test]
     fn newest_reuses_one_connection_random_spreads_over_all() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        with_listener(|addr| async move {
             for (reuse, want_distinct) in [(Reuse::Newest, 1), (Reuse::Random, 4)] {
                 let pool = Pool::new(4, reuse, 7);
                 for _ in 0..4 {
