@@ -48,11 +48,11 @@ pub enum Reuse {
 }
 
 impl Reuse {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reuse::Random => "random",
-            Reuse::Newest => "newest",
-        }
+    /// The name on the command line (clap's, so it is spelled in one place).
+    pub fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned())
     }
 }
 
@@ -195,7 +195,7 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
             Mode::Closed => None,
         },
         reuse: match cfg.mode {
-            Mode::Open { reuse, .. } => Some(reuse.as_str()),
+            Mode::Open { reuse, .. } => Some(reuse.name()),
             Mode::Closed => None,
         },
         duration_s: cfg.duration.as_secs_f64(),

@@ -238,7 +238,7 @@ pub struct Report {
     /// Open loop: the offered rate in requests/s.
     pub rate: Option<f64>,
     /// Open loop: which idle connection a request goes out on (`random`, `newest`).
-    pub reuse: Option<&'static str>,
+    pub reuse: Option<String>,
     pub duration_s: f64,
     /// From the start until the last response.
     pub elapsed_s: f64,
@@ -290,7 +290,7 @@ impl Report {
             Some(r) => format!(
                 "open loop at {r:.0} req/s, up to {} connections (reuse {})",
                 self.connections,
-                self.reuse.unwrap_or("random")
+                self.reuse.as_deref().unwrap_or("random")
             ),
             None => format!("closed loop, {} connections", self.connections),
         };
