@@ -2,14 +2,18 @@
 // What the best balancer could do: a queueing model of the mixed load.
 //
 //   node bench/queue-model.js [--workers 2] [--cheap-ms 0.25] [--expensive-ms 10]
-//                             [--expensive-share 10] [--loads 50,75] [--requests 200000]
+//                             [--expensive-share 10] [--loads 50,75] [--closed 50|none]
+//                             [--requests 200000]
 //
 // Simulates single-threaded workers (one request at a time, first come first served)
-// under the open-loop load of bench/run.sh and bench/cluster.sh: requests due at fixed
-// intervals, each expensive with the given chance, latency from the due time. No network,
-// no proxy cost, no noise: only where each policy puts each request. It answers "how much
-// lower can a balancer's p99 be than round-robin's at this load, with this many workers?",
-// which is the limit the measured ratios in bench/README.md should be read against.
+// under the loads of bench/run.sh and bench/cluster.sh: open loop, requests due at fixed
+// intervals (--loads, in % of capacity); closed loop, clients that each send the next
+// request as soon as the last is answered (--closed, client counts). Each request is
+// expensive with the given chance; latency counts from its due time. No network, no proxy
+// cost, no noise: only where each policy puts each request. It answers "how much lower
+// can a balancer's p99 be than round-robin's at this load, with this many workers?",
+// which is the limit the measured ratios in bench/README.md should be read against, and
+// why drover bounds how often a queued request may be passed (closed loop).
 //
 // Policies:
 //   random          each request to a worker at random (per-connection balancing with
@@ -21,6 +25,7 @@
 //                   idle (late binding with a limit of 1 and a free hop)
 //   late-bypass     the same, but a request joins ahead of queued ones costing over 4x
 //                   its own, passing each at most 8 times (drover's queue order)
+//   late-sjf        the same with no bound on passes: shortest job first among classes
 'use strict';
 
 const args = parseArgs(process.argv.slice(2));
@@ -30,6 +35,7 @@ const EXPENSIVE = num(args['expensive-ms'] ?? '10', 'expensive-ms');
 const SHARE = num(args['expensive-share'] ?? '10', 'expensive-share') / 100;
 const LOADS = (args.loads ?? '50,75').split(',').map((s) => num(s, 'loads') / 100);
 const N = int(args.requests ?? '200000', 'requests');
+const CLOSED = args.closed === 'none' ? [] : (args.closed ?? '50').split(',').map((s) => int(s, 'closed'));
 const PASS_RATIO = 4;
 const MAX_PASSES = 8;
 
@@ -41,7 +47,7 @@ function parseArgs(argv) {
     out[m[1]] = m[2] ?? argv[++i];
     if (out[m[1]] === undefined) fail(`--${m[1]} needs a value`);
   }
-  const known = ['workers', 'cheap-ms', 'expensive-ms', 'expensive-share', 'loads', 'requests'];
+  const known = ['workers', 'cheap-ms', 'expensive-ms', 'expensive-share', 'loads', 'closed', 'requests'];
   for (const k of Object.keys(out)) if (!known.includes(k)) fail(`unknown option --${k}`);
   return out;
 }
@@ -73,29 +79,116 @@ function rng(seed) {
   };
 }
 
-/** The requests of one run: due time and cost, in ms. */
-function workload(rate) {
+/**
+ * Where requests come from. Open loop: N requests due at fixed intervals, costs drawn up
+ * front. Closed loop: `clients` clients, each sending its next request the moment the
+ * last one is answered (drover-loadgen -c), until N have been sent.
+ */
+function openLoop(rate) {
   const r = rng(1);
-  const reqs = [];
-  for (let i = 0; i < N; i++) {
-    reqs.push({ due: (i * 1000) / rate, cost: r() < SHARE ? EXPENSIVE : CHEAP });
-  }
-  return reqs;
+  const due = [];
+  for (let i = 0; i < N; i++) due.push({ due: (i * 1000) / rate, cost: r() < SHARE ? EXPENSIVE : CHEAP });
+  return { first: due, next: () => null };
+}
+function closedLoop(clients) {
+  const r = rng(1);
+  let sent = 0;
+  const request = (at) => (sent++ < N ? { due: at, cost: r() < SHARE ? EXPENSIVE : CHEAP } : null);
+  return { first: Array.from({ length: clients }, () => request(0)), next: request };
 }
 
-/** Policies that bind a request to a worker on arrival; each worker serves in order. */
-function bindOnArrival(reqs, choose) {
+/** A binary min-heap of requests by due time (ties: the one created first). */
+class DueHeap {
+  constructor() {
+    this.items = [];
+    this.made = 0;
+  }
+  get size() {
+    return this.items.length;
+  }
+  peek() {
+    return this.items[0];
+  }
+  push(q) {
+    q.seq = this.made++;
+    const a = this.items;
+    a.push(q);
+    for (let i = a.length - 1; i > 0; ) {
+      const up = (i - 1) >> 1;
+      if (!this.before(a[i], a[up])) break;
+      [a[i], a[up]] = [a[up], a[i]];
+      i = up;
+    }
+  }
+  pop() {
+    const a = this.items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length) {
+      a[0] = last;
+      for (let i = 0; ; ) {
+        let m = i;
+        for (const c of [2 * i + 1, 2 * i + 2]) if (c < a.length && this.before(a[c], a[m])) m = c;
+        if (m === i) break;
+        [a[i], a[m]] = [a[m], a[i]];
+        i = m;
+      }
+    }
+    return top;
+  }
+  before(x, y) {
+    return x.due < y.due || (x.due === y.due && x.seq < y.seq);
+  }
+}
+
+/**
+ * Runs one policy over one source; returns each request's latency (ms, from its due
+ * time) and cost, in the order they were answered.
+ *
+ * `policy.bind(i, pending, pick)` binds a request to a worker on arrival (each worker
+ * serves what it holds in order); without it, requests wait in one balancer queue that
+ * an idle worker takes the head of, and `policy.passes(ahead, q)` says whether a newcomer
+ * joins ahead of a queued request.
+ */
+function simulate(source, policy) {
   const free = new Array(WORKERS).fill(0); // when each worker finishes what it holds
-  const pending = Array.from({ length: WORKERS }, () => []); // finish times, in order
+  const pending = Array.from({ length: WORKERS }, () => []); // bound: finish times, in order
+  const queue = []; // late binding: requests waiting in the balancer
+  const arrivals = new DueHeap();
+  source.first.forEach((q) => arrivals.push(q));
+  const out = [];
   const pick = rng(2);
-  return reqs.map((q, i) => {
-    for (const p of pending) while (p.length && p[0] <= q.due) p.shift();
-    const w = choose(i, pending, pick);
-    const done = Math.max(free[w], q.due) + q.cost;
-    free[w] = done;
-    pending[w].push(done);
-    return done - q.due;
-  });
+  let arrived = 0;
+  const earliest = () => free.reduce((b, f, w) => (f < free[b] ? w : b), 0);
+  const serve = (q, w, at) => {
+    free[w] = Math.max(free[w], at) + q.cost;
+    out.push({ latency: free[w] - q.due, cost: q.cost });
+    const next = source.next(free[w]);
+    if (next) arrivals.push(next);
+    return free[w];
+  };
+  for (;;) {
+    const w = earliest();
+    if (queue.length && (!arrivals.size || free[w] <= arrivals.peek().due)) {
+      serve(queue.shift(), w, free[w]);
+      continue;
+    }
+    if (!arrivals.size) break;
+    const q = arrivals.pop();
+    if (policy.bind) {
+      for (const p of pending) while (p.length && p[0] <= q.due) p.shift();
+      const b = policy.bind(arrived++, pending, pick);
+      pending[b].push(serve(q, b, q.due));
+    } else if (!queue.length && free[w] <= q.due) {
+      serve(q, w, q.due);
+    } else {
+      let at = queue.length;
+      while (at > 0 && policy.passes(queue[at - 1], q)) at--;
+      for (let k = at; k < queue.length; k++) queue[k].passed++;
+      queue.splice(at, 0, { ...q, passed: 0 });
+    }
+  }
+  return out;
 }
 
 const random = (_i, _p, r) => Math.floor(r() * WORKERS);
@@ -109,49 +202,19 @@ function leastConn(i, pending) {
   }
   return best;
 }
-
-/** One queue in the balancer; an idle worker takes the head. */
-function lateBinding(reqs, bypass) {
-  const free = new Array(WORKERS).fill(0);
-  const queue = []; // {i, passed}
-  const lat = new Array(reqs.length);
-  const earliest = () => free.reduce((b, f, w) => (f < free[b] ? w : b), 0);
-  const start = (i, at) => {
-    const w = earliest();
-    free[w] = Math.max(free[w], at) + reqs[i].cost;
-    lat[i] = free[w] - reqs[i].due;
-  };
-  const drainUntil = (t) => {
-    while (queue.length && free[earliest()] <= t) start(queue.shift().i, free[earliest()]);
-  };
-  reqs.forEach((q, i) => {
-    drainUntil(q.due);
-    if (!queue.length && free[earliest()] <= q.due) return start(i, q.due);
-    let at = queue.length;
-    if (bypass) {
-      while (at > 0) {
-        const ahead = queue[at - 1];
-        if (reqs[ahead.i].cost > PASS_RATIO * q.cost && ahead.passed < MAX_PASSES) at--;
-        else break;
-      }
-      for (let k = at; k < queue.length; k++) queue[k].passed++;
-    }
-    queue.splice(at, 0, { i, passed: 0 });
-  });
-  drainUntil(Infinity);
-  return lat;
-}
+const costlier = (ahead, q) => ahead.cost > PASS_RATIO * q.cost;
 
 function percentile(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
 }
 
 const policies = {
-  random: (reqs) => bindOnArrival(reqs, random),
-  'round-robin': (reqs) => bindOnArrival(reqs, roundRobin),
-  'least-conn': (reqs) => bindOnArrival(reqs, leastConn),
-  'late-fifo': (reqs) => lateBinding(reqs, false),
-  'late-bypass': (reqs) => lateBinding(reqs, true),
+  random: { bind: random },
+  'round-robin': { bind: roundRobin },
+  'least-conn': { bind: leastConn },
+  'late-fifo': { passes: () => false },
+  'late-bypass': { passes: (ahead, q) => costlier(ahead, q) && ahead.passed < MAX_PASSES },
+  'late-sjf': { passes: costlier },
 };
 
 const mean = (1 - SHARE) * CHEAP + SHARE * EXPENSIVE;
@@ -159,19 +222,17 @@ const capacity = (WORKERS * 1000) / mean;
 console.log(
   `queue model: ${WORKERS} single-threaded workers, ${100 - SHARE * 100}% at ${CHEAP} ms, ` +
     `${SHARE * 100}% at ${EXPENSIVE} ms; capacity ${capacity.toFixed(0)} req/s; ` +
-    `${N} requests at fixed intervals; no proxy cost`,
+    `${N} requests per run; no proxy cost`,
 );
 const fmt = (ms) => (ms >= 100 ? ms.toFixed(0) : ms.toFixed(1)).padStart(7);
-for (const load of LOADS) {
-  const reqs = workload(load * capacity);
-  console.log(`\nload ${Math.round(load * 100)}% (${(load * capacity).toFixed(0)} req/s)`);
+function table(source) {
   console.log('policy          p50 ms   p99 ms  cheap p99  p99 / random  p99 / least-conn');
-  const p99 = {};
   const rows = [];
-  for (const [name, run] of Object.entries(policies)) {
-    const lat = run(reqs);
-    const all = [...lat].sort((a, b) => a - b);
-    const cheap = lat.filter((_, i) => reqs[i].cost === CHEAP).sort((a, b) => a - b);
+  const p99 = {};
+  for (const [name, policy] of Object.entries(policies)) {
+    const out = simulate(source(), policy);
+    const all = out.map((o) => o.latency).sort((a, b) => a - b);
+    const cheap = out.filter((o) => o.cost === CHEAP).map((o) => o.latency).sort((a, b) => a - b);
     p99[name] = percentile(all, 99);
     rows.push([name, percentile(all, 50), p99[name], percentile(cheap, 99)]);
   }
@@ -181,4 +242,12 @@ for (const load of LOADS) {
         `${(p / p99.random).toFixed(2).padStart(10)}  ${(p / p99['least-conn']).toFixed(2).padStart(16)}`,
     );
   }
+}
+for (const load of LOADS) {
+  console.log(`\nopen loop, load ${Math.round(load * 100)}% (${(load * capacity).toFixed(0)} req/s)`);
+  table(() => openLoop(load * capacity));
+}
+for (const clients of CLOSED) {
+  console.log(`\nclosed loop, ${clients} clients (a standing queue: the balancer is saturated)`);
+  table(() => closedLoop(clients));
 }

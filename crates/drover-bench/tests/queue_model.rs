@@ -14,7 +14,7 @@ fn model(args: &[&str]) -> std::process::Output {
         .expect("node runs (scripts/test installs it)")
 }
 
-/// The p99 column of one policy's row in the last load's table.
+/// The p99 column of one policy's row in the last table.
 fn p99(out: &str, policy: &str) -> f64 {
     let row = out
         .lines()
@@ -26,7 +26,7 @@ fn p99(out: &str, policy: &str) -> f64 {
 
 #[test]
 fn late_binding_beats_least_conn_which_beats_random() {
-    let out = model(&["--requests", "40000", "--loads", "75"]);
+    let out = model(&["--requests", "40000", "--loads", "75", "--closed", "none"]);
     assert!(out.status.success(), "{out:?}");
     let out = String::from_utf8(out.stdout).unwrap();
     let (random, lc) = (p99(&out, "random"), p99(&out, "least-conn"));
@@ -41,6 +41,26 @@ fn late_binding_beats_least_conn_which_beats_random() {
     assert!(bypass >= 10.0, "{out}");
 }
 
+/// Under a standing queue, unbounded passing starves the expensive requests (their p99
+/// grows several-fold) while drover's bounded passes stay near first come, first served.
+#[test]
+fn a_standing_queue_punishes_unbounded_passing_but_not_bounded() {
+    let out = model(&["--requests", "40000", "--loads", "75", "--closed", "50"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = String::from_utf8(out.stdout).unwrap();
+    let closed = &out[out.find("closed loop").expect("a closed-loop table")..];
+    let (fifo, bypass, sjf) = (
+        p99(closed, "late-fifo"),
+        p99(closed, "late-bypass"),
+        p99(closed, "late-sjf"),
+    );
+    assert!(sjf > 2.0 * fifo, "late-sjf {sjf} vs late-fifo {fifo}\n{out}");
+    assert!(
+        bypass < 1.25 * fifo,
+        "late-bypass {bypass} vs late-fifo {fifo}\n{out}"
+    );
+}
+
 #[test]
 fn bad_options_are_refused_by_name() {
     for (args, names) in [
@@ -50,6 +70,8 @@ fn bad_options_are_refused_by_name() {
         (&["--expensive-share", "100"], "--expensive-share"),
         (&["--bogus", "1"], "--bogus"),
         (&["--requests"], "--requests"),
+        (&["--closed", "0"], "--closed"),
+        (&["--closed", "8,x"], "--closed"),
     ] {
         let out = model(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
