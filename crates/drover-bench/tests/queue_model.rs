@@ -54,7 +54,10 @@ fn a_standing_queue_punishes_unbounded_passing_but_not_bounded() {
         p99(closed, "late-bypass"),
         p99(closed, "late-sjf"),
     );
-    assert!(sjf > 2.0 * fifo, "late-sjf {sjf} vs late-fifo {fifo}\n{out}");
+    assert!(
+        sjf > 2.0 * fifo,
+        "late-sjf {sjf} vs late-fifo {fifo}\n{out}"
+    );
     assert!(
         bypass < 1.25 * fifo,
         "late-bypass {bypass} vs late-fifo {fifo}\n{out}"
