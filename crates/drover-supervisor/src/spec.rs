@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The most workers one app may run (also the config file's bound).
+pub const MAX_WORKERS: usize = 1024;
+
 /// One supervised app: `workers` copies of `command`, each on its own loopback port.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppSpec {
@@ -112,8 +115,11 @@ impl AppSpec {
         if self.command.first().is_none_or(|p| p.is_empty()) {
             return Err("command must name a program".into());
         }
-        if self.workers == 0 {
-            return Err("workers must be at least 1".into());
+        if !(1..=MAX_WORKERS).contains(&self.workers) {
+            return Err(format!(
+                "workers must be in 1..={MAX_WORKERS}, not {}",
+                self.workers
+            ));
         }
         if self.ready_timeout.is_zero() {
             return Err("ready_timeout must be greater than 0".into());

@@ -2,7 +2,7 @@
 
 use crate::memory;
 use crate::output::{stderr_sink, LineSink};
-use crate::spec::{AppSpec, Mode};
+use crate::spec::{AppSpec, Mode, MAX_WORKERS};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::worker::{self, ReplaceRequest, Shared};
 use drover_registry::Pool;
@@ -15,17 +15,47 @@ use tokio::task::JoinHandle;
 /// Keeps `spec.workers` processes of one app running and their addresses in a pool.
 ///
 /// Dropping it without `shutdown` still stops the workers gracefully in the background
-/// (each slot sees the stop channel close), as long as the tokio runtime keeps running;
+/// (each slot sees its stop channel close), as long as the tokio runtime keeps running;
 /// if the runtime goes away first, `kill_on_drop` SIGKILLs them.
 pub struct Supervisor {
     shared: Arc<Shared>,
-    stop: watch::Sender<bool>,
-    replace: Vec<mpsc::UnboundedSender<ReplaceRequest>>,
-    /// Taken by the first `shutdown`; later calls wait on the lock until it is done.
-    tasks: tokio::sync::Mutex<Vec<JoinHandle<()>>>,
-    /// One reload at a time: two interleaved ones would replace each other's workers.
+    /// The slots' tasks, in id order. Emptied by the first `shutdown`; later calls wait
+    /// on the lock until it is done.
+    slots: tokio::sync::Mutex<SlotTasks>,
+    /// One reload or scale at a time: two interleaved ones would replace or retire each
+    /// other's workers.
     reloading: tokio::sync::Mutex<()>,
 }
+
+struct SlotTasks {
+    tasks: Vec<SlotTask>,
+    /// Shutdown has begun: no slot may be added.
+    closed: bool,
+}
+
+/// One slot's task and how to reach it.
+struct SlotTask {
+    /// `true` (or dropped): stop the process for good, after draining it.
+    stop: watch::Sender<bool>,
+    replace: mpsc::UnboundedSender<ReplaceRequest>,
+    task: JoinHandle<()>,
+}
+
+impl SlotTask {
+    fn start(shared: &Arc<Shared>, id: usize) -> SlotTask {
+        let (stop, stop_rx) = watch::channel(false);
+        let (replace, replace_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(worker::run(Arc::clone(shared), id, stop_rx, replace_rx));
+        SlotTask {
+            stop,
+            replace,
+            task,
+        }
+    }
+}
+
+/// How often `scale` looks whether the workers it added are ready.
+const READY_POLL: Duration = Duration::from_millis(20);
 
 impl Supervisor {
     /// Validates `spec` and starts its workers on the current tokio runtime, forwarding
@@ -80,24 +110,15 @@ impl Supervisor {
             .map_err(|e| format!("app {:?}: {e}", spec.name))?;
         let workers = spec.workers;
         let shared = Arc::new(Shared::new(spec, pool, sink, socket));
-        let (stop, stop_rx) = watch::channel(false);
-        let mut replace = Vec::with_capacity(workers);
-        let mut tasks = Vec::with_capacity(workers);
-        for id in 0..workers {
-            let (tx, rx) = mpsc::unbounded_channel();
-            replace.push(tx);
-            tasks.push(tokio::spawn(worker::run(
-                Arc::clone(&shared),
-                id,
-                stop_rx.clone(),
-                rx,
-            )));
-        }
+        let tasks = (0..workers)
+            .map(|id| SlotTask::start(&shared, id))
+            .collect();
         Ok(Supervisor {
             shared,
-            stop,
-            replace,
-            tasks: tokio::sync::Mutex::new(tasks),
+            slots: tokio::sync::Mutex::new(SlotTasks {
+                tasks,
+                closed: false,
+            }),
             reloading: tokio::sync::Mutex::new(()),
         })
     }
@@ -125,12 +146,10 @@ impl Supervisor {
 
     /// Every worker slot, by id, with its RSS and in-flight count.
     pub fn status(&self) -> Vec<WorkerStatus> {
-        (0..self.shared.slots.len())
-            .map(|id| {
-                let (mut status, in_pool) = {
-                    let slot = self.shared.slot(id);
-                    (slot.status(&self.shared.app, id), slot.in_pool)
-                };
+        self.shared
+            .statuses()
+            .into_iter()
+            .map(|(mut status, in_pool)| {
                 status.rss_bytes = status.pid.and_then(memory::rss_bytes);
                 status.in_flight = in_pool
                     .and_then(|a| self.shared.pool.find(a))
@@ -144,16 +163,107 @@ impl Supervisor {
     /// For `drover up` to report "all workers up", and for tests.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let all_ready = || {
-            (0..self.shared.slots.len()).all(|id| self.shared.slot(id).state == WorkerState::Ready)
+            self.shared
+                .statuses()
+                .iter()
+                .all(|(w, _)| w.state == WorkerState::Ready)
         };
         // Polling keeps the workers free of any notification plumbing; this runs once
         // at startup, so a 20 ms poll costs nothing.
         let wait = async {
             while !all_ready() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(READY_POLL).await;
             }
         };
         tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    /// Changes the number of workers, as `pm2 scale` does. Growing starts the new
+    /// workers and waits until each is ready (up to `ready_timeout`); if one is not, the
+    /// new ones are stopped again and the app keeps its old count: nothing is left half
+    /// done. Shrinking retires the highest ids: each leaves the pool at once, finishes
+    /// the requests it holds (up to `drain_timeout`), then gets SIGTERM. Returns a line
+    /// saying what changed.
+    pub async fn scale(&self, workers: usize) -> Result<String, String> {
+        let app = Arc::clone(&self.shared.app);
+        if !(1..=MAX_WORKERS).contains(&workers) {
+            return Err(format!(
+                "app {app:?}: workers must be in 1..={MAX_WORKERS}, not {workers}"
+            ));
+        }
+        let _one = self.reloading.lock().await;
+        let from = {
+            let mut slots = self.slots.lock().await;
+            if slots.closed {
+                return Err(format!("app {app:?} is shutting down"));
+            }
+            let from = slots.tasks.len();
+            for _ in from..workers {
+                let id = self.shared.add_slot();
+                slots.tasks.push(SlotTask::start(&self.shared, id));
+            }
+            from
+        };
+        if workers > from {
+            if let Err(e) = self.wait_new_ready(from..workers).await {
+                self.retire_down_to(from).await;
+                return Err(format!(
+                    "app {app:?}: {e}; the new workers were stopped, {from} still serve"
+                ));
+            }
+        } else {
+            self.retire_down_to(workers).await;
+        }
+        self.shared.set_workers(workers);
+        Ok(format!("app {app:?}: {from} -> {workers} workers"))
+    }
+
+    /// Waits until the slots `ids` serve; fails on the first that crash-loops, or when
+    /// `ready_timeout` (plus the back-off of one retry) has passed.
+    async fn wait_new_ready(&self, ids: std::ops::Range<usize>) -> Result<(), String> {
+        let spec = self.spec();
+        let deadline = tokio::time::Instant::now() + spec.ready_timeout + spec.restart.delay(1);
+        loop {
+            let statuses = self.shared.statuses();
+            let new = &statuses[ids.clone()];
+            if new.iter().all(|(w, _)| w.state == WorkerState::Ready) {
+                return Ok(());
+            }
+            let stuck = new
+                .iter()
+                .find(|(w, _)| w.state == WorkerState::CrashLooping);
+            let late = tokio::time::Instant::now() >= deadline;
+            if stuck.is_some() || late {
+                let (w, _) = stuck
+                    .or_else(|| new.iter().find(|(w, _)| w.state != WorkerState::Ready))
+                    .expect("one is not ready");
+                let last = w
+                    .last_exit
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(" (last exit: {e})"));
+                return Err(format!(
+                    "worker {} is {} after {:?}{last}",
+                    w.id, w.state, spec.ready_timeout
+                ));
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// Stops the slots above `keep`, all at once, and forgets them.
+    async fn retire_down_to(&self, keep: usize) {
+        let mut slots = self.slots.lock().await;
+        let keep = keep.min(slots.tasks.len());
+        let retired: Vec<SlotTask> = slots.tasks.drain(keep..).collect();
+        for slot in &retired {
+            slot.stop.send_replace(true);
+        }
+        for slot in retired.into_iter().rev() {
+            if let Err(e) = slot.task.await {
+                tracing::error!(app = %self.shared.app, "worker task failed: {e}");
+            }
+            self.shared.remove_last_slot();
+        }
     }
 
     /// Rolling reload: replaces the workers one at a time, each new one started from
@@ -177,10 +287,16 @@ impl Supervisor {
                         previous.name, spec.name
                     ));
                 }
-                if spec.workers != previous.workers || spec.mode != previous.mode {
+                if spec.mode != previous.mode {
                     return Err(format!(
-                        "app {:?}: workers and mode cannot change on reload (restart drover for that)",
+                        "app {:?}: the mode cannot change on reload (restart drover for that)",
                         previous.name
+                    ));
+                }
+                if spec.workers != previous.workers {
+                    return Err(format!(
+                        "app {:?}: reload keeps {} workers; scale to change the count",
+                        previous.name, previous.workers
                     ));
                 }
                 Arc::new(spec)
@@ -189,7 +305,8 @@ impl Supervisor {
         };
         let changed = *next != *previous;
         self.shared.set_spec(next);
-        for id in 0..self.replace.len() {
+        let count = self.slots.lock().await.tasks.len();
+        for id in 0..count {
             if let Err(e) = self.replace_worker(id).await {
                 let mut msg = format!("app {:?}: worker {id}: {e}", self.shared.app);
                 if changed && id > 0 {
@@ -212,9 +329,15 @@ impl Supervisor {
 
     async fn replace_worker(&self, id: usize) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
-        self.replace[id]
-            .send(tx)
-            .map_err(|_| "the worker's task has ended".to_string())?;
+        let ended = || "the worker's task has ended".to_string();
+        let replace = self
+            .slots
+            .lock()
+            .await
+            .tasks
+            .get(id)
+            .map(|s| s.replace.clone());
+        replace.ok_or_else(ended)?.send(tx).map_err(|_| ended())?;
         rx.await
             .unwrap_or_else(|_| Err("the worker's task ended during the reload".to_string()))
     }
@@ -223,16 +346,19 @@ impl Supervisor {
     /// gives each up to `stop_timeout`, then SIGKILL, and reaps them all. Nothing is
     /// restarted once this has begun. Safe to call more than once.
     pub async fn shutdown(&self) {
-        self.stop.send_replace(true);
+        let mut slots = self.slots.lock().await;
+        slots.closed = true;
+        for slot in &slots.tasks {
+            slot.stop.send_replace(true);
+        }
         // Out of the pool first, all at once, so the balancer stops sending new requests
         // while workers finish the ones they hold.
-        for id in 0..self.shared.slots.len() {
+        for id in 0..slots.tasks.len() {
             self.shared.leave_pool(id);
         }
-        let mut tasks = self.tasks.lock().await;
-        for task in tasks.drain(..) {
+        for slot in slots.tasks.drain(..) {
             // A slot task only ends early by panicking; its child was SIGKILLed on drop.
-            if let Err(e) = task.await {
+            if let Err(e) = slot.task.await {
                 tracing::error!(app = %self.shared.app, "worker task failed: {e}");
             }
         }
@@ -259,7 +385,7 @@ impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Supervisor")
             .field("app", &self.shared.app)
-            .field("workers", &self.shared.slots.len())
+            .field("workers", &self.shared.slot_count())
             .finish_non_exhaustive()
     }
 }

@@ -17,6 +17,7 @@ use crate::status::{WorkerState, WorkerStatus};
 use drover_registry::Pool;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
+use std::ops::{Deref, DerefMut};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -36,11 +37,32 @@ pub(crate) struct Shared {
     pub sink: LineSink,
     /// Shared mode: the socket every worker accepts on. `None` in proxy mode.
     pub socket: Option<TcpListener>,
-    /// One per worker id. Locked briefly to update or read; never across an await.
-    pub slots: Vec<Mutex<Slot>>,
+    /// One per worker id, `0..count`; scaling adds or removes at the end. Locked
+    /// briefly to update or read; never across an await.
+    slots: Mutex<Vec<Slot>>,
     /// The spec new processes are started from, and its generation: a reload bumps it,
     /// and a process older than the current generation is due for replacement.
     current: Mutex<(Arc<AppSpec>, u64)>,
+}
+
+/// One slot, locked: all of an app's slots share a lock (they are touched rarely and
+/// briefly), and this reads as the slot itself.
+pub(crate) struct SlotGuard<'a> {
+    slots: MutexGuard<'a, Vec<Slot>>,
+    id: usize,
+}
+
+impl Deref for SlotGuard<'_> {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.slots[self.id]
+    }
+}
+
+impl DerefMut for SlotGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Slot {
+        &mut self.slots[self.id]
+    }
 }
 
 /// Asks a serving slot to replace its process with one of the current generation.
@@ -103,7 +125,7 @@ impl Shared {
     ) -> Shared {
         Shared {
             app: Arc::from(spec.name.as_str()),
-            slots: (0..spec.workers).map(|_| Mutex::new(Slot::new())).collect(),
+            slots: Mutex::new((0..spec.workers).map(|_| Slot::new()).collect()),
             pool,
             sink,
             socket,
@@ -111,8 +133,47 @@ impl Shared {
         }
     }
 
-    pub(crate) fn slot(&self, id: usize) -> MutexGuard<'_, Slot> {
-        self.slots[id].lock().unwrap_or_else(|e| e.into_inner())
+    /// Slot `id`, locked. Panics if there is no such slot: a slot's task only ever
+    /// asks for its own, and a slot is removed only after its task has ended.
+    pub(crate) fn slot(&self, id: usize) -> SlotGuard<'_> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(id < slots.len(), "no worker slot {id}");
+        SlotGuard { slots, id }
+    }
+
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Adds a slot at the end; returns its id.
+    pub(crate) fn add_slot(&self) -> usize {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.push(Slot::new());
+        slots.len() - 1
+    }
+
+    /// Every slot's status and pool address, read under one lock.
+    pub(crate) fn statuses(&self) -> Vec<(WorkerStatus, Option<SocketAddr>)> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .enumerate()
+            .map(|(id, slot)| (slot.status(&self.app, id), slot.in_pool))
+            .collect()
+    }
+
+    /// Records a new worker count in the current spec, without starting a new
+    /// generation: the running workers are as current as before.
+    pub(crate) fn set_workers(&self, workers: usize) {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spec = (*cur.0).clone();
+        spec.workers = workers;
+        cur.0 = Arc::new(spec);
+    }
+
+    /// Removes the last slot, whose task has ended.
+    pub(crate) fn remove_last_slot(&self) {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).pop();
     }
 
     /// The spec new processes start from, with its generation.
@@ -506,21 +567,8 @@ async fn replace_proc(
     shared.slot(id).started(&new, WorkerState::Ready);
     if old_status.is_none() {
         // Requests already bound to the old worker finish there; none are added.
-        let drained = async {
-            if let Some(ep) = old_endpoint {
-                while ep.in_flight() > 0 {
-                    tokio::time::sleep(DRAIN_POLL).await;
-                }
-            }
-        };
-        tokio::select! {
-            r = tokio::time::timeout(old.spec.drain_timeout, drained) => {
-                if r.is_err() {
-                    tracing::warn!(app = %shared.app, worker = id, pid = ?old.pid,
-                        "old worker still busy after drain_timeout {:?}; stopping it", old.spec.drain_timeout);
-                }
-            }
-            _ = old.child.wait() => {}
+        if let Some(ep) = old_endpoint {
+            drain(shared, id, &mut old, &|| ep.in_flight()).await;
         }
         process::stop(&mut old.child, old.spec.stop_timeout).await;
     }
@@ -563,10 +611,35 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     slot.in_pool = Some(addr);
 }
 
+/// Stops a slot's process for good (shutdown, or the app scaled down): out of the pool,
+/// then the requests it holds finish (up to `drain_timeout`), then SIGTERM.
 async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) {
+    let endpoint = proc.addr().and_then(|a| shared.pool.find(a));
     shared.leave_pool(id);
     shared.slot(id).state = WorkerState::Stopping;
+    if let Some(ep) = endpoint {
+        drain(shared, id, proc, &|| ep.in_flight()).await;
+    }
     process::stop(&mut proc.child, proc.spec.stop_timeout).await;
+}
+
+/// Waits until the requests bound to `proc` (out of the pool now) are answered, it
+/// exits, or `drain_timeout` passes.
+async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn() -> u32 + Sync)) {
+    let drained = async {
+        while in_flight() > 0 {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    };
+    tokio::select! {
+        r = tokio::time::timeout(proc.spec.drain_timeout, drained) => {
+            if r.is_err() {
+                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
+                    "worker still busy after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
+            }
+        }
+        _ = proc.child.wait() => {}
+    }
 }
 
 fn forward_output(shared: &Shared, id: usize, child: &mut Child) {

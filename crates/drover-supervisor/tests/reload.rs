@@ -263,3 +263,43 @@ fn shared_mode_refuses_health_checks_and_proxy_start() {
         assert!(err.contains("shared mode"), "{err}");
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_up_to_workers_that_never_get_ready_changes_nothing() {
+    let pool = pool("grow");
+    let script = server_script();
+    let mut spec = python_app("grow", 1);
+    // Worker 0 serves; every later id exits at once.
+    spec.command = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "[ \"$DROVER_WORKER_ID\" = 0 ] || exit 4; exec python3 {}",
+            script.display()
+        ),
+    ];
+    let sup = Supervisor::start(spec, pool.clone()).unwrap();
+    assert!(sup.wait_ready(Duration::from_secs(15)).await);
+    let before = pids(&sup);
+
+    let err = sup.scale(3).await.unwrap_err();
+    assert!(
+        err.contains("is crash-looping") && err.contains("exit status: 4"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the new workers were stopped, 1 still serve"),
+        "{err}"
+    );
+    assert_eq!(pids(&sup), before);
+    assert_eq!(sup.spec().workers, 1);
+    assert_eq!(pool_addrs(&pool).len(), 1);
+
+    let err = sup.scale(0).await.unwrap_err();
+    assert!(err.contains("workers must be in 1..=1024, not 0"), "{err}");
+    assert_eq!(sup.scale(1).await.unwrap(), "app \"grow\": 1 -> 1 workers");
+
+    sup.shutdown().await;
+    let err = sup.scale(2).await.unwrap_err();
+    assert!(err.contains("shutting down"), "{err}");
+}
