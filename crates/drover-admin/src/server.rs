@@ -30,14 +30,34 @@ pub trait Control: Send + Sync + 'static {
         &self,
         app: Option<String>,
     ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>>;
+
+    /// Runs `workers` workers of the app named (or of the only app), starting or
+    /// retiring some; resolves when that is done, with a line saying what changed.
+    fn scale(
+        &self,
+        app: Option<String>,
+        workers: usize,
+    ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlError {
     /// The request names something that does not exist (404).
     NotFound(String),
+    /// The request asks for something that cannot be (400).
+    Invalid(String),
     /// The action was tried and failed; what is running is said in the message (500).
     Failed(String),
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::NotFound(m) | ControlError::Invalid(m) | ControlError::Failed(m) => {
+                f.write_str(m)
+            }
+        }
+    }
 }
 
 /// A running admin listener; stops accepting when dropped.
@@ -154,34 +174,84 @@ async fn handle(
             if req.method() != Method::POST {
                 return not_allowed("POST");
             }
-            let mut app = None;
-            for (k, v) in query {
-                match k.as_str() {
-                    "app" if v.is_empty() => {
-                        return error(StatusCode::BAD_REQUEST, "app must not be empty")
-                    }
-                    "app" if app.is_some() => {
-                        return error(StatusCode::BAD_REQUEST, "app given more than once")
-                    }
-                    "app" => app = Some(v),
+            let mut params = match Params::take(query, "/v1/reload", &["app"]) {
+                Ok(p) => p,
+                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+            };
+            answer(control.reload(params.remove("app")).await)
+        }
+        "/v1/scale" => {
+            if req.method() != Method::POST {
+                return not_allowed("POST");
+            }
+            let mut params = match Params::take(query, "/v1/scale", &["app", "workers"]) {
+                Ok(p) => p,
+                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+            };
+            let workers = match params.remove("workers") {
+                None => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "workers is missing: /v1/scale?workers=N",
+                    )
+                }
+                Some(w) => match w.parse::<usize>() {
+                    Ok(n) if w.bytes().all(|b| b.is_ascii_digit()) => n,
                     _ => {
                         return error(
                             StatusCode::BAD_REQUEST,
-                            &format!("unknown query parameter {k:?}: /v1/reload takes app"),
+                            &format!("workers must be a whole number, not {w:?}"),
                         )
                     }
-                }
-            }
-            match control.reload(app).await {
-                Ok(msg) => json(StatusCode::OK, &serde_json::json!({ "result": msg })),
-                Err(ControlError::NotFound(msg)) => error(StatusCode::NOT_FOUND, &msg),
-                Err(ControlError::Failed(msg)) => error(StatusCode::INTERNAL_SERVER_ERROR, &msg),
-            }
+                },
+            };
+            answer(control.scale(params.remove("app"), workers).await)
         }
         other => error(
             StatusCode::NOT_FOUND,
-            &format!("no such endpoint {other:?}: try GET /v1/status or POST /v1/reload"),
+            &format!(
+                "no such endpoint {other:?}: try GET /v1/status, POST /v1/reload or POST /v1/scale"
+            ),
         ),
+    }
+}
+
+fn answer(result: Result<String, ControlError>) -> Response<Full<Bytes>> {
+    match result {
+        Ok(msg) => json(StatusCode::OK, &serde_json::json!({ "result": msg })),
+        Err(ControlError::NotFound(msg)) => error(StatusCode::NOT_FOUND, &msg),
+        Err(ControlError::Invalid(msg)) => error(StatusCode::BAD_REQUEST, &msg),
+        Err(ControlError::Failed(msg)) => error(StatusCode::INTERNAL_SERVER_ERROR, &msg),
+    }
+}
+
+/// A request's query parameters, each known to its endpoint, given once and not empty.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn take(query: Vec<(String, String)>, path: &str, known: &[&str]) -> Result<Params, String> {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for (k, v) in query {
+            if !known.contains(&k.as_str()) {
+                return Err(format!(
+                    "unknown query parameter {k:?}: {path} takes {}",
+                    known.join(", ")
+                ));
+            }
+            if v.is_empty() {
+                return Err(format!("{k} must not be empty"));
+            }
+            if seen.iter().any(|(s, _)| *s == k) {
+                return Err(format!("{k} given more than once"));
+            }
+            seen.push((k, v));
+        }
+        Ok(Params(seen))
+    }
+
+    fn remove(&mut self, key: &str) -> Option<String> {
+        let at = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.swap_remove(at).1)
     }
 }
 

@@ -62,6 +62,16 @@ pub enum CtlCommand {
         #[arg(long, value_name = "NAME")]
         app: Option<String>,
     },
+    /// Run this many workers of an app (like `pm2 scale`): new ones join once ready,
+    /// retired ones finish their requests first. Under `drover up`, the next reload
+    /// restores drover.toml's count.
+    Scale {
+        /// How many workers the app should run.
+        workers: usize,
+        /// The app; may be left out when only one runs.
+        #[arg(long, value_name = "NAME")]
+        app: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use drover_admin::{
     AppStatus, BalancerStatus, Control, ControlError, EndpointRow, Status, WorkerRow,
 };
 use drover_registry::Pool;
-use drover_supervisor::Supervisor;
+use drover_supervisor::{Supervisor, MAX_WORKERS};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,17 +52,7 @@ impl Controller {
     /// already reloaded are rolled back: nothing is left half-applied.
     pub async fn reload_apps(&self, only: Option<String>) -> Result<String, ControlError> {
         if let Some(name) = &only {
-            if !self.apps.iter().any(|a| a.name() == name) {
-                let known: Vec<&str> = self.apps.iter().map(|a| a.name()).collect();
-                return Err(ControlError::NotFound(format!(
-                    "no app named {name:?} (apps: {})",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
-            }
+            self.app(name)?;
         }
         let _one = self.reloading.lock().await;
         let targets: Vec<&Arc<Supervisor>> = self
@@ -111,6 +101,55 @@ impl Controller {
     }
 }
 
+impl Controller {
+    fn app(&self, name: &str) -> Result<&Arc<Supervisor>, ControlError> {
+        self.apps.iter().find(|a| a.name() == name).ok_or_else(|| {
+            ControlError::NotFound(format!(
+                "no app named {name:?} (apps: {})",
+                self.app_names()
+            ))
+        })
+    }
+
+    fn app_names(&self) -> String {
+        let known: Vec<&str> = self.apps.iter().map(|a| a.name()).collect();
+        if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        }
+    }
+
+    /// `drover ctl scale`: `workers` workers of the app named, or of the only app. Under
+    /// `drover up` the count holds until the next reload, which makes the apps match
+    /// the file again, count included.
+    pub async fn scale_app(
+        &self,
+        name: Option<String>,
+        workers: usize,
+    ) -> Result<String, ControlError> {
+        let sup = match (&name, self.apps.as_slice()) {
+            (Some(name), _) => self.app(name)?,
+            (None, [only]) => only,
+            (None, []) => return Err(ControlError::NotFound("no apps to scale".into())),
+            (None, _) => {
+                return Err(ControlError::Invalid(format!(
+                    "several apps run ({}): name one",
+                    self.app_names()
+                )))
+            }
+        };
+        if !(1..=MAX_WORKERS).contains(&workers) {
+            return Err(ControlError::Invalid(format!(
+                "workers must be in 1..={MAX_WORKERS}, not {workers}"
+            )));
+        }
+        // Not during a reload: its rollback would undo the count.
+        let _one = self.reloading.lock().await;
+        sup.scale(workers).await.map_err(ControlError::Failed)
+    }
+}
+
 fn summary(apps: &[&Arc<Supervisor>]) -> String {
     let names: Vec<String> = apps
         .iter()
@@ -126,10 +165,10 @@ async fn reload_all(
     let mut done: Vec<(&Arc<Supervisor>, Arc<drover_supervisor::AppSpec>)> = Vec::new();
     for (sup, spec) in plan {
         let previous = sup.spec();
-        if let Err(e) = sup.reload(spec).await {
+        if let Err(e) = apply(sup, spec).await {
             let mut msg = e;
             for (sup, previous) in done.into_iter().rev() {
-                if let Err(e) = sup.reload(Some((*previous).clone())).await {
+                if let Err(e) = apply(sup, Some((*previous).clone())).await {
                     msg.push_str(&format!("; rolling back app {:?} failed: {e}", sup.name()));
                 } else {
                     msg.push_str(&format!("; app {:?} rolled back", sup.name()));
@@ -142,8 +181,41 @@ async fn reload_all(
     Ok(())
 }
 
-/// What a reload can apply: app settings other than the worker count, mode and
-/// listen address. Anything else is refused as a whole.
+/// Reloads one app with `spec`, scaling it to `spec.workers` too: retiring workers
+/// before the reload (none is replaced only to be stopped), adding them after (they
+/// start from the new spec). A failed step undoes the ones before it.
+async fn apply(sup: &Supervisor, spec: Option<drover_supervisor::AppSpec>) -> Result<(), String> {
+    let Some(mut spec) = spec else {
+        return sup.reload(None).await;
+    };
+    let previous = sup.spec();
+    let (want, have) = (spec.workers, previous.workers);
+    if want < have {
+        sup.scale(want).await?;
+    }
+    spec.workers = want.min(have);
+    if let Err(e) = sup.reload(Some(spec)).await {
+        if want < have {
+            return Err(match sup.scale(have).await {
+                Ok(_) => format!("{e}; scaled back to {have} workers"),
+                Err(e2) => format!("{e}; scaling back to {have} workers failed: {e2}"),
+            });
+        }
+        return Err(e);
+    }
+    if want > have {
+        if let Err(e) = sup.scale(want).await {
+            return Err(match sup.reload(Some((*previous).clone())).await {
+                Ok(()) => format!("{e}; the reload was rolled back"),
+                Err(e2) => format!("{e}; rolling the reload back failed: {e2}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What a reload can apply: app settings other than the mode and listen address (the
+/// worker count too). Anything else is refused as a whole.
 fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
     if running.admin != next.admin {
         return Err("the [admin] table changed".into());
@@ -157,11 +229,8 @@ fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
         ));
     }
     for (old, new) in running.apps.iter().zip(&next.apps) {
-        if old.workers != new.workers || old.mode != new.mode || old.listen != new.listen {
-            return Err(format!(
-                "app {:?}: workers, mode or listen changed",
-                old.name
-            ));
+        if old.mode != new.mode || old.listen != new.listen {
+            return Err(format!("app {:?}: mode or listen changed", old.name));
         }
     }
     if running.balancers.len() != next.balancers.len() {
@@ -240,5 +309,13 @@ impl Control for Controller {
         app: Option<String>,
     ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>> {
         Box::pin(self.reload_apps(app))
+    }
+
+    fn scale(
+        &self,
+        app: Option<String>,
+        workers: usize,
+    ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>> {
+        Box::pin(self.scale_app(app, workers))
     }
 }

@@ -30,14 +30,27 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
                 None => "/v1/reload".to_string(),
             };
             let reply = ok(request(args.admin, token, Method::POST, &path, RELOAD_LIMIT).await?)?;
-            let result = serde_json::from_str::<serde_json::Value>(&reply.body)
-                .ok()
-                .and_then(|v| v.get("result").and_then(|r| r.as_str()).map(str::to_string))
-                .unwrap_or(reply.body);
-            println!("{result}");
+            println!("{}", result(reply));
+        }
+        CtlCommand::Scale { workers, app } => {
+            let mut path = format!("/v1/scale?workers={workers}");
+            if let Some(name) = &app {
+                path.push_str(&format!("&app={}", encode(name)));
+            }
+            // Growing waits for the new workers to be ready, as a reload does.
+            let reply = ok(request(args.admin, token, Method::POST, &path, RELOAD_LIMIT).await?)?;
+            println!("{}", result(reply));
         }
     }
     Ok(())
+}
+
+/// The `result` line of a successful action, or the whole body if it has none.
+fn result(reply: Reply) -> String {
+    serde_json::from_str::<serde_json::Value>(&reply.body)
+        .ok()
+        .and_then(|v| v.get("result").and_then(|r| r.as_str()).map(str::to_string))
+        .unwrap_or(reply.body)
 }
 
 fn ok(reply: Reply) -> Result<Reply, String> {

@@ -87,9 +87,7 @@ pub async fn serve_until_signal(
                 tokio::spawn(async move {
                     match control.reload_apps(None).await {
                         Ok(msg) => eprintln!("drover: {msg}"),
-                        Err(e) => eprintln!("drover: reload failed: {}", match e {
-                            drover_admin::ControlError::NotFound(m) | drover_admin::ControlError::Failed(m) => m,
-                        }),
+                        Err(e) => eprintln!("drover: reload failed: {e}"),
                     }
                 });
             }

@@ -230,6 +230,9 @@ async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
     let get = |path: &str, headers: &str| {
         format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n")
     };
+    let post = |path: &str| {
+        format!("POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n")
+    };
     let no_token = raw(get("/v1/status", "")).await;
     assert!(no_token.starts_with("HTTP/1.1 401"), "{no_token}");
     assert!(no_token.contains("www-authenticate: Bearer"), "{no_token}");
@@ -258,6 +261,14 @@ async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
             "no app named \\\"ghost\\\" (apps: web)",
         ),
         ("NOT HTTP AT ALL\r\n\r\n".to_string(), "400", ""),
+        (get("/v1/scale?workers=2", auth), "405", "use POST"),
+        (post("/v1/scale"), "400", "workers is missing"),
+        (post("/v1/scale?workers=x"), "400", "workers must be a whole number, not \\\"x\\\""),
+        (post("/v1/scale?workers=-1"), "400", "workers must be a whole number"),
+        (post("/v1/scale?workers=2&workers=3"), "400", "workers given more than once"),
+        (post("/v1/scale?workers=0"), "400", "workers must be in 1..=1024, not 0"),
+        (post("/v1/scale?replicas=2"), "400", "unknown query parameter \\\"replicas\\\": /v1/scale takes app, workers"),
+        (post("/v1/scale?workers=2&app=ghost"), "404", "no app named"),
     ];
     for (req, code, says) in cases {
         let resp = raw(req.clone()).await;
@@ -294,15 +305,15 @@ async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
 #[tokio::test]
 async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
     let script = worker_script(&temp_dir("reload-up-reload-script"));
-    let config = |extra: &str, retries: u32| {
+    let config = |extra: &str, retries: u32, workers: u32| {
         web_config(
             &script,
             "",
-            &format!("workers = 2\nenv = {{ EXTRA = \"{extra}\" }}\n"),
+            &format!("workers = {workers}\nenv = {{ EXTRA = \"{extra}\" }}\n"),
             &format!("retries = {retries}\n"),
         )
     };
-    let (d, admin, file) = up_with("up-reload", &config("v1", 2)).await;
+    let (d, admin, file) = up_with("up-reload", &config("v1", 2, 2)).await;
     let v1 = all_ready(admin, 2).await;
     let extras = || async {
         let mut seen = BTreeSet::new();
@@ -317,7 +328,7 @@ async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
     assert_eq!(extras().await, BTreeSet::from(["v1".to_string()]));
 
     // An app change applies to new workers.
-    std::fs::write(&file, config("v2", 2)).unwrap();
+    std::fs::write(&file, config("v2", 2, 2)).unwrap();
     let (code, out, err) = ctl(admin, &["reload", "--app", "web"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("reloaded web"), "{out}");
@@ -325,8 +336,23 @@ async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
     let v2 = all_ready(admin, 2).await;
     assert!(v2.iter().all(|p| !v1.contains(p)));
 
+    // The worker count follows the file as well; `ctl scale` holds until the next
+    // reload, which makes the app match the file again.
+    std::fs::write(&file, config("v2", 2, 3)).unwrap();
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}");
+    all_ready(admin, 3).await;
+    let (code, _, err) = ctl(admin, &["scale", "1"]).await;
+    assert_eq!(code, 0, "{err}");
+    all_ready(admin, 1).await;
+    std::fs::write(&file, config("v2", 2, 2)).unwrap();
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v2 = all_ready(admin, 2).await;
+    assert_eq!(extras().await, BTreeSet::from(["v2".to_string()]));
+
     // A balancer change is refused as a whole, and so is a broken file.
-    std::fs::write(&file, config("v3", 3)).unwrap();
+    std::fs::write(&file, config("v3", 3, 2)).unwrap();
     let (code, _, err) = ctl(admin, &["reload"]).await;
     assert_eq!(code, 2);
     assert!(
@@ -492,4 +518,118 @@ async fn workers_die_with_drover_even_on_sigkill() {
         pids.iter().all(gone),
         "workers {pids:?} outlived a SIGKILLed drover"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_up_and_down_under_load_fails_no_request() {
+    let (d, admin) = run_python("scale", "1", &["-t", "1"]).await;
+    let first = all_ready(admin, 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 4, "/", stop.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let (code, out, err) = ctl(admin, &["scale", "3"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    assert_eq!(out.trim(), "app \"app\": 1 -> 3 workers");
+    let three = all_ready(admin, 3).await;
+    assert_eq!(three[0], first[0], "scaling up replaced a worker");
+    let s = status(admin).await;
+    let ports: BTreeSet<String> = s.apps[0]
+        .workers
+        .iter()
+        .map(|w| format!("127.0.0.1:{}", w.port.unwrap()))
+        .collect();
+    let endpoints: BTreeSet<String> = s.balancers[0]
+        .endpoints
+        .iter()
+        .map(|e| e.addr.clone())
+        .collect();
+    assert_eq!(endpoints, ports, "every worker, and only they, in the pool");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Down again: the highest ids go, after finishing what they hold. Slow requests
+    // bound to them must be answered by them (a GET cut off would be retried on worker
+    // 0, which the load above could not tell from a drain).
+    let slow: Vec<_> = (0..6)
+        .map(|_| {
+            let addr = d.addr();
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                let r = c.request("GET", "/slow", &[], None).await.unwrap();
+                assert_eq!(r.status, 200);
+                let json: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+                json["pid"].as_u64().unwrap() as u32
+            })
+        })
+        .collect();
+    let mut bound_to_retiring = false;
+    for _ in 0..100 {
+        let s = status(admin).await;
+        if s.apps[0].workers[1..]
+            .iter()
+            .any(|w| w.in_flight.unwrap_or(0) > 0)
+        {
+            bound_to_retiring = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(bound_to_retiring, "no slow request reached workers 1 or 2");
+    let (code, out, err) = ctl(admin, &["scale", "1", "--app", "app"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    assert_eq!(out.trim(), "app \"app\": 3 -> 1 workers");
+    let mut answered_by = BTreeSet::new();
+    for s in slow {
+        answered_by.insert(s.await.unwrap());
+    }
+    assert!(
+        answered_by.iter().any(|p| three[1..].contains(p)),
+        "no slow request finished on a retired worker: {answered_by:?} vs {three:?}"
+    );
+    assert_eq!(all_ready(admin, 1).await, first);
+    assert_eq!(status(admin).await.balancers[0].endpoints.len(), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for l in load {
+        let (o, f) = l.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 100, "too little load to mean anything: {ok}");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed while scaling: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    for pid in &three[1..] {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty(), "retired worker {pid} still there: {stat}");
+    }
+
+    // Bad counts and names change nothing, and say what is wrong.
+    for (args, says) in [
+        (&["scale", "0"][..], "workers must be in 1..=1024, not 0"),
+        (&["scale", "5000"], "workers must be in 1..=1024, not 5000"),
+        (&["scale", "two"], "invalid value 'two'"),
+        (&["scale", "-1"], "unexpected argument '-1'"),
+        (
+            &["scale", "2", "--app", "ghost"],
+            "no app named \"ghost\" (apps: app)",
+        ),
+    ] {
+        let (code, _, err) = ctl(admin, args).await;
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(all_ready(admin, 1).await, first);
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
 }
