@@ -4,13 +4,13 @@
 
 mod common;
 
-use common::{bin, pi_server, steady_load, temp_dir};
+use common::{assert_load_never_failed, bin, pi_server, steady_load, temp_dir};
 use drover_admin::Status;
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +86,39 @@ fn admin_addr(d: &DroverProcess) -> SocketAddr {
         .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
 }
 
+/// `n` requests for the Python worker's `/slow` (200 ms) at once, each on its own
+/// connection; each answers the worker's JSON.
+fn slow_requests(addr: SocketAddr, n: usize) -> Vec<tokio::task::JoinHandle<serde_json::Value>> {
+    (0..n)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                let r = c.request("GET", "/slow", &[], None).await.unwrap();
+                assert_eq!(r.status, 200, "{}", r.text());
+                serde_json::from_str(&r.text()).unwrap()
+            })
+        })
+        .collect()
+}
+
+/// The processes are gone, not zombies.
+fn assert_gone<'a>(pids: impl IntoIterator<Item = &'a u32>, what: &str) {
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty(), "{what} worker {pid} still there: {stat}");
+    }
+}
+
+/// SIGTERM drains and exits 0.
+async fn stops_cleanly(d: DroverProcess) {
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
+}
+
 async fn all_ready(admin: SocketAddr, n: usize) -> Vec<u32> {
     let mut pids = Vec::new();
     for _ in 0..300 {
@@ -157,32 +190,9 @@ async fn rolling_reload_under_load_fails_no_request() {
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut failed) = (0, Vec::new());
-    for l in load {
-        let (o, f) = l.await.unwrap();
-        ok += o;
-        failed.extend(f);
-    }
-    assert!(ok > 100, "too little load to mean anything: {ok}");
-    assert!(
-        failed.is_empty(),
-        "{} of {} requests failed during reloads: {:?}",
-        failed.len(),
-        ok + failed.len(),
-        &failed[..failed.len().min(5)]
-    );
-    // The replaced workers are gone, not zombies.
-    for pid in first.iter().chain(&second) {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(stat.is_empty(), "old worker {pid} still there: {stat}");
-    }
-    d.signal("TERM").unwrap();
-    assert!(d
-        .wait_exit(Duration::from_secs(15))
-        .await
-        .unwrap()
-        .success());
+    assert_load_never_failed(&stop, load, 101, "during reloads").await;
+    assert_gone(first.iter().chain(&second), "replaced");
+    stops_cleanly(d).await;
 }
 
 #[tokio::test]
@@ -393,17 +403,7 @@ async fn shared_mode_serves_on_every_worker_through_one_socket() {
     // trade-off). Overlapping slow requests keep one busy, so the other must accept.
     let mut seen = BTreeSet::new();
     for _ in 0..10 {
-        let asks: Vec<_> = (0..4)
-            .map(|_| {
-                let addr = d.addr();
-                tokio::spawn(async move {
-                    let mut c = HttpClient::connect(addr).await.unwrap();
-                    let r = c.request("GET", "/slow", &[], None).await.unwrap();
-                    serde_json::from_str::<serde_json::Value>(&r.text()).unwrap()
-                })
-            })
-            .collect();
-        for ask in asks {
+        for ask in slow_requests(d.addr(), 4) {
             let json = ask.await.unwrap();
             let pid = json["pid"].as_u64().unwrap();
             assert_eq!(json["listen_pid"].as_str(), Some(pid.to_string().as_str()));
@@ -550,18 +550,7 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     // Down again: the highest ids go, after finishing what they hold. Slow requests
     // bound to them must be answered by them (a GET cut off would be retried on worker
     // 0, which the load above could not tell from a drain).
-    let slow: Vec<_> = (0..6)
-        .map(|_| {
-            let addr = d.addr();
-            tokio::spawn(async move {
-                let mut c = HttpClient::connect(addr).await.unwrap();
-                let r = c.request("GET", "/slow", &[], None).await.unwrap();
-                assert_eq!(r.status, 200);
-                let json: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
-                json["pid"].as_u64().unwrap() as u32
-            })
-        })
-        .collect();
+    let slow = slow_requests(d.addr(), 6);
     let mut bound_to_retiring = false;
     for _ in 0..100 {
         let s = status(admin).await;
@@ -580,7 +569,7 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     assert_eq!(out.trim(), "app \"app\": 3 -> 1 workers");
     let mut answered_by = BTreeSet::new();
     for s in slow {
-        answered_by.insert(s.await.unwrap());
+        answered_by.insert(s.await.unwrap()["pid"].as_u64().unwrap() as u32);
     }
     assert!(
         answered_by.iter().any(|p| three[1..].contains(p)),
@@ -590,25 +579,8 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     assert_eq!(status(admin).await.balancers[0].endpoints.len(), 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut failed) = (0, Vec::new());
-    for l in load {
-        let (o, f) = l.await.unwrap();
-        ok += o;
-        failed.extend(f);
-    }
-    assert!(ok > 100, "too little load to mean anything: {ok}");
-    assert!(
-        failed.is_empty(),
-        "{} of {} requests failed while scaling: {:?}",
-        failed.len(),
-        ok + failed.len(),
-        &failed[..failed.len().min(5)]
-    );
-    for pid in &three[1..] {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(stat.is_empty(), "retired worker {pid} still there: {stat}");
-    }
+    assert_load_never_failed(&stop, load, 101, "while scaling").await;
+    assert_gone(&three[1..], "retired");
 
     // Bad counts and names change nothing, and say what is wrong.
     for (args, says) in [
@@ -626,10 +598,5 @@ async fn scale_up_and_down_under_load_fails_no_request() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
     assert_eq!(all_ready(admin, 1).await, first);
-    d.signal("TERM").unwrap();
-    assert!(d
-        .wait_exit(Duration::from_secs(15))
-        .await
-        .unwrap()
-        .success());
+    stops_cleanly(d).await;
 }

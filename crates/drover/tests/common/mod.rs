@@ -92,3 +92,28 @@ pub fn steady_load(
         })
         .collect()
 }
+
+/// Stops `steady_load`, then asserts that it sent at least `min_ok` requests and that
+/// none failed; `during` names what happened meanwhile, for the message.
+pub async fn assert_load_never_failed(
+    stop: &AtomicBool,
+    load: Vec<tokio::task::JoinHandle<(usize, Vec<String>)>>,
+    min_ok: usize,
+    during: &str,
+) {
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for l in load {
+        let (o, f) = l.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok >= min_ok, "too little load to mean anything: {ok}");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed {during}: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
