@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use drover_supervisor::MAX_WORKERS;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
@@ -92,22 +93,22 @@ pub struct AppConfig {
 pub enum Workers {
     /// `workers = "auto"`: one per available CPU.
     Auto,
-    /// `workers = N`, with N in 1..=1024.
+    /// `workers = N`, with N in 1..=MAX_WORKERS (1024).
     Count(usize),
 }
 
 impl std::str::FromStr for Workers {
     type Err = String;
 
-    /// `auto` or a count in 1..=1024, as on the command line (`drover run -w 4`).
+    /// `auto` or a count in 1..=MAX_WORKERS, as on the command line (`drover run -w 4`).
     fn from_str(s: &str) -> Result<Self, String> {
         if s == "auto" {
             return Ok(Workers::Auto);
         }
         match s.parse::<usize>() {
-            Ok(n) if (1..=1024).contains(&n) => Ok(Workers::Count(n)),
+            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
             _ => Err(format!(
-                "invalid workers {s:?}: expected a number in 1..=1024 or \"auto\""
+                "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
             )),
         }
     }
@@ -837,15 +838,14 @@ impl<'de> Deserialize<'de> for Workers {
         impl Visitor<'_> for V {
             type Value = Workers;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number of workers in 1..=1024 or \"auto\"")
+                write!(f, "a number of workers in 1..={MAX_WORKERS} or \"auto\"")
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<Workers, E> {
-                if (1..=1024).contains(&n) {
-                    Ok(Workers::Count(n as usize))
-                } else {
-                    Err(E::custom(format!(
-                        "{n} is out of range: expected 1..=1024 or \"auto\""
-                    )))
+                match usize::try_from(n) {
+                    Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
+                    _ => Err(E::custom(format!(
+                        "{n} is out of range: expected 1..={MAX_WORKERS} or \"auto\""
+                    ))),
                 }
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Workers, E> {
@@ -853,7 +853,7 @@ impl<'de> Deserialize<'de> for Workers {
                     Ok(Workers::Auto)
                 } else {
                     Err(E::custom(format!(
-                        "invalid workers {s:?}: expected a number in 1..=1024 or \"auto\""
+                        "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
                     )))
                 }
             }
