@@ -208,7 +208,7 @@ impl Supervisor {
             if let Err(e) = self.wait_new_ready(from..workers).await {
                 self.retire_down_to(from).await;
                 return Err(format!(
-                    "app {app:?}: {e}; the new workers were stopped, {from} still serve"
+                    "app {app:?}: {e}; the new workers were stopped and the app keeps {from}"
                 ));
             }
         } else {

@@ -288,7 +288,7 @@ async fn scaling_up_to_workers_that_never_get_ready_changes_nothing() {
         "{err}"
     );
     assert!(
-        err.contains("the new workers were stopped, 1 still serve"),
+        err.contains("the new workers were stopped and the app keeps 1"),
         "{err}"
     );
     assert_eq!(pids(&sup), before);

@@ -445,6 +445,32 @@ async fn a_crash_looping_app_is_reported_while_the_other_keeps_serving() {
     assert!(d.stderr_text().contains("[bad/0] boom"));
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     assert_eq!(c.request("GET", "/", &[], None).await.unwrap().status, 200);
+
+    // With two apps, scale must be told which; more of a crash-looping command is
+    // refused and leaves it as it was.
+    let (code, _, err) = ctl(admin, &["scale", "2"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("several apps run (web, bad): name one"),
+        "{err}"
+    );
+    let (code, _, err) = ctl(admin, &["scale", "2", "--app", "bad"]).await;
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("500") && err.contains("worker 1 is crash-looping"),
+        "{err}"
+    );
+    assert!(err.contains("the app keeps 1"), "{err}");
+    let s = status(admin).await;
+    assert_eq!(
+        s.apps
+            .iter()
+            .find(|a| a.name == "bad")
+            .unwrap()
+            .workers
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
