@@ -611,8 +611,10 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     slot.in_pool = Some(addr);
 }
 
-/// Stops a slot's process for good (shutdown, or the app scaled down): out of the pool,
-/// then the requests it holds finish (up to `drain_timeout`), then SIGTERM.
+/// Stops a slot's process for good: out of the pool, then SIGTERM. When it leaves the
+/// pool here (the app scaled down) the requests it holds finish first, up to
+/// `drain_timeout`; on shutdown `Supervisor::shutdown` has taken every worker out of
+/// the pool already, after the balancers drained.
 async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) {
     let endpoint = proc.addr().and_then(|a| shared.pool.find(a));
     shared.leave_pool(id);

@@ -99,9 +99,7 @@ impl Controller {
         }
         Ok(summary(&targets))
     }
-}
 
-impl Controller {
     fn app(&self, name: &str) -> Result<&Arc<Supervisor>, ControlError> {
         self.apps.iter().find(|a| a.name() == name).ok_or_else(|| {
             ControlError::NotFound(format!(
