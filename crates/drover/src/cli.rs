@@ -24,7 +24,7 @@ pub enum Command {
     Up(UpArgs),
     /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
     Run(RunArgs),
-    /// Talk to a running drover through its admin API: status, reload.
+    /// Talk to a running drover through its admin API: status, reload, scale.
     Ctl(CtlArgs),
 }
 
@@ -56,7 +56,8 @@ pub enum CtlCommand {
         json: bool,
     },
     /// Rolling reload: replace every worker, one at a time, with no failed request.
-    /// Under `drover up`, drover.toml is read again and its app settings apply.
+    /// Under `drover up`, drover.toml is read again and its app settings apply, the
+    /// worker count included.
     Reload {
         /// Only this app.
         #[arg(long, value_name = "NAME")]
