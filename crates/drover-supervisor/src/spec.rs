@@ -8,6 +8,18 @@ use std::time::Duration;
 /// The most workers one app may run (also the config file's bound).
 pub const MAX_WORKERS: usize = 1024;
 
+/// Whether an app may run `workers` workers: the one rule for a spec, a reload and a
+/// scale.
+pub fn check_workers(workers: usize) -> Result<(), String> {
+    if (1..=MAX_WORKERS).contains(&workers) {
+        Ok(())
+    } else {
+        Err(format!(
+            "workers must be in 1..={MAX_WORKERS}, not {workers}"
+        ))
+    }
+}
+
 /// One supervised app: `workers` copies of `command`, each on its own loopback port.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppSpec {
@@ -115,12 +127,7 @@ impl AppSpec {
         if self.command.first().is_none_or(|p| p.is_empty()) {
             return Err("command must name a program".into());
         }
-        if !(1..=MAX_WORKERS).contains(&self.workers) {
-            return Err(format!(
-                "workers must be in 1..={MAX_WORKERS}, not {}",
-                self.workers
-            ));
-        }
+        check_workers(self.workers)?;
         if self.ready_timeout.is_zero() {
             return Err("ready_timeout must be greater than 0".into());
         }

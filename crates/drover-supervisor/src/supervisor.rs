@@ -2,7 +2,7 @@
 
 use crate::memory;
 use crate::output::{stderr_sink, LineSink};
-use crate::spec::{AppSpec, Mode, MAX_WORKERS};
+use crate::spec::{check_workers, AppSpec, Mode};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::worker::{self, ReplaceRequest, Shared};
 use drover_registry::Pool;
@@ -186,11 +186,7 @@ impl Supervisor {
     /// saying what changed.
     pub async fn scale(&self, workers: usize) -> Result<String, String> {
         let app = Arc::clone(&self.shared.app);
-        if !(1..=MAX_WORKERS).contains(&workers) {
-            return Err(format!(
-                "app {app:?}: workers must be in 1..={MAX_WORKERS}, not {workers}"
-            ));
-        }
+        check_workers(workers).map_err(|e| format!("app {app:?}: {e}"))?;
         let _one = self.reloading.lock().await;
         let from = {
             let mut slots = self.slots.lock().await;

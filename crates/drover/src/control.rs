@@ -6,7 +6,7 @@ use drover_admin::{
     AppStatus, BalancerStatus, Control, ControlError, EndpointRow, Status, WorkerRow,
 };
 use drover_registry::Pool;
-use drover_supervisor::{Supervisor, MAX_WORKERS};
+use drover_supervisor::{check_workers, Supervisor};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -137,11 +137,8 @@ impl Controller {
                 )))
             }
         };
-        if !(1..=MAX_WORKERS).contains(&workers) {
-            return Err(ControlError::Invalid(format!(
-                "workers must be in 1..={MAX_WORKERS}, not {workers}"
-            )));
-        }
+        // A bad count is the asker's mistake (400), not a failed scale (500).
+        check_workers(workers).map_err(ControlError::Invalid)?;
         // Not during a reload: its rollback would undo the count.
         let _one = self.reloading.lock().await;
         sup.scale(workers).await.map_err(ControlError::Failed)
