@@ -19,6 +19,17 @@ pub const EWMA_DECAY: Nanos = 10_000_000_000;
 /// keep its last word forever.
 pub const REPORT_TTL: Nanos = 5_000_000_000;
 
+/// A backend whose reported (or measured) utilisation is at least this is saturated: its
+/// CPU is busy, so a request sent to it now waits inside it behind other work. Only then
+/// does the learned limit hold requests back in drover's queue (see `concurrency_cap`).
+pub const SATURATED: f64 = 0.9;
+
+/// In the load score a pending request counts for at most this much work (ns). Longer
+/// requests (long-polls, slow queries, reports) are nearly all waiting, not work: counted
+/// at their full cost, a few long-polls would outweigh hundreds of short requests and
+/// send all short traffic to whichever endpoint holds one long-poll fewer.
+pub const WORK_CAP: Nanos = 100_000_000;
+
 /// Adaptive concurrency limit: where it starts, its bounds, and how it moves.
 pub const LIMIT_INITIAL: f64 = 4.0;
 pub const LIMIT_MIN: f64 = 1.0;
@@ -56,9 +67,15 @@ pub struct Endpoint {
     adaptive: AtomicBool,
     /// The learned concurrency limit (f64 bits).
     limit: AtomicU64,
+    /// Requests from pick until the exchange is over (a body still streaming, a tunnel):
+    /// what `least-conn` and a fixed `max_conns` count, as nginx and HAProxy do.
     in_flight: AtomicU32,
-    /// Sum of the expected cost (ns) of the requests in flight.
-    in_flight_cost: AtomicU64,
+    /// Requests still waiting for their response head, and the sum of their expected
+    /// cost (ns, each at most `WORK_CAP`): the work the backend still has to do. Once the
+    /// head is in, a response that keeps streaming (SSE, a download, a WebSocket) is not
+    /// load on the backend, so it leaves these.
+    pending: AtomicU32,
+    pending_cost: AtomicU64,
     /// Peak-EWMA latency estimate (f64 bits, ns); 0 bits = no observation yet.
     rtt_estimate: AtomicU64,
     rtt_stamp: AtomicU64,
@@ -91,7 +108,8 @@ impl Endpoint {
             adaptive: AtomicBool::new(false),
             limit: AtomicU64::new(LIMIT_INITIAL.to_bits()),
             in_flight: AtomicU32::new(0),
-            in_flight_cost: AtomicU64::new(0),
+            pending: AtomicU32::new(0),
+            pending_cost: AtomicU64::new(0),
             rtt_estimate: AtomicU64::new(0),
             rtt_stamp: AtomicU64::new(0),
             reported_load: AtomicU64::new(0),
@@ -135,8 +153,25 @@ impl Endpoint {
         self.in_flight.load(Relaxed)
     }
 
-    pub fn in_flight_cost(&self) -> Nanos {
-        self.in_flight_cost.load(Relaxed)
+    /// Requests waiting for their response head.
+    pub fn pending(&self) -> u32 {
+        self.pending.load(Relaxed)
+    }
+
+    /// Expected work of the requests waiting for their response head (ns).
+    pub fn pending_cost(&self) -> Nanos {
+        self.pending_cost.load(Relaxed)
+    }
+
+    /// Nothing of ours is waiting for an answer here.
+    pub fn is_idle(&self) -> bool {
+        self.pending() == 0
+    }
+
+    /// Idle and not saturated by anyone else's work: as good as any other free endpoint
+    /// for the next request (see `strategy::common::least_loaded`).
+    pub fn is_free(&self, now: Nanos) -> bool {
+        self.is_idle() && !self.is_saturated(now)
     }
 
     /// Learns the concurrency limit from latency instead of a fixed `max_conns`.
@@ -153,52 +188,83 @@ impl Endpoint {
         f64::from_bits(self.limit.load(Relaxed))
     }
 
-    /// The in-flight cap in force: `max_conns` when set, the learned limit when
-    /// adaptive, 0 (none) otherwise.
-    pub fn concurrency_cap(&self) -> u32 {
+    /// Whether the backend says (or drover measured) that its CPU is saturated.
+    pub fn is_saturated(&self, now: Nanos) -> bool {
+        self.reported_load(now) >= SATURATED
+    }
+
+    /// The cap in force now: `max_conns` when set (on requests in flight); the learned
+    /// limit when adaptive *and* the backend is saturated (on pending requests); 0 (none)
+    /// otherwise.
+    ///
+    /// Why only when saturated: a request that waits on a timer, a database or a client
+    /// costs its backend nothing, and from latency alone drover cannot tell waiting from
+    /// working. A limit learned from latency throttled I/O-bound apps to a few requests at
+    /// a time and counted every long-poll as overload. Queueing in drover beats queueing
+    /// in the backend only when the backend's CPU is the bottleneck, which the backend's
+    /// own report (`endpoint-load-metrics`, e.g. event-loop utilisation) or, for
+    /// supervised workers, the worker's CPU time says directly.
+    pub fn concurrency_cap(&self, now: Nanos) -> u32 {
         match self.max_conns() {
-            0 if self.adaptive.load(Relaxed) => self.learned_limit() as u32,
+            0 if self.is_adaptive() && self.is_saturated(now) => self.learned_limit() as u32,
             max => max,
         }
     }
 
-    pub fn has_capacity(&self) -> bool {
-        self.admits(self.in_flight())
+    pub fn has_capacity(&self, now: Nanos) -> bool {
+        match self.max_conns() {
+            0 => self.admits_pending(self.pending(), now),
+            max => self.in_flight() < max,
+        }
     }
 
-    fn admits(&self, in_flight: u32) -> bool {
-        let cap = self.concurrency_cap();
-        cap == 0
-            || in_flight < cap
-            || (self.is_adaptive() && self.in_flight_cost() < PIPELINE_BUDGET)
+    fn admits_pending(&self, pending: u32, now: Nanos) -> bool {
+        let cap = self.concurrency_cap(now);
+        cap == 0 || pending < cap || self.pending_cost() < PIPELINE_BUDGET
     }
 
-    /// Takes an in-flight slot unless the endpoint is at its cap; returns the in-flight
-    /// count including this one. Only `Pick` calls it.
-    pub(crate) fn try_acquire(&self, cost: Nanos) -> Option<u32> {
-        let before = self
-            .in_flight
-            .fetch_update(Relaxed, Relaxed, |n| self.admits(n).then_some(n + 1))
-            .ok()?;
-        self.in_flight_cost.fetch_add(cost, Relaxed);
-        Some(before + 1)
+    /// Takes a slot unless the endpoint is at its cap; returns the pending count
+    /// including this one. Only `Pick` calls it.
+    pub(crate) fn try_acquire(&self, cost: Nanos, now: Nanos) -> Option<u32> {
+        match self.max_conns() {
+            0 => {
+                let before = self
+                    .pending
+                    .fetch_update(Relaxed, Relaxed, |n| {
+                        self.admits_pending(n, now).then_some(n + 1)
+                    })
+                    .ok()?;
+                self.in_flight.fetch_add(1, Relaxed);
+                self.pending_cost.fetch_add(cost.min(WORK_CAP), Relaxed);
+                Some(before + 1)
+            }
+            max => {
+                self.in_flight
+                    .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+                    .ok()?;
+                self.pending_cost.fetch_add(cost.min(WORK_CAP), Relaxed);
+                Some(self.pending.fetch_add(1, Relaxed) + 1)
+            }
+        }
     }
 
     /// Adapts the learned limit after a request whose uncontended cost was known.
-    /// `in_flight_at_start` is how many requests the endpoint held with this one.
+    /// `pending_at_start` is how many requests awaited an answer with this one.
     ///
+    /// It learns only while the backend is saturated, the only time the limit is in
+    /// force: latencies of an unsaturated backend say nothing about its capacity.
     /// Only a request that filled the endpoint exactly to its limit may raise it: an
     /// idle endpoint serving quickly says nothing about how much more it could take,
     /// and one let in above the limit on the pipeline budget says nothing either.
-    pub fn adapt_limit(&self, latency: Nanos, expected: Nanos, in_flight_at_start: u32) {
-        if !self.is_adaptive() || expected == 0 {
+    pub fn adapt_limit(&self, now: Nanos, latency: Nanos, expected: Nanos, pending_at_start: u32) {
+        if !self.is_adaptive() || expected == 0 || !self.is_saturated(now) {
             return;
         }
         let ratio = latency as f64 / expected as f64;
         let limit = self.learned_limit();
         let next = if ratio >= QUEUED_RATIO {
             (limit * DECREASE).max(LIMIT_MIN)
-        } else if ratio <= UNQUEUED_RATIO && in_flight_at_start == limit as u32 {
+        } else if ratio <= UNQUEUED_RATIO && pending_at_start == limit as u32 {
             (limit + 1.0 / (limit * GROWTH)).min(LIMIT_MAX)
         } else {
             return;
@@ -206,9 +272,18 @@ impl Endpoint {
         self.limit.store(next.to_bits(), Relaxed);
     }
 
-    pub(crate) fn release(&self, cost: Nanos) {
+    /// The response head is in: the request no longer waits on the backend's work.
+    pub(crate) fn settle(&self, cost: Nanos) {
+        self.pending.fetch_sub(1, Relaxed);
+        self.pending_cost.fetch_sub(cost.min(WORK_CAP), Relaxed);
+    }
+
+    /// The exchange is over; `settled` says whether `settle` already ran for it.
+    pub(crate) fn release(&self, cost: Nanos, settled: bool) {
+        if !settled {
+            self.settle(cost);
+        }
         self.in_flight.fetch_sub(1, Relaxed);
-        self.in_flight_cost.fetch_sub(cost, Relaxed);
     }
 
     /// The latency estimate in ns, or `DEFAULT_RTT` before the first observation.
@@ -328,14 +403,21 @@ impl Endpoint {
         self.weight() as f64 * self.ramp(now)
     }
 
+    /// The share an idle endpoint gets among idle ones: its weight after slow start, less
+    /// the load it reports (other balancers' traffic, or its own background work).
+    pub fn idle_share(&self, now: Nanos) -> f64 {
+        self.effective_weight(now) / (1.0 + self.reported_load(now))
+    }
+
     /// The load score that `p2c`, `peak-ewma` and the queue use; lower is better.
     ///
-    /// Outstanding work is the expected cost of the requests already in flight plus one
-    /// more request at the latency estimate (so an idle endpoint still ranks by latency).
-    /// A backend that reports itself busy scales that up; weight and slow start scale it
-    /// down, so a heavier endpoint takes proportionally more.
+    /// Outstanding work is the expected cost of the requests still waiting for an answer
+    /// plus one more request at the latency estimate. A backend that reports itself busy
+    /// scales that up; weight and slow start scale it down, so a heavier endpoint takes
+    /// proportionally more. Idle endpoints are not ranked by it (their latency estimates
+    /// differ by noise): strategies draw among them by `idle_share`.
     pub fn load_score(&self, now: Nanos) -> f64 {
-        let work = self.in_flight_cost() as f64 + self.rtt_estimate();
+        let work = self.pending_cost() as f64 + self.rtt_estimate();
         let busy = 1.0 + self.reported_load(now);
         work * busy / self.effective_weight(now)
     }
@@ -368,44 +450,89 @@ mod tests {
     fn acquire_respects_max_conns() {
         let e = ep();
         e.set_max_conns(2);
-        assert_eq!(e.try_acquire(10), Some(1));
-        assert_eq!(e.try_acquire(10), Some(2));
-        assert_eq!(e.try_acquire(10), None);
-        assert_eq!(e.in_flight_cost(), 20);
-        e.release(10);
-        assert_eq!(e.try_acquire(5), Some(2));
-        assert_eq!(e.in_flight(), 2);
+        assert_eq!(e.try_acquire(10, 1), Some(1));
+        assert_eq!(e.try_acquire(10, 1), Some(2));
+        assert_eq!(e.try_acquire(10, 1), None);
+        assert_eq!(e.pending_cost(), 20);
+        // A fixed cap counts until the exchange ends, even after the head came.
+        e.settle(10);
+        assert_eq!(e.try_acquire(10, 1), None);
+        e.release(10, true);
+        assert_eq!(e.try_acquire(5, 1), Some(2));
+        assert_eq!((e.in_flight(), e.pending()), (2, 2));
+    }
+
+    #[test]
+    fn long_requests_count_as_bounded_work() {
+        let e = ep();
+        e.try_acquire(60_000_000_000, 1).unwrap();
+        assert_eq!(e.pending_cost(), WORK_CAP);
+        e.release(60_000_000_000, false);
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_learned_limit_holds_only_while_the_backend_is_saturated() {
+        let e = ep();
+        e.set_adaptive(true);
+        // Not saturated (nothing reported): no cap, however many wait, and latencies
+        // teach nothing: an I/O-bound backend is slow without being busy.
+        for _ in 0..30 {
+            e.adapt_limit(1, 10_000_000, 60_000, 2);
+        }
+        assert_eq!(
+            (e.learned_limit(), e.concurrency_cap(1)),
+            (LIMIT_INITIAL, 0)
+        );
+        for _ in 0..100 {
+            e.try_acquire(100_000_000, 1).unwrap();
+        }
+        // Saturated: the limit holds further requests back...
+        e.report_load(1, 0.95);
+        assert_eq!(e.concurrency_cap(2), LIMIT_INITIAL as u32);
+        assert!(!e.has_capacity(2));
+        // ...until the report is stale or says otherwise.
+        assert!(e.has_capacity(2 + REPORT_TTL + 1));
+        e.report_load(3, 0.5);
+        assert!(e.has_capacity(4));
     }
 
     #[test]
     fn adaptive_limit_falls_when_requests_queue_and_creeps_up_when_not() {
         let e = ep();
+        let busy = |t| {
+            e.report_load(t, 1.0);
+            t
+        };
         // Not adaptive: nothing moves and there is no cap.
-        e.adapt_limit(100, 1, 1);
-        assert_eq!((e.learned_limit(), e.concurrency_cap()), (LIMIT_INITIAL, 0));
+        e.adapt_limit(busy(1), 100, 1, 1);
+        assert_eq!(
+            (e.learned_limit(), e.concurrency_cap(1)),
+            (LIMIT_INITIAL, 0)
+        );
         e.set_adaptive(true);
-        assert_eq!(e.concurrency_cap(), LIMIT_INITIAL as u32);
+        assert_eq!(e.concurrency_cap(1), LIMIT_INITIAL as u32);
         // Cheap requests stuck behind expensive ones: down to one at a time.
         for _ in 0..30 {
-            e.adapt_limit(10_000_000, 60_000, 2);
+            e.adapt_limit(busy(2), 10_000_000, 60_000, 2);
         }
         assert_eq!(e.learned_limit(), LIMIT_MIN);
-        assert_eq!(e.concurrency_cap(), 1);
+        assert_eq!(e.concurrency_cap(2), 1);
         // Served at the limit without queueing: it grows, slowly.
         let steps = (1..100)
             .find(|_| {
-                e.adapt_limit(60_000, 60_000, 1);
-                e.concurrency_cap() == 2
+                e.adapt_limit(busy(3), 60_000, 60_000, 1);
+                e.concurrency_cap(3) == 2
             })
             .unwrap();
         assert!((4..=8).contains(&steps), "{steps} steps from 1 to 2");
         // Served below the limit: no evidence, no growth.
         let before = e.learned_limit();
-        e.adapt_limit(60_000, 60_000, 1);
+        e.adapt_limit(busy(4), 60_000, 60_000, 1);
         assert_eq!(e.learned_limit(), before);
         // A fixed max_conns overrides learning.
         e.set_max_conns(7);
-        assert_eq!(e.concurrency_cap(), 7);
+        assert_eq!(e.concurrency_cap(4), 7);
         assert!(!e.is_adaptive());
     }
 
@@ -458,7 +585,7 @@ mod tests {
         let a = ep();
         let b = Endpoint::with_weight("127.0.0.1:8002".parse().unwrap(), 2);
         assert!(b.load_score(1) < a.load_score(1));
-        assert!(a.try_acquire(5_000_000).is_some());
+        assert!(a.try_acquire(5_000_000, 1).is_some());
         let c = ep();
         assert!(a.load_score(1) > c.load_score(1));
     }

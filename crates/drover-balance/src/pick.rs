@@ -2,6 +2,7 @@
 
 use crate::clock::Nanos;
 use crate::endpoint::Endpoint;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// What a strategy needs to know about the request being placed.
@@ -24,9 +25,14 @@ impl PickContext<'_> {
         self.exclude.iter().any(|x| Arc::ptr_eq(x, e))
     }
 
-    /// Whether a strategy may choose `e` now: available, not excluded, below `max_conns`.
+    /// Whether `e` may serve this request at all: available and not excluded.
+    pub fn usable(&self, e: &Arc<Endpoint>) -> bool {
+        e.is_available(self.now) && !self.is_excluded(e)
+    }
+
+    /// Whether a strategy may choose `e` now: usable and below its cap.
     pub fn eligible(&self, e: &Arc<Endpoint>) -> bool {
-        e.is_available(self.now) && e.has_capacity() && !self.is_excluded(e)
+        self.usable(e) && e.has_capacity(self.now)
     }
 }
 
@@ -45,7 +51,7 @@ pub enum NoPick {
 pub fn no_pick_reason(endpoints: &[Arc<Endpoint>], ctx: &PickContext<'_>) -> NoPick {
     let waitable = endpoints
         .iter()
-        .any(|e| e.is_available(ctx.now) && !ctx.is_excluded(e) && !e.has_capacity());
+        .any(|e| ctx.usable(e) && !e.has_capacity(ctx.now));
     if waitable {
         NoPick::AllBusy
     } else {
@@ -53,19 +59,22 @@ pub fn no_pick_reason(endpoints: &[Arc<Endpoint>], ctx: &PickContext<'_>) -> NoP
     }
 }
 
-/// Holds an in-flight slot on an endpoint; dropping it gives the slot back.
+/// Holds a slot on an endpoint; dropping it gives the slot back.
 ///
-/// Latency is recorded explicitly with `observe` (time to response headers is what the
-/// estimate wants, while the slot is held until the body is done).
+/// `observe`, at the response head, records the latency (time to the head is what the
+/// estimate wants) and ends the request's pending part: from then on it counts only as
+/// in flight (a streaming body, a tunnel) until dropped.
 #[derive(Debug)]
 pub struct Pick {
     endpoint: Arc<Endpoint>,
     cost: Nanos,
     /// The cost came from a per-request estimate, not the endpoint's latency.
     cost_known: bool,
-    /// In-flight requests on the endpoint, this one included, when it was sent.
-    in_flight_at_start: u32,
+    /// Pending requests on the endpoint, this one included, when it was sent.
+    pending_at_start: u32,
     started: Nanos,
+    /// The response head came (`observe` ran).
+    settled: AtomicBool,
 }
 
 impl Pick {
@@ -76,13 +85,14 @@ impl Pick {
         } else {
             ctx.cost
         };
-        let in_flight_at_start = endpoint.try_acquire(cost)?;
+        let pending_at_start = endpoint.try_acquire(cost, ctx.now)?;
         Some(Pick {
             endpoint: Arc::clone(endpoint),
             cost,
             cost_known: ctx.cost != 0,
-            in_flight_at_start,
+            pending_at_start,
             started: ctx.now,
+            settled: AtomicBool::new(false),
         })
     }
 
@@ -94,21 +104,26 @@ impl Pick {
         self.started
     }
 
-    /// Records the time from the pick to `now` as a latency observation, and lets an
-    /// adaptive endpoint learn from it how much it can take at once.
+    /// The response head arrived at `now`: records the time from the pick as a latency
+    /// observation, lets an adaptive endpoint learn from it how much it can take at once,
+    /// and ends the request's pending part. Only the first call counts.
     pub fn observe(&self, now: Nanos) {
+        if self.settled.swap(true, Relaxed) {
+            return;
+        }
         let latency = now.saturating_sub(self.started);
         self.endpoint.observe_rtt(now, latency);
         if self.cost_known {
             self.endpoint
-                .adapt_limit(latency, self.cost, self.in_flight_at_start);
+                .adapt_limit(now, latency, self.cost, self.pending_at_start);
         }
+        self.endpoint.settle(self.cost);
     }
 }
 
 impl Drop for Pick {
     fn drop(&mut self) {
-        self.endpoint.release(self.cost);
+        self.endpoint.release(self.cost, *self.settled.get_mut());
     }
 }
 
@@ -125,9 +140,27 @@ mod tests {
             ..Default::default()
         };
         let p = Pick::try_new(&e, &ctx).unwrap();
-        assert_eq!((e.in_flight(), e.in_flight_cost()), (1, 700));
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (1, 1, 700));
         drop(p);
-        assert_eq!((e.in_flight(), e.in_flight_cost()), (0, 0));
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_response_head_ends_the_pending_part_once() {
+        let e = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        let ctx = PickContext {
+            now: 1,
+            cost: 700,
+            ..Default::default()
+        };
+        let p = Pick::try_new(&e, &ctx).unwrap();
+        p.observe(2);
+        p.observe(3);
+        // A streaming body or a tunnel: still in flight, no longer pending work.
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (1, 0, 0));
+        assert!(e.is_idle());
+        drop(p);
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (0, 0, 0));
     }
 
     #[test]
@@ -140,6 +173,9 @@ mod tests {
         };
         let set = vec![Arc::clone(&a)];
         let _held = Pick::try_new(&a, &ctx).unwrap();
+        assert_eq!(no_pick_reason(&set, &ctx), NoPick::AllBusy);
+        // A fixed cap counts the exchange until it ends, even once the head is in.
+        _held.observe(2);
         assert_eq!(no_pick_reason(&set, &ctx), NoPick::AllBusy);
         a.set_healthy(false);
         assert_eq!(no_pick_reason(&set, &ctx), NoPick::NoneAvailable);

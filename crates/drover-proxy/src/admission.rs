@@ -37,6 +37,10 @@ pub const PASS_RATIO: Nanos = 4;
 /// How many later requests may pass a queued one.
 pub const MAX_PASSES: u32 = 8;
 
+/// How many waiters pinned to a full endpoint one dispatch looks past, so a long queue
+/// of pinned requests (every request carries a sticky cookie) costs a bounded scan.
+const MAX_PINNED_SKIPS: usize = 32;
+
 pub struct Admission {
     balancer: Arc<dyn Balancer>,
     pool: Arc<Pool>,
@@ -45,6 +49,13 @@ pub struct Admission {
     waiting: AtomicUsize,
     max: usize,
     timeout: Duration,
+}
+
+impl Waiter {
+    /// Whether the request may only go to one endpoint while that one is up.
+    fn is_pinned(&self) -> bool {
+        self.hash_key.is_some() || self.sticky.is_some()
+    }
 }
 
 /// A queued request: what its pick needs, owned, and where to send the slot.
@@ -128,32 +139,39 @@ impl Admission {
     }
 
     /// Hands free slots to the waiters at the head of the queue, in order, until the
-    /// head cannot be placed.
+    /// head cannot be placed. A waiter pinned to one endpoint (sticky, hash) that is
+    /// still full keeps its place without holding back the waiters behind it, which may
+    /// go anywhere: it waits for its endpoint, they need not.
     fn dispatch(self: &Arc<Self>) {
         let mut queue = self.lock();
         if queue.is_empty() {
             return;
         }
         let set = self.pool.snapshot();
-        while let Some(head) = queue.front() {
-            if head.reply.is_closed() {
+        let mut at = 0;
+        while let Some(waiter) = queue.get(at) {
+            if waiter.reply.is_closed() {
                 // Gave up (timeout or client gone).
-                queue.pop_front();
+                queue.remove(at);
                 continue;
             }
             let ctx = PickContext {
                 now: clock::now(),
-                cost: head.cost,
-                hash_key: head.hash_key.as_deref(),
-                sticky: head.sticky.as_deref(),
-                exclude: &head.exclude,
+                cost: waiter.cost,
+                hash_key: waiter.hash_key.as_deref(),
+                sticky: waiter.sticky.as_deref(),
+                exclude: &waiter.exclude,
             };
             let result = match self.balancer.pick(&set, &ctx) {
                 Ok(pick) => Ok(self.slot(pick)),
                 Err(NoPick::NoneAvailable) => Err(ProxyError::NoEndpoint),
+                Err(NoPick::AllBusy) if waiter.is_pinned() && at < MAX_PINNED_SKIPS => {
+                    at += 1;
+                    continue;
+                }
                 Err(NoPick::AllBusy) => break,
             };
-            let Some(waiter) = queue.pop_front() else {
+            let Some(waiter) = queue.remove(at) else {
                 break;
             };
             if let Err(Ok(mut unsent)) = waiter.reply.send(result) {
@@ -206,6 +224,16 @@ impl Slot {
         self.pick
             .as_ref()
             .expect("slot holds its pick until dropped")
+    }
+
+    /// The response head arrived (see `Pick::observe`). The request stops counting
+    /// against a learned limit now, while its body may stream for long after, so the
+    /// room goes to the next queued request at once.
+    pub fn observe(&self, now: Nanos) {
+        self.pick().observe(now);
+        if self.admission.waiting() > 0 {
+            self.admission.dispatch();
+        }
     }
 }
 

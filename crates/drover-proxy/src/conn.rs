@@ -325,7 +325,7 @@ impl Conn {
         };
 
         let now = clock::now();
-        slot.pick().observe(now);
+        slot.observe(now);
         shared
             .costs
             .observe(head.cost_key, now.saturating_sub(slot.pick().started()));

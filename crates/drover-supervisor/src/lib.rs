@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+pub mod cpu;
 mod health;
 pub mod memory;
 pub mod output;

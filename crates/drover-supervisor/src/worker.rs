@@ -8,6 +8,7 @@
 //! serves; the new one joins the pool before the old one leaves it; the old one gets no
 //! new requests, finishes the ones it holds, and only then is stopped.
 
+use crate::cpu::CpuMeter;
 use crate::health;
 use crate::memory;
 use crate::output::{self, LineSink, Stream};
@@ -26,6 +27,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// How often a serving worker's RSS is compared with `max_memory`.
 const MEMORY_POLL: Duration = Duration::from_secs(1);
+
+/// How often a serving worker's CPU use is read and passed to its endpoint as its load
+/// (see `cpu`): often enough that a burst of CPU-bound work is seen within a few of its
+/// requests, rarely enough to cost nothing (one small `/proc` read).
+const CPU_POLL: Duration = Duration::from_millis(100);
 
 /// How often a draining worker's in-flight count is looked at.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
@@ -425,6 +431,9 @@ async fn serve(
     let mut unhealthy = Box::pin(health::watch(proc.addr(), proc.spec.health.clone()));
     let mut memory_poll = tokio::time::interval(MEMORY_POLL);
     memory_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut cpu_poll = tokio::time::interval(CPU_POLL);
+    cpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut cpu = CpuMeter::default();
     loop {
         let why = tokio::select! {
             status = proc.child.wait() => {
@@ -444,6 +453,10 @@ async fn serve(
                 return Life { end: End::Shutdown, pid: proc.pid, served: ready_at.elapsed() };
             }
             Some(reply) = replace.recv() => Why::Asked(reply),
+            _ = cpu_poll.tick(), if proc.addr().is_some() => {
+                report_cpu(shared, &proc, &mut cpu);
+                continue;
+            }
             _ = memory_poll.tick(), if proc.spec.max_memory.is_some() => {
                 match (proc.pid.and_then(memory::rss_bytes), proc.spec.max_memory) {
                     (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
@@ -591,6 +604,17 @@ fn exited(status: std::io::Result<ExitStatus>) -> End {
     match status {
         Ok(s) => End::Exited(s),
         Err(e) => End::Killed(format!("lost track of the process: {e}")),
+    }
+}
+
+/// Passes the worker's main-thread CPU use to its endpoint as its load, so the balancer
+/// knows when the worker is saturated (and, like any load report, sends it less).
+fn report_cpu(shared: &Shared, proc: &Proc, meter: &mut CpuMeter) {
+    let (Some(pid), Some(addr)) = (proc.pid, proc.addr()) else {
+        return;
+    };
+    if let (Some(busy), Some(ep)) = (meter.sample(pid), shared.pool.find(addr)) {
+        ep.report_load(drover_balance::clock::now(), busy.min(1.0));
     }
 }
 

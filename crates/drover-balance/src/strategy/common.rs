@@ -54,13 +54,71 @@ pub(crate) fn least_by<'s>(
     best.map(|(e, _)| e)
 }
 
-/// The eligible endpoint with the lowest load score (see `Endpoint::load_score`).
+/// The eligible endpoint with the least load: a free one (idle, not saturated) if any,
+/// drawn at random by `Endpoint::idle_share`, else the one with the lowest load score.
+///
+/// Free endpoints are not ranked by their latency estimates: with nothing pending those
+/// differ by noise (a GC pause, a cold cache), and ranking by them sent light traffic
+/// (one request at a time) to one endpoint only, which then was the only one whose
+/// estimate was ever refreshed. A restarted worker was never tried. Drawing among idle
+/// endpoints spreads light traffic by weight, as round-robin would, and keeps samples
+/// coming from every endpoint; under load nothing is idle and the score decides.
 pub(crate) fn least_loaded<'s>(
     endpoints: &'s [Arc<Endpoint>],
     ctx: &PickContext<'_>,
     start: usize,
 ) -> Option<&'s Arc<Endpoint>> {
-    least_by(endpoints, ctx, start, |e| e.load_score(ctx.now))
+    if endpoints.is_empty() {
+        return None;
+    }
+    let (tail, head) = endpoints.split_at(start % endpoints.len());
+    let mut idle: Option<&Arc<Endpoint>> = None;
+    let mut idle_total = 0.0;
+    let mut best: Option<(&Arc<Endpoint>, f64)> = None;
+    for e in head.iter().chain(tail).filter(|e| ctx.eligible(e)) {
+        if e.is_free(ctx.now) {
+            // Weighted reservoir sampling: each idle endpoint ends up chosen with
+            // probability share / total, in one pass.
+            let share = e.idle_share(ctx.now);
+            idle_total += share;
+            if idle.is_none() || fastrand::f64() * idle_total < share {
+                idle = Some(e);
+            }
+        } else if idle.is_none() {
+            let s = e.load_score(ctx.now);
+            if best.is_none_or(|(_, b)| s < b) {
+                best = Some((e, s));
+            }
+        }
+    }
+    idle.or(best.map(|(e, _)| e))
+}
+
+/// The less loaded of two eligible endpoints, by the rule of `least_loaded`.
+pub(crate) fn less_loaded<'s>(
+    a: &'s Arc<Endpoint>,
+    b: &'s Arc<Endpoint>,
+    now: crate::Nanos,
+) -> &'s Arc<Endpoint> {
+    match (a.is_free(now), b.is_free(now)) {
+        (true, true) => {
+            let (wa, wb) = (a.idle_share(now), b.idle_share(now));
+            if fastrand::f64() * (wa + wb) < wa {
+                a
+            } else {
+                b
+            }
+        }
+        (true, false) => a,
+        (false, true) => b,
+        (false, false) => {
+            if b.load_score(now) < a.load_score(now) {
+                b
+            } else {
+                a
+            }
+        }
+    }
 }
 
 /// The next eligible index in rotation, from a shared counter.

@@ -9,8 +9,9 @@
 //! (the ones it owned) plus a small excess that shrinks as M grows past N.
 //!
 //! The table maps over *all* endpoints of the set, healthy or not, so a health flap does
-//! not reshuffle anyone. A key whose endpoint is down, ejected, excluded (a retry) or
-//! full walks on to the next slots of the table, whose owners are a pseudo-random sample
+//! not reshuffle anyone. A key whose endpoint is at its concurrency cap waits for it in
+//! drover's queue. A key whose endpoint is down, ejected or excluded (a retry) walks on
+//! to the next slots of the table, whose owners are a pseudo-random sample
 //! of the others: the down endpoint's keys spread instead of doubling one neighbour's
 //! load, and come back when it recovers. Weights are not applied: they change at run
 //! time, and the table is only rebuilt when membership does.
@@ -86,12 +87,13 @@ impl Balancer for Maglev {
         }
         let table = self.table(set);
         let h = key_hash(key);
-        claim(set, ctx, || {
-            table
-                .probe(h, |i| ctx.eligible(&eps[i]))
-                .map(|i| &eps[i])
-                .or_else(|| p2c::choose(eps, ctx))
-        })
+        // The key's endpoint is the first usable one on its probe sequence. When it is
+        // only full, the request waits for it (`AllBusy` queues it): a key moves to
+        // another endpoint only when its own is down, never because of load.
+        match table.probe(h, |i| ctx.usable(&eps[i])) {
+            Some(i) => Pick::try_new(&eps[i], ctx).ok_or(NoPick::AllBusy),
+            None => claim(set, ctx, || p2c::choose(eps, ctx)),
+        }
     }
 }
 
@@ -282,5 +284,27 @@ mod tests {
     #[test]
     fn honours_eligibility() {
         check_eligibility(&Maglev::with_table_size(101));
+    }
+
+    #[test]
+    fn a_key_waits_for_its_full_endpoint_and_walks_past_a_down_one() {
+        let s = set_of(&[1, 1, 1]);
+        let m = Maglev::new();
+        let key = PickContext {
+            hash_key: Some(b"user-7"),
+            ..ctx()
+        };
+        let own = index_of(&s, &m.pick(&s, &key).unwrap());
+        s.endpoints()[own].set_max_conns(1);
+        let held = m.pick(&s, &key).unwrap();
+        // Full: the request is queued for its endpoint, not sent to another one.
+        assert_eq!(m.pick(&s, &key).unwrap_err(), NoPick::AllBusy);
+        drop(held);
+        assert_eq!(index_of(&s, &m.pick(&s, &key).unwrap()), own);
+        // Down: the key moves on, and comes back once its endpoint does.
+        s.endpoints()[own].set_healthy(false);
+        assert_ne!(index_of(&s, &m.pick(&s, &key).unwrap()), own);
+        s.endpoints()[own].set_healthy(true);
+        assert_eq!(index_of(&s, &m.pick(&s, &key).unwrap()), own);
     }
 }

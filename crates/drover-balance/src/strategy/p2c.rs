@@ -1,6 +1,7 @@
 //! `p2c`: the power of two choices, drover's default.
 //!
-//! Draw two distinct eligible endpoints at random and take the one with the lower load
+//! Draw two distinct eligible endpoints at random and take the less loaded: an idle one
+//! (nothing pending; two idle ones by a weighted coin), else the one with the lower load
 //! score (outstanding expected work, peak-EWMA latency, the backend's own load report).
 //! Mitzenmacher showed that the second choice cuts the worst queue from O(log n / log log
 //! n) to O(log log n); in practice it gets most of "least loaded" at O(1), and unlike a
@@ -16,7 +17,7 @@
 //! number of times) while they land on ineligible endpoints. Only when most of the pool
 //! is down do the draws run out, and then one linear scan finds whatever is left.
 
-use super::common::{claim, least_loaded, random_start};
+use super::common::{claim, least_loaded, less_loaded, random_start};
 use crate::endpoint::Endpoint;
 use crate::pick::{NoPick, Pick, PickContext};
 use crate::set::EndpointSet;
@@ -52,12 +53,7 @@ pub(crate) fn choose<'s>(
     let Some((a, b)) = pair else {
         return least_loaded(eps, ctx, random_start(n));
     };
-    let (a, b) = (&eps[a], &eps[b]);
-    Some(if b.load_score(ctx.now) < a.load_score(ctx.now) {
-        b
-    } else {
-        a
-    })
+    Some(less_loaded(&eps[a], &eps[b], ctx.now))
 }
 
 /// A random eligible index other than `other`, or `None` when the draws run out.
@@ -86,12 +82,47 @@ mod tests {
     #[test]
     fn small_pools_take_the_least_loaded() {
         let s = set_of(&[1, 1, 1]);
-        s.endpoints()[0].observe_rtt(1, 9_000_000);
-        s.endpoints()[2].observe_rtt(1, 9_000_000);
+        let busy = PickContext {
+            cost: 9_000_000,
+            ..ctx()
+        };
+        let _a = Pick::try_new(&s.endpoints()[0], &busy).unwrap();
+        let _c = Pick::try_new(&s.endpoints()[2], &ctx()).unwrap();
         for _ in 0..10 {
             let p = P2c::new().pick(&s, &ctx()).unwrap();
             assert_eq!(index_of(&s, &p), 1);
         }
+        // With every endpoint busy, the least work wins.
+        let _b = Pick::try_new(&s.endpoints()[1], &busy).unwrap();
+        for _ in 0..10 {
+            let p = P2c::new().pick(&s, &ctx()).unwrap();
+            assert_eq!(index_of(&s, &p), 2);
+        }
+    }
+
+    #[test]
+    fn idle_endpoints_share_light_traffic_whatever_their_latency() {
+        // One request at a time: nothing is pending at any pick. A latency estimate is
+        // noise here (one endpoint answered a little faster once); ranking by it would
+        // send everything to one endpoint and never refresh the others' estimates.
+        fastrand::seed(5);
+        for n in [2, 3, 6] {
+            let s = set_of(&vec![1; n]);
+            s.endpoints()[0].observe_rtt(1, 100_000);
+            for e in &s.endpoints()[1..] {
+                e.observe_rtt(1, 900_000);
+            }
+            let c = counts(&P2c::new(), &s, 3_000);
+            let fair = 3_000 / n;
+            assert!(
+                c.iter().all(|&k| k > fair * 3 / 4 && k < fair * 5 / 4),
+                "{c:?}"
+            );
+        }
+        // Weighted: shares follow weights.
+        let s = set_of(&[1, 3]);
+        let c = counts(&P2c::new(), &s, 4_000);
+        assert!((800..1200).contains(&c[0]), "{c:?}");
     }
 
     #[test]

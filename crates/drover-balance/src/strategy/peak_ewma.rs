@@ -7,9 +7,10 @@
 //! the scan costs more on large pools and can herd concurrent picks onto one endpoint.
 //! Each pick adds its cost to the endpoint's in-flight work at once, which is what keeps
 //! back-to-back picks from all landing on the same one. The scan starts at a random
-//! index so exact ties (idle endpoints) spread.
+//! index so exact ties spread. Unlike `p2c` it ranks idle endpoints by latency too, so
+//! light traffic goes to the fastest endpoint (and stays there while it is fastest).
 
-use super::common::{claim, least_loaded, random_start};
+use super::common::{claim, least_by, random_start};
 use crate::pick::{NoPick, Pick, PickContext};
 use crate::set::EndpointSet;
 use crate::Balancer;
@@ -26,7 +27,9 @@ impl PeakEwma {
 impl Balancer for PeakEwma {
     fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
         let eps = set.endpoints();
-        claim(set, ctx, || least_loaded(eps, ctx, random_start(eps.len())))
+        claim(set, ctx, || {
+            least_by(eps, ctx, random_start(eps.len()), |e| e.load_score(ctx.now))
+        })
     }
 }
 

@@ -2,9 +2,13 @@
 //! to that endpoint while it is eligible; otherwise `p2c` chooses, and the proxy re-pins
 //! the client to the new endpoint.
 //!
-//! Stickiness yields to health and capacity on purpose: sending a client to a dead or
-//! full endpoint to honour a cookie would turn a session-affinity nicety into an outage.
-//! Apps that need hard affinity should keep sessions in a shared store.
+//! Stickiness yields to health, never to load: a client whose endpoint is down, ejected
+//! or excluded (a retry) goes elsewhere, since waiting for a dead endpoint would turn
+//! affinity into an outage; a client whose endpoint is only at its concurrency cap
+//! waits for it in drover's queue. Moving it would break the sessions that need
+//! affinity (socket.io's long-polling keeps its session in one process): a long-poll
+//! holds its slot for seconds, and the session's next request must still go where the
+//! session lives.
 //!
 //! Ids (`Endpoint::id`) are stable hashes of the address, so a cookie survives drover
 //! restarts. Small pools are searched linearly (a few string compares beat a lock); large
@@ -51,13 +55,11 @@ impl Sticky {
 impl Balancer for Sticky {
     fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
         let pinned = ctx.sticky.and_then(|id| self.find(set, id));
-        if let Some(pick) = pinned
-            .filter(|e| ctx.eligible(e))
-            .and_then(|e| Pick::try_new(e, ctx))
-        {
-            return Ok(pick);
+        match pinned.filter(|e| ctx.usable(e)) {
+            // Full is not down: the request waits for its endpoint (`AllBusy` queues it).
+            Some(e) => Pick::try_new(e, ctx).ok_or(NoPick::AllBusy),
+            None => claim(set, ctx, || p2c::choose(set.endpoints(), ctx)),
         }
-        claim(set, ctx, || p2c::choose(set.endpoints(), ctx))
     }
 }
 
@@ -102,5 +104,17 @@ mod tests {
     #[test]
     fn honours_eligibility() {
         check_eligibility(&Sticky::new());
+    }
+
+    #[test]
+    fn a_pinned_client_waits_for_its_full_endpoint() {
+        let s = set_of(&[1, 1]);
+        let st = Sticky::new();
+        let id = s.endpoints()[0].id().to_string();
+        s.endpoints()[0].set_max_conns(1);
+        let held = st.pick(&s, &pinned(&id)).unwrap();
+        assert_eq!(st.pick(&s, &pinned(&id)).unwrap_err(), NoPick::AllBusy);
+        drop(held);
+        assert_eq!(index_of(&s, &st.pick(&s, &pinned(&id)).unwrap()), 0);
     }
 }

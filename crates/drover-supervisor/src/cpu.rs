@@ -1,0 +1,110 @@
+//! How busy a worker's main thread is, read from `/proc` (Linux).
+//!
+//! The balancer holds requests back in its own queue only while a backend's CPU is
+//! saturated (`drover_balance::Endpoint::is_saturated`): from latency alone it cannot
+//! tell a request that works from one that waits on a timer or a database. Backends may
+//! say it themselves (`endpoint-load-metrics`); for the workers it runs, drover reads
+//! it without asking them. The main thread is what counts: it is a Node worker's event
+//! loop and a Python worker's interpreter, and when it is busy every request waits. A
+//! runtime that serves on many threads (Go) keeps its main thread mostly idle and so is
+//! never held back, which is right: it runs requests in parallel.
+
+use std::time::Instant;
+
+/// CPU time the main thread of `pid` has used, in ns, or `None` when it is gone or
+/// `/proc` is not there. `schedstat`'s first field is exact; `stat`'s utime and stime
+/// (clock ticks, 100 per second on Linux) are the fallback.
+pub fn main_thread_cpu_ns(pid: u32) -> Option<u64> {
+    let task = format!("/proc/{pid}/task/{pid}");
+    if let Some(ns) = std::fs::read_to_string(format!("{task}/schedstat"))
+        .ok()
+        .and_then(|s| parse_schedstat(&s))
+    {
+        return Some(ns);
+    }
+    let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
+    parse_stat_ticks(&stat).map(|ticks| ticks * 10_000_000)
+}
+
+fn parse_schedstat(s: &str) -> Option<u64> {
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// utime + stime, fields 14 and 15 of `stat`, counted after the `)` that ends the
+/// command name (which may itself hold spaces and parentheses).
+fn parse_stat_ticks(s: &str) -> Option<u64> {
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Turns successive readings of one process into utilisation (1.0 = the main thread
+/// ran the whole time).
+#[derive(Debug, Default)]
+pub struct CpuMeter {
+    last: Option<(u32, u64, Instant)>,
+}
+
+impl CpuMeter {
+    /// The share of wall time `pid`'s main thread ran since the last call for the same
+    /// pid; `None` on the first call for a pid, or when it cannot be read.
+    pub fn sample(&mut self, pid: u32) -> Option<f64> {
+        let cpu = main_thread_cpu_ns(pid)?;
+        let now = Instant::now();
+        let previous = self.last.replace((pid, cpu, now));
+        let (last_pid, last_cpu, at) = previous?;
+        let wall = now.duration_since(at).as_nanos() as f64;
+        (last_pid == pid && wall > 0.0).then(|| cpu.saturating_sub(last_cpu) as f64 / wall)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_schedstat_and_stat() {
+        assert_eq!(
+            parse_schedstat("116207129 38038077 258\n"),
+            Some(116_207_129)
+        );
+        assert_eq!(parse_schedstat(""), None);
+        let stat =
+            "4242 (node (worker) 1) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 30 0 0 20 0 11";
+        assert_eq!(parse_stat_ticks(stat), Some(280));
+        assert_eq!(parse_stat_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn a_spinning_thread_reads_as_busy_and_a_sleeping_one_as_idle() {
+        let pid = std::process::id();
+        // This test's own process: its main thread is the test harness's, which sleeps
+        // while the test runs on another thread; our own thread's share shows through
+        // the process-wide reading only, so measure a child that spins and one that
+        // sleeps instead.
+        let spin = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        let sleep = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let (mut a, mut b) = (CpuMeter::default(), CpuMeter::default());
+        assert_eq!(a.sample(spin.id()), None);
+        assert_eq!(b.sample(sleep.id()), None);
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let busy = a.sample(spin.id()).unwrap();
+        let idle = b.sample(sleep.id()).unwrap();
+        for mut child in [spin, sleep] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The spinner shares 2 cores with the rest of the test suite: well above idle.
+        assert!(busy > 0.3, "spinning: {busy}");
+        assert!(idle < 0.05, "sleeping: {idle}");
+        assert!(main_thread_cpu_ns(pid).is_some());
+    }
+}
