@@ -117,9 +117,45 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub health_path: Option<String>,
 
+    #[command(flatten)]
+    pub keys: KeyArgs,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// Key for --strategy hash: header:NAME, cookie:NAME, client-ip or path.
+    #[arg(long, value_name = "KEY")]
+    pub hash_key: Option<drover_proxy::HashKey>,
+
+    /// Cookie name for --strategy sticky.
+    #[arg(long, default_value = "drover_sticky")]
+    pub sticky_cookie: String,
+}
+
+/// Per-backend limits and drover's queue, the same for `proxy` and `run`.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Requests per backend before drover queues the rest: "auto" (a limit learned from
+    /// latency, in force only while a backend's CPU is saturated), 0 (no limit) or N (at
+    /// most N in flight).
+    #[arg(long, default_value = "auto")]
+    pub max_conns: crate::config::ConnLimit,
+
+    /// Requests that may wait in drover's queue for a backend at its limit.
+    #[arg(long, default_value_t = 1024)]
+    pub queue_max: usize,
+
+    /// How long a request may wait in the queue [default: the request timeout].
+    #[arg(long, value_parser = duration)]
+    pub queue_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -200,18 +236,8 @@ pub struct ProxyArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub retries: u32,
 
-    /// Requests in flight per backend before drover queues the rest: "auto" learns it
-    /// from latency, 0 means no limit.
-    #[arg(long, default_value = "auto")]
-    pub max_conns: crate::config::ConnLimit,
-
-    /// Requests that may wait for a free backend.
-    #[arg(long, default_value_t = 1024)]
-    pub queue_max: usize,
-
-    /// How long a request may wait for a free backend.
-    #[arg(long, default_value = "5s", value_parser = duration)]
-    pub queue_timeout: Duration,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 
     #[arg(long, default_value = "1s", value_parser = duration)]
     pub connect_timeout: Duration,
@@ -254,13 +280,8 @@ pub struct ProxyArgs {
     #[arg(long, default_value = "0s", value_parser = duration)]
     pub slow_start: Duration,
 
-    /// Key for --strategy hash: header:NAME, cookie:NAME, client-ip or path.
-    #[arg(long, value_name = "KEY")]
-    pub hash_key: Option<drover_proxy::HashKey>,
-
-    /// Cookie name for --strategy sticky.
-    #[arg(long, default_value = "drover_sticky")]
-    pub sticky_cookie: String,
+    #[command(flatten)]
+    pub keys: KeyArgs,
 
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = "30s", value_parser = duration)]

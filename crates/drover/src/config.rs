@@ -194,6 +194,38 @@ pub struct BalancerConfig {
 }
 
 impl BalancerConfig {
+    /// `--strategy` with `--hash-key` and `--sticky-cookie`, checked together.
+    pub fn apply_strategy(
+        &mut self,
+        strategy: Strategy,
+        keys: &crate::cli::KeyArgs,
+    ) -> Result<(), String> {
+        if strategy == Strategy::Hash && keys.hash_key.is_none() {
+            return Err(
+                "--strategy hash needs --hash-key (header:NAME, cookie:NAME, client-ip or path)"
+                    .into(),
+            );
+        }
+        if keys.hash_key.is_some() && strategy != Strategy::Hash {
+            return Err("--hash-key only applies to --strategy hash".into());
+        }
+        self.strategy = strategy;
+        self.hash = keys.hash_key.clone();
+        self.sticky = (strategy == Strategy::Sticky).then(|| StickyConfig {
+            cookie: keys.sticky_cookie.clone(),
+        });
+        Ok(())
+    }
+
+    /// The `--max-conns`, `--queue-max` and `--queue-timeout` flags.
+    pub fn apply_limits(&mut self, a: &crate::cli::LimitArgs) {
+        self.max_conns = a.max_conns;
+        self.queue = QueueConfig {
+            max: a.queue_max,
+            timeout: a.queue_timeout,
+        };
+    }
+
     /// A balancer with every optional setting at its default, for configs built from
     /// command-line flags rather than a file.
     pub fn new(name: impl Into<String>, listen: SocketAddr, backends: Vec<BackendRef>) -> Self {
@@ -286,15 +318,16 @@ pub struct StickyConfig {
 pub struct QueueConfig {
     /// Most requests waiting at once, 0 = never queue (fail at once); default 1024.
     pub max: usize,
-    /// Longest a request waits before getting a 503; default 5s.
-    pub timeout: Duration,
+    /// Longest a request waits before getting a 503; `None` (default) = the request
+    /// timeout.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
             max: 1024,
-            timeout: Duration::from_secs(5),
+            timeout: None,
         }
     }
 }
@@ -1632,7 +1665,7 @@ fn validate_balancer(
             b.queue.max = m.as_usize();
         }
         if let Some(t) = q.timeout {
-            b.queue.timeout = t.0;
+            b.queue.timeout = Some(t.0);
         }
     }
     if let Some(t) = raw.timeouts {
@@ -1794,7 +1827,7 @@ timeouts = { connect = "1s", request = "30s", idle = "60s" }
         assert_eq!(expected.retries, 2);
         assert_eq!(expected.max_conns, ConnLimit::Auto);
         assert_eq!(expected.queue.max, 1024);
-        assert_eq!(expected.queue.timeout, Duration::from_secs(5));
+        assert_eq!(expected.queue.timeout, None);
         assert_eq!(expected.timeouts.header_read, Duration::from_secs(10));
         assert_eq!(expected.passive.failures, 5);
         assert_eq!(expected.slow_start, Duration::from_secs(10));
@@ -1891,7 +1924,7 @@ sticky = { cookie = "sid" }
             b.queue,
             QueueConfig {
                 max: 0,
-                timeout: Duration::from_millis(100)
+                timeout: Some(Duration::from_millis(100))
             }
         );
         assert_eq!(b.timeouts.request, Duration::from_secs(120));

@@ -32,15 +32,6 @@ impl BalancerPlan {
         if a.backend.is_empty() {
             return Err("at least one --backend is required".into());
         }
-        if a.strategy == Strategy::Hash && a.hash_key.is_none() {
-            return Err(
-                "--strategy hash needs --hash-key (header:NAME, cookie:NAME, client-ip or path)"
-                    .into(),
-            );
-        }
-        if a.hash_key.is_some() && a.strategy != Strategy::Hash {
-            return Err("--hash-key only applies to --strategy hash".into());
-        }
         let mut backends = Vec::new();
         for (i, b) in a.backend.iter().enumerate() {
             if a.backend[..i].contains(b) {
@@ -53,13 +44,9 @@ impl BalancerPlan {
             });
         }
         let mut b = config::BalancerConfig::new("default", listen, backends);
-        b.strategy = a.strategy;
+        b.apply_strategy(a.strategy, &a.keys)?;
         b.retries = a.retries;
-        b.max_conns = a.max_conns;
-        b.queue = config::QueueConfig {
-            max: a.queue_max,
-            timeout: a.queue_timeout,
-        };
+        b.apply_limits(&a.limits);
         b.timeouts = config::TimeoutConfig {
             connect: a.connect_timeout,
             header_read: a.header_timeout,
@@ -82,10 +69,6 @@ impl BalancerPlan {
             });
         }
         b.slow_start = a.slow_start;
-        b.hash = a.hash_key.clone();
-        b.sticky = (a.strategy == Strategy::Sticky).then(|| config::StickyConfig {
-            cookie: a.sticky_cookie.clone(),
-        });
         b.drain_timeout = a.drain_timeout;
         b.threads = Some(a.threads);
         Ok(b)
@@ -151,7 +134,9 @@ impl BalancerPlan {
                 },
                 queue: QueueOptions {
                     max: b.queue.max,
-                    timeout: b.queue.timeout,
+                    // A request that waits here would have waited inside a busy backend
+                    // anyway; by default it may wait as long as a backend may take.
+                    timeout: b.queue.timeout.unwrap_or(b.timeouts.request),
                 },
                 hash_key: b.hash.clone(),
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),

@@ -36,6 +36,14 @@ pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
     let mut balancers = Vec::new();
     match args.mode {
         Mode::Shared => {
+            let l = &args.limits;
+            if l.max_conns != config::ConnLimit::Auto
+                || l.queue_max != config::QueueConfig::default().max
+                || l.queue_timeout.is_some()
+                || args.keys.hash_key.is_some()
+            {
+                return Err("--max-conns, --queue-max, --queue-timeout and --hash-key do not apply to --mode shared: drover does not see the requests".into());
+            }
             if args.strategy.is_some() {
                 return Err("--strategy does not apply to --mode shared: the kernel hands connections to the workers".into());
             }
@@ -62,8 +70,9 @@ pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
                 args.listen,
                 vec![config::BackendRef::App("app".into())],
             );
-            balancer.strategy = args.strategy.unwrap_or_default();
+            balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
+            balancer.apply_limits(&args.limits);
             balancers.push(balancer);
         }
     }
