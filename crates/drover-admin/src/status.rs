@@ -50,6 +50,10 @@ pub struct EndpointRow {
     /// Healthy and not ejected: the balancer may pick it.
     pub available: bool,
     pub in_flight: u32,
+    /// Utilisation reported by the backend or measured for a worker (1.0 = saturated).
+    pub load: f64,
+    /// The concurrency cap in force now; 0 = none.
+    pub limit: u32,
     /// Peak-EWMA latency estimate.
     pub rtt_ms: f64,
     pub weight: u32,
@@ -126,6 +130,11 @@ impl Status {
                         e.addr.clone(),
                         health.to_string(),
                         e.in_flight.to_string(),
+                        format!("{:.2}", e.load),
+                        match e.limit {
+                            0 => "-".to_string(),
+                            n => n.to_string(),
+                        },
                         format!("{:.2}", e.rtt_ms),
                         e.weight.to_string(),
                         e.ejections.to_string(),
@@ -138,6 +147,8 @@ impl Status {
                     "ENDPOINT",
                     "HEALTH",
                     "IN-FLIGHT",
+                    "LOAD",
+                    "LIMIT",
                     "RTT-MS",
                     "WEIGHT",
                     "EJECTIONS",
@@ -249,6 +260,8 @@ mod tests {
                     healthy: true,
                     available: false,
                     in_flight: 3,
+                    load: 0.95,
+                    limit: 2,
                     rtt_ms: 1.234,
                     weight: 1,
                     ejections: 1,
@@ -272,6 +285,10 @@ mod tests {
         assert_eq!(&lines[2][col..col + 5], "ready");
         assert!(text.contains("balancer default on 127.0.0.1:8000 (p2c) over app pi"));
         assert!(text.contains("127.0.0.1:40001  ejected"), "{text}");
+        assert!(
+            text.contains("LOAD  LIMIT") && text.contains("0.95  2 "),
+            "{text}"
+        );
     }
 
     #[test]

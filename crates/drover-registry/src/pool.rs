@@ -74,6 +74,12 @@ pub struct EndpointStatus {
     /// Healthy and not ejected: the balancer may pick it.
     pub available: bool,
     pub in_flight: u32,
+    /// Utilisation the backend reported, or drover measured for its worker (1.0 =
+    /// saturated); 0 when none is fresh.
+    pub load: f64,
+    /// The concurrency cap in force now (a fixed `max_conns`, or the learned limit while
+    /// the backend is saturated); 0 = none.
+    pub limit: u32,
     /// Peak-EWMA latency estimate in ns.
     pub rtt_ns: u64,
     pub weight: u32,
@@ -254,6 +260,8 @@ impl Pool {
                     ejected_for: Duration::from_nanos(until.saturating_sub(now)),
                     available: e.is_available(now),
                     in_flight: e.in_flight(),
+                    load: e.reported_load(now),
+                    limit: e.concurrency_cap(now),
                     rtt_ns: e.rtt_estimate() as u64,
                     weight: e.weight(),
                     max_conns: e.max_conns(),

@@ -289,6 +289,8 @@ impl Control for Controller {
                         healthy: e.healthy,
                         available: e.available,
                         in_flight: e.in_flight,
+                        load: e.load,
+                        limit: e.limit,
                         rtt_ms: e.rtt_ns as f64 / 1e6,
                         weight: e.weight,
                         ejections: e.ejections,

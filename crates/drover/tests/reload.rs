@@ -4,8 +4,9 @@
 
 mod common;
 
-use common::{assert_load_never_failed, bin, pi_server, steady_load, temp_dir};
-use drover_admin::Status;
+use common::{
+    admin_addr, assert_load_never_failed, bin, ctl, pi_server, status, steady_load, temp_dir,
+};
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -56,34 +57,6 @@ async fn up_with(tag: &str, toml: &str) -> (DroverProcess, SocketAddr, PathBuf) 
     let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
     let admin = admin_addr(&d);
     (d, admin, file)
-}
-
-async fn ctl(admin: SocketAddr, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .arg("ctl")
-        .arg("--admin")
-        .arg(admin.to_string())
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-async fn status(admin: SocketAddr) -> Status {
-    let (code, out, err) = ctl(admin, &["status", "--json"]).await;
-    assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
-fn admin_addr(d: &DroverProcess) -> SocketAddr {
-    *d.addrs_after("admin API listening on ")
-        .first()
-        .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
 }
 
 /// `n` requests for the Python worker's `/slow` (200 ms) at once, each on its own

@@ -117,3 +117,34 @@ pub async fn assert_load_never_failed(
         &failed[..failed.len().min(5)]
     );
 }
+
+/// `drover ctl ARGS` against `admin`: exit code, stdout, stderr.
+pub async fn ctl(admin: SocketAddr, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .arg("ctl")
+        .arg("--admin")
+        .arg(admin.to_string())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `drover ctl status --json`, parsed.
+pub async fn status(admin: SocketAddr) -> drover_admin::Status {
+    let (code, out, err) = ctl(admin, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The admin address a drover printed at start-up.
+pub fn admin_addr(d: &DroverProcess) -> SocketAddr {
+    *d.addrs_after("admin API listening on ")
+        .first()
+        .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
+}
