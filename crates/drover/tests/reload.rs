@@ -5,7 +5,8 @@
 mod common;
 
 use common::{
-    admin_addr, assert_load_never_failed, bin, ctl, pi_server, status, steady_load, temp_dir,
+    admin_addr, assert_load_never_failed, bin, ctl, pi_server, status, steady_load, stops_cleanly,
+    temp_dir,
 };
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeSet;
@@ -80,16 +81,6 @@ fn assert_gone<'a>(pids: impl IntoIterator<Item = &'a u32>, what: &str) {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         assert!(stat.is_empty(), "{what} worker {pid} still there: {stat}");
     }
-}
-
-/// SIGTERM drains and exits 0.
-async fn stops_cleanly(d: DroverProcess) {
-    d.signal("TERM").unwrap();
-    assert!(d
-        .wait_exit(Duration::from_secs(15))
-        .await
-        .unwrap()
-        .success());
 }
 
 async fn all_ready(admin: SocketAddr, n: usize) -> Vec<u32> {

@@ -6,11 +6,11 @@
 
 mod common;
 
-use common::{admin_addr, bin, status};
+use common::{admin_addr, assert_load_never_failed, bin, status, steady_load, stops_cleanly};
 use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,43 +65,6 @@ async fn ask_workers(ports: &[u16], path: &str) -> Vec<u64> {
     out
 }
 
-/// `conns` connections sending `path` back to back until `stop`; how many got 200 and
-/// the other statuses seen.
-fn load(
-    addr: SocketAddr,
-    conns: usize,
-    path: &'static str,
-    stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(usize, Vec<u16>)>> {
-    (0..conns)
-        .map(|_| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let mut c = HttpClient::connect(addr).await.unwrap();
-                let (mut ok, mut other) = (0, Vec::new());
-                while !stop.load(Ordering::Relaxed) {
-                    match c.request("GET", path, &[], None).await {
-                        Ok(r) if r.status == 200 => ok += 1,
-                        Ok(r) => other.push(r.status),
-                        Err(_) => other.push(0),
-                    }
-                }
-                (ok, other)
-            })
-        })
-        .collect()
-}
-
-async fn finish(tasks: Vec<tokio::task::JoinHandle<(usize, Vec<u16>)>>) -> usize {
-    let mut total = 0;
-    for t in tasks {
-        let (ok, other) = t.await.unwrap();
-        assert!(other.is_empty(), "failed requests: {other:?}");
-        total += ok;
-    }
-    total
-}
-
 #[tokio::test]
 async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
     let (d, admin) = run_workers().await;
@@ -111,10 +74,9 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
     // I/O-bound: 40 requests that each wait 1.5 s on a timer, all at once from a fresh
     // start. Nothing is saturated, so all 40 are at the workers together.
     let stop = Arc::new(AtomicBool::new(false));
-    let io = load(addr, 40, "/io?ms=1500", stop.clone());
+    let io = steady_load(addr, 40, "/io?ms=1500", stop.clone());
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let s = status(admin).await;
-    stop.store(true, Ordering::Relaxed);
     let held = ask_workers(&ports, "/stats").await;
     assert_eq!(
         held.iter().sum::<u64>(),
@@ -125,14 +87,14 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
         assert_eq!(e.limit, 0, "no limit while not saturated: {e:?}");
         assert!(e.load < 0.5, "an idle event loop reads as idle: {e:?}");
     }
-    assert!(finish(io).await >= 40);
+    assert_load_never_failed(&stop, io, 40, "with I/O-bound workers").await;
 
     // CPU-bound: 16 connections of 30 ms busy loops keep both event loops saturated.
     // After a second to see it, each worker holds a few requests at a time; the rest
     // wait in drover (without the limit, each would hold about 8).
     ask_workers(&ports, "/reset").await;
     let stop = Arc::new(AtomicBool::new(false));
-    let cpu = load(addr, 16, "/cpu?ms=30", stop.clone());
+    let cpu = steady_load(addr, 16, "/cpu?ms=30", stop.clone());
     let mut limited = None;
     for _ in 0..60 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -147,8 +109,7 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
     ask_workers(&ports, "/reset").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let held = ask_workers(&ports, "/stats").await;
-    stop.store(true, Ordering::Relaxed);
-    assert!(finish(cpu).await > 0);
+    assert_load_never_failed(&stop, cpu, 16, "with CPU-bound workers").await;
     assert!(
         held.iter().all(|&n| n <= 5),
         "CPU-bound: each worker should hold a few requests at once, held {held:?} \
@@ -166,10 +127,5 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
         }
     }
     assert!(released, "the limit lifts once the workers are idle");
-    d.signal("TERM").unwrap();
-    assert!(d
-        .wait_exit(Duration::from_secs(15))
-        .await
-        .unwrap()
-        .success());
+    stops_cleanly(d).await;
 }

@@ -148,3 +148,13 @@ pub fn admin_addr(d: &DroverProcess) -> SocketAddr {
         .first()
         .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
 }
+
+/// SIGTERM drains and exits 0.
+pub async fn stops_cleanly(d: DroverProcess) {
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(std::time::Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
+}
