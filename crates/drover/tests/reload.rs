@@ -37,7 +37,7 @@ async fn run_python(tag: &str, workers: &str, extra: &[&str]) -> (DroverProcess,
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "python3", &script]);
     let d = DroverProcess::spawn(bin(), &args).await;
-    let admin = admin_addr(&d);
+    let admin = admin_addr(&d).await;
     (d, admin)
 }
 
@@ -56,7 +56,7 @@ async fn up_with(tag: &str, toml: &str) -> (DroverProcess, SocketAddr, PathBuf) 
     let file = temp_dir(tag).join("drover.toml");
     std::fs::write(&file, toml).unwrap();
     let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d);
+    let admin = admin_addr(&d).await;
     (d, admin, file)
 }
 
@@ -121,7 +121,7 @@ async fn rolling_reload_under_load_fails_no_request() {
         ],
     )
     .await;
-    let admin = admin_addr(&d);
+    let admin = admin_addr(&d).await;
     let first = all_ready(admin, 2).await;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -33,7 +33,7 @@ async fn run_workers() -> (DroverProcess, SocketAddr) {
         &script,
     ];
     let d = DroverProcess::spawn(bin(), &args).await;
-    let admin = admin_addr(&d);
+    let admin = admin_addr(&d).await;
     (d, admin)
 }
 

@@ -118,7 +118,7 @@ async fn run(workers: &str, extra: &[&str], cmd: &[&str]) -> (DroverProcess, Soc
     args.push("--");
     args.extend_from_slice(cmd);
     let d = DroverProcess::spawn(bin(), &args).await;
-    let admin = admin_addr(&d);
+    let admin = admin_addr(&d).await;
     (d, admin)
 }
 

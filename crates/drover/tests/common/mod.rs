@@ -142,9 +142,14 @@ pub async fn status(admin: SocketAddr) -> drover_admin::Status {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
-/// The admin address a drover printed at start-up.
-pub fn admin_addr(d: &DroverProcess) -> SocketAddr {
-    *d.addrs_after("admin API listening on ")
+/// The admin address a drover prints at start-up. It may come after the line
+/// `DroverProcess::spawn` waited for (shared mode prints the app's socket first), so
+/// wait for it.
+pub async fn admin_addr(d: &DroverProcess) -> SocketAddr {
+    let marker = "admin API listening on ";
+    d.wait_for_line(marker, std::time::Duration::from_secs(10))
+        .await;
+    *d.addrs_after(marker)
         .first()
         .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
 }
