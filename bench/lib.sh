@@ -105,3 +105,47 @@ measured_capacity() { # raw.jsonl min_workers
     console.log(`${Math.round(rps)} median-of-${n}:${each}`);
   ' "$1" "$2"
 }
+
+# The tools bench/run.sh and bench/matrix.sh need: installs nginx, HAProxy, wrk, Node,
+# curl and taskset with apt-get when missing (unless BENCH_NO_INSTALL=1), sets NGINX and
+# HAPROXY, raises the open-file limit (HAProxy sizes its own from maxconn; io-c1000 of the
+# matrix holds 1,000 client connections and as many to the backends), and sets PIN_PROXY
+# and PIN_LOAD: taskset prefixes that put the proxy under test on PROXY_CPU (default: the
+# last core) and the load generator on LOADGEN_CPU (default: 0). NCPU is the core count.
+setup_proxy_bench() {
+  local pkgs=()
+  command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || pkgs+=(nginx-light)
+  command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || pkgs+=(haproxy)
+  command -v wrk >/dev/null || pkgs+=(wrk)
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v curl >/dev/null || pkgs+=(curl)
+  command -v taskset >/dev/null || pkgs+=(util-linux)
+  if ((${#pkgs[@]})); then
+    [[ "${BENCH_NO_INSTALL:-0}" == 1 ]] && die "missing: ${pkgs[*]} (BENCH_NO_INSTALL=1)"
+    local sudo=""
+    if [[ $(id -u) -ne 0 ]]; then
+      command -v sudo >/dev/null || die "missing ${pkgs[*]}; run as root or install them"
+      sudo="sudo"
+    fi
+    log "installing ${pkgs[*]} with apt-get"
+    # Wait for another apt/dpkg run (up to 10 minutes) instead of failing on its lock.
+    local lock=(-o DPkg::Lock::Timeout=600)
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq \
+      --no-install-recommends "${pkgs[@]}" >&2
+  fi
+  export PATH="$PATH:/usr/sbin:/sbin"
+  NGINX="$(command -v nginx)"
+  HAPROXY="$(command -v haproxy)"
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  NCPU="$(nproc)"
+  PROXY_CPU="${PROXY_CPU:-$((NCPU - 1))}"
+  LOADGEN_CPU="${LOADGEN_CPU:-0}"
+  PIN_PROXY=() PIN_LOAD=()
+  if ((NCPU > 1)) && command -v taskset >/dev/null; then
+    PIN_PROXY=(taskset -c "$PROXY_CPU")
+    PIN_LOAD=(taskset -c "$LOADGEN_CPU")
+  else
+    log "one core or no taskset: nothing is pinned"
+  fi
+}

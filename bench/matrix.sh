@@ -123,45 +123,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ tools
-install_missing() {
-  local pkgs=()
-  command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || pkgs+=(nginx-light)
-  command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || pkgs+=(haproxy)
-  command -v wrk >/dev/null || pkgs+=(wrk)
-  command -v node >/dev/null || pkgs+=(nodejs)
-  command -v curl >/dev/null || pkgs+=(curl)
-  command -v taskset >/dev/null || pkgs+=(util-linux)
-  ((${#pkgs[@]})) || return 0
-  [[ "${BENCH_NO_INSTALL:-0}" == 1 ]] && die "missing: ${pkgs[*]} (BENCH_NO_INSTALL=1)"
-  local sudo=""
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || die "missing ${pkgs[*]}; run as root or install them"
-    sudo="sudo"
-  fi
-  log "installing ${pkgs[*]} with apt-get"
-  local lock=(-o DPkg::Lock::Timeout=600)
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq \
-    --no-install-recommends "${pkgs[@]}" >&2
-}
-install_missing
-export PATH="$PATH:/usr/sbin:/sbin"
-NGINX="$(command -v nginx)"
-HAPROXY="$(command -v haproxy)"
-
-# io-c1000 holds 1,000 client connections and as many to the backends.
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-NCPU="$(nproc)"
-PROXY_CPU="${PROXY_CPU:-$((NCPU - 1))}"
-LOADGEN_CPU="${LOADGEN_CPU:-0}"
-PIN_PROXY=() PIN_LOAD=()
-if ((NCPU > 1)) && command -v taskset >/dev/null; then
-  PIN_PROXY=(taskset -c "$PROXY_CPU")
-  PIN_LOAD=(taskset -c "$LOADGEN_CPU")
-else
-  log "one core or no taskset: nothing is pinned"
-fi
+setup_proxy_bench
 
 # ------------------------------------------------------------------ binaries
 LOADGEN_WANTED="${LOADGEN:-}"

@@ -129,3 +129,55 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
     assert!(released, "the limit lifts once the workers are idle");
     stops_cleanly(d).await;
 }
+
+/// `n` GETs of `path` at once, each on its own connection; every one must answer 200.
+async fn all_at_once(addr: SocketAddr, n: usize, path: &'static str) {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                c.request("GET", path, &[], None).await.unwrap().status
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+}
+
+/// `drover proxy` learns saturation from the backends' own reports
+/// (`endpoint-load-metrics`): while they say they are saturated, requests wait in drover
+/// for the learned limit; while they say they are not, all go out at once.
+#[tokio::test]
+async fn backends_that_report_saturation_are_held_back_and_others_are_not() {
+    let b = common::backends(2).await;
+    let d = common::proxy(&common::addrs(&b), &[]).await;
+
+    // Reporting 30 % busy: 24 slow requests are all at the backends together.
+    for be in &b {
+        be.set_load_report(Some(0.3));
+    }
+    all_at_once(d.addr(), 4, "/delay/10").await;
+    for be in &b {
+        be.reset_stats();
+    }
+    all_at_once(d.addr(), 24, "/delay/1000").await;
+    let peaks: Vec<u64> = b.iter().map(|be| be.max_in_flight()).collect();
+    assert_eq!(peaks.iter().sum::<u64>(), 24, "not saturated: {peaks:?}");
+
+    // Reporting 95 % busy: the learned limit (4 at first) holds, the rest wait in drover
+    // and are all served.
+    for be in &b {
+        be.set_load_report(Some(0.95));
+    }
+    all_at_once(d.addr(), 4, "/delay/10").await;
+    for be in &b {
+        be.reset_stats();
+    }
+    all_at_once(d.addr(), 24, "/delay/300").await;
+    let peaks: Vec<u64> = b.iter().map(|be| be.max_in_flight()).collect();
+    assert!(
+        peaks.iter().all(|&p| (1..=4).contains(&p)),
+        "saturated: at most the learned limit each, held {peaks:?}"
+    );
+}
