@@ -25,6 +25,8 @@
 #   BENCH_LONG_DURATION  seconds of the long-lived row (max(BENCH_DURATION, poll + 2 s) = 22)
 #   BENCH_BURST_DURATION  seconds of the burst row (6: on-phases at 0 s and 5 s)
 #   BENCH_SEQ_N      requests in the light-seq rows (1000)
+#   BENCH_REPORT_LOAD=1  the backends report their event-loop utilisation on every answer
+#                    (endpoint-load-metrics, as a Node app with drover's SDK would)
 #   BENCH_CAPACITY   cpu-mixed capacity in req/s; default: measured in round 1 (median of
 #                    the peers' cpu-mixed-closed throughput)
 #   DROVER_BIN       drover binary to measure (default: target/release/drover, built)
@@ -165,7 +167,7 @@ quick_port() {
 BE_PORTS=("$(quick_port)" "$(quick_port)" "$(quick_port)")
 for i in 1 2 3; do
   port="${BE_PORTS[$((i - 1))]}"
-  BACKEND_ID="be$i" node "$M/backend.js" "$port" 2>"$TMP/backend$i.log" &
+  REPORT_LOAD="${BENCH_REPORT_LOAD:-0}" BACKEND_ID="be$i" node "$M/backend.js" "$port" 2>"$TMP/backend$i.log" &
   PIDS+=($!)
   wait_port "$port" $! 10 || { cat "$TMP/backend$i.log" >&2; die "backend $i did not start"; }
 done

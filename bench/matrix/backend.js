@@ -63,10 +63,27 @@ function burnNs(ns) {
 const OK = Buffer.from('ok');
 let served = 0;
 
+// REPORT_LOAD=1: every answer reports the event loop's utilisation over the last ~100 ms
+// in Envoy's ORCA text form, as a Node app with drover's SDK middleware would; drover
+// reads it (and holds requests back while it is >= 0.9), nginx and HAProxy pass it on.
+const { performance } = require('perf_hooks');
+const REPORT_LOAD = process.env.REPORT_LOAD === '1';
+let eluMark = performance.eventLoopUtilization();
+let eluNow = 0;
+function loadHeader() {
+  const since = performance.eventLoopUtilization(eluMark);
+  const span = since.idle + since.active;
+  if (span >= 10) eluNow = since.utilization;
+  if (span >= 100) eluMark = performance.eventLoopUtilization();
+  return `TEXT named_metrics.elu=${eluNow.toFixed(3)}`;
+}
+
 function send(res, status, body, type = 'text/plain') {
   if (res.destroyed) return;
   const b = Buffer.isBuffer(body) ? body : Buffer.from(body);
-  res.writeHead(status, { 'content-type': type, 'content-length': b.length, 'x-backend': id });
+  const head = { 'content-type': type, 'content-length': b.length, 'x-backend': id };
+  if (REPORT_LOAD) head['endpoint-load-metrics'] = loadHeader();
+  res.writeHead(status, head);
   res.end(b);
 }
 
