@@ -149,3 +149,29 @@ setup_proxy_bench() {
     log "one core or no taskset: nothing is pinned"
   fi
 }
+
+# The head of an nginx.conf for one proxy process in DIR (pid, logs and temp files
+# there) with CONNECTIONS worker connections, up to and including the open `http {`
+# block's keep-alive settings; the caller writes the upstream and server blocks and
+# closes `http`.
+nginx_preamble() { # dir connections
+  cat <<EOF
+# one process serves everything (master_process off = a single worker, no master)
+daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile 65536;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections $2; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path $1/tmp/body;
+  proxy_temp_path $1/tmp/proxy;
+  fastcgi_temp_path $1/tmp/fastcgi;
+  uwsgi_temp_path $1/tmp/uwsgi;
+  scgi_temp_path $1/tmp/scgi;
+  keepalive_requests 10000000;
+  keepalive_timeout 120s;
+EOF
+}

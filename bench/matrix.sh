@@ -203,24 +203,9 @@ start_peer() { # name nbackends
       local lb=""
       [[ "$name" == nginx-lc ]] && lb="least_conn;"
       for i in "${ups[@]}"; do servers+="    server $i max_fails=0;"$'\n'; done
-      cat >"$dir/nginx.conf" <<EOF
-# one process serves everything (master_process off = a single worker, no master)
-daemon off;
-master_process off;
-worker_processes 1;
-worker_rlimit_nofile 65536;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 16384; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path $dir/tmp/body;
-  proxy_temp_path $dir/tmp/proxy;
-  fastcgi_temp_path $dir/tmp/fastcgi;
-  uwsgi_temp_path $dir/tmp/uwsgi;
-  scgi_temp_path $dir/tmp/scgi;
-  keepalive_requests 10000000;
-  keepalive_timeout 120s;
+      {
+        nginx_preamble "$dir" 16384
+        cat <<EOF
   # WebSockets: pass Upgrade on; keep upstream keep-alive (Connection "") otherwise.
   map \$http_upgrade \$connection_upgrade { default upgrade; '' ""; }
   upstream backends {
@@ -242,6 +227,7 @@ $servers    keepalive 64;
   }
 }
 EOF
+      } >"$dir/nginx.conf"
       "${PIN_PROXY[@]}" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/stderr.log" &
       ;;
     haproxy-lc | haproxy-rr)

@@ -16,12 +16,7 @@ const records = fs.readFileSync(rawPath, 'utf8').split('\n').filter(Boolean).map
 
 const SCENARIOS = ['tiny-c50', 'tiny-c1', 'mixed-closed', 'mixed-open50', 'mixed-open75'];
 
-function median(xs) {
-  const v = xs.filter((x) => x !== null && x !== undefined && !Number.isNaN(x)).sort((a, b) => a - b);
-  if (!v.length) return null;
-  const m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
+const median = require('./median');
 
 // One normalised row per record.
 function normalise(r) {

@@ -128,24 +128,9 @@ start_nginx() { # name lb-directive
   local name=$1 dir="$TMP/$1" port
   port="$(free_port)"
   mkdir -p "$dir/tmp"
-  cat >"$dir/nginx.conf" <<EOF
-# one process serves everything (master_process off = a single worker, no master)
-daemon off;
-master_process off;
-worker_processes 1;
-worker_rlimit_nofile 65536;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 8192; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path $dir/tmp/body;
-  proxy_temp_path $dir/tmp/proxy;
-  fastcgi_temp_path $dir/tmp/fastcgi;
-  uwsgi_temp_path $dir/tmp/uwsgi;
-  scgi_temp_path $dir/tmp/scgi;
-  keepalive_requests 10000000;
-  keepalive_timeout 120s;
+  {
+    nginx_preamble "$dir" 8192
+    cat <<EOF
   upstream backends {
     $2
     server 127.0.0.1:${BE_PORTS[0]} max_fails=0;
@@ -164,6 +149,7 @@ http {
   }
 }
 EOF
+  } >"$dir/nginx.conf"
   "${PIN_PROXY[@]}" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/stderr.log" &
   PID[$name]=$!
   PORT[$name]=$port

@@ -21,12 +21,7 @@ const P99_MAX = 1.05;
 const ERR_SLACK = 0.001;
 const isDrover = (p) => p === 'drover' || p.startsWith('drover-');
 
-function median(xs) {
-  const v = xs.filter((x) => x !== null && x !== undefined && !Number.isNaN(x)).sort((a, b) => a - b);
-  if (!v.length) return null;
-  const m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
+const median = require('../median');
 
 // One record -> the figures the table uses.
 function normalise(r) {
