@@ -21,6 +21,9 @@
 //   round-robin     each request to the next worker in turn
 //   least-conn      to the worker with the fewest requests sent and not answered (nginx
 //                   least_conn, HAProxy leastconn); it queues inside that worker
+//   least-work      to the worker whose unanswered requests cost least in all (each at
+//                   its full cost, as drover counts pending work by learned cost): what
+//                   drover's p2c does when no backend is known to be saturated
 //   late-fifo       one queue in the balancer, a worker takes the next request when it is
 //                   idle (late binding with a limit of 1 and a free hop)
 //   late-bypass     the same, but a request joins ahead of queued ones costing over 4x
@@ -152,7 +155,7 @@ class DueHeap {
  */
 function simulate(source, policy) {
   const free = new Array(WORKERS).fill(0); // when each worker finishes what it holds
-  const pending = Array.from({ length: WORKERS }, () => []); // bound: finish times, in order
+  const pending = Array.from({ length: WORKERS }, () => []); // bound: {at: finish, cost}, in order
   const queue = []; // late binding: requests waiting in the balancer
   const arrivals = new DueHeap();
   source.first.forEach((q) => arrivals.push(q));
@@ -176,9 +179,9 @@ function simulate(source, policy) {
     if (!arrivals.size) break;
     const q = arrivals.pop();
     if (policy.bind) {
-      for (const p of pending) while (p.length && p[0] <= q.due) p.shift();
+      for (const p of pending) while (p.length && p[0].at <= q.due) p.shift();
       const b = policy.bind(arrived++, pending, pick);
-      pending[b].push(serve(q, b, q.due));
+      pending[b].push({ at: serve(q, b, q.due), cost: q.cost });
     } else if (!queue.length && free[w] <= q.due) {
       serve(q, w, q.due);
     } else {
@@ -193,15 +196,20 @@ function simulate(source, policy) {
 
 const random = (_i, _p, r) => Math.floor(r() * WORKERS);
 const roundRobin = (i) => i % WORKERS;
-function leastConn(i, pending) {
-  let best = -1;
-  // Ties go round-robin, as nginx and HAProxy break them.
-  for (let k = 0; k < WORKERS; k++) {
-    const w = (i + k) % WORKERS;
-    if (best < 0 || pending[w].length < pending[best].length) best = w;
-  }
-  return best;
+/** The worker with the least `load(pending)`; ties go round-robin, as nginx and HAProxy
+ * break them. */
+function leastBy(load) {
+  return (i, pending) => {
+    let best = -1;
+    for (let k = 0; k < WORKERS; k++) {
+      const w = (i + k) % WORKERS;
+      if (best < 0 || load(pending[w]) < load(pending[best])) best = w;
+    }
+    return best;
+  };
 }
+const leastConn = leastBy((p) => p.length);
+const leastWork = leastBy((p) => p.reduce((sum, r) => sum + r.cost, 0));
 const costlier = (ahead, q) => ahead.cost > PASS_RATIO * q.cost;
 
 function percentile(sorted, p) {
@@ -212,6 +220,7 @@ const policies = {
   random: { bind: random },
   'round-robin': { bind: roundRobin },
   'least-conn': { bind: leastConn },
+  'least-work': { bind: leastWork },
   'late-fifo': { passes: () => false },
   'late-bypass': { passes: (ahead, q) => costlier(ahead, q) && ahead.passed < MAX_PASSES },
   'late-sjf': { passes: costlier },
