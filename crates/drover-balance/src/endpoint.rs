@@ -409,17 +409,33 @@ impl Endpoint {
         self.effective_weight(now) / (1.0 + self.reported_load(now))
     }
 
-    /// The load score that `p2c`, `peak-ewma` and the queue use; lower is better.
+    /// The load score `peak-ewma` ranks by; lower is better.
     ///
     /// Outstanding work is the expected cost of the requests still waiting for an answer
     /// plus one more request at the latency estimate. A backend that reports itself busy
     /// scales that up; weight and slow start scale it down, so a heavier endpoint takes
-    /// proportionally more. Idle endpoints are not ranked by it (their latency estimates
-    /// differ by noise): strategies draw among them by `idle_share`.
+    /// proportionally more.
     pub fn load_score(&self, now: Nanos) -> f64 {
         let work = self.pending_cost() as f64 + self.rtt_estimate();
-        let busy = 1.0 + self.reported_load(now);
-        work * busy / self.effective_weight(now)
+        work * self.busy_factor(now)
+    }
+
+    /// The work a new request would find ahead of it here, the score `p2c` compares busy
+    /// endpoints by; lower is better. The expected cost of the pending requests, scaled up
+    /// by the backend's reported load and down by weight and slow start.
+    ///
+    /// Unlike `load_score` it leaves the latency estimate out: that is a peak over every
+    /// route, so right after one expensive request it adds that request's cost to an
+    /// endpoint that may hold only cheap ones, and a cheap request is sent to queue behind
+    /// an expensive one elsewhere. A slower endpoint still gets less: its requests stay
+    /// pending longer. (Idle endpoints are not ranked at all; see `is_free`.)
+    pub fn pending_score(&self, now: Nanos) -> f64 {
+        self.pending_cost() as f64 * self.busy_factor(now)
+    }
+
+    /// Reported load scales a score up; weight and slow start scale it down.
+    fn busy_factor(&self, now: Nanos) -> f64 {
+        (1.0 + self.reported_load(now)) / self.effective_weight(now)
     }
 }
 

@@ -55,7 +55,8 @@ pub(crate) fn least_by<'s>(
 }
 
 /// The eligible endpoint with the least load: a free one (idle, not saturated) if any,
-/// drawn at random by `Endpoint::idle_share`, else the one with the lowest load score.
+/// drawn at random by `Endpoint::idle_share`, else the one with the least pending work
+/// (`Endpoint::pending_score`).
 ///
 /// Free endpoints are not ranked by their latency estimates: with nothing pending those
 /// differ by noise (a GC pause, a cold cache), and ranking by them sent light traffic
@@ -85,7 +86,7 @@ pub(crate) fn least_loaded<'s>(
                 idle = Some(e);
             }
         } else if idle.is_none() {
-            let s = e.load_score(ctx.now);
+            let s = e.pending_score(ctx.now);
             if best.is_none_or(|(_, b)| s < b) {
                 best = Some((e, s));
             }
@@ -112,7 +113,7 @@ pub(crate) fn less_loaded<'s>(
         (true, false) => a,
         (false, true) => b,
         (false, false) => {
-            if b.load_score(now) < a.load_score(now) {
+            if b.pending_score(now) < a.pending_score(now) {
                 b
             } else {
                 a

@@ -1,8 +1,9 @@
 //! `p2c`: the power of two choices, drover's default.
 //!
 //! Draw two distinct eligible endpoints at random and take the less loaded: an idle one
-//! (nothing pending; two idle ones by a weighted coin), else the one with the lower load
-//! score (outstanding expected work, peak-EWMA latency, the backend's own load report).
+//! (nothing pending; two idle ones by a weighted coin), else the one with less pending
+//! work (the learned cost of the requests awaiting an answer, scaled by the backend's own
+//! load report and its weight; see `Endpoint::pending_score`).
 //! Mitzenmacher showed that the second choice cuts the worst queue from O(log n / log log
 //! n) to O(log log n); in practice it gets most of "least loaded" at O(1), and unlike a
 //! full scan it does not send a burst of concurrent picks, all reading the same stale
@@ -97,6 +98,30 @@ mod tests {
         for _ in 0..10 {
             let p = P2c::new().pick(&s, &ctx()).unwrap();
             assert_eq!(index_of(&s, &p), 2);
+        }
+    }
+
+    #[test]
+    fn a_cheap_request_avoids_the_expensive_work_whatever_the_latency_estimates() {
+        // Endpoint 0 just answered an expensive request (its latency estimate peaks at
+        // 10 ms) and holds a cheap one; endpoint 1 holds an expensive one. The new request
+        // would wait behind 10 ms of work on 1 and behind 50 µs on 0.
+        let s = set_of(&[1, 1]);
+        s.endpoints()[0].observe_rtt(1, 10_000_000);
+        s.endpoints()[1].observe_rtt(1, 50_000);
+        let cheap = PickContext {
+            cost: 50_000,
+            ..ctx()
+        };
+        let expensive = PickContext {
+            cost: 10_000_000,
+            ..ctx()
+        };
+        let _a = Pick::try_new(&s.endpoints()[0], &cheap).unwrap();
+        let _b = Pick::try_new(&s.endpoints()[1], &expensive).unwrap();
+        for _ in 0..10 {
+            let p = P2c::new().pick(&s, &cheap).unwrap();
+            assert_eq!(index_of(&s, &p), 0);
         }
     }
 
