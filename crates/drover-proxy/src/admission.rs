@@ -51,13 +51,6 @@ pub struct Admission {
     timeout: Duration,
 }
 
-impl Waiter {
-    /// Whether the request may only go to one endpoint while that one is up.
-    fn is_pinned(&self) -> bool {
-        self.hash_key.is_some() || self.sticky.is_some()
-    }
-}
-
 /// A queued request: what its pick needs, owned, and where to send the slot.
 struct Waiter {
     cost: Nanos,
@@ -67,6 +60,13 @@ struct Waiter {
     sticky: Option<String>,
     exclude: Vec<Arc<Endpoint>>,
     reply: oneshot::Sender<Result<Slot, ProxyError>>,
+}
+
+impl Waiter {
+    /// Whether the request may only go to one endpoint while that one is up.
+    fn is_pinned(&self) -> bool {
+        self.hash_key.is_some() || self.sticky.is_some()
+    }
 }
 
 impl Admission {

@@ -73,53 +73,35 @@ pub(crate) fn least_loaded<'s>(
         return None;
     }
     let (tail, head) = endpoints.split_at(start % endpoints.len());
+    least_loaded_of(head.iter().chain(tail).filter(|e| ctx.eligible(e)), ctx.now)
+}
+
+/// The least loaded of `candidates` (all eligible), by the rule of `least_loaded`; `p2c`
+/// calls it with its two draws.
+pub(crate) fn least_loaded_of<'s>(
+    candidates: impl IntoIterator<Item = &'s Arc<Endpoint>>,
+    now: crate::Nanos,
+) -> Option<&'s Arc<Endpoint>> {
     let mut idle: Option<&Arc<Endpoint>> = None;
     let mut idle_total = 0.0;
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
-    for e in head.iter().chain(tail).filter(|e| ctx.eligible(e)) {
-        if e.is_free(ctx.now) {
+    for e in candidates {
+        if e.is_free(now) {
             // Weighted reservoir sampling: each idle endpoint ends up chosen with
             // probability share / total, in one pass.
-            let share = e.idle_share(ctx.now);
+            let share = e.idle_share(now);
             idle_total += share;
             if idle.is_none() || fastrand::f64() * idle_total < share {
                 idle = Some(e);
             }
         } else if idle.is_none() {
-            let s = e.pending_score(ctx.now);
+            let s = e.pending_score(now);
             if best.is_none_or(|(_, b)| s < b) {
                 best = Some((e, s));
             }
         }
     }
     idle.or(best.map(|(e, _)| e))
-}
-
-/// The less loaded of two eligible endpoints, by the rule of `least_loaded`.
-pub(crate) fn less_loaded<'s>(
-    a: &'s Arc<Endpoint>,
-    b: &'s Arc<Endpoint>,
-    now: crate::Nanos,
-) -> &'s Arc<Endpoint> {
-    match (a.is_free(now), b.is_free(now)) {
-        (true, true) => {
-            let (wa, wb) = (a.idle_share(now), b.idle_share(now));
-            if fastrand::f64() * (wa + wb) < wa {
-                a
-            } else {
-                b
-            }
-        }
-        (true, false) => a,
-        (false, true) => b,
-        (false, false) => {
-            if b.pending_score(now) < a.pending_score(now) {
-                b
-            } else {
-                a
-            }
-        }
-    }
 }
 
 /// The next eligible index in rotation, from a shared counter.

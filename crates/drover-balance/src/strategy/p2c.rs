@@ -18,7 +18,7 @@
 //! number of times) while they land on ineligible endpoints. Only when most of the pool
 //! is down do the draws run out, and then one linear scan finds whatever is left.
 
-use super::common::{claim, least_loaded, less_loaded, random_start};
+use super::common::{claim, least_loaded, least_loaded_of, random_start};
 use crate::endpoint::Endpoint;
 use crate::pick::{NoPick, Pick, PickContext};
 use crate::set::EndpointSet;
@@ -54,7 +54,7 @@ pub(crate) fn choose<'s>(
     let Some((a, b)) = pair else {
         return least_loaded(eps, ctx, random_start(n));
     };
-    Some(less_loaded(&eps[a], &eps[b], ctx.now))
+    least_loaded_of([&eps[a], &eps[b]], ctx.now)
 }
 
 /// A random eligible index other than `other`, or `None` when the draws run out.
