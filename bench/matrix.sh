@@ -15,6 +15,7 @@
 #                    "all" adds the optional hetero-io)
 #   BENCH_PEERS      (drover nginx-lc haproxy-lc haproxy-rr). Also: nginx-rr,
 #                    drover-mcN (drover --max-conns N, e.g. drover-mc0),
+#                    drover-alt (a second binary, $DROVER_ALT_BIN, for A/B runs),
 #                    drover-STRATEGY (--strategy, e.g. drover-least-conn, drover-rr),
 #                    node-cluster (Node's cluster module over the same backend app: no proxy)
 #   BENCH_WARMUP     seconds of the row's own load before each warm measurement
@@ -258,16 +259,17 @@ EOF
       "${PIN_PROXY[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/stderr.log" 2>&1 &
       ;;
     drover | drover-*)
-      local flags=() s="${name#drover}"
+      local flags=() s="${name#drover}" bin="$DROVER"
       s="${s#-}"
       case "$s" in
         "") ;;
+        alt) bin="${DROVER_ALT_BIN:?drover-alt needs DROVER_ALT_BIN}" ;;
         mc*) flags=(--max-conns "${s#mc}") ;;
         rr) flags=(--strategy round-robin) ;;
         *) flags=(--strategy "$s") ;;
       esac
       for i in "${ups[@]}"; do be_args+=(--backend "$i"); done
-      "${PIN_PROXY[@]}" "$DROVER" proxy --listen "127.0.0.1:$port" "${be_args[@]}" "${flags[@]}" \
+      "${PIN_PROXY[@]}" "$bin" proxy --listen "127.0.0.1:$port" "${be_args[@]}" "${flags[@]}" \
         --threads 1 >"$dir/stdout.log" 2>"$dir/stderr.log" &
       ;;
     node-cluster)

@@ -421,16 +421,20 @@ impl Endpoint {
     }
 
     /// The work a new request would find ahead of it here, the score `p2c` compares busy
-    /// endpoints by; lower is better. The expected cost of the pending requests, scaled up
-    /// by the backend's reported load and down by weight and slow start.
+    /// endpoints by; lower is better: the expected cost of the pending requests, scaled
+    /// down by weight and slow start.
     ///
     /// Unlike `load_score` it leaves the latency estimate out: that is a peak over every
     /// route, so right after one expensive request it adds that request's cost to an
     /// endpoint that may hold only cheap ones, and a cheap request is sent to queue behind
     /// an expensive one elsewhere. A slower endpoint still gets less: its requests stay
-    /// pending longer. (Idle endpoints are not ranked at all; see `is_free`.)
+    /// pending longer. It leaves the reported load out too: that report is up to a window
+    /// old and noisy, and the pending work it would scale already says what waits there;
+    /// scaling by it sent cheap requests behind expensive ones on mixed CPU-bound load
+    /// (`BENCH_REPORT_LOAD=1` matrix, cpu-mixed-open75 p99 0.93 → 0.82 × HAProxy
+    /// leastconn). (Idle endpoints are not ranked at all; see `is_free`.)
     pub fn pending_score(&self, now: Nanos) -> f64 {
-        self.pending_cost() as f64 * self.busy_factor(now)
+        self.pending_cost() as f64 / self.effective_weight(now)
     }
 
     /// Reported load scales a score up; weight and slow start scale it down.

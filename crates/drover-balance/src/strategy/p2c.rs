@@ -2,8 +2,8 @@
 //!
 //! Draw two distinct eligible endpoints at random and take the less loaded: an idle one
 //! (nothing pending; two idle ones by a weighted coin), else the one with less pending
-//! work (the learned cost of the requests awaiting an answer, scaled by the backend's own
-//! load report and its weight; see `Endpoint::pending_score`).
+//! work (the learned cost of the requests awaiting an answer, scaled by its weight; see
+//! `Endpoint::pending_score`).
 //! Mitzenmacher showed that the second choice cuts the worst queue from O(log n / log log
 //! n) to O(log log n); in practice it gets most of "least loaded" at O(1), and unlike a
 //! full scan it does not send a burst of concurrent picks, all reading the same stale
