@@ -1,23 +1,123 @@
-//! Streaming message bodies from one socket to another without holding them whole.
+//! Message bodies between two sockets: framed as they pass, buffered only up to a bound.
+//!
+//! A body is never held whole, but a bounded amount is read ahead of a slow receiver so
+//! that a slow peer on one side does not hold the peer on the other side hostage: a
+//! request body that fits `REQUEST_BUFFER` is read in full before any endpoint is picked
+//! (`prefetch`), and a response is read up to `RESPONSE_BUFFER` ahead of the client, so
+//! a response that fits frees its backend connection and concurrency slot at once,
+//! whatever the client's pace (`relay`). nginx does the same with
+//! `client_body_buffer_size` and `proxy_buffering`.
 
 use crate::http1::chunked::{ChunkedError, ChunkedScanner};
 use crate::http1::BodyKind;
+use std::future::Future;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 /// Bytes asked of the kernel per read while streaming a body.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// A request body up to this size is read from the client before an endpoint is picked,
+/// so a client that sends it slowly (slow POST) holds no backend while it does.
+pub const REQUEST_BUFFER: usize = 64 * 1024;
+
+/// Bytes of a response read from the backend ahead of a client that reads slowly.
+pub const RESPONSE_BUFFER: usize = 64 * 1024;
 
 #[derive(Debug)]
 pub enum BodyError {
     /// The sending side closed or failed mid-body.
     Read,
-    /// The sending side went quiet past the read timeout.
+    /// The sending side went quiet past its timeout.
     Timeout,
     /// The receiving side went away.
     Write,
+    /// The receiving side took no bytes within its timeout (it stopped reading).
+    Stalled,
     /// The sender's chunked framing was invalid.
     Framing(ChunkedError),
+}
+
+/// Which bytes of a stream belong to one body, and what is sent on for them.
+#[derive(Debug)]
+pub struct Framer {
+    state: Frame,
+}
+
+#[derive(Debug)]
+enum Frame {
+    Length(u64),
+    Chunked {
+        scanner: ChunkedScanner,
+        dechunk: bool,
+    },
+    UntilClose,
+    Done,
+}
+
+impl Framer {
+    /// `dechunk` decodes a chunked body into a close-delimited one (for HTTP/1.0 clients).
+    pub fn new(kind: BodyKind, dechunk: bool) -> Self {
+        let state = match kind {
+            BodyKind::None | BodyKind::Length(0) => Frame::Done,
+            BodyKind::Length(n) => Frame::Length(n),
+            BodyKind::Chunked => Frame::Chunked {
+                scanner: ChunkedScanner::default(),
+                dechunk,
+            },
+            BodyKind::UntilClose => Frame::UntilClose,
+        };
+        Framer { state }
+    }
+
+    /// Whether the whole body has passed.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, Frame::Done)
+    }
+
+    /// Moves the body bytes at the front of `input` to `out`; bytes after the body stay.
+    fn take(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), ChunkedError> {
+        match &mut self.state {
+            Frame::Done => {}
+            Frame::Length(left) => {
+                let take = (*left).min(input.len() as u64) as usize;
+                out.extend_from_slice(&input[..take]);
+                input.drain(..take);
+                *left -= take as u64;
+                if *left == 0 {
+                    self.state = Frame::Done;
+                }
+            }
+            Frame::Chunked { scanner, dechunk } => {
+                let used = if *dechunk {
+                    scanner.scan(input, |data| out.extend_from_slice(data))?
+                } else {
+                    let used = scanner.scan(input, |_| {})?;
+                    out.extend_from_slice(&input[..used]);
+                    used
+                };
+                input.drain(..used);
+                if scanner.is_done() {
+                    self.state = Frame::Done;
+                }
+            }
+            Frame::UntilClose => out.append(input),
+        }
+        Ok(())
+    }
+
+    /// The sender closed: the end of a close-delimited body, an error for any other.
+    fn on_close(&mut self) -> Result<(), BodyError> {
+        match self.state {
+            Frame::UntilClose => {
+                self.state = Frame::Done;
+                Ok(())
+            }
+            Frame::Done => Ok(()),
+            _ => Err(BodyError::Read),
+        }
+    }
 }
 
 /// Reads more bytes into `buf`; 0 means the peer closed.
@@ -26,9 +126,7 @@ pub async fn read_some<R: AsyncRead + Unpin>(
     buf: &mut Vec<u8>,
     timeout: Duration,
 ) -> Result<usize, BodyError> {
-    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-        buf.reserve(READ_CHUNK);
-    }
+    reserve(buf);
     match tokio::time::timeout(timeout, src.read_buf(buf)).await {
         Ok(Ok(n)) => Ok(n),
         Ok(Err(_)) => Err(BodyError::Read),
@@ -36,127 +134,142 @@ pub async fn read_some<R: AsyncRead + Unpin>(
     }
 }
 
-/// Writes `out` (a head, usually) followed by a body of `kind` from `src`, where
-/// `pending` holds body bytes already read. Bytes after the body stay in `pending`.
-/// `dechunk` decodes a chunked body into a close-delimited one.
-pub async fn forward<R, W>(
-    kind: BodyKind,
-    dechunk: bool,
-    src: &mut R,
-    pending: &mut Vec<u8>,
-    dst: &mut W,
-    out: &mut Vec<u8>,
-    read_timeout: Duration,
-) -> Result<(), BodyError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let result = match kind {
-        BodyKind::None => flush(dst, out).await,
-        BodyKind::Length(n) => forward_length(n, src, pending, dst, out, read_timeout).await,
-        BodyKind::Chunked => forward_chunked(dechunk, src, pending, dst, out, read_timeout).await,
-        BodyKind::UntilClose => forward_until_close(src, pending, dst, out, read_timeout).await,
-    };
-    out.clear();
-    result
-}
-
-async fn flush<W: AsyncWrite + Unpin>(dst: &mut W, out: &mut Vec<u8>) -> Result<(), BodyError> {
-    if !out.is_empty() {
-        dst.write_all(out).await.map_err(|_| BodyError::Write)?;
-        out.clear();
+fn reserve(buf: &mut Vec<u8>) {
+    if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+        buf.reserve(READ_CHUNK);
     }
-    Ok(())
 }
 
-async fn forward_length<R, W>(
-    len: u64,
+/// Writes all of `buf`; each write must make progress within `timeout`.
+pub async fn write_all<W: AsyncWrite + Unpin>(
+    dst: &mut W,
+    buf: &[u8],
+    timeout: Duration,
+) -> Result<(), BodyError> {
+    match tokio::time::timeout(timeout, dst.write_all(buf)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(BodyError::Write),
+        // `write_all` in one timeout: a peer reading a few bytes a minute is as stalled as
+        // one reading none. Callers only write heads and buffered tails this way.
+        Err(_) => Err(BodyError::Stalled),
+    }
+}
+
+/// Reads body bytes from `src` (after those already in `pending`) into `out` until the
+/// body is complete or `out` holds `cap` bytes. Returns whether it is complete.
+pub async fn prefetch<R: AsyncRead + Unpin>(
+    framer: &mut Framer,
     src: &mut R,
     pending: &mut Vec<u8>,
-    dst: &mut W,
     out: &mut Vec<u8>,
+    cap: usize,
     read_timeout: Duration,
-) -> Result<(), BodyError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut left = len;
+) -> Result<bool, BodyError> {
     loop {
-        let take = (left.min(pending.len() as u64)) as usize;
-        // The first bytes go out with the head in one write; later ones straight from
-        // the read buffer.
-        if out.is_empty() {
-            dst.write_all(&pending[..take])
-                .await
-                .map_err(|_| BodyError::Write)?;
-        } else {
-            out.extend_from_slice(&pending[..take]);
-            flush(dst, out).await?;
-        }
-        pending.drain(..take);
-        left -= take as u64;
-        if left == 0 {
-            return Ok(());
+        framer.take(pending, out).map_err(BodyError::Framing)?;
+        if framer.is_done() || out.len() >= cap {
+            return Ok(framer.is_done());
         }
         if read_some(src, pending, read_timeout).await? == 0 {
-            return Err(BodyError::Read);
+            framer.on_close()?;
         }
     }
 }
 
-async fn forward_chunked<R, W>(
-    dechunk: bool,
-    src: &mut R,
-    pending: &mut Vec<u8>,
-    dst: &mut W,
-    out: &mut Vec<u8>,
-    read_timeout: Duration,
-) -> Result<(), BodyError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut scanner = ChunkedScanner::default();
-    loop {
-        let used = if dechunk {
-            scanner.scan(pending, |data| out.extend_from_slice(data))
-        } else {
-            scanner.scan(pending, |_| {})
-        }
-        .map_err(BodyError::Framing)?;
-        if !dechunk {
-            out.extend_from_slice(&pending[..used]);
-        }
-        pending.drain(..used);
-        flush(dst, out).await?;
-        if scanner.is_done() {
-            return Ok(());
-        }
-        if read_some(src, pending, read_timeout).await? == 0 {
-            return Err(BodyError::Read);
-        }
-    }
+/// How a relay ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Relayed {
+    /// The whole body was read from the source; `out` holds what the receiver has not
+    /// taken yet (empty when `finish` was asked).
+    Complete,
+    /// `early` fired before the body was all read or written: the receiver (a backend
+    /// answering before the request body ended) has something to say.
+    Interrupted,
 }
 
-async fn forward_until_close<R, W>(
-    src: &mut R,
-    pending: &mut Vec<u8>,
-    dst: &mut W,
-    out: &mut Vec<u8>,
-    read_timeout: Duration,
-) -> Result<(), BodyError>
+/// Where a relay reads and writes, and how long each side may stall.
+pub struct Ends<'a, R, W> {
+    pub src: &'a mut R,
+    /// Bytes read from `src` but not yet framed: bytes after the body stay here.
+    pub pending: &'a mut Vec<u8>,
+    pub dst: &'a mut W,
+    /// Bytes for `dst` (a head, already framed body bytes) not yet written.
+    pub out: &'a mut Vec<u8>,
+    /// Longest quiet spell of `src` while more body is awaited.
+    pub read_timeout: Duration,
+    /// Longest spell in which `dst` takes no bytes while some are waiting for it.
+    pub write_timeout: Duration,
+}
+
+/// Relays a body from `src` to `dst`, reading up to `cap` bytes ahead of `dst`.
+///
+/// Returns once the whole body is read from `src` (with `finish`, once `dst` has taken
+/// it all too), or when `early` completes first. `written` counts bytes `dst` took, so
+/// a caller can tell whether anything reached it before an error.
+pub async fn relay<R, W>(
+    framer: &mut Framer,
+    ends: Ends<'_, R, W>,
+    cap: usize,
+    finish: bool,
+    early: impl Future<Output = ()>,
+    written: &mut u64,
+) -> Result<Relayed, BodyError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let Ends {
+        src,
+        pending,
+        dst,
+        out,
+        read_timeout,
+        write_timeout,
+    } = ends;
+    tokio::pin!(early);
+    let mut read_deadline = Instant::now() + read_timeout;
+    let mut write_deadline = Instant::now() + write_timeout;
     loop {
-        out.extend_from_slice(pending);
-        pending.clear();
-        flush(dst, out).await?;
-        if read_some(src, pending, read_timeout).await? == 0 {
-            return Ok(());
+        framer.take(pending, out).map_err(BodyError::Framing)?;
+        let complete = framer.is_done();
+        if complete && (!finish || out.is_empty()) {
+            return Ok(Relayed::Complete);
+        }
+        let can_read = !complete && out.len() < cap;
+        let can_write = !out.is_empty();
+        // A side's clock runs only while it is awaited.
+        if !can_read {
+            read_deadline = Instant::now() + read_timeout;
+        }
+        if !can_write {
+            write_deadline = Instant::now() + write_timeout;
+        }
+        if can_read {
+            reserve(pending);
+        }
+        tokio::select! {
+            biased;
+            // The receiver spoke up: it may answer before taking the rest (an early 413).
+            _ = &mut early => return Ok(Relayed::Interrupted),
+            w = dst.write(out), if can_write => match w {
+                Ok(0) | Err(_) => return Err(BodyError::Write),
+                Ok(n) => {
+                    out.drain(..n);
+                    *written += n as u64;
+                    write_deadline = Instant::now() + write_timeout;
+                }
+            },
+            r = src.read_buf(pending), if can_read => match r {
+                Ok(0) => framer.on_close()?,
+                Ok(_) => read_deadline = Instant::now() + read_timeout,
+                Err(_) => return Err(BodyError::Read),
+            },
+            _ = tokio::time::sleep_until(write_deadline), if can_write => {
+                return Err(BodyError::Stalled)
+            }
+            _ = tokio::time::sleep_until(read_deadline), if can_read => {
+                return Err(BodyError::Timeout)
+            }
         }
     }
 }
@@ -164,36 +277,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::pending;
+
+    const T: Duration = Duration::from_secs(1);
 
     async fn run(
         kind: BodyKind,
         dechunk: bool,
         first: &[u8],
         rest: &[u8],
-    ) -> (Result<(), BodyError>, Vec<u8>, Vec<u8>) {
+    ) -> (Result<Relayed, BodyError>, Vec<u8>, Vec<u8>) {
         let mut src = rest;
-        let mut pending = first.to_vec();
+        let mut pending_bytes = first.to_vec();
         let mut dst = Vec::new();
         let mut out = b"HEAD|".to_vec();
-        let r = forward(
-            kind,
-            dechunk,
-            &mut src,
-            &mut pending,
-            &mut dst,
-            &mut out,
-            Duration::from_secs(1),
-        )
-        .await;
-        (r, dst, pending)
+        let mut framer = Framer::new(kind, dechunk);
+        let mut written = 0;
+        let ends = Ends {
+            src: &mut src,
+            pending: &mut pending_bytes,
+            dst: &mut dst,
+            out: &mut out,
+            read_timeout: T,
+            write_timeout: T,
+        };
+        let r = relay(&mut framer, ends, 1 << 20, true, pending(), &mut written).await;
+        assert_eq!(written, dst.len() as u64);
+        (r, dst, pending_bytes)
     }
 
     #[tokio::test]
     async fn length_body_leaves_the_next_request() {
-        let (r, dst, pending) = run(BodyKind::Length(8), false, b"hello", b" woGET /").await;
-        assert!(r.is_ok());
+        let (r, dst, rest) = run(BodyKind::Length(8), false, b"hello", b" woGET /").await;
+        assert_eq!(r.unwrap(), Relayed::Complete);
         assert_eq!(dst, b"HEAD|hello wo");
-        assert_eq!(pending, b"GET /");
+        assert_eq!(rest, b"GET /");
     }
 
     #[tokio::test]
@@ -205,10 +323,10 @@ mod tests {
     #[tokio::test]
     async fn chunked_verbatim_and_decoded() {
         let body = b"3\r\nabc\r\n0\r\n\r\nNEXT";
-        let (r, dst, pending) = run(BodyKind::Chunked, false, &body[..5], &body[5..]).await;
+        let (r, dst, rest) = run(BodyKind::Chunked, false, &body[..5], &body[5..]).await;
         assert!(r.is_ok());
         assert_eq!(dst, b"HEAD|3\r\nabc\r\n0\r\n\r\n");
-        assert_eq!(pending, b"NEXT");
+        assert_eq!(rest, b"NEXT");
         let (r, dst, _) = run(BodyKind::Chunked, true, body, b"").await;
         assert!(r.is_ok());
         assert_eq!(dst, b"HEAD|abc");
@@ -221,5 +339,74 @@ mod tests {
         let (r, dst, _) = run(BodyKind::UntilClose, false, b"ab", b"cd").await;
         assert!(r.is_ok());
         assert_eq!(dst, b"HEAD|abcd");
+    }
+
+    #[tokio::test]
+    async fn prefetch_stops_at_the_cap_or_the_end() {
+        let mut framer = Framer::new(BodyKind::Length(10), false);
+        let (mut pend, mut out) = (b"0123".to_vec(), Vec::new());
+        let mut src: &[u8] = b"456789NEXT";
+        let done = prefetch(&mut framer, &mut src, &mut pend, &mut out, 4, T).await;
+        assert!(!done.unwrap());
+        assert_eq!(out, b"0123");
+        let done = prefetch(&mut framer, &mut src, &mut pend, &mut out, 64, T).await;
+        assert!(done.unwrap());
+        assert_eq!(out, b"0123456789");
+        assert_eq!(pend, b"NEXT");
+    }
+
+    /// Relays a 4000-byte body from a sender that hands it over 64 bytes at a time to a
+    /// receiver that takes 16 bytes and then nothing more.
+    async fn to_a_stalled_receiver(cap: usize) -> (Result<Relayed, BodyError>, u64, usize) {
+        let (mut src, mut feed) = tokio::io::duplex(64);
+        tokio::spawn(async move { feed.write_all(&[b'x'; 4000]).await });
+        let (mut dst, _stalled) = tokio::io::duplex(16);
+        let (mut pend, mut out) = (Vec::new(), Vec::new());
+        let mut framer = Framer::new(BodyKind::Length(4000), false);
+        let mut written = 0;
+        let ends = Ends {
+            src: &mut src,
+            pending: &mut pend,
+            dst: &mut dst,
+            out: &mut out,
+            read_timeout: T,
+            write_timeout: T,
+        };
+        let r = relay(&mut framer, ends, cap, false, pending(), &mut written).await;
+        (r, written, out.len())
+    }
+
+    /// The relay reads a body that fits its buffer in full and returns with the rest in
+    /// `out`, so the sender is released whatever the receiver does.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_receiver_does_not_hold_the_sender_when_the_body_fits() {
+        let (r, written, unsent) = to_a_stalled_receiver(1 << 16).await;
+        assert_eq!(r.unwrap(), Relayed::Complete);
+        assert_eq!(written + unsent as u64, 4000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_receiver_is_cut_off_when_the_body_does_not_fit() {
+        let (r, written, _) = to_a_stalled_receiver(100).await;
+        assert!(matches!(r, Err(BodyError::Stalled)), "{r:?}");
+        assert_eq!(written, 16);
+    }
+
+    #[tokio::test]
+    async fn early_interrupts_an_unfinished_body() {
+        let (mut src, _keep) = tokio::io::duplex(16);
+        let (mut pend, mut out, mut dst) = (Vec::new(), Vec::new(), Vec::new());
+        let mut framer = Framer::new(BodyKind::Length(100), false);
+        let mut written = 0;
+        let ends = Ends {
+            src: &mut src,
+            pending: &mut pend,
+            dst: &mut dst,
+            out: &mut out,
+            read_timeout: T,
+            write_timeout: T,
+        };
+        let r = relay(&mut framer, ends, 64, true, async {}, &mut written).await;
+        assert_eq!(r.unwrap(), Relayed::Interrupted);
     }
 }

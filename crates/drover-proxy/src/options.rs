@@ -49,6 +49,10 @@ pub struct Timeouts {
     pub request: Duration,
     /// Keep-alive connections (client and backend side) idle longer than this are closed.
     pub idle: Duration,
+    /// A client in the middle of a request that sends nothing (of its body) or reads
+    /// nothing (of its response) for this long is cut off (slow POST, slow read). Only
+    /// what does not fit drover's buffers ties a backend to such a client meanwhile.
+    pub client: Duration,
 }
 
 impl Default for Timeouts {
@@ -58,6 +62,7 @@ impl Default for Timeouts {
             header_read: Duration::from_secs(10),
             request: Duration::from_secs(30),
             idle: Duration::from_secs(60),
+            client: Duration::from_secs(30),
         }
     }
 }

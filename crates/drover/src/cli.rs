@@ -254,6 +254,11 @@ pub struct ProxyArgs {
     #[arg(long, default_value = "60s", value_parser = duration)]
     pub idle_timeout: Duration,
 
+    /// A client mid-request that sends or reads nothing for this long is cut off
+    /// (slow POST, slow read).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub client_timeout: Duration,
+
     /// Active HTTP health check path (e.g. /health).
     #[arg(long, value_name = "PATH", conflicts_with = "health_tcp")]
     pub health_path: Option<String>,

@@ -343,15 +343,20 @@ pub struct TimeoutConfig {
     pub request: Duration,
     /// An idle keep-alive connection, client or backend side; default 60s.
     pub idle: Duration,
+    /// A client mid-request sending or reading nothing; default 30s.
+    pub client: Duration,
 }
 
 impl Default for TimeoutConfig {
+    /// The proxy's own defaults: one definition of each.
     fn default() -> Self {
+        let t = drover_proxy::Timeouts::default();
         TimeoutConfig {
-            connect: Duration::from_secs(1),
-            header_read: Duration::from_secs(10),
-            request: Duration::from_secs(30),
-            idle: Duration::from_secs(60),
+            connect: t.connect,
+            header_read: t.header_read,
+            request: t.request,
+            idle: t.idle,
+            client: t.client,
         }
     }
 }
@@ -1156,6 +1161,7 @@ struct RawTimeouts {
     header_read: Option<PosDur>,
     request: Option<PosDur>,
     idle: Option<PosDur>,
+    client: Option<PosDur>,
 }
 
 #[derive(Deserialize)]
@@ -1678,6 +1684,7 @@ fn validate_balancer(
         set(&mut b.timeouts.header_read, t.header_read);
         set(&mut b.timeouts.request, t.request);
         set(&mut b.timeouts.idle, t.idle);
+        set(&mut b.timeouts.client, t.client);
     }
     if let Some(h) = raw.health {
         b.health = Some(validate_health(h, &key("health"), false, ctx)?);

@@ -52,6 +52,7 @@ impl BalancerPlan {
             header_read: a.header_timeout,
             request: a.request_timeout,
             idle: a.idle_timeout,
+            client: a.client_timeout,
         };
         if a.health_tcp || a.health_path.is_some() {
             b.health = Some(config::HealthCheckConfig {
@@ -126,6 +127,7 @@ impl BalancerPlan {
                     header_read: b.timeouts.header_read,
                     request: b.timeouts.request,
                     idle: b.timeouts.idle,
+                    client: b.timeouts.client,
                 },
                 limits: Limits {
                     max_header_bytes: b.limits.max_header_bytes,

@@ -1,0 +1,203 @@
+//! Slow, stalled and early peers around a request body or a response body: none of them
+//! may hold a backend that other clients need (issue 11, items 1 and 3).
+
+mod common;
+
+use common::{addrs, backends, proxy};
+use drover_testkit::{parse_status, wait_until, HttpClient};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Reads from `s` until `\r\n\r\n` and returns everything read (head and what followed).
+async fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    got
+}
+
+/// Two clients ask for a 50 MB download and never read it. With one connection allowed
+/// to the backend, everyone else would wait for them forever; the client timeout cuts
+/// each off, and the request behind them is served.
+#[tokio::test]
+async fn clients_that_stop_reading_are_cut_off_and_free_the_backend() {
+    let b = backends(1).await;
+    let d = proxy(
+        &addrs(&b),
+        &[
+            "--max-conns",
+            "1",
+            "--queue-timeout",
+            "30s",
+            "--client-timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(d.addr()).await.unwrap();
+        s.write_all(b"GET /big/50000000 HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        stalled.push(s);
+    }
+    assert!(wait_until(Duration::from_secs(5), || b[0].in_flight() >= 1).await);
+
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_secs(20));
+    let r = c.request("GET", "/", &[], None).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "b0");
+    drop(stalled);
+}
+
+/// Four clients send a POST body one byte at a time. The body is read before a backend
+/// is picked, so they hold nothing a GET beside them needs, and a complete slow body
+/// still arrives intact.
+#[tokio::test]
+async fn a_slow_request_body_holds_no_backend() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "2s"]).await;
+    let mut dribblers = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(d.addr()).await.unwrap();
+        dribblers.push(tokio::spawn(async move {
+            s.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n")
+                .await
+                .unwrap();
+            for _ in 0..100 {
+                if s.write_all(b"x").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..3 {
+        let r = c.request("GET", "/", &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        b[0].hits_for("/echo"),
+        0,
+        "a partial body reached the backend"
+    );
+
+    // A slow body that does end is proxied whole.
+    let mut s = TcpStream::connect(d.addr()).await.unwrap();
+    s.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n")
+        .await
+        .unwrap();
+    for byte in b"hello" {
+        s.write_all(&[*byte]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
+        .await
+        .unwrap();
+    assert_eq!(parse_status(&answer), Some(200));
+    let mut rest = answer;
+    while !rest.ends_with(b"hello") {
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the echo: {}",
+            String::from_utf8_lossy(&rest)
+        );
+        rest.extend_from_slice(&buf[..n]);
+    }
+    for t in dribblers {
+        t.abort();
+    }
+}
+
+/// A client that stops sending its body gets a 408 naming the client timeout.
+#[tokio::test]
+async fn a_stalled_request_body_gets_408() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), &["--client-timeout", "1s"]).await;
+    let mut s = TcpStream::connect(d.addr()).await.unwrap();
+    s.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
+        .await
+        .expect("no answer to a stalled body");
+    let text = String::from_utf8_lossy(&answer).to_lowercase();
+    assert_eq!(parse_status(&answer), Some(408), "{text}");
+    assert!(text.contains("drover-error: client-timeout"), "{text}");
+    assert_eq!(b[0].hits_for("/echo"), 0);
+}
+
+/// A backend that answers 413 while the client is still uploading, then stops reading:
+/// the 413 reaches the client at once (not a 502 after the request timeout), and the
+/// upload is cut short: drover discards what still comes for a few seconds (so that
+/// closing does not destroy the answer), then closes.
+#[tokio::test]
+async fn an_early_answer_reaches_the_client_while_it_still_uploads() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                read_head(&mut s).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\nconnection: close\r\n\r\ntoo large")
+                    .await;
+                // Stop reading, keep the connection.
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            });
+        }
+    });
+    let d = proxy(&[backend], &["--request-timeout", "20s"]).await;
+    let s = TcpStream::connect(d.addr()).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let upload = tokio::spawn(async move {
+        wr.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100000000000\r\n\r\n")
+            .await
+            .unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0u64;
+        while sent < 100_000_000_000 && wr.write_all(&chunk).await.is_ok() {
+            sent += chunk.len() as u64;
+        }
+        sent
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(15), read_all)
+        .await
+        .expect("drover neither answered nor closed while the client uploaded");
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(parse_status(&got), Some(413), "{text}");
+    assert!(text.ends_with("too large"), "{text}");
+    let sent = tokio::time::timeout(Duration::from_secs(10), upload)
+        .await
+        .expect("the upload was never cut off")
+        .unwrap();
+    assert!(sent < 100_000_000_000, "the whole upload was taken");
+}
