@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 ///
 /// Dropping it without `shutdown` still stops the workers gracefully in the background
 /// (each slot sees its stop channel close), as long as the tokio runtime keeps running;
-/// if the runtime goes away first, `kill_on_drop` SIGKILLs them.
+/// if the runtime goes away first, each worker's process group gets SIGKILL.
 pub struct Supervisor {
     shared: Arc<Shared>,
     /// The slots' tasks, in id order. Emptied by the first `shutdown`; later calls wait
