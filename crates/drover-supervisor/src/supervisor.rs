@@ -108,6 +108,9 @@ impl Supervisor {
     ) -> Result<Supervisor, String> {
         spec.validate()
             .map_err(|e| format!("app {:?}: {e}", spec.name))?;
+        // Before any worker: a program that cannot start would only restart forever.
+        spec.resolve_program()
+            .map_err(|e| format!("app {:?}: {e}", spec.name))?;
         let workers = spec.workers;
         let shared = Arc::new(Shared::new(spec, pool, sink, socket));
         let tasks = (0..workers)
@@ -277,6 +280,10 @@ impl Supervisor {
         let next = match spec {
             Some(spec) => {
                 spec.validate()?;
+                // A new command that cannot start fails the reload before any worker
+                // is touched, rather than after a replacement's ready_timeout.
+                spec.resolve_program()
+                    .map_err(|e| format!("app {:?}: {e}", spec.name))?;
                 if spec.name != previous.name {
                     return Err(format!(
                         "cannot reload app {:?} as {:?}",
