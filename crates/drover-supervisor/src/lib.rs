@@ -34,6 +34,6 @@ mod supervisor;
 mod worker;
 
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
-pub use spec::{check_workers, AppSpec, Backoff, Mode, MAX_WORKERS};
+pub use spec::{check_workers, AppSpec, Backoff, Mode, ProgramError, MAX_WORKERS};
 pub use status::{WorkerState, WorkerStatus};
 pub use supervisor::Supervisor;

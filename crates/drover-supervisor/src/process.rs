@@ -1,17 +1,26 @@
-//! One worker process: a free port, spawning, and stopping it (SIGTERM, then SIGKILL).
+//! One worker process: a free port, spawning, and stopping it with everything it
+//! started (SIGTERM to its process group, then SIGKILL).
 //!
-//! Children stay in drover's process group and die with drover: through `kill_on_drop`
-//! and the explicit stop on shutdown, and, when drover itself is killed with SIGKILL
-//! (nothing of drover runs then), through Linux's parent-death signal, set in each
-//! child before it execs (`die_with_drover`).
+//! Each worker leads a process group of its own, so whatever it starts (a shell
+//! wrapper's server, a cluster-mode app's children, a grandchild that keeps the port)
+//! shares its group, and drover stops the whole group, never the worker alone: a
+//! survivor would keep the port and CPU. The group is also stopped when the worker
+//! exits by itself, before its replacement starts.
 //!
-//! Staying in drover's process group means Ctrl-C at a terminal sends SIGINT to the
-//! workers too, not only to drover. Workers that exit on it are not restarted as long as
-//! drover begins `Supervisor::shutdown` within the back-off delay (100 ms by default),
-//! since a slot checks for shutdown before every restart.
+//! Workers die with drover: through the explicit stop on shutdown, `Drop` (SIGKILL to
+//! the group, when a task holding a worker is dropped), and, when drover itself is
+//! killed with SIGKILL (nothing of drover runs then), Linux's parent-death signal, set
+//! in each worker before it execs (`die_with_drover`); that one reaches the worker
+//! only, not what it started.
+//!
+//! Being in its own group, a worker does not get the terminal's Ctrl-C: SIGINT reaches
+//! drover alone, which drains the balancers and then stops the workers' groups.
 
 use crate::spec::AppSpec;
 use command_fds::{CommandFdExt, FdMapping};
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -19,6 +28,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 /// Ports handed to live workers of every app in this process. The kernel only promises
 /// that a port is free while we hold the listener; after we drop it, a second pick could
@@ -76,8 +86,9 @@ pub(crate) enum Listen<'a> {
     Socket(&'a TcpListener),
 }
 
-/// Spawns worker `id` of `spec`, with both output pipes captured.
-pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result<Child> {
+/// Spawns worker `id` of `spec`, with both output pipes captured, as the leader of a new
+/// process group.
+pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result<Worker> {
     let (program, args) = spec
         .command
         .split_first()
@@ -117,13 +128,21 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // If the task holding the child is dropped (runtime shutdown, panic), the child
-        // gets SIGKILL instead of outliving drover.
-        .kill_on_drop(true);
+        // gets SIGKILL instead of outliving drover (`Worker`'s drop does the group).
+        .kill_on_drop(true)
+        // Its own group, led by it (pgid = its pid): see the module comment.
+        .process_group(0);
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
     die_with_drover(&mut cmd);
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+    Ok(Worker {
+        child,
+        group,
+        stopped: false,
+    })
 }
 
 /// Makes the kernel SIGKILL the worker when drover dies, however drover dies.
@@ -157,57 +176,149 @@ fn die_with_drover(cmd: &mut Command) {
     }
 }
 
-/// Stops `child`: SIGTERM, up to `grace` to exit, then SIGKILL. Always reaps it, so no
-/// zombie is left. Returns how it ended (None if waiting failed, which tokio only
-/// reports for a child that was already reaped).
-pub(crate) async fn stop(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
-    if let Ok(Some(status)) = child.try_wait() {
-        return Some(status);
-    }
-    // `id()` is Some until the child is reaped, and only we reap it, so the pid cannot
-    // have been recycled for another process yet.
-    let terminated = match child.id() {
-        Some(pid) => send_term(pid).await,
-        None => false,
-    };
-    if terminated {
-        if let Ok(result) = tokio::time::timeout(grace, child.wait()).await {
-            return result.ok();
-        }
-        tracing::warn!(
-            pid = child.id(),
-            "worker did not exit within {grace:?} of SIGTERM; sending SIGKILL"
-        );
-    }
-    let _ = child.start_kill();
-    child.wait().await.ok()
+/// A worker process and the process group it leads.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) child: Child,
+    /// Its group id (its pid). `None` only if the spawn returned no pid, which tokio
+    /// does not do for a process it has not reaped.
+    group: Option<Pid>,
+    /// `stop` has run: the group was seen empty, so `Drop` must not signal its id.
+    stopped: bool,
 }
 
-/// Sends SIGTERM by running `kill`: std and tokio only offer SIGKILL, and the `nix` or
-/// `libc` route would need unsafe code or a new dependency for one call on a slow path.
-async fn send_term(pid: u32) -> bool {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    match status {
-        Ok(s) if s.success() => true,
-        Ok(s) => {
-            tracing::debug!(pid, "kill -TERM failed: {s}");
-            false
+/// How often `stop` looks whether the group is empty once the worker has exited.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// How long `stop` waits for the group to disappear after SIGKILL, which nothing can
+/// ignore; only a process stuck in the kernel (uninterruptible I/O) outlasts it.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+impl Worker {
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.group.map(|p| p.as_raw() as u32)
+    }
+
+    /// Stops the worker and everything in its group: SIGTERM to the group, up to
+    /// `grace` for all of it to exit, then SIGKILL to whatever is left. Also for a
+    /// worker that already exited by itself: what it started may still run (and hold
+    /// its port). Reaps the worker, so no zombie is left. Returns how the worker ended
+    /// (None if waiting failed, which tokio only reports for a child already reaped).
+    pub(crate) async fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + grace;
+        let Some(group) = self.group else {
+            let _ = self.child.start_kill();
+            return self.child.wait().await.ok();
+        };
+        let exited = matches!(self.child.try_wait(), Ok(Some(_)));
+        if exited && !group_alive(group) {
+            self.stopped = true;
+            return self.child.wait().await.ok();
         }
-        Err(e) => {
+        signal_group(group, Signal::SIGTERM);
+        let status = tokio::time::timeout_at(deadline, self.child.wait()).await;
+        let mut clean = status.is_ok() && wait_group_gone(group, deadline).await;
+        if !clean {
             tracing::warn!(
-                pid,
-                "cannot run kill(1) to send SIGTERM, using SIGKILL: {e}"
+                pid = group.as_raw(),
+                "worker or a process it started did not exit within {grace:?} of SIGTERM; sending SIGKILL to its process group"
             );
-            false
+            signal_group(group, Signal::SIGKILL);
+            clean = wait_group_gone(group, Instant::now() + KILL_WAIT).await;
+        }
+        // The worker itself is reaped here at the latest; it got SIGKILL with its group.
+        let _ = self.child.start_kill();
+        let status = self.child.wait().await.ok();
+        if clean || wait_group_gone(group, Instant::now() + KILL_WAIT).await {
+            self.stopped = true;
+        } else {
+            tracing::warn!(
+                pid = group.as_raw(),
+                "processes of a stopped worker's group are still running after SIGKILL"
+            );
+        }
+        status
+    }
+}
+
+impl Drop for Worker {
+    /// A worker dropped without `stop` (its task was cancelled, the runtime is going
+    /// away): SIGKILL to the group, so nothing of it is left behind; `kill_on_drop`
+    /// kills and reaps the worker itself.
+    fn drop(&mut self) {
+        if let (Some(group), false) = (self.group, self.stopped) {
+            // While the worker is unreaped or its group has members, the id cannot
+            // belong to anyone else.
+            if matches!(self.child.try_wait(), Ok(None)) || group_alive(group) {
+                signal_group(group, Signal::SIGKILL);
+            }
         }
     }
+}
+
+/// Signals every process of `group`. Safe with respect to pid reuse as long as the
+/// group has a member: Linux does not hand out a pid that is in use as a group id.
+fn signal_group(group: Pid, signal: Signal) {
+    match killpg(group, signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(
+            pid = group.as_raw(),
+            "cannot send {signal} to process group: {e}"
+        ),
+    }
+}
+
+/// Waits until `group` has no live member, or `deadline`; true if it has none.
+async fn wait_group_gone(group: Pid, deadline: Instant) -> bool {
+    loop {
+        if !group_alive(group) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(GROUP_POLL).await;
+    }
+}
+
+/// Whether any process of `group` still runs. Zombies do not count: they are dead,
+/// hold no port, and a member that was reparented is reaped by init, not by us (in a
+/// container init may never reap it).
+fn group_alive(group: Pid) -> bool {
+    match killpg(group, None) {
+        Err(Errno::ESRCH) => false,
+        // The group has members; only /proc tells whether any of them is not a zombie.
+        _ => live_member_in_proc(group.as_raw()).unwrap_or(true),
+    }
+}
+
+/// Looks through /proc for a process of group `pgid` that is not a zombie. `None` when
+/// /proc cannot be read.
+fn live_member_in_proc(pgid: i32) -> Option<bool> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        // A process may exit between read_dir and the read: then it is not alive.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name (in parentheses, may hold spaces): state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_ascii_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        if pgrp == Some(pgid) && state != Some("Z") {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 #[cfg(test)]

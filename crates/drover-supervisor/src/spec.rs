@@ -2,7 +2,10 @@
 
 use drover_registry::HealthCheck;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The most workers one app may run (also the config file's bound).
@@ -146,6 +149,108 @@ impl AppSpec {
     }
 }
 
+/// Why an app's program cannot be started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgramError {
+    /// A name without a slash that no directory of `PATH` holds as an executable file.
+    NotInPath { program: String, path: String },
+    /// A path (absolute, or relative to the app's cwd) where no file is.
+    NotFound { path: PathBuf },
+    /// A file that is not a regular file with an execute bit, such as a directory or a
+    /// script without `chmod +x`.
+    NotExecutable { path: PathBuf },
+}
+
+impl fmt::Display for ProgramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProgramError::NotInPath { program, path } => {
+                write!(f, "program {program:?} not found in PATH ({path})")
+            }
+            ProgramError::NotFound { path } => {
+                write!(f, "program {} not found", path.display())
+            }
+            ProgramError::NotExecutable { path } => {
+                write!(f, "program {} is not executable", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProgramError {}
+
+/// glibc's `execvp` search path when `PATH` is unset.
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+impl AppSpec {
+    /// Finds the program the spawn will run, the way `execvp` does: a name with a slash
+    /// is a path (a relative one from the app's `cwd`, where the worker starts); a bare
+    /// name is searched in `PATH` (the app's own `env` PATH when it sets one, as std's
+    /// spawn does). Checked once before any worker starts, so a program that can never
+    /// start fails `drover up` at once instead of restarting forever.
+    ///
+    /// "Executable" means a regular file with an execute bit; a file whose bits exclude
+    /// drover's user still fails at spawn, as a crash loop.
+    pub fn resolve_program(&self) -> Result<PathBuf, ProgramError> {
+        let program = self.command.first().map(String::as_str).unwrap_or("");
+        if program.contains('/') {
+            let path = match &self.cwd {
+                // Through components() to drop the "." of "./serve.sh" from the message.
+                Some(cwd) => cwd.join(program).components().collect(),
+                None => PathBuf::from(program),
+            };
+            return match executable(&path) {
+                Some(true) => Ok(path),
+                Some(false) => Err(ProgramError::NotExecutable { path }),
+                None => Err(ProgramError::NotFound { path }),
+            };
+        }
+        let search = self
+            .env
+            .get("PATH")
+            .map(OsString::from)
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_else(|| DEFAULT_PATH.into());
+        let mut not_executable = None;
+        for dir in std::env::split_paths(&search) {
+            // An empty entry means the current directory, as for execvp.
+            let dir = match (dir.as_os_str().is_empty(), &self.cwd) {
+                (true, Some(cwd)) => cwd.clone(),
+                (true, None) => PathBuf::from("."),
+                (false, _) if dir.is_relative() => match &self.cwd {
+                    Some(cwd) => cwd.join(dir),
+                    None => dir,
+                },
+                (false, _) => dir,
+            };
+            let candidate = dir.join(program);
+            match executable(&candidate) {
+                Some(true) => return Ok(candidate),
+                Some(false) if !candidate.is_dir() => {
+                    not_executable.get_or_insert(candidate);
+                }
+                Some(false) => {}
+                None => {}
+            }
+        }
+        // execvp reports EACCES when it saw a match it could not run and nothing better.
+        Err(match not_executable {
+            Some(path) => ProgramError::NotExecutable { path },
+            None => ProgramError::NotInPath {
+                program: program.to_string(),
+                path: search.to_string_lossy().into_owned(),
+            },
+        })
+    }
+}
+
+/// `Some(true)`: a regular file with an execute bit; `Some(false)`: something else is
+/// there; `None`: nothing is (or it cannot be looked at).
+fn executable(path: &Path) -> Option<bool> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
 /// Exponential back-off between restarts.
 ///
 /// A worker that exits (or is killed for failing readiness or health) less than
@@ -218,6 +323,58 @@ mod tests {
         assert_eq!(b.delay(9), Duration::from_millis(25_600));
         assert_eq!(b.delay(10), Duration::from_secs(30));
         assert_eq!(b.delay(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn programs_resolve_like_execvp() {
+        let dir = std::env::temp_dir().join(format!("drover-spec-{}", std::process::id()));
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let write = |path: &Path, mode: u32| {
+            std::fs::write(path, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write(&bin.join("serve"), 0o755);
+        write(&bin.join("plain"), 0o644);
+        let spec = |cmd: &str| {
+            let mut s = AppSpec::new("web", vec![cmd.into()]);
+            s.cwd = Some(dir.clone());
+            // The app's own PATH is searched, and a relative entry is from its cwd.
+            s.env.insert("PATH".into(), "/nonexistent:bin".into());
+            s
+        };
+        assert_eq!(spec("serve").resolve_program(), Ok(dir.join("bin/serve")));
+        assert_eq!(
+            spec("./bin/serve").resolve_program(),
+            Ok(dir.join("bin/serve"))
+        );
+        assert_eq!(
+            spec("plain").resolve_program(),
+            Err(ProgramError::NotExecutable {
+                path: dir.join("bin/plain")
+            })
+        );
+        assert!(matches!(
+            spec("missing").resolve_program(),
+            Err(ProgramError::NotInPath { .. })
+        ));
+        assert_eq!(
+            spec("bin").resolve_program().unwrap_err().to_string(),
+            "program \"bin\" not found in PATH (/nonexistent:bin)"
+        );
+        assert_eq!(
+            spec("./bin").resolve_program(),
+            Err(ProgramError::NotExecutable {
+                path: dir.join("bin")
+            })
+        );
+        assert_eq!(
+            spec("/nonexistent/x").resolve_program(),
+            Err(ProgramError::NotFound {
+                path: "/nonexistent/x".into()
+            })
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

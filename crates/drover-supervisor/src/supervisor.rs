@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 ///
 /// Dropping it without `shutdown` still stops the workers gracefully in the background
 /// (each slot sees its stop channel close), as long as the tokio runtime keeps running;
-/// if the runtime goes away first, `kill_on_drop` SIGKILLs them.
+/// if the runtime goes away first, each worker's process group gets SIGKILL.
 pub struct Supervisor {
     shared: Arc<Shared>,
     /// The slots' tasks, in id order. Emptied by the first `shutdown`; later calls wait
@@ -107,6 +107,9 @@ impl Supervisor {
         socket: Option<TcpListener>,
     ) -> Result<Supervisor, String> {
         spec.validate()
+            .map_err(|e| format!("app {:?}: {e}", spec.name))?;
+        // Before any worker: a program that cannot start would only restart forever.
+        spec.resolve_program()
             .map_err(|e| format!("app {:?}: {e}", spec.name))?;
         let workers = spec.workers;
         let shared = Arc::new(Shared::new(spec, pool, sink, socket));
@@ -277,6 +280,10 @@ impl Supervisor {
         let next = match spec {
             Some(spec) => {
                 spec.validate()?;
+                // A new command that cannot start fails the reload before any worker
+                // is touched, rather than after a replacement's ready_timeout.
+                spec.resolve_program()
+                    .map_err(|e| format!("app {:?}: {e}", spec.name))?;
                 if spec.name != previous.name {
                     return Err(format!(
                         "cannot reload app {:?} as {:?}",

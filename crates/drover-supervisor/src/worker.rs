@@ -244,7 +244,8 @@ struct Life {
 
 /// One running worker process.
 struct Proc {
-    child: Child,
+    /// The process and the group it leads.
+    worker: process::Worker,
     pid: Option<u32>,
     /// Proxy mode: its own port, held so no other worker of drover gets it meanwhile.
     port: Option<Port>,
@@ -270,12 +271,12 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
             (Some(port), listen)
         }
     };
-    let mut child = process::spawn(&spec, id, listen)?;
-    forward_output(shared, id, &mut child);
-    let pid = child.id();
+    let mut worker = process::spawn(&spec, id, listen)?;
+    forward_output(shared, id, &mut worker.child);
+    let pid = worker.pid();
     tracing::debug!(app = %spec.name, worker = id, ?pid, port = port.as_ref().map(Port::get), "worker spawned");
     Ok(Proc {
-        child,
+        worker,
         pid,
         port,
         spec,
@@ -397,14 +398,18 @@ async fn run_once(
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
     let ready = tokio::select! {
         r = health::wait_ready_at(proc.addr(), proc.spec.health.as_ref(), proc.spec.ready_timeout) => r,
-        status = proc.child.wait() => return life(exited(status), Duration::ZERO),
+        status = proc.worker.child.wait() => {
+            // What it started may still run and hold the port the next one needs.
+            proc.worker.stop(proc.spec.stop_timeout).await;
+            return life(exited(status), Duration::ZERO);
+        }
         _ = stopped(stop) => {
             shutdown_proc(shared, id, &mut proc).await;
             return life(End::Shutdown, Duration::ZERO);
         }
     };
     if let Err(reason) = ready {
-        process::stop(&mut proc.child, proc.spec.stop_timeout).await;
+        proc.worker.stop(proc.spec.stop_timeout).await;
         return life(End::Killed(reason), Duration::ZERO);
     }
     if is_stopping(stop) {
@@ -436,16 +441,18 @@ async fn serve(
     let mut cpu = CpuMeter::default();
     loop {
         let why = tokio::select! {
-            status = proc.child.wait() => {
+            status = proc.worker.child.wait() => {
                 // Out of the pool before anything else, so no new request goes to a corpse.
                 shared.leave_pool(id);
+                // Then what it started, before the replacement needs its port.
+                proc.worker.stop(proc.spec.stop_timeout).await;
                 return Life { end: exited(status), pid: proc.pid, served: ready_at.elapsed() };
             }
             reason = &mut unhealthy => {
                 shared.leave_pool(id);
                 shared.slot(id).state = WorkerState::Unhealthy;
                 tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid, "worker {}/{id} unhealthy: {reason}", shared.app);
-                process::stop(&mut proc.child, proc.spec.stop_timeout).await;
+                proc.worker.stop(proc.spec.stop_timeout).await;
                 return Life { end: End::Killed(reason), pid: proc.pid, served: ready_at.elapsed() };
             }
             _ = stopped(stop) => {
@@ -548,11 +555,11 @@ async fn replace_proc(
     let ready = loop {
         tokio::select! {
             r = &mut ready => break r,
-            status = new.child.wait() => break Err(match status {
+            status = new.worker.child.wait() => break Err(match status {
                 Ok(s) => format!("replacement exited with {s} before it was ready"),
                 Err(e) => format!("lost track of the replacement: {e}"),
             }),
-            status = old.child.wait(), if old_status.is_none() => {
+            status = old.worker.child.wait(), if old_status.is_none() => {
                 shared.leave_pool(id);
                 old_status = Some(status);
             }
@@ -560,14 +567,17 @@ async fn replace_proc(
         }
     };
     if let Err(reason) = ready {
-        process::stop(&mut new.child, new.spec.stop_timeout).await;
+        new.worker.stop(new.spec.stop_timeout).await;
         return match old_status {
-            Some(status) => Replaced::OldExited(old.pid, status, reason),
+            Some(status) => {
+                old.worker.stop(old.spec.stop_timeout).await;
+                Replaced::OldExited(old.pid, status, reason)
+            }
             None => Replaced::Kept(old, reason),
         };
     }
     if is_stopping(stop) {
-        process::stop(&mut new.child, new.spec.stop_timeout).await;
+        new.worker.stop(new.spec.stop_timeout).await;
         return Replaced::Kept(old, "shutdown began".to_string());
     }
 
@@ -583,8 +593,9 @@ async fn replace_proc(
         if let Some(ep) = old_endpoint {
             drain(shared, id, &mut old, &|| ep.in_flight()).await;
         }
-        process::stop(&mut old.child, old.spec.stop_timeout).await;
     }
+    // Also when it already exited: what it started may still run.
+    old.worker.stop(old.spec.stop_timeout).await;
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "worker replaced");
     Replaced::Done(new)
 }
@@ -646,7 +657,7 @@ async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) {
     if let Some(ep) = endpoint {
         drain(shared, id, proc, &|| ep.in_flight()).await;
     }
-    process::stop(&mut proc.child, proc.spec.stop_timeout).await;
+    proc.worker.stop(proc.spec.stop_timeout).await;
 }
 
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
@@ -664,7 +675,7 @@ async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn(
                     "worker still busy after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
             }
         }
-        _ = proc.child.wait() => {}
+        _ = proc.worker.child.wait() => {}
     }
 }
 

@@ -136,10 +136,29 @@ async fn a_worker_with_a_hung_health_check_is_restarted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_program_and_a_silent_worker_are_retried() {
-    let missing = AppSpec {
+async fn a_missing_program_is_refused_and_a_silent_or_vanished_one_is_retried() {
+    // Missing from the start: it could only restart forever, so the start fails.
+    let err = Supervisor::start(
+        AppSpec::new("missing", vec!["/nonexistent/drover-test-program".into()]),
+        pool("missing"),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("\"missing\"") && err.contains("/nonexistent/drover-test-program"),
+        "{err}"
+    );
+
+    // Removed after the start (a deploy half done): retried until it is back.
+    let program = temp_dir().join("server");
+    std::fs::write(&program, "#!/bin/sh\nexec sleep 30\n").unwrap();
+    let mut perms = std::fs::metadata(&program).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&program, perms).unwrap();
+    let vanished = AppSpec {
         restart: fast_backoff(),
-        ..AppSpec::new("missing", vec!["/nonexistent/drover-test-program".into()])
+        ready_timeout: Duration::from_millis(200),
+        stop_timeout: Duration::from_millis(500),
+        ..AppSpec::new("vanished", vec![program.display().to_string()])
     };
     let silent = AppSpec {
         restart: fast_backoff(),
@@ -148,24 +167,23 @@ async fn a_missing_program_and_a_silent_worker_are_retried() {
         // Runs but never listens on PORT.
         ..AppSpec::new("silent", vec!["sleep".into(), "30".into()])
     };
-    let a = Supervisor::start(missing, pool("missing")).unwrap();
+    let a = Supervisor::start(vanished, pool("vanished")).unwrap();
+    std::fs::remove_file(&program).unwrap();
     let b = Supervisor::start(silent, pool("silent")).unwrap();
+    let failed_to_start = |w: &drover_supervisor::WorkerStatus| {
+        w.last_exit
+            .as_deref()
+            .is_some_and(|e| e.starts_with("failed to start"))
+    };
     assert!(
         eventually(Duration::from_secs(5), || {
-            a.status()[0].restarts >= 2 && b.status()[0].restarts >= 2
+            let wa = &a.status()[0];
+            wa.restarts >= 2 && failed_to_start(wa) && b.status()[0].restarts >= 2
         })
         .await,
         "{:?} {:?}",
         a.status(),
         b.status()
-    );
-    let wa = &a.status()[0];
-    assert!(
-        wa.last_exit
-            .as_deref()
-            .unwrap()
-            .starts_with("failed to start"),
-        "{wa:?}"
     );
     let wb = &b.status()[0];
     assert!(

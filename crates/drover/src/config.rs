@@ -449,12 +449,54 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Where the settings that can only fail once drover starts were written: listen
+/// addresses (taken by another program) and commands (no such program). An error found
+/// then names the place as a config error does, `{file}:{line}:{column}: {key}`, or the
+/// flag the setting came from.
+#[derive(Debug, Clone, Default)]
+pub struct Origins(BTreeMap<String, Origin>);
+
+#[derive(Debug, Clone)]
+enum Origin {
+    /// A config error at the place, without its message.
+    File(ConfigError),
+    Flag(&'static str),
+}
+
+impl Origins {
+    /// Records that `key` (such as `balancer[0].listen`) came from command-line `flag`.
+    pub fn with_flag(mut self, key: &str, flag: &'static str) -> Origins {
+        self.0.insert(key.to_string(), Origin::Flag(flag));
+        self
+    }
+
+    /// `message` about setting `key`, prefixed with where the setting was written;
+    /// just `message` when that is not known.
+    pub fn error(&self, key: &str, message: impl Into<String>) -> String {
+        let message = message.into();
+        match self.0.get(key) {
+            Some(Origin::File(at)) => ConfigError {
+                message,
+                ..at.clone()
+            }
+            .to_string(),
+            Some(Origin::Flag(flag)) => format!("{flag}: {message}"),
+            None => message,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Entry points
 // ---------------------------------------------------------------------------------------
 
 /// Reads, parses and validates the config file at `path`. Errors name the path as given.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with_origins(path).map(|(cfg, _)| cfg)
+}
+
+/// `load`, plus where the settings that can fail at start-up were written.
+pub fn load_with_origins(path: &Path) -> Result<(Config, Origins), ConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: origin.clone(),
@@ -463,11 +505,19 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         key: String::new(),
         message: format!("cannot read config file: {e}"),
     })?;
-    parse(&text, &origin)
+    parse_with_origins(&text, &origin)
 }
 
-/// Parses and validates config `text`; `origin` is the file name used in errors.
+/// Parses and validates config `text`; `origin` is the file name used in errors. The
+/// tests' way in; drover itself loads files.
+#[cfg(test)]
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    parse_with_origins(text, origin).map(|(cfg, _)| cfg)
+}
+
+/// Parses and validates config `text`, noting where the settings that can fail at
+/// start-up were written.
+fn parse_with_origins(text: &str, origin: &str) -> Result<(Config, Origins), ConfigError> {
     let ctx = Ctx { text, origin };
     let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
         .map_err(|e| ctx.serde_error(e))?;
@@ -1208,9 +1258,18 @@ fn is_valid_name(s: &str) -> bool {
 const NAME_RULE: &str = "names are 1 to 64 characters of a-z, 0-9, '_' and '-'";
 
 impl RawConfig {
-    fn validate(self, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
+    fn validate(self, ctx: &Ctx<'_>) -> Result<(Config, Origins), ConfigError> {
+        let mut origins = Origins::default();
+        let mut origin = |span: Range<usize>, key: String| {
+            let at = ctx.at(span, key.clone(), "");
+            origins.0.insert(key, Origin::File(at));
+        };
         let admin = match self.admin {
-            Some(a) => Some(validate_admin(a, ctx)?),
+            Some(a) => {
+                let listen = a.get_ref().listen.as_ref().map(|l| l.span());
+                origin(listen.unwrap_or_else(|| a.span()), "admin.listen".into());
+                Some(validate_admin(a, ctx)?)
+            }
             None => None,
         };
 
@@ -1220,6 +1279,10 @@ impl RawConfig {
         for (i, raw) in self.app.into_iter().enumerate() {
             let name_span = raw.get_ref().name.span();
             app_listen_spans.push(raw.get_ref().listen.as_ref().map(|l| l.span()));
+            origin(raw.get_ref().command.span(), format!("app[{i}].command"));
+            if let Some(l) = &raw.get_ref().listen {
+                origin(l.span(), format!("app[{i}].listen"));
+            }
             let app = validate_app(raw.into_inner(), i, ctx)?;
             if !app_names.insert(app.name.clone()) {
                 return Err(ctx.at(
@@ -1267,6 +1330,7 @@ impl RawConfig {
             let listen_span = raw.get_ref().listen.span();
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
+            origin(listen_span.clone(), format!("balancer[{i}].listen"));
             let b = validate_balancer(raw, i, lone, &app_names, ctx)?;
             if let Some(other) = balancers.iter().position(|o| o.name == b.name) {
                 let msg = format!(
@@ -1299,11 +1363,14 @@ impl RawConfig {
             balancers.push(b);
         }
 
-        Ok(Config {
-            admin,
-            apps,
-            balancers,
-        })
+        Ok((
+            Config {
+                admin,
+                apps,
+                balancers,
+            },
+            origins,
+        ))
     }
 }
 

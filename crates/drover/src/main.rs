@@ -40,18 +40,22 @@ fn init_logging() {
 }
 
 fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
-    let (balancers, admin) = match &args.config {
+    let (balancers, admin, origins) = match &args.config {
         Some(path) => {
-            let cfg = config::load(path).map_err(|e| e.to_string())?;
+            let (cfg, origins) = config::load_with_origins(path).map_err(|e| e.to_string())?;
             if !cfg.apps.is_empty() {
                 return Err(format!(
                     "{}: [[app]] tables describe supervised workers, which `drover proxy` does not run; start this file with `drover up`",
                     path.display()
                 ));
             }
-            (cfg.balancers, cfg.admin)
+            (cfg.balancers, cfg.admin, origins)
         }
-        None => (vec![plan::BalancerPlan::config_from_args(&args)?], None),
+        None => (
+            vec![plan::BalancerPlan::config_from_args(&args)?],
+            None,
+            config::Origins::default().with_flag("balancer[0].listen", "--listen"),
+        ),
     };
     if balancers.is_empty() {
         return Err("nothing to run: the config has no [[balancer]]".into());
@@ -71,7 +75,7 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
         apps: Vec::new(),
         balancers,
     };
-    control_runtime()?.block_on(up::run_config(cfg, None, up::Admin::Required))
+    control_runtime()?.block_on(up::run_config(cfg, &origins, None, up::Admin::Required))
 }
 
 /// The control plane (signals, health checks) runs on its own small event loop, apart

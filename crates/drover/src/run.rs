@@ -33,17 +33,16 @@ pub fn static_pool(plan: &BalancerPlan) -> Arc<Pool> {
 }
 
 /// Starts one balancer over `pool`. Must run inside the control runtime (health checks
-/// live there). A supervised app's pool is checked by its supervisor, not here.
-pub fn start(plan: BalancerPlan, pool: Arc<Pool>) -> Result<Running, String> {
+/// live there). A supervised app's pool is checked by its supervisor, not here. The
+/// error is the bind's: the caller knows where the address was configured.
+pub fn start(plan: BalancerPlan, pool: Arc<Pool>) -> std::io::Result<Running> {
     let checks = plan
         .health
         .clone()
         .filter(|_| plan.app.is_none())
         .map(|check| spawn_active_checks(Arc::clone(&pool), check));
-    let listen = plan.proxy.listen;
     let name = plan.proxy.name.clone();
-    let proxy = Proxy::start(plan.proxy, pool, plan.strategy.build())
-        .map_err(|e| format!("balancer {name:?}: cannot listen on {listen}: {e}"))?;
+    let proxy = Proxy::start(plan.proxy, pool, plan.strategy.build())?;
     let over = match &plan.app {
         Some(app) => format!("app {app:?}"),
         None => format!("{} backends", plan.backends.len()),

@@ -1,6 +1,6 @@
 //! `drover up` and `drover run`: apps, balancers and the admin API a config describes.
 
-use crate::config::{self, AppConfig, Config, Mode};
+use crate::config::{self, AppConfig, Config, Mode, Origins};
 use crate::control::{BalancerView, Controller};
 use crate::plan::{self, BalancerPlan};
 use crate::run;
@@ -15,14 +15,14 @@ use std::sync::Arc;
 /// Loads `path`, checks all of it, then starts apps and balancers; runs until a signal.
 /// Nothing starts when any part of the config is wrong.
 pub async fn up(path: &Path) -> Result<(), String> {
-    let cfg = config::load(path).map_err(|e| e.to_string())?;
+    let (cfg, origins) = config::load_with_origins(path).map_err(|e| e.to_string())?;
     if cfg.apps.is_empty() && cfg.balancers.is_empty() {
         return Err(format!(
             "{}: nothing to run: no [[app]] or [[balancer]]",
             path.display()
         ));
     }
-    run_config(cfg, Some(path), Admin::Required).await
+    run_config(cfg, &origins, Some(path), Admin::Required).await
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
@@ -90,7 +90,11 @@ pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
         apps: vec![app],
         balancers,
     };
-    run_config(cfg, None, admin_mode).await
+    let origins = Origins::default()
+        .with_flag("app[0].listen", "--listen")
+        .with_flag("balancer[0].listen", "--listen")
+        .with_flag("admin.listen", "--admin");
+    run_config(cfg, &origins, None, admin_mode).await
 }
 
 /// Where `drover run` puts its admin API unless told otherwise; `drover ctl`'s default.
@@ -108,8 +112,12 @@ pub(crate) enum Admin {
     IfFree,
 }
 
+/// Starts what `cfg` describes and serves until a signal. Errors about a setting that
+/// only fails now (a taken address, a missing program) say where `origins` has it.
+/// Nothing is left running after an error: what started is stopped again.
 pub(crate) async fn run_config(
     cfg: Config,
+    origins: &Origins,
     source: Option<&Path>,
     admin_mode: Admin,
 ) -> Result<(), String> {
@@ -121,21 +129,34 @@ pub(crate) async fn run_config(
     let specs = cfg
         .apps
         .iter()
-        .map(|a| {
+        .enumerate()
+        .map(|(i, a)| {
             let spec = app_spec(a);
             spec.validate()
-                .map(|()| spec)
-                .map_err(|e| format!("app {:?}: {e}", a.name))
+                .map_err(|e| format!("app {:?}: {e}", a.name))?;
+            // A program that cannot start would only restart forever behind a balancer
+            // that never gets a worker.
+            spec.resolve_program().map_err(|e| {
+                origins.error(
+                    &format!("app[{i}].command"),
+                    format!("app {:?}: {e}", a.name),
+                )
+            })?;
+            Ok(spec)
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, String>>()?;
 
     // Every address drover itself binds is taken before anything starts, so a taken
     // port stops the start-up with nothing to undo.
     let mut shared_sockets = BTreeMap::new();
-    for app in &cfg.apps {
+    for (i, app) in cfg.apps.iter().enumerate() {
         if let Some(listen) = app.listen {
-            let socket = TcpListener::bind(listen)
-                .map_err(|e| format!("app {:?}: cannot listen on {listen}: {e}", app.name))?;
+            let socket = TcpListener::bind(listen).map_err(|e| {
+                origins.error(
+                    &format!("app[{i}].listen"),
+                    format!("app {:?}: cannot listen on {listen}: {e}", app.name),
+                )
+            })?;
             shared_sockets.insert(app.name.clone(), socket);
         }
     }
@@ -149,7 +170,12 @@ pub(crate) async fn run_config(
                 );
                 None
             }
-            Err(e) => return Err(format!("admin API: cannot listen on {}: {e}", admin.listen)),
+            Err(e) => {
+                return Err(origins.error(
+                    "admin.listen",
+                    format!("admin API: cannot listen on {}: {e}", admin.listen),
+                ))
+            }
         },
         None => None,
     };
@@ -170,19 +196,58 @@ pub(crate) async fn run_config(
         }
     }
 
+    // Balancers before workers: a balancer whose address is taken then stops the
+    // start-up before any worker ran. Until workers are ready their pools are empty.
+    let mut balancers = Vec::new();
+    let mut views = Vec::new();
+    for (i, plan) in plans.into_iter().enumerate() {
+        let pool = match &plan.app {
+            Some(app) => Arc::clone(&pools[app]),
+            None => run::static_pool(&plan),
+        };
+        let (name, app, strategy, listen) = (
+            plan.proxy.name.clone(),
+            plan.app.clone(),
+            plan.strategy.to_string(),
+            plan.proxy.listen,
+        );
+        let b = run::start(plan, Arc::clone(&pool)).map_err(|e| {
+            origins.error(
+                &format!("balancer[{i}].listen"),
+                format!("balancer {name:?}: cannot listen on {listen}: {e}"),
+            )
+        });
+        let b = match b {
+            Ok(b) => b,
+            Err(e) => {
+                abandon(&balancers, &[]).await;
+                return Err(e);
+            }
+        };
+        views.push(BalancerView {
+            name,
+            listen: b.proxy.local_addr(),
+            strategy,
+            app,
+            pool,
+        });
+        balancers.push(b);
+    }
     let mut apps = Vec::new();
     for spec in specs {
         let (name, workers) = (spec.name.clone(), spec.workers);
-        let sup = match shared_sockets.remove(&name) {
-            Some(socket) => {
-                let addr = socket.local_addr().map_err(|e| e.to_string())?;
-                let sup = Supervisor::start_shared(spec, socket, stderr_sink())?;
-                // Scripts and tests read this line to learn the port when listening on :0.
-                eprintln!(
-                    "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
-                );
-                sup
-            }
+        let started = match shared_sockets.remove(&name) {
+            Some(socket) => socket
+                .local_addr()
+                .map_err(|e| e.to_string())
+                .and_then(|addr| Ok((addr, Supervisor::start_shared(spec, socket, stderr_sink())?)))
+                .map(|(addr, sup)| {
+                    // Scripts and tests read this line to learn the port when listening on :0.
+                    eprintln!(
+                        "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
+                    );
+                    sup
+                }),
             None => {
                 let pool = pools
                     .entry(name.clone())
@@ -190,40 +255,15 @@ pub(crate) async fn run_config(
                         Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
                     })
                     .clone();
-                let sup = Supervisor::start(spec, pool)?;
-                eprintln!("drover: app {name:?} starting {workers} workers");
-                sup
+                Supervisor::start(spec, pool).inspect(|_| {
+                    eprintln!("drover: app {name:?} starting {workers} workers");
+                })
             }
         };
-        apps.push(Arc::new(sup));
-    }
-    let mut balancers = Vec::new();
-    let mut views = Vec::new();
-    for plan in plans {
-        let pool = match &plan.app {
-            Some(app) => Arc::clone(&pools[app]),
-            None => run::static_pool(&plan),
-        };
-        let (name, app, strategy) = (
-            plan.proxy.name.clone(),
-            plan.app.clone(),
-            plan.strategy.to_string(),
-        );
-        match run::start(plan, Arc::clone(&pool)) {
-            Ok(b) => {
-                views.push(BalancerView {
-                    name,
-                    listen: b.proxy.local_addr(),
-                    strategy,
-                    app,
-                    pool,
-                });
-                balancers.push(b);
-            }
+        match started {
+            Ok(sup) => apps.push(Arc::new(sup)),
             Err(e) => {
-                for app in &apps {
-                    app.shutdown().await;
-                }
+                abandon(&balancers, &apps).await;
                 return Err(e);
             }
         }
@@ -236,14 +276,30 @@ pub(crate) async fn run_config(
     ));
     let _admin = match admin_listener {
         Some(listener) => {
-            let server = AdminServer::serve(listener, token, controller.clone())
-                .map_err(|e| format!("admin API: {e}"))?;
+            let server = match AdminServer::serve(listener, token, controller.clone()) {
+                Ok(server) => server,
+                Err(e) => {
+                    abandon(&balancers, &apps).await;
+                    return Err(format!("admin API: {e}"));
+                }
+            };
             eprintln!("drover: admin API listening on {}", server.local_addr());
             Some(server)
         }
         None => None,
     };
     run::serve_until_signal(balancers, apps, Some(controller)).await
+}
+
+/// Undoes a start-up that failed half-way: the balancers stop accepting and the apps'
+/// workers are stopped, so nothing drover started outlives the error.
+async fn abandon(balancers: &[run::Running], apps: &[Arc<Supervisor>]) {
+    for b in balancers {
+        b.proxy.begin_shutdown();
+    }
+    for app in apps {
+        app.shutdown().await;
+    }
 }
 
 pub(crate) fn app_spec(a: &AppConfig) -> AppSpec {

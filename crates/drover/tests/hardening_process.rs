@@ -1,0 +1,389 @@
+//! Issue 11, items 5 and 6: nothing a worker started outlives it, and a command or an
+//! address that cannot work stops `drover up`/`drover run` at once, saying where.
+//!
+//! Workers here are shell wrappers that start a child and record its pid, so the tests
+//! can look for that child after drover stopped, reloaded, scaled down or restarted
+//! the worker.
+
+mod common;
+
+use common::{admin_addr, bin, ctl, pi_server, status, stops_cleanly, temp_dir};
+use drover_testkit::{wait_until, DroverProcess};
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+/// How long a stopped process may take to disappear. Generous: the test only fails
+/// when it never does.
+const GONE_WITHIN: Duration = Duration::from_secs(10);
+
+/// A process is gone once /proc has no entry for it or it is a zombie (dead, waiting
+/// for a parent to reap it; in a container the reaper may be a shell that never does).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold
+        // spaces: read it after the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+async fn all_gone(pids: &[u32]) -> bool {
+    wait_until(GONE_WITHIN, || pids.iter().all(|p| !alive(*p))).await
+}
+
+/// `(worker id, child pid)` lines the wrapper appends to `file`.
+fn children(file: &Path) -> Vec<(usize, u32)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (id, pid) = l.split_once(' ')?;
+            Some((id.parse().ok()?, pid.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn wait_children(file: &Path, n: usize, d: &DroverProcess) -> Vec<(usize, u32)> {
+    let enough = wait_until(Duration::from_secs(15), || children(file).len() >= n).await;
+    assert!(
+        enough,
+        "expected {n} children in {}, got {:?}\n{}",
+        file.display(),
+        children(file),
+        d.stderr_text()
+    );
+    children(file)
+}
+
+/// A worker that starts `sleep 1000` in the background, records it, then becomes the
+/// pi server (`exec`, so the server is the process drover started).
+fn forking_worker(file: &Path) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        r#"sleep 1000 & echo "$DROVER_WORKER_ID $!" >> "$0"; exec node "$1""#.into(),
+        file.display().to_string(),
+        pi_server(),
+    ]
+}
+
+/// `drover run -w WORKERS` of `forking_worker`, with an admin API on a free port.
+async fn run_forking(
+    tag: &str,
+    workers: &str,
+) -> (DroverProcess, std::net::SocketAddr, std::path::PathBuf) {
+    let file = temp_dir(tag).join("children");
+    let cmd = forking_worker(&file);
+    let mut args = vec![
+        "run",
+        "-w",
+        workers,
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--",
+    ];
+    args.extend(cmd.iter().map(String::as_str));
+    let d = DroverProcess::spawn(bin(), &args).await;
+    let admin = admin_addr(&d).await;
+    (d, admin, file)
+}
+
+fn worker_pids(s: &drover_admin::Status) -> Vec<Option<u32>> {
+    s.apps[0].workers.iter().map(|w| w.pid).collect()
+}
+
+#[tokio::test]
+async fn ctrl_c_stops_every_worker_and_what_it_started() {
+    let (d, admin, file) = run_forking("proc-int", "2").await;
+    let kids = wait_children(&file, 2, &d).await;
+    let mains: Vec<u32> = worker_pids(&status(admin).await)
+        .into_iter()
+        .flatten()
+        .collect();
+    // Ctrl-C at a terminal reaches drover's process group only; the workers, in groups
+    // of their own, hear of it through drover.
+    d.signal("INT").unwrap();
+    let exit = d.wait_exit(Duration::from_secs(20)).await;
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{exit:?}\n{}",
+        d.stderr_text()
+    );
+    let pids: Vec<u32> = kids.iter().map(|k| k.1).chain(mains).collect();
+    assert!(
+        all_gone(&pids).await,
+        "still running after drover stopped: {:?}",
+        pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_shell_wrappers_server_does_not_keep_the_port_after_drover_stops() {
+    let dir = temp_dir("proc-wrap");
+    let file = dir.join("children");
+    // The shell is the worker drover started; the server is its child and holds the
+    // port. Before process groups, SIGTERM reached the shell only.
+    let toml = dir.join("drover.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[[app]]\nname = \"web\"\ncommand = [\"sh\", \"-c\", 'node \"$1\" & echo \"$DROVER_WORKER_ID $!\" >> \"$0\"; wait', \"{}\", \"{}\"]\nstop_timeout = \"5s\"\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+            file.display(),
+            pi_server()
+        ),
+    )
+    .unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", toml.to_str().unwrap()]).await;
+    let kids = wait_children(&file, 1, &d).await;
+    let server = kids[0].1;
+    d.signal("TERM").unwrap();
+    let exit = d.wait_exit(Duration::from_secs(20)).await;
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "{exit:?}\n{}",
+        d.stderr_text()
+    );
+    assert!(
+        all_gone(&[server]).await,
+        "the server {server} outlived drover"
+    );
+}
+
+#[tokio::test]
+async fn reload_and_scale_down_stop_what_the_old_workers_started() {
+    let (d, admin, file) = run_forking("proc-reload", "2").await;
+    let first = wait_children(&file, 2, &d).await;
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    let after = wait_children(&file, 4, &d).await;
+    let old: Vec<u32> = first.iter().map(|k| k.1).collect();
+    assert!(
+        all_gone(&old).await,
+        "children of replaced workers outlived the reload: {:?}",
+        old.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
+    let newest = |id: usize| after.iter().rev().find(|k| k.0 == id).unwrap().1;
+    assert!(alive(newest(0)) && alive(newest(1)), "{after:?}");
+
+    let (code, _, err) = ctl(admin, &["scale", "1"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    assert!(
+        all_gone(&[newest(1)]).await,
+        "the child of retired worker 1 outlived the scale-down"
+    );
+    assert!(alive(newest(0)), "worker 0's child was stopped too");
+    stops_cleanly(d).await;
+    assert!(all_gone(&[newest(0)]).await);
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_takes_what_it_started_with_it_before_its_restart() {
+    let (d, admin, file) = run_forking("proc-crash", "1").await;
+    let first = wait_children(&file, 1, &d).await;
+    let main = worker_pids(&status(admin).await)[0].expect("worker 0 has a pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &main.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // The replacement records its own child as it starts; by then the old child must
+    // be gone already, or it could still hold what the replacement needs (its port).
+    wait_children(&file, 2, &d).await;
+    assert!(
+        !alive(first[0].1),
+        "the dead worker's child {} was still running when its replacement started",
+        first[0].1
+    );
+    stops_cleanly(d).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 6: a command or an address that cannot work.
+// ---------------------------------------------------------------------------------------
+
+/// Runs drover to its end; a drover still running after 20 s fails the test (it was
+/// meant to refuse to start).
+async fn run_to_end(args: &[&str], cwd: &Path) -> Output {
+    let child = tokio::process::Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(20), child).await {
+        Ok(out) => out.unwrap(),
+        Err(_) => panic!("drover {args:?} kept running instead of failing"),
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An app that would leave `marker` behind if it ever started.
+fn marker_app(name: &str, marker: &Path) -> String {
+    format!(
+        "[[app]]\nname = \"{name}\"\ncommand = [\"sh\", \"-c\", \"touch {} && exec sleep 30\"]\n",
+        marker.display()
+    )
+}
+
+#[tokio::test]
+async fn up_with_a_missing_program_fails_at_once_naming_the_app_and_path() {
+    let dir = temp_dir("proc-missing");
+    let marker = dir.join("started");
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n[[app]]\nname = \"broken\"\ncommand = [\"/nonexistent/server\", \"--port\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:good\"]\n",
+            marker_app("good", &marker)
+        ),
+    )
+    .unwrap();
+    let out = run_to_end(&["up", "-c", file.to_str().unwrap()], &dir).await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("\"broken\"") && err.contains("/nonexistent/server"),
+        "{err}"
+    );
+    assert!(!err.contains("listening on"), "a listener started: {err}");
+    assert!(!marker.exists(), "a worker started: {err}");
+}
+
+#[tokio::test]
+async fn run_resolves_the_program_through_path_and_fails_when_it_is_not_there() {
+    let dir = temp_dir("proc-path");
+    let out = run_to_end(
+        &[
+            "run",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "off",
+            "--",
+            "drover-no-such-program",
+        ],
+        &dir,
+    )
+    .await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("drover-no-such-program"), "{err}");
+    assert!(err.contains("PATH"), "{err}");
+    assert!(!err.contains("listening on"), "a listener started: {err}");
+}
+
+#[tokio::test]
+async fn a_relative_program_is_looked_up_in_the_apps_cwd_and_must_be_executable() {
+    let dir = temp_dir("proc-noexec");
+    let app_dir = dir.join("app");
+    std::fs::create_dir_all(&app_dir).unwrap();
+    // Executable where drover runs, not executable in the app's cwd: the app's cwd
+    // decides, as it does for the spawn.
+    for (d, mode) in [(&dir, 0o755), (&app_dir, 0o644)] {
+        let script = d.join("serve.sh");
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        let mut perms = std::fs::metadata(&script).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, mode);
+        std::fs::set_permissions(&script, perms).unwrap();
+    }
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[app]]\nname = \"web\"\ncommand = [\"./serve.sh\"]\ncwd = \"{}\"\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
+            app_dir.display()
+        ),
+    )
+    .unwrap();
+    let out = run_to_end(&["up", "-c", file.to_str().unwrap()], &dir).await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let expected = app_dir.join("serve.sh").display().to_string();
+    assert!(
+        err.contains("\"web\"") && err.contains(&expected) && err.contains("not executable"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_taken_balancer_address_names_the_file_line_and_key_and_starts_nothing() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = temp_dir("proc-bind");
+    let marker = dir.join("started");
+    let file = dir.join("drover.toml");
+    // The balancer's listen is on line 6: the app's three lines, a blank one, the table.
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n[[balancer]]\nlisten = \"{addr}\"\nbackends = [\"app:web\"]\n",
+            marker_app("web", &marker)
+        ),
+    )
+    .unwrap();
+    let out = run_to_end(&["up", "-c", file.to_str().unwrap()], &dir).await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let at = format!("{}:6:", file.display());
+    assert!(
+        err.contains(&at) && err.contains("balancer[0].listen") && err.contains(&addr.to_string()),
+        "expected {at} balancer[0].listen in: {err}"
+    );
+    assert!(!marker.exists(), "a worker started: {err}");
+}
+
+#[tokio::test]
+async fn a_taken_admin_address_names_the_file_line_and_key() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = temp_dir("proc-bind-admin");
+    let marker = dir.join("started");
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[admin]\nlisten = \"{addr}\"\n\n{}\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
+            marker_app("web", &marker)
+        ),
+    )
+    .unwrap();
+    let out = run_to_end(&["up", "-c", file.to_str().unwrap()], &dir).await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let at = format!("{}:2:", file.display());
+    assert!(
+        err.contains(&at) && err.contains("admin.listen"),
+        "expected {at} admin.listen in: {err}"
+    );
+    assert!(!marker.exists(), "a worker started: {err}");
+}
+
+#[tokio::test]
+async fn run_names_the_listen_flag_when_its_address_is_taken_and_starts_nothing() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = temp_dir("proc-bind-flag");
+    let marker = dir.join("started");
+    let script = format!("touch {} && exec sleep 30", marker.display());
+    let out = run_to_end(
+        &[
+            "run", "-l", &addr, "--admin", "off", "--", "sh", "-c", &script,
+        ],
+        &dir,
+    )
+    .await;
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--listen") && err.contains(&addr),
+        "expected --listen {addr} in: {err}"
+    );
+    assert!(!marker.exists(), "a worker started: {err}");
+}
