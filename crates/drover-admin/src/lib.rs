@@ -7,15 +7,18 @@
 //! | `GET /v1/status` | apps, workers and balancers with their endpoints (`Status`) |
 //! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
 //!
-//! When a token is set, every request needs `Authorization: Bearer TOKEN`. The crate
+//! When a token is set, every request needs `Authorization: Bearer TOKEN`; off loopback
+//! one is required (`check_exposure`). The crate
 //! knows nothing of supervisors or pools: the binary implements `Control` over them,
 //! which keeps this crate's tests free of real workers.
 
 mod client;
+mod exposure;
 mod server;
 pub mod status;
 
 pub use client::{request, Reply};
+pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use server::{AdminServer, Control, ControlError};
 pub use status::{AppStatus, BalancerStatus, EndpointRow, Status, WorkerRow};

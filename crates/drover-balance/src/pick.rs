@@ -42,17 +42,21 @@ impl PickContext<'_> {
 pub enum NoPick {
     /// No endpoint is healthy (or every healthy one was excluded).
     NoneAvailable,
-    /// Some endpoint is available but every one is at `max_conns`.
+    /// Some endpoint is available but none could be claimed: every one was at its cap
+    /// when the strategy looked.
     AllBusy,
 }
 
-/// Classifies an empty choice for a strategy: busy if some endpoint could take the
-/// request once a slot frees, otherwise none available.
+/// Classifies an empty choice for a strategy: busy if some endpoint may serve the
+/// request at all, otherwise none available.
+///
+/// Whether that endpoint has room *now* does not matter: the strategy found it full a
+/// moment ago, and a slot released since then is exactly what a queued request waits
+/// for. Re-reading capacity here made a healthy pool look empty whenever a slot freed
+/// between the choice and this call, and clients got a 503 `no-healthy-endpoint` from
+/// healthy endpoints (issue 11, item 8).
 pub fn no_pick_reason(endpoints: &[Arc<Endpoint>], ctx: &PickContext<'_>) -> NoPick {
-    let waitable = endpoints
-        .iter()
-        .any(|e| ctx.usable(e) && !e.has_capacity(ctx.now));
-    if waitable {
+    if endpoints.iter().any(|e| ctx.usable(e)) {
         NoPick::AllBusy
     } else {
         NoPick::NoneAvailable
@@ -179,5 +183,30 @@ mod tests {
         assert_eq!(no_pick_reason(&set, &ctx), NoPick::AllBusy);
         a.set_healthy(false);
         assert_eq!(no_pick_reason(&set, &ctx), NoPick::NoneAvailable);
+    }
+
+    #[test]
+    fn a_slot_freed_after_an_empty_choice_leaves_the_request_busy_not_homeless() {
+        // The interleaving behind spurious 503 no-healthy-endpoint (issue 11, item 8): a
+        // strategy finds the only endpoint full, its slot frees, then the empty choice is
+        // explained. The request must queue (and will get that slot), not fail.
+        let a = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        a.set_max_conns(1);
+        let ctx = PickContext {
+            now: 1,
+            ..Default::default()
+        };
+        let set = vec![Arc::clone(&a)];
+        let held = Pick::try_new(&a, &ctx).unwrap();
+        assert!(!ctx.eligible(&a), "the choice sees it full");
+        drop(held);
+        assert_eq!(no_pick_reason(&set, &ctx), NoPick::AllBusy);
+        // Excluded (already tried by this request) is not waitable: none available.
+        let tried = [Arc::clone(&a)];
+        let retry = PickContext {
+            exclude: &tried,
+            ..ctx
+        };
+        assert_eq!(no_pick_reason(&set, &retry), NoPick::NoneAvailable);
     }
 }

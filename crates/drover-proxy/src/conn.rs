@@ -11,9 +11,10 @@ use crate::options::ProxyOptions;
 use crate::upstream::{self, Upstreams};
 use drover_balance::cost::CostTable;
 use drover_balance::{clock, Endpoint, PickContext};
-use drover_registry::Pool;
+use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -24,7 +25,13 @@ use tracing::{debug, warn};
 /// reading (and discarding) what the client still sends before it closes. Closing with
 /// unread bytes makes the kernel reset the connection, and a reset can destroy the
 /// answer before the client reads it (RFC 9112 §9.6; nginx's `lingering_close`).
-const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+const LINGER: Duration = Duration::from_secs(5);
+
+/// Before retrying a request that met drover's own shortage (descriptors, memory).
+const LOCAL_SHORTAGE_PAUSE: Duration = Duration::from_millis(10);
+
+/// Warnings about drover's own shortages on connect, shared by every connection.
+static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
 /// What every serving thread of one balancer shares.
 pub(crate) struct Shared {
@@ -224,6 +231,7 @@ impl Conn {
         let shared = Arc::clone(&self.worker.shared);
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+        let mut attempts = 0;
         let mut last_failure = None;
         let failure = loop {
             let ctx = PickContext {
@@ -260,11 +268,19 @@ impl Conn {
                 Attempt::Abort => return false,
                 Attempt::Fail(e) => break e,
                 Attempt::Retry(e) => {
-                    tried.push(endpoint);
-                    if tried.len() > shared.opts.retries as usize {
+                    attempts += 1;
+                    if attempts > shared.opts.retries {
                         break e;
                     }
                     last_failure = Some(e);
+                    if e == ProxyError::LocalResources {
+                        // Not the endpoint's fault, so it stays a candidate; give other
+                        // connections a moment to give descriptors back first.
+                        drop(slot);
+                        tokio::time::sleep(LOCAL_SHORTAGE_PAUSE).await;
+                    } else {
+                        tried.push(endpoint);
+                    }
                 }
             }
         };
@@ -318,6 +334,13 @@ impl Conn {
             Some(stream) => (stream, true),
             None => match upstream::connect(addr, timeouts.connect).await {
                 Ok(stream) => (stream, false),
+                Err(e) if is_local_shortage(&e) => {
+                    // drover's own shortage: the endpoint is not to blame (issue 11, item 4).
+                    if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
+                        warn!(endpoint = %addr, error = %e, held_back, "cannot connect, drover is out of resources; not counted against the endpoint");
+                    }
+                    return Attempt::Retry(ProxyError::LocalResources);
+                }
                 Err(e) => {
                     let ejected = shared.pool.on_connect_failure(endpoint, clock::now());
                     warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, "connect failed");

@@ -12,6 +12,9 @@ pub enum ProxyError {
     QueueTimeout,
     /// No endpoint accepted a connection.
     ConnectFailed,
+    /// drover itself ran out of descriptors, memory or local ports connecting to a
+    /// backend; no backend is to blame (see `drover_registry::local`).
+    LocalResources,
     /// The backend closed or reset the connection before a complete response head.
     BackendClosed,
     /// The backend's response could not be passed on safely.
@@ -23,7 +26,10 @@ pub enum ProxyError {
 impl ProxyError {
     pub fn status(self) -> u16 {
         match self {
-            ProxyError::NoEndpoint | ProxyError::QueueFull | ProxyError::QueueTimeout => 503,
+            ProxyError::NoEndpoint
+            | ProxyError::QueueFull
+            | ProxyError::QueueTimeout
+            | ProxyError::LocalResources => 503,
             ProxyError::ConnectFailed | ProxyError::BackendClosed | ProxyError::BadResponse(_) => {
                 502
             }
@@ -38,6 +44,7 @@ impl ProxyError {
             ProxyError::QueueFull => "queue-full",
             ProxyError::QueueTimeout => "queue-timeout",
             ProxyError::ConnectFailed => "connect-failed",
+            ProxyError::LocalResources => "local-resources",
             ProxyError::BackendClosed => "backend-closed",
             ProxyError::BadResponse(_) => "bad-response",
             ProxyError::Timeout => "backend-timeout",
@@ -54,6 +61,9 @@ impl fmt::Display for ProxyError {
                 f.write_str("every endpoint stayed busy for the whole queue timeout")
             }
             ProxyError::ConnectFailed => f.write_str("could not connect to any endpoint"),
+            ProxyError::LocalResources => f.write_str(
+                "drover is out of file descriptors, memory or local ports; no backend is at fault",
+            ),
             ProxyError::BackendClosed => {
                 f.write_str("the backend closed the connection before responding")
             }

@@ -12,7 +12,7 @@ use crate::options::ProxyOptions;
 use crate::upstream::Upstreams;
 use drover_balance::cost::CostTable;
 use drover_balance::Balancer;
-use drover_registry::Pool;
+use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 /// A running balancer listener.
 pub struct Proxy {
@@ -131,6 +131,27 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener>
     Ok(socket.into())
 }
 
+/// How long the accept loop pauses after a failed accept.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Warnings about drover's own shortages on accept, shared by every serving thread.
+static ACCEPT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// A failed accept. Running out of descriptors or memory is drover's own problem and an
+/// operator must hear of it (at most once a second, with how many were held back);
+/// anything else (a client that reset before the accept) concerns one connection only.
+fn accept_failed(balancer: &str, e: &io::Error) {
+    if !is_local_shortage(e) {
+        debug!("accept failed: {e}");
+    } else if let Some(held_back) = ACCEPT_SHORTAGE.check_now() {
+        warn!(
+            balancer,
+            held_back,
+            "cannot accept connections, drover is out of resources (raise `ulimit -n`?): {e}"
+        );
+    }
+}
+
 fn serve_thread(listener: std::net::TcpListener, shared: Arc<Shared>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -165,9 +186,10 @@ fn serve_thread(listener: std::net::TcpListener, shared: Arc<Shared>) {
                         tokio::spawn(conn::serve(stream, peer, Arc::clone(&worker)));
                     }
                     Err(e) => {
-                        // Out of file descriptors or similar: back off instead of spinning.
-                        debug!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        accept_failed(&shared.opts.name, &e);
+                        // The listener stays readable while the error lasts (the
+                        // connection waits in the backlog): pause instead of spinning.
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                 },
                 _ = sweep.tick() => worker.upstreams.sweep(),

@@ -109,6 +109,9 @@ pub enum ProbeError {
     Timeout(Duration),
     Refused,
     Connect(io::Error),
+    /// drover itself is out of descriptors, memory or ports (see `local`): the probe
+    /// says nothing about the endpoint.
+    LocalShortage(io::Error),
     Io(io::Error),
     /// The connection closed before a whole status line arrived.
     Closed,
@@ -122,6 +125,7 @@ impl fmt::Display for ProbeError {
             ProbeError::Timeout(d) => write!(f, "timeout after {d:?}"),
             ProbeError::Refused => f.write_str("connection refused"),
             ProbeError::Connect(e) => write!(f, "connect failed: {e}"),
+            ProbeError::LocalShortage(e) => write!(f, "drover is short of resources: {e}"),
             ProbeError::Io(e) => write!(f, "i/o error: {e}"),
             ProbeError::Closed => f.write_str("connection closed before status line"),
             ProbeError::Malformed => f.write_str("malformed status line"),
@@ -151,6 +155,7 @@ pub async fn probe(
 async fn probe_unbounded(addr: SocketAddr, kind: &CheckKind) -> Result<(), ProbeError> {
     let mut stream = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
         io::ErrorKind::ConnectionRefused => ProbeError::Refused,
+        _ if crate::local::is_local_shortage(&e) => ProbeError::LocalShortage(e),
         _ => ProbeError::Connect(e),
     })?;
     let (path, expect) = match kind {
@@ -299,6 +304,10 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
     }
 }
 
+/// Warnings about probes drover could not make for want of its own resources.
+static PROBE_SHORTAGE: crate::local::WarnLimit =
+    crate::local::WarnLimit::new(Duration::from_secs(1));
+
 /// Updates one endpoint's streaks and flips its health at `fall` / `rise`.
 fn apply(
     pool: &Pool,
@@ -321,6 +330,17 @@ fn apply(
                     pool = %pool.name(),
                     endpoint = %ep.addr(),
                     "endpoint up after {} passing health checks", s.passes
+                );
+            }
+        }
+        // Neither a pass nor a failure: every endpoint would fail this probe alike.
+        Err(e @ ProbeError::LocalShortage(_)) => {
+            if let Some(held_back) = PROBE_SHORTAGE.check_now() {
+                tracing::warn!(
+                    pool = %pool.name(),
+                    endpoint = %ep.addr(),
+                    held_back,
+                    "health check not run, not counted against the endpoint: {e}"
                 );
             }
         }

@@ -5,10 +5,13 @@
 //! - `PassivePolicy`: ejection from what real requests see (connect failures, 5xx
 //!   streaks), with exponential back-off. The proxy reports outcomes to it.
 //! - `spawn_active_checks`: HTTP or TCP probes on a timer with rise/fall thresholds.
+//! - `local`: drover's own shortages (descriptors, memory, ports), which are no
+//!   endpoint's fault, and a rate limit for warning about them.
 //!
 //! No hyper here: the HTTP health check speaks just enough HTTP/1.1 with `httparse`.
 
 pub mod active;
+pub mod local;
 pub mod passive;
 pub mod pool;
 pub mod status;
@@ -16,6 +19,7 @@ pub mod status;
 pub use active::{
     probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck, ProbeError,
 };
+pub use local::{is_local_shortage, WarnLimit};
 pub use passive::PassivePolicy;
 pub use pool::{EndpointStatus, MembershipChange, Pool, PoolOptions};
 pub use status::StatusRange;

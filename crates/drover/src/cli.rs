@@ -108,6 +108,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<AdminListen>,
 
+    /// Bearer token the admin API requires; needed when --admin is not a loopback
+    /// address. `drover ctl --token` (or the same variable) passes it.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "DROVER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
     /// Serving threads of the balancer ("auto": one per core).
     #[arg(short, long, default_value = "auto", value_parser = threads)]
     pub threads: usize,

@@ -1394,23 +1394,16 @@ fn validate_admin(raw: Spanned<RawAdmin>, ctx: &Ctx<'_>) -> Result<AdminConfig, 
             span,
         ),
     };
-    let token = match raw.token {
-        Some(t) if t.get_ref().trim().is_empty() => {
-            return Err(ctx.at(t.span(), "admin.token", "token must not be empty"));
-        }
-        Some(t) => Some(t.into_inner()),
-        None => None,
-    };
-    // An admin API reachable from the network can reconfigure the proxy; refuse to
-    // expose it without a token rather than trusting the firewall.
-    if token.is_none() && !listen.ip().is_loopback() {
-        return Err(ctx.at(
-            listen_span,
-            "admin.token",
-            format!(
-                "a token is required because admin.listen ({listen}) is not a loopback address"
-            ),
-        ));
+    let token_span = raw.token.as_ref().map(Spanned::span);
+    let token = raw.token.map(Spanned::into_inner);
+    // The one rule for every way drover starts (see `drover_admin::check_exposure`),
+    // reported here with the file, line and key.
+    if let Err(e) = drover_admin::check_exposure(listen, token.as_deref()) {
+        let span = match e {
+            drover_admin::ExposureError::EmptyToken => token_span.unwrap_or(listen_span),
+            drover_admin::ExposureError::TokenRequired { .. } => listen_span,
+        };
+        return Err(ctx.at(span, "admin.token", e.to_string()));
     }
     Ok(AdminConfig { listen, token })
 }

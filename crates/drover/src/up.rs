@@ -81,9 +81,15 @@ pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
         Some(a) => (a.0, Admin::Required),
         None => (Some(DEFAULT_ADMIN), Admin::IfFree),
     };
+    if let Some(listen) = admin {
+        // The rule `drover up` applies to [admin], before any worker starts.
+        drover_admin::check_exposure(listen, args.admin_token.as_deref()).map_err(|e| {
+            format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
+        })?;
+    }
     let admin = admin.map(|listen| config::AdminConfig {
         listen,
-        token: None,
+        token: args.admin_token.clone(),
     });
     let cfg = Config {
         admin,

@@ -151,6 +151,51 @@ mod tests {
         assert!("P2C".parse::<Strategy>().is_err());
     }
 
+    /// Issue 11 item 8: a request that found every endpoint full must be told to wait
+    /// (`AllBusy`) even when a slot frees while the strategy explains its empty choice.
+    /// The explanation used to re-read capacity after the choice: a slot released in
+    /// between made a healthy pool look like "none available", and clients got a 503
+    /// `no-healthy-endpoint` from a pool of healthy endpoints. Two threads race on one
+    /// endpoint with room for one: a bounded number of picks, never `NoneAvailable`.
+    #[test]
+    fn a_slot_freed_during_an_empty_choice_is_still_busy_not_none_available() {
+        use crate::pick::NoPick;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for s in Strategy::ALL {
+            let b = s.build();
+            let set = set_of(&[1]);
+            set.endpoints()[0].set_max_conns(1);
+            let done = AtomicBool::new(false);
+            let (busy, none) = std::thread::scope(|scope| {
+                let (b, set, done) = (&b, &set, &done);
+                // Holds the only slot and lets it go, over and over.
+                scope.spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        drop(b.pick(set, &ctx()));
+                    }
+                });
+                // Until the pool was seen full often enough to have crossed a release
+                // many times, within a bounded number of picks.
+                let (mut busy, mut none) = (0, 0);
+                for _ in 0..20_000_000 {
+                    if busy >= 200_000 {
+                        break;
+                    }
+                    match b.pick(set, &ctx()) {
+                        Ok(_) => {}
+                        Err(NoPick::AllBusy) => busy += 1,
+                        Err(NoPick::NoneAvailable) => none += 1,
+                    }
+                }
+                done.store(true, Ordering::Relaxed);
+                (busy, none)
+            });
+            assert_eq!(none, 0, "{s}: {none} picks saw a healthy pool as empty");
+            // The race needs the pool to have been full at some picks.
+            assert!(busy > 0, "{s}: the endpoint was never full");
+        }
+    }
+
     #[test]
     fn every_built_strategy_picks_and_honours_eligibility() {
         for s in Strategy::ALL {

@@ -163,3 +163,30 @@ pub async fn stops_cleanly(d: DroverProcess) {
         .unwrap()
         .success());
 }
+
+/// `drover proxy` as `proxy` starts it, but allowed only `nofile` open descriptors
+/// (RLIMIT_NOFILE, set by the shell before it execs drover): for drover's own shortages.
+pub async fn proxy_with_nofile(
+    nofile: u32,
+    backends: &[SocketAddr],
+    extra: &[&str],
+) -> DroverProcess {
+    let script = format!("ulimit -n {nofile} && exec \"$0\" \"$@\"");
+    let mut args: Vec<String> = vec![
+        "-c".into(),
+        script,
+        bin().display().to_string(),
+        "proxy".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--threads".into(),
+        "1".into(),
+    ];
+    for b in backends {
+        args.push("--backend".into());
+        args.push(b.to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    DroverProcess::spawn(Path::new("/bin/sh"), &args).await
+}
