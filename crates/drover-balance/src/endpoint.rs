@@ -24,6 +24,13 @@ pub const REPORT_TTL: Nanos = 5_000_000_000;
 /// does the learned limit hold requests back in drover's queue (see `concurrency_cap`).
 pub const SATURATED: f64 = 0.9;
 
+/// A saturated backend counts as saturated until its load falls below this. Without the
+/// band, one report of 0.87 from a worker at 100 % lifted the limit for a whole report
+/// interval, and the queue (a thousand requests past capacity) was released onto that
+/// worker at once: its listen backlog overflowed, connects timed out and it was ejected
+/// (bench: `loadtest --rps` at twice capacity over `drover run -w 2`).
+pub const SATURATION_ENDS: f64 = 0.75;
+
 /// In the load score a pending request counts for at most this much work (ns). Longer
 /// requests (long-polls, slow queries, reports) are nearly all waiting, not work: counted
 /// at their full cost, a few long-polls would outweigh hundreds of short requests and
@@ -82,6 +89,8 @@ pub struct Endpoint {
     /// Backend-reported utilisation (f64 bits, 1.0 = saturated) and when it came.
     reported_load: AtomicU64,
     reported_at: AtomicU64,
+    /// Saturation with hysteresis: set at `SATURATED`, cleared below `SATURATION_ENDS`.
+    saturated: AtomicBool,
     /// Active health checks' verdict.
     healthy: AtomicBool,
     /// Passive ejection: not picked before this time.
@@ -114,6 +123,7 @@ impl Endpoint {
             rtt_stamp: AtomicU64::new(0),
             reported_load: AtomicU64::new(0),
             reported_at: AtomicU64::new(0),
+            saturated: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             ejected_until: AtomicU64::new(0),
             ramp_start: AtomicU64::new(0),
@@ -188,9 +198,11 @@ impl Endpoint {
         f64::from_bits(self.limit.load(Relaxed))
     }
 
-    /// Whether the backend says (or drover measured) that its CPU is saturated.
+    /// Whether the backend says (or drover measured) that its CPU is saturated: its load
+    /// reached `SATURATED` and has not fallen below `SATURATION_ENDS` since, in a report
+    /// that is still fresh.
     pub fn is_saturated(&self, now: Nanos) -> bool {
-        self.reported_load(now) >= SATURATED
+        self.saturated.load(Relaxed) && self.reported_load(now) > 0.0
     }
 
     /// The cap in force now: `max_conns` when set (on requests in flight); the learned
@@ -321,6 +333,11 @@ impl Endpoint {
         if load.is_finite() && load >= 0.0 {
             self.reported_load.store(load.to_bits(), Relaxed);
             self.reported_at.store(now, Relaxed);
+            if load >= SATURATED {
+                self.saturated.store(true, Relaxed);
+            } else if load < SATURATION_ENDS {
+                self.saturated.store(false, Relaxed);
+            }
         }
     }
 
@@ -568,6 +585,26 @@ mod tests {
         // ...one long after mostly replaces it.
         e.observe_rtt(3 + 10 * EWMA_DECAY, 1_000);
         assert!(e.rtt_estimate() < 1_100.0);
+    }
+
+    #[test]
+    fn saturation_ends_only_well_below_the_threshold() {
+        let e = ep();
+        e.report_load(10, 0.85);
+        assert!(!e.is_saturated(10), "0.85 does not start saturation");
+        e.report_load(11, 0.95);
+        assert!(e.is_saturated(11));
+        e.report_load(12, 0.8);
+        assert!(e.is_saturated(12), "a dip to 0.8 does not end it");
+        e.report_load(13, 0.7);
+        assert!(!e.is_saturated(13));
+        e.report_load(14, 0.85);
+        assert!(!e.is_saturated(14));
+        e.report_load(15, 0.95);
+        assert!(
+            !e.is_saturated(15 + REPORT_TTL + 1),
+            "an old report says nothing"
+        );
     }
 
     #[test]

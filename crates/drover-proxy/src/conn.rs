@@ -30,6 +30,9 @@ const LINGER: Duration = Duration::from_secs(5);
 /// Before retrying a request that met drover's own shortage (descriptors, memory).
 const LOCAL_SHORTAGE_PAUSE: Duration = Duration::from_millis(10);
 
+/// Warnings about requests that failed (every thread of every balancer shares it).
+static FAILURE_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
 /// Warnings about drover's own shortages on connect, shared by every connection.
 static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
@@ -284,16 +287,22 @@ impl Conn {
                 }
             }
         };
-        warn!(balancer = %shared.opts.name, cause = failure.cause(), "{failure}");
+        // Past capacity every request may fail alike: one line a second says so, with
+        // the count of the ones it stands for, instead of one line per request.
+        if let Some(held_back) = FAILURE_WARNINGS.check_now() {
+            warn!(balancer = %shared.opts.name, cause = failure.cause(), held_back, "{failure}");
+        }
         // A request body not read in full leaves the connection unusable for the next one.
         let close = !framer.is_done() || !head.keep_alive;
-        self.send_error(
+        request::write_error(
+            &mut self.out,
             failure.status(),
             failure.cause(),
             &failure.to_string(),
             close,
-        )
-        .await;
+            failure.retry_after(),
+        );
+        self.send_out(close).await;
         if !framer.is_done() {
             self.linger().await;
         }
@@ -586,7 +595,12 @@ impl Conn {
     }
 
     async fn send_error(&mut self, status: u16, cause: &str, detail: &str, close: bool) {
-        request::write_error(&mut self.out, status, cause, detail, close);
+        request::write_error(&mut self.out, status, cause, detail, close, None);
+        self.send_out(close).await;
+    }
+
+    /// Sends the answer in `out`, then closes the connection's sending side if `close`.
+    async fn send_out(&mut self, close: bool) {
         let client_timeout = self.opts().timeouts.client;
         let _ = body::write_all(&mut self.client, &self.out, client_timeout).await;
         self.out.clear();

@@ -37,6 +37,12 @@ impl ProxyError {
         }
     }
 
+    /// Seconds a client is told to wait before trying again (`Retry-After`): drover's own
+    /// 503s say the service is busy or briefly without a backend, not that it is gone.
+    pub fn retry_after(self) -> Option<u32> {
+        (self.status() == 503).then_some(1)
+    }
+
     /// The `drover-error` header value: a stable token for scripts and dashboards.
     pub fn cause(self) -> &'static str {
         match self {

@@ -58,7 +58,9 @@ pub struct Timeouts {
 impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
-            connect: Duration::from_secs(1),
+            // One retransmitted SYN (at 1 s) must fit: a busy backend whose listen backlog
+            // overflowed drops the first, and a 1 s timeout turned that into an ejection.
+            connect: Duration::from_secs(5),
             header_read: Duration::from_secs(10),
             request: Duration::from_secs(30),
             idle: Duration::from_secs(60),
@@ -87,6 +89,7 @@ impl Default for Limits {
 /// Requests wait here while every endpoint is at `max_conns` (late binding).
 #[derive(Debug, Clone, Copy)]
 pub struct QueueOptions {
+    /// Most requests waiting at once (`usize::MAX`: no bound but the timeout).
     pub max: usize,
     pub timeout: Duration,
 }
@@ -94,7 +97,7 @@ pub struct QueueOptions {
 impl Default for QueueOptions {
     fn default() -> Self {
         QueueOptions {
-            max: 1024,
+            max: usize::MAX,
             timeout: Duration::from_secs(5),
         }
     }

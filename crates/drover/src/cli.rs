@@ -159,9 +159,10 @@ pub struct LimitArgs {
     #[arg(long, default_value = "auto")]
     pub max_conns: crate::config::ConnLimit,
 
-    /// Requests that may wait in drover's queue for a backend at its limit.
-    #[arg(long, default_value_t = 1024)]
-    pub queue_max: usize,
+    /// Requests that may wait in drover's queue for a backend at its limit: "unlimited"
+    /// (each waits up to the queue timeout) or N (more get a 503 at once; 0: never wait).
+    #[arg(long, default_value = "unlimited")]
+    pub queue_max: crate::config::QueueMax,
 
     /// How long a request may wait in the queue [default: the request timeout].
     #[arg(long, value_parser = duration)]
@@ -249,7 +250,9 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub limits: LimitArgs,
 
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    /// How long connecting to a backend may take. Long enough for one retransmitted
+    /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
+    #[arg(long, default_value = "5s", value_parser = duration)]
     pub connect_timeout: Duration,
 
     /// How long a client may take to send a request head (slow clients are cut off).

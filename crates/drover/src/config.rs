@@ -316,8 +316,8 @@ pub struct StickyConfig {
 /// `queue`: requests wait here while every endpoint is at `max_conns`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConfig {
-    /// Most requests waiting at once, 0 = never queue (fail at once); default 1024.
-    pub max: usize,
+    /// Most requests waiting at once; default unlimited.
+    pub max: QueueMax,
     /// Longest a request waits before getting a 503; `None` (default) = the request
     /// timeout.
     pub timeout: Option<Duration>,
@@ -326,7 +326,7 @@ pub struct QueueConfig {
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
-            max: 1024,
+            max: QueueMax::Unlimited,
             timeout: None,
         }
     }
@@ -869,6 +869,73 @@ impl<'de> Deserialize<'de> for HttpPath {
     }
 }
 
+/// How many requests may wait in drover's queue at once.
+///
+/// Unlimited by default, as HAProxy's `maxqueue 0`: past capacity every request waits its
+/// turn, as it would inside Node's cluster module or PM2, and only one that waited the
+/// whole queue timeout gets a 503. Waiting is bounded anyway: each waiter is an open
+/// client connection, which the descriptor limit bounds, and holds only its parsed head.
+/// A number sheds load at that depth instead (0: never wait, a 503 at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueMax {
+    Unlimited,
+    At(usize),
+}
+
+impl QueueMax {
+    /// The bound as the proxy takes it.
+    pub fn as_usize(self) -> usize {
+        match self {
+            QueueMax::Unlimited => usize::MAX,
+            QueueMax::At(n) => n,
+        }
+    }
+
+    fn parse_count(n: i64) -> Result<Self, String> {
+        match usize::try_from(n) {
+            Ok(n) if n <= 1_000_000 => Ok(QueueMax::At(n)),
+            _ => Err(format!(
+                "{n} is out of range: expected \"unlimited\" or 0..=1000000 (0: never queue)"
+            )),
+        }
+    }
+}
+
+impl std::str::FromStr for QueueMax {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "unlimited" {
+            return Ok(QueueMax::Unlimited);
+        }
+        match s.parse::<i64>() {
+            Ok(n) => QueueMax::parse_count(n),
+            Err(_) => Err(format!(
+                "invalid queue max {s:?}: expected \"unlimited\" or a number up to 1000000 (0: never queue)"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for QueueMax {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = QueueMax;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"unlimited\" or a number up to 1000000 (0: never queue)")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<QueueMax, E> {
+                QueueMax::parse_count(n).map_err(E::custom)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<QueueMax, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// Requests in flight per endpoint before drover queues the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnLimit {
@@ -1200,7 +1267,7 @@ struct RawBalancer {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawQueue {
-    max: Option<Bounded<0, 1_000_000>>,
+    max: Option<QueueMax>,
     timeout: Option<PosDur>,
 }
 
@@ -1728,7 +1795,7 @@ fn validate_balancer(
     }
     if let Some(q) = raw.queue {
         if let Some(m) = q.max {
-            b.queue.max = m.as_usize();
+            b.queue.max = m;
         }
         if let Some(t) = q.timeout {
             b.queue.timeout = Some(t.0);
@@ -1871,7 +1938,13 @@ timeouts = { connect = "1s", request = "30s", idle = "60s" }
         assert_eq!(b.strategy, Strategy::P2c);
         assert_eq!(b.backends, [BackendRef::App("pi".into())]);
         assert_eq!(b.retries, 2);
-        assert_eq!(b.timeouts, TimeoutConfig::default());
+        assert_eq!(
+            b.timeouts,
+            TimeoutConfig {
+                connect: Duration::from_secs(1),
+                ..TimeoutConfig::default()
+            }
+        );
     }
 
     #[test]
@@ -1893,7 +1966,7 @@ timeouts = { connect = "1s", request = "30s", idle = "60s" }
         assert_eq!(expected.strategy, Strategy::P2c);
         assert_eq!(expected.retries, 2);
         assert_eq!(expected.max_conns, ConnLimit::Auto);
-        assert_eq!(expected.queue.max, 1024);
+        assert_eq!(expected.queue.max, QueueMax::Unlimited);
         assert_eq!(expected.queue.timeout, None);
         assert_eq!(expected.timeouts.header_read, Duration::from_secs(10));
         assert_eq!(expected.passive.failures, 5);
@@ -1990,7 +2063,7 @@ sticky = { cookie = "sid" }
         assert_eq!(
             b.queue,
             QueueConfig {
-                max: 0,
+                max: QueueMax::At(0),
                 timeout: Some(Duration::from_millis(100))
             }
         );
@@ -2216,6 +2289,10 @@ sticky = { cookie = "sid" }
         check(&e, 4, "balancer[0].limits.max_headers", "1..=1000");
         let e = err(&format!("{MINIMAL}threads = 0\n"));
         check(&e, 4, "balancer[0].threads", "1..=1024");
+        let e = err(&format!("{MINIMAL}queue = {{ max = \"lots\" }}\n"));
+        check(&e, 4, "balancer[0].queue.max", "\"unlimited\" or a number");
+        let e = err(&format!("{MINIMAL}queue = {{ max = -1 }}\n"));
+        check(&e, 4, "balancer[0].queue.max", "out of range");
         let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [{ address = \"127.0.0.1:1\", weight = 0 }]\n");
         check(&e, 3, "balancer[0].backends[0].weight", "1..=1000");
     }

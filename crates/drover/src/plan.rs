@@ -135,7 +135,7 @@ impl BalancerPlan {
                     max_headers: b.limits.max_headers,
                 },
                 queue: QueueOptions {
-                    max: b.queue.max,
+                    max: b.queue.max.as_usize(),
                     // A request that waits here would have waited inside a busy backend
                     // anyway; by default it may wait as long as a backend may take.
                     timeout: b.queue.timeout.unwrap_or(b.timeouts.request),
@@ -184,4 +184,30 @@ pub fn health_check(h: &config::HealthCheckConfig) -> HealthCheck {
 /// One serving thread per core, as nginx's `worker_processes auto`.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The flags' defaults are written as text for `--help`; they must be the proxy's.
+    #[test]
+    fn flag_defaults_are_the_proxys_defaults() {
+        let cli = crate::cli::Cli::try_parse_from([
+            "drover",
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+        ])
+        .unwrap();
+        let crate::cli::Command::Proxy(a) = cli.command else {
+            panic!("not the proxy command");
+        };
+        let b = BalancerPlan::config_from_args(&a).unwrap();
+        assert_eq!(b.timeouts, config::TimeoutConfig::default());
+        assert_eq!(b.queue, config::QueueConfig::default());
+    }
 }

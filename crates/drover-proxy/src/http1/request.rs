@@ -360,14 +360,29 @@ fn cookie<'b>(req: &httparse::Request<'_, 'b>, name: &str) -> Option<&'b [u8]> {
 }
 
 /// Writes a small error response with a `drover-error` header naming the cause.
-pub fn write_error(out: &mut Vec<u8>, status: u16, cause: &str, detail: &str, close: bool) {
+/// An error answer of drover's own; `retry_after` adds a `Retry-After` in seconds.
+pub fn write_error(
+    out: &mut Vec<u8>,
+    status: u16,
+    cause: &str,
+    detail: &str,
+    close: bool,
+    retry_after: Option<u32>,
+) {
     out.clear();
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {}\r\ncontent-type: text/plain; charset=utf-8\r\ndrover-error: {cause}\r\ncontent-length: {}\r\n{}\r\n{detail}\n",
+        "HTTP/1.1 {status} {}\r\ncontent-type: text/plain; charset=utf-8\r\ndrover-error: {cause}\r\ncontent-length: {}\r\n",
         reason_phrase(status),
         detail.len() + 1,
-        if close { "connection: close\r\n" } else { "" },
+    );
+    if let Some(secs) = retry_after {
+        let _ = write!(out, "retry-after: {secs}\r\n");
+    }
+    let _ = write!(
+        out,
+        "{}\r\n{detail}\n",
+        if close { "connection: close\r\n" } else { "" }
     );
 }
 
