@@ -23,7 +23,7 @@ pub enum Command {
     /// Start every app and balancer a drover.toml describes.
     Up(UpArgs),
     /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Talk to a running drover through its admin API: status, reload, scale.
     Ctl(CtlArgs),
 }
