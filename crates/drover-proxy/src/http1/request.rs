@@ -183,6 +183,12 @@ pub fn parse(
             has_request_id = true;
         }
     }
+    if conn.names_end_to_end {
+        return Err(bad(
+            400,
+            "Connection lists Content-Length, Transfer-Encoding or Host",
+        ));
+    }
     if te_seen && content_length.is_some() {
         return Err(bad(400, "both Content-Length and Transfer-Encoding"));
     }
@@ -493,6 +499,11 @@ mod tests {
             (b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 400),
             (b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405),
+            // Found by the fuzz harness's framing check: the backend got no Content-Length and
+            // read the body as its next request.
+            (b"POST / HTTP/1.1\r\nHost: a\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: x, Transfer-Encoding\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: host\r\n\r\n", 400),
             (b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417),
         ];
         for (raw, want) in cases {

@@ -164,6 +164,11 @@ pub fn parse(
             load = orca::parse_text(h.value).or(load);
         }
     }
+    if conn.names_end_to_end {
+        return Err(BadResponse(
+            "Connection lists Content-Length, Transfer-Encoding or Host",
+        ));
+    }
     if content_length.is_some() && (chunked || te_other) {
         return Err(BadResponse("both Content-Length and Transfer-Encoding"));
     }
@@ -346,6 +351,9 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nBad Header: 1\r\n\r\n",
+            // The client would get no framing and read the next response as this body.
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: transfer-encoding\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: Content-Length\r\n\r\n",
         ] {
             assert!(run(raw, &ex()).is_err(), "{}", String::from_utf8_lossy(raw));
         }
