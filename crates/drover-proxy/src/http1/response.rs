@@ -10,7 +10,8 @@ use std::io::Write;
 
 /// Largest backend response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-const HEADER_SLOTS: usize = 128;
+/// Most fields a backend response head may have.
+pub const HEADER_SLOTS: usize = 128;
 
 /// A backend response drover will not pass on (the client gets a 502).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
