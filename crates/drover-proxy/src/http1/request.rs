@@ -272,7 +272,10 @@ fn write_backend_head(
             || is(name, "x-forwarded-host")
             || is(name, "forwarded")
             || (is(name, "upgrade") && !upgrade)
+            // `Connection: upgrade` lists Upgrade too, but the rule above decides it: it
+            // was dropped from real upgrades whenever another name was listed as well.
             || (conn.names_others
+                && !is(name, "upgrade")
                 && headers::listed_in_connection(
                     name,
                     req.headers
@@ -474,6 +477,15 @@ mod tests {
         .unwrap();
         assert!(h.upgrade);
         assert!(out.contains("Upgrade: websocket\r\n") && out.contains("Connection: upgrade\r\n"));
+    }
+
+    #[test]
+    fn upgrade_survives_other_connection_options() {
+        // Found by the request_httparse fuzz target; curl's h2c upgrade looks like this.
+        let (h, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: x\r\n\r\n").unwrap();
+        assert!(h.upgrade);
+        assert!(out.contains("Upgrade: h2c\r\n"), "{out}");
+        assert!(!out.contains("HTTP2-Settings"), "{out}");
     }
 
     #[test]

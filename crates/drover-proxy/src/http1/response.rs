@@ -233,7 +233,9 @@ pub fn parse(
             || is(name, orca::HEADER)
             || (is(name, "transfer-encoding") && (dechunk || no_body))
             || (is(name, "upgrade") && !switching)
+            // As for requests: the rule above decides Upgrade, whatever else is listed.
             || (conn.names_others
+                && !is(name, "upgrade")
                 && headers::listed_in_connection(
                     name,
                     res.headers
@@ -341,6 +343,12 @@ mod tests {
         assert!(h.switching && !h.backend_keep_alive);
         assert!(out.contains("Upgrade: websocket\r\n") && out.contains("Connection: upgrade\r\n"));
         assert!(run(raw, &ex()).is_err());
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade, X-A\r\nX-A: 1\r\n\r\n";
+        let (_, out) = run(raw, &up).unwrap();
+        assert!(
+            out.contains("Upgrade: h2c\r\n") && !out.contains("X-A"),
+            "{out}"
+        );
     }
 
     #[test]
