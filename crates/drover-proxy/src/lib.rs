@@ -9,6 +9,8 @@ mod admission;
 mod body;
 mod conn;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http1;
 pub mod options;
 pub mod orca;

@@ -32,6 +32,12 @@ pub struct ConnectionOptions {
     pub keep_alive: bool,
     pub upgrade: bool,
     pub names_others: bool,
+    /// `Content-Length`, `Transfer-Encoding` or `Host` is listed. Dropping it as
+    /// hop-by-hop would let the next hop frame the message differently than drover did
+    /// (`Connection: content-length` made a body the backend's next request), and RFC
+    /// 9110 §7.6.1 forbids listing fields meant for every recipient, so such a message
+    /// is refused.
+    pub names_end_to_end: bool,
 }
 
 impl ConnectionOptions {
@@ -45,6 +51,9 @@ impl ConnectionOptions {
                 self.upgrade = true;
             } else {
                 self.names_others = true;
+                self.names_end_to_end |= t.eq_ignore_ascii_case(b"content-length")
+                    || t.eq_ignore_ascii_case(b"transfer-encoding")
+                    || t.eq_ignore_ascii_case(b"host");
             }
         }
     }
@@ -134,6 +143,9 @@ mod tests {
         let mut c = ConnectionOptions::default();
         c.add(b"Keep-Alive, Upgrade , x-foo");
         assert!(c.keep_alive && c.upgrade && c.names_others && !c.close);
+        assert!(!c.names_end_to_end);
+        c.add(b"Content-Length");
+        assert!(c.names_end_to_end);
         assert!(listed_in_connection(
             "X-Foo",
             [&b"keep-alive, x-foo"[..]].into_iter()

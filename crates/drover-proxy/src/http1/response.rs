@@ -1,14 +1,17 @@
 //! Backend response heads: parse, validate, pick up the backend's load report, and write
 //! the head the client will see.
 
+use super::chunked::ChunkedScanner;
 use super::headers::{self, is, ConnectionOptions};
 use super::request::put_header;
-use super::BodyKind;
+use super::{find_bare_lf, BodyKind};
 use crate::orca;
+use std::io::Write;
 
 /// Largest backend response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-const HEADER_SLOTS: usize = 128;
+/// Most fields a backend response head may have.
+pub const HEADER_SLOTS: usize = 128;
 
 /// A backend response drover will not pass on (the client gets a 502).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +46,74 @@ pub struct ResponseHead {
     pub load: Option<f64>,
 }
 
+/// The status line as drover re-writes it for the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StatusLine<'a> {
+    http10: bool,
+    code: u16,
+    reason: &'a [u8],
+}
+
+/// Checks a complete raw head (`head`, ending in the blank line) beyond what httparse
+/// checks, and parses its status line strictly. httparse takes a bare LF as a line end
+/// and drover used to copy the status line through: `HTTP/1.1 200 OK\nX-Injected: 1`
+/// showed the client a header drover never saw as one. So every line must end in CRLF,
+/// no byte other than HTAB may be a control, no line may be folded, and the status line
+/// must be exactly `HTTP/1.x DDD[ reason]`; the client's head is then rebuilt from these
+/// parts, never copied.
+fn check_head(head: &[u8]) -> Result<StatusLine<'_>, BadResponse> {
+    if find_bare_lf(head).is_some() {
+        return Err(BadResponse("bare LF in response head"));
+    }
+    for (i, &b) in head.iter().enumerate() {
+        match b {
+            b'\r' if head.get(i + 1) != Some(&b'\n') => {
+                return Err(BadResponse("bare CR in response head"))
+            }
+            b'\r' | b'\n' | b'\t' => {}
+            0..=0x1f | 0x7f => return Err(BadResponse("control byte in response head")),
+            _ => {}
+        }
+    }
+    // A line starting with whitespace continues the previous one (obs-fold, RFC 9112
+    // §5.2): a client may join it to the field before, drover would not.
+    if memchr::memmem::find_iter(head, b"\r\n")
+        .any(|i| matches!(head.get(i + 2), Some(b' ' | b'\t')))
+    {
+        return Err(BadResponse("obsolete line folding in response head"));
+    }
+    let line_end = memchr::memmem::find(head, b"\r\n").unwrap_or(head.len());
+    let line = &head[..line_end];
+    let http10 = match line.get(..9) {
+        Some(b"HTTP/1.1 ") => false,
+        Some(b"HTTP/1.0 ") => true,
+        _ => return Err(BadResponse("malformed version or status line")),
+    };
+    let digits = &line[9..];
+    let code = match digits.get(..3) {
+        Some(d)
+            if d.iter().all(u8::is_ascii_digit) && matches!(digits.get(3), None | Some(b' ')) =>
+        {
+            d.iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0'))
+        }
+        _ => return Err(BadResponse("status code is not three digits")),
+    };
+    if !(100..=599).contains(&code) {
+        return Err(BadResponse("status code out of range"));
+    }
+    Ok(StatusLine {
+        http10,
+        code,
+        reason: digits.get(4..).unwrap_or_default(),
+    })
+}
+
 /// Parses a response head at the start of `buf`; `Ok(None)` means more bytes are needed.
 /// On success the client's head is in `out` (empty for a 1xx an HTTP/1.0 client must
-/// not see).
+/// not see), rebuilt from the parsed status and fields.
+///
+/// Body bytes in `buf` after a chunked head are checked too: until the head is sent the
+/// client can still get a 502 rather than a connection cut after a head.
 pub fn parse(
     buf: &[u8],
     ex: &Exchange,
@@ -68,11 +136,9 @@ pub fn parse(
         }
         Err(_) => return Err(BadResponse("malformed response header field")),
     };
-    let status = res.code.unwrap_or(0);
-    if !(100..=999).contains(&status) {
-        return Err(BadResponse("malformed status line"));
-    }
-    let backend_http10 = res.version == Some(0);
+    let line = check_head(&buf[..head_len])?;
+    let status = line.code;
+    let backend_http10 = line.http10;
 
     let mut conn = ConnectionOptions::default();
     let mut content_length: Option<u64> = None;
@@ -98,6 +164,11 @@ pub fn parse(
         } else if is(h.name, orca::HEADER) {
             load = orca::parse_text(h.value).or(load);
         }
+    }
+    if conn.names_end_to_end {
+        return Err(BadResponse(
+            "Connection lists Content-Length, Transfer-Encoding or Host",
+        ));
     }
     if content_length.is_some() && (chunked || te_other) {
         return Err(BadResponse("both Content-Length and Transfer-Encoding"));
@@ -127,6 +198,11 @@ pub fn parse(
         && (!backend_http10 || conn.keep_alive)
         && body != BodyKind::UntilClose
         && !switching;
+    if body == BodyKind::Chunked {
+        ChunkedScanner::default()
+            .scan(&buf[head_len..], |_| {})
+            .map_err(|e| BadResponse(e.0))?;
+    }
     let dechunk = body == BodyKind::Chunked && ex.http10_client;
     let client_keep_alive =
         ex.client_keep_alive && !switching && !dechunk && body != BodyKind::UntilClose;
@@ -146,10 +222,10 @@ pub fn parse(
     if informational && ex.http10_client {
         return Ok(Some(head));
     }
-    // Status line with our version: drover speaks HTTP/1.1 to clients whatever the backend.
-    let line_end = memchr::memchr(b'\r', buf).unwrap_or(8);
-    out.extend_from_slice(b"HTTP/1.1");
-    out.extend_from_slice(&buf[8.min(line_end)..line_end]);
+    // Status line with our version: drover speaks HTTP/1.1 to clients whatever the
+    // backend. The SP before an empty reason is required (RFC 9112 §4).
+    let _ = write!(out, "HTTP/1.1 {status} ");
+    out.extend_from_slice(line.reason);
     out.extend_from_slice(b"\r\n");
     for h in res.headers.iter() {
         let name = h.name;
@@ -157,7 +233,9 @@ pub fn parse(
             || is(name, orca::HEADER)
             || (is(name, "transfer-encoding") && (dechunk || no_body))
             || (is(name, "upgrade") && !switching)
+            // As for requests: the rule above decides Upgrade, whatever else is listed.
             || (conn.names_others
+                && !is(name, "upgrade")
                 && headers::listed_in_connection(
                     name,
                     res.headers
@@ -265,6 +343,12 @@ mod tests {
         assert!(h.switching && !h.backend_keep_alive);
         assert!(out.contains("Upgrade: websocket\r\n") && out.contains("Connection: upgrade\r\n"));
         assert!(run(raw, &ex()).is_err());
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade, X-A\r\nX-A: 1\r\n\r\n";
+        let (_, out) = run(raw, &up).unwrap();
+        assert!(
+            out.contains("Upgrade: h2c\r\n") && !out.contains("X-A"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -276,6 +360,9 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nBad Header: 1\r\n\r\n",
+            // The client would get no framing and read the next response as this body.
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: transfer-encoding\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: Content-Length\r\n\r\n",
         ] {
             assert!(run(raw, &ex()).is_err(), "{}", String::from_utf8_lossy(raw));
         }
@@ -283,6 +370,71 @@ mod tests {
             parse(b"HTTP/1.1 200 OK\r\n", &ex(), None, &mut Vec::new()),
             Ok(None)
         ));
+    }
+
+    #[test]
+    fn refuses_injection_and_garbled_status_lines() {
+        for raw in [
+            &b"HTTP/1.1 200 OK\nX-Injected: 1\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\nendpoint-load-metrics: TEXT cpu_utilization=0.5\r\n\r\n",
+            b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: 1\nX-B: 2\r\n\r\n",
+            b"HTTP/1.1 200 O\rK\r\n\r\n",
+            b"HTTP/1.1 200 O\x01K\r\n\r\n",
+            b"HTTP/1.1 200 O\x7fK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: a\x7fb\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\n\tX-A: a\r\n\r\n",
+            b"HTTP/1.1\r\n\r\n",
+            b"HTTP/1.1 \r\n\r\n",
+            b"HTTP/1.1 20 OK\r\n\r\n",
+            b"HTTP/1.1 20a OK\r\n\r\n",
+            b"HTTP/1.1 200OK\r\n\r\n",
+            b"HTTP/1.1  200 OK\r\n\r\n",
+            b"HTTP/1.1 099 OK\r\n\r\n",
+            b"HTTP/1.1 600 OK\r\n\r\n",
+            b"HTTP/2.0 200 OK\r\n\r\n",
+            b"http/1.1 200 OK\r\n\r\n",
+            b"HTTP/1.2 200 OK\r\n\r\n",
+        ] {
+            assert!(run(raw, &ex()).is_err(), "{}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn status_line_is_rebuilt_from_its_parts() {
+        // obs-text and HTAB are allowed in a reason (RFC 9112 §4); the version is ours.
+        let mut out = Vec::new();
+        let raw = b"HTTP/1.0 404 Not\there\xff\r\nContent-Length: 0\r\n\r\n";
+        parse(raw, &ex(), None, &mut out).unwrap().unwrap();
+        assert_eq!(
+            out,
+            b"HTTP/1.1 404 Not\there\xff\r\nContent-Length: 0\r\n\r\n"
+        );
+        let (h, out) = run(b"HTTP/1.1 599\r\nContent-Length: 0\r\n\r\n", &ex()).unwrap();
+        assert_eq!(h.status, 599);
+        assert!(out.starts_with("HTTP/1.1 599 \r\n"), "{out}");
+    }
+
+    #[test]
+    fn chunk_sizes_that_came_with_the_head_are_checked() {
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for bad in [&b"zz\r\n"[..], b"5;\n", b"1\r\nab", b"fffffffffffffffff"] {
+            let raw = [&head[..], bad].concat();
+            assert!(
+                run(&raw, &ex()).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        for fine in [&b""[..], b"5", b"5\r\nhel", b"0\r\n\r\n"] {
+            let raw = [&head[..], fine].concat();
+            assert!(
+                run(&raw, &ex()).is_ok(),
+                "{}",
+                String::from_utf8_lossy(fine)
+            );
+        }
     }
 
     #[test]
