@@ -1,0 +1,3 @@
+module drover.example/tetra
+
+go 1.18
