@@ -7,19 +7,14 @@
 
 mod common;
 
-use common::bin;
-use drover_testkit::{spawn_ready_line, wait_until, ChildProcess, HttpClient, Response};
-use std::collections::{BTreeMap, BTreeSet};
+use common::examples::{self, clean_env, drover_stops_cleanly, get};
+use drover_testkit::{spawn_ready_line, ChildProcess, Response};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
-use tokio::time::Instant;
-
-/// Bound on one request: the costliest one here takes milliseconds, but a loaded
-/// machine may take seconds to start an interpreter behind a socket's backlog.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lang {
@@ -122,28 +117,6 @@ fn command(lang: Lang, app: App) -> Option<Vec<String>> {
         Lang::Python => vec!["python3".into(), script("py")],
         Lang::Go => vec![go_binaries()?.join(app.name()).display().to_string()],
     })
-}
-
-/// A child environment free of what this test process may have inherited and the
-/// servers would act on.
-fn clean_env(cmd: &mut Command) {
-    for var in ["LISTEN_FDS", "LISTEN_PID", "DROVER_WORKER_ID", "PORT"] {
-        cmd.env_remove(var);
-    }
-}
-
-/// GET on a fresh connection: the Python servers speak HTTP/1.0 and close after each
-/// answer.
-async fn get(addr: SocketAddr, path: &str) -> Response {
-    try_get(addr, path)
-        .await
-        .unwrap_or_else(|e| panic!("GET {path} via {addr}: {e}"))
-}
-
-async fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
-    let mut c = HttpClient::connect(addr).await?;
-    c.set_timeout(REQUEST_TIMEOUT);
-    c.request("GET", path, &[], None).await
 }
 
 // --- a JSON reader for the servers' flat answers (no JSON crate among the
@@ -401,14 +374,7 @@ async fn behind_drover(lang: Lang, app: App) {
         return;
     };
     let who = format!("{lang:?} {}", app.name());
-    let mut cmd = Command::new(bin());
-    // Round-robin, so both workers see traffic as soon as both are in.
-    let flags = "run -w 2 --listen 127.0.0.1:0 --threads 1 --admin off \
-                 --strategy round-robin --health-path /health --";
-    cmd.args(flags.split_whitespace()).args(&server);
-    clean_env(&mut cmd);
-    // Worker output is forwarded to drover's stderr and says "listening on" too.
-    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let d = examples::behind_drover(&server).await;
     check_both_workers(&who, app, &d).await;
     for (path, status, message) in bad_inputs(app) {
         let r = get(d.addr(), path).await;
@@ -424,28 +390,7 @@ async fn shared_mode(lang: Lang, app: App) {
         return;
     };
     let who = format!("{lang:?} {} (shared socket)", app.name());
-    let mut cmd = Command::new(bin());
-    cmd.args("run --mode shared -w 2 --listen 127.0.0.1:0 --admin off --".split(' '))
-        .args(&server);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"app\" listening on ").await;
-    // Both workers must take drover's socket rather than bind PORT. Waiting for that
-    // also keeps the first requests from sitting in the backlog while a loaded machine
-    // is still starting the interpreters.
-    for id in 0..2 {
-        let took = format!("[app/{id}] ");
-        let ready = wait_until(Duration::from_secs(15), || {
-            d.lines_containing("(fd 3 from LISTEN_FDS)")
-                .iter()
-                .any(|l| l.contains(&took))
-        })
-        .await;
-        assert!(
-            ready,
-            "{who}: worker {id} never served fd 3\n{}",
-            d.stderr_text()
-        );
-    }
+    let d = examples::shared_mode(&who, &server).await;
     check_both_workers(&who, app, &d).await;
     drover_stops_cleanly(&who, &d).await;
 }
@@ -453,59 +398,16 @@ async fn shared_mode(lang: Lang, app: App) {
 /// Asks through drover until both workers, 0 and 1, have answered correctly; then
 /// checks `/health`.
 async fn check_both_workers(who: &str, app: App, d: &ChildProcess) {
-    let addr = d.addr();
-    let mut workers = BTreeSet::new();
-    let mut answers = 0;
-    // Bounds a loaded machine; both usually answer within a second.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while workers.len() < 2 && Instant::now() < deadline {
-        // Overlapping requests, as a load generator would send them.
-        let asks: Vec<_> = (0..4)
-            .map(|_| tokio::spawn(async move { try_get(addr, app.sample_path()).await }))
-            .collect();
-        for ask in asks {
-            let r = ask.await.unwrap().unwrap_or_else(|e| {
-                panic!("{who}: GET {}: {e}\n{}", app.sample_path(), d.stderr_text())
-            });
-            if r.status == 200 {
-                let worker = check_sample(who, app, &r).expect("drover sets DROVER_WORKER_ID");
-                workers.insert(worker);
-                answers += 1;
-            } else {
-                // Until a worker is ready, the balancer itself answers (no backend yet);
-                // in shared mode the connection just waits in the socket's backlog.
-                assert!(
-                    r.header("x-worker").is_none(),
-                    "{who}: {} {}",
-                    r.status,
-                    r.text()
-                );
-            }
-        }
-    }
-    assert_eq!(
-        workers,
-        BTreeSet::from(["0".to_string(), "1".to_string()]),
-        "{who}: workers that answered in {answers} answers\n{}",
-        d.stderr_text()
-    );
+    examples::check_both_workers(who, d, app.sample_path(), |r| {
+        check_sample(who, app, r).expect("drover sets DROVER_WORKER_ID")
+    })
+    .await;
 
-    let health = get(addr, "/health").await;
+    let health = get(d.addr(), "/health").await;
     assert_eq!(
         (health.status, health.text().as_str()),
         (200, "ok"),
         "{who}"
-    );
-}
-
-/// SIGTERM to drover: it drains, stops its workers (which exit 0 on SIGTERM) and exits 0.
-async fn drover_stops_cleanly(who: &str, d: &ChildProcess) {
-    d.signal("TERM").unwrap();
-    let status = d.wait_exit(Duration::from_secs(8)).await;
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{who}: drover did not stop cleanly: {status:?}\n{}",
-        d.stderr_text()
     );
 }
 

@@ -9,19 +9,13 @@
 
 mod common;
 
-use common::bin;
-use drover_testkit::{spawn_ready_line, wait_until, ChildProcess, HttpClient, Response};
-use std::collections::BTreeSet;
+use common::examples::{self, clean_env, drover_stops_cleanly, get};
+use drover_testkit::{spawn_ready_line, ChildProcess};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
-use tokio::time::Instant;
-
-/// Bound on one request: each answer takes microseconds, but a loaded machine may take
-/// seconds to start an interpreter behind a socket's backlog.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every app answers for an x outside its grammar (1 to 4 ASCII digits, ≤ 1000).
 const BAD_X: &str = "x must be an integer in 0..1000";
@@ -169,27 +163,6 @@ fn built(fw: Framework, mut cmd: Command, program: PathBuf) -> Option<Vec<String
     Some(vec![program.display().to_string()])
 }
 
-/// A child environment free of what this test process may have inherited and the apps
-/// would act on.
-fn clean_env(cmd: &mut Command) {
-    for var in ["LISTEN_FDS", "LISTEN_PID", "DROVER_WORKER_ID", "PORT"] {
-        cmd.env_remove(var);
-    }
-}
-
-/// GET on a fresh connection, so in shared mode each request is a new accept.
-async fn get(addr: SocketAddr, path: &str) -> Response {
-    try_get(addr, path)
-        .await
-        .unwrap_or_else(|e| panic!("GET {path} via {addr}: {e}"))
-}
-
-async fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
-    let mut c = HttpClient::connect(addr).await?;
-    c.set_timeout(REQUEST_TIMEOUT);
-    c.request("GET", path, &[], None).await
-}
-
 /// The post's routes and what `fw` must answer: (path, status, exact body). A `None`
 /// body is the framework's own 404 page, which differs in each.
 fn expected(fw: Framework) -> Vec<(&'static str, u16, Option<String>)> {
@@ -251,54 +224,13 @@ async fn check_routes(who: &str, fw: Framework, addr: SocketAddr) {
 
 /// Asks `/tetra/3` until both workers, 0 and 1, have answered it.
 async fn check_both_workers(who: &str, d: &ChildProcess) {
-    let addr = d.addr();
-    let mut workers = BTreeSet::new();
-    let mut answers = 0;
-    // Bounds a loaded machine; both usually answer within a second.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while workers.len() < 2 && Instant::now() < deadline {
-        // Overlapping requests, as a load generator would send them.
-        let asks: Vec<_> = (0..4)
-            .map(|_| tokio::spawn(async move { try_get(addr, "/tetra/3").await }))
-            .collect();
-        for ask in asks {
-            let r = ask
-                .await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("{who}: GET /tetra/3: {e}\n{}", d.stderr_text()));
-            if r.status == 200 {
-                assert_eq!(r.text(), "27", "{who}");
-                let worker = r.header("x-worker").expect("x-worker on every answer");
-                workers.insert(worker.to_string());
-                answers += 1;
-            } else {
-                // Until a worker is ready, the balancer itself answers (no backend yet).
-                assert!(
-                    r.header("x-worker").is_none(),
-                    "{who}: {} {}",
-                    r.status,
-                    r.text()
-                );
-            }
-        }
-    }
-    assert_eq!(
-        workers,
-        BTreeSet::from(["0".to_string(), "1".to_string()]),
-        "{who}: workers that answered in {answers} answers\n{}",
-        d.stderr_text()
-    );
-}
-
-/// SIGTERM to drover: it drains, stops its workers (which exit on SIGTERM) and exits 0.
-async fn drover_stops_cleanly(who: &str, d: &ChildProcess) {
-    d.signal("TERM").unwrap();
-    let status = d.wait_exit(Duration::from_secs(10)).await;
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{who}: drover did not stop cleanly: {status:?}\n{}",
-        d.stderr_text()
-    );
+    examples::check_both_workers(who, d, "/tetra/3", |r| {
+        assert_eq!(r.text(), "27", "{who}");
+        r.header("x-worker")
+            .expect("x-worker on every answer")
+            .to_string()
+    })
+    .await;
 }
 
 async fn behind_drover(fw: Framework) {
@@ -306,13 +238,7 @@ async fn behind_drover(fw: Framework) {
         return;
     };
     let who = format!("{fw:?} tetra");
-    let mut cmd = Command::new(bin());
-    // Round-robin, so both workers see traffic as soon as both are in.
-    let flags = "run -w 2 --listen 127.0.0.1:0 --threads 1 --admin off \
-                 --strategy round-robin --health-path /health --";
-    cmd.args(flags.split_whitespace()).args(&app);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let d = examples::behind_drover(&app).await;
     check_both_workers(&who, &d).await;
     check_routes(&who, fw, d.addr()).await;
     drover_stops_cleanly(&who, &d).await;
@@ -325,27 +251,7 @@ async fn shared_mode(fw: Framework) {
         return;
     };
     let who = format!("{fw:?} tetra (shared socket)");
-    let mut cmd = Command::new(bin());
-    cmd.args("run --mode shared -w 2 --listen 127.0.0.1:0 --admin off --".split(' '))
-        .args(&app);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"app\" listening on ").await;
-    // Both workers must take drover's socket rather than bind PORT (each says so in
-    // its ready line, which drover forwards prefixed with the worker's id).
-    for id in 0..2 {
-        let took = format!("[app/{id}] ");
-        let ready = wait_until(Duration::from_secs(15), || {
-            d.lines_containing("(fd 3 from LISTEN_FDS)")
-                .iter()
-                .any(|l| l.contains(&took))
-        })
-        .await;
-        assert!(
-            ready,
-            "{who}: worker {id} never served fd 3\n{}",
-            d.stderr_text()
-        );
-    }
+    let d = examples::shared_mode(&who, &app).await;
     check_both_workers(&who, &d).await;
     check_routes(&who, fw, d.addr()).await;
     drover_stops_cleanly(&who, &d).await;

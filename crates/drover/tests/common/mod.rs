@@ -1,6 +1,8 @@
 //! Shared set-up for tests that drive the real `drover` binary.
 #![allow(dead_code)]
 
+pub mod examples;
+
 use drover_testkit::{Backend, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,13 @@ pub fn bin() -> &'static Path {
 
 /// `drover proxy` on 127.0.0.1:0 over `backends`, one thread, plus `extra` flags.
 pub async fn proxy(backends: &[SocketAddr], extra: &[&str]) -> DroverProcess {
+    let args = proxy_args(backends, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    DroverProcess::spawn(bin(), &args).await
+}
+
+/// The arguments of `proxy`.
+fn proxy_args(backends: &[SocketAddr], extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "proxy".into(),
         "--listen".into(),
@@ -25,8 +34,7 @@ pub async fn proxy(backends: &[SocketAddr], extra: &[&str]) -> DroverProcess {
         args.push(b.to_string());
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    DroverProcess::spawn(bin(), &args).await
+    args
 }
 
 pub async fn backends(n: usize) -> Vec<Backend> {
@@ -172,21 +180,8 @@ pub async fn proxy_with_nofile(
     extra: &[&str],
 ) -> DroverProcess {
     let script = format!("ulimit -n {nofile} && exec \"$0\" \"$@\"");
-    let mut args: Vec<String> = vec![
-        "-c".into(),
-        script,
-        bin().display().to_string(),
-        "proxy".into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--threads".into(),
-        "1".into(),
-    ];
-    for b in backends {
-        args.push("--backend".into());
-        args.push(b.to_string());
-    }
-    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut args: Vec<String> = vec!["-c".into(), script, bin().display().to_string()];
+    args.extend(proxy_args(backends, extra));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     DroverProcess::spawn(Path::new("/bin/sh"), &args).await
 }
