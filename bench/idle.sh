@@ -122,19 +122,6 @@ elif [[ "${BENCH_SKIP_BUILD:-0}" != 1 && " $PEERS_WANTED " == *" drover "* ]]; t
   (cd "$ROOT" && cargo build --release -p drover >&2) || die "drover does not build"
 fi
 
-# A loopback port nobody listens on, below the ephemeral range and never given twice.
-USED_PORTS=" "
-quick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    [[ "$USED_PORTS" == *" $p "* ]] && continue
-    port_open "$p" && continue
-    break
-  done
-  USED_PORTS+="$p "
-  echo "$p"
-}
 
 PEERS=()
 for name in $PEERS_WANTED; do

@@ -47,6 +47,21 @@ free_port() {
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# A loopback port nobody listens on, below the ephemeral range (so no client socket holds
+# it) and never given twice in this run. free_port above starts a node process, which
+# takes up to half a second on a busy machine: too slow for a fresh peer per measurement.
+quick_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 12000))
+    [[ "$USED_PORTS" == *" $p "* ]] && continue
+    port_open "$p" && continue
+    break
+  done
+  USED_PORTS+="$p "
+  echo "$p"
+}
+
 wait_port() { # port pid seconds: true once the port accepts, false if pid dies first
   local i
   for ((i = 0; i < $3 * 20; i++)); do

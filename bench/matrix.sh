@@ -149,20 +149,6 @@ if ((HAVE_DROVER)) && ! "$DROVER" proxy --help >/dev/null 2>&1; then
   HAVE_DROVER=0
 fi
 
-# A loopback port nobody listens on, below the ephemeral range (so no client socket holds
-# it) and never given twice in this run. lib.sh's free_port starts a node process, which
-# takes up to half a second on a busy machine: too slow for a fresh peer per measurement.
-quick_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 12000))
-    [[ "$USED_PORTS" == *" $p "* ]] && continue
-    port_open "$p" && continue
-    break
-  done
-  USED_PORTS+="$p "
-  echo "$p"
-}
 
 # ------------------------------------------------------------------ backends
 BE_PORTS=("$(quick_port)" "$(quick_port)" "$(quick_port)")
