@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The fifth post: five tetration apps (Sinatra, Flask, Express, Go, Scotty) behind one
+# balancer, `siege -b -c 100 -r 100` against it, ROUNDS times (default 3) in alternating
+# order:
+#
+#   haproxy     haproxy -f haproxy-tetra.cfg (roundrobin, the post's balancer)
+#   drover      drover proxy -b APP1 ... -b APP5 (defaults: p2c)
+#   drover-rr   the same with --strategy round-robin
+#
+# The apps: TETRA_BACKENDS="HOST:PORT x5", in the order Sinatra Flask Express Go Scotty,
+# of apps you started (examples/tetra/ says how). Without it the script starts five
+# stand-ins of its own from today's standard-library examples (tetra-server.js,
+# tetra-server.py, and go/tetra-server when Go is installed), which answer
+# /tetra/3?n=2 with 3^3 = 27; the stand-ins' figures are not the post's apps'.
+#
+#   bash examples/seeds/run-tetra.sh      # needs node, curl, siege, haproxy (apt-get install
+#                                         # siege haproxy); python3 and go for the stand-ins
+# Environment: TETRA_PATH (default /tetra/3, or /tetra/3?n=2 for the stand-ins),
+# CONC (100), REPS (100), ROUNDS (3).
+# Figures: transactions, failed, transactions/s, mean response time, availability.
+source "$(dirname "$0")/lib.sh"
+need_drover
+need node nodejs
+need curl
+need siege
+HAPROXY="$(command -v haproxy || echo /usr/sbin/haproxy)"
+[[ -x "$HAPROXY" ]] || die "haproxy is not installed (apt-get install haproxy)"
+
+CONC="${CONC:-100}"
+REPS="${REPS:-100}"
+NAMES=(SINATRA FLASK EXPRESS GO SCOTTY)
+
+if [[ -n "${TETRA_BACKENDS:-}" ]]; then
+  read -r -a BACKENDS <<<"$TETRA_BACKENDS"
+  ((${#BACKENDS[@]} == 5)) || die "TETRA_BACKENDS must name five HOST:PORT (Sinatra Flask Express Go Scotty)"
+  TETRA_PATH="${TETRA_PATH:-/tetra/3}"
+  for b in "${BACKENDS[@]}"; do
+    curl -fsS -o /dev/null --max-time 5 "http://$b$TETRA_PATH" || die "$b does not answer $TETRA_PATH"
+  done
+else
+  log "no TETRA_BACKENDS: starting five stand-ins from examples/ (not the post's apps)"
+  TETRA_PATH="${TETRA_PATH:-/tetra/3?n=2}"
+  STANDINS=(js py js py js)
+  if command -v go >/dev/null; then
+    (cd "$ROOT/examples/go/tetra-server" && go build -o "$TMP/tetra-server" .) && STANDINS[3]=go
+  fi
+  BACKENDS=()
+  for i in 0 1 2 3 4; do
+    p="$(free_port)"
+    case "${STANDINS[$i]}" in
+      js) start "app-$i" env PORT="$p" node "$ROOT/examples/tetra-server.js" ;;
+      py) start "app-$i" env PORT="$p" python3 "$ROOT/examples/tetra-server.py" ;;
+      go) start "app-$i" env PORT="$p" GOMAXPROCS=1 "$TMP/tetra-server" ;;
+    esac
+    wait_http "http://127.0.0.1:$p/health" "$STARTED" "app-$i" 30
+    BACKENDS+=("127.0.0.1:$p")
+  done
+  log "stand-ins: ${STANDINS[*]} on ${BACKENDS[*]}"
+fi
+APP_GROUPS=("${GROUPS_STARTED[@]}")   # the apps stay up across rounds; balancers do not
+
+printf 'json_output = true\nlogging = false\nparser = false\nprotocol = HTTP/1.1\nconnection = close\nlimit = 255\n' >"$TMP/siegerc"
+
+run_one() { # system round
+  local sys=$1 round=$2 port pid out b i
+  port="$(free_port)"
+  GROUPS_STARTED=()
+  case "$sys" in
+    haproxy)
+      local env=(TETRA_LISTEN="127.0.0.1:$port")
+      for i in 0 1 2 3 4; do env+=("${NAMES[$i]}=${BACKENDS[$i]}"); done
+      start haproxy env "${env[@]}" "$HAPROXY" -db -f "$SEEDS/haproxy-tetra.cfg"
+      pid=$STARTED ;;
+    drover | drover-rr)
+      local args=(proxy --listen "127.0.0.1:$port")
+      for b in "${BACKENDS[@]}"; do args+=(-b "$b"); done
+      [[ "$sys" == drover-rr ]] && args+=(--strategy round-robin)
+      start "$sys" "$DROVER" "${args[@]}"
+      pid=$STARTED ;;
+  esac
+  wait_http "http://127.0.0.1:$port$TETRA_PATH" "$pid" "$sys" 15
+  timeout 300 siege -R "$TMP/siegerc" -q -b -c "$CONC" -r "$REPS" "http://127.0.0.1:$port$TETRA_PATH" \
+    >"$TMP/siege-$sys-$round.txt" 2>&1 || true
+  out="$(node "$SEEDS/parse.js" siege <"$TMP/siege-$sys-$round.txt")"
+  log "round $round $sys: $out"
+  record "$sys" "$round" "$out"
+  stop_all
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+  for sys in $(order_for_round "$r" haproxy drover drover-rr); do run_one "$sys" "$r"; done
+done
+GROUPS_STARTED=("${APP_GROUPS[@]}")
+report transactions failed rps mean_ms availability
