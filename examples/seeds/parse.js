@@ -3,7 +3,7 @@
 //
 //   wrk --latency ... | node parse.js wrk       {"rps", "p50_ms", "p99_ms", "errors"}
 //   ab ...           | node parse.js ab        {"rps", "mean_ms", "p50_ms", "p99_ms", "failed", "non2xx"}
-//   loadtest ...     | node parse.js loadtest  {"completed", "errors", "rps", "mean_ms", "p50_ms", "p99_ms"}
+//   loadtest ...     | node parse.js loadtest  {"completed", "errors", "rps" (effective), "mean_ms", "p50_ms", "p99_ms"}
 //   siege ...        | node parse.js siege     {"transactions", "failed", "rps", "mean_ms", "availability"}
 'use strict';
 
@@ -45,7 +45,7 @@ switch (kind) {
     out = {
       completed: num(/Completed requests:\s+(\d+)/),
       errors: num(/Total errors:\s+(\d+)/),
-      rps: num(/Requests per second:\s+([0-9.]+)/),
+      rps: num(/Effective rps:\s+([0-9.]+)/),
       mean_ms: num(/Mean latency:\s+([0-9.]+) ms/),
       p50_ms: num(/^\s*50%\s+([0-9.]+) ms/m),
       p99_ms: num(/^\s*99%\s+([0-9.]+) ms/m),

@@ -53,13 +53,17 @@ run_one() { # system load round
       wait_http "http://127.0.0.1:$port/" "$pid" pm2 30 ;;
   esac
   if [[ "$load" == rated ]]; then n=$N rps=$RPS; else n=$OVER_N rps=$OVER_RPS; fi
+  # Only what drover logs under the load counts: its probe by wait_http may have met
+  # "no healthy endpoint" before the workers were ready.
+  local skip=0
+  [[ -n "$drover_log" ]] && skip="$(wc -l <"$drover_log")"
   timeout 600 "$LOADTEST" -n "$n" --rps "$rps" "http://127.0.0.1:$port/" >"$TMP/lt-$sys-$load-$round.txt" 2>&1 || true
   out="$(node "$SEEDS/parse.js" loadtest <"$TMP/lt-$sys-$load-$round.txt")"
   if [[ -n "$drover_log" ]]; then
     # drover's own view: refusals and ejections it logged during the run
     out="$(node -e 'const o = JSON.parse(process.argv[1]); o.drover_warnings = +process.argv[2]; o.ejections = +process.argv[3]; console.log(JSON.stringify(o))' \
-      "$out" "$(grep -c -i 'warn' "$drover_log" || true)" "$(grep -c -i 'eject' "$drover_log" || true)")"
-    cp "$drover_log" "$TMP/drover-$load-$round.log"
+      "$out" "$(tail -n +$((skip + 1)) "$drover_log" | grep -c -i 'warn' || true)" "$(tail -n +$((skip + 1)) "$drover_log" | grep -c -i 'eject' || true)")"
+    tail -n +$((skip + 1)) "$drover_log" >"$TMP/drover-$load-$round.log"
   fi
   log "round $round $sys $load: $out"
   record "$sys $load" "$round" "$out"
