@@ -16,6 +16,7 @@
 # loadtest's summary counts every answer >= 400 as an error and shows it as -1 (it keeps
 # no status code without a status callback): an error there is a 503 or a broken
 # connection alike. The drover logs are searched for its own refusals and ejections.
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 need_drover
 need node nodejs
@@ -62,7 +63,7 @@ run_one() { # system load round
   if [[ -n "$drover_log" ]]; then
     # drover's own view: refusals and ejections it logged during the run
     out="$(node -e 'const o = JSON.parse(process.argv[1]); o.drover_warnings = +process.argv[2]; o.ejections = +process.argv[3]; console.log(JSON.stringify(o))' \
-      "$out" "$(tail -n +$((skip + 1)) "$drover_log" | grep -c -i 'warn' || true)" "$(tail -n +$((skip + 1)) "$drover_log" | grep -c -i 'eject' || true)")"
+      "$out" "$(tail -n +$((skip + 1)) "$drover_log" | grep -c -i 'warn' || true)" "$(tail -n +$((skip + 1)) "$drover_log" | grep -c 'endpoint ejected' || true)")"
     tail -n +$((skip + 1)) "$drover_log" >"$TMP/drover-$load-$round.log"
   fi
   log "round $round $sys $load: $out"

@@ -14,6 +14,7 @@
 #                                        # wrk nginx-light), iproute2 + iptables for iptables-2
 # Environment: DURATION (wrk seconds, default 10), CONNS (default 50), ROUNDS (3).
 # Figures: requests/s, p50 and p99 latency (wrk --latency), errors (non-2xx + socket errors).
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 need_drover
 need node nodejs

@@ -9,6 +9,7 @@
 #   bash examples/seeds/run-loop.sh     # needs node, curl, ab (apt-get install apache2-utils)
 # Environment: N (default 1000), C (default 100), ROUNDS (3).
 # Figures: requests/s, mean time per request, p50 and p99 (ab's percentiles), failures.
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 need_drover
 need node nodejs

@@ -10,6 +10,7 @@
 #   bash examples/seeds/run-pi.sh            # needs node, curl, a release build of drover,
 #                                            # and `npm ci --prefix examples/seeds/tools`
 # Figures: total wall time of the 50 requests, per-request mean/p50/max, errors.
+# shellcheck source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 need_drover
 need node nodejs
