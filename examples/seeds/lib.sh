@@ -32,12 +32,18 @@ free_port() {
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# Process groups started by `start`, stopped by `stop_all` and on exit.
+# Process groups started by `start`, stopped by `stop_all` and on exit. Job control
+# gives each background command a process group of its own, all in this script's
+# session: with setsid instead, each would get a session and so, where the kernel
+# groups CPU time by session (sched_autogroup, on by default in Debian), a CPU share of
+# its own beside other sessions' work, and a system of three separately started
+# processes would get three shares where one supervisor and its workers get one.
+set -m
 GROUPS_STARTED=()
 start() { # logname cmd...: runs cmd in a process group of its own; sets STARTED (its pid)
   local name=$1
   shift
-  setsid "$@" >"$TMP/$name.log" 2>&1 < /dev/null &
+  "$@" >"$TMP/$name.log" 2>&1 < /dev/null &
   STARTED=$!
   GROUPS_STARTED+=("$STARTED")
 }
