@@ -45,6 +45,7 @@ start() { # logname cmd...: runs cmd in a process group of its own; sets STARTED
   shift
   "$@" >"$TMP/$name.log" 2>&1 < /dev/null &
   STARTED=$!
+  disown "$STARTED" # no "Terminated" notices from job control when stop_all ends it
   GROUPS_STARTED+=("$STARTED")
 }
 stop_group() { # pid: SIGTERM to its group, SIGKILL after 10 s
