@@ -33,6 +33,9 @@ const LOCAL_SHORTAGE_PAUSE: Duration = Duration::from_millis(10);
 /// Warnings about requests that failed (every thread of every balancer shares it).
 static FAILURE_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
+/// Warnings about connects that failed (the endpoint's fault, as far as drover can tell).
+static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
 /// Warnings about drover's own shortages on connect, shared by every connection.
 static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
@@ -358,7 +361,11 @@ impl Conn {
                 }
                 Err(e) => {
                     let ejected = shared.pool.on_connect_failure(endpoint, clock::now());
-                    warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, "connect failed");
+                    // Each ejection is logged where it happens; a failure that hits every
+                    // request at once is told once a second, with the count it stands for.
+                    if let Some(held_back) = CONNECT_FAILURES.check_now() {
+                        warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
+                    }
                     return Attempt::Retry(ProxyError::ConnectFailed);
                 }
             },
