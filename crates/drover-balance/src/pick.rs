@@ -104,6 +104,12 @@ impl Pick {
         &self.endpoint
     }
 
+    /// Whether no other request awaited an answer at the endpoint when this one was
+    /// placed: then its latency is its own cost, not time spent behind others.
+    pub fn was_alone(&self) -> bool {
+        self.pending_at_start <= 1
+    }
+
     pub fn started(&self) -> Nanos {
         self.started
     }

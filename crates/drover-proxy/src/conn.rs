@@ -467,9 +467,12 @@ impl Conn {
 
         let now = clock::now();
         slot.observe(now);
-        shared
-            .costs
-            .observe(head.cost_key, now.saturating_sub(slot.pick().started()));
+        let latency = now.saturating_sub(slot.pick().started());
+        if slot.pick().was_alone() {
+            shared.costs.observe(head.cost_key, latency);
+        } else {
+            shared.costs.observe_beside_others(head.cost_key, latency);
+        }
         if let Some(load) = resp.load {
             endpoint.report_load(now, load);
         }
