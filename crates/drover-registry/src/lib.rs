@@ -5,6 +5,8 @@
 //! - `PassivePolicy`: ejection from what real requests see (connect failures, 5xx
 //!   streaks), with exponential back-off. The proxy reports outcomes to it.
 //! - `spawn_active_checks`: HTTP or TCP probes on a timer with rise/fall thresholds.
+//! - `Members`: backends that join at runtime (admin API, SDK) with a TTL kept alive by
+//!   heartbeats; `MemberStore` is the interface a shared store (etcd) implements too.
 //! - `local`: drover's own shortages (descriptors, memory, ports), which are no
 //!   endpoint's fault, and a rate limit for warning about them.
 //!
@@ -12,6 +14,7 @@
 
 pub mod active;
 pub mod local;
+pub mod members;
 pub mod passive;
 pub mod pool;
 pub mod status;
@@ -20,6 +23,10 @@ pub use active::{
     probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck, ProbeError,
 };
 pub use local::{is_local_shortage, WarnLimit};
+pub use members::{
+    MemberError, MemberErrorKind, MemberFuture, MemberState, MemberStore, MemberView, Members,
+    Registered, Registration,
+};
 pub use passive::PassivePolicy;
-pub use pool::{EndpointStatus, MembershipChange, Pool, PoolOptions};
+pub use pool::{EndpointStatus, MembershipChange, Pool, PoolOptions, Source};
 pub use status::StatusRange;

@@ -8,7 +8,7 @@
 use crate::passive::PassivePolicy;
 use arc_swap::{ArcSwap, Guard};
 use drover_balance::{clock, Endpoint, EndpointSet, Nanos};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,7 +46,42 @@ impl Default for PoolOptions {
     }
 }
 
-/// What `set_members` changed.
+/// Where a pool member comes from. A pool serves the union of its sources, in this
+/// order; an address that two sources name is one endpoint, weighted as the first says,
+/// and it stays until every source that named it lets it go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// The balancer's configured `backends` (flags or file).
+    Static,
+    /// Workers drover runs itself.
+    Supervisor,
+    /// Registered at runtime through the admin API (or the SDK) of this balancer.
+    Admin,
+    /// Members under the balancer's etcd prefix.
+    Etcd,
+    /// A DNS name's current answer.
+    Dns,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Static => "static",
+            Source::Supervisor => "supervisor",
+            Source::Admin => "admin",
+            Source::Etcd => "etcd",
+            Source::Dns => "dns",
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a membership change did to the pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MembershipChange {
     pub added: Vec<SocketAddr>,
@@ -97,23 +132,24 @@ pub struct Pool {
     name: String,
     options: PoolOptions,
     set: ArcSwap<EndpointSet>,
-    /// Serializes writers so two membership changes cannot lose each other's endpoints.
-    /// Readers never take it.
-    writer: Mutex<()>,
+    /// Each source's members as `(address, weight)`. The lock also serializes writers, so
+    /// two membership changes cannot lose each other's endpoints. Readers never take it.
+    sources: Mutex<BTreeMap<Source, Vec<(SocketAddr, u32)>>>,
 }
 
 impl Pool {
-    /// A pool with `addrs` as `(address, weight)`. Its first members do not slow-start:
-    /// there is no traffic to protect them from yet, and a fresh balancer should serve at
-    /// full speed. Duplicate addresses keep their first weight.
+    /// A pool with `addrs` as `(address, weight)`, its static members. They do not
+    /// slow-start: there is no traffic to protect them from yet, and a fresh balancer
+    /// should serve at full speed. Duplicate addresses keep their first weight.
     pub fn new(name: impl Into<String>, addrs: &[(SocketAddr, u32)], options: PoolOptions) -> Pool {
+        let addrs = dedup(addrs);
         let pool = Pool {
             name: name.into(),
             options,
             set: ArcSwap::from_pointee(EndpointSet::default()),
-            writer: Mutex::new(()),
+            sources: Mutex::new(BTreeMap::from([(Source::Static, addrs.clone())])),
         };
-        let endpoints = dedup(addrs)
+        let endpoints = addrs
             .into_iter()
             .map(|(addr, weight)| pool.new_endpoint(addr, weight, None))
             .collect();
@@ -149,22 +185,36 @@ impl Pool {
         self.set.load().find(addr).cloned()
     }
 
-    /// Replaces the membership with `members` as `(address, weight)`, in that order.
+    /// Replaces what `source` says the members are, as `(address, weight)` in that
+    /// order; the pool then serves the union of all sources.
     ///
     /// Addresses that stay keep their `Arc<Endpoint>` (and so their load and health
     /// state); only their weight is updated. New addresses start slow start when
     /// `slow_start` is set. Removed endpoints live on while requests hold them. When
     /// neither addresses nor weights change, the snapshot is kept, so strategies that
     /// cache tables per generation (Maglev) do not rebuild them for nothing.
-    pub fn set_members(&self, members: &[(SocketAddr, u32)]) -> MembershipChange {
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        self.apply(members)
+    pub fn set_source(&self, source: Source, members: &[(SocketAddr, u32)]) -> MembershipChange {
+        self.modify(source, |list| *list = dedup(members))
     }
 
-    /// The body of `set_members`; the caller holds the writer lock.
-    fn apply(&self, members: &[(SocketAddr, u32)]) -> MembershipChange {
+    /// The sources that name `addr` now, in order (empty when none does).
+    pub fn sources_of(&self, addr: SocketAddr) -> Vec<Source> {
+        self.lock_sources()
+            .iter()
+            .filter(|(_, list)| list.iter().any(|m| m.0 == addr))
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    fn lock_sources(&self) -> std::sync::MutexGuard<'_, BTreeMap<Source, Vec<(SocketAddr, u32)>>> {
+        self.sources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the endpoint set the union of `sources`; the caller holds their lock.
+    fn apply(&self, sources: &BTreeMap<Source, Vec<(SocketAddr, u32)>>) -> MembershipChange {
         let current = self.set.load_full();
-        let members = dedup(members);
+        let all: Vec<(SocketAddr, u32)> = sources.values().flatten().copied().collect();
+        let members = dedup(&all);
         let now = clock::now();
 
         let mut change = MembershipChange::default();
@@ -211,33 +261,33 @@ impl Pool {
         change
     }
 
-    /// Adds one endpoint (or updates its weight). Convenience over `set_members` for
-    /// sources that register one backend at a time.
-    pub fn insert(&self, addr: SocketAddr, weight: u32) -> MembershipChange {
-        self.modify(|members| match members.iter_mut().find(|m| m.0 == addr) {
-            Some(m) => m.1 = weight,
-            None => members.push((addr, weight)),
+    /// Adds one endpoint to `source` (or updates its weight there), for sources that
+    /// register one backend at a time.
+    pub fn insert(&self, source: Source, addr: SocketAddr, weight: u32) -> MembershipChange {
+        self.modify(source, |members| {
+            match members.iter_mut().find(|m| m.0 == addr) {
+                Some(m) => m.1 = weight,
+                None => members.push((addr, weight)),
+            }
         })
     }
 
-    /// Removes one endpoint, if present.
-    pub fn remove(&self, addr: SocketAddr) -> MembershipChange {
-        self.modify(|members| members.retain(|m| m.0 != addr))
+    /// Removes one endpoint from `source`, if it is there; the pool lets it go once no
+    /// other source names it.
+    pub fn remove(&self, source: Source, addr: SocketAddr) -> MembershipChange {
+        self.modify(source, |members| members.retain(|m| m.0 != addr))
     }
 
-    /// Read-modify-write of the member list under the writer lock.
-    fn modify(&self, f: impl FnOnce(&mut Vec<(SocketAddr, u32)>)) -> MembershipChange {
-        // Hold the writer lock across read and write so a concurrent change is not lost.
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let mut members: Vec<(SocketAddr, u32)> = self
-            .set
-            .load()
-            .endpoints()
-            .iter()
-            .map(|e| (e.addr(), e.weight()))
-            .collect();
-        f(&mut members);
-        self.apply(&members)
+    /// Read-modify-write of one source's list, holding the lock across both so a
+    /// concurrent change is not lost.
+    fn modify(
+        &self,
+        source: Source,
+        f: impl FnOnce(&mut Vec<(SocketAddr, u32)>),
+    ) -> MembershipChange {
+        let mut sources = self.lock_sources();
+        f(sources.entry(source).or_default());
+        self.apply(&sources)
     }
 
     /// Every endpoint's state, for the admin API.

@@ -245,7 +245,7 @@ async fn endpoints_added_later_are_checked_and_dropping_the_handle_stops() {
     let pool = pool_of(&[a.addr], PoolOptions::default());
     let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
     wait_until("a probed", || a.hits() > 0).await;
-    pool.insert(b.addr, 1);
+    pool.insert(drover_registry::Source::Admin, b.addr, 1);
     wait_until("b down", || !healthy(&pool, b.addr)).await;
 
     drop(checks);

@@ -1,7 +1,7 @@
 //! Membership changes: endpoints that stay keep their state; new ones slow-start.
 
 use drover_balance::{clock, Pick, PickContext};
-use drover_registry::{Pool, PoolOptions};
+use drover_registry::{Pool, PoolOptions, Source};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +36,7 @@ fn load_state_survives_a_membership_change() {
     a.eject_until(now + 1_000_000_000);
     let before = pool.snapshot().generation();
 
-    let change = pool.set_members(&[(addr(3), 1), (addr(1), 3)]);
+    let change = pool.set_source(Source::Static, &[(addr(3), 1), (addr(1), 3)]);
     assert_eq!(change.added, [addr(3)]);
     assert_eq!(change.removed, [addr(2)]);
 
@@ -62,7 +62,7 @@ fn only_endpoints_joining_a_running_pool_slow_start() {
     let pool = Pool::new("web", &[(addr(1), 1)], slow_start_opts());
     let now = clock::now();
     assert_eq!(pool.find(addr(1)).unwrap().ramp(now), 1.0);
-    pool.set_members(&[(addr(1), 1), (addr(2), 1)]);
+    pool.set_source(Source::Static, &[(addr(1), 1), (addr(2), 1)]);
     let now = clock::now();
     assert_eq!(pool.find(addr(1)).unwrap().ramp(now), 1.0);
     assert!(pool.find(addr(2)).unwrap().ramp(now) < 0.2);
@@ -71,14 +71,14 @@ fn only_endpoints_joining_a_running_pool_slow_start() {
 #[test]
 fn no_slow_start_when_disabled() {
     let pool = Pool::new("web", &[(addr(1), 1)], PoolOptions::default());
-    pool.insert(addr(2), 1);
+    pool.insert(Source::Admin, addr(2), 1);
     assert_eq!(pool.find(addr(2)).unwrap().ramp(clock::now()), 1.0);
 }
 
 #[test]
 fn max_conns_applies_to_every_endpoint() {
     let pool = Pool::new("web", &[(addr(1), 1)], slow_start_opts());
-    pool.insert(addr(2), 1);
+    pool.insert(Source::Admin, addr(2), 1);
     for ep in pool.endpoints() {
         assert_eq!(ep.max_conns(), 7);
     }
@@ -92,7 +92,7 @@ fn initially_unhealthy_endpoints_wait_for_checks() {
     };
     let pool = Pool::new("w", &[(addr(1), 1)], opts);
     assert!(!pool.find(addr(1)).unwrap().is_healthy());
-    pool.insert(addr(2), 1);
+    pool.insert(Source::Admin, addr(2), 1);
     assert!(!pool.find(addr(2)).unwrap().is_healthy());
 }
 
@@ -100,10 +100,14 @@ fn initially_unhealthy_endpoints_wait_for_checks() {
 fn an_unchanged_list_keeps_the_snapshot() {
     let pool = Pool::new("web", &[(addr(1), 1), (addr(2), 2)], PoolOptions::default());
     let gen = pool.snapshot().generation();
-    assert!(pool.set_members(&[(addr(1), 1), (addr(2), 2)]).is_empty());
+    assert!(pool
+        .set_source(Source::Static, &[(addr(1), 1), (addr(2), 2)])
+        .is_empty());
     assert_eq!(pool.snapshot().generation(), gen);
     // A weight change swaps (strategies may cache weight-derived tables per snapshot).
-    assert!(pool.set_members(&[(addr(1), 1), (addr(2), 5)]).is_empty());
+    assert!(pool
+        .set_source(Source::Static, &[(addr(1), 1), (addr(2), 5)])
+        .is_empty());
     assert!(pool.snapshot().generation() > gen);
 }
 
@@ -118,11 +122,11 @@ fn duplicates_keep_the_first() {
 fn insert_and_remove() {
     let pool = Pool::new("web", &[], PoolOptions::default());
     assert!(pool.snapshot().is_empty());
-    assert_eq!(pool.insert(addr(1), 1).added, [addr(1)]);
-    assert!(pool.insert(addr(1), 2).is_empty());
+    assert_eq!(pool.insert(Source::Admin, addr(1), 1).added, [addr(1)]);
+    assert!(pool.insert(Source::Admin, addr(1), 2).is_empty());
     assert_eq!(pool.find(addr(1)).unwrap().weight(), 2);
-    assert_eq!(pool.remove(addr(1)).removed, [addr(1)]);
-    assert!(pool.remove(addr(1)).is_empty());
+    assert_eq!(pool.remove(Source::Admin, addr(1)).removed, [addr(1)]);
+    assert!(pool.remove(Source::Admin, addr(1)).is_empty());
     assert!(pool.snapshot().is_empty());
 }
 
@@ -134,7 +138,7 @@ fn concurrent_inserts_are_not_lost() {
             let pool = Arc::clone(&pool);
             s.spawn(move || {
                 for i in 0..50 {
-                    pool.insert(addr(1000 + t * 100 + i), 1);
+                    pool.insert(Source::Admin, addr(1000 + t * 100 + i), 1);
                     // Readers meanwhile never block and always see a whole set.
                     assert!(!pool.snapshot().is_empty());
                 }
@@ -178,4 +182,26 @@ fn pool_forwards_passive_reports() {
         Some(pool.options().passive.base_ejection)
     );
     assert!(!a.is_available(now));
+}
+
+#[test]
+fn sources_combine_and_an_address_stays_while_any_source_names_it() {
+    let pool = Pool::new("web", &[(addr(1), 2)], PoolOptions::default());
+    let static_ep = pool.find(addr(1)).unwrap();
+    assert_eq!(pool.insert(Source::Admin, addr(2), 1).added, [addr(2)]);
+    // The admin API naming a static address adds nothing; the first source's weight wins.
+    assert!(pool.insert(Source::Admin, addr(1), 9).is_empty());
+    assert_eq!(pool.find(addr(1)).unwrap().weight(), 2);
+    assert_eq!(pool.sources_of(addr(1)), [Source::Static, Source::Admin]);
+    // Letting go in one source keeps what another still names, with its state.
+    assert!(pool.remove(Source::Admin, addr(1)).is_empty());
+    assert!(Arc::ptr_eq(&static_ep, &pool.find(addr(1)).unwrap()));
+    // Replacing one source leaves the others alone.
+    let change = pool.set_source(Source::Etcd, &[(addr(3), 1)]);
+    assert_eq!(change.added, [addr(3)]);
+    let change = pool.set_source(Source::Static, &[]);
+    assert_eq!(change.removed, [addr(1)]);
+    let order: Vec<_> = pool.endpoints().iter().map(|e| e.addr()).collect();
+    assert_eq!(order, [addr(2), addr(3)]);
+    assert!(pool.sources_of(addr(1)).is_empty());
 }

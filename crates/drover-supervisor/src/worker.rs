@@ -15,7 +15,7 @@ use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
-use drover_registry::Pool;
+use drover_registry::{Pool, Source};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::ops::{Deref, DerefMut};
@@ -198,7 +198,7 @@ impl Shared {
     pub(crate) fn leave_pool(&self, id: usize) {
         let addr = self.slot(id).in_pool.take();
         if let Some(addr) = addr {
-            self.pool.remove(addr);
+            self.pool.remove(Source::Supervisor, addr);
         }
     }
 }
@@ -585,7 +585,7 @@ async fn replace_proc(
     let old_endpoint = old.addr().and_then(|a| shared.pool.find(a));
     join_pool(shared, id, &new);
     if let Some(addr) = old.addr() {
-        shared.pool.remove(addr);
+        shared.pool.remove(Source::Supervisor, addr);
     }
     shared.slot(id).started(&new, WorkerState::Ready);
     if old_status.is_none() {
@@ -635,7 +635,7 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     let Some(addr) = proc.addr() else {
         return; // shared mode: the kernel balances, there is no pool
     };
-    shared.pool.insert(addr, 1);
+    shared.pool.insert(Source::Supervisor, addr, 1);
     // We just saw it serve, so it is healthy even in a pool whose members start
     // unhealthy (those wait for active checks that may be minutes apart).
     if shared.pool.options().initially_unhealthy {
