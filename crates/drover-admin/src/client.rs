@@ -1,8 +1,8 @@
 //! The client side, for `drover ctl`.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::header::{AUTHORIZATION, HOST};
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
@@ -26,13 +26,14 @@ impl Reply {
     }
 }
 
-/// Sends one request to the admin API at `addr` and reads the whole answer, within
-/// `limit` in all.
+/// Sends one request (with `body` as JSON, if any) to the admin API at `addr` and
+/// reads the whole answer, within `limit` in all.
 pub async fn request(
     addr: SocketAddr,
     token: Option<&str>,
     method: Method,
     path: &str,
+    body: Option<String>,
     limit: Duration,
 ) -> Result<Reply, String> {
     let exchange = async {
@@ -50,8 +51,11 @@ pub async fn request(
         if let Some(token) = token {
             req = req.header(AUTHORIZATION, format!("Bearer {token}"));
         }
+        if body.is_some() {
+            req = req.header(CONTENT_TYPE, "application/json");
+        }
         let req = req
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| format!("bad request: {e}"))?;
         let resp = sender
             .send_request(req)

@@ -6,6 +6,11 @@
 //! |---|---|
 //! | `GET /v1/status` | apps, workers and balancers with their endpoints (`Status`) |
 //! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
+//! | `POST /v1/scale?workers=N[&app=NAME]` | run N workers of an app |
+//! | `GET /v1/balancers/B/members` | a balancer's members: source, state, TTL left |
+//! | `PUT /v1/balancers/B/members/ID` | register (or update) a member: `{"address", "ttl", "weight", "meta"}` |
+//! | `PUT /v1/balancers/B/members/ID/heartbeat` | keep it alive; optional `{"load": 0..1}` |
+//! | `DELETE /v1/balancers/B/members/ID` | drain it: no new requests, then removed |
 //!
 //! When a token is set, every request needs `Authorization: Bearer TOKEN`; off loopback
 //! one is required (`check_exposure`). The crate
@@ -14,11 +19,13 @@
 
 mod client;
 mod exposure;
+mod members;
 mod server;
 pub mod status;
 
 pub use client::{request, Reply};
 pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
+pub use members::{BalancerMembers, MemberList, MemberRow};
 pub use server::{AdminServer, Control, ControlError};
 pub use status::{AppStatus, BalancerStatus, EndpointRow, Status, WorkerRow};

@@ -1,8 +1,9 @@
 //! The admin API's HTTP server (hyper, HTTP/1.1, one task per connection).
 
+use crate::members::{self, BalancerMembers, Refusal};
 use crate::status::Status;
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
@@ -19,6 +20,10 @@ use tokio::task::JoinHandle;
 
 /// A client that has not sent its request head by then is cut off.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request bodies are small JSON documents; a larger one is refused (413) unread.
+const BODY_LIMIT: usize = 64 * 1024;
+/// And must arrive within this long.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the API can see and do; the binary implements it over its supervisors and pools.
 pub trait Control: Send + Sync + 'static {
@@ -38,6 +43,9 @@ pub trait Control: Send + Sync + 'static {
         app: Option<String>,
         workers: usize,
     ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>>;
+
+    /// The runtime members of the balancer named, and its pool.
+    fn members(&self, balancer: &str) -> Result<BalancerMembers, ControlError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +169,16 @@ async fn handle(
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
+    if let Some(rest) = req.uri().path().strip_prefix("/v1/balancers/") {
+        let rest = rest.to_string();
+        if let Some((k, _)) = query.first() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("unknown query parameter {k:?}: the members API takes none"),
+            );
+        }
+        return member_route(req, &rest, control).await;
+    }
     match req.uri().path() {
         "/v1/status" => {
             if req.method() != Method::GET {
@@ -214,9 +232,115 @@ async fn handle(
         other => error(
             StatusCode::NOT_FOUND,
             &format!(
-                "no such endpoint {other:?}: try GET /v1/status, POST /v1/reload or POST /v1/scale"
+                "no such endpoint {other:?}: try GET /v1/status, POST /v1/reload, POST /v1/scale or /v1/balancers/NAME/members"
             ),
         ),
+    }
+}
+
+/// `/v1/balancers/{balancer}/members[/{id}[/heartbeat]]`, `rest` being the path after
+/// `/v1/balancers/`.
+async fn member_route(
+    req: Request<Incoming>,
+    rest: &str,
+    control: &dyn Control,
+) -> Response<Full<Bytes>> {
+    // A path keeps '+' literal (only a query turns it into a space).
+    let segments: Vec<String> = match rest
+        .split('/')
+        .map(|s| percent_decode(&s.replace('+', "%2B")))
+        .collect()
+    {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+    };
+    let (balancer, id, heartbeat) = match segments.as_slice() {
+        [b, m] if m == "members" => (b, None, false),
+        [b, m, id] if m == "members" => (b, Some(id), false),
+        [b, m, id, h] if m == "members" && h == "heartbeat" => (b, Some(id), true),
+        _ => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "no such endpoint: use /v1/balancers/NAME/members, .../members/ID or .../members/ID/heartbeat",
+            )
+        }
+    };
+    let members = match control.members(balancer) {
+        Ok(m) => m,
+        Err(e) => return answer(Err(e)),
+    };
+    let method = req.method().clone();
+    let result = match (id, heartbeat) {
+        (None, _) => {
+            if method != Method::GET {
+                return not_allowed("GET");
+            }
+            return json(StatusCode::OK, &members::list(balancer, &members));
+        }
+        (Some(id), false) => match method {
+            Method::PUT => match read_body(req).await {
+                Ok(body) => members::register(&members, id, &body).await,
+                Err(resp) => return resp,
+            },
+            Method::DELETE => members::drain(&members, id).await.map(|r| (false, r)),
+            _ => return not_allowed("PUT, DELETE"),
+        },
+        (Some(id), true) => {
+            if method != Method::PUT {
+                return not_allowed("PUT");
+            }
+            match read_body(req).await {
+                Ok(body) => members::heartbeat(&members, id, &body)
+                    .await
+                    .map(|r| (false, r)),
+                Err(resp) => return resp,
+            }
+        }
+    };
+    match result {
+        Ok((created, row)) => json(
+            if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            },
+            &row,
+        ),
+        Err(Refusal { status, message }) => error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            &message,
+        ),
+    }
+}
+
+/// A request body of at most `BODY_LIMIT` bytes, sent within `BODY_TIMEOUT`.
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Full<Bytes>>> {
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("body larger than {BODY_LIMIT} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return Err(too_large());
+    }
+    let body = Limited::new(req.into_body(), BODY_LIMIT);
+    match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("body not sent within {BODY_TIMEOUT:?}"),
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("cannot read the body: {e}"),
+        )),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
 }
 

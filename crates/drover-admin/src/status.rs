@@ -188,7 +188,7 @@ fn human_bytes(b: u64) -> String {
 }
 
 /// Left-aligned columns two spaces apart, sized to the widest cell.
-fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -24,7 +24,7 @@ pub enum Command {
     Up(UpArgs),
     /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
     Run(Box<RunArgs>),
-    /// Talk to a running drover through its admin API: status, reload, scale.
+    /// Talk to a running drover through its admin API: status, reload, scale, members.
     Ctl(CtlArgs),
 }
 
@@ -72,6 +72,55 @@ pub enum CtlCommand {
         /// The app; may be left out when only one runs.
         #[arg(long, value_name = "NAME")]
         app: Option<String>,
+    },
+    /// Backends that join and leave at runtime: list, add, heartbeat, drain, remove.
+    Members {
+        /// The balancer; may be left out when only one runs.
+        #[arg(long, short, value_name = "NAME", global = true)]
+        balancer: Option<String>,
+        #[command(subcommand)]
+        command: MembersCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MembersCommand {
+    /// Every member with its source (static, supervisor, admin, etcd), state and TTL left.
+    List {
+        /// The raw JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register a member (or update it): it gets requests at once.
+    Add {
+        /// Its id (letters, digits, '.', '_', '-', ':').
+        id: String,
+        /// host:port it serves on.
+        address: String,
+        /// Removed unless a heartbeat comes within this long (e.g. 10s); default: none.
+        #[arg(long, value_name = "DURATION")]
+        ttl: Option<String>,
+        /// Relative weight, 1..=1000.
+        #[arg(long)]
+        weight: Option<u32>,
+        /// A label KEY=VALUE (repeat for more).
+        #[arg(long, value_name = "KEY=VALUE")]
+        meta: Vec<String>,
+    },
+    /// Keep a member with a TTL alive, optionally with its load (0..1).
+    Heartbeat {
+        id: String,
+        #[arg(long)]
+        load: Option<f64>,
+    },
+    /// Stop sending it new requests; it is removed once those in flight finish.
+    Drain { id: String },
+    /// Drain it and wait until it is gone.
+    Remove {
+        id: String,
+        /// Give up waiting after this long (the drain goes on).
+        #[arg(long, default_value = "60s", value_parser = duration)]
+        timeout: Duration,
     },
 }
 
@@ -226,14 +275,34 @@ pub struct ProxyArgs {
     #[arg(short, long, value_name = "ADDR", required_unless_present = "config")]
     pub listen: Option<SocketAddr>,
 
-    /// A backend address (repeat for each backend).
+    /// A backend address (repeat for each backend). May be left out with --admin:
+    /// members then register at runtime (`drover ctl members add`, the SDK).
     #[arg(
         short,
         long = "backend",
         value_name = "ADDR",
-        required_unless_present = "config"
+        required_unless_present_any = ["config", "admin"]
     )]
     pub backend: Vec<SocketAddr>,
+
+    /// The balancer's name, as the members API and `drover ctl` use it.
+    #[arg(long, default_value = "default", conflicts_with = "config")]
+    pub name: String,
+
+    /// Admin API address (status, `drover ctl`, members joining at runtime); none unless
+    /// given. With --config, the file's [admin] table says it.
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    pub admin: Option<SocketAddr>,
+
+    /// Bearer token the admin API requires; needed when --admin is not a loopback
+    /// address.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "DROVER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
 
     /// round-robin, weighted, least-conn, random, p2c, peak-ewma, hash or sticky.
     #[arg(short, long, default_value = "p2c")]

@@ -1315,14 +1315,14 @@ struct RawLimits {
 
 /// App and balancer names: lowercase so `app:NAME` references and metric labels
 /// are unambiguous.
-fn is_valid_name(s: &str) -> bool {
+pub(crate) fn is_valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
-const NAME_RULE: &str = "names are 1 to 64 characters of a-z, 0-9, '_' and '-'";
+pub(crate) const NAME_RULE: &str = "names are 1 to 64 characters of a-z, 0-9, '_' and '-'";
 
 impl RawConfig {
     fn validate(self, ctx: &Ctx<'_>) -> Result<(Config, Origins), ConfigError> {
@@ -1398,7 +1398,7 @@ impl RawConfig {
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
             origin(listen_span.clone(), format!("balancer[{i}].listen"));
-            let b = validate_balancer(raw, i, lone, &app_names, ctx)?;
+            let b = validate_balancer(raw, i, lone, &app_names, admin.is_some(), ctx)?;
             if let Some(other) = balancers.iter().position(|o| o.name == b.name) {
                 let msg = format!(
                     "duplicate balancer name {:?} (also balancer[{other}]; unnamed balancers are called \"balancer-INDEX\")",
@@ -1639,11 +1639,14 @@ fn validate_health(
     })
 }
 
+/// `members_api`: an [admin] table is there, so members may register at runtime and a
+/// balancer may start with no backends.
 fn validate_balancer(
     raw: Spanned<RawBalancer>,
     i: usize,
     lone: bool,
     apps: &HashSet<String>,
+    members_api: bool,
     ctx: &Ctx<'_>,
 ) -> Result<BalancerConfig, ConfigError> {
     let key = |k: &str| format!("balancer[{i}].{k}");
@@ -1709,11 +1712,11 @@ fn validate_balancer(
 
     let backends_span = raw.backends.span();
     let entries = raw.backends.into_inner();
-    if entries.is_empty() {
+    if entries.is_empty() && !members_api {
         return Err(ctx.at(
             backends_span,
             key("backends"),
-            "backends must not be empty: list at least one \"IP:PORT\" or \"app:NAME\"",
+            "backends must not be empty: list at least one \"IP:PORT\" or \"app:NAME\", or add an [admin] table so members can register at runtime",
         ));
     }
     for (j, entry) in entries.into_iter().enumerate() {
@@ -2349,6 +2352,13 @@ sticky = { cookie = "sid" }
         check(&e, 3, "balancer[0].backends[0]", "dns:HOST:PORT");
         let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = []\n");
         check(&e, 3, "balancer[0].backends", "must not be empty");
+        // With an admin API, members may register at runtime: an empty start is fine.
+        let c = parse(
+            "[admin]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = []\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert!(c.balancers[0].backends.is_empty());
         let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [1]\n");
         check(&e, 3, "balancer[0].backends[0]", "a backend string");
         let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [{ address = \"app:pi\", weight = 2 }]\n");

@@ -3,9 +3,10 @@
 use crate::config::{self, Config};
 use crate::up::app_spec;
 use drover_admin::{
-    AppStatus, BalancerStatus, Control, ControlError, EndpointRow, Status, WorkerRow,
+    AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow, Status,
+    WorkerRow,
 };
-use drover_registry::Pool;
+use drover_registry::{MemberStore, Pool};
 use drover_supervisor::{check_workers, Supervisor};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,6 +21,8 @@ pub struct BalancerView {
     pub strategy: String,
     pub app: Option<String>,
     pub pool: Arc<Pool>,
+    /// Where members that register at runtime are kept.
+    pub members: Arc<dyn MemberStore>,
 }
 
 pub struct Controller {
@@ -314,5 +317,27 @@ impl Control for Controller {
         workers: usize,
     ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>> {
         Box::pin(self.scale_app(app, workers))
+    }
+
+    fn members(&self, balancer: &str) -> Result<BalancerMembers, ControlError> {
+        let b = self
+            .balancers
+            .iter()
+            .find(|b| b.name == balancer)
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.balancers.iter().map(|b| b.name.as_str()).collect();
+                ControlError::NotFound(format!(
+                    "no balancer named {balancer:?} (balancers: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            })?;
+        Ok(BalancerMembers {
+            store: Arc::clone(&b.members),
+            pool: Arc::clone(&b.pool),
+        })
     }
 }

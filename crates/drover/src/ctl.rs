@@ -1,8 +1,9 @@
 //! `drover ctl`: the admin API from the command line.
 
-use crate::cli::{CtlArgs, CtlCommand};
-use drover_admin::{request, Method, Reply, Status};
-use std::time::Duration;
+use crate::cli::{CtlArgs, CtlCommand, MembersCommand};
+use drover_admin::{request, MemberList, MemberRow, Method, Reply, Status};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 /// A status answer is small and immediate.
 const STATUS_LIMIT: Duration = Duration::from_secs(10);
@@ -14,13 +15,20 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
     let token = args.token.as_deref();
     match args.command {
         CtlCommand::Status { json } => {
-            let reply = request(args.admin, token, Method::GET, "/v1/status", STATUS_LIMIT).await?;
+            let reply = request(
+                args.admin,
+                token,
+                Method::GET,
+                "/v1/status",
+                None,
+                STATUS_LIMIT,
+            )
+            .await?;
             let reply = ok(reply)?;
             if json {
                 print!("{}", reply.body);
             } else {
-                let status: Status = serde_json::from_str(&reply.body)
-                    .map_err(|e| format!("unexpected answer from the admin API: {e}"))?;
+                let status: Status = parse(&reply)?;
                 print!("{}", status.to_table());
             }
         }
@@ -29,7 +37,8 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
                 Some(name) => format!("/v1/reload?app={}", encode(name)),
                 None => "/v1/reload".to_string(),
             };
-            let reply = ok(request(args.admin, token, Method::POST, &path, RELOAD_LIMIT).await?)?;
+            let reply =
+                ok(request(args.admin, token, Method::POST, &path, None, RELOAD_LIMIT).await?)?;
             println!("{}", result(reply));
         }
         CtlCommand::Scale { workers, app } => {
@@ -38,11 +47,150 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
                 path.push_str(&format!("&app={}", encode(name)));
             }
             // Growing waits for the new workers to be ready, as a reload does.
-            let reply = ok(request(args.admin, token, Method::POST, &path, RELOAD_LIMIT).await?)?;
+            let reply =
+                ok(request(args.admin, token, Method::POST, &path, None, RELOAD_LIMIT).await?)?;
             println!("{}", result(reply));
+        }
+        CtlCommand::Members { balancer, command } => {
+            members(args.admin, token, balancer, command).await?;
         }
     }
     Ok(())
+}
+
+/// `drover ctl members ...`.
+async fn members(
+    admin: SocketAddr,
+    token: Option<&str>,
+    balancer: Option<String>,
+    command: MembersCommand,
+) -> Result<(), String> {
+    let balancer = match balancer {
+        Some(b) => b,
+        None => only_balancer(admin, token).await?,
+    };
+    let base = format!("/v1/balancers/{}/members", encode(&balancer));
+    let call = |method: Method, path: String, body: Option<String>| async move {
+        ok(request(admin, token, method, &path, body, STATUS_LIMIT).await?)
+    };
+    match command {
+        MembersCommand::List { json } => {
+            let reply = call(Method::GET, base, None).await?;
+            if json {
+                print!("{}", reply.body);
+            } else {
+                let list: MemberList = parse(&reply)?;
+                print!("{}", list.to_table());
+            }
+        }
+        MembersCommand::Add {
+            id,
+            address,
+            ttl,
+            weight,
+            meta,
+        } => {
+            let mut labels = serde_json::Map::new();
+            for kv in &meta {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("--meta {kv:?}: expected KEY=VALUE"))?;
+                labels.insert(k.to_string(), v.into());
+            }
+            let mut body = serde_json::json!({ "address": address, "meta": labels });
+            if let Some(ttl) = ttl {
+                body["ttl"] = ttl.into();
+            }
+            if let Some(weight) = weight {
+                body["weight"] = weight.into();
+            }
+            let path = format!("{base}/{}", encode(&id));
+            let reply = call(Method::PUT, path, Some(body.to_string())).await?;
+            let m: MemberRow = parse(&reply)?;
+            let verb = if reply.status == 201 {
+                "added"
+            } else {
+                "updated"
+            };
+            println!("{verb} member {} ({}) to balancer {balancer}", m.id, m.addr);
+        }
+        MembersCommand::Heartbeat { id, load } => {
+            let body = load.map(|l| serde_json::json!({ "load": l }).to_string());
+            let path = format!("{base}/{}/heartbeat", encode(&id));
+            let m: MemberRow = parse(&call(Method::PUT, path, body).await?)?;
+            match m.ttl_left_secs {
+                Some(left) => println!("member {} alive for {left:.1}s", m.id),
+                None => println!("member {} has no TTL", m.id),
+            }
+        }
+        MembersCommand::Drain { id } => {
+            let path = format!("{base}/{}", encode(&id));
+            let m: MemberRow = parse(&call(Method::DELETE, path, None).await?)?;
+            println!("{}", drain_line(&m));
+        }
+        MembersCommand::Remove { id, timeout } => {
+            let path = format!("{base}/{}", encode(&id));
+            let started = Instant::now();
+            let m: MemberRow = parse(&call(Method::DELETE, path, None).await?)?;
+            if m.state != "removed" {
+                println!("{}", drain_line(&m));
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let list: MemberList = parse(&call(Method::GET, base.clone(), None).await?)?;
+                    if !list
+                        .members
+                        .iter()
+                        .any(|r| r.id == id && r.state == "draining")
+                    {
+                        break;
+                    }
+                    if started.elapsed() >= timeout {
+                        return Err(format!(
+                            "member {id} is still draining after {timeout:?}; it is removed once its requests finish"
+                        ));
+                    }
+                }
+            }
+            println!(
+                "member {id} removed from balancer {balancer} after {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn drain_line(m: &MemberRow) -> String {
+    if m.state == "removed" {
+        format!("member {} removed (nothing was in flight)", m.id)
+    } else {
+        format!(
+            "member {} draining: no new requests, {} in flight",
+            m.id, m.in_flight
+        )
+    }
+}
+
+/// The name of the only balancer, for commands that may leave it out.
+async fn only_balancer(admin: SocketAddr, token: Option<&str>) -> Result<String, String> {
+    let reply = ok(request(admin, token, Method::GET, "/v1/status", None, STATUS_LIMIT).await?)?;
+    let status: Status = parse(&reply)?;
+    match status.balancers.as_slice() {
+        [only] => Ok(only.name.clone()),
+        [] => Err("this drover runs no balancer".into()),
+        many => Err(format!(
+            "several balancers run ({}): name one with --balancer",
+            many.iter()
+                .map(|b| b.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(reply: &Reply) -> Result<T, String> {
+    serde_json::from_str(&reply.body)
+        .map_err(|e| format!("unexpected answer from the admin API: {e}"))
 }
 
 /// The `result` line of a successful action, or the whole body if it has none.

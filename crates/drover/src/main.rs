@@ -51,11 +51,27 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
             }
             (cfg.balancers, cfg.admin, origins)
         }
-        None => (
-            vec![plan::BalancerPlan::config_from_args(&args)?],
-            None,
-            config::Origins::default().with_flag("balancer[0].listen", "--listen"),
-        ),
+        None => {
+            let admin = match args.admin {
+                Some(listen) => {
+                    drover_admin::check_exposure(listen, args.admin_token.as_deref()).map_err(
+                        |e| format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN"),
+                    )?;
+                    Some(config::AdminConfig {
+                        listen,
+                        token: args.admin_token.clone(),
+                    })
+                }
+                None => None,
+            };
+            (
+                vec![plan::BalancerPlan::config_from_args(&args)?],
+                admin,
+                config::Origins::default()
+                    .with_flag("balancer[0].listen", "--listen")
+                    .with_flag("admin.listen", "--admin"),
+            )
+        }
     };
     if balancers.is_empty() {
         return Err("nothing to run: the config has no [[balancer]]".into());

@@ -29,8 +29,11 @@ impl BalancerPlan {
     /// share one validation and one translation.
     pub fn config_from_args(a: &ProxyArgs) -> Result<config::BalancerConfig, String> {
         let listen = a.listen.ok_or("--listen is required without --config")?;
-        if a.backend.is_empty() {
-            return Err("at least one --backend is required".into());
+        if a.backend.is_empty() && a.admin.is_none() {
+            return Err("at least one --backend is required (or --admin, for members that register at runtime)".into());
+        }
+        if !config::is_valid_name(&a.name) {
+            return Err(format!("--name {:?}: {}", a.name, config::NAME_RULE));
         }
         let mut backends = Vec::new();
         for (i, b) in a.backend.iter().enumerate() {
@@ -43,7 +46,7 @@ impl BalancerPlan {
                 max_conns: None,
             });
         }
-        let mut b = config::BalancerConfig::new("default", listen, backends);
+        let mut b = config::BalancerConfig::new(a.name.clone(), listen, backends);
         b.apply_strategy(a.strategy, &a.keys)?;
         b.retries = a.retries;
         b.apply_limits(&a.limits);

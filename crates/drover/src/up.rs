@@ -5,7 +5,7 @@ use crate::control::{BalancerView, Controller};
 use crate::plan::{self, BalancerPlan};
 use crate::run;
 use drover_admin::AdminServer;
-use drover_registry::{Pool, PoolOptions};
+use drover_registry::{Members, Pool, PoolOptions, Source};
 use drover_supervisor::{stderr_sink, AppSpec, Supervisor};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -230,12 +230,15 @@ pub(crate) async fn run_config(
                 return Err(e);
             }
         };
+        let members = Members::new(Arc::clone(&pool), Source::Admin);
+        members.spawn_sweeper();
         views.push(BalancerView {
             name,
             listen: b.proxy.local_addr(),
             strategy,
             app,
             pool,
+            members,
         });
         balancers.push(b);
     }
