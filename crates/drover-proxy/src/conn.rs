@@ -9,8 +9,9 @@ use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::http1::BodyKind;
 use crate::options::ProxyOptions;
 use crate::upstream::{self, Upstreams};
+use arc_swap::ArcSwap;
 use drover_balance::cost::CostTable;
-use drover_balance::{clock, Endpoint, PickContext};
+use drover_balance::{clock, Balancer, Endpoint, PickContext};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -47,8 +48,37 @@ pub(crate) struct Shared {
     pub costs: CostTable,
     pub keys: KeySpec,
     pub shutdown: watch::Receiver<bool>,
-    /// Open client connections, for draining on shutdown.
-    pub active: AtomicUsize,
+    /// Open client connections, for draining on shutdown (one count for every
+    /// generation of settings of a listener).
+    pub active: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    pub fn new(
+        opts: ProxyOptions,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+        shutdown: watch::Receiver<bool>,
+        active: Arc<AtomicUsize>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            admission: Arc::new(Admission::new(
+                balancer,
+                Arc::clone(&pool),
+                opts.queue.max,
+                opts.queue.timeout,
+            )),
+            costs: CostTable::new(),
+            keys: KeySpec {
+                hash: opts.hash_key.clone(),
+                sticky_cookie: opts.sticky_cookie.clone(),
+            },
+            opts,
+            pool,
+            shutdown,
+            active,
+        })
+    }
 }
 
 /// One serving thread's view: the shared state plus its own backend connections.
@@ -57,22 +87,37 @@ pub(crate) struct Worker {
     pub upstreams: Upstreams,
 }
 
-struct ActiveGuard<'a>(&'a AtomicUsize);
+impl Worker {
+    pub fn new(shared: Arc<Shared>) -> Worker {
+        Worker {
+            upstreams: Upstreams::new(shared.opts.max_idle_per_endpoint, shared.opts.timeouts.idle),
+            shared,
+        }
+    }
+}
 
-impl Drop for ActiveGuard<'_> {
+/// A serving thread's current worker; a reload swaps in one over new settings, and each
+/// connection moves to it at its next request.
+pub(crate) type WorkerCell = ArcSwap<Worker>;
+
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Relaxed);
     }
 }
 
-pub(crate) async fn serve(client: TcpStream, peer: std::net::SocketAddr, worker: Arc<Worker>) {
+pub(crate) async fn serve(client: TcpStream, peer: std::net::SocketAddr, cell: Arc<WorkerCell>) {
+    let worker = cell.load_full();
     worker.shared.active.fetch_add(1, Relaxed);
-    let _active = ActiveGuard(&worker.shared.active);
+    let _active = ActiveGuard(Arc::clone(&worker.shared.active));
     let mut conn = Conn {
         shutdown: worker.shared.shutdown.clone(),
         info: ClientInfo::new(peer, "http"),
         client,
-        worker: Arc::clone(&worker),
+        cell,
+        worker,
         cbuf: Vec::new(),
         ubuf: Vec::new(),
         out: Vec::new(),
@@ -96,6 +141,9 @@ enum Attempt {
 struct Conn {
     client: TcpStream,
     info: ClientInfo,
+    /// The thread's current worker, which a reload replaces.
+    cell: Arc<WorkerCell>,
+    /// The worker this connection's current request uses.
     worker: Arc<Worker>,
     shutdown: watch::Receiver<bool>,
     /// Bytes from the client not yet used (a partial head, body, pipelined requests).
@@ -128,6 +176,10 @@ impl Conn {
             };
             first = false;
             self.cbuf.drain(..head.head_len);
+            // New settings (a reload) apply from the next request on.
+            if !Arc::ptr_eq(&self.cell.load(), &self.worker) {
+                self.worker = self.cell.load_full();
+            }
             // Boxed: an exchange's state is most of a connection's, and an idle keep-alive
             // connection should not carry it (the connection's future: 952 bytes instead
             // of 2,064; bench/idle.sh measures the whole idle connection).

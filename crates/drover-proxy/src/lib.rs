@@ -20,4 +20,4 @@ mod upstream;
 
 pub use error::ProxyError;
 pub use options::{HashKey, Limits, ProxyOptions, QueueOptions, Timeouts};
-pub use server::Proxy;
+pub use server::{Proxy, ReconfigureError};

@@ -5,17 +5,15 @@
 //! moves between threads, and idle backend connections are per thread, so the hot path
 //! shares nothing but the endpoints' atomics.
 
-use crate::admission::Admission;
-use crate::conn::{self, Shared, Worker};
-use crate::http1::request::KeySpec;
+use crate::conn::{self, Shared, Worker, WorkerCell};
 use crate::options::ProxyOptions;
-use crate::upstream::Upstreams;
-use drover_balance::cost::CostTable;
+use arc_swap::ArcSwap;
 use drover_balance::Balancer;
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,10 +23,42 @@ use tracing::{debug, error, warn};
 /// A running balancer listener.
 pub struct Proxy {
     local_addr: SocketAddr,
-    shared: Arc<Shared>,
+    /// The address as configured (`:0` stays `:0`), to tell a changed one on reload.
+    listen: SocketAddr,
+    /// The settings in force; each serving thread's `WorkerCell` holds a worker over it.
+    current: ArcSwap<Shared>,
+    cells: Vec<Arc<WorkerCell>>,
+    /// Open client connections, over every generation of settings.
+    active: Arc<AtomicUsize>,
     shutdown: watch::Sender<bool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
+
+/// Why `Proxy::reconfigure` refused new settings; nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReconfigureError {
+    /// The listening address differs: that is a new listener, not new settings.
+    ListenChanged { from: SocketAddr, to: SocketAddr },
+    /// The serving threads differ: each owns a listening socket, and closing one would
+    /// reset the connections waiting in its accept queue.
+    ThreadsChanged { from: usize, to: usize },
+}
+
+impl std::fmt::Display for ReconfigureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReconfigureError::ListenChanged { from, to } => {
+                write!(f, "listen changed from {from} to {to}")
+            }
+            ReconfigureError::ThreadsChanged { from, to } => write!(
+                f,
+                "threads changed from {from} to {to}; the thread count applies when drover starts"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReconfigureError {}
 
 impl Proxy {
     /// Binds `opts.listen` and starts `opts.threads` serving threads.
@@ -38,6 +68,7 @@ impl Proxy {
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
         let threads = opts.threads.max(1);
+        let listen = opts.listen;
         let first = bind(opts.listen, threads > 1)?;
         let local_addr = first.local_addr()?;
         let mut listeners = vec![first];
@@ -45,55 +76,83 @@ impl Proxy {
             listeners.push(bind(local_addr, true)?);
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            admission: Arc::new(Admission::new(
-                Arc::clone(&balancer),
-                Arc::clone(&pool),
-                opts.queue.max,
-                opts.queue.timeout,
-            )),
-            costs: CostTable::new(),
-            keys: KeySpec {
-                hash: opts.hash_key.clone(),
-                sticky_cookie: opts.sticky_cookie.clone(),
-            },
-            opts,
-            pool,
-            shutdown: shutdown_rx,
-            active: Default::default(),
-        });
+        let active = Arc::new(AtomicUsize::new(0));
+        let shared = Shared::new(opts, pool, balancer, shutdown_rx, Arc::clone(&active));
+        let cells: Vec<Arc<WorkerCell>> = (0..threads)
+            .map(|_| Arc::new(WorkerCell::from_pointee(Worker::new(Arc::clone(&shared)))))
+            .collect();
         let mut handles = Vec::new();
-        for (i, listener) in listeners.into_iter().enumerate() {
-            let shared = Arc::clone(&shared);
+        for (i, (listener, cell)) in listeners.into_iter().zip(&cells).enumerate() {
+            let (cell, shutdown, active) =
+                (Arc::clone(cell), shutdown.subscribe(), Arc::clone(&active));
+            let name = shared.opts.name.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("drover-{}-{i}", shared.opts.name))
-                .spawn(move || serve_thread(listener, shared))?;
+                .name(format!("drover-{name}-{i}"))
+                .spawn(move || serve_thread(listener, name, cell, shutdown, active))?;
             handles.push(handle);
         }
         Ok(Proxy {
             local_addr,
-            shared,
+            listen,
+            current: ArcSwap::new(shared),
+            cells,
+            active,
             shutdown,
             threads: handles,
         })
+    }
+
+    /// Serves with new settings, pool and strategy from now on, on the same listening
+    /// sockets: no connection is refused or closed. Each connection moves to them at its
+    /// next request; requests already under way finish as they began.
+    pub fn reconfigure(
+        &self,
+        opts: ProxyOptions,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+    ) -> Result<(), ReconfigureError> {
+        if opts.listen != self.listen {
+            return Err(ReconfigureError::ListenChanged {
+                from: self.listen,
+                to: opts.listen,
+            });
+        }
+        if opts.threads.max(1) != self.cells.len() {
+            return Err(ReconfigureError::ThreadsChanged {
+                from: self.cells.len(),
+                to: opts.threads.max(1),
+            });
+        }
+        let shared = Shared::new(
+            opts,
+            pool,
+            balancer,
+            self.shutdown.subscribe(),
+            Arc::clone(&self.active),
+        );
+        for cell in &self.cells {
+            cell.store(Arc::new(Worker::new(Arc::clone(&shared))));
+        }
+        self.current.store(shared);
+        Ok(())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
-    pub fn name(&self) -> &str {
-        &self.shared.opts.name
+    pub fn name(&self) -> String {
+        self.current.load().opts.name.clone()
     }
 
     /// Open client connections.
     pub fn active_connections(&self) -> usize {
-        self.shared.active.load(Relaxed)
+        self.active.load(Relaxed)
     }
 
-    /// Requests waiting for a free endpoint.
+    /// Requests waiting for a free endpoint (under the settings in force).
     pub fn queued(&self) -> usize {
-        self.shared.admission.waiting()
+        self.current.load().admission.waiting()
     }
 
     /// Stops accepting; idle connections close, busy ones close after their response.
@@ -152,7 +211,13 @@ fn accept_failed(balancer: &str, e: &io::Error) {
     }
 }
 
-fn serve_thread(listener: std::net::TcpListener, shared: Arc<Shared>) {
+fn serve_thread(
+    listener: std::net::TcpListener,
+    name: String,
+    cell: Arc<WorkerCell>,
+    mut shutdown: watch::Receiver<bool>,
+    active: Arc<AtomicUsize>,
+) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -171,34 +236,39 @@ fn serve_thread(listener: std::net::TcpListener, shared: Arc<Shared>) {
                 return;
             }
         };
-        let timeouts = shared.opts.timeouts;
-        let worker = Arc::new(Worker {
-            upstreams: Upstreams::new(shared.opts.max_idle_per_endpoint, timeouts.idle),
-            shared: Arc::clone(&shared),
-        });
-        let mut shutdown = shared.shutdown.clone();
-        let mut sweep = tokio::time::interval((timeouts.idle / 2).max(Duration::from_millis(100)));
+        // Idle backend connections are swept at a period that follows the idle timeout in
+        // force; a reload that changes it takes effect at the next tick.
+        let period = |cell: &WorkerCell| {
+            (cell.load().shared.opts.timeouts.idle / 2).max(Duration::from_millis(100))
+        };
+        let mut sweep = tokio::time::interval(period(&cell));
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&worker)));
+                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell)));
                     }
                     Err(e) => {
-                        accept_failed(&shared.opts.name, &e);
+                        accept_failed(&name, &e);
                         // The listener stays readable while the error lasts (the
                         // connection waits in the backlog): pause instead of spinning.
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                 },
-                _ = sweep.tick() => worker.upstreams.sweep(),
+                _ = sweep.tick() => {
+                    cell.load().upstreams.sweep();
+                    if sweep.period() != period(&cell) {
+                        sweep = tokio::time::interval(period(&cell));
+                        sweep.reset();
+                    }
+                }
                 _ = shutdown.changed() => break,
             }
         }
         drop(listener);
         // Keep the event loop turning until this balancer's connections have finished.
-        while shared.active.load(Relaxed) > 0 {
+        while active.load(Relaxed) > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });

@@ -130,7 +130,7 @@ pub struct EndpointStatus {
 #[derive(Debug)]
 pub struct Pool {
     name: String,
-    options: PoolOptions,
+    options: ArcSwap<PoolOptions>,
     set: ArcSwap<EndpointSet>,
     /// Each source's members as `(address, weight)`. The lock also serializes writers, so
     /// two membership changes cannot lose each other's endpoints. Readers never take it.
@@ -145,7 +145,7 @@ impl Pool {
         let addrs = dedup(addrs);
         let pool = Pool {
             name: name.into(),
-            options,
+            options: ArcSwap::from_pointee(options),
             set: ArcSwap::from_pointee(EndpointSet::default()),
             sources: Mutex::new(BTreeMap::from([(Source::Static, addrs.clone())])),
         };
@@ -161,8 +161,20 @@ impl Pool {
         &self.name
     }
 
-    pub fn options(&self) -> &PoolOptions {
-        &self.options
+    pub fn options(&self) -> Arc<PoolOptions> {
+        self.options.load_full()
+    }
+
+    /// New options from a reload. Every endpoint keeps its state; the concurrency limit
+    /// and whether it is learned apply to each at once, the rest as it is next used.
+    /// Per-endpoint `max_conns` overrides must be set again after this.
+    pub fn set_options(&self, options: PoolOptions) {
+        let _writer = self.lock_sources();
+        for ep in self.set.load().endpoints() {
+            ep.set_max_conns(options.max_conns);
+            ep.set_adaptive(options.adaptive_limit);
+        }
+        self.options.store(Arc::new(options));
     }
 
     /// The current membership. Lock-free; this is what the hot path calls. Hold the guard
@@ -326,13 +338,15 @@ impl Pool {
     /// Passive health, forwarded with this pool's current set. See `PassivePolicy`.
     pub fn on_connect_failure(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
         self.options
+            .load()
             .passive
             .on_connect_failure(&self.set.load(), ep, now)
     }
 
     /// Passive health for a response status. Successes skip the snapshot load.
     pub fn on_response(&self, ep: &Arc<Endpoint>, status: u16, now: Nanos) -> Option<Duration> {
-        let passive = &self.options.passive;
+        let options = self.options.load();
+        let passive = &options.passive;
         if passive.is_failure(status) {
             passive.on_response(&self.set.load(), ep, status, now)
         } else {
@@ -344,12 +358,13 @@ impl Pool {
     /// Passive health: the backend took the request but failed it without a status.
     pub fn on_request_failure(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
         self.options
+            .load()
             .passive
             .on_request_failure(&self.set.load(), ep, now)
     }
 
     pub fn on_success(&self, ep: &Arc<Endpoint>, now: Nanos) {
-        self.options.passive.on_success(ep, now);
+        self.options.load().passive.on_success(ep, now);
     }
 
     /// `ramp_from`: when the endpoint joins a running pool, slow start begins then.
@@ -360,14 +375,15 @@ impl Pool {
         ramp_from: Option<Nanos>,
     ) -> Arc<Endpoint> {
         let ep = Endpoint::with_weight(addr, weight);
-        ep.set_max_conns(self.options.max_conns);
-        ep.set_adaptive(self.options.adaptive_limit);
-        if self.options.initially_unhealthy {
+        let options = self.options.load();
+        ep.set_max_conns(options.max_conns);
+        ep.set_adaptive(options.adaptive_limit);
+        if options.initially_unhealthy {
             // Active checks start the ramp when it rises, so none is needed here.
             ep.set_healthy(false);
         } else if let Some(now) = ramp_from {
-            if !self.options.slow_start.is_zero() {
-                ep.start_ramp(now, clock::nanos(self.options.slow_start));
+            if !options.slow_start.is_zero() {
+                ep.start_ramp(now, clock::nanos(options.slow_start));
             }
         }
         Arc::new(ep)

@@ -255,12 +255,13 @@ impl std::str::FromStr for AdminListen {
 
 fn threads(s: &str) -> Result<usize, String> {
     if s == "auto" {
-        return Ok(std::thread::available_parallelism().map_or(1, |n| n.get()));
+        return Ok(crate::plan::default_threads());
     }
     match s.parse::<usize>() {
-        Ok(n) if (1..=256).contains(&n) => Ok(n),
+        Ok(n) if (1..=crate::config::THREADS_MAX).contains(&n) => Ok(n),
         _ => Err(format!(
-            "expected a number from 1 to 256 or \"auto\", got {s:?}"
+            "expected a number from 1 to {} or \"auto\", got {s:?}",
+            crate::config::THREADS_MAX
         )),
     }
 }
@@ -363,8 +364,8 @@ pub struct ProxyArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub fall: u32,
 
-    /// A returning backend's share ramps up over this long (0s: off).
-    #[arg(long, default_value = "0s", value_parser = duration)]
+    /// A joining or returning backend's share ramps up over this long (0s: off).
+    #[arg(long, default_value = "10s", value_parser = duration)]
     pub slow_start: Duration,
 
     #[command(flatten)]

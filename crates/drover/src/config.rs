@@ -45,6 +45,9 @@ pub struct Config {
     pub balancers: Vec<BalancerConfig>,
 }
 
+/// The most serving threads one balancer may have (flags and files alike).
+pub const THREADS_MAX: usize = 1024;
+
 /// `[admin]`: where the control API listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminConfig {
@@ -189,7 +192,7 @@ pub struct BalancerConfig {
     pub limits: LimitsConfig,
     /// How long to let in-flight requests finish on shutdown or reload; default 30s.
     pub drain_timeout: Duration,
-    /// Worker threads for this listener, 1..=1024; `None` = drover decides.
+    /// Worker threads for this listener, 1..=`THREADS_MAX`; `None` = drover decides.
     pub threads: Option<usize>,
 }
 
@@ -1261,7 +1264,7 @@ struct RawBalancer {
     sticky: Option<Spanned<RawSticky>>,
     limits: Option<RawLimits>,
     drain_timeout: Option<Dur>,
-    threads: Option<Bounded<1, 1024>>,
+    threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
 }
 
 #[derive(Deserialize)]

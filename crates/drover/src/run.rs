@@ -100,7 +100,7 @@ pub async fn serve_until_signal(
     for b in &balancers {
         if !b.proxy.drained(b.drain_timeout).await {
             warn!(
-                balancer = b.proxy.name(),
+                balancer = %b.proxy.name(),
                 open = b.proxy.active_connections(),
                 "drain timeout reached; closing remaining connections"
             );
