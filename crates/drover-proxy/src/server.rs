@@ -145,6 +145,11 @@ impl Proxy {
         self.current.load().opts.name.clone()
     }
 
+    /// Serving threads, each with its own listening socket.
+    pub fn thread_count(&self) -> usize {
+        self.cells.len()
+    }
+
     /// Open client connections.
     pub fn active_connections(&self) -> usize {
         self.active.load(Relaxed)

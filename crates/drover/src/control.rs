@@ -1,59 +1,265 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
-use crate::config::{self, Config};
+use crate::balancers::{app_of, static_pool, RunningBalancer};
+use crate::config::{self, BalancerConfig, Config};
+use crate::plan::BalancerPlan;
 use crate::up::app_spec;
 use drover_admin::{
     AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow, Status,
     WorkerRow,
 };
-use drover_registry::{MemberStore, Pool};
+use drover_registry::Pool;
 use drover_supervisor::{check_workers, Supervisor};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
-
-/// One balancer as the status view shows it.
-pub struct BalancerView {
-    pub name: String,
-    pub listen: SocketAddr,
-    pub strategy: String,
-    pub app: Option<String>,
-    pub pool: Arc<Pool>,
-    /// Where members that register at runtime are kept.
-    pub members: Arc<dyn MemberStore>,
-}
+use std::sync::{Arc, RwLock};
 
 pub struct Controller {
-    /// `drover up`: the file a reload reads again, and the config running now.
-    /// `drover run` and `drover proxy`: none; a reload restarts the same commands.
+    /// `drover up` and `drover proxy --config`: the file a reload reads again, and the
+    /// config running now. `drover run` and `drover proxy` from flags: none; a reload
+    /// restarts the same commands.
     source: Option<(PathBuf, tokio::sync::Mutex<Config>)>,
     /// Serializes reloads when there is no config to lock.
     reloading: tokio::sync::Mutex<()>,
     apps: Vec<Arc<Supervisor>>,
-    balancers: Vec<BalancerView>,
+    /// Each supervised app's pool, for a balancer a reload puts in front of it.
+    app_pools: BTreeMap<String, Arc<Pool>>,
+    balancers: RwLock<Vec<Arc<RunningBalancer>>>,
+}
+
+/// What a reload does with one balancer of the new file.
+enum Step<'a> {
+    /// Unchanged.
+    Keep(Arc<RunningBalancer>),
+    /// New settings on the same sockets.
+    Change(Arc<RunningBalancer>, &'a BalancerConfig, BalancerPlan),
+    /// A new listener: a new balancer, or one whose address changed (it keeps its pool
+    /// and members; the old listener drains).
+    Start {
+        index: usize,
+        config: &'a BalancerConfig,
+        plan: BalancerPlan,
+        replaces: Option<Arc<RunningBalancer>>,
+    },
 }
 
 impl Controller {
     pub fn new(
         source: Option<(PathBuf, Config)>,
         apps: Vec<Arc<Supervisor>>,
-        balancers: Vec<BalancerView>,
+        app_pools: BTreeMap<String, Arc<Pool>>,
+        balancers: Vec<Arc<RunningBalancer>>,
     ) -> Controller {
         Controller {
             source: source.map(|(p, c)| (p, tokio::sync::Mutex::new(c))),
             reloading: tokio::sync::Mutex::new(()),
             apps,
-            balancers,
+            app_pools,
+            balancers: RwLock::new(balancers),
         }
+    }
+
+    /// The balancers running now.
+    pub fn balancers(&self) -> Vec<Arc<RunningBalancer>> {
+        self.balancers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// `drover ctl reload` and SIGHUP. With a config file and no app named, the whole
+    /// file applies: its balancers (new, removed, changed) and the apps' rolling reload.
+    /// Either all of it applies or none: an invalid file, a change that needs a restart
+    /// or an address that cannot be bound changes nothing, and a failed app reload is
+    /// rolled back before any balancer changes.
+    pub async fn reload(&self, only: Option<String>) -> Result<String, ControlError> {
+        match (&self.source, &only) {
+            (Some((path, running)), None) => {
+                // The same order as `reload_apps`: the reload lock, then the config.
+                let _one = self.reloading.lock().await;
+                let mut running = running.lock().await;
+                self.reload_file(path, &mut running).await
+            }
+            _ => self.reload_apps(only).await,
+        }
+    }
+
+    async fn reload_file(&self, path: &Path, running: &mut Config) -> Result<String, ControlError> {
+        let next = config::load(path)
+            .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
+        let refuse = |e: String| {
+            ControlError::Failed(format!(
+                "{}: {e}: restart drover to apply that; nothing was reloaded",
+                path.display()
+            ))
+        };
+        reloadable(running, &next).map_err(refuse)?;
+        let steps = self.plan_balancers(&next).map_err(refuse)?;
+
+        // Bind every new address first: a taken one stops the reload with nothing
+        // changed.
+        let mut started: Vec<Option<Arc<RunningBalancer>>> = Vec::new();
+        for step in &steps {
+            let Step::Start {
+                index,
+                config,
+                plan,
+                replaces,
+            } = step
+            else {
+                started.push(None);
+                continue;
+            };
+            let (pool, members) = match replaces {
+                Some(old) => (Arc::clone(&old.pool), Some(Arc::clone(&old.members))),
+                None => match app_of(config) {
+                    Some(app) => (Arc::clone(&self.app_pools[app]), None),
+                    None => (static_pool(plan), None),
+                },
+            };
+            match RunningBalancer::start((*config).clone(), plan.clone(), pool, members) {
+                Ok(b) => started.push(Some(Arc::new(b))),
+                Err(e) => {
+                    for b in started.into_iter().flatten() {
+                        b.proxy.begin_shutdown();
+                    }
+                    return Err(ControlError::Failed(format!(
+                        "{}: balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}; nothing was reloaded",
+                        path.display(),
+                        config.name,
+                        config.listen
+                    )));
+                }
+            }
+        }
+
+        // The apps' rolling reload, which undoes itself if it fails.
+        let targets: Vec<&Arc<Supervisor>> = self.apps.iter().collect();
+        let specs = targets
+            .iter()
+            .map(|sup| {
+                let cfg = next
+                    .apps
+                    .iter()
+                    .find(|a| a.name == sup.name())
+                    .expect("reloadable() checked the app names");
+                (*sup, Some(app_spec(cfg)))
+            })
+            .collect();
+        if let Err(e) = reload_all(specs).await {
+            for b in started.into_iter().flatten() {
+                b.proxy.begin_shutdown();
+            }
+            return Err(e);
+        }
+
+        // Nothing below can fail: the balancers change.
+        let mut now: Vec<Arc<RunningBalancer>> = Vec::with_capacity(steps.len());
+        let mut changed = Vec::new();
+        let mut retired = Vec::new();
+        for (step, new) in steps.into_iter().zip(started) {
+            match step {
+                Step::Keep(b) => now.push(b),
+                Step::Change(b, config, plan) => {
+                    b.reconfigure(config.clone(), plan)
+                        .expect("plan_balancers checked it");
+                    changed.push(b.name.clone());
+                    now.push(b);
+                }
+                Step::Start { replaces, .. } => {
+                    let new = new.expect("started above");
+                    changed.push(new.name.clone());
+                    if let Some(old) = replaces {
+                        retired.push(old);
+                    }
+                    now.push(new);
+                }
+            }
+        }
+        let old = std::mem::replace(
+            &mut *self.balancers.write().unwrap_or_else(|e| e.into_inner()),
+            now.clone(),
+        );
+        for b in old {
+            if !now.iter().any(|n| Arc::ptr_eq(n, &b)) {
+                if !retired.iter().any(|r| Arc::ptr_eq(r, &b)) {
+                    changed.push(format!("{} (removed)", b.name));
+                }
+                b.retire();
+            }
+        }
+        *running = next;
+        let balancers = if changed.is_empty() {
+            "no balancer changed".to_string()
+        } else {
+            format!("balancers changed: {}", changed.join(", "))
+        };
+        Ok(format!("{}; {balancers}", summary(&targets)))
+    }
+
+    /// What to do with each balancer of `next`, checking everything that could refuse
+    /// the reload before anything changes.
+    fn plan_balancers<'a>(&self, next: &'a Config) -> Result<Vec<Step<'a>>, String> {
+        let current = self.balancers();
+        let mut steps = Vec::new();
+        for (index, config) in next.balancers.iter().enumerate() {
+            let plan = BalancerPlan::from_config(config)?;
+            let Some(b) = current.iter().find(|b| b.name == config.name) else {
+                if let Some(app) = app_of(config) {
+                    if !self.app_pools.contains_key(app) {
+                        return Err(format!(
+                            "balancer {:?} balances over app {app:?}, which does not run",
+                            config.name
+                        ));
+                    }
+                    let taken = next
+                        .balancers
+                        .iter()
+                        .filter(|c| app_of(c) == Some(app))
+                        .count();
+                    if taken > 1 {
+                        return Err(format!("app {app:?} is behind two balancers"));
+                    }
+                }
+                steps.push(Step::Start {
+                    index,
+                    config,
+                    plan,
+                    replaces: None,
+                });
+                continue;
+            };
+            let old = b.config();
+            if old == *config {
+                steps.push(Step::Keep(Arc::clone(b)));
+            } else if app_of(&old) != app_of(config) {
+                return Err(format!(
+                    "balancer {:?}: its backends changed between an app and addresses",
+                    config.name
+                ));
+            } else if old.listen != config.listen {
+                steps.push(Step::Start {
+                    index,
+                    config,
+                    plan,
+                    replaces: Some(Arc::clone(b)),
+                });
+            } else {
+                b.can_reconfigure(&plan)
+                    .map_err(|e| format!("balancer {:?}: {e}", config.name))?;
+                steps.push(Step::Change(Arc::clone(b), config, plan));
+            }
+        }
+        Ok(steps)
     }
 
     /// Rolling reload of every app, or of `only`. With a config file, the file is read
     /// and checked again first, and its app settings (command, env, health, timings)
     /// apply to the new workers. Either every app reloads or, on a failure, the apps
     /// already reloaded are rolled back: nothing is left half-applied.
-    pub async fn reload_apps(&self, only: Option<String>) -> Result<String, ControlError> {
+    async fn reload_apps(&self, only: Option<String>) -> Result<String, ControlError> {
         if let Some(name) = &only {
             self.app(name)?;
         }
@@ -149,6 +355,9 @@ impl Controller {
 }
 
 fn summary(apps: &[&Arc<Supervisor>]) -> String {
+    if apps.is_empty() {
+        return "no apps to reload".to_string();
+    }
     let names: Vec<String> = apps
         .iter()
         .map(|a| format!("{} ({} workers)", a.name(), a.status().len()))
@@ -213,7 +422,8 @@ async fn apply(sup: &Supervisor, spec: Option<drover_supervisor::AppSpec>) -> Re
 }
 
 /// What a reload can apply: app settings other than the mode and listen address (the
-/// worker count too). Anything else is refused as a whole.
+/// worker count too), and balancers (checked by `plan_balancers`). Anything else is
+/// refused as a whole.
 fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
     if running.admin != next.admin {
         return Err("the [admin] table changed".into());
@@ -230,17 +440,6 @@ fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
         if old.mode != new.mode || old.listen != new.listen {
             return Err(format!("app {:?}: mode or listen changed", old.name));
         }
-    }
-    if running.balancers.len() != next.balancers.len() {
-        return Err("balancers were added or removed".into());
-    }
-    if let Some((old, _)) = running
-        .balancers
-        .iter()
-        .zip(&next.balancers)
-        .find(|(a, b)| a != b)
-    {
-        return Err(format!("balancer {:?} changed", old.name));
     }
     Ok(())
 }
@@ -276,13 +475,13 @@ impl Control for Controller {
             })
             .collect();
         let balancers = self
-            .balancers
+            .balancers()
             .iter()
             .map(|b| BalancerStatus {
                 name: b.name.clone(),
                 listen: b.listen.to_string(),
-                strategy: b.strategy.clone(),
-                app: b.app.clone(),
+                strategy: b.strategy(),
+                app: b.app(),
                 endpoints: b
                     .pool
                     .status()
@@ -308,7 +507,7 @@ impl Control for Controller {
         &self,
         app: Option<String>,
     ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>> {
-        Box::pin(self.reload_apps(app))
+        Box::pin(self.reload(app))
     }
 
     fn scale(
@@ -320,12 +519,12 @@ impl Control for Controller {
     }
 
     fn members(&self, balancer: &str) -> Result<BalancerMembers, ControlError> {
-        let b = self
-            .balancers
+        let balancers = self.balancers();
+        let b = balancers
             .iter()
             .find(|b| b.name == balancer)
             .ok_or_else(|| {
-                let known: Vec<&str> = self.balancers.iter().map(|b| b.name.as_str()).collect();
+                let known: Vec<&str> = balancers.iter().map(|b| b.name.as_str()).collect();
                 ControlError::NotFound(format!(
                     "no balancer named {balancer:?} (balancers: {})",
                     if known.is_empty() {

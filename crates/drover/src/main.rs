@@ -1,11 +1,12 @@
 //! drover: a load balancer and process supervisor in one binary.
 
+mod balancers;
 mod cli;
 mod config;
 mod control;
 mod ctl;
 mod plan;
-mod run;
+mod serve;
 mod up;
 
 use clap::Parser;
@@ -91,7 +92,12 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
         apps: Vec::new(),
         balancers,
     };
-    control_runtime()?.block_on(up::run_config(cfg, &origins, None, up::Admin::Required))
+    control_runtime()?.block_on(up::run_config(
+        cfg,
+        &origins,
+        args.config.as_deref(),
+        up::Admin::Required,
+    ))
 }
 
 /// The control plane (signals, health checks) runs on its own small event loop, apart

@@ -1,11 +1,12 @@
 //! `drover up` and `drover run`: apps, balancers and the admin API a config describes.
 
+use crate::balancers::{self, RunningBalancer};
 use crate::config::{self, AppConfig, Config, Mode, Origins};
-use crate::control::{BalancerView, Controller};
+use crate::control::Controller;
 use crate::plan::{self, BalancerPlan};
-use crate::run;
+use crate::serve;
 use drover_admin::AdminServer;
-use drover_registry::{Members, Pool, PoolOptions, Source};
+use drover_registry::{Pool, PoolOptions};
 use drover_supervisor::{stderr_sink, AppSpec, Supervisor};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -204,43 +205,23 @@ pub(crate) async fn run_config(
 
     // Balancers before workers: a balancer whose address is taken then stops the
     // start-up before any worker ran. Until workers are ready their pools are empty.
-    let mut balancers = Vec::new();
-    let mut views = Vec::new();
-    for (i, plan) in plans.into_iter().enumerate() {
+    let mut balancers: Vec<Arc<RunningBalancer>> = Vec::new();
+    for (i, (config, plan)) in cfg.balancers.iter().zip(plans).enumerate() {
         let pool = match &plan.app {
             Some(app) => Arc::clone(&pools[app]),
-            None => run::static_pool(&plan),
+            None => balancers::static_pool(&plan),
         };
-        let (name, app, strategy, listen) = (
-            plan.proxy.name.clone(),
-            plan.app.clone(),
-            plan.strategy.to_string(),
-            plan.proxy.listen,
-        );
-        let b = run::start(plan, Arc::clone(&pool)).map_err(|e| {
-            origins.error(
-                &format!("balancer[{i}].listen"),
-                format!("balancer {name:?}: cannot listen on {listen}: {e}"),
-            )
-        });
-        let b = match b {
-            Ok(b) => b,
+        let (name, listen) = (plan.proxy.name.clone(), plan.proxy.listen);
+        match RunningBalancer::start(config.clone(), plan, pool, None) {
+            Ok(b) => balancers.push(Arc::new(b)),
             Err(e) => {
                 abandon(&balancers, &[]).await;
-                return Err(e);
+                return Err(origins.error(
+                    &format!("balancer[{i}].listen"),
+                    format!("balancer {name:?}: cannot listen on {listen}: {e}"),
+                ));
             }
-        };
-        let members = Members::new(Arc::clone(&pool), Source::Admin);
-        members.spawn_sweeper();
-        views.push(BalancerView {
-            name,
-            listen: b.proxy.local_addr(),
-            strategy,
-            app,
-            pool,
-            members,
-        });
-        balancers.push(b);
+        }
     }
     let mut apps = Vec::new();
     for spec in specs {
@@ -281,7 +262,8 @@ pub(crate) async fn run_config(
     let controller = Arc::new(Controller::new(
         source.map(|p| (p.to_path_buf(), cfg)),
         apps.clone(),
-        views,
+        pools,
+        balancers.clone(),
     ));
     let _admin = match admin_listener {
         Some(listener) => {
@@ -297,12 +279,12 @@ pub(crate) async fn run_config(
         }
         None => None,
     };
-    run::serve_until_signal(balancers, apps, Some(controller)).await
+    serve::serve_until_signal(controller, apps).await
 }
 
 /// Undoes a start-up that failed half-way: the balancers stop accepting and the apps'
 /// workers are stopped, so nothing drover started outlives the error.
-async fn abandon(balancers: &[run::Running], apps: &[Arc<Supervisor>]) {
+async fn abandon(balancers: &[Arc<RunningBalancer>], apps: &[Arc<Supervisor>]) {
     for b in balancers {
         b.proxy.begin_shutdown();
     }

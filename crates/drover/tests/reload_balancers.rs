@@ -1,0 +1,273 @@
+//! `drover ctl reload` and SIGHUP apply balancer changes from the file: new, removed and
+//! changed balancers (strategy, limits, timeouts, health checks, backends), with no
+//! connection refused and no request failed; a listener whose address is unchanged
+//! keeps its socket; a file that cannot be applied changes nothing.
+
+mod common;
+
+use common::{admin_addr, bin, ctl, stops_cleanly, temp_dir};
+use drover_testkit::{Backend, DroverProcess, HttpClient};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The balancer `web` on 127.0.0.1:0 over `backends`, with `extra` keys, and whatever
+/// other `[[balancer]]` tables `others` holds.
+fn file(backends: &[SocketAddr], extra: &str, others: &str) -> String {
+    let list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nslow_start = \"0s\"\nbackends = [{}]\n{extra}\n{others}",
+        list.join(", ")
+    )
+}
+
+fn other(name: &str, listen: &str, backend: SocketAddr) -> String {
+    format!(
+        "[[balancer]]\nname = \"{name}\"\nlisten = \"{listen}\"\nthreads = 1\nbackends = [\"{backend}\"]\n"
+    )
+}
+
+async fn proxy_with(tag: &str, toml: &str) -> (DroverProcess, SocketAddr, PathBuf) {
+    let path = temp_dir(tag).join("drover.toml");
+    std::fs::write(&path, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["proxy", "--config", path.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    (d, admin, path)
+}
+
+/// The address the balancer `name` listens on, from the last line drover printed for it.
+fn listen_of(d: &DroverProcess, name: &str) -> SocketAddr {
+    *d.addrs_after(&format!("balancer \"{name}\" listening on "))
+        .last()
+        .unwrap_or_else(|| panic!("no listen line for {name}\n{}", d.stderr_text()))
+}
+
+/// Which backends answer `n` requests, each on a new connection.
+async fn answering(addr: SocketAddr, n: usize) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for _ in 0..n {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let r = c.get("/").await;
+        assert_eq!(r.status, 200, "{:?}", r.header("drover-error"));
+        names.insert(r.text());
+    }
+    names
+}
+
+/// Clients on new connections, one request each, until `stop`: (ok, failures).
+fn new_connection_load(
+    addr: SocketAddr,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
+    (0..clients)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    let r = match HttpClient::connect(addr).await {
+                        Ok(mut c) => c.request("GET", "/delay/5", &[], None).await,
+                        Err(e) => Err(e),
+                    };
+                    match r {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) => {
+                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
+                        }
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_reloads_under_load_change_balancers_and_fail_no_request() {
+    let a = Backend::named("a").start().await;
+    let b = Backend::named("b").start().await;
+    let c = Backend::named("c").start().await;
+    let side = Backend::named("side").start().await;
+    let v1 = file(
+        &[a.addr(), b.addr()],
+        "strategy = \"round-robin\"\n",
+        &other("old", "127.0.0.1:0", side.addr()),
+    );
+    let (d, admin, path) = proxy_with("reload-balancers", &v1).await;
+    let web = listen_of(&d, "web");
+    let old = listen_of(&d, "old");
+    assert_eq!(answering(web, 10).await, names(&["a", "b"]));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut load = common::steady_load(web, 3, "/delay/5", stop.clone());
+    load.extend(new_connection_load(web, 2, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Five versions: backends, strategy, limits, timeouts and health checks change,
+    // one balancer goes and another comes; `web` keeps its address throughout.
+    let versions = [
+        file(
+            &[b.addr(), c.addr()],
+            "strategy = \"least-conn\"\nretries = 1\n",
+            &other("new", "127.0.0.1:0", side.addr()),
+        ),
+        file(
+            &[a.addr(), b.addr(), c.addr()],
+            "strategy = \"round-robin\"\nmax_conns = 8\nqueue = { max = 100, timeout = \"5s\" }\ntimeouts = { request = \"20s\" }\n",
+            &other("new", "127.0.0.1:0", side.addr()),
+        ),
+        file(
+            &[a.addr(), c.addr()],
+            "strategy = \"round-robin\"\nhealth = { path = \"/health\", interval = \"200ms\" }\n",
+            "",
+        ),
+        file(&[c.addr()], "strategy = \"p2c\"\n", ""),
+        file(&[a.addr(), b.addr()], "strategy = \"round-robin\"\n", ""),
+    ];
+    let expect = [
+        names(&["b", "c"]),
+        names(&["a", "b", "c"]),
+        names(&["a", "c"]),
+        names(&["c"]),
+        names(&["a", "b"]),
+    ];
+    for (i, (version, want)) in versions.iter().zip(&expect).enumerate() {
+        std::fs::write(&path, version).unwrap();
+        if i % 2 == 0 {
+            let (code, out, err) = ctl(admin, &["reload"]).await;
+            assert_eq!(code, 0, "reload {i}: {err}\n{}", d.stderr_text());
+            assert!(out.contains("balancers changed: web"), "reload {i}: {out}");
+        } else {
+            let before = d.lines_containing("drover: no apps to reload").len();
+            d.signal("HUP").unwrap();
+            assert!(
+                drover_testkit::wait_until(Duration::from_secs(10), || {
+                    d.lines_containing("drover: no apps to reload").len() > before
+                })
+                .await,
+                "SIGHUP reload {i} did not finish\n{}",
+                d.stderr_text()
+            );
+        }
+        assert_eq!(listen_of(&d, "web"), web, "web moved");
+        let seen = answering(web, 12).await;
+        if version.contains("round-robin") {
+            assert_eq!(&seen, want, "after reload {i}");
+        } else {
+            // least-conn may favour one of equally idle backends.
+            assert!(
+                !seen.is_empty() && seen.is_subset(want),
+                "after reload {i}: {seen:?}"
+            );
+        }
+        if i == 0 {
+            // `old` is gone, `new` serves.
+            let new = listen_of(&d, "new");
+            assert_eq!(answering(new, 2).await, names(&["side"]));
+            assert!(
+                drover_testkit::wait_until_async(Duration::from_secs(5), || async {
+                    HttpClient::connect(old).await.is_err()
+                })
+                .await,
+                "the removed balancer still accepts"
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for l in load {
+        let (o, f) = l.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 100, "too little load to mean anything: {ok}");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed during 5 reloads: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    stops_cleanly(d).await;
+}
+
+#[tokio::test]
+async fn a_reload_that_cannot_apply_changes_nothing_and_says_why() {
+    let a = Backend::named("a").start().await;
+    let b = Backend::named("b").start().await;
+    let v1 = file(&[a.addr()], "", "");
+    let (d, admin, path) = proxy_with("reload-balancers-refused", &v1).await;
+    let web = listen_of(&d, "web");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap();
+
+    let refused = [
+        (
+            // A syntax error: the file and line.
+            format!("{}\nretries = \n", file(&[b.addr()], "", "")),
+            "drover.toml:",
+        ),
+        (
+            // A new balancer on a taken address: the key, and nothing else applies.
+            file(
+                &[b.addr()],
+                "",
+                &other("new", &taken_addr.to_string(), b.addr()),
+            ),
+            "balancer[1].listen",
+        ),
+        (file(&[b.addr()], "strategy = \"bogus\"\n", ""), "bogus"),
+        (
+            file(&[b.addr()], "", "").replace("threads = 1", "threads = 2"),
+            "threads changed from 1 to 2",
+        ),
+        (
+            file(&[b.addr()], "", "").replace("127.0.0.1:0\"\n\n", "127.0.0.1:1\"\n\n"),
+            "the [admin] table changed",
+        ),
+    ];
+    for (toml, says) in &refused {
+        std::fs::write(&path, toml).unwrap();
+        let (code, _, err) = ctl(admin, &["reload"]).await;
+        assert_eq!(code, 2, "{toml}");
+        assert!(err.contains(says), "{says:?} not in {err}");
+        assert!(err.contains("nothing was reloaded"), "{err}");
+        assert_eq!(answering(web, 4).await, names(&["a"]), "after {says:?}");
+        assert!(d.lines_containing("balancer \"new\"").is_empty());
+    }
+    drop(taken);
+
+    // A listen address that changes moves the balancer; the old address drains.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let moved = file(&[a.addr()], "", "").replacen(
+        "listen = \"127.0.0.1:0\"\nthreads",
+        &format!("listen = \"{port}\"\nthreads"),
+        1,
+    );
+    std::fs::write(&path, moved).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("balancers changed: web"), "{out}");
+    assert_eq!(answering(port, 3).await, names(&["a"]));
+    assert!(
+        drover_testkit::wait_until_async(Duration::from_secs(5), || async {
+            HttpClient::connect(web).await.is_err()
+        })
+        .await,
+        "the old address still accepts"
+    );
+    stops_cleanly(d).await;
+}
