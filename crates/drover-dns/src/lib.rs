@@ -33,6 +33,25 @@
 //! they were (so a replacement source started before the old one is dropped takes over
 //! without a gap); a balancer that no longer has DNS targets clears them with
 //! `pool.set_source(Source::Dns, &[])`.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use drover_dns::{DnsSource, DnsTarget, ResolverSettings, SetupError};
+//! # use drover_registry::Pool;
+//! # async fn wire(pool: Arc<Pool>) -> Result<DnsSource, SetupError> {
+//! // `dns:api.internal:80` in a balancer's backends:
+//! let targets = vec![DnsTarget::A { host: "api.internal".into(), port: 80 }];
+//! // Waits (at most about `timeout`) for the first answers, so the pool starts filled.
+//! let source = DnsSource::start(targets, ResolverSettings::default(), pool).await?;
+//! for (target, error) in source.first_errors() {
+//!     tracing::warn!(%target, %error, "DNS backend does not resolve yet; retrying");
+//! }
+//! // Keep `source` as long as the balancer runs; dropping it stops re-resolution.
+//! # Ok(source)
+//! # }
+//! ```
 
 use drover_registry::{Pool, Source};
 use hickory_resolver::config::{
@@ -269,7 +288,12 @@ impl TargetStatus {
         self.members.iter().map(|m| m.0).collect()
     }
 
-    /// The last lookup succeeded (or none has failed yet).
+    /// Time left before the last answer expires (zero once it has, `None` before any).
+    pub fn expires_in(&self) -> Option<Duration> {
+        Some(self.expires_at?.saturating_duration_since(Instant::now()))
+    }
+
+    /// The last lookup succeeded.
     pub fn is_ok(&self) -> bool {
         self.failures == 0 && self.resolved_at.is_some()
     }
@@ -669,5 +693,82 @@ mod tests {
         assert_eq!(retry_delay(u32::MAX, cap), cap);
         // A cap below the first retry does not make retries faster than 1 s.
         assert_eq!(retry_delay(1, Duration::from_millis(10)), RETRY_START);
+    }
+
+    #[test]
+    fn resolver_errors_map_to_kinds() {
+        use hickory_resolver::net::NoRecords;
+        use hickory_resolver::proto::op::{Query, ResponseCode};
+        use hickory_resolver::proto::rr::RecordType;
+        let query = Query::query(Name::from_utf8("x.test").unwrap(), RecordType::A);
+        let no_records = |code| {
+            NetError::Dns(DnsError::NoRecordsFound(NoRecords::new(
+                query.clone(),
+                code,
+            )))
+        };
+        assert!(matches!(
+            LookupError::from(no_records(ResponseCode::NXDomain)),
+            LookupError::NxDomain
+        ));
+        assert!(matches!(
+            LookupError::from(no_records(ResponseCode::NoError)),
+            LookupError::NoRecords
+        ));
+        assert!(matches!(
+            LookupError::from(NetError::Dns(DnsError::ResponseCode(
+                ResponseCode::ServFail
+            ))),
+            LookupError::Server { rcode: 2, .. }
+        ));
+        assert!(matches!(
+            LookupError::from(NetError::Timeout),
+            LookupError::Timeout
+        ));
+    }
+
+    #[tokio::test]
+    async fn bad_settings_and_names_are_refused_at_start() {
+        let pool = Arc::new(Pool::new("p", &[], Default::default()));
+        let local = ResolverSettings {
+            nameservers: Some(vec![SocketAddr::from(([127, 0, 0, 1], 9))]),
+            ..ResolverSettings::default()
+        };
+        let start = |targets: Vec<DnsTarget>, settings| {
+            DnsSource::start(targets, settings, Arc::clone(&pool))
+        };
+        let err = start(
+            vec![],
+            ResolverSettings {
+                min_ttl: Duration::from_secs(10),
+                max_ttl: Duration::from_secs(5),
+                ..local.clone()
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, SetupError::TtlBounds { .. }), "{err}");
+        let err = start(
+            vec![],
+            ResolverSettings {
+                timeout: Duration::ZERO,
+                ..local.clone()
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, SetupError::ZeroTimeout), "{err}");
+        let bad = DnsTarget::A {
+            host: "a..b".into(),
+            port: 80,
+        };
+        let err = start(vec![bad.clone()], local.clone()).await.unwrap_err();
+        assert!(
+            matches!(&err, SetupError::InvalidName { target, .. } if *target == bad),
+            "{err}"
+        );
+        // No targets: starts, resolves nothing, leaves the pool alone.
+        let source = start(vec![], local).await.unwrap();
+        assert!(source.status().is_empty());
     }
 }

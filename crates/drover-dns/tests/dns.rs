@@ -101,6 +101,7 @@ fn a_records_follow_changes_and_keep_endpoint_state() {
         let st = &source.status()[0];
         assert!(st.is_ok(), "{st:?}");
         assert_eq!(st.ttl, Some(Duration::from_secs(1)));
+        assert!(st.expires_in().unwrap() <= Duration::from_secs(1));
         let stays = pool.find(sa("127.0.0.12:8080")).unwrap();
         stays.note_failure();
 
