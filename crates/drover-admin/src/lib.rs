@@ -28,4 +28,4 @@ pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use members::{BalancerMembers, MemberList, MemberRow};
 pub use server::{AdminServer, Control, ControlError};
-pub use status::{AppStatus, BalancerStatus, EndpointRow, Status, WorkerRow};
+pub use status::{AppStatus, BalancerStatus, EndpointRow, SourceRow, Status, WorkerRow};

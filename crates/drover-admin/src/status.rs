@@ -41,6 +41,24 @@ pub struct BalancerStatus {
     /// The supervised app it balances over, if any.
     pub app: Option<String>,
     pub endpoints: Vec<EndpointRow>,
+    /// Where members come from besides the file: DNS names, an etcd prefix.
+    #[serde(default)]
+    pub sources: Vec<SourceRow>,
+}
+
+/// One DNS name or etcd prefix a balancer follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceRow {
+    /// "dns" or "etcd".
+    pub kind: String,
+    /// The name or prefix.
+    pub target: String,
+    /// The last lookup or the watch works.
+    pub ok: bool,
+    /// Members it gives now (the last good answer while it fails).
+    pub members: usize,
+    /// What is wrong, or when it is looked at next.
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,6 +173,14 @@ impl Status {
                 ],
                 &rows,
             );
+            for src in &b.sources {
+                let state = if src.ok { "ok" } else { "failing" };
+                let _ = writeln!(
+                    out,
+                    "  {} {}: {state}, {} members; {}",
+                    src.kind, src.target, src.members, src.detail
+                );
+            }
             out.push('\n');
         }
         if out.is_empty() {

@@ -1,8 +1,9 @@
 //! The balancers running now, and how a reload changes them: new ones start, removed
 //! ones drain, changed ones take their new settings on the sockets they hold.
 
-use crate::config::{BackendRef, BalancerConfig};
+use crate::config::{BackendRef, BalancerConfig, ResolverConfig};
 use crate::plan::BalancerPlan;
+use drover_dns::{DnsSource, DnsTarget};
 use drover_proxy::{Proxy, ReconfigureError};
 use drover_registry::{spawn_active_checks, ActiveChecks, MemberStore, Members, Pool, Source};
 use std::net::SocketAddr;
@@ -28,6 +29,26 @@ struct State {
     app: Option<String>,
     checks: Option<ActiveChecks>,
     drain_timeout: Duration,
+    /// The DNS names followed, the resolver settings, and the source following them.
+    dns: Option<(Vec<DnsTarget>, ResolverConfig, DnsSource)>,
+}
+
+/// Why a balancer did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Its listen address could not be bound.
+    Bind(std::io::Error),
+    /// Its DNS names cannot be followed (the system's resolver settings are unreadable).
+    Dns(drover_dns::SetupError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Bind(e) => write!(f, "{e}"),
+            StartError::Dns(e) => write!(f, "dns: {e}"),
+        }
+    }
 }
 
 impl RunningBalancer {
@@ -36,17 +57,23 @@ impl RunningBalancer {
     /// and the members' sweeper live there). A supervised app's pool is checked by its
     /// supervisor, not here. The error is the bind's: the caller knows where the
     /// address was configured.
-    pub fn start(
+    pub async fn start(
         config: BalancerConfig,
         plan: BalancerPlan,
+        resolver: &ResolverConfig,
         pool: Arc<Pool>,
         members: Option<Arc<dyn MemberStore>>,
-    ) -> std::io::Result<RunningBalancer> {
+    ) -> Result<RunningBalancer, StartError> {
         apply_pool_plan(&pool, &plan);
+        // Names are looked up before the listener opens, so it serves with them.
+        let dns = follow_dns(&plan, resolver, &pool)
+            .await
+            .map_err(StartError::Dns)?;
         let checks = active_checks(&plan, &pool);
         let name = plan.proxy.name.clone();
         let strategy = plan.strategy.to_string();
-        let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())?;
+        let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())
+            .map_err(StartError::Bind)?;
         let over = match &plan.app {
             Some(app) => format!("app {app:?}"),
             None => format!("{} backends", plan.backends.len()),
@@ -73,6 +100,7 @@ impl RunningBalancer {
                 app: plan.app,
                 checks,
                 drain_timeout: plan.drain_timeout,
+                dns,
             }),
         })
     }
@@ -108,14 +136,42 @@ impl RunningBalancer {
 
     /// Applies `plan` (from `config`), whose listen address is this balancer's: new
     /// settings and strategy on the same sockets, the same pool with its new options
-    /// and backends (endpoints that stay keep their state), new health checks if they
-    /// changed. Call `can_reconfigure` first; this fails only where that said so.
-    pub fn reconfigure(
+    /// and backends (endpoints that stay keep their state), new health checks and DNS
+    /// names if they changed. Call `can_reconfigure` first; this fails only where that
+    /// said so. DNS names that cannot be followed now (the system's resolver settings
+    /// are unreadable) keep the old ones, with an error logged.
+    pub async fn reconfigure(
         &self,
         config: BalancerConfig,
         plan: BalancerPlan,
+        resolver: &ResolverConfig,
     ) -> Result<(), ReconfigureError> {
+        let dns_changed = {
+            let state = self.state();
+            match &state.dns {
+                Some((targets, settings, _)) => *targets != plan.dns || settings != resolver,
+                None => !plan.dns.is_empty(),
+            }
+        };
+        // The new source starts before the old one stops, so no answer is missed.
+        let new_dns = if dns_changed {
+            match follow_dns(&plan, resolver, &self.pool).await {
+                Ok(dns) => Some(dns),
+                Err(e) => {
+                    tracing::error!(balancer = %self.name, "dns: {e}; keeping the names followed so far");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let mut state = self.state();
+        if let Some(dns) = new_dns {
+            if dns.is_none() {
+                self.pool.set_source(Source::Dns, &[]);
+            }
+            state.dns = dns;
+        }
         self.proxy.reconfigure(
             plan.proxy.clone(),
             Arc::clone(&self.pool),
@@ -165,6 +221,27 @@ fn apply_pool_plan(pool: &Pool, plan: &BalancerPlan) {
     }
 }
 
+/// Follows the plan's DNS names into `pool`, if it has any.
+async fn follow_dns(
+    plan: &BalancerPlan,
+    resolver: &ResolverConfig,
+    pool: &Arc<Pool>,
+) -> Result<Option<(Vec<DnsTarget>, ResolverConfig, DnsSource)>, drover_dns::SetupError> {
+    if plan.dns.is_empty() {
+        return Ok(None);
+    }
+    let source = DnsSource::start(plan.dns.clone(), resolver.clone(), Arc::clone(pool)).await?;
+    for (target, e) in source.first_errors() {
+        // Not fatal: the name is looked up again, and other backends serve meanwhile.
+        tracing::warn!(balancer = %plan.proxy.name, %target, "dns: {e}; retrying");
+        eprintln!(
+            "drover: warning: balancer {:?}: {target} does not resolve yet: {e}",
+            plan.proxy.name
+        );
+    }
+    Ok(Some((plan.dns.clone(), resolver.clone(), source)))
+}
+
 fn active_checks(plan: &BalancerPlan, pool: &Arc<Pool>) -> Option<ActiveChecks> {
     plan.health
         .clone()
@@ -182,10 +259,45 @@ pub fn static_pool(plan: &BalancerPlan) -> Arc<Pool> {
     ))
 }
 
+impl RunningBalancer {
+    /// The DNS names (and etcd prefix) it follows, for the status view.
+    pub fn source_rows(&self) -> Vec<drover_admin::SourceRow> {
+        let state = self.state();
+        let Some((_, _, source)) = &state.dns else {
+            return Vec::new();
+        };
+        source
+            .status()
+            .into_iter()
+            .map(|t| {
+                let next = t
+                    .next_lookup
+                    .saturating_duration_since(tokio::time::Instant::now());
+                let detail = match &t.last_error {
+                    Some(e) => format!(
+                        "{e} ({} lookups in a row failed); keeping the last answer, next try in {:.1}s",
+                        t.failures,
+                        next.as_secs_f64()
+                    ),
+                    None if next.is_zero() => "looking up now".to_string(),
+                    None => format!("next lookup in {:.1}s", next.as_secs_f64()),
+                };
+                drover_admin::SourceRow {
+                    kind: "dns".into(),
+                    target: t.target.to_string(),
+                    ok: t.is_ok(),
+                    members: t.members.len(),
+                    detail,
+                }
+            })
+            .collect()
+    }
+}
+
 /// The app a balancer config balances over, if any.
 pub fn app_of(config: &BalancerConfig) -> Option<&str> {
     config.backends.iter().find_map(|b| match b {
         BackendRef::App(name) => Some(name.as_str()),
-        BackendRef::Addr { .. } => None,
+        _ => None,
     })
 }

@@ -276,15 +276,27 @@ pub struct ProxyArgs {
     #[arg(short, long, value_name = "ADDR", required_unless_present = "config")]
     pub listen: Option<SocketAddr>,
 
-    /// A backend address (repeat for each backend). May be left out with --admin:
-    /// members then register at runtime (`drover ctl members add`, the SDK).
+    /// A backend (repeat for each): IP:PORT, dns:HOST:PORT (A/AAAA records, followed
+    /// on their TTL), dns+srv:NAME (SRV records) or etcd:/PREFIX (with --etcd). May be
+    /// left out with --admin: members then register at runtime (`drover ctl members
+    /// add`, the SDK).
     #[arg(
         short,
         long = "backend",
-        value_name = "ADDR",
+        value_name = "BACKEND",
         required_unless_present_any = ["config", "admin"]
     )]
-    pub backend: Vec<SocketAddr>,
+    pub backend: Vec<String>,
+
+    /// DNS server for dns: backends (repeat for more) [default: the system's, from
+    /// /etc/resolv.conf].
+    #[arg(long, value_name = "IP[:PORT]", conflicts_with = "config")]
+    pub resolver: Vec<String>,
+
+    /// etcd client URL for etcd: backends and for members registered here (repeat for
+    /// more), e.g. http://127.0.0.1:2379.
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    pub etcd: Vec<String>,
 
     /// The balancer's name, as the members API and `drover ctl` use it.
     #[arg(long, default_value = "default", conflicts_with = "config")]

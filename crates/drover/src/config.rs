@@ -39,10 +39,25 @@ pub use drover_balance::Strategy;
 pub struct Config {
     /// The admin/control endpoint (`[admin]`); `None` when the table is absent.
     pub admin: Option<AdminConfig>,
+    /// How `dns:` backends are looked up (`[resolver]`); the system's servers by default.
+    pub resolver: ResolverConfig,
+    /// The etcd cluster `etcd:` backends are kept in (`[etcd]`).
+    pub etcd: Option<EtcdConfig>,
     /// Supervised processes (`[[app]]`), in file order.
     pub apps: Vec<AppConfig>,
     /// Listeners and their backend pools (`[[balancer]]`), in file order.
     pub balancers: Vec<BalancerConfig>,
+}
+
+/// `[resolver]`: the name servers and the bounds on how long an answer is used. The
+/// DNS source's own settings, so a default has one definition.
+pub type ResolverConfig = drover_dns::ResolverSettings;
+
+/// `[etcd]`: where the shared membership is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Client URLs, `http://HOST:PORT`, tried in turn.
+    pub endpoints: Vec<String>,
 }
 
 /// The most serving threads one balancer may have (flags and files alike).
@@ -304,6 +319,11 @@ pub enum BackendRef {
     },
     /// `"app:NAME"`: every worker of the `[[app]]` called NAME (guaranteed to exist).
     App(String),
+    /// `"dns:HOST:PORT"` (A and AAAA records) or `"dns+srv:NAME"` (SRV records),
+    /// looked up again when the answer's TTL lapses.
+    Dns(drover_dns::DnsTarget),
+    /// `"etcd:/PREFIX"`: the members under `PREFIX/members/` in the `[etcd]` cluster.
+    Etcd(String),
 }
 
 /// `hash.key`: the request property the `hash` strategy hashes.
@@ -1076,13 +1096,8 @@ impl<'de> Deserialize<'de> for Expect {
 enum Target {
     Addr(SocketAddr),
     App(String),
-    /// Accepted by the schema so the syntax is settled; rejected by `validate` until a
-    /// DNS source exists.
-    Dns {
-        host: String,
-        port: u16,
-    },
-    /// Same as `Dns`, for an etcd prefix.
+    Dns { host: String, port: u16 },
+    DnsSrv(String),
     Etcd(String),
 }
 
@@ -1092,8 +1107,30 @@ impl fmt::Display for Target {
             Target::Addr(a) => write!(f, "{a}"),
             Target::App(n) => write!(f, "app:{n}"),
             Target::Dns { host, port } => write!(f, "dns:{host}:{port}"),
+            Target::DnsSrv(name) => write!(f, "dns+srv:{name}"),
             Target::Etcd(p) => write!(f, "etcd:{p}"),
         }
+    }
+}
+
+/// One `--backend` of `drover proxy`: what a file's `backends` entry may say, except
+/// `app:NAME` (that needs `drover up`). `etcd`: whether `--etcd` gave a cluster.
+pub fn backend_from_flag(s: &str, etcd: bool) -> Result<BackendRef, String> {
+    match parse_target(s)? {
+        Target::Addr(addr) => Ok(BackendRef::Addr {
+            addr,
+            weight: 1,
+            max_conns: None,
+        }),
+        Target::App(_) => Err(format!(
+            "--backend {s}: app backends are workers drover runs; use `drover run` or `drover up`"
+        )),
+        Target::Dns { host, port } => Ok(BackendRef::Dns(drover_dns::DnsTarget::A { host, port })),
+        Target::DnsSrv(name) => Ok(BackendRef::Dns(drover_dns::DnsTarget::Srv { name })),
+        Target::Etcd(prefix) if etcd => Ok(BackendRef::Etcd(prefix)),
+        Target::Etcd(_) => Err(format!(
+            "--backend {s} needs --etcd URL, the cluster's client URL"
+        )),
     }
 }
 
@@ -1110,13 +1147,24 @@ fn parse_target(s: &str) -> Result<Target, String> {
             ))
         };
     }
+    let dns_name = |host: &str| {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_')
+    };
+    if let Some(name) = s.strip_prefix("dns+srv:") {
+        return if dns_name(name) {
+            Ok(Target::DnsSrv(name.to_string()))
+        } else {
+            Err(format!(
+                "invalid backend {s:?}: expected \"dns+srv:NAME\" such as \"dns+srv:_http._tcp.api.internal\""
+            ))
+        };
+    }
     if let Some(rest) = s.strip_prefix("dns:") {
         let parsed = rest.rsplit_once(':').and_then(|(host, port)| {
-            let ok_host = !host.is_empty()
-                && host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_');
-            Some((host, port.parse::<u16>().ok()?)).filter(|_| ok_host)
+            Some((host, port.parse::<u16>().ok()?)).filter(|_| dns_name(host))
         });
         return match parsed {
             Some((host, port)) => Ok(Target::Dns {
@@ -1139,7 +1187,7 @@ fn parse_target(s: &str) -> Result<Target, String> {
         ""
     };
     Err(format!(
-        "invalid backend {s:?}: expected \"IP:PORT\", \"app:NAME\", \"dns:HOST:PORT\" or \"etcd:/PREFIX\"{hint}"
+        "invalid backend {s:?}: expected \"IP:PORT\", \"app:NAME\", \"dns:HOST:PORT\", \"dns+srv:NAME\" or \"etcd:/PREFIX\"{hint}"
     ))
 }
 
@@ -1204,10 +1252,27 @@ impl<'de> Deserialize<'de> for RawBackend {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     admin: Option<Spanned<RawAdmin>>,
+    resolver: Option<Spanned<RawResolver>>,
+    etcd: Option<Spanned<RawEtcd>>,
     #[serde(default)]
     app: Vec<Spanned<RawApp>>,
     #[serde(default)]
     balancer: Vec<Spanned<RawBalancer>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResolver {
+    nameservers: Option<Vec<Spanned<String>>>,
+    min_ttl: Option<PosDur>,
+    max_ttl: Option<PosDur>,
+    timeout: Option<PosDur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEtcd {
+    endpoints: Spanned<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -1342,6 +1407,14 @@ impl RawConfig {
             }
             None => None,
         };
+        let resolver = match self.resolver {
+            Some(r) => validate_resolver(r, ctx)?,
+            None => ResolverConfig::default(),
+        };
+        let etcd = match self.etcd {
+            Some(e) => Some(validate_etcd(e, ctx)?),
+            None => None,
+        };
 
         let mut apps = Vec::with_capacity(self.app.len());
         let mut app_names = HashSet::new();
@@ -1401,7 +1474,17 @@ impl RawConfig {
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
             origin(listen_span.clone(), format!("balancer[{i}].listen"));
-            let b = validate_balancer(raw, i, lone, &app_names, admin.is_some(), ctx)?;
+            let b = validate_balancer(
+                raw,
+                i,
+                lone,
+                &app_names,
+                Sources {
+                    admin: admin.is_some(),
+                    etcd: etcd.is_some(),
+                },
+                ctx,
+            )?;
             if let Some(other) = balancers.iter().position(|o| o.name == b.name) {
                 let msg = format!(
                     "duplicate balancer name {:?} (also balancer[{other}]; unnamed balancers are called \"balancer-INDEX\")",
@@ -1436,6 +1519,8 @@ impl RawConfig {
         Ok((
             Config {
                 admin,
+                resolver,
+                etcd,
                 apps,
                 balancers,
             },
@@ -1450,6 +1535,93 @@ fn listens_clash(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0
         && a.port() == b.port()
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// A name server as `[resolver] nameservers` and `--resolver` take it: IP or IP:PORT
+/// (a bare IP means port 53, as in resolv.conf).
+pub fn nameserver(text: &str) -> Result<SocketAddr, String> {
+    text.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| {
+            text.parse::<std::net::IpAddr>()
+                .ok()
+                .map(|ip| SocketAddr::new(ip, 53))
+        })
+        .ok_or_else(|| format!("{text:?} is not an IP address or IP:PORT"))
+}
+
+/// An etcd client URL as `[etcd] endpoints` and `--etcd` take it: `http://HOST:PORT`.
+pub fn check_etcd_endpoint(url: &str) -> Result<(), String> {
+    let ok = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.rsplit_once(':'))
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{url:?} is not a client URL such as \"http://127.0.0.1:2379\""
+        ))
+    }
+}
+
+fn validate_resolver(
+    raw: Spanned<RawResolver>,
+    ctx: &Ctx<'_>,
+) -> Result<ResolverConfig, ConfigError> {
+    let span = raw.span();
+    let raw = raw.into_inner();
+    let mut r = ResolverConfig::default();
+    if let Some(servers) = raw.nameservers {
+        let mut parsed = Vec::new();
+        for (j, s) in servers.into_iter().enumerate() {
+            let at = s.span();
+            let text = s.into_inner();
+            match nameserver(&text) {
+                Ok(a) => parsed.push(a),
+                Err(e) => return Err(ctx.at(at, format!("resolver.nameservers[{j}]"), e)),
+            }
+        }
+        r.nameservers = Some(parsed);
+    }
+    if let Some(d) = raw.min_ttl {
+        r.min_ttl = d.0;
+    }
+    if let Some(d) = raw.max_ttl {
+        r.max_ttl = d.0;
+    }
+    if let Some(d) = raw.timeout {
+        r.timeout = d.0;
+    }
+    if r.min_ttl > r.max_ttl {
+        return Err(ctx.at(
+            span,
+            "resolver.min_ttl",
+            format!("min_ttl {:?} is above max_ttl {:?}", r.min_ttl, r.max_ttl),
+        ));
+    }
+    Ok(r)
+}
+
+fn validate_etcd(raw: Spanned<RawEtcd>, ctx: &Ctx<'_>) -> Result<EtcdConfig, ConfigError> {
+    let list = raw.into_inner().endpoints;
+    let list_span = list.span();
+    let list = list.into_inner();
+    if list.is_empty() {
+        return Err(ctx.at(
+            list_span,
+            "etcd.endpoints",
+            "endpoints must not be empty: list the cluster's client URLs, e.g. \"http://127.0.0.1:2379\"",
+        ));
+    }
+    let mut endpoints = Vec::new();
+    for (j, e) in list.into_iter().enumerate() {
+        let at = e.span();
+        let url = e.into_inner();
+        check_etcd_endpoint(&url).map_err(|e| ctx.at(at, format!("etcd.endpoints[{j}]"), e))?;
+        endpoints.push(url);
+    }
+    Ok(EtcdConfig { endpoints })
 }
 
 fn validate_admin(raw: Spanned<RawAdmin>, ctx: &Ctx<'_>) -> Result<AdminConfig, ConfigError> {
@@ -1642,14 +1814,22 @@ fn validate_health(
     })
 }
 
-/// `members_api`: an [admin] table is there, so members may register at runtime and a
-/// balancer may start with no backends.
+/// Which runtime sources the file sets up.
+#[derive(Debug, Clone, Copy)]
+struct Sources {
+    /// An [admin] table: members may register at runtime, so a balancer may start
+    /// with no backends.
+    admin: bool,
+    /// An [etcd] table: `etcd:` backends have a cluster.
+    etcd: bool,
+}
+
 fn validate_balancer(
     raw: Spanned<RawBalancer>,
     i: usize,
     lone: bool,
     apps: &HashSet<String>,
-    members_api: bool,
+    sources: Sources,
     ctx: &Ctx<'_>,
 ) -> Result<BalancerConfig, ConfigError> {
     let key = |k: &str| format!("balancer[{i}].{k}");
@@ -1715,7 +1895,7 @@ fn validate_balancer(
 
     let backends_span = raw.backends.span();
     let entries = raw.backends.into_inner();
-    if entries.is_empty() && !members_api {
+    if entries.is_empty() && !sources.admin {
         return Err(ctx.at(
             backends_span,
             key("backends"),
@@ -1763,23 +1943,29 @@ fn validate_balancer(
                 }
                 BackendRef::App(name)
             }
-            t @ (Target::Dns { .. } | Target::Etcd(_)) => {
-                let kind = if matches!(t, Target::Dns { .. }) {
-                    "dns"
-                } else {
-                    "etcd"
-                };
-                return Err(ctx.at(
-                    span,
-                    bkey,
-                    format!("backend \"{t}\": {kind}: backends are not supported yet; list IP:PORT addresses or app:NAME"),
-                ));
+            Target::Dns { host, port } => BackendRef::Dns(drover_dns::DnsTarget::A { host, port }),
+            Target::DnsSrv(name) => BackendRef::Dns(drover_dns::DnsTarget::Srv { name }),
+            Target::Etcd(prefix) => {
+                if !sources.etcd {
+                    return Err(ctx.at(
+                        span,
+                        bkey,
+                        format!("backend \"etcd:{prefix}\" needs an [etcd] table with the cluster's endpoints"),
+                    ));
+                }
+                if b.backends.iter().any(|o| matches!(o, BackendRef::Etcd(_))) {
+                    return Err(ctx.at(
+                        span,
+                        bkey,
+                        "one etcd: prefix per balancer: the members API writes to it",
+                    ));
+                }
+                BackendRef::Etcd(prefix)
             }
         };
         let same = |o: &BackendRef| match (o, &backend) {
             (BackendRef::Addr { addr: a, .. }, BackendRef::Addr { addr: b, .. }) => a == b,
-            (BackendRef::App(a), BackendRef::App(b)) => a == b,
-            _ => false,
+            (a, b) => a == b,
         };
         if let Some(first) = b.backends.iter().position(same) {
             return Err(ctx.at(

@@ -1,6 +1,6 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
-use crate::balancers::{app_of, static_pool, RunningBalancer};
+use crate::balancers::{app_of, static_pool, RunningBalancer, StartError};
 use crate::config::{self, BalancerConfig, Config};
 use crate::plan::BalancerPlan;
 use crate::up::app_spec;
@@ -119,17 +119,35 @@ impl Controller {
                     None => (static_pool(plan), None),
                 },
             };
-            match RunningBalancer::start((*config).clone(), plan.clone(), pool, members) {
+            let start = RunningBalancer::start(
+                (*config).clone(),
+                plan.clone(),
+                &next.resolver,
+                pool,
+                members,
+            )
+            .await;
+            match start {
                 Ok(b) => started.push(Some(Arc::new(b))),
                 Err(e) => {
                     for b in started.into_iter().flatten() {
                         b.proxy.begin_shutdown();
                     }
+                    let what = match e {
+                        StartError::Bind(e) => format!(
+                            "balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}",
+                            config.name, config.listen
+                        ),
+                        e @ StartError::Dns(_) => {
+                            format!(
+                                "balancer[{index}].backends: balancer {:?}: {e}",
+                                config.name
+                            )
+                        }
+                    };
                     return Err(ControlError::Failed(format!(
-                        "{}: balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}; nothing was reloaded",
-                        path.display(),
-                        config.name,
-                        config.listen
+                        "{}: {what}; nothing was reloaded",
+                        path.display()
                     )));
                 }
             }
@@ -163,7 +181,8 @@ impl Controller {
             match step {
                 Step::Keep(b) => now.push(b),
                 Step::Change(b, config, plan) => {
-                    b.reconfigure(config.clone(), plan)
+                    b.reconfigure(config.clone(), plan, &next.resolver)
+                        .await
                         .expect("plan_balancers checked it");
                     changed.push(b.name.clone());
                     now.push(b);
@@ -498,6 +517,7 @@ impl Control for Controller {
                         ejections: e.ejections,
                     })
                     .collect(),
+                sources: b.source_rows(),
             })
             .collect();
         Status { apps, balancers }

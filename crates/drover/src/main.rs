@@ -41,7 +41,7 @@ fn init_logging() {
 }
 
 fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
-    let (balancers, admin, origins) = match &args.config {
+    let (cfg, origins) = match &args.config {
         Some(path) => {
             let (cfg, origins) = config::load_with_origins(path).map_err(|e| e.to_string())?;
             if !cfg.apps.is_empty() {
@@ -50,7 +50,7 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
                     path.display()
                 ));
             }
-            (cfg.balancers, cfg.admin, origins)
+            (cfg, origins)
         }
         None => {
             let admin = match args.admin {
@@ -65,15 +65,36 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
                 }
                 None => None,
             };
+            let mut resolver = config::ResolverConfig::default();
+            if !args.resolver.is_empty() {
+                let servers = args
+                    .resolver
+                    .iter()
+                    .map(|s| config::nameserver(s).map_err(|e| format!("--resolver: {e}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                resolver.nameservers = Some(servers);
+            }
+            for url in &args.etcd {
+                config::check_etcd_endpoint(url).map_err(|e| format!("--etcd: {e}"))?;
+            }
+            let etcd = (!args.etcd.is_empty()).then(|| config::EtcdConfig {
+                endpoints: args.etcd.clone(),
+            });
             (
-                vec![plan::BalancerPlan::config_from_args(&args)?],
-                admin,
+                config::Config {
+                    admin,
+                    resolver,
+                    etcd,
+                    apps: Vec::new(),
+                    balancers: vec![plan::BalancerPlan::config_from_args(&args)?],
+                },
                 config::Origins::default()
                     .with_flag("balancer[0].listen", "--listen")
                     .with_flag("admin.listen", "--admin"),
             )
         }
     };
+    let balancers = &cfg.balancers;
     if balancers.is_empty() {
         return Err("nothing to run: the config has no [[balancer]]".into());
     }
@@ -87,11 +108,6 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
             p.proxy.name
         ));
     }
-    let cfg = config::Config {
-        admin,
-        apps: Vec::new(),
-        balancers,
-    };
     control_runtime()?.block_on(up::run_config(
         cfg,
         &origins,

@@ -20,6 +20,10 @@ pub struct BalancerPlan {
     pub app: Option<String>,
     /// Per-backend concurrency limits that differ from the pool's.
     pub max_conns: Vec<(SocketAddr, u32)>,
+    /// Names whose DNS answers are backends.
+    pub dns: Vec<drover_dns::DnsTarget>,
+    /// The etcd prefix whose members are backends (and where members register).
+    pub etcd: Option<String>,
     pub health: Option<HealthCheck>,
     pub drain_timeout: Duration,
 }
@@ -36,15 +40,19 @@ impl BalancerPlan {
             return Err(format!("--name {:?}: {}", a.name, config::NAME_RULE));
         }
         let mut backends = Vec::new();
-        for (i, b) in a.backend.iter().enumerate() {
-            if a.backend[..i].contains(b) {
+        for b in &a.backend {
+            let backend = config::backend_from_flag(b, !a.etcd.is_empty())?;
+            if backends.contains(&backend) {
                 return Err(format!("--backend {b} is given twice"));
             }
-            backends.push(BackendRef::Addr {
-                addr: *b,
-                weight: 1,
-                max_conns: None,
-            });
+            if matches!(backend, BackendRef::Etcd(_))
+                && backends.iter().any(|o| matches!(o, BackendRef::Etcd(_)))
+            {
+                return Err(format!(
+                    "--backend {b}: one etcd: prefix per balancer (the members API writes to it)"
+                ));
+            }
+            backends.push(backend);
         }
         let mut b = config::BalancerConfig::new(a.name.clone(), listen, backends);
         b.apply_strategy(a.strategy, &a.keys)?;
@@ -83,6 +91,7 @@ impl BalancerPlan {
         let mut backends = Vec::new();
         let mut max_conns = Vec::new();
         let mut app = None;
+        let (mut dns, mut etcd) = (Vec::new(), None);
         for backend in &b.backends {
             match backend {
                 BackendRef::Addr {
@@ -96,6 +105,8 @@ impl BalancerPlan {
                     }
                 }
                 BackendRef::App(name) => app = Some(name.clone()),
+                BackendRef::Dns(target) => dns.push(target.clone()),
+                BackendRef::Etcd(prefix) => etcd = Some(prefix.clone()),
             }
         }
         if app.is_some() && b.backends.len() > 1 {
@@ -161,6 +172,8 @@ impl BalancerPlan {
             backends,
             app,
             max_conns,
+            dns,
+            etcd,
             health,
             drain_timeout: b.drain_timeout,
         })

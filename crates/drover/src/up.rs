@@ -1,6 +1,6 @@
 //! `drover up` and `drover run`: apps, balancers and the admin API a config describes.
 
-use crate::balancers::{self, RunningBalancer};
+use crate::balancers::{self, RunningBalancer, StartError};
 use crate::config::{self, AppConfig, Config, Mode, Origins};
 use crate::control::Controller;
 use crate::plan::{self, BalancerPlan};
@@ -94,6 +94,8 @@ pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
     });
     let cfg = Config {
         admin,
+        resolver: config::ResolverConfig::default(),
+        etcd: None,
         apps: vec![app],
         balancers,
     };
@@ -212,14 +214,17 @@ pub(crate) async fn run_config(
             None => balancers::static_pool(&plan),
         };
         let (name, listen) = (plan.proxy.name.clone(), plan.proxy.listen);
-        match RunningBalancer::start(config.clone(), plan, pool, None) {
+        match RunningBalancer::start(config.clone(), plan, &cfg.resolver, pool, None).await {
             Ok(b) => balancers.push(Arc::new(b)),
             Err(e) => {
                 abandon(&balancers, &[]).await;
-                return Err(origins.error(
-                    &format!("balancer[{i}].listen"),
-                    format!("balancer {name:?}: cannot listen on {listen}: {e}"),
-                ));
+                return Err(match e {
+                    StartError::Bind(e) => origins.error(
+                        &format!("balancer[{i}].listen"),
+                        format!("balancer {name:?}: cannot listen on {listen}: {e}"),
+                    ),
+                    e @ StartError::Dns(_) => format!("balancer {name:?}: {e}"),
+                });
             }
         }
     }
