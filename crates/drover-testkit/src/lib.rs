@@ -25,6 +25,7 @@ mod backend;
 mod client;
 mod harness;
 mod http;
+pub mod netns;
 mod ws;
 
 pub use backend::{big_body, Backend, BackendBuilder};

@@ -52,47 +52,12 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
             }
             (cfg, origins)
         }
-        None => {
-            let admin = match args.admin {
-                Some(listen) => {
-                    drover_admin::check_exposure(listen, args.admin_token.as_deref()).map_err(
-                        |e| format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN"),
-                    )?;
-                    Some(config::AdminConfig {
-                        listen,
-                        token: args.admin_token.clone(),
-                    })
-                }
-                None => None,
-            };
-            let mut resolver = config::ResolverConfig::default();
-            if !args.resolver.is_empty() {
-                let servers = args
-                    .resolver
-                    .iter()
-                    .map(|s| config::nameserver(s).map_err(|e| format!("--resolver: {e}")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                resolver.nameservers = Some(servers);
-            }
-            for url in &args.etcd {
-                config::check_etcd_endpoint(url).map_err(|e| format!("--etcd: {e}"))?;
-            }
-            let etcd = (!args.etcd.is_empty()).then(|| config::EtcdConfig {
-                endpoints: args.etcd.clone(),
-            });
-            (
-                config::Config {
-                    admin,
-                    resolver,
-                    etcd,
-                    apps: Vec::new(),
-                    balancers: vec![plan::BalancerPlan::config_from_args(&args)?],
-                },
-                config::Origins::default()
-                    .with_flag("balancer[0].listen", "--listen")
-                    .with_flag("admin.listen", "--admin"),
-            )
-        }
+        None => (
+            plan::proxy_config_from_args(&args)?,
+            config::Origins::default()
+                .with_flag("balancer[0].listen", "--listen")
+                .with_flag("admin.listen", "--admin"),
+        ),
     };
     let balancers = &cfg.balancers;
     if balancers.is_empty() {

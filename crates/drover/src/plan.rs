@@ -28,6 +28,45 @@ pub struct BalancerPlan {
     pub drain_timeout: Duration,
 }
 
+/// What `drover proxy` runs when given flags instead of a file: the same model a file
+/// fills, so a setting has one default and one set of checks.
+pub fn proxy_config_from_args(a: &ProxyArgs) -> Result<config::Config, String> {
+    let admin = match a.admin {
+        Some(listen) => {
+            drover_admin::check_exposure(listen, a.admin_token.as_deref()).map_err(|e| {
+                format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
+            })?;
+            Some(config::AdminConfig {
+                listen,
+                token: a.admin_token.clone(),
+            })
+        }
+        None => None,
+    };
+    let mut resolver = config::ResolverConfig::default();
+    if !a.resolver.is_empty() {
+        let servers = a
+            .resolver
+            .iter()
+            .map(|s| config::nameserver(s).map_err(|e| format!("--resolver: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        resolver.nameservers = Some(servers);
+    }
+    for url in &a.etcd {
+        config::check_etcd_endpoint(url).map_err(|e| format!("--etcd: {e}"))?;
+    }
+    let etcd = (!a.etcd.is_empty()).then(|| config::EtcdConfig {
+        endpoints: a.etcd.clone(),
+    });
+    Ok(config::Config {
+        admin,
+        resolver,
+        etcd,
+        apps: Vec::new(),
+        balancers: vec![BalancerPlan::config_from_args(a)?],
+    })
+}
+
 impl BalancerPlan {
     /// The balancer the `proxy` flags describe, as a config entry so flags and files
     /// share one validation and one translation.
