@@ -153,6 +153,8 @@ pub struct EtcdStatus {
     pub revision: i64,
     /// Members in the view.
     pub members: usize,
+    /// Full listings after the first: one per compaction that outran the watch.
+    pub relists: u64,
 }
 
 /// A member as this balancer's view has it.
@@ -177,6 +179,8 @@ struct State {
     status: EtcdStatus,
     /// The current outage has been warned about.
     outage_warned: bool,
+    /// The prefix has been listed once.
+    listed: bool,
 }
 
 struct Shared {
@@ -245,8 +249,10 @@ impl EtcdMembers {
                     last_error: None,
                     revision: 0,
                     members: 0,
+                    relists: 0,
                 },
                 outage_warned: false,
+                listed: false,
             }),
             applied,
         });
@@ -702,6 +708,10 @@ impl Shared {
         for id in view.keys() {
             state.draining.remove(id);
         }
+        if state.listed {
+            state.status.relists += 1;
+        }
+        state.listed = true;
         state.view = view;
         self.publish(&mut state, revision);
     }
