@@ -289,7 +289,10 @@ impl EtcdMembers {
         for _attempt in 0..3 {
             // A fresh read: the conflict checks go by etcd, not by this view.
             let resp = sh
-                .call(client.get(sh.members_prefix.clone(), Some(GetOptions::new().with_prefix())))
+                .call(client.get(
+                    sh.members_prefix.clone(),
+                    Some(GetOptions::new().with_prefix()),
+                ))
                 .await?;
             let mut existing: Option<(i64, Entry)> = None;
             for kv in resp.kvs() {
@@ -335,11 +338,7 @@ impl EtcdMembers {
                 lease => Some(PutOptions::new().with_lease(lease)),
             };
             let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    seen,
-                )])
+                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, seen)])
                 .and_then([TxnOp::put(key.clone(), json.clone(), put)]);
             let resp = match sh.call(client.txn(txn)).await {
                 Ok(resp) => resp,
@@ -392,7 +391,11 @@ impl EtcdMembers {
         )))
     }
 
-    async fn heartbeat_inner(&self, id: &str, load: Option<f64>) -> Result<MemberView, MemberError> {
+    async fn heartbeat_inner(
+        &self,
+        id: &str,
+        load: Option<f64>,
+    ) -> Result<MemberView, MemberError> {
         if let Some(load) = load {
             check_load(load)?;
         }
@@ -564,7 +567,12 @@ impl Shared {
     /// A client, made on first use and again after the watcher lost the connection (a
     /// fresh channel rather than trusting the old one to recover).
     async fn client(&self) -> Result<Client, MemberError> {
-        if let Some(client) = self.client.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(client) = self
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
             return Ok(client);
         }
         let options = ConnectOptions::new()
@@ -857,7 +865,10 @@ async fn session(sh: &Shared, need_list: &mut bool) -> Ended {
     };
     if *need_list {
         let resp = match sh
-            .call(client.get(sh.members_prefix.clone(), Some(GetOptions::new().with_prefix())))
+            .call(client.get(
+                sh.members_prefix.clone(),
+                Some(GetOptions::new().with_prefix()),
+            ))
             .await
         {
             Ok(resp) => resp,

@@ -42,7 +42,11 @@ async fn a_member_registered_at_one_balancer_shows_in_the_other() {
         assert!(done.created);
         assert_eq!(done.member.source, Source::Etcd);
         assert_eq!(done.member.state, MemberState::Active);
-        assert_eq!(addrs(&pool_a), [addr(7001)], "in A's pool when register answers");
+        assert_eq!(
+            addrs(&pool_a),
+            [addr(7001)],
+            "in A's pool when register answers"
+        );
         assert!(eventually(SOON, || addrs(&pool_b) == [addr(7001)]).await);
         assert_eq!(pool_b.find(addr(7001)).unwrap().weight(), 3);
         let listed = b.list();
@@ -119,7 +123,10 @@ async fn a_member_without_heartbeats_leaves_every_pool_within_its_ttl() {
         let b = start(&etcd, &pool_b);
         assert!(connected(&a).await && connected(&b).await);
 
-        let silent = a.register("silent".into(), reg(7101, Some(2))).await.unwrap();
+        let silent = a
+            .register("silent".into(), reg(7101, Some(2)))
+            .await
+            .unwrap();
         assert_eq!(silent.member.ttl, Some(Duration::from_secs(2)));
         let left = silent.member.ttl_left.expect("A granted the lease");
         assert!(left <= Duration::from_secs(2) && left > Duration::from_secs(1));
@@ -155,7 +162,10 @@ async fn a_member_without_heartbeats_leaves_every_pool_within_its_ttl() {
         assert_eq!(addrs(&pool_b), gone);
         let kept = b.list();
         assert_eq!(kept.len(), 1);
-        assert!(kept[0].ttl_left.is_some(), "B renewed the lease, so it knows");
+        assert!(
+            kept[0].ttl_left.is_some(),
+            "B renewed the lease, so it knows"
+        );
         beats.abort();
         assert_eq!(
             a.heartbeat("silent".into(), None).await.unwrap_err(),
@@ -191,10 +201,7 @@ async fn while_etcd_is_away_the_pools_keep_their_members_and_writes_are_refused(
         assert_eq!(s.members, 2);
         assert_eq!(addrs(&pool_a), two, "fail static");
         assert_eq!(addrs(&pool_b), two, "fail static");
-        let e = a
-            .register("m3".into(), reg(7203, None))
-            .await
-            .unwrap_err();
+        let e = a.register("m3".into(), reg(7203, None)).await.unwrap_err();
         assert!(matches!(e, MemberError::Unavailable(_)), "{e:?}");
         assert!(matches!(
             b.heartbeat("m1".into(), None).await.unwrap_err(),
@@ -216,7 +223,11 @@ async fn while_etcd_is_away_the_pools_keep_their_members_and_writes_are_refused(
         b.drain("m2".into()).await.unwrap();
         let two = sorted(vec![addr(7201), addr(7203)]);
         assert!(eventually(SOON, || addrs(&pool_a) == two && addrs(&pool_b) == two).await);
-        assert_eq!(a.status().relists, 0, "resumed the watch, no second listing");
+        assert_eq!(
+            a.status().relists,
+            0,
+            "resumed the watch, no second listing"
+        );
     })
     .await;
 }
@@ -262,7 +273,10 @@ async fn after_a_compaction_the_watcher_lists_again_and_applies_only_the_differe
         assert_eq!(s.relists, 1, "listed again after the compaction");
         assert!(s.revision >= rev);
         let now = pool_a.find(addr(7301)).unwrap();
-        assert!(Arc::ptr_eq(&now, &ep), "the member that stayed kept its endpoint");
+        assert!(
+            Arc::ptr_eq(&now, &ep),
+            "the member that stayed kept its endpoint"
+        );
         assert_eq!(now.in_flight(), 1, "and its request in flight");
         drop(held);
 
@@ -397,9 +411,12 @@ async fn refusals_change_nothing() {
             assert_eq!(e, want_err, "register {id}");
         }
         assert!(matches!(
-            a.register("b".into(), with(7502, &|r| {
-                r.meta = (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
-            }))
+            a.register(
+                "b".into(),
+                with(7502, &|r| {
+                    r.meta = (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
+                })
+            )
             .await
             .unwrap_err(),
             MemberError::InvalidMeta(_)
