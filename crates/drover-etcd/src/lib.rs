@@ -413,12 +413,16 @@ impl EtcdMembers {
             not_found()
         })?;
         if entry.lease != 0 {
-            match sh.call(client.lease_keep_alive(entry.lease)).await {
+            match sh.call_raw(client.lease_keep_alive(entry.lease)).await {
                 Ok(_) => {}
-                Err(MemberError::Unavailable(why)) if why.contains("lease not found") => {
-                    return Err(not_found());
+                // The lease lapsed between the read and the renewal: the key is gone too.
+                Err(Some(etcd_client::Error::LeaseKeepAliveError(_))) => return Err(not_found()),
+                Err(Some(etcd_client::Error::GRpcStatus(s)))
+                    if i32::from(s.code()) == GRPC_NOT_FOUND =>
+                {
+                    return Err(not_found())
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(sh.unavailable(e)),
             }
             if let Some(ttl) = entry.value.ttl() {
                 sh.lock().deadlines.insert(
@@ -590,19 +594,48 @@ impl Shared {
         *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    /// Runs one etcd request within `op_timeout`.
+    /// Runs one etcd request within `op_timeout`; any failure means etcd is out of
+    /// reach for this request, and nothing it would have done is assumed done.
     async fn call<T>(
         &self,
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, MemberError> {
+        self.call_raw(fut).await.map_err(|e| self.unavailable(e))
+    }
+
+    /// `Err(None)`: no answer within `op_timeout`.
+    async fn call_raw<T>(
+        &self,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Option<etcd_client::Error>> {
         match tokio::time::timeout(self.options.op_timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(MemberError::Unavailable(describe(&e))),
-            Err(_) => Err(MemberError::Unavailable(format!(
-                "etcd did not answer within {:?}",
-                self.options.op_timeout
-            ))),
+            Ok(Err(e)) => Err(Some(e)),
+            Err(_) => Err(None),
         }
+    }
+
+    /// The error for a failed request. A connection-level failure also drops the
+    /// client, so the next request opens a fresh channel.
+    fn unavailable(&self, e: Option<etcd_client::Error>) -> MemberError {
+        let transport = match &e {
+            None => true,
+            Some(etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_)) => true,
+            Some(etcd_client::Error::GRpcStatus(s)) => {
+                matches!(
+                    i32::from(s.code()),
+                    GRPC_UNKNOWN | GRPC_DEADLINE_EXCEEDED | GRPC_UNAVAILABLE
+                )
+            }
+            Some(_) => false,
+        };
+        if transport {
+            self.forget_client();
+        }
+        MemberError::Unavailable(match e {
+            Some(e) => describe(&e),
+            None => format!("etcd did not answer within {:?}", self.options.op_timeout),
+        })
     }
 
     async fn revoke(&self, client: &mut Client, lease: i64) {
@@ -794,6 +827,12 @@ impl Shared {
         }
     }
 }
+
+// gRPC status codes (etcd-client does not re-export tonic's `Code`).
+const GRPC_UNKNOWN: i32 = 2;
+const GRPC_DEADLINE_EXCEEDED: i32 = 4;
+const GRPC_NOT_FOUND: i32 = 5;
+const GRPC_UNAVAILABLE: i32 = 14;
 
 fn describe(e: &etcd_client::Error) -> String {
     match e {

@@ -9,7 +9,7 @@ use drover_registry::{MemberError, MemberState, MemberStore, Registration, Sourc
 use std::sync::Arc;
 use std::time::Duration;
 
-const SOON: Duration = Duration::from_secs(3);
+const SOON: Duration = Duration::from_secs(5);
 
 async fn connected(m: &drover_etcd::EtcdMembers) -> bool {
     eventually(SOON, || m.status().connected).await
@@ -73,6 +73,30 @@ async fn a_member_registered_at_one_balancer_shows_in_the_other() {
         // Registering again updates; a heartbeat at B carries load to B's endpoint.
         let again = a.register("m1".into(), r.clone()).await.unwrap();
         assert!(!again.created);
+        // With a TTL: a lease; registering again takes a new one and revokes the old.
+        let mut r5 = r.clone();
+        r5.ttl = Some(Duration::from_secs(5));
+        a.register("m1".into(), r5.clone()).await.unwrap();
+        let lease_of = |c: &mut etcd_client::Client| {
+            let mut c = c.clone();
+            let key = a.key_of("m1");
+            async move { c.get(key, None).await.unwrap().kvs()[0].lease() }
+        };
+        let l1 = lease_of(&mut c).await;
+        assert_ne!(l1, 0);
+        let again = a.register("m1".into(), r5).await.unwrap();
+        assert_eq!(again.member.ttl, Some(Duration::from_secs(5)));
+        let l2 = lease_of(&mut c).await;
+        assert_ne!(l2, l1);
+        let leases: Vec<i64> = c
+            .leases()
+            .await
+            .unwrap()
+            .leases()
+            .iter()
+            .map(|l| l.id())
+            .collect();
+        assert_eq!(leases, [l2], "the old lease was revoked after the put");
         let hb = b.heartbeat("m1".into(), Some(0.75)).await.unwrap();
         assert_eq!(hb.id, "m1");
         let load = pool_b.find(addr(7001)).unwrap().reported_load(clock::now());
@@ -92,6 +116,10 @@ async fn a_member_registered_at_one_balancer_shows_in_the_other() {
         assert_eq!(a.list()[0].state, MemberState::Draining);
         drop(held);
         assert!(a.list().is_empty(), "removed once its request ended");
+        assert!(
+            c.leases().await.unwrap().leases().is_empty(),
+            "a drain revokes the member's lease"
+        );
         assert_eq!(
             a.drain("m1".into()).await.unwrap_err(),
             MemberError::NotFound { id: "m1".into() }
@@ -123,6 +151,7 @@ async fn a_member_without_heartbeats_leaves_every_pool_within_its_ttl() {
         let b = start(&etcd, &pool_b);
         assert!(connected(&a).await && connected(&b).await);
 
+        let granted = std::time::Instant::now();
         let silent = a
             .register("silent".into(), reg(7101, Some(2)))
             .await
@@ -135,7 +164,6 @@ async fn a_member_without_heartbeats_leaves_every_pool_within_its_ttl() {
         assert!(eventually(SOON, || addrs(&pool_b) == both).await);
 
         // "kept" heartbeats at B (which did not grant its lease); "silent" says nothing.
-        let registered = std::time::Instant::now();
         let beats = {
             let b = Arc::clone(&b);
             tokio::spawn(async move {
@@ -154,8 +182,11 @@ async fn a_member_without_heartbeats_leaves_every_pool_within_its_ttl() {
             addrs(&pool_a),
             addrs(&pool_b)
         );
-        let took = registered.elapsed();
-        assert!(took >= Duration::from_millis(1500), "left after {took:?}");
+        let took = granted.elapsed();
+        assert!(
+            took >= Duration::from_millis(1900),
+            "left after {took:?}, before its TTL"
+        );
         // Well past its TTL, the heartbeated member is still in both pools.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(addrs(&pool_a), gone);
@@ -450,6 +481,35 @@ async fn refusals_change_nothing() {
             "no lease granted for a refused registration"
         );
         assert_eq!(a.list().len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_while_etcd_is_unreachable_neither_fails_nor_blocks() {
+    bounded(30, async {
+        let port = free_port();
+        let pool_a = pool(&[]);
+        let started = std::time::Instant::now();
+        let a = start_at(port, &pool_a);
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "start does not wait"
+        );
+        assert!(eventually(SOON, || a.status().last_error.is_some()).await);
+        assert!(!a.status().connected);
+        let e = a.register("m".into(), reg(7601, None)).await.unwrap_err();
+        assert!(matches!(e, MemberError::Unavailable(_)), "{e:?}");
+        assert!(a.list().is_empty() && addrs(&pool_a).is_empty());
+
+        // etcd appears: the background task connects and the view follows it.
+        let etcd = Etcd::start_on(port).await;
+        let mut c = etcd.client().await;
+        c.put(a.key_of("m0"), value(7600), None).await.unwrap();
+        assert!(connected(&a).await);
+        assert!(eventually(SOON, || addrs(&pool_a) == [addr(7600)]).await);
+        a.register("m".into(), reg(7601, None)).await.unwrap();
+        assert_eq!(addrs(&pool_a), sorted(vec![addr(7600), addr(7601)]));
     })
     .await;
 }

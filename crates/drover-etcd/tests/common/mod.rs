@@ -11,17 +11,26 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const PREFIX: &str = "/drover/pools/web";
 
+/// A port the OS says is free now, never the same one twice in this process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("a free loopback port")
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("a free loopback port")
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// One etcd server; killed and its data removed on drop.
@@ -34,6 +43,15 @@ pub struct Etcd {
 
 impl Etcd {
     pub async fn start() -> Etcd {
+        Etcd::start_inner(free_port(), false).await
+    }
+
+    /// An etcd serving clients on `client_port`.
+    pub async fn start_on(client_port: u16) -> Etcd {
+        Etcd::start_inner(client_port, true).await
+    }
+
+    async fn start_inner(client_port: u16, fixed_port: bool) -> Etcd {
         static N: AtomicU32 = AtomicU32::new(0);
         if Command::new("etcd")
             .arg("--version")
@@ -56,12 +74,31 @@ impl Etcd {
         let mut etcd = Etcd {
             child: None,
             dir,
-            client_port: free_port(),
+            client_port,
             peer_port: free_port(),
         };
-        etcd.spawn_on(etcd.client_port);
-        etcd.wait_ready(etcd.client_port).await;
-        etcd
+        // A port the OS called free may be taken again before etcd binds it (by a
+        // connection's ephemeral port): then try other ports.
+        for _ in 0..3 {
+            etcd.spawn_on(etcd.client_port);
+            if etcd
+                .try_ready(etcd.client_port, Duration::from_secs(10))
+                .await
+            {
+                return etcd;
+            }
+            let log = etcd.log_tail();
+            etcd.kill();
+            if !log.contains("address already in use") {
+                panic!("etcd on port {client_port} not ready within 10 s; log:\n{log}");
+            }
+            let _ = std::fs::remove_dir_all(etcd.dir.join("data"));
+            etcd.peer_port = free_port();
+            if !fixed_port {
+                etcd.client_port = free_port();
+            }
+        }
+        panic!("etcd could not bind its ports: {}", etcd.log_tail());
     }
 
     pub fn url(&self) -> String {
@@ -97,30 +134,41 @@ impl Etcd {
     }
 
     /// Polls until etcd answers a read on `client_port` (10 s at most).
-    pub async fn wait_ready(&self, client_port: u16) {
+    pub async fn wait_ready(&mut self, client_port: u16) {
+        if !self.try_ready(client_port, Duration::from_secs(10)).await {
+            panic!(
+                "etcd on port {client_port} not ready within 10 s; log:\n{}",
+                self.log_tail()
+            );
+        }
+    }
+
+    /// Polls until etcd answers a read; false when it does not in time or exits.
+    async fn try_ready(&mut self, client_port: u16, within: Duration) -> bool {
         let url = format!("http://127.0.0.1:{client_port}");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             let attempt = async {
                 let mut c = Client::connect([url.as_str()], None).await.ok()?;
                 c.get("ready", None).await.ok()
             };
             if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(500), attempt).await {
-                return;
+                return true;
+            }
+            if let Some(child) = self.child.as_mut() {
+                if child.try_wait().ok().flatten().is_some() {
+                    return false;
+                }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        false
+    }
+
+    pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
-        let tail: String = log
-            .lines()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
-        panic!("etcd on port {client_port} not ready within 10 s; log:\n{tail}");
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
     pub fn kill(&mut self) {
@@ -160,7 +208,7 @@ impl Drop for Etcd {
 
 pub fn options() -> EtcdOptions {
     EtcdOptions {
-        op_timeout: Duration::from_secs(1),
+        op_timeout: Duration::from_secs(2),
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_millis(400),
         settle: Duration::from_secs(1),
@@ -173,8 +221,12 @@ pub fn pool(static_addrs: &[SocketAddr]) -> Arc<Pool> {
 }
 
 pub fn start(etcd: &Etcd, pool: &Arc<Pool>) -> Arc<EtcdMembers> {
+    start_at(etcd.client_port, pool)
+}
+
+pub fn start_at(port: u16, pool: &Arc<Pool>) -> Arc<EtcdMembers> {
     EtcdMembers::start_with(
-        vec![etcd.url()],
+        vec![format!("http://127.0.0.1:{port}")],
         PREFIX.to_string(),
         Arc::clone(pool),
         options(),
