@@ -294,27 +294,38 @@ impl EtcdMembers {
                     Some(GetOptions::new().with_prefix()),
                 ))
                 .await?;
-            let mut existing: Option<(i64, Entry)> = None;
+            // The key's revision even when its value is not a member, so the write below
+            // replaces exactly what was read.
+            let mut seen = 0;
+            let mut existing: Option<Entry> = None;
+            let mut holder: Option<String> = None;
             for kv in resp.kvs() {
+                if kv.key() == key.as_bytes() {
+                    seen = kv.mod_revision();
+                }
                 let Ok((other, entry)) = sh.parse_kv(kv) else {
                     continue;
                 };
                 if other == id {
-                    existing = Some((kv.mod_revision(), entry));
-                } else if entry.value.addr == reg.addr {
-                    return Err(MemberError::AddressTaken {
-                        addr: reg.addr,
-                        by: format!("member {other:?}"),
-                    });
+                    existing = Some(entry);
+                } else if entry.value.addr == reg.addr && holder.is_none() {
+                    holder = Some(other);
                 }
             }
-            if let Some((_, old)) = &existing {
+            // In the order `Members::register_at` checks them.
+            if let Some(old) = &existing {
                 if old.value.addr != reg.addr {
                     return Err(MemberError::IdTaken {
                         id: id.to_string(),
                         addr: old.value.addr,
                     });
                 }
+            }
+            if let Some(other) = holder {
+                return Err(MemberError::AddressTaken {
+                    addr: reg.addr,
+                    by: format!("member {other:?}"),
+                });
             }
             if let Some(other) = sh
                 .pool
@@ -332,7 +343,6 @@ impl EtcdMembers {
                 Some(ttl) => sh.call(client.lease_grant(ttl as i64, None)).await?.id(),
                 None => 0,
             };
-            let seen = existing.as_ref().map_or(0, |(rev, _)| *rev);
             let put = match lease {
                 0 => None,
                 lease => Some(PutOptions::new().with_lease(lease)),
@@ -353,7 +363,7 @@ impl EtcdMembers {
                 continue;
             }
             let revision = resp.header().map_or(0, |h| h.revision());
-            if let Some((_, old)) = &existing {
+            if let Some(old) = &existing {
                 if old.lease != 0 && old.lease != lease {
                     sh.revoke(&mut client, old.lease).await;
                 }

@@ -371,6 +371,11 @@ async fn values_that_are_not_members_are_skipped_and_the_others_applied() {
             a.heartbeat("junk".into(), None).await.unwrap_err(),
             MemberError::NotFound { id: "junk".into() }
         );
+        // Registering over a key that is not a member replaces it.
+        let done = a.register("junk".into(), reg(7403, None)).await.unwrap();
+        assert!(done.created);
+        let want = sorted(vec![addr(7401), addr(7402), addr(7403)]);
+        assert_eq!(addrs(&pool_a), want);
     })
     .await;
 }
@@ -384,11 +389,12 @@ async fn refusals_change_nothing() {
         let a = start(&etcd, &pool_a);
         assert!(connected(&a).await);
         a.register("a".into(), reg(7501, None)).await.unwrap();
+        a.register("z".into(), reg(7509, None)).await.unwrap();
         let mut c = etcd.client().await;
         let before_value = c.get(a.key_of("a"), None).await.unwrap().kvs()[0]
             .value()
             .to_vec();
-        let want = sorted(vec![static_addr, addr(7501)]);
+        let want = sorted(vec![static_addr, addr(7501), addr(7509)]);
         assert_eq!(addrs(&pool_a), want);
 
         let with = |port: u16, f: &dyn Fn(&mut Registration)| {
@@ -415,6 +421,14 @@ async fn refusals_change_nothing() {
             (
                 "a",
                 reg(7502, Some(5)),
+                MemberError::IdTaken {
+                    id: "a".into(),
+                    addr: addr(7501),
+                },
+            ),
+            (
+                "a",
+                reg(7509, Some(5)),
                 MemberError::IdTaken {
                     id: "a".into(),
                     addr: addr(7501),
@@ -471,7 +485,11 @@ async fn refusals_change_nothing() {
 
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(addrs(&pool_a), want, "the pool did not change");
-        assert_eq!(keys(&mut c).await, [a.key_of("a")], "etcd did not change");
+        assert_eq!(
+            keys(&mut c).await,
+            [a.key_of("a"), a.key_of("z")],
+            "etcd did not change"
+        );
         let after_value = c.get(a.key_of("a"), None).await.unwrap().kvs()[0]
             .value()
             .to_vec();
@@ -480,7 +498,7 @@ async fn refusals_change_nothing() {
             c.leases().await.unwrap().leases().is_empty(),
             "no lease granted for a refused registration"
         );
-        assert_eq!(a.list().len(), 1);
+        assert_eq!(a.list().len(), 2);
     })
     .await;
 }
