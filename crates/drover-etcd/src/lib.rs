@@ -698,20 +698,25 @@ impl Shared {
         ttl_left(&self.lock(), id, lease, Instant::now())
     }
 
-    /// Gives the pool the view's members and records the revision.
-    fn publish(&self, state: &mut State, revision: i64) {
+    /// Gives the pool the view's members and records the revision: the later one after
+    /// events, exactly the listing's after a listing (etcd's revision may have gone back).
+    fn publish(&self, state: &mut State, revision: i64, listing: bool) {
         let members: Vec<(SocketAddr, u32)> = state
             .view
             .values()
             .map(|e| (e.value.addr, e.value.weight))
             .collect();
         self.pool.set_source(Source::Etcd, &members);
-        state.status.revision = state.status.revision.max(revision);
+        state.status.revision = if listing {
+            revision
+        } else {
+            state.status.revision.max(revision)
+        };
         state.status.members = state.view.len();
         let revision = state.status.revision;
         self.applied.send_if_modified(|r| {
-            let changed = *r < revision;
-            *r = (*r).max(revision);
+            let changed = *r != revision;
+            *r = revision;
             changed
         });
     }
@@ -764,7 +769,7 @@ impl Shared {
         }
         state.listed = true;
         state.view = view;
-        self.publish(&mut state, revision);
+        self.publish(&mut state, revision, true);
     }
 
     /// Applies one watch response's events.
@@ -796,7 +801,7 @@ impl Shared {
                 },
             }
         }
-        self.publish(&mut state, revision);
+        self.publish(&mut state, revision, false);
         revision
     }
 
@@ -855,6 +860,8 @@ fn describe(e: &etcd_client::Error) -> String {
 enum Ended {
     /// The revision to resume from was compacted: list again.
     Compacted(i64),
+    /// etcd's revision is below the one the view reflects: list again.
+    Relist,
     /// etcd failed or went away.
     Failed(MemberError),
 }
@@ -874,6 +881,7 @@ async fn watch_loop(shared: Arc<Shared>) {
                 need_list = true;
                 step = shared.options.backoff_min;
             }
+            Ended::Relist => need_list = true,
             Ended::Failed(e) => {
                 if shared.lock().status.connected {
                     step = shared.options.backoff_min;
@@ -926,6 +934,31 @@ async fn session(sh: &Shared, need_list: &mut bool) -> Ended {
         let revision = resp.header().map_or(0, |h| h.revision());
         sh.apply_list(resp.kvs(), revision);
         *need_list = false;
+    }
+    if !*need_list {
+        // An etcd whose revision went back (restored or rebuilt with new data) would
+        // never send the events between: list it again.
+        let resp = match sh
+            .call(client.get(
+                sh.members_prefix.clone(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ))
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) => return Ended::Failed(e),
+        };
+        let now = resp.header().map_or(0, |h| h.revision());
+        let seen = sh.lock().status.revision;
+        if now < seen {
+            tracing::warn!(
+                pool = %sh.pool.name(),
+                revision = now,
+                seen,
+                "etcd's revision went back; listing again"
+            );
+            return Ended::Relist;
+        }
     }
     let from = sh.lock().status.revision + 1;
     let options = WatchOptions::new().with_prefix().with_start_revision(from);

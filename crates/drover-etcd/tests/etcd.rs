@@ -531,3 +531,33 @@ async fn starting_while_etcd_is_unreachable_neither_fails_nor_blocks() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_whose_revision_went_back_is_listed_again() {
+    bounded(30, async {
+        let mut etcd = Etcd::start().await;
+        let pool_a = pool(&[]);
+        let a = start(&etcd, &pool_a);
+        assert!(connected(&a).await);
+        for (i, port) in [7701, 7702, 7703].into_iter().enumerate() {
+            a.register(format!("m{i}"), reg(port, None)).await.unwrap();
+        }
+        assert_eq!(addrs(&pool_a).len(), 3);
+
+        // The same address, a new cluster with none of the old data (revision 1).
+        etcd.kill();
+        assert!(eventually(SOON, || !a.status().connected).await);
+        std::fs::remove_dir_all(etcd.dir.join("data")).unwrap();
+        etcd.restart().await;
+        assert!(connected(&a).await);
+        let mut c = etcd.client().await;
+        c.put(a.key_of("fresh"), value(7704), None).await.unwrap();
+        assert!(
+            eventually(SOON, || addrs(&pool_a) == [addr(7704)]).await,
+            "pool {:?}",
+            addrs(&pool_a)
+        );
+        assert_eq!(a.status().relists, 1);
+    })
+    .await;
+}
