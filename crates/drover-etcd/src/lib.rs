@@ -220,8 +220,12 @@ impl Drop for EtcdMembers {
 
 impl EtcdMembers {
     /// Starts watching `{prefix}/members/` on the current tokio runtime with the default
-    /// options. Never fails nor waits for etcd: an unreachable etcd is retried in the
-    /// background and shows in `status()`.
+    /// options. Never fails nor waits for etcd: an unreachable etcd (or an endpoint that
+    /// is not a URL) is retried in the background and shows in `status()`.
+    ///
+    /// `endpoints` are etcd client URLs (`http://127.0.0.1:2379`); plain `host:port`
+    /// works too. No TLS: etcd-client is built without it, so `https://` endpoints fail
+    /// (and show in `status()`). Panics outside a tokio runtime.
     pub fn start(endpoints: Vec<String>, prefix: String, pool: Arc<Pool>) -> Arc<EtcdMembers> {
         EtcdMembers::start_with(endpoints, prefix, pool, EtcdOptions::default())
     }
