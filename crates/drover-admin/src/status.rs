@@ -292,9 +292,20 @@ mod tests {
                     weight: 1,
                     ejections: 1,
                 }],
+                sources: vec![SourceRow {
+                    kind: "dns".into(),
+                    target: "api.internal:80".into(),
+                    ok: false,
+                    members: 2,
+                    detail: "timed out".into(),
+                }],
             }],
         };
         let text = status.to_table();
+        assert!(
+            text.contains("  dns api.internal:80: failing, 2 members; timed out"),
+            "{text}"
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "app pi (proxy mode, 2 workers): node pi.js");
         assert!(lines[1].starts_with("ID  PID   PORT   STATE"), "{text}");

@@ -123,18 +123,7 @@ impl Lab {
         Fut: Future<Output = T>,
         T: Send + 'static,
     {
-        let path = format!("/var/run/netns/{}", self.node(node).netns);
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            // setns(2) moves only this thread; the test's other threads stay where they are.
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns {path}: {e}"));
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime")
-                .block_on(f())
-        })
+        spawn_in(&self.node(node).netns, f)
     }
 
     /// Tears `node` down as a machine that vanishes would go: every process in it is
@@ -144,6 +133,29 @@ impl Lab {
         delete_netns(&netns);
         self.nodes.retain(|n| n.netns != netns);
     }
+}
+
+/// Runs `f` on a thread of its own inside the namespace `netns`, on a single-threaded
+/// tokio runtime: every socket it opens, and every process it starts, is the
+/// namespace's.
+pub fn spawn_in<F, Fut, T>(netns: &str, f: F) -> std::thread::JoinHandle<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+    T: Send + 'static,
+{
+    let path = format!("/var/run/netns/{netns}");
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // setns(2) moves only this thread; the test's other threads stay where they are.
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(f())
+    })
 }
 
 /// Kills every process in `netns`, then deletes it.

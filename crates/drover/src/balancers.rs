@@ -1,9 +1,10 @@
 //! The balancers running now, and how a reload changes them: new ones start, removed
 //! ones drain, changed ones take their new settings on the sockets they hold.
 
-use crate::config::{BackendRef, BalancerConfig, ResolverConfig};
+use crate::config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
 use crate::plan::BalancerPlan;
 use drover_dns::{DnsSource, DnsTarget};
+use drover_etcd::EtcdMembers;
 use drover_proxy::{Proxy, ReconfigureError};
 use drover_registry::{spawn_active_checks, ActiveChecks, MemberStore, Members, Pool, Source};
 use std::net::SocketAddr;
@@ -16,8 +17,6 @@ pub struct RunningBalancer {
     /// Where it accepts clients (the bound address, when `:0` was asked for).
     pub listen: SocketAddr,
     pub pool: Arc<Pool>,
-    /// Members that register at runtime.
-    pub members: Arc<dyn MemberStore>,
     pub proxy: Proxy,
     state: Mutex<State>,
 }
@@ -31,6 +30,88 @@ struct State {
     drain_timeout: Duration,
     /// The DNS names followed, the resolver settings, and the source following them.
     dns: Option<(Vec<DnsTarget>, ResolverConfig, DnsSource)>,
+    /// Where members that register at runtime are kept.
+    store: Store,
+}
+
+/// Where members come from besides the balancer's own entry: the file's `[resolver]`
+/// and `[etcd]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Discovery<'a> {
+    pub resolver: &'a ResolverConfig,
+    pub etcd: Option<&'a EtcdConfig>,
+}
+
+/// A balancer's runtime members: in its own memory, or, with an `etcd:` backend, in
+/// etcd, where every balancer watching the prefix sees them.
+#[derive(Clone)]
+enum Store {
+    Local(Arc<Members>),
+    Etcd {
+        prefix: String,
+        endpoints: Vec<String>,
+        members: Arc<EtcdMembers>,
+    },
+}
+
+impl Store {
+    /// The store `plan` asks for, reusing `previous` when it is that one already.
+    fn for_plan(
+        plan: &BalancerPlan,
+        etcd: Option<&EtcdConfig>,
+        pool: &Arc<Pool>,
+        previous: Option<&Store>,
+    ) -> Store {
+        match (&plan.etcd, etcd) {
+            (Some(prefix), Some(cluster)) => match previous {
+                Some(Store::Etcd {
+                    prefix: p,
+                    endpoints: e,
+                    ..
+                }) if p == prefix && *e == cluster.endpoints => previous.cloned().expect("matched"),
+                _ => Store::Etcd {
+                    prefix: prefix.clone(),
+                    endpoints: cluster.endpoints.clone(),
+                    members: EtcdMembers::start(
+                        cluster.endpoints.clone(),
+                        prefix.clone(),
+                        Arc::clone(pool),
+                    ),
+                },
+            },
+            _ => match previous {
+                Some(local @ Store::Local(_)) => local.clone(),
+                _ => {
+                    let members = Members::new(Arc::clone(pool), Source::Admin);
+                    members.spawn_sweeper();
+                    Store::Local(members)
+                }
+            },
+        }
+    }
+
+    fn as_dyn(&self) -> Arc<dyn MemberStore> {
+        match self {
+            Store::Local(m) => Arc::clone(m) as Arc<dyn MemberStore>,
+            Store::Etcd { members, .. } => Arc::clone(members) as Arc<dyn MemberStore>,
+        }
+    }
+
+    fn same(&self, other: &Store) -> bool {
+        match (self, other) {
+            (Store::Local(a), Store::Local(b)) => Arc::ptr_eq(a, b),
+            (Store::Etcd { members: a, .. }, Store::Etcd { members: b, .. }) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Takes what a store that is being replaced put in the pool out of it.
+    fn clear(&self, pool: &Pool) {
+        match self {
+            Store::Local(_) => pool.set_source(Source::Admin, &[]),
+            Store::Etcd { .. } => pool.set_source(Source::Etcd, &[]),
+        };
+    }
 }
 
 /// Why a balancer did not start.
@@ -52,21 +133,22 @@ impl std::fmt::Display for StartError {
 }
 
 impl RunningBalancer {
-    /// Starts `plan` (from `config`) over `pool`, with the runtime `members` of the
-    /// balancer it replaces, if any. Must run inside the control runtime (health checks
-    /// and the members' sweeper live there). A supervised app's pool is checked by its
-    /// supervisor, not here. The error is the bind's: the caller knows where the
-    /// address was configured.
+    /// Starts `plan` (from `config`) over `pool`; a balancer it replaces (its address
+    /// changed) hands over its runtime members. Must run inside the control runtime
+    /// (health checks, DNS lookups, the etcd watch and the members' sweeper live
+    /// there). A supervised app's pool is checked by its supervisor, not here.
     pub async fn start(
         config: BalancerConfig,
         plan: BalancerPlan,
-        resolver: &ResolverConfig,
+        discovery: Discovery<'_>,
         pool: Arc<Pool>,
-        members: Option<Arc<dyn MemberStore>>,
+        replaces: Option<&RunningBalancer>,
     ) -> Result<RunningBalancer, StartError> {
         apply_pool_plan(&pool, &plan);
+        let previous = replaces.map(|b| b.state().store.clone());
+        let store = Store::for_plan(&plan, discovery.etcd, &pool, previous.as_ref());
         // Names are looked up before the listener opens, so it serves with them.
-        let dns = follow_dns(&plan, resolver, &pool)
+        let dns = follow_dns(&plan, discovery.resolver, &pool)
             .await
             .map_err(StartError::Dns)?;
         let checks = active_checks(&plan, &pool);
@@ -83,16 +165,10 @@ impl RunningBalancer {
             "drover: balancer {name:?} listening on {} ({over}, strategy {strategy})",
             proxy.local_addr(),
         );
-        let members = members.unwrap_or_else(|| {
-            let members = Members::new(Arc::clone(&pool), Source::Admin);
-            members.spawn_sweeper();
-            members
-        });
         Ok(RunningBalancer {
             name,
             listen: proxy.local_addr(),
             pool,
-            members,
             proxy,
             state: Mutex::new(State {
                 config,
@@ -101,8 +177,14 @@ impl RunningBalancer {
                 checks,
                 drain_timeout: plan.drain_timeout,
                 dns,
+                store,
             }),
         })
+    }
+
+    /// Where members that register at runtime are kept.
+    pub fn members(&self) -> Arc<dyn MemberStore> {
+        self.state().store.as_dyn()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -144,8 +226,9 @@ impl RunningBalancer {
         &self,
         config: BalancerConfig,
         plan: BalancerPlan,
-        resolver: &ResolverConfig,
+        discovery: Discovery<'_>,
     ) -> Result<(), ReconfigureError> {
+        let resolver = discovery.resolver;
         let dns_changed = {
             let state = self.state();
             match &state.dns {
@@ -178,6 +261,18 @@ impl RunningBalancer {
             plan.strategy.build(),
         )?;
         apply_pool_plan(&self.pool, &plan);
+        let store = Store::for_plan(&plan, discovery.etcd, &self.pool, Some(&state.store));
+        if !store.same(&state.store) {
+            // The new store has applied its view; what the old one put in the pool goes.
+            let old = std::mem::replace(&mut state.store, store);
+            let kinds_differ = matches!(
+                (&old, &state.store),
+                (Store::Local(_), Store::Etcd { .. }) | (Store::Etcd { .. }, Store::Local(_))
+            );
+            if kinds_differ {
+                old.clear(&self.pool);
+            }
+        }
         if state.config.health != config.health {
             // The old checks stop when dropped; the endpoints keep their verdicts.
             state.checks = active_checks(&plan, &self.pool);
@@ -260,37 +355,64 @@ pub fn static_pool(plan: &BalancerPlan) -> Arc<Pool> {
 }
 
 impl RunningBalancer {
-    /// The DNS names (and etcd prefix) it follows, for the status view.
+    /// The DNS names and the etcd prefix it follows, for the status view.
     pub fn source_rows(&self) -> Vec<drover_admin::SourceRow> {
         let state = self.state();
+        let mut rows = Vec::new();
+        if let Store::Etcd {
+            prefix, members, ..
+        } = &state.store
+        {
+            let st = members.status();
+            let since = st.since.elapsed().unwrap_or_default().as_secs_f64();
+            let detail = match (&st.connected, &st.last_error) {
+                (true, _) => format!("watching at revision {}", st.revision),
+                (false, Some(e)) => format!(
+                    "unreachable for {since:.0}s ({e}); serving the last view, reconnecting"
+                ),
+                (false, None) => "connecting".to_string(),
+            };
+            rows.push(drover_admin::SourceRow {
+                kind: "etcd".into(),
+                target: prefix.clone(),
+                ok: st.connected,
+                members: st.members,
+                detail,
+            });
+        }
         let Some((_, _, source)) = &state.dns else {
-            return Vec::new();
+            return rows;
         };
-        source
-            .status()
-            .into_iter()
-            .map(|t| {
-                let next = t
-                    .next_lookup
-                    .saturating_duration_since(tokio::time::Instant::now());
-                let detail = match &t.last_error {
-                    Some(e) => format!(
-                        "{e} ({} lookups in a row failed); keeping the last answer, next try in {:.1}s",
-                        t.failures,
-                        next.as_secs_f64()
-                    ),
-                    None if next.is_zero() => "looking up now".to_string(),
-                    None => format!("next lookup in {:.1}s", next.as_secs_f64()),
-                };
-                drover_admin::SourceRow {
-                    kind: "dns".into(),
-                    target: t.target.to_string(),
-                    ok: t.is_ok(),
-                    members: t.members.len(),
-                    detail,
-                }
-            })
-            .collect()
+        rows.extend(source.status().into_iter().map(|t| {
+            let next = t
+                .next_lookup
+                .saturating_duration_since(tokio::time::Instant::now());
+            let detail = match &t.last_error {
+                Some(e) => format!(
+                    "{e} ({} lookups in a row failed); keeping the last answer, next try in {:.1}s",
+                    t.failures,
+                    next.as_secs_f64()
+                ),
+                None if next.is_zero() => "looking up now".to_string(),
+                None => format!("next lookup in {:.1}s", next.as_secs_f64()),
+            };
+            drover_admin::SourceRow {
+                kind: "dns".into(),
+                target: t.target.to_string(),
+                ok: t.is_ok(),
+                members: t.members.len(),
+                detail,
+            }
+        }));
+        rows
+    }
+}
+
+/// The discovery settings of a config.
+pub fn discovery(cfg: &crate::config::Config) -> Discovery<'_> {
+    Discovery {
+        resolver: &cfg.resolver,
+        etcd: cfg.etcd.as_ref(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
-use crate::balancers::{app_of, static_pool, RunningBalancer, StartError};
+use crate::balancers::{app_of, discovery, static_pool, RunningBalancer, StartError};
 use crate::config::{self, BalancerConfig, Config};
 use crate::plan::BalancerPlan;
 use crate::up::app_spec;
@@ -112,19 +112,19 @@ impl Controller {
                 started.push(None);
                 continue;
             };
-            let (pool, members) = match replaces {
-                Some(old) => (Arc::clone(&old.pool), Some(Arc::clone(&old.members))),
+            let pool = match replaces {
+                Some(old) => Arc::clone(&old.pool),
                 None => match app_of(config) {
-                    Some(app) => (Arc::clone(&self.app_pools[app]), None),
-                    None => (static_pool(plan), None),
+                    Some(app) => Arc::clone(&self.app_pools[app]),
+                    None => static_pool(plan),
                 },
             };
             let start = RunningBalancer::start(
                 (*config).clone(),
                 plan.clone(),
-                &next.resolver,
+                discovery(&next),
                 pool,
-                members,
+                replaces.as_deref(),
             )
             .await;
             match start {
@@ -181,7 +181,7 @@ impl Controller {
             match step {
                 Step::Keep(b) => now.push(b),
                 Step::Change(b, config, plan) => {
-                    b.reconfigure(config.clone(), plan, &next.resolver)
+                    b.reconfigure(config.clone(), plan, discovery(&next))
                         .await
                         .expect("plan_balancers checked it");
                     changed.push(b.name.clone());
@@ -555,7 +555,7 @@ impl Control for Controller {
                 ))
             })?;
         Ok(BalancerMembers {
-            store: Arc::clone(&b.members),
+            store: b.members(),
             pool: Arc::clone(&b.pool),
         })
     }

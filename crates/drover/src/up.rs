@@ -214,7 +214,9 @@ pub(crate) async fn run_config(
             None => balancers::static_pool(&plan),
         };
         let (name, listen) = (plan.proxy.name.clone(), plan.proxy.listen);
-        match RunningBalancer::start(config.clone(), plan, &cfg.resolver, pool, None).await {
+        match RunningBalancer::start(config.clone(), plan, balancers::discovery(&cfg), pool, None)
+            .await
+        {
             Ok(b) => balancers.push(Arc::new(b)),
             Err(e) => {
                 abandon(&balancers, &[]).await;
