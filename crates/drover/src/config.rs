@@ -2311,7 +2311,7 @@ sticky = { cookie = "sid" }
             &e,
             1,
             "server",
-            "expected one of `admin`, `app`, `balancer`",
+            "expected one of `admin`, `resolver`, `etcd`, `app`, `balancer`",
         );
 
         let e = err(&format!("{MINIMAL}timeouts = {{ conect = \"1s\" }}\n"));
@@ -2490,24 +2490,35 @@ sticky = { cookie = "sid" }
     }
 
     #[test]
-    fn dns_and_etcd_backends_parse_but_are_not_supported_yet() {
-        let e = err(
-            "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"dns:api.internal:80\"]\n",
-        );
-        check(
-            &e,
-            3,
-            "balancer[0].backends[0]",
-            "dns: backends are not supported yet",
+    fn dns_and_etcd_backends() {
+        let c = ok("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"dns:api.internal:80\", \"dns+srv:_http._tcp.api.internal\"]\n");
+        assert_eq!(
+            c.balancers[0].backends,
+            [
+                BackendRef::Dns(drover_dns::DnsTarget::A {
+                    host: "api.internal".into(),
+                    port: 80
+                }),
+                BackendRef::Dns(drover_dns::DnsTarget::Srv {
+                    name: "_http._tcp.api.internal".into()
+                }),
+            ]
         );
         let e = err(
             "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"etcd:/drover/pools/web\"]\n",
         );
+        check(&e, 3, "balancer[0].backends[0]", "needs an [etcd] table");
+        let c = ok("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"etcd:/drover/pools/web\"]\n");
+        assert_eq!(
+            c.balancers[0].backends,
+            [BackendRef::Etcd("/drover/pools/web".into())]
+        );
+        let e = err("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"etcd:/a\", \"etcd:/b\"]\n");
         check(
             &e,
-            3,
-            "balancer[0].backends[0]",
-            "etcd: backends are not supported yet",
+            5,
+            "balancer[0].backends[1]",
+            "one etcd: prefix per balancer",
         );
         // Malformed ones are syntax errors, reported as such.
         let e =
