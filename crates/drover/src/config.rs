@@ -1123,14 +1123,12 @@ pub fn backend_from_flag(s: &str, etcd: bool) -> Result<BackendRef, String> {
             max_conns: None,
         }),
         Target::App(_) => Err(format!(
-            "--backend {s}: app backends are workers drover runs; use `drover run` or `drover up`"
+            "{s}: app backends are workers drover runs; use `drover run` or `drover up`"
         )),
         Target::Dns { host, port } => Ok(BackendRef::Dns(drover_dns::DnsTarget::A { host, port })),
         Target::DnsSrv(name) => Ok(BackendRef::Dns(drover_dns::DnsTarget::Srv { name })),
         Target::Etcd(prefix) if etcd => Ok(BackendRef::Etcd(prefix)),
-        Target::Etcd(_) => Err(format!(
-            "--backend {s} needs --etcd URL, the cluster's client URL"
-        )),
+        Target::Etcd(_) => Err(format!("{s} needs --etcd URL, the cluster's client URL")),
     }
 }
 

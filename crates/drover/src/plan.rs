@@ -80,7 +80,8 @@ impl BalancerPlan {
         }
         let mut backends = Vec::new();
         for b in &a.backend {
-            let backend = config::backend_from_flag(b, !a.etcd.is_empty())?;
+            let backend = config::backend_from_flag(b, !a.etcd.is_empty())
+                .map_err(|e| format!("--backend: {e}"))?;
             if backends.contains(&backend) {
                 return Err(format!("--backend {b} is given twice"));
             }
