@@ -1,8 +1,8 @@
 //! The balancers running now, and how a reload changes them: new ones start, removed
 //! ones drain, changed ones take their new settings on the sockets they hold.
 
-use crate::config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
-use crate::plan::BalancerPlan;
+use drover_config::plan::BalancerPlan;
+use drover_config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
 use drover_dns::{DnsSource, DnsTarget};
 use drover_etcd::EtcdMembers;
 use drover_proxy::{Proxy, ReconfigureError};
@@ -409,7 +409,7 @@ impl RunningBalancer {
 }
 
 /// The discovery settings of a config.
-pub fn discovery(cfg: &crate::config::Config) -> Discovery<'_> {
+pub fn discovery(cfg: &drover_config::Config) -> Discovery<'_> {
     Discovery {
         resolver: &cfg.resolver,
         etcd: cfg.etcd.as_ref(),

@@ -1,13 +1,13 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
 use crate::balancers::{app_of, discovery, static_pool, RunningBalancer, StartError};
-use crate::config::{self, BalancerConfig, Config};
-use crate::plan::BalancerPlan;
-use crate::up::app_spec;
 use drover_admin::{
     AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow, Status,
     WorkerRow,
 };
+use drover_config::plan::app_spec;
+use drover_config::plan::BalancerPlan;
+use drover_config::{self as config, BalancerConfig, Config};
 use drover_registry::Pool;
 use drover_supervisor::{check_workers, Supervisor};
 use std::collections::BTreeMap;

@@ -2,10 +2,8 @@
 
 mod balancers;
 mod cli;
-mod config;
 mod control;
 mod ctl;
-mod plan;
 mod serve;
 mod up;
 
@@ -40,10 +38,11 @@ fn init_logging() {
         .init();
 }
 
-fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
+fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
     let (cfg, origins) = match &args.config {
         Some(path) => {
-            let (cfg, origins) = config::load_with_origins(path).map_err(|e| e.to_string())?;
+            let (cfg, origins) =
+                drover_config::load_with_origins(path).map_err(|e| e.to_string())?;
             if !cfg.apps.is_empty() {
                 return Err(format!(
                     "{}: [[app]] tables describe supervised workers, which `drover proxy` does not run; start this file with `drover up`",
@@ -53,8 +52,8 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
             (cfg, origins)
         }
         None => (
-            plan::proxy_config_from_args(&args)?,
-            config::Origins::default()
+            drover_config::flags::proxy_config(&args)?,
+            drover_config::Origins::default()
                 .with_flag("balancer[0].listen", "--listen")
                 .with_flag("admin.listen", "--admin"),
         ),
@@ -65,7 +64,7 @@ fn proxy(args: cli::ProxyArgs) -> Result<(), String> {
     }
     let plans = balancers
         .iter()
-        .map(plan::BalancerPlan::from_config)
+        .map(drover_config::plan::BalancerPlan::from_config)
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(p) = plans.iter().find(|p| p.app.is_some()) {
         return Err(format!(

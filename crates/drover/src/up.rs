@@ -1,13 +1,14 @@
 //! `drover up` and `drover run`: apps, balancers and the admin API a config describes.
 
 use crate::balancers::{self, RunningBalancer, StartError};
-use crate::config::{self, AppConfig, Config, Mode, Origins};
 use crate::control::Controller;
-use crate::plan::{self, BalancerPlan};
 use crate::serve;
 use drover_admin::AdminServer;
+use drover_config::flags::{self, RunArgs};
+use drover_config::plan::{app_spec, BalancerPlan};
+use drover_config::{self as config, Config, Origins};
 use drover_registry::{Pool, PoolOptions};
-use drover_supervisor::{stderr_sink, AppSpec, Supervisor};
+use drover_supervisor::{stderr_sink, Supervisor};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::Path;
@@ -28,89 +29,16 @@ pub async fn up(path: &Path) -> Result<(), String> {
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, one socket the workers share), from flags.
-pub async fn run_app(args: &crate::cli::RunArgs) -> Result<(), String> {
-    let mut app = AppConfig::new("app", args.command.clone());
-    app.workers = args.workers;
-    app.mode = args.mode;
-    app.max_memory = args.max_memory;
-    app.drain_timeout = args.drain_timeout;
-    let mut balancers = Vec::new();
-    match args.mode {
-        Mode::Shared => {
-            let l = &args.limits;
-            if l.max_conns != config::ConnLimit::Auto
-                || l.queue_max != config::QueueConfig::default().max
-                || l.queue_timeout.is_some()
-                || args.keys.hash_key.is_some()
-            {
-                return Err("--max-conns, --queue-max, --queue-timeout and --hash-key do not apply to --mode shared: drover does not see the requests".into());
-            }
-            if args.strategy.is_some() {
-                return Err("--strategy does not apply to --mode shared: the kernel hands connections to the workers".into());
-            }
-            if args.health_path.is_some() {
-                return Err(
-                    "--health-path needs a port per worker, which --mode shared does not have"
-                        .into(),
-                );
-            }
-            app.listen = Some(args.listen);
-        }
-        Mode::Proxy => {
-            if let Some(path) = &args.health_path {
-                app.health = Some(config::HealthCheckConfig {
-                    kind: config::HealthCheckKind::Http {
-                        path: path.clone(),
-                        expect: (200, 399),
-                    },
-                    ..config::HealthCheckConfig::default_for_app()
-                });
-            }
-            let mut balancer = config::BalancerConfig::new(
-                "default",
-                args.listen,
-                vec![config::BackendRef::App("app".into())],
-            );
-            balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
-            balancer.threads = Some(args.threads);
-            balancer.apply_limits(&args.limits);
-            balancers.push(balancer);
-        }
-    }
+pub async fn run_app(args: &RunArgs) -> Result<(), String> {
+    let run = flags::run_config(args)?;
     // Asked for: it must start. Not asked for: the default port, if it is free.
-    let (admin, admin_mode) = match args.admin {
-        Some(a) => (a.0, Admin::Required),
-        None => (Some(DEFAULT_ADMIN), Admin::IfFree),
+    let admin_mode = if run.admin_asked {
+        Admin::Required
+    } else {
+        Admin::IfFree
     };
-    if let Some(listen) = admin {
-        // The rule `drover up` applies to [admin], before any worker starts.
-        drover_admin::check_exposure(listen, args.admin_token.as_deref()).map_err(|e| {
-            format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
-        })?;
-    }
-    let admin = admin.map(|listen| config::AdminConfig {
-        listen,
-        token: args.admin_token.clone(),
-    });
-    let cfg = Config {
-        admin,
-        resolver: config::ResolverConfig::default(),
-        etcd: None,
-        apps: vec![app],
-        balancers,
-    };
-    let origins = Origins::default()
-        .with_flag("app[0].listen", "--listen")
-        .with_flag("balancer[0].listen", "--listen")
-        .with_flag("admin.listen", "--admin");
-    run_config(cfg, &origins, None, admin_mode).await
+    run_config(run.config, &run.origins, None, admin_mode).await
 }
-
-/// Where `drover run` puts its admin API unless told otherwise; `drover ctl`'s default.
-const DEFAULT_ADMIN: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
-    std::net::Ipv4Addr::LOCALHOST,
-    9900,
-));
 
 /// Whether failing to bind the admin API stops the start-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,18 +226,4 @@ async fn abandon(balancers: &[Arc<RunningBalancer>], apps: &[Arc<Supervisor>]) {
     for app in apps {
         app.shutdown().await;
     }
-}
-
-pub(crate) fn app_spec(a: &AppConfig) -> AppSpec {
-    let mut spec = AppSpec::new(a.name.clone(), a.command.clone());
-    spec.workers = a.workers.resolve();
-    spec.cwd = a.cwd.clone();
-    spec.env = a.env.clone();
-    spec.health = a.health.as_ref().map(plan::health_check);
-    spec.ready_timeout = a.ready_timeout;
-    spec.stop_timeout = a.stop_timeout;
-    spec.drain_timeout = a.drain_timeout;
-    spec.max_memory = a.max_memory;
-    spec.mode = a.mode;
-    spec
 }

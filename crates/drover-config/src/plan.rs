@@ -1,7 +1,7 @@
-//! A balancer to start, whether it came from flags or from a drover.toml.
+//! A balancer or app to start, whether it came from flags or from a drover.toml: the
+//! validated model turned into the parts that run it.
 
-use crate::cli::ProxyArgs;
-use crate::config::{self, BackendRef};
+use crate::model::{self as config, BackendRef};
 use drover_balance::Strategy;
 use drover_proxy::{Limits, ProxyOptions, QueueOptions, Timeouts};
 use drover_registry::{CheckKind, HealthCheck, PassivePolicy, PoolOptions, StatusRange};
@@ -28,104 +28,7 @@ pub struct BalancerPlan {
     pub drain_timeout: Duration,
 }
 
-/// What `drover proxy` runs when given flags instead of a file: the same model a file
-/// fills, so a setting has one default and one set of checks.
-pub fn proxy_config_from_args(a: &ProxyArgs) -> Result<config::Config, String> {
-    let admin = match a.admin {
-        Some(listen) => {
-            drover_admin::check_exposure(listen, a.admin_token.as_deref()).map_err(|e| {
-                format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
-            })?;
-            Some(config::AdminConfig {
-                listen,
-                token: a.admin_token.clone(),
-            })
-        }
-        None => None,
-    };
-    let mut resolver = config::ResolverConfig::default();
-    if !a.resolver.is_empty() {
-        let servers = a
-            .resolver
-            .iter()
-            .map(|s| config::nameserver(s).map_err(|e| format!("--resolver: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        resolver.nameservers = Some(servers);
-    }
-    for url in &a.etcd {
-        config::check_etcd_endpoint(url).map_err(|e| format!("--etcd: {e}"))?;
-    }
-    let etcd = (!a.etcd.is_empty()).then(|| config::EtcdConfig {
-        endpoints: a.etcd.clone(),
-    });
-    Ok(config::Config {
-        admin,
-        resolver,
-        etcd,
-        apps: Vec::new(),
-        balancers: vec![BalancerPlan::config_from_args(a)?],
-    })
-}
-
 impl BalancerPlan {
-    /// The balancer the `proxy` flags describe, as a config entry so flags and files
-    /// share one validation and one translation.
-    pub fn config_from_args(a: &ProxyArgs) -> Result<config::BalancerConfig, String> {
-        let listen = a.listen.ok_or("--listen is required without --config")?;
-        if a.backend.is_empty() && a.admin.is_none() {
-            return Err("at least one --backend is required (or --admin, for members that register at runtime)".into());
-        }
-        if !config::is_valid_name(&a.name) {
-            return Err(format!("--name {:?}: {}", a.name, config::NAME_RULE));
-        }
-        let mut backends = Vec::new();
-        for b in &a.backend {
-            let backend = config::backend_from_flag(b, !a.etcd.is_empty())
-                .map_err(|e| format!("--backend: {e}"))?;
-            if backends.contains(&backend) {
-                return Err(format!("--backend {b} is given twice"));
-            }
-            if matches!(backend, BackendRef::Etcd(_))
-                && backends.iter().any(|o| matches!(o, BackendRef::Etcd(_)))
-            {
-                return Err(format!(
-                    "--backend {b}: one etcd: prefix per balancer (the members API writes to it)"
-                ));
-            }
-            backends.push(backend);
-        }
-        let mut b = config::BalancerConfig::new(a.name.clone(), listen, backends);
-        b.apply_strategy(a.strategy, &a.keys)?;
-        b.retries = a.retries;
-        b.apply_limits(&a.limits);
-        b.timeouts = config::TimeoutConfig {
-            connect: a.connect_timeout,
-            header_read: a.header_timeout,
-            request: a.request_timeout,
-            idle: a.idle_timeout,
-            client: a.client_timeout,
-        };
-        if a.health_tcp || a.health_path.is_some() {
-            b.health = Some(config::HealthCheckConfig {
-                kind: match &a.health_path {
-                    Some(path) => config::HealthCheckKind::Http {
-                        path: path.clone(),
-                        expect: (200, 399),
-                    },
-                    None => config::HealthCheckKind::Tcp,
-                },
-                interval: a.health_interval,
-                timeout: a.health_timeout,
-                rise: a.rise,
-                fall: a.fall,
-            });
-        }
-        b.slow_start = a.slow_start;
-        b.drain_timeout = a.drain_timeout;
-        b.threads = Some(a.threads);
-        Ok(b)
-    }
-
     /// Translates a validated config entry into the parts that run it.
     pub fn from_config(b: &config::BalancerConfig) -> Result<BalancerPlan, String> {
         let mut backends = Vec::new();
@@ -201,10 +104,10 @@ impl BalancerPlan {
             pool: PoolOptions {
                 slow_start: b.slow_start,
                 max_conns: match b.max_conns {
-                    config::ConnLimit::Auto => 0,
-                    config::ConnLimit::Fixed(n) => n,
+                    crate::ConnLimit::Auto => 0,
+                    crate::ConnLimit::Fixed(n) => n,
                 },
-                adaptive_limit: b.max_conns == config::ConnLimit::Auto,
+                adaptive_limit: b.max_conns == crate::ConnLimit::Auto,
                 initially_unhealthy: false,
                 passive,
             },
@@ -242,30 +145,17 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    /// The flags' defaults are written as text for `--help`; they must be the proxy's.
-    #[test]
-    fn flag_defaults_are_the_proxys_defaults() {
-        let cli = crate::cli::Cli::try_parse_from([
-            "drover",
-            "proxy",
-            "-l",
-            "127.0.0.1:0",
-            "-b",
-            "127.0.0.1:1",
-        ])
-        .unwrap();
-        let crate::cli::Command::Proxy(a) = cli.command else {
-            panic!("not the proxy command");
-        };
-        let b = BalancerPlan::config_from_args(&a).unwrap();
-        // Every setting the flags leave alone is what a file that leaves it out gets.
-        let mut file = config::BalancerConfig::new("default", b.listen, b.backends.clone());
-        file.threads = b.threads;
-        assert_eq!(b, file);
-    }
+/// The supervisor's spec for an `[[app]]`.
+pub fn app_spec(a: &config::AppConfig) -> drover_supervisor::AppSpec {
+    let mut spec = drover_supervisor::AppSpec::new(a.name.clone(), a.command.clone());
+    spec.workers = a.workers.resolve();
+    spec.cwd = a.cwd.clone();
+    spec.env = a.env.clone();
+    spec.health = a.health.as_ref().map(health_check);
+    spec.ready_timeout = a.ready_timeout;
+    spec.stop_timeout = a.stop_timeout;
+    spec.drain_timeout = a.drain_timeout;
+    spec.max_memory = a.max_memory;
+    spec.mode = a.mode;
+    spec
 }

@@ -1,0 +1,522 @@
+//! The command-line flags of `drover run` and `drover proxy`: the second way to fill
+//! the model a drover.toml fills, with the same defaults and the same checks.
+
+use crate::model::{self, BackendRef, Config};
+use crate::plan::default_threads;
+use clap::Args;
+use drover_balance::Strategy;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Worker processes ("auto": one per core). Each gets PORT and DROVER_WORKER_ID.
+    #[arg(short, long, default_value = "auto")]
+    pub workers: model::Workers,
+
+    /// Address to accept clients on.
+    #[arg(short, long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+
+    /// How requests are spread over the workers [default: p2c].
+    #[arg(short, long)]
+    pub strategy: Option<drover_balance::Strategy>,
+
+    /// "proxy": each worker on its own port behind drover's balancer. "shared": the
+    /// workers accept on one socket drover binds at --listen (LISTEN_FDS=1, fd 3); the
+    /// kernel spreads connections, with no proxy hop and no per-worker health checks.
+    #[arg(short, long, default_value = "proxy")]
+    pub mode: drover_supervisor::Mode,
+
+    /// Replace a worker (gracefully) once its RSS exceeds this, e.g. 512M or 2G.
+    #[arg(long, value_name = "SIZE", value_parser = byte_size)]
+    pub max_memory: Option<u64>,
+
+    /// On reload, how long an old worker may take to finish its requests.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub drain_timeout: Duration,
+
+    /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
+    /// none with a warning when another drover holds that port].
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<AdminListen>,
+
+    /// Bearer token the admin API requires; needed when --admin is not a loopback
+    /// address. `drover ctl --token` (or the same variable) passes it.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "DROVER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
+    /// Serving threads of the balancer ("auto": one per core).
+    #[arg(short, long, default_value = "auto", value_parser = threads)]
+    pub threads: usize,
+
+    /// HTTP path a worker must answer (2xx/3xx) before it gets traffic, and keep
+    /// answering to stay in it; without it an open port is enough.
+    #[arg(long, value_name = "PATH")]
+    pub health_path: Option<String>,
+
+    #[command(flatten)]
+    pub keys: KeyArgs,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// Key for --strategy hash: header:NAME, cookie:NAME, client-ip or path.
+    #[arg(long, value_name = "KEY")]
+    pub hash_key: Option<drover_proxy::HashKey>,
+
+    /// Cookie name for --strategy sticky.
+    #[arg(long, default_value = "drover_sticky")]
+    pub sticky_cookie: String,
+}
+
+/// Per-backend limits and drover's queue, the same for `proxy` and `run`.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Requests per backend before drover queues the rest: "auto" (a limit learned from
+    /// latency, in force only while a backend's CPU is saturated), 0 (no limit) or N (at
+    /// most N in flight).
+    #[arg(long, default_value = "auto")]
+    pub max_conns: crate::ConnLimit,
+
+    /// Requests that may wait in drover's queue for a backend at its limit: "unlimited"
+    /// (each waits up to the queue timeout) or N (more get a 503 at once; 0: never wait).
+    #[arg(long, default_value = "unlimited")]
+    pub queue_max: crate::QueueMax,
+
+    /// How long a request may wait in the queue [default: the request timeout].
+    #[arg(long, value_parser = duration)]
+    pub queue_timeout: Option<Duration>,
+}
+
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write durations like 500ms, 2s, 1m)"))
+}
+
+fn byte_size(s: &str) -> Result<u64, String> {
+    match crate::parse_byte_size(s)? {
+        0 => Err("must be greater than 0".into()),
+        n => Ok(n),
+    }
+}
+
+/// `--admin ADDR` or `--admin off`.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminListen(pub Option<SocketAddr>);
+
+impl std::str::FromStr for AdminListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(AdminListen(None));
+        }
+        s.parse()
+            .map(|a| AdminListen(Some(a)))
+            .map_err(|_| format!("expected an address like 127.0.0.1:9900 or \"off\", got {s:?}"))
+    }
+}
+
+fn threads(s: &str) -> Result<usize, String> {
+    if s == "auto" {
+        return Ok(default_threads());
+    }
+    match s.parse::<usize>() {
+        Ok(n) if (1..=model::THREADS_MAX).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a number from 1 to {} or \"auto\", got {s:?}",
+            model::THREADS_MAX
+        )),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Read balancers from this drover.toml instead of flags.
+    #[arg(short, long, value_name = "FILE", conflicts_with_all = ["listen", "backend"])]
+    pub config: Option<PathBuf>,
+
+    /// Address to accept clients on.
+    #[arg(short, long, value_name = "ADDR", required_unless_present = "config")]
+    pub listen: Option<SocketAddr>,
+
+    /// A backend (repeat for each): IP:PORT, dns:HOST:PORT (A/AAAA records, followed
+    /// on their TTL), dns+srv:NAME (SRV records) or etcd:/PREFIX (with --etcd). May be
+    /// left out with --admin: members then register at runtime (`drover ctl members
+    /// add`, the SDK).
+    #[arg(
+        short,
+        long = "backend",
+        value_name = "BACKEND",
+        required_unless_present_any = ["config", "admin"]
+    )]
+    pub backend: Vec<String>,
+
+    /// DNS server for dns: backends (repeat for more) [default: the system's, from
+    /// /etc/resolv.conf].
+    #[arg(long, value_name = "IP[:PORT]", conflicts_with = "config")]
+    pub resolver: Vec<String>,
+
+    /// etcd client URL for etcd: backends and for members registered here (repeat for
+    /// more), e.g. http://127.0.0.1:2379.
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    pub etcd: Vec<String>,
+
+    /// The balancer's name, as the members API and `drover ctl` use it.
+    #[arg(long, default_value = "default", conflicts_with = "config")]
+    pub name: String,
+
+    /// Admin API address (status, `drover ctl`, members joining at runtime); none unless
+    /// given. With --config, the file's [admin] table says it.
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    pub admin: Option<SocketAddr>,
+
+    /// Bearer token the admin API requires; needed when --admin is not a loopback
+    /// address.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "DROVER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
+    /// round-robin, weighted, least-conn, random, p2c, peak-ewma, hash or sticky.
+    #[arg(short, long, default_value = "p2c")]
+    pub strategy: drover_balance::Strategy,
+
+    /// Serving threads ("auto": one per core).
+    #[arg(short, long, default_value = "auto", value_parser = threads)]
+    pub threads: usize,
+
+    /// Extra attempts on another backend for a request that failed safely.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub retries: u32,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    /// How long connecting to a backend may take. Long enough for one retransmitted
+    /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub connect_timeout: Duration,
+
+    /// How long a client may take to send a request head (slow clients are cut off).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub header_timeout: Duration,
+
+    /// How long a backend may take to start answering.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub request_timeout: Duration,
+
+    /// Idle keep-alive connections are closed after this.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub idle_timeout: Duration,
+
+    /// A client mid-request that sends or reads nothing for this long is cut off
+    /// (slow POST, slow read).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub client_timeout: Duration,
+
+    /// Active HTTP health check path (e.g. /health).
+    #[arg(long, value_name = "PATH", conflicts_with = "health_tcp")]
+    pub health_path: Option<String>,
+
+    /// Active health check by TCP connect.
+    #[arg(long)]
+    pub health_tcp: bool,
+
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub health_interval: Duration,
+
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub health_timeout: Duration,
+
+    /// Passing checks before a down backend is used again.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rise: u32,
+
+    /// Failing checks before a backend is taken out.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub fall: u32,
+
+    /// A joining or returning backend's share ramps up over this long (0s: off).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub slow_start: Duration,
+
+    #[command(flatten)]
+    pub keys: KeyArgs,
+
+    /// On SIGTERM, how long in-flight requests may take to finish.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub drain_timeout: Duration,
+}
+
+impl model::BalancerConfig {
+    /// `--strategy` with `--hash-key` and `--sticky-cookie`, checked together.
+    pub fn apply_strategy(&mut self, strategy: Strategy, keys: &KeyArgs) -> Result<(), String> {
+        if strategy == Strategy::Hash && keys.hash_key.is_none() {
+            return Err(
+                "--strategy hash needs --hash-key (header:NAME, cookie:NAME, client-ip or path)"
+                    .into(),
+            );
+        }
+        if keys.hash_key.is_some() && strategy != Strategy::Hash {
+            return Err("--hash-key only applies to --strategy hash".into());
+        }
+        self.strategy = strategy;
+        self.hash = keys.hash_key.clone();
+        self.sticky = (strategy == Strategy::Sticky).then(|| model::StickyConfig {
+            cookie: keys.sticky_cookie.clone(),
+        });
+        Ok(())
+    }
+
+    /// The `--max-conns`, `--queue-max` and `--queue-timeout` flags.
+    pub fn apply_limits(&mut self, a: &LimitArgs) {
+        self.max_conns = a.max_conns;
+        self.queue = model::QueueConfig {
+            max: a.queue_max,
+            timeout: a.queue_timeout,
+        };
+    }
+}
+
+/// What `drover proxy` runs when given flags instead of a file: the same model a file
+/// fills, so a setting has one default and one set of checks.
+pub fn proxy_config(a: &ProxyArgs) -> Result<Config, String> {
+    let admin = match a.admin {
+        Some(listen) => {
+            drover_admin::check_exposure(listen, a.admin_token.as_deref()).map_err(|e| {
+                format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
+            })?;
+            Some(crate::AdminConfig {
+                listen,
+                token: a.admin_token.clone(),
+            })
+        }
+        None => None,
+    };
+    let mut resolver = crate::ResolverConfig::default();
+    if !a.resolver.is_empty() {
+        let servers = a
+            .resolver
+            .iter()
+            .map(|s| crate::nameserver(s).map_err(|e| format!("--resolver: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        resolver.nameservers = Some(servers);
+    }
+    for url in &a.etcd {
+        crate::check_etcd_endpoint(url).map_err(|e| format!("--etcd: {e}"))?;
+    }
+    let etcd = (!a.etcd.is_empty()).then(|| crate::EtcdConfig {
+        endpoints: a.etcd.clone(),
+    });
+    Ok(crate::Config {
+        admin,
+        resolver,
+        etcd,
+        apps: Vec::new(),
+        balancers: vec![proxy_balancer(a)?],
+    })
+}
+
+/// The balancer the `proxy` flags describe, as a config entry so flags and files
+/// share one validation and one translation.
+pub fn proxy_balancer(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
+    let listen = a.listen.ok_or("--listen is required without --config")?;
+    if a.backend.is_empty() && a.admin.is_none() {
+        return Err(
+            "at least one --backend is required (or --admin, for members that register at runtime)"
+                .into(),
+        );
+    }
+    if !crate::is_valid_name(&a.name) {
+        return Err(format!("--name {:?}: {}", a.name, crate::NAME_RULE));
+    }
+    let mut backends = Vec::new();
+    for b in &a.backend {
+        let backend = crate::backend_from_flag(b, !a.etcd.is_empty())
+            .map_err(|e| format!("--backend: {e}"))?;
+        if backends.contains(&backend) {
+            return Err(format!("--backend {b} is given twice"));
+        }
+        if matches!(backend, BackendRef::Etcd(_))
+            && backends.iter().any(|o| matches!(o, BackendRef::Etcd(_)))
+        {
+            return Err(format!(
+                "--backend {b}: one etcd: prefix per balancer (the members API writes to it)"
+            ));
+        }
+        backends.push(backend);
+    }
+    let mut b = crate::BalancerConfig::new(a.name.clone(), listen, backends);
+    b.apply_strategy(a.strategy, &a.keys)?;
+    b.retries = a.retries;
+    b.apply_limits(&a.limits);
+    b.timeouts = crate::TimeoutConfig {
+        connect: a.connect_timeout,
+        header_read: a.header_timeout,
+        request: a.request_timeout,
+        idle: a.idle_timeout,
+        client: a.client_timeout,
+    };
+    if a.health_tcp || a.health_path.is_some() {
+        b.health = Some(crate::HealthCheckConfig {
+            kind: match &a.health_path {
+                Some(path) => crate::HealthCheckKind::Http {
+                    path: path.clone(),
+                    expect: (200, 399),
+                },
+                None => crate::HealthCheckKind::Tcp,
+            },
+            interval: a.health_interval,
+            timeout: a.health_timeout,
+            rise: a.rise,
+            fall: a.fall,
+        });
+    }
+    b.slow_start = a.slow_start;
+    b.drain_timeout = a.drain_timeout;
+    b.threads = Some(a.threads);
+    Ok(b)
+}
+
+/// What `drover run` runs, from its flags.
+pub struct RunConfig {
+    pub config: Config,
+    /// Where the settings that can fail at start-up came from (the flags).
+    pub origins: crate::Origins,
+    /// `--admin` was given: the admin API must start. Otherwise it takes the default
+    /// address if that is free (another drover may hold it).
+    pub admin_asked: bool,
+}
+
+/// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
+/// mode, one socket the workers share).
+pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
+    let mut app = model::AppConfig::new("app", args.command.clone());
+    app.workers = args.workers;
+    app.mode = args.mode;
+    app.max_memory = args.max_memory;
+    app.drain_timeout = args.drain_timeout;
+    let mut balancers = Vec::new();
+    match args.mode {
+        model::Mode::Shared => {
+            let l = &args.limits;
+            if l.max_conns != crate::ConnLimit::Auto
+                || l.queue_max != model::QueueConfig::default().max
+                || l.queue_timeout.is_some()
+                || args.keys.hash_key.is_some()
+            {
+                return Err("--max-conns, --queue-max, --queue-timeout and --hash-key do not apply to --mode shared: drover does not see the requests".into());
+            }
+            if args.strategy.is_some() {
+                return Err("--strategy does not apply to --mode shared: the kernel hands connections to the workers".into());
+            }
+            if args.health_path.is_some() {
+                return Err(
+                    "--health-path needs a port per worker, which --mode shared does not have"
+                        .into(),
+                );
+            }
+            app.listen = Some(args.listen);
+        }
+        model::Mode::Proxy => {
+            if let Some(path) = &args.health_path {
+                app.health = Some(model::HealthCheckConfig {
+                    kind: model::HealthCheckKind::Http {
+                        path: path.clone(),
+                        expect: (200, 399),
+                    },
+                    ..model::HealthCheckConfig::default_for_app()
+                });
+            }
+            let mut balancer = model::BalancerConfig::new(
+                "default",
+                args.listen,
+                vec![model::BackendRef::App("app".into())],
+            );
+            balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
+            balancer.threads = Some(args.threads);
+            balancer.apply_limits(&args.limits);
+            balancers.push(balancer);
+        }
+    }
+    let (admin, admin_asked) = match args.admin {
+        Some(a) => (a.0, true),
+        None => (
+            Some(
+                model::DEFAULT_ADMIN_LISTEN
+                    .parse()
+                    .expect("the default admin address parses"),
+            ),
+            false,
+        ),
+    };
+    if let Some(listen) = admin {
+        // The rule `drover up` applies to [admin], before any worker starts.
+        drover_admin::check_exposure(listen, args.admin_token.as_deref()).map_err(|e| {
+            format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
+        })?;
+    }
+    let admin = admin.map(|listen| model::AdminConfig {
+        listen,
+        token: args.admin_token.clone(),
+    });
+    let cfg = Config {
+        admin,
+        resolver: model::ResolverConfig::default(),
+        etcd: None,
+        apps: vec![app],
+        balancers,
+    };
+    let origins = crate::Origins::default()
+        .with_flag("app[0].listen", "--listen")
+        .with_flag("balancer[0].listen", "--listen")
+        .with_flag("admin.listen", "--admin");
+    Ok(RunConfig {
+        config: cfg,
+        origins,
+        admin_asked,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Proxy {
+        #[command(flatten)]
+        args: ProxyArgs,
+    }
+
+    /// The flags' defaults are written as text for `--help`; they must be the proxy's.
+    #[test]
+    fn flag_defaults_are_the_proxys_defaults() {
+        let a = Proxy::try_parse_from(["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"])
+            .unwrap()
+            .args;
+        let b = proxy_balancer(&a).unwrap();
+        // Every setting the flags leave alone is what a file that leaves it out gets.
+        let mut file = model::BalancerConfig::new("default", b.listen, b.backends.clone());
+        file.threads = b.threads;
+        assert_eq!(b, file);
+    }
+}

@@ -1,0 +1,33 @@
+//! drover-config: the one typed model of what drover runs, and the two ways to fill it.
+//!
+//! - [`model`]: [`Config`] and its parts, every default defined once.
+//! - [`file`]: a drover.toml, loaded and validated (errors name the file, line and key).
+//! - [`flags`]: `drover run` and `drover proxy` flags (clap), filling the same model.
+//! - [`plan`]: a validated balancer or app turned into the parts that run it.
+//!
+//! Configuration files: the TOML schema, its loader and its validation.
+//!
+//! Loading happens in two passes over private `Raw*` structs:
+//!
+//! 1. serde deserializes the text. Everything that can be checked on one value alone
+//!    (durations, addresses, ranges, strategy names, backend syntax) is checked here by
+//!    small newtypes, so toml attaches the value's byte span to the error and
+//!    `serde_path_to_error` tells us the key path.
+//! 2. `validate` checks what needs more than one value (hash key vs. strategy, `app:NAME`
+//!    references, duplicates, the admin token). The raw structs keep `toml::Spanned`
+//!    wrappers on exactly the values these checks report on, so those errors carry a
+//!    line and column too.
+//!
+//! The result is a plain, typed [`Config`] with every default filled in; nothing
+//! downstream ever sees a `Raw*` type or an unvalidated value.
+
+pub mod file;
+pub mod flags;
+pub mod model;
+pub mod plan;
+
+pub use file::{
+    backend_from_flag, check_etcd_endpoint, is_valid_name, load, load_with_origins, nameserver,
+    parse, parse_byte_size, ConfigError, ConnLimit, Origins, QueueMax, NAME_RULE,
+};
+pub use model::*;

@@ -1,0 +1,383 @@
+//! The validated configuration: what a drover.toml or the flags describe, with every
+//! default filled in.
+
+use crate::file::{ConnLimit, QueueMax};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use drover_supervisor::MAX_WORKERS;
+
+pub use drover_supervisor::Mode;
+
+pub use drover_balance::Strategy;
+
+// ---------------------------------------------------------------------------------------
+// Public, validated configuration
+// ---------------------------------------------------------------------------------------
+
+/// A complete, validated configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The admin/control endpoint (`[admin]`); `None` when the table is absent.
+    pub admin: Option<AdminConfig>,
+    /// How `dns:` backends are looked up (`[resolver]`); the system's servers by default.
+    pub resolver: ResolverConfig,
+    /// The etcd cluster `etcd:` backends are kept in (`[etcd]`).
+    pub etcd: Option<EtcdConfig>,
+    /// Supervised processes (`[[app]]`), in file order.
+    pub apps: Vec<AppConfig>,
+    /// Listeners and their backend pools (`[[balancer]]`), in file order.
+    pub balancers: Vec<BalancerConfig>,
+}
+
+/// `[resolver]`: the name servers and the bounds on how long an answer is used. The
+/// DNS source's own settings, so a default has one definition.
+pub type ResolverConfig = drover_dns::ResolverSettings;
+
+/// `[etcd]`: where the shared membership is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Client URLs, `http://HOST:PORT`, tried in turn.
+    pub endpoints: Vec<String>,
+}
+
+/// The most serving threads one balancer may have (flags and files alike).
+pub const THREADS_MAX: usize = 1024;
+
+/// `[admin]`: where the control API listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Listen address; default `127.0.0.1:9900`.
+    pub listen: SocketAddr,
+    /// Bearer token required by the admin API. Always `Some` when `listen` is not a
+    /// loopback address (the loader refuses such a config without one).
+    pub token: Option<String>,
+}
+
+/// `[[app]]`: a command drover starts, health-checks and restarts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppConfig {
+    /// Unique name matching `[a-z0-9_-]+`; balancers refer to it as `app:NAME`.
+    pub name: String,
+    /// Program and arguments; never empty, and the program is never an empty string.
+    pub command: Vec<String>,
+    /// How many worker processes to run; default `Workers::Count(1)`.
+    pub workers: Workers,
+    /// Working directory for the workers; `None` means drover's own.
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables, on top of drover's environment.
+    pub env: BTreeMap<String, String>,
+    /// How a worker is probed once its port accepts; `None` (default): the open port is
+    /// enough, since drover runs programs that may not serve any health route. A
+    /// `health` table without `path` checks `/health`.
+    pub health: Option<HealthCheckConfig>,
+    /// How long a new worker may take to pass its first health check; default 30s.
+    pub ready_timeout: Duration,
+    /// Grace period between SIGTERM and SIGKILL when stopping a worker; default 10s.
+    pub stop_timeout: Duration,
+    /// On a rolling reload, how long an old worker may take to finish its requests;
+    /// default 30s.
+    pub drain_timeout: Duration,
+    /// Replace a worker (gracefully, like a reload) whose RSS grows past this.
+    pub max_memory: Option<u64>,
+    /// `proxy` (default): each worker on its own port behind a balancer. `shared`: the
+    /// workers accept on one socket drover binds at `listen`.
+    pub mode: Mode,
+    /// Shared mode only, and required there: the address the workers serve clients on.
+    pub listen: Option<SocketAddr>,
+}
+
+/// How many worker processes an app runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// `workers = "auto"`: one per available CPU.
+    Auto,
+    /// `workers = N`, with N in 1..=MAX_WORKERS (1024).
+    Count(usize),
+}
+
+impl std::str::FromStr for Workers {
+    type Err = String;
+
+    /// `auto` or a count in 1..=MAX_WORKERS, as on the command line (`drover run -w 4`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(Workers::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
+            _ => Err(format!(
+                "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
+            )),
+        }
+    }
+}
+
+impl Workers {
+    /// The concrete number of workers to run on this machine.
+    pub fn resolve(self) -> usize {
+        match self {
+            Workers::Count(n) => n,
+            Workers::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// An active health check, for an app's workers or a balancer's backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    /// What a probe does.
+    pub kind: HealthCheckKind,
+    /// Time between probes of one endpoint; default 2s.
+    pub interval: Duration,
+    /// How long one probe may take before it counts as failed; default 1s.
+    pub timeout: Duration,
+    /// Consecutive passes that mark an endpoint healthy; default 2.
+    pub rise: u32,
+    /// Consecutive failures that mark an endpoint unhealthy; default 3.
+    pub fall: u32,
+}
+
+/// The probe an active health check performs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthCheckKind {
+    /// `GET path`; passes when the status is within `expect` (inclusive).
+    Http {
+        /// Request path, starting with `/`.
+        path: String,
+        /// Inclusive range of passing status codes; default `(200, 399)`.
+        expect: (u16, u16),
+    },
+    /// Passes when a TCP connection is accepted.
+    Tcp,
+}
+
+/// `[[balancer]]`: one listener and the pool it spreads requests over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerConfig {
+    /// Unique name: as written, or `"default"` for a lone unnamed balancer, or
+    /// `"balancer-N"` (N = its index in the file) otherwise.
+    pub name: String,
+    /// Address the listener binds.
+    pub listen: SocketAddr,
+    /// How an endpoint is chosen; default `Strategy::P2c`.
+    pub strategy: Strategy,
+    /// The pool, in file order; never empty and without duplicates.
+    pub backends: Vec<BackendRef>,
+    /// Retries of a failed attempt on another endpoint, 0..=10; default 2.
+    pub retries: u32,
+    /// Concurrent requests per endpoint before drover queues the rest: `"auto"`
+    /// (default, learned from latency), 0 (no limit) or a number. A backend's own
+    /// `max_conns` overrides it.
+    pub max_conns: ConnLimit,
+    /// Waiting room for requests when every endpoint is at `max_conns`.
+    pub queue: QueueConfig,
+    /// Per-phase timeouts.
+    pub timeouts: TimeoutConfig,
+    /// Active health checking of backends; `None` = off (passive checks still apply).
+    pub health: Option<HealthCheckConfig>,
+    /// Passive health: ejection of endpoints that keep failing.
+    pub passive: PassiveConfig,
+    /// Ramp-up period for an endpoint that just became healthy, `ZERO` = off; default 10s.
+    pub slow_start: Duration,
+    /// What to hash; `Some` exactly when `strategy == "hash"`.
+    pub hash: Option<HashKey>,
+    /// Sticky-session cookie; `Some` exactly when `strategy == "sticky"`.
+    pub sticky: Option<StickyConfig>,
+    /// Request-size limits.
+    pub limits: LimitsConfig,
+    /// How long to let in-flight requests finish on shutdown or reload; default 30s.
+    pub drain_timeout: Duration,
+    /// Worker threads for this listener, 1..=`THREADS_MAX`; `None` = drover decides.
+    pub threads: Option<usize>,
+}
+
+impl BalancerConfig {
+    /// A balancer with every optional setting at its default, for configs built from
+    /// command-line flags rather than a file.
+    pub fn new(name: impl Into<String>, listen: SocketAddr, backends: Vec<BackendRef>) -> Self {
+        BalancerConfig {
+            name: name.into(),
+            listen,
+            strategy: Strategy::P2c,
+            backends,
+            retries: 2,
+            max_conns: ConnLimit::Auto,
+            queue: QueueConfig::default(),
+            timeouts: TimeoutConfig::default(),
+            health: None,
+            passive: PassiveConfig::default(),
+            slow_start: Duration::from_secs(10),
+            hash: None,
+            sticky: None,
+            limits: LimitsConfig::default(),
+            drain_timeout: Duration::from_secs(30),
+            threads: None,
+        }
+    }
+}
+
+impl AppConfig {
+    /// An app with every optional setting at its default, for configs built from
+    /// command-line flags rather than a file.
+    pub fn new(name: impl Into<String>, command: Vec<String>) -> Self {
+        AppConfig {
+            name: name.into(),
+            command,
+            workers: Workers::Count(1),
+            cwd: None,
+            env: BTreeMap::new(),
+            health: None,
+            ready_timeout: Duration::from_secs(30),
+            stop_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(30),
+            max_memory: None,
+            mode: Mode::Proxy,
+            listen: None,
+        }
+    }
+}
+
+impl HealthCheckConfig {
+    /// The check an app gets when it says nothing: `GET /health` expecting 2xx/3xx.
+    pub fn default_for_app() -> Self {
+        HealthCheckConfig {
+            kind: HealthCheckKind::Http {
+                path: "/health".to_string(),
+                expect: DEFAULT_EXPECT,
+            },
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            rise: 2,
+            fall: 3,
+        }
+    }
+}
+
+/// One entry of a balancer's `backends`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendRef {
+    /// A fixed address: `"127.0.0.1:9001"` or `{ address = "...", weight, max_conns }`.
+    Addr {
+        /// The backend's address.
+        addr: SocketAddr,
+        /// Relative weight for weighted strategies, 1..=1000; default 1.
+        weight: u32,
+        /// Per-endpoint concurrency cap overriding the balancer's `max_conns`.
+        max_conns: Option<u32>,
+    },
+    /// `"app:NAME"`: every worker of the `[[app]]` called NAME (guaranteed to exist).
+    App(String),
+    /// `"dns:HOST:PORT"` (A and AAAA records) or `"dns+srv:NAME"` (SRV records),
+    /// looked up again when the answer's TTL lapses.
+    Dns(drover_dns::DnsTarget),
+    /// `"etcd:/PREFIX"`: the members under `PREFIX/members/` in the `[etcd]` cluster.
+    Etcd(String),
+}
+
+/// `hash.key`: the request property the `hash` strategy hashes.
+pub use drover_proxy::HashKey;
+
+/// `sticky`: the cookie that pins a client to an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickyConfig {
+    /// Cookie name; default `"drover_sticky"`.
+    pub cookie: String,
+}
+
+/// `queue`: requests wait here while every endpoint is at `max_conns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Most requests waiting at once; default unlimited.
+    pub max: QueueMax,
+    /// Longest a request waits before getting a 503; `None` (default) = the request
+    /// timeout.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max: QueueMax::Unlimited,
+            timeout: None,
+        }
+    }
+}
+
+/// `timeouts`: limits on each phase of a proxied request. All are non-zero.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeoutConfig {
+    /// Connecting to a backend; default 1s.
+    pub connect: Duration,
+    /// Receiving a client's request head; default 10s.
+    pub header_read: Duration,
+    /// A whole request, from first byte in to last byte out; default 30s.
+    pub request: Duration,
+    /// An idle keep-alive connection, client or backend side; default 60s.
+    pub idle: Duration,
+    /// A client mid-request sending or reading nothing; default 30s.
+    pub client: Duration,
+}
+
+impl Default for TimeoutConfig {
+    /// The proxy's own defaults: one definition of each.
+    fn default() -> Self {
+        let t = drover_proxy::Timeouts::default();
+        TimeoutConfig {
+            connect: t.connect,
+            header_read: t.header_read,
+            request: t.request,
+            idle: t.idle,
+            client: t.client,
+        }
+    }
+}
+
+/// `passive`: ejection of endpoints whose real traffic keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassiveConfig {
+    /// Consecutive failures (5xx or connect errors) that eject an endpoint, 0 = off;
+    /// default 5.
+    pub failures: u32,
+    /// First ejection period, doubled on each repeat ejection; default 2s.
+    pub ejection: Duration,
+    /// Cap on the ejection period, never below `ejection`; default 60s.
+    pub max_ejection: Duration,
+}
+
+impl Default for PassiveConfig {
+    fn default() -> Self {
+        PassiveConfig {
+            failures: 5,
+            ejection: Duration::from_secs(2),
+            max_ejection: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `limits`: bounds on what a client may send; requests over them get 4xx.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsConfig {
+    /// Whole request head, 1024..=1048576 bytes; default 16384.
+    pub max_header_bytes: usize,
+    /// Request target, 256..=1048576 bytes; default 8192.
+    pub max_uri_bytes: usize,
+    /// Number of header fields, 1..=1000; default 100.
+    pub max_headers: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_header_bytes: 16384,
+            max_uri_bytes: 8192,
+            max_headers: 100,
+        }
+    }
+}
+
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9900";
+pub(crate) const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
+pub(crate) const DEFAULT_EXPECT: (u16, u16) = (200, 399);
