@@ -23,7 +23,7 @@ mod members;
 mod server;
 pub mod status;
 
-pub use client::{request, Reply};
+pub use client::{request, AdminClientError, Reply};
 pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use members::{BalancerMembers, MemberList, MemberRow};

@@ -167,7 +167,7 @@ async fn handle(
     }
     let query = match parse_query(req.uri().query()) {
         Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     if let Some(rest) = req.uri().path().strip_prefix("/v1/balancers/") {
         let rest = rest.to_string();
@@ -198,7 +198,7 @@ async fn handle(
             }
             let mut params = match Params::take(query, "/v1/reload", &["app"]) {
                 Ok(p) => p,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+                Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
             };
             answer(control.reload(params.remove("app")).await)
         }
@@ -208,7 +208,7 @@ async fn handle(
             }
             let mut params = match Params::take(query, "/v1/scale", &["app", "workers"]) {
                 Ok(p) => p,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+                Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
             };
             let workers = match params.remove("workers") {
                 None => {
@@ -252,7 +252,7 @@ async fn member_route(
         .collect()
     {
         Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     let (balancer, id, heartbeat) = match segments.as_slice() {
         [b, m] if m == "members" => (b, None, false),
@@ -357,20 +357,25 @@ fn answer(result: Result<String, ControlError>) -> Response<Full<Bytes>> {
 struct Params(Vec<(String, String)>);
 
 impl Params {
-    fn take(query: Vec<(String, String)>, path: &str, known: &[&str]) -> Result<Params, String> {
+    fn take(
+        query: Vec<(String, String)>,
+        path: &'static str,
+        known: &'static [&'static str],
+    ) -> Result<Params, QueryError> {
         let mut seen: Vec<(String, String)> = Vec::new();
         for (k, v) in query {
             if !known.contains(&k.as_str()) {
-                return Err(format!(
-                    "unknown query parameter {k:?}: {path} takes {}",
-                    known.join(", ")
-                ));
+                return Err(QueryError::Unknown {
+                    key: k,
+                    path,
+                    known,
+                });
             }
             if v.is_empty() {
-                return Err(format!("{k} must not be empty"));
+                return Err(QueryError::Empty { key: k });
             }
             if seen.iter().any(|(s, _)| *s == k) {
-                return Err(format!("{k} given more than once"));
+                return Err(QueryError::Repeated { key: k });
             }
             seen.push((k, v));
         }
@@ -383,9 +388,46 @@ impl Params {
     }
 }
 
+/// Why a request's query (or a path segment, for `percent_decode`) is refused (400).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum QueryError {
+    /// A parameter the endpoint `path` does not take.
+    Unknown {
+        key: String,
+        path: &'static str,
+        known: &'static [&'static str],
+    },
+    /// `key=` with no value.
+    Empty { key: String },
+    /// The same parameter twice.
+    Repeated { key: String },
+    /// A '%' not followed by two hex digits.
+    BadEscape { text: String },
+    /// Decodes to bytes that are not UTF-8.
+    NotUtf8 { text: String },
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryError::Unknown { key, path, known } => write!(
+                f,
+                "unknown query parameter {key:?}: {path} takes {}",
+                known.join(", ")
+            ),
+            QueryError::Empty { key } => write!(f, "{key} must not be empty"),
+            QueryError::Repeated { key } => write!(f, "{key} given more than once"),
+            QueryError::BadEscape { text } => write!(f, "bad percent-escape in query {text:?}"),
+            QueryError::NotUtf8 { text } => write!(f, "query {text:?} is not UTF-8"),
+        }
+    }
+}
+
+impl std::error::Error for QueryError {}
+
 /// `a=1&b=2` into pairs, percent-decoded. Hand-written: two keys do not justify a URL
 /// crate, and anything odd is refused rather than guessed at.
-fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, String> {
+fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, QueryError> {
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(Vec::new());
     };
@@ -398,7 +440,7 @@ fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-fn percent_decode(s: &str) -> Result<String, String> {
+fn percent_decode(s: &str) -> Result<String, QueryError> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -409,7 +451,9 @@ fn percent_decode(s: &str) -> Result<String, String> {
                     .get(i + 1..i + 3)
                     .and_then(|h| std::str::from_utf8(h).ok())
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| format!("bad percent-escape in query {s:?}"))?;
+                    .ok_or_else(|| QueryError::BadEscape {
+                        text: s.to_string(),
+                    })?;
                 out.push(hex);
                 i += 3;
             }
@@ -423,7 +467,9 @@ fn percent_decode(s: &str) -> Result<String, String> {
             }
         }
     }
-    String::from_utf8(out).map_err(|_| format!("query {s:?} is not UTF-8"))
+    String::from_utf8(out).map_err(|_| QueryError::NotUtf8 {
+        text: s.to_string(),
+    })
 }
 
 /// Compares without stopping at the first difference, so response timing does not tell
@@ -471,11 +517,42 @@ mod tests {
                 ("x".to_string(), "a b".to_string())
             ]
         );
-        assert!(parse_query(Some("app=%zz"))
-            .unwrap_err()
-            .contains("percent"));
-        assert!(parse_query(Some("app=%ff")).unwrap_err().contains("UTF-8"));
+        assert_eq!(
+            parse_query(Some("app=%zz")),
+            Err(QueryError::BadEscape { text: "%zz".into() })
+        );
+        assert_eq!(
+            parse_query(Some("app=%zz")).unwrap_err().to_string(),
+            "bad percent-escape in query \"%zz\""
+        );
+        assert_eq!(
+            parse_query(Some("app=%ff")).unwrap_err().to_string(),
+            "query \"%ff\" is not UTF-8"
+        );
         assert!(parse_query(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn params_are_known_single_and_not_empty() {
+        let q = |s| parse_query(Some(s)).unwrap();
+        let take = |s| Params::take(q(s), "/v1/scale", &["app", "workers"]).map(|_| ());
+        assert!(take("app=a&workers=2").is_ok());
+        assert_eq!(
+            take("x=1").unwrap_err().to_string(),
+            "unknown query parameter \"x\": /v1/scale takes app, workers"
+        );
+        assert_eq!(
+            take("app=").unwrap_err().to_string(),
+            "app must not be empty"
+        );
+        assert_eq!(
+            take("app=a&app=b"),
+            Err(QueryError::Repeated { key: "app".into() })
+        );
+        assert_eq!(
+            take("app=a&app=b").unwrap_err().to_string(),
+            "app given more than once"
+        );
     }
 
     #[test]

@@ -1275,7 +1275,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         Some(m) => m
             .get_ref()
             .parse::<Mode>()
-            .map_err(|e| ctx.at(m.span(), key("mode"), e))?,
+            .map_err(|e| ctx.at(m.span(), key("mode"), e.to_string()))?,
         None => Mode::Proxy,
     };
     if let (Mode::Shared, Some(h)) = (mode, &raw.health) {

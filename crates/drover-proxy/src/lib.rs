@@ -19,5 +19,5 @@ mod server;
 mod upstream;
 
 pub use error::ProxyError;
-pub use options::{HashKey, Limits, ProxyOptions, QueueOptions, Timeouts};
+pub use options::{HashKey, Limits, ParseHashKeyError, ProxyOptions, QueueOptions, Timeouts};
 pub use server::{Proxy, ReconfigureError};

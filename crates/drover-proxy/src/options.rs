@@ -116,16 +116,18 @@ pub enum HashKey {
 }
 
 impl std::str::FromStr for HashKey {
-    type Err = String;
+    type Err = ParseHashKeyError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let named = |kind: &str, name: &str| {
+    fn from_str(s: &str) -> Result<Self, ParseHashKeyError> {
+        let named = |kind: &'static str, name: &str| {
             if crate::http1::headers::is_token(name) {
                 Ok(name.to_owned())
             } else {
-                Err(format!(
-                    "invalid hash key {s:?}: {name:?} is not a valid {kind} name"
-                ))
+                Err(ParseHashKeyError::InvalidName {
+                    key: s.to_owned(),
+                    kind,
+                    name: name.to_owned(),
+                })
             }
         };
         if let Some(h) = s.strip_prefix("header:") {
@@ -138,16 +140,44 @@ impl std::str::FromStr for HashKey {
         } else if s == "path" {
             Ok(HashKey::Path)
         } else {
-            Err(format!(
-                "invalid hash key {s:?}: expected \"header:NAME\", \"cookie:NAME\", \"client-ip\" or \"path\""
-            ))
+            Err(ParseHashKeyError::Unknown { key: s.to_owned() })
         }
     }
 }
 
+/// Why a string is not a `HashKey`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseHashKeyError {
+    /// `header:NAME` or `cookie:NAME` (`kind`) with a `name` that is not an HTTP token.
+    InvalidName {
+        key: String,
+        kind: &'static str,
+        name: String,
+    },
+    /// None of the known forms.
+    Unknown { key: String },
+}
+
+impl std::fmt::Display for ParseHashKeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseHashKeyError::InvalidName { key, kind, name } => write!(
+                f,
+                "invalid hash key {key:?}: {name:?} is not a valid {kind} name"
+            ),
+            ParseHashKeyError::Unknown { key } => write!(
+                f,
+                "invalid hash key {key:?}: expected \"header:NAME\", \"cookie:NAME\", \"client-ip\" or \"path\""
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ParseHashKeyError {}
+
 #[cfg(test)]
 mod tests {
-    use super::HashKey;
+    use super::{HashKey, ParseHashKeyError};
 
     #[test]
     fn hash_keys_parse() {
@@ -161,5 +191,17 @@ mod tests {
         for bad in ["header:", "cookie", "ip", "header:a b", "", "cookie:a;b"] {
             assert!(bad.parse::<HashKey>().is_err(), "{bad}");
         }
+        assert_eq!(
+            "header:a b".parse::<HashKey>().unwrap_err().to_string(),
+            "invalid hash key \"header:a b\": \"a b\" is not a valid header name"
+        );
+        assert_eq!(
+            "ip".parse::<HashKey>(),
+            Err(ParseHashKeyError::Unknown { key: "ip".into() })
+        );
+        assert_eq!(
+            "ip".parse::<HashKey>().unwrap_err().to_string(),
+            "invalid hash key \"ip\": expected \"header:NAME\", \"cookie:NAME\", \"client-ip\" or \"path\""
+        );
     }
 }

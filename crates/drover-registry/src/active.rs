@@ -82,26 +82,54 @@ impl HealthCheck {
     }
 
     /// Rejects settings that cannot work, naming the field, for the config layer.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), HealthCheckError> {
         if self.interval.is_zero() {
-            return Err("interval must be greater than 0".into());
+            return Err(HealthCheckError::ZeroInterval);
         }
         if self.timeout.is_zero() {
-            return Err("timeout must be greater than 0".into());
+            return Err(HealthCheckError::ZeroTimeout);
         }
         if self.rise == 0 || self.fall == 0 {
-            return Err("rise and fall must be at least 1".into());
+            return Err(HealthCheckError::ZeroRiseOrFall);
         }
         if let CheckKind::Http { path, .. } = &self.kind {
             if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-                return Err(format!(
-                    "path {path:?} must start with '/' and contain no spaces or control characters"
-                ));
+                return Err(HealthCheckError::BadPath { path: path.clone() });
             }
         }
         Ok(())
     }
 }
+
+/// Why a `HealthCheck` cannot work; its `Display` names the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthCheckError {
+    /// `interval` is zero.
+    ZeroInterval,
+    /// `timeout` is zero.
+    ZeroTimeout,
+    /// `rise` or `fall` is zero.
+    ZeroRiseOrFall,
+    /// An HTTP check's path does not start with '/' or holds spaces or control
+    /// characters.
+    BadPath { path: String },
+}
+
+impl fmt::Display for HealthCheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HealthCheckError::ZeroInterval => f.write_str("interval must be greater than 0"),
+            HealthCheckError::ZeroTimeout => f.write_str("timeout must be greater than 0"),
+            HealthCheckError::ZeroRiseOrFall => f.write_str("rise and fall must be at least 1"),
+            HealthCheckError::BadPath { path } => write!(
+                f,
+                "path {path:?} must start with '/' and contain no spaces or control characters"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HealthCheckError {}
 
 /// Why a probe failed; its `Display` is what the logs say.
 #[derive(Debug)]
@@ -396,12 +424,22 @@ mod tests {
             },
             ..HealthCheck::default()
         };
-        assert!(bad.validate().unwrap_err().contains("path"));
+        assert_eq!(
+            bad.validate(),
+            Err(HealthCheckError::BadPath {
+                path: "/a b\r\nX: y".into()
+            })
+        );
+        assert!(bad.validate().unwrap_err().to_string().contains("path"));
         let zero = HealthCheck {
             rise: 0,
             ..HealthCheck::default()
         };
-        assert!(zero.validate().unwrap_err().contains("rise"));
+        assert_eq!(zero.validate(), Err(HealthCheckError::ZeroRiseOrFall));
+        assert_eq!(
+            zero.validate().unwrap_err().to_string(),
+            "rise and fall must be at least 1"
+        );
     }
 
     #[test]

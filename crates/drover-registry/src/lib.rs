@@ -20,7 +20,8 @@ pub mod pool;
 pub mod status;
 
 pub use active::{
-    probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck, ProbeError,
+    probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck,
+    HealthCheckError, ProbeError,
 };
 pub use local::{is_local_shortage, WarnLimit};
 pub use members::{

@@ -2,6 +2,7 @@
 //! both built on `drover_registry::probe`.
 
 use drover_registry::{probe, CheckKind, HealthCheck, ProbeError};
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::time::MissedTickBehavior;
@@ -14,6 +15,34 @@ const READY_POLL: Duration = Duration::from_millis(50);
 /// for a worker whose accept queue is full or whose kernel is swamped.
 const READY_CONNECT: Duration = Duration::from_millis(500);
 
+/// A worker that did not become ready in time.
+#[derive(Debug)]
+pub struct NotReady {
+    /// The time it had (`ready_timeout`).
+    pub within: Duration,
+    /// Why the last readiness attempt failed; `None` when none finished.
+    pub last: Option<ProbeError>,
+}
+
+impl fmt::Display for NotReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.last {
+            Some(e) => write!(f, "not ready within {:?} ({e})", self.within),
+            None => write!(
+                f,
+                "not ready within {:?} (no attempt finished)",
+                self.within
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NotReady {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.last.as_ref().map(|e| e as _)
+    }
+}
+
 /// Waits until `addr` accepts TCP and, when `check` is set, one probe of it passes.
 /// One pass is enough here (not `rise`): a worker that answers its health route is
 /// ready, and a slow start just delays traffic. Fails after `within` with the last
@@ -22,20 +51,20 @@ pub(crate) async fn wait_ready(
     addr: SocketAddr,
     check: Option<&HealthCheck>,
     within: Duration,
-) -> Result<(), String> {
-    let mut last = String::from("no attempt finished");
+) -> Result<(), NotReady> {
+    let mut last = None;
     let attempts = async {
         loop {
             match ready_once(addr, check).await {
                 Ok(()) => return,
-                Err(e) => last = e.to_string(),
+                Err(e) => last = Some(e),
             }
             tokio::time::sleep(READY_POLL).await;
         }
     };
     match tokio::time::timeout(within, attempts).await {
         Ok(()) => Ok(()),
-        Err(_) => Err(format!("not ready within {within:?} ({last})")),
+        Err(_) => Err(NotReady { within, last }),
     }
 }
 
@@ -84,7 +113,7 @@ pub(crate) async fn wait_ready_at(
     addr: Option<SocketAddr>,
     check: Option<&HealthCheck>,
     within: Duration,
-) -> Result<(), String> {
+) -> Result<(), NotReady> {
     match addr {
         Some(addr) => wait_ready(addr, check, within).await,
         None => {
@@ -99,5 +128,29 @@ pub(crate) async fn watch(addr: Option<SocketAddr>, check: Option<HealthCheck>) 
     match (addr, check) {
         (Some(addr), Some(check)) => until_unhealthy(addr, &check).await,
         _ => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_ready_says_the_last_reason() {
+        let within = Duration::from_secs(5);
+        let none = NotReady { within, last: None };
+        assert_eq!(
+            none.to_string(),
+            "not ready within 5s (no attempt finished)"
+        );
+        let refused = NotReady {
+            within,
+            last: Some(ProbeError::Refused),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "not ready within 5s (connection refused)"
+        );
+        assert!(std::error::Error::source(&refused).is_some());
     }
 }

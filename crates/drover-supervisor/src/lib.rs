@@ -33,7 +33,12 @@ pub mod status;
 mod supervisor;
 mod worker;
 
+pub use health::NotReady;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
-pub use spec::{check_workers, AppSpec, Backoff, Mode, ProgramError, MAX_WORKERS};
+pub use spec::{
+    check_workers, AppSpec, Backoff, BackoffError, Mode, ParseModeError, ProgramError, SpecError,
+    MAX_WORKERS,
+};
 pub use status::{WorkerState, WorkerStatus};
-pub use supervisor::Supervisor;
+pub use supervisor::{StuckWorker, Supervisor, SupervisorError, Undone};
+pub use worker::ReplaceError;

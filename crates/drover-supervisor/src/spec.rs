@@ -1,6 +1,6 @@
 //! What to run: one app's command, worker count, readiness, health and restart policy.
 
-use drover_registry::HealthCheck;
+use drover_registry::{HealthCheck, HealthCheckError};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
@@ -13,13 +13,64 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// Whether an app may run `workers` workers: the one rule for a spec, a reload and a
 /// scale.
-pub fn check_workers(workers: usize) -> Result<(), String> {
+pub fn check_workers(workers: usize) -> Result<(), SpecError> {
     if (1..=MAX_WORKERS).contains(&workers) {
         Ok(())
     } else {
-        Err(format!(
-            "workers must be in 1..={MAX_WORKERS}, not {workers}"
-        ))
+        Err(SpecError::InvalidWorkers { workers })
+    }
+}
+
+/// Why an `AppSpec` cannot work; its `Display` names the field.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecError {
+    /// The name is empty or holds '/', a space or a newline.
+    InvalidName { name: String },
+    /// The command is empty or its program is "".
+    NoProgram,
+    /// A worker count outside `1..=MAX_WORKERS`.
+    InvalidWorkers { workers: usize },
+    /// `ready_timeout` is zero.
+    ZeroReadyTimeout,
+    /// A health check in shared mode, where no worker has a port of its own.
+    HealthInSharedMode,
+    /// The health check is invalid.
+    Health(HealthCheckError),
+    /// `max_memory` is `Some(0)`.
+    ZeroMaxMemory,
+    /// The restart back-off is invalid.
+    Restart(BackoffError),
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpecError::InvalidName { name } => write!(
+                f,
+                "name {name:?} must be non-empty without '/', spaces or newlines"
+            ),
+            SpecError::NoProgram => f.write_str("command must name a program"),
+            SpecError::InvalidWorkers { workers } => {
+                write!(f, "workers must be in 1..={MAX_WORKERS}, not {workers}")
+            }
+            SpecError::ZeroReadyTimeout => f.write_str("ready_timeout must be greater than 0"),
+            SpecError::HealthInSharedMode => {
+                f.write_str("health checks need a port per worker, which shared mode does not have")
+            }
+            SpecError::Health(e) => write!(f, "health: {e}"),
+            SpecError::ZeroMaxMemory => f.write_str("max_memory must be greater than 0"),
+            SpecError::Restart(e) => write!(f, "restart: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpecError::Health(e) => Some(e),
+            SpecError::Restart(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
@@ -78,18 +129,36 @@ impl Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = String;
+    type Err = ParseModeError;
 
-    fn from_str(s: &str) -> Result<Mode, String> {
+    fn from_str(s: &str) -> Result<Mode, ParseModeError> {
         match s {
             "proxy" => Ok(Mode::Proxy),
             "shared" => Ok(Mode::Shared),
-            _ => Err(format!(
-                "unknown mode {s:?}: expected \"proxy\" or \"shared\""
-            )),
+            _ => Err(ParseModeError {
+                given: s.to_string(),
+            }),
         }
     }
 }
+
+/// A mode other than "proxy" or "shared".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseModeError {
+    pub given: String,
+}
+
+impl fmt::Display for ParseModeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown mode {:?}: expected \"proxy\" or \"shared\"",
+            self.given
+        )
+    }
+}
+
+impl std::error::Error for ParseModeError {}
 
 impl std::fmt::Display for Mode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,32 +189,29 @@ impl AppSpec {
     }
 
     /// Rejects settings that cannot work, naming the field, for the config layer.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         if self.name.is_empty() || self.name.contains(['/', ' ', '\n']) {
-            return Err(format!(
-                "name {:?} must be non-empty without '/', spaces or newlines",
-                self.name
-            ));
+            return Err(SpecError::InvalidName {
+                name: self.name.clone(),
+            });
         }
         if self.command.first().is_none_or(|p| p.is_empty()) {
-            return Err("command must name a program".into());
+            return Err(SpecError::NoProgram);
         }
         check_workers(self.workers)?;
         if self.ready_timeout.is_zero() {
-            return Err("ready_timeout must be greater than 0".into());
+            return Err(SpecError::ZeroReadyTimeout);
         }
         if let Some(check) = &self.health {
             if self.mode == Mode::Shared {
-                return Err(
-                    "health checks need a port per worker, which shared mode does not have".into(),
-                );
+                return Err(SpecError::HealthInSharedMode);
             }
-            check.validate().map_err(|e| format!("health: {e}"))?;
+            check.validate().map_err(SpecError::Health)?;
         }
         if self.max_memory == Some(0) {
-            return Err("max_memory must be greater than 0".into());
+            return Err(SpecError::ZeroMaxMemory);
         }
-        self.restart.validate().map_err(|e| format!("restart: {e}"))
+        self.restart.validate().map_err(SpecError::Restart)
     }
 }
 
@@ -294,19 +360,46 @@ impl Backoff {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BackoffError> {
         if !self.factor.is_finite() || self.factor < 1.0 {
-            return Err(format!("factor {} must be at least 1", self.factor));
+            return Err(BackoffError::FactorBelowOne {
+                factor: self.factor,
+            });
         }
         if self.max < self.initial {
-            return Err("max must not be less than initial".into());
+            return Err(BackoffError::MaxBelowInitial);
         }
         if self.crash_loop_after == 0 {
-            return Err("crash_loop_after must be at least 1".into());
+            return Err(BackoffError::ZeroCrashLoopAfter);
         }
         Ok(())
     }
 }
+
+/// Why a `Backoff` cannot work; its `Display` names the field.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackoffError {
+    /// `factor` is below 1 or not finite.
+    FactorBelowOne { factor: f64 },
+    /// `max` is less than `initial`.
+    MaxBelowInitial,
+    /// `crash_loop_after` is zero.
+    ZeroCrashLoopAfter,
+}
+
+impl fmt::Display for BackoffError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackoffError::FactorBelowOne { factor } => {
+                write!(f, "factor {factor} must be at least 1")
+            }
+            BackoffError::MaxBelowInitial => f.write_str("max must not be less than initial"),
+            BackoffError::ZeroCrashLoopAfter => f.write_str("crash_loop_after must be at least 1"),
+        }
+    }
+}
+
+impl std::error::Error for BackoffError {}
 
 #[cfg(test)]
 mod tests {
@@ -382,22 +475,57 @@ mod tests {
         let ok = AppSpec::new("pi", vec!["node".into(), "app.js".into()]);
         assert!(ok.validate().is_ok());
         let empty = AppSpec::new("pi", vec![]);
-        assert!(empty.validate().unwrap_err().contains("command"));
+        assert_eq!(empty.validate(), Err(SpecError::NoProgram));
+        assert_eq!(
+            empty.validate().unwrap_err().to_string(),
+            "command must name a program"
+        );
         let zero = AppSpec {
             workers: 0,
             ..ok.clone()
         };
-        assert!(zero.validate().unwrap_err().contains("workers"));
+        assert_eq!(
+            zero.validate(),
+            Err(SpecError::InvalidWorkers { workers: 0 })
+        );
+        assert_eq!(
+            zero.validate().unwrap_err().to_string(),
+            "workers must be in 1..=1024, not 0"
+        );
         let slash = AppSpec::new("a/b", vec!["x".into()]);
-        assert!(slash.validate().unwrap_err().contains("name"));
+        assert!(matches!(
+            slash.validate(),
+            Err(SpecError::InvalidName { .. })
+        ));
+        assert!(slash.validate().unwrap_err().to_string().contains("name"));
         let mut bad = ok.clone();
         bad.restart.factor = 0.5;
-        assert!(bad.validate().unwrap_err().starts_with("restart: factor"));
+        assert_eq!(
+            bad.validate(),
+            Err(SpecError::Restart(BackoffError::FactorBelowOne {
+                factor: 0.5
+            }))
+        );
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "restart: factor 0.5 must be at least 1"
+        );
         let mut bad = ok;
         bad.health = Some(HealthCheck {
             fall: 0,
             ..HealthCheck::default()
         });
-        assert!(bad.validate().unwrap_err().starts_with("health:"));
+        assert_eq!(
+            bad.validate(),
+            Err(SpecError::Health(HealthCheckError::ZeroRiseOrFall))
+        );
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "health: rise and fall must be at least 1"
+        );
+        assert_eq!(
+            "pool".parse::<Mode>().unwrap_err().to_string(),
+            "unknown mode \"pool\": expected \"proxy\" or \"shared\""
+        );
     }
 }

@@ -2,10 +2,11 @@
 
 use crate::memory;
 use crate::output::{stderr_sink, LineSink};
-use crate::spec::{check_workers, AppSpec, Mode};
+use crate::spec::{check_workers, AppSpec, Mode, ProgramError, SpecError};
 use crate::status::{WorkerState, WorkerStatus};
-use crate::worker::{self, ReplaceRequest, Shared};
+use crate::worker::{self, ReplaceError, ReplaceRequest, Shared};
 use drover_registry::Pool;
+use std::fmt;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +64,7 @@ impl Supervisor {
     /// become ready (see `wait_ready`). Panics outside a tokio runtime.
     ///
     /// In shared mode (`spec.mode`), use `start_shared` instead.
-    pub fn start(spec: AppSpec, pool: Arc<Pool>) -> Result<Supervisor, String> {
+    pub fn start(spec: AppSpec, pool: Arc<Pool>) -> Result<Supervisor, SupervisorError> {
         Supervisor::start_with_output(spec, pool, stderr_sink())
     }
 
@@ -72,12 +73,9 @@ impl Supervisor {
         spec: AppSpec,
         pool: Arc<Pool>,
         sink: LineSink,
-    ) -> Result<Supervisor, String> {
+    ) -> Result<Supervisor, SupervisorError> {
         if spec.mode == Mode::Shared {
-            return Err(format!(
-                "app {:?}: shared mode needs a listening socket (start_shared)",
-                spec.name
-            ));
+            return Err(SupervisorError::SharedNeedsSocket { app: spec.name });
         }
         Supervisor::launch(spec, pool, sink, None)
     }
@@ -88,9 +86,9 @@ impl Supervisor {
         spec: AppSpec,
         socket: TcpListener,
         sink: LineSink,
-    ) -> Result<Supervisor, String> {
+    ) -> Result<Supervisor, SupervisorError> {
         if spec.mode != Mode::Shared {
-            return Err(format!("app {:?}: not in shared mode", spec.name));
+            return Err(SupervisorError::NotShared { app: spec.name });
         }
         let pool = Arc::new(Pool::new(
             spec.name.clone(),
@@ -105,12 +103,18 @@ impl Supervisor {
         pool: Arc<Pool>,
         sink: LineSink,
         socket: Option<TcpListener>,
-    ) -> Result<Supervisor, String> {
+    ) -> Result<Supervisor, SupervisorError> {
         spec.validate()
-            .map_err(|e| format!("app {:?}: {e}", spec.name))?;
+            .map_err(|source| SupervisorError::InvalidSpec {
+                app: spec.name.clone(),
+                source,
+            })?;
         // Before any worker: a program that cannot start would only restart forever.
         spec.resolve_program()
-            .map_err(|e| format!("app {:?}: {e}", spec.name))?;
+            .map_err(|source| SupervisorError::Program {
+                app: spec.name.clone(),
+                source,
+            })?;
         let workers = spec.workers;
         let shared = Arc::new(Shared::new(spec, pool, sink, socket));
         let tasks = (0..workers)
@@ -187,14 +191,22 @@ impl Supervisor {
     /// done. Shrinking retires the highest ids: each leaves the pool at once, finishes
     /// the requests it holds (up to `drain_timeout`), then gets SIGTERM. Returns a line
     /// saying what changed.
-    pub async fn scale(&self, workers: usize) -> Result<String, String> {
+    ///
+    /// A count outside `1..=MAX_WORKERS` fails with `SupervisorError::InvalidWorkers`
+    /// before anything is touched.
+    pub async fn scale(&self, workers: usize) -> Result<String, SupervisorError> {
         let app = Arc::clone(&self.shared.app);
-        check_workers(workers).map_err(|e| format!("app {app:?}: {e}"))?;
+        check_workers(workers).map_err(|source| SupervisorError::InvalidWorkers {
+            app: app.to_string(),
+            source,
+        })?;
         let _one = self.reloading.lock().await;
         let from = {
             let mut slots = self.slots.lock().await;
             if slots.closed {
-                return Err(format!("app {app:?} is shutting down"));
+                return Err(SupervisorError::ShuttingDown {
+                    app: app.to_string(),
+                });
             }
             let from = slots.tasks.len();
             for _ in from..workers {
@@ -204,11 +216,13 @@ impl Supervisor {
             from
         };
         if workers > from {
-            if let Err(e) = self.wait_new_ready(from..workers).await {
+            if let Err(stuck) = self.wait_new_ready(from..workers).await {
                 self.retire_down_to(from).await;
-                return Err(format!(
-                    "app {app:?}: {e}; the new workers were stopped and the app keeps {from}"
-                ));
+                return Err(SupervisorError::ScaleFailed {
+                    app: app.to_string(),
+                    stuck,
+                    kept: from,
+                });
             }
         } else {
             self.retire_down_to(workers).await;
@@ -219,7 +233,7 @@ impl Supervisor {
 
     /// Waits until the slots `ids` serve; fails on the first that crash-loops, or when
     /// `ready_timeout` (plus the back-off of one retry) has passed.
-    async fn wait_new_ready(&self, ids: std::ops::Range<usize>) -> Result<(), String> {
+    async fn wait_new_ready(&self, ids: std::ops::Range<usize>) -> Result<(), StuckWorker> {
         let spec = self.spec();
         let deadline = tokio::time::Instant::now() + spec.ready_timeout + spec.restart.delay(1);
         loop {
@@ -236,14 +250,12 @@ impl Supervisor {
                 let (w, _) = stuck
                     .or_else(|| new.iter().find(|(w, _)| w.state != WorkerState::Ready))
                     .expect("one is not ready");
-                let last = w
-                    .last_exit
-                    .as_deref()
-                    .map_or(String::new(), |e| format!(" (last exit: {e})"));
-                return Err(format!(
-                    "worker {} is {} after {:?}{last}",
-                    w.id, w.state, spec.ready_timeout
-                ));
+                return Err(StuckWorker {
+                    id: w.id,
+                    state: w.state,
+                    after: spec.ready_timeout,
+                    last_exit: w.last_exit.clone(),
+                });
             }
             tokio::time::sleep(READY_POLL).await;
         }
@@ -274,33 +286,40 @@ impl Supervisor {
     /// if `spec` changed anything, the workers already replaced are rolled back to the
     /// previous spec, so the app never ends up half on each. A worker that is not
     /// serving (backing off) is not waited for: its next start uses the new spec.
-    pub async fn reload(&self, spec: Option<AppSpec>) -> Result<(), String> {
+    ///
+    /// A `spec` that cannot be applied fails with `InvalidReloadSpec`, `Program`,
+    /// `Renamed`, `ModeChanged` or `WorkersChanged` before any worker is touched; a
+    /// replacement that fails gives `ReloadFailed`, which says what was undone.
+    pub async fn reload(&self, spec: Option<AppSpec>) -> Result<(), SupervisorError> {
         let _one = self.reloading.lock().await;
         let previous = self.shared.current().0;
         let next = match spec {
             Some(spec) => {
-                spec.validate()?;
+                spec.validate()
+                    .map_err(SupervisorError::InvalidReloadSpec)?;
                 // A new command that cannot start fails the reload before any worker
                 // is touched, rather than after a replacement's ready_timeout.
                 spec.resolve_program()
-                    .map_err(|e| format!("app {:?}: {e}", spec.name))?;
+                    .map_err(|source| SupervisorError::Program {
+                        app: spec.name.clone(),
+                        source,
+                    })?;
                 if spec.name != previous.name {
-                    return Err(format!(
-                        "cannot reload app {:?} as {:?}",
-                        previous.name, spec.name
-                    ));
+                    return Err(SupervisorError::Renamed {
+                        app: previous.name.clone(),
+                        to: spec.name,
+                    });
                 }
                 if spec.mode != previous.mode {
-                    return Err(format!(
-                        "app {:?}: the mode cannot change on reload (restart drover for that)",
-                        previous.name
-                    ));
+                    return Err(SupervisorError::ModeChanged {
+                        app: previous.name.clone(),
+                    });
                 }
                 if spec.workers != previous.workers {
-                    return Err(format!(
-                        "app {:?}: reload keeps {} workers; scale to change the count",
-                        previous.name, previous.workers
-                    ));
+                    return Err(SupervisorError::WorkersChanged {
+                        app: previous.name.clone(),
+                        workers: previous.workers,
+                    });
                 }
                 Arc::new(spec)
             }
@@ -310,29 +329,29 @@ impl Supervisor {
         self.shared.set_spec(next);
         let count = self.slots.lock().await.tasks.len();
         for id in 0..count {
-            if let Err(e) = self.replace_worker(id).await {
-                let mut msg = format!("app {:?}: worker {id}: {e}", self.shared.app);
-                if changed && id > 0 {
+            if let Err(source) = self.replace_worker(id).await {
+                let undone = if changed && id > 0 {
                     self.shared.set_spec(Arc::clone(&previous));
-                    let rolled = futures_in_order(self, id).await;
-                    msg.push_str(&format!("; workers 0..{id} rolled back: {rolled}"));
+                    futures_in_order(self, id).await
                 } else if changed {
                     self.shared.set_spec(previous);
-                    msg.push_str("; nothing was changed");
+                    Undone::NothingChanged
                 } else {
-                    msg.push_str(&format!(
-                        "; workers 0..{id} were restarted, the rest were not"
-                    ));
-                }
-                return Err(msg);
+                    Undone::PartlyRestarted { upto: id }
+                };
+                return Err(SupervisorError::ReloadFailed {
+                    app: self.shared.app.to_string(),
+                    worker: id,
+                    source,
+                    undone,
+                });
             }
         }
         Ok(())
     }
 
-    async fn replace_worker(&self, id: usize) -> Result<(), String> {
+    async fn replace_worker(&self, id: usize) -> Result<(), ReplaceError> {
         let (tx, rx) = oneshot::channel();
-        let ended = || "the worker's task has ended".to_string();
         let replace = self
             .slots
             .lock()
@@ -340,9 +359,11 @@ impl Supervisor {
             .tasks
             .get(id)
             .map(|s| s.replace.clone());
-        replace.ok_or_else(ended)?.send(tx).map_err(|_| ended())?;
-        rx.await
-            .unwrap_or_else(|_| Err("the worker's task ended during the reload".to_string()))
+        replace
+            .ok_or(ReplaceError::TaskEnded)?
+            .send(tx)
+            .map_err(|_| ReplaceError::TaskEnded)?;
+        rx.await.unwrap_or(Err(ReplaceError::TaskEndedDuringReload))
     }
 
     /// Stops every worker for good: takes all endpoints out of the pool, sends SIGTERM,
@@ -375,13 +396,17 @@ impl Supervisor {
 
 /// Replaces workers `0..upto` again (after the spec was set back), in order; says how
 /// that went.
-async fn futures_in_order(sup: &Supervisor, upto: usize) -> String {
+async fn futures_in_order(sup: &Supervisor, upto: usize) -> Undone {
     for id in 0..upto {
-        if let Err(e) = sup.replace_worker(id).await {
-            return format!("rollback failed at worker {id}: {e}");
+        if let Err(source) = sup.replace_worker(id).await {
+            return Undone::RollbackFailed {
+                upto,
+                worker: id,
+                source,
+            };
         }
     }
-    "ok".to_string()
+    Undone::RolledBack { upto }
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -390,5 +415,166 @@ impl std::fmt::Debug for Supervisor {
             .field("app", &self.shared.app)
             .field("workers", &self.shared.slot_count())
             .finish_non_exhaustive()
+    }
+}
+
+/// Why a `Supervisor` call failed. The `Display` of each variant is the message drover
+/// prints or answers; match on the variant to tell a bad request (`InvalidSpec`,
+/// `InvalidWorkers`, `InvalidReloadSpec`, `Program`, `Renamed`, `ModeChanged`,
+/// `WorkersChanged`, `SharedNeedsSocket`, `NotShared`) from a failure (`ScaleFailed`,
+/// `ReloadFailed`, `ShuttingDown`).
+#[derive(Debug)]
+pub enum SupervisorError {
+    /// `start` or `start_with_output` with a spec in shared mode.
+    SharedNeedsSocket { app: String },
+    /// `start_shared` with a spec not in shared mode.
+    NotShared { app: String },
+    /// The spec given to start is invalid.
+    InvalidSpec { app: String, source: SpecError },
+    /// The app's program cannot be started (on start or reload).
+    Program { app: String, source: ProgramError },
+    /// `scale` to a count outside `1..=MAX_WORKERS`.
+    InvalidWorkers { app: String, source: SpecError },
+    /// `scale` after `shutdown` began.
+    ShuttingDown { app: String },
+    /// `scale` up: a new worker did not become ready; the new workers were stopped and
+    /// the app keeps `kept` workers.
+    ScaleFailed {
+        app: String,
+        stuck: StuckWorker,
+        kept: usize,
+    },
+    /// The spec given to `reload` is invalid.
+    InvalidReloadSpec(SpecError),
+    /// `reload` with a spec of another name.
+    Renamed { app: String, to: String },
+    /// `reload` with a spec of another mode.
+    ModeChanged { app: String },
+    /// `reload` with a spec of another worker count (`workers` is the app's).
+    WorkersChanged { app: String, workers: usize },
+    /// `reload`: `worker`'s replacement failed; `undone` says what happened to the rest.
+    ReloadFailed {
+        app: String,
+        worker: usize,
+        source: ReplaceError,
+        undone: Undone,
+    },
+}
+
+impl fmt::Display for SupervisorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SupervisorError::SharedNeedsSocket { app } => write!(
+                f,
+                "app {app:?}: shared mode needs a listening socket (start_shared)"
+            ),
+            SupervisorError::NotShared { app } => write!(f, "app {app:?}: not in shared mode"),
+            SupervisorError::InvalidSpec { app, source }
+            | SupervisorError::InvalidWorkers { app, source } => {
+                write!(f, "app {app:?}: {source}")
+            }
+            SupervisorError::Program { app, source } => write!(f, "app {app:?}: {source}"),
+            SupervisorError::ShuttingDown { app } => write!(f, "app {app:?} is shutting down"),
+            SupervisorError::ScaleFailed { app, stuck, kept } => write!(
+                f,
+                "app {app:?}: {stuck}; the new workers were stopped and the app keeps {kept}"
+            ),
+            SupervisorError::InvalidReloadSpec(e) => fmt::Display::fmt(e, f),
+            SupervisorError::Renamed { app, to } => {
+                write!(f, "cannot reload app {app:?} as {to:?}")
+            }
+            SupervisorError::ModeChanged { app } => write!(
+                f,
+                "app {app:?}: the mode cannot change on reload (restart drover for that)"
+            ),
+            SupervisorError::WorkersChanged { app, workers } => write!(
+                f,
+                "app {app:?}: reload keeps {workers} workers; scale to change the count"
+            ),
+            SupervisorError::ReloadFailed {
+                app,
+                worker,
+                source,
+                undone,
+            } => write!(f, "app {app:?}: worker {worker}: {source}; {undone}"),
+        }
+    }
+}
+
+impl std::error::Error for SupervisorError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SupervisorError::InvalidSpec { source, .. }
+            | SupervisorError::InvalidWorkers { source, .. } => Some(source),
+            SupervisorError::Program { source, .. } => Some(source),
+            SupervisorError::ReloadFailed { source, .. } => Some(source),
+            // Transparent: its message is this one's.
+            SupervisorError::InvalidReloadSpec(e) => e.source(),
+            _ => None,
+        }
+    }
+}
+
+/// A worker added by `scale` that did not become ready.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StuckWorker {
+    pub id: usize,
+    /// `CrashLooping`, or whatever it was in when `after` had passed.
+    pub state: WorkerState,
+    /// The app's `ready_timeout`.
+    pub after: Duration,
+    /// Why its last process ended, if one did.
+    pub last_exit: Option<String>,
+}
+
+impl fmt::Display for StuckWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "worker {} is {} after {:?}",
+            self.id, self.state, self.after
+        )?;
+        match &self.last_exit {
+            Some(e) => write!(f, " (last exit: {e})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a failed reload did about the workers before the one that failed.
+#[derive(Debug)]
+pub enum Undone {
+    /// The spec changed and the first worker failed: nothing was replaced.
+    NothingChanged,
+    /// The spec did not change (a plain reload): workers `0..upto` were restarted and
+    /// stay so; the rest were not.
+    PartlyRestarted { upto: usize },
+    /// Workers `0..upto` were rolled back to the previous spec.
+    RolledBack { upto: usize },
+    /// Rolling workers `0..upto` back failed at `worker`.
+    RollbackFailed {
+        upto: usize,
+        worker: usize,
+        source: ReplaceError,
+    },
+}
+
+impl fmt::Display for Undone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Undone::NothingChanged => f.write_str("nothing was changed"),
+            Undone::PartlyRestarted { upto } => {
+                write!(f, "workers 0..{upto} were restarted, the rest were not")
+            }
+            Undone::RolledBack { upto } => write!(f, "workers 0..{upto} rolled back: ok"),
+            Undone::RollbackFailed {
+                upto,
+                worker,
+                source,
+            } => write!(
+                f,
+                "workers 0..{upto} rolled back: rollback failed at worker {worker}: {source}"
+            ),
+        }
     }
 }

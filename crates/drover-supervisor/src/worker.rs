@@ -75,7 +75,56 @@ impl DerefMut for SlotGuard<'_> {
 /// The answer is `Ok` once the slot runs the current generation (or will, on its next
 /// start), `Err` with the reason when the replacement never became ready; the old
 /// process then still serves.
-pub(crate) type ReplaceRequest = oneshot::Sender<Result<(), String>>;
+pub(crate) type ReplaceRequest = oneshot::Sender<Result<(), ReplaceError>>;
+
+/// Why a worker's process was not replaced (rolling reload); the old process, if it
+/// still runs, serves on.
+#[derive(Debug)]
+pub enum ReplaceError {
+    /// The replacement process could not be spawned.
+    SpawnFailed(std::io::Error),
+    /// The replacement exited before it was ready.
+    ExitedEarly(ExitStatus),
+    /// Waiting for the replacement failed.
+    LostTrack(std::io::Error),
+    /// The replacement did not become ready within `ready_timeout`.
+    NotReady(health::NotReady),
+    /// drover began shutting down during the replacement.
+    ShutdownBegan,
+    /// The slot's task is gone, so nothing can be replaced.
+    TaskEnded,
+    /// The slot's task ended before it answered.
+    TaskEndedDuringReload,
+}
+
+impl fmt::Display for ReplaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplaceError::SpawnFailed(e) => write!(f, "replacement failed to start: {e}"),
+            ReplaceError::ExitedEarly(s) => {
+                write!(f, "replacement exited with {s} before it was ready")
+            }
+            ReplaceError::LostTrack(e) => write!(f, "lost track of the replacement: {e}"),
+            ReplaceError::NotReady(e) => fmt::Display::fmt(e, f),
+            ReplaceError::ShutdownBegan => f.write_str("shutdown began"),
+            ReplaceError::TaskEnded => f.write_str("the worker's task has ended"),
+            ReplaceError::TaskEndedDuringReload => {
+                f.write_str("the worker's task ended during the reload")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReplaceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReplaceError::SpawnFailed(e) | ReplaceError::LostTrack(e) => Some(e),
+            // Transparent: its message is this one's.
+            ReplaceError::NotReady(e) => e.source(),
+            _ => None,
+        }
+    }
+}
 
 /// A slot's live state; `WorkerStatus` is built from it on demand.
 #[derive(Debug)]
@@ -410,7 +459,7 @@ async fn run_once(
     };
     if let Err(reason) = ready {
         proc.worker.stop(proc.spec.stop_timeout).await;
-        return life(End::Killed(reason), Duration::ZERO);
+        return life(End::Killed(reason.to_string()), Duration::ZERO);
     }
     if is_stopping(stop) {
         shutdown_proc(shared, id, &mut proc).await;
@@ -528,10 +577,10 @@ enum Replaced {
     /// The new process serves; the old one was drained and stopped.
     Done(Proc),
     /// The new process never became ready (or shutdown began); the old one still serves.
-    Kept(Proc, String),
+    Kept(Proc, ReplaceError),
     /// The old process exited while its replacement was starting, and the replacement
     /// failed too: the slot has nothing running.
-    OldExited(Option<u32>, std::io::Result<ExitStatus>, String),
+    OldExited(Option<u32>, std::io::Result<ExitStatus>, ReplaceError),
 }
 
 /// Starts a process of the current spec next to `old`, swaps them in the pool once the
@@ -544,26 +593,29 @@ async fn replace_proc(
 ) -> Replaced {
     let mut new = match spawn(shared, id) {
         Ok(p) => p,
-        Err(e) => return Replaced::Kept(old, format!("replacement failed to start: {e}")),
+        Err(e) => return Replaced::Kept(old, ReplaceError::SpawnFailed(e)),
     };
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
     let (addr, spec) = (new.addr(), Arc::clone(&new.spec));
-    let ready =
-        async move { health::wait_ready_at(addr, spec.health.as_ref(), spec.ready_timeout).await };
+    let ready = async move {
+        health::wait_ready_at(addr, spec.health.as_ref(), spec.ready_timeout)
+            .await
+            .map_err(ReplaceError::NotReady)
+    };
     tokio::pin!(ready);
     let mut old_status = None;
     let ready = loop {
         tokio::select! {
             r = &mut ready => break r,
             status = new.worker.child.wait() => break Err(match status {
-                Ok(s) => format!("replacement exited with {s} before it was ready"),
-                Err(e) => format!("lost track of the replacement: {e}"),
+                Ok(s) => ReplaceError::ExitedEarly(s),
+                Err(e) => ReplaceError::LostTrack(e),
             }),
             status = old.worker.child.wait(), if old_status.is_none() => {
                 shared.leave_pool(id);
                 old_status = Some(status);
             }
-            _ = stopped(stop) => break Err("shutdown began".to_string()),
+            _ = stopped(stop) => break Err(ReplaceError::ShutdownBegan),
         }
     };
     if let Err(reason) = ready {
@@ -578,7 +630,7 @@ async fn replace_proc(
     }
     if is_stopping(stop) {
         new.worker.stop(new.spec.stop_timeout).await;
-        return Replaced::Kept(old, "shutdown began".to_string());
+        return Replaced::Kept(old, ReplaceError::ShutdownBegan);
     }
 
     // The new one joins before the old one leaves, so capacity never dips.

@@ -3,7 +3,9 @@
 mod common;
 
 use common::*;
-use drover_supervisor::{AppSpec, Mode, Supervisor, WorkerState};
+use drover_supervisor::{
+    AppSpec, Mode, ReplaceError, SpecError, Supervisor, SupervisorError, Undone, WorkerState,
+};
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -104,6 +106,19 @@ async fn a_replacement_that_never_gets_ready_leaves_the_old_workers_serving() {
     broken.command = vec!["sh".into(), "-c".into(), "exit 3".into()];
     let err = sup.reload(Some(broken)).await.unwrap_err();
     assert!(
+        matches!(
+            err,
+            SupervisorError::ReloadFailed {
+                worker: 0,
+                source: ReplaceError::ExitedEarly(_),
+                undone: Undone::NothingChanged,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
+    assert!(
         err.contains("worker 0") && err.contains("exit status: 3"),
         "{err}"
     );
@@ -125,6 +140,18 @@ async fn a_replacement_that_never_gets_ready_leaves_the_old_workers_serving() {
     ];
     let err = sup.reload(Some(flaky)).await.unwrap_err();
     assert!(
+        matches!(
+            err,
+            SupervisorError::ReloadFailed {
+                worker: 1,
+                undone: Undone::RolledBack { upto: 1 },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
+    assert!(
         err.contains("worker 1") && err.contains("rolled back: ok"),
         "{err}"
     );
@@ -139,18 +166,26 @@ async fn a_replacement_that_never_gets_ready_leaves_the_old_workers_serving() {
     // Bad specs are refused before anything starts.
     let mut more = spec.clone();
     more.workers = 3;
-    assert!(sup
-        .reload(Some(more))
-        .await
-        .unwrap_err()
-        .contains("workers"));
+    let err = sup.reload(Some(more)).await.unwrap_err();
+    assert!(
+        matches!(err, SupervisorError::WorkersChanged { workers: 2, .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "app \"web\": reload keeps 2 workers; scale to change the count"
+    );
     let mut empty = spec.clone();
     empty.command.clear();
-    assert!(sup
-        .reload(Some(empty))
-        .await
-        .unwrap_err()
-        .contains("command"));
+    let err = sup.reload(Some(empty)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SupervisorError::InvalidReloadSpec(SpecError::NoProgram)
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "command must name a program");
     assert_eq!(pids(&sup), now);
     sup.shutdown().await;
 }
@@ -252,7 +287,12 @@ fn shared_mode_refuses_health_checks_and_proxy_start() {
     let mut spec = AppSpec::new("s", vec!["x".into()]);
     spec.mode = Mode::Shared;
     spec.health = Some(Default::default());
-    assert!(spec.validate().unwrap_err().contains("shared mode"));
+    assert_eq!(spec.validate(), Err(SpecError::HealthInSharedMode));
+    assert!(spec
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("shared mode"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -260,7 +300,14 @@ fn shared_mode_refuses_health_checks_and_proxy_start() {
     rt.block_on(async {
         spec.health = None;
         let err = Supervisor::start(spec, pool("s")).unwrap_err();
-        assert!(err.contains("shared mode"), "{err}");
+        assert!(
+            matches!(err, SupervisorError::SharedNeedsSocket { .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "app \"s\": shared mode needs a listening socket (start_shared)"
+        );
     });
 }
 
@@ -284,6 +331,11 @@ async fn scaling_up_to_workers_that_never_get_ready_changes_nothing() {
 
     let err = sup.scale(3).await.unwrap_err();
     assert!(
+        matches!(err, SupervisorError::ScaleFailed { kept: 1, .. }),
+        "{err:?}"
+    );
+    let err = err.to_string();
+    assert!(
         err.contains("is crash-looping") && err.contains("exit status: 4"),
         "{err}"
     );
@@ -296,10 +348,27 @@ async fn scaling_up_to_workers_that_never_get_ready_changes_nothing() {
     assert_eq!(pool_addrs(&pool).len(), 1);
 
     let err = sup.scale(0).await.unwrap_err();
-    assert!(err.contains("workers must be in 1..=1024, not 0"), "{err}");
+    assert!(
+        matches!(
+            err,
+            SupervisorError::InvalidWorkers {
+                source: SpecError::InvalidWorkers { workers: 0 },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "app \"grow\": workers must be in 1..=1024, not 0"
+    );
     assert_eq!(sup.scale(1).await.unwrap(), "app \"grow\": 1 -> 1 workers");
 
     sup.shutdown().await;
     let err = sup.scale(2).await.unwrap_err();
-    assert!(err.contains("shutting down"), "{err}");
+    assert!(
+        matches!(err, SupervisorError::ShuttingDown { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "app \"grow\" is shutting down");
 }

@@ -4,7 +4,9 @@ mod common;
 
 use common::*;
 use drover_registry::HealthCheck;
-use drover_supervisor::{AppSpec, Supervisor, WorkerState};
+use drover_supervisor::{
+    AppSpec, ProgramError, SpecError, Supervisor, SupervisorError, WorkerState,
+};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -144,6 +146,17 @@ async fn a_missing_program_is_refused_and_a_silent_or_vanished_one_is_retried() 
     )
     .unwrap_err();
     assert!(
+        matches!(
+            err,
+            SupervisorError::Program {
+                source: ProgramError::NotFound { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
+    assert!(
         err.contains("\"missing\"") && err.contains("/nonexistent/drover-test-program"),
         "{err}"
     );
@@ -204,6 +217,17 @@ fn invalid_specs_are_rejected_with_the_app_name() {
         .unwrap();
     let _guard = rt.enter();
     let err = Supervisor::start(AppSpec::new("empty", vec![]), pool("x")).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SupervisorError::InvalidSpec {
+                source: SpecError::NoProgram,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(
         err.contains("\"empty\"") && err.contains("command"),
         "{err}"

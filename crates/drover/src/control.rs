@@ -9,7 +9,7 @@ use drover_config::plan::app_spec;
 use drover_config::plan::BalancerPlan;
 use drover_config::{self as config, BalancerConfig, Config};
 use drover_registry::Pool;
-use drover_supervisor::{check_workers, Supervisor};
+use drover_supervisor::{Supervisor, SupervisorError};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -365,11 +365,15 @@ impl Controller {
                 )))
             }
         };
-        // A bad count is the asker's mistake (400), not a failed scale (500).
-        check_workers(workers).map_err(ControlError::Invalid)?;
         // Not during a reload: its rollback would undo the count.
         let _one = self.reloading.lock().await;
-        sup.scale(workers).await.map_err(ControlError::Failed)
+        sup.scale(workers).await.map_err(|e| match e {
+            // A bad count is the asker's mistake (400), not a failed scale (500).
+            SupervisorError::InvalidWorkers { source, .. } => {
+                ControlError::Invalid(source.to_string())
+            }
+            e => ControlError::Failed(e.to_string()),
+        })
     }
 }
 
@@ -412,12 +416,12 @@ async fn reload_all(
 /// start from the new spec). A failed step undoes the ones before it.
 async fn apply(sup: &Supervisor, spec: Option<drover_supervisor::AppSpec>) -> Result<(), String> {
     let Some(mut spec) = spec else {
-        return sup.reload(None).await;
+        return sup.reload(None).await.map_err(|e| e.to_string());
     };
     let previous = sup.spec();
     let (want, have) = (spec.workers, previous.workers);
     if want < have {
-        sup.scale(want).await?;
+        sup.scale(want).await.map_err(|e| e.to_string())?;
     }
     spec.workers = want.min(have);
     if let Err(e) = sup.reload(Some(spec)).await {
@@ -427,7 +431,7 @@ async fn apply(sup: &Supervisor, spec: Option<drover_supervisor::AppSpec>) -> Re
                 Err(e2) => format!("{e}; scaling back to {have} workers failed: {e2}"),
             });
         }
-        return Err(e);
+        return Err(e.to_string());
     }
     if want > have {
         if let Err(e) = sup.scale(want).await {

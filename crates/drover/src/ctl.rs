@@ -1,9 +1,23 @@
 //! `drover ctl`: the admin API from the command line.
 
 use crate::cli::{CtlArgs, CtlCommand, MembersCommand};
-use drover_admin::{request, MemberList, MemberRow, Method, Reply, Status};
+use drover_admin::{MemberList, MemberRow, Method, Reply, Status};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+/// `drover_admin::request`, with its error as the message `drover ctl` prints.
+async fn request(
+    addr: SocketAddr,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+    limit: Duration,
+) -> Result<Reply, String> {
+    drover_admin::request(addr, token, method, path, body, limit)
+        .await
+        .map_err(|e| e.to_string())
+}
 
 /// A status answer is small and immediate.
 const STATUS_LIMIT: Duration = Duration::from_secs(10);

@@ -165,7 +165,7 @@ pub(crate) async fn run_config(
             Some(socket) => socket
                 .local_addr()
                 .map_err(|e| e.to_string())
-                .and_then(|addr| Ok((addr, Supervisor::start_shared(spec, socket, stderr_sink())?)))
+                .and_then(|addr| Ok((addr, Supervisor::start_shared(spec, socket, stderr_sink()).map_err(|e| e.to_string())?)))
                 .map(|(addr, sup)| {
                     // Scripts and tests read this line to learn the port when listening on :0.
                     eprintln!(
@@ -180,7 +180,7 @@ pub(crate) async fn run_config(
                         Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
                     })
                     .clone();
-                Supervisor::start(spec, pool).inspect(|_| {
+                Supervisor::start(spec, pool).map_err(|e| e.to_string()).inspect(|_| {
                     eprintln!("drover: app {name:?} starting {workers} workers");
                 })
             }
