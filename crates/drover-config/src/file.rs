@@ -115,6 +115,25 @@ pub fn load_with_origins(path: &Path) -> Result<(Config, Origins), ConfigError> 
 
 /// Parses and validates config `text`; `origin` is the file name used in errors. The
 /// tests' way in; drover itself loads files.
+/// One value (a size, a backend, a name server, an etcd URL) that does not parse; the
+/// message says what was expected. Callers add the key or flag it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueError(String);
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ValueError {}
+
+impl From<String> for ValueError {
+    fn from(s: String) -> ValueError {
+        ValueError(s)
+    }
+}
+
 /// Loads a config from text; `origin` names it in errors.
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     parse_with_origins(text, origin).map(|(cfg, _)| cfg)
@@ -357,7 +376,7 @@ impl<'de> Deserialize<'de> for ByteSize {
                 u64::try_from(n).map_err(|_| E::custom(format!("size {n} must not be negative")))
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
-                parse_byte_size(s).map_err(E::custom)
+                parse_byte_size_text(s).map_err(E::custom)
             }
         }
         d.deserialize_any(V).map(ByteSize)
@@ -367,7 +386,11 @@ impl<'de> Deserialize<'de> for ByteSize {
 /// `512M`, `512MB`, `512MiB`, `1.5G`, `800k`, `1048576`: binary units (as `ps` and
 /// `top` show RSS), so `M` and `MB` both mean MiB. Hand-written: the unit list is
 /// short, and a crate would bring its own idea of what `MB` means.
-pub fn parse_byte_size(s: &str) -> Result<u64, String> {
+pub fn parse_byte_size(s: &str) -> Result<u64, ValueError> {
+    parse_byte_size_text(s).map_err(ValueError)
+}
+
+fn parse_byte_size_text(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -697,7 +720,11 @@ impl fmt::Display for Target {
 
 /// One `--backend` of `drover proxy`: what a file's `backends` entry may say, except
 /// `app:NAME` (that needs `drover up`). `etcd`: whether `--etcd` gave a cluster.
-pub fn backend_from_flag(s: &str, etcd: bool) -> Result<BackendRef, String> {
+pub fn backend_from_flag(s: &str, etcd: bool) -> Result<BackendRef, ValueError> {
+    backend_from_flag_text(s, etcd).map_err(ValueError)
+}
+
+fn backend_from_flag_text(s: &str, etcd: bool) -> Result<BackendRef, String> {
     match parse_target(s)? {
         Target::Addr(addr) => Ok(BackendRef::Addr {
             addr,
@@ -1119,7 +1146,11 @@ fn listens_clash(a: SocketAddr, b: SocketAddr) -> bool {
 
 /// A name server as `[resolver] nameservers` and `--resolver` take it: IP or IP:PORT
 /// (a bare IP means port 53, as in resolv.conf).
-pub fn nameserver(text: &str) -> Result<SocketAddr, String> {
+pub fn nameserver(text: &str) -> Result<SocketAddr, ValueError> {
+    nameserver_text(text).map_err(ValueError)
+}
+
+fn nameserver_text(text: &str) -> Result<SocketAddr, String> {
     text.parse::<SocketAddr>()
         .ok()
         .or_else(|| {
@@ -1131,7 +1162,11 @@ pub fn nameserver(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// An etcd client URL as `[etcd] endpoints` and `--etcd` take it: `http://HOST:PORT`.
-pub fn check_etcd_endpoint(url: &str) -> Result<(), String> {
+pub fn check_etcd_endpoint(url: &str) -> Result<(), ValueError> {
+    check_etcd_endpoint_text(url).map_err(ValueError)
+}
+
+fn check_etcd_endpoint_text(url: &str) -> Result<(), String> {
     let ok = url
         .strip_prefix("http://")
         .and_then(|rest| rest.rsplit_once(':'))
@@ -1157,7 +1192,7 @@ fn validate_resolver(
         for (j, s) in servers.into_iter().enumerate() {
             let at = s.span();
             let text = s.into_inner();
-            match nameserver(&text) {
+            match nameserver_text(&text) {
                 Ok(a) => parsed.push(a),
                 Err(e) => return Err(ctx.at(at, format!("resolver.nameservers[{j}]"), e)),
             }
@@ -1198,7 +1233,8 @@ fn validate_etcd(raw: Spanned<RawEtcd>, ctx: &Ctx<'_>) -> Result<EtcdConfig, Con
     for (j, e) in list.into_iter().enumerate() {
         let at = e.span();
         let url = e.into_inner();
-        check_etcd_endpoint(&url).map_err(|e| ctx.at(at, format!("etcd.endpoints[{j}]"), e))?;
+        check_etcd_endpoint_text(&url)
+            .map_err(|e| ctx.at(at, format!("etcd.endpoints[{j}]"), e))?;
         endpoints.push(url);
     }
     Ok(EtcdConfig { endpoints })
@@ -2441,7 +2477,10 @@ sticky = { cookie = "sid" }
         assert_eq!(parse_byte_size("1.5G"), Ok(3 << 29));
         assert_eq!(parse_byte_size("800k"), Ok(800 << 10));
         assert_eq!(parse_byte_size("1048576"), Ok(1 << 20));
-        assert!(parse_byte_size("M").unwrap_err().contains("invalid size"));
+        assert!(parse_byte_size("M")
+            .unwrap_err()
+            .to_string()
+            .contains("invalid size"));
     }
 
     #[test]

@@ -103,12 +103,13 @@ pub struct LimitArgs {
     pub queue_timeout: Option<Duration>,
 }
 
-pub fn duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (write durations like 500ms, 2s, 1m)"))
+pub fn duration(s: &str) -> Result<Duration, FlagError> {
+    humantime::parse_duration(s)
+        .map_err(|e| FlagError(format!("{e} (write durations like 500ms, 2s, 1m)")))
 }
 
 fn byte_size(s: &str) -> Result<u64, String> {
-    match crate::parse_byte_size(s)? {
+    match crate::parse_byte_size(s).map_err(|e| e.to_string())? {
         0 => Err("must be greater than 0".into()),
         n => Ok(n),
     }
@@ -266,9 +267,25 @@ pub struct ProxyArgs {
     pub drain_timeout: Duration,
 }
 
+/// Flags that cannot run as given; the message names the flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlagError(String);
+
+impl std::fmt::Display for FlagError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FlagError {}
+
 impl model::BalancerConfig {
     /// `--strategy` with `--hash-key` and `--sticky-cookie`, checked together.
-    pub fn apply_strategy(&mut self, strategy: Strategy, keys: &KeyArgs) -> Result<(), String> {
+    pub(crate) fn apply_strategy(
+        &mut self,
+        strategy: Strategy,
+        keys: &KeyArgs,
+    ) -> Result<(), String> {
         if strategy == Strategy::Hash && keys.hash_key.is_none() {
             return Err(
                 "--strategy hash needs --hash-key (header:NAME, cookie:NAME, client-ip or path)"
@@ -287,7 +304,7 @@ impl model::BalancerConfig {
     }
 
     /// The `--max-conns`, `--queue-max` and `--queue-timeout` flags.
-    pub fn apply_limits(&mut self, a: &LimitArgs) {
+    pub(crate) fn apply_limits(&mut self, a: &LimitArgs) {
         self.max_conns = a.max_conns;
         self.queue = model::QueueConfig {
             max: a.queue_max,
@@ -298,7 +315,11 @@ impl model::BalancerConfig {
 
 /// What `drover proxy` runs when given flags instead of a file: the same model a file
 /// fills, so a setting has one default and one set of checks.
-pub fn proxy_config(a: &ProxyArgs) -> Result<Config, String> {
+pub fn proxy_config(a: &ProxyArgs) -> Result<Config, FlagError> {
+    proxy_config_text(a).map_err(FlagError)
+}
+
+fn proxy_config_text(a: &ProxyArgs) -> Result<Config, String> {
     let admin = match a.admin {
         Some(listen) => {
             drover_admin::check_exposure(listen, a.admin_token.as_deref()).map_err(|e| {
@@ -331,13 +352,17 @@ pub fn proxy_config(a: &ProxyArgs) -> Result<Config, String> {
         resolver,
         etcd,
         apps: Vec::new(),
-        balancers: vec![proxy_balancer(a)?],
+        balancers: vec![proxy_balancer_text(a)?],
     })
 }
 
 /// The balancer the `proxy` flags describe, as a config entry so flags and files
 /// share one validation and one translation.
-pub fn proxy_balancer(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
+pub fn proxy_balancer(a: &ProxyArgs) -> Result<model::BalancerConfig, FlagError> {
+    proxy_balancer_text(a).map_err(FlagError)
+}
+
+fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     let listen = a.listen.ok_or("--listen is required without --config")?;
     if a.backend.is_empty() && a.admin.is_none() {
         return Err(
@@ -408,7 +433,11 @@ pub struct RunConfig {
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, one socket the workers share).
-pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
+pub fn run_config(args: &RunArgs) -> Result<RunConfig, FlagError> {
+    run_config_text(args).map_err(FlagError)
+}
+
+fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     let mut app = model::AppConfig::new("app", args.command.clone());
     app.workers = args.workers;
     app.mode = args.mode;

@@ -28,9 +28,44 @@ pub struct BalancerPlan {
     pub drain_timeout: Duration,
 }
 
+/// A balancer that validated on its own but cannot be run as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// `backends = ["app:NAME"]` beside other backends.
+    AppWithOthers { balancer: String },
+    /// The health check's settings.
+    Health {
+        balancer: String,
+        source: drover_registry::HealthCheckError,
+    },
+}
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanError::AppWithOthers { balancer } => write!(
+                f,
+                "balancer {balancer:?}: backends = [\"app:NAME\"] must be the only backend; run fixed addresses behind a balancer of their own"
+            ),
+            PlanError::Health { balancer, source } => {
+                write!(f, "balancer {balancer:?}: health: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PlanError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PlanError::Health { source, .. } => Some(source),
+            PlanError::AppWithOthers { .. } => None,
+        }
+    }
+}
+
 impl BalancerPlan {
     /// Translates a validated config entry into the parts that run it.
-    pub fn from_config(b: &config::BalancerConfig) -> Result<BalancerPlan, String> {
+    pub fn from_config(b: &config::BalancerConfig) -> Result<BalancerPlan, PlanError> {
         let mut backends = Vec::new();
         let mut max_conns = Vec::new();
         let mut app = None;
@@ -55,15 +90,16 @@ impl BalancerPlan {
         if app.is_some() && b.backends.len() > 1 {
             // One pool per balancer: an app's workers come and go under the supervisor,
             // and mixing them with fixed addresses would make both harder to reason about.
-            return Err(format!(
-                "balancer {:?}: backends = [\"app:NAME\"] must be the only backend; run fixed addresses behind a balancer of their own",
-                b.name
-            ));
+            return Err(PlanError::AppWithOthers {
+                balancer: b.name.clone(),
+            });
         }
         let health = b.health.as_ref().map(health_check);
         if let Some(h) = &health {
-            h.validate()
-                .map_err(|e| format!("balancer {:?}: health: {e}", b.name))?;
+            h.validate().map_err(|source| PlanError::Health {
+                balancer: b.name.clone(),
+                source,
+            })?;
         }
         let passive = PassivePolicy {
             connect_failures: if b.passive.failures == 0 { 0 } else { 1 },

@@ -224,7 +224,7 @@ impl Controller {
         let current = self.balancers();
         let mut steps = Vec::new();
         for (index, config) in next.balancers.iter().enumerate() {
-            let plan = BalancerPlan::from_config(config)?;
+            let plan = BalancerPlan::from_config(config).map_err(|e| e.to_string())?;
             let Some(b) = current.iter().find(|b| b.name == config.name) else {
                 if let Some(app) = app_of(config) {
                     if !self.app_pools.contains_key(app) {

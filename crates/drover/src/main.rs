@@ -52,7 +52,7 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
             (cfg, origins)
         }
         None => (
-            drover_config::flags::proxy_config(&args)?,
+            drover_config::flags::proxy_config(&args).map_err(|e| e.to_string())?,
             drover_config::Origins::default()
                 .with_flag("balancer[0].listen", "--listen")
                 .with_flag("admin.listen", "--admin"),
@@ -65,7 +65,8 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
     let plans = balancers
         .iter()
         .map(drover_config::plan::BalancerPlan::from_config)
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     if let Some(p) = plans.iter().find(|p| p.app.is_some()) {
         return Err(format!(
             "balancer {:?} balances over a supervised app; start it with `drover up`",

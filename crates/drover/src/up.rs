@@ -30,7 +30,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, one socket the workers share), from flags.
 pub async fn run_app(args: &RunArgs) -> Result<(), String> {
-    let run = flags::run_config(args)?;
+    let run = flags::run_config(args).map_err(|e| e.to_string())?;
     // Asked for: it must start. Not asked for: the default port, if it is free.
     let admin_mode = if run.admin_asked {
         Admin::Required
@@ -62,7 +62,8 @@ pub(crate) async fn run_config(
         .balancers
         .iter()
         .map(BalancerPlan::from_config)
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let specs = cfg
         .apps
         .iter()
