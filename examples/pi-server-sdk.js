@@ -24,70 +24,8 @@ const drover = require('../sdk/node');
 
 const PORT = Number(process.env.PORT ?? 3000);
 const WORKER = process.env.DROVER_WORKER_ID ?? null;
-const DEFAULT_ITERATIONS = 100000;
-const CHEAP = 1e4;
-const EXPENSIVE = 5e5;
-// Bounds the CPU one request may ask for, so a typo cannot wedge the server for minutes.
-const MAX_ITERATIONS = 1e8;
-
-function estimatePi(iterations) {
-  let inside = 0;
-  for (let i = 0; i < iterations; i++) {
-    const x = Math.random();
-    const y = Math.random();
-    if (x * x + y * y <= 1) inside++;
-  }
-  return (4 * inside) / iterations;
-}
-
-function send(res, status, body, type = 'application/json') {
-  const text = typeof body === 'string' ? body : JSON.stringify(body) + '\n';
-  res.writeHead(status, {
-    'content-type': type,
-    'content-length': Buffer.byteLength(text),
-    'x-worker': WORKER ?? String(process.pid),
-  });
-  res.end(text);
-}
-
-function piAnswer(res, iterations, extra = {}) {
-  const started = process.hrtime.bigint();
-  const pi = estimatePi(iterations);
-  const ms = Number(process.hrtime.bigint() - started) / 1e6;
-  send(res, 200, { pi, iterations, worker: WORKER, pid: process.pid, ms, ...extra });
-}
-
-function handle(req, res) {
-  if (req.method !== 'GET' && req.method !== 'HEAD') {
-    return send(res, 405, 'method not allowed\n', 'text/plain');
-  }
-  const at = req.url.indexOf('?');
-  const path = at < 0 ? req.url : req.url.slice(0, at);
-  const query = new URLSearchParams(at < 0 ? '' : req.url.slice(at + 1));
-  switch (path) {
-    case '/health':
-      return send(res, 200, 'ok', 'text/plain');
-    case '/':
-    case '/pi': {
-      const raw = query.get('iterations');
-      const iterations = raw === null ? DEFAULT_ITERATIONS : /^[0-9]+$/.test(raw) ? Number(raw) : NaN;
-      if (!(iterations >= 1 && iterations <= MAX_ITERATIONS)) {
-        return send(res, 400, `iterations must be an integer in 1..${MAX_ITERATIONS}\n`, 'text/plain');
-      }
-      return piAnswer(res, iterations);
-    }
-    case '/mixed': {
-      const n = query.get('n');
-      if (n !== null && !/^-?[0-9]+$/.test(n)) {
-        return send(res, 400, 'n must be an integer\n', 'text/plain');
-      }
-      const expensive = n === null ? Math.random() < 0.1 : n.endsWith('0');
-      return piAnswer(res, expensive ? EXPENSIVE : CHEAP, { kind: expensive ? 'expensive' : 'cheap' });
-    }
-    default:
-      return send(res, 404, 'not found\n', 'text/plain');
-  }
-}
+// The routes are pi-server.js's own.
+const { handle } = require('./pi-server.js');
 
 // loadReporter adds `endpoint-load-metrics` (event-loop utilisation) to every answer.
 const server = http.createServer(drover.loadReporter(handle));

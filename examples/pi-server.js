@@ -108,32 +108,38 @@ function inheritedFd() {
 }
 
 let closing = false;
-const server = http.createServer((req, res) => {
-  res.on('finish', () => {
-    // A keep-alive connection that just finished its last request is now idle.
-    if (closing) server.closeIdleConnections();
+
+// Run as a program it serves; required (as examples/pi-server-sdk.js does), it only
+// lends its routes.
+module.exports = { handle };
+if (require.main === module) {
+  const server = http.createServer((req, res) => {
+    res.on('finish', () => {
+      // A keep-alive connection that just finished its last request is now idle.
+      if (closing) server.closeIdleConnections();
+    });
+    handle(req, res);
   });
-  handle(req, res);
-});
 
-function shutdown(signal) {
-  if (closing) return;
-  closing = true;
-  console.log(`pi-server ${WORKER ?? ''} (pid ${process.pid}): ${signal}, draining`);
-  // close() stops accepting and calls back once every connection has ended; idle
-  // keep-alive connections are closed now, busy ones after their response.
-  server.close(() => process.exit(0));
-  server.closeIdleConnections();
+  function shutdown(signal) {
+    if (closing) return;
+    closing = true;
+    console.log(`pi-server ${WORKER ?? ''} (pid ${process.pid}): ${signal}, draining`);
+    // close() stops accepting and calls back once every connection has ended; idle
+    // keep-alive connections are closed now, busy ones after their response.
+    server.close(() => process.exit(0));
+    server.closeIdleConnections();
+  }
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+
+  const fd = inheritedFd();
+  const ready = () => {
+    const { address, port } = server.address();
+    const host = address.includes(':') ? `[${address}]` : address;
+    const how = fd === null ? '' : ' (fd 3 from LISTEN_FDS)';
+    console.log(`pi-server worker ${WORKER ?? '-'} (pid ${process.pid}) listening on ${host}:${port}${how}`);
+  };
+  if (fd === null) server.listen(PORT, '127.0.0.1', ready);
+  else server.listen({ fd }, ready);
 }
-process.on('SIGTERM', () => shutdown('SIGTERM'));
-process.on('SIGINT', () => shutdown('SIGINT'));
-
-const fd = inheritedFd();
-const ready = () => {
-  const { address, port } = server.address();
-  const host = address.includes(':') ? `[${address}]` : address;
-  const how = fd === null ? '' : ' (fd 3 from LISTEN_FDS)';
-  console.log(`pi-server worker ${WORKER ?? '-'} (pid ${process.pid}) listening on ${host}:${port}${how}`);
-};
-if (fd === null) server.listen(PORT, '127.0.0.1', ready);
-else server.listen({ fd }, ready);

@@ -87,16 +87,10 @@ impl Controller {
     }
 
     async fn reload_file(&self, path: &Path, running: &mut Config) -> Result<String, ControlError> {
-        let next = config::load(path)
-            .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
-        let refuse = |e: String| {
-            ControlError::Failed(format!(
-                "{}: {e}: restart drover to apply that; nothing was reloaded",
-                path.display()
-            ))
-        };
-        reloadable(running, &next).map_err(refuse)?;
-        let steps = self.plan_balancers(&next).map_err(refuse)?;
+        let next = read_next(path, running)?;
+        let steps = self
+            .plan_balancers(&next)
+            .map_err(|e| restart_needed(path, &e))?;
 
         // Bind every new address first: a taken one stops the reload with nothing
         // changed.
@@ -155,18 +149,7 @@ impl Controller {
 
         // The apps' rolling reload, which undoes itself if it fails.
         let targets: Vec<&Arc<Supervisor>> = self.apps.iter().collect();
-        let specs = targets
-            .iter()
-            .map(|sup| {
-                let cfg = next
-                    .apps
-                    .iter()
-                    .find(|a| a.name == sup.name())
-                    .expect("reloadable() checked the app names");
-                (*sup, Some(app_spec(cfg)))
-            })
-            .collect();
-        if let Err(e) = reload_all(specs).await {
+        if let Err(e) = reload_all(specs_from(&targets, &next)).await {
             for b in started.into_iter().flatten() {
                 b.proxy.begin_shutdown();
             }
@@ -296,26 +279,8 @@ impl Controller {
             return Ok(summary(&targets));
         };
         let mut running = running.lock().await;
-        let next = config::load(path)
-            .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
-        reloadable(&running, &next).map_err(|e| {
-            ControlError::Failed(format!(
-                "{}: {e}: restart drover to apply that; nothing was reloaded",
-                path.display()
-            ))
-        })?;
-        let plan = targets
-            .iter()
-            .map(|sup| {
-                let cfg = next
-                    .apps
-                    .iter()
-                    .find(|a| a.name == sup.name())
-                    .expect("reloadable() checked the app names");
-                (*sup, Some(app_spec(cfg)))
-            })
-            .collect();
-        reload_all(plan).await?;
+        let next = read_next(path, &running)?;
+        reload_all(specs_from(&targets, &next)).await?;
         // Only what was reloaded is now running: with `only`, the other apps keep their
         // old settings until they are reloaded too.
         for app in &mut running.apps {
@@ -375,6 +340,39 @@ impl Controller {
             e => ControlError::Failed(e.to_string()),
         })
     }
+}
+
+/// The file at `path` again, checked and checked against what runs.
+fn read_next(path: &Path, running: &Config) -> Result<Config, ControlError> {
+    let next = config::load(path)
+        .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
+    reloadable(running, &next).map_err(|e| restart_needed(path, &e))?;
+    Ok(next)
+}
+
+fn restart_needed(path: &Path, why: &str) -> ControlError {
+    ControlError::Failed(format!(
+        "{}: {why}: restart drover to apply that; nothing was reloaded",
+        path.display()
+    ))
+}
+
+/// Each app of `targets` with its settings from `next`.
+fn specs_from<'a>(
+    targets: &[&'a Arc<Supervisor>],
+    next: &Config,
+) -> Vec<(&'a Arc<Supervisor>, Option<drover_supervisor::AppSpec>)> {
+    targets
+        .iter()
+        .map(|sup| {
+            let cfg = next
+                .apps
+                .iter()
+                .find(|a| a.name == sup.name())
+                .expect("reloadable() checked the app names");
+            (*sup, Some(app_spec(cfg)))
+        })
+        .collect()
 }
 
 fn summary(apps: &[&Arc<Supervisor>]) -> String {

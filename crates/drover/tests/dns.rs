@@ -7,10 +7,9 @@ mod common;
 #[allow(dead_code)]
 mod dnsmasq;
 
-use common::{admin_addr, bin, ctl, stops_cleanly, temp_dir};
+use common::{admin_addr, answering, bin, ctl, names, stops_cleanly, temp_dir};
 use dnsmasq::{free_port, Dnsmasq};
-use drover_testkit::{wait_until_async, Backend, DroverProcess, HttpClient};
-use std::collections::BTreeSet;
+use drover_testkit::{wait_until_async, Backend, DroverProcess};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -37,21 +36,6 @@ async fn backends_on_one_port() -> (u16, Vec<Backend>) {
         }
     }
     panic!("no port free on all of 127.0.0.11-13");
-}
-
-async fn answering(addr: SocketAddr, n: usize) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for _ in 0..n {
-        let mut c = HttpClient::connect(addr).await.unwrap();
-        let r = c.get("/").await;
-        assert_eq!(r.status, 200, "{:?}", r.header("drover-error"));
-        names.insert(r.text());
-    }
-    names
-}
-
-fn names(list: &[&str]) -> BTreeSet<String> {
-    list.iter().map(|s| s.to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,13 +102,14 @@ pub fn steady_load(
 }
 
 /// Stops `steady_load`, then asserts that it sent at least `min_ok` requests and that
-/// none failed; `during` names what happened meanwhile, for the message.
+/// none failed; `during` names what happened meanwhile, for the message. Answers how
+/// many were served.
 pub async fn assert_load_never_failed(
     stop: &AtomicBool,
     load: Vec<tokio::task::JoinHandle<(usize, Vec<String>)>>,
     min_ok: usize,
     during: &str,
-) {
+) -> usize {
     stop.store(true, Ordering::Relaxed);
     let (mut ok, mut failed) = (0, Vec::new());
     for l in load {
@@ -124,6 +125,24 @@ pub async fn assert_load_never_failed(
         ok + failed.len(),
         &failed[..failed.len().min(5)]
     );
+    ok
+}
+
+/// Which backends answer `n` requests, each on a new connection.
+pub async fn answering(addr: SocketAddr, n: usize) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for _ in 0..n {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let r = c.get("/").await;
+        assert_eq!(r.status, 200, "{:?}", r.header("drover-error"));
+        names.insert(r.text());
+    }
+    names
+}
+
+/// A set of backend names, to compare `answering` with.
+pub fn names(list: &[&str]) -> std::collections::BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
 }
 
 /// `drover ctl ARGS` against `admin`: exit code, stdout, stderr.
