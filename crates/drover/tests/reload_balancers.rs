@@ -44,8 +44,6 @@ fn listen_of(d: &DroverProcess, name: &str) -> SocketAddr {
         .unwrap_or_else(|| panic!("no listen line for {name}\n{}", d.stderr_text()))
 }
 
-/// Which backends answer `n` requests, each on a new connection.
-
 /// Clients on new connections, one request each, until `stop`: (ok, failures).
 fn new_connection_load(
     addr: SocketAddr,
