@@ -11,6 +11,9 @@ use std::sync::Arc;
 pub struct EndpointSet {
     endpoints: Vec<Arc<Endpoint>>,
     generation: u64,
+    /// The largest weight when the snapshot was made (the pool swaps in a new snapshot
+    /// when a weight changes), for draws that accept in proportion to weight.
+    max_weight: u32,
 }
 
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
@@ -18,9 +21,15 @@ static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 impl EndpointSet {
     pub fn new(endpoints: Vec<Arc<Endpoint>>) -> Self {
         EndpointSet {
+            max_weight: endpoints.iter().map(|e| e.weight()).max().unwrap_or(1),
             endpoints,
             generation: GENERATIONS.fetch_add(1, Relaxed),
         }
+    }
+
+    /// The largest endpoint weight in the snapshot (1 when empty).
+    pub fn max_weight(&self) -> u32 {
+        self.max_weight
     }
 
     pub fn endpoints(&self) -> &[Arc<Endpoint>] {

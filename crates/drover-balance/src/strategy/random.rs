@@ -4,9 +4,13 @@
 //! instances in front of the same pool, and it cannot synchronise into the lock-step
 //! patterns that shared counters can. It ignores load; that is what `p2c` adds.
 //!
-//! The draw sums the eligible weights and then walks to the chosen one: two passes of
-//! O(n). Eligibility and slow start change between picks, so there is no prefix-sum
-//! array to cache; for large pools `p2c` is the O(1) choice.
+//! The draw is by rejection: a uniform index, kept with probability (its effective
+//! weight ÷ the snapshot's largest weight) if it is eligible. That is O(1) expected while
+//! weights are within a small factor of each other and most endpoints are eligible, and
+//! exact in distribution (eligibility and slow start change between picks, so a cached
+//! prefix-sum array would not be). After `TRIES` misses (most of the pool down, or very
+//! unequal weights) it falls back to summing the eligible weights and walking to the
+//! chosen one, O(n); both parts draw in proportion to weight, so together they do too.
 
 use super::common::claim;
 use crate::endpoint::Endpoint;
@@ -24,7 +28,26 @@ impl WeightedRandom {
     }
 }
 
-fn choose<'s>(eps: &'s [Arc<Endpoint>], ctx: &PickContext<'_>) -> Option<&'s Arc<Endpoint>> {
+/// Rejection draws before the O(n) walk.
+const TRIES: usize = 16;
+
+fn choose<'s>(set: &'s EndpointSet, ctx: &PickContext<'_>) -> Option<&'s Arc<Endpoint>> {
+    let eps = set.endpoints();
+    if eps.is_empty() {
+        return None;
+    }
+    let max = f64::from(set.max_weight().max(1));
+    for _ in 0..TRIES {
+        let e = &eps[fastrand::usize(..eps.len())];
+        if ctx.eligible(e) && fastrand::f64() * max < e.effective_weight(ctx.now) {
+            return Some(e);
+        }
+    }
+    walk(eps, ctx)
+}
+
+/// The exact O(n) draw: sum the eligible weights, then walk to the chosen one.
+fn walk<'s>(eps: &'s [Arc<Endpoint>], ctx: &PickContext<'_>) -> Option<&'s Arc<Endpoint>> {
     let eligible = || eps.iter().filter(|e| ctx.eligible(e));
     let total: f64 = eligible().map(|e| e.effective_weight(ctx.now)).sum();
     let mut r = fastrand::f64() * total;
@@ -42,7 +65,7 @@ fn choose<'s>(eps: &'s [Arc<Endpoint>], ctx: &PickContext<'_>) -> Option<&'s Arc
 
 impl Balancer for WeightedRandom {
     fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
-        claim(set, ctx, || choose(set.endpoints(), ctx))
+        claim(set, ctx, || choose(set, ctx))
     }
 }
 
