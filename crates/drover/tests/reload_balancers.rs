@@ -124,6 +124,8 @@ async fn five_reloads_under_load_change_balancers_and_fail_no_request() {
         names(&["a", "b"]),
     ];
     for (i, (version, want)) in versions.iter().zip(&expect).enumerate() {
+        // Load under the settings of the last version for a while first.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         std::fs::write(&path, version).unwrap();
         if i % 2 == 0 {
             let (code, out, err) = ctl(admin, &["reload"]).await;
