@@ -3,10 +3,11 @@
 //! it with heartbeats, deregister).
 
 use drover_registry::{
-    MemberError, MemberErrorKind, MemberState, MemberStore, MemberView, Pool, Registration,
+    EndpointStatus, MemberError, MemberErrorKind, MemberState, MemberStore, MemberView, Pool,
+    Registration,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,12 +164,21 @@ pub(crate) async fn drain(members: &BalancerMembers, id: &str) -> Result<MemberR
 /// the source that put it there.
 pub(crate) fn list(balancer: &str, members: &BalancerMembers) -> MemberList {
     let runtime = members.store.list();
-    let mut rows: Vec<MemberRow> = runtime.iter().map(|m| row(&members.pool, m)).collect();
-    for ep in members.pool.status() {
-        let listed = runtime
-            .iter()
-            .any(|m| m.addr == ep.addr && m.state == MemberState::Active);
-        if listed {
+    // One status and one index, not one per member: lists of thousands stay linear.
+    let status = members.pool.status();
+    let by_addr: HashMap<SocketAddr, &EndpointStatus> =
+        status.iter().map(|e| (e.addr, e)).collect();
+    let mut rows: Vec<MemberRow> = runtime
+        .iter()
+        .map(|m| row_with(m, by_addr.get(&m.addr).copied()))
+        .collect();
+    let listed: HashSet<SocketAddr> = runtime
+        .iter()
+        .filter(|m| m.state == MemberState::Active)
+        .map(|m| m.addr)
+        .collect();
+    for ep in &status {
+        if listed.contains(&ep.addr) {
             continue;
         }
         let source = members
@@ -198,10 +208,15 @@ pub(crate) fn list(balancer: &str, members: &BalancerMembers) -> MemberList {
     }
 }
 
+/// One member as answered to a single request about it.
 fn row(pool: &Pool, m: &MemberView) -> MemberRow {
-    let ep = (m.state == MemberState::Active)
-        .then(|| pool.status().into_iter().find(|e| e.addr == m.addr))
-        .flatten();
+    let status = pool.status();
+    row_with(m, status.iter().find(|e| e.addr == m.addr))
+}
+
+/// One member, with its endpoint's state while it is in the pool.
+fn row_with(m: &MemberView, ep: Option<&EndpointStatus>) -> MemberRow {
+    let ep = ep.filter(|_| m.state == MemberState::Active);
     MemberRow {
         id: m.id.clone(),
         address: m.address.clone(),
@@ -213,8 +228,8 @@ fn row(pool: &Pool, m: &MemberView) -> MemberRow {
         ttl_left_secs: m.ttl_left.map(|t| t.as_secs_f64()),
         meta: m.meta.clone(),
         in_flight: m.in_flight,
-        healthy: ep.as_ref().map(|e| e.healthy),
-        available: ep.as_ref().map(|e| e.available),
+        healthy: ep.map(|e| e.healthy),
+        available: ep.map(|e| e.available),
     }
 }
 
