@@ -64,11 +64,13 @@ impl Store {
     ) -> Store {
         match (&plan.etcd, etcd) {
             (Some(prefix), Some(cluster)) => match previous {
-                Some(Store::Etcd {
-                    prefix: p,
-                    endpoints: e,
-                    ..
-                }) if p == prefix && *e == cluster.endpoints => previous.cloned().expect("matched"),
+                Some(
+                    same @ Store::Etcd {
+                        prefix: p,
+                        endpoints: e,
+                        ..
+                    },
+                ) if p == prefix && *e == cluster.endpoints => same.clone(),
                 _ => Store::Etcd {
                     prefix: prefix.clone(),
                     endpoints: cluster.endpoints.clone(),
