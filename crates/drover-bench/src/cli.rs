@@ -1,19 +1,51 @@
-//! Command line of the load generator (`drover-loadgen`, later `drover bench`).
+//! Command line of `drover bench`: the flags, and running them to an exit code.
 
+use std::fmt;
+use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
+use crate::admin::{self, AdminError};
+use crate::compare::{self, CompareError};
 use crate::mix::Mix;
-use crate::run::{run, Config, Mode, Reuse};
+use crate::run::{run, Config, Mode, Reuse, RunError};
+use crate::slo::Slo;
+
+/// Exit code of a run that breached an `--slo`.
+pub const EXIT_SLO_BREACHED: u8 = 3;
+
+/// `drover bench URL` runs load; `drover bench compare A.json B.json` compares two runs.
+#[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchCommand {
+    #[command(subcommand)]
+    pub command: Option<BenchSubcommand>,
+
+    #[command(flatten)]
+    pub run: BenchArgs,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum BenchSubcommand {
+    /// Differences between two --json runs that exceed their second-to-second noise
+    Compare {
+        /// The baseline run (a file written by --json)
+        a: PathBuf,
+        /// The run compared against it
+        b: PathBuf,
+    },
+}
 
 /// Load-generate HTTP/1.1 over keep-alive connections and report latency percentiles.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Target, e.g. http://127.0.0.1:8000 or 127.0.0.1:8000/path
-    pub url: String,
+    #[arg(required = true)]
+    pub url: Option<String>,
 
     /// Closed loop: connections kept busy. Open loop (--rate): most connections the pool
     /// opens [default: 50 closed, 512 open]
@@ -25,8 +57,8 @@ pub struct BenchArgs {
     pub duration: Duration,
 
     /// Open loop: send this many requests per second on a fixed schedule; latency counts
-    /// from each request's scheduled time
-    #[arg(short, long)]
+    /// from each request's scheduled time (--rps as in loadtest)
+    #[arg(short, long, visible_alias = "rps", value_name = "REQ_PER_S")]
     pub rate: Option<f64>,
 
     /// Open loop: which idle keep-alive connection a request goes out on. `random` acts
@@ -36,8 +68,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Reuse::Random)]
     pub reuse: Reuse,
 
-    /// Stop after this many requests in total
-    #[arg(short = 'n', long)]
+    /// Stop after this many requests in total (as ab's and loadtest's -n)
+    #[arg(short = 'n', long, value_name = "COUNT")]
     pub requests: Option<u64>,
 
     /// Generator threads, each with its own runtime
@@ -69,9 +101,32 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME")]
     pub count_header: Option<String>,
 
-    /// Print the report as one JSON object on stdout
+    /// Print the report as one JSON object on stdout, per-second samples included
     #[arg(long)]
     pub json: bool,
+
+    /// Also write the report as one self-contained HTML page with charts
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+
+    /// An objective the run must meet, e.g. 'p99<50ms', 'errors<0.1%', 'rps>1000'
+    /// (metrics p50 p75 p90 p99 p999 max mean errors rps; repeatable); exit 3 if breached
+    #[arg(long, value_name = "SLO")]
+    pub slo: Vec<Slo>,
+
+    /// The admin listener of the drover under test (HOST:PORT): read its /metrics before
+    /// and after the run and report each endpoint's requests, queueing and backend time
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+
+    /// Bearer token for --admin, when the admin API requires one
+    #[arg(
+        long,
+        env = "DROVER_ADMIN_TOKEN",
+        hide_env_values = true,
+        requires = "admin"
+    )]
+    pub admin_token: Option<String>,
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m`, `100us`, or a bare number of seconds.
@@ -135,7 +190,8 @@ pub fn split_url(url: &str) -> Result<(String, String), String> {
 impl BenchArgs {
     /// Turns the arguments into a run configuration (resolves the host).
     pub fn to_config(&self) -> Result<Config, String> {
-        let (authority, url_path) = split_url(&self.url)?;
+        let url = self.url.as_deref().ok_or("no target URL")?;
+        let (authority, url_path) = split_url(url)?;
         let addr: SocketAddr = authority
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve {authority}: {e}"))?
@@ -162,7 +218,7 @@ impl BenchArgs {
                 rate,
                 reuse: self.reuse,
             },
-            Some(_) => return Err("--rate must be a positive number".into()),
+            Some(_) => return Err("--rate (--rps) must be a positive number".into()),
             None => Mode::Closed,
         };
         let connections = self.connections.unwrap_or(match mode {
@@ -182,37 +238,127 @@ impl BenchArgs {
             seed: self.seed,
             headers: self.headers.clone(),
             count_header: self.count_header.clone(),
+            progress: false,
         })
     }
 }
 
-/// Runs the generator as a command: prints the report and returns the exit code.
-pub fn main_with(args: &BenchArgs) -> ExitCode {
-    let cfg = match args.to_config() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("drover-loadgen: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&cfg) {
-        Ok(report) => {
-            if args.json {
-                println!("{}", report.to_json());
-            } else {
-                print!("{}", report.render_text());
+/// Why `drover bench` failed.
+#[derive(Debug)]
+pub enum BenchError {
+    /// The flags do not make a run.
+    Usage(String),
+    Run(RunError),
+    Admin(AdminError),
+    Compare(CompareError),
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// The target never answered.
+    NoResponse(SocketAddr),
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BenchError::Usage(s) => f.write_str(s),
+            BenchError::Run(e) => write!(f, "{e}"),
+            BenchError::Admin(e) => write!(f, "{e}"),
+            BenchError::Compare(e) => write!(f, "{e}"),
+            BenchError::Write { path, error } => {
+                write!(f, "cannot write {}: {error}", path.display())
             }
-            if report.requests == 0 {
-                eprintln!("drover-loadgen: no response at all from {}", cfg.addr);
-                return ExitCode::from(1);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("drover-loadgen: {e}");
-            ExitCode::from(1)
+            BenchError::NoResponse(addr) => write!(f, "no response at all from {addr}"),
         }
     }
+}
+
+impl std::error::Error for BenchError {}
+
+impl BenchError {
+    /// 2 for input that cannot work (flags, files), 1 for a run that went wrong.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            BenchError::Usage(_) | BenchError::Compare(_) => 2,
+            BenchError::Run(RunError::Config(_)) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Runs `drover bench` and returns its exit code: 0, 3 when an `--slo` was breached,
+/// or [`BenchError::exit_code`] after printing the error.
+pub fn main_with(cmd: &BenchCommand) -> ExitCode {
+    let result = match &cmd.command {
+        Some(BenchSubcommand::Compare { a, b }) => compare_files(a, b).map(|()| 0),
+        None => bench(&cmd.run),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("drover bench: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// One load run: prints the report (and writes `--html`), returns 0 or
+/// [`EXIT_SLO_BREACHED`].
+pub fn bench(args: &BenchArgs) -> Result<u8, BenchError> {
+    let mut cfg = args.to_config().map_err(BenchError::Usage)?;
+    cfg.progress = std::io::stderr().is_terminal();
+    let admin = match &args.admin {
+        Some(a) => {
+            let authority = admin::admin_authority(a).map_err(BenchError::Admin)?;
+            // A drover that cannot be read fails the run before it starts, not after.
+            let before = admin::scrape(&authority, args.admin_token.as_deref())
+                .map_err(BenchError::Admin)?;
+            Some((authority, before))
+        }
+        None => None,
+    };
+    let mut report = run(&cfg).map_err(BenchError::Run)?;
+    if let Some((authority, before)) = admin {
+        match admin::scrape(&authority, args.admin_token.as_deref()) {
+            Ok(after) => report.admin = Some(admin::diff(&authority, &before, &after)),
+            Err(e) => eprintln!("drover bench: after the run: {e}"),
+        }
+    }
+    report.slo = args.slo.iter().map(|s| s.judge(&report)).collect();
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.render_text());
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, crate::html::render(&report)).map_err(|error| BenchError::Write {
+            path: path.clone(),
+            error,
+        })?;
+    }
+    if report.requests == 0 {
+        return Err(BenchError::NoResponse(cfg.addr));
+    }
+    if report.slo.iter().any(|v| !v.met) {
+        if args.json {
+            // The verdicts are in the JSON; say it on stderr too, for whoever reads logs.
+            for v in report.slo.iter().filter(|v| !v.met) {
+                eprintln!("{v}");
+            }
+        }
+        return Ok(EXIT_SLO_BREACHED);
+    }
+    Ok(0)
+}
+
+/// `drover bench compare A B`.
+pub fn compare_files(a: &Path, b: &Path) -> Result<(), BenchError> {
+    let ra = compare::load(a).map_err(BenchError::Compare)?;
+    let rb = compare::load(b).map_err(BenchError::Compare)?;
+    let c = compare::compare(&ra, &rb).map_err(BenchError::Compare)?;
+    print!("{}", c.render_text(a, b));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -237,10 +383,7 @@ mod tests {
             #[command(flatten)]
             args: BenchArgs,
         }
-        let argv = ["drover-loadgen"]
-            .iter()
-            .chain(extra)
-            .chain(&["127.0.0.1:9"]);
+        let argv = ["drover-bench"].iter().chain(extra).chain(&["127.0.0.1:9"]);
         <Cli as clap::Parser>::try_parse_from(argv).unwrap().args
     }
 

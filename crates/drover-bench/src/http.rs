@@ -65,6 +65,8 @@ pub struct Response {
     /// Value of the header the caller asked to capture (trimmed, lossy UTF-8), when the
     /// response had it.
     pub tag: Option<String>,
+    /// Bytes read for this response, head and body.
+    pub bytes: u64,
 }
 
 enum Body {
@@ -77,6 +79,8 @@ enum Body {
 pub struct Conn {
     stream: TcpStream,
     buf: BytesMut,
+    /// Bytes read since the current request was written.
+    read: u64,
 }
 
 impl Conn {
@@ -92,6 +96,7 @@ impl Conn {
         Ok(Conn {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            read: 0,
         })
     }
 
@@ -103,6 +108,7 @@ impl Conn {
         tag_header: Option<&str>,
     ) -> Result<Response, ReqError> {
         self.buf.clear();
+        self.read = 0;
         self.stream.write_all(req).await?;
         self.read_response(tag_header).await
     }
@@ -115,6 +121,7 @@ impl Conn {
         if n == 0 {
             return Err(ReqError::Closed);
         }
+        self.read += n as u64;
         Ok(())
     }
 
@@ -164,6 +171,7 @@ impl Conn {
                 status,
                 keep_alive,
                 tag,
+                bytes: self.read,
             });
         }
     }

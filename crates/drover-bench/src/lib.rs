@@ -8,14 +8,21 @@
 //!   `connections`.
 //!
 //! Requests pick their path from a weighted [`Mix`]. Latency goes into HdrHistograms in
-//! microseconds; errors are counted by kind. [`cli::BenchArgs`] is the command line,
-//! shared by `drover-loadgen` and (later) `drover bench`.
+//! microseconds; errors are counted by kind and per second. [`cli::BenchCommand`] is the
+//! command line of `drover bench`; the report prints as text, `--json` ([`stats`]) or
+//! one HTML page ([`html`]), and is checked against `--slo`s ([`slo`]). `drover bench
+//! compare` ([`compare`]) tells two runs apart from their noise, and `--admin`
+//! ([`admin`]) adds what drover's own `/metrics` saw.
 
+pub mod admin;
 pub mod cli;
+pub mod compare;
+pub mod html;
 pub mod http;
 pub mod mix;
 pub mod run;
 pub mod schedule;
+pub mod slo;
 pub mod stats;
 
 pub use mix::{Mix, MixError};

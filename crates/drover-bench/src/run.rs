@@ -9,19 +9,25 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::LocalSet;
 
-use crate::http::{build_request, Conn};
+use hdrhistogram::Histogram;
+
+use crate::http::{build_request, Conn, Response};
 use crate::mix::Mix;
 use crate::schedule::Schedule;
-use crate::stats::{PathReport, Percentiles, Report, Stats};
+use crate::stats::{
+    fmt_us, interval_reports, new_histogram, spectrum, ErrorKind, Outcome, PathReport, Percentiles,
+    Report, Stats,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Mode {
@@ -76,6 +82,8 @@ pub struct Config {
     pub headers: Vec<String>,
     /// Count responses per value of this response header (e.g. `x-worker`).
     pub count_header: Option<String>,
+    /// Keep a live progress line on stderr (the caller checks that it is a terminal).
+    pub progress: bool,
 }
 
 #[derive(Debug)]
@@ -101,6 +109,62 @@ impl std::error::Error for RunError {}
 const START_DELAY: Duration = Duration::from_millis(20);
 /// Pause after a failed connect before a closed-loop connection tries again.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+/// How often the progress line is redrawn.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// What the live progress line shows, updated by every generator thread as answers come.
+/// A mutex around one histogram is cheap next to a network round trip, and only exists
+/// when the line is shown.
+struct Progress {
+    requests: AtomicU64,
+    errors: AtomicU64,
+    latency: Mutex<Histogram<u64>>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            latency: Mutex::new(new_histogram()),
+        }
+    }
+
+    /// One line: time, requests, the rate over the last redraw, errors, p99 so far.
+    fn line(&self, elapsed: Duration, rate: f64) -> String {
+        let p99 = {
+            let h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+            if h.is_empty() {
+                "-".to_string()
+            } else {
+                fmt_us(h.value_at_quantile(0.99))
+            }
+        };
+        format!(
+            "{:>6.1}s  {} requests  {rate:.0} req/s  {} errors  p99 {p99}",
+            elapsed.as_secs_f64(),
+            self.requests.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Redraws the progress line on stderr with `\r` until `done`, then clears it.
+fn show_progress(progress: &Progress, start: Instant, done: &AtomicBool) {
+    let mut last = (Instant::now(), 0u64);
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(PROGRESS_EVERY);
+        let now = Instant::now();
+        let requests = progress.requests.load(Ordering::Relaxed);
+        let rate = (requests - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
+        last = (now, requests);
+        let line = progress.line(now.saturating_duration_since(start), rate);
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r{line}\x1b[K");
+        let _ = err.flush();
+    }
+    let _ = write!(std::io::stderr(), "\r\x1b[K");
+}
 
 /// Runs the load and returns the merged report. Blocks the calling thread (the generator
 /// uses threads of its own, so this may be called from anywhere, even inside a runtime
@@ -110,23 +174,48 @@ pub fn run(cfg: &Config) -> Result<Report, RunError> {
     let cfg = Arc::new(cfg.clone());
     let budget = Arc::new(AtomicU64::new(0));
     let start = Instant::now() + START_DELAY;
+    let progress = cfg.progress.then(|| Arc::new(Progress::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let printer = match &progress {
+        Some(p) => {
+            let (p, done) = (Arc::clone(p), Arc::clone(&done));
+            let h = std::thread::Builder::new()
+                .name("bench-progress".into())
+                .spawn(move || show_progress(&p, start, &done))
+                .map_err(RunError::Runtime)?;
+            Some(h)
+        }
+        None => None,
+    };
     let mut handles = Vec::with_capacity(cfg.threads);
     for k in 0..cfg.threads {
         let cfg = Arc::clone(&cfg);
         let budget = Arc::clone(&budget);
+        let progress = progress.clone();
         let h = std::thread::Builder::new()
-            .name(format!("loadgen-{k}"))
-            .spawn(move || thread_main(&cfg, k, start, &budget))
+            .name(format!("bench-{k}"))
+            .spawn(move || thread_main(&cfg, k, start, &budget, progress))
             .map_err(RunError::Runtime)?;
         handles.push(h);
     }
     let mut total = Stats::new(cfg.mix.len(), cfg.count_header.as_deref());
     let mut end = start;
+    let mut outcome = Ok(());
     for h in handles {
-        let (stats, last) = h.join().map_err(|_| RunError::ThreadPanicked)??;
-        total.merge(&stats);
-        end = end.max(last);
+        match h.join() {
+            Ok(Ok((stats, last))) => {
+                total.merge(&stats);
+                end = end.max(last);
+            }
+            Ok(Err(e)) => outcome = Err(e),
+            Err(_) => outcome = Err(RunError::ThreadPanicked),
+        }
     }
+    done.store(true, Ordering::Relaxed);
+    if let Some(h) = printer {
+        let _ = h.join();
+    }
+    outcome?;
     let elapsed = end
         .saturating_duration_since(start)
         .max(Duration::from_micros(1));
@@ -184,6 +273,19 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
         })
         .collect();
     let open = matches!(cfg.mode, Mode::Open { .. });
+    let elapsed_s = elapsed.as_secs_f64();
+    let scheduled = |from: f64, to: f64| -> Option<u64> {
+        let Mode::Open { rate, .. } = cfg.mode else {
+            return None;
+        };
+        let within = |t: f64| {
+            let t = Duration::from_secs_f64(t.min(cfg.duration.as_secs_f64()));
+            let n = Schedule::total_within(rate, t);
+            cfg.max_requests.map_or(n, |m| n.min(m))
+        };
+        Some(within(to) - within(from))
+    };
+    let intervals = interval_reports(s.intervals, elapsed_s, scheduled);
     Report {
         mode: if open { "open" } else { "closed" },
         target: cfg.addr.to_string(),
@@ -199,10 +301,12 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
             Mode::Closed => None,
         },
         duration_s: cfg.duration.as_secs_f64(),
-        elapsed_s: (elapsed.as_secs_f64() * 1e4).round() / 1e4,
+        elapsed_s: (elapsed_s * 1e4).round() / 1e4,
         requests: s.requests,
         ok: s.ok,
-        rps: ((s.requests as f64 / elapsed.as_secs_f64()) * 10.0).round() / 10.0,
+        rps: ((s.requests as f64 / elapsed_s) * 10.0).round() / 10.0,
+        bytes: s.bytes,
+        bytes_per_s: (s.bytes as f64 / elapsed_s).round(),
         latency_us: Percentiles::of(&s.latency),
         service_us: open.then(|| Percentiles::of(&s.service)),
         errors: s.errors,
@@ -212,6 +316,10 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
         status: s.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         paths,
         header_counts: s.header_counts,
+        spectrum: spectrum(&s.latency),
+        intervals,
+        admin: None,
+        slo: Vec::new(),
         histogram: Some(s.latency),
     }
 }
@@ -226,6 +334,7 @@ struct Local {
     budget: Arc<AtomicU64>,
     /// Time the last response (or error) was seen.
     last: Cell<Instant>,
+    progress: Option<Arc<Progress>>,
 }
 
 impl Local {
@@ -242,6 +351,44 @@ impl Local {
             self.last.set(t);
         }
     }
+
+    /// The second of the run `t` falls in.
+    fn interval(&self, t: Instant) -> usize {
+        t.saturating_duration_since(self.start).as_secs() as usize
+    }
+
+    /// A response for path `pi` arrived at `now`; `from` is when its latency counts from
+    /// (send or scheduled time), `sent` when it was written.
+    fn record(&self, now: Instant, pi: usize, resp: &Response, from: Instant, sent: Instant) {
+        self.done_at(now);
+        let latency_us = now.saturating_duration_since(from).as_micros() as u64;
+        self.stats.borrow_mut().record(&Outcome {
+            path: pi,
+            status: resp.status,
+            tag: resp.tag.as_deref(),
+            latency_us,
+            service_us: now.saturating_duration_since(sent).as_micros() as u64,
+            bytes: resp.bytes,
+            interval: self.interval(now),
+        });
+        if let Some(p) = &self.progress {
+            p.requests.fetch_add(1, Ordering::Relaxed);
+            if !(200..300).contains(&resp.status) {
+                p.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut h = p.latency.lock().unwrap_or_else(|e| e.into_inner());
+            h.saturating_record(latency_us.max(1));
+        }
+    }
+
+    /// A request failed at `now` without a response.
+    fn fail(&self, now: Instant, kind: ErrorKind) {
+        self.done_at(now);
+        self.stats.borrow_mut().error(kind, self.interval(now));
+        if let Some(p) = &self.progress {
+            p.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 fn thread_main(
@@ -249,6 +396,7 @@ fn thread_main(
     k: usize,
     start: Instant,
     budget: &Arc<AtomicU64>,
+    progress: Option<Arc<Progress>>,
 ) -> Result<(Stats, Instant), RunError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -268,6 +416,7 @@ fn thread_main(
         deadline: start + cfg.duration,
         budget: Arc::clone(budget),
         last: Cell::new(start),
+        progress,
     });
     let set = LocalSet::new();
     let l2 = Rc::clone(&local);
@@ -317,14 +466,12 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
                     conn = Some(c);
                 }
                 Ok(Err(_)) => {
-                    l.stats.borrow_mut().errors.connect += 1;
-                    l.done_at(Instant::now());
+                    l.fail(Instant::now(), ErrorKind::Connect);
                     tokio::time::sleep(CONNECT_BACKOFF).await;
                     continue;
                 }
                 Err(_) => {
-                    l.stats.borrow_mut().errors.timeout += 1;
-                    l.done_at(Instant::now());
+                    l.fail(Instant::now(), ErrorKind::Timeout);
                     continue;
                 }
             }
@@ -337,24 +484,19 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
         )
         .await;
         let now = Instant::now();
-        l.done_at(now);
         match r {
             Ok(Ok(resp)) => {
-                let lat = now.duration_since(t0).as_micros() as u64;
-                let svc = now.duration_since(sent).as_micros() as u64;
-                l.stats
-                    .borrow_mut()
-                    .record(pi, resp.status, resp.tag.as_deref(), lat, svc);
+                l.record(now, pi, &resp, t0, sent);
                 if !resp.keep_alive {
                     conn = None;
                 }
             }
             Ok(Err(_)) => {
-                l.stats.borrow_mut().errors.io += 1;
+                l.fail(now, ErrorKind::Io);
                 conn = None;
             }
             Err(_) => {
-                l.stats.borrow_mut().errors.timeout += 1;
+                l.fail(now, ErrorKind::Timeout);
                 conn = None;
             }
         }
@@ -506,19 +648,13 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
         Err(_) => Err(Failure::Timeout),
     };
     let now = Instant::now();
-    l.done_at(now);
-    {
-        let mut st = l.stats.borrow_mut();
-        match r {
-            Ok((resp, sent)) => {
-                let lat = now.saturating_duration_since(due).as_micros() as u64;
-                let svc = now.duration_since(sent).as_micros() as u64;
-                st.record(pi, resp.status, resp.tag.as_deref(), lat, svc);
-            }
-            Err(Failure::Connect) => st.errors.connect += 1,
-            Err(Failure::Io) => st.errors.io += 1,
-            Err(Failure::Timeout) => st.errors.timeout += 1,
-        }
+    // Latency counts from `due`, the scheduled send time, not from `sent`: time spent
+    // waiting for a connection, or behind a stalled server, is latency the client sees.
+    match r {
+        Ok((resp, sent)) => l.record(now, pi, &resp, due, sent),
+        Err(Failure::Connect) => l.fail(now, ErrorKind::Connect),
+        Err(Failure::Io) => l.fail(now, ErrorKind::Io),
+        Err(Failure::Timeout) => l.fail(now, ErrorKind::Timeout),
     }
     let left = pool.in_flight.get() - 1;
     pool.in_flight.set(left);

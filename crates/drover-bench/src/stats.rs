@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::admin::AdminReport;
+use crate::slo::SloVerdict;
 
 /// Highest latency a histogram keeps exactly: 10 minutes, in microseconds. Larger values
 /// are recorded as this value.
@@ -15,6 +18,48 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds")
 }
 
+/// Histograms of one interval keep 2 significant digits: enough for charts, and a tenth
+/// of the memory of the run-wide ones (a long run keeps one per second).
+fn new_interval_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_US, 2).expect("valid histogram bounds")
+}
+
+/// Why a request got no response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    Connect,
+    Timeout,
+    Io,
+}
+
+/// What one thread counted in one interval (second) of the run, by completion time.
+pub(crate) struct Interval {
+    pub latency: Histogram<u64>,
+    pub status: BTreeMap<u16, u64>,
+    pub errors: Errors,
+    pub bytes: u64,
+}
+
+impl Interval {
+    fn new() -> Interval {
+        Interval {
+            latency: new_interval_histogram(),
+            status: BTreeMap::new(),
+            errors: Errors::default(),
+            bytes: 0,
+        }
+    }
+
+    fn merge(&mut self, o: &Interval) {
+        let _ = self.latency.add(&o.latency);
+        for (k, v) in &o.status {
+            *self.status.entry(*k).or_insert(0) += v;
+        }
+        self.errors.add(&o.errors);
+        self.bytes += o.bytes;
+    }
+}
+
 /// What one thread of the generator counted.
 pub(crate) struct Stats {
     pub latency: Histogram<u64>,
@@ -22,12 +67,31 @@ pub(crate) struct Stats {
     pub per_path: Vec<Histogram<u64>>,
     pub requests: u64,
     pub ok: u64,
+    /// Response bytes read (heads and bodies).
+    pub bytes: u64,
     pub status: BTreeMap<u16, u64>,
     pub errors: Errors,
     pub conn_waits: u64,
     pub connections_opened: u64,
     /// Responses per value of the `--count-header` header, when one was asked for.
     pub header_counts: Option<HeaderCounts>,
+    /// Index `i` holds what completed in second `i` of the run.
+    pub intervals: Vec<Interval>,
+}
+
+/// One response, as [`Stats::record`] counts it.
+pub(crate) struct Outcome<'a> {
+    pub path: usize,
+    pub status: u16,
+    /// The value of the counted header, if the response had it.
+    pub tag: Option<&'a str>,
+    /// From the send (closed loop) or from the scheduled send time (open loop).
+    pub latency_us: u64,
+    /// From the moment the request was written.
+    pub service_us: u64,
+    pub bytes: u64,
+    /// The second of the run it completed in.
+    pub interval: usize,
 }
 
 impl Stats {
@@ -38,39 +102,54 @@ impl Stats {
             per_path: (0..paths).map(|_| new_histogram()).collect(),
             requests: 0,
             ok: 0,
+            bytes: 0,
             status: BTreeMap::new(),
             errors: Errors::default(),
             conn_waits: 0,
             connections_opened: 0,
             header_counts: count_header.map(HeaderCounts::new),
+            intervals: Vec::new(),
         }
     }
 
-    /// A response arrived. `latency_us` counts from the send (closed loop) or from the
-    /// scheduled send time (open loop); `service_us` from the moment it was written.
-    /// `tag` is the value of the counted header, if the response had it.
-    pub fn record(
-        &mut self,
-        path: usize,
-        status: u16,
-        tag: Option<&str>,
-        latency_us: u64,
-        service_us: u64,
-    ) {
-        self.requests += 1;
-        if let Some(c) = &mut self.header_counts {
-            c.add(tag, 1);
+    fn interval_mut(&mut self, i: usize) -> &mut Interval {
+        while self.intervals.len() <= i {
+            self.intervals.push(Interval::new());
         }
-        *self.status.entry(status).or_insert(0) += 1;
-        if (200..300).contains(&status) {
+        &mut self.intervals[i]
+    }
+
+    /// A response arrived.
+    pub fn record(&mut self, o: &Outcome<'_>) {
+        self.requests += 1;
+        self.bytes += o.bytes;
+        if let Some(c) = &mut self.header_counts {
+            c.add(o.tag, 1);
+        }
+        *self.status.entry(o.status).or_insert(0) += 1;
+        if (200..300).contains(&o.status) {
             self.ok += 1;
         } else {
             self.errors.status += 1;
         }
-        let l = latency_us.clamp(1, MAX_US);
+        let l = o.latency_us.clamp(1, MAX_US);
         self.latency.saturating_record(l);
-        self.per_path[path].saturating_record(l);
-        self.service.saturating_record(service_us.clamp(1, MAX_US));
+        self.per_path[o.path].saturating_record(l);
+        self.service
+            .saturating_record(o.service_us.clamp(1, MAX_US));
+        let iv = self.interval_mut(o.interval);
+        iv.latency.saturating_record(l);
+        *iv.status.entry(o.status).or_insert(0) += 1;
+        if !(200..300).contains(&o.status) {
+            iv.errors.status += 1;
+        }
+        iv.bytes += o.bytes;
+    }
+
+    /// A request failed without a response.
+    pub fn error(&mut self, kind: ErrorKind, interval: usize) {
+        self.errors.count(kind);
+        self.interval_mut(interval).errors.count(kind);
     }
 
     pub fn merge(&mut self, o: &Stats) {
@@ -82,17 +161,18 @@ impl Stats {
         }
         self.requests += o.requests;
         self.ok += o.ok;
+        self.bytes += o.bytes;
         for (k, v) in &o.status {
             *self.status.entry(*k).or_insert(0) += v;
         }
-        self.errors.connect += o.errors.connect;
-        self.errors.status += o.errors.status;
-        self.errors.timeout += o.errors.timeout;
-        self.errors.io += o.errors.io;
+        self.errors.add(&o.errors);
         self.conn_waits += o.conn_waits;
         self.connections_opened += o.connections_opened;
         if let (Some(a), Some(b)) = (&mut self.header_counts, &o.header_counts) {
             a.merge(b);
+        }
+        for (i, iv) in o.intervals.iter().enumerate() {
+            self.interval_mut(i).merge(iv);
         }
     }
 }
@@ -169,7 +249,7 @@ fn natural(a: &str, b: &str) -> Ordering {
 }
 
 /// Failed requests by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Errors {
     /// Could not open a connection.
     pub connect: u64,
@@ -185,15 +265,40 @@ impl Errors {
     pub fn total(&self) -> u64 {
         self.connect + self.status + self.timeout + self.io
     }
+
+    /// Requests that got no response at all (every kind but `status`).
+    pub fn without_response(&self) -> u64 {
+        self.connect + self.timeout + self.io
+    }
+
+    pub(crate) fn count(&mut self, kind: ErrorKind) {
+        match kind {
+            ErrorKind::Connect => self.connect += 1,
+            ErrorKind::Timeout => self.timeout += 1,
+            ErrorKind::Io => self.io += 1,
+        }
+    }
+
+    pub(crate) fn add(&mut self, o: &Errors) {
+        self.connect += o.connect;
+        self.status += o.status;
+        self.timeout += o.timeout;
+        self.io += o.io;
+    }
 }
 
 /// Latency percentiles in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     pub count: u64,
     pub min: u64,
     pub mean: f64,
+    /// Standard deviation.
+    #[serde(default)]
+    pub stdev: f64,
     pub p50: u64,
+    #[serde(default)]
+    pub p75: u64,
     pub p90: u64,
     pub p99: u64,
     pub p99_9: u64,
@@ -209,12 +314,126 @@ impl Percentiles {
             count: h.len(),
             min: h.min(),
             mean: (h.mean() * 10.0).round() / 10.0,
+            stdev: (h.stdev() * 10.0).round() / 10.0,
             p50: h.value_at_quantile(0.50),
+            p75: h.value_at_quantile(0.75),
             p90: h.value_at_quantile(0.90),
             p99: h.value_at_quantile(0.99),
             p99_9: h.value_at_quantile(0.999),
             max: h.max(),
         }
+    }
+}
+
+/// Points of the latency spectrum: percentiles at 1 - 2^(-k/4) for k = 0, 1, 2, ... up
+/// to the resolution the number of samples allows, then the maximum. Plotted against
+/// 1/(1 - percentile/100) on a log axis, as HdrHistogram's plots do, every "nine" gets
+/// the same width.
+pub fn spectrum(h: &Histogram<u64>) -> Vec<SpectrumPoint> {
+    let mut out = Vec::new();
+    if h.is_empty() {
+        return out;
+    }
+    let n = h.len() as f64;
+    for k in 0..=120 {
+        let q = 1.0 - 0.5f64.powf(f64::from(k) / 4.0);
+        if 1.0 / (1.0 - q) > n {
+            break;
+        }
+        out.push(SpectrumPoint {
+            percentile: (q * 100.0 * 1e6).round() / 1e6,
+            latency_us: h.value_at_quantile(q),
+        });
+    }
+    out.push(SpectrumPoint {
+        percentile: 100.0,
+        latency_us: h.max(),
+    });
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpectrumPoint {
+    pub percentile: f64,
+    pub latency_us: u64,
+}
+
+/// What completed in one second of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalReport {
+    /// Start, in seconds from the start of the run.
+    pub t: f64,
+    /// How long the interval is: 1 s, except the last (see [`interval_reports`]).
+    pub duration_s: f64,
+    /// Responses, any status.
+    pub requests: u64,
+    /// Responses per second.
+    pub rps: f64,
+    /// Open loop: requests scheduled per second in this interval.
+    pub target_rps: Option<f64>,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    pub status: BTreeMap<String, u64>,
+    pub errors: Errors,
+    pub bytes: u64,
+}
+
+/// Reports of the run's seconds. A run ends a few milliseconds after a whole second (the
+/// last answers), and a sliver's rate would be noise, so a last interval shorter than
+/// half a second is folded into the one before. `scheduled(from, to)` is how many
+/// requests the open-loop schedule has due in that span (None: closed loop).
+pub(crate) fn interval_reports(
+    mut intervals: Vec<Interval>,
+    elapsed: f64,
+    scheduled: impl Fn(f64, f64) -> Option<u64>,
+) -> Vec<IntervalReport> {
+    let whole = elapsed.ceil().max(1.0) as usize;
+    while intervals.len() < whole {
+        intervals.push(Interval::new());
+    }
+    // Answers are counted up to `elapsed`, so nothing lies beyond `whole`.
+    intervals.truncate(whole);
+    let mut spans: Vec<(f64, f64)> = (0..whole)
+        .map(|i| (i as f64, (elapsed - i as f64).clamp(0.0, 1.0)))
+        .collect();
+    if whole >= 2 && spans[whole - 1].1 < 0.5 {
+        let last = intervals.pop().expect("at least two intervals");
+        intervals[whole - 2].merge(&last);
+        let (_, d) = spans.pop().expect("at least two spans");
+        spans[whole - 2].1 += d;
+    }
+    intervals
+        .iter()
+        .zip(spans)
+        .map(|(iv, (t, d))| {
+            let d = d.max(1e-3);
+            let requests = iv.latency.len();
+            let rate = |n: u64| (n as f64 / d * 10.0).round() / 10.0;
+            IntervalReport {
+                t,
+                duration_s: (d * 1e4).round() / 1e4,
+                requests,
+                rps: rate(requests),
+                target_rps: scheduled(t, t + d).map(rate),
+                p50_us: quantile(&iv.latency, 0.5),
+                p90_us: quantile(&iv.latency, 0.9),
+                p99_us: quantile(&iv.latency, 0.99),
+                max_us: if requests == 0 { 0 } else { iv.latency.max() },
+                status: iv.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                errors: iv.errors,
+                bytes: iv.bytes,
+            }
+        })
+        .collect()
+}
+
+fn quantile(h: &Histogram<u64>, q: f64) -> u64 {
+    if h.is_empty() {
+        0
+    } else {
+        h.value_at_quantile(q)
     }
 }
 
@@ -248,6 +467,10 @@ pub struct Report {
     pub ok: u64,
     /// Responses per second of `elapsed_s`.
     pub rps: f64,
+    /// Response bytes read, heads and bodies.
+    pub bytes: u64,
+    /// Bytes per second of `elapsed_s`.
+    pub bytes_per_s: f64,
     /// Closed loop: from send to response. Open loop: from the scheduled send time to
     /// response, so waiting for a connection or for a late timer counts.
     pub latency_us: Percentiles,
@@ -264,18 +487,50 @@ pub struct Report {
     /// Responses per value of the `--count-header` header; absent without that option.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub header_counts: Option<HeaderCounts>,
+    /// The latency percentile distribution (see [`spectrum`]).
+    pub spectrum: Vec<SpectrumPoint>,
+    /// One entry per second of the run, by completion time.
+    pub intervals: Vec<IntervalReport>,
+    /// What drover's admin `/metrics` counted during the run (`--admin`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin: Option<AdminReport>,
+    /// The verdict on each `--slo`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slo: Vec<SloVerdict>,
     #[serde(skip)]
     pub histogram: Option<Histogram<u64>>,
 }
 
-fn us(v: u64) -> String {
-    if v >= 10_000 {
-        format!("{:.1}ms", v as f64 / 1000.0)
-    } else if v >= 1000 {
-        format!("{:.2}ms", v as f64 / 1000.0)
+/// Microseconds, in the unit that suits them.
+pub fn fmt_us(v: u64) -> String {
+    fmt_us_f(v as f64)
+}
+
+pub fn fmt_us_f(v: f64) -> String {
+    if v >= 10_000_000.0 {
+        format!("{:.2}s", v / 1e6)
+    } else if v >= 10_000.0 {
+        format!("{:.1}ms", v / 1000.0)
+    } else if v >= 1000.0 {
+        format!("{:.2}ms", v / 1000.0)
     } else {
-        format!("{v}µs")
+        format!("{v:.0}µs")
     }
+}
+
+/// Bytes with a binary unit, as wrk prints them.
+pub fn fmt_bytes(v: f64) -> String {
+    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
+    if v < 1024.0 {
+        return format!("{v:.0}B");
+    }
+    let mut x = v / 1024.0;
+    let mut unit = 0;
+    while x >= 1024.0 && unit < UNITS.len() - 1 {
+        x /= 1024.0;
+        unit += 1;
+    }
+    format!("{x:.2}{}", UNITS[unit])
 }
 
 impl Report {
@@ -283,7 +538,12 @@ impl Report {
         serde_json::to_string(self).expect("report serialises")
     }
 
-    /// The human-readable summary.
+    /// Requests that were attempted: answered, or failed without an answer.
+    pub fn attempts(&self) -> u64 {
+        self.requests + self.errors.without_response()
+    }
+
+    /// The human-readable summary, laid out like wrk's.
     pub fn render_text(&self) -> String {
         let mut s = String::new();
         let mode = match self.rate {
@@ -296,34 +556,40 @@ impl Report {
         };
         let _ = writeln!(
             s,
-            "drover-loadgen → {}  {mode}, {} thread(s), {:.1}s, mix {}",
+            "drover bench → {}  {mode}, {} thread(s), {:.1}s, mix {}",
             self.target, self.threads, self.duration_s, self.mix
-        );
-        let _ = writeln!(
-            s,
-            "  requests   {} in {:.2}s = {:.1} req/s ({} ok)",
-            self.requests, self.elapsed_s, self.rps, self.ok
         );
         let l = &self.latency_us;
         let _ = writeln!(
             s,
-            "  latency    p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (mean {})",
-            us(l.p50),
-            us(l.p90),
-            us(l.p99),
-            us(l.p99_9),
-            us(l.max),
-            us(l.mean as u64)
+            "  Latency    avg {}  stdev {}  max {}{}",
+            fmt_us_f(l.mean),
+            fmt_us_f(l.stdev),
+            fmt_us(l.max),
+            if self.rate.is_some() {
+                "  (from each request's scheduled send time)"
+            } else {
+                ""
+            }
         );
+        let _ = writeln!(s, "  Latency distribution");
+        for (label, v) in [
+            ("50%", l.p50),
+            ("75%", l.p75),
+            ("90%", l.p90),
+            ("99%", l.p99),
+            ("99.9%", l.p99_9),
+        ] {
+            let _ = writeln!(s, "    {label:>6}  {}", fmt_us(v));
+        }
         if let Some(sv) = &self.service_us {
             let _ = writeln!(
                 s,
-                "  service    p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  (from write, without queueing)",
-                us(sv.p50),
-                us(sv.p90),
-                us(sv.p99),
-                us(sv.p99_9),
-                us(sv.max)
+                "  Service    p50 {}  p90 {}  p99 {}  max {}  (from write, without waiting)",
+                fmt_us(sv.p50),
+                fmt_us(sv.p90),
+                fmt_us(sv.p99),
+                fmt_us(sv.max)
             );
         }
         if self.paths.len() > 1 {
@@ -333,25 +599,40 @@ impl Report {
                     s,
                     "  {p:<10} {} requests  p50 {}  p99 {}  max {}",
                     r.requests,
-                    us(l.p50),
-                    us(l.p99),
-                    us(l.max)
+                    fmt_us(l.p50),
+                    fmt_us(l.p99),
+                    fmt_us(l.max)
                 );
             }
         }
-        let e = &self.errors;
         let _ = writeln!(
             s,
-            "  errors     {} (connect {}, status {}, timeout {}, io {})",
-            self.errors_total, e.connect, e.status, e.timeout, e.io
+            "  {} requests in {:.2}s, {} read, {} ok",
+            self.requests,
+            self.elapsed_s,
+            fmt_bytes(self.bytes as f64),
+            self.ok
         );
-        if !self.status.is_empty() && self.status.keys().any(|k| k != "200") {
+        let non_2xx = self.requests - self.ok;
+        if non_2xx > 0 {
             let codes: Vec<String> = self
                 .status
                 .iter()
+                .filter(|(k, _)| !k.starts_with('2'))
                 .map(|(k, v)| format!("{k}: {v}"))
                 .collect();
-            let _ = writeln!(s, "  status     {}", codes.join(", "));
+            let _ = writeln!(s, "  Non-2xx responses: {non_2xx} ({})", codes.join(", "));
+        }
+        let e = &self.errors;
+        if e.without_response() > 0 {
+            let _ = writeln!(
+                s,
+                "  Errors: {} (connect {}, timeout {}, io {})",
+                e.without_response(),
+                e.connect,
+                e.timeout,
+                e.io
+            );
         }
         if let Some(c) = &self.header_counts {
             let total = c.total().max(1) as f64;
@@ -374,6 +655,14 @@ impl Report {
                 "  note       {} requests waited for a free connection (counted in latency)",
                 self.conn_waits
             );
+        }
+        let _ = writeln!(s, "Requests/sec: {:.2}", self.rps);
+        let _ = writeln!(s, "Transfer/sec: {}", fmt_bytes(self.bytes_per_s));
+        if let Some(a) = &self.admin {
+            s.push_str(&a.render_text());
+        }
+        for v in &self.slo {
+            let _ = writeln!(s, "{v}");
         }
         s
     }
@@ -430,14 +719,101 @@ mod tests {
 
     #[test]
     fn stats_count_the_header_only_when_asked() {
+        let outcome = |status, tag| Outcome {
+            path: 0,
+            status,
+            tag,
+            latency_us: 10,
+            service_us: 10,
+            bytes: 40,
+            interval: 0,
+        };
         let mut on = Stats::new(1, Some("x-worker"));
-        on.record(0, 200, Some("1"), 10, 10);
-        on.record(0, 502, None, 10, 10);
+        on.record(&outcome(200, Some("1")));
+        on.record(&outcome(502, None));
         let mut off = Stats::new(1, None);
-        off.record(0, 200, Some("1"), 10, 10);
+        off.record(&outcome(200, Some("1")));
         on.merge(&off);
         let c = on.header_counts.unwrap();
         assert_eq!((c.values["1"], c.missing), (1, 1));
         assert!(off.header_counts.is_none());
+    }
+
+    #[test]
+    fn intervals_split_by_second_and_fold_the_last_sliver() {
+        let mut st = Stats::new(1, None);
+        for (interval, status, lat) in [
+            (0, 200, 1000),
+            (0, 200, 3000),
+            (1, 500, 2000),
+            (2, 200, 9000),
+        ] {
+            st.record(&Outcome {
+                path: 0,
+                status,
+                tag: None,
+                latency_us: lat,
+                service_us: lat,
+                bytes: 100,
+                interval,
+            });
+        }
+        st.error(ErrorKind::Timeout, 1);
+        assert_eq!(st.errors.timeout, 1);
+        // 2.2 s: the third second is a 0.2 s sliver and joins the second.
+        let ivs = interval_reports(st.intervals, 2.2, |from, to| {
+            Some(((to - from) * 10.0).round() as u64)
+        });
+        assert_eq!(ivs.len(), 2);
+        assert_eq!(
+            (ivs[0].t, ivs[0].duration_s, ivs[0].requests),
+            (0.0, 1.0, 2)
+        );
+        assert_eq!(ivs[0].rps, 2.0);
+        assert_eq!(ivs[0].target_rps, Some(10.0));
+        assert!((2990..=3010).contains(&ivs[0].max_us), "{}", ivs[0].max_us);
+        assert_eq!((ivs[1].duration_s, ivs[1].requests), (1.2, 2));
+        assert_eq!(ivs[1].errors.timeout, 1);
+        assert_eq!(ivs[1].errors.status, 1);
+        assert_eq!(ivs[1].status["500"], 1);
+        assert_eq!(ivs[1].bytes, 200);
+        assert!((8950..=9050).contains(&ivs[1].max_us));
+        // 2.6 s: the last 0.6 s stands alone; seconds nothing completed in are there too.
+        let st = Stats::new(1, None);
+        let ivs = interval_reports(st.intervals, 2.6, |_, _| None);
+        assert_eq!(ivs.len(), 3);
+        assert_eq!(
+            (ivs[2].duration_s, ivs[2].requests, ivs[2].target_rps),
+            (0.6, 0, None)
+        );
+    }
+
+    #[test]
+    fn spectrum_reaches_the_tail_the_samples_allow() {
+        let mut h = new_histogram();
+        for v in 1..=10_000u64 {
+            h.record(v).unwrap();
+        }
+        let sp = spectrum(&h);
+        assert_eq!(sp[0].percentile, 0.0);
+        assert_eq!(sp.last().unwrap().percentile, 100.0);
+        assert_eq!(sp.last().unwrap().latency_us, h.max());
+        // 10,000 samples resolve 1/(1-q) up to 10,000: the 99.99th percentile.
+        let finest = sp[sp.len() - 2].percentile;
+        assert!((99.98..=99.99).contains(&finest), "{finest}");
+        assert!(sp.windows(2).all(|w| w[0].percentile < w[1].percentile));
+        assert!(sp.windows(2).all(|w| w[0].latency_us <= w[1].latency_us));
+        assert!(spectrum(&new_histogram()).is_empty());
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(fmt_us(999), "999µs");
+        assert_eq!(fmt_us(1500), "1.50ms");
+        assert_eq!(fmt_us(25_000), "25.0ms");
+        assert_eq!(fmt_us(12_000_000), "12.00s");
+        assert_eq!(fmt_bytes(512.0), "512B");
+        assert_eq!(fmt_bytes(1536.0), "1.50KB");
+        assert_eq!(fmt_bytes(3.0 * 1024.0 * 1024.0), "3.00MB");
     }
 }

@@ -27,6 +27,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Talk to a running drover through its admin API: status, reload, scale, members.
     Ctl(CtlArgs),
+    /// Load-test an HTTP server: drover bench -c 50 -d 10s URL, --rate R for open loop;
+    /// reports as text, --json or --html, checks --slo; `drover bench compare A B`.
+    Bench(Box<drover_bench::cli::BenchCommand>),
 }
 
 #[derive(Debug, Args)]

@@ -19,6 +19,8 @@ fn main() -> ExitCode {
         Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
         Command::Run(args) => control_runtime().and_then(|rt| rt.block_on(up::run_app(&args))),
         Command::Ctl(args) => control_runtime().and_then(|rt| rt.block_on(ctl::ctl(args))),
+        // Its own exit codes (3: an SLO was breached) and error messages.
+        Command::Bench(args) => return drover_bench::cli::main_with(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
