@@ -49,7 +49,10 @@ line('pct', 'Latency percentiles per second', 'ms', ['p50', 'p90', 'p99', 'max']
   const nines = v => { const p = 100 * (1 - 1 / v); return (p >= 99.99 ? p.toFixed(3) : p >= 99 ? p.toFixed(1) : p.toFixed(0)) + '%'; };
   new uPlot({ title: 'Latency by percentile (max ' + R.fmt.max + ')', width: W, height: 280,
     scales: { x: { time: false, distr: 3 } },
-    axes: [{ label: 'percentile', values: (u, vals) => vals.map(nines) }, { label: 'ms' }],
+    axes: [{ label: 'percentile', values: (u, vals) => vals.map(nines),
+      // One tick per nine: 0 %, 90 %, 99 %, 99.9 %, ...
+      splits: (u, i, min, max) => { const s = []; for (let v = 1; v <= max * 1.0001; v *= 10) if (v >= min * 0.9999) s.push(v); return s; } },
+      { label: 'ms' }],
     series: [{ label: 'percentile', value: (u, v) => v == null ? '-' : nines(v) }, { label: 'latency', stroke: palette[0], width: 2, value: (u, v) => v == null ? '-' : v.toFixed(3) + ' ms' }] },
     [x, pts.map(p => ms(p.latency_us))], document.getElementById('spectrum'));
 }

@@ -44,6 +44,8 @@ struct Shared {
     max_in_flight: AtomicU64,
     by_path: Mutex<HashMap<String, u64>>,
     heads: Mutex<VecDeque<RequestHead>>,
+    /// Set by the first `/stall-once/MS`: no response leaves before this time.
+    paused_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// Every task the backend spawned, so `stop()` can kill them all at once.
@@ -84,6 +86,7 @@ impl BackendBuilder {
             max_in_flight: AtomicU64::new(0),
             by_path: Mutex::new(HashMap::new()),
             heads: Mutex::new(VecDeque::new()),
+            paused_until: Mutex::new(None),
         });
         let tasks = Arc::new(Tasks::default());
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), tasks.clone()));
@@ -338,7 +341,9 @@ async fn serve_requests(conn: &mut BufConn<TcpStream>, shared: &Shared) -> io::R
         let _in_flight = InFlight::begin(shared);
         let keep_alive = wants_keep_alive(&head);
         let is_head = head.method.eq_ignore_ascii_case("HEAD");
-        match route(&head, kind, chunks, trailers, shared).await {
+        let action = route(&head, kind, chunks, trailers, shared).await;
+        shared.wait_out_pause().await;
+        match action {
             Action::Respond(reply) => {
                 write_reply(conn, shared, reply, is_head, keep_alive).await?;
             }
@@ -355,6 +360,15 @@ async fn serve_requests(conn: &mut BufConn<TcpStream>, shared: &Shared) -> io::R
 }
 
 impl Shared {
+    /// Holds a response back while the backend is paused (`/stall-once/MS`), like a
+    /// process stopped for a garbage collection.
+    async fn wait_out_pause(&self) {
+        let until = *lock(&self.paused_until);
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
     fn record(&self, head: &RequestHead) {
         self.hits.fetch_add(1, Ordering::SeqCst);
         *lock(&self.by_path)
@@ -402,6 +416,16 @@ async fn route(
                 Action::Respond(Reply::text(200, shared.name.clone()))
             }
             Err(_) => Action::Respond(Reply::text(400, "bad delay\n")),
+        },
+        ("stall-once", Some(ms)) => match ms.parse::<u64>() {
+            Ok(ms) => {
+                let mut paused = lock(&shared.paused_until);
+                if paused.is_none() {
+                    *paused = Some(tokio::time::Instant::now() + Duration::from_millis(ms));
+                }
+                Action::Respond(Reply::text(200, shared.name.clone()))
+            }
+            Err(_) => Action::Respond(Reply::text(400, "bad stall\n")),
         },
         ("echo", None) => {
             let body = if kind == BodyKind::Chunked {

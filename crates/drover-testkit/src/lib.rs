@@ -9,6 +9,7 @@
 //! | `/` and anything unknown | 200, body = backend name |
 //! | `/status/NNN` | status NNN (200..=999), body `status NNN\n` |
 //! | `/delay/MS` | sleeps MS ms, then 200 with the name |
+//! | `/stall-once/MS` | 200 with the name; the first one pauses the whole backend: no response on any connection leaves for MS ms (a GC pause), once per backend |
 //! | `/echo` | 200 echoing the body; chunked (same chunks, trailers echoed) if the request was chunked |
 //! | `/headers` | 200, body = the raw request head as received |
 //! | `/load/X` | 200 with `endpoint-load-metrics: TEXT cpu_utilization=X, named_metrics.elu=X` |

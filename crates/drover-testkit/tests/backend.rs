@@ -64,6 +64,24 @@ async fn delay_waits() {
 }
 
 #[tokio::test]
+async fn stall_once_pauses_every_connection_once() {
+    let b = Backend::start().await;
+    let mut first = HttpClient::connect(b.addr()).await.unwrap();
+    let mut other = HttpClient::connect(b.addr()).await.unwrap();
+    let start = Instant::now();
+    let stalled = tokio::spawn(async move { first.get("/stall-once/300").await });
+    assert!(drover_testkit::wait_until(Duration::from_secs(2), || b.hits() == 1).await);
+    // Another connection, another path: held back too.
+    assert_eq!(other.get("/").await.status, 200);
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert_eq!(stalled.await.unwrap().status, 200);
+    // Once only: the same path again is answered at once.
+    let again = Instant::now();
+    assert_eq!(other.get("/stall-once/300").await.status, 200);
+    assert!(again.elapsed() < Duration::from_millis(300));
+}
+
+#[tokio::test]
 async fn in_flight_is_tracked() {
     let b = Backend::start().await;
     let mut tasks = Vec::new();
