@@ -1,0 +1,324 @@
+//! `drover bench` through the real binary against real backends: closed and open loop,
+//! `--json`, `--html`, `--slo` exit codes, `compare`, coordinated omission, bad input.
+
+mod common;
+
+use common::{bin, temp_dir};
+use drover_testkit::Backend;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Output;
+
+async fn bench(args: &[&str]) -> Output {
+    tokio::process::Command::new(bin())
+        .arg("bench")
+        .args(args)
+        .output()
+        .await
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    })
+}
+
+fn url(b: &Backend, path: &str) -> String {
+    format!("http://{}{path}", b.addr())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_sends_exactly_n_requests_and_reports_json() {
+    let b = Backend::named("b0").start().await;
+    let out = bench(&["-n", "300", "-c", "4", "--json", &url(&b, "/")]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = json(&out);
+    assert_eq!(r["mode"], "closed");
+    assert_eq!(r["requests"], 300);
+    assert_eq!(r["ok"], 300);
+    assert_eq!(r["status"]["200"], 300);
+    assert_eq!(r["errors_total"], 0);
+    assert!(r["bytes"].as_u64().unwrap() > 300 * 20);
+    let intervals = r["intervals"].as_array().unwrap();
+    assert!(!intervals.is_empty());
+    let per_second: u64 = intervals
+        .iter()
+        .map(|i| i["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_second, 300);
+    assert!(intervals.iter().all(|i| i["target_rps"].is_null()));
+    let l = &r["latency_us"];
+    assert!(l["p50"].as_u64() <= l["p75"].as_u64() && l["p75"].as_u64() <= l["p99"].as_u64());
+    assert!(!r["spectrum"].as_array().unwrap().is_empty());
+    assert_eq!(b.hits(), 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_text_summary_html_and_met_slos() {
+    let b = Backend::named("b0").start().await;
+    let dir = temp_dir("bench-html");
+    let html = dir.join("report.html");
+    let out = bench(&[
+        "--rps",
+        "100",
+        "-d",
+        "2s",
+        "--html",
+        html.to_str().unwrap(),
+        "--count-header",
+        "x-backend",
+        "--slo",
+        "errors<1%",
+        "--slo",
+        "p99<5s",
+        &url(&b, "/"),
+    ])
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "open loop at 100 req/s",
+        "Latency distribution",
+        "99.9%",
+        "200 requests in",
+        "Requests/sec:",
+        "Transfer/sec:",
+        "x-backend  b0: 200 (100.0%)",
+        "SLO errors<1%",
+        "SLO p99<5s",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("BREACHED"), "{stdout}");
+    // Not a terminal: no progress line.
+    assert!(!text(&out.stderr).contains('\r'), "{}", text(&out.stderr));
+    // The schedule has exactly 200 requests due in 2 s at 100 req/s.
+    assert_eq!(b.hits(), 200);
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!doctype html>"));
+    assert!(page.contains("new uPlot("));
+    assert!(page.contains("Responses per x-backend"));
+    assert!(page.contains("<td>errors&lt;1%</td><td class=\"good\">met</td>"));
+    assert_no_external_addresses(&page);
+}
+
+/// Every http:// or https:// in `page` names a loopback host: the page fetches nothing.
+fn assert_no_external_addresses(page: &str) {
+    for scheme in ["http://", "https://"] {
+        for (at, _) in page.match_indices(scheme) {
+            let host = &page[at + scheme.len()..];
+            assert!(
+                ["127.0.0.1", "localhost", "[::1]"]
+                    .iter()
+                    .any(|l| host.starts_with(l)),
+                "external address in the report: {}",
+                &page[at..(at + 60).min(page.len())]
+            );
+        }
+    }
+    assert!(
+        !page.contains("<link") && !page.contains("src="),
+        "no loaded resources"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breached_slo_exits_3_and_says_which() {
+    let b = Backend::named("b0").start().await;
+    let out = bench(&[
+        "-n",
+        "20",
+        "-c",
+        "2",
+        "--slo",
+        "p50<1ms",
+        "--slo",
+        "errors<=0%",
+        &url(&b, "/delay/30"),
+    ])
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("SLO p50<1ms") && stdout.contains("BREACHED"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("SLO errors<=0%       met"), "{stdout}");
+
+    // --json: the verdicts are in the JSON, the breach on stderr as well.
+    let out = bench(&[
+        "-n",
+        "5",
+        "-c",
+        "1",
+        "--json",
+        "--slo",
+        "p50<1ms",
+        &url(&b, "/delay/30"),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(3));
+    let r = json(&out);
+    assert_eq!(r["slo"][0]["slo"], "p50<1ms");
+    assert_eq!(r["slo"][0]["met"], false);
+    assert!(r["slo"][0]["actual"].as_f64().unwrap() >= 30_000.0);
+    assert!(text(&out.stderr).contains("BREACHED"));
+}
+
+/// The backend stops answering for 500 ms once. Open loop at 200 req/s over one
+/// connection: the ~100 requests due during the stall wait, and their latency counts
+/// from when they were due, so the p99 shows the stall. Measured from when each was
+/// written (what a closed-loop client sees), only the one stalled request is slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_latency_counts_from_the_scheduled_time() {
+    let b = Backend::named("b0").start().await;
+    let out = bench(&[
+        "--rate",
+        "200",
+        "-d",
+        "3s",
+        "-c",
+        "1",
+        "--json",
+        &url(&b, "/stall-once/500"),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = json(&out);
+    assert_eq!(r["requests"], 600);
+    let p99 = r["latency_us"]["p99"].as_u64().unwrap();
+    assert!(p99 >= 400_000, "p99 {p99} µs hides the stall");
+    let service_p99 = r["service_us"]["p99"].as_u64().unwrap();
+    assert!(service_p99 < 400_000, "service p99 {service_p99} µs");
+    assert!(r["service_us"]["max"].as_u64().unwrap() >= 400_000);
+    // The stall is in the first second's samples; the target rate is the schedule's.
+    let first = &r["intervals"][0];
+    assert!(first["p99_us"].as_u64().unwrap() >= 400_000, "{first}");
+    assert_eq!(first["target_rps"], 200.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_tells_noise_from_a_slower_backend() {
+    let fast = Backend::named("fast").start().await;
+    let slow = Backend::named("slow").start().await;
+    let dir = temp_dir("bench-compare");
+    let (fast_url, slow_url) = (url(&fast, "/"), url(&slow, "/delay/20"));
+    let args_a = ["-c", "2", "-d", "6s", "--json", &fast_url];
+    let args_b = ["-c", "2", "-d", "6s", "--json", &slow_url];
+    let (a, b) = tokio::join!(bench(&args_a), bench(&args_b));
+    assert_eq!(a.status.code(), Some(0), "{}", text(&a.stderr));
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b.stderr));
+    let (pa, pb) = (dir.join("a.json"), dir.join("b.json"));
+    std::fs::write(&pa, &a.stdout).unwrap();
+    std::fs::write(&pb, &b.stdout).unwrap();
+    let (pa, pb) = (pa.to_str().unwrap(), pb.to_str().unwrap());
+
+    let same = bench(&["compare", pa, pa]).await;
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same.stderr));
+    let out = text(&same.stdout);
+    assert!(out.contains("no difference beyond noise"), "{out}");
+
+    let diff = bench(&["compare", pa, pb]).await;
+    assert_eq!(diff.status.code(), Some(0), "{}", text(&diff.stderr));
+    let out = text(&diff.stdout);
+    assert!(out.contains("differences beyond noise: p50"), "{out}");
+    let p50 = out.lines().find(|l| l.starts_with("p50")).unwrap();
+    assert!(p50.ends_with("B is worse"), "{out}");
+    assert!(out.contains("note: targets differ"), "{out}");
+
+    // A run of another kind is refused, naming why.
+    let mut open: Value = serde_json::from_slice(&b.stdout).unwrap();
+    open["mode"] = "open".into();
+    let po = dir.join("open.json");
+    std::fs::write(&po, open.to_string()).unwrap();
+    let out = bench(&["compare", pa, po.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("closed-loop run and B a open-loop"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+async fn refused(args: &[&str], code: i32, needle: &str) {
+    let out = bench(args).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: expected {needle:?} in: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn bad_flags_slos_and_files_are_named() {
+    let dir = temp_dir("bench-bad");
+    let junk = dir.join("junk.json");
+    std::fs::write(&junk, "{\"requests\": 1}").unwrap();
+    let junk = junk.to_str().unwrap();
+    let missing = dir.join("missing.json");
+    let missing = missing.to_str().unwrap();
+    // Nothing listens on a port bound and dropped just now.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let closed = closed.to_string();
+    let target = format!("http://{closed}/");
+
+    refused(&["--slo", "p98<1ms", &target], 2, "unknown metric \"p98\"").await;
+    refused(&["--slo", "p99<5", &target], 2, "with a unit").await;
+    refused(&["--slo", "errors=1%", &target], 2, "no comparison").await;
+    refused(&["--rate", "0", &target], 2, "--rate").await;
+    refused(&["--rps", "fast", &target], 2, "--rate").await;
+    refused(&["-d", "soon", &target], 2, "bad duration").await;
+    refused(&["--mix", "0:/a", &target], 2, "weight must be at least 1").await;
+    refused(&["https://127.0.0.1:1/"], 2, "https is not supported").await;
+    refused(&[], 2, "<URL>").await;
+    refused(&["--admin-token", "t", &target], 2, "--admin").await;
+    refused(&["compare", missing, junk], 2, "cannot read").await;
+    refused(
+        &["compare", junk, junk],
+        2,
+        "is not a `drover bench --json` report",
+    )
+    .await;
+    refused(&["compare", junk], 2, "<B>").await;
+    refused(&["-n", "3", "-c", "1", &target], 1, "no response at all").await;
+    refused(
+        &["-n", "3", "--admin", &closed, &target],
+        1,
+        &format!("--admin: cannot read http://{closed}/metrics"),
+    )
+    .await;
+    refused(
+        &["-n", "3", "--admin", "nowhere", &target],
+        1,
+        "--admin \"nowhere\"",
+    )
+    .await;
+    let html_in_missing_dir = Path::new(missing).join("x/report.html");
+    let fast = Backend::named("b0").start().await;
+    refused(
+        &[
+            "-n",
+            "3",
+            "--html",
+            html_in_missing_dir.to_str().unwrap(),
+            &url(&fast, "/"),
+        ],
+        1,
+        "cannot write",
+    )
+    .await;
+}
