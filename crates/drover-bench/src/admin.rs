@@ -74,9 +74,8 @@ fn parse_labels(s: &str) -> Option<(BTreeMap<String, String>, usize)> {
         while i < b.len() && matches!(b[i], b' ' | b',') {
             i += 1;
         }
-        match b.get(i)? {
-            b'}' => return Some((labels, i + 1)),
-            _ => {}
+        if *b.get(i)? == b'}' {
+            return Some((labels, i + 1));
         }
         let eq = i + s[i..].find('=')?;
         let key = s[i..eq].trim().to_string();
