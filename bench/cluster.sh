@@ -118,7 +118,7 @@ trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ build and tools
 build_binaries
-"$LOADGEN" --help | grep -q -- --count-header || die "$LOADGEN has no --count-header; rebuild it"
+"$LOADGEN" bench --help | grep -q -- --count-header || die "$LOADGEN bench has no --count-header; rebuild it"
 DROVER_HELP=""
 if ((HAVE_DROVER)); then
   DROVER_HELP="$("$DROVER" run --help 2>&1)" || {
@@ -225,7 +225,7 @@ wait_ready() { # name
   for ((i = 0; i < 300; i++)); do
     kill -0 "$pid" 2>/dev/null || return 1
     if port_open "$port" && (($(descendants "$pid" | wc -l) >= want)); then
-      out="$("$LOADGEN" -n 20 -c 4 --json "http://127.0.0.1:$port/pi?iterations=1000" 2>/dev/null || true)"
+      out="$("$LOADGEN" bench -n 20 -c 4 --json "http://127.0.0.1:$port/pi?iterations=1000" 2>/dev/null || true)"
       [[ "$out" == *'"ok":20'* ]] && return 0
     fi
     sleep 0.1
@@ -266,13 +266,13 @@ run_one() { # round peer scenario
   local round=$1 peer=$2 scen=$3 port=${PORT[$2]} pid=${PID[$2]} url cmd out
   url="http://127.0.0.1:$port"
   case "$scen" in
-    pi-closed) cmd=("$LOADGEN" -c "$CLOSED_CONNS" -d "${D}s" --path "$PI_PATH") ;;
-    mixed-closed) cmd=("$LOADGEN" -c "$CLOSED_CONNS" -d "${D}s" --mix "$MIX") ;;
+    pi-closed) cmd=("$LOADGEN" bench -c "$CLOSED_CONNS" -d "${D}s" --path "$PI_PATH") ;;
+    mixed-closed) cmd=("$LOADGEN" bench -c "$CLOSED_CONNS" -d "${D}s" --mix "$MIX") ;;
     mixed-open*)
       local pct=${scen#mixed-open} rate
       [[ "$pct" =~ ^[0-9]+$ ]] || die "unknown scenario $scen"
       rate="$(awk -v c="$CAPACITY" -v p="$pct" 'BEGIN{printf "%.0f", c*p/100}')"
-      cmd=("$LOADGEN" --rate "$rate" -c "$OPEN_CONNS" --reuse "$REUSE" -d "${D}s" --mix "$MIX")
+      cmd=("$LOADGEN" bench --rate "$rate" -c "$OPEN_CONNS" --reuse "$REUSE" -d "${D}s" --mix "$MIX")
       ;;
     *) die "unknown scenario $scen" ;;
   esac
@@ -309,7 +309,7 @@ run_one() { # round peer scenario
 if ((WARMUP > 0)); then
   log "warming up (${WARMUP}s of mixed load per peer)"
   for peer in "${PEERS[@]}"; do
-    "$LOADGEN" -c "$CLOSED_CONNS" -d "${WARMUP}s" --mix "$MIX" "http://127.0.0.1:${PORT[$peer]}/" >/dev/null 2>&1 || true
+    "$LOADGEN" bench -c "$CLOSED_CONNS" -d "${WARMUP}s" --mix "$MIX" "http://127.0.0.1:${PORT[$peer]}/" >/dev/null 2>&1 || true
   done
 fi
 

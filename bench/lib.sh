@@ -11,25 +11,21 @@ check_run_length() { # duration rounds
   [[ "$2" =~ ^[0-9]+$ && "$2" -ge 1 ]] || die "BENCH_ROUNDS must be a positive integer"
 }
 
-# Builds drover and drover-loadgen (unless BENCH_SKIP_BUILD=1) and sets LOADGEN, DROVER
-# and HAVE_DROVER. A drover that does not build is left out; the peers are still measured.
+# Builds drover (unless BENCH_SKIP_BUILD=1) and sets DROVER, HAVE_DROVER and LOADGEN:
+# the load generator is `drover bench`, so LOADGEN is the drover binary and every
+# measuring command is "$LOADGEN" bench ... . Without a drover that builds nothing can
+# be measured.
 build_binaries() {
   local target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
-  LOADGEN="$target_dir/release/drover-loadgen"
   DROVER="$target_dir/release/drover"
+  LOADGEN="$DROVER"
   HAVE_DROVER=0
   if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
-    log "cargo build --release -p drover -p drover-bench"
-    if (cd "$ROOT" && cargo build --release -p drover -p drover-bench >&2); then
-      HAVE_DROVER=1
-    else
-      log "drover does not build; measuring the other peers only"
-      (cd "$ROOT" && cargo build --release -p drover-bench >&2) || die "drover-bench does not build"
-    fi
-  else
-    [[ -x "$DROVER" ]] && HAVE_DROVER=1
+    log "cargo build --release -p drover"
+    (cd "$ROOT" && cargo build --release -p drover >&2) || die "drover does not build; it is the load generator too (drover bench)"
   fi
-  [[ -x "$LOADGEN" ]] || die "no $LOADGEN"
+  [[ -x "$DROVER" ]] && HAVE_DROVER=1
+  [[ -x "$LOADGEN" ]] || die "no $LOADGEN (drover bench is the load generator)"
   return 0
 }
 

@@ -31,7 +31,7 @@
 #   BENCH_CAPACITY   cpu-mixed capacity in req/s; default: measured in round 1 (median of
 #                    the peers' cpu-mixed-closed throughput)
 #   DROVER_BIN       drover binary to measure (default: target/release/drover, built)
-#   LOADGEN          drover-loadgen binary (default: target/release/drover-loadgen, built)
+#   LOADGEN          drover binary whose `drover bench` generates the load (default: target/release/drover, built)
 #   BENCH_SKIP_BUILD=1  do not run cargo build
 #   BENCH_NO_INSTALL=1  never call apt-get
 #   PROXY_CPU / LOADGEN_CPU  cores for the proxy under test / the load generator (last / 0)
@@ -138,7 +138,7 @@ else
   build_binaries
 fi
 [[ -n "$LOADGEN_WANTED" ]] && LOADGEN="$LOADGEN_WANTED"
-[[ -x "$LOADGEN" ]] || die "no drover-loadgen at $LOADGEN"
+[[ -x "$LOADGEN" ]] || die "no drover binary at LOADGEN=$LOADGEN (the load generator is drover bench)"
 if [[ -n "${DROVER_BIN:-}" ]]; then
   [[ -x "$DROVER_BIN" ]] || die "DROVER_BIN=$DROVER_BIN is not an executable"
   DROVER="$DROVER_BIN"
@@ -316,22 +316,22 @@ row_cmd() { # row url ms
   s="$(awk -v m="$ms" 'BEGIN{print m/1000}')"
   CLIENT=loadgen
   case "$row" in
-    cpu-mixed-closed) CMD=("$LOADGEN" -c 50 -d "${ms}ms" --mix "$MIX") ;;
-    cpu-mixed-open75) CMD=("$LOADGEN" --rate "$(awk -v c="$CAPACITY" 'BEGIN{printf "%.0f", c*0.75}')" -c 512 -d "${ms}ms" --mix "$MIX") ;;
+    cpu-mixed-closed) CMD=("$LOADGEN" bench -c 50 -d "${ms}ms" --mix "$MIX") ;;
+    cpu-mixed-open75) CMD=("$LOADGEN" bench --rate "$(awk -v c="$CAPACITY" 'BEGIN{printf "%.0f", c*0.75}')" -c 512 -d "${ms}ms" --mix "$MIX") ;;
     io-c*)
       local c=${row#io-c}
       c=${c%-cold}
-      CMD=("$LOADGEN" -c "$c" -d "${ms}ms" --path "/io?ms=100")
+      CMD=("$LOADGEN" bench -c "$c" -d "${ms}ms" --path "/io?ms=100")
       ;;
-    long-lived) CMD=("$LOADGEN" -c 20 -d "${ms}ms" --path "/io?ms=5") ;;
-    light-seq) CMD=("$LOADGEN" -n "$SEQ_N" -c 1 -d 120s --path "/cpu?us=20") ;;
+    long-lived) CMD=("$LOADGEN" bench -c 20 -d "${ms}ms" --path "/io?ms=5") ;;
+    light-seq) CMD=("$LOADGEN" bench -n "$SEQ_N" -c 1 -d 120s --path "/cpu?us=20") ;;
     light-seq-newconn)
       CLIENT=client
       CMD=(node "$M/client.js" seq "$url" --n "$SEQ_N" --path "/cpu?us=20" --new-conn)
       return
       ;;
-    hetero) CMD=("$LOADGEN" -c 20 -d "${ms}ms" --path "/cpu?ms=2") ;;
-    hetero-io) CMD=("$LOADGEN" -c 100 -d "${ms}ms" --path "/io?ms=50") ;;
+    hetero) CMD=("$LOADGEN" bench -c 20 -d "${ms}ms" --path "/cpu?ms=2") ;;
+    hetero-io) CMD=("$LOADGEN" bench -c 100 -d "${ms}ms" --path "/io?ms=50") ;;
     degrade | fail-fast)
       # client.js: it reports the successful answers' latency apart from the errors'.
       CLIENT=client
@@ -364,9 +364,9 @@ warm_up() { # row url
   local row=$1 url=$2
   ((WARMUP_MS > 0)) || return 0
   case "$row" in
-    light-seq*) CMD=("$LOADGEN" -c 1 -d "${WARMUP_MS}ms" --path "/cpu?us=20" "$url/") ;;
-    degrade | fail-fast) CMD=("$LOADGEN" -c 50 -d "${WARMUP_MS}ms" --path "/io?ms=20" "$url/") ;;
-    burst | cpu-mixed-open75) CMD=("$LOADGEN" -c 50 -d "${WARMUP_MS}ms" --mix "$MIX" "$url/") ;;
+    light-seq*) CMD=("$LOADGEN" bench -c 1 -d "${WARMUP_MS}ms" --path "/cpu?us=20" "$url/") ;;
+    degrade | fail-fast) CMD=("$LOADGEN" bench -c 50 -d "${WARMUP_MS}ms" --path "/io?ms=20" "$url/") ;;
+    burst | cpu-mixed-open75) CMD=("$LOADGEN" bench -c 50 -d "${WARMUP_MS}ms" --mix "$MIX" "$url/") ;;
     *) row_cmd "$row" "$url" "$WARMUP_MS" ;;
   esac
   "${PIN_LOAD[@]}" "${CMD[@]}" >/dev/null 2>&1 || true

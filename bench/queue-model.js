@@ -85,7 +85,7 @@ function rng(seed) {
 /**
  * Where requests come from. Open loop: N requests due at fixed intervals, costs drawn up
  * front. Closed loop: `clients` clients, each sending its next request the moment the
- * last one is answered (drover-loadgen -c), until N have been sent.
+ * last one is answered (drover bench -c), until N have been sent.
  */
 function openLoop(rate) {
   const r = rng(1);

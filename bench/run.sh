@@ -21,7 +21,7 @@
 #   BENCH_SKIP_BUILD=1  use the binaries already in target/release
 #   BENCH_NO_INSTALL=1  never call apt-get
 #   PROXY_CPU        core the proxy under test is pinned to        (last core)
-#   LOADGEN_CPU      core wrk / drover-loadgen is pinned to        (0)
+#   LOADGEN_CPU      core wrk / drover bench is pinned to          (0)
 #   CHEAP_US, EXPENSIVE_MS   backend costs (20 µs, 10 ms), see bench/backend.js
 #
 # Results: a table on stdout, raw records and a summary under bench/results/.
@@ -223,7 +223,7 @@ for name in $PEERS_WANTED; do
     continue
   fi
   # It must answer through both backends before it is measured.
-  if ! out="$("$LOADGEN" -n 4 -c 1 --json "http://127.0.0.1:${PORT[$name]}/" 2>&1)" ||
+  if ! out="$("$LOADGEN" bench -n 4 -c 1 --json "http://127.0.0.1:${PORT[$name]}/" 2>&1)" ||
     [[ "$out" != *'"ok":4'* ]]; then
     log "$name does not answer correctly; skipping it: $out"
     kill "${PID[$name]}" 2>/dev/null || true
@@ -251,11 +251,11 @@ run_one() { # round peer scenario
   case "$scen" in
     tiny-c50) cmd=(wrk -t1 -c50 "-d${D}s" --latency -s "$BENCH_DIR/wrk-json.lua" "$url/") ;;
     tiny-c1) cmd=(wrk -t1 -c1 "-d${D}s" --latency -s "$BENCH_DIR/wrk-json.lua" "$url/") ;;
-    mixed-closed) cmd=("$LOADGEN" -c 50 -d "${D}s" --mix "$MIX" --json "$url/") ;;
+    mixed-closed) cmd=("$LOADGEN" bench -c 50 -d "${D}s" --mix "$MIX" --json "$url/") ;;
     mixed-open50 | mixed-open75)
       local pct=${scen#mixed-open} rate
       rate="$(awk -v c="$CAPACITY" -v p="$pct" 'BEGIN{printf "%.0f", c*p/100}')"
-      cmd=("$LOADGEN" --rate "$rate" -c 512 -d "${D}s" --mix "$MIX" --json "$url/")
+      cmd=("$LOADGEN" bench --rate "$rate" -c 512 -d "${D}s" --mix "$MIX" --json "$url/")
       ;;
     *) die "unknown scenario $scen" ;;
   esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Workload-matrix HTTP client for the loads drover-loadgen does not do (no npm dependencies).
+// Workload-matrix HTTP client for the loads drover bench does not do (no npm dependencies).
 //
 //   node client.js closed URL --conns 50 --duration 10 --mix "100:/io?ms=20"
 //   node client.js burst  URL --rate 3000 --on 1 --period 5 --duration 6 --mix "90:/a,10:/b"
@@ -12,7 +12,7 @@
 // * seq: --n requests one after another over one keep-alive connection, or over a new
 //   connection each (--new-conn: `Connection: close`, agent without keep-alive).
 //
-// Prints one JSON object in drover-loadgen's shape: requests, ok, rps, ok_rps,
+// Prints one JSON object in drover bench's shape: requests, ok, rps, ok_rps,
 // latency_us (all answers) and ok_latency_us (2xx only) with p50/p90/p99/p99_9/max,
 // errors {connect, status (non-2xx), timeout, io}, errors_total, status codes, and
 // header_counts for --count-header (default x-backend).

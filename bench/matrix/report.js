@@ -31,7 +31,7 @@ function normalise(r) {
   const requests = x.requests || 0;
   const errors = x.errors_total || 0;
   const ok = x.ok ?? requests - errors;
-  // client.js reports the 2xx answers' latency apart; drover-loadgen all answers'.
+  // client.js reports the 2xx answers' latency apart; drover bench all answers'.
   const lat = (r.client === 'client' ? x.ok_latency_us : x.latency_us) || {};
   const n = {
     tput: elapsed ? ok / elapsed : null, // successful answers per second

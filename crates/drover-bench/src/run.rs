@@ -578,7 +578,7 @@ async fn open_loop(l: Rc<Local>, k: usize, rate: f64, reuse: Reuse) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let start = l.start;
     let ticker = std::thread::Builder::new()
-        .name(format!("loadgen-tick-{k}"))
+        .name(format!("bench-tick-{k}"))
         .spawn(move || {
             for j in 0..count {
                 let due = start + sched.due(j);
