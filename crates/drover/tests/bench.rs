@@ -322,3 +322,163 @@ async fn bad_flags_slos_and_files_are_named() {
     )
     .await;
 }
+
+/// The progress line appears when stderr is a terminal (a pty from `script`), redrawn
+/// in place with `\r`, and is cleared at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_line_on_a_terminal() {
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: no /usr/bin/script (util-linux) to give drover bench a terminal");
+        return;
+    }
+    let b = Backend::named("b0").start().await;
+    let cmd = format!(
+        "{} bench --rate 200 -d 1s --json {} >/dev/null",
+        bin().display(),
+        url(&b, "/")
+    );
+    let out = tokio::process::Command::new("/usr/bin/script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .await
+        .unwrap();
+    let tty = text(&out.stdout);
+    assert!(out.status.success(), "{tty}{}", text(&out.stderr));
+    let redraws = tty.matches('\r').count();
+    assert!(redraws >= 3, "{tty:?}");
+    assert!(
+        tty.contains("requests") && tty.contains("req/s") && tty.contains("p99"),
+        "{tty:?}"
+    );
+    assert!(tty.ends_with("\r\x1b[K"), "{tty:?}");
+}
+
+/// A stand-in for drover's admin listener: `/metrics` answers `scrapes[i]` on the i-th
+/// request, and the request heads are kept.
+fn fake_admin(
+    scrapes: Vec<String>,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<Vec<String>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        for body in scrapes {
+            let (mut sock, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = sock.read(&mut buf).unwrap();
+            heads.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            sock.write_all(reply.as_bytes()).unwrap();
+        }
+        heads
+    });
+    (addr, server)
+}
+
+/// drover's endpoint metrics after `n` requests to `endpoint`, each queued 2 ms and 8 ms
+/// at the backend, 10 ms in all.
+fn endpoint_metrics(endpoint: &str, n: u64) -> String {
+    let mut s = String::from("# TYPE drover_endpoint_queue_wait_seconds histogram\n");
+    for (metric, each) in [
+        ("drover_endpoint_queue_wait_seconds", 0.002),
+        ("drover_endpoint_response_head_seconds", 0.008),
+        ("drover_endpoint_request_duration_seconds", 0.010),
+    ] {
+        let labels = format!("balancer=\"web\",endpoint=\"{endpoint}\"");
+        for le in ["0.005", "0.025", "+Inf"] {
+            let within = if le == "0.005" && each > 0.005 { 0 } else { n };
+            s += &format!("{metric}_bucket{{{labels},le=\"{le}\"}} {within}\n");
+        }
+        s += &format!("{metric}_sum{{{labels}}} {}\n", each * n as f64);
+        s += &format!("{metric}_count{{{labels}}} {n}\n");
+    }
+    s += &format!(
+        "drover_endpoint_responses_total{{balancer=\"web\",endpoint=\"{endpoint}\",code=\"2xx\"}} {n}\n"
+    );
+    s
+}
+
+/// `--admin` end to end against a stand-in for drover's /metrics (until the real one
+/// lands): scraped before and after, the difference reported per endpoint in the text,
+/// the JSON and the HTML page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_metrics_are_scraped_before_and_after() {
+    let b = Backend::named("b0").start().await;
+    let endpoint = b.addr().to_string();
+    let (admin, server) = fake_admin(vec![
+        endpoint_metrics(&endpoint, 7),
+        endpoint_metrics(&endpoint, 57),
+        endpoint_metrics(&endpoint, 7),
+        endpoint_metrics(&endpoint, 57),
+    ]);
+    let admin = admin.to_string();
+    let target = url(&b, "/");
+    let out = bench(&[
+        "-n",
+        "50",
+        "-c",
+        "2",
+        "--admin",
+        &admin,
+        "--admin-token",
+        "tok",
+        &target,
+    ])
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(&format!("drover's view ({admin}/metrics")),
+        "{stdout}"
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.contains(&format!("web/{endpoint}")))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(row.contains(" 50 ") && row.contains("100.0%"), "{row}");
+    assert!(
+        row.contains("2.00ms / ") && row.contains("8.00ms / ") && row.contains("10.0ms / "),
+        "{row}"
+    );
+
+    let dir = temp_dir("bench-admin");
+    let html = dir.join("admin.html");
+    let out = bench(&[
+        "-n",
+        "50",
+        "-c",
+        "2",
+        "--json",
+        "--admin",
+        &admin,
+        "--admin-token",
+        "tok",
+        "--html",
+        html.to_str().unwrap(),
+        &target,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = json(&out);
+    let e = &r["admin"]["endpoints"][0];
+    assert_eq!(e["endpoint"], endpoint.as_str());
+    assert_eq!(e["requests"], 50);
+    assert_eq!(e["responses"]["2xx"], 50);
+    assert_eq!(e["queue_wait"]["mean_us"], 2000.0);
+    assert_eq!(e["backend"]["mean_us"], 8000.0);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Requests per endpoint"));
+    assert!(page.contains("Where the time went"));
+    assert_no_external_addresses(&page);
+
+    let heads = server.join().unwrap();
+    assert_eq!(heads.len(), 4);
+    assert!(heads
+        .iter()
+        .all(|h| h.starts_with("GET /metrics HTTP/1.1\r\n")
+            && h.contains("Authorization: Bearer tok\r\n")));
+}
