@@ -5,6 +5,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /v1/status` | apps, workers and balancers with their endpoints (`Status`) |
+//! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks): balancers, endpoints, workers |
 //! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
 //! | `POST /v1/scale?workers=N[&app=NAME]` | run N workers of an app |
 //! | `GET /v1/balancers/B/members` | a balancer's members: source, state, TTL left |
@@ -20,6 +21,7 @@
 mod client;
 mod exposure;
 mod members;
+mod metrics;
 mod server;
 pub mod status;
 

@@ -3,9 +3,10 @@
 use crate::members::{self, BalancerMembers, Refusal};
 use crate::status::Status;
 use bytes::Bytes;
+use drover_metrics::{BalancerSnapshot, Format};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -46,6 +47,9 @@ pub trait Control: Send + Sync + 'static {
 
     /// The runtime members of the balancer named, and its pool.
     fn members(&self, balancer: &str) -> Result<BalancerMembers, ControlError>;
+
+    /// Every balancer's counts and endpoints now, for `/metrics` and the dashboard.
+    fn metrics(&self) -> Vec<BalancerSnapshot>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +195,23 @@ async fn handle(
                 );
             }
             json(StatusCode::OK, &control.status())
+        }
+        "/metrics" => {
+            if req.method() != Method::GET {
+                return not_allowed("GET");
+            }
+            if let Some((k, _)) = query.first() {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("unknown query parameter {k:?}: /metrics takes none"),
+                );
+            }
+            let format = Format::from_accept(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
+            let text = crate::metrics::render(format, &control.metrics(), &control.status());
+            let mut resp = Response::new(Full::new(Bytes::from(text)));
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+            resp
         }
         "/v1/reload" => {
             if req.method() != Method::POST {

@@ -8,6 +8,7 @@ use drover_admin::{
 use drover_config::plan::app_spec;
 use drover_config::plan::BalancerPlan;
 use drover_config::{self as config, BalancerConfig, Config};
+use drover_metrics::BalancerSnapshot;
 use drover_registry::Pool;
 use drover_supervisor::{Supervisor, SupervisorError};
 use std::collections::BTreeMap;
@@ -560,5 +561,9 @@ impl Control for Controller {
             store: b.members(),
             pool: Arc::clone(&b.pool),
         })
+    }
+
+    fn metrics(&self) -> Vec<BalancerSnapshot> {
+        self.balancers().iter().map(|b| b.metrics()).collect()
     }
 }
