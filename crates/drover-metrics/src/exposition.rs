@@ -130,13 +130,8 @@ impl Exposition {
     pub fn histogram_sample(&mut self, labels: Labels<'_>, h: &HistogramSnapshot) {
         debug_assert!(self.kind == Kind::Histogram);
         let exported = h.exported();
-        for &(bound, count) in &exported {
-            let le = if bound.is_infinite() {
-                "+Inf".to_string()
-            } else {
-                bound.to_string()
-            };
-            self.start("_bucket", labels, Some(&le));
+        for &(le, count) in &exported {
+            self.start("_bucket", labels, Some(le));
             let _ = writeln!(self.out, " {count}");
         }
         self.line("_sum", labels, None, h.sum_ns as f64 / 1e9);

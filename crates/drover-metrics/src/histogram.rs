@@ -85,6 +85,13 @@ pub const EXPORTED: [usize; 18] = [
     3, 7, 10, 13, 17, 20, 23, 27, 30, 33, 37, 40, 43, 47, 50, 53, 57, 60,
 ];
 
+/// The exported bounds as Prometheus `le` label values (seconds), written once here
+/// rather than formatted for every series of every scrape.
+pub const EXPORTED_LE: [&str; 18] = [
+    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1",
+    "0.25", "0.5", "1", "2.5", "5", "10", "25", "50",
+];
+
 /// The bucket a latency falls in: the first whose bound is at least it.
 #[inline]
 pub fn bucket_of(ns: u64) -> usize {
@@ -200,20 +207,20 @@ impl HistogramSnapshot {
         Some(BOUNDS_NS[BOUNDS_NS.len() - 1] as f64 / 1e9)
     }
 
-    /// Cumulative counts at the exported bounds, as (bound in seconds, count), then
-    /// (+Inf, total).
-    pub fn exported(&self) -> Vec<(f64, u64)> {
+    /// Cumulative counts at the exported bounds, as (`le` label, count), then
+    /// ("+Inf", total).
+    pub fn exported(&self) -> Vec<(&'static str, u64)> {
         let mut cumulative = Vec::with_capacity(EXPORTED.len() + 1);
         let mut running = 0u64;
         let mut next = 0;
         for (i, &count) in self.counts.iter().enumerate() {
             running += count;
             if next < EXPORTED.len() && EXPORTED[next] == i {
-                cumulative.push((BOUNDS_NS[i] as f64 / 1e9, running));
+                cumulative.push((EXPORTED_LE[next], running));
                 next += 1;
             }
         }
-        cumulative.push((f64::INFINITY, running));
+        cumulative.push(("+Inf", running));
         cumulative
     }
 }
@@ -225,6 +232,13 @@ mod tests {
     #[test]
     fn bounds_rise_and_the_exported_ones_are_round() {
         assert!(BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
+        for (&i, le) in EXPORTED.iter().zip(EXPORTED_LE) {
+            assert_eq!(
+                le.parse::<f64>().unwrap(),
+                BOUNDS_NS[i] as f64 / 1e9,
+                "{le}"
+            );
+        }
         let exported: Vec<u64> = EXPORTED.iter().map(|&i| BOUNDS_NS[i]).collect();
         assert_eq!(
             exported,
@@ -288,10 +302,10 @@ mod tests {
         h.record(100_000_000_000); // +Inf
         let e = h.snapshot().exported();
         assert_eq!(e.len(), EXPORTED.len() + 1);
-        assert_eq!(e[0], (0.0001, 1));
-        assert_eq!(e[4], (0.0025, 2));
+        assert_eq!(e[0], ("0.0001", 1));
+        assert_eq!(e[4], ("0.0025", 2));
         assert_eq!(e[EXPORTED.len() - 1].1, 2);
-        assert_eq!(e[EXPORTED.len()], (f64::INFINITY, 3));
+        assert_eq!(e[EXPORTED.len()], ("+Inf", 3));
     }
 
     #[test]
