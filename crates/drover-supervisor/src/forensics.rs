@@ -323,7 +323,10 @@ mod tests {
         let lines = tail.lines();
         assert_eq!(lines.len(), STDERR_TAIL_LINES);
         assert_eq!(lines[0], "line 5");
-        assert_eq!(lines[STDERR_TAIL_LINES - 1], format!("line {}", STDERR_TAIL_LINES + 4));
+        assert_eq!(
+            lines[STDERR_TAIL_LINES - 1],
+            format!("line {}", STDERR_TAIL_LINES + 4)
+        );
 
         // Multi-byte characters are never split.
         let long = "é".repeat(STDERR_LINE_MAX);
@@ -335,7 +338,10 @@ mod tests {
 
         // A short piece of a line the forwarding already cut is marked too.
         tail.push("short", true);
-        assert_eq!(tail.lines().pop().unwrap(), format!("short{TRUNCATED_MARK}"));
+        assert_eq!(
+            tail.lines().pop().unwrap(),
+            format!("short{TRUNCATED_MARK}")
+        );
     }
 
     #[test]

@@ -619,7 +619,7 @@ async fn run_once(
                 end: End::NotStarted(e),
                 pid: None,
                 served: Duration::ZERO,
-            }
+            };
         }
     };
     shared.slot(id).started(&proc, WorkerState::Starting);
