@@ -391,16 +391,18 @@ impl Proc {
         self.port.as_ref().map(Port::addr)
     }
 
-    /// Reads its RSS and CPU time now. A reading that fails (it has exited; a zombie
-    /// has no RSS) keeps the previous one.
-    fn sample(&mut self) {
-        let Some(pid) = self.pid else { return };
-        if let Some(rss) = memory::rss_bytes(pid) {
-            self.last_rss = Some(rss);
+    /// Reads its RSS and CPU time now; returns the RSS just read. A reading that fails
+    /// (it has exited; a zombie has no RSS) keeps the previous one for the record.
+    fn sample(&mut self) -> Option<u64> {
+        let pid = self.pid?;
+        let rss = memory::rss_bytes(pid);
+        if rss.is_some() {
+            self.last_rss = rss;
         }
         if let Some(cpu) = cpu::process_cpu_seconds(pid) {
             self.last_cpu_seconds = Some(cpu);
         }
+        rss
     }
 
     /// Its restart record, once it has ended (`status`, when known) and drover has
@@ -712,8 +714,8 @@ async fn serve(
             // Every worker is sampled, so its restart record has its last RSS and CPU
             // time; only one with `max_memory` is compared.
             _ = memory_poll.tick() => {
-                proc.sample();
-                match (proc.last_rss, proc.spec.max_memory) {
+                // Only a fresh reading counts: an exited process is not over anything.
+                match (proc.sample(), proc.spec.max_memory) {
                     (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
                     _ => continue,
                 }
