@@ -4,7 +4,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /v1/status` | apps, workers and balancers with their endpoints (`Status`) |
+//! | `GET /v1/status` | apps, workers (with restart counters) and their restart records, balancers with their endpoints (`Status`) |
 //! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks): balancers, endpoints, workers |
 //! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
 //! | `POST /v1/scale?workers=N[&app=NAME]` | run N workers of an app |
@@ -30,4 +30,7 @@ pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use members::{BalancerMembers, MemberList, MemberRow};
 pub use server::{AdminServer, Control, ControlError};
-pub use status::{AppStatus, BalancerStatus, EndpointRow, SourceRow, Status, WorkerRow};
+pub use status::{
+    restarts_log, wall_clock, AppStatus, BalancerStatus, EndpointRow, NoSuchApp, RestartRow,
+    SourceRow, Status, WorkerRow,
+};

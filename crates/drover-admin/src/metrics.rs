@@ -38,9 +38,33 @@ fn workers(e: &mut Exposition, status: &Status) {
     each(e, &|e, l, w| e.sample_u64(l, u64::from(w.state == "ready")));
     e.counter(
         "drover_worker_restarts",
-        "Times the worker slot started a new process after its first.",
+        "Processes of the worker slot that ended, by reason: exit, signal, health, memory, reload, scale, start-failed, lost.",
     );
-    each(e, &|e, l, w| e.sample_u64(l, u64::from(w.restarts)));
+    each(e, &|e, l, w| {
+        for (reason, &n) in &w.restarts_by_reason {
+            e.sample_u64(&[l[0], l[1], ("reason", reason)], n);
+        }
+    });
+    e.gauge(
+        "drover_worker_last_exit_code",
+        "Exit code of the worker's previous process, when it exited with one.",
+        None,
+    );
+    each(e, &|e, l, w| {
+        if let Some(code) = w.last_exit_code {
+            e.sample(l, f64::from(code));
+        }
+    });
+    e.gauge(
+        "drover_worker_last_signal",
+        "Signal that ended the worker's previous process, when one did.",
+        None,
+    );
+    each(e, &|e, l, w| {
+        if let Some(sig) = w.last_signal {
+            e.sample(l, f64::from(sig));
+        }
+    });
     e.gauge(
         "drover_worker_resident_memory_bytes",
         "Resident memory of the worker's current process.",
@@ -51,14 +75,23 @@ fn workers(e: &mut Exposition, status: &Status) {
             e.sample_u64(l, rss);
         }
     });
+    e.counter(
+        "drover_worker_cpu_seconds",
+        "CPU time (user and system) the worker's current process has used; starts again with each process.",
+    );
+    each(e, &|e, l, w| {
+        if let Some(cpu) = w.cpu_seconds {
+            e.sample(l, cpu);
+        }
+    });
     e.gauge(
-        "drover_worker_uptime_seconds",
-        "Time since the worker's current process started.",
+        "drover_worker_start_time_seconds",
+        "When the worker's current process started, in seconds since the Unix epoch.",
         Some("seconds"),
     );
     each(e, &|e, l, w| {
-        if let Some(up) = w.uptime_secs {
-            e.sample(l, up);
+        if let Some(at) = w.started_at_unix_secs {
+            e.sample(l, at);
         }
     });
 }

@@ -370,3 +370,80 @@ async fn metrics_refuses_what_it_does_not_serve_and_keeps_the_token_rule() {
     assert!(r.text().contains("name"), "{}", r.text());
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_show_their_restarts_by_reason_exit_signal_memory_and_cpu() {
+    let dir = common::temp_dir("metrics-workers");
+    let script = drover_testkit::write_py_worker(&dir).display().to_string();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--",
+            "python3",
+            &script,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let ready = |s: &drover_admin::Status| {
+        s.apps[0]
+            .workers
+            .iter()
+            .filter(|w| w.state == "ready")
+            .count()
+            == 2
+    };
+    let mut victim = None;
+    for _ in 0..200 {
+        let s = common::status(admin).await;
+        if ready(&s) {
+            victim = s.apps[0].workers[1].pid;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let victim = victim.unwrap_or_else(|| panic!("{}", d.stderr_text()));
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Back to two ready workers, the killed one replaced.
+    let mut back = false;
+    for _ in 0..200 {
+        let s = common::status(admin).await;
+        if ready(&s) && s.apps[0].workers[1].pid != Some(victim) {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(back, "{}", d.stderr_text());
+
+    let (_, _, text) = scrape(admin, None).await;
+    let (_, _, om) = scrape(admin, Some("application/openmetrics-text")).await;
+    parse(&om, "openmetrics").await;
+    let s = parse(&text, "prometheus").await;
+    let w1 = [("worker", "1"), ("reason", "signal")];
+    assert_eq!(s.sum("drover_worker_restarts_total", &w1), 1.0, "{text}");
+    assert_eq!(
+        s.sum("drover_worker_restarts_total", &[("worker", "0")]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(s.sum("drover_worker_last_signal", &[("worker", "1")]), 9.0);
+    assert_eq!(s.sum("drover_worker_up", &[]), 2.0);
+    for w in ["0", "1"] {
+        assert!(s.sum("drover_worker_resident_memory_bytes", &[("worker", w)]) > 1e6);
+        assert!(s.has("drover_worker_cpu_seconds_total"));
+        assert!(s.sum("drover_worker_start_time_seconds", &[("worker", w)]) > 1.6e9);
+    }
+    drop(d);
+}
