@@ -223,6 +223,7 @@ function chartsFor(name) {
   make('errors/s', [['5xx/s', '#c62828'], ['drover errors/s', '#ef6c00']], [2, 3], '');
   make('latency (ms)', [['p50', '#2e7d32'], ['p99', '#6a1b9a']], [4, 5], ' ms');
   charts.set(name, c);
+  refreshMembers(name);
   return c;
 }
 
@@ -467,22 +468,24 @@ async function act(question, method, path) {
   }
 }
 
-// Which endpoints are runtime members (the only ones a drain applies to), every 5 s.
-async function members() {
-  if (canAct) {
-    for (const name of charts.keys()) {
-      try {
-        const r = await fetch('/v1/balancers/' + encodeURIComponent(name) + '/members', { headers: headers() });
-        if (!r.ok) { runtime.delete(name); continue; }
-        const list = await r.json();
-        runtime.set(name, new Map(list.members
-          .filter((m) => (m.source === 'admin' || m.source === 'etcd') && m.state === 'active')
-          .map((m) => [m.addr, m.id])));
-      } catch (e) {
-        runtime.delete(name);
-      }
-    }
+// Which endpoints are runtime members (the only ones a drain applies to): when a
+// balancer appears, then every 5 s.
+async function refreshMembers(name) {
+  if (!canAct) return;
+  try {
+    const r = await fetch('/v1/balancers/' + encodeURIComponent(name) + '/members', { headers: headers() });
+    if (!r.ok) { runtime.delete(name); return; }
+    const list = await r.json();
+    runtime.set(name, new Map(list.members
+      .filter((m) => (m.source === 'admin' || m.source === 'etcd') && m.state === 'active')
+      .map((m) => [m.addr, m.id])));
+  } catch (e) {
+    runtime.delete(name);
   }
+}
+
+async function members() {
+  for (const name of charts.keys()) await refreshMembers(name);
   setTimeout(members, 5000);
 }
 
