@@ -16,7 +16,7 @@ use common::{admin_addr, bin, pi_server, steady_load, stops_cleanly, temp_dir};
 use drover_testkit::{ws_connect, DroverProcess, HttpClient, WsClient, WsMessage};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -521,7 +521,9 @@ async fn the_browser_shows_a_killed_worker_restarted_and_asks_no_other_host() {
     let after = dom_workers(&mut cdp).await;
     eprintln!("workers before the kill {before:?}, after {after:?}");
 
-    let png_to = std::env::var_os("DROVER_DASHBOARD_PNG").map(PathBuf::from);
+    // A relative path is from the repository root (tests run in crates/drover).
+    let png_to = std::env::var_os("DROVER_DASHBOARD_PNG")
+        .map(|p| Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p));
     if png_to.is_some() {
         // More of the charts for the README's picture.
         tokio::time::sleep(Duration::from_secs(30)).await;
