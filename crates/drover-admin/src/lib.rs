@@ -4,6 +4,8 @@
 //!
 //! | request | answer |
 //! |---|---|
+//! | `GET /` | the live dashboard (HTML; its script, style and uPlot under `/ui/`); no token needed, it holds no data |
+//! | `GET /v1/events` | server-sent events: the last 10 minutes per balancer, then a sample a second (see `dashboard`) |
 //! | `GET /v1/status` | apps, workers (with restart counters) and their restart records, balancers with their endpoints (`Status`) |
 //! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks): balancers, endpoints, workers |
 //! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
@@ -13,12 +15,13 @@
 //! | `PUT /v1/balancers/B/members/ID/heartbeat` | keep it alive; optional `{"load": 0..1}` |
 //! | `DELETE /v1/balancers/B/members/ID` | drain it: no new requests, then removed |
 //!
-//! When a token is set, every request needs `Authorization: Bearer TOKEN`; off loopback
+//! When a token is set, every request but the dashboard's page and assets needs `Authorization: Bearer TOKEN`; off loopback
 //! one is required (`check_exposure`). The crate
 //! knows nothing of supervisors or pools: the binary implements `Control` over them,
 //! which keeps this crate's tests free of real workers.
 
 mod client;
+pub mod dashboard;
 mod exposure;
 mod members;
 mod metrics;
