@@ -386,10 +386,18 @@ impl Cdp {
     }
 
     /// Polls `expr` until it is true, for at most `limit`; answers whether it became so.
+    /// An expression that throws (the page not parsed yet: an element still missing)
+    /// counts as not yet.
     async fn until(&mut self, limit: Duration, expr: &str) -> bool {
         let deadline = Instant::now() + limit;
         loop {
-            if self.eval(expr).await == json!(true) {
+            let r = self
+                .call(
+                    "Runtime.evaluate",
+                    json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
+                )
+                .await;
+            if r.get("exceptionDetails").is_none() && r["result"]["value"] == json!(true) {
                 return true;
             }
             if Instant::now() >= deadline {
