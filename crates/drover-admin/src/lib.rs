@@ -4,7 +4,10 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /v1/status` | apps, workers and balancers with their endpoints (`Status`) |
+//! | `GET /` | the live dashboard (HTML; its script, style and uPlot under `/ui/`); no token needed, it holds no data |
+//! | `GET /v1/events` | server-sent events: the last 10 minutes per balancer, then a sample a second (see `dashboard`) |
+//! | `GET /v1/status` | apps, workers (with restart counters) and their restart records, balancers with their endpoints (`Status`) |
+//! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks): balancers, endpoints, workers |
 //! | `POST /v1/reload[?app=NAME]` | rolling reload of every app (or one); answers when done |
 //! | `POST /v1/scale?workers=N[&app=NAME]` | run N workers of an app |
 //! | `GET /v1/balancers/B/members` | a balancer's members: source, state, TTL left |
@@ -12,14 +15,16 @@
 //! | `PUT /v1/balancers/B/members/ID/heartbeat` | keep it alive; optional `{"load": 0..1}` |
 //! | `DELETE /v1/balancers/B/members/ID` | drain it: no new requests, then removed |
 //!
-//! When a token is set, every request needs `Authorization: Bearer TOKEN`; off loopback
+//! When a token is set, every request but the dashboard's page and assets needs `Authorization: Bearer TOKEN`; off loopback
 //! one is required (`check_exposure`). The crate
 //! knows nothing of supervisors or pools: the binary implements `Control` over them,
 //! which keeps this crate's tests free of real workers.
 
 mod client;
+pub mod dashboard;
 mod exposure;
 mod members;
+mod metrics;
 mod server;
 pub mod status;
 
@@ -28,4 +33,7 @@ pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use members::{BalancerMembers, MemberList, MemberRow};
 pub use server::{AdminServer, Control, ControlError};
-pub use status::{AppStatus, BalancerStatus, EndpointRow, SourceRow, Status, WorkerRow};
+pub use status::{
+    restarts_log, wall_clock, AppStatus, BalancerStatus, EndpointRow, NoSuchApp, RestartRow,
+    SourceRow, Status, WorkerRow,
+};

@@ -1,11 +1,13 @@
 //! The admin API's HTTP server (hyper, HTTP/1.1, one task per connection).
 
+use crate::dashboard::{self, sampler::Sampler, AdminBody};
 use crate::members::{self, BalancerMembers, Refusal};
 use crate::status::Status;
 use bytes::Bytes;
+use drover_metrics::{BalancerSnapshot, Format};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -46,6 +48,9 @@ pub trait Control: Send + Sync + 'static {
 
     /// The runtime members of the balancer named, and its pool.
     fn members(&self, balancer: &str) -> Result<BalancerMembers, ControlError>;
+
+    /// Every balancer's counts and endpoints now, for `/metrics` and the dashboard.
+    fn metrics(&self) -> Vec<BalancerSnapshot>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +78,8 @@ impl std::fmt::Display for ControlError {
 pub struct AdminServer {
     addr: SocketAddr,
     task: JoinHandle<()>,
+    /// The dashboard's sampler, one per server, started with it.
+    sampler: JoinHandle<()>,
 }
 
 impl AdminServer {
@@ -99,6 +106,8 @@ impl AdminServer {
         crate::check_exposure(addr, token.as_deref())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let token: Arc<Option<String>> = Arc::new(token);
+        let sampler = Arc::new(Sampler::default());
+        let sampler_task = sampler.spawn(Arc::clone(&control));
         let task = tokio::spawn(async move {
             loop {
                 let (stream, peer) = match listener.accept().await {
@@ -110,13 +119,21 @@ impl AdminServer {
                         continue;
                     }
                 };
-                let (token, control) = (Arc::clone(&token), Arc::clone(&control));
+                let (token, control, sampler) = (
+                    Arc::clone(&token),
+                    Arc::clone(&control),
+                    Arc::clone(&sampler),
+                );
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
-                        let (token, control) = (Arc::clone(&token), Arc::clone(&control));
+                        let (token, control, sampler) = (
+                            Arc::clone(&token),
+                            Arc::clone(&control),
+                            Arc::clone(&sampler),
+                        );
                         async move {
                             Ok::<_, std::convert::Infallible>(
-                                handle(req, token.as_deref(), control.as_ref()).await,
+                                route(req, token.as_deref(), control.as_ref(), &sampler).await,
                             )
                         }
                     });
@@ -130,7 +147,11 @@ impl AdminServer {
                 });
             }
         });
-        Ok(AdminServer { addr, task })
+        Ok(AdminServer {
+            addr,
+            task,
+            sampler: sampler_task,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -141,14 +162,43 @@ impl AdminServer {
 impl Drop for AdminServer {
     fn drop(&mut self) {
         self.task.abort();
+        self.sampler.abort();
     }
 }
 
-async fn handle(
+/// The dashboard's page and assets (no data in them: no token needed), then the token
+/// rule for everything else: the event stream and `handle`'s API.
+async fn route(
     req: Request<Incoming>,
     token: Option<&str>,
     control: &dyn Control,
-) -> Response<Full<Bytes>> {
+    sampler: &Arc<Sampler>,
+) -> Response<AdminBody> {
+    if let Some(resp) = dashboard::asset(&req) {
+        return resp;
+    }
+    if let Some(resp) = unauthorized(&req, token) {
+        return resp.map(BodyExt::boxed);
+    }
+    if req.uri().path() == "/v1/events" {
+        if req.method() != Method::GET {
+            return not_allowed("GET").map(BodyExt::boxed);
+        }
+        if req.uri().query().is_some_and(|q| !q.is_empty()) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "/v1/events takes no query parameters",
+            )
+            .map(BodyExt::boxed);
+        }
+        return dashboard::events(sampler);
+    }
+    handle(req, control, sampler).await.map(BodyExt::boxed)
+}
+
+/// With a token set, the request must carry `Authorization: Bearer TOKEN`: the 401 to
+/// answer when it does not.
+fn unauthorized(req: &Request<Incoming>, token: Option<&str>) -> Option<Response<Full<Bytes>>> {
     if let Some(token) = token {
         let given = req
             .headers()
@@ -162,9 +212,17 @@ async fn handle(
             );
             resp.headers_mut()
                 .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return resp;
+            return Some(resp);
         }
     }
+    None
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    control: &dyn Control,
+    sampler: &Sampler,
+) -> Response<Full<Bytes>> {
     let query = match parse_query(req.uri().query()) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
@@ -192,6 +250,23 @@ async fn handle(
             }
             json(StatusCode::OK, &control.status())
         }
+        "/metrics" => {
+            if req.method() != Method::GET {
+                return not_allowed("GET");
+            }
+            if let Some((k, _)) = query.first() {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("unknown query parameter {k:?}: /metrics takes none"),
+                );
+            }
+            let format = Format::from_accept(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
+            let text = crate::metrics::render(format, &control.metrics(), &control.status());
+            let mut resp = Response::new(Full::new(Bytes::from(text)));
+            resp.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+            resp
+        }
         "/v1/reload" => {
             if req.method() != Method::POST {
                 return not_allowed("POST");
@@ -200,7 +275,10 @@ async fn handle(
                 Ok(p) => p,
                 Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
             };
-            answer(control.reload(params.remove("app")).await)
+            let app = params.remove("app");
+            let result = control.reload(app.clone()).await;
+            note(sampler, "reload", app, &result);
+            answer(result)
         }
         "/v1/scale" => {
             if req.method() != Method::POST {
@@ -227,12 +305,15 @@ async fn handle(
                     }
                 },
             };
-            answer(control.scale(params.remove("app"), workers).await)
+            let app = params.remove("app");
+            let result = control.scale(app.clone(), workers).await;
+            note(sampler, "scale", app, &result);
+            answer(result)
         }
         other => error(
             StatusCode::NOT_FOUND,
             &format!(
-                "no such endpoint {other:?}: try GET /v1/status, POST /v1/reload, POST /v1/scale or /v1/balancers/NAME/members"
+                "no such endpoint {other:?}: try GET /v1/status, GET /v1/events, GET /metrics, POST /v1/reload, POST /v1/scale or /v1/balancers/NAME/members"
             ),
         ),
     }
@@ -342,6 +423,20 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Full<Bytes>
         )),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
+}
+
+/// Tells the dashboard what a reload or scale it was asked for did.
+fn note(
+    sampler: &Sampler,
+    kind: &'static str,
+    app: Option<String>,
+    result: &Result<String, ControlError>,
+) {
+    let text = match result {
+        Ok(msg) => msg.clone(),
+        Err(e) => format!("failed: {e}"),
+    };
+    sampler.note(kind, app, text);
 }
 
 fn answer(result: Result<String, ControlError>) -> Response<Full<Bytes>> {

@@ -1,7 +1,10 @@
-//! What `GET /v1/status` returns, and the table `drover ctl status` prints from it.
+//! What `GET /v1/status` returns, the table `drover ctl status` prints from it, and the
+//! log `drover ctl restarts` prints.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::time::SystemTime;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
@@ -16,9 +19,12 @@ pub struct AppStatus {
     pub mode: String,
     pub command: Vec<String>,
     pub workers: Vec<WorkerRow>,
+    /// Why its worker processes ended, the last few, oldest first.
+    #[serde(default)]
+    pub restarts: Vec<RestartRow>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerRow {
     pub id: usize,
     pub pid: Option<u32>,
@@ -31,7 +37,95 @@ pub struct WorkerRow {
     pub rss_bytes: Option<u64>,
     pub in_flight: Option<u32>,
     pub last_exit: Option<String>,
+    /// The reason of the last restart record: exit, signal, health, memory, reload,
+    /// scale, start-failed, lost.
+    #[serde(default)]
+    pub last_restart_reason: Option<String>,
+    /// How the previous process ended: its exit code, or the signal that killed it.
+    #[serde(default)]
+    pub last_exit_code: Option<i32>,
+    #[serde(default)]
+    pub last_signal: Option<i32>,
+    #[serde(default)]
+    pub last_signal_name: Option<String>,
+    /// Processes of this slot that ended, by reason, every reason present (zeros too).
+    #[serde(default)]
+    pub restarts_by_reason: BTreeMap<String, u64>,
+    /// CPU time (user + system) the current process has used.
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+    /// When the current process was spawned, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub started_at_unix_secs: Option<f64>,
 }
+
+/// One worker process that ended: why, how, and what it last wrote to stderr.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestartRow {
+    /// When it ended, RFC 3339 in UTC.
+    pub time: String,
+    /// The same instant in seconds since the Unix epoch.
+    pub unix_secs: f64,
+    pub app: String,
+    pub worker: usize,
+    /// `None` when it could not be spawned.
+    pub pid: Option<u32>,
+    /// exit, signal, health, memory, reload, scale, start-failed, lost.
+    pub reason: String,
+    /// The human side of the reason, e.g. "not ready within 5s".
+    #[serde(default)]
+    pub detail: Option<String>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// e.g. "SIGKILL".
+    #[serde(default)]
+    pub signal_name: Option<String>,
+    /// From spawn to its end.
+    #[serde(default)]
+    pub uptime_secs: Option<f64>,
+    /// Its last sampled RSS.
+    #[serde(default)]
+    pub rss_bytes: Option<u64>,
+    /// Its last sampled CPU time (user + system).
+    #[serde(default)]
+    pub cpu_seconds: Option<f64>,
+    /// Its last stderr lines, oldest first, each cut to a bounded length.
+    #[serde(default)]
+    pub stderr_tail: Vec<String>,
+}
+
+/// `at` as the (RFC 3339, Unix seconds) pair the JSON carries; a time before the epoch
+/// (a clock set far back) counts as the epoch.
+pub fn wall_clock(at: SystemTime) -> (String, f64) {
+    let secs = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let at = at.max(SystemTime::UNIX_EPOCH);
+    (humantime::format_rfc3339_millis(at).to_string(), secs)
+}
+
+/// `drover ctl restarts --app` named an app that does not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoSuchApp {
+    pub app: String,
+    /// The apps that do run.
+    pub running: Vec<String>,
+}
+
+impl std::fmt::Display for NoSuchApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no app named {:?} runs (apps: {})",
+            self.app,
+            self.running.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for NoSuchApp {}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BalancerStatus {
@@ -102,6 +196,7 @@ impl Status {
                         w.state.clone(),
                         w.uptime_secs.map_or("-".into(), human_secs),
                         w.restarts.to_string(),
+                        w.last_restart_reason.clone().unwrap_or_else(|| "-".into()),
                         w.rss_bytes.map_or("-".into(), human_bytes),
                         opt(w.in_flight),
                         w.last_exit.clone().unwrap_or_else(|| "-".into()),
@@ -117,6 +212,7 @@ impl Status {
                     "STATE",
                     "UPTIME",
                     "RESTARTS",
+                    "LAST RESTART",
                     "RSS",
                     "IN-FLIGHT",
                     "LAST EXIT",
@@ -188,6 +284,66 @@ impl Status {
         }
         out
     }
+
+    /// The restart records of every app (or of `app` only), oldest first across apps.
+    pub fn restarts(&self, app: Option<&str>) -> Result<Vec<RestartRow>, NoSuchApp> {
+        if let Some(name) = app {
+            if !self.apps.iter().any(|a| a.name == name) {
+                return Err(NoSuchApp {
+                    app: name.to_string(),
+                    running: self.apps.iter().map(|a| a.name.clone()).collect(),
+                });
+            }
+        }
+        let mut rows: Vec<RestartRow> = self
+            .apps
+            .iter()
+            .filter(|a| app.is_none_or(|name| a.name == name))
+            .flat_map(|a| a.restarts.iter().cloned())
+            .collect();
+        // Stable: records of one app keep their order when their times are equal.
+        rows.sort_by(|a, b| a.unix_secs.total_cmp(&b.unix_secs));
+        Ok(rows)
+    }
+}
+
+/// The restart log `drover ctl restarts` prints: per restart a header line (time,
+/// app/worker, pid, reason, exit code or signal, uptime, RSS, detail), then its last
+/// stderr lines indented.
+pub fn restarts_log(rows: &[RestartRow]) -> String {
+    if rows.is_empty() {
+        return "no restarts recorded\n".to_string();
+    }
+    let mut out = String::new();
+    for r in rows {
+        let ended = match (r.exit_code, r.signal) {
+            (Some(code), _) => format!("code {code}"),
+            (None, Some(sig)) => match &r.signal_name {
+                Some(name) => format!("signal {sig} ({name})"),
+                None => format!("signal {sig}"),
+            },
+            (None, None) => "-".to_string(),
+        };
+        let _ = write!(
+            out,
+            "{}  {}/{}  pid {}  {}  {ended}  uptime {}  rss {}",
+            r.time,
+            r.app,
+            r.worker,
+            opt(r.pid),
+            r.reason,
+            r.uptime_secs.map_or("-".into(), short_secs),
+            r.rss_bytes.map_or("-".into(), human_bytes),
+        );
+        if let Some(detail) = &r.detail {
+            let _ = write!(out, "  ({detail})");
+        }
+        out.push('\n');
+        for line in &r.stderr_tail {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+    out
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -201,6 +357,16 @@ fn human_secs(s: f64) -> String {
         60..=3599 => format!("{}m{}s", s / 60, s % 60),
         3600..=86_399 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
         _ => format!("{}d{}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// Like `human_secs`, with tenths under a minute: crash-looping processes live for
+/// fractions of a second.
+fn short_secs(s: f64) -> String {
+    if s < 60.0 {
+        format!("{:.1}s", s.max(0.0))
+    } else {
+        human_secs(s)
     }
 }
 
@@ -261,6 +427,8 @@ mod tests {
                         rss_bytes: Some(45 << 20),
                         in_flight: Some(3),
                         last_exit: Some("exit status: 1".into()),
+                        last_restart_reason: Some("memory".into()),
+                        ..WorkerRow::default()
                     },
                     WorkerRow {
                         id: 1,
@@ -273,8 +441,10 @@ mod tests {
                         rss_bytes: None,
                         in_flight: None,
                         last_exit: None,
+                        ..WorkerRow::default()
                     },
                 ],
+                restarts: vec![],
             }],
             balancers: vec![BalancerStatus {
                 name: "default".into(),
@@ -320,12 +490,106 @@ mod tests {
         // Columns line up: STATE starts at the same offset in every row.
         let col = lines[1].find("STATE").unwrap();
         assert_eq!(&lines[2][col..col + 5], "ready");
+        let col = lines[1].find("LAST RESTART").unwrap();
+        assert_eq!(&lines[2][col..col + 7], "memory ");
+        assert_eq!(&lines[3][col..col + 2], "- ");
         assert!(text.contains("balancer default on 127.0.0.1:8000 (p2c) over app pi"));
         assert!(text.contains("127.0.0.1:40001  ejected"), "{text}");
         assert!(
             text.contains("LOAD  LIMIT") && text.contains("0.95  2 "),
             "{text}"
         );
+    }
+
+    fn restart(app: &str, worker: usize, unix_secs: f64, reason: &str) -> RestartRow {
+        RestartRow {
+            time: wall_clock(
+                SystemTime::UNIX_EPOCH + std::time::Duration::from_secs_f64(unix_secs),
+            )
+            .0,
+            unix_secs,
+            app: app.into(),
+            worker,
+            pid: Some(100 + worker as u32),
+            reason: reason.into(),
+            ..RestartRow::default()
+        }
+    }
+
+    fn app(name: &str, restarts: Vec<RestartRow>) -> AppStatus {
+        AppStatus {
+            name: name.into(),
+            mode: "proxy".into(),
+            command: vec!["x".into()],
+            workers: vec![],
+            restarts,
+        }
+    }
+
+    #[test]
+    fn restarts_merge_apps_by_time_and_filter_by_app() {
+        let status = Status {
+            apps: vec![
+                app(
+                    "a",
+                    vec![
+                        restart("a", 0, 10.0, "exit"),
+                        restart("a", 1, 30.0, "reload"),
+                    ],
+                ),
+                app("b", vec![restart("b", 0, 20.0, "memory")]),
+            ],
+            balancers: vec![],
+        };
+        let all = status.restarts(None).unwrap();
+        let order: Vec<&str> = all.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(order, ["exit", "memory", "reload"]);
+        let b = status.restarts(Some("b")).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].app, "b");
+        let err = status.restarts(Some("c")).unwrap_err();
+        assert_eq!(err.to_string(), "no app named \"c\" runs (apps: a, b)");
+    }
+
+    #[test]
+    fn the_restart_log_has_a_header_per_restart_and_its_stderr_indented() {
+        let crashed = RestartRow {
+            exit_code: Some(3),
+            uptime_secs: Some(0.25),
+            rss_bytes: Some(45 << 20),
+            stderr_tail: vec!["Error: boom".into(), "  at main.js:1".into()],
+            ..restart("web", 1, 1_700_000_000.5, "exit")
+        };
+        let killed = RestartRow {
+            signal: Some(9),
+            signal_name: Some("SIGKILL".into()),
+            detail: Some("over max_memory".into()),
+            ..restart("web", 0, 1_700_000_100.0, "signal")
+        };
+        let log = restarts_log(&[crashed, killed]);
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "2023-11-14T22:13:20.500Z  web/1  pid 101  exit  code 3  uptime 0.2s  rss 45.0M",
+                "    Error: boom",
+                "      at main.js:1",
+                "2023-11-14T22:15:00.000Z  web/0  pid 100  signal  signal 9 (SIGKILL)  uptime -  rss -  (over max_memory)",
+            ]
+        );
+        assert_eq!(restarts_log(&[]), "no restarts recorded\n");
+    }
+
+    #[test]
+    fn status_json_without_the_restart_fields_still_parses() {
+        // What a drover from before restart records answered.
+        let json = r#"{"apps":[{"name":"a","mode":"proxy","command":["x"],"workers":[{"id":0,
+            "pid":1,"port":2,"state":"ready","uptime_secs":1.0,"restarts":0,"crash_streak":0,
+            "rss_bytes":null,"in_flight":null,"last_exit":null}]}],"balancers":[]}"#;
+        let status: Status = serde_json::from_str(json).unwrap();
+        assert!(status.apps[0].restarts.is_empty());
+        assert_eq!(status.apps[0].workers[0].last_restart_reason, None);
+        assert!(status.apps[0].workers[0].restarts_by_reason.is_empty());
     }
 
     #[test]
@@ -337,5 +601,17 @@ mod tests {
         let json = serde_json::to_string(&status).unwrap();
         assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), status);
         assert_eq!(status.to_table(), "nothing is running\n");
+        let full = Status {
+            apps: vec![app(
+                "a",
+                vec![RestartRow {
+                    stderr_tail: vec!["x".into()],
+                    ..restart("a", 0, 1.5, "health")
+                }],
+            )],
+            balancers: vec![],
+        };
+        let json = serde_json::to_string(&full).unwrap();
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), full);
     }
 }

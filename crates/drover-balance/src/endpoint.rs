@@ -5,6 +5,7 @@
 //! state survives membership changes.
 
 use crate::clock::Nanos;
+use drover_metrics::EndpointStats;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -101,6 +102,8 @@ pub struct Endpoint {
     /// Passive health: failures in a row, and ejections in a row (the back-off exponent).
     fail_streak: AtomicU32,
     ejections: AtomicU32,
+    /// What requests to it counted (for /metrics and the dashboard).
+    stats: EndpointStats,
 }
 
 impl Endpoint {
@@ -130,11 +133,17 @@ impl Endpoint {
             ramp_len: AtomicU64::new(0),
             fail_streak: AtomicU32::new(0),
             ejections: AtomicU32::new(0),
+            stats: EndpointStats::default(),
         }
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What requests to this endpoint counted.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
     }
 
     /// A short id that stays the same across restarts of drover (used in sticky cookies).

@@ -71,6 +71,32 @@ line('pct', 'Latency percentiles per second', 'ms', ['p50', 'p90', 'p99', 'max']
 }
 "#;
 
+/// uPlot's script without its leading `/*! … */` banner, which is the project's web
+/// address: the page carries uPlot's licence text instead, so that "no external address
+/// anywhere in the page" can be checked strictly.
+fn uplot_js_without_banner() -> &'static str {
+    let js = drover_ui::UPLOT_JS.trim_start();
+    js.strip_prefix("/*!")
+        .and_then(|rest| rest.find("*/").map(|end| rest[end + 2..].trim_start()))
+        .unwrap_or(js)
+}
+
+/// The version named in uPlot's banner, `(v1.6.32)`.
+fn uplot_version() -> &'static str {
+    let banner = drover_ui::UPLOT_JS.lines().next().unwrap_or("");
+    banner
+        .split_once("(v")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map_or("", |(version, _)| version)
+}
+
+/// Text for inside an inline `<script>` or `<style>` element: the HTML parser ends
+/// those at the first `</`, whatever JavaScript or CSS would say. `<\/` means the same
+/// inside JS strings, the only place the vendored code could have it (it has none).
+fn escape_inline(text: &str) -> String {
+    text.replace("</", "<\\/")
+}
+
 /// Escapes text for HTML element content and attribute values.
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -266,7 +292,7 @@ pub fn render(report: &Report) -> String {
         report.errors.status,
         report.errors.timeout,
         report.errors.io,
-        drover_ui::UPLOT_VERSION
+        uplot_version()
     );
 
     let mut page =
@@ -278,12 +304,28 @@ pub fn render(report: &Report) -> String {
          <title>drover bench → {}</title><style>{}{}</style></head><body>{body}\n\
          <!-- uPlot {}:\n{}-->\n<script>{}</script>\n<script>const R = {data};\n{}</script>\n</body></html>\n",
         esc(&report.target),
-        drover_ui::escape_inline(drover_ui::UPLOT_CSS),
+        escape_inline(drover_ui::UPLOT_CSS),
         STYLE,
-        drover_ui::UPLOT_VERSION,
+        uplot_version(),
         drover_ui::UPLOT_LICENSE.replace("--", "- -"),
-        drover_ui::escape_inline(drover_ui::uplot_js_without_banner()),
+        escape_inline(uplot_js_without_banner()),
         SCRIPT
     );
     page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendored_uplot_is_inlined_without_its_address() {
+        let js = uplot_js_without_banner();
+        assert!(js.starts_with("var uPlot="), "{}", &js[..40]);
+        assert!(!js.contains("http://") && !js.contains("https://"));
+        assert!(drover_ui::UPLOT_JS.ends_with(js));
+        assert!(uplot_version().starts_with("1.6."), "{}", uplot_version());
+        assert_eq!(escape_inline("a</script>b"), "a<\\/script>b");
+        assert!(!escape_inline(drover_ui::UPLOT_JS).contains("</"));
+    }
 }

@@ -11,7 +11,8 @@ use crate::options::ProxyOptions;
 use crate::upstream::{self, Upstreams};
 use arc_swap::ArcSwap;
 use drover_balance::cost::CostTable;
-use drover_balance::{clock, Balancer, Endpoint, PickContext};
+use drover_balance::{clock, Balancer, Endpoint, Nanos, PickContext};
+use drover_metrics::{BalancerStats, Cause};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     /// Open client connections, for draining on shutdown (one count for every
     /// generation of settings of a listener).
     pub active: Arc<AtomicUsize>,
+    /// What the balancer's requests counted (one for every generation of settings).
+    pub stats: Arc<BalancerStats>,
 }
 
 impl Shared {
@@ -60,6 +63,7 @@ impl Shared {
         balancer: Arc<dyn Balancer>,
         shutdown: watch::Receiver<bool>,
         active: Arc<AtomicUsize>,
+        stats: Arc<BalancerStats>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             admission: Arc::new(Admission::new(
@@ -77,6 +81,7 @@ impl Shared {
             pool,
             shutdown,
             active,
+            stats,
         })
     }
 }
@@ -126,6 +131,13 @@ pub(crate) async fn serve(client: TcpStream, peer: std::net::SocketAddr, cell: A
     conn.run().await;
 }
 
+/// A backend's response head: its status and when it came.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answered {
+    status: u16,
+    head_at: Nanos,
+}
+
 /// How one attempt on one endpoint ended.
 enum Attempt {
     /// The exchange completed; whether the client connection may be kept.
@@ -169,6 +181,7 @@ impl Conn {
                 Ok(None) => return,
                 Err(bad) => {
                     debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
+                    self.worker.shared.stats.record_refusal(bad.status);
                     self.send_error(bad.status, "bad-request", bad.reason, true)
                         .await;
                     return;
@@ -261,6 +274,29 @@ impl Conn {
 
     /// Proxies one request; returns whether the client connection may be kept.
     async fn exchange(&mut self, head: &RequestHead) -> bool {
+        let arrived = clock::now();
+        let mut answered = None;
+        let keep = self.exchange_timed(head, arrived, &mut answered).await;
+        // A response head came from a backend: count the request as answered with its
+        // status, for as long as it took to pass on (an upgrade: until its 101).
+        if let Some(Answered { status, head_at }) = answered {
+            let end = if status == 101 { head_at } else { clock::now() };
+            self.worker
+                .shared
+                .stats
+                .record_response(status, end.saturating_sub(arrived));
+        }
+        keep
+    }
+
+    /// `exchange`, with the first response head's status and time left in `answered`
+    /// (drover's own answers are counted where they are made).
+    async fn exchange_timed(
+        &mut self,
+        head: &RequestHead,
+        arrived: Nanos,
+        answered: &mut Option<Answered>,
+    ) -> bool {
         let client_timeout = self.opts().timeouts.client;
         if head.expect_continue && head.body.is_some() {
             // Answer 100 ourselves: the body is streamed to whichever endpoint is picked,
@@ -298,8 +334,9 @@ impl Conn {
         let mut attempts = 0;
         let mut last_failure = None;
         let failure = loop {
+            let asked = clock::now();
             let ctx = PickContext {
-                now: clock::now(),
+                now: asked,
                 cost,
                 hash_key: head.hash_key.as_deref(),
                 sticky: head.sticky.as_deref(),
@@ -311,7 +348,10 @@ impl Conn {
                 Err(e) => break last_failure.unwrap_or(e),
             };
             let endpoint = Arc::clone(slot.pick().endpoint());
-            match self.attempt(head, &slot, &mut framer).await {
+            let waited = slot.pick().started().saturating_sub(asked);
+            shared.stats.record_queue_wait(waited);
+            endpoint.stats().record_queue_wait(waited);
+            match self.attempt(head, &slot, &mut framer, answered).await {
                 Attempt::Done(keep) => {
                     // The backend is done: free its slot before the client takes the rest.
                     drop(slot);
@@ -336,6 +376,7 @@ impl Conn {
                     if attempts > shared.opts.retries {
                         break e;
                     }
+                    shared.stats.record_retry(e.metric_cause());
                     last_failure = Some(e);
                     if e == ProxyError::LocalResources {
                         // Not the endpoint's fault, so it stays a candidate; give other
@@ -353,6 +394,11 @@ impl Conn {
         if let Some(held_back) = FAILURE_WARNINGS.check_now() {
             warn!(balancer = %shared.opts.name, cause = failure.cause(), held_back, "{failure}");
         }
+        shared.stats.record_error(
+            failure.metric_cause(),
+            failure.status(),
+            clock::now().saturating_sub(arrived),
+        );
         // A request body not read in full leaves the connection unusable for the next one.
         let close = !framer.is_done() || !head.keep_alive;
         request::write_error(
@@ -375,11 +421,13 @@ impl Conn {
         match e {
             BodyError::Framing(e) => {
                 debug!(client = %self.info.ip, "{e}");
+                self.worker.shared.stats.record_refusal(400);
                 self.send_error(400, "bad-request", "invalid chunked request body", true)
                     .await;
             }
             BodyError::Timeout => {
                 debug!(client = %self.info.ip, "request body stalled");
+                self.worker.shared.stats.record_refusal(408);
                 self.send_error(
                     408,
                     "client-timeout",
@@ -394,7 +442,13 @@ impl Conn {
 
     /// One try on the endpoint `slot` holds. On `Done`, `out` holds what the client has
     /// not taken yet of the response; the caller sends it once the slot is released.
-    async fn attempt(&mut self, head: &RequestHead, slot: &Slot, framer: &mut Framer) -> Attempt {
+    async fn attempt(
+        &mut self,
+        head: &RequestHead,
+        slot: &Slot,
+        framer: &mut Framer,
+        answered: &mut Option<Answered>,
+    ) -> Attempt {
         let shared = Arc::clone(&self.worker.shared);
         let opts = &shared.opts;
         let timeouts = opts.timeouts;
@@ -403,7 +457,11 @@ impl Conn {
         let (mut up, reused) = match self.worker.upstreams.checkout(addr) {
             Some(stream) => (stream, true),
             None => match upstream::connect(addr, timeouts.connect).await {
-                Ok(stream) => (stream, false),
+                Ok(stream) => {
+                    let connected = clock::now().saturating_sub(slot.pick().started());
+                    endpoint.stats().record_connect(connected);
+                    (stream, false)
+                }
                 Err(e) if is_local_shortage(&e) => {
                     // drover's own shortage: the endpoint is not to blame (issue 11, item 4).
                     if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
@@ -412,6 +470,7 @@ impl Conn {
                     return Attempt::Retry(ProxyError::LocalResources);
                 }
                 Err(e) => {
+                    endpoint.stats().record_failure(Cause::ConnectFailed);
                     let ejected = shared.pool.on_connect_failure(endpoint, clock::now());
                     // Each ejection is logged where it happens; a failure that hits every
                     // request at once is told once a second, with the count it stands for.
@@ -460,6 +519,7 @@ impl Conn {
                     return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false)
                 }
                 Err(BodyError::Stalled) => {
+                    endpoint.stats().record_failure(Cause::BackendTimeout);
                     shared.pool.on_request_failure(endpoint, clock::now());
                     warn!(endpoint = %addr, "backend stopped reading the request body");
                     return Attempt::Fail(ProxyError::Timeout);
@@ -495,10 +555,12 @@ impl Conn {
                     return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, retry);
                 }
                 Err(ReadHead::Timeout) => {
+                    endpoint.stats().record_failure(Cause::BackendTimeout);
                     shared.pool.on_request_failure(endpoint, clock::now());
                     return Attempt::Fail(ProxyError::Timeout);
                 }
                 Err(ReadHead::Bad(why)) => {
+                    endpoint.stats().record_failure(Cause::BadResponse);
                     shared.pool.on_request_failure(endpoint, clock::now());
                     warn!(endpoint = %addr, "invalid response: {why}");
                     return Attempt::Fail(ProxyError::BadResponse(why));
@@ -520,6 +582,11 @@ impl Conn {
         let now = clock::now();
         slot.observe(now);
         let latency = now.saturating_sub(slot.pick().started());
+        endpoint.stats().record_response_head(resp.status, latency);
+        *answered = Some(Answered {
+            status: resp.status,
+            head_at: now,
+        });
         if slot.pick().was_alone() {
             shared.costs.observe(head.cost_key, latency);
         } else {
@@ -534,6 +601,7 @@ impl Conn {
         self.ubuf.drain(..resp.head_len);
 
         if resp.switching {
+            endpoint.stats().record_request_duration(latency);
             return self.tunnel(up).await;
         }
         // Read up to the buffer ahead of the client: a response that fits frees the
@@ -557,6 +625,9 @@ impl Conn {
             &mut written,
         )
         .await;
+        endpoint
+            .stats()
+            .record_request_duration(clock::now().saturating_sub(slot.pick().started()));
         match sent {
             Ok(_) => {
                 if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
@@ -592,6 +663,7 @@ impl Conn {
                 .on_request_failure(endpoint, clock::now());
         }
         debug!(endpoint = %endpoint.addr(), reused, retry, "{e}");
+        endpoint.stats().record_failure(e.metric_cause());
         if retry {
             Attempt::Retry(e)
         } else {

@@ -1,5 +1,6 @@
 //! Why a request could not be proxied, and what the client is told.
 
+use drover_metrics::Cause;
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,20 @@ impl ProxyError {
         (self.status() == 503).then_some(1)
     }
 
+    /// The same cause, as metrics count it (`drover_errors_total{cause}`).
+    pub fn metric_cause(self) -> Cause {
+        match self {
+            ProxyError::NoEndpoint => Cause::NoHealthyEndpoint,
+            ProxyError::QueueFull => Cause::QueueFull,
+            ProxyError::QueueTimeout => Cause::QueueTimeout,
+            ProxyError::ConnectFailed => Cause::ConnectFailed,
+            ProxyError::LocalResources => Cause::LocalResources,
+            ProxyError::BackendClosed => Cause::BackendClosed,
+            ProxyError::BadResponse(_) => Cause::BadResponse,
+            ProxyError::Timeout => Cause::BackendTimeout,
+        }
+    }
+
     /// The `drover-error` header value: a stable token for scripts and dashboards.
     pub fn cause(self) -> &'static str {
         match self {
@@ -75,6 +90,27 @@ impl fmt::Display for ProxyError {
             }
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
             ProxyError::Timeout => f.write_str("the backend did not respond in time"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_is_counted_under_its_header_cause() {
+        for e in [
+            ProxyError::NoEndpoint,
+            ProxyError::QueueFull,
+            ProxyError::QueueTimeout,
+            ProxyError::ConnectFailed,
+            ProxyError::LocalResources,
+            ProxyError::BackendClosed,
+            ProxyError::BadResponse("x"),
+            ProxyError::Timeout,
+        ] {
+            assert_eq!(e.metric_cause().as_str(), e.cause());
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::conn::{self, Shared, Worker, WorkerCell};
 use crate::options::ProxyOptions;
 use arc_swap::ArcSwap;
 use drover_balance::Balancer;
+use drover_metrics::BalancerStats;
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
 use std::io;
@@ -77,7 +78,14 @@ impl Proxy {
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let active = Arc::new(AtomicUsize::new(0));
-        let shared = Shared::new(opts, pool, balancer, shutdown_rx, Arc::clone(&active));
+        let shared = Shared::new(
+            opts,
+            pool,
+            balancer,
+            shutdown_rx,
+            Arc::clone(&active),
+            Arc::new(BalancerStats::default()),
+        );
         let cells: Vec<Arc<WorkerCell>> = (0..threads)
             .map(|_| Arc::new(WorkerCell::from_pointee(Worker::new(Arc::clone(&shared)))))
             .collect();
@@ -129,12 +137,29 @@ impl Proxy {
             balancer,
             self.shutdown.subscribe(),
             Arc::clone(&self.active),
+            Arc::clone(&self.current.load().stats),
         );
         for cell in &self.cells {
             cell.store(Arc::new(Worker::new(Arc::clone(&shared))));
         }
         self.current.store(shared);
         Ok(())
+    }
+
+    /// What this balancer's requests counted, since it started (kept across
+    /// `reconfigure`).
+    pub fn stats(&self) -> Arc<BalancerStats> {
+        Arc::clone(&self.current.load().stats)
+    }
+
+    /// Requests waiting in the queue now.
+    pub fn queue_depth(&self) -> usize {
+        self.current.load().admission.waiting()
+    }
+
+    /// Open client connections now.
+    pub fn connections(&self) -> usize {
+        self.active.load(Relaxed)
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -346,6 +346,7 @@ fn apply(
 ) {
     match result {
         Ok(()) => {
+            ep.stats().record_check(true);
             s.passes = s.passes.saturating_add(1);
             s.failures = 0;
             if !ep.is_healthy() && s.passes >= check.rise {
@@ -373,6 +374,7 @@ fn apply(
             }
         }
         Err(e) => {
+            ep.stats().record_check(false);
             s.failures = s.failures.saturating_add(1);
             s.passes = 0;
             if ep.is_healthy() && s.failures >= check.fall {

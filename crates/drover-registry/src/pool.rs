@@ -8,6 +8,7 @@
 use crate::passive::PassivePolicy;
 use arc_swap::{ArcSwap, Guard};
 use drover_balance::{clock, Endpoint, EndpointSet, Nanos};
+use drover_metrics::{Ejection, EndpointSnapshot};
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -337,10 +338,12 @@ impl Pool {
 
     /// Passive health, forwarded with this pool's current set. See `PassivePolicy`.
     pub fn on_connect_failure(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
-        self.options
+        let ejected = self
+            .options
             .load()
             .passive
-            .on_connect_failure(&self.set.load(), ep, now)
+            .on_connect_failure(&self.set.load(), ep, now);
+        counted(ep, ejected, Ejection::ConnectFailures)
     }
 
     /// Passive health for a response status. Successes skip the snapshot load.
@@ -348,7 +351,8 @@ impl Pool {
         let options = self.options.load();
         let passive = &options.passive;
         if passive.is_failure(status) {
-            passive.on_response(&self.set.load(), ep, status, now)
+            let ejected = passive.on_response(&self.set.load(), ep, status, now);
+            counted(ep, ejected, Ejection::ErrorResponses)
         } else {
             passive.on_success(ep, now);
             None
@@ -357,10 +361,33 @@ impl Pool {
 
     /// Passive health: the backend took the request but failed it without a status.
     pub fn on_request_failure(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
-        self.options
+        let ejected = self
+            .options
             .load()
             .passive
-            .on_request_failure(&self.set.load(), ep, now)
+            .on_request_failure(&self.set.load(), ep, now);
+        counted(ep, ejected, Ejection::RequestFailures)
+    }
+
+    /// Every endpoint's counts and gauges, for `/metrics` and the dashboard.
+    pub fn metrics(&self) -> Vec<EndpointSnapshot> {
+        let now = clock::now();
+        self.set
+            .load()
+            .endpoints()
+            .iter()
+            .map(|e| EndpointSnapshot {
+                address: e.addr().to_string(),
+                counts: e.stats().snapshot(),
+                in_flight: u64::from(e.in_flight()),
+                limit: u64::from(e.concurrency_cap(now)),
+                latency_estimate_seconds: e.rtt_estimate() / 1e9,
+                reported_load: e.reported_load(now),
+                weight: u64::from(e.weight()),
+                healthy: e.is_healthy(),
+                available: e.is_available(now),
+            })
+            .collect()
     }
 
     pub fn on_success(&self, ep: &Arc<Endpoint>, now: Nanos) {
@@ -391,6 +418,14 @@ impl Pool {
 }
 
 /// Drops repeated addresses, keeping the first.
+/// Counts an ejection passive health just made (`ejected` is its length).
+fn counted(ep: &Endpoint, ejected: Option<Duration>, why: Ejection) -> Option<Duration> {
+    if ejected.is_some() {
+        ep.stats().record_ejection(why);
+    }
+    ejected
+}
+
 fn dedup(members: &[(SocketAddr, u32)]) -> Vec<(SocketAddr, u32)> {
     let mut seen = HashSet::with_capacity(members.len());
     members

@@ -30,6 +30,18 @@ pub fn main_thread_busy_ns(pid: u32) -> Option<u64> {
     parse_stat_ticks(&stat).map(|ticks| ticks * 10_000_000)
 }
 
+/// Linux reports `stat`'s times in clock ticks of `USER_HZ`, which is 100 on every
+/// architecture drover builds for (it is part of the user-space ABI, unlike `HZ`).
+const USER_HZ: f64 = 100.0;
+
+/// CPU time (user + system) all threads of process `pid` have used so far, in seconds,
+/// from `/proc/PID/stat`; `None` when it is gone or `/proc` is not there. Children it
+/// waited for are not counted: they are processes of their own.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_ticks(&stat).map(|ticks| ticks as f64 / USER_HZ)
+}
+
 fn parse_schedstat(s: &str) -> Option<u64> {
     let mut fields = s.split_whitespace().map(str::parse::<u64>);
     let running = fields.next()?.ok()?;
@@ -102,6 +114,8 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(400));
         let busy = a.sample(spin.id()).unwrap();
         let idle = b.sample(sleep.id()).unwrap();
+        // The spinner has run for at least a few clock ticks of its own.
+        let spun = process_cpu_seconds(spin.id()).unwrap();
         for mut child in [spin, sleep] {
             let _ = child.kill();
             let _ = child.wait();
@@ -109,6 +123,9 @@ mod tests {
         // Running or waiting for a core, the spinner is busy all the time.
         assert!(busy > 0.9, "spinning: {busy}");
         assert!(idle < 0.05, "sleeping: {idle}");
+        assert!(spun > 0.0, "spinner used no CPU time: {spun}");
         assert!(main_thread_busy_ns(pid).is_some());
+        assert!(process_cpu_seconds(pid).is_some_and(|s| s >= 0.0));
+        assert_eq!(process_cpu_seconds(u32::MAX), None);
     }
 }

@@ -24,6 +24,7 @@
 //! ```
 
 pub mod cpu;
+pub mod forensics;
 mod health;
 pub mod memory;
 pub mod output;
@@ -33,6 +34,10 @@ pub mod status;
 mod supervisor;
 mod worker;
 
+pub use forensics::{
+    signal_name, RestartCounts, RestartReason, RestartRecord, UnknownRestartReason,
+    HISTORY_PER_APP, STDERR_LINE_MAX, STDERR_TAIL_LINES,
+};
 pub use health::NotReady;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
 pub use spec::{

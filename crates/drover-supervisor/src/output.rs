@@ -1,6 +1,7 @@
 //! Worker stdout/stderr, forwarded line by line with a `[app/ID] ` prefix so users can
 //! tell which worker said what.
 
+use crate::forensics::StderrTail;
 use std::fmt;
 use std::io::Write;
 use std::sync::Arc;
@@ -46,18 +47,23 @@ pub fn stderr_sink() -> LineSink {
 /// without a newline cannot make drover buffer it all.
 const MAX_LINE: usize = 16 * 1024;
 
-/// Forwards `pipe` to `sink` until EOF. Runs as its own task: it ends when every
-/// holder of the pipe's write end (the worker and any children it forked) has exited.
+/// Forwards `pipe` to `sink` until EOF, keeping a copy of each line in `tail` when
+/// given (stderr, for the restart record). Runs as its own task: it ends when every
+/// holder of the pipe's write end (the worker and any children it forked) has exited;
+/// awaiting the handle tells when the tail holds everything the process wrote.
 pub(crate) fn forward(
     pipe: impl AsyncRead + Unpin + Send + 'static,
     app: Arc<str>,
     worker: usize,
     stream: Stream,
     sink: LineSink,
-) {
+    tail: Option<Arc<StderrTail>>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut reader = BufReader::new(pipe);
         let mut buf = Vec::with_capacity(256);
+        // The previous piece ended without a newline: this one continues a long line.
+        let mut continues = false;
         loop {
             buf.clear();
             // Read at most MAX_LINE bytes; a longer line comes out in several pieces.
@@ -67,11 +73,21 @@ pub(crate) fn forward(
                 Ok(n) => n,
             };
             let mut line = &buf[..n];
-            if let Some(rest) = line.strip_suffix(b"\n") {
-                line = rest.strip_suffix(b"\r").unwrap_or(rest);
-            }
+            let whole = match line.strip_suffix(b"\n") {
+                Some(rest) => {
+                    line = rest.strip_suffix(b"\r").unwrap_or(rest);
+                    true
+                }
+                None => false,
+            };
             // Workers may print anything; show bad UTF-8 rather than drop the line.
             let text = String::from_utf8_lossy(line);
+            // The tail keeps only the first piece of a long line (cut and marked), so
+            // one huge line cannot push every earlier line out of it.
+            if let (Some(tail), false) = (&tail, continues) {
+                tail.push(&text, !whole && n as u64 == limit);
+            }
+            continues = !whole;
             sink(LogLine {
                 app: &app,
                 worker,
@@ -79,5 +95,5 @@ pub(crate) fn forward(
                 text: &text,
             });
         }
-    });
+    })
 }

@@ -1,7 +1,8 @@
 //! What a worker is doing, for `drover status`, the admin API and tests.
 
+use crate::forensics::{RestartCounts, RestartReason};
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WorkerState {
@@ -61,6 +62,19 @@ pub struct WorkerStatus {
     pub uptime: Option<Duration>,
     /// Why the previous process ended, e.g. "exit status: 1" or "not ready within 5s".
     pub last_exit: Option<String>,
+    /// The reason of the previous process's restart record.
+    pub last_reason: Option<RestartReason>,
+    /// The previous process's exit code, when it exited with one.
+    pub last_exit_code: Option<i32>,
+    /// The signal that killed the previous process, when one did (drover's too).
+    pub last_signal: Option<i32>,
+    /// Processes of this slot that ended, by reason (reloads and start failures
+    /// included, so this can exceed `restarts`).
+    pub restarts_by_reason: RestartCounts,
+    /// Wall-clock time the current process was spawned.
+    pub started_at: Option<SystemTime>,
+    /// CPU time (user + system) the current process has used, from `/proc`.
+    pub cpu_seconds: Option<f64>,
     /// Resident memory of the current process, from `/proc`.
     pub rss_bytes: Option<u64>,
     /// Requests the balancer has in flight to this worker (proxy mode, while in the pool).

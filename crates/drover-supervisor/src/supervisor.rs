@@ -1,5 +1,7 @@
 //! The handle to one app's workers.
 
+use crate::cpu;
+use crate::forensics::RestartRecord;
 use crate::memory;
 use crate::output::{stderr_sink, LineSink};
 use crate::spec::{check_workers, AppSpec, Mode, ProgramError, SpecError};
@@ -151,19 +153,26 @@ impl Supervisor {
             .and_then(|s| s.local_addr().ok())
     }
 
-    /// Every worker slot, by id, with its RSS and in-flight count.
+    /// Every worker slot, by id, with its RSS, CPU time and in-flight count.
     pub fn status(&self) -> Vec<WorkerStatus> {
         self.shared
             .statuses()
             .into_iter()
             .map(|(mut status, in_pool)| {
                 status.rss_bytes = status.pid.and_then(memory::rss_bytes);
+                status.cpu_seconds = status.pid.and_then(cpu::process_cpu_seconds);
                 status.in_flight = in_pool
                     .and_then(|a| self.shared.pool.find(a))
                     .map(|ep| ep.in_flight());
                 status
             })
             .collect()
+    }
+
+    /// Why this app's worker processes ended: the last `HISTORY_PER_APP` restart
+    /// records, oldest first. Kept across scaling; lost when drover exits.
+    pub fn restarts(&self) -> Vec<RestartRecord> {
+        self.shared.restart_history()
     }
 
     /// Waits until every worker is ready, up to `timeout`. True if they all are.
@@ -266,7 +275,9 @@ impl Supervisor {
         let mut slots = self.slots.lock().await;
         let keep = keep.min(slots.tasks.len());
         let retired: Vec<SlotTask> = slots.tasks.drain(keep..).collect();
-        for slot in &retired {
+        for (id, slot) in (keep..).zip(&retired) {
+            // Before the stop, so the slot records its process as scaled away.
+            self.shared.mark_retiring(id);
             slot.stop.send_replace(true);
         }
         for slot in retired.into_iter().rev() {

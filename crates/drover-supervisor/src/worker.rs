@@ -8,7 +8,8 @@
 //! serves; the new one joins the pool before the old one leaves it; the old one gets no
 //! new requests, finishes the ones it holds, and only then is stopped.
 
-use crate::cpu::CpuMeter;
+use crate::cpu::{self, CpuMeter};
+use crate::forensics::{RestartCounts, RestartHistory, RestartReason, RestartRecord, StderrTail};
 use crate::health;
 use crate::memory;
 use crate::output::{self, LineSink, Stream};
@@ -21,12 +22,19 @@ use std::net::{SocketAddr, TcpListener};
 use std::ops::{Deref, DerefMut};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 
-/// How often a serving worker's RSS is compared with `max_memory`.
+/// How often a serving worker's RSS and CPU time are sampled (for its restart record)
+/// and its RSS compared with `max_memory`.
 const MEMORY_POLL: Duration = Duration::from_secs(1);
+
+/// How long a restart record waits for the rest of the ended process's stderr. The
+/// process group is gone by then, so the pipe is at EOF as soon as what is buffered is
+/// read; only a process that left the group and kept the pipe makes this wait in full.
+const STDERR_EOF_WAIT: Duration = Duration::from_secs(1);
 
 /// How often a serving worker's CPU use is read and passed to its endpoint as its load
 /// (see `cpu`): often enough that a burst of CPU-bound work is seen within a few of its
@@ -49,6 +57,9 @@ pub(crate) struct Shared {
     /// The spec new processes are started from, and its generation: a reload bumps it,
     /// and a process older than the current generation is due for replacement.
     current: Mutex<(Arc<AppSpec>, u64)>,
+    /// Why this app's processes ended, last ones only. Here rather than in the slots,
+    /// so a record outlives a slot that was scaled away.
+    history: RestartHistory,
 }
 
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
@@ -136,8 +147,17 @@ pub(crate) struct Slot {
     pub crash_streak: u32,
     pub spawned: Option<Instant>,
     pub last_exit: Option<String>,
+    /// From the last restart record: its reason, exit code and signal.
+    pub last_reason: Option<RestartReason>,
+    pub last_exit_code: Option<i32>,
+    pub last_signal: Option<i32>,
+    pub restart_counts: RestartCounts,
+    /// Wall-clock spawn time of the current process.
+    pub started_at: Option<SystemTime>,
     /// The address this slot put in the pool, so shutdown can take it out at once.
     pub in_pool: Option<SocketAddr>,
+    /// `scale` is retiring this slot: its stop is a scale-down, not drover's shutdown.
+    pub retiring: bool,
 }
 
 impl Slot {
@@ -150,7 +170,13 @@ impl Slot {
             crash_streak: 0,
             spawned: None,
             last_exit: None,
+            last_reason: None,
+            last_exit_code: None,
+            last_signal: None,
+            restart_counts: RestartCounts::default(),
+            started_at: None,
             in_pool: None,
+            retiring: false,
         }
     }
 
@@ -165,6 +191,12 @@ impl Slot {
             crash_streak: self.crash_streak,
             uptime: self.spawned.map(|t| t.elapsed()),
             last_exit: self.last_exit.clone(),
+            last_reason: self.last_reason,
+            last_exit_code: self.last_exit_code,
+            last_signal: self.last_signal,
+            restarts_by_reason: self.restart_counts,
+            started_at: self.started_at,
+            cpu_seconds: None,
             rss_bytes: None,
             in_flight: None,
         }
@@ -185,7 +217,50 @@ impl Shared {
             sink,
             socket,
             current: Mutex::new((Arc::new(spec), 0)),
+            history: RestartHistory::default(),
         }
+    }
+
+    /// The app's last restart records, oldest first.
+    pub(crate) fn restart_history(&self) -> Vec<RestartRecord> {
+        self.history.records()
+    }
+
+    /// Keeps `record` in the history and counts it in its slot.
+    fn keep_record(&self, record: RestartRecord) {
+        {
+            let mut slot = self.slot(record.worker);
+            slot.restart_counts.add(record.reason);
+            slot.last_reason = Some(record.reason);
+            slot.last_exit_code = record.exit_code;
+            slot.last_signal = record.signal;
+        }
+        tracing::debug!(app = %self.app, worker = record.worker, pid = ?record.pid,
+            reason = %record.reason, "restart recorded");
+        self.history.push(record);
+    }
+
+    /// Records a process that could not even be spawned.
+    fn record_spawn_failure(&self, id: usize, error: &std::io::Error) {
+        self.keep_record(RestartRecord {
+            at: SystemTime::now(),
+            app: self.app.to_string(),
+            worker: id,
+            pid: None,
+            reason: RestartReason::StartFailed,
+            detail: Some(format!("failed to start: {error}")),
+            exit_code: None,
+            signal: None,
+            uptime: None,
+            rss_bytes: None,
+            cpu_seconds: None,
+            stderr_tail: Vec::new(),
+        });
+    }
+
+    /// Marks slot `id` as being retired by `scale`, before its stop is sent.
+    pub(crate) fn mark_retiring(&self, id: usize) {
+        self.slot(id).retiring = true;
     }
 
     /// Slot `id`, locked. Panics if there is no such slot: a slot's task only ever
@@ -300,12 +375,111 @@ struct Proc {
     port: Option<Port>,
     spec: Arc<AppSpec>,
     generation: u64,
+    spawned: Instant,
+    started_at: SystemTime,
+    /// Its last stderr lines, fed by the stderr forwarding task `stderr_done`.
+    stderr_tail: Arc<StderrTail>,
+    stderr_done: Option<JoinHandle<()>>,
+    /// Last sampled RSS and CPU time: a process that has exited can no longer be read.
+    last_rss: Option<u64>,
+    last_cpu_seconds: Option<f64>,
 }
 
 impl Proc {
     /// Where the balancer reaches it; `None` in shared mode.
     fn addr(&self) -> Option<SocketAddr> {
         self.port.as_ref().map(Port::addr)
+    }
+
+    /// Reads its RSS and CPU time now; returns the RSS just read. A reading that fails
+    /// (it has exited; a zombie has no RSS) keeps the previous one for the record.
+    fn sample(&mut self) -> Option<u64> {
+        let pid = self.pid?;
+        let rss = memory::rss_bytes(pid);
+        if rss.is_some() {
+            self.last_rss = rss;
+        }
+        if let Some(cpu) = cpu::process_cpu_seconds(pid) {
+            self.last_cpu_seconds = Some(cpu);
+        }
+        rss
+    }
+
+    /// Its restart record, once it has ended (`status`, when known) and drover has
+    /// stopped its group. Waits (briefly) for its stderr to reach EOF, so the lines it
+    /// wrote just before dying are in the record.
+    async fn record(
+        &mut self,
+        app: &str,
+        id: usize,
+        reason: RestartReason,
+        detail: Option<String>,
+        status: Option<ExitStatus>,
+    ) -> RestartRecord {
+        let uptime = self.spawned.elapsed();
+        if let Some(done) = self.stderr_done.take() {
+            let _ = tokio::time::timeout(STDERR_EOF_WAIT, done).await;
+        }
+        RestartRecord {
+            at: SystemTime::now(),
+            app: app.to_string(),
+            worker: id,
+            pid: self.pid,
+            reason,
+            detail,
+            exit_code: None,
+            signal: None,
+            uptime: Some(uptime),
+            rss_bytes: self.last_rss,
+            cpu_seconds: self.last_cpu_seconds,
+            stderr_tail: self.stderr_tail.lines(),
+        }
+        .with_status(status)
+    }
+}
+
+impl Shared {
+    /// Records how `proc` ended (see `Proc::record`).
+    async fn record_end(
+        &self,
+        id: usize,
+        proc: &mut Proc,
+        reason: RestartReason,
+        detail: Option<String>,
+        status: Option<ExitStatus>,
+    ) {
+        let record = proc.record(&self.app, id, reason, detail, status).await;
+        self.keep_record(record);
+    }
+
+    /// Records a process that ended by itself (`status` from waiting for it).
+    async fn record_exit(
+        &self,
+        id: usize,
+        proc: &mut Proc,
+        status: &std::io::Result<ExitStatus>,
+        detail: Option<String>,
+    ) {
+        match status {
+            Ok(s) => {
+                self.record_end(id, proc, RestartReason::of_exit(*s), detail, Some(*s))
+                    .await
+            }
+            Err(e) => {
+                let detail = Some(format!("lost track of the process: {e}"));
+                self.record_end(id, proc, RestartReason::Lost, detail, None)
+                    .await
+            }
+        }
+    }
+
+    /// After a stop that was not drover's shutdown's: a scale-down retired the slot.
+    async fn record_if_retired(&self, id: usize, proc: &mut Proc, status: Option<ExitStatus>) {
+        if self.slot(id).retiring {
+            let detail = Some("the app was scaled down".to_string());
+            self.record_end(id, proc, RestartReason::Scale, detail, status)
+                .await;
+        }
     }
 }
 
@@ -321,7 +495,8 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
         }
     };
     let mut worker = process::spawn(&spec, id, listen)?;
-    forward_output(shared, id, &mut worker.child);
+    let stderr_tail = Arc::new(StderrTail::default());
+    let stderr_done = forward_output(shared, id, &mut worker.child, &stderr_tail);
     let pid = worker.pid();
     tracing::debug!(app = %spec.name, worker = id, ?pid, port = port.as_ref().map(Port::get), "worker spawned");
     Ok(Proc {
@@ -330,6 +505,12 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
         port,
         spec,
         generation,
+        spawned: Instant::now(),
+        started_at: SystemTime::now(),
+        stderr_tail,
+        stderr_done,
+        last_rss: None,
+        last_cpu_seconds: None,
     })
 }
 
@@ -366,6 +547,7 @@ pub(crate) async fn run(
             slot.pid = None;
             slot.port = None;
             slot.spawned = None;
+            slot.started_at = None;
             slot.crash_streak = crashes;
             slot.last_exit = Some(match &life.end {
                 End::Exited(status) => status.to_string(),
@@ -405,6 +587,7 @@ pub(crate) async fn run(
     slot.pid = None;
     slot.port = None;
     slot.spawned = None;
+    slot.started_at = None;
 }
 
 fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
@@ -433,11 +616,12 @@ async fn run_once(
     let mut proc = match spawn(shared, id) {
         Ok(p) => p,
         Err(e) => {
+            shared.record_spawn_failure(id, &e);
             return Life {
                 end: End::NotStarted(e),
                 pid: None,
                 served: Duration::ZERO,
-            }
+            };
         }
     };
     shared.slot(id).started(&proc, WorkerState::Starting);
@@ -450,19 +634,28 @@ async fn run_once(
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.
             proc.worker.stop(proc.spec.stop_timeout).await;
+            let detail = Some("ended before it was ready".to_string());
+            shared.record_exit(id, &mut proc, &status, detail).await;
             return life(exited(status), Duration::ZERO);
         }
         _ = stopped(stop) => {
-            shutdown_proc(shared, id, &mut proc).await;
+            let status = shutdown_proc(shared, id, &mut proc).await;
+            shared.record_if_retired(id, &mut proc, status).await;
             return life(End::Shutdown, Duration::ZERO);
         }
     };
     if let Err(reason) = ready {
-        proc.worker.stop(proc.spec.stop_timeout).await;
+        proc.sample();
+        let status = proc.worker.stop(proc.spec.stop_timeout).await;
+        let detail = Some(reason.to_string());
+        shared
+            .record_end(id, &mut proc, RestartReason::StartFailed, detail, status)
+            .await;
         return life(End::Killed(reason.to_string()), Duration::ZERO);
     }
     if is_stopping(stop) {
-        shutdown_proc(shared, id, &mut proc).await;
+        let status = shutdown_proc(shared, id, &mut proc).await;
+        shared.record_if_retired(id, &mut proc, status).await;
         return life(End::Shutdown, Duration::ZERO);
     }
     join_pool(shared, id, &proc);
@@ -495,17 +688,22 @@ async fn serve(
                 shared.leave_pool(id);
                 // Then what it started, before the replacement needs its port.
                 proc.worker.stop(proc.spec.stop_timeout).await;
+                shared.record_exit(id, &mut proc, &status, None).await;
                 return Life { end: exited(status), pid: proc.pid, served: ready_at.elapsed() };
             }
             reason = &mut unhealthy => {
                 shared.leave_pool(id);
                 shared.slot(id).state = WorkerState::Unhealthy;
                 tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid, "worker {}/{id} unhealthy: {reason}", shared.app);
-                proc.worker.stop(proc.spec.stop_timeout).await;
+                proc.sample();
+                let status = proc.worker.stop(proc.spec.stop_timeout).await;
+                shared.record_end(id, &mut proc, RestartReason::Health, Some(reason.clone()), status).await;
                 return Life { end: End::Killed(reason), pid: proc.pid, served: ready_at.elapsed() };
             }
             _ = stopped(stop) => {
-                shutdown_proc(shared, id, &mut proc).await;
+                proc.sample();
+                let status = shutdown_proc(shared, id, &mut proc).await;
+                shared.record_if_retired(id, &mut proc, status).await;
                 return Life { end: End::Shutdown, pid: proc.pid, served: ready_at.elapsed() };
             }
             Some(reply) = replace.recv() => Why::Asked(reply),
@@ -513,31 +711,39 @@ async fn serve(
                 report_cpu(shared, &proc, &mut cpu);
                 continue;
             }
-            _ = memory_poll.tick(), if proc.spec.max_memory.is_some() => {
-                match (proc.pid.and_then(memory::rss_bytes), proc.spec.max_memory) {
+            // Every worker is sampled, so its restart record has its last RSS and CPU
+            // time; only one with `max_memory` is compared.
+            _ = memory_poll.tick() => {
+                // Only a fresh reading counts: an exited process is not over anything.
+                match (proc.sample(), proc.spec.max_memory) {
                     (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
                     _ => continue,
                 }
             }
         };
-        let reply = match why {
+        let (reply, cause) = match why {
             Why::Asked(reply) => {
                 if proc.generation == shared.current().1 {
                     let _ = reply.send(Ok(()));
                     continue;
                 }
-                Some(reply)
+                let cause = (RestartReason::Reload, "rolling reload".to_string());
+                (Some(reply), cause)
             }
             Why::Memory(rss) => {
+                let over = format!(
+                    "uses {} MiB, over max_memory {} MiB",
+                    rss >> 20,
+                    proc.spec.max_memory.unwrap_or(0) >> 20,
+                );
                 tracing::warn!(
                     app = %shared.app, worker = id, pid = ?proc.pid,
-                    "worker {}/{id} uses {} MiB, over max_memory {} MiB; replacing it",
-                    shared.app, rss >> 20, proc.spec.max_memory.unwrap_or(0) >> 20,
+                    "worker {}/{id} {over}; replacing it", shared.app,
                 );
-                None
+                (None, (RestartReason::Memory, over))
             }
         };
-        let outcome = replace_proc(shared, id, proc, stop).await;
+        let outcome = replace_proc(shared, id, proc, stop, cause).await;
         let result = match outcome {
             Replaced::Done(new) => {
                 proc = new;
@@ -550,13 +756,14 @@ async fn serve(
                 tracing::warn!(app = %shared.app, worker = id, "worker {}/{id} not replaced: {reason}", shared.app);
                 Err(reason)
             }
-            Replaced::OldExited(pid, status, reason) => {
+            Replaced::OldExited(mut old, status, reason) => {
+                shared.record_exit(id, &mut old, &status, None).await;
                 if let Some(reply) = reply {
                     let _ = reply.send(Err(reason));
                 }
                 return Life {
                     end: exited(status),
-                    pid,
+                    pid: old.pid,
                     served: ready_at.elapsed(),
                 };
             }
@@ -579,21 +786,26 @@ enum Replaced {
     /// The new process never became ready (or shutdown began); the old one still serves.
     Kept(Proc, ReplaceError),
     /// The old process exited while its replacement was starting, and the replacement
-    /// failed too: the slot has nothing running.
-    OldExited(Option<u32>, std::io::Result<ExitStatus>, ReplaceError),
+    /// failed too: the slot has nothing running. The old one is stopped, not recorded.
+    OldExited(Proc, std::io::Result<ExitStatus>, ReplaceError),
 }
 
 /// Starts a process of the current spec next to `old`, swaps them in the pool once the
-/// new one is ready, drains `old` and stops it.
+/// new one is ready, drains `old` and stops it. `cause` is why `old` is replaced, for
+/// its restart record; a replacement that fails gets a record of its own.
 async fn replace_proc(
     shared: &Shared,
     id: usize,
     mut old: Proc,
     stop: &mut watch::Receiver<bool>,
+    cause: (RestartReason, String),
 ) -> Replaced {
     let mut new = match spawn(shared, id) {
         Ok(p) => p,
-        Err(e) => return Replaced::Kept(old, ReplaceError::SpawnFailed(e)),
+        Err(e) => {
+            shared.record_spawn_failure(id, &e);
+            return Replaced::Kept(old, ReplaceError::SpawnFailed(e));
+        }
     };
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
     let (addr, spec) = (new.addr(), Arc::clone(&new.spec));
@@ -604,13 +816,17 @@ async fn replace_proc(
     };
     tokio::pin!(ready);
     let mut old_status = None;
+    let mut new_status = None;
     let ready = loop {
         tokio::select! {
             r = &mut ready => break r,
-            status = new.worker.child.wait() => break Err(match status {
-                Ok(s) => ReplaceError::ExitedEarly(s),
-                Err(e) => ReplaceError::LostTrack(e),
-            }),
+            status = new.worker.child.wait() => {
+                new_status = status.as_ref().ok().copied();
+                break Err(match status {
+                    Ok(s) => ReplaceError::ExitedEarly(s),
+                    Err(e) => ReplaceError::LostTrack(e),
+                });
+            }
             status = old.worker.child.wait(), if old_status.is_none() => {
                 shared.leave_pool(id);
                 old_status = Some(status);
@@ -619,11 +835,20 @@ async fn replace_proc(
         }
     };
     if let Err(reason) = ready {
-        new.worker.stop(new.spec.stop_timeout).await;
+        new.sample();
+        let stopped_status = new.worker.stop(new.spec.stop_timeout).await;
+        // Shutdown cut it short; it did not fail.
+        if !matches!(reason, ReplaceError::ShutdownBegan) {
+            let detail = Some(format!("as a replacement: {reason}"));
+            let status = new_status.or(stopped_status);
+            shared
+                .record_end(id, &mut new, RestartReason::StartFailed, detail, status)
+                .await;
+        }
         return match old_status {
             Some(status) => {
                 old.worker.stop(old.spec.stop_timeout).await;
-                Replaced::OldExited(old.pid, status, reason)
+                Replaced::OldExited(old, status, reason)
             }
             None => Replaced::Kept(old, reason),
         };
@@ -647,7 +872,18 @@ async fn replace_proc(
         }
     }
     // Also when it already exited: what it started may still run.
-    old.worker.stop(old.spec.stop_timeout).await;
+    old.sample();
+    let stopped_status = old.worker.stop(old.spec.stop_timeout).await;
+    match old_status {
+        // It exited by itself while its replacement started: that is how it ended.
+        Some(status) => shared.record_exit(id, &mut old, &status, None).await,
+        None => {
+            let (reason, detail) = cause;
+            shared
+                .record_end(id, &mut old, reason, Some(detail), stopped_status)
+                .await;
+        }
+    }
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "worker replaced");
     Replaced::Done(new)
 }
@@ -656,7 +892,8 @@ impl Slot {
     fn started(&mut self, proc: &Proc, state: WorkerState) {
         self.pid = proc.pid;
         self.port = proc.port.as_ref().map(Port::get);
-        self.spawned = Some(Instant::now());
+        self.spawned = Some(proc.spawned);
+        self.started_at = Some(proc.started_at);
         self.state = state;
     }
 }
@@ -701,15 +938,15 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
 /// Stops a slot's process for good: out of the pool, then SIGTERM. When it leaves the
 /// pool here (the app scaled down) the requests it holds finish first, up to
 /// `drain_timeout`; on shutdown `Supervisor::shutdown` has taken every worker out of
-/// the pool already, after the balancers drained.
-async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) {
+/// the pool already, after the balancers drained. Returns how it ended, when known.
+async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<ExitStatus> {
     let endpoint = proc.addr().and_then(|a| shared.pool.find(a));
     shared.leave_pool(id);
     shared.slot(id).state = WorkerState::Stopping;
     if let Some(ep) = endpoint {
         drain(shared, id, proc, &|| ep.in_flight()).await;
     }
-    proc.worker.stop(proc.spec.stop_timeout).await;
+    proc.worker.stop(proc.spec.stop_timeout).await
 }
 
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
@@ -731,13 +968,20 @@ async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn(
     }
 }
 
-fn forward_output(shared: &Shared, id: usize, child: &mut Child) {
+/// Starts forwarding the child's output; returns the stderr task, which also fills
+/// `stderr_tail`.
+fn forward_output(
+    shared: &Shared,
+    id: usize,
+    child: &mut Child,
+    stderr_tail: &Arc<StderrTail>,
+) -> Option<JoinHandle<()>> {
     if let Some(out) = child.stdout.take() {
         let (app, sink) = (Arc::clone(&shared.app), Arc::clone(&shared.sink));
-        output::forward(out, app, id, Stream::Stdout, sink);
+        output::forward(out, app, id, Stream::Stdout, sink, None);
     }
-    if let Some(err) = child.stderr.take() {
-        let (app, sink) = (Arc::clone(&shared.app), Arc::clone(&shared.sink));
-        output::forward(err, app, id, Stream::Stderr, sink);
-    }
+    let err = child.stderr.take()?;
+    let (app, sink) = (Arc::clone(&shared.app), Arc::clone(&shared.sink));
+    let tail = Some(Arc::clone(stderr_tail));
+    Some(output::forward(err, app, id, Stream::Stderr, sink, tail))
 }

@@ -4,7 +4,8 @@ mod common;
 
 use common::*;
 use drover_supervisor::{
-    AppSpec, Mode, ReplaceError, SpecError, Supervisor, SupervisorError, Undone, WorkerState,
+    AppSpec, Mode, ReplaceError, RestartReason, SpecError, Supervisor, SupervisorError, Undone,
+    WorkerState,
 };
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -83,6 +84,24 @@ async fn reload_replaces_every_worker_with_the_new_spec_and_the_pool_never_empti
     }
     assert_eq!(*sup.spec(), next);
     assert!(sup.status().iter().all(|w| w.state == WorkerState::Ready));
+    // Each old worker has a restart record saying a reload replaced it.
+    let records = sup.restarts();
+    let replaced: Vec<(usize, Option<u32>, RestartReason)> = records
+        .iter()
+        .map(|r| (r.worker, r.pid, r.reason))
+        .collect();
+    assert_eq!(
+        replaced,
+        [
+            (0, Some(before[0]), RestartReason::Reload),
+            (1, Some(before[1]), RestartReason::Reload)
+        ],
+        "{records:#?}"
+    );
+    for w in sup.status() {
+        assert_eq!(w.restarts_by_reason.get(RestartReason::Reload), 1, "{w:?}");
+        assert_eq!(w.last_reason, Some(RestartReason::Reload));
+    }
 
     // A reload with no new spec restarts the same command: fresh processes again.
     sup.reload(None).await.expect("plain reload");
@@ -125,6 +144,17 @@ async fn a_replacement_that_never_gets_ready_leaves_the_old_workers_serving() {
     assert!(err.contains("nothing was changed"), "{err}");
     assert_eq!(pids(&sup), before);
     assert_eq!(*sup.spec(), spec);
+    // The failed replacement has a record; the old worker, which serves on, has none.
+    let records = sup.restarts();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = &records[0];
+    assert_eq!(
+        (r.reason, r.worker, r.exit_code),
+        (RestartReason::StartFailed, 0, Some(3)),
+        "{r:#?}"
+    );
+    assert_ne!(r.pid, Some(before[0]));
+    assert!(r.detail.as_deref().unwrap().starts_with("as a replacement"));
 
     // Worker 0's replacement comes up, worker 1's does not: worker 0 is rolled back.
     let flag = temp_dir().join("started-once");
@@ -217,6 +247,28 @@ async fn a_worker_over_max_memory_is_replaced_without_a_gap() {
     assert!(eventually(Duration::from_secs(5), || !process_exists(first)).await);
     // A replacement is not a crash.
     assert_eq!(sup.status()[0].crash_streak, 0);
+    // Its restart record says why, with the RSS that was over the limit.
+    let records = sup.restarts();
+    let record = records
+        .iter()
+        .find(|r| r.pid == Some(first))
+        .unwrap_or_else(|| panic!("no record of {first}: {records:#?}"));
+    assert_eq!(record.reason, RestartReason::Memory, "{record:#?}");
+    assert!(record.rss_bytes.unwrap() > 1 << 20, "{record:#?}");
+    assert!(
+        record
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("over max_memory"),
+        "{record:#?}"
+    );
+    assert!(
+        sup.status()[0]
+            .restarts_by_reason
+            .get(RestartReason::Memory)
+            >= 1
+    );
     sup.shutdown().await;
 }
 

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use drover_registry::HealthCheck;
 use drover_supervisor::{
-    AppSpec, ProgramError, SpecError, Supervisor, SupervisorError, WorkerState,
+    AppSpec, ProgramError, RestartReason, SpecError, Supervisor, SupervisorError, WorkerState,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -124,6 +124,18 @@ async fn a_worker_with_a_hung_health_check_is_restarted() {
         "{second:?}"
     );
     assert!(!process_exists(first.pid.unwrap()));
+    let records = sup.restarts();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(
+        (records[0].reason, records[0].pid),
+        (RestartReason::Health, first.pid),
+        "{records:#?}"
+    );
+    assert!(records[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("health checks"));
     let addr = SocketAddr::from(([127, 0, 0, 1], second.port.unwrap()));
     assert_eq!(get(addr, "/health").await, "ok");
 
@@ -207,6 +219,20 @@ async fn a_missing_program_is_refused_and_a_silent_or_vanished_one_is_retried() 
         "{wb:?}"
     );
     tokio::join!(a.shutdown(), b.shutdown());
+    // Both never became ready: a program that is gone, and one that never listened.
+    let ra = a.restarts();
+    assert!(
+        ra.iter().any(|r| r.reason == RestartReason::StartFailed
+            && r.pid.is_none()
+            && r.detail.as_deref().unwrap().starts_with("failed to start")),
+        "{ra:#?}"
+    );
+    let rb = b.restarts();
+    assert!(
+        rb.iter()
+            .all(|r| r.reason == RestartReason::StartFailed && r.pid.is_some()),
+        "{rb:#?}"
+    );
 }
 
 #[test]

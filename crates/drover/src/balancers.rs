@@ -5,6 +5,7 @@ use drover_config::plan::BalancerPlan;
 use drover_config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
 use drover_dns::{DnsSource, DnsTarget};
 use drover_etcd::EtcdMembers;
+use drover_metrics::BalancerSnapshot;
 use drover_proxy::{Proxy, ReconfigureError};
 use drover_registry::{spawn_active_checks, ActiveChecks, MemberStore, Members, Pool, Source};
 use std::net::SocketAddr;
@@ -357,6 +358,17 @@ pub fn static_pool(plan: &BalancerPlan) -> Arc<Pool> {
 }
 
 impl RunningBalancer {
+    /// Its counts, queue and endpoints now, for `/metrics` and the dashboard.
+    pub fn metrics(&self) -> BalancerSnapshot {
+        BalancerSnapshot {
+            name: self.name.clone(),
+            counts: self.proxy.stats().snapshot(),
+            queue_depth: self.proxy.queue_depth() as u64,
+            connections: self.proxy.connections() as u64,
+            endpoints: self.pool.metrics(),
+        }
+    }
+
     /// The DNS names and the etcd prefix it follows, for the status view.
     pub fn source_rows(&self) -> Vec<drover_admin::SourceRow> {
         let state = self.state();

@@ -53,9 +53,21 @@ pub struct CtlArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CtlCommand {
-    /// Apps, workers (pid, uptime, restarts, RSS, in-flight, state) and endpoints.
+    /// Apps, workers (pid, uptime, restarts and the last one's reason, RSS, in-flight,
+    /// state) and endpoints.
     Status {
         /// The raw JSON from GET /v1/status instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why workers restarted, oldest first: per restart its time, app/worker, pid,
+    /// reason (exit, signal, health, memory, reload, scale, start-failed, lost), exit
+    /// code or signal, uptime and RSS, then its last stderr lines.
+    Restarts {
+        /// Only this app.
+        #[arg(long, value_name = "NAME")]
+        app: Option<String>,
+        /// The records as JSON instead of a log.
         #[arg(long)]
         json: bool,
     },

@@ -2,14 +2,15 @@
 
 use crate::balancers::{app_of, discovery, static_pool, RunningBalancer, StartError};
 use drover_admin::{
-    AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow, Status,
-    WorkerRow,
+    wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
+    RestartRow, Status, WorkerRow,
 };
 use drover_config::plan::app_spec;
 use drover_config::plan::BalancerPlan;
 use drover_config::{self as config, BalancerConfig, Config};
+use drover_metrics::BalancerSnapshot;
 use drover_registry::Pool;
-use drover_supervisor::{Supervisor, SupervisorError};
+use drover_supervisor::{signal_name, RestartRecord, Supervisor, SupervisorError, WorkerStatus};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -465,6 +466,52 @@ fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
     Ok(())
 }
 
+fn worker_row(w: WorkerStatus) -> WorkerRow {
+    WorkerRow {
+        id: w.id,
+        pid: w.pid,
+        port: w.port,
+        state: w.state.to_string(),
+        uptime_secs: w.uptime.map(|u| u.as_secs_f64()),
+        restarts: w.restarts,
+        crash_streak: w.crash_streak,
+        rss_bytes: w.rss_bytes,
+        in_flight: w.in_flight,
+        last_exit: w.last_exit,
+        last_restart_reason: w.last_reason.map(|r| r.to_string()),
+        last_exit_code: w.last_exit_code,
+        last_signal: w.last_signal,
+        last_signal_name: w.last_signal.and_then(signal_name).map(str::to_string),
+        restarts_by_reason: w
+            .restarts_by_reason
+            .iter()
+            .map(|(reason, n)| (reason.to_string(), n))
+            .collect(),
+        cpu_seconds: w.cpu_seconds,
+        started_at_unix_secs: w.started_at.map(|t| wall_clock(t).1),
+    }
+}
+
+fn restart_row(r: RestartRecord) -> RestartRow {
+    let (time, unix_secs) = wall_clock(r.at);
+    RestartRow {
+        time,
+        unix_secs,
+        signal_name: r.signal_name().map(str::to_string),
+        app: r.app,
+        worker: r.worker,
+        pid: r.pid,
+        reason: r.reason.to_string(),
+        detail: r.detail,
+        exit_code: r.exit_code,
+        signal: r.signal,
+        uptime_secs: r.uptime.map(|u| u.as_secs_f64()),
+        rss_bytes: r.rss_bytes,
+        cpu_seconds: r.cpu_seconds,
+        stderr_tail: r.stderr_tail,
+    }
+}
+
 impl Control for Controller {
     fn status(&self) -> Status {
         let apps = self
@@ -476,22 +523,8 @@ impl Control for Controller {
                     name: sup.name().to_string(),
                     mode: spec.mode.to_string(),
                     command: spec.command.clone(),
-                    workers: sup
-                        .status()
-                        .into_iter()
-                        .map(|w| WorkerRow {
-                            id: w.id,
-                            pid: w.pid,
-                            port: w.port,
-                            state: w.state.to_string(),
-                            uptime_secs: w.uptime.map(|u| u.as_secs_f64()),
-                            restarts: w.restarts,
-                            crash_streak: w.crash_streak,
-                            rss_bytes: w.rss_bytes,
-                            in_flight: w.in_flight,
-                            last_exit: w.last_exit,
-                        })
-                        .collect(),
+                    workers: sup.status().into_iter().map(worker_row).collect(),
+                    restarts: sup.restarts().into_iter().map(restart_row).collect(),
                 }
             })
             .collect();
@@ -560,5 +593,9 @@ impl Control for Controller {
             store: b.members(),
             pool: Arc::clone(&b.pool),
         })
+    }
+
+    fn metrics(&self) -> Vec<BalancerSnapshot> {
+        self.balancers().iter().map(|b| b.metrics()).collect()
     }
 }

@@ -1,7 +1,7 @@
 //! `drover ctl`: the admin API from the command line.
 
 use crate::cli::{CtlArgs, CtlCommand, MembersCommand};
-use drover_admin::{MemberList, MemberRow, Method, Reply, Status};
+use drover_admin::{restarts_log, MemberList, MemberRow, Method, Reply, Status};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,27 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
             } else {
                 let status: Status = parse(&reply)?;
                 print!("{}", status.to_table());
+            }
+        }
+        CtlCommand::Restarts { app, json } => {
+            // Served from the status: the records are part of each app's status.
+            let reply = request(
+                args.admin,
+                token,
+                Method::GET,
+                "/v1/status",
+                None,
+                STATUS_LIMIT,
+            )
+            .await?;
+            let status: Status = parse(&ok(reply)?)?;
+            let rows = status.restarts(app.as_deref()).map_err(|e| e.to_string())?;
+            if json {
+                let text = serde_json::to_string_pretty(&rows)
+                    .map_err(|e| format!("cannot write the records as JSON: {e}"))?;
+                println!("{text}");
+            } else {
+                print!("{}", restarts_log(&rows));
             }
         }
         CtlCommand::Reload { app } => {

@@ -402,9 +402,9 @@ fn endpoint_metrics(endpoint: &str, n: u64) -> String {
     s
 }
 
-/// `--admin` end to end against a stand-in for drover's /metrics (until the real one
-/// lands): scraped before and after, the difference reported per endpoint in the text,
-/// the JSON and the HTML page.
+/// `--admin` against a stand-in for drover's /metrics whose numbers are known exactly:
+/// scraped before and after, the difference reported per endpoint in the text, the JSON
+/// and the HTML page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_metrics_are_scraped_before_and_after() {
     let b = Backend::named("b0").start().await;
@@ -481,4 +481,79 @@ async fn admin_metrics_are_scraped_before_and_after() {
         .iter()
         .all(|h| h.starts_with("GET /metrics HTTP/1.1\r\n")
             && h.contains("Authorization: Bearer tok\r\n")));
+}
+
+/// `--admin` against a real drover: its /metrics, read before and after, credits each
+/// endpoint with the requests this run sent through it, and splits their time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_reports_what_drover_counted_per_endpoint() {
+    let backends = common::backends(2).await;
+    let d = common::proxy(
+        &common::addrs(&backends),
+        &[
+            "--name",
+            "web",
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            "tok",
+        ],
+    )
+    .await;
+    let admin = common::admin_addr(&d).await.to_string();
+    let target = format!("http://{}/delay/2", d.addr());
+    // Traffic before the run is not the run's.
+    let warm = bench(&["-n", "30", "-c", "2", &target]).await;
+    assert_eq!(warm.status.code(), Some(0), "{}", text(&warm.stderr));
+
+    let refused = bench(&["-n", "3", "--admin", &admin, &target]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("--admin-token"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let out = bench(&[
+        "-n",
+        "200",
+        "-c",
+        "4",
+        "--json",
+        "--admin",
+        &admin,
+        "--admin-token",
+        "tok",
+        &target,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = json(&out);
+    let endpoints = r["admin"]["endpoints"].as_array().unwrap();
+    assert_eq!(endpoints.len(), 2, "{}", r["admin"]);
+    let mut total = 0;
+    let mut named: Vec<String> = endpoints
+        .iter()
+        .map(|e| e["endpoint"].as_str().unwrap().to_string())
+        .collect();
+    let mut expected: Vec<String> = common::addrs(&backends)
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    named.sort();
+    expected.sort();
+    assert_eq!(named, expected);
+    for e in endpoints {
+        assert_eq!(e["balancer"], "web");
+        let n = e["requests"].as_u64().unwrap();
+        assert!(n > 0, "{e}");
+        assert_eq!(e["responses"]["2xx"], n);
+        total += n;
+        // The backend sleeps 2 ms; drover's time covers the backend's.
+        let backend = e["backend"]["mean_us"].as_f64().unwrap();
+        let request = e["request"]["mean_us"].as_f64().unwrap();
+        assert!(backend >= 2000.0 && request >= backend, "{e}");
+        assert!(e["queue_wait"]["mean_us"].as_f64().unwrap() >= 0.0);
+    }
+    assert_eq!(total, 200);
 }

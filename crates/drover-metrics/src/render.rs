@@ -1,0 +1,252 @@
+//! The balancer and endpoint metric families, from snapshots. Labels come only from
+//! configuration and membership (balancer names, endpoint addresses), never from a
+//! request's path or a client's address, so the number of series stays bounded.
+
+use crate::exposition::Exposition;
+use crate::histogram::HistogramSnapshot;
+use crate::snapshot::{BalancerSnapshot, EndpointSnapshot};
+use crate::stats::{Cause, Ejection, CLASSES};
+
+/// The causes that are an endpoint's failures (the rest are drover's or the queue's).
+const ENDPOINT_FAILURES: [Cause; 4] = [
+    Cause::ConnectFailed,
+    Cause::BackendClosed,
+    Cause::BadResponse,
+    Cause::BackendTimeout,
+];
+
+/// Writes every balancer's and endpoint's families.
+pub fn balancers(e: &mut Exposition, balancers: &[BalancerSnapshot]) {
+    balancer_families(e, balancers);
+    endpoint_families(e, balancers);
+}
+
+fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
+    e.counter(
+        "drover_requests",
+        "Requests the balancer answered (by a backend or itself).",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.requests);
+    }
+    e.counter(
+        "drover_responses",
+        "Responses sent to clients, by status class.",
+    );
+    for b in bs {
+        for (class, &n) in CLASSES.iter().zip(&b.counts.responses) {
+            e.sample_u64(&[("balancer", &b.name), ("code", class)], n);
+        }
+    }
+    e.counter(
+        "drover_errors",
+        "Requests drover answered itself with an error, by the drover-error cause.",
+    );
+    for b in bs {
+        for (cause, &n) in Cause::ALL.iter().zip(&b.counts.errors) {
+            e.sample_u64(&[("balancer", &b.name), ("cause", cause.as_str())], n);
+        }
+    }
+    e.counter(
+        "drover_queue_rejections",
+        "Requests refused by the queue: full, or waited the whole queue timeout.",
+    );
+    for b in bs {
+        for (reason, cause) in [("full", Cause::QueueFull), ("timeout", Cause::QueueTimeout)] {
+            e.sample_u64(
+                &[("balancer", &b.name), ("reason", reason)],
+                b.counts.errors[cause as usize],
+            );
+        }
+    }
+    e.counter(
+        "drover_retries",
+        "Requests sent again to another endpoint, by what went wrong.",
+    );
+    for b in bs {
+        for (cause, &n) in Cause::ALL.iter().zip(&b.counts.retries) {
+            if n > 0 {
+                e.sample_u64(&[("balancer", &b.name), ("cause", cause.as_str())], n);
+            }
+        }
+    }
+    e.histogram(
+        "drover_request_duration_seconds",
+        "From a request's head to the end of its response (to the 101 of an upgrade).",
+    );
+    for b in bs {
+        e.histogram_sample(&[("balancer", &b.name)], &b.counts.request_duration);
+    }
+    e.histogram(
+        "drover_queue_wait_seconds",
+        "From a request's head until it was bound to an endpoint.",
+    );
+    for b in bs {
+        e.histogram_sample(&[("balancer", &b.name)], &b.counts.queue_wait);
+    }
+    e.gauge(
+        "drover_queue_depth",
+        "Requests waiting in drover's queue for an endpoint with room.",
+        None,
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.queue_depth);
+    }
+    e.gauge(
+        "drover_client_connections",
+        "Open client connections.",
+        None,
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.connections);
+    }
+}
+
+/// Writes one endpoint's samples, given its `balancer` and `endpoint` labels.
+type EndpointWriter<'a> = &'a dyn Fn(&mut Exposition, [(&str, &str); 2], &EndpointSnapshot);
+
+/// An endpoint histogram family: name, help, and which histogram.
+struct HistogramFamily {
+    name: &'static str,
+    help: &'static str,
+    of: fn(&EndpointSnapshot) -> &HistogramSnapshot,
+}
+
+/// An endpoint gauge family: name, help, unit, and its value.
+struct GaugeFamily {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<&'static str>,
+    of: fn(&EndpointSnapshot) -> f64,
+}
+
+const ENDPOINT_HISTOGRAMS: [HistogramFamily; 4] = [
+    HistogramFamily {
+        name: "drover_endpoint_request_duration_seconds",
+        help: "From binding a request to the endpoint to the end of its response.",
+        of: |ep| &ep.counts.request_duration,
+    },
+    HistogramFamily {
+        name: "drover_endpoint_response_head_seconds",
+        help: "From binding a request to the endpoint to its response head (the connect included, when a new connection was needed).",
+        of: |ep| &ep.counts.response_head,
+    },
+    HistogramFamily {
+        name: "drover_endpoint_connect_seconds",
+        help: "New connections to the endpoint, until established.",
+        of: |ep| &ep.counts.connect,
+    },
+    HistogramFamily {
+        name: "drover_endpoint_queue_wait_seconds",
+        help: "How long the requests bound to the endpoint waited in drover's queue first.",
+        of: |ep| &ep.counts.queue_wait,
+    },
+];
+
+const ENDPOINT_GAUGES: [GaugeFamily; 7] = [
+    GaugeFamily {
+        name: "drover_endpoint_in_flight",
+        help: "Requests the endpoint holds now (a streaming body or tunnel included).",
+        unit: None,
+        of: |ep| ep.in_flight as f64,
+    },
+    GaugeFamily {
+        name: "drover_endpoint_concurrency_limit",
+        help: "The endpoint's concurrency cap in force (learned or configured); 0 = none.",
+        unit: None,
+        of: |ep| ep.limit as f64,
+    },
+    GaugeFamily {
+        name: "drover_endpoint_latency_estimate_seconds",
+        help: "The balancer's latency estimate for the endpoint (peak EWMA).",
+        unit: Some("seconds"),
+        of: |ep| ep.latency_estimate_seconds,
+    },
+    GaugeFamily {
+        name: "drover_endpoint_reported_load",
+        help: "Utilisation the endpoint reported or was measured at; 1 = saturated.",
+        unit: None,
+        of: |ep| ep.reported_load,
+    },
+    GaugeFamily {
+        name: "drover_endpoint_weight",
+        help: "The endpoint's weight.",
+        unit: None,
+        of: |ep| ep.weight as f64,
+    },
+    GaugeFamily {
+        name: "drover_endpoint_up",
+        help: "1 when active health checks pass (or none run).",
+        unit: None,
+        of: |ep| f64::from(u8::from(ep.healthy)),
+    },
+    GaugeFamily {
+        name: "drover_endpoint_available",
+        help: "1 when the balancer may pick the endpoint: healthy and not ejected.",
+        unit: None,
+        of: |ep| f64::from(u8::from(ep.available)),
+    },
+];
+
+fn endpoint_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
+    let each = |e: &mut Exposition, f: EndpointWriter<'_>| {
+        for b in bs {
+            for ep in &b.endpoints {
+                f(e, [("balancer", &b.name), ("endpoint", &ep.address)], ep);
+            }
+        }
+    };
+    e.counter(
+        "drover_endpoint_responses",
+        "Response heads from the endpoint, by status class.",
+    );
+    each(e, &|e, [b, ep_label], ep| {
+        for (class, &n) in CLASSES.iter().zip(&ep.counts.responses) {
+            e.sample_u64(&[b, ep_label, ("code", class)], n);
+        }
+    });
+    e.counter(
+        "drover_endpoint_failures",
+        "Requests to the endpoint that failed before a usable response head, by cause.",
+    );
+    each(e, &|e, [b, ep_label], ep| {
+        for cause in ENDPOINT_FAILURES {
+            let n = ep.counts.failures[cause as usize];
+            if n > 0 {
+                e.sample_u64(&[b, ep_label, ("cause", cause.as_str())], n);
+            }
+        }
+    });
+    e.counter(
+        "drover_endpoint_ejections",
+        "Times the endpoint was taken out of rotation by passive health, by reason.",
+    );
+    each(e, &|e, [b, ep_label], ep| {
+        for (why, &n) in Ejection::ALL.iter().zip(&ep.counts.ejections) {
+            if n > 0 {
+                e.sample_u64(&[b, ep_label, ("reason", why.as_str())], n);
+            }
+        }
+    });
+    e.counter(
+        "drover_endpoint_health_checks",
+        "Active health checks of the endpoint, by result.",
+    );
+    each(e, &|e, [b, ep_label], ep| {
+        let c = &ep.counts;
+        if c.checks_passed + c.checks_failed > 0 {
+            e.sample_u64(&[b, ep_label, ("result", "pass")], c.checks_passed);
+            e.sample_u64(&[b, ep_label, ("result", "fail")], c.checks_failed);
+        }
+    });
+    for family in &ENDPOINT_HISTOGRAMS {
+        e.histogram(family.name, family.help);
+        each(e, &|e, labels, ep| {
+            e.histogram_sample(&labels, (family.of)(ep))
+        });
+    }
+    for family in &ENDPOINT_GAUGES {
+        e.gauge(family.name, family.help, family.unit);
+        each(e, &|e, labels, ep| e.sample(&labels, (family.of)(ep)));
+    }
+}

@@ -1,0 +1,304 @@
+//! The counters drover keeps for each balancer and each endpoint, and what each label
+//! value means. Recording is a few relaxed atomic adds on the calling thread's stripe.
+
+use crate::histogram::{Histogram, HistogramSnapshot};
+use crate::stripe::Striped;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Response status classes, as labels: `code="2xx"` (as HAProxy's exporter does; one
+/// series per class, not per code, keeps the count of series bounded).
+pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// The class index of a status code; codes outside 100–599 count as 5xx.
+#[inline]
+pub fn class_of(status: u16) -> usize {
+    match status {
+        100..=599 => usize::from(status / 100 - 1),
+        _ => 4,
+    }
+}
+
+/// Why drover answered a request itself, or tried it again: the `drover-error` header's
+/// values, which are also the `cause` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    NoHealthyEndpoint,
+    QueueFull,
+    QueueTimeout,
+    ConnectFailed,
+    LocalResources,
+    BackendClosed,
+    BadResponse,
+    BackendTimeout,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 8] = [
+        Cause::NoHealthyEndpoint,
+        Cause::QueueFull,
+        Cause::QueueTimeout,
+        Cause::ConnectFailed,
+        Cause::LocalResources,
+        Cause::BackendClosed,
+        Cause::BadResponse,
+        Cause::BackendTimeout,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::NoHealthyEndpoint => "no-healthy-endpoint",
+            Cause::QueueFull => "queue-full",
+            Cause::QueueTimeout => "queue-timeout",
+            Cause::ConnectFailed => "connect-failed",
+            Cause::LocalResources => "local-resources",
+            Cause::BackendClosed => "backend-closed",
+            Cause::BadResponse => "bad-response",
+            Cause::BackendTimeout => "backend-timeout",
+        }
+    }
+}
+
+/// Why an endpoint was ejected (passive health).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ejection {
+    /// Connections to it failed.
+    ConnectFailures,
+    /// It answered with errors (5xx) in a row.
+    ErrorResponses,
+    /// Requests to it failed after connecting (closed, timed out, bad responses).
+    RequestFailures,
+}
+
+impl Ejection {
+    pub const ALL: [Ejection; 3] = [
+        Ejection::ConnectFailures,
+        Ejection::ErrorResponses,
+        Ejection::RequestFailures,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ejection::ConnectFailures => "connect-failures",
+            Ejection::ErrorResponses => "error-responses",
+            Ejection::RequestFailures => "request-failures",
+        }
+    }
+}
+
+/// What every request to a balancer adds to.
+#[derive(Debug, Default)]
+struct BalancerCounters {
+    requests: AtomicU64,
+    responses: [AtomicU64; 5],
+    errors: [AtomicU64; 8],
+    retries: [AtomicU64; 8],
+}
+
+/// One balancer's counts. Shared by its serving threads; kept across reloads.
+#[derive(Debug, Default)]
+pub struct BalancerStats {
+    counters: Striped<BalancerCounters>,
+    /// From the request head to the response's end (an upgrade: to its 101).
+    request_duration: Histogram,
+    /// From the request head until it was bound to an endpoint.
+    queue_wait: Histogram,
+}
+
+impl BalancerStats {
+    /// A request that was answered by a backend (or ended mid-way by either side).
+    #[inline]
+    pub fn record_response(&self, status: u16, duration_ns: u64) {
+        let c = self.counters.local();
+        c.requests.fetch_add(1, Relaxed);
+        c.responses[class_of(status)].fetch_add(1, Relaxed);
+        self.request_duration.record(duration_ns);
+    }
+
+    /// A request drover answered itself with an error (`status` is its 502/503/504).
+    pub fn record_error(&self, cause: Cause, status: u16, duration_ns: u64) {
+        let c = self.counters.local();
+        c.errors[cause as usize].fetch_add(1, Relaxed);
+        self.record_response(status, duration_ns);
+    }
+
+    /// A request drover refused before it could be proxied (a bad head or body: 400,
+    /// 408, 413, 431): counted, with no duration.
+    pub fn record_refusal(&self, status: u16) {
+        let c = self.counters.local();
+        c.requests.fetch_add(1, Relaxed);
+        c.responses[class_of(status)].fetch_add(1, Relaxed);
+    }
+
+    pub fn record_retry(&self, cause: Cause) {
+        self.counters.local().retries[cause as usize].fetch_add(1, Relaxed);
+    }
+
+    /// How long a request waited before it was bound to an endpoint.
+    #[inline]
+    pub fn record_queue_wait(&self, ns: u64) {
+        self.queue_wait.record(ns);
+    }
+
+    pub fn snapshot(&self) -> BalancerCounts {
+        let mut s = BalancerCounts::default();
+        for c in self.counters.all() {
+            s.requests += c.requests.load(Relaxed);
+            add(&mut s.responses, &c.responses);
+            add(&mut s.errors, &c.errors);
+            add(&mut s.retries, &c.retries);
+        }
+        s.request_duration = self.request_duration.snapshot();
+        s.queue_wait = self.queue_wait.snapshot();
+        s
+    }
+}
+
+/// What each request to an endpoint adds to.
+#[derive(Debug, Default)]
+struct EndpointCounters {
+    responses: [AtomicU64; 5],
+    failures: [AtomicU64; 8],
+}
+
+/// One endpoint's counts. Lives with the endpoint, so it survives membership changes
+/// and reloads as the endpoint's load state does.
+#[derive(Debug, Default)]
+pub struct EndpointStats {
+    counters: Striped<EndpointCounters>,
+    /// From binding to the endpoint to the response's end.
+    request_duration: Histogram,
+    /// From binding to the endpoint to its response head: the backend's time (with the
+    /// connect, if a new connection was needed).
+    response_head: Histogram,
+    /// New connections only.
+    connect: Histogram,
+    /// How long the requests it served waited in drover's queue first.
+    queue_wait: Histogram,
+    // Rare events: plain atomics.
+    ejections: [AtomicU64; 3],
+    checks_passed: AtomicU64,
+    checks_failed: AtomicU64,
+}
+
+impl EndpointStats {
+    #[inline]
+    pub fn record_queue_wait(&self, ns: u64) {
+        self.queue_wait.record(ns);
+    }
+
+    #[inline]
+    pub fn record_connect(&self, ns: u64) {
+        self.connect.record(ns);
+    }
+
+    #[inline]
+    pub fn record_response_head(&self, status: u16, ns: u64) {
+        self.counters.local().responses[class_of(status)].fetch_add(1, Relaxed);
+        self.response_head.record(ns);
+    }
+
+    #[inline]
+    pub fn record_request_duration(&self, ns: u64) {
+        self.request_duration.record(ns);
+    }
+
+    /// A request to it failed for `cause` (one of the backend's causes).
+    pub fn record_failure(&self, cause: Cause) {
+        self.counters.local().failures[cause as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn record_ejection(&self, why: Ejection) {
+        self.ejections[why as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn record_check(&self, passed: bool) {
+        if passed {
+            self.checks_passed.fetch_add(1, Relaxed);
+        } else {
+            self.checks_failed.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> EndpointCounts {
+        let mut s = EndpointCounts::default();
+        for c in self.counters.all() {
+            add(&mut s.responses, &c.responses);
+            add(&mut s.failures, &c.failures);
+        }
+        add(&mut s.ejections, &self.ejections);
+        s.checks_passed = self.checks_passed.load(Relaxed);
+        s.checks_failed = self.checks_failed.load(Relaxed);
+        s.request_duration = self.request_duration.snapshot();
+        s.response_head = self.response_head.snapshot();
+        s.connect = self.connect.snapshot();
+        s.queue_wait = self.queue_wait.snapshot();
+        s
+    }
+}
+
+fn add<const N: usize>(into: &mut [u64; N], from: &[AtomicU64; N]) {
+    for (total, count) in into.iter_mut().zip(from) {
+        *total += count.load(Relaxed);
+    }
+}
+
+/// A balancer's counts at one moment (arrays indexed as `CLASSES` and `Cause::ALL`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BalancerCounts {
+    pub requests: u64,
+    pub responses: [u64; 5],
+    pub errors: [u64; 8],
+    pub retries: [u64; 8],
+    pub request_duration: HistogramSnapshot,
+    pub queue_wait: HistogramSnapshot,
+}
+
+/// An endpoint's counts at one moment (arrays indexed as `CLASSES`, `Cause::ALL` and
+/// `Ejection::ALL`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndpointCounts {
+    pub responses: [u64; 5],
+    pub failures: [u64; 8],
+    pub ejections: [u64; 3],
+    pub checks_passed: u64,
+    pub checks_failed: u64,
+    pub request_duration: HistogramSnapshot,
+    pub response_head: HistogramSnapshot,
+    pub connect: HistogramSnapshot,
+    pub queue_wait: HistogramSnapshot,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_and_causes_index_their_labels() {
+        assert_eq!(CLASSES[class_of(101)], "1xx");
+        assert_eq!(CLASSES[class_of(204)], "2xx");
+        assert_eq!(CLASSES[class_of(503)], "5xx");
+        assert_eq!(CLASSES[class_of(42)], "5xx");
+        for (i, c) in Cause::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+        for (i, e) in Ejection::ALL.iter().enumerate() {
+            assert_eq!(*e as usize, i);
+        }
+    }
+
+    #[test]
+    fn a_balancer_counts_responses_errors_and_retries() {
+        let b = BalancerStats::default();
+        b.record_response(200, 1_000_000);
+        b.record_response(404, 1_000_000);
+        b.record_error(Cause::QueueFull, 503, 10_000);
+        b.record_retry(Cause::ConnectFailed);
+        let s = b.snapshot();
+        assert_eq!(s.requests, 3);
+        assert_eq!(s.responses, [0, 1, 0, 1, 1]);
+        assert_eq!(s.errors[Cause::QueueFull as usize], 1);
+        assert_eq!(s.retries[Cause::ConnectFailed as usize], 1);
+        assert_eq!(s.request_duration.count(), 3);
+    }
+}

@@ -1,0 +1,607 @@
+//! Issue 14, item 3: the live dashboard at `GET /` of the admin listener, through the
+//! real binary, real workers (the bundled Node pi server) and a real browser.
+//!
+//! The browser test drives headless Chromium (`/usr/bin/chromium`, Debian's package;
+//! `scripts/test` installs it) over the DevTools protocol, with the WebSocket client of
+//! drover-testkit. Without Chromium it is skipped, saying so, except under CI (env `CI`
+//! set), where that is a failure.
+//!
+//! `DROVER_DASHBOARD_PNG=docs/dashboard.png cargo test -p drover --test dashboard
+//! browser` also writes the screenshot the README shows (after 30 s more of load, so
+//! the charts have something to draw).
+
+mod common;
+
+use common::{admin_addr, bin, pi_server, steady_load, stops_cleanly, temp_dir};
+use drover_testkit::{ws_connect, DroverProcess, HttpClient, WsClient, WsMessage};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const TOKEN: &str = "s3cret";
+
+/// `drover run -w 2` of the pi server with an admin API that needs `TOKEN`. Returns
+/// drover, the balancer's address and the admin address.
+async fn run_pi() -> (DroverProcess, SocketAddr, SocketAddr) {
+    let server = pi_server();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            TOKEN,
+            "--",
+            "node",
+            &server,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let balancer = *d
+        .addrs_after("listening on ")
+        .first()
+        .expect("the balancer's address");
+    (d, balancer, admin)
+}
+
+/// Every `http://` or `https://` reference in `text`, as the host[:port] it names.
+fn hosts_named(text: &str) -> Vec<String> {
+    let mut hosts = Vec::new();
+    for scheme in ["http://", "https://"] {
+        for (at, _) in text.match_indices(scheme) {
+            let rest = &text[at + scheme.len()..];
+            let end = rest
+                .find(|c: char| c == '/' || c == '"' || c == '\'' || c.is_whitespace())
+                .unwrap_or(rest.len());
+            hosts.push(rest[..end].to_string());
+        }
+    }
+    hosts
+}
+
+fn loopback(host: &str) -> bool {
+    let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    matches!(name, "127.0.0.1" | "localhost" | "[::1]")
+}
+
+/// A streaming GET of `/v1/events`: the status and headers, then SSE frames one by one
+/// (the body is chunked; each frame is written whole, so frames are parsed off the
+/// de-chunked bytes).
+struct EventStream {
+    conn: BufReader<TcpStream>,
+    pending: Vec<u8>,
+}
+
+impl EventStream {
+    async fn open(admin: SocketAddr, token: Option<&str>) -> (u16, String, Option<EventStream>) {
+        let mut conn = BufReader::new(TcpStream::connect(admin).await.unwrap());
+        let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
+        let req = format!("GET /v1/events HTTP/1.1\r\nhost: {admin}\r\n{auth}\r\n");
+        conn.get_mut().write_all(req.as_bytes()).await.unwrap();
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            conn.read_line(&mut line).await.unwrap();
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let stream = (status == 200).then(|| EventStream {
+            conn,
+            pending: Vec::new(),
+        });
+        (status, head.to_ascii_lowercase(), stream)
+    }
+
+    /// The next frame: its event name and its JSON.
+    async fn next(&mut self) -> (String, Value) {
+        tokio::time::timeout(Duration::from_secs(10), self.next_inner())
+            .await
+            .expect("no frame within 10 s")
+    }
+
+    async fn next_inner(&mut self) -> (String, Value) {
+        loop {
+            if let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
+                let frame = String::from_utf8(self.pending.drain(..end + 2).collect()).unwrap();
+                if frame.starts_with(':') {
+                    continue;
+                }
+                let mut event = String::new();
+                let mut data = String::new();
+                for line in frame.lines() {
+                    if let Some(e) = line.strip_prefix("event: ") {
+                        event = e.to_string();
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data.push_str(d);
+                    }
+                }
+                return (event, serde_json::from_str(&data).unwrap());
+            }
+            let mut size = String::new();
+            self.conn.read_line(&mut size).await.unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+            assert!(size > 0, "the stream ended");
+            let mut chunk = vec![0; size + 2];
+            self.conn.read_exact(&mut chunk).await.unwrap();
+            self.pending.extend_from_slice(&chunk[..size]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_page_needs_no_token_and_the_stream_does() {
+    let (d, _, admin) = run_pi().await;
+    let mut c = HttpClient::connect(admin).await.unwrap();
+    let page = c.get("/").await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    let html = page.text();
+    assert!(
+        html.contains("/ui/app.js") && html.contains("/ui/uplot.js"),
+        "{html}"
+    );
+    let foreign: Vec<String> = hosts_named(&html)
+        .into_iter()
+        .filter(|h| !loopback(h))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "the page names other hosts: {foreign:?}"
+    );
+    // Its assets too (uPlot's licence banner, a comment on its first line, aside).
+    for path in ["/ui/app.js", "/ui/app.css", "/ui/uplot.js", "/ui/uplot.css"] {
+        let r = c.get(path).await;
+        assert_eq!(r.status, 200, "{path}");
+        let text = r.text();
+        let body = if path.starts_with("/ui/uplot") {
+            text.split_once('\n')
+                .map_or(text.as_str(), |(_, rest)| rest)
+        } else {
+            &text
+        };
+        let foreign: Vec<String> = hosts_named(body)
+            .into_iter()
+            .filter(|h| !loopback(h))
+            .collect();
+        assert!(foreign.is_empty(), "{path} names other hosts: {foreign:?}");
+    }
+    // Data keeps the token rule.
+    assert_eq!(c.get("/v1/status").await.status, 401);
+    let (status, head, _) = EventStream::open(admin, None).await;
+    assert_eq!(status, 401, "{head}");
+    let (status, _, _) = EventStream::open(admin, Some("wrong")).await;
+    assert_eq!(status, 401);
+
+    let (status, head, stream) = EventStream::open(admin, Some(TOKEN)).await;
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    let mut first = stream.unwrap();
+    let (event, history) = first.next().await;
+    assert_eq!(event, "history", "{history}");
+    assert_eq!(history["capacity"], 600);
+    // Three samples as they come, once both workers serve; a subscriber that joins
+    // after them finds each in its history, under the same time.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no 3 samples with both workers ready"
+        );
+        let (event, sample) = first.next().await;
+        if event != "sample" {
+            continue;
+        }
+        let b = &sample["balancers"][0];
+        assert_eq!(b["name"], "default");
+        let workers = sample["apps"][0]["workers"].as_array().unwrap();
+        assert_eq!(workers.len(), 2, "{sample}");
+        if workers.iter().any(|w| w["state"] != "ready") {
+            continue;
+        }
+        assert_eq!(b["endpoints"].as_array().unwrap().len(), 2, "{sample}");
+        assert_eq!(b["endpoints"][0]["state"], "up", "{sample}");
+        if let Some(t) = b["point"]["t"].as_f64() {
+            seen.push(t);
+        }
+    }
+    let (_, _, later) = EventStream::open(admin, Some(TOKEN)).await;
+    let (event, history) = later.unwrap().next().await;
+    assert_eq!(event, "history");
+    let series = &history["series"][0];
+    assert_eq!(series["balancer"], "default");
+    let times: Vec<f64> = series["t"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    for t in &seen {
+        assert!(times.contains(t), "{t} not in the history {times:?}");
+    }
+    for key in ["rps", "eps", "p50", "p99"] {
+        assert_eq!(series[key].as_array().unwrap().len(), times.len(), "{key}");
+    }
+    stops_cleanly(d).await;
+}
+
+// ---- the browser --------------------------------------------------------------------
+
+/// Headless Chromium with its DevTools endpoint on a free port; killed (its whole
+/// process group) when dropped.
+struct Chromium {
+    child: tokio::process::Child,
+    devtools: SocketAddr,
+    browser_path: String,
+}
+
+impl Chromium {
+    async fn start(profile: &Path) -> Chromium {
+        let mut cmd = tokio::process::Command::new("/usr/bin/chromium");
+        cmd.args([
+            "--headless=new",
+            "--remote-debugging-port=0",
+            "--remote-debugging-address=127.0.0.1",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-gpu",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+            // In a container (and as root) Chromium's sandbox cannot start.
+            "--no-sandbox",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("about:blank")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+        let child = cmd.spawn().expect("start chromium");
+        // It writes its port and the browser's WebSocket path there once it listens.
+        let file = profile.join("DevToolsActivePort");
+        let ready = drover_testkit::wait_until(Duration::from_secs(30), || {
+            std::fs::read_to_string(&file).is_ok_and(|t| t.lines().count() >= 2)
+        })
+        .await;
+        assert!(ready, "chromium wrote no {}", file.display());
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut lines = text.lines();
+        let port: u16 = lines.next().unwrap().trim().parse().unwrap();
+        let browser_path = lines.next().unwrap().trim().to_string();
+        Chromium {
+            child,
+            devtools: SocketAddr::from(([127, 0, 0, 1], port)),
+            browser_path,
+        }
+    }
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+/// A DevTools-protocol client on one page (a flattened session of the browser's
+/// WebSocket), keeping every event it reads past.
+struct Cdp {
+    ws: WsClient,
+    next_id: u64,
+    session: Option<String>,
+    events: Vec<Value>,
+}
+
+impl Cdp {
+    async fn page(chromium: &Chromium) -> Cdp {
+        let ws = ws_connect(chromium.devtools, &chromium.browser_path)
+            .await
+            .expect("connect to chromium's DevTools");
+        let mut cdp = Cdp {
+            ws,
+            next_id: 0,
+            session: None,
+            events: Vec::new(),
+        };
+        let target = cdp
+            .call("Target.createTarget", json!({ "url": "about:blank" }))
+            .await;
+        let attached = cdp
+            .call(
+                "Target.attachToTarget",
+                json!({ "targetId": target["targetId"], "flatten": true }),
+            )
+            .await;
+        cdp.session = Some(attached["sessionId"].as_str().unwrap().to_string());
+        cdp
+    }
+
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = &self.session {
+            msg["sessionId"] = json!(s);
+        }
+        self.ws.send_text(&msg.to_string()).await.unwrap();
+        loop {
+            let text = match self.ws.recv().await.unwrap() {
+                WsMessage::Text(t) => t,
+                WsMessage::Close(code) => panic!("DevTools closed ({code:?})"),
+                _ => continue,
+            };
+            let reply: Value = serde_json::from_str(&text).unwrap();
+            if reply["id"] == json!(id) {
+                if let Some(e) = reply.get("error") {
+                    panic!("{method} failed: {e}");
+                }
+                return reply["result"].clone();
+            }
+            if reply.get("method").is_some() {
+                self.events.push(reply);
+            }
+        }
+    }
+
+    /// The value of a JavaScript expression in the page.
+    async fn eval(&mut self, expr: &str) -> Value {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
+            )
+            .await;
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("{expr}: {e}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Polls `expr` until it is true, for at most `limit`; answers whether it became so.
+    /// An expression that throws (the page not parsed yet: an element still missing)
+    /// counts as not yet.
+    async fn until(&mut self, limit: Duration, expr: &str) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let r = self
+                .call(
+                    "Runtime.evaluate",
+                    json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
+                )
+                .await;
+            if r.get("exceptionDetails").is_none() && r["result"]["value"] == json!(true) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every URL the page asked for so far.
+    fn requested(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter(|e| e["method"] == "Network.requestWillBeSent")
+            .filter_map(|e| e["params"]["request"]["url"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+fn chromium_missing() -> bool {
+    if Path::new("/usr/bin/chromium").exists() {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "/usr/bin/chromium is missing; scripts/test installs it"
+    );
+    eprintln!("skipping the browser test: /usr/bin/chromium is missing (scripts/test installs it)");
+    true
+}
+
+/// The worker rows the page shows, as `[{worker, pid, restarts, state}]`.
+const WORKERS_JS: &str = "JSON.stringify([...document.querySelectorAll('tr[data-worker]')].map(tr => ({worker: tr.dataset.worker, pid: tr.querySelector('.pid').textContent, restarts: tr.querySelector('.restarts').textContent, state: tr.querySelector('.state').textContent})))";
+
+async fn dom_workers(cdp: &mut Cdp) -> Vec<Value> {
+    let text = cdp.eval(WORKERS_JS).await;
+    serde_json::from_str(text.as_str().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn the_browser_shows_a_killed_worker_restarted_and_asks_no_other_host() {
+    if chromium_missing() {
+        return;
+    }
+    let (d, balancer, admin) = run_pi().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(balancer, 4, "/pi?iterations=20000", stop.clone());
+    let chromium = Chromium::start(&temp_dir("dashboard-chromium")).await;
+    let mut cdp = Cdp::page(&chromium).await;
+    cdp.call("Network.enable", json!({})).await;
+    cdp.call("Page.enable", json!({})).await;
+    cdp.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({ "width": 1400, "height": 1500, "deviceScaleFactor": 1, "mobile": false }),
+    )
+    .await;
+    let origin = format!("http://{admin}");
+    cdp.call("Page.navigate", json!({ "url": format!("{origin}/") }))
+        .await;
+
+    // The admin has a token: the page says so and asks for it.
+    assert!(
+        cdp.until(
+            Duration::from_secs(15),
+            "!document.getElementById('login').hidden && document.getElementById('conn').textContent.includes('401')"
+        )
+        .await,
+        "the page did not ask for the token: {}",
+        cdp.eval("document.body.innerText").await
+    );
+    cdp.eval(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.getElementById('login').requestSubmit(); true"
+    ))
+    .await;
+    assert!(
+        cdp.until(
+            Duration::from_secs(15),
+            "document.querySelectorAll('tr[data-worker]').length === 2 && [...document.querySelectorAll('tr[data-worker] .state')].every(td => td.textContent === 'ready') && document.querySelectorAll('tr[data-endpoint]').length === 2 && sessionStorage.getItem('drover-admin-token') === 's3cret'"
+        )
+        .await,
+        "the page never showed 2 ready workers and 2 endpoints: {}",
+        cdp.eval("document.body.innerText").await
+    );
+    // The charts are drawn, with requests in them.
+    assert!(
+        cdp.until(
+            Duration::from_secs(15),
+            "document.querySelectorAll('.uplot').length === 3 && document.querySelector('[data-balancer] .meta').textContent.match(/requests (\\d+)/)[1] > 0"
+        )
+        .await
+    );
+
+    // kill -9 one worker under load: within 2 s the page shows it restarted.
+    let before = dom_workers(&mut cdp).await;
+    let victim = before[0].clone();
+    let pid = victim["pid"].as_str().unwrap().to_string();
+    let restarts: u64 = victim["restarts"].as_str().unwrap().parse().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let at = Instant::now();
+    let shown = cdp
+        .until(
+            Duration::from_secs(2),
+            &format!(
+                "(() => {{ const tr = document.querySelector('tr[data-worker=\"{}\"]'); return !!tr && (Number(tr.querySelector('.restarts').textContent) > {restarts} || tr.querySelector('.pid').textContent !== '{pid}'); }})()",
+                victim["worker"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert!(
+        shown,
+        "2 s after kill -9 of pid {pid} the page still shows {:?} (waited {:?})",
+        dom_workers(&mut cdp).await,
+        at.elapsed()
+    );
+    // The event list has the restart too.
+    assert!(
+        cdp.until(
+            Duration::from_secs(10),
+            "[...document.querySelectorAll('#events li')].some(li => li.dataset.kind === 'restart')"
+        )
+        .await,
+        "{}",
+        cdp.eval("document.getElementById('events').innerText").await
+    );
+    let after = dom_workers(&mut cdp).await;
+    eprintln!("workers before the kill {before:?}, after {after:?}");
+
+    // A relative path is from the repository root (tests run in crates/drover).
+    let png_to = std::env::var_os("DROVER_DASHBOARD_PNG")
+        .map(|p| Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(p));
+    if png_to.is_some() {
+        // More of the charts for the README's picture.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    let shot = cdp
+        .call("Page.captureScreenshot", json!({ "format": "png" }))
+        .await;
+    let png = base64_decode(shot["data"].as_str().unwrap());
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
+    let out = png_to.unwrap_or_else(|| temp_dir("dashboard-shot").join("dashboard.png"));
+    std::fs::write(&out, &png).unwrap();
+    eprintln!("screenshot: {} ({} bytes)", out.display(), png.len());
+
+    // Everything the page asked for was on the admin listener.
+    let urls = cdp.requested();
+    for needed in [
+        "/ui/uplot.js",
+        "/ui/app.js",
+        "/v1/events",
+        "/v1/balancers/default/members",
+    ] {
+        assert!(
+            urls.iter().any(|u| u == &format!("{origin}{needed}")),
+            "{needed} never asked for: {urls:?}"
+        );
+    }
+    let elsewhere: Vec<&String> = urls
+        .iter()
+        .filter(|u| !u.starts_with(&format!("{origin}/")))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "the page asked other hosts: {elsewhere:?}"
+    );
+
+    drop(cdp);
+    drop(chromium);
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        let _ = l.await;
+    }
+    stops_cleanly(d).await;
+}
+
+/// Standard base64 (what CDP sends screenshots in).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let bytes: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= u32::from(value(c)) << (18 - 6 * i);
+        }
+        let n = chunk.len() * 6 / 8;
+        out.extend_from_slice(&acc.to_be_bytes()[1..1 + n]);
+    }
+    out
+}
+
+#[test]
+fn base64_decodes() {
+    assert_eq!(base64_decode("aGVsbG8="), b"hello");
+    assert_eq!(base64_decode("aGk="), b"hi");
+    assert_eq!(base64_decode("YWJj"), b"abc");
+}

@@ -1,0 +1,133 @@
+//! `drover ctl restarts` and the restart fields of `drover ctl status`, through the real
+//! binary: a crash-looping app and a worker killed from outside.
+
+mod common;
+
+use common::{admin_addr, bin, ctl, status, temp_dir};
+use drover_admin::RestartRow;
+use drover_testkit::DroverProcess;
+use std::time::Duration;
+
+/// `drover up` with app "web" (the Python test worker, behind a balancer) and app
+/// "bad", which writes two lines to stderr and exits with code 3, over and over.
+async fn up_web_and_bad() -> (DroverProcess, std::net::SocketAddr) {
+    let dir = temp_dir("restarts");
+    let script = drover_testkit::write_py_worker(&dir).display().to_string();
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\n\
+         [[app]]\nname = \"bad\"\n\
+         command = [\"sh\", \"-c\", \"echo 'connecting to db' >&2; echo 'fatal: db down' >&2; exit 3\"]\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n"
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    (d, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_restarts_prints_why_workers_restarted_with_their_stderr() {
+    let (d, admin) = up_web_and_bad().await;
+
+    // Wait for a few crashes of "bad" and for "web" to serve.
+    let mut web_pid = None;
+    for _ in 0..200 {
+        let s = status(admin).await;
+        let bad = s.apps.iter().find(|a| a.name == "bad").unwrap();
+        let web = s.apps.iter().find(|a| a.name == "web").unwrap();
+        if bad.restarts.len() >= 2 && web.workers[0].state == "ready" {
+            web_pid = web.workers[0].pid;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let web_pid = web_pid.unwrap_or_else(|| panic!("{}", d.stderr_text()));
+
+    // As a log: a header per restart, its stderr indented below.
+    let (code, out, err) = ctl(admin, &["restarts", "--app", "bad"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() >= 6, "{out}");
+    for record in lines.chunks(3).take(2) {
+        let header = record[0];
+        assert!(
+            header.contains("  bad/0  pid ") && header.contains("  exit  code 3  uptime "),
+            "{out}"
+        );
+        assert!(header.contains("(ended before it was ready)"), "{out}");
+        assert_eq!(
+            &record[1..],
+            ["    connecting to db", "    fatal: db down"],
+            "{out}"
+        );
+    }
+    assert!(!out.contains("web/"), "--app bad shows web: {out}");
+
+    // As JSON.
+    let (code, out, err) = ctl(admin, &["restarts", "--app", "bad", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<RestartRow> = serde_json::from_str(&out).unwrap();
+    assert!(rows.len() >= 2, "{out}");
+    for r in &rows {
+        assert_eq!((r.app.as_str(), r.reason.as_str()), ("bad", "exit"));
+        assert_eq!((r.exit_code, r.signal), (Some(3), None));
+        assert_eq!(r.stderr_tail, ["connecting to db", "fatal: db down"]);
+        assert!(r.time.ends_with('Z') && r.unix_secs > 1.6e9, "{r:?}");
+    }
+
+    // A worker killed from outside is a signal, named.
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &web_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let mut web_log = String::new();
+    for _ in 0..200 {
+        let (code, out, err) = ctl(admin, &["restarts", "--app", "web"]).await;
+        assert_eq!(code, 0, "{err}");
+        if out.contains(&format!("web/0  pid {web_pid}  signal  signal 9 (SIGKILL)")) {
+            web_log = out;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !web_log.is_empty(),
+        "no SIGKILL record: {}",
+        d.stderr_text()
+    );
+
+    // Without --app, both apps, oldest first.
+    let (code, out, _) = ctl(admin, &["restarts"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("bad/0") && out.contains("web/0"), "{out}");
+    let (code, _, err) = ctl(admin, &["restarts", "--app", "nope"]).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no app named \"nope\" runs (apps: web, bad)"),
+        "{err}"
+    );
+
+    // The status table names each worker's last restart reason; the JSON has counters.
+    let (code, table, err) = ctl(admin, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("LAST RESTART"), "{table}");
+    let lines: Vec<&str> = table.lines().collect();
+    let bad = lines
+        .iter()
+        .position(|l| l.starts_with("app bad "))
+        .unwrap();
+    let col = lines[bad + 1].find("LAST RESTART").unwrap();
+    assert!(lines[bad + 2][col..].starts_with("exit "), "{table}");
+    let s = status(admin).await;
+    let web = &s.apps.iter().find(|a| a.name == "web").unwrap().workers[0];
+    assert_eq!(web.last_restart_reason.as_deref(), Some("signal"));
+    assert_eq!(web.last_signal_name.as_deref(), Some("SIGKILL"));
+    assert_eq!(web.restarts_by_reason.get("signal"), Some(&1));
+    assert_eq!(web.restarts_by_reason.get("memory"), Some(&0));
+    if web.state == "ready" {
+        assert!(web.cpu_seconds.is_some() && web.started_at_unix_secs.is_some());
+    }
+}
