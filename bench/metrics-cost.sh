@@ -134,7 +134,9 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 log "metrics: $DROVER_BIN; baseline: $DROVER_BASE_BIN ($BASE); ${D}s x $ROUNDS rounds, wrk -c$CONNS"
 printf '%-8s %-9s %12s %14s %8s\n' round peer "req/s" "cpu µs/req" "p50 ms"
 declare -A RPS CPU
+PAIRED=""
 for ((r = 1; r <= ROUNDS; r++)); do
+  declare -A ROUND=()
   if ((r % 2)); then order=(metrics base); else order=(base metrics); fi
   for name in "${order[@]}"; do
     bin="$DROVER_BIN"
@@ -143,13 +145,18 @@ for ((r = 1; r <= ROUNDS; r++)); do
     printf '%-8s %-9s %12s %14s %8s\n' "$r" "$name" "$rps" "$cpu" "$p50"
     RPS[$name]+="$rps "
     CPU[$name]+="$cpu "
+    ROUND[$name]="$rps"
   done
+  # The machine drifts between rounds; the two peers of one round ran back to back.
+  PAIRED+="$(awk -v m="${ROUND[metrics]}" -v b="${ROUND[base]}" 'BEGIN {print m / b}') "
 done
 m_rps="$(tr ' ' '\n' <<<"${RPS[metrics]}" | grep . | median)"
 b_rps="$(tr ' ' '\n' <<<"${RPS[base]}" | grep . | median)"
 m_cpu="$(tr ' ' '\n' <<<"${CPU[metrics]}" | grep . | median)"
 b_cpu="$(tr ' ' '\n' <<<"${CPU[base]}" | grep . | median)"
+paired="$(tr ' ' '\n' <<<"$PAIRED" | grep . | median)"
 echo
+echo "median of per-round ratios (metrics / baseline req/s): $paired"
 awk -v mr="$m_rps" -v br="$b_rps" -v mc="$m_cpu" -v bc="$b_cpu" 'BEGIN {
   printf "median req/s:        metrics %.0f, baseline %.0f: ratio %.3f (cost %.1f %%)\n", mr, br, mr / br, (1 - mr / br) * 100
   printf "median CPU per req:  metrics %.2f µs, baseline %.2f µs: ratio %.3f\n", mc, bc, mc / bc

@@ -125,7 +125,10 @@ impl Histogram {
     pub fn record(&self, ns: u64) {
         let cells = self.stripes.local();
         cells.counts[bucket_of(ns)].fetch_add(1, Relaxed);
-        cells.sum_ns.fetch_add(ns, Relaxed);
+        // Most queue waits are 0: adding nothing costs an atomic all the same.
+        if ns != 0 {
+            cells.sum_ns.fetch_add(ns, Relaxed);
+        }
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {

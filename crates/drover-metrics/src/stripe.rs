@@ -29,7 +29,8 @@ pub fn stripes() -> usize {
     })
 }
 
-/// This thread's stripe.
+/// This thread's stripe: always below `stripes()`.
+#[inline]
 pub fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
@@ -61,10 +62,12 @@ impl<T: Default> Default for Striped<T> {
 }
 
 impl<T> Striped<T> {
-    /// The calling thread's stripe, to count on.
+    /// The calling thread's stripe, to count on. Every `Striped` has `stripes()`
+    /// stripes and `stripe()` is below that, so no division is needed here (one per
+    /// count was a measurable part of what recording cost).
     #[inline]
     pub fn local(&self) -> &T {
-        &self.stripes[stripe() % self.stripes.len()].0
+        &self.stripes[stripe()].0
     }
 
     /// Every stripe, to sum.

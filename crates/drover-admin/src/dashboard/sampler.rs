@@ -548,6 +548,7 @@ mod tests {
             rss_bytes: None,
             in_flight: None,
             last_exit: (restarts > 0).then(|| "killed by SIGKILL".to_string()),
+            ..WorkerRow::default()
         }
     }
 
@@ -558,6 +559,7 @@ mod tests {
                 mode: "proxy".into(),
                 command: vec!["w".into()],
                 workers,
+                restarts: Vec::new(),
             }],
             balancers: vec![BalancerStatus {
                 name: "web".into(),
