@@ -186,3 +186,28 @@ http {
   keepalive_timeout 120s;
 EOF
 }
+
+# Starts one nginx process in DIR answering "ok" on every PORT given (a backend that
+# costs next to nothing, so the proxy in front of it is what is measured), pinned with
+# the words of PIN (e.g. "taskset -c 0", or ""); sets NGINX_BACKEND_PID and dies if a
+# port does not open. Needs NGINX.
+start_nginx_ok_backend() { # dir pin port...
+  local dir=$1 pin=$2 port
+  shift 2
+  mkdir -p "$dir/tmp"
+  {
+    nginx_preamble "$dir" 8192
+    echo "  server {"
+    for port in "$@"; do echo "    listen 127.0.0.1:$port backlog=4096;"; done
+    echo '    location / { return 200 "ok"; }'
+    echo "  }"
+    echo "}"
+  } >"$dir/nginx.conf"
+  # shellcheck disable=SC2086 # PIN is words on purpose
+  $pin "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/stderr.log" &
+  NGINX_BACKEND_PID=$!
+  for port in "$@"; do
+    wait_port "$port" "$NGINX_BACKEND_PID" 10 ||
+      { cat "$dir/stderr.log" "$dir/error.log" >&2 2>/dev/null; die "nginx backend did not start"; }
+  done
+}

@@ -74,31 +74,8 @@ fi
 
 # ------------------------------------------------------------------ backend
 BE=("$(free_port)" "$(free_port)")
-mkdir -p "$TMP/backend/tmp"
-cat >"$TMP/backend/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $TMP/backend/nginx.pid;
-error_log $TMP/backend/error.log warn;
-events { worker_connections 8192; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/backend/tmp/body;
-  keepalive_requests 10000000;
-  keepalive_timeout 300s;
-  server {
-    listen 127.0.0.1:${BE[0]} backlog=4096;
-    listen 127.0.0.1:${BE[1]} backlog=4096;
-    location / { return 200 "ok"; }
-  }
-}
-CONF
-taskset -c "$LOADGEN_CPU" "$NGINX" -p "$TMP/backend" -e "$TMP/backend/error.log" -c "$TMP/backend/nginx.conf" 2>"$TMP/backend.log" &
-PIDS+=($!)
-for port in "${BE[@]}"; do
-  wait_port "$port" $! 10 || { cat "$TMP/backend.log" >&2; die "nginx backend did not start"; }
-done
+start_nginx_ok_backend "$TMP/backend" "taskset -c $LOADGEN_CPU" "${BE[@]}"
+PIDS+=("$NGINX_BACKEND_PID")
 
 # ------------------------------------------------------------------ one measurement
 measure() { # name binary -> "req/s cpu_us_per_request p50_ms"

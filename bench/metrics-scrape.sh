@@ -40,17 +40,8 @@ fi
 # ------------------------------------------------------------------ backends
 ports=()
 for ((i = 0; i < ENDPOINTS; i++)); do ports+=("$(quick_port)"); done
-mkdir -p "$TMP/nginx/tmp"
-{
-  echo "daemon off; master_process off; worker_processes 1; pid $TMP/nginx/pid;"
-  echo "error_log $TMP/nginx/error.log warn; events { worker_connections 4096; }"
-  echo "http { access_log off; client_body_temp_path $TMP/nginx/tmp/body; server {"
-  for p in "${ports[@]}"; do echo "  listen 127.0.0.1:$p;"; done
-  echo '  location / { return 200 "ok"; } } }'
-} >"$TMP/nginx/nginx.conf"
-"$NGINX" -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$TMP/nginx/nginx.conf" &
-PIDS+=($!)
-wait_port "${ports[-1]}" $! 10 || die "nginx did not start"
+start_nginx_ok_backend "$TMP/nginx" "" "${ports[@]}"
+PIDS+=("$NGINX_BACKEND_PID")
 
 # ------------------------------------------------------------------ drover
 admin="$(quick_port)"

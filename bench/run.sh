@@ -86,31 +86,8 @@ fi
 # ------------------------------------------------------------------ backends
 BE_PORTS=("$(free_port)" "$(free_port)")
 if [[ "$BACKEND" == nginx ]]; then
-  mkdir -p "$TMP/backend/tmp"
-  cat >"$TMP/backend/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $TMP/backend/nginx.pid;
-error_log $TMP/backend/error.log warn;
-events { worker_connections 8192; multi_accept on; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/backend/tmp/body;
-  keepalive_requests 10000000;
-  keepalive_timeout 300s;
-  server {
-    listen 127.0.0.1:${BE_PORTS[0]} backlog=4096;
-    listen 127.0.0.1:${BE_PORTS[1]} backlog=4096;
-    location / { return 200 "ok"; }
-  }
-}
-EOF
-  "$NGINX" -p "$TMP/backend" -e "$TMP/backend/error.log" -c "$TMP/backend/nginx.conf" 2>"$TMP/backend.log" &
-  PIDS+=($!)
-  for port in "${BE_PORTS[@]}"; do
-    wait_port "$port" $! 10 || { cat "$TMP/backend.log" "$TMP/backend/error.log" >&2; die "nginx backend did not start"; }
-  done
+  start_nginx_ok_backend "$TMP/backend" "" "${BE_PORTS[@]}"
+  PIDS+=("$NGINX_BACKEND_PID")
   log "backend: one nginx worker answering \"ok\" on 127.0.0.1:${BE_PORTS[0]} and :${BE_PORTS[1]}"
 else
   for i in 1 2; do
