@@ -153,6 +153,11 @@ impl PromHistogram {
         if total <= 0.0 {
             return None;
         }
+        // Every observation was 0 (no request queued): interpolating inside the first
+        // bucket would report a wait nobody had.
+        if self.sum <= 0.0 {
+            return Some(0.0);
+        }
         let rank = q * total;
         let mut prev = (0.0, 0.0);
         for &(le, c) in &self.buckets {
@@ -659,6 +664,12 @@ drover_endpoint_responses_total{balancer="idle",endpoint="127.0.0.1:4000",code="
         };
         assert_eq!(h.quantile(0.99), Some(0.1));
         assert_eq!(PromHistogram::default().quantile(0.5), None);
+        let zeros = PromHistogram {
+            buckets: vec![(0.0001, 5.0), (f64::INFINITY, 5.0)],
+            sum: 0.0,
+            count: 5.0,
+        };
+        assert_eq!(zeros.quantile(0.99), Some(0.0));
     }
 
     #[test]

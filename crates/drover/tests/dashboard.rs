@@ -605,3 +605,155 @@ fn base64_decodes() {
     assert_eq!(base64_decode("aGk="), b"hi");
     assert_eq!(base64_decode("YWJj"), b"abc");
 }
+
+/// `drover ctl status --json` with the token.
+async fn status_with_token(admin: SocketAddr) -> drover_admin::Status {
+    let (code, out, err) = common::ctl(admin, &["--token", TOKEN, "status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The page's buttons, clicked in the browser: drain a runtime member, scale, reload;
+/// a refused confirmation and a bad worker count change nothing.
+#[tokio::test]
+async fn the_pages_buttons_drain_scale_and_reload() {
+    if chromium_missing() {
+        return;
+    }
+    let (d, _balancer, admin) = run_pi().await;
+    let auth = format!("Bearer {TOKEN}");
+    let extra = drover_testkit::Backend::named("extra").start().await;
+    let body = format!("{{\"address\": \"{}\", \"ttl\": \"60s\"}}", extra.addr());
+    let mut c = HttpClient::connect(admin).await.unwrap();
+    let r = c
+        .request(
+            "PUT",
+            "/v1/balancers/default/members/extra",
+            &[("authorization", &auth)],
+            Some(body.as_bytes()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+
+    let chromium = Chromium::start(&temp_dir("dashboard-actions")).await;
+    let mut cdp = Cdp::page(&chromium).await;
+    cdp.call("Page.enable", json!({})).await;
+    cdp.call(
+        "Page.navigate",
+        json!({ "url": format!("http://{admin}/") }),
+    )
+    .await;
+    assert!(
+        cdp.until(
+            Duration::from_secs(15),
+            "!document.getElementById('login').hidden"
+        )
+        .await
+    );
+    cdp.eval(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.getElementById('login').requestSubmit(); true"
+    ))
+    .await;
+    let ready_workers = |n: usize| {
+        format!("document.querySelectorAll('tr[data-worker]').length === {n} && [...document.querySelectorAll('tr[data-worker] .state')].every(td => td.textContent === 'ready')")
+    };
+    let result_js = "document.getElementById('result').textContent";
+
+    // Drain: the runtime member's row has the button; once clicked (and confirmed) it
+    // leaves the pool, and the page says what the API answered.
+    let row = format!("tr[data-endpoint=\"{}\"]", extra.addr());
+    assert!(
+        cdp.until(
+            Duration::from_secs(15),
+            &format!(
+                "!!document.querySelector('{row} button') && ({})",
+                ready_workers(2)
+            )
+        )
+        .await,
+        "no drain button for the runtime member: {}",
+        cdp.eval("document.body.innerText").await
+    );
+    cdp.eval(&format!(
+        "window.confirm = () => true; document.querySelector('{row} button').click(); true"
+    ))
+    .await;
+    assert!(
+        cdp.until(
+            Duration::from_secs(10),
+            &format!("!document.querySelector('{row}') && {result_js}.startsWith('200')")
+        )
+        .await,
+        "the drained member stayed: {}",
+        cdp.eval(result_js).await
+    );
+    let s = status_with_token(admin).await;
+    assert!(
+        s.balancers[0]
+            .endpoints
+            .iter()
+            .all(|e| e.addr != extra.addr().to_string()),
+        "{s:?}"
+    );
+
+    // Scale: a bad count is refused in the page; a refused confirmation sends nothing;
+    // a confirmed one runs 3 workers.
+    let scale_js = |n: &str, confirm: bool| {
+        format!(
+            "(() => {{ window.confirm = () => {confirm}; const box = document.querySelector('[data-app]'); box.querySelector('input[type=number]').value = '{n}'; [...box.querySelectorAll('button')].find(b => b.textContent === 'scale').click(); return true; }})()"
+        )
+    };
+    cdp.eval(&scale_js("two", true)).await;
+    assert!(
+        cdp.until(
+            Duration::from_secs(5),
+            &format!("{result_js}.includes('whole number')")
+        )
+        .await
+    );
+    cdp.eval(&scale_js("3", false)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status_with_token(admin).await.apps[0].workers.len(), 2);
+    cdp.eval(&scale_js("3", true)).await;
+    assert!(
+        cdp.until(Duration::from_secs(60), &ready_workers(3)).await,
+        "{}",
+        cdp.eval("document.body.innerText").await
+    );
+    assert_eq!(status_with_token(admin).await.apps[0].workers.len(), 3);
+
+    // Reload: every worker is replaced (new pids), and the page says it is done.
+    let before: Vec<Option<u32>> = status_with_token(admin).await.apps[0]
+        .workers
+        .iter()
+        .map(|w| w.pid)
+        .collect();
+    cdp.eval(
+        "window.confirm = () => true; [...document.querySelector('[data-app]').querySelectorAll('button')].find(b => b.textContent === 'reload').click(); true",
+    )
+    .await;
+    assert!(
+        cdp.until(
+            Duration::from_secs(90),
+            &format!("{result_js}.startsWith('200')")
+        )
+        .await,
+        "{}",
+        cdp.eval(result_js).await
+    );
+    let after: Vec<Option<u32>> = status_with_token(admin).await.apps[0]
+        .workers
+        .iter()
+        .map(|w| w.pid)
+        .collect();
+    assert_eq!(after.len(), 3);
+    assert!(
+        after.iter().all(|p| p.is_some() && !before.contains(p)),
+        "{before:?} → {after:?}"
+    );
+
+    drop(cdp);
+    drop(chromium);
+    stops_cleanly(d).await;
+}
