@@ -211,3 +211,22 @@ start_nginx_ok_backend() { # dir pin port...
       { cat "$dir/stderr.log" "$dir/error.log" >&2 2>/dev/null; die "nginx backend did not start"; }
   done
 }
+
+# A scratch directory in TMP and the PIDS array, both cleaned up on exit: the processes
+# get SIGTERM, GRACE seconds (for drover to drain and stop its workers), then SIGKILL.
+scratch_and_cleanup() { # name grace
+  TMP="$(mktemp -d "/tmp/drover-$1.XXXXXX")"
+  PIDS=()
+  CLEANUP_GRACE=$2
+  trap cleanup_scratch EXIT
+  trap 'exit 130' INT TERM
+}
+cleanup_scratch() {
+  local rc=$? pid
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  sleep "$CLEANUP_GRACE"
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -rf "$TMP"
+  exit "$rc"
+}

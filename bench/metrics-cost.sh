@@ -39,19 +39,7 @@ CORES="$(nproc)"
 PROXY_CPU="${PROXY_CPU:-$((CORES - 1))}"
 LOADGEN_CPU="${LOADGEN_CPU:-0}"
 
-TMP="$(mktemp -d /tmp/drover-metrics-cost.XXXXXX)"
-PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  sleep 0.2
-  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+scratch_and_cleanup metrics-cost 0.2
 
 # ------------------------------------------------------------------ the two binaries
 if [[ -z "${DROVER_BIN:-}" ]]; then

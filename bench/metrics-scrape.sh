@@ -18,19 +18,7 @@ NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 ENDPOINTS="${SCRAPE_ENDPOINTS:-64}"
 WORKERS="${SCRAPE_WORKERS:-16}"
 
-TMP="$(mktemp -d /tmp/drover-metrics-scrape.XXXXXX)"
-PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  sleep 0.5
-  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+scratch_and_cleanup metrics-scrape 0.5
 
 if [[ -z "${DROVER_BIN:-}" ]]; then
   (cd "$ROOT" && cargo build --release -p drover >&2)

@@ -313,26 +313,7 @@ impl Pool {
             .load()
             .endpoints()
             .iter()
-            .map(|e| {
-                let until = e.ejected_until();
-                EndpointStatus {
-                    addr: e.addr(),
-                    id: e.id().to_string(),
-                    healthy: e.is_healthy(),
-                    ejected_until: until,
-                    ejected_for: Duration::from_nanos(until.saturating_sub(now)),
-                    available: e.is_available(now),
-                    in_flight: e.in_flight(),
-                    load: e.reported_load(now),
-                    limit: e.concurrency_cap(now),
-                    rtt_ns: e.rtt_estimate() as u64,
-                    weight: e.weight(),
-                    max_conns: e.max_conns(),
-                    ramp: e.ramp(now),
-                    fail_streak: e.fail_streak(),
-                    ejections: e.ejections(),
-                }
-            })
+            .map(|e| endpoint_status(e, now))
             .collect()
     }
 
@@ -369,23 +350,27 @@ impl Pool {
         counted(ep, ejected, Ejection::RequestFailures)
     }
 
-    /// Every endpoint's counts and gauges, for `/metrics` and the dashboard.
+    /// Every endpoint's counts and gauges, for `/metrics` and the dashboard: the same
+    /// state the admin API's status shows, with the endpoint's counts.
     pub fn metrics(&self) -> Vec<EndpointSnapshot> {
         let now = clock::now();
         self.set
             .load()
             .endpoints()
             .iter()
-            .map(|e| EndpointSnapshot {
-                address: e.addr().to_string(),
-                counts: e.stats().snapshot(),
-                in_flight: u64::from(e.in_flight()),
-                limit: u64::from(e.concurrency_cap(now)),
-                latency_estimate_seconds: e.rtt_estimate() / 1e9,
-                reported_load: e.reported_load(now),
-                weight: u64::from(e.weight()),
-                healthy: e.is_healthy(),
-                available: e.is_available(now),
+            .map(|e| {
+                let status = endpoint_status(e, now);
+                EndpointSnapshot {
+                    address: status.addr.to_string(),
+                    counts: e.stats().snapshot(),
+                    in_flight: u64::from(status.in_flight),
+                    limit: u64::from(status.limit),
+                    latency_estimate_seconds: status.rtt_ns as f64 / 1e9,
+                    reported_load: status.load,
+                    weight: u64::from(status.weight),
+                    healthy: status.healthy,
+                    available: status.available,
+                }
             })
             .collect()
     }
@@ -418,6 +403,28 @@ impl Pool {
 }
 
 /// Drops repeated addresses, keeping the first.
+/// One endpoint's state at `now`.
+fn endpoint_status(e: &Endpoint, now: Nanos) -> EndpointStatus {
+    let until = e.ejected_until();
+    EndpointStatus {
+        addr: e.addr(),
+        id: e.id().to_string(),
+        healthy: e.is_healthy(),
+        ejected_until: until,
+        ejected_for: Duration::from_nanos(until.saturating_sub(now)),
+        available: e.is_available(now),
+        in_flight: e.in_flight(),
+        load: e.reported_load(now),
+        limit: e.concurrency_cap(now),
+        rtt_ns: e.rtt_estimate() as u64,
+        weight: e.weight(),
+        max_conns: e.max_conns(),
+        ramp: e.ramp(now),
+        fail_streak: e.fail_streak(),
+        ejections: e.ejections(),
+    }
+}
+
 /// Counts an ejection passive health just made (`ejected` is its length).
 fn counted(ep: &Endpoint, ejected: Option<Duration>, why: Ejection) -> Option<Duration> {
     if ejected.is_some() {

@@ -25,20 +25,17 @@ const STATUS_LIMIT: Duration = Duration::from_secs(10);
 /// while per worker, and the server side bounds each step anyway.
 const RELOAD_LIMIT: Duration = Duration::from_secs(3600);
 
+/// `GET /v1/status`, answered 200.
+async fn fetch_status(admin: SocketAddr, token: Option<&str>) -> Result<Reply, String> {
+    let reply = request(admin, token, Method::GET, "/v1/status", None, STATUS_LIMIT).await?;
+    ok(reply)
+}
+
 pub async fn ctl(args: CtlArgs) -> Result<(), String> {
     let token = args.token.as_deref();
     match args.command {
         CtlCommand::Status { json } => {
-            let reply = request(
-                args.admin,
-                token,
-                Method::GET,
-                "/v1/status",
-                None,
-                STATUS_LIMIT,
-            )
-            .await?;
-            let reply = ok(reply)?;
+            let reply = fetch_status(args.admin, token).await?;
             if json {
                 print!("{}", reply.body);
             } else {
@@ -48,16 +45,7 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
         }
         CtlCommand::Restarts { app, json } => {
             // Served from the status: the records are part of each app's status.
-            let reply = request(
-                args.admin,
-                token,
-                Method::GET,
-                "/v1/status",
-                None,
-                STATUS_LIMIT,
-            )
-            .await?;
-            let status: Status = parse(&ok(reply)?)?;
+            let status: Status = parse(&fetch_status(args.admin, token).await?)?;
             let rows = status.restarts(app.as_deref()).map_err(|e| e.to_string())?;
             if json {
                 let text = serde_json::to_string_pretty(&rows)

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{admin_addr, bin};
-use drover_testkit::{raw_exchange, Backend, DroverProcess, HttpClient};
+use drover_testkit::{raw_exchange, wait_until_async, Backend, DroverProcess, HttpClient};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -392,40 +392,26 @@ async fn workers_show_their_restarts_by_reason_exit_signal_memory_and_cpu() {
     )
     .await;
     let admin = admin_addr(&d).await;
-    let ready = |s: &drover_admin::Status| {
-        s.apps[0]
-            .workers
-            .iter()
-            .filter(|w| w.state == "ready")
-            .count()
-            == 2
-    };
-    let mut victim = None;
-    for _ in 0..200 {
+    /// Both workers ready, and worker 1's pid (when `not` is given, another than it).
+    async fn ready_worker_1(admin: SocketAddr, not: Option<u32>) -> Option<u32> {
         let s = common::status(admin).await;
-        if ready(&s) {
-            victim = s.apps[0].workers[1].pid;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let workers = &s.apps[0].workers;
+        let ready = workers.iter().filter(|w| w.state == "ready").count() == 2;
+        let pid = workers[1].pid;
+        (ready && pid.is_some() && pid != not).then_some(pid?)
     }
-    let victim = victim.unwrap_or_else(|| panic!("{}", d.stderr_text()));
+    let limit = std::time::Duration::from_secs(10);
+    let up = || async { ready_worker_1(admin, None).await.is_some() };
+    assert!(wait_until_async(limit, up).await, "{}", d.stderr_text());
+    let victim = ready_worker_1(admin, None).await.unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-KILL", &victim.to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
     // Back to two ready workers, the killed one replaced.
-    let mut back = false;
-    for _ in 0..200 {
-        let s = common::status(admin).await;
-        if ready(&s) && s.apps[0].workers[1].pid != Some(victim) {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(back, "{}", d.stderr_text());
+    let back = || async { ready_worker_1(admin, Some(victim)).await.is_some() };
+    assert!(wait_until_async(limit, back).await, "{}", d.stderr_text());
 
     let (_, _, text) = scrape(admin, None).await;
     let (_, _, om) = scrape(admin, Some("application/openmetrics-text")).await;
