@@ -203,6 +203,15 @@ impl EndpointStats {
         self.request_duration.record(ns);
     }
 
+    /// Response heads it has sent so far, of every status: the cheapest sign that it
+    /// is making progress (health checks read it to tell busy from hung).
+    pub fn responses_total(&self) -> u64 {
+        self.counters
+            .all()
+            .map(|c| c.responses.iter().map(|n| n.load(Relaxed)).sum::<u64>())
+            .sum()
+    }
+
     /// A request to it failed for `cause` (one of the backend's causes).
     pub fn record_failure(&self, cause: Cause) {
         self.counters.local().failures[cause as usize].fetch_add(1, Relaxed);

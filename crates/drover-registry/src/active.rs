@@ -9,9 +9,13 @@
 //! balancer serves at once and a dead endpoint is caught by the first failed connect
 //! (passive ejection) long before `fall` rounds have passed.
 //!
+//! A probe that got no answer while requests to the endpoint completed is neither a
+//! pass nor a failure (`liveness`): a backend busy with a burst is not down.
+//!
 //! Active and passive health are independent: a passing check does not end a passive
 //! ejection early, and an ejection does not mark the endpoint down.
 
+use crate::liveness::{self, Outcome, Progress};
 use crate::pool::Pool;
 use crate::status::StatusRange;
 use drover_balance::{clock, Endpoint};
@@ -303,6 +307,8 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
     // A round slower than the interval (probes at their timeout) delays the next one
     // instead of firing a burst to catch up.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Each endpoint's completed responses at its last probe (see `liveness`).
+    let mut progress: HashMap<SocketAddr, Progress> = HashMap::new();
     loop {
         ticker.tick().await;
         let endpoints = pool.endpoints();
@@ -311,12 +317,29 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
             let (ep, check) = (Arc::clone(ep), Arc::clone(&check));
             probes.spawn(async move {
                 let result = probe(ep.addr(), &check.kind, check.timeout).await;
-                (ep, result)
+                // Read after the probe: what completed while it waited counts.
+                let completed = ep.stats().responses_total();
+                (ep, result, completed)
             });
         }
         while let Some(joined) = probes.join_next().await {
             // A probe task only fails by panicking, which it does not; skip it if so.
-            if let Ok((ep, result)) = joined {
+            if let Ok((ep, result, completed)) = joined {
+                let advanced = progress
+                    .entry(ep.addr())
+                    .or_insert_with(|| Progress::new(completed))
+                    .advanced(completed);
+                let result = match liveness::judge(&result, advanced) {
+                    Outcome::Busy => {
+                        tracing::debug!(
+                            pool = %pool.name(),
+                            endpoint = %ep.addr(),
+                            "health check got no answer, not counted: requests completed meanwhile (busy, not hung)"
+                        );
+                        continue;
+                    }
+                    Outcome::Passed | Outcome::Failed => result,
+                };
                 let mut reports = lock(&reports);
                 let r = reports.entry(ep.addr()).or_insert_with(|| CheckReport {
                     addr: ep.addr(),
@@ -329,6 +352,7 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
         }
         // Forget endpoints that left the pool so a returning address starts fresh.
         lock(&reports).retain(|addr, _| endpoints.iter().any(|e| e.addr() == *addr));
+        progress.retain(|addr, _| endpoints.iter().any(|e| e.addr() == *addr));
     }
 }
 

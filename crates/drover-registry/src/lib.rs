@@ -5,6 +5,7 @@
 //! - `PassivePolicy`: ejection from what real requests see (connect failures, 5xx
 //!   streaks), with exponential back-off. The proxy reports outcomes to it.
 //! - `spawn_active_checks`: HTTP or TCP probes on a timer with rise/fall thresholds.
+//! - `liveness`: a probe that gets no answer while requests complete is busy, not hung.
 //! - `Members`: backends that join at runtime (admin API, SDK) with a TTL kept alive by
 //!   heartbeats; `MemberStore` is the interface a shared store (etcd) implements too.
 //! - `local`: drover's own shortages (descriptors, memory, ports), which are no
@@ -13,6 +14,7 @@
 //! No hyper here: the HTTP health check speaks just enough HTTP/1.1 with `httparse`.
 
 pub mod active;
+pub mod liveness;
 pub mod local;
 pub mod members;
 pub mod passive;
@@ -23,6 +25,7 @@ pub use active::{
     probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck,
     HealthCheckError, ProbeError,
 };
+pub use liveness::{Outcome, Progress};
 pub use local::{is_local_shortage, WarnLimit};
 pub use members::{
     MemberError, MemberErrorKind, MemberFuture, MemberState, MemberStore, MemberView, Members,
