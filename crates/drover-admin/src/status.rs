@@ -29,7 +29,8 @@ pub struct WorkerRow {
     pub id: usize,
     pub pid: Option<u32>,
     pub port: Option<u16>,
-    /// starting, ready, unhealthy, stopping, backing-off, crash-looping, stopped.
+    /// starting, ready, busy, unhealthy, hung, stopping, backing-off, crash-looping,
+    /// stopped.
     pub state: String,
     pub uptime_secs: Option<f64>,
     pub restarts: u32,

@@ -42,6 +42,25 @@ pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     parse_stat_ticks(&stat).map(|ticks| ticks as f64 / USER_HZ)
 }
 
+/// Whether process `pid` is stopped (`T`: SIGSTOP, SIGTSTP; `t`: a tracer holds it),
+/// from the state field of `/proc/PID/stat`. A stopped process answers nothing and
+/// acts on no signal but SIGKILL and SIGCONT.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| parse_stat_state(&s))
+        .is_some_and(|state| matches!(state, 'T' | 't'))
+}
+
+/// The state letter of `stat`, the first field after the `)` that ends the command name.
+fn parse_stat_state(s: &str) -> Option<char> {
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 fn parse_schedstat(s: &str) -> Option<u64> {
     let mut fields = s.split_whitespace().map(str::parse::<u64>);
     let running = fields.next()?.ok()?;
@@ -95,6 +114,28 @@ mod tests {
             "4242 (node (worker) 1) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 30 0 0 20 0 11";
         assert_eq!(parse_stat_ticks(stat), Some(280));
         assert_eq!(parse_stat_ticks("garbage"), None);
+        assert_eq!(parse_stat_state(stat), Some('S'));
+        assert_eq!(parse_stat_state("1 (a) b) T 1"), Some('T'));
+        assert_eq!(parse_stat_state("garbage"), None);
+    }
+
+    #[test]
+    fn a_stopped_process_reads_as_stopped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        assert!(!is_stopped(child.id()));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let stopped = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            is_stopped(child.id())
+        });
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(stopped);
+        assert!(!is_stopped(u32::MAX), "no such process");
     }
 
     #[test]

@@ -1,10 +1,25 @@
 //! Readiness (is the fresh worker serving yet?) and liveness (is it still?) probes,
 //! both built on `drover_registry::probe`.
+//!
+//! Liveness tells busy from hung. A probe that gets no answer while the worker
+//! completes requests is not a failure: the probe waits behind work, as every request
+//! does under a burst (`drover_registry::liveness`). A worker is hung when `fall` probes
+//! in a row get no answer and no request completes meanwhile: it spins without
+//! finishing anything, sleeps without answering (a deadlock), or is stopped. Such a
+//! worker is killed at once (it could not act on a SIGTERM) and replaced. And only one
+//! worker of an app is restarted for health at a time: the next waits until the
+//! replacement of the first is ready, so a cause that hits every worker at once (a slow
+//! shared dependency, a burst the busy rule misjudges) never takes them all away.
 
-use drover_registry::{probe, CheckKind, HealthCheck, ProbeError};
+use crate::cpu;
+use crate::status::WorkerState;
+use drover_registry::liveness::{self, Outcome, Progress};
+use drover_registry::{probe, CheckKind, HealthCheck, Pool, ProbeError};
 use std::fmt;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::MissedTickBehavior;
 
 /// How often a starting worker's port is tried. Connecting to a closed loopback port
@@ -76,27 +91,153 @@ async fn ready_once(addr: SocketAddr, check: Option<&HealthCheck>) -> Result<(),
     }
 }
 
+/// Why a serving worker must go, and the app's permit to restart it.
+pub(crate) struct Unhealthy {
+    /// For the log and the restart record.
+    pub reason: String,
+    /// It gave no answer and completed nothing: it cannot finish its requests or act on
+    /// a SIGTERM either, so it is killed at once rather than after `stop_timeout`.
+    pub hung: bool,
+    /// Held until this slot's next process is ready, so the app's other workers are not
+    /// restarted for health meanwhile (see `Supervisor`'s one-at-a-time rule).
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// What the liveness watch needs of a serving worker.
+pub(crate) struct Watched<'a> {
+    pub addr: SocketAddr,
+    pub pid: Option<u32>,
+    pub check: &'a HealthCheck,
+    /// The pool the worker serves in: its endpoint counts the responses it completes.
+    pub pool: &'a Pool,
+    /// One per app: taken by the worker about to be restarted for health.
+    pub restarts: &'a Arc<Semaphore>,
+    /// Told `Busy` while probes go unanswered but requests complete, `Ready` otherwise.
+    pub show: &'a (dyn Fn(WorkerState) + Sync),
+}
+
 /// Probes a ready worker every `interval` and returns once `fall` probes in a row have
-/// failed, with the last error. Never returns for a healthy worker; the caller races it
-/// against the process exiting.
-pub(crate) async fn until_unhealthy(addr: SocketAddr, check: &HealthCheck) -> String {
-    let mut ticker = tokio::time::interval(check.interval.max(Duration::from_millis(1)));
+/// failed with no request completing meanwhile (see `drover_registry::liveness`: busy
+/// is not hung) and no other worker of the app is being restarted for health. Never
+/// returns for a healthy worker; the caller races it against the process exiting.
+pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
+    let completed = || {
+        w.pool
+            .find(w.addr)
+            .map_or(0, |ep| ep.stats().responses_total())
+    };
+    let mut progress = Progress::new(completed());
+    let mut ticker = tokio::time::interval(w.check.interval.max(Duration::from_millis(1)));
     // A probe that hangs until its timeout delays the next one instead of bunching up.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Readiness just passed a probe; the first tick of `interval` fires at once, skip it.
     ticker.tick().await;
     let mut failures = 0;
+    // When the failures in a row began, with the main thread's busy time then.
+    let mut quiet_since = Quiet::now(w.pid);
+    let mut waiting_logged = false;
     loop {
         ticker.tick().await;
-        match probe(addr, &check.kind, check.timeout).await {
-            Ok(()) => failures = 0,
-            Err(e) => {
-                failures += 1;
-                tracing::debug!(endpoint = %addr, failures, "worker health check failed: {e}");
-                if failures >= check.fall.max(1) {
-                    return format!("failed {failures} health checks in a row (last: {e})");
+        let result = probe(w.addr, &w.check.kind, w.check.timeout).await;
+        let outcome = liveness::judge(&result, progress.advanced(completed()));
+        let e = match (outcome, result) {
+            (Outcome::Failed, Err(e)) => e,
+            (outcome, _) => {
+                if failures > 0 || outcome == Outcome::Busy {
+                    tracing::debug!(endpoint = %w.addr, ?outcome, "worker health check");
+                }
+                failures = 0;
+                waiting_logged = false;
+                (w.show)(if outcome == Outcome::Busy {
+                    WorkerState::Busy
+                } else {
+                    WorkerState::Ready
+                });
+                continue;
+            }
+        };
+        if failures == 0 {
+            quiet_since = Quiet::now(w.pid);
+        }
+        failures += 1;
+        tracing::debug!(endpoint = %w.addr, failures, "worker health check failed: {e}");
+        if failures < w.check.fall.max(1) {
+            continue;
+        }
+        match Arc::clone(w.restarts).try_acquire_owned() {
+            Ok(permit) => {
+                let hung = e.is_no_answer();
+                let reason = if hung {
+                    format!(
+                        "hung: no answer to {failures} health checks in a row and no request \
+                         completed for {:.1}s; {} (last: {e})",
+                        quiet_since.at.elapsed().as_secs_f64(),
+                        quiet_since.main_thread(w.pid),
+                    )
+                } else {
+                    format!("failed {failures} health checks in a row (last: {e})")
+                };
+                return Unhealthy {
+                    reason,
+                    hung,
+                    permit,
+                };
+            }
+            Err(_) => {
+                // Another worker of the app is being replaced; this one keeps serving
+                // what it can until that one's successor is ready.
+                if !waiting_logged {
+                    tracing::warn!(endpoint = %w.addr, failures,
+                        "worker failing its health checks ({e}); waiting for the app's \
+                         other replacement to be ready before restarting it");
+                    waiting_logged = true;
                 }
             }
+        }
+    }
+}
+
+/// Where a quiet spell (failed probes, no completions) began: for telling a worker that
+/// spins from one that sleeps.
+struct Quiet {
+    at: Instant,
+    busy_ns: Option<u64>,
+}
+
+impl Quiet {
+    fn now(pid: Option<u32>) -> Quiet {
+        Quiet {
+            at: Instant::now(),
+            busy_ns: pid.and_then(cpu::main_thread_busy_ns),
+        }
+    }
+
+    /// What the main thread did since: stopped, spinning or idle.
+    fn main_thread(&self, pid: Option<u32>) -> String {
+        let Some(pid) = pid else {
+            return "its CPU could not be read".to_string();
+        };
+        if cpu::is_stopped(pid) {
+            return "the process is stopped (SIGSTOP, or a debugger)".to_string();
+        }
+        let wall = self.at.elapsed().as_nanos() as f64;
+        match (self.busy_ns, cpu::main_thread_busy_ns(pid)) {
+            (Some(then), Some(now)) if wall > 0.0 => {
+                let share = now.saturating_sub(then) as f64 / wall;
+                if share >= drover_balance::endpoint::SATURATED {
+                    format!(
+                        "its main thread was busy {:.0}% of the time (an endless loop?)",
+                        share.min(1.0) * 100.0
+                    )
+                } else {
+                    format!(
+                        "its main thread was busy {:.0}% of the time (deadlocked, or waiting \
+                         for something that does not come?)",
+                        share * 100.0
+                    )
+                }
+            }
+            _ => "its CPU could not be read".to_string(),
         }
     }
 }
@@ -120,14 +261,6 @@ pub(crate) async fn wait_ready_at(
             tokio::time::sleep(SHARED_SETTLE.min(within)).await;
             Ok(())
         }
-    }
-}
-
-/// `until_unhealthy` when there is something to check; never resolves otherwise.
-pub(crate) async fn watch(addr: Option<SocketAddr>, check: Option<HealthCheck>) -> String {
-    match (addr, check) {
-        (Some(addr), Some(check)) => until_unhealthy(addr, &check).await,
-        _ => std::future::pending().await,
     }
 }
 

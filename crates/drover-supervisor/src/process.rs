@@ -205,7 +205,16 @@ impl Worker {
     /// its port). Reaps the worker, so no zombie is left. Returns how the worker ended
     /// (None if waiting failed, which tokio only reports for a child already reaped).
     pub(crate) async fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + grace;
+        self.end(Some(grace)).await
+    }
+
+    /// `stop` without the SIGTERM: SIGKILL to the group at once. For a hung worker,
+    /// which could act on a SIGTERM no more than it answers requests.
+    pub(crate) async fn kill(&mut self) -> Option<ExitStatus> {
+        self.end(None).await
+    }
+
+    async fn end(&mut self, grace: Option<Duration>) -> Option<ExitStatus> {
         let Some(group) = self.group else {
             let _ = self.child.start_kill();
             return self.child.wait().await.ok();
@@ -215,14 +224,20 @@ impl Worker {
             self.stopped = true;
             return self.child.wait().await.ok();
         }
-        signal_group(group, Signal::SIGTERM);
-        let status = tokio::time::timeout_at(deadline, self.child.wait()).await;
-        let mut clean = status.is_ok() && wait_group_gone(group, deadline).await;
+        let mut clean = false;
+        if let Some(grace) = grace {
+            let deadline = Instant::now() + grace;
+            signal_group(group, Signal::SIGTERM);
+            let status = tokio::time::timeout_at(deadline, self.child.wait()).await;
+            clean = status.is_ok() && wait_group_gone(group, deadline).await;
+            if !clean {
+                tracing::warn!(
+                    pid = group.as_raw(),
+                    "worker or a process it started did not exit within {grace:?} of SIGTERM; sending SIGKILL to its process group"
+                );
+            }
+        }
         if !clean {
-            tracing::warn!(
-                pid = group.as_raw(),
-                "worker or a process it started did not exit within {grace:?} of SIGTERM; sending SIGKILL to its process group"
-            );
             signal_group(group, Signal::SIGKILL);
             clean = wait_group_gone(group, Instant::now() + KILL_WAIT).await;
         }

@@ -10,8 +10,15 @@ pub enum WorkerState {
     Starting,
     /// In the pool, serving.
     Ready,
+    /// In the pool, serving, and too busy to answer its health checks: they get no
+    /// answer, but its requests complete. Busy is not hung; it is not restarted.
+    Busy,
     /// Failed `fall` health checks in a row; out of the pool, being restarted.
     Unhealthy,
+    /// Answered nothing and completed nothing for `fall` health checks in a row (an
+    /// endless loop, a deadlock, a stopped process); out of the pool, killed and
+    /// replaced at once.
+    Hung,
     /// Being stopped for shutdown (SIGTERM, then SIGKILL after the grace).
     Stopping,
     /// Exited; waiting out the back-off before the next start.
@@ -23,12 +30,19 @@ pub enum WorkerState {
 }
 
 impl WorkerState {
+    /// In the pool and serving (busy included).
+    pub fn is_serving(self) -> bool {
+        matches!(self, WorkerState::Ready | WorkerState::Busy)
+    }
+
     /// The kebab-case name used in JSON and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerState::Starting => "starting",
             WorkerState::Ready => "ready",
+            WorkerState::Busy => "busy",
             WorkerState::Unhealthy => "unhealthy",
+            WorkerState::Hung => "hung",
             WorkerState::Stopping => "stopping",
             WorkerState::BackingOff => "backing-off",
             WorkerState::CrashLooping => "crash-looping",

@@ -182,7 +182,7 @@ impl Supervisor {
             self.shared
                 .statuses()
                 .iter()
-                .all(|(w, _)| w.state == WorkerState::Ready)
+                .all(|(w, _)| w.state.is_serving())
         };
         // Polling keeps the workers free of any notification plumbing; this runs once
         // at startup, so a 20 ms poll costs nothing.
@@ -248,7 +248,7 @@ impl Supervisor {
         loop {
             let statuses = self.shared.statuses();
             let new = &statuses[ids.clone()];
-            if new.iter().all(|(w, _)| w.state == WorkerState::Ready) {
+            if new.iter().all(|(w, _)| w.state.is_serving()) {
                 return Ok(());
             }
             let stuck = new
@@ -257,7 +257,7 @@ impl Supervisor {
             let late = tokio::time::Instant::now() >= deadline;
             if stuck.is_some() || late {
                 let (w, _) = stuck
-                    .or_else(|| new.iter().find(|(w, _)| w.state != WorkerState::Ready))
+                    .or_else(|| new.iter().find(|(w, _)| !w.state.is_serving()))
                     .expect("one is not ready");
                 return Err(StuckWorker {
                     id: w.id,

@@ -24,7 +24,7 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::process::Child;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 /// How often a serving worker's RSS and CPU time are sampled (for its restart record)
@@ -60,6 +60,10 @@ pub(crate) struct Shared {
     /// Why this app's processes ended, last ones only. Here rather than in the slots,
     /// so a record outlives a slot that was scaled away.
     history: RestartHistory,
+    /// One permit: the worker restarted for health holds it until its successor is
+    /// ready, so health restarts of one app go one at a time (Kubernetes'
+    /// `maxUnavailable: 1`). Workers that exit by themselves need none.
+    pub health_restarts: Arc<Semaphore>,
 }
 
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
@@ -158,6 +162,9 @@ pub(crate) struct Slot {
     pub in_pool: Option<SocketAddr>,
     /// `scale` is retiring this slot: its stop is a scale-down, not drover's shutdown.
     pub retiring: bool,
+    /// The app's health-restart permit, from a health kill until this slot's next
+    /// process is ready (see `Shared::health_restarts`).
+    pub health_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Slot {
@@ -177,6 +184,7 @@ impl Slot {
             started_at: None,
             in_pool: None,
             retiring: false,
+            health_permit: None,
         }
     }
 
@@ -218,6 +226,7 @@ impl Shared {
             socket,
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
+            health_restarts: Arc::new(Semaphore::new(1)),
         }
     }
 
@@ -316,6 +325,14 @@ impl Shared {
     pub(crate) fn set_spec(&self, spec: Arc<AppSpec>) {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         *cur = (spec, cur.1 + 1);
+    }
+
+    /// Shows a serving slot as busy (probes unanswered, requests completing) or ready.
+    fn show_serving(&self, id: usize, state: WorkerState) {
+        let mut slot = self.slot(id);
+        if slot.state.is_serving() && slot.state != state {
+            slot.state = state;
+        }
     }
 
     /// Takes a slot's endpoint out of the pool, if it has one there.
@@ -584,6 +601,7 @@ pub(crate) async fn run(
     }
     let mut slot = shared.slot(id);
     slot.state = WorkerState::Stopped;
+    slot.health_permit = None;
     slot.pid = None;
     slot.port = None;
     slot.spawned = None;
@@ -675,7 +693,7 @@ async fn serve(
     let mut ready_at = Instant::now();
     // Kept across loop turns: recreating it on every event would reset its count of
     // failed checks.
-    let mut unhealthy = Box::pin(health::watch(proc.addr(), proc.spec.health.clone()));
+    let mut unhealthy = Box::pin(watch_health(shared, id, &proc));
     let mut memory_poll = tokio::time::interval(MEMORY_POLL);
     memory_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut cpu_poll = tokio::time::interval(CPU_POLL);
@@ -691,12 +709,22 @@ async fn serve(
                 shared.record_exit(id, &mut proc, &status, None).await;
                 return Life { end: exited(status), pid: proc.pid, served: ready_at.elapsed() };
             }
-            reason = &mut unhealthy => {
+            health::Unhealthy { reason, hung, permit } = &mut unhealthy => {
                 shared.leave_pool(id);
-                shared.slot(id).state = WorkerState::Unhealthy;
+                {
+                    let mut slot = shared.slot(id);
+                    slot.state = if hung { WorkerState::Hung } else { WorkerState::Unhealthy };
+                    slot.health_permit = Some(permit);
+                }
                 tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid, "worker {}/{id} unhealthy: {reason}", shared.app);
                 proc.sample();
-                let status = proc.worker.stop(proc.spec.stop_timeout).await;
+                // A hung process finishes nothing and cannot act on a SIGTERM: waiting
+                // `stop_timeout` for it only delays its replacement.
+                let status = if hung {
+                    proc.worker.kill().await
+                } else {
+                    proc.worker.stop(proc.spec.stop_timeout).await
+                };
                 shared.record_end(id, &mut proc, RestartReason::Health, Some(reason.clone()), status).await;
                 return Life { end: End::Killed(reason), pid: proc.pid, served: ready_at.elapsed() };
             }
@@ -748,7 +776,7 @@ async fn serve(
             Replaced::Done(new) => {
                 proc = new;
                 ready_at = Instant::now();
-                unhealthy = Box::pin(health::watch(proc.addr(), proc.spec.health.clone()));
+                unhealthy = Box::pin(watch_health(shared, id, &proc));
                 Ok(())
             }
             Replaced::Kept(old, reason) => {
@@ -918,9 +946,36 @@ fn report_cpu(shared: &Shared, proc: &Proc, meter: &mut CpuMeter) {
     }
 }
 
+/// Watches a serving process's health (see `health::until_unhealthy`); never resolves
+/// when it has no health check or no port of its own (shared mode).
+fn watch_health<'a>(
+    shared: &'a Shared,
+    id: usize,
+    proc: &Proc,
+) -> impl std::future::Future<Output = health::Unhealthy> + 'a {
+    let (addr, pid, check) = (proc.addr(), proc.pid, proc.spec.health.clone());
+    async move {
+        let (Some(addr), Some(check)) = (addr, check) else {
+            return std::future::pending().await;
+        };
+        let show = |state| shared.show_serving(id, state);
+        health::until_unhealthy(health::Watched {
+            addr,
+            pid,
+            check: &check,
+            pool: &shared.pool,
+            restarts: &shared.health_restarts,
+            show: &show,
+        })
+        .await
+    }
+}
+
 fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     let mut slot = shared.slot(id);
     slot.state = WorkerState::Ready;
+    // Its predecessor's health restart is over: the app's next may go.
+    slot.health_permit = None;
     let Some(addr) = proc.addr() else {
         return; // shared mode: the kernel balances, there is no pool
     };
