@@ -459,8 +459,14 @@ impl Endpoint {
     /// scaling by it sent cheap requests behind expensive ones on mixed CPU-bound load
     /// (`BENCH_REPORT_LOAD=1` matrix, cpu-mixed-open75 p99 0.93 → 0.82 × HAProxy
     /// leastconn). (Idle endpoints are not ranked at all; see `is_free`.)
+    ///
+    /// Each pending request also counts 1 ns, which breaks ties by count. Before drover
+    /// has timed a route (a burst at a cold start) every cost is 0, and the scores of
+    /// busy endpoints were all equal: the first of each pair won, and a burst of 100
+    /// requests split 60/40 by chance, where round-robin splits it 50/50 and finishes
+    /// sooner. Against any measured cost (µs and more) the nanosecond is nothing.
     pub fn pending_score(&self, now: Nanos) -> f64 {
-        self.pending_cost() as f64 / self.effective_weight(now)
+        (self.pending_cost() as f64 + self.pending() as f64) / self.effective_weight(now)
     }
 
     /// Reported load scales a score up; weight and slow start scale it down.
@@ -654,6 +660,19 @@ mod tests {
         assert!(a.try_acquire(5_000_000, 1).is_some());
         let c = ep();
         assert!(a.load_score(1) > c.load_score(1));
+    }
+
+    #[test]
+    fn unknown_costs_rank_by_pending_count() {
+        let (a, b) = (ep(), Endpoint::new("127.0.0.1:8002".parse().unwrap()));
+        for _ in 0..3 {
+            a.try_acquire(0, 1).unwrap();
+        }
+        b.try_acquire(0, 1).unwrap();
+        assert!(b.pending_score(1) < a.pending_score(1));
+        // A measured cost outweighs any count.
+        b.try_acquire(50_000, 1).unwrap();
+        assert!(a.pending_score(1) < b.pending_score(1));
     }
 
     #[test]
