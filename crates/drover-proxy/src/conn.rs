@@ -478,7 +478,14 @@ impl Conn {
                 }
                 Err(e) => {
                     endpoint.stats().record_failure(Cause::ConnectFailed);
-                    let ejected = shared.pool.on_connect_failure(endpoint, clock::now());
+                    // Refused: nothing listens. Timed out: the backend's listen backlog
+                    // overflowed and dropped the SYN, so it is busy, and the last
+                    // endpoint that still answers must stay in rotation.
+                    let ejected = if e.kind() == std::io::ErrorKind::TimedOut {
+                        shared.pool.on_connect_timeout(endpoint, clock::now())
+                    } else {
+                        shared.pool.on_connect_failure(endpoint, clock::now())
+                    };
                     // Each ejection is logged where it happens; a failure that hits every
                     // request at once is told once a second, with the count it stands for.
                     if let Some(held_back) = CONNECT_FAILURES.check_now() {

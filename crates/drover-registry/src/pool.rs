@@ -327,6 +327,16 @@ impl Pool {
         counted(ep, ejected, Ejection::ConnectFailures)
     }
 
+    /// Passive health: a connect timed out (a busy backend, see `PassivePolicy`).
+    pub fn on_connect_timeout(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
+        let ejected = self
+            .options
+            .load()
+            .passive
+            .on_connect_timeout(&self.set.load(), ep, now);
+        counted(ep, ejected, Ejection::RequestFailures)
+    }
+
     /// Passive health for a response status. Successes skip the snapshot load.
     pub fn on_response(&self, ep: &Arc<Endpoint>, status: u16, now: Nanos) -> Option<Duration> {
         let options = self.options.load();
