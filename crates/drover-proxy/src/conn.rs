@@ -105,6 +105,32 @@ impl Worker {
 /// connection moves to it at its next request.
 pub(crate) type WorkerCell = ArcSwap<Worker>;
 
+/// Open client connections in this process, over every balancer: they share one
+/// descriptor limit, which the accept loops keep them within.
+static CLIENT_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// One accepted client connection, counted in `CLIENT_CONNECTIONS` from the accept
+/// (before its task first runs, so a burst of accepts cannot overshoot) to its close.
+pub(crate) struct ClientConnection(());
+
+impl ClientConnection {
+    pub fn accepted() -> ClientConnection {
+        CLIENT_CONNECTIONS.fetch_add(1, Relaxed);
+        ClientConnection(())
+    }
+
+    /// Open client connections in this process now.
+    pub fn open() -> usize {
+        CLIENT_CONNECTIONS.load(Relaxed)
+    }
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        CLIENT_CONNECTIONS.fetch_sub(1, Relaxed);
+    }
+}
+
 struct ActiveGuard(Arc<AtomicUsize>);
 
 impl Drop for ActiveGuard {
@@ -113,7 +139,12 @@ impl Drop for ActiveGuard {
     }
 }
 
-pub(crate) async fn serve(client: TcpStream, peer: std::net::SocketAddr, cell: Arc<WorkerCell>) {
+pub(crate) async fn serve(
+    client: TcpStream,
+    peer: std::net::SocketAddr,
+    cell: Arc<WorkerCell>,
+    _counted: ClientConnection,
+) {
     let worker = cell.load_full();
     worker.shared.active.fetch_add(1, Relaxed);
     let _active = ActiveGuard(Arc::clone(&worker.shared.active));

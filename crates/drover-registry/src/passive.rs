@@ -379,7 +379,10 @@ mod tests {
         assert!(b.is_available(S));
         let single = set(1);
         for _ in 0..10 {
-            assert_eq!(p.on_connect_timeout(&single, &single.endpoints()[0], S), None);
+            assert_eq!(
+                p.on_connect_timeout(&single, &single.endpoints()[0], S),
+                None
+            );
         }
         assert!(single.endpoints()[0].is_available(S));
     }
