@@ -2,7 +2,9 @@
 //! repeat while keep-alive lasts.
 
 use crate::admission::{Admission, Slot};
-use crate::body::{self, BodyError, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER};
+use crate::body::{
+    self, BodyError, BodyPace, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER,
+};
 use crate::error::ProxyError;
 use crate::http1::request::{self, BadRequest, ClientInfo, KeySpec, Parsed, RequestHead};
 use crate::http1::response::{self, Exchange, ResponseHead};
@@ -344,6 +346,8 @@ impl Conn {
         // then holds no backend connection and no endpoint's capacity while it does.
         let mut framer = Framer::new(head.body.unwrap_or(BodyKind::None), false);
         self.reqbody.clear();
+        let timeouts = self.opts().timeouts;
+        let mut pace = BodyPace::start(timeouts.body, timeouts.body_min_rate);
         if head.body.is_some() {
             let read = body::prefetch(
                 &mut framer,
@@ -352,12 +356,15 @@ impl Conn {
                 &mut self.reqbody,
                 REQUEST_BUFFER,
                 client_timeout,
+                &mut pace,
             )
             .await;
             if let Err(e) = read {
                 self.refuse_body(e).await;
                 return false;
             }
+            // Queued for an endpoint and connecting is drover's time, not the client's.
+            pace.pause();
         }
         let shared = Arc::clone(&self.worker.shared);
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
@@ -389,7 +396,10 @@ impl Conn {
             let waited = slot.pick().started().saturating_sub(asked);
             shared.stats.record_queue_wait(waited);
             endpoint.stats().record_queue_wait(waited);
-            match self.attempt(head, &slot, &mut framer, answered).await {
+            match self
+                .attempt(head, &slot, &mut framer, &mut pace, answered)
+                .await
+            {
                 Attempt::Done(keep) => {
                     // The backend is done: free its slot before the client takes the rest.
                     drop(slot);
@@ -474,6 +484,17 @@ impl Conn {
                 )
                 .await;
             }
+            BodyError::TooSlow => {
+                debug!(client = %self.info.ip, "request body below the minimum rate");
+                self.worker.shared.stats.record_refusal(408);
+                self.send_error(
+                    408,
+                    "body-too-slow",
+                    "request body arrived slower than the minimum body rate",
+                    true,
+                )
+                .await;
+            }
             BodyError::Read | BodyError::Write | BodyError::Stalled => {}
         }
     }
@@ -485,6 +506,7 @@ impl Conn {
         head: &RequestHead,
         slot: &Slot,
         framer: &mut Framer,
+        pace: &mut BodyPace,
         answered: &mut Option<Answered>,
     ) -> Attempt {
         let shared = Arc::clone(&self.worker.shared);
@@ -548,6 +570,7 @@ impl Conn {
                 out: &mut self.out,
                 read_timeout: timeouts.client,
                 write_timeout: timeouts.request,
+                pace: Some(pace),
             };
             let answered = async {
                 let _ = up_read.readable().await;
@@ -659,6 +682,7 @@ impl Conn {
             out: &mut self.out,
             read_timeout: timeouts.request,
             write_timeout: timeouts.client,
+            pace: None,
         };
         let mut written = 0;
         let sent = body::relay(
@@ -745,7 +769,11 @@ impl Conn {
             match body::read_some(up, &mut self.ubuf, timeout).await {
                 Ok(0)
                 | Err(
-                    BodyError::Read | BodyError::Write | BodyError::Stalled | BodyError::Framing(_),
+                    BodyError::Read
+                    | BodyError::Write
+                    | BodyError::Stalled
+                    | BodyError::TooSlow
+                    | BodyError::Framing(_),
                 ) => {
                     return Err(ReadHead::Closed {
                         got_bytes: !self.ubuf.is_empty(),
