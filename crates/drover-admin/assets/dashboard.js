@@ -292,6 +292,12 @@ function cells(tr, list) {
 }
 
 const ms = (v) => (v == null ? '-' : v < 10 ? v.toFixed(2) : v.toFixed(0));
+// The limit in force and why: a learned limit holds only while the backend is
+// saturated, and counts requests awaiting their response head, not streams.
+const limitText = (e) =>
+  e.limit_reason === 'saturated' ? e.limit + ' (saturated)'
+    : e.limit_reason === 'not-saturated' ? '- (not saturated)'
+      : e.limit ? String(e.limit) : '-';
 
 function endpointTable(c, b) {
   head(c.table, ['endpoint', 'state', 'in-flight / limit', 'queue', 'p99 ms (1 min)',
@@ -314,7 +320,7 @@ function endpointTable(c, b) {
     cells(tr, [
       e.address,
       { t: e.state, c: 'st-' + e.state, k: 'state' },
-      e.in_flight + ' / ' + (e.limit ? e.limit : '-'),
+      e.in_flight + ' / ' + limitText(e),
       b.queue_depth,
       ms(e.p99_ms),
       e.responses_5xx,

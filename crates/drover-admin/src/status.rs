@@ -167,10 +167,36 @@ pub struct EndpointRow {
     pub load: f64,
     /// The concurrency cap in force now; 0 = none.
     pub limit: u32,
+    /// Why `limit` is what it is: "max-conns" (a fixed cap on requests in flight),
+    /// "saturated" (the learned limit, in force on pending requests while the backend's
+    /// CPU is saturated), "not-saturated" (a limit is learned but not in force), "off".
+    #[serde(default)]
+    pub limit_reason: String,
+    /// The learned limit, also while it is not in force; 0 when none is learned.
+    #[serde(default)]
+    pub learned_limit: u32,
+    /// Requests sent and not yet answered with a response head: what a learned limit
+    /// counts. `in_flight` also counts responses still streaming.
+    #[serde(default)]
+    pub pending: u32,
     /// Peak-EWMA latency estimate.
     pub rtt_ms: f64,
     pub weight: u32,
     pub ejections: u32,
+}
+
+impl EndpointRow {
+    /// The LIMIT column: the limit in force, and what it counts or why none is, so it
+    /// never seems to contradict IN-FLIGHT. A learned limit counts PENDING (requests
+    /// awaiting their response head) and holds only while the backend is saturated.
+    fn limit_cell(&self) -> String {
+        match (self.limit_reason.as_str(), self.limit) {
+            ("saturated", n) => format!("{n} (saturated)"),
+            ("not-saturated", _) => format!("- (not saturated, {})", self.learned_limit),
+            (_, 0) => "-".to_string(),
+            (_, n) => n.to_string(),
+        }
+    }
 }
 
 impl Status {
@@ -245,11 +271,9 @@ impl Status {
                         e.addr.clone(),
                         health.to_string(),
                         e.in_flight.to_string(),
+                        e.pending.to_string(),
                         format!("{:.2}", e.load),
-                        match e.limit {
-                            0 => "-".to_string(),
-                            n => n.to_string(),
-                        },
+                        e.limit_cell(),
                         format!("{:.2}", e.rtt_ms),
                         e.weight.to_string(),
                         e.ejections.to_string(),
@@ -262,6 +286,7 @@ impl Status {
                     "ENDPOINT",
                     "HEALTH",
                     "IN-FLIGHT",
+                    "PENDING",
                     "LOAD",
                     "LIMIT",
                     "RTT-MS",
@@ -457,8 +482,11 @@ mod tests {
                     healthy: true,
                     available: false,
                     in_flight: 3,
+                    pending: 1,
                     load: 0.95,
                     limit: 2,
+                    limit_reason: "max-conns".into(),
+                    learned_limit: 0,
                     rtt_ms: 1.234,
                     weight: 1,
                     ejections: 1,
@@ -500,6 +528,33 @@ mod tests {
             text.contains("LOAD  LIMIT") && text.contains("0.95  2 "),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_limit_column_says_what_is_in_force_and_why() {
+        let row = |limit, reason: &str, learned| EndpointRow {
+            addr: "127.0.0.1:1".into(),
+            healthy: true,
+            available: true,
+            in_flight: 18,
+            pending: 4,
+            load: 0.95,
+            limit,
+            limit_reason: reason.into(),
+            learned_limit: learned,
+            rtt_ms: 1.0,
+            weight: 1,
+            ejections: 0,
+        };
+        assert_eq!(row(4, "saturated", 4).limit_cell(), "4 (saturated)");
+        assert_eq!(
+            row(0, "not-saturated", 4).limit_cell(),
+            "- (not saturated, 4)"
+        );
+        assert_eq!(row(8, "max-conns", 0).limit_cell(), "8");
+        assert_eq!(row(0, "off", 0).limit_cell(), "-");
+        // An older drover's JSON, without the reason: the limit as it was shown.
+        assert_eq!(row(3, "", 0).limit_cell(), "3");
     }
 
     fn restart(app: &str, worker: usize, unix_secs: f64, reason: &str) -> RestartRow {

@@ -954,6 +954,8 @@ struct RawTimeouts {
     request: Option<PosDur>,
     idle: Option<PosDur>,
     client: Option<PosDur>,
+    body: Option<PosDur>,
+    body_min_rate: Option<Bounded<1, { u32::MAX as i64 }>>,
 }
 
 #[derive(Deserialize)]
@@ -1620,6 +1622,10 @@ fn validate_balancer(
         set(&mut b.timeouts.request, t.request);
         set(&mut b.timeouts.idle, t.idle);
         set(&mut b.timeouts.client, t.client);
+        set(&mut b.timeouts.body, t.body);
+        if let Some(rate) = t.body_min_rate {
+            b.timeouts.body_min_rate = rate.as_u32();
+        }
     }
     if let Some(h) = raw.health {
         b.health = Some(validate_health(h, &key("health"), false, ctx)?);

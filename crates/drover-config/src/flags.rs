@@ -108,6 +108,14 @@ pub fn duration(s: &str) -> Result<Duration, FlagError> {
         .map_err(|e| FlagError(format!("{e} (write durations like 500ms, 2s, 1m)")))
 }
 
+/// A duration above zero.
+fn positive_duration(s: &str) -> Result<Duration, FlagError> {
+    match duration(s)? {
+        d if d.is_zero() => Err(FlagError("must be greater than 0".into())),
+        d => Ok(d),
+    }
+}
+
 fn byte_size(s: &str) -> Result<u64, String> {
     match crate::parse_byte_size(s).map_err(|e| e.to_string())? {
         0 => Err("must be greater than 0".into()),
@@ -232,6 +240,21 @@ pub struct ProxyArgs {
     /// (slow POST, slow read).
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub client_timeout: Duration,
+
+    /// Grace for a request body: all of it must arrive by this plus one second per
+    /// --body-min-rate bytes received, or the client gets 408 [default: 20s]
+    #[arg(long, allow_hyphen_values = true, value_parser = positive_duration)]
+    pub body_timeout: Option<Duration>,
+
+    /// Bytes per second a request body must keep up past --body-timeout
+    /// [default: 500]
+    #[arg(
+        long,
+        value_name = "BYTES_PER_SEC",
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub body_min_rate: Option<u32>,
 
     /// Active HTTP health check path (e.g. /health).
     #[arg(long, value_name = "PATH", conflicts_with = "health_tcp")]
@@ -399,7 +422,14 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         request: a.request_timeout,
         idle: a.idle_timeout,
         client: a.client_timeout,
+        ..crate::TimeoutConfig::default()
     };
+    if let Some(grace) = a.body_timeout {
+        b.timeouts.body = grace;
+    }
+    if let Some(rate) = a.body_min_rate {
+        b.timeouts.body_min_rate = rate;
+    }
     if a.health_tcp || a.health_path.is_some() {
         b.health = Some(crate::HealthCheckConfig {
             kind: match &a.health_path {

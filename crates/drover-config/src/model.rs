@@ -319,6 +319,11 @@ pub struct TimeoutConfig {
     pub idle: Duration,
     /// A client mid-request sending or reading nothing; default 30s.
     pub client: Duration,
+    /// Grace for a request body, which must arrive by `body + received /
+    /// body_min_rate`; default 20s.
+    pub body: Duration,
+    /// Bytes per second a request body must keep up past its grace; default 500.
+    pub body_min_rate: u32,
 }
 
 impl Default for TimeoutConfig {
@@ -331,6 +336,8 @@ impl Default for TimeoutConfig {
             request: t.request,
             idle: t.idle,
             client: t.client,
+            body: t.body,
+            body_min_rate: t.body_min_rate,
         }
     }
 }

@@ -121,6 +121,8 @@ impl BalancerPlan {
                     request: b.timeouts.request,
                     idle: b.timeouts.idle,
                     client: b.timeouts.client,
+                    body: b.timeouts.body,
+                    body_min_rate: b.timeouts.body_min_rate,
                 },
                 limits: Limits {
                     max_header_bytes: b.limits.max_header_bytes,

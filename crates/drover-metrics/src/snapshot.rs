@@ -24,6 +24,10 @@ pub struct EndpointSnapshot {
     pub in_flight: u64,
     /// The concurrency cap in force (learned or configured); 0 = none.
     pub limit: u64,
+    /// Why `limit` is what it is: "max-conns", "saturated", "not-saturated" or "off"
+    /// (see `drover_registry::LimitReason`).
+    #[serde(default)]
+    pub limit_reason: String,
     /// The balancer's latency estimate (peak EWMA), seconds.
     pub latency_estimate_seconds: f64,
     /// Utilisation the backend reported or was measured at (1.0 = saturated).

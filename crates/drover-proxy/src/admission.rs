@@ -18,6 +18,16 @@
 //! passing, expensive ones pile up behind each other, and the tail grows two- to
 //! three-fold. A bound on passes keeps most of the first and none of the second.
 //!
+//! A retry (a request whose endpoint failed it safely, a worker killed mid-request)
+//! joins ahead of every first attempt, behind earlier retries only, and may exceed
+//! `--queue-max`: it has waited once already, and under overload it would otherwise
+//! time out behind the arrivals that came after it. Retries are bounded by the requests
+//! that were in flight, so this cannot grow the queue without bound.
+//!
+//! The queue also tells the accept loop when it is backed up (`backed_up`): while the
+//! oldest waiter has waited a quarter of the queue timeout, new connections are left
+//! in the kernel's listen backlog instead of joining a queue that is not draining.
+//!
 //! Each release hands slots to the waiters at the head, in order, for as long as there
 //! is room. (A wake-up primitive would let a waiter that lost a race drop to the back,
 //! which is what makes tails long.)
@@ -26,7 +36,7 @@ use crate::error::ProxyError;
 use drover_balance::{clock, Balancer, Endpoint, Nanos, NoPick, Pick, PickContext};
 use drover_registry::Pool;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -36,6 +46,17 @@ pub const PASS_RATIO: Nanos = 4;
 
 /// How many later requests may pass a queued one.
 pub const MAX_PASSES: u32 = 8;
+
+/// The queue counts as backed up once its oldest waiter has waited this fraction of
+/// the queue timeout: late enough that a burst which drains is never held at accept,
+/// early enough that the waiters already in drover are served before they time out.
+const BACKED_UP_FRACTION: u32 = 4;
+
+/// How many waiters at the head are looked at for the oldest one. Passes and retries
+/// put younger waiters ahead of older ones, but boundedly (`MAX_PASSES`, retries), so
+/// the oldest is near the head; a bounded look keeps the lock short however long the
+/// queue.
+const OLDEST_SCAN: usize = 16;
 
 /// How many waiters pinned to a full endpoint one dispatch looks past, so a long queue
 /// of pinned requests (every request carries a sticky cookie) costs a bounded scan.
@@ -47,6 +68,9 @@ pub struct Admission {
     queue: Mutex<VecDeque<Waiter>>,
     /// The queue's length, readable without the lock on every release.
     waiting: AtomicUsize,
+    /// When the oldest waiter near the head joined (0: nobody waits), readable without
+    /// the lock by the accept loop.
+    oldest_joined: AtomicU64,
     max: usize,
     timeout: Duration,
 }
@@ -54,6 +78,10 @@ pub struct Admission {
 /// A queued request: what its pick needs, owned, and where to send the slot.
 struct Waiter {
     cost: Nanos,
+    /// When it joined the queue.
+    joined: Nanos,
+    /// A retry: it joins ahead of first attempts (see the module docs).
+    retry: bool,
     /// Later requests that joined ahead of this one.
     passed: u32,
     hash_key: Option<Vec<u8>>,
@@ -81,6 +109,7 @@ impl Admission {
             pool,
             queue: Mutex::new(VecDeque::new()),
             waiting: AtomicUsize::new(0),
+            oldest_joined: AtomicU64::new(0),
             max,
             timeout,
         }
@@ -88,6 +117,13 @@ impl Admission {
 
     pub fn waiting(&self) -> usize {
         self.waiting.load(Relaxed)
+    }
+
+    /// Whether the queue is backed up at `now`: its oldest waiter has waited at least
+    /// a quarter of the queue timeout. The accept loop stops accepting meanwhile.
+    pub fn backed_up(&self, now: Nanos) -> bool {
+        let joined = self.oldest_joined.load(Relaxed);
+        joined != 0 && now.saturating_sub(joined) >= clock::nanos(self.timeout / BACKED_UP_FRACTION)
     }
 
     /// Picks an endpoint, waiting in the queue while all are busy.
@@ -105,10 +141,11 @@ impl Admission {
         let (reply, mut answer) = oneshot::channel();
         {
             let mut queue = self.lock();
-            if queue.len() >= self.max {
+            let retry = !ctx.exclude.is_empty();
+            if queue.len() >= self.max && !retry {
                 return Err(ProxyError::QueueFull);
             }
-            let at = join_position(&queue, ctx.cost);
+            let at = join_position(&queue, ctx.cost, retry);
             for ahead in queue.range_mut(at..) {
                 ahead.passed += 1;
             }
@@ -116,6 +153,8 @@ impl Admission {
                 at,
                 Waiter {
                     cost: ctx.cost,
+                    joined: clock::now().max(1),
+                    retry,
                     passed: 0,
                     hash_key: ctx.hash_key.map(<[u8]>::to_vec),
                     sticky: ctx.sticky.map(str::to_owned),
@@ -123,7 +162,7 @@ impl Admission {
                     reply,
                 },
             );
-            self.waiting.store(queue.len(), Relaxed);
+            self.note_length(&queue);
         }
         // A slot may have freed between the pick above and joining the queue.
         self.dispatch();
@@ -133,7 +172,12 @@ impl Admission {
             Err(_) => {
                 // A slot sent just as the timeout fired is still ours to use.
                 answer.close();
-                answer.try_recv().unwrap_or(Err(ProxyError::QueueTimeout))
+                let result = answer.try_recv().unwrap_or(Err(ProxyError::QueueTimeout));
+                // Take the expired waiters off the head now, not at the next release
+                // (there may be none for long): their age must not keep the queue
+                // counting as backed up.
+                self.dispatch();
+                result
             }
         }
     }
@@ -180,7 +224,20 @@ impl Admission {
                 drop(unsent.pick.take());
             }
         }
+        self.note_length(&queue);
+    }
+
+    /// Publishes the queue's length and its oldest waiter's age for lock-free readers.
+    fn note_length(&self, queue: &VecDeque<Waiter>) {
         self.waiting.store(queue.len(), Relaxed);
+        let oldest = queue
+            .iter()
+            .take(OLDEST_SCAN)
+            .filter(|w| !w.reply.is_closed())
+            .map(|w| w.joined)
+            .min()
+            .unwrap_or(0);
+        self.oldest_joined.store(oldest, Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiter>> {
@@ -195,17 +252,24 @@ impl Admission {
     }
 }
 
-/// Where a request of `cost` joins: behind the last waiter it may not pass. It passes
-/// waiters at the tail that cost more than `PASS_RATIO` times as much and have been
-/// passed fewer than `MAX_PASSES` times. An unknown cost (0) passes nobody.
-fn join_position(queue: &VecDeque<Waiter>, cost: Nanos) -> usize {
+/// Where a request of `cost` joins: behind the last waiter it may not pass. A retry
+/// passes every first attempt and no other retry. A first attempt passes waiters at the
+/// tail that cost more than `PASS_RATIO` times as much and have been passed fewer than
+/// `MAX_PASSES` times, and never a retry. An unknown cost (0) passes nobody.
+fn join_position(queue: &VecDeque<Waiter>, cost: Nanos, retry: bool) -> usize {
+    if retry {
+        return queue.iter().take_while(|w| w.retry).count();
+    }
     let mut at = queue.len();
     if cost == 0 {
         return at;
     }
     while at > 0 {
         let ahead = &queue[at - 1];
-        if ahead.passed >= MAX_PASSES || ahead.cost <= cost.saturating_mul(PASS_RATIO) {
+        if ahead.retry
+            || ahead.passed >= MAX_PASSES
+            || ahead.cost <= cost.saturating_mul(PASS_RATIO)
+        {
             break;
         }
         at -= 1;
@@ -252,6 +316,8 @@ mod tests {
     fn waiter(cost: Nanos, passed: u32) -> Waiter {
         Waiter {
             cost,
+            joined: 1,
+            retry: false,
             passed,
             hash_key: None,
             sticky: None,
@@ -269,25 +335,80 @@ mod tests {
         // [cheap, expensive, expensive]: a cheap newcomer passes both expensive ones
         // but not the cheap one at the head.
         assert_eq!(
-            join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10),
+            join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10, false),
             1
         );
         // A newcomer of similar cost (within PASS_RATIO) keeps its place in line.
-        assert_eq!(join_position(&queue(&[(1000, 0)]), 400), 1);
-        assert_eq!(join_position(&queue(&[(1000, 0)]), 249), 0);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 400, false), 1);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 249, false), 0);
         // An expensive one in the middle shields the ones ahead of it only by its place:
         // the newcomer stops at the first waiter it may not pass.
         assert_eq!(
-            join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10),
+            join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10, false),
             2
         );
-        assert_eq!(join_position(&VecDeque::new(), 10), 0);
+        assert_eq!(join_position(&VecDeque::new(), 10, false), 0);
+    }
+
+    #[test]
+    fn a_retry_joins_ahead_of_first_attempts_behind_earlier_retries() {
+        let mut q = queue(&[(10, 0), (10, 0), (1000, 0)]);
+        assert_eq!(join_position(&q, 10, true), 0);
+        assert_eq!(join_position(&q, 0, true), 0);
+        q[0].retry = true;
+        assert_eq!(join_position(&q, 1000, true), 1);
+        // First attempts never pass a retry, however cheap.
+        let mut q = queue(&[(1000, 0), (1000, 0)]);
+        q[1].retry = true;
+        assert_eq!(join_position(&q, 10, false), 2);
+    }
+
+    #[tokio::test]
+    async fn the_queue_counts_as_backed_up_once_its_oldest_waiter_waited_a_quarter_of_the_timeout()
+    {
+        let options = drover_registry::PoolOptions {
+            max_conns: 1,
+            ..Default::default()
+        };
+        let pool = Arc::new(Pool::new("t", &[(([127, 0, 0, 1], 9).into(), 1)], options));
+        let admission = Arc::new(Admission::new(
+            Arc::new(drover_balance::strategy::LeastConn::new()),
+            pool,
+            usize::MAX,
+            Duration::from_secs(4),
+        ));
+        fn ctx() -> PickContext<'static> {
+            PickContext {
+                now: clock::now(),
+                cost: 0,
+                hash_key: None,
+                sticky: None,
+                exclude: &[],
+            }
+        }
+        let held = admission.acquire(&ctx()).await.unwrap();
+        assert!(!admission.backed_up(clock::now()));
+        let waiter = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire(&ctx()).await.map(|_| ()) })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(admission.waiting(), 1);
+        let joined = admission.oldest_joined.load(Relaxed);
+        assert!(!admission.backed_up(joined + clock::nanos(Duration::from_millis(999))));
+        assert!(admission.backed_up(joined + clock::nanos(Duration::from_secs(1))));
+        drop(held);
+        assert!(waiter.await.unwrap().is_ok());
+        assert!(!admission.backed_up(joined + clock::nanos(Duration::from_secs(9))));
     }
 
     #[test]
     fn passes_are_bounded_and_unknown_costs_pass_nobody() {
-        assert_eq!(join_position(&queue(&[(1000, MAX_PASSES)]), 10), 1);
-        assert_eq!(join_position(&queue(&[(1000, MAX_PASSES - 1)]), 10), 0);
-        assert_eq!(join_position(&queue(&[(1000, 0)]), 0), 1);
+        assert_eq!(join_position(&queue(&[(1000, MAX_PASSES)]), 10, false), 1);
+        assert_eq!(
+            join_position(&queue(&[(1000, MAX_PASSES - 1)]), 10, false),
+            0
+        );
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 0, false), 1);
     }
 }

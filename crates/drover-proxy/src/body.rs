@@ -31,12 +31,58 @@ pub enum BodyError {
     Read,
     /// The sending side went quiet past its timeout.
     Timeout,
+    /// A request body arrived slower than its minimum rate (`BodyPace`).
+    TooSlow,
     /// The receiving side went away.
     Write,
     /// The receiving side took no bytes within its timeout (it stopped reading).
     Stalled,
     /// The sender's chunked framing was invalid.
     Framing(ChunkedError),
+}
+
+/// How fast a client must send a request body: all of it by `grace + received / rate`,
+/// as Apache's `RequestReadTimeout body=GRACE,MinRate=RATE`. The client timeout alone
+/// restarts at every byte, so a body trickling a byte every few seconds held its
+/// connection forever; a body that keeps up with the rate (a slow mobile upload) is
+/// never cut.
+#[derive(Debug)]
+pub struct BodyPace {
+    deadline: Instant,
+    bytes_per_sec: u32,
+    /// Set while drover is not reading the body (queued for an endpoint, connecting, or
+    /// waiting for the backend to take what it read): that time is not the client's.
+    paused_since: Option<Instant>,
+}
+
+impl BodyPace {
+    /// The body starts arriving now.
+    pub fn start(grace: Duration, bytes_per_sec: u32) -> BodyPace {
+        BodyPace {
+            deadline: Instant::now() + grace,
+            bytes_per_sec: bytes_per_sec.max(1),
+            paused_since: None,
+        }
+    }
+
+    /// `n` more bytes arrived: each earns `1 / rate` seconds more.
+    fn received(&mut self, n: usize) {
+        let nanos = n as u128 * 1_000_000_000 / u128::from(self.bytes_per_sec);
+        let more = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        self.deadline = self.deadline.checked_add(more).unwrap_or(self.deadline);
+    }
+
+    /// drover stops reading the body for a while; the clock stops with it.
+    pub fn pause(&mut self) {
+        self.paused_since.get_or_insert_with(Instant::now);
+    }
+
+    /// drover reads the body again.
+    pub fn resume(&mut self) {
+        if let Some(since) = self.paused_since.take() {
+            self.deadline += since.elapsed();
+        }
+    }
 }
 
 /// Which bytes of a stream belong to one body, and what is sent on for them.
@@ -134,6 +180,27 @@ pub async fn read_some<R: AsyncRead + Unpin>(
     }
 }
 
+/// `read_some` of a request body, which must also keep to `pace`.
+async fn read_paced<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+    pace: &mut BodyPace,
+) -> Result<usize, BodyError> {
+    let quiet_until = Instant::now() + timeout;
+    let too_slow = pace.deadline < quiet_until;
+    reserve(buf);
+    match tokio::time::timeout_at(quiet_until.min(pace.deadline), src.read_buf(buf)).await {
+        Ok(Ok(n)) => {
+            pace.received(n);
+            Ok(n)
+        }
+        Ok(Err(_)) => Err(BodyError::Read),
+        Err(_) if too_slow => Err(BodyError::TooSlow),
+        Err(_) => Err(BodyError::Timeout),
+    }
+}
+
 fn reserve(buf: &mut Vec<u8>) {
     if buf.capacity() - buf.len() < READ_CHUNK / 4 {
         buf.reserve(READ_CHUNK);
@@ -156,7 +223,8 @@ pub async fn write_all<W: AsyncWrite + Unpin>(
 }
 
 /// Reads body bytes from `src` (after those already in `pending`) into `out` until the
-/// body is complete or `out` holds `cap` bytes. Returns whether it is complete.
+/// body is complete or `out` holds `cap` bytes, at `pace` or faster. Returns whether it
+/// is complete.
 pub async fn prefetch<R: AsyncRead + Unpin>(
     framer: &mut Framer,
     src: &mut R,
@@ -164,13 +232,14 @@ pub async fn prefetch<R: AsyncRead + Unpin>(
     out: &mut Vec<u8>,
     cap: usize,
     read_timeout: Duration,
+    pace: &mut BodyPace,
 ) -> Result<bool, BodyError> {
     loop {
         framer.take(pending, out).map_err(BodyError::Framing)?;
         if framer.is_done() || out.len() >= cap {
             return Ok(framer.is_done());
         }
-        if read_some(src, pending, read_timeout).await? == 0 {
+        if read_paced(src, pending, read_timeout, pace).await? == 0 {
             framer.on_close()?;
         }
     }
@@ -199,6 +268,8 @@ pub struct Ends<'a, R, W> {
     pub read_timeout: Duration,
     /// Longest spell in which `dst` takes no bytes while some are waiting for it.
     pub write_timeout: Duration,
+    /// The minimum rate `src` must keep (a client sending a request body).
+    pub pace: Option<&'a mut BodyPace>,
 }
 
 /// Relays a body from `src` to `dst`, reading up to `cap` bytes ahead of `dst`.
@@ -225,6 +296,7 @@ where
         out,
         read_timeout,
         write_timeout,
+        mut pace,
     } = ends;
     tokio::pin!(early);
     let mut read_deadline = Instant::now() + read_timeout;
@@ -241,6 +313,19 @@ where
         if !can_read {
             read_deadline = Instant::now() + read_timeout;
         }
+        // The pace's clock, too: while the receiver holds the relay up, the sender
+        // cannot be slow.
+        let pace_deadline = match pace.as_deref_mut() {
+            Some(p) if can_read => {
+                p.resume();
+                Some(p.deadline)
+            }
+            Some(p) => {
+                p.pause();
+                None
+            }
+            None => None,
+        };
         if !can_write {
             write_deadline = Instant::now() + write_timeout;
         }
@@ -261,7 +346,12 @@ where
             },
             r = src.read_buf(pending), if can_read => match r {
                 Ok(0) => framer.on_close()?,
-                Ok(_) => read_deadline = Instant::now() + read_timeout,
+                Ok(n) => {
+                    read_deadline = Instant::now() + read_timeout;
+                    if let Some(p) = pace.as_deref_mut() {
+                        p.received(n);
+                    }
+                }
                 Err(_) => return Err(BodyError::Read),
             },
             _ = tokio::time::sleep_until(write_deadline), if can_write => {
@@ -270,7 +360,16 @@ where
             _ = tokio::time::sleep_until(read_deadline), if can_read => {
                 return Err(BodyError::Timeout)
             }
+            _ = sleep_until_some(pace_deadline) => return Err(BodyError::TooSlow),
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -300,6 +399,7 @@ mod tests {
             out: &mut out,
             read_timeout: T,
             write_timeout: T,
+            pace: None,
         };
         let r = relay(&mut framer, ends, 1 << 20, true, pending(), &mut written).await;
         assert_eq!(written, dst.len() as u64);
@@ -346,10 +446,11 @@ mod tests {
         let mut framer = Framer::new(BodyKind::Length(10), false);
         let (mut pend, mut out) = (b"0123".to_vec(), Vec::new());
         let mut src: &[u8] = b"456789NEXT";
-        let done = prefetch(&mut framer, &mut src, &mut pend, &mut out, 4, T).await;
+        let mut pace = BodyPace::start(T, 500);
+        let done = prefetch(&mut framer, &mut src, &mut pend, &mut out, 4, T, &mut pace).await;
         assert!(!done.unwrap());
         assert_eq!(out, b"0123");
-        let done = prefetch(&mut framer, &mut src, &mut pend, &mut out, 64, T).await;
+        let done = prefetch(&mut framer, &mut src, &mut pend, &mut out, 64, T, &mut pace).await;
         assert!(done.unwrap());
         assert_eq!(out, b"0123456789");
         assert_eq!(pend, b"NEXT");
@@ -371,6 +472,7 @@ mod tests {
             out: &mut out,
             read_timeout: T,
             write_timeout: T,
+            pace: None,
         };
         let r = relay(&mut framer, ends, cap, false, pending(), &mut written).await;
         (r, written, out.len())
@@ -392,6 +494,70 @@ mod tests {
         assert_eq!(written, 16);
     }
 
+    /// Sends `total` bytes, `chunk` at a time, one chunk every `every`.
+    fn trickle(total: usize, chunk: usize, every: Duration) -> tokio::io::DuplexStream {
+        let (src, mut feed) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut sent = 0;
+            while sent < total {
+                tokio::time::sleep(every).await;
+                let n = chunk.min(total - sent);
+                if feed.write_all(&vec![b'x'; n]).await.is_err() {
+                    return;
+                }
+                sent += n;
+            }
+            std::future::pending::<()>().await;
+        });
+        src
+    }
+
+    async fn prefetch_paced(
+        src: &mut tokio::io::DuplexStream,
+        len: u64,
+    ) -> Result<bool, BodyError> {
+        let mut framer = Framer::new(BodyKind::Length(len), false);
+        let (mut pend, mut out) = (Vec::new(), Vec::new());
+        // 20 s of grace and 500 B/s; the client timeout (30 s) alone would never cut.
+        let mut pace = BodyPace::start(Duration::from_secs(20), 500);
+        let idle = Duration::from_secs(30);
+        prefetch(
+            &mut framer,
+            src,
+            &mut pend,
+            &mut out,
+            1 << 20,
+            idle,
+            &mut pace,
+        )
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_is_not() {
+        // A byte every 4 s: never quiet for the client timeout, far below 500 B/s.
+        let mut src = trickle(100, 1, Duration::from_secs(4));
+        assert!(matches!(
+            prefetch_paced(&mut src, 100).await,
+            Err(BodyError::TooSlow)
+        ));
+        // 1 KiB/s for 60 s (a slow mobile upload): past the grace, and never cut.
+        let mut src = trickle(60 * 1024, 1024, Duration::from_secs(1));
+        assert!(prefetch_paced(&mut src, 60 * 1024).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_pace_does_not_count_against_the_sender() {
+        let mut pace = BodyPace::start(Duration::from_secs(1), 500);
+        let before = pace.deadline;
+        pace.pause();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        pace.resume();
+        assert_eq!(pace.deadline, before + Duration::from_secs(10));
+        pace.received(1000);
+        assert_eq!(pace.deadline, before + Duration::from_secs(12));
+    }
+
     #[tokio::test]
     async fn early_interrupts_an_unfinished_body() {
         let (mut src, _keep) = tokio::io::duplex(16);
@@ -405,6 +571,7 @@ mod tests {
             out: &mut out,
             read_timeout: T,
             write_timeout: T,
+            pace: None,
         };
         let r = relay(&mut framer, ends, 64, true, async {}, &mut written).await;
         assert_eq!(r.unwrap(), Relayed::Interrupted);

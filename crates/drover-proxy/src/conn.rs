@@ -2,7 +2,9 @@
 //! repeat while keep-alive lasts.
 
 use crate::admission::{Admission, Slot};
-use crate::body::{self, BodyError, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER};
+use crate::body::{
+    self, BodyError, BodyPace, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER,
+};
 use crate::error::ProxyError;
 use crate::http1::request::{self, BadRequest, ClientInfo, KeySpec, Parsed, RequestHead};
 use crate::http1::response::{self, Exchange, ResponseHead};
@@ -105,6 +107,32 @@ impl Worker {
 /// connection moves to it at its next request.
 pub(crate) type WorkerCell = ArcSwap<Worker>;
 
+/// Open client connections in this process, over every balancer: they share one
+/// descriptor limit, which the accept loops keep them within.
+static CLIENT_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// One accepted client connection, counted in `CLIENT_CONNECTIONS` from the accept
+/// (before its task first runs, so a burst of accepts cannot overshoot) to its close.
+pub(crate) struct ClientConnection(());
+
+impl ClientConnection {
+    pub fn accepted() -> ClientConnection {
+        CLIENT_CONNECTIONS.fetch_add(1, Relaxed);
+        ClientConnection(())
+    }
+
+    /// Open client connections in this process now.
+    pub fn open() -> usize {
+        CLIENT_CONNECTIONS.load(Relaxed)
+    }
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        CLIENT_CONNECTIONS.fetch_sub(1, Relaxed);
+    }
+}
+
 struct ActiveGuard(Arc<AtomicUsize>);
 
 impl Drop for ActiveGuard {
@@ -113,7 +141,12 @@ impl Drop for ActiveGuard {
     }
 }
 
-pub(crate) async fn serve(client: TcpStream, peer: std::net::SocketAddr, cell: Arc<WorkerCell>) {
+pub(crate) async fn serve(
+    client: TcpStream,
+    peer: std::net::SocketAddr,
+    cell: Arc<WorkerCell>,
+    _counted: ClientConnection,
+) {
     let worker = cell.load_full();
     worker.shared.active.fetch_add(1, Relaxed);
     let _active = ActiveGuard(Arc::clone(&worker.shared.active));
@@ -313,6 +346,8 @@ impl Conn {
         // then holds no backend connection and no endpoint's capacity while it does.
         let mut framer = Framer::new(head.body.unwrap_or(BodyKind::None), false);
         self.reqbody.clear();
+        let timeouts = self.opts().timeouts;
+        let mut pace = BodyPace::start(timeouts.body, timeouts.body_min_rate);
         if head.body.is_some() {
             let read = body::prefetch(
                 &mut framer,
@@ -321,12 +356,15 @@ impl Conn {
                 &mut self.reqbody,
                 REQUEST_BUFFER,
                 client_timeout,
+                &mut pace,
             )
             .await;
             if let Err(e) = read {
                 self.refuse_body(e).await;
                 return false;
             }
+            // Queued for an endpoint and connecting is drover's time, not the client's.
+            pace.pause();
         }
         let shared = Arc::clone(&self.worker.shared);
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
@@ -358,7 +396,10 @@ impl Conn {
             let waited = slot.pick().started().saturating_sub(asked);
             shared.stats.record_queue_wait(waited);
             endpoint.stats().record_queue_wait(waited);
-            match self.attempt(head, &slot, &mut framer, answered).await {
+            match self
+                .attempt(head, &slot, &mut framer, &mut pace, answered)
+                .await
+            {
                 Attempt::Done(keep) => {
                     // The backend is done: free its slot before the client takes the rest.
                     drop(slot);
@@ -443,6 +484,17 @@ impl Conn {
                 )
                 .await;
             }
+            BodyError::TooSlow => {
+                debug!(client = %self.info.ip, "request body below the minimum rate");
+                self.worker.shared.stats.record_refusal(408);
+                self.send_error(
+                    408,
+                    "body-too-slow",
+                    "request body arrived slower than the minimum body rate",
+                    true,
+                )
+                .await;
+            }
             BodyError::Read | BodyError::Write | BodyError::Stalled => {}
         }
     }
@@ -454,6 +506,7 @@ impl Conn {
         head: &RequestHead,
         slot: &Slot,
         framer: &mut Framer,
+        pace: &mut BodyPace,
         answered: &mut Option<Answered>,
     ) -> Attempt {
         let shared = Arc::clone(&self.worker.shared);
@@ -478,7 +531,14 @@ impl Conn {
                 }
                 Err(e) => {
                     endpoint.stats().record_failure(Cause::ConnectFailed);
-                    let ejected = shared.pool.on_connect_failure(endpoint, clock::now());
+                    // Refused: nothing listens. Timed out: the backend's listen backlog
+                    // overflowed and dropped the SYN, so it is busy, and the last
+                    // endpoint that still answers must stay in rotation.
+                    let ejected = if e.kind() == std::io::ErrorKind::TimedOut {
+                        shared.pool.on_connect_timeout(endpoint, clock::now())
+                    } else {
+                        shared.pool.on_connect_failure(endpoint, clock::now())
+                    };
                     // Each ejection is logged where it happens; a failure that hits every
                     // request at once is told once a second, with the count it stands for.
                     if let Some(held_back) = CONNECT_FAILURES.check_now() {
@@ -510,6 +570,7 @@ impl Conn {
                 out: &mut self.out,
                 read_timeout: timeouts.client,
                 write_timeout: timeouts.request,
+                pace: Some(pace),
             };
             let answered = async {
                 let _ = up_read.readable().await;
@@ -621,6 +682,7 @@ impl Conn {
             out: &mut self.out,
             read_timeout: timeouts.request,
             write_timeout: timeouts.client,
+            pace: None,
         };
         let mut written = 0;
         let sent = body::relay(
@@ -707,7 +769,11 @@ impl Conn {
             match body::read_some(up, &mut self.ubuf, timeout).await {
                 Ok(0)
                 | Err(
-                    BodyError::Read | BodyError::Write | BodyError::Stalled | BodyError::Framing(_),
+                    BodyError::Read
+                    | BodyError::Write
+                    | BodyError::Stalled
+                    | BodyError::TooSlow
+                    | BodyError::Framing(_),
                 ) => {
                     return Err(ReadHead::Closed {
                         got_bytes: !self.ubuf.is_empty(),

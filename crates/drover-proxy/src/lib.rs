@@ -8,6 +8,7 @@
 mod admission;
 mod body;
 mod conn;
+pub mod descriptors;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -53,6 +53,13 @@ pub struct Timeouts {
     /// nothing (of its response) for this long is cut off (slow POST, slow read). Only
     /// what does not fit drover's buffers ties a backend to such a client meanwhile.
     pub client: Duration,
+    /// With `body_min_rate`: a request body must have arrived in full by `body +
+    /// bytes received / body_min_rate` (Apache's `RequestReadTimeout body=20,MinRate=500`),
+    /// however often it sends a byte. Time drover spends not reading it (queued for an
+    /// endpoint, or held up by the backend) does not count.
+    pub body: Duration,
+    /// Bytes per second a request body must keep up past its `body` grace.
+    pub body_min_rate: u32,
 }
 
 impl Default for Timeouts {
@@ -65,6 +72,10 @@ impl Default for Timeouts {
             request: Duration::from_secs(30),
             idle: Duration::from_secs(60),
             client: Duration::from_secs(30),
+            // 500 B/s: a slow mobile upload (1 KiB/s) that makes progress is never cut;
+            // a body trickling bytes to hold a connection open is, after 20 s or so.
+            body: Duration::from_secs(20),
+            body_min_rate: 500,
         }
     }
 }

@@ -5,10 +5,11 @@
 //! moves between threads, and idle backend connections are per thread, so the hot path
 //! shares nothing but the endpoints' atomics.
 
-use crate::conn::{self, Shared, Worker, WorkerCell};
+use crate::conn::{self, ClientConnection, Shared, Worker, WorkerCell};
+use crate::descriptors;
 use crate::options::ProxyOptions;
 use arc_swap::ArcSwap;
-use drover_balance::Balancer;
+use drover_balance::{clock, Balancer};
 use drover_metrics::BalancerStats;
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
@@ -89,6 +90,8 @@ impl Proxy {
         let cells: Vec<Arc<WorkerCell>> = (0..threads)
             .map(|_| Arc::new(WorkerCell::from_pointee(Worker::new(Arc::clone(&shared)))))
             .collect();
+        // Read once: drover raises its soft limit at start, before any listener.
+        let client_budget = descriptors::client_budget(descriptors::limit()?.0);
         let mut handles = Vec::new();
         for (i, (listener, cell)) in listeners.into_iter().zip(&cells).enumerate() {
             let (cell, shutdown, active) =
@@ -96,7 +99,9 @@ impl Proxy {
             let name = shared.opts.name.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("drover-{name}-{i}"))
-                .spawn(move || serve_thread(listener, name, cell, shutdown, active))?;
+                .spawn(move || {
+                    serve_thread(listener, name, cell, shutdown, active, client_budget)
+                })?;
             handles.push(handle);
         }
         Ok(Proxy {
@@ -223,6 +228,47 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener>
 /// How long the accept loop pauses after a failed accept.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
+/// How often a paused accept loop looks again whether it may accept (two atomic loads
+/// and a clock read each time).
+const ACCEPT_PAUSE_POLL: Duration = Duration::from_millis(5);
+
+/// Notices that accepting paused, shared by every serving thread.
+static ACCEPT_PAUSES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// Why the accept loop leaves new connections in the kernel's listen backlog for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backpressure {
+    /// Open client connections reached what the descriptor limit allows, with room
+    /// for a backend connection each.
+    Descriptors,
+    /// The oldest queued request has waited a quarter of the queue timeout.
+    QueueBackedUp,
+}
+
+impl Backpressure {
+    /// Whether accepting should pause now, and why.
+    fn now(cell: &WorkerCell, client_budget: usize) -> Option<Backpressure> {
+        if ClientConnection::open() >= client_budget {
+            Some(Backpressure::Descriptors)
+        } else if cell.load().shared.admission.backed_up(clock::now()) {
+            Some(Backpressure::QueueBackedUp)
+        } else {
+            None
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            Backpressure::Descriptors => {
+                "open client connections are at what the descriptor limit allows"
+            }
+            Backpressure::QueueBackedUp => {
+                "queued requests have waited a quarter of the queue timeout"
+            }
+        }
+    }
+}
+
 /// Warnings about drover's own shortages on accept, shared by every serving thread.
 static ACCEPT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
@@ -247,6 +293,7 @@ fn serve_thread(
     cell: Arc<WorkerCell>,
     mut shutdown: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
+    client_budget: usize,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -272,12 +319,30 @@ fn serve_thread(
             (cell.load().shared.opts.timeouts.idle / 2).max(Duration::from_millis(100))
         };
         let mut sweep = tokio::time::interval(period(&cell));
+        let mut paused = false;
         loop {
+            // Backpressure: past capacity, new connections wait in the kernel's listen
+            // backlog (as under Node's cluster module) rather than in drover, where
+            // they would hold descriptors until accepts and backend connects fail.
+            let pause = Backpressure::now(&cell, client_budget);
+            if pause.is_some() != paused {
+                paused = pause.is_some();
+                match pause {
+                    Some(why) => {
+                        if let Some(held_back) = ACCEPT_PAUSES.check_now() {
+                            warn!(balancer = %name, held_back, "not accepting new connections for now, they wait in the listen backlog: {}", why.reason());
+                        }
+                    }
+                    None => debug!(balancer = %name, "accepting again"),
+                }
+            }
             tokio::select! {
-                accepted = listener.accept() => match accepted {
+                _ = tokio::time::sleep(ACCEPT_PAUSE_POLL), if paused => {}
+                accepted = listener.accept(), if !paused => match accepted {
                     Ok((stream, peer)) => {
+                        let counted = ClientConnection::accepted();
                         let _ = stream.set_nodelay(true);
-                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell)));
+                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell), counted));
                     }
                     Err(e) => {
                         accept_failed(&name, &e);

@@ -32,5 +32,5 @@ pub use members::{
     Registered, Registration,
 };
 pub use passive::PassivePolicy;
-pub use pool::{EndpointStatus, MembershipChange, Pool, PoolOptions, Source};
+pub use pool::{EndpointStatus, LimitReason, MembershipChange, Pool, PoolOptions, Source};
 pub use status::StatusRange;

@@ -3,15 +3,17 @@
 //! Pure logic over `Endpoint` atomics and caller-supplied time, so tests drive the clock
 //! by hand. The proxy reports each outcome; nothing here runs on its own:
 //!
-//! - a connect failure (refused, reset, timeout) means the process is gone, so the
-//!   endpoint is ejected at once (`connect_failures`, default 1);
+//! - a refused or reset connect means nothing listens there, so the endpoint is ejected
+//!   at once (`connect_failures`, default 1);
+//! - a connect that times out counts like a failed request: a busy backend whose listen
+//!   backlog overflowed drops SYNs, so the timeout says it is busy, not that it is gone;
 //! - `consecutive_5xx` failed responses in a row (default 5) eject it too;
 //! - the ejection lasts `base_ejection * 2^(ejections - 1)`, capped at `max_ejection`;
 //! - when it ends the endpoint takes traffic again, slow-starting over `slow_start`;
 //! - the back-off exponent is forgiven once the endpoint has served well for as long as
 //!   its last ejection lasted (see `on_success`).
 //!
-//! Ejecting every endpoint is allowed for connect failures (nothing listens there; a
+//! Ejecting every endpoint is allowed for refused connects (nothing listens there; a
 //! clear 503 at once beats a doomed connect attempt, and ejections end by themselves),
 //! but not for 5xx: a backend that answers is alive, and when every backend returns 5xx
 //! the cause is usually the request or a shared dependency. Ejecting them all would turn
@@ -116,6 +118,19 @@ impl PassivePolicy {
         self.fail(set, ep, now, self.consecutive_5xx, Cause::Request)
     }
 
+    /// A connection to `ep` was not accepted within the connect timeout. A process that
+    /// is gone refuses at once; one whose listen backlog overflowed drops the SYN, so a
+    /// timeout is a busy endpoint: it counts like a failed request and never ejects the
+    /// last available endpoint.
+    pub fn on_connect_timeout(
+        &self,
+        set: &EndpointSet,
+        ep: &Arc<Endpoint>,
+        now: Nanos,
+    ) -> Option<Duration> {
+        self.fail(set, ep, now, self.consecutive_5xx, Cause::ConnectTimeout)
+    }
+
     /// A request on `ep` succeeded: the failure streak ends.
     ///
     /// The back-off exponent (`ejections`) is reset only by a success at least one
@@ -195,6 +210,7 @@ impl PassivePolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cause {
     Connect,
+    ConnectTimeout,
     Status(u16),
     Request,
 }
@@ -203,6 +219,7 @@ impl std::fmt::Display for Cause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Cause::Connect => f.write_str("connect failure(s)"),
+            Cause::ConnectTimeout => f.write_str("connect timeout(s)"),
             Cause::Status(s) => write!(f, "failed response(s), last status {s}"),
             Cause::Request => f.write_str("failed request(s)"),
         }
@@ -339,6 +356,35 @@ mod tests {
         // ...but a refused connect ejects it: nothing listens there.
         assert!(p.on_connect_failure(&s, b, S).is_some());
         assert!(!b.is_available(S));
+    }
+
+    #[test]
+    fn a_connect_timeout_never_ejects_the_last_available_endpoint() {
+        let s = set(2);
+        let [a, b] = s.endpoints() else { panic!() };
+        let p = PassivePolicy {
+            consecutive_5xx: 2,
+            ..policy()
+        };
+        // Timeouts count like failed requests: one is not enough...
+        assert_eq!(p.on_connect_timeout(&s, a, S), None);
+        assert!(a.is_available(S));
+        // ...a streak ejects while another endpoint is available...
+        assert!(p.on_connect_timeout(&s, a, S).is_some());
+        assert!(!a.is_available(S));
+        // ...but the last one stays: its backlog overflowed, it is busy, not gone.
+        for _ in 0..10 {
+            assert_eq!(p.on_connect_timeout(&s, b, S), None);
+        }
+        assert!(b.is_available(S));
+        let single = set(1);
+        for _ in 0..10 {
+            assert_eq!(
+                p.on_connect_timeout(&single, &single.endpoints()[0], S),
+                None
+            );
+        }
+        assert!(single.endpoints()[0].is_available(S));
     }
 
     #[test]

@@ -116,6 +116,13 @@ pub struct EndpointStatus {
     /// The concurrency cap in force now (a fixed `max_conns`, or the learned limit while
     /// the backend is saturated); 0 = none.
     pub limit: u32,
+    /// Why `limit` is what it is.
+    pub limit_reason: LimitReason,
+    /// The learned limit, also while it is not in force; 0 when none is learned.
+    pub learned_limit: u32,
+    /// Requests sent and not yet answered with a response head: what a learned limit
+    /// counts (a fixed `max_conns` counts `in_flight`, streams included).
+    pub pending: u32,
     /// Peak-EWMA latency estimate in ns.
     pub rtt_ns: u64,
     pub weight: u32,
@@ -125,6 +132,43 @@ pub struct EndpointStatus {
     /// Consecutive failed requests, and consecutive ejections (the back-off exponent).
     pub fail_streak: u32,
     pub ejections: u32,
+}
+
+/// Why an endpoint's concurrency limit is in force, or why none is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitReason {
+    /// A fixed `max_conns`, on requests in flight.
+    MaxConns,
+    /// The learned limit, in force while the backend is saturated, on pending requests.
+    Saturated,
+    /// A limit is learned, but not in force: the backend's CPU has room.
+    NotSaturated,
+    /// No limit (`max_conns` 0 and no learning).
+    Off,
+}
+
+impl LimitReason {
+    fn of(e: &Endpoint, now: Nanos) -> LimitReason {
+        if e.max_conns() > 0 {
+            LimitReason::MaxConns
+        } else if !e.is_adaptive() {
+            LimitReason::Off
+        } else if e.is_saturated(now) {
+            LimitReason::Saturated
+        } else {
+            LimitReason::NotSaturated
+        }
+    }
+
+    /// The name the admin API's JSON carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitReason::MaxConns => "max-conns",
+            LimitReason::Saturated => "saturated",
+            LimitReason::NotSaturated => "not-saturated",
+            LimitReason::Off => "off",
+        }
+    }
 }
 
 /// The live endpoint set of one backend pool.
@@ -327,6 +371,16 @@ impl Pool {
         counted(ep, ejected, Ejection::ConnectFailures)
     }
 
+    /// Passive health: a connect timed out (a busy backend, see `PassivePolicy`).
+    pub fn on_connect_timeout(&self, ep: &Arc<Endpoint>, now: Nanos) -> Option<Duration> {
+        let ejected = self
+            .options
+            .load()
+            .passive
+            .on_connect_timeout(&self.set.load(), ep, now);
+        counted(ep, ejected, Ejection::RequestFailures)
+    }
+
     /// Passive health for a response status. Successes skip the snapshot load.
     pub fn on_response(&self, ep: &Arc<Endpoint>, status: u16, now: Nanos) -> Option<Duration> {
         let options = self.options.load();
@@ -365,6 +419,7 @@ impl Pool {
                     counts: e.stats().snapshot(),
                     in_flight: u64::from(status.in_flight),
                     limit: u64::from(status.limit),
+                    limit_reason: status.limit_reason.as_str().to_owned(),
                     latency_estimate_seconds: status.rtt_ns as f64 / 1e9,
                     reported_load: status.load,
                     weight: u64::from(status.weight),
@@ -416,6 +471,13 @@ fn endpoint_status(e: &Endpoint, now: Nanos) -> EndpointStatus {
         in_flight: e.in_flight(),
         load: e.reported_load(now),
         limit: e.concurrency_cap(now),
+        limit_reason: LimitReason::of(e, now),
+        learned_limit: if e.is_adaptive() {
+            e.learned_limit() as u32
+        } else {
+            0
+        },
+        pending: e.pending(),
         rtt_ns: e.rtt_estimate() as u64,
         weight: e.weight(),
         max_conns: e.max_conns(),

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    raise_descriptor_limit();
     let result = match cli.command {
         Command::Proxy(args) => proxy(*args),
         Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
@@ -38,6 +39,15 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Every client connection and every backend connection is a descriptor: run under the
+/// hard limit, not the soft default meant for programs that use `select()`.
+fn raise_descriptor_limit() {
+    match drover_proxy::descriptors::raise_soft_limit() {
+        Ok(limit) => tracing::debug!(limit, "descriptor limit (soft) raised to the hard limit"),
+        Err(e) => tracing::debug!("cannot raise the descriptor limit: {e}"),
+    }
 }
 
 fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {

@@ -50,6 +50,12 @@ async fn bad_flags_are_named() {
     fails(&with(&["--retries", "11"]), "--retries").await;
     fails(&with(&["--max-conns", "lots"]), "max_conns").await;
     fails(&with(&["--queue-timeout", "soon"]), "--queue-timeout").await;
+    for bad in ["0s", "-1s", "soon"] {
+        fails(&with(&["--body-timeout", bad]), "--body-timeout").await;
+    }
+    for bad in ["0", "-5", "fast", "1.5"] {
+        fails(&with(&["--body-min-rate", bad]), "--body-min-rate").await;
+    }
     fails(&with(&["--strategy", "hash"]), "--hash-key").await;
     fails(
         &with(&["--hash-key", "path"]),

@@ -111,6 +111,33 @@ fn bad_duration() {
 }
 
 #[test]
+fn bad_minimum_body_rate() {
+    for (case, value, needle) in [
+        ("body-rate-zero", "body_min_rate = 0", "0 is out of range"),
+        (
+            "body-rate-negative",
+            "body_min_rate = -500",
+            "-500 is out of range",
+        ),
+        ("body-rate-garbage", "body_min_rate = \"fast\"", "\"fast\""),
+        ("body-grace-zero", "body = \"0s\"", "greater than 0"),
+        ("body-grace-garbage", "body = \"soon\"", "\"soon\""),
+    ] {
+        let key = if value.starts_with("body_min_rate") {
+            "balancer[0].timeouts.body_min_rate"
+        } else {
+            "balancer[0].timeouts.body"
+        };
+        assert_config_error(
+            case,
+            &format!("[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\ntimeouts = {{ {value} }}\n"),
+            4,
+            &[key, needle],
+        );
+    }
+}
+
+#[test]
 fn bad_listen_address() {
     assert_config_error(
         "bad-listen",

@@ -201,3 +201,108 @@ async fn an_early_answer_reaches_the_client_while_it_still_uploads() {
         .unwrap();
     assert!(sent < 100_000_000_000, "the whole upload was taken");
 }
+
+/// Sends a POST /echo head for `len` bytes, then `first` at once, then one byte every
+/// `every` until the body is sent or drover closes; returns everything drover answered.
+async fn post_trickle(
+    addr: std::net::SocketAddr,
+    len: usize,
+    first: usize,
+    chunk: usize,
+    every: Duration,
+) -> Vec<u8> {
+    let s = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let head = format!("POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n");
+    wr.write_all(head.as_bytes()).await.unwrap();
+    wr.write_all(&vec![b'x'; first]).await.unwrap();
+    let sender = tokio::spawn(async move {
+        let mut sent = first;
+        while sent < len {
+            tokio::time::sleep(every).await;
+            let n = chunk.min(len - sent);
+            if wr.write_all(&vec![b'x'; n]).await.is_err() {
+                return;
+            }
+            sent += n;
+        }
+        // Keep the sending side open: the answer, not our close, ends the exchange.
+        std::future::pending::<()>().await;
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until drover closes, or the whole echo is in.
+    let echoed = |got: &[u8]| {
+        got.windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .is_some_and(|head| got.len() - head - 4 >= len)
+    };
+    let read_all = async {
+        while !echoed(&got) {
+            match rd.read(&mut buf).await {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(30), read_all).await;
+    sender.abort();
+    got
+}
+
+/// Issue 20, item 6: a body that trickles below the minimum rate is cut with 408, even
+/// though it never goes quiet for the client timeout; a body sent steadily above the
+/// rate completes; other clients are served meanwhile.
+#[tokio::test]
+async fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_completes() {
+    let b = backends(1).await;
+    // Grace 1 s, then 100 B/s; the client timeout (30 s) never fires.
+    let d = proxy(
+        &addrs(&b),
+        &["--body-timeout", "1s", "--body-min-rate", "100"],
+    )
+    .await;
+    let addr = d.addr();
+    // Two bytes a second: far below the rate.
+    let slow = tokio::spawn(post_trickle(addr, 100, 0, 1, Duration::from_millis(500)));
+    // 200 B/s for 3 s: above it all the way.
+    let steady = tokio::spawn(post_trickle(addr, 600, 0, 20, Duration::from_millis(100)));
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    for _ in 0..5 {
+        let r = c.request("GET", "/", &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let slow = slow.await.unwrap();
+    let text = String::from_utf8_lossy(&slow).to_lowercase();
+    assert_eq!(parse_status(&slow), Some(408), "{text}");
+    assert!(text.contains("drover-error: body-too-slow"), "{text}");
+    let steady = steady.await.unwrap();
+    let text = String::from_utf8_lossy(&steady);
+    assert_eq!(parse_status(&steady), Some(200), "{text}");
+    assert!(steady.ends_with(&[b'x'; 600]), "{text}");
+    assert_eq!(
+        b[0].hits_for("/echo"),
+        1,
+        "only the steady body reached the backend"
+    );
+}
+
+/// The same minimum rate holds while drover streams a body too large for its buffer
+/// (64 KiB) to the backend: 70 KiB at once, then a byte every half second.
+#[tokio::test]
+async fn a_streamed_body_below_the_minimum_rate_is_cut() {
+    let b = backends(1).await;
+    // 70 KiB at 1 MB/s earns 0.07 s of credit beyond the 1 s grace.
+    let d = proxy(
+        &addrs(&b),
+        &["--body-timeout", "1s", "--body-min-rate", "1000000"],
+    )
+    .await;
+    let len = 100 * 1024;
+    let got = post_trickle(d.addr(), len, 70 * 1024, 1, Duration::from_millis(500)).await;
+    let text = String::from_utf8_lossy(&got).to_lowercase();
+    assert_eq!(parse_status(&got), Some(408), "{text}");
+    assert!(text.contains("drover-error: body-too-slow"), "{text}");
+}

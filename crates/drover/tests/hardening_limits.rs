@@ -11,8 +11,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Descriptors drover may hold in the shortage tests: a dozen for itself (std streams,
-/// event loops, the listener), the rest for clients and backends.
+/// event loops, the listener), the rest for clients and backends. drover stops
+/// accepting before client connections exhaust the limit it starts under (see
+/// overload_descriptors.rs), so these tests start it under `START_NOFILE` and lower the
+/// limit to this afterwards (`lower_nofile`), as descriptors held elsewhere would.
 const NOFILE: u32 = 64;
+/// The limit drover starts under: a client budget above `CLIENTS`.
+const START_NOFILE: u32 = 1024;
 /// More client connections than that.
 const CLIENTS: usize = 150;
 
@@ -62,7 +67,8 @@ async fn burst_past_the_descriptor_limit(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drovers_own_descriptor_shortage_ejects_no_backend() {
     let b = backends(2).await;
-    let d = proxy_with_nofile(NOFILE, &addrs(&b), &[]).await;
+    let d = proxy_with_nofile(START_NOFILE, &addrs(&b), &[]).await;
+    lower_nofile(&d, NOFILE);
     let outcomes = burst_past_the_descriptor_limit(&d).await;
     eprintln!("outcomes of {CLIENTS} requests: {outcomes:?}");
     let truthful = |o: &str| o == "200 " || o == "503 local-resources";
@@ -104,7 +110,8 @@ async fn drovers_own_descriptor_shortage_ejects_no_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_accepts_are_warned_about_at_most_once_a_second() {
     let b = backends(1).await;
-    let d = proxy_with_nofile(NOFILE, &addrs(&b), &[]).await;
+    let d = proxy_with_nofile(START_NOFILE, &addrs(&b), &[]).await;
+    lower_nofile(&d, NOFILE);
     let started = Instant::now();
     let mut idle = Vec::new();
     for _ in 0..CLIENTS {
@@ -155,7 +162,8 @@ async fn health_checks_drover_cannot_make_mark_no_backend_down() {
         "--rise",
         "100",
     ];
-    let d = proxy_with_nofile(NOFILE, &addrs(&b), &checks).await;
+    let d = proxy_with_nofile(START_NOFILE, &addrs(&b), &checks).await;
+    lower_nofile(&d, NOFILE);
     let mut idle = Vec::new();
     for _ in 0..CLIENTS {
         idle.push(HttpClient::connect(d.addr()).await.unwrap());

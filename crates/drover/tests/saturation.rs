@@ -85,6 +85,9 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
     );
     for e in &s.balancers[0].endpoints {
         assert_eq!(e.limit, 0, "no limit while not saturated: {e:?}");
+        // ...and the status says why, beside the limit it has learned.
+        assert_eq!(e.limit_reason, "not-saturated", "{e:?}");
+        assert!(e.learned_limit > 0, "{e:?}");
         assert!(e.load < 0.5, "an idle event loop reads as idle: {e:?}");
     }
     assert_load_never_failed(&stop, io, 40, "with I/O-bound workers").await;
@@ -100,7 +103,10 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let s = status(admin).await;
         let eps = &s.balancers[0].endpoints;
-        if eps.iter().all(|e| e.limit > 0 && e.load >= 0.9) {
+        if eps
+            .iter()
+            .all(|e| e.limit > 0 && e.load >= 0.9 && e.limit_reason == "saturated")
+        {
             limited = Some(eps.clone());
             break;
         }

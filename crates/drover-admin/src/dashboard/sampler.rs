@@ -70,6 +70,8 @@ pub struct EndpointView {
     pub in_flight: u64,
     /// 0 = none.
     pub limit: u64,
+    /// Why `limit` is what it is ("saturated": a learned limit, on pending requests).
+    pub limit_reason: String,
     /// Over the last minute, milliseconds.
     pub p99_ms: Option<f64>,
     pub responses_5xx: u64,
@@ -319,6 +321,7 @@ impl State {
                     state: endpoint_state(e),
                     in_flight: e.in_flight,
                     limit: e.limit,
+                    limit_reason: e.limit_reason.clone(),
                     p99_ms: minute.and_then(|m| m.quantile(0.99)).map(|s| s * 1e3),
                     responses_5xx: e.counts.responses[4],
                     failures: e.counts.failures.iter().sum(),

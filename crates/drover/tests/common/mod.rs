@@ -204,3 +204,17 @@ pub async fn proxy_with_nofile(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     DroverProcess::spawn(Path::new("/bin/sh"), &args).await
 }
+
+/// Lowers a running drover's descriptor limit (soft and hard) to `nofile` with
+/// `prlimit --pid`. drover sizes its client budget from the limit it starts under, so
+/// this is how a test runs it short of descriptors all the same (as descriptors held
+/// elsewhere in the process would).
+pub fn lower_nofile(d: &DroverProcess, nofile: u32) {
+    let status = std::process::Command::new("prlimit")
+        .arg("--pid")
+        .arg(d.pid().to_string())
+        .arg(format!("--nofile={nofile}:{nofile}"))
+        .status()
+        .expect("run prlimit (util-linux)");
+    assert!(status.success(), "prlimit --pid {} failed", d.pid());
+}
