@@ -462,9 +462,9 @@ impl Endpoint {
     ///
     /// Each pending request also counts 1 ns, which breaks ties by count. Before drover
     /// has timed a route (a burst at a cold start) every cost is 0, and the scores of
-    /// busy endpoints were all equal: the first of each pair won, and a burst of 100
-    /// requests split 60/40 by chance, where round-robin splits it 50/50 and finishes
-    /// sooner. Against any measured cost (µs and more) the nanosecond is nothing.
+    /// busy endpoints were all equal: a coin flip settled each pick, and a burst of 100
+    /// requests split 55/45 or worse about one time in three, where round-robin splits
+    /// it 50/50 and finishes sooner. Against any measured cost (µs and more) the nanosecond is nothing.
     pub fn pending_score(&self, now: Nanos) -> f64 {
         (self.pending_cost() as f64 + self.pending() as f64) / self.effective_weight(now)
     }
