@@ -6,7 +6,8 @@
 //! - a refused or reset connect means nothing listens there, so the endpoint is ejected
 //!   at once (`connect_failures`, default 1);
 //! - a connect that times out counts like a failed request: a busy backend whose listen
-//!   backlog overflowed drops SYNs, so the timeout says it is busy, not that it is gone;
+//!   backlog overflowed drops SYNs, so the timeout says it is busy, not that it is gone
+//!   (on loopback, where only a full backlog times out, it never ejects);
 //! - `consecutive_5xx` failed responses in a row (default 5) eject it too;
 //! - the ejection lasts `base_ejection * 2^(ejections - 1)`, capped at `max_ejection`;
 //! - when it ends the endpoint takes traffic again, slow-starting over `slow_start`;
@@ -121,13 +122,19 @@ impl PassivePolicy {
     /// A connection to `ep` was not accepted within the connect timeout. A process that
     /// is gone refuses at once; one whose listen backlog overflowed drops the SYN, so a
     /// timeout is a busy endpoint: it counts like a failed request and never ejects the
-    /// last available endpoint.
+    /// last available endpoint. On loopback (the workers drover runs) it never ejects at
+    /// all: a closed loopback port refuses at once and no network lies between, so there
+    /// a timeout can only mean a full backlog, and the supervisor's own checks tell a hung
+    /// worker from a busy one.
     pub fn on_connect_timeout(
         &self,
         set: &EndpointSet,
         ep: &Arc<Endpoint>,
         now: Nanos,
     ) -> Option<Duration> {
+        if ep.addr().ip().is_loopback() {
+            return None;
+        }
         self.fail(set, ep, now, self.consecutive_5xx, Cause::ConnectTimeout)
     }
 
@@ -358,9 +365,31 @@ mod tests {
         assert!(!b.is_available(S));
     }
 
+    /// Endpoints on another machine, where a connect timeout may mean a dead host.
+    fn remote_set(n: u8) -> EndpointSet {
+        EndpointSet::new(
+            (0..n)
+                .map(|i| Arc::new(Endpoint::new(([10, 0, 0, 1 + i], 9000).into())))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_connect_timeout_on_loopback_never_ejects() {
+        let s = set(2);
+        let p = PassivePolicy {
+            consecutive_5xx: 2,
+            ..policy()
+        };
+        for _ in 0..10 {
+            assert_eq!(p.on_connect_timeout(&s, &s.endpoints()[0], S), None);
+        }
+        assert!(s.endpoints()[0].is_available(S));
+    }
+
     #[test]
     fn a_connect_timeout_never_ejects_the_last_available_endpoint() {
-        let s = set(2);
+        let s = remote_set(2);
         let [a, b] = s.endpoints() else { panic!() };
         let p = PassivePolicy {
             consecutive_5xx: 2,
@@ -377,7 +406,7 @@ mod tests {
             assert_eq!(p.on_connect_timeout(&s, b, S), None);
         }
         assert!(b.is_available(S));
-        let single = set(1);
+        let single = remote_set(1);
         for _ in 0..10 {
             assert_eq!(
                 p.on_connect_timeout(&single, &single.endpoints()[0], S),
