@@ -1,13 +1,13 @@
-//! Busy is not hung, through the real binary and real Node workers: a burst of CPU-heavy
-//! requests with the README's health settings restarts nothing and fails nothing; a
-//! worker in an endless loop, or stopped with SIGSTOP, is killed and replaced while the
-//! other serves; two workers failing their checks at once are restarted one at a time.
+//! Hung is not busy, through the real binary and real Node workers: a worker in an
+//! endless loop, or stopped with SIGSTOP, is killed and replaced while the other serves;
+//! two workers failing their checks at once are restarted one at a time. (A burst that
+//! keeps workers busy is `liveness_burst.rs`: alone in its binary, so it has the cores.)
 //! These count restarts and failed requests; nothing here is timed.
 
 mod common;
 
-use common::{admin_addr, bin, pi_server, status, temp_dir};
-use drover_admin::{RestartRow, Status};
+use common::{admin_addr, bin, restart_records, serving_pids, status, temp_dir, wait_all_serving};
+use drover_admin::RestartRow;
 use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,90 +20,6 @@ fn fixture() -> String {
         .join("tests/fixtures/liveness/server.js")
         .display()
         .to_string()
-}
-
-fn restarts(s: &Status) -> Vec<RestartRow> {
-    s.apps.iter().flat_map(|a| a.restarts.clone()).collect()
-}
-
-/// The pids of the app's serving workers, by worker id (`None`: not serving).
-fn serving_pids(s: &Status) -> Vec<Option<u32>> {
-    s.apps[0]
-        .workers
-        .iter()
-        .map(|w| {
-            matches!(w.state.as_str(), "ready" | "busy")
-                .then_some(w.pid)
-                .flatten()
-        })
-        .collect()
-}
-
-/// `n` requests for `path` at once, each on its own connection; the statuses (0 for a
-/// request that got no answer), in no order.
-async fn burst(addr: SocketAddr, n: usize, path: &'static str) -> Vec<u16> {
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
-            tokio::spawn(async move {
-                let Ok(mut c) = HttpClient::connect(addr).await else {
-                    return 0;
-                };
-                c.set_timeout(Duration::from_secs(120));
-                c.request("GET", path, &[], None)
-                    .await
-                    .map_or(0, |r| r.status)
-            })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    for t in tasks {
-        statuses.push(t.await.unwrap());
-    }
-    statuses
-}
-
-/// The README's settings: `drover run -w 2 --health-path /health` of the pi server
-/// (its checks every 2 s, 1 s to answer, 3 failures in a row), and 100 requests of 10⁷
-/// Monte-Carlo points each at once, twice, as `ab -c 100` on a CPU loop sends them.
-/// Each worker holds seconds of queued work, so its health route waits behind that
-/// work and gets no answer; it completes request after request meanwhile. Both workers
-/// used to be restarted at once, and 108 of 200 requests failed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_cpu_heavy_requests_restarts_no_worker_and_fails_no_request() {
-    let pi = pi_server();
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "2",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--health-path",
-            "/health",
-            "--",
-            "node",
-            &pi,
-        ],
-    )
-    .await;
-    let admin = admin_addr(&d).await;
-    let pids = wait_serving(&d, admin).await;
-    for round in 0..2 {
-        let statuses = burst(d.addr(), 100, "/pi?iterations=10000000").await;
-        let failed: Vec<_> = statuses.iter().filter(|&&s| s != 200).collect();
-        assert!(
-            failed.is_empty(),
-            "round {round}: {} of 100 failed: {failed:?}\n{}",
-            failed.len(),
-            d.stderr_text()
-        );
-    }
-    let s = status(admin).await;
-    assert_eq!(restarts(&s), [], "{}", d.stderr_text());
-    assert_eq!(serving_pids(&s), pids, "the same processes serve");
 }
 
 /// `drover up` of the liveness fixture, two workers, with quick health checks (every
@@ -126,20 +42,8 @@ async fn up_two_workers(sick_file: &Path) -> (DroverProcess, SocketAddr) {
     std::fs::write(&file, toml).unwrap();
     let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
     let admin = admin_addr(&d).await;
-    wait_serving(&d, admin).await;
+    wait_all_serving(&d, admin).await;
     (d, admin)
-}
-
-/// Waits until every worker serves; their pids.
-async fn wait_serving(d: &DroverProcess, admin: SocketAddr) -> Vec<Option<u32>> {
-    let ready = wait_until_async(Duration::from_secs(20), || async {
-        serving_pids(&status(admin).await)
-            .iter()
-            .all(Option::is_some)
-    })
-    .await;
-    assert!(ready, "{}", d.stderr_text());
-    serving_pids(&status(admin).await)
 }
 
 fn no_sick_file(tag: &str) -> PathBuf {
@@ -149,11 +53,11 @@ fn no_sick_file(tag: &str) -> PathBuf {
 /// Waits for `n` restart records; panics with drover's log if they do not come.
 async fn wait_restarts(d: &DroverProcess, admin: SocketAddr, n: usize) -> Vec<RestartRow> {
     let came = wait_until_async(Duration::from_secs(30), || async {
-        restarts(&status(admin).await).len() >= n
+        restart_records(&status(admin).await).len() >= n
     })
     .await;
     assert!(came, "no {n} restarts\n{}", d.stderr_text());
-    restarts(&status(admin).await)
+    restart_records(&status(admin).await)
 }
 
 /// Waits until both workers serve again, the one that was `gone` with a new process.
@@ -213,7 +117,7 @@ async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serv
     assert_ne!(spin.await.unwrap(), 200);
     common::assert_load_never_failed(&stop, load, 20, "while a worker hung").await;
     let s = status(admin).await;
-    assert_eq!(restarts(&s).len(), 1, "{:?}", restarts(&s));
+    assert_eq!(restart_records(&s).len(), 1, "{:?}", restart_records(&s));
     let other = before.iter().find(|p| **p != hung.pid).unwrap();
     assert!(after.contains(other), "the other worker kept its process");
 }
@@ -282,14 +186,14 @@ async fn two_workers_failing_their_checks_at_once_are_restarted_one_at_a_time() 
             s.apps[0].workers,
             d.stderr_text()
         );
-        assert!(restarts(&s).iter().all(|r| r.pid == first.pid));
+        assert!(restart_records(&s).iter().all(|r| r.pid == first.pid));
     }
 
     std::fs::remove_file(&sick).unwrap();
     let after = wait_replaced(&d, admin, first.pid.unwrap()).await;
     assert!(after.contains(&other), "{after:?}");
     common::assert_load_never_failed(&stop, load, 20, "while both workers were sick").await;
-    let health: Vec<_> = restarts(&status(admin).await)
+    let health: Vec<_> = restart_records(&status(admin).await)
         .into_iter()
         .filter(|r| r.reason == "health")
         .collect();

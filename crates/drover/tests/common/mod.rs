@@ -218,3 +218,34 @@ pub fn lower_nofile(d: &DroverProcess, nofile: u32) {
         .expect("run prlimit (util-linux)");
     assert!(status.success(), "prlimit --pid {} failed", d.pid());
 }
+
+/// Every restart record of every app in `s`.
+pub fn restart_records(s: &drover_admin::Status) -> Vec<drover_admin::RestartRow> {
+    s.apps.iter().flat_map(|a| a.restarts.clone()).collect()
+}
+
+/// The pids of the first app's workers by worker id, `None` for one not serving (ready
+/// or busy).
+pub fn serving_pids(s: &drover_admin::Status) -> Vec<Option<u32>> {
+    s.apps[0]
+        .workers
+        .iter()
+        .map(|w| {
+            matches!(w.state.as_str(), "ready" | "busy")
+                .then_some(w.pid)
+                .flatten()
+        })
+        .collect()
+}
+
+/// Waits until every worker of the first app serves; their pids.
+pub async fn wait_all_serving(d: &DroverProcess, admin: SocketAddr) -> Vec<Option<u32>> {
+    let ready = drover_testkit::wait_until_async(std::time::Duration::from_secs(20), || async {
+        serving_pids(&status(admin).await)
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
+    assert!(ready, "{}", d.stderr_text());
+    serving_pids(&status(admin).await)
+}
