@@ -484,7 +484,11 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(admission.waiting(), 1);
         // No slot is released: the endpoint joining is what dispatches the queue.
-        pool.insert(drover_registry::Source::Supervisor, ([127, 0, 0, 1], 9).into(), 1);
+        pool.insert(
+            drover_registry::Source::Supervisor,
+            ([127, 0, 0, 1], 9).into(),
+            1,
+        );
         assert_eq!(waiter.await.unwrap(), Ok(()));
     }
 

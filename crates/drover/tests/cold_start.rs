@@ -25,7 +25,15 @@ fn slow_starter(delay_ms: u32) -> [String; 2] {
 /// listens (its workers are still starting then).
 async fn run(delay_ms: u32, extra: &[&str]) -> DroverProcess {
     let [script, delay] = slow_starter(delay_ms);
-    let mut args = vec!["run", "-w", "2", "-l", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
+    let mut args = vec![
+        "run",
+        "-w",
+        "2",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "node", &script, &delay]);
     DroverProcess::spawn(bin(), &args).await
