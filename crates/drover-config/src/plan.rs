@@ -148,6 +148,9 @@ impl BalancerPlan {
                 adaptive_limit: b.max_conns == crate::ConnLimit::Auto,
                 initially_unhealthy: false,
                 passive,
+                // An app's workers are always on their way: at a cold start, and
+                // after each restart. Requests wait for them rather than fail.
+                expects_members: app.is_some(),
             },
             strategy: b.strategy,
             backends,

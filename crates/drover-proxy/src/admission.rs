@@ -28,6 +28,14 @@
 //! oldest waiter has waited a quarter of the queue timeout, new connections are left
 //! in the kernel's listen backlog instead of joining a queue that is not draining.
 //!
+//! A pool that expects endpoints (a supervised app's workers, which start and restart
+//! on their own: `PoolOptions::expects_members`) queues a request also while no
+//! endpoint is available at all, as Node's cluster module and PM2 hold connections
+//! while workers start: drover started and at once sent traffic answers, late, instead
+//! of `503`. The pool wakes the queue when an endpoint joins or rises (`Pool::watch_up`);
+//! a request that waited the whole queue timeout for one gets `no-healthy-endpoint`.
+//! Fixed backends that are all down still get a `503` at once.
+//!
 //! Each release hands slots to the waiters at the head, in order, for as long as there
 //! is room. (A wake-up primitive would let a waiter that lost a race drop to the back,
 //! which is what makes tails long.)
@@ -134,10 +142,15 @@ impl Admission {
             let set = self.pool.snapshot();
             match self.balancer.pick(&set, ctx) {
                 Ok(pick) => return Ok(self.slot(pick)),
-                Err(NoPick::NoneAvailable) => return Err(ProxyError::NoEndpoint),
-                Err(NoPick::AllBusy) => {}
+                Err(NoPick::NoneAvailable) if !self.expects_endpoints() => {
+                    return Err(ProxyError::NoEndpoint)
+                }
+                Err(_) => {}
             }
         }
+        // Before joining: an endpoint that comes up after this is seen by the wait
+        // below, one that came up before by the dispatch after joining.
+        let mut up = self.pool.watch_up();
         let (reply, mut answer) = oneshot::channel();
         {
             let mut queue = self.lock();
@@ -166,26 +179,50 @@ impl Admission {
         }
         // A slot may have freed between the pick above and joining the queue.
         self.dispatch();
-        match tokio::time::timeout(self.timeout, &mut answer).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(ProxyError::QueueTimeout),
-            Err(_) => {
-                // A slot sent just as the timeout fired is still ours to use.
-                answer.close();
-                let result = answer.try_recv().unwrap_or(Err(ProxyError::QueueTimeout));
-                // Take the expired waiters off the head now, not at the next release
-                // (there may be none for long): their age must not keep the queue
-                // counting as backed up.
-                self.dispatch();
-                result
+        let expired = tokio::time::sleep(self.timeout);
+        tokio::pin!(expired);
+        loop {
+            tokio::select! {
+                result = &mut answer => return result.unwrap_or(Err(ProxyError::QueueTimeout)),
+                // No release may come while no endpoint is available: an endpoint that
+                // joins or rises dispatches the queue. (Every waiter wakes; the first
+                // places as many as there is room for, the rest find nothing to do.)
+                Ok(()) = up.changed() => self.dispatch(),
+                () = &mut expired => break,
             }
+        }
+        // A slot sent just as the timeout fired is still ours to use.
+        answer.close();
+        let result = answer.try_recv().unwrap_or_else(|_| Err(self.timed_out()));
+        // Take the expired waiters off the head now, not at the next release (there may
+        // be none for long): their age must not keep the queue counting as backed up.
+        self.dispatch();
+        result
+    }
+
+    /// Whether a request waits while no endpoint is available, for one to come.
+    fn expects_endpoints(&self) -> bool {
+        self.pool.options().expects_members
+    }
+
+    /// Why a request waited the whole queue timeout: every endpoint was busy, or there
+    /// was none to wait for (workers that never became ready).
+    fn timed_out(&self) -> ProxyError {
+        let now = clock::now();
+        let set = self.pool.snapshot();
+        if set.endpoints().iter().any(|e| e.is_available(now)) {
+            ProxyError::QueueTimeout
+        } else {
+            ProxyError::NoEndpoint
         }
     }
 
     /// Hands free slots to the waiters at the head of the queue, in order, until the
     /// head cannot be placed. A waiter pinned to one endpoint (sticky, hash) that is
     /// still full keeps its place without holding back the waiters behind it, which may
-    /// go anywhere: it waits for its endpoint, they need not.
+    /// go anywhere: it waits for its endpoint, they need not. Likewise one with no
+    /// endpoint available to it in a pool that expects endpoints (a retry that may not
+    /// go back to the worker that failed it waits for its replacement).
     fn dispatch(self: &Arc<Self>) {
         let mut queue = self.lock();
         if queue.is_empty() {
@@ -208,12 +245,18 @@ impl Admission {
             };
             let result = match self.balancer.pick(&set, &ctx) {
                 Ok(pick) => Ok(self.slot(pick)),
-                Err(NoPick::NoneAvailable) => Err(ProxyError::NoEndpoint),
+                Err(NoPick::NoneAvailable) if !self.expects_endpoints() => {
+                    Err(ProxyError::NoEndpoint)
+                }
+                Err(NoPick::NoneAvailable) if at < MAX_PINNED_SKIPS => {
+                    at += 1;
+                    continue;
+                }
                 Err(NoPick::AllBusy) if waiter.is_pinned() && at < MAX_PINNED_SKIPS => {
                     at += 1;
                     continue;
                 }
-                Err(NoPick::AllBusy) => break,
+                Err(_) => break,
             };
             let Some(waiter) = queue.remove(at) else {
                 break;
@@ -400,6 +443,61 @@ mod tests {
         drop(held);
         assert!(waiter.await.unwrap().is_ok());
         assert!(!admission.backed_up(joined + clock::nanos(Duration::from_secs(9))));
+    }
+
+    fn any_request() -> PickContext<'static> {
+        PickContext {
+            now: clock::now(),
+            cost: 0,
+            hash_key: None,
+            sticky: None,
+            exclude: &[],
+        }
+    }
+
+    fn empty_pool(expects_members: bool, timeout: Duration) -> (Arc<Pool>, Arc<Admission>) {
+        let options = drover_registry::PoolOptions {
+            expects_members,
+            ..Default::default()
+        };
+        let pool = Arc::new(Pool::new("t", &[], options));
+        let admission = Arc::new(Admission::new(
+            Arc::new(drover_balance::strategy::LeastConn::new()),
+            Arc::clone(&pool),
+            usize::MAX,
+            timeout,
+        ));
+        (pool, admission)
+    }
+
+    #[tokio::test]
+    async fn with_no_endpoint_a_request_fails_at_once_unless_the_pool_expects_some() {
+        let (_, admission) = empty_pool(false, Duration::from_secs(60));
+        let result = admission.acquire(&any_request()).await.map(|_| ());
+        assert_eq!(result, Err(ProxyError::NoEndpoint));
+
+        let (pool, admission) = empty_pool(true, Duration::from_secs(60));
+        let waiter = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(admission.waiting(), 1);
+        // No slot is released: the endpoint joining is what dispatches the queue.
+        pool.insert(
+            drover_registry::Source::Supervisor,
+            ([127, 0, 0, 1], 9).into(),
+            1,
+        );
+        assert_eq!(waiter.await.unwrap(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_waited_in_vain_for_an_endpoint_says_there_was_none() {
+        let (_, admission) = empty_pool(true, Duration::from_secs(1));
+        let result = admission.acquire(&any_request()).await.map(|_| ());
+        assert_eq!(result, Err(ProxyError::NoEndpoint));
+        assert_eq!(admission.waiting(), 0);
     }
 
     #[test]

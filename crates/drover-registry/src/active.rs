@@ -379,6 +379,7 @@ fn apply(
                 if !slow_start.is_zero() {
                     ep.start_ramp(clock::now(), clock::nanos(slow_start));
                 }
+                pool.endpoint_up();
                 tracing::info!(
                     pool = %pool.name(),
                     endpoint = %ep.addr(),

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// How a pool treats its members.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +34,12 @@ pub struct PoolOptions {
     pub initially_unhealthy: bool,
     /// Passive health: ejection on connect failures and 5xx streaks.
     pub passive: PassivePolicy,
+    /// Endpoints are on their way whenever none is available: the pool is fed by
+    /// workers drover supervises, which start, and restart, on their own. While none is
+    /// available a request then waits in the queue for one (up to the queue timeout)
+    /// instead of getting a 503 at once. Off for fixed backends: nothing says a dead one
+    /// comes back soon, and a fast 503 lets the client go elsewhere.
+    pub expects_members: bool,
 }
 
 impl Default for PoolOptions {
@@ -43,6 +50,7 @@ impl Default for PoolOptions {
             adaptive_limit: false,
             initially_unhealthy: false,
             passive: PassivePolicy::default(),
+            expects_members: false,
         }
     }
 }
@@ -180,6 +188,9 @@ pub struct Pool {
     /// Each source's members as `(address, weight)`. The lock also serializes writers, so
     /// two membership changes cannot lose each other's endpoints. Readers never take it.
     sources: Mutex<BTreeMap<Source, Vec<(SocketAddr, u32)>>>,
+    /// Bumped when an endpoint may have become available (`endpoint_up`), so requests
+    /// queued for want of one are dispatched then rather than at their timeout.
+    up: watch::Sender<()>,
 }
 
 impl Pool {
@@ -193,6 +204,7 @@ impl Pool {
             options: ArcSwap::from_pointee(options),
             set: ArcSwap::from_pointee(EndpointSet::default()),
             sources: Mutex::new(BTreeMap::from([(Source::Static, addrs.clone())])),
+            up: watch::Sender::new(()),
         };
         let endpoints = addrs
             .into_iter()
@@ -231,6 +243,18 @@ impl Pool {
     /// The current membership as an owned `Arc`, for code that keeps it across awaits.
     pub fn load_full(&self) -> Arc<EndpointSet> {
         self.set.load_full()
+    }
+
+    /// Wakes when an endpoint may have become available: one joined, or rose
+    /// (`endpoint_up`). Subscribe before looking at the pool, so nothing is missed.
+    pub fn watch_up(&self) -> watch::Receiver<()> {
+        self.up.subscribe()
+    }
+
+    /// Tells `watch_up` receivers an endpoint may be available now. Membership changes
+    /// that add one call it; whoever marks an endpoint healthy calls it after that.
+    pub fn endpoint_up(&self) {
+        self.up.send_replace(());
     }
 
     /// A copy of the current endpoint list (not for the hot path).
@@ -306,6 +330,9 @@ impl Pool {
                 .any(|(a, b)| !Arc::ptr_eq(a, b));
         if reordered || weights_changed {
             self.set.store(Arc::new(EndpointSet::new(endpoints)));
+        }
+        if !change.added.is_empty() {
+            self.endpoint_up();
         }
         if !change.is_empty() {
             tracing::info!(

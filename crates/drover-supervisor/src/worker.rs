@@ -985,6 +985,8 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     if shared.pool.options().initially_unhealthy {
         if let Some(ep) = shared.pool.find(addr) {
             ep.set_healthy(true);
+            // The insert woke queued requests while it was still down.
+            shared.pool.endpoint_up();
         }
     }
     slot.in_pool = Some(addr);

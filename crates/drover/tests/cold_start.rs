@@ -1,0 +1,142 @@
+//! A cold start, through the real binary and real Node workers that take 1.5 s to
+//! listen: requests sent as soon as drover listens wait in its queue for the first
+//! worker instead of getting `503 no-healthy-endpoint`, and so do requests sent while
+//! every worker restarts. The wait is bounded: workers that never become ready leave
+//! the requests a 503 after the queue timeout. These count answers; nothing is timed.
+
+mod common;
+
+use common::{admin_addr, bin, status};
+use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// The fixture, started with `delay_ms` before it listens.
+fn slow_starter(delay_ms: u32) -> [String; 2] {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cold_start/server.js")
+        .display()
+        .to_string();
+    [script, delay_ms.to_string()]
+}
+
+/// `drover run -w 2 EXTRA -- node server.js DELAY_MS`, returned once drover's balancer
+/// listens (its workers are still starting then).
+async fn run(delay_ms: u32, extra: &[&str]) -> DroverProcess {
+    let [script, delay] = slow_starter(delay_ms);
+    let mut args = vec![
+        "run",
+        "-w",
+        "2",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "node", &script, &delay]);
+    DroverProcess::spawn(bin(), &args).await
+}
+
+/// `n` GETs at once, each on its own connection; each answer's status and
+/// `drover-error` (status 0: no answer).
+async fn burst(addr: SocketAddr, n: usize) -> Vec<(u16, Option<String>)> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            tokio::spawn(async move {
+                let Ok(mut c) = HttpClient::connect(addr).await else {
+                    return (0, None);
+                };
+                c.set_timeout(Duration::from_secs(60));
+                match c.request("GET", "/", &[], None).await {
+                    Ok(r) => (r.status, r.header("drover-error").map(str::to_owned)),
+                    Err(_) => (0, None),
+                }
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    answers
+}
+
+/// The pids of the app's ready workers.
+async fn ready_pids(admin: SocketAddr) -> Vec<u32> {
+    status(admin).await.apps[0]
+        .workers
+        .iter()
+        .filter(|w| w.state == "ready")
+        .filter_map(|w| w.pid)
+        .collect()
+}
+
+/// Node's cluster module and PM2 hold the connections of a fresh start until a worker
+/// listens; drover used to answer every one of them `503 no-healthy-endpoint` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_while_the_workers_start_wait_for_them() {
+    let d = run(1500, &[]).await;
+    let answers = burst(d.addr(), 20).await;
+    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 20 failed: {failed:?}\n{}",
+        failed.len(),
+        d.stderr_text()
+    );
+}
+
+/// Both workers killed at once: until their replacements listen, 1.5 s later, no
+/// worker is in the pool; requests sent meanwhile wait for the replacements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_sent_while_every_worker_restarts_wait_for_the_replacements() {
+    let d = run(1500, &[]).await;
+    let admin = admin_addr(&d).await;
+    let serving = wait_until_async(Duration::from_secs(20), || async {
+        ready_pids(admin).await.len() == 2
+    })
+    .await;
+    assert!(serving, "{}", d.stderr_text());
+    let before = ready_pids(admin).await;
+    for pid in &before {
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+    let answers = burst(d.addr(), 20).await;
+    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 20 failed: {failed:?}\n{}",
+        failed.len(),
+        d.stderr_text()
+    );
+    let after = ready_pids(admin).await;
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "the killed workers serve: {before:?} {after:?}"
+    );
+}
+
+/// Workers that never listen: the wait ends at the queue timeout with a 503 that says
+/// why, and drover keeps serving (here: answering) rather than holding requests forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_for_workers_that_never_start_get_a_503_after_the_queue_timeout() {
+    // Ten minutes: longer than the test runs.
+    let d = run(600_000, &["--queue-timeout", "1s"]).await;
+    for round in 0..2 {
+        let answers = burst(d.addr(), 10).await;
+        for a in &answers {
+            assert_eq!(
+                (a.0, a.1.as_deref()),
+                (503, Some("no-healthy-endpoint")),
+                "round {round}: {answers:?}\n{}",
+                d.stderr_text()
+            );
+        }
+    }
+}
