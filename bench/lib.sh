@@ -187,6 +187,31 @@ http {
 EOF
 }
 
+# The head of a haproxy.cfg for one process and thread, with MAXCONN connections, HTTP
+# keep-alive on both sides, and a frontend on 127.0.0.1:PORT, up to and including the
+# `backend be` line; the caller writes the balance and server lines.
+haproxy_preamble() { # maxconn port
+  cat <<EOF
+global
+  nbthread 1
+  maxconn $1
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout tunnel 60s
+  timeout http-keep-alive 120s
+  timeout http-request 10s
+frontend fe
+  bind 127.0.0.1:$2
+  default_backend be
+backend be
+EOF
+}
+
 # Starts one nginx process in DIR answering "ok" on every PORT given (a backend that
 # costs next to nothing, so the proxy in front of it is what is measured), pinned with
 # the words of PIN (e.g. "taskset -c 0", or ""); sets NGINX_BACKEND_PID and dies if a

@@ -10,8 +10,8 @@
 # Each sample's capacity is measured in the same run (closed-loop saturation through every
 # peer, the median), and its open-loop rates are fractions of it, never a fixed req/s.
 #
-#   bash bench/sweep.sh --quick                  # ~9-12 min here: 20 samples, 3 s each
-#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~50 min)
+#   bash bench/sweep.sh --quick                  # ~12 min here: 20 samples, 3 s, 2 rounds
+#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~40 min)
 #   bash bench/sweep.sh --seed 7 --samples 50
 #   bash bench/sweep.sh --seed 7 --only 12       # sample 12 of seed 7 again
 #
@@ -46,7 +46,7 @@ while (($#)); do
   shift
 done
 if ((QUICK)); then
-  SAMPLES=${SAMPLES:-20} D=${D:-3} ROUNDS=${ROUNDS:-1} CAP_D=1.5
+  SAMPLES=${SAMPLES:-20} D=${D:-3} ROUNDS=${ROUNDS:-2} CAP_D=1.5
 else
   SAMPLES=${SAMPLES:-40} D=${D:-5} ROUNDS=${ROUNDS:-2} CAP_D=2
 fi
@@ -140,25 +140,8 @@ haproxy_conf() { # port health backend-ports...
   local port=$1 health=$2 p i=0 check=""
   shift 2
   [[ "$health" == on ]] && check=" check inter 2s fall 3 rise 2"
-  cat <<EOF
-global
-  nbthread 1
-  maxconn 8192
-defaults
-  mode http
-  option http-keep-alive
-  http-reuse always
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  timeout http-keep-alive 120s
-frontend fe
-  bind 127.0.0.1:$port
-  maxconn 8192
-  default_backend be
-backend be
-  balance leastconn
-EOF
+  haproxy_preamble 8192 "$port"
+  echo "  balance leastconn"
   [[ "$health" == on ]] && echo "  option httpchk GET /"
   for p in "$@"; do i=$((i + 1)); echo "  server be$i 127.0.0.1:$p maxconn 8192$check"; done
 }
