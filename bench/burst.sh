@@ -22,37 +22,17 @@ APP="$ROOT/examples/pi-server.js"
 LOG_TAG=burst
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
-scratch_and_cleanup burst 2
-set -m # each system in a process group of its own, in this session (see bench/sweep.sh)
-build_binaries
-cp "$DROVER" "$TMP/drover" # the shared target directory may be rebuilt mid-run
-DROVER="$TMP/drover" LOADGEN="$TMP/drover"
-
-# The system under test runs as the leader of its own process group (job control), and
-# is stopped with its group, also when the script is interrupted. Called at the top
-# level only: in a subshell (a pipeline) job control is off and no group is made.
-SYS_PID=""
-stop_system() {
-  [[ -n "$SYS_PID" ]] || return 0
-  local i
-  kill -TERM -- "-$SYS_PID" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do kill -0 -- "-$SYS_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -9 -- "-$SYS_PID" 2>/dev/null || true
-  SYS_PID=""
-}
-trap 'rc=$?; stop_system; (exit $rc); cleanup_scratch' EXIT
+system_scratch burst
 
 run_one() { # system round -> one JSON line on stdout
   local sys=$1 round=$2 port admin restarts i
   port="$(quick_port)" admin="$(quick_port)"
   if [[ "$sys" == drover ]]; then
-    "$DROVER" run -w 2 --health-path /health -l "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
-      -- node "$APP" >"$TMP/$sys.log" 2>&1 </dev/null &
+    start_system "$TMP/$sys.log" "$DROVER" run -w 2 --health-path /health -l "127.0.0.1:$port" \
+      --admin "127.0.0.1:$admin" -- node "$APP"
   else
-    PORT="$port" WORKERS=2 node "$BENCH_DIR/node-cluster.js" "$APP" >"$TMP/$sys.log" 2>&1 </dev/null &
+    start_system "$TMP/$sys.log" env PORT="$port" WORKERS=2 node "$BENCH_DIR/node-cluster.js" "$APP"
   fi
-  SYS_PID=$!
-  disown "$SYS_PID"
   for ((i = 0; i < 300; i++)); do # ready: both workers answer
     [[ "$("$LOADGEN" bench -n 8 -c 2 --json "http://127.0.0.1:$port/health" 2>/dev/null)" == *'"ok":8,'* ]] && break
     sleep 0.1

@@ -7,6 +7,7 @@
 #   npm ci --prefix examples/seeds/express-api && npm ci --prefix examples/seeds/tools
 #   bash bench/fault.sh                          # 2 rounds of 20 s, alternating order (~3 min)
 #   ROUNDS=1 FAULT_SECONDS=10 bash bench/fault.sh
+#   FAULT_CLIENT=bench bash bench/fault.sh       # drover bench instead of loadtest
 #
 # Capacity: per system, a 3 s closed loop of 50 connections, each request on a new
 # connection (`drover bench -H "Connection: close"`), the median of both systems. Then per
@@ -21,30 +22,25 @@ ROOT="$(cd "$BENCH_DIR/.." && pwd)"
 ROUNDS="${ROUNDS:-2}"
 LOAD_S="${FAULT_SECONDS:-20}"
 KILL_EVERY=5
+# The open-loop client: npm loadtest (the post's), or `drover bench --rate R -H
+# "Connection: close"` (FAULT_CLIENT=bench), which keeps up with rates loadtest cannot
+# send on this machine.
+CLIENT="${FAULT_CLIENT:-loadtest}"
+[[ "$CLIENT" == loadtest || "$CLIENT" == bench ]] || { echo "FAULT_CLIENT must be loadtest or bench" >&2; exit 2; }
 APP="$ROOT/examples/seeds/express-api/server.js"
 LOG_TAG=fault
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 [[ -d "$ROOT/examples/seeds/express-api/node_modules/express" ]] || die "run: npm ci --prefix examples/seeds/express-api"
-[[ -d "$ROOT/examples/seeds/tools/node_modules/loadtest" ]] || die "run: npm ci --prefix examples/seeds/tools"
-scratch_and_cleanup fault 2
-set -m # each system in a process group of its own, in this session (see bench/sweep.sh)
-build_binaries
-cp "$DROVER" "$TMP/drover" # the shared target directory may be rebuilt mid-run
-DROVER="$TMP/drover" LOADGEN="$TMP/drover"
+[[ "$CLIENT" == bench || -d "$ROOT/examples/seeds/tools/node_modules/loadtest" ]] || die "run: npm ci --prefix examples/seeds/tools"
+system_scratch fault
 
-# The system under test runs as the leader of its own process group (job control; called
-# at the top level only, where job control is on) and is stopped with it, also on Ctrl-C.
-SYS_PID=""
-trap 'rc=$?; stop_system; (exit $rc); cleanup_scratch' EXIT
-start_system() { # system -> SYS_PID, SYS_PORT
+start_app() { # system -> SYS_PID, SYS_PORT: the app under it, both workers ready
   SYS_PORT="$(quick_port)"
   case "$1" in
-    drover) "$DROVER" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$APP" >"$TMP/$1.log" 2>&1 </dev/null & ;;
-    cluster) PORT="$SYS_PORT" WORKERS=2 node "$BENCH_DIR/node-cluster.js" "$APP" >"$TMP/$1.log" 2>&1 </dev/null & ;;
+    drover) start_system "$TMP/$1.log" "$DROVER" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$APP" ;;
+    cluster) start_system "$TMP/$1.log" env PORT="$SYS_PORT" WORKERS=2 node "$BENCH_DIR/node-cluster.js" "$APP" ;;
   esac
-  SYS_PID=$!
-  disown "$SYS_PID"
   local i
   for ((i = 0; i < 300; i++)); do
     (($(pgrep -c -P "$SYS_PID" node || true) >= 2)) &&
@@ -53,19 +49,10 @@ start_system() { # system -> SYS_PID, SYS_PORT
   done
   die "$1 did not start: $(tail -5 "$TMP/$1.log")"
 }
-stop_system() {
-  [[ -n "$SYS_PID" ]] || return 0
-  local i
-  kill -TERM -- "-$SYS_PID" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do kill -0 -- "-$SYS_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -9 -- "-$SYS_PID" 2>/dev/null || true
-  SYS_PID=""
-}
-
 # ---------------------------------------------------------------- capacity, same run
 CAPS=()
 for sys in drover cluster; do
-  start_system "$sys"
+  start_app "$sys"
   out="$("$LOADGEN" bench -c 50 -d 3s -H "Connection: close" --json "http://127.0.0.1:$SYS_PORT/" 2>/dev/null || true)"
   [[ "$out" =~ \"ok\":([0-9]+) ]] && CAPS+=("$((BASH_REMATCH[1] / 3))")
   log "capacity through $sys, new connection per request: ${CAPS[-1]:-?} req/s"
@@ -73,7 +60,7 @@ for sys in drover cluster; do
 done
 ((${#CAPS[@]} == 2)) || die "no capacity measured"
 RATE=$(((CAPS[0] + CAPS[1]) * 3 / 4)) # 1.5 x the median (of two: the mean)
-log "loadtest at $RATE req/s (1.5 x $(((CAPS[0] + CAPS[1]) / 2))) for ${LOAD_S}s, kill -9 of a worker every ${KILL_EVERY}s, $ROUNDS round(s); open files limit $(ulimit -n)"
+log "$CLIENT at $RATE req/s (1.5 x $(((CAPS[0] + CAPS[1]) / 2))) for ${LOAD_S}s, kill -9 of a worker every ${KILL_EVERY}s, $ROUNDS round(s); open files limit $(ulimit -n)"
 
 # ---------------------------------------------------------------- the runs
 : >"$TMP/results.jsonl"
@@ -81,8 +68,15 @@ for ((r = 1; r <= ROUNDS; r++)); do
   order="drover cluster"
   ((r % 2 == 0)) && order="cluster drover"
   for sys in $order; do
-    start_system "$sys"
-    node "$BENCH_DIR/fault-client.mjs" "http://127.0.0.1:$SYS_PORT/" "$RATE" "$LOAD_S" >"$TMP/out" 2>"$TMP/err" &
+    start_app "$sys"
+    if [[ "$CLIENT" == bench ]]; then
+      # Up to 8000 connections open at once (the script's descriptors are 20,000 here):
+      # past that a request waits for one, in the client, and that wait is in its latency.
+      "$LOADGEN" bench --rate "$RATE" -d "${LOAD_S}s" -c 8000 -H "Connection: close" --timeout 10s \
+        --count-header drover-error --json "http://127.0.0.1:$SYS_PORT/" >"$TMP/out.bench" 2>"$TMP/err" &
+    else
+      node "$BENCH_DIR/fault-client.mjs" "http://127.0.0.1:$SYS_PORT/" "$RATE" "$LOAD_S" >"$TMP/out" 2>"$TMP/err" &
+    fi
     client=$!
     PIDS+=("$client")
     kills=0
@@ -95,6 +89,15 @@ for ((r = 1; r <= ROUNDS; r++)); do
       kill -9 "${workers[$((kills % ${#workers[@]}))]}" 2>/dev/null && kills=$((kills + 1))
     done
     wait "$client" || true
+    # drover bench's report in fault-client.mjs's shape.
+    [[ "$CLIENT" == bench ]] && node -e 'const t = require("fs").readFileSync(0, "utf8").split("\n").filter((l) => l.startsWith("{")).pop();
+      const r = JSON.parse(t); const e = { ...r.errors }; delete e.status;
+      const sent = r.requests + e.connect + e.timeout + e.io; // requests counts the answered ones
+      console.log(JSON.stringify({ rate: r.rate, seconds: r.duration_s, elapsed_s: r.elapsed_s, requests: sent, ok: r.ok,
+        failed: sent - r.ok, status: r.status, drover_error: r.header_counts ? r.header_counts.values : {},
+        transport: Object.fromEntries(Object.entries(e).filter(([, v]) => v)),
+        p50_ms: Math.round(r.latency_us.p50 / 1000), p99_ms: Math.round(r.latency_us.p99 / 1000), max_ms: Math.round(r.latency_us.max / 1000) }))' \
+      <"$TMP/out.bench" >"$TMP/out"
     node -e 'const [s, r, k] = process.argv.slice(1); const o = JSON.parse(require("fs").readFileSync(0, "utf8"));
       console.log(JSON.stringify({ system: s, round: +r, kills: +k, ...o }))' "$sys" "$r" "$kills" <"$TMP/out" |
       tee -a "$TMP/results.jsonl" >&2
