@@ -96,7 +96,11 @@ function detail(s, why) {
   console.log(`\n${why}: sample ${s.k} (bash bench/sweep.sh --seed ${s.seed} --only ${s.k})`);
   console.log(`  ${Object.entries(s.params).map(([k, v]) => `${k}=${v}`).join(' ')}`);
   if (s.capacity) console.log(`  capacity ${s.capacity} req/s (median of ${s.capacity_each})`);
-  for (const [peer, v] of Object.entries(s.peers)) console.log(`  ${peer.padEnd(13)} ${String(v.thr).padStart(8)} 2xx/s  p99 ${ms(v.p99).padStart(8)}  errors ${v.errors}`);
+  // Each round's figures too: how far apart they are says how much the median means.
+  for (const [peer, v] of Object.entries(s.peers)) {
+    const each = s.runs[peer].map((r) => (r ? `${Math.round(r.thr)}/s ${ms(r.p99)}` : 'no result')).join(', ');
+    console.log(`  ${peer.padEnd(13)} ${String(Math.round(v.thr)).padStart(6)} 2xx/s  p99 ${ms(v.p99).padStart(8)}  errors ${v.errors}   rounds: ${each}`);
+  }
   console.log(`  drover: p99 ${x(s.p99x)} x ${s.bestP99?.[0]}'s, throughput ${x(s.thrx)} x ${s.bestThr?.[0]}'s`);
 }
 detail(worst, 'worst sample (highest p99 ratio)');
