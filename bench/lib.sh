@@ -187,6 +187,31 @@ http {
 EOF
 }
 
+# The head of a haproxy.cfg for one process and thread, with MAXCONN connections, HTTP
+# keep-alive on both sides, and a frontend on 127.0.0.1:PORT, up to and including the
+# `backend be` line; the caller writes the balance and server lines.
+haproxy_preamble() { # maxconn port
+  cat <<EOF
+global
+  nbthread 1
+  maxconn $1
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  timeout tunnel 60s
+  timeout http-keep-alive 120s
+  timeout http-request 10s
+frontend fe
+  bind 127.0.0.1:$2
+  default_backend be
+backend be
+EOF
+}
+
 # Starts one nginx process in DIR answering "ok" on every PORT given (a backend that
 # costs next to nothing, so the proxy in front of it is what is measured), pinned with
 # the words of PIN (e.g. "taskset -c 0", or ""); sets NGINX_BACKEND_PID and dies if a
@@ -229,4 +254,37 @@ cleanup_scratch() {
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$TMP"
   exit "$rc"
+}
+
+# For bench/burst.sh and bench/fault.sh: the scratch directory, job control, the built
+# drover copied into the scratch directory (the shared target directory may be rebuilt
+# from another branch mid-run), and one system under test at a time (drover run, a
+# cluster primary) as the leader of a process group of its own, stopped with its
+# workers on exit and on Ctrl-C. Job control, not setsid: a session of its own would
+# be a CPU share of its own under sched_autogroup (see examples/seeds/README.md).
+# start_system and stop_system must run at the top level, not in a pipeline: in a
+# subshell job control is off and no group is made.
+system_scratch() { # name
+  scratch_and_cleanup "$1" 2
+  set -m
+  build_binaries
+  cp "$DROVER" "$TMP/drover"
+  DROVER="$TMP/drover" LOADGEN="$TMP/drover"
+  SYS_PID=""
+  trap 'rc=$?; stop_system; (exit $rc); cleanup_scratch' EXIT
+}
+start_system() { # logfile cmd... -> SYS_PID
+  local logf=$1
+  shift
+  "$@" >"$logf" 2>&1 </dev/null &
+  SYS_PID=$!
+  disown "$SYS_PID"
+}
+stop_system() {
+  [[ -n "$SYS_PID" ]] || return 0
+  local i
+  kill -TERM -- "-$SYS_PID" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do kill -0 -- "-$SYS_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -9 -- "-$SYS_PID" 2>/dev/null || true
+  SYS_PID=""
 }

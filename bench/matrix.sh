@@ -221,27 +221,11 @@ EOF
       local balance=leastconn
       [[ "$name" == haproxy-rr ]] && balance=roundrobin
       for ((i = 0; i < nb; i++)); do servers+="  server be$((i + 1)) ${ups[$i]}"$'\n'; done
-      cat >"$dir/haproxy.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 8192
-defaults
-  mode http
-  option http-keep-alive
-  http-reuse always
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  timeout tunnel 60s
-  timeout http-keep-alive 120s
-  timeout http-request 10s
-frontend fe
-  bind 127.0.0.1:$port
-  default_backend be
-backend be
-  balance $balance
-$servers
-EOF
+      {
+        haproxy_preamble 8192 "$port"
+        echo "  balance $balance"
+        echo "$servers"
+      } >"$dir/haproxy.cfg"
       "${PIN_PROXY[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/stderr.log" 2>&1 &
       ;;
     drover | drover-*)

@@ -136,27 +136,12 @@ start_haproxy() { # name balance
   local name=$1 dir="$TMP/$1" port
   port="$(free_port)"
   mkdir -p "$dir"
-  cat >"$dir/haproxy.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 4096
-defaults
-  mode http
-  option http-keep-alive
-  http-reuse always
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  timeout http-keep-alive 120s
-  timeout http-request 10s
-frontend fe
-  bind 127.0.0.1:$port
-  default_backend be
-backend be
-  balance $2
-  server be1 127.0.0.1:${BE_PORTS[0]}
-  server be2 127.0.0.1:${BE_PORTS[1]}
-EOF
+  {
+    haproxy_preamble 4096 "$port"
+    echo "  balance $2"
+    echo "  server be1 127.0.0.1:${BE_PORTS[0]}"
+    echo "  server be2 127.0.0.1:${BE_PORTS[1]}"
+  } >"$dir/haproxy.cfg"
   "${PIN_PROXY[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/stderr.log" 2>&1 &
   PID[$name]=$!
   PORT[$name]=$port

@@ -68,6 +68,11 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Reuse::Random)]
     pub reuse: Reuse,
 
+    /// Open loop: Poisson arrivals (exponential gaps drawn from --seed, mean 1/rate)
+    /// instead of a fixed interval between requests
+    #[arg(long, requires = "rate")]
+    pub poisson: bool,
+
     /// Stop after this many requests in total (as ab's and loadtest's -n)
     #[arg(short = 'n', long, value_name = "COUNT")]
     pub requests: Option<u64>,
@@ -238,6 +243,7 @@ impl BenchArgs {
             seed: self.seed,
             headers: self.headers.clone(),
             count_header: self.count_header.clone(),
+            poisson: self.poisson,
             progress: false,
         })
     }

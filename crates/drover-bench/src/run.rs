@@ -23,7 +23,7 @@ use hdrhistogram::Histogram;
 
 use crate::http::{build_request, Conn, Response};
 use crate::mix::Mix;
-use crate::schedule::Schedule;
+use crate::schedule::{Poisson, Schedule};
 use crate::stats::{
     fmt_us, interval_reports, new_histogram, spectrum, ErrorKind, Outcome, PathReport, Percentiles,
     Report, Stats,
@@ -82,6 +82,8 @@ pub struct Config {
     pub headers: Vec<String>,
     /// Count responses per value of this response header (e.g. `x-worker`).
     pub count_header: Option<String>,
+    /// Open loop: exponential gaps between due times (Poisson arrivals) instead of fixed.
+    pub poisson: bool,
     /// Keep a live progress line on stderr (the caller checks that it is a terminal).
     pub progress: bool,
 }
@@ -568,7 +570,19 @@ async fn open_loop(l: Rc<Local>, k: usize, rate: f64, reuse: Reuse) {
         return;
     }
     let sched = Schedule::new(rate, n, k);
-    let count = sched.count_within(l.cfg.duration, l.cfg.max_requests);
+    let mut count = sched.count_within(l.cfg.duration, l.cfg.max_requests);
+    // Poisson: each thread draws its own stream at rate / n (a sum of independent Poisson
+    // streams is one), seeded apart from the path choice.
+    let poisson = l.cfg.poisson.then(|| {
+        Poisson::new(
+            rate / n as f64,
+            l.cfg.seed.wrapping_add(k as u64) ^ 0x9e37_79b9,
+        )
+    });
+    if poisson.is_some() && l.cfg.max_requests.is_none() {
+        count = u64::MAX; // the stream ends at the duration, however many it drew
+    }
+    let duration = l.cfg.duration;
     let pool_seed = l.cfg.seed.wrapping_add(k as u64).rotate_left(32);
     let pool = Rc::new(Pool::new(max_conns, reuse, pool_seed));
     // tokio's timer wheel has a 1 ms tick, which would make every request up to 1 ms
@@ -580,8 +594,15 @@ async fn open_loop(l: Rc<Local>, k: usize, rate: f64, reuse: Reuse) {
     let ticker = std::thread::Builder::new()
         .name(format!("bench-tick-{k}"))
         .spawn(move || {
+            let mut poisson = poisson;
             for j in 0..count {
-                let due = start + sched.due(j);
+                let due = match poisson.as_mut() {
+                    Some(p) => match p.next_due(duration) {
+                        Some(d) => start + d,
+                        None => return,
+                    },
+                    None => start + sched.due(j),
+                };
                 let now = Instant::now();
                 if due > now {
                     std::thread::sleep(due - now);

@@ -65,9 +65,63 @@ impl Schedule {
     }
 }
 
+/// Poisson arrivals: due times with exponential gaps of mean `1 / rate`, from a seed, so
+/// a run can be repeated. The fixed schedule's count is an upper bound on how many are
+/// asked for; `next_due` ends the stream at the run's duration.
+#[derive(Debug, Clone)]
+pub struct Poisson {
+    rate: f64,
+    rng: fastrand::Rng,
+    t: f64,
+}
+
+impl Poisson {
+    pub fn new(rate: f64, seed: u64) -> Poisson {
+        assert!(rate.is_finite() && rate > 0.0, "rate must be positive");
+        Poisson {
+            rate,
+            rng: fastrand::Rng::with_seed(seed),
+            t: 0.0,
+        }
+    }
+
+    /// The next due time from the start, or None once it would be at or past `end`.
+    pub fn next_due(&mut self, end: Duration) -> Option<Duration> {
+        // 1 - U is in (0, 1], so the logarithm is finite.
+        self.t += -(1.0 - self.rng.f64()).ln() / self.rate;
+        (self.t < end.as_secs_f64()).then(|| Duration::from_secs_f64(self.t))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn poisson_gaps_average_one_over_rate() {
+        let mut p = Poisson::new(1000.0, 7);
+        let end = Duration::from_secs(20);
+        let mut n = 0u64;
+        let mut last = Duration::ZERO;
+        let mut short = 0u64; // gaps under the mean: 1 - 1/e = 63 % of them
+        while let Some(d) = p.next_due(end) {
+            assert!(d >= last);
+            if (d - last).as_secs_f64() < 1e-3 {
+                short += 1;
+            }
+            last = d;
+            n += 1;
+        }
+        assert!(
+            (19_500..20_500).contains(&n),
+            "{n} arrivals in 20 s at 1000/s"
+        );
+        let share = short as f64 / n as f64;
+        assert!((0.61..0.65).contains(&share), "{share}");
+        // Same seed, same stream.
+        let (mut a, mut b) = (Poisson::new(50.0, 1), Poisson::new(50.0, 1));
+        assert_eq!(a.next_due(end), b.next_due(end));
+    }
 
     #[test]
     fn fixed_interval() {

@@ -121,6 +121,7 @@ fn config(addr: SocketAddr, mix: &str, mode: Mode, connections: usize) -> Config
         seed: 3,
         headers: vec![],
         count_header: None,
+        poisson: false,
         progress: false,
     }
 }

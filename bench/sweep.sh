@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# The workload sweep (issue 20, item 4): seeded random samples over the class of mixed
+# CPU-bound loads, instead of the matrix's fixed rows. Per sample, drover's default and
+# its peers run side by side on the same backends, in alternating order:
+#
+#   mode proxy: drover proxy, nginx least_conn, HAProxy leastconn, over N node backends
+#   mode run:   drover run -w N and Node's cluster module (each supervising its own N
+#               workers), and nginx / HAProxy over N node backends
+#
+# Each sample's capacity is measured in the same run (closed-loop saturation through every
+# peer, the median), and its open-loop rates are fractions of it, never a fixed req/s.
+#
+#   bash bench/sweep.sh --quick                  # ~12 min here: 20 samples, 3 s, 2 rounds
+#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~40 min)
+#   bash bench/sweep.sh --seed 7 --samples 50
+#   bash bench/sweep.sh --seed 7 --only 12       # sample 12 of seed 7 again
+#
+# Options: --quick, --seed N (1), --samples N, --only I[,J...], --duration S (seconds per
+# measurement), --rounds R (repeats of each sample, peer order alternating; medians),
+# --heavy-max-ms MS (cap on a heavy request's cost, 250). Environment: BENCH_SKIP_BUILD=1,
+# BENCH_NO_INSTALL=1 as for bench/run.sh; DROVER_BIN to measure another binary.
+#
+# Output: one line per sample as it completes, then the table, the worst sample and the
+# summary against the issue's targets; bench/results/sweep-raw-STAMP.jsonl has one record
+# per measurement (`node bench/sweep/report.js RAW` re-prints). A benchmark, not a test:
+# nothing under scripts/ calls it.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+S="$BENCH_DIR/sweep"
+M="$BENCH_DIR/matrix"
+QUICK=0 SEED=1 SAMPLES="" ONLY="" D="" ROUNDS="" HEAVY_MAX_MS=250
+while (($#)); do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --seed) SEED=$2; shift ;;
+    --samples) SAMPLES=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    --duration) D=$2; shift ;;
+    --rounds) ROUNDS=$2; shift ;;
+    --heavy-max-ms) HEAVY_MAX_MS=$2; shift ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "sweep.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if ((QUICK)); then
+  SAMPLES=${SAMPLES:-20} D=${D:-3} ROUNDS=${ROUNDS:-2} CAP_D=1.5
+else
+  SAMPLES=${SAMPLES:-40} D=${D:-5} ROUNDS=${ROUNDS:-2} CAP_D=2
+fi
+for v in SEED SAMPLES D ROUNDS HEAVY_MAX_MS; do
+  [[ "${!v}" =~ ^[0-9]+$ && "${!v}" -ge 1 ]] || { echo "sweep.sh: $v must be a positive whole number" >&2; exit 2; }
+done
+BURST_ON=0.5 # seconds per on-phase; two on-phases per burst measurement
+
+LOG_TAG=sweep
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+
+# ------------------------------------------------------------------ processes and cleanup
+TMP="$(mktemp -d /tmp/drover-sweep.XXXXXX)"
+GROUPS_=() # every process this run started runs as the leader of its own process group
+stop_groups() {
+  local g i alive
+  for g in "${GROUPS_[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+  for ((i = 0; i < 40; i++)); do # up to 2 s for drover to stop its workers
+    alive=0
+    for g in "${GROUPS_[@]}"; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.05
+  done
+  for g in "${GROUPS_[@]}"; do kill -9 -- "-$g" 2>/dev/null || true; done
+  GROUPS_=()
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  stop_groups
+  rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Runs a command as the leader of a new process group, logging to FILE; its children
+# (drover's and cluster's workers) are stopped with it. Sets STARTED. Job control gives
+# the group; not setsid, which would give a session, and with sched_autogroup a CPU
+# share of its own: N separately started backends would get N shares where a supervisor
+# and its workers get one (see examples/seeds/README.md).
+set -m
+start_group() { # logfile cmd...
+  local logf=$1
+  shift
+  "$@" >"$logf" 2>&1 </dev/null &
+  STARTED=$!
+  disown "$STARTED" # no "Killed" notices from job control
+  GROUPS_+=("$STARTED")
+}
+
+# ------------------------------------------------------------------ tools and binaries
+setup_proxy_bench # nginx, HAProxy, wrk with apt-get if missing; raises the fd limit
+build_binaries
+[[ -n "${DROVER_BIN:-}" ]] && DROVER="$DROVER_BIN"
+# A private copy: the shared target directory may be rebuilt from another branch mid-run.
+cp "$DROVER" "$TMP/drover"
+DROVER="$TMP/drover" LOADGEN="$TMP/drover"
+"$LOADGEN" bench --help | grep -q -- --poisson || die "$DROVER bench has no --poisson (build this branch)"
+
+STAMP="$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$BENCH_DIR/results"
+RAW="$BENCH_DIR/results/sweep-raw-$STAMP.jsonl"
+: >"$RAW"
+
+# ------------------------------------------------------------------ peers
+# PORT[name] is where each peer of the current sample listens.
+declare -A PORT
+nginx_conf() { # dir port health backend-ports...
+  local dir=$1 port=$2 health=$3 p fails="max_fails=0"
+  shift 3
+  # nginx (OSS) has no active health checks: "on" is its default passive check.
+  [[ "$health" == on ]] && fails="max_fails=1 fail_timeout=10s"
+  nginx_preamble "$dir" 16384
+  echo "  upstream backends {"
+  echo "    least_conn;"
+  for p in "$@"; do echo "    server 127.0.0.1:$p $fails;"; done
+  echo "    keepalive 64;"
+  echo "  }"
+  echo "  server {"
+  echo "    listen 127.0.0.1:$port backlog=4096;"
+  echo "    proxy_http_version 1.1;"
+  echo '    proxy_set_header Connection "";'
+  echo "    proxy_read_timeout 60s;"
+  echo "    location / { proxy_pass http://backends; }"
+  echo "  }"
+  echo "}"
+}
+haproxy_conf() { # port health backend-ports...
+  local port=$1 health=$2 p i=0 check=""
+  shift 2
+  [[ "$health" == on ]] && check=" check inter 2s fall 3 rise 2"
+  haproxy_preamble 8192 "$port"
+  echo "  balance leastconn"
+  [[ "$health" == on ]] && echo "  option httpchk GET /"
+  for p in "$@"; do i=$((i + 1)); echo "  server be$i 127.0.0.1:$p maxconn 8192$check"; done
+}
+
+# Starts the sample's backends and peers, each on a free port; every proxy and drover's
+# balancer get one core's worth (one worker / thread), the same as the matrix.
+start_sample() { # mode workers health
+  local mode=$1 w=$2 health=$3 i p be=() dir hp=()
+  PEERS=(drover nginx-lc haproxy-lc)
+  [[ "$mode" == run ]] && PEERS+=(node-cluster)
+  for ((i = 0; i < w; i++)); do
+    p="$(quick_port)"
+    be+=("$p")
+    start_group "$SDIR/backend$i.log" env BACKEND_ID="be$i" node "$M/backend.js" "$p"
+  done
+  for p in "${be[@]}"; do wait_port "$p" "$STARTED" 10 || die "a backend did not start: $(cat "$SDIR"/backend*.log)"; done
+  [[ "$health" == on ]] && hp=(--health-path /)
+  for peer in "${PEERS[@]}"; do
+    p="$(quick_port)"
+    PORT[$peer]=$p
+    case "$peer" in
+      drover)
+        if [[ "$mode" == proxy ]]; then
+          local bes=()
+          for i in "${be[@]}"; do bes+=(--backend "127.0.0.1:$i"); done
+          start_group "$SDIR/drover.log" "$DROVER" proxy --listen "127.0.0.1:$p" "${bes[@]}" --threads 1 "${hp[@]}"
+        else
+          start_group "$SDIR/drover.log" "$DROVER" run -w "$w" -l "127.0.0.1:$p" --admin off --threads 1 "${hp[@]}" \
+            -- node "$M/backend.js"
+        fi
+        ;;
+      nginx-lc)
+        dir="$SDIR/nginx"
+        mkdir -p "$dir/tmp"
+        nginx_conf "$dir" "$p" "$health" "${be[@]}" >"$dir/nginx.conf"
+        start_group "$SDIR/nginx.log" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf"
+        ;;
+      haproxy-lc)
+        haproxy_conf "$p" "$health" "${be[@]}" >"$SDIR/haproxy.cfg"
+        start_group "$SDIR/haproxy.log" "$HAPROXY" -db -f "$SDIR/haproxy.cfg"
+        ;;
+      node-cluster)
+        start_group "$SDIR/cluster.log" env PORT="$p" WORKERS="$w" node "$M/cluster.js"
+        ;;
+    esac
+  done
+  # Ready: 4 x workers requests all answered (every worker of drover run and cluster up).
+  for peer in "${PEERS[@]}"; do
+    for ((i = 0; i < 150; i++)); do
+      [[ "$("$LOADGEN" bench -n $((4 * w)) -c "$w" --json "http://127.0.0.1:${PORT[$peer]}/" 2>/dev/null)" == *"\"ok\":$((4 * w)),"* ]] && break
+      sleep 0.1
+    done
+    ((i < 150)) || die "$peer did not answer within 15 s: $(tail -5 "$SDIR"/*.log)"
+  done
+}
+
+# ------------------------------------------------------------------ measurements
+# Prints drover bench's JSON for one load on a peer. The sample's words are in P[...].
+declare -A P
+bench() { # peer extra-args...
+  local peer=$1
+  shift
+  local close=()
+  [[ "${P[conn]}" == new ]] && close=(-H "Connection: close")
+  "$LOADGEN" bench --mix "${P[mix]}" --timeout 30s --seed "$SEED" "${close[@]}" --json "$@" \
+    "http://127.0.0.1:${PORT[$peer]}/" 2>>"$SDIR/loadgen.err" || true
+}
+
+# The sample's capacity: closed-loop saturation through every peer, the median (the best
+# of several runs on a noisy machine is an outlier; see bench/README.md).
+measure_capacity() {
+  local c=$((4 * P[workers] > 32 ? 4 * P[workers] : 32)) peer out each=()
+  for peer in "${PEERS[@]}"; do
+    out="$(bench "$peer" -c "$c" -d "${CAP_D}s")"
+    [[ "$out" =~ \"ok\":([0-9]+) ]] && each+=("$peer=$(awk -v n="${BASH_REMATCH[1]}" -v d="$CAP_D" 'BEGIN{printf "%.0f", n/d}')")
+  done
+  CAPACITY_EACH="${each[*]}"
+  CAPACITY="$(printf '%s\n' "${each[@]#*=}" | sort -n | awk '{v[NR]=$1} END{if (NR==0) print 0; else if (NR%2) print v[(NR+1)/2]; else printf "%.0f", (v[NR/2]+v[NR/2+1])/2}')"
+}
+
+measure() { # peer -> one or more JSON lines (burst: one per on-phase)
+  local peer=$1 rate off
+  case "${P[arrivals]}" in
+    closed) bench "$peer" -c "${P[conns]}" -d "${D}s" ;;
+    poisson)
+      rate="$(awk -v c="$CAPACITY" -v l="${P[load]}" 'BEGIN{printf "%.1f", c*l}')"
+      bench "$peer" --rate "$rate" --poisson -c 1024 -d "${D}s"
+      ;;
+    burst)
+      # On at load x capacity for BURST_ON s, then off for as long as the backlog of an
+      # on-phase takes to drain at capacity (plus 0.5 s), twice.
+      rate="$(awk -v c="$CAPACITY" -v l="${P[load]}" 'BEGIN{printf "%.1f", c*l}')"
+      off="$(awk -v l="${P[load]}" -v on="$BURST_ON" 'BEGIN{printf "%.2f", on*(l-1)+0.5}')"
+      bench "$peer" --rate "$rate" --poisson -c 1024 -d "${BURST_ON}s"
+      sleep "$off"
+      bench "$peer" --rate "$rate" --poisson -c 1024 -d "${BURST_ON}s"
+      sleep "$off"
+      ;;
+  esac
+}
+
+# ------------------------------------------------------------------ the sweep
+if [[ -n "$ONLY" ]]; then IDX=(${ONLY//,/ }); else IDX=($(seq 0 $((SAMPLES - 1)))); fi
+log "seed $SEED, samples ${IDX[*]}, ${D}s per measurement, $ROUNDS round(s), capacity ${CAP_D}s per peer; raw $RAW"
+log "drover: $DROVER (copy of the build); nginx $("$NGINX" -v 2>&1 | sed 's/.*: //'), $("$HAPROXY" -v 2>&1 | head -1 | awk '{print $1, $3}'), node $(node --version)"
+START_S=$SECONDS
+for k in "${IDX[@]}"; do
+  P=()
+  for kv in $(node "$S/sample.js" "$SEED" "$k" $((HEAVY_MAX_MS * 1000))); do P[${kv%%=*}]="${kv#*=}"; done
+  SDIR="$TMP/sample$k"
+  mkdir -p "$SDIR"
+  start_sample "${P[mode]}" "${P[workers]}" "${P[health]}"
+  CAPACITY=0 CAPACITY_EACH=""
+  if [[ "${P[arrivals]}" != closed ]]; then
+    measure_capacity
+    ((CAPACITY > 0)) || die "sample $k: no capacity measured: $(tail -3 "$SDIR/loadgen.err")"
+  else
+    # Warm-up for the closed samples (the open ones had the capacity runs).
+    for peer in "${PEERS[@]}"; do bench "$peer" -c $((2 * P[workers])) -d 0.5s >/dev/null; done
+  fi
+  for ((r = 1; r <= ROUNDS; r++)); do
+    read -r -a order <<<"$(order_for_round $((k * ROUNDS + r)))"
+    for peer in "${order[@]}"; do
+      measure "$peer" >"$SDIR/out"
+      SAMPLE_JSON="$(node -e 'const [k, s, c, e, r, peer] = process.argv.slice(1);
+        console.log(JSON.stringify({ sample: +k, seed: +s, capacity: +c, capacity_each: e, round: +r, peer }))' \
+        "$k" "$SEED" "$CAPACITY" "$CAPACITY_EACH" "$r" "$peer")"
+      node "$S/record.js" "$SAMPLE_JSON" "$(node "$S/sample.js" "$SEED" "$k" $((HEAVY_MAX_MS * 1000)))" <"$SDIR/out" >>"$RAW"
+    done
+  done
+  stop_groups
+  node "$S/report.js" "$RAW" --sample "$k" >&2
+done
+log "measured in $((SECONDS - START_S)) s"
+node "$S/report.js" "$RAW"
+log "raw records: $RAW"

@@ -1,0 +1,53 @@
+#!/usr/bin/env node
+// One sweep record from drover bench's JSON: `node record.js META_JSON "SAMPLE WORDS" < out`
+// where out has one JSON line per run (a burst has one per on-phase). Prints one line:
+// the meta, the sample's parameters and the result the report compares.
+//   thr  closed loop: answered 2xx per second of the run; open loop: 2xx per second of
+//        the schedule (the offered rate when every request is answered), so a peer is
+//        not credited or charged for how long its tail took to drain
+//   p99  over all of the runs' requests; for several on-phases it is merged from each
+//        run's percentile spectrum (a step function, read conservatively)
+'use strict';
+const fs = require('fs');
+const meta = JSON.parse(process.argv[2]);
+const params = {};
+for (const kv of process.argv[3].split(' ')) {
+  const i = kv.indexOf('=');
+  const v = kv.slice(i + 1);
+  params[kv.slice(0, i)] = v !== '' && !Number.isNaN(Number(v)) ? Number(v) : v;
+}
+const runs = fs.readFileSync(0, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+const sum = (f) => runs.reduce((a, r) => a + f(r), 0);
+let result = null;
+if (runs.length) {
+  const open = runs[0].mode === 'open';
+  const ok = sum((r) => r.ok);
+  const requests = sum((r) => r.requests);
+  let p99 = runs[0].latency_us.p99;
+  if (runs.length > 1) {
+    // Smallest latency v at which at least 99 % of all requests are <= v.
+    const below = (r, v) => {
+      let pct = 0;
+      for (const s of r.spectrum) if (s.latency_us <= v) pct = s.percentile;
+      return (pct / 100) * r.latency_us.count;
+    };
+    const cands = [...new Set(runs.flatMap((r) => r.spectrum.map((s) => s.latency_us)))].sort((a, b) => a - b);
+    const total = sum((r) => r.latency_us.count);
+    p99 = cands.find((v) => sum((r) => below(r, v)) >= 0.99 * total) ?? Math.max(...runs.map((r) => r.latency_us.max));
+  }
+  const errors = {};
+  for (const r of runs) for (const [k, v] of Object.entries(r.errors)) errors[k] = (errors[k] || 0) + v;
+  result = {
+    thr: Math.round((ok / sum((r) => (open ? r.duration_s : r.elapsed_s))) * 10) / 10,
+    p50: runs.length === 1 ? runs[0].latency_us.p50 : null,
+    p99,
+    max: Math.max(...runs.map((r) => r.latency_us.max)),
+    requests,
+    ok,
+    errors_total: sum((r) => r.errors_total),
+    errors,
+    connections_opened: sum((r) => r.connections_opened),
+    phases: runs.length,
+  };
+}
+console.log(JSON.stringify({ ...meta, params, result }));

@@ -1,0 +1,123 @@
+#!/usr/bin/env node
+// The sweep's report: `node bench/sweep/report.js RAW.jsonl [--sample K]`.
+// Per sample, each peer's median over rounds of throughput and p99, and drover's ratios
+// to the best other peer (p99: lower is better; throughput: higher is better); then the
+// worst sample and the issue's targets (issue 20):
+//   * p99 <= 1.05 x the best peer's on >= 90 % of the samples, and never above 1.5 x
+//   * throughput >= 0.95 x the best peer's on every sample
+//   * mixed open-loop (Poisson) samples at 50-75 % of capacity under `drover run`, where
+//     drover knows the load: p99 <= 0.8 x the best peer's
+// With --sample K only that sample's line (the progress line of bench/sweep.sh).
+'use strict';
+const fs = require('fs');
+const file = process.argv[2];
+const only = process.argv[3] === '--sample' ? Number(process.argv[4]) : null;
+const recs = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const PEERS = ['drover', 'nginx-lc', 'haproxy-lc', 'node-cluster'];
+
+const median = (xs) => {
+  const s = xs.filter((x) => x !== null && x !== undefined).sort((a, b) => a - b);
+  if (!s.length) return null;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+const bySample = new Map();
+for (const r of recs) {
+  if (!bySample.has(r.sample)) bySample.set(r.sample, { k: r.sample, seed: r.seed, params: r.params, capacity: r.capacity, capacity_each: r.capacity_each, runs: {} });
+  const s = bySample.get(r.sample);
+  (s.runs[r.peer] ||= []).push(r.result);
+}
+
+const samples = [];
+for (const s of bySample.values()) {
+  s.peers = {};
+  for (const [peer, results] of Object.entries(s.runs)) {
+    const ok = results.filter(Boolean);
+    s.peers[peer] = {
+      thr: median(ok.map((x) => x.thr)),
+      p99: median(ok.map((x) => x.p99)),
+      errors: ok.reduce((a, x) => a + x.errors_total, 0) + (results.length - ok.length),
+      requests: ok.reduce((a, x) => a + x.requests, 0),
+    };
+  }
+  const others = Object.entries(s.peers).filter(([p, v]) => p !== 'drover' && v.p99 !== null);
+  const d = s.peers.drover;
+  if (d && d.p99 !== null && others.length) {
+    const bestP99 = others.reduce((a, [p, v]) => (v.p99 < a[1] ? [p, v.p99] : a), ['', Infinity]);
+    const bestThr = others.reduce((a, [p, v]) => (v.thr > a[1] ? [p, v.thr] : a), ['', -Infinity]);
+    s.bestP99 = bestP99;
+    s.bestThr = bestThr;
+    s.p99x = d.p99 / bestP99[1];
+    s.thrx = bestThr[1] > 0 ? d.thr / bestThr[1] : 1;
+  } else {
+    s.p99x = Infinity; // drover gave no result: as bad as it gets
+    s.thrx = 0;
+  }
+  samples.push(s);
+}
+samples.sort((a, b) => a.k - b.k);
+
+const ms = (us) => (us === null ? '-' : us >= 100000 ? `${Math.round(us / 1000)}ms` : `${(us / 1000).toFixed(1)}ms`);
+const load = (p) => (p.arrivals === 'closed' ? `closed c${p.conns}` : `${p.arrivals} ${Math.round(p.load * 100)}%`);
+const x = (v) => (Number.isFinite(v) ? v.toFixed(2) : ' inf');
+function describe(s) {
+  const p = s.params;
+  return `${String(s.k).padStart(3)} ${p.mode.padEnd(5)} w${p.workers} heavy ${String(p.heavy_pct).padStart(4)}% ` +
+    `${(ms(p.light_us) + ' x' + p.ratio).padEnd(12)} ${load(p).padEnd(13)} ${p.conn === 'new' ? 'new-conn ' : 'keep-alive'} hc-${p.health.padEnd(3)} ` +
+    `cap ${String(s.capacity || '-').padStart(5)}`;
+}
+function line(s) {
+  const cells = PEERS.map((peer) => {
+    const v = s.peers[peer];
+    if (!v) return ''.padEnd(24);
+    const e = v.errors ? ` E${v.errors}` : '';
+    return `${peer.replace('-lc', '').replace('node-', '')} ${String(Math.round(v.thr)).padStart(5)}/s ${ms(v.p99).padStart(7)}${e}`.padEnd(24);
+  });
+  const flag = s.p99x > 1.5 || s.thrx < 0.95 ? ' <<' : s.p99x > 1.05 ? ' <' : '';
+  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}`;
+}
+
+if (only !== null) {
+  const s = samples.find((z) => z.k === only);
+  if (s) console.log(line(s));
+  process.exit(0);
+}
+
+console.log(`\nsweep: seed ${samples[0]?.seed}, ${samples.length} samples (peers: thr = 2xx/s, p99; each the median over rounds; E = errors)`);
+console.log('  # mode  workers heavy  light x ratio  arrivals      conn       health  capacity/s | per peer | drover / best other peer');
+for (const s of samples) console.log(line(s));
+
+const n = samples.length;
+if (!n) process.exit(0);
+const worst = samples.reduce((a, s) => (s.p99x > a.p99x ? s : a));
+const worstThr = samples.reduce((a, s) => (s.thrx < a.thrx ? s : a));
+function detail(s, why) {
+  console.log(`\n${why}: sample ${s.k} (bash bench/sweep.sh --seed ${s.seed} --only ${s.k})`);
+  console.log(`  ${Object.entries(s.params).map(([k, v]) => `${k}=${v}`).join(' ')}`);
+  if (s.capacity) console.log(`  capacity ${s.capacity} req/s (median of ${s.capacity_each})`);
+  // Each round's figures too: how far apart they are says how much the median means.
+  for (const [peer, v] of Object.entries(s.peers)) {
+    const each = s.runs[peer].map((r) => (r ? `${Math.round(r.thr)}/s ${ms(r.p99)}` : 'no result')).join(', ');
+    console.log(`  ${peer.padEnd(13)} ${String(Math.round(v.thr)).padStart(6)} 2xx/s  p99 ${ms(v.p99).padStart(8)}  errors ${v.errors}   rounds: ${each}`);
+  }
+  console.log(`  drover: p99 ${x(s.p99x)} x ${s.bestP99?.[0]}'s, throughput ${x(s.thrx)} x ${s.bestThr?.[0]}'s`);
+}
+detail(worst, 'worst sample (highest p99 ratio)');
+if (worstThr !== worst) detail(worstThr, 'lowest throughput ratio');
+
+const within = samples.filter((s) => s.p99x <= 1.05).length;
+const maxP99x = worst.p99x;
+const lowThr = samples.filter((s) => s.thrx < 0.95);
+const lead = samples.filter((s) => s.params.mode === 'run' && s.params.arrivals === 'poisson' && s.params.load >= 0.5 && s.params.load <= 0.75);
+const leadOk = lead.filter((s) => s.p99x <= 0.8);
+const pf = (b) => (b ? 'PASS' : 'MISS');
+const pct = (a, b) => `${Math.round((a / b) * 100)} %`;
+console.log('\ntargets (issue 20), drover default vs the best other peer on the same sample:');
+console.log(`  p99 <= 1.05 x on >= 90 % of samples:      ${within}/${n} = ${pct(within, n)}  ${pf(within >= 0.9 * n)}`);
+console.log(`  p99 never above 1.5 x:                     max ${x(maxP99x)} x (sample ${worst.k})  ${pf(maxP99x <= 1.5)}`);
+console.log(`  throughput >= 0.95 x on every sample:      ${n - lowThr.length}/${n}, lowest ${x(worstThr.thrx)} x (sample ${worstThr.k})  ${pf(!lowThr.length)}`);
+console.log(`  run, Poisson at 50-75 %: p99 <= 0.8 x:     ${lead.length ? `${leadOk.length}/${lead.length} (${lead.map((s) => `#${s.k} ${x(s.p99x)}x`).join(', ')})  ${pf(leadOk.length === lead.length)}` : 'no such sample in this sweep'}`);
+const errs = samples.filter((s) => Object.values(s.peers).some((v) => v.errors));
+if (errs.length) console.log(`  samples with errors: ${errs.map((s) => `#${s.k} (${Object.entries(s.peers).filter(([, v]) => v.errors).map(([p, v]) => `${p} ${v.errors}`).join(', ')})`).join('; ')}`);
+else console.log('  no errors on any peer');
