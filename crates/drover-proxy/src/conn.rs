@@ -371,6 +371,8 @@ impl Conn {
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
         let mut attempts = 0;
         let mut last_failure = None;
+        // When drover first ran short of descriptors for this request (see below).
+        let mut short_since = None;
         let failure = loop {
             // A first try without a body asks as the request arrives: one clock read
             // fewer per request. (With a body, reading it was the client's time, not
@@ -419,6 +421,26 @@ impl Conn {
                 }
                 Attempt::Abort => return false,
                 Attempt::Fail(e) => break e,
+                Attempt::Retry(ProxyError::LocalResources) => {
+                    // drover's own shortage, not the endpoint's, and not the request's:
+                    // other exchanges give descriptors back every moment. So it spends
+                    // no retry and the endpoint stays a candidate; the request tries
+                    // again after a pause, for as long as a connect may take. (Two
+                    // retries 10 ms apart answered hundreds of requests with 503 under a
+                    // burst of new connections at 1.5 x capacity.)
+                    let now = clock::now();
+                    let since = *short_since.get_or_insert(now);
+                    if now.saturating_sub(since) >= clock::nanos(shared.opts.timeouts.connect) {
+                        break ProxyError::LocalResources;
+                    }
+                    if since == now {
+                        shared
+                            .stats
+                            .record_retry(ProxyError::LocalResources.metric_cause());
+                    }
+                    drop(slot);
+                    tokio::time::sleep(LOCAL_SHORTAGE_PAUSE).await;
+                }
                 Attempt::Retry(e) => {
                     attempts += 1;
                     if attempts > shared.opts.retries {
@@ -426,14 +448,7 @@ impl Conn {
                     }
                     shared.stats.record_retry(e.metric_cause());
                     last_failure = Some(e);
-                    if e == ProxyError::LocalResources {
-                        // Not the endpoint's fault, so it stays a candidate; give other
-                        // connections a moment to give descriptors back first.
-                        drop(slot);
-                        tokio::time::sleep(LOCAL_SHORTAGE_PAUSE).await;
-                    } else {
-                        tried.push(endpoint);
-                    }
+                    tried.push(endpoint);
                 }
             }
         };
