@@ -139,7 +139,15 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     loop {
         ticker.tick().await;
         let result = probe(w.addr, &w.check.kind, w.check.timeout).await;
-        let outcome = liveness::judge(&result, progress.advanced(completed()));
+        let advanced = progress.advanced(completed());
+        if let Err(e @ ProbeError::LocalShortage(_)) = &result {
+            // drover could not make the probe (out of descriptors, say: overload): that
+            // says nothing about the worker, and counting it would restart workers for
+            // drover's own shortage.
+            tracing::debug!(endpoint = %w.addr, "worker health check not run, not counted: {e}");
+            continue;
+        }
+        let outcome = liveness::judge(&result, advanced);
         let e = match (outcome, result) {
             (Outcome::Failed, Err(e)) => e,
             (outcome, _) => {

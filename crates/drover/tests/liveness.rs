@@ -199,3 +199,52 @@ async fn two_workers_failing_their_checks_at_once_are_restarted_one_at_a_time() 
         .collect();
     assert_eq!(health.len(), 1, "{health:?}");
 }
+
+/// drover itself short of descriptors (past capacity, say) cannot make its probes: that
+/// says nothing about the workers. With `fall = 1` one such probe counted as a failure
+/// would restart a worker; none is restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_drover_cannot_make_restart_no_worker() {
+    let dir = temp_dir("liveness-shortage");
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\n\
+         health = {{ path = \"/health\", interval = \"100ms\", timeout = \"300ms\", fall = 1 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        fixture()
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    // Started under 1,024 descriptors (its client budget is sized from that), then
+    // lowered to 64 while it runs, as descriptors held elsewhere would take them.
+    let script = "ulimit -n 1024 && DROVER_LOG=drover_supervisor=debug exec \"$0\" \"$@\"";
+    let args = [
+        "-c",
+        script,
+        &bin().display().to_string(),
+        "up",
+        "-c",
+        file.to_str().unwrap(),
+    ];
+    let d = DroverProcess::spawn(Path::new("/bin/sh"), &args).await;
+    let admin = admin_addr(&d).await;
+    let before = wait_all_serving(&d, admin).await;
+    common::lower_nofile(&d, 64);
+    let mut idle = Vec::new();
+    for _ in 0..150 {
+        idle.push(HttpClient::connect(d.addr()).await.unwrap());
+    }
+    assert!(
+        d.wait_for_line("worker health check not run", Duration::from_secs(10))
+            .await
+            .is_some(),
+        "no probe met the shortage:\n{}",
+        d.stderr_text()
+    );
+    // Many probe intervals of shortage.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(idle);
+    let s = status(admin).await;
+    assert_eq!(restart_records(&s), [], "{}", d.stderr_text());
+    assert_eq!(serving_pids(&s), before);
+}
