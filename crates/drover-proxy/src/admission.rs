@@ -420,20 +420,11 @@ mod tests {
             usize::MAX,
             Duration::from_secs(4),
         ));
-        fn ctx() -> PickContext<'static> {
-            PickContext {
-                now: clock::now(),
-                cost: 0,
-                hash_key: None,
-                sticky: None,
-                exclude: &[],
-            }
-        }
-        let held = admission.acquire(&ctx()).await.unwrap();
+        let held = admission.acquire(&any_request()).await.unwrap();
         assert!(!admission.backed_up(clock::now()));
         let waiter = {
             let admission = Arc::clone(&admission);
-            tokio::spawn(async move { admission.acquire(&ctx()).await.map(|_| ()) })
+            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
         };
         tokio::task::yield_now().await;
         assert_eq!(admission.waiting(), 1);
