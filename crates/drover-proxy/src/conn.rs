@@ -346,9 +346,11 @@ impl Conn {
         // then holds no backend connection and no endpoint's capacity while it does.
         let mut framer = Framer::new(head.body.unwrap_or(BodyKind::None), false);
         self.reqbody.clear();
-        let timeouts = self.opts().timeouts;
-        let mut pace = BodyPace::start(timeouts.body, timeouts.body_min_rate);
+        // Only a request with a body keeps a pace: the others read no clock for it.
+        let mut pace = None;
         if head.body.is_some() {
+            let timeouts = self.opts().timeouts;
+            let pace = pace.insert(BodyPace::start(timeouts.body, timeouts.body_min_rate));
             let read = body::prefetch(
                 &mut framer,
                 &mut self.client,
@@ -356,7 +358,7 @@ impl Conn {
                 &mut self.reqbody,
                 REQUEST_BUFFER,
                 client_timeout,
-                &mut pace,
+                pace,
             )
             .await;
             if let Err(e) = read {
@@ -399,7 +401,7 @@ impl Conn {
             shared.stats.record_queue_wait(waited);
             endpoint.stats().record_queue_wait(waited);
             match self
-                .attempt(head, &slot, &mut framer, &mut pace, answered)
+                .attempt(head, &slot, &mut framer, pace.as_mut(), answered)
                 .await
             {
                 Attempt::Done(keep) => {
@@ -521,7 +523,7 @@ impl Conn {
         head: &RequestHead,
         slot: &Slot,
         framer: &mut Framer,
-        pace: &mut BodyPace,
+        pace: Option<&mut BodyPace>,
         answered: &mut Option<Answered>,
     ) -> Attempt {
         let shared = Arc::clone(&self.worker.shared);
@@ -585,7 +587,7 @@ impl Conn {
                 out: &mut self.out,
                 read_timeout: timeouts.client,
                 write_timeout: timeouts.request,
-                pace: Some(pace),
+                pace,
             };
             let answered = async {
                 let _ = up_read.readable().await;
