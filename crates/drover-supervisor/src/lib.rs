@@ -31,6 +31,7 @@ pub mod output;
 mod process;
 pub mod spec;
 pub mod status;
+mod steer;
 mod supervisor;
 mod worker;
 
@@ -45,5 +46,6 @@ pub use spec::{
     MAX_WORKERS,
 };
 pub use status::{WorkerState, WorkerStatus};
+pub use steer::SharedListener;
 pub use supervisor::{StuckWorker, Supervisor, SupervisorError, Undone};
 pub use worker::ReplaceError;

@@ -16,9 +16,10 @@ use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
+use crate::steer::{SlotState, Steering};
 use drover_registry::{Pool, Source};
 use std::fmt;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,8 +50,9 @@ pub(crate) struct Shared {
     pub app: Arc<str>,
     pub pool: Arc<Pool>,
     pub sink: LineSink,
-    /// Shared mode: the socket every worker accepts on. `None` in proxy mode.
-    pub socket: Option<TcpListener>,
+    /// Shared mode: each slot's socket and the program that places connections on
+    /// them (see `steer`). `None` in proxy mode.
+    pub steer: Option<Steering>,
     /// One per worker id, `0..count`; scaling adds or removes at the end. Locked
     /// briefly to update or read; never across an await.
     slots: Mutex<Vec<Slot>>,
@@ -216,14 +218,14 @@ impl Shared {
         spec: AppSpec,
         pool: Arc<Pool>,
         sink: LineSink,
-        socket: Option<TcpListener>,
+        steer: Option<Steering>,
     ) -> Shared {
         Shared {
             app: Arc::from(spec.name.as_str()),
             slots: Mutex::new((0..spec.workers).map(|_| Slot::new()).collect()),
             pool,
             sink,
-            socket,
+            steer,
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
@@ -332,6 +334,30 @@ impl Shared {
         let mut slot = self.slot(id);
         if slot.state.is_serving() && slot.state != state {
             slot.state = state;
+        }
+    }
+
+    /// Shared mode: re-weights where new connections go from what the slots do now
+    /// (see `steer`). Called every `STEER_PERIOD`, and at once when a slot starts or
+    /// stops serving, so a dead worker's socket is named in the program as briefly as
+    /// possible.
+    pub(crate) fn steer(&self) {
+        let Some(steer) = &self.steer else {
+            return;
+        };
+        let slots: Vec<SlotState> = self
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|s| SlotState {
+                pid: s.pid,
+                serving: s.state.is_serving() && !s.retiring,
+            })
+            .collect();
+        if let Err(e) = steer.look(&slots) {
+            // The program attached before keeps placing connections; nothing is lost.
+            tracing::warn!(app = %self.app, "shared mode: cannot re-weight the workers' sockets: {e}");
         }
     }
 
@@ -503,7 +529,11 @@ impl Shared {
 /// Starts a process of the current spec for slot `id`; it is not ready yet.
 fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
     let (spec, generation) = shared.current();
-    let (port, listen) = match &shared.socket {
+    let socket = match &shared.steer {
+        Some(steer) => Some(steer.socket(id)?),
+        None => None,
+    };
+    let (port, listen) = match &socket {
         Some(socket) => (None, Listen::Socket(socket)),
         None => {
             let port = Port::pick()?;
@@ -576,6 +606,7 @@ pub(crate) async fn run(
                 WorkerState::BackingOff
             };
         }
+        shared.steer();
         log_end(&shared.app, id, &life, delay);
         if looping {
             tracing::warn!(
@@ -977,7 +1008,10 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     // Its predecessor's health restart is over: the app's next may go.
     slot.health_permit = None;
     let Some(addr) = proc.addr() else {
-        return; // shared mode: the kernel balances, there is no pool
+        // Shared mode: no pool; the program may name this slot from now on.
+        drop(slot);
+        shared.steer();
+        return;
     };
     shared.pool.insert(Source::Supervisor, addr, 1);
     // We just saw it serve, so it is healthy even in a pool whose members start
@@ -999,11 +1033,48 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
 async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<ExitStatus> {
     let endpoint = proc.addr().and_then(|a| shared.pool.find(a));
     shared.leave_pool(id);
-    shared.slot(id).state = WorkerState::Stopping;
+    let retiring = {
+        let mut slot = shared.slot(id);
+        slot.state = WorkerState::Stopping;
+        slot.retiring
+    };
+    if let (Some(steer), true) = (&shared.steer, retiring) {
+        // Scaled away in shared mode: no new connection is placed here from now on,
+        // and what is already queued on its socket is accepted by this process before
+        // it stops (nothing else will accept there until the app grows again).
+        shared.steer();
+        drain_queue(shared, id, proc, steer).await;
+    }
     if let Some(ep) = endpoint {
         drain(shared, id, proc, &|| ep.in_flight()).await;
     }
     proc.worker.stop(proc.spec.stop_timeout).await
+}
+
+/// Shared mode: waits until slot `id`'s accept queue stays empty (its process accepts
+/// what is there), it exits, or `drain_timeout` passes. Twice empty in a row: a SYN
+/// placed here just before the program changed completes its handshake a moment later.
+async fn drain_queue(shared: &Shared, id: usize, proc: &mut Proc, steer: &Steering) {
+    let drained = async {
+        let mut empty = 0;
+        while empty < 2 {
+            tokio::time::sleep(DRAIN_POLL).await;
+            // Unreadable: nothing to wait for that drover could see.
+            empty = match steer.queued(id) {
+                Some(0) | None => empty + 1,
+                Some(_) => 0,
+            };
+        }
+    };
+    tokio::select! {
+        r = tokio::time::timeout(proc.spec.drain_timeout, drained) => {
+            if r.is_err() {
+                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
+                    "connections still queued for a retired worker after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
+            }
+        }
+        _ = proc.worker.child.wait() => {}
+    }
 }
 
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it

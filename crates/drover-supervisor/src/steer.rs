@@ -1,0 +1,525 @@
+//! Shared mode's connection placement: one listening socket per worker slot, all in
+//! one `SO_REUSEPORT` group on the app's address, and a classic BPF program on the
+//! group that picks the socket (so the worker) each new connection lands on.
+//!
+//! Why this shape: with one socket shared by every worker the kernel wakes whichever
+//! worker waits in `accept`, which knows nothing of load and spreads unevenly (39/61
+//! on two workers under `wrk -c50`). With a socket per worker, the kernel asks the
+//! group's program at each SYN for an index into the group (the sockets in the order
+//! they joined it) and queues the connection on that socket; the worker then talks to
+//! the client directly. drover never touches a request, it only re-writes the program
+//! when the load it sees changes (a re-attach costs ~25 µs). Classic BPF needs no
+//! privilege; eBPF (which could count connections itself) does.
+//!
+//! What the program does: it draws the kernel's per-packet random number and compares
+//! it with cumulative thresholds, so slot `i` gets a share `w_i / Σw` of new
+//! connections. A classic program has no memory, so within one sampling period the
+//! placement is random; across periods drover corrects it (see `weights`).
+//!
+//! Invariants:
+//! - drover creates every slot's socket and keeps its own descriptor until it exits.
+//!   A worker that dies or is reloaded therefore does not close it, and whatever sits
+//!   in its accept queue waits for the next process of the slot, which inherits the
+//!   same socket as fd 3. (Closing a listener resets its queued connections.)
+//! - A socket never leaves the group while drover runs, so the group's indices stay
+//!   the slot ids: the kernel fills a hole by moving its last socket into it, which
+//!   would make every later program point at the wrong worker. A slot removed by a
+//!   scale-down keeps its socket, steered to zero; a later scale-up reuses it.
+//! - Only serving slots get new connections; a slot that is starting, backing off,
+//!   retiring or stopped (SIGSTOP) gets none. When none serves, every live slot gets
+//!   an equal share, so connections queue for the workers that come back.
+
+use crate::cpu::{self, CpuMeter};
+use nix::sys::socket::{setsockopt, sockopt::AttachReusePortCbpf};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How often drover looks at the workers' load and re-weights the program. Each look
+/// reads a few small `/proc` files per worker and the head of `/proc/net/tcp` (tens of
+/// µs in all); a re-attach happens only when the weights changed. 25 ms sees a worker
+/// saturate within a few of its requests and keeps drover's own CPU well under 1 %.
+pub(crate) const STEER_PERIOD: Duration = Duration::from_millis(25);
+
+/// Accept backlog of each slot's socket, as std's `TcpListener::bind` uses.
+const BACKLOG: i32 = 1024;
+
+/// A main thread busy (running or runnable) this share of the time is saturated: the
+/// requests it holds already wait for it, so new connections should go elsewhere.
+const SATURATED: f64 = 0.9;
+
+/// A saturated worker's share relative to an unsaturated one. Not zero: if its
+/// reading is wrong, it still sees traffic, and when every worker is saturated the
+/// factor cancels out.
+const SATURATED_FACTOR: f64 = 1.0 / 16.0;
+
+/// Smoothing of the CPU readings (weight of the newest): one 25 ms reading of a
+/// worker that paused for garbage collection should not move its share by much.
+const BUSY_SMOOTHING: f64 = 0.5;
+
+/// Total of the weights in a program; a slot's share is `weight / WEIGHT_SCALE`.
+/// Coarse on purpose: the program only changes (and is re-attached) when a share
+/// moves by at least 1/1024.
+const WEIGHT_SCALE: u32 = 1024;
+
+/// The first listening socket of a shared-mode app, bound with `SO_REUSEPORT` so the
+/// other workers' sockets can join its group. Bind it before anything starts, so a
+/// taken address stops the start-up with nothing to undo.
+#[derive(Debug)]
+pub struct SharedListener {
+    first: TcpListener,
+    addr: SocketAddr,
+}
+
+impl SharedListener {
+    /// Binds `addr` (port 0 picks a free one; the group then uses that port).
+    pub fn bind(addr: SocketAddr) -> io::Result<SharedListener> {
+        let first = reuseport_listener(addr)?;
+        let addr = first.local_addr()?;
+        Ok(SharedListener { first, addr })
+    }
+
+    /// Where clients connect.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// A listening socket that joins (or starts) the `SO_REUSEPORT` group of `addr`. The
+/// kernel only lets sockets of the same user join a group.
+fn reuseport_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // As std's bind does: a restarted drover can bind while old connections linger in
+    // TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    // A socket joins the group (and gets its index) when it listens.
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// What drover reads about one slot at each look.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct SlotLoad {
+    /// It has a process that serves (ready or busy, not retiring, not stopped).
+    pub serving: bool,
+    /// Smoothed share of time its main thread was busy (see `cpu`).
+    pub busy: f64,
+    /// Connections waiting in its socket's accept queue.
+    pub queue: u32,
+    /// Connections its process holds (descriptors above the fewest it ever had).
+    pub held: u32,
+}
+
+/// Each live slot's weight, summing to `WEIGHT_SCALE` (one entry per live slot).
+///
+/// A serving slot's share starts equal, is cut to `SATURATED_FACTOR` while its main
+/// thread is saturated, and divided by `1 + queue` when connections wait in its accept
+/// queue (it is not accepting: stalled, or slower than it is sent). Then evenness:
+/// drover cannot count the connections the program placed, but it sees the ones each
+/// worker holds; it gives new connections to the slots below their share of what is
+/// held plus what is about to come ("water-filling"), so a random streak in one period
+/// is made up in the next.
+pub(crate) fn weights(loads: &[SlotLoad]) -> Vec<u32> {
+    let serving: Vec<usize> = (0..loads.len()).filter(|&i| loads[i].serving).collect();
+    if serving.is_empty() {
+        // Nobody serves: spread evenly so queued connections wait for each slot's next
+        // process rather than all for one.
+        return normalize(&vec![1.0; loads.len()]);
+    }
+    let mut share = vec![0.0; loads.len()];
+    for &i in &serving {
+        let l = &loads[i];
+        let mut f = 1.0;
+        if l.busy >= SATURATED {
+            f *= SATURATED_FACTOR;
+        }
+        f /= 1.0 + f64::from(l.queue);
+        share[i] = f;
+    }
+    let total: f64 = share.iter().sum();
+    share.iter_mut().for_each(|s| *s /= total);
+
+    let held: f64 = serving.iter().map(|&i| f64::from(loads[i].held)).sum();
+    // What is about to come: a few per worker, or a quarter of what is held, so the
+    // shares move smoothly rather than all to one slot.
+    let coming = (4.0 * serving.len() as f64).max(held / 4.0);
+    let mut deficit = vec![0.0; loads.len()];
+    for &i in &serving {
+        deficit[i] = (share[i] * (held + coming) - f64::from(loads[i].held)).max(0.0);
+    }
+    if deficit.iter().sum::<f64>() > 0.0 {
+        normalize(&deficit)
+    } else {
+        normalize(&share)
+    }
+}
+
+/// Scales `w` (not all zero) to integers summing to `WEIGHT_SCALE`.
+fn normalize(w: &[f64]) -> Vec<u32> {
+    let total: f64 = w.iter().sum();
+    let mut out: Vec<u32> = w
+        .iter()
+        .map(|x| (x / total * f64::from(WEIGHT_SCALE)).floor() as u32)
+        .collect();
+    // Rounding leftovers go to the largest weight, so the sum is exact.
+    let rest = WEIGHT_SCALE - out.iter().sum::<u32>();
+    if let Some(max) = (0..w.len()).max_by(|&a, &b| w[a].total_cmp(&w[b])) {
+        out[max] += rest;
+    }
+    out
+}
+
+// Classic BPF instructions (linux/filter.h).
+const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const BPF_JMP_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+/// `SKF_AD_OFF + SKF_AD_RANDOM`: loading this "offset" gives a fresh random u32.
+const LOAD_RANDOM: u32 = (libc::SKF_AD_OFF + libc::SKF_AD_RANDOM) as u32;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// The program for `weights` (index = group index): `A = random`, then for each slot
+/// with a weight, "below its cumulative threshold: return its index". Comparisons are
+/// unsigned, so the random u32 falls in slot `i` with probability `w_i / Σw`.
+pub(crate) fn program(weights: &[u32]) -> Vec<libc::sock_filter> {
+    let live: Vec<(usize, u32)> = weights
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, w)| w > 0)
+        .collect();
+    let total: u64 = live.iter().map(|&(_, w)| u64::from(w)).sum();
+    let Some((&(last, _), rest)) = live.split_last() else {
+        return vec![insn(BPF_RET_K, 0, 0, 0)];
+    };
+    if rest.is_empty() {
+        return vec![insn(BPF_RET_K, 0, 0, last as u32)];
+    }
+    let mut prog = vec![insn(BPF_LD_W_ABS, 0, 0, LOAD_RANDOM)];
+    let mut cumulative = 0u64;
+    for &(i, w) in rest {
+        cumulative += u64::from(w);
+        let threshold = ((cumulative << 32) / total) as u32;
+        // A >= threshold: skip the return below.
+        prog.push(insn(BPF_JMP_JGE_K, 1, 0, threshold));
+        prog.push(insn(BPF_RET_K, 0, 0, i as u32));
+    }
+    prog.push(insn(BPF_RET_K, 0, 0, last as u32));
+    prog
+}
+
+/// Puts `prog` on the group of `socket` (the program belongs to the group, not to
+/// the socket it is set through).
+fn attach(socket: &TcpListener, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        // The kernel copies the program during the call and never writes through this.
+        filter: prog.as_ptr().cast_mut(),
+    };
+    setsockopt(socket, AttachReusePortCbpf, &fprog).map_err(io::Error::from)
+}
+
+/// The slots' sockets and what drover last saw of their workers.
+#[derive(Debug)]
+pub(crate) struct Steering {
+    addr: SocketAddr,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// By slot id = group index; never shrinks (see the module comment).
+    sockets: Vec<TcpListener>,
+    /// Each socket's inode, to find it in `/proc/net/tcp`.
+    inodes: Vec<u64>,
+    views: Vec<View>,
+    /// The weights of the program now attached.
+    attached: Option<Vec<u32>>,
+}
+
+/// What drover remembers of one slot's process between looks.
+#[derive(Debug, Default)]
+struct View {
+    pid: Option<u32>,
+    meter: CpuMeter,
+    busy: f64,
+    /// The fewest descriptors the process had: what it holds without connections.
+    base_fds: Option<u64>,
+}
+
+/// One slot as the supervisor sees it, for `Steering::look`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotState {
+    pub pid: Option<u32>,
+    /// Ready or busy and not retiring.
+    pub serving: bool,
+}
+
+impl Steering {
+    pub(crate) fn new(listener: SharedListener) -> io::Result<Steering> {
+        let inode = socket_inode(&listener.first)?;
+        let steering = Steering {
+            addr: listener.addr,
+            inner: Mutex::new(Inner {
+                sockets: vec![listener.first],
+                inodes: vec![inode],
+                views: vec![View::default()],
+                attached: None,
+            }),
+        };
+        Ok(steering)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Slot `id`'s socket (a new descriptor of it, for a worker), creating the sockets
+    /// up to `id` if the app grew. New sockets join the group at the end, so their
+    /// index is their slot id. Until the next look, a new slot gets nothing: the
+    /// program attached does not name it.
+    pub(crate) fn socket(&self, id: usize) -> io::Result<TcpListener> {
+        let mut inner = self.lock();
+        while inner.sockets.len() <= id {
+            let socket = reuseport_listener(self.addr)?;
+            let inode = socket_inode(&socket)?;
+            inner.sockets.push(socket);
+            inner.inodes.push(inode);
+            inner.views.push(View::default());
+        }
+        inner.sockets[id].try_clone()
+    }
+
+    /// Connections waiting in slot `id`'s accept queue; `None` if it cannot be read.
+    pub(crate) fn queued(&self, id: usize) -> Option<u32> {
+        let inode = *self.lock().inodes.get(id)?;
+        accept_queues(self.addr, &[inode])
+            .ok()?
+            .get(&inode)
+            .copied()
+    }
+
+    /// Reads every live slot's load and re-attaches the program if the weights
+    /// changed. `slots` are the live slots, by id.
+    pub(crate) fn look(&self, slots: &[SlotState]) -> io::Result<()> {
+        let mut inner = self.lock();
+        let live = slots.len().min(inner.sockets.len());
+        let queues = accept_queues(self.addr, &inner.inodes[..live]).unwrap_or_default();
+        let mut loads = Vec::with_capacity(live);
+        for (id, slot) in slots.iter().take(live).enumerate() {
+            let inode = inner.inodes[id];
+            let view = &mut inner.views[id];
+            if view.pid != slot.pid {
+                *view = View {
+                    pid: slot.pid,
+                    ..View::default()
+                };
+            }
+            let mut load = SlotLoad {
+                queue: queues.get(&inode).copied().unwrap_or(0),
+                ..SlotLoad::default()
+            };
+            if let (Some(pid), true) = (slot.pid, slot.serving) {
+                if let Some(busy) = view.meter.sample(pid) {
+                    view.busy = BUSY_SMOOTHING * busy + (1.0 - BUSY_SMOOTHING) * view.busy;
+                }
+                if let Some(fds) = open_fds(pid) {
+                    let base = view.base_fds.map_or(fds, |b| b.min(fds));
+                    view.base_fds = Some(base);
+                    load.held = u32::try_from(fds - base).unwrap_or(u32::MAX);
+                }
+                load.busy = view.busy;
+                // A stopped process accepts nothing until SIGCONT.
+                load.serving = !cpu::is_stopped(pid);
+            }
+            loads.push(load);
+        }
+        if loads.is_empty() {
+            return Ok(());
+        }
+        let w = weights(&loads);
+        if inner.attached.as_ref() != Some(&w) {
+            attach(&inner.sockets[0], &program(&w))?;
+            tracing::trace!(weights = ?w, ?loads, "shared mode: re-weighted");
+            inner.attached = Some(w);
+        }
+        Ok(())
+    }
+}
+
+fn socket_inode(socket: &TcpListener) -> io::Result<u64> {
+    // /proc/self/fd/N leads to the socket itself; its inode is the one /proc/net/tcp
+    // lists.
+    Ok(std::fs::metadata(format!("/proc/self/fd/{}", socket.as_raw_fd()))?.ino())
+}
+
+/// How many descriptors `pid` has open: the size Linux (6.2 and later) reports for
+/// `/proc/PID/fd`, else a count of its entries.
+fn open_fds(pid: u32) -> Option<u64> {
+    let dir = format!("/proc/{pid}/fd");
+    let size = std::fs::metadata(&dir).ok()?.len();
+    if size > 0 {
+        return Some(size);
+    }
+    Some(std::fs::read_dir(&dir).ok()?.count() as u64)
+}
+
+/// The accept-queue length of each listening socket among `inodes`, from
+/// `/proc/net/tcp` (or `tcp6`): for a socket in LISTEN its `rx_queue` is the number
+/// of connections waiting to be accepted. Listening sockets come first in the file,
+/// so the reading stops as soon as all were found, before the (possibly long) list of
+/// connections.
+fn accept_queues(addr: SocketAddr, inodes: &[u64]) -> io::Result<HashMap<u64, u32>> {
+    let path = if addr.is_ipv4() {
+        "/proc/net/tcp"
+    } else {
+        "/proc/net/tcp6"
+    };
+    let file = BufReader::new(std::fs::File::open(path)?);
+    let mut found = HashMap::with_capacity(inodes.len());
+    for line in file.lines().skip(1) {
+        if let Some((inode, queue)) = parse_listen_line(&line?) {
+            if inodes.contains(&inode) {
+                found.insert(inode, queue);
+                if found.len() == inodes.len() {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// `(inode, rx_queue)` of a `/proc/net/tcp` line of a socket in LISTEN (state 0A).
+fn parse_listen_line(line: &str) -> Option<(u64, u32)> {
+    let mut f = line.split_whitespace();
+    let state = f.nth(3)?;
+    if state != "0A" {
+        return None;
+    }
+    let (_, rx) = f.next()?.split_once(':')?;
+    let queue = u32::from_str_radix(rx, 16).ok()?;
+    let inode = f.nth(4)?.parse().ok()?;
+    Some((inode, queue))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    fn idle(n: usize) -> Vec<SlotLoad> {
+        vec![
+            SlotLoad {
+                serving: true,
+                ..SlotLoad::default()
+            };
+            n
+        ]
+    }
+
+    #[test]
+    fn equal_load_gets_equal_weights() {
+        assert_eq!(weights(&idle(2)), vec![512, 512]);
+        let w = weights(&idle(3));
+        assert_eq!(w.iter().sum::<u32>(), WEIGHT_SCALE);
+        assert!(w.iter().all(|&x| (341..=342).contains(&x)), "{w:?}");
+    }
+
+    #[test]
+    fn saturated_stalled_and_absent_workers_get_less_or_nothing() {
+        let mut l = idle(2);
+        l[0].busy = 1.0;
+        let w = weights(&l);
+        assert!(w[0] * 10 < w[1], "saturated: {w:?}");
+        let mut l = idle(2);
+        l[1].queue = 30;
+        let w = weights(&l);
+        assert!(w[1] * 10 < w[0], "queue: {w:?}");
+        let mut l = idle(3);
+        l[2].serving = false;
+        assert_eq!(weights(&l)[2], 0);
+        // All saturated: the factor cancels.
+        let mut l = idle(2);
+        l.iter_mut().for_each(|s| s.busy = 1.0);
+        assert_eq!(weights(&l), vec![512, 512]);
+        // Nobody serves: even over every live slot.
+        assert_eq!(weights(&[SlotLoad::default(); 2]), vec![512, 512]);
+    }
+
+    #[test]
+    fn the_slot_behind_gets_the_new_connections() {
+        let mut l = idle(2);
+        l[0].held = 30;
+        l[1].held = 20;
+        let w = weights(&l);
+        assert!(w[1] > 2 * w[0], "{w:?}");
+        l[1].held = 30;
+        assert_eq!(weights(&l), vec![512, 512]);
+    }
+
+    #[test]
+    fn programs_return_valid_indices() {
+        assert_eq!(program(&[0, 1024])[0].k, 1);
+        assert_eq!(program(&[0, 1024]).len(), 1);
+        let p = program(&[512, 0, 512]);
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[1].k, 1 << 31);
+        assert_eq!((p[2].k, p[3].k), (0, 2));
+    }
+
+    #[test]
+    fn parses_listen_lines() {
+        let line = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000003 00:00000000 00000000  1000        0 123456 1 0000000000000000 100 0 0 10 0";
+        assert_eq!(parse_listen_line(line), Some((123_456, 3)));
+        let est = line.replace(" 0A ", " 01 ");
+        assert_eq!(parse_listen_line(&est), None);
+    }
+
+    /// The kernel honours the steered index, and a connection queued on a socket
+    /// whose only other holder closed it is still there for the next one.
+    #[test]
+    fn a_steered_group_places_connections_and_reports_queues() {
+        let first = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = first.local_addr();
+        let steering = Steering::new(first).unwrap();
+        let _one = steering.socket(1).unwrap();
+        attach(&steering.lock().sockets[0], &program(&[0, 1024])).unwrap();
+        let clients: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let queued = |id| {
+            // The handshake completes in the kernel, just after connect returns.
+            for _ in 0..100 {
+                if steering.queued(1) == Some(5) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            steering.queued(id).unwrap()
+        };
+        assert_eq!(queued(1), 5);
+        assert_eq!(queued(0), 0);
+        // A worker's descriptor closing does not drop the queue: drover holds one.
+        let worker = steering.socket(1).unwrap();
+        drop(worker);
+        let (mut conn, _) = steering.socket(1).unwrap().accept().unwrap();
+        let mut c = &clients[0];
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        conn.read_exact(&mut b).unwrap();
+        assert_eq!(steering.queued(1), Some(4));
+    }
+}
