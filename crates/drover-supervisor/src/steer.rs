@@ -113,7 +113,8 @@ pub(crate) struct SlotLoad {
     pub busy: f64,
     /// Connections waiting in its socket's accept queue.
     pub queue: u32,
-    /// Connections its process holds (descriptors above the fewest it ever had).
+    /// Connections placed on it: the ones its process holds (descriptors above the
+    /// fewest it ever had) and the ones waiting in its accept queue.
     pub held: u32,
 }
 
@@ -339,7 +340,8 @@ impl Steering {
                 if let Some(fds) = open_fds(pid) {
                     let base = view.base_fds.map_or(fds, |b| b.min(fds));
                     view.base_fds = Some(base);
-                    load.held = u32::try_from(fds - base).unwrap_or(u32::MAX);
+                    let accepted = u32::try_from(fds - base).unwrap_or(u32::MAX);
+                    load.held = accepted.saturating_add(load.queue);
                 }
                 load.busy = view.busy;
                 // A stopped process accepts nothing until SIGCONT.
