@@ -81,13 +81,12 @@ async fn ask(c: &mut HttpClient, path: &str) -> Result<Answer, String> {
     })
 }
 
+/// One new connection's answer (or error), and the connection, left open.
+type Asked = tokio::task::JoinHandle<(Result<Answer, String>, Option<HttpClient>)>;
+
 /// Opens `n` new connections, `gap` apart, each sending one `GET /` and staying open
 /// (the worker holds it); returns every answer (or error) and the open clients.
-async fn new_connections(
-    addr: SocketAddr,
-    n: usize,
-    gap: Duration,
-) -> Vec<tokio::task::JoinHandle<(Result<Answer, String>, Option<HttpClient>)>> {
+async fn new_connections(addr: SocketAddr, n: usize, gap: Duration) -> Vec<Asked> {
     let mut asks = Vec::with_capacity(n);
     for _ in 0..n {
         asks.push(tokio::spawn(async move {
@@ -107,9 +106,7 @@ async fn new_connections(
 }
 
 /// How many answers each worker id gave; panics on any failure.
-async fn count(
-    asks: Vec<tokio::task::JoinHandle<(Result<Answer, String>, Option<HttpClient>)>>,
-) -> (BTreeMap<String, usize>, Vec<Answer>, Vec<HttpClient>) {
+async fn count(asks: Vec<Asked>) -> (BTreeMap<String, usize>, Vec<Answer>, Vec<HttpClient>) {
     let (mut per, mut all, mut open) = (BTreeMap::new(), Vec::new(), Vec::new());
     for a in asks {
         let (answer, client) = a.await.unwrap();
