@@ -6,7 +6,7 @@ use crate::memory;
 use crate::output::{stderr_sink, LineSink};
 use crate::spec::{check_workers, AppSpec, Mode, ProgramError, SpecError};
 use crate::status::{WorkerState, WorkerStatus};
-use crate::steer::{SharedListener, Steering, STEER_PERIOD};
+use crate::steer::{SharedListener, Steering, STEER_IDLE_PERIOD, STEER_PERIOD};
 use crate::worker::{self, ReplaceError, ReplaceRequest, Shared};
 use drover_registry::Pool;
 use std::fmt;
@@ -142,11 +142,13 @@ impl Supervisor {
         let steering = steering.then(|| {
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(STEER_PERIOD);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
-                    tick.tick().await;
-                    shared.steer();
+                    let next = if shared.steer() {
+                        STEER_PERIOD
+                    } else {
+                        STEER_IDLE_PERIOD
+                    };
+                    tokio::time::sleep(next).await;
                 }
             })
         });

@@ -340,10 +340,10 @@ impl Shared {
     /// Shared mode: re-weights where new connections go from what the slots do now
     /// (see `steer`). Called every `STEER_PERIOD`, and at once when a slot starts or
     /// stops serving, so a dead worker's socket is named in the program as briefly as
-    /// possible.
-    pub(crate) fn steer(&self) {
+    /// possible. Answers whether the workers are busy (see `Steering::look`).
+    pub(crate) fn steer(&self) -> bool {
         let Some(steer) = &self.steer else {
-            return;
+            return false;
         };
         let slots: Vec<SlotState> = self
             .slots
@@ -355,9 +355,13 @@ impl Shared {
                 serving: s.state.is_serving() && !s.retiring,
             })
             .collect();
-        if let Err(e) = steer.look(&slots) {
-            // The program attached before keeps placing connections; nothing is lost.
-            tracing::warn!(app = %self.app, "shared mode: cannot re-weight the workers' sockets: {e}");
+        match steer.look(&slots) {
+            Ok(active) => active,
+            Err(e) => {
+                // The program attached before keeps placing connections; nothing is lost.
+                tracing::warn!(app = %self.app, "shared mode: cannot re-weight the workers' sockets: {e}");
+                true
+            }
         }
     }
 
@@ -606,7 +610,7 @@ pub(crate) async fn run(
                 WorkerState::BackingOff
             };
         }
-        shared.steer();
+        let _ = shared.steer();
         log_end(&shared.app, id, &life, delay);
         if looping {
             tracing::warn!(
@@ -1010,7 +1014,7 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     let Some(addr) = proc.addr() else {
         // Shared mode: no pool; the program may name this slot from now on.
         drop(slot);
-        shared.steer();
+        let _ = shared.steer();
         return;
     };
     shared.pool.insert(Source::Supervisor, addr, 1);
@@ -1042,7 +1046,7 @@ async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<Ex
         // Scaled away in shared mode: no new connection is placed here from now on,
         // and what is already queued on its socket is accepted by this process before
         // it stops (nothing else will accept there until the app grows again).
-        shared.steer();
+        let _ = shared.steer();
         drain_queue(shared, id, proc, steer).await;
     }
     if let Some(ep) = endpoint {
