@@ -285,8 +285,8 @@ async fn shared_mode_hands_a_socket_to_every_worker() {
 
     // Each answer names its worker; LISTEN_PID is the worker's own pid, as
     // systemd-style libraries check.
-    // Overlapping slow requests: while one worker is busy, the other must accept
-    // (sequential ones may all go to whichever worker waits in accept).
+    // Overlapping slow requests: each worker accepts on its own socket, and new
+    // connections are placed on both.
     let mut workers = BTreeSet::new();
     for _ in 0..10 {
         let asks: Vec<_> = (0..4)
