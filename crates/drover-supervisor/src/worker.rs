@@ -162,6 +162,9 @@ pub(crate) struct Slot {
     pub started_at: Option<SystemTime>,
     /// The address this slot put in the pool, so shutdown can take it out at once.
     pub in_pool: Option<SocketAddr>,
+    /// Shared mode: its process serves, so the program may place connections on its
+    /// socket (the counterpart of `in_pool`).
+    pub placed: bool,
     /// `scale` is retiring this slot: its stop is a scale-down, not drover's shutdown.
     pub retiring: bool,
     /// The app's health-restart permit, from a health kill until this slot's next
@@ -185,6 +188,7 @@ impl Slot {
             restart_counts: RestartCounts::default(),
             started_at: None,
             in_pool: None,
+            placed: false,
             retiring: false,
             health_permit: None,
         }
@@ -352,7 +356,7 @@ impl Shared {
             .iter()
             .map(|s| SlotState {
                 pid: s.pid,
-                serving: s.state.is_serving() && !s.retiring,
+                serving: s.placed && s.state.is_serving() && !s.retiring,
             })
             .collect();
         match steer.look(&slots) {
@@ -367,9 +371,17 @@ impl Shared {
 
     /// Takes a slot's endpoint out of the pool, if it has one there.
     pub(crate) fn leave_pool(&self, id: usize) {
-        let addr = self.slot(id).in_pool.take();
+        let (addr, placed) = {
+            let mut slot = self.slot(id);
+            (slot.in_pool.take(), std::mem::take(&mut slot.placed))
+        };
         if let Some(addr) = addr {
             self.pool.remove(Source::Supervisor, addr);
+        }
+        if placed {
+            // At once, not at the next look: a connection placed on a dead worker's
+            // socket waits for its successor.
+            let _ = self.steer();
         }
     }
 }
@@ -610,7 +622,6 @@ pub(crate) async fn run(
                 WorkerState::BackingOff
             };
         }
-        let _ = shared.steer();
         log_end(&shared.app, id, &life, delay);
         if looping {
             tracing::warn!(
@@ -1013,6 +1024,7 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     slot.health_permit = None;
     let Some(addr) = proc.addr() else {
         // Shared mode: no pool; the program may name this slot from now on.
+        slot.placed = true;
         drop(slot);
         let _ = shared.steer();
         return;
