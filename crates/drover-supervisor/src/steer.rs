@@ -84,9 +84,11 @@ pub struct SharedListener {
 }
 
 impl SharedListener {
-    /// Binds `addr` (port 0 picks a free one; the group then uses that port).
+    /// Binds `addr` (port 0 picks a free one; the group then uses that port). Fails
+    /// with `AddrInUse` when anything listens there already, a group of sockets like
+    /// this one (a second drover on the same address) included.
     pub fn bind(addr: SocketAddr) -> io::Result<SharedListener> {
-        let first = reuseport_listener(addr)?;
+        let first = listener(addr, Join::No)?;
         let addr = first.local_addr()?;
         Ok(SharedListener { first, addr })
     }
@@ -97,15 +99,29 @@ impl SharedListener {
     }
 }
 
-/// A listening socket that joins (or starts) the `SO_REUSEPORT` group of `addr`. The
-/// kernel only lets sockets of the same user join a group.
-fn reuseport_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+/// Whether a new socket may join a group already on the address.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Join {
+    /// The first socket: the address must be free. It binds without `SO_REUSEPORT`,
+    /// so the kernel refuses the bind if anything is there (with it, the bind would
+    /// join another drover's group), and sets it after, so later sockets can join.
+    No,
+    /// A later slot's socket, joining the group of the first.
+    Yes,
+}
+
+/// A listening socket on `addr` in the `SO_REUSEPORT` group there. The kernel only
+/// lets sockets of the same user join a group.
+fn listener(addr: SocketAddr, join: Join) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // As std's bind does: a restarted drover can bind while old connections linger in
     // TIME_WAIT.
     socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
+    if join == Join::Yes {
+        socket.set_reuse_port(true)?;
+    }
     socket.bind(&addr.into())?;
+    socket.set_reuse_port(true)?;
     // A socket joins the group (and gets its index) when it listens.
     socket.listen(BACKLOG)?;
     Ok(socket.into())
@@ -298,7 +314,7 @@ impl Steering {
     pub(crate) fn socket(&self, id: usize) -> io::Result<TcpListener> {
         let mut inner = self.lock();
         while inner.sockets.len() <= id {
-            let socket = reuseport_listener(self.addr)?;
+            let socket = listener(self.addr, Join::Yes)?;
             inner.sockets.push(socket);
             inner.views.push(View::default());
         }
@@ -474,6 +490,21 @@ mod tests {
         assert_eq!(p.len(), 4);
         assert_eq!(p[1].k, 1 << 31);
         assert_eq!((p[2].k, p[3].k), (0, 2));
+    }
+
+    #[test]
+    fn a_second_group_on_the_same_address_is_refused() {
+        let first = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = first.local_addr();
+        let steering = Steering::new(first).unwrap();
+        steering.socket(2).unwrap();
+        let again = SharedListener::bind(addr).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::AddrInUse);
+        // A plain listener there is refused too, and the other way round.
+        assert!(TcpListener::bind(addr).is_err());
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let err = SharedListener::bind(taken.local_addr().unwrap()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
     }
 
     /// The kernel honours the steered index, and a connection queued on a socket
