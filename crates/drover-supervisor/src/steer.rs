@@ -69,6 +69,15 @@ const SATURATED_FACTOR: f64 = 1.0 / 16.0;
 /// worker that paused for garbage collection should not move its share by much.
 const BUSY_SMOOTHING: f64 = 0.5;
 
+/// A slot whose restart back-off is at least this long (it crash-loops) has what is
+/// queued on its socket moved to the serving workers by drover (see
+/// `Steering::rescue`) rather than left waiting for its next process. Shorter back-offs
+/// (100 ms after a first crash) are waited out: the successor serves the queue itself.
+pub(crate) const RESCUE_AFTER: Duration = Duration::from_secs(1);
+
+/// How often `rescue` looks again whether another slot serves, while none does.
+const RESCUE_POLL: Duration = Duration::from_millis(50);
+
 /// Total of the weights in a program; a slot's share is `weight / WEIGHT_SCALE`.
 /// Coarse on purpose: the program only changes (and is re-attached) when a share
 /// moves by at least 1/1024.
@@ -321,6 +330,66 @@ impl Steering {
         inner.sockets[id].try_clone()
     }
 
+    /// Where drover itself connects to reach the group: its address, with loopback for
+    /// an unspecified IP (`0.0.0.0`, `::`).
+    fn connect_addr(&self) -> SocketAddr {
+        let mut addr = self.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        addr
+    }
+
+    /// Moves the connections queued on slot `id`'s socket, whose worker is not
+    /// running, to the workers that serve: accepts each and relays it to the group's
+    /// address, where the program places it on a serving slot (never this one, which it
+    /// does not name). One hop, for these connections only. Runs until dropped (the
+    /// slot's next process starts).
+    ///
+    /// `others_serve` says whether another slot serves now. While none does, the
+    /// program names every slot, this one included, so a relayed connection could come
+    /// back here: drover leaves the queue alone then.
+    pub(crate) async fn rescue(&self, id: usize, others_serve: impl Fn() -> bool) {
+        let result: io::Result<()> = async {
+            let socket = self.socket(id)?;
+            // Non-blocking is a flag of the socket, shared with every descriptor of it:
+            // the slot's next process gets it back as drover created it.
+            let _restore = Blocking(socket.try_clone()?);
+            socket.set_nonblocking(true)?;
+            let socket = tokio::net::TcpListener::from_std(socket)?;
+            let target = self.connect_addr();
+            loop {
+                if !others_serve() {
+                    tokio::time::sleep(RESCUE_POLL).await;
+                    continue;
+                }
+                let accepted = tokio::time::timeout(RESCUE_POLL, socket.accept()).await;
+                let Ok(accepted) = accepted else {
+                    continue;
+                };
+                let (mut client, _) = accepted?;
+                tokio::spawn(async move {
+                    // A failure here is the client's or the worker's, seen by the
+                    // client as a closed connection, as it would be without drover.
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(
+                worker = id,
+                "shared mode: cannot move the connections queued for a worker that is down: {e}"
+            );
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Connections waiting in slot `id`'s accept queue; `None` if it cannot be read.
     pub(crate) fn queued(&self, id: usize) -> Option<u32> {
         accept_queue(self.lock().sockets.get(id)?).ok()
@@ -376,6 +445,15 @@ impl Steering {
             active = true;
         }
         Ok(active)
+    }
+}
+
+/// Puts its socket back in blocking mode when dropped.
+struct Blocking(TcpListener);
+
+impl Drop for Blocking {
+    fn drop(&mut self) {
+        let _ = self.0.set_nonblocking(false);
     }
 }
 

@@ -16,7 +16,7 @@ use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
-use crate::steer::{SlotState, Steering};
+use crate::steer::{SlotState, Steering, RESCUE_AFTER};
 use drover_registry::{Pool, Source};
 use std::fmt;
 use std::net::SocketAddr;
@@ -369,6 +369,15 @@ impl Shared {
         }
     }
 
+    /// Shared mode: whether a slot other than `id` has a process that serves.
+    fn others_placed(&self, id: usize) -> bool {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .enumerate()
+            .any(|(i, s)| i != id && s.placed && s.state.is_serving() && !s.retiring)
+    }
+
     /// Takes a slot's endpoint out of the pool, if it has one there.
     pub(crate) fn leave_pool(&self, id: usize) {
         let (addr, placed) = {
@@ -635,9 +644,21 @@ pub(crate) async fn run(
         }
         let backoff = tokio::time::sleep(delay);
         tokio::pin!(backoff);
+        // Shared mode, crash-looping: what was queued on the slot's socket goes to the
+        // workers that serve rather than wait out the back-off (see `Steering::rescue`).
+        let rescue = async {
+            match &shared.steer {
+                Some(steer) if delay >= RESCUE_AFTER => {
+                    steer.rescue(id, || shared.others_placed(id)).await
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::pin!(rescue);
         loop {
             tokio::select! {
                 _ = &mut backoff => break,
+                _ = &mut rescue => {}
                 _ = stopped(&mut stop) => break,
                 // Nothing to replace while no process runs; the next one starts from
                 // the current spec anyway.

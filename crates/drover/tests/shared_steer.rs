@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{admin_addr, bin, ctl, wait_all_serving};
+use common::{admin_addr, bin, ctl, temp_dir, wait_all_serving};
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,8 +26,13 @@ fn server() -> String {
 /// `drover run -w N --mode shared` over the test server, with its admin address, once
 /// every worker serves; the workers' pids by id.
 async fn run_shared(workers: &str) -> (DroverProcess, SocketAddr, Vec<u32>) {
+    run_shared_with(workers, &[]).await
+}
+
+/// `run_shared` with `extra` arguments for the server.
+async fn run_shared_with(workers: &str, extra: &[&str]) -> (DroverProcess, SocketAddr, Vec<u32>) {
     let server = server();
-    let args = [
+    let mut args = vec![
         "run",
         "-w",
         workers,
@@ -41,6 +46,7 @@ async fn run_shared(workers: &str) -> (DroverProcess, SocketAddr, Vec<u32>) {
         "node",
         &server,
     ];
+    args.extend_from_slice(extra);
     let d = DroverProcess::spawn(bin(), &args).await;
     let admin = admin_addr(&d).await;
     let pids = wait_all_serving(&d, admin)
@@ -193,6 +199,35 @@ async fn connections_queued_on_a_killed_worker_are_served_by_its_successor() {
     // The new worker serves new connections too.
     let more = count(new_connections(d.addr(), 20, Duration::from_millis(2)).await).await;
     assert_eq!(more.1.len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_queued_on_a_crash_looping_worker_go_to_the_others() {
+    let flag = temp_dir("steer-crashloop").join("crash");
+    let flag_arg = flag.display().to_string();
+    let (d, _admin, pids) = run_shared_with("2", &[&flag_arg]).await;
+    // From now on each new process of worker 0 exits as it starts.
+    std::fs::write(&flag, "").unwrap();
+    signal(pids[0], "STOP");
+    // A burst of 20 lands about half on worker 0's socket before drover notices (the
+    // killed-worker test above shows it); all 20 on worker 1 would happen once in 10^6.
+    let asks = new_connections(d.addr(), 20, Duration::ZERO).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(pids[0], "KILL");
+    // Worker 0 never serves again: its queue is answered once its back-off reaches
+    // a second and drover moves the queued connections to worker 1.
+    let (per, all, _open) = count(asks).await;
+    eprintln!("answers per worker, worker 0 crash-looping: {per:?}");
+    assert!(
+        all.iter().all(|a| a.pid == pids[1]),
+        "{per:?}\n{}",
+        d.stderr_text()
+    );
+    assert!(
+        d.stderr_text().contains("crash-looping"),
+        "{}",
+        d.stderr_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
