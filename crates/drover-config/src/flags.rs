@@ -23,9 +23,10 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub strategy: Option<drover_balance::Strategy>,
 
-    /// "proxy": each worker on its own port behind drover's balancer. "shared": the
-    /// workers accept on one socket drover binds at --listen (LISTEN_FDS=1, fd 3); the
-    /// kernel spreads connections, with no proxy hop and no per-worker health checks.
+    /// "proxy": each worker on its own port behind drover's balancer. "shared": each
+    /// worker accepts on a socket of its own at --listen (LISTEN_FDS=1, fd 3), and
+    /// drover places new connections by the workers' load, with no proxy hop and no
+    /// per-worker health checks.
     #[arg(short, long, default_value = "proxy")]
     pub mode: drover_supervisor::Mode,
 
@@ -462,7 +463,7 @@ pub struct RunConfig {
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
-/// mode, one socket the workers share).
+/// mode, a socket per worker on the listen address).
 pub fn run_config(args: &RunArgs) -> Result<RunConfig, FlagError> {
     run_config_text(args).map_err(FlagError)
 }
@@ -485,7 +486,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 return Err("--max-conns, --queue-max, --queue-timeout and --hash-key do not apply to --mode shared: drover does not see the requests".into());
             }
             if args.strategy.is_some() {
-                return Err("--strategy does not apply to --mode shared: the kernel hands connections to the workers".into());
+                return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
             }
             if args.health_path.is_some() {
                 return Err(

@@ -112,10 +112,11 @@ pub enum Mode {
     /// request and sees every worker's load and health.
     #[default]
     Proxy,
-    /// drover binds one listening socket and hands it to every worker as fd 3
-    /// (`LISTEN_FDS=1`, `LISTEN_PID`): the kernel spreads connections, with no proxy hop.
-    /// No per-worker health checks or request-level balancing: drover cannot address
-    /// one worker through a shared socket.
+    /// drover binds a listening socket per worker on one address (a `SO_REUSEPORT`
+    /// group) and hands each worker its own as fd 3 (`LISTEN_FDS=1`, `LISTEN_PID`);
+    /// drover places new connections by the workers' load (see `steer`), with no proxy
+    /// hop. No per-worker health checks or request-level balancing: drover does not see
+    /// the requests.
     Shared,
 }
 

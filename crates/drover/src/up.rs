@@ -27,7 +27,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
-/// mode, one socket the workers share), from flags.
+/// mode, a socket per worker on the listen address), from flags.
 pub async fn run_app(args: &RunArgs) -> Result<(), String> {
     let run = flags::run_config(args).map_err(|e| e.to_string())?;
     // Asked for: it must start. Not asked for: the default port, if it is free.
