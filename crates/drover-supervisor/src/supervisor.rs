@@ -37,6 +37,9 @@ impl Drop for Supervisor {
         if let Some(task) = &self.steering {
             task.abort();
         }
+        if let Some(steer) = &self.shared.steer {
+            steer.stop_watching();
+        }
     }
 }
 
@@ -136,6 +139,20 @@ impl Supervisor {
         let workers = spec.workers;
         let steering = steer.is_some();
         let shared = Arc::new(Shared::new(spec, pool, sink, steer));
+        if steering {
+            let app = shared.app.to_string();
+            let shared = Arc::clone(&shared);
+            // A thread, not a task: it blocks in epoll_wait (see `Steering::watch`).
+            std::thread::Builder::new()
+                .name("drover-steer".into())
+                .spawn(move || {
+                    if let Some(steer) = &shared.steer {
+                        steer.watch();
+                    }
+                })
+                .map_err(|source| SupervisorError::Steering { app, source })?;
+        }
+        // After the watcher: a failure before this point leaves nothing running.
         let tasks = (0..workers)
             .map(|id| SlotTask::start(&shared, id))
             .collect();
