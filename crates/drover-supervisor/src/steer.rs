@@ -79,6 +79,9 @@ const BUSY_SMOOTHING: f64 = 0.5;
 /// tens of µs.
 const BLOCKED_AFTER: Duration = Duration::from_millis(1);
 
+/// The most connections one check moves out of one blocked worker's queue.
+const MOVE_AT_ONCE: usize = 64;
+
 /// How often the watcher (`Steering::watch`) wakes while no connection waits anywhere,
 /// to notice that drover is stopping.
 const WATCH_IDLE: u16 = 100;
@@ -291,6 +294,9 @@ pub(crate) struct Steering {
     epoll: Epoll,
     /// `watch` returns.
     stop: AtomicBool,
+    /// Where relays of moved connections run (see `check_queues`); none outside a
+    /// runtime (unit tests), and then none is moved.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 #[derive(Debug)]
@@ -343,6 +349,7 @@ impl Steering {
             }),
             epoll,
             stop: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         };
         Ok(steering)
     }
@@ -412,14 +419,8 @@ impl Steering {
                 let Ok(accepted) = accepted else {
                     continue;
                 };
-                let (mut client, _) = accepted?;
-                tokio::spawn(async move {
-                    // A failure here is the client's or the worker's, seen by the
-                    // client as a closed connection, as it would be without drover.
-                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    }
-                });
+                let (client, _) = accepted?;
+                tokio::spawn(relay(client, target));
             }
         }
         .await;
@@ -547,6 +548,33 @@ impl Steering {
         if changed {
             inner.reweight()?;
         }
+        // A blocked worker holds its queue until its request is done (a 10 ms one in
+        // a Node worker holds it 10 ms). While another worker is free, drover moves
+        // what waits there to the free ones, one hop for these connections only: what a
+        // queue shared by all workers (Node cluster's primary, a single shared socket)
+        // does for every connection.
+        let free = inner.loads.iter().any(|l| l.serving && !l.blocked);
+        if let (true, Some(runtime)) = (free, &self.runtime) {
+            let target = self.connect_addr();
+            for id in 0..inner.loads.len().min(inner.sockets.len()) {
+                let load = inner.loads[id];
+                if !(load.serving && load.blocked && non_blocking(&inner.sockets[id])) {
+                    continue;
+                }
+                for _ in 0..MOVE_AT_ONCE {
+                    let Ok((client, _)) = inner.sockets[id].accept() else {
+                        break; // WouldBlock: the worker took the rest, or none is left
+                    };
+                    if client.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _guard = runtime.enter();
+                    if let Ok(client) = tokio::net::TcpStream::from_std(client) {
+                        runtime.spawn(relay(client, target));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -554,6 +582,25 @@ impl Steering {
     pub(crate) fn stop_watching(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Carries `client`, taken from a worker's queue, to the group's address, where the
+/// program places it on a worker that serves. A failure here is the client's or the
+/// worker's, seen by the client as a closed connection, as it would be without drover.
+async fn relay(mut client: tokio::net::TcpStream, target: SocketAddr) {
+    if let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await {
+        let _ = upstream.set_nodelay(true);
+        let _ = client.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
+}
+
+/// Whether `socket` accepts without blocking. Its workers set that (Node, Go and the
+/// Python examples do); drover only moves connections out of such a socket, since an
+/// accept that loses the race for the last one must not block its watcher.
+fn non_blocking(socket: &TcpListener) -> bool {
+    nix::fcntl::fcntl(socket, nix::fcntl::FcntlArg::F_GETFL)
+        .is_ok_and(|flags| flags & libc::O_NONBLOCK != 0)
 }
 
 /// Interest in socket `id` having a connection to accept.

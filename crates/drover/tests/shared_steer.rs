@@ -170,15 +170,38 @@ async fn equal_workers_get_even_shares_of_new_connections() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_queued_on_a_killed_worker_are_served_by_its_successor() {
+async fn connections_queued_on_a_stopped_worker_are_moved_to_a_free_one() {
     let (d, _admin, pids) = run_shared("2").await;
-    // Stopped, worker 0 accepts nothing: whatever is placed on its socket before
-    // drover notices waits in the accept queue.
+    // Stopped, worker 0 accepts nothing: what lands on its socket before drover
+    // notices waits in its queue, and drover moves it to worker 1 (without that,
+    // about half of these would wait until worker 0 is continued).
     signal(pids[0], "STOP");
+    let (per, all, _open) = count(new_connections(d.addr(), 20, Duration::ZERO).await).await;
+    signal(pids[0], "CONT");
+    eprintln!("answers per worker, worker 0 stopped: {per:?}");
+    assert!(all.iter().all(|a| a.pid == pids[1]), "{per:?}");
+}
+
+/// Both workers stopped, then worker 0 killed and worker 1 continued: nothing is free
+/// while connections land, so none is moved, and worker 0's queue waits for it.
+async fn queue_on_both_then_kill_worker_0(
+    d: &DroverProcess,
+    pids: &[u32],
+) -> (BTreeMap<String, usize>, Vec<Answer>) {
+    signal(pids[0], "STOP");
+    signal(pids[1], "STOP");
     let asks = new_connections(d.addr(), 20, Duration::ZERO).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     signal(pids[0], "KILL");
+    signal(pids[1], "CONT");
     let (per, all, _open) = count(asks).await;
+    (per, all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_queued_on_a_killed_worker_are_served_by_its_successor() {
+    let (d, _admin, pids) = run_shared("2").await;
+    let (per, all) = queue_on_both_then_kill_worker_0(&d, &pids).await;
     eprintln!("answers per worker: {per:?}");
     let successor: Vec<&Answer> = all
         .iter()
@@ -208,15 +231,11 @@ async fn connections_queued_on_a_crash_looping_worker_go_to_the_others() {
     let (d, _admin, pids) = run_shared_with("2", &[&flag_arg]).await;
     // From now on each new process of worker 0 exits as it starts.
     std::fs::write(&flag, "").unwrap();
-    signal(pids[0], "STOP");
-    // A burst of 20 lands about half on worker 0's socket before drover notices (the
-    // killed-worker test above shows it); all 20 on worker 1 would happen once in 10^6.
-    let asks = new_connections(d.addr(), 20, Duration::ZERO).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    signal(pids[0], "KILL");
-    // Worker 0 never serves again: its queue is answered once its back-off reaches
-    // a second and drover moves the queued connections to worker 1.
-    let (per, all, _open) = count(asks).await;
+    // A burst of 20 lands about half on worker 0's socket (the killed-worker test
+    // shows it); all 20 on worker 1 would happen once in 10^6. Worker 0 never serves
+    // again: its queue is answered once its back-off reaches a second and drover
+    // moves the queued connections to worker 1.
+    let (per, all) = queue_on_both_then_kill_worker_0(&d, &pids).await;
     eprintln!("answers per worker, worker 0 crash-looping: {per:?}");
     assert!(
         all.iter().all(|a| a.pid == pids[1]),
