@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{admin_addr, bin, status, stops_cleanly, temp_dir, wait_all_serving};
+use common::{admin_addr, bin, ctl, status, stops_cleanly, temp_dir, wait_all_serving};
 use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -113,7 +113,7 @@ async fn run_puts_each_workers_port_in_its_arguments() {
 }
 
 #[tokio::test]
-async fn up_puts_the_port_inside_an_argument_and_a_restart_gets_its_new_port() {
+async fn up_puts_the_port_inside_an_argument_and_restarts_and_reloads_get_their_new_port() {
     let site = site("port-up");
     let dir = temp_dir("port-up-config");
     let file = dir.join("drover.toml");
@@ -163,6 +163,21 @@ async fn up_puts_the_port_inside_an_argument_and_a_restart_gets_its_new_port() {
         get(SocketAddr::from(([127, 0, 0, 1], port)), "/hello.txt").await,
         (200, "hello\n".into())
     );
+
+    // So does every worker a reload starts.
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    let reloaded = workers(&d, admin).await;
+    for (&(id, pid, port), &(_, old_pid, _)) in reloaded.iter().zip(&after) {
+        assert_ne!(pid, old_pid, "worker {id} was not replaced by the reload");
+        let bind = format!("--bind=127.0.0.1:{port}");
+        assert!(
+            cmdline(pid).contains(&bind),
+            "reloaded worker {id}: no {bind} in {:?}",
+            cmdline(pid)
+        );
+    }
+    assert_eq!(get(d.addr(), "/hello.txt").await, (200, "hello\n".into()));
     stops_cleanly(d).await;
 }
 
