@@ -1323,6 +1323,13 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             "health checks need a port per worker, which mode = \"shared\" does not have",
         ));
     }
+    if mode == Mode::Shared && drover_supervisor::command_uses_port(&command) {
+        return Err(ctx.at(
+            command_span,
+            key("command"),
+            "{port} needs a port per worker, which mode = \"shared\" does not have: the workers share the socket on fd 3 (listen)",
+        ));
+    }
     let health = match raw.health {
         Some(h) => Some(validate_health(h, &key("health"), true, ctx)?),
         None => None,
@@ -2450,6 +2457,20 @@ sticky = { cookie = "sid" }
             "app[0].health",
             "port per worker",
         );
+        let port_app = |extra: &str| {
+            format!("[[app]]\nname = \"web\"\ncommand = [\"app\", \"--bind=127.0.0.1:{{port}}\"]\n{extra}")
+        };
+        check(
+            &err(&port_app(
+                "mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\n",
+            )),
+            3,
+            "app[0].command",
+            "{port} needs a port per worker, which mode = \"shared\" does not have",
+        );
+        // In proxy mode it is what `{port}` is for.
+        let c = ok(&port_app(""));
+        assert_eq!(c.apps[0].command[1], "--bind=127.0.0.1:{port}");
         check(
             &err(&app("max_memory = \"12X\"\n")),
             4,

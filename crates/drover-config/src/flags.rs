@@ -67,7 +67,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub limits: LimitArgs,
 
-    /// The program and its arguments.
+    /// The program and its arguments; "{port}" in an argument becomes each worker's
+    /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -492,6 +493,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                     "--health-path needs a port per worker, which --mode shared does not have"
                         .into(),
                 );
+            }
+            if drover_supervisor::command_uses_port(&args.command) {
+                return Err("{port} in the command needs a port per worker, which --mode shared does not have: the workers share the socket on fd 3 (--listen)".into());
             }
             app.listen = Some(args.listen);
         }

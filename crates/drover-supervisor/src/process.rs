@@ -16,7 +16,7 @@
 //! Being in its own group, a worker does not get the terminal's Ctrl-C: SIGINT reaches
 //! drover alone, which drains the balancers and then stops the workers' groups.
 
-use crate::spec::AppSpec;
+use crate::spec::{command_with_port, AppSpec};
 use command_fds::{CommandFdExt, FdMapping};
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -89,8 +89,14 @@ pub(crate) enum Listen<'a> {
 /// Spawns worker `id` of `spec`, with both output pipes captured, as the leader of a new
 /// process group.
 pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result<Worker> {
-    let (program, args) = spec
-        .command
+    // Substituted at every spawn, so a restart or a reload (a fresh port each time)
+    // gets its own port in the arguments too. Shared mode keeps the command as it is:
+    // validation refuses a `{port}` there, as there is none to put.
+    let command = match listen {
+        Listen::Port(port) => command_with_port(&spec.command, port),
+        Listen::Socket(_) => spec.command.clone(),
+    };
+    let (program, args) = command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut cmd = match listen {
