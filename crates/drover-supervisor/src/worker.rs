@@ -400,12 +400,24 @@ struct Proc {
     /// Last sampled RSS and CPU time: a process that has exited can no longer be read.
     last_rss: Option<u64>,
     last_cpu_seconds: Option<f64>,
+    /// Proxy mode: drover as its Node cluster primary (idle for other programs).
+    node_session: Option<NodeSession>,
 }
 
 impl Proc {
     /// Where the balancer reaches it; `None` in shared mode.
     fn addr(&self) -> Option<SocketAddr> {
         self.port.as_ref().map(Port::addr)
+    }
+
+    /// Its PORT, when neither the program listened there nor a Node app asked drover to
+    /// serve it: the usual cause of a worker that never becomes ready.
+    fn never_listened(&self) -> Option<u16> {
+        let port = self.port.as_ref()?.get();
+        let session = self.node_session.as_ref()?;
+        let listened = session.listened.load(std::sync::atomic::Ordering::Relaxed)
+            || std::net::TcpStream::connect(self.port.as_ref()?.addr()).is_ok();
+        (!listened).then_some(port)
     }
 
     /// Reads its RSS and CPU time now; returns the RSS just read. A reading that fails
@@ -512,6 +524,10 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
         }
     };
     let mut worker = process::spawn(&spec, id, listen)?;
+    let node_session = match (worker.node_channel.take(), &port) {
+        (Some(channel), Some(port)) => Some(node_session(&spec.name, id, channel, port.get())?),
+        _ => None,
+    };
     let stderr_tail = Arc::new(StderrTail::default());
     let stderr_done = forward_output(shared, id, &mut worker.child, &stderr_tail);
     let pid = worker.pid();
@@ -528,7 +544,60 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
         stderr_done,
         last_rss: None,
         last_cpu_seconds: None,
+        node_session,
     })
+}
+
+/// drover as the Node cluster primary of one worker (drover-node): whatever port the
+/// app's `listen()` names, its connections arrive at `port`. Ends when the worker's end
+/// of the channel closes, or when the `Proc` is dropped.
+fn node_session(
+    app: &str,
+    id: usize,
+    channel: std::os::unix::net::UnixStream,
+    port: u16,
+) -> std::io::Result<NodeSession> {
+    let session = drover_node::Session::new(channel, port)?;
+    let app = app.to_string();
+    let listened = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listened_here = listened.clone();
+    let task = tokio::spawn(async move {
+        let report = |event| match event {
+            drover_node::SessionEvent::Serving { asked, port } if asked != i64::from(port) => {
+                listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    app = %app,
+                    worker = id,
+                    "the app listens on port {asked}; drover serves it at 127.0.0.1:{port} \
+                     behind its own listen address"
+                );
+            }
+            drover_node::SessionEvent::Serving { .. } => {
+                listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            drover_node::SessionEvent::Refused { reason } => {
+                tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
+            }
+        };
+        if let Err(e) = session.run(report).await {
+            tracing::debug!(app = %app, worker = id, error = %e, "Node cluster channel ended");
+        }
+    });
+    Ok(NodeSession { task, listened })
+}
+
+/// A worker's Node session, stopped with its `Proc`: the loopback listener it holds
+/// must close when the worker goes, so the balancer sees the port refuse at once.
+struct NodeSession {
+    task: JoinHandle<()>,
+    /// The app's server is served at the worker's port.
+    listened: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for NodeSession {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// Runs slot `id` until shutdown.
@@ -665,7 +734,14 @@ async fn run_once(
     if let Err(reason) = ready {
         proc.sample();
         let status = proc.worker.stop(proc.spec.stop_timeout).await;
-        let detail = Some(reason.to_string());
+        let detail = Some(match proc.never_listened() {
+            Some(port) => format!(
+                "{reason}: it never listened on its PORT ({port}); a Node app may listen on \
+                 any port, any other program must listen on $PORT or take {{port}} in its \
+                 arguments"
+            ),
+            None => reason.to_string(),
+        });
         shared
             .record_end(id, &mut proc, RestartReason::StartFailed, detail, status)
             .await;
