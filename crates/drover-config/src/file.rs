@@ -1122,6 +1122,10 @@ impl RawConfig {
                 ));
             }
             listens.push((b.listen, format!("balancer[{i}].listen")));
+            let mut b = b;
+            b.handoff = b.backends.iter().any(|r| {
+                matches!(r, BackendRef::App(name) if apps.iter().any(|a| &a.name == name && a.mode == Mode::Handoff))
+            });
             balancers.push(b);
         }
 
@@ -1344,7 +1348,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
                 "mode = \"shared\" needs listen: the address drover binds for the workers",
             ));
         }
-        (Mode::Proxy, Some(l)) => {
+        (Mode::Proxy | Mode::Handoff, Some(l)) => {
             return Err(ctx.at(
                 l.span(),
                 key("listen"),

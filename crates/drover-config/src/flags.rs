@@ -23,9 +23,12 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub strategy: Option<drover_balance::Strategy>,
 
-    /// "proxy": each worker on its own port behind drover's balancer. "shared": the
-    /// workers accept on one socket drover binds at --listen (LISTEN_FDS=1, fd 3); the
-    /// kernel spreads connections, with no proxy hop and no per-worker health checks.
+    /// "proxy": each worker on its own port behind drover's balancer, which places
+    /// every request. "handoff": drover hands each new client connection to the Node
+    /// worker least behind, which then serves it with no proxy hop (other programs are
+    /// proxied). "shared": the workers accept on one socket drover binds at --listen
+    /// (LISTEN_FDS=1, fd 3); the kernel spreads connections, with no proxy hop and no
+    /// per-worker health checks.
     #[arg(short, long, default_value = "proxy")]
     pub mode: drover_supervisor::Mode,
 
@@ -499,7 +502,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             }
             app.listen = Some(args.listen);
         }
-        model::Mode::Proxy => {
+        model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
                 app.health = Some(model::HealthCheckConfig {
                     kind: model::HealthCheckKind::Http {
@@ -516,6 +519,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
+            balancer.handoff = args.mode == model::Mode::Handoff;
             balancer.apply_limits(&args.limits);
             balancers.push(balancer);
         }

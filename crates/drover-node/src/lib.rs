@@ -27,4 +27,4 @@ mod session;
 pub use channel::ChannelError;
 pub use launch::{channel_env, is_package_runner, runner_env, write_preload};
 pub use message::{parse, AddressType, FromWorker, ServerQuery};
-pub use session::{Ended, Session, SessionEvent};
+pub use session::{Ended, Inbox, Session, SessionEvent};

@@ -9,7 +9,10 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use tokio::net::UnixStream;
+use tokio::sync::mpsc;
 
 /// Connections accepted for a worker and not yet handed over. Past this many, drover
 /// stops accepting for it and the rest wait in the kernel's backlog: a worker that
@@ -50,8 +53,64 @@ struct Served {
 /// A connection sent and not yet acknowledged.
 struct InFlight {
     message: Value,
-    socket: TcpStream,
+    socket: Waiting,
     resends: u32,
+}
+
+/// A connection for the worker, and whether it came through the `Inbox` (and so counts
+/// in its `queued` until the worker takes it).
+struct Waiting {
+    socket: TcpStream,
+    given: bool,
+}
+
+/// What drover tells a session from outside.
+enum ToSession {
+    /// A client connection for the app's server (handoff).
+    Connection(TcpStream),
+    /// Ask the worker to close its servers and leave once its connections end (Node's
+    /// `worker.disconnect()`), so the clients it serves directly see no reset.
+    Disconnect,
+}
+
+/// Gives a session's worker client connections directly (drover's handoff) and asks it
+/// to leave; cheap to clone.
+#[derive(Clone)]
+pub struct Inbox {
+    tx: mpsc::UnboundedSender<ToSession>,
+    queued: Arc<AtomicUsize>,
+    given: Arc<AtomicBool>,
+}
+
+impl Inbox {
+    /// Connections given and not yet taken up by the worker: it takes one only when its
+    /// event loop runs, so this grows while the worker is busy.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+
+    /// Gives the worker `stream`; it is back when the session has ended.
+    pub fn give(&self, stream: TcpStream) -> Result<(), TcpStream> {
+        self.queued.fetch_add(1, Relaxed);
+        self.given.store(true, Relaxed);
+        self.tx.send(ToSession::Connection(stream)).map_err(|back| {
+            self.queued.fetch_sub(1, Relaxed);
+            match back.0 {
+                ToSession::Connection(stream) => stream,
+                ToSession::Disconnect => unreachable!("sent a connection"),
+            }
+        })
+    }
+
+    /// Whether the worker was ever given a connection this way.
+    pub fn was_given(&self) -> bool {
+        self.given.load(Relaxed)
+    }
+
+    /// Asks the worker to close its servers and leave once its connections end.
+    pub fn disconnect(&self) {
+        let _ = self.tx.send(ToSession::Disconnect);
+    }
 }
 
 /// drover as the cluster primary of one worker.
@@ -62,15 +121,28 @@ pub struct Session {
     port: u16,
     seq: u64,
     served: Option<Served>,
-    waiting: VecDeque<TcpStream>,
+    waiting: VecDeque<Waiting>,
     in_flight: Option<InFlight>,
     said_unreadable: bool,
+    inbox: Inbox,
+    from_drover: mpsc::UnboundedReceiver<ToSession>,
+    /// drover asked the worker to leave; the message goes once every connection given
+    /// before has been handed over (after it, the worker would refuse them).
+    disconnect: Disconnect,
+}
+
+#[derive(PartialEq, Eq)]
+enum Disconnect {
+    NotAsked,
+    Due,
+    Sent,
 }
 
 impl Session {
     /// A session on drover's end of the channel; `port` is the worker's `PORT`.
     pub fn new(channel: std::os::unix::net::UnixStream, port: u16) -> io::Result<Session> {
         channel.set_nonblocking(true)?;
+        let (tx, from_drover) = mpsc::unbounded_channel();
         Ok(Session {
             channel: Channel::new(UnixStream::from_std(channel)?),
             port,
@@ -79,7 +151,19 @@ impl Session {
             waiting: VecDeque::new(),
             in_flight: None,
             said_unreadable: false,
+            inbox: Inbox {
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+                given: Arc::new(AtomicBool::new(false)),
+            },
+            from_drover,
+            disconnect: Disconnect::NotAsked,
         })
+    }
+
+    /// Where drover gives this worker client connections directly.
+    pub fn inbox(&self) -> Inbox {
+        self.inbox.clone()
     }
 
     /// Serves the worker until it leaves. `report` hears what the app's `listen()` got.
@@ -94,6 +178,11 @@ impl Session {
             if self.in_flight.is_none() {
                 if let Some(socket) = self.waiting.pop_front() {
                     self.hand_over(socket).await?;
+                } else if self.disconnect == Disconnect::Due {
+                    let mut body = serde_json::Map::new();
+                    body.insert("act".into(), "disconnect".into());
+                    self.send(body).await?;
+                    self.disconnect = Disconnect::Sent;
                 }
             }
             let accepting = self.waiting.len() < MAX_WAITING;
@@ -103,9 +192,17 @@ impl Session {
                         return Ok(Ended::WorkerLeft);
                     }
                 }
+                Some(order) = self.from_drover.recv() => match order {
+                    ToSession::Connection(socket) => self.push(Waiting { socket, given: true }),
+                    ToSession::Disconnect => {
+                        if self.disconnect == Disconnect::NotAsked {
+                            self.disconnect = Disconnect::Due;
+                        }
+                    }
+                },
                 accepted = accept(self.served.as_ref()), if accepting => {
                     match accepted {
-                        Ok(socket) => self.waiting.push_back(socket),
+                        Ok(socket) => self.push(Waiting { socket, given: false }),
                         // The client gave up before we accepted, or drover is short
                         // of descriptors: the next accept decides.
                         Err(e) => tracing::debug!(error = %e, "accept for a Node worker"),
@@ -131,14 +228,20 @@ impl Session {
         };
         match message::parse(&line) {
             FromWorker::QueryServer(query) => self.answer(query, report).await?,
-            FromWorker::HandleAck => self.in_flight = None,
+            FromWorker::HandleAck => {
+                if let Some(done) = self.in_flight.take() {
+                    self.taken(&done.socket);
+                }
+            }
             FromWorker::HandleNack => self.resend().await?,
             FromWorker::Close { key } => {
                 if self.served.as_ref().is_some_and(|s| s.key == key) {
                     // The app closed its server: refuse new connections, as its own
                     // closed port would, so the balancer fails over at once.
                     self.served = None;
-                    self.waiting.clear();
+                    for dropped in std::mem::take(&mut self.waiting) {
+                        self.taken(&dropped);
+                    }
                 }
             }
             FromWorker::ExitedAfterDisconnect { seq } => {
@@ -252,13 +355,33 @@ impl Session {
         self.send(message::answer(query, errno)).await
     }
 
-    async fn hand_over(&mut self, socket: TcpStream) -> Result<(), ChannelError> {
+    /// A connection waits for the worker; without a server (closed meanwhile) it is
+    /// closed, as a closed port would refuse it.
+    fn push(&mut self, waiting: Waiting) {
+        if self.served.is_some() {
+            self.waiting.push_back(waiting);
+        } else {
+            self.taken(&waiting);
+        }
+    }
+
+    /// `waiting` left the queue (taken up by the worker, or dropped).
+    fn taken(&self, waiting: &Waiting) {
+        if waiting.given {
+            self.inbox.queued.fetch_sub(1, Relaxed);
+        }
+    }
+
+    async fn hand_over(&mut self, socket: Waiting) -> Result<(), ChannelError> {
         let Some(served) = &self.served else {
+            self.taken(&socket);
             return Ok(());
         };
         let body = message::new_connection(&served.key);
         let message = message::with_handle(self.next(body));
-        self.channel.send_with(&message, socket.as_fd()).await?;
+        self.channel
+            .send_with(&message, socket.socket.as_fd())
+            .await?;
         self.in_flight = Some(InFlight {
             message,
             socket,
@@ -275,11 +398,12 @@ impl Session {
             tracing::warn!(
                 "a connection did not reach its Node worker after {MAX_RESENDS} tries; closed"
             );
+            self.taken(&in_flight.socket);
             return Ok(());
         }
         in_flight.resends += 1;
         self.channel
-            .send_with(&in_flight.message, in_flight.socket.as_fd())
+            .send_with(&in_flight.message, in_flight.socket.socket.as_fd())
             .await?;
         self.in_flight = Some(in_flight);
         Ok(())

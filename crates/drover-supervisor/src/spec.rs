@@ -154,6 +154,10 @@ pub enum Mode {
     /// request and sees every worker's load and health.
     #[default]
     Proxy,
+    /// As `Proxy` (each worker has its own loopback `PORT`), and the balancer hands each
+    /// new client connection to a worker that takes connections itself (a Node app,
+    /// through drover-node), which then serves it with no drover in between.
+    Handoff,
     /// drover binds one listening socket and hands it to every worker as fd 3
     /// (`LISTEN_FDS=1`, `LISTEN_PID`): the kernel spreads connections, with no proxy hop.
     /// No per-worker health checks or request-level balancing: drover cannot address
@@ -165,6 +169,7 @@ impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Proxy => "proxy",
+            Mode::Handoff => "handoff",
             Mode::Shared => "shared",
         }
     }
@@ -176,6 +181,7 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode, ParseModeError> {
         match s {
             "proxy" => Ok(Mode::Proxy),
+            "handoff" => Ok(Mode::Handoff),
             "shared" => Ok(Mode::Shared),
             _ => Err(ParseModeError {
                 given: s.to_string(),
@@ -184,7 +190,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// A mode other than "proxy" or "shared".
+/// A mode other than "proxy", "handoff" or "shared".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseModeError {
     pub given: String,
@@ -194,7 +200,7 @@ impl fmt::Display for ParseModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown mode {:?}: expected \"proxy\" or \"shared\"",
+            "unknown mode {:?}: expected \"proxy\", \"handoff\" or \"shared\"",
             self.given
         )
     }
@@ -619,7 +625,7 @@ mod tests {
         assert_eq!(shared.validate(), Ok(()));
         assert_eq!(
             "pool".parse::<Mode>().unwrap_err().to_string(),
-            "unknown mode \"pool\": expected \"proxy\" or \"shared\""
+            "unknown mode \"pool\": expected \"proxy\", \"handoff\" or \"shared\""
         );
     }
 }

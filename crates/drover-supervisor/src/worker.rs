@@ -16,7 +16,7 @@ use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
-use drover_registry::{Pool, Source};
+use drover_registry::{Pool, Source, TakesConnections};
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::ops::{Deref, DerefMut};
@@ -525,7 +525,7 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
     };
     let mut worker = process::spawn(&spec, id, listen)?;
     let node_session = match (worker.node_channel.take(), &port) {
-        (Some(channel), Some(port)) => Some(node_session(&spec.name, id, channel, port.get())?),
+        (Some(channel), Some(port)) => Some(node_session(shared, id, channel, port)?),
         _ => None,
     };
     let stderr_tail = Arc::new(StderrTail::default());
@@ -552,28 +552,34 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
 /// app's `listen()` names, its connections arrive at `port`. Ends when the worker's end
 /// of the channel closes, or when the `Proc` is dropped.
 fn node_session(
-    app: &str,
+    shared: &Shared,
     id: usize,
     channel: std::os::unix::net::UnixStream,
-    port: u16,
+    port: &Port,
 ) -> std::io::Result<NodeSession> {
-    let session = drover_node::Session::new(channel, port)?;
-    let app = app.to_string();
+    let session = drover_node::Session::new(channel, port.get())?;
+    let inbox = session.inbox();
+    let app = Arc::clone(&shared.app);
+    let pool = Arc::clone(&shared.pool);
+    let addr = port.addr();
     let listened = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let listened_here = listened.clone();
+    let takes: Arc<dyn TakesConnections> = Arc::new(NodeInbox(inbox.clone()));
     let task = tokio::spawn(async move {
         let report = |event| match event {
-            drover_node::SessionEvent::Serving { asked, port } if asked != i64::from(port) => {
+            drover_node::SessionEvent::Serving { asked, port } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(
-                    app = %app,
-                    worker = id,
-                    "the app listens on port {asked}; drover serves it at 127.0.0.1:{port} \
-                     behind its own listen address"
-                );
-            }
-            drover_node::SessionEvent::Serving { .. } => {
-                listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
+                // Taken up only by a balancer in handoff mode, and only once this
+                // worker is in its pool (ready).
+                pool.handoffs().register(addr, Arc::clone(&takes));
+                if asked != i64::from(port) {
+                    tracing::info!(
+                        app = %app,
+                        worker = id,
+                        "the app listens on port {asked}; drover serves it at 127.0.0.1:{port} \
+                         behind its own listen address"
+                    );
+                }
             }
             drover_node::SessionEvent::Refused { reason } => {
                 tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
@@ -583,7 +589,27 @@ fn node_session(
             tracing::debug!(app = %app, worker = id, error = %e, "Node cluster channel ended");
         }
     });
-    Ok(NodeSession { task, listened })
+    Ok(NodeSession {
+        task,
+        listened,
+        inbox,
+        addr,
+        pool: Arc::clone(&shared.pool),
+    })
+}
+
+/// drover's handoff (`Pool::hand_off`) gives a Node worker client connections through
+/// its session.
+struct NodeInbox(drover_node::Inbox);
+
+impl TakesConnections for NodeInbox {
+    fn queued(&self) -> usize {
+        self.0.queued()
+    }
+
+    fn give(&self, stream: std::net::TcpStream) -> Result<(), std::net::TcpStream> {
+        self.0.give(stream)
+    }
 }
 
 /// A worker's Node session, stopped with its `Proc`: the loopback listener it holds
@@ -592,10 +618,23 @@ struct NodeSession {
     task: JoinHandle<()>,
     /// The app's server is served at the worker's port.
     listened: Arc<std::sync::atomic::AtomicBool>,
+    inbox: drover_node::Inbox,
+    addr: SocketAddr,
+    pool: Arc<Pool>,
+}
+
+impl NodeSession {
+    /// Whether clients were handed to the worker directly: drover does not see their
+    /// requests, so draining it means asking it to close its server and waiting until it
+    /// has (it leaves the channel once its connections have ended).
+    fn serves_clients_directly(&self) -> bool {
+        self.inbox.was_given()
+    }
 }
 
 impl Drop for NodeSession {
     fn drop(&mut self) {
+        self.pool.handoffs().unregister(self.addr);
         self.task.abort();
     }
 }
@@ -1085,8 +1124,17 @@ async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<Ex
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
 /// exits, or `drain_timeout` passes.
 async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn() -> u32 + Sync)) {
+    // Clients handed to the worker are its own: it closes its server, finishes them,
+    // and leaves its channel (Node's `worker.disconnect()`).
+    let direct = proc
+        .node_session
+        .as_ref()
+        .filter(|s| s.serves_clients_directly());
+    if let Some(session) = direct {
+        session.inbox.disconnect();
+    }
     let drained = async {
-        while in_flight() > 0 {
+        while in_flight() > 0 || direct.is_some_and(|s| !s.task.is_finished()) {
             tokio::time::sleep(DRAIN_POLL).await;
         }
     };
