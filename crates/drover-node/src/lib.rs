@@ -20,6 +20,8 @@
 //! the machine's own.
 
 mod channel;
+#[doc(hidden)]
+pub mod fuzzing;
 mod launch;
 mod message;
 mod session;
