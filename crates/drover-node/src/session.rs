@@ -19,6 +19,12 @@ use tokio::sync::mpsc;
 /// stopped reading its channel cannot make drover hold sockets without bound.
 const MAX_WAITING: usize = 64;
 
+/// Connections sent to a worker before it acknowledges them. Node's own primary sends
+/// one at a time, so a worker takes up one connection per turn of its event loop; the
+/// kernel never puts two descriptors in one read, and Node matches each with its line,
+/// so more may go at once: libuv reads up to 32 times per turn.
+const MAX_UNACKNOWLEDGED: usize = 32;
+
 /// Node resends a handle whose delivery failed (`NODE_HANDLE_NACK`) this many times.
 const MAX_RESENDS: u32 = 3;
 
@@ -122,7 +128,9 @@ pub struct Session {
     seq: u64,
     served: Option<Served>,
     waiting: VecDeque<Waiting>,
-    in_flight: Option<InFlight>,
+    /// Sent and not yet acknowledged, oldest first: the worker acknowledges in the
+    /// order it receives them.
+    in_flight: VecDeque<InFlight>,
     said_unreadable: bool,
     inbox: Inbox,
     from_drover: mpsc::UnboundedReceiver<ToSession>,
@@ -149,7 +157,7 @@ impl Session {
             seq: 0,
             served: None,
             waiting: VecDeque::new(),
-            in_flight: None,
+            in_flight: VecDeque::new(),
             said_unreadable: false,
             inbox: Inbox {
                 tx,
@@ -175,15 +183,18 @@ impl Session {
             while let Some(line) = self.channel.take_line() {
                 self.on_line(line, &mut report).await?;
             }
-            if self.in_flight.is_none() {
-                if let Some(socket) = self.waiting.pop_front() {
-                    self.hand_over(socket).await?;
-                } else if self.disconnect == Disconnect::Due {
-                    let mut body = serde_json::Map::new();
-                    body.insert("act".into(), "disconnect".into());
-                    self.send(body).await?;
-                    self.disconnect = Disconnect::Sent;
-                }
+            while self.in_flight.len() < MAX_UNACKNOWLEDGED {
+                let Some(socket) = self.waiting.pop_front() else {
+                    break;
+                };
+                self.hand_over(socket).await?;
+            }
+            let all_handed = self.in_flight.is_empty() && self.waiting.is_empty();
+            if all_handed && self.disconnect == Disconnect::Due {
+                let mut body = serde_json::Map::new();
+                body.insert("act".into(), "disconnect".into());
+                self.send(body).await?;
+                self.disconnect = Disconnect::Sent;
             }
             let accepting = self.waiting.len() < MAX_WAITING;
             tokio::select! {
@@ -229,7 +240,7 @@ impl Session {
         match message::parse(&line) {
             FromWorker::QueryServer(query) => self.answer(query, report).await?,
             FromWorker::HandleAck => {
-                if let Some(done) = self.in_flight.take() {
+                if let Some(done) = self.in_flight.pop_front() {
                     self.taken(&done.socket);
                 }
             }
@@ -382,7 +393,7 @@ impl Session {
         self.channel
             .send_with(&message, socket.socket.as_fd())
             .await?;
-        self.in_flight = Some(InFlight {
+        self.in_flight.push_back(InFlight {
             message,
             socket,
             resends: 0,
@@ -391,7 +402,7 @@ impl Session {
     }
 
     async fn resend(&mut self) -> Result<(), ChannelError> {
-        let Some(mut in_flight) = self.in_flight.take() else {
+        let Some(mut in_flight) = self.in_flight.pop_front() else {
             return Ok(());
         };
         if in_flight.resends == MAX_RESENDS {
@@ -405,7 +416,7 @@ impl Session {
         self.channel
             .send_with(&in_flight.message, in_flight.socket.socket.as_fd())
             .await?;
-        self.in_flight = Some(in_flight);
+        self.in_flight.push_back(in_flight);
         Ok(())
     }
 

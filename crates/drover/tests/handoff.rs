@@ -179,3 +179,30 @@ async fn reload_and_scale_under_load_fail_no_request() {
         .await
         .is_some_and(|s| s.success()));
 }
+
+#[tokio::test]
+async fn a_burst_of_connections_at_a_busy_worker_is_all_served() {
+    let (d, _) = handoff(1).await;
+    let addr = d.addr();
+    let spin = tokio::spawn(async move { ask(addr, "/spin?ms=500").await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // More than the worker may have queued: past that, drover serves the rest itself
+    // (proxied through the worker's port), and every one is answered.
+    let burst: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(async move { ask(addr, "/").await }))
+        .collect();
+    let mut direct = 0;
+    for b in burst {
+        let (body, port) = b
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}\n{}", d.stderr_text()));
+        if body["remotePort"] == port {
+            direct += 1;
+        }
+    }
+    spin.await.unwrap();
+    assert!(direct > 0 && direct < 100, "handed {direct} of 100");
+    d.signal("TERM").unwrap();
+    d.wait_exit(Duration::from_secs(15)).await;
+}
