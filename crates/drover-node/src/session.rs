@@ -53,7 +53,9 @@ struct Served {
     /// Node's name for the server, which `newconn` carries.
     key: String,
     asked: i64,
-    listener: tokio::net::TcpListener,
+    /// drover's listener on the worker's port, for an app that listens elsewhere; `None`
+    /// when the app listens on its `PORT` itself (through a socket drover bound for it).
+    listener: Option<tokio::net::TcpListener>,
 }
 
 /// A connection sent and not yet acknowledged.
@@ -335,6 +337,33 @@ impl Session {
             );
             return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
         }
+        if query.port == i64::from(self.port) {
+            // The app reads PORT: it gets a socket bound there, as its own bind would
+            // give it, and accepts from the kernel with nothing of drover in between.
+            // Connections can still be handed to it (`newconn` names this server too).
+            let socket = match bind_for(&query) {
+                Ok(socket) => socket,
+                Err(e) => {
+                    let reason = format!("bind {}: {e}", describe(&query));
+                    return self.refuse(&query, errno_of(&e), reason, report).await;
+                }
+            };
+            self.served = Some(Served {
+                key: query.key.clone(),
+                asked: query.port,
+                listener: None,
+            });
+            report(SessionEvent::Serving {
+                asked: query.port,
+                port: self.port,
+            });
+            let body = message::answer(&query, 0);
+            let line = message::with_handle(self.next(body));
+            return Ok(self.channel.send_with(&line, socket.as_fd()).await?);
+        }
+        // Any other port: the worker cannot have it (every worker asks for the same
+        // one), so it is told "listening there" and given each connection that arrives
+        // at its PORT, where drover accepts them.
         let listener = match loopback_listener(self.port) {
             Ok(listener) => listener,
             Err(e) => {
@@ -345,7 +374,7 @@ impl Session {
         self.served = Some(Served {
             key: query.key.clone(),
             asked: query.port,
-            listener,
+            listener: Some(listener),
         });
         report(SessionEvent::Serving {
             asked: query.port,
@@ -436,7 +465,10 @@ async fn accept(served: Option<&Served>) -> io::Result<TcpStream> {
     let Some(served) = served else {
         return std::future::pending().await;
     };
-    let (socket, _) = served.listener.accept().await?;
+    let Some(listener) = &served.listener else {
+        return std::future::pending().await;
+    };
+    let (socket, _) = listener.accept().await?;
     // The socket only passes through drover: out of the reactor, as a plain descriptor.
     socket.into_std()
 }
@@ -486,6 +518,10 @@ fn bind_for(query: &ServerQuery) -> io::Result<Socket> {
         SockRef::from(&socket).set_reuse_port(true)?;
     }
     socket.bind(&addr.into())?;
+    // As libuv makes its own: a worker's libuv takes a received socket as it is, and
+    // its accept loop runs until EAGAIN, which a blocking socket never returns (Node 18
+    // then hangs in accept after the first connection).
+    socket.set_nonblocking(true)?;
     Ok(socket)
 }
 

@@ -24,10 +24,17 @@ fn conns_app() -> String {
 }
 
 async fn handoff(workers: usize) -> (ChildProcess, SocketAddr) {
+    handoff_with("node", workers, &[]).await
+}
+
+/// `extra` after the app: `{port}` makes it listen on its PORT, as apps that read it
+/// do (drover then gives it a socket bound there rather than accepting for it).
+async fn handoff_with(node: &str, workers: usize, extra: &[&str]) -> (ChildProcess, SocketAddr) {
     let mut cmd = Command::new(bin());
     cmd.args(["run", "-w", &workers.to_string(), "--mode", "handoff"])
         .args("--listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 --".split(' '))
-        .args(["node", &conns_app()]);
+        .args([node, &conns_app()])
+        .args(extra);
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     let admin = admin_addr(&d).await;
@@ -50,7 +57,17 @@ async fn ask(addr: SocketAddr, path: &str) -> std::io::Result<(serde_json::Value
 
 #[tokio::test]
 async fn connections_go_straight_to_the_workers_and_spread_evenly() {
-    let (d, _) = handoff(2).await;
+    // On every Node of `node_binaries` (the machine's and Debian's 18), with a port in
+    // the code and with PORT.
+    for (_, node) in common::node_binaries() {
+        for extra in [&[][..], &["{port}"][..]] {
+            straight_and_even(&node.display().to_string(), extra).await;
+        }
+    }
+}
+
+async fn straight_and_even(node: &str, extra: &[&str]) {
+    let (d, _) = handoff_with(node, 2, extra).await;
     let mut per_pid: BTreeMap<u64, usize> = BTreeMap::new();
     for _ in 0..200 {
         let (body, port) = ask(d.addr(), "/").await.unwrap();

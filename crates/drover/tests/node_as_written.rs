@@ -66,7 +66,9 @@ async fn every_worker_answers(who: &str, d: &ChildProcess, admin: SocketAddr) {
         .collect();
     let mut answered = BTreeSet::new();
     for _ in 0..30 {
-        let r = get(d.addr(), "/").await;
+        let r = common::examples::try_get(d.addr(), "/")
+            .await
+            .unwrap_or_else(|e| panic!("{who}: GET /: {e}\n{}", d.stderr_text()));
         let body = r.text();
         assert_eq!(r.status, 200, "{who}: {body}\n{}", d.stderr_text());
         answered.extend(pids.iter().filter(|p| body.contains(p.as_str())).cloned());
