@@ -137,6 +137,27 @@ async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
             stop(&who, &d).await;
         }
     }
+    // `node --env-file` (Node 20.6 and later: the machine's own), the port from the file.
+    let env_dir = temp_dir("env-file");
+    std::fs::write(env_dir.join(".env"), "GREETING=from-env-file\n").unwrap();
+    std::fs::write(
+        env_dir.join("app.js"),
+        "require('http').createServer((q, s) => s.end(`${process.env.GREETING} ${process.pid}`)).listen(5000);\n",
+    )
+    .unwrap();
+    let env_file = vec![
+        "node".to_string(),
+        "--env-file=.env".to_string(),
+        "app.js".to_string(),
+    ];
+    let (d, admin) = run(2, &env_file, &env_dir).await;
+    every_worker_answers("node --env-file", &d, admin).await;
+    assert!(get(d.addr(), "/")
+        .await
+        .text()
+        .starts_with("from-env-file "));
+    stop("node --env-file", &d).await;
+
     // `npm start` (the Express example's script is `node app.js`): npm is a Node
     // process itself, and the app below it is the worker, through a preload.
     let npm = vec!["npm".to_string(), "start".to_string()];
