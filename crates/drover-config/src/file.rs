@@ -1122,6 +1122,10 @@ impl RawConfig {
                 ));
             }
             listens.push((b.listen, format!("balancer[{i}].listen")));
+            let mut b = b;
+            b.handoff = b.backends.iter().any(|r| {
+                matches!(r, BackendRef::App(name) if apps.iter().any(|a| &a.name == name && a.mode == Mode::Handoff))
+            });
             balancers.push(b);
         }
 
@@ -1323,6 +1327,13 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             "health checks need a port per worker, which mode = \"shared\" does not have",
         ));
     }
+    if mode == Mode::Shared && drover_supervisor::command_uses_port(&command) {
+        return Err(ctx.at(
+            command_span,
+            key("command"),
+            "{port} needs a port per worker, which mode = \"shared\" does not have: each worker accepts on the socket drover gives it as fd 3 (listen)",
+        ));
+    }
     let health = match raw.health {
         Some(h) => Some(validate_health(h, &key("health"), true, ctx)?),
         None => None,
@@ -1337,7 +1348,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
                 "mode = \"shared\" needs listen: the address drover binds for the workers",
             ));
         }
-        (Mode::Proxy, Some(l)) => {
+        (Mode::Proxy | Mode::Handoff, Some(l)) => {
             return Err(ctx.at(
                 l.span(),
                 key("listen"),
@@ -2450,6 +2461,20 @@ sticky = { cookie = "sid" }
             "app[0].health",
             "port per worker",
         );
+        let port_app = |extra: &str| {
+            format!("[[app]]\nname = \"web\"\ncommand = [\"app\", \"--bind=127.0.0.1:{{port}}\"]\n{extra}")
+        };
+        check(
+            &err(&port_app(
+                "mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\n",
+            )),
+            3,
+            "app[0].command",
+            "{port} needs a port per worker, which mode = \"shared\" does not have",
+        );
+        // In proxy mode it is what `{port}` is for.
+        let c = ok(&port_app(""));
+        assert_eq!(c.apps[0].command[1], "--bind=127.0.0.1:{port}");
         check(
             &err(&app("max_memory = \"12X\"\n")),
             4,

@@ -23,9 +23,12 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub strategy: Option<drover_balance::Strategy>,
 
-    /// "proxy": each worker on its own port behind drover's balancer. "shared": each
-    /// worker accepts on a socket of its own at --listen (LISTEN_FDS=1, fd 3), and
-    /// drover places new connections by the workers' load, with no proxy hop and no
+    /// "proxy": each worker on its own port behind drover's balancer, which places
+    /// every request. "handoff": drover hands each new client connection to the Node
+    /// worker least behind, which then serves it with no proxy hop (other programs are
+    /// proxied). "shared": each worker accepts on a socket of its own at --listen
+    /// (LISTEN_FDS=1, fd 3), and drover places new connections by the workers' load,
+    /// with no proxy hop and no
     /// per-worker health checks.
     #[arg(short, long, default_value = "proxy")]
     pub mode: drover_supervisor::Mode,
@@ -68,7 +71,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub limits: LimitArgs,
 
-    /// The program and its arguments.
+    /// The program and its arguments; "{port}" in an argument becomes each worker's
+    /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -494,9 +498,12 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                         .into(),
                 );
             }
+            if drover_supervisor::command_uses_port(&args.command) {
+                return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
+            }
             app.listen = Some(args.listen);
         }
-        model::Mode::Proxy => {
+        model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
                 app.health = Some(model::HealthCheckConfig {
                     kind: model::HealthCheckKind::Http {
@@ -513,6 +520,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
+            balancer.handoff = args.mode == model::Mode::Handoff;
             balancer.apply_limits(&args.limits);
             balancers.push(balancer);
         }

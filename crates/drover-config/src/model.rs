@@ -82,8 +82,10 @@ pub struct AppConfig {
     pub drain_timeout: Duration,
     /// Replace a worker (gracefully, like a reload) whose RSS grows past this.
     pub max_memory: Option<u64>,
-    /// `proxy` (default): each worker on its own port behind a balancer. `shared`: the
-    /// workers accept on one socket drover binds at `listen`.
+    /// `proxy` (default): each worker on its own port behind a balancer. `handoff`: the
+    /// same, and the balancer hands each client connection to a Node worker that then
+    /// serves it directly. `shared`: each worker accepts on a socket of its own that
+    /// drover binds at `listen`, and drover places new connections by load.
     pub mode: Mode,
     /// Shared mode only, and required there: the address the workers serve clients on.
     pub listen: Option<SocketAddr>,
@@ -192,6 +194,9 @@ pub struct BalancerConfig {
     pub drain_timeout: Duration,
     /// Worker threads for this listener, 1..=`THREADS_MAX`; `None` = drover decides.
     pub threads: Option<usize>,
+    /// Hands each client connection to a worker that serves it directly: set when the
+    /// app behind it runs in mode "handoff".
+    pub handoff: bool,
 }
 
 impl BalancerConfig {
@@ -215,6 +220,7 @@ impl BalancerConfig {
             limits: LimitsConfig::default(),
             drain_timeout: Duration::from_secs(30),
             threads: None,
+            handoff: false,
         }
     }
 }

@@ -137,6 +137,7 @@ impl BalancerPlan {
                 },
                 hash_key: b.hash.clone(),
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),
+                handoff: b.handoff,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

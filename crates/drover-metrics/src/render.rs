@@ -70,6 +70,13 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
             }
         }
     }
+    e.counter(
+        "drover_handoffs",
+        "Client connections handed to a worker that serves them directly (drover run --mode handoff); their requests are not counted by drover.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.handoffs);
+    }
     e.histogram(
         "drover_request_duration_seconds",
         "From a request's head to the end of its response (to the 101 of an upgrade).",

@@ -93,6 +93,7 @@ struct BalancerCounters {
     responses: [AtomicU64; 5],
     errors: [AtomicU64; 8],
     retries: [AtomicU64; 8],
+    handoffs: AtomicU64,
 }
 
 /// One balancer's counts. Shared by its serving threads; kept across reloads.
@@ -134,6 +135,12 @@ impl BalancerStats {
         self.counters.local().retries[cause as usize].fetch_add(1, Relaxed);
     }
 
+    /// A client connection handed to a worker that serves it directly (handoff mode):
+    /// its requests are the worker's, and none of them is counted here.
+    pub fn record_handoff(&self) {
+        self.counters.local().handoffs.fetch_add(1, Relaxed);
+    }
+
     /// How long a request waited before it was bound to an endpoint.
     #[inline]
     pub fn record_queue_wait(&self, ns: u64) {
@@ -147,6 +154,7 @@ impl BalancerStats {
             add(&mut s.responses, &c.responses);
             add(&mut s.errors, &c.errors);
             add(&mut s.retries, &c.retries);
+            s.handoffs += c.handoffs.load(Relaxed);
         }
         s.request_duration = self.request_duration.snapshot();
         s.queue_wait = self.queue_wait.snapshot();
@@ -259,6 +267,9 @@ pub struct BalancerCounts {
     pub responses: [u64; 5],
     pub errors: [u64; 8],
     pub retries: [u64; 8],
+    /// Client connections handed to a worker (handoff mode).
+    #[serde(default)]
+    pub handoffs: u64,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

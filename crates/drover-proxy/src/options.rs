@@ -20,6 +20,10 @@ pub struct ProxyOptions {
     pub sticky_cookie: Option<String>,
     /// Idle keep-alive connections kept per endpoint and thread.
     pub max_idle_per_endpoint: usize,
+    /// Hand each new client connection to an endpoint that takes connections itself
+    /// (`Pool::hand_off`: a Node worker under `drover run --mode handoff`), which then
+    /// serves it with no drover in between; serve it here when none can take it.
+    pub handoff: bool,
 }
 
 impl Default for ProxyOptions {
@@ -35,6 +39,7 @@ impl Default for ProxyOptions {
             hash_key: None,
             sticky_cookie: None,
             max_idle_per_endpoint: 64,
+            handoff: false,
         }
     }
 }

@@ -225,6 +225,32 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener>
     Ok(socket.into())
 }
 
+/// Handoff mode: gives a new connection to a worker that serves it directly (see
+/// `ProxyOptions::handoff`). `None` when one took it; the stream back to serve here
+/// when none could.
+fn hand_off(cell: &WorkerCell, stream: tokio::net::TcpStream) -> Option<tokio::net::TcpStream> {
+    let worker = cell.load();
+    let shared = &worker.shared;
+    if !shared.opts.handoff || !shared.pool.handoffs().any() {
+        return Some(stream);
+    }
+    // Out of this thread's reactor: from here the worker's event loop owns it.
+    let plain = match stream.into_std() {
+        Ok(plain) => plain,
+        Err(e) => {
+            debug!("cannot hand a connection off: {e}");
+            return None;
+        }
+    };
+    match shared.pool.hand_off(plain) {
+        Ok(_) => {
+            shared.stats.record_handoff();
+            None
+        }
+        Err(back) => tokio::net::TcpStream::from_std(back).ok(),
+    }
+}
+
 /// How long the accept loop pauses after a failed accept.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
@@ -340,8 +366,11 @@ fn serve_thread(
                 _ = tokio::time::sleep(ACCEPT_PAUSE_POLL), if paused => {}
                 accepted = listener.accept(), if !paused => match accepted {
                     Ok((stream, peer)) => {
-                        let counted = ClientConnection::accepted();
                         let _ = stream.set_nodelay(true);
+                        let Some(stream) = hand_off(&cell, stream) else {
+                            continue;
+                        };
+                        let counted = ClientConnection::accepted();
                         tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell), counted));
                     }
                     Err(e) => {

@@ -8,12 +8,15 @@
 //! - `liveness`: a probe that gets no answer while requests complete is busy, not hung.
 //! - `Members`: backends that join at runtime (admin API, SDK) with a TTL kept alive by
 //!   heartbeats; `MemberStore` is the interface a shared store (etcd) implements too.
+//! - `Handoffs`: endpoints that take client connections themselves (drover run's
+//!   handoff mode), chosen by how far behind each one is.
 //! - `local`: drover's own shortages (descriptors, memory, ports), which are no
 //!   endpoint's fault, and a rate limit for warning about them.
 //!
 //! No hyper here: the HTTP health check speaks just enough HTTP/1.1 with `httparse`.
 
 pub mod active;
+pub mod handoff;
 pub mod liveness;
 pub mod local;
 pub mod members;
@@ -25,6 +28,7 @@ pub use active::{
     probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck,
     HealthCheckError, ProbeError,
 };
+pub use handoff::{Handoffs, TakesConnections};
 pub use liveness::{Outcome, Progress};
 pub use local::{is_local_shortage, WarnLimit};
 pub use members::{

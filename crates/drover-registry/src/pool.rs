@@ -191,6 +191,8 @@ pub struct Pool {
     /// Bumped when an endpoint may have become available (`endpoint_up`), so requests
     /// queued for want of one are dispatched then rather than at their timeout.
     up: watch::Sender<()>,
+    /// Endpoints that take client connections themselves (see `handoff`).
+    handoffs: crate::Handoffs,
 }
 
 impl Pool {
@@ -205,6 +207,7 @@ impl Pool {
             set: ArcSwap::from_pointee(EndpointSet::default()),
             sources: Mutex::new(BTreeMap::from([(Source::Static, addrs.clone())])),
             up: watch::Sender::new(()),
+            handoffs: crate::Handoffs::default(),
         };
         let endpoints = addrs
             .into_iter()
@@ -260,6 +263,19 @@ impl Pool {
     /// A copy of the current endpoint list (not for the hot path).
     pub fn endpoints(&self) -> Vec<Arc<Endpoint>> {
         self.set.load().endpoints().to_vec()
+    }
+
+    /// The endpoints that take client connections themselves.
+    pub fn handoffs(&self) -> &crate::Handoffs {
+        &self.handoffs
+    }
+
+    /// Gives a client connection to the member that takes connections and is least
+    /// behind (see `handoff`); the stream back when none can take it.
+    pub fn hand_off(&self, stream: std::net::TcpStream) -> Result<SocketAddr, std::net::TcpStream> {
+        let set = self.set.load();
+        self.handoffs
+            .hand_off(stream, |addr| set.find(addr).cloned())
     }
 
     pub fn find(&self, addr: SocketAddr) -> Option<Arc<Endpoint>> {

@@ -1,7 +1,8 @@
 //! drover-supervisor: run N worker processes of any program and keep them serving.
 //!
 //! For each worker slot, a task picks a free loopback port, spawns the command with
-//! `PORT`, `DROVER_WORKER_ID` and `DROVER_APP` set, forwards its output with a
+//! `PORT`, `DROVER_WORKER_ID` and `DROVER_APP` set (and each `{port}` in its arguments
+//! replaced by the port), forwards its output with a
 //! `[app/ID] ` prefix, waits until the port accepts connections (and the health check
 //! passes, if any), and only then adds `127.0.0.1:PORT` to the app's `Pool`. When the
 //! process exits or fails `fall` health checks in a row, its endpoint leaves the pool
@@ -42,8 +43,8 @@ pub use forensics::{
 pub use health::NotReady;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
 pub use spec::{
-    check_workers, AppSpec, Backoff, BackoffError, Mode, ParseModeError, ProgramError, SpecError,
-    MAX_WORKERS,
+    check_workers, command_uses_port, command_with_port, AppSpec, Backoff, BackoffError, Mode,
+    ParseModeError, ProgramError, SpecError, MAX_WORKERS, PORT_PLACEHOLDER,
 };
 pub use status::{WorkerState, WorkerStatus};
 pub use steer::SharedListener;

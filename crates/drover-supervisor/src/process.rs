@@ -16,7 +16,7 @@
 //! Being in its own group, a worker does not get the terminal's Ctrl-C: SIGINT reaches
 //! drover alone, which drains the balancers and then stops the workers' groups.
 
-use crate::spec::AppSpec;
+use crate::spec::{command_with_port, AppSpec};
 use command_fds::{CommandFdExt, FdMapping};
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -24,8 +24,9 @@ use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -77,6 +78,35 @@ fn reserved() -> std::sync::MutexGuard<'static, BTreeSet<u16>> {
     RESERVED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The worker's descriptor for the Node cluster channel. 3, as the first free one:
+/// shared mode's socket takes 3 too, and shared mode has no channel.
+const NODE_CHANNEL_FD: i32 = 3;
+
+/// The channel's descriptor below a package manager (`npm start`), which must reach the
+/// app through the package manager's own Node process and a shell. Node marks its
+/// descriptors close-on-exec at start-up (libuv's `uv_disable_stdio_inheritance`):
+/// 0 to 15 always, then on up to the first one not open. Past a gap, 100 is left alone
+/// and so inherited by what npm starts; 3 would not be.
+const RUNNER_CHANNEL_FD: i32 = 100;
+
+/// The preload that makes a package manager's app (`npm start`) drover's cluster
+/// worker, written once per drover process into a directory private to its user.
+fn node_preload() -> io::Result<&'static Path> {
+    static PRELOAD: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let written = PRELOAD.get_or_init(|| {
+        let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(runtime) => PathBuf::from(runtime).join("drover"),
+            None => std::env::temp_dir().join(format!("drover-{}", nix::unistd::Uid::effective())),
+        };
+        drover_node::write_preload(&dir)
+            .map_err(|e| format!("drover's Node preload in {}: {e}", dir.display()))
+    });
+    match written {
+        Ok(path) => Ok(path),
+        Err(e) => Err(io::Error::other(e.clone())),
+    }
+}
+
 /// Where a new worker listens.
 pub(crate) enum Listen<'a> {
     /// Its own loopback port, passed as `PORT`.
@@ -90,14 +120,47 @@ pub(crate) enum Listen<'a> {
 /// Spawns worker `id` of `spec`, with both output pipes captured, as the leader of a new
 /// process group.
 pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result<Worker> {
-    let (program, args) = spec
-        .command
+    // Substituted at every spawn, so a restart or a reload (a fresh port each time)
+    // gets its own port in the arguments too. Shared mode keeps the command as it is:
+    // validation refuses a `{port}` there, as there is none to put.
+    let command = match listen {
+        Listen::Port(port) => command_with_port(&spec.command, port),
+        Listen::Socket(_) => spec.command.clone(),
+    };
+    let (program, args) = command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
+    let mut node_channel = None;
     let mut cmd = match listen {
         Listen::Port(port) => {
             let mut cmd = Command::new(program);
             cmd.args(args).envs(&spec.env).env("PORT", port.to_string());
+            // A Node program becomes a cluster worker of drover's (drover-node): its
+            // listen() on any port is served at PORT. Other programs ignore the channel.
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+            let (env, channel_fd) = if drover_node::is_package_runner(program) {
+                let existing = spec
+                    .env
+                    .get("NODE_OPTIONS")
+                    .cloned()
+                    .or_else(|| std::env::var("NODE_OPTIONS").ok());
+                let preload = node_preload()?;
+                let env =
+                    drover_node::runner_env(id, RUNNER_CHANNEL_FD, preload, existing.as_deref());
+                (env, RUNNER_CHANNEL_FD)
+            } else {
+                (
+                    drover_node::channel_env(id, NODE_CHANNEL_FD),
+                    NODE_CHANNEL_FD,
+                )
+            };
+            cmd.envs(env)
+                .fd_mappings(vec![FdMapping {
+                    parent_fd: theirs.into(),
+                    child_fd: channel_fd,
+                }])
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            node_channel = Some(ours);
             cmd
         }
         Listen::Socket(socket) => {
@@ -139,10 +202,13 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     die_with_drover(&mut cmd);
     let child = cmd.spawn()?;
     let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+    // `cmd`, and with it the worker's end of the channel, is dropped on return: the
+    // worker then holds the only copy, so its exit is the channel's end.
     Ok(Worker {
         child,
         group,
         stopped: false,
+        node_channel,
     })
 }
 
@@ -186,6 +252,8 @@ pub(crate) struct Worker {
     group: Option<Pid>,
     /// `stop` has run: the group was seen empty, so `Drop` must not signal its id.
     stopped: bool,
+    /// drover's end of the Node cluster channel (proxy mode), until `worker.rs` takes it.
+    pub(crate) node_channel: Option<std::os::unix::net::UnixStream>,
 }
 
 /// How often `stop` looks whether the group is empty once the worker has exited.

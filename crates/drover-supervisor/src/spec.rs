@@ -21,6 +21,39 @@ pub fn check_workers(workers: usize) -> Result<(), SpecError> {
     }
 }
 
+/// The text that, anywhere inside one of a command's arguments, becomes the worker's
+/// port at every start (`["python3", "-m", "http.server", "{port}"]`), for programs
+/// that take their port as a flag rather than from `PORT`.
+///
+/// Only the arguments, not the program: the program is looked up once, before any
+/// worker starts, so that one that cannot start fails at once; a name that changed per
+/// worker could not be checked then. There is no escape (`{{port}}` becomes `{8123}`):
+/// an argument that needs the literal text is rare, and a shell builds it
+/// (`sh -c 'echo "{"port}'`), while an escape rule would be one more thing to learn.
+pub const PORT_PLACEHOLDER: &str = "{port}";
+
+/// Whether an argument of `command` (after the program) holds [`PORT_PLACEHOLDER`].
+pub fn command_uses_port(command: &[String]) -> bool {
+    command
+        .iter()
+        .skip(1)
+        .any(|arg| arg.contains(PORT_PLACEHOLDER))
+}
+
+/// `command`'s arguments with every [`PORT_PLACEHOLDER`] replaced by `port`; the
+/// program as it is.
+pub fn command_with_port(command: &[String], port: u16) -> Vec<String> {
+    let port = port.to_string();
+    command
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| match i {
+            0 => arg.clone(),
+            _ => arg.replace(PORT_PLACEHOLDER, &port),
+        })
+        .collect()
+}
+
 /// Why an `AppSpec` cannot work; its `Display` names the field.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SpecError {
@@ -36,6 +69,9 @@ pub enum SpecError {
     HealthInSharedMode,
     /// The health check is invalid.
     Health(HealthCheckError),
+    /// A `{port}` in the command's arguments in shared mode, where no worker has a port
+    /// of its own to put there.
+    PortInSharedMode,
     /// `max_memory` is `Some(0)`.
     ZeroMaxMemory,
     /// The restart back-off is invalid.
@@ -58,6 +94,10 @@ impl fmt::Display for SpecError {
                 f.write_str("health checks need a port per worker, which shared mode does not have")
             }
             SpecError::Health(e) => write!(f, "health: {e}"),
+            SpecError::PortInSharedMode => write!(
+                f,
+                "command: {PORT_PLACEHOLDER} needs a port per worker, which shared mode does not have (each worker accepts on the socket drover gives it as fd 3)"
+            ),
             SpecError::ZeroMaxMemory => f.write_str("max_memory must be greater than 0"),
             SpecError::Restart(e) => write!(f, "restart: {e}"),
         }
@@ -80,6 +120,8 @@ pub struct AppSpec {
     /// Names the app in logs, output prefixes (`[name/ID]`) and `DROVER_APP`.
     pub name: String,
     /// Program and arguments, run directly (no shell). Wrap in `["sh", "-c", ...]` for one.
+    /// In proxy mode, each `{port}` in an argument becomes the worker's port (see
+    /// [`PORT_PLACEHOLDER`]).
     pub command: Vec<String>,
     pub workers: usize,
     /// Working directory; drover's own when `None`.
@@ -112,6 +154,10 @@ pub enum Mode {
     /// request and sees every worker's load and health.
     #[default]
     Proxy,
+    /// As `Proxy` (each worker has its own loopback `PORT`), and the balancer hands each
+    /// new client connection to a worker that takes connections itself (a Node app,
+    /// through drover-node), which then serves it with no drover in between.
+    Handoff,
     /// drover binds a listening socket per worker on one address (a `SO_REUSEPORT`
     /// group) and hands each worker its own as fd 3 (`LISTEN_FDS=1`, `LISTEN_PID`);
     /// drover places new connections by the workers' load (see `steer`), with no proxy
@@ -124,6 +170,7 @@ impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Proxy => "proxy",
+            Mode::Handoff => "handoff",
             Mode::Shared => "shared",
         }
     }
@@ -135,6 +182,7 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode, ParseModeError> {
         match s {
             "proxy" => Ok(Mode::Proxy),
+            "handoff" => Ok(Mode::Handoff),
             "shared" => Ok(Mode::Shared),
             _ => Err(ParseModeError {
                 given: s.to_string(),
@@ -143,7 +191,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// A mode other than "proxy" or "shared".
+/// A mode other than "proxy", "handoff" or "shared".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseModeError {
     pub given: String,
@@ -153,7 +201,7 @@ impl fmt::Display for ParseModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown mode {:?}: expected \"proxy\" or \"shared\"",
+            "unknown mode {:?}: expected \"proxy\", \"handoff\" or \"shared\"",
             self.given
         )
     }
@@ -208,6 +256,9 @@ impl AppSpec {
                 return Err(SpecError::HealthInSharedMode);
             }
             check.validate().map_err(SpecError::Health)?;
+        }
+        if self.mode == Mode::Shared && command_uses_port(&self.command) {
+            return Err(SpecError::PortInSharedMode);
         }
         if self.max_memory == Some(0) {
             return Err(SpecError::ZeroMaxMemory);
@@ -472,6 +523,42 @@ mod tests {
     }
 
     #[test]
+    fn port_placeholders_become_the_port_in_arguments_only() {
+        let cmd: Vec<String> = [
+            "{port}",
+            "-p",
+            "{port}",
+            "--bind=127.0.0.1:{port}",
+            "{{port}}",
+            "{PORT}",
+            "port",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert!(command_uses_port(&cmd));
+        assert_eq!(
+            command_with_port(&cmd, 8123),
+            [
+                "{port}",
+                "-p",
+                "8123",
+                "--bind=127.0.0.1:8123",
+                "{8123}",
+                "{PORT}",
+                "port"
+            ]
+        );
+        // Twice in one argument: both.
+        assert_eq!(
+            command_with_port(&["sh".into(), "-c".into(), "a {port} b {port}".into()], 1),
+            ["sh", "-c", "a 1 b 1"]
+        );
+        assert!(!command_uses_port(&["{port}".into(), "x".into()]));
+        assert!(!command_uses_port(&[]));
+        assert_eq!(command_with_port(&[], 1), Vec::<String>::new());
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let ok = AppSpec::new("pi", vec!["node".into(), "app.js".into()]);
         assert!(ok.validate().is_ok());
@@ -524,9 +611,22 @@ mod tests {
             bad.validate().unwrap_err().to_string(),
             "health: rise and fall must be at least 1"
         );
+        let mut shared = AppSpec::new("s", vec!["app".into(), "--bind=127.0.0.1:{port}".into()]);
+        shared.mode = Mode::Shared;
+        assert_eq!(shared.validate(), Err(SpecError::PortInSharedMode));
+        assert_eq!(
+            shared.validate().unwrap_err().to_string(),
+            "command: {port} needs a port per worker, which shared mode does not have (each worker accepts on the socket drover gives it as fd 3)"
+        );
+        // The program is never substituted, so a `{port}` there is no shared-mode error.
+        shared.command = vec!["{port}".into(), "--port".into(), "8000".into()];
+        assert_eq!(shared.validate(), Ok(()));
+        shared.mode = Mode::Proxy;
+        shared.command = vec!["app".into(), "{port}".into()];
+        assert_eq!(shared.validate(), Ok(()));
         assert_eq!(
             "pool".parse::<Mode>().unwrap_err().to_string(),
-            "unknown mode \"pool\": expected \"proxy\" or \"shared\""
+            "unknown mode \"pool\": expected \"proxy\", \"handoff\" or \"shared\""
         );
     }
 }

@@ -17,7 +17,7 @@ use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SlotState, Steering, RESCUE_AFTER};
-use drover_registry::{Pool, Source};
+use drover_registry::{Pool, Source, TakesConnections};
 use std::fmt;
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
@@ -451,12 +451,24 @@ struct Proc {
     /// Last sampled RSS and CPU time: a process that has exited can no longer be read.
     last_rss: Option<u64>,
     last_cpu_seconds: Option<f64>,
+    /// Proxy mode: drover as its Node cluster primary (idle for other programs).
+    node_session: Option<NodeSession>,
 }
 
 impl Proc {
     /// Where the balancer reaches it; `None` in shared mode.
     fn addr(&self) -> Option<SocketAddr> {
         self.port.as_ref().map(Port::addr)
+    }
+
+    /// Its PORT, when neither the program listened there nor a Node app asked drover to
+    /// serve it: the usual cause of a worker that never becomes ready.
+    fn never_listened(&self) -> Option<u16> {
+        let port = self.port.as_ref()?.get();
+        let session = self.node_session.as_ref()?;
+        let listened = session.listened.load(std::sync::atomic::Ordering::Relaxed)
+            || std::net::TcpStream::connect(self.port.as_ref()?.addr()).is_ok();
+        (!listened).then_some(port)
     }
 
     /// Reads its RSS and CPU time now; returns the RSS just read. A reading that fails
@@ -567,6 +579,10 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
         }
     };
     let mut worker = process::spawn(&spec, id, listen)?;
+    let node_session = match (worker.node_channel.take(), &port) {
+        (Some(channel), Some(port)) => Some(node_session(shared, id, channel, port)?),
+        _ => None,
+    };
     let stderr_tail = Arc::new(StderrTail::default());
     let stderr_done = forward_output(shared, id, &mut worker.child, &stderr_tail);
     let pid = worker.pid();
@@ -583,7 +599,99 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
         stderr_done,
         last_rss: None,
         last_cpu_seconds: None,
+        node_session,
     })
+}
+
+/// drover as the Node cluster primary of one worker (drover-node): whatever port the
+/// app's `listen()` names, its connections arrive at `port`. Ends when the worker's end
+/// of the channel closes, or when the `Proc` is dropped.
+fn node_session(
+    shared: &Shared,
+    id: usize,
+    channel: std::os::unix::net::UnixStream,
+    port: &Port,
+) -> std::io::Result<NodeSession> {
+    let session = drover_node::Session::new(channel, port.get())?;
+    let inbox = session.inbox();
+    let app = Arc::clone(&shared.app);
+    let pool = Arc::clone(&shared.pool);
+    let addr = port.addr();
+    let listened = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listened_here = listened.clone();
+    let takes: Arc<dyn TakesConnections> = Arc::new(NodeInbox(inbox.clone()));
+    let task = tokio::spawn(async move {
+        let report = |event| match event {
+            drover_node::SessionEvent::Serving { asked, port } => {
+                listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
+                // Taken up only by a balancer in handoff mode, and only once this
+                // worker is in its pool (ready).
+                pool.handoffs().register(addr, Arc::clone(&takes));
+                if asked != i64::from(port) {
+                    tracing::info!(
+                        app = %app,
+                        worker = id,
+                        "the app listens on port {asked}; drover serves it at 127.0.0.1:{port} \
+                         behind its own listen address"
+                    );
+                }
+            }
+            drover_node::SessionEvent::Refused { reason } => {
+                tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
+            }
+        };
+        if let Err(e) = session.run(report).await {
+            tracing::debug!(app = %app, worker = id, error = %e, "Node cluster channel ended");
+        }
+    });
+    Ok(NodeSession {
+        task,
+        listened,
+        inbox,
+        addr,
+        pool: Arc::clone(&shared.pool),
+    })
+}
+
+/// drover's handoff (`Pool::hand_off`) gives a Node worker client connections through
+/// its session.
+struct NodeInbox(drover_node::Inbox);
+
+impl TakesConnections for NodeInbox {
+    fn queued(&self) -> usize {
+        self.0.queued()
+    }
+
+    fn give(&self, stream: std::net::TcpStream) -> Result<(), std::net::TcpStream> {
+        self.0.give(stream)
+    }
+}
+
+/// A worker's Node session, stopped with its `Proc`: the loopback listener it holds
+/// must close when the worker goes, so the balancer sees the port refuse at once.
+struct NodeSession {
+    task: JoinHandle<()>,
+    /// The app's server is served at the worker's port.
+    listened: Arc<std::sync::atomic::AtomicBool>,
+    inbox: drover_node::Inbox,
+    addr: SocketAddr,
+    pool: Arc<Pool>,
+}
+
+impl NodeSession {
+    /// Whether clients were handed to the worker directly: drover does not see their
+    /// requests, so draining it means asking it to close its server and waiting until it
+    /// has (it leaves the channel once its connections have ended).
+    fn serves_clients_directly(&self) -> bool {
+        self.inbox.was_given()
+    }
+}
+
+impl Drop for NodeSession {
+    fn drop(&mut self) {
+        self.pool.handoffs().unregister(self.addr);
+        self.task.abort();
+    }
 }
 
 /// Runs slot `id` until shutdown.
@@ -732,7 +840,14 @@ async fn run_once(
     if let Err(reason) = ready {
         proc.sample();
         let status = proc.worker.stop(proc.spec.stop_timeout).await;
-        let detail = Some(reason.to_string());
+        let detail = Some(match proc.never_listened() {
+            Some(port) => format!(
+                "{reason}: it never listened on its PORT ({port}); a Node app may listen on \
+                 any port, any other program must listen on $PORT or take {{port}} in its \
+                 arguments"
+            ),
+            None => reason.to_string(),
+        });
         shared
             .record_end(id, &mut proc, RestartReason::StartFailed, detail, status)
             .await;
@@ -1117,8 +1232,17 @@ async fn drain_queue(shared: &Shared, id: usize, proc: &mut Proc, steer: &Steeri
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
 /// exits, or `drain_timeout` passes.
 async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn() -> u32 + Sync)) {
+    // Clients handed to the worker are its own: it closes its server, finishes them,
+    // and leaves its channel (Node's `worker.disconnect()`).
+    let direct = proc
+        .node_session
+        .as_ref()
+        .filter(|s| s.serves_clients_directly());
+    if let Some(session) = direct {
+        session.inbox.disconnect();
+    }
     let drained = async {
-        while in_flight() > 0 {
+        while in_flight() > 0 || direct.is_some_and(|s| !s.task.is_finished()) {
             tokio::time::sleep(DRAIN_POLL).await;
         }
     };

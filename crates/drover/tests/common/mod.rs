@@ -249,3 +249,73 @@ pub async fn wait_all_serving(d: &DroverProcess, admin: SocketAddr) -> Vec<Optio
     assert!(ready, "{}", d.stderr_text());
     serving_pids(&status(admin).await)
 }
+
+/// Where `scripts/debian-node18` puts the wrapper that runs Debian's Node.js 18, unless
+/// `DROVER_TEST_NODE18` names it (`scripts/test` sets it to what the script printed):
+/// `$XDG_CACHE_HOME/drover/debian-node18/bin/node`, or `~/.cache/...` without it.
+pub fn debian_node18_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("DROVER_TEST_NODE18") {
+        return Some(PathBuf::from(path));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(cache.join("drover/debian-node18/bin/node"))
+}
+
+/// `node --version` of `program` ("v18.20.4"), `None` when it does not run.
+pub fn node_version(program: &Path) -> Option<String> {
+    let out = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && version.starts_with('v')).then_some(version)
+}
+
+/// The Node.js programs the Node integration is tested on (issue 21: "at least Debian's
+/// `nodejs` and the machine's own Node"), each as (a name for messages, its path):
+/// ("system node v20", the `node` on PATH) and ("debian node v18", the wrapper
+/// `scripts/debian-node18` makes, see [`debian_node18_path`]). Run a test's Node part
+/// once per entry.
+///
+/// One that is missing fails the test under CI (`CI` set; `scripts/test` installs both)
+/// and is left out elsewhere, with a note on stderr.
+pub fn node_binaries() -> Vec<(String, PathBuf)> {
+    let mut found = Vec::new();
+    let system = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("node"))
+            .find(|p| p.is_file())
+    });
+    match system.as_deref().and_then(|p| Some((p, node_version(p)?))) {
+        Some((path, version)) => {
+            let major = version.split('.').next().unwrap_or(&version);
+            found.push((format!("system node {major}"), path.to_path_buf()));
+        }
+        None => missing_node("`node` is not on PATH or does not run (apt-get install nodejs)"),
+    }
+    let debian = debian_node18_path();
+    match debian.as_deref().and_then(|p| Some((p, node_version(p)?))) {
+        Some((path, version)) if version.starts_with("v18.") => {
+            found.push(("debian node v18".to_string(), path.to_path_buf()));
+        }
+        Some((path, version)) => missing_node(&format!(
+            "{} runs node {version}, not Debian's 18; run scripts/debian-node18",
+            path.display()
+        )),
+        None => missing_node(&format!(
+            "Debian's node 18 is not at {}; run scripts/debian-node18 (scripts/test does)",
+            debian.map_or("$HOME/.cache/drover/debian-node18/bin/node".into(), |p| p
+                .display()
+                .to_string())
+        )),
+    }
+    found
+}
+
+/// A Node.js that `node_binaries` should have found: fails under CI, a note elsewhere.
+fn missing_node(why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipping a Node.js: {why}");
+}

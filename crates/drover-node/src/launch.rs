@@ -1,0 +1,135 @@
+//! How a worker is started so that the Node process running the app becomes drover's
+//! cluster worker.
+//!
+//! A program run directly (`node app.js`, or through `sh -c`) gets Node's own variables:
+//! its start-up sets up the channel and the cluster worker before the app's code runs.
+//! A package manager (`npm start`) is a Node process itself and would take the channel,
+//! so its apps get drover's names for the same values and a preload (`NODE_OPTIONS
+//! --require`) that hands the channel to the first Node process below it that is not a
+//! package manager.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+const PRELOAD: &str = include_str!("preload.cjs");
+
+/// Programs that run an app's script in a Node process of their own.
+const PACKAGE_RUNNERS: [&str; 7] = ["npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack"];
+
+/// Whether `program` (a path or a name) is a package manager that runs the app below it.
+pub fn is_package_runner(program: &str) -> bool {
+    let name = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(program);
+    PACKAGE_RUNNERS.contains(&name)
+}
+
+/// The environment that makes a Node program a cluster worker on `channel_fd`: Node's
+/// own start-up reads (and removes) these, so a program that is not Node ignores them.
+pub fn channel_env(worker_id: usize, channel_fd: i32) -> Vec<(String, String)> {
+    vec![
+        ("NODE_UNIQUE_ID".into(), worker_id.to_string()),
+        ("NODE_CHANNEL_FD".into(), channel_fd.to_string()),
+        ("NODE_CHANNEL_SERIALIZATION_MODE".into(), "json".into()),
+    ]
+}
+
+/// The environment for a package manager's app: drover's names for the channel, and
+/// `node_options` (the worker's `NODE_OPTIONS`, if any) with the preload added.
+pub fn runner_env(
+    worker_id: usize,
+    channel_fd: i32,
+    preload: &Path,
+    node_options: Option<&str>,
+) -> Vec<(String, String)> {
+    // NODE_OPTIONS is split like a shell's words; a double-quoted path may hold spaces.
+    let quoted = preload
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    let require = format!("--require \"{quoted}\"");
+    let options = match node_options {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing} {require}"),
+        _ => require,
+    };
+    vec![
+        ("DROVER_NODE_UNIQUE_ID".into(), worker_id.to_string()),
+        ("DROVER_NODE_CHANNEL_FD".into(), channel_fd.to_string()),
+        ("NODE_OPTIONS".into(), options),
+    ]
+}
+
+/// Writes the preload into `dir` (created private to this user) and returns its path.
+/// The file is code every app's Node process loads, so the directory must be ours and
+/// closed to others: in a shared `/tmp`, another user could otherwise put their own.
+pub fn write_preload(dir: &Path) -> io::Result<PathBuf> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::symlink_metadata(dir)?;
+    let uid = nix::unistd::Uid::effective().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} must be a directory of user {uid} that no one else can open (mode 700)",
+                dir.display()
+            ),
+        ));
+    }
+    let path = dir.join("node-cluster-worker.cjs");
+    let partial = dir.join(format!(".node-cluster-worker.{}.cjs", std::process::id()));
+    fs::write(&partial, PRELOAD)?;
+    fs::rename(&partial, &path)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_runners_by_name_or_path() {
+        assert!(is_package_runner("npm"));
+        assert!(is_package_runner("/usr/bin/yarn"));
+        assert!(!is_package_runner("node"));
+        assert!(!is_package_runner("/opt/npm-tools/node"));
+    }
+
+    #[test]
+    fn the_preload_joins_the_apps_own_node_options() {
+        let env = runner_env(
+            2,
+            3,
+            Path::new("/run/d r\"x/p.cjs"),
+            Some("--max-old-space-size=512"),
+        );
+        assert_eq!(
+            env[2].1,
+            "--max-old-space-size=512 --require \"/run/d r\\\"x/p.cjs\""
+        );
+        let env = runner_env(2, 3, Path::new("/p.cjs"), None);
+        assert_eq!(env[2].1, "--require \"/p.cjs\"");
+    }
+
+    #[test]
+    fn the_preload_directory_must_be_private() {
+        let dir =
+            std::env::temp_dir().join(format!("drover-node-preload-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let path = write_preload(&dir).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), PRELOAD);
+        // Written again on the next start, over the old one.
+        write_preload(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = write_preload(&dir).unwrap_err();
+        assert!(e.to_string().contains("mode 700"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,32 @@
+//! Node.js's cluster protocol, primary side.
+//!
+//! A Node app run by `node app.js` listens where it likes: a fixed port, one from argv,
+//! or `PORT`. Under Node's cluster module (and PM2's cluster mode) that works for any
+//! number of workers because a worker's `listen()` is not a `bind()`: the worker asks its
+//! primary over the IPC channel (`queryServer`), and the primary answers. drover speaks
+//! the primary's side of that conversation, so an unmodified app runs as N workers.
+//!
+//! A worker started with `NODE_UNIQUE_ID` and `NODE_CHANNEL_FD` (see [`channel_env`]; a
+//! package manager's app through a preload, [`runner_env`]) becomes a cluster worker at
+//! startup. Its `listen(port)` then reaches
+//! [`Session::run`], which answers the way Node's own primary does in its round-robin
+//! mode: "listening" without a socket, with the address the app asked for. The
+//! connections then arrive as handles (`newconn`, an fd passed by `SCM_RIGHTS`): drover
+//! accepts them on the worker's own loopback port and hands each one over.
+//!
+//! The wire format (JSON lines, one handle at a time, each acknowledged) is Node's
+//! `lib/internal/child_process.js`; the messages are `lib/internal/cluster/*.js`. Both
+//! have been stable since Node 0.12, and the tests run them under Debian's Node 18 and
+//! the machine's own.
+
+mod channel;
+#[doc(hidden)]
+pub mod fuzzing;
+mod launch;
+mod message;
+mod session;
+
+pub use channel::ChannelError;
+pub use launch::{channel_env, is_package_runner, runner_env, write_preload};
+pub use message::{parse, AddressType, FromWorker, ServerQuery};
+pub use session::{Ended, Inbox, Session, SessionEvent};

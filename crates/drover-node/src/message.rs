@@ -1,0 +1,305 @@
+//! What a cluster worker says, parsed from one line of its IPC channel, and what the
+//! primary answers.
+//!
+//! A worker's messages come from its own code as much as from Node's: anything the app
+//! passes to `process.send()` arrives on the same channel. So parsing never fails on
+//! content: a line that is not one of Node's own messages is [`FromWorker::App`], and a
+//! line that is not JSON is [`FromWorker::Unreadable`].
+
+use serde_json::{json, Map, Value};
+
+/// One message from a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FromWorker {
+    /// The worker started and set up the cluster module.
+    Online,
+    /// The app called `listen()` (or a dgram `bind()`) and waits for the answer.
+    QueryServer(ServerQuery),
+    /// A server of the worker now listens; `port` is what the app sees.
+    Listening { port: Option<i64> },
+    /// The app closed the server that `key` names.
+    Close { key: String },
+    /// `worker.disconnect()`/`destroy()`: the worker leaves on purpose and waits for
+    /// the ack of `seq` before it disconnects.
+    ExitedAfterDisconnect { seq: u64 },
+    /// The worker's answer to a `newconn`: it took the connection, or refused it (its
+    /// server is closed, or at `maxConnections`).
+    ConnectionAnswer { seq: u64, accepted: bool },
+    /// The handle of the last message arrived (`NODE_HANDLE_ACK`); the next may go.
+    HandleAck,
+    /// The handle of the last message was lost on the way (`NODE_HANDLE_NACK`).
+    HandleNack,
+    /// Another of Node's internal messages, not the cluster's.
+    OtherInternal,
+    /// A message of the app's own (`process.send(...)`).
+    App(Value),
+    /// Not JSON.
+    Unreadable,
+}
+
+/// The kind of socket a worker asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressType {
+    Tcp4,
+    Tcp6,
+    Udp4,
+    Udp6,
+    /// A Unix socket path (`listen('/tmp/app.sock')`).
+    Pipe,
+    /// An inherited descriptor (`listen({ fd: 3 })`).
+    Fd,
+}
+
+/// A worker's `listen()`: the fields of Node's `queryServer` that drover acts on, and
+/// the whole message for what it passes back unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerQuery {
+    /// Echoed as `ack` in the answer, which is how the worker matches it.
+    pub seq: u64,
+    pub address: Option<String>,
+    /// The port the app asked for: 0 for "any".
+    pub port: i64,
+    pub address_type: AddressType,
+    /// Names the server in later messages (`newconn`, `close`). Built the way Node's
+    /// primary builds it, from the fields that make a server unique in one worker.
+    pub key: String,
+    /// Opaque data servers share through the primary (TLS ticket keys), passed back.
+    pub data: Value,
+}
+
+/// Parses one line (without its newline).
+pub fn parse(line: &[u8]) -> FromWorker {
+    let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        return FromWorker::Unreadable;
+    };
+    let Some(fields) = value.as_object() else {
+        return FromWorker::App(value);
+    };
+    match fields.get("cmd").and_then(Value::as_str) {
+        Some("NODE_CLUSTER") => cluster_message(fields),
+        Some("NODE_HANDLE_ACK") => FromWorker::HandleAck,
+        Some("NODE_HANDLE_NACK") => FromWorker::HandleNack,
+        // Node's own rule for "internal": a `cmd` that starts with NODE_ and is longer.
+        Some(cmd) if cmd.len() > 5 && cmd.starts_with("NODE_") => FromWorker::OtherInternal,
+        _ => FromWorker::App(value),
+    }
+}
+
+fn cluster_message(fields: &Map<String, Value>) -> FromWorker {
+    let seq = fields.get("seq").and_then(Value::as_u64);
+    if let Some(ack) = fields.get("ack").and_then(Value::as_u64) {
+        return FromWorker::ConnectionAnswer {
+            seq: ack,
+            accepted: fields.get("accepted").and_then(Value::as_bool) == Some(true),
+        };
+    }
+    match fields.get("act").and_then(Value::as_str) {
+        Some("online") => FromWorker::Online,
+        Some("queryServer") => match (seq, server_query(fields)) {
+            (Some(seq), Some(mut query)) => {
+                query.seq = seq;
+                FromWorker::QueryServer(query)
+            }
+            _ => FromWorker::OtherInternal,
+        },
+        Some("listening") => FromWorker::Listening {
+            port: fields.get("port").and_then(Value::as_i64),
+        },
+        Some("close") => FromWorker::Close {
+            key: fields
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        },
+        Some("exitedAfterDisconnect") => match seq {
+            Some(seq) => FromWorker::ExitedAfterDisconnect { seq },
+            None => FromWorker::OtherInternal,
+        },
+        _ => FromWorker::OtherInternal,
+    }
+}
+
+fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
+    // dgram sends `fd: -1` for "no descriptor"; net leaves it out.
+    let fd = fields
+        .get("fd")
+        .and_then(Value::as_i64)
+        .filter(|fd| *fd >= 0);
+    let port = fields.get("port").and_then(Value::as_i64);
+    let address_type = match fields.get("addressType") {
+        _ if fd.is_some() => AddressType::Fd,
+        Some(Value::String(s)) if s == "udp4" => AddressType::Udp4,
+        Some(Value::String(s)) if s == "udp6" => AddressType::Udp6,
+        Some(Value::Number(n)) if n.as_i64() == Some(6) => AddressType::Tcp6,
+        Some(Value::Number(n)) if n.as_i64() == Some(4) => AddressType::Tcp4,
+        Some(Value::Number(n)) if n.as_i64() == Some(-1) => AddressType::Pipe,
+        _ => return None,
+    };
+    let address = fields
+        .get("address")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    // lib/internal/cluster/primary.js: `${address}:${port}:${addressType}:${fd}:${index}`.
+    let text = |name: &str| match fields.get(name) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) => "null".to_string(),
+        Some(other) => other.to_string(),
+        None => "undefined".to_string(),
+    };
+    let key = ["address", "port", "addressType", "fd", "index"]
+        .map(text)
+        .join(":");
+    Some(ServerQuery {
+        seq: 0,
+        address,
+        port: port.unwrap_or(0),
+        address_type,
+        key,
+        data: fields.get("data").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// The primary's side: each message carries `cmd: NODE_CLUSTER` and the primary's own
+/// sequence number, as Node's `sendHelper` adds them.
+pub(crate) fn cluster(seq: u64, mut body: Map<String, Value>) -> Value {
+    body.insert("cmd".into(), json!("NODE_CLUSTER"));
+    body.insert("seq".into(), json!(seq));
+    Value::Object(body)
+}
+
+/// "Listening", for a server whose connections the primary will hand over: no socket,
+/// and `sockname`, the address the app asked for. The worker checks that the port it
+/// asked for is the port it got (net.js `checkBindError`), so this must not be the
+/// loopback port where drover accepts.
+pub(crate) fn listening_without_socket(query: &ServerQuery) -> Map<String, Value> {
+    let ipv6 = query.address_type == AddressType::Tcp6;
+    let address = query
+        .address
+        .clone()
+        .unwrap_or_else(|| if ipv6 { "::" } else { "0.0.0.0" }.to_string());
+    let mut body = answer(query, 0);
+    body.insert(
+        "sockname".into(),
+        json!({ "address": address, "family": if ipv6 { "IPv6" } else { "IPv4" }, "port": query.port }),
+    );
+    body
+}
+
+/// The answer to `query`: `errno` 0 (with a socket sent alongside, or
+/// [`listening_without_socket`]), or a negative libuv errno that the app's `listen()`
+/// raises as its error.
+pub(crate) fn answer(query: &ServerQuery, errno: i32) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("errno".into(), json!(errno));
+    body.insert("key".into(), json!(query.key));
+    body.insert("ack".into(), json!(query.seq));
+    body.insert("data".into(), query.data.clone());
+    body
+}
+
+/// A new connection for the server `key`; its socket goes alongside.
+pub(crate) fn new_connection(key: &str) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("act".into(), json!("newconn"));
+    body.insert("key".into(), json!(key));
+    body
+}
+
+/// The ack of a message that waits for one (`exitedAfterDisconnect`).
+pub(crate) fn ack(seq: u64) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("ack".into(), json!(seq));
+    body
+}
+
+/// How a message travels with a socket: wrapped, so the receiver knows to take the
+/// descriptor that arrived with this line. `net.Native` is a raw libuv handle, what
+/// Node's primary sends for both listening sockets and connections.
+pub(crate) fn with_handle(inner: Value) -> Value {
+    json!({ "cmd": "NODE_HANDLE", "type": "net.Native", "msg": inner })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_on_a_port_as_node_20_sends_it() {
+        let line = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#;
+        let FromWorker::QueryServer(q) = parse(line) else {
+            panic!("{:?}", parse(line))
+        };
+        assert_eq!(q.seq, 1);
+        assert_eq!(q.port, 3000);
+        assert_eq!(q.address_type, AddressType::Tcp4);
+        assert_eq!(q.key, "null:3000:4:undefined:0");
+    }
+
+    #[test]
+    fn other_listens_are_told_apart() {
+        let udp = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","address":"0.0.0.0","port":0,"addressType":"udp4","fd":-1,"index":0,"seq":2}"#;
+        let pipe = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","address":"/tmp/a.sock","port":-1,"addressType":-1,"index":0,"seq":3}"#;
+        let fd = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","address":null,"port":null,"addressType":null,"fd":3,"index":0,"seq":4}"#;
+        let kind = |line: &[u8]| match parse(line) {
+            FromWorker::QueryServer(q) => q.address_type,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(kind(udp), AddressType::Udp4);
+        assert_eq!(kind(pipe), AddressType::Pipe);
+        assert_eq!(kind(fd), AddressType::Fd);
+    }
+
+    #[test]
+    fn answers_and_acks() {
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_CLUSTER","ack":7,"accepted":true,"seq":9}"#),
+            FromWorker::ConnectionAnswer {
+                seq: 7,
+                accepted: true
+            }
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_HANDLE_ACK"}"#),
+            FromWorker::HandleAck
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_CLUSTER","act":"exitedAfterDisconnect","seq":4}"#),
+            FromWorker::ExitedAfterDisconnect { seq: 4 }
+        );
+    }
+
+    #[test]
+    fn the_apps_own_messages_and_garbage_are_not_errors() {
+        assert_eq!(parse(br#""ready""#), FromWorker::App(json!("ready")));
+        assert_eq!(
+            parse(br#"{"cmd":"NODE"}"#),
+            FromWorker::App(json!({"cmd": "NODE"}))
+        );
+        assert_eq!(parse(b"{not json"), FromWorker::Unreadable);
+        assert_eq!(parse(b""), FromWorker::Unreadable);
+        // A queryServer without a seq cannot be answered; it is not an app message.
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_CLUSTER","act":"queryServer","port":1,"addressType":4}"#),
+            FromWorker::OtherInternal
+        );
+    }
+
+    #[test]
+    fn the_answer_names_the_port_the_app_asked_for() {
+        let FromWorker::QueryServer(q) = parse(
+            br#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":{"k":1},"address":"::","port":8000,"addressType":6,"seq":5}"#,
+        ) else {
+            panic!()
+        };
+        let body = cluster(2, listening_without_socket(&q));
+        assert_eq!(body["ack"], json!(5));
+        assert_eq!(body["seq"], json!(2));
+        assert_eq!(body["errno"], json!(0));
+        assert_eq!(body["data"], json!({"k": 1}));
+        assert_eq!(
+            body["sockname"],
+            json!({"address": "::", "family": "IPv6", "port": 8000})
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! One worker's side of the conversation: answer its `listen()`, then hand it the
+//! connections that arrive on its loopback port.
+
+use crate::channel::{Channel, ChannelError, Line};
+use crate::message::{self, AddressType, FromWorker, ServerQuery};
+use serde_json::Value;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+/// Connections accepted for a worker and not yet handed over. Past this many, drover
+/// stops accepting for it and the rest wait in the kernel's backlog: a worker that
+/// stopped reading its channel cannot make drover hold sockets without bound.
+const MAX_WAITING: usize = 64;
+
+/// Connections sent to a worker before it acknowledges them. Node's own primary sends
+/// one at a time, so a worker takes up one connection per turn of its event loop; the
+/// kernel never puts two descriptors in one read, and Node matches each with its line,
+/// so more may go at once: libuv reads up to 32 times per turn.
+const MAX_UNACKNOWLEDGED: usize = 32;
+
+/// Node resends a handle whose delivery failed (`NODE_HANDLE_NACK`) this many times.
+const MAX_RESENDS: u32 = 3;
+
+/// libuv's errno values (negated errno), which the app's `listen()` raises.
+const UV_EADDRINUSE: i32 = -98;
+const UV_ENOTSUP: i32 = -95;
+
+/// How a session ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The worker closed its end: it exited (or closed the channel on purpose).
+    WorkerLeft,
+}
+
+/// What a session reports as it goes, for drover's log and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// The app listens; it asked for `asked` and is served on drover's loopback `port`.
+    Serving { asked: i64, port: u16 },
+    /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
+    Refused { reason: String },
+}
+
+/// The server a worker's connections go to.
+struct Served {
+    /// Node's name for the server, which `newconn` carries.
+    key: String,
+    asked: i64,
+    /// drover's listener on the worker's port, for an app that listens elsewhere; `None`
+    /// when the app listens on its `PORT` itself (through a socket drover bound for it).
+    listener: Option<tokio::net::TcpListener>,
+}
+
+/// A connection sent and not yet acknowledged.
+struct InFlight {
+    message: Value,
+    socket: Waiting,
+    resends: u32,
+}
+
+/// A connection for the worker, and whether it came through the `Inbox` (and so counts
+/// in its `queued` until the worker takes it).
+struct Waiting {
+    socket: TcpStream,
+    given: bool,
+}
+
+/// What drover tells a session from outside.
+enum ToSession {
+    /// A client connection for the app's server (handoff).
+    Connection(TcpStream),
+    /// Ask the worker to close its servers and leave once its connections end (Node's
+    /// `worker.disconnect()`), so the clients it serves directly see no reset.
+    Disconnect,
+}
+
+/// Gives a session's worker client connections directly (drover's handoff) and asks it
+/// to leave; cheap to clone.
+#[derive(Clone)]
+pub struct Inbox {
+    tx: mpsc::UnboundedSender<ToSession>,
+    queued: Arc<AtomicUsize>,
+    given: Arc<AtomicBool>,
+}
+
+impl Inbox {
+    /// Connections given and not yet taken up by the worker: it takes one only when its
+    /// event loop runs, so this grows while the worker is busy.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+
+    /// Gives the worker `stream`; it is back when the session has ended.
+    pub fn give(&self, stream: TcpStream) -> Result<(), TcpStream> {
+        self.queued.fetch_add(1, Relaxed);
+        self.given.store(true, Relaxed);
+        self.tx.send(ToSession::Connection(stream)).map_err(|back| {
+            self.queued.fetch_sub(1, Relaxed);
+            match back.0 {
+                ToSession::Connection(stream) => stream,
+                ToSession::Disconnect => unreachable!("sent a connection"),
+            }
+        })
+    }
+
+    /// Whether the worker was ever given a connection this way.
+    pub fn was_given(&self) -> bool {
+        self.given.load(Relaxed)
+    }
+
+    /// Asks the worker to close its servers and leave once its connections end.
+    pub fn disconnect(&self) {
+        let _ = self.tx.send(ToSession::Disconnect);
+    }
+}
+
+/// drover as the cluster primary of one worker.
+pub struct Session {
+    channel: Channel,
+    /// The worker's loopback port (its `PORT`): where drover accepts the connections of
+    /// the app's server, whatever port the app asked for.
+    port: u16,
+    seq: u64,
+    served: Option<Served>,
+    waiting: VecDeque<Waiting>,
+    /// Sent and not yet acknowledged, oldest first: the worker acknowledges in the
+    /// order it receives them.
+    in_flight: VecDeque<InFlight>,
+    said_unreadable: bool,
+    inbox: Inbox,
+    from_drover: mpsc::UnboundedReceiver<ToSession>,
+    /// drover asked the worker to leave; the message goes once every connection given
+    /// before has been handed over (after it, the worker would refuse them).
+    disconnect: Disconnect,
+}
+
+#[derive(PartialEq, Eq)]
+enum Disconnect {
+    NotAsked,
+    Due,
+    Sent,
+}
+
+impl Session {
+    /// A session on drover's end of the channel; `port` is the worker's `PORT`.
+    pub fn new(channel: std::os::unix::net::UnixStream, port: u16) -> io::Result<Session> {
+        channel.set_nonblocking(true)?;
+        let (tx, from_drover) = mpsc::unbounded_channel();
+        Ok(Session {
+            channel: Channel::new(UnixStream::from_std(channel)?),
+            port,
+            seq: 0,
+            served: None,
+            waiting: VecDeque::new(),
+            in_flight: VecDeque::new(),
+            said_unreadable: false,
+            inbox: Inbox {
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+                given: Arc::new(AtomicBool::new(false)),
+            },
+            from_drover,
+            disconnect: Disconnect::NotAsked,
+        })
+    }
+
+    /// Where drover gives this worker client connections directly.
+    pub fn inbox(&self) -> Inbox {
+        self.inbox.clone()
+    }
+
+    /// Serves the worker until it leaves. `report` hears what the app's `listen()` got.
+    pub async fn run(
+        mut self,
+        mut report: impl FnMut(SessionEvent),
+    ) -> Result<Ended, ChannelError> {
+        loop {
+            while let Some(line) = self.channel.take_line() {
+                self.on_line(line, &mut report).await?;
+            }
+            while self.in_flight.len() < MAX_UNACKNOWLEDGED {
+                let Some(socket) = self.waiting.pop_front() else {
+                    break;
+                };
+                self.hand_over(socket).await?;
+            }
+            let all_handed = self.in_flight.is_empty() && self.waiting.is_empty();
+            if all_handed && self.disconnect == Disconnect::Due {
+                let mut body = serde_json::Map::new();
+                body.insert("act".into(), "disconnect".into());
+                self.send(body).await?;
+                self.disconnect = Disconnect::Sent;
+            }
+            let accepting = self.waiting.len() < MAX_WAITING;
+            tokio::select! {
+                more = self.channel.fill() => {
+                    if !more? {
+                        return Ok(Ended::WorkerLeft);
+                    }
+                }
+                Some(order) = self.from_drover.recv() => match order {
+                    ToSession::Connection(socket) => self.push(Waiting { socket, given: true }),
+                    ToSession::Disconnect => {
+                        if self.disconnect == Disconnect::NotAsked {
+                            self.disconnect = Disconnect::Due;
+                        }
+                    }
+                },
+                accepted = accept(self.served.as_ref()), if accepting => {
+                    match accepted {
+                        Ok(socket) => self.push(Waiting { socket, given: false }),
+                        // The client gave up before we accepted, or drover is short
+                        // of descriptors: the next accept decides.
+                        Err(e) => tracing::debug!(error = %e, "accept for a Node worker"),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_line(
+        &mut self,
+        line: Line,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), ChannelError> {
+        let line = match line {
+            Line::Message(line) => line,
+            Line::TooLong => {
+                tracing::warn!(
+                    "a Node worker sent a message over 1 MiB on its IPC channel; skipped"
+                );
+                return Ok(());
+            }
+        };
+        match message::parse(&line) {
+            FromWorker::QueryServer(query) => self.answer(query, report).await?,
+            FromWorker::HandleAck => {
+                if let Some(done) = self.in_flight.pop_front() {
+                    self.taken(&done.socket);
+                }
+            }
+            FromWorker::HandleNack => self.resend().await?,
+            FromWorker::Close { key } => {
+                if self.served.as_ref().is_some_and(|s| s.key == key) {
+                    // The app closed its server: refuse new connections, as its own
+                    // closed port would, so the balancer fails over at once.
+                    self.served = None;
+                    for dropped in std::mem::take(&mut self.waiting) {
+                        self.taken(&dropped);
+                    }
+                }
+            }
+            FromWorker::ExitedAfterDisconnect { seq } => {
+                self.send(message::ack(seq)).await?;
+            }
+            FromWorker::ConnectionAnswer { accepted, .. } => {
+                if !accepted {
+                    tracing::debug!(
+                        "a Node worker refused a connection (server closed or at maxConnections)"
+                    );
+                }
+            }
+            FromWorker::Online | FromWorker::Listening { .. } | FromWorker::OtherInternal => {}
+            FromWorker::App(value) => tracing::debug!(%value, "message from a Node worker"),
+            FromWorker::Unreadable => {
+                if !std::mem::replace(&mut self.said_unreadable, true) {
+                    tracing::warn!(
+                        "a Node worker sent a line that is not JSON on its IPC channel; skipped"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn answer(
+        &mut self,
+        query: ServerQuery,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), ChannelError> {
+        match query.address_type {
+            AddressType::Tcp4 | AddressType::Tcp6 if query.port != 0 => {
+                self.serve(query, report).await
+            }
+            // A listen on "any port" is the app's own business (a test server, a debug
+            // endpoint): it gets a socket of its own, as a bind would give it.
+            AddressType::Tcp4 | AddressType::Tcp6 | AddressType::Udp4 | AddressType::Udp6 => {
+                match bind_for(&query) {
+                    Ok(socket) => {
+                        let body = message::answer(&query, 0);
+                        let line = message::with_handle(self.next(body));
+                        self.channel.send_with(&line, socket.as_fd()).await?;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let reason = format!("bind {}: {e}", describe(&query));
+                        self.refuse(&query, errno_of(&e), reason, report).await
+                    }
+                }
+            }
+            AddressType::Pipe => {
+                let reason = format!(
+                    "listen({:?}) asks for a Unix socket; drover balances TCP, so the app \
+                     must listen on a port (any port: drover routes it)",
+                    query.address.as_deref().unwrap_or("")
+                );
+                self.refuse(&query, UV_ENOTSUP, reason, report).await
+            }
+            AddressType::Fd => {
+                let reason = "listen({ fd }) asks for an inherited socket; under `drover run` the \
+                     app must listen on a port (any port: drover routes it), or run with \
+                     --mode shared, which passes its socket as fd 3"
+                    .to_string();
+                self.refuse(&query, UV_ENOTSUP, reason, report).await
+            }
+        }
+    }
+
+    /// The app's server: its connections arrive on the worker's loopback port.
+    async fn serve(
+        &mut self,
+        query: ServerQuery,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), ChannelError> {
+        if let Some(served) = &self.served {
+            let reason = format!(
+                "listen() on port {} after port {}: drover routes one port per worker, the \
+                 first it listens on, so the second is refused",
+                query.port, served.asked
+            );
+            return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
+        }
+        if query.port == i64::from(self.port) {
+            // The app reads PORT: it gets a socket bound there, as its own bind would
+            // give it, and accepts from the kernel with nothing of drover in between.
+            // Connections can still be handed to it (`newconn` names this server too).
+            let socket = match bind_for(&query) {
+                Ok(socket) => socket,
+                Err(e) => {
+                    let reason = format!("bind {}: {e}", describe(&query));
+                    return self.refuse(&query, errno_of(&e), reason, report).await;
+                }
+            };
+            self.served = Some(Served {
+                key: query.key.clone(),
+                asked: query.port,
+                listener: None,
+            });
+            report(SessionEvent::Serving {
+                asked: query.port,
+                port: self.port,
+            });
+            let body = message::answer(&query, 0);
+            let line = message::with_handle(self.next(body));
+            return Ok(self.channel.send_with(&line, socket.as_fd()).await?);
+        }
+        // Any other port: the worker cannot have it (every worker asks for the same
+        // one), so it is told "listening there" and given each connection that arrives
+        // at its PORT, where drover accepts them.
+        let listener = match loopback_listener(self.port) {
+            Ok(listener) => listener,
+            Err(e) => {
+                let reason = format!("drover could not listen on 127.0.0.1:{}: {e}", self.port);
+                return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
+            }
+        };
+        self.served = Some(Served {
+            key: query.key.clone(),
+            asked: query.port,
+            listener: Some(listener),
+        });
+        report(SessionEvent::Serving {
+            asked: query.port,
+            port: self.port,
+        });
+        let body = message::listening_without_socket(&query);
+        self.send(body).await
+    }
+
+    async fn refuse(
+        &mut self,
+        query: &ServerQuery,
+        errno: i32,
+        reason: String,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), ChannelError> {
+        report(SessionEvent::Refused { reason });
+        self.send(message::answer(query, errno)).await
+    }
+
+    /// A connection waits for the worker; without a server (closed meanwhile) it is
+    /// closed, as a closed port would refuse it.
+    fn push(&mut self, waiting: Waiting) {
+        if self.served.is_some() {
+            self.waiting.push_back(waiting);
+        } else {
+            self.taken(&waiting);
+        }
+    }
+
+    /// `waiting` left the queue (taken up by the worker, or dropped).
+    fn taken(&self, waiting: &Waiting) {
+        if waiting.given {
+            self.inbox.queued.fetch_sub(1, Relaxed);
+        }
+    }
+
+    async fn hand_over(&mut self, socket: Waiting) -> Result<(), ChannelError> {
+        let Some(served) = &self.served else {
+            self.taken(&socket);
+            return Ok(());
+        };
+        let body = message::new_connection(&served.key);
+        let message = message::with_handle(self.next(body));
+        self.channel
+            .send_with(&message, socket.socket.as_fd())
+            .await?;
+        self.in_flight.push_back(InFlight {
+            message,
+            socket,
+            resends: 0,
+        });
+        Ok(())
+    }
+
+    async fn resend(&mut self) -> Result<(), ChannelError> {
+        let Some(mut in_flight) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        if in_flight.resends == MAX_RESENDS {
+            tracing::warn!(
+                "a connection did not reach its Node worker after {MAX_RESENDS} tries; closed"
+            );
+            self.taken(&in_flight.socket);
+            return Ok(());
+        }
+        in_flight.resends += 1;
+        self.channel
+            .send_with(&in_flight.message, in_flight.socket.socket.as_fd())
+            .await?;
+        self.in_flight.push_back(in_flight);
+        Ok(())
+    }
+
+    fn next(&mut self, body: serde_json::Map<String, Value>) -> Value {
+        self.seq += 1;
+        message::cluster(self.seq, body)
+    }
+
+    async fn send(&mut self, body: serde_json::Map<String, Value>) -> Result<(), ChannelError> {
+        let message = self.next(body);
+        Ok(self.channel.send(&message).await?)
+    }
+}
+
+/// The next connection for `served`; never ready while the app has no server.
+async fn accept(served: Option<&Served>) -> io::Result<TcpStream> {
+    let Some(served) = served else {
+        return std::future::pending().await;
+    };
+    let Some(listener) = &served.listener else {
+        return std::future::pending().await;
+    };
+    let (socket, _) = listener.accept().await?;
+    // The socket only passes through drover: out of the reactor, as a plain descriptor.
+    socket.into_std()
+}
+
+/// drover's listener on the worker's loopback port, where its balancer and health
+/// checks connect.
+fn loopback_listener(port: u16) -> io::Result<tokio::net::TcpListener> {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    // The previous worker on this port may have left connections in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())?;
+    // Node's default backlog.
+    socket.listen(511)?;
+    socket.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(TcpListener::from(socket))
+}
+
+/// A socket bound as the worker asked (not listening: the worker's `listen()` does that,
+/// as with a socket from Node's own primary).
+fn bind_for(query: &ServerQuery) -> io::Result<Socket> {
+    let udp = matches!(query.address_type, AddressType::Udp4 | AddressType::Udp6);
+    let ipv6 = matches!(query.address_type, AddressType::Tcp6 | AddressType::Udp6);
+    let ip = match query.address.as_deref().map(str::parse::<IpAddr>) {
+        Some(Ok(ip)) => ip,
+        Some(Err(_)) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not an IP address",
+            ))
+        }
+        None if ipv6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    };
+    let port = u16::try_from(query.port)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "port out of range"))?;
+    let addr = SocketAddr::new(ip, port);
+    let (kind, protocol) = if udp {
+        (Type::DGRAM, Protocol::UDP)
+    } else {
+        (Type::STREAM, Protocol::TCP)
+    };
+    let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
+    socket.set_reuse_address(true)?;
+    if udp && port != 0 {
+        // Every worker binds the same port, as they share one socket under Node's
+        // primary; the kernel spreads the datagrams.
+        SockRef::from(&socket).set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    // As libuv makes its own: a worker's libuv takes a received socket as it is, and
+    // its accept loop runs until EAGAIN, which a blocking socket never returns (Node 18
+    // then hangs in accept after the first connection).
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+fn describe(query: &ServerQuery) -> String {
+    format!(
+        "{}:{}",
+        query.address.as_deref().unwrap_or("(any)"),
+        query.port
+    )
+}
+
+fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().map_or(UV_EADDRINUSE, |n| -n)
+}

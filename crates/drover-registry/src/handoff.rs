@@ -1,0 +1,194 @@
+//! Endpoints that take client connections themselves: a worker that is handed a
+//! connection serves it directly, with drover no longer in its path (a Node app under
+//! `drover run --mode handoff`, through drover-node's cluster channel).
+//!
+//! The balancer's accept loop asks `Handoffs::hand_off` for each new connection. It goes
+//! to the endpoint that is least behind: fewest connections given and not yet taken up
+//! (a worker whose event loop is busy does not take them, so this is its load, seen
+//! without a request), then one not saturated by its CPU report, then the one given the
+//! fewest so far, which spreads equal workers evenly. An endpoint out of the pool (not
+//! ready, draining, ejected) gets none. When none can take it, the caller serves the
+//! connection itself.
+
+use arc_swap::ArcSwap;
+use drover_balance::{clock, Endpoint};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// A worker's way of taking connections.
+pub trait TakesConnections: Send + Sync {
+    /// Connections given and not yet taken up by the worker.
+    fn queued(&self) -> usize;
+    /// Gives it `stream`, or returns it when the worker can take no more.
+    fn give(&self, stream: TcpStream) -> Result<(), TcpStream>;
+}
+
+/// Past this many queued connections a worker is not given more: it has stopped
+/// taking them (hung, or stopped), and the caller serves the connection instead.
+const MAX_QUEUED: usize = 16;
+
+/// A worker at or above this CPU share (its main thread's, from the supervisor's
+/// reports) is saturated: new connections go to one that is not, when there is one.
+const SATURATED: f64 = 0.95;
+
+struct Taker {
+    addr: SocketAddr,
+    takes: Arc<dyn TakesConnections>,
+    given: AtomicU64,
+}
+
+/// The endpoints of one pool that take connections.
+#[derive(Default)]
+pub struct Handoffs {
+    takers: ArcSwap<Vec<Arc<Taker>>>,
+    /// Serializes writers; the accept path only loads `takers`.
+    writer: Mutex<()>,
+}
+
+impl std::fmt::Debug for Handoffs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<SocketAddr> = self.takers.load().iter().map(|t| t.addr).collect();
+        f.debug_struct("Handoffs").field("takers", &addrs).finish()
+    }
+}
+
+impl Handoffs {
+    /// `addr` takes connections through `takes` (replacing what it had).
+    pub fn register(&self, addr: SocketAddr, takes: Arc<dyn TakesConnections>) {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<Arc<Taker>> = self
+            .takers
+            .load()
+            .iter()
+            .filter(|t| t.addr != addr)
+            .cloned()
+            .collect();
+        list.push(Arc::new(Taker {
+            addr,
+            takes,
+            given: AtomicU64::new(0),
+        }));
+        self.takers.store(Arc::new(list));
+    }
+
+    /// `addr` takes no more connections.
+    pub fn unregister(&self, addr: SocketAddr) {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let list: Vec<Arc<Taker>> = self
+            .takers
+            .load()
+            .iter()
+            .filter(|t| t.addr != addr)
+            .cloned()
+            .collect();
+        self.takers.store(Arc::new(list));
+    }
+
+    /// Whether any endpoint takes connections (a cheap test for the accept path).
+    pub fn any(&self) -> bool {
+        !self.takers.load().is_empty()
+    }
+
+    /// Gives `stream` to the endpoint of `endpoints` least behind; the address it went
+    /// to, or the stream back when none can take it.
+    pub fn hand_off(
+        &self,
+        stream: TcpStream,
+        find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
+    ) -> Result<SocketAddr, TcpStream> {
+        let takers = self.takers.load();
+        let now = clock::now();
+        let best = takers
+            .iter()
+            .filter_map(|t| {
+                let ep = find(t.addr)?;
+                if !ep.is_available(now) {
+                    return None;
+                }
+                let queued = t.takes.queued();
+                if queued >= MAX_QUEUED {
+                    return None;
+                }
+                let saturated = ep.reported_load(now) >= SATURATED;
+                Some(((queued, saturated, t.given.load(Relaxed)), t))
+            })
+            .min_by_key(|(key, _)| *key)
+            .map(|(_, t)| Arc::clone(t));
+        let Some(taker) = best else {
+            return Err(stream);
+        };
+        taker.takes.give(stream)?;
+        taker.given.fetch_add(1, Relaxed);
+        Ok(taker.addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Fake {
+        queued: AtomicUsize,
+        got: Mutex<Vec<TcpStream>>,
+    }
+
+    impl TakesConnections for Fake {
+        fn queued(&self) -> usize {
+            self.queued.load(Relaxed)
+        }
+        fn give(&self, stream: TcpStream) -> Result<(), TcpStream> {
+            self.got.lock().unwrap().push(stream);
+            Ok(())
+        }
+    }
+
+    fn fake(queued: usize) -> Arc<Fake> {
+        Arc::new(Fake {
+            queued: AtomicUsize::new(queued),
+            got: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn stream(l: &TcpListener) -> TcpStream {
+        TcpStream::connect(l.local_addr().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn equal_workers_alternate_and_a_worker_behind_gets_none() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        );
+        let eps = [Arc::new(Endpoint::new(a)), Arc::new(Endpoint::new(b))];
+        let find = |addr: SocketAddr| eps.iter().find(|e| e.addr() == addr).cloned();
+        let h = Handoffs::default();
+        let (fa, fb) = (fake(0), fake(0));
+        h.register(a, fa.clone());
+        h.register(b, fb.clone());
+        for _ in 0..10 {
+            h.hand_off(stream(&l), find).unwrap();
+        }
+        assert_eq!(fa.got.lock().unwrap().len(), 5);
+        assert_eq!(fb.got.lock().unwrap().len(), 5);
+
+        // a's event loop is busy: it has not taken up what it was given.
+        fa.queued.store(1, Relaxed);
+        for _ in 0..6 {
+            assert_eq!(h.hand_off(stream(&l), find).unwrap(), b);
+        }
+        // Both far behind: the caller keeps the connection.
+        fa.queued.store(MAX_QUEUED, Relaxed);
+        fb.queued.store(MAX_QUEUED, Relaxed);
+        assert!(h.hand_off(stream(&l), find).is_err());
+
+        // Out of the pool: none.
+        h.unregister(a);
+        fb.queued.store(0, Relaxed);
+        assert_eq!(h.hand_off(stream(&l), |_| None).map_err(|_| ()), Err(()));
+        assert_eq!(h.hand_off(stream(&l), find).unwrap(), b);
+    }
+}

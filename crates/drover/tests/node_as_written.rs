@@ -1,0 +1,351 @@
+//! Node apps as their authors wrote them (examples/as-written/): a port from argv, a
+//! hard-coded port, Express's `app.listen(3000)`, an ES module, and pi-server.js, which
+//! reads PORT. Each runs unchanged under `drover run -w 3`, on every Node of
+//! `node_binaries` (the machine's and Debian's 18), and every worker answers through
+//! drover's listen address: drover is their cluster primary (drover-node).
+//!
+//! Then what it takes from the app's listen() beyond one port (a helper on port 0, UDP),
+//! where it cannot apply and says so (a second port, a Unix socket, a program that is not
+//! Node and ignores PORT), and workers killed, reloaded and scaled under load.
+
+mod common;
+
+use common::examples::{clean_env, get};
+use common::{
+    admin_addr, assert_load_never_failed, bin, ctl, node_binaries, pi_server, restart_records,
+    status, steady_load, temp_dir, wait_all_serving,
+};
+use drover_testkit::{spawn_ready_line, wait_until_async, ChildProcess};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn as_written(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/as-written")
+        .join(file)
+        .canonicalize()
+        .unwrap()
+}
+
+fn fixture(file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/node_as_written")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// `drover run -w WORKERS` of `command` in `cwd`, round-robin (so a few requests reach
+/// every worker), once every worker serves. Returns drover and its admin address.
+async fn run(workers: usize, command: &[String], cwd: &Path) -> (ChildProcess, SocketAddr) {
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-w", &workers.to_string()])
+        .args(
+            "--listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 --strategy round-robin --"
+                .split(' '),
+        )
+        .args(command)
+        .current_dir(cwd);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    (d, admin)
+}
+
+/// Asks `/` on new connections until every serving worker's pid was in an answer.
+async fn every_worker_answers(who: &str, d: &ChildProcess, admin: SocketAddr) {
+    let pids: BTreeSet<String> = common::serving_pids(&status(admin).await)
+        .into_iter()
+        .map(|p| p.unwrap().to_string())
+        .collect();
+    let mut answered = BTreeSet::new();
+    for _ in 0..30 {
+        let r = common::examples::try_get(d.addr(), "/")
+            .await
+            .unwrap_or_else(|e| panic!("{who}: GET /: {e}\n{}", d.stderr_text()));
+        let body = r.text();
+        assert_eq!(r.status, 200, "{who}: {body}\n{}", d.stderr_text());
+        answered.extend(pids.iter().filter(|p| body.contains(p.as_str())).cloned());
+        if answered == pids {
+            return;
+        }
+    }
+    panic!(
+        "{who}: workers {pids:?}, answers from {answered:?}\n{}",
+        d.stderr_text()
+    );
+}
+
+async fn stop(who: &str, d: &ChildProcess) {
+    d.signal("TERM").unwrap();
+    let status = d.wait_exit(Duration::from_secs(15)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{who}: drover did not stop cleanly: {status:?}\n{}",
+        d.stderr_text()
+    );
+}
+
+#[tokio::test]
+async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
+    let dir = as_written(".");
+    let express = as_written("express");
+    assert!(
+        express.join("node_modules/express").exists(),
+        "run `npm ci --prefix examples/as-written/express` (scripts/test does)"
+    );
+    for (name, node) in node_binaries() {
+        let node = node.display().to_string();
+        let cases: [(&str, Vec<String>, &Path); 6] = [
+            (
+                "port from argv, its default",
+                vec![node.clone(), "argv-port.js".into()],
+                &dir,
+            ),
+            (
+                "port from argv, given",
+                vec![node.clone(), "argv-port.js".into(), "4001".into()],
+                &dir,
+            ),
+            (
+                "hard-coded port",
+                vec![node.clone(), "hard-coded.js".into()],
+                &dir,
+            ),
+            (
+                "ES module, fixed host and port",
+                vec![node.clone(), "esm.mjs".into()],
+                &dir,
+            ),
+            (
+                "Express app.listen(3000)",
+                vec![node.clone(), "app.js".into()],
+                &express,
+            ),
+            ("reads PORT", vec![node.clone(), pi_server()], &dir),
+        ];
+        for (what, command, cwd) in cases {
+            let who = format!("{name}: {what}");
+            let (d, admin) = run(3, &command, cwd).await;
+            every_worker_answers(&who, &d, admin).await;
+            stop(&who, &d).await;
+        }
+    }
+    // `node --env-file` (Node 20.6 and later: the machine's own), the port from the file.
+    let env_dir = temp_dir("env-file");
+    std::fs::write(env_dir.join(".env"), "GREETING=from-env-file\n").unwrap();
+    std::fs::write(
+        env_dir.join("app.js"),
+        "require('http').createServer((q, s) => s.end(`${process.env.GREETING} ${process.pid}`)).listen(5000);\n",
+    )
+    .unwrap();
+    let env_file = vec![
+        "node".to_string(),
+        "--env-file=.env".to_string(),
+        "app.js".to_string(),
+    ];
+    let (d, admin) = run(2, &env_file, &env_dir).await;
+    every_worker_answers("node --env-file", &d, admin).await;
+    assert!(get(d.addr(), "/")
+        .await
+        .text()
+        .starts_with("from-env-file "));
+    stop("node --env-file", &d).await;
+
+    // `npm start` (the Express example's script is `node app.js`): npm is a Node
+    // process itself, and the app below it is the worker, through a preload.
+    let npm = vec!["npm".to_string(), "start".to_string()];
+    let (d, _) = run(2, &npm, &express).await;
+    for _ in 0..4 {
+        let r = get(d.addr(), "/").await;
+        assert!(
+            r.text().starts_with("Hello World from Express"),
+            "{}\n{}",
+            r.text(),
+            d.stderr_text()
+        );
+    }
+    stop("npm start", &d).await;
+
+    // Through a shell, as `sh -c` wrappers and npm scripts run node: node is the
+    // worker's child here, so its pid is not the worker's; the answers come from it.
+    let shell = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        "node hard-coded.js; exit".to_string(),
+    ];
+    let (d, _) = run(2, &shell, &dir).await;
+    for _ in 0..4 {
+        let r = get(d.addr(), "/").await;
+        assert!(
+            r.text().starts_with("Hello from server1"),
+            "{}\n{}",
+            r.text(),
+            d.stderr_text()
+        );
+    }
+    stop("sh -c", &d).await;
+}
+
+#[tokio::test]
+async fn a_listen_on_any_port_and_udp_get_sockets_of_their_own() {
+    let (d, admin) = run(
+        2,
+        &["node".into(), fixture("any-port.js")],
+        &temp_dir("any-port"),
+    )
+    .await;
+    let workers: BTreeSet<u16> = status(admin).await.apps[0]
+        .workers
+        .iter()
+        .filter_map(|w| w.port)
+        .collect();
+    let r = get(d.addr(), "/").await;
+    let summary: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(summary["helperSays"], "helper", "{summary}");
+    let helper = summary["helperPort"].as_u64().unwrap();
+    assert!(
+        helper > 0 && !workers.contains(&(helper as u16)),
+        "{summary}"
+    );
+    assert!(summary["udpPort"].as_u64().unwrap() > 0, "{summary}");
+    stop("any port", &d).await;
+}
+
+#[tokio::test]
+async fn a_second_port_is_refused_clearly_and_the_first_still_serves() {
+    let (d, admin) = run(
+        2,
+        &["node".into(), fixture("two-ports.js")],
+        &temp_dir("two-ports"),
+    )
+    .await;
+    every_worker_answers("two ports", &d, admin).await;
+    for needle in [
+        "listen() on port 3001 after port 3000: drover routes one port per worker",
+        "second listen failed: EADDRINUSE",
+    ] {
+        assert!(
+            d.wait_for_line(needle, Duration::from_secs(10))
+                .await
+                .is_some(),
+            "no line with {needle:?}\n{}",
+            d.stderr_text()
+        );
+    }
+    stop("two ports", &d).await;
+}
+
+#[tokio::test]
+async fn a_unix_socket_listen_fails_with_the_reason() {
+    let mut cmd = Command::new(bin());
+    cmd.args("run -w 1 --listen 127.0.0.1:0 --admin off -- node".split(' '))
+        .arg(fixture("unix-socket.js"));
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    for needle in [
+        "asks for a Unix socket; drover balances TCP",
+        "unix listen failed: ENOTSUP",
+    ] {
+        assert!(
+            d.wait_for_line(needle, Duration::from_secs(10))
+                .await
+                .is_some(),
+            "no line with {needle:?}\n{}",
+            d.stderr_text()
+        );
+    }
+    stop("unix socket", &d).await;
+}
+
+#[tokio::test]
+async fn a_program_that_ignores_port_is_told_what_to_do() {
+    let dir = temp_dir("ignores-port");
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[balancer]]
+listen = "127.0.0.1:0"
+backends = ["app:web"]
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[app]]
+name = "web"
+command = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "0"]
+ready_timeout = "1s"
+"#,
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "-c", file.to_str().unwrap()]);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "listening on ").await;
+    let admin = admin_addr(&d).await;
+    let told = wait_until_async(Duration::from_secs(20), || async {
+        restart_records(&status(admin).await).iter().any(|r| {
+            r.detail
+                .as_deref()
+                .is_some_and(|t| t.contains("never listened on its PORT") && t.contains("{port}"))
+        })
+    })
+    .await;
+    assert!(
+        told,
+        "{:?}\n{}",
+        restart_records(&status(admin).await),
+        d.stderr_text()
+    );
+    stop("ignores PORT", &d).await;
+}
+
+#[tokio::test]
+async fn a_hard_coded_port_app_is_killed_reloaded_and_scaled_under_load_without_a_failure() {
+    let dir = as_written(".");
+    let command = ["node".to_string(), "hard-coded.js".to_string()];
+    let (d, admin) = run(2, &command, &dir).await;
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 4, "/", stop_load.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let victim = common::serving_pids(&status(admin).await)[0].unwrap();
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_all_serving(&d, admin).await;
+
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    wait_all_serving(&d, admin).await;
+
+    let (code, out, err) = ctl(admin, &["scale", "3"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let three = wait_until_async(Duration::from_secs(20), || async {
+        let pids = common::serving_pids(&status(admin).await);
+        pids.len() == 3 && pids.iter().all(Option::is_some)
+    })
+    .await;
+    assert!(three, "{}", d.stderr_text());
+    let (code, out, err) = ctl(admin, &["scale", "1"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    assert_load_never_failed(
+        &stop_load,
+        load,
+        50,
+        "while a worker was killed, reloaded and scaled",
+    )
+    .await;
+    stop("kill, reload, scale", &d).await;
+}
