@@ -2,9 +2,11 @@
 //! one `SO_REUSEPORT` group on the app's address, and a classic BPF program on the
 //! group that picks the socket (so the worker) each new connection lands on.
 //!
-//! Why this shape: with one socket shared by every worker the kernel wakes whichever
-//! worker waits in `accept`, which knows nothing of load and spreads unevenly (39/61
-//! on two workers under `wrk -c50`). With a socket per worker, the kernel asks the
+//! Why this shape: with one socket shared by every worker, whichever worker waits in
+//! `accept` takes the next connection. That is load-aware at the moment of the accept
+//! (a busy worker does not wait there), but not over a burst: the first worker woken
+//! takes most of it (39/61 on two workers under `wrk -c50` keep-alive, 74.5 % in
+//! bench/shared.sh), and drover has no say. With a socket per worker, the kernel asks the
 //! group's program at each SYN for an index into the group (the sockets in the order
 //! they joined it) and queues the connection on that socket; the worker then talks to
 //! the client directly. drover never touches a request, it only re-writes the program
@@ -14,7 +16,13 @@
 //! What the program does: it draws the kernel's per-packet random number and compares
 //! it with cumulative thresholds, so slot `i` gets a share `w_i / Σw` of new
 //! connections. A classic program has no memory, so within one sampling period the
-//! placement is random; across periods drover corrects it (see `weights`).
+//! placement is random; across periods drover corrects it (see `weights`), and between
+//! periods `watch` leaves out a worker whose queue holds a connection for 1 ms.
+//!
+//! The price, measured (bench/shared.sh): placing a connection before a worker is free
+//! loses to a queue every free worker pulls from when each request has a connection of
+//! its own and costs vary (p99 1.2-1.4 x Node cluster's, where the single shared socket
+//! gets 0.9 x); a connection placed behind a 10 ms request waits for it.
 //!
 //! Invariants:
 //! - drover creates every slot's socket and keeps its own descriptor until it exits.
