@@ -1331,7 +1331,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         return Err(ctx.at(
             command_span,
             key("command"),
-            "{port} needs a port per worker, which mode = \"shared\" does not have: the workers share the socket on fd 3 (listen)",
+            "{port} needs a port per worker, which mode = \"shared\" does not have: each worker accepts on the socket drover gives it as fd 3 (listen)",
         ));
     }
     let health = match raw.health {

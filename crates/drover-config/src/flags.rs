@@ -26,8 +26,9 @@ pub struct RunArgs {
     /// "proxy": each worker on its own port behind drover's balancer, which places
     /// every request. "handoff": drover hands each new client connection to the Node
     /// worker least behind, which then serves it with no proxy hop (other programs are
-    /// proxied). "shared": the workers accept on one socket drover binds at --listen
-    /// (LISTEN_FDS=1, fd 3); the kernel spreads connections, with no proxy hop and no
+    /// proxied). "shared": each worker accepts on a socket of its own at --listen
+    /// (LISTEN_FDS=1, fd 3), and drover places new connections by the workers' load,
+    /// with no proxy hop and no
     /// per-worker health checks.
     #[arg(short, long, default_value = "proxy")]
     pub mode: drover_supervisor::Mode,
@@ -466,7 +467,7 @@ pub struct RunConfig {
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
-/// mode, one socket the workers share).
+/// mode, a socket per worker on the listen address).
 pub fn run_config(args: &RunArgs) -> Result<RunConfig, FlagError> {
     run_config_text(args).map_err(FlagError)
 }
@@ -489,7 +490,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 return Err("--max-conns, --queue-max, --queue-timeout and --hash-key do not apply to --mode shared: drover does not see the requests".into());
             }
             if args.strategy.is_some() {
-                return Err("--strategy does not apply to --mode shared: the kernel hands connections to the workers".into());
+                return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
             }
             if args.health_path.is_some() {
                 return Err(
@@ -498,7 +499,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 );
             }
             if drover_supervisor::command_uses_port(&args.command) {
-                return Err("{port} in the command needs a port per worker, which --mode shared does not have: the workers share the socket on fd 3 (--listen)".into());
+                return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
             }
             app.listen = Some(args.listen);
         }

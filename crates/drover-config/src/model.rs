@@ -84,8 +84,8 @@ pub struct AppConfig {
     pub max_memory: Option<u64>,
     /// `proxy` (default): each worker on its own port behind a balancer. `handoff`: the
     /// same, and the balancer hands each client connection to a Node worker that then
-    /// serves it directly. `shared`: the workers accept on one socket drover binds at
-    /// `listen`.
+    /// serves it directly. `shared`: each worker accepts on a socket of its own that
+    /// drover binds at `listen`, and drover places new connections by load.
     pub mode: Mode,
     /// Shared mode only, and required there: the address the workers serve clients on.
     pub listen: Option<SocketAddr>,

@@ -32,6 +32,7 @@ pub mod output;
 mod process;
 pub mod spec;
 pub mod status;
+mod steer;
 mod supervisor;
 mod worker;
 
@@ -46,5 +47,6 @@ pub use spec::{
     ParseModeError, ProgramError, SpecError, MAX_WORKERS, PORT_PLACEHOLDER,
 };
 pub use status::{WorkerState, WorkerStatus};
+pub use steer::SharedListener;
 pub use supervisor::{StuckWorker, Supervisor, SupervisorError, Undone};
 pub use worker::ReplaceError;

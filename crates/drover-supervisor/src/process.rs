@@ -111,8 +111,9 @@ fn node_preload() -> io::Result<&'static Path> {
 pub(crate) enum Listen<'a> {
     /// Its own loopback port, passed as `PORT`.
     Port(u16),
-    /// drover's listening socket, passed as fd 3 the way systemd's socket activation
-    /// does (`LISTEN_FDS=1`, `LISTEN_PID`, `LISTEN_FDNAMES`).
+    /// The slot's listening socket (shared mode, see `steer`), passed as fd 3 the way
+    /// systemd's socket activation does (`LISTEN_FDS=1`, `LISTEN_PID`,
+    /// `LISTEN_FDNAMES`).
     Socket(&'a TcpListener),
 }
 

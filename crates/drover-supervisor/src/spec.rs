@@ -96,7 +96,7 @@ impl fmt::Display for SpecError {
             SpecError::Health(e) => write!(f, "health: {e}"),
             SpecError::PortInSharedMode => write!(
                 f,
-                "command: {PORT_PLACEHOLDER} needs a port per worker, which shared mode does not have (the workers share the socket on fd 3)"
+                "command: {PORT_PLACEHOLDER} needs a port per worker, which shared mode does not have (each worker accepts on the socket drover gives it as fd 3)"
             ),
             SpecError::ZeroMaxMemory => f.write_str("max_memory must be greater than 0"),
             SpecError::Restart(e) => write!(f, "restart: {e}"),
@@ -158,10 +158,11 @@ pub enum Mode {
     /// new client connection to a worker that takes connections itself (a Node app,
     /// through drover-node), which then serves it with no drover in between.
     Handoff,
-    /// drover binds one listening socket and hands it to every worker as fd 3
-    /// (`LISTEN_FDS=1`, `LISTEN_PID`): the kernel spreads connections, with no proxy hop.
-    /// No per-worker health checks or request-level balancing: drover cannot address
-    /// one worker through a shared socket.
+    /// drover binds a listening socket per worker on one address (a `SO_REUSEPORT`
+    /// group) and hands each worker its own as fd 3 (`LISTEN_FDS=1`, `LISTEN_PID`);
+    /// drover places new connections by the workers' load (see `steer`), with no proxy
+    /// hop. No per-worker health checks or request-level balancing: drover does not see
+    /// the requests.
     Shared,
 }
 
@@ -615,7 +616,7 @@ mod tests {
         assert_eq!(shared.validate(), Err(SpecError::PortInSharedMode));
         assert_eq!(
             shared.validate().unwrap_err().to_string(),
-            "command: {port} needs a port per worker, which shared mode does not have (the workers share the socket on fd 3)"
+            "command: {port} needs a port per worker, which shared mode does not have (each worker accepts on the socket drover gives it as fd 3)"
         );
         // The program is never substituted, so a `{port}` there is no shared-mode error.
         shared.command = vec!["{port}".into(), "--port".into(), "8000".into()];

@@ -6,10 +6,10 @@ use crate::memory;
 use crate::output::{stderr_sink, LineSink};
 use crate::spec::{check_workers, AppSpec, Mode, ProgramError, SpecError};
 use crate::status::{WorkerState, WorkerStatus};
+use crate::steer::{SharedListener, Steering, STEER_IDLE_PERIOD, STEER_PERIOD};
 use crate::worker::{self, ReplaceError, ReplaceRequest, Shared};
 use drover_registry::Pool;
 use std::fmt;
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -28,6 +28,19 @@ pub struct Supervisor {
     /// One reload or scale at a time: two interleaved ones would replace or retire each
     /// other's workers.
     reloading: tokio::sync::Mutex<()>,
+    /// Shared mode: the task that re-weights the program every `STEER_PERIOD`.
+    steering: Option<JoinHandle<()>>,
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if let Some(task) = &self.steering {
+            task.abort();
+        }
+        if let Some(steer) = &self.shared.steer {
+            steer.stop_watching();
+        }
+    }
 }
 
 struct SlotTasks {
@@ -82,11 +95,13 @@ impl Supervisor {
         Supervisor::launch(spec, pool, sink, None)
     }
 
-    /// Shared mode: every worker accepts on `socket` (passed as fd 3 with
-    /// `LISTEN_FDS=1`), so the kernel spreads connections over them with no proxy hop.
+    /// Shared mode: each worker accepts on a socket of its own (passed as fd 3 with
+    /// `LISTEN_FDS=1`), all in one `SO_REUSEPORT` group on `listener`'s address, and
+    /// drover places each new connection on a worker's socket by the workers' load
+    /// (see the `steer` module), with no proxy hop.
     pub fn start_shared(
         spec: AppSpec,
-        socket: TcpListener,
+        listener: SharedListener,
         sink: LineSink,
     ) -> Result<Supervisor, SupervisorError> {
         if spec.mode != Mode::Shared {
@@ -97,14 +112,18 @@ impl Supervisor {
             &[],
             drover_registry::PoolOptions::default(),
         ));
-        Supervisor::launch(spec, pool, sink, Some(socket))
+        let steer = Steering::new(listener).map_err(|source| SupervisorError::Steering {
+            app: spec.name.clone(),
+            source,
+        })?;
+        Supervisor::launch(spec, pool, sink, Some(steer))
     }
 
     fn launch(
         spec: AppSpec,
         pool: Arc<Pool>,
         sink: LineSink,
-        socket: Option<TcpListener>,
+        steer: Option<Steering>,
     ) -> Result<Supervisor, SupervisorError> {
         spec.validate()
             .map_err(|source| SupervisorError::InvalidSpec {
@@ -118,12 +137,41 @@ impl Supervisor {
                 source,
             })?;
         let workers = spec.workers;
-        let shared = Arc::new(Shared::new(spec, pool, sink, socket));
+        let steering = steer.is_some();
+        let shared = Arc::new(Shared::new(spec, pool, sink, steer));
+        if steering {
+            let app = shared.app.to_string();
+            let shared = Arc::clone(&shared);
+            // A thread, not a task: it blocks in epoll_wait (see `Steering::watch`).
+            std::thread::Builder::new()
+                .name("drover-steer".into())
+                .spawn(move || {
+                    if let Some(steer) = &shared.steer {
+                        steer.watch();
+                    }
+                })
+                .map_err(|source| SupervisorError::Steering { app, source })?;
+        }
+        // After the watcher: a failure before this point leaves nothing running.
         let tasks = (0..workers)
             .map(|id| SlotTask::start(&shared, id))
             .collect();
+        let steering = steering.then(|| {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                loop {
+                    let next = if shared.steer() {
+                        STEER_PERIOD
+                    } else {
+                        STEER_IDLE_PERIOD
+                    };
+                    tokio::time::sleep(next).await;
+                }
+            })
+        });
         Ok(Supervisor {
             shared,
+            steering,
             slots: tokio::sync::Mutex::new(SlotTasks {
                 tasks,
                 closed: false,
@@ -147,10 +195,7 @@ impl Supervisor {
 
     /// Shared mode: the address workers accept on.
     pub fn shared_addr(&self) -> Option<std::net::SocketAddr> {
-        self.shared
-            .socket
-            .as_ref()
-            .and_then(|s| s.local_addr().ok())
+        self.shared.steer.as_ref().map(Steering::local_addr)
     }
 
     /// Every worker slot, by id, with its RSS, CPU time and in-flight count.
@@ -438,6 +483,8 @@ impl std::fmt::Debug for Supervisor {
 pub enum SupervisorError {
     /// `start` or `start_with_output` with a spec in shared mode.
     SharedNeedsSocket { app: String },
+    /// Shared mode: the listening socket could not be set up for steering.
+    Steering { app: String, source: std::io::Error },
     /// `start_shared` with a spec not in shared mode.
     NotShared { app: String },
     /// The spec given to start is invalid.
@@ -480,6 +527,12 @@ impl fmt::Display for SupervisorError {
                 "app {app:?}: shared mode needs a listening socket (start_shared)"
             ),
             SupervisorError::NotShared { app } => write!(f, "app {app:?}: not in shared mode"),
+            SupervisorError::Steering { app, source } => {
+                write!(
+                    f,
+                    "app {app:?}: cannot set up the workers' sockets: {source}"
+                )
+            }
             SupervisorError::InvalidSpec { app, source }
             | SupervisorError::InvalidWorkers { app, source } => {
                 write!(f, "app {app:?}: {source}")
@@ -519,6 +572,7 @@ impl std::error::Error for SupervisorError {
             | SupervisorError::InvalidWorkers { source, .. } => Some(source),
             SupervisorError::Program { source, .. } => Some(source),
             SupervisorError::ReloadFailed { source, .. } => Some(source),
+            SupervisorError::Steering { source, .. } => Some(source),
             // Transparent: its message is this one's.
             SupervisorError::InvalidReloadSpec(e) => e.source(),
             _ => None,

@@ -16,9 +16,10 @@ use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
 use crate::spec::AppSpec;
 use crate::status::{WorkerState, WorkerStatus};
+use crate::steer::{SlotState, Steering, RESCUE_AFTER};
 use drover_registry::{Pool, Source, TakesConnections};
 use std::fmt;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,8 +50,9 @@ pub(crate) struct Shared {
     pub app: Arc<str>,
     pub pool: Arc<Pool>,
     pub sink: LineSink,
-    /// Shared mode: the socket every worker accepts on. `None` in proxy mode.
-    pub socket: Option<TcpListener>,
+    /// Shared mode: each slot's socket and the program that places connections on
+    /// them (see `steer`). `None` in proxy mode.
+    pub steer: Option<Steering>,
     /// One per worker id, `0..count`; scaling adds or removes at the end. Locked
     /// briefly to update or read; never across an await.
     slots: Mutex<Vec<Slot>>,
@@ -160,6 +162,9 @@ pub(crate) struct Slot {
     pub started_at: Option<SystemTime>,
     /// The address this slot put in the pool, so shutdown can take it out at once.
     pub in_pool: Option<SocketAddr>,
+    /// Shared mode: its process serves, so the program may place connections on its
+    /// socket (the counterpart of `in_pool`).
+    pub placed: bool,
     /// `scale` is retiring this slot: its stop is a scale-down, not drover's shutdown.
     pub retiring: bool,
     /// The app's health-restart permit, from a health kill until this slot's next
@@ -183,6 +188,7 @@ impl Slot {
             restart_counts: RestartCounts::default(),
             started_at: None,
             in_pool: None,
+            placed: false,
             retiring: false,
             health_permit: None,
         }
@@ -216,14 +222,14 @@ impl Shared {
         spec: AppSpec,
         pool: Arc<Pool>,
         sink: LineSink,
-        socket: Option<TcpListener>,
+        steer: Option<Steering>,
     ) -> Shared {
         Shared {
             app: Arc::from(spec.name.as_str()),
             slots: Mutex::new((0..spec.workers).map(|_| Slot::new()).collect()),
             pool,
             sink,
-            socket,
+            steer,
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
@@ -335,11 +341,56 @@ impl Shared {
         }
     }
 
+    /// Shared mode: re-weights where new connections go from what the slots do now
+    /// (see `steer`). Called every `STEER_PERIOD`, and at once when a slot starts or
+    /// stops serving, so a dead worker's socket is named in the program as briefly as
+    /// possible. Answers whether the workers are busy (see `Steering::look`).
+    pub(crate) fn steer(&self) -> bool {
+        let Some(steer) = &self.steer else {
+            return false;
+        };
+        let slots: Vec<SlotState> = self
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|s| SlotState {
+                pid: s.pid,
+                serving: s.placed && s.state.is_serving() && !s.retiring,
+            })
+            .collect();
+        match steer.look(&slots) {
+            Ok(active) => active,
+            Err(e) => {
+                // The program attached before keeps placing connections; nothing is lost.
+                tracing::warn!(app = %self.app, "shared mode: cannot re-weight the workers' sockets: {e}");
+                true
+            }
+        }
+    }
+
+    /// Shared mode: whether a slot other than `id` has a process that serves.
+    fn others_placed(&self, id: usize) -> bool {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .enumerate()
+            .any(|(i, s)| i != id && s.placed && s.state.is_serving() && !s.retiring)
+    }
+
     /// Takes a slot's endpoint out of the pool, if it has one there.
     pub(crate) fn leave_pool(&self, id: usize) {
-        let addr = self.slot(id).in_pool.take();
+        let (addr, placed) = {
+            let mut slot = self.slot(id);
+            (slot.in_pool.take(), std::mem::take(&mut slot.placed))
+        };
         if let Some(addr) = addr {
             self.pool.remove(Source::Supervisor, addr);
+        }
+        if placed {
+            // At once, not at the next look: a connection placed on a dead worker's
+            // socket waits for its successor.
+            let _ = self.steer();
         }
     }
 }
@@ -515,7 +566,11 @@ impl Shared {
 /// Starts a process of the current spec for slot `id`; it is not ready yet.
 fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
     let (spec, generation) = shared.current();
-    let (port, listen) = match &shared.socket {
+    let socket = match &shared.steer {
+        Some(steer) => Some(steer.socket(id)?),
+        None => None,
+    };
+    let (port, listen) = match &socket {
         Some(socket) => (None, Listen::Socket(socket)),
         None => {
             let port = Port::pick()?;
@@ -697,9 +752,21 @@ pub(crate) async fn run(
         }
         let backoff = tokio::time::sleep(delay);
         tokio::pin!(backoff);
+        // Shared mode, crash-looping: what was queued on the slot's socket goes to the
+        // workers that serve rather than wait out the back-off (see `Steering::rescue`).
+        let rescue = async {
+            match &shared.steer {
+                Some(steer) if delay >= RESCUE_AFTER => {
+                    steer.rescue(id, || shared.others_placed(id)).await
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::pin!(rescue);
         loop {
             tokio::select! {
                 _ = &mut backoff => break,
+                _ = &mut rescue => {}
                 _ = stopped(&mut stop) => break,
                 // Nothing to replace while no process runs; the next one starts from
                 // the current spec anyway.
@@ -1092,7 +1159,11 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
     // Its predecessor's health restart is over: the app's next may go.
     slot.health_permit = None;
     let Some(addr) = proc.addr() else {
-        return; // shared mode: the kernel balances, there is no pool
+        // Shared mode: no pool; the program may name this slot from now on.
+        slot.placed = true;
+        drop(slot);
+        let _ = shared.steer();
+        return;
     };
     shared.pool.insert(Source::Supervisor, addr, 1);
     // We just saw it serve, so it is healthy even in a pool whose members start
@@ -1114,11 +1185,48 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
 async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<ExitStatus> {
     let endpoint = proc.addr().and_then(|a| shared.pool.find(a));
     shared.leave_pool(id);
-    shared.slot(id).state = WorkerState::Stopping;
+    let retiring = {
+        let mut slot = shared.slot(id);
+        slot.state = WorkerState::Stopping;
+        slot.retiring
+    };
+    if let (Some(steer), true) = (&shared.steer, retiring) {
+        // Scaled away in shared mode: no new connection is placed here from now on,
+        // and what is already queued on its socket is accepted by this process before
+        // it stops (nothing else will accept there until the app grows again).
+        let _ = shared.steer();
+        drain_queue(shared, id, proc, steer).await;
+    }
     if let Some(ep) = endpoint {
         drain(shared, id, proc, &|| ep.in_flight()).await;
     }
     proc.worker.stop(proc.spec.stop_timeout).await
+}
+
+/// Shared mode: waits until slot `id`'s accept queue stays empty (its process accepts
+/// what is there), it exits, or `drain_timeout` passes. Twice empty in a row: a SYN
+/// placed here just before the program changed completes its handshake a moment later.
+async fn drain_queue(shared: &Shared, id: usize, proc: &mut Proc, steer: &Steering) {
+    let drained = async {
+        let mut empty = 0;
+        while empty < 2 {
+            tokio::time::sleep(DRAIN_POLL).await;
+            // Unreadable: nothing to wait for that drover could see.
+            empty = match steer.queued(id) {
+                Some(0) | None => empty + 1,
+                Some(_) => 0,
+            };
+        }
+    };
+    tokio::select! {
+        r = tokio::time::timeout(proc.spec.drain_timeout, drained) => {
+            if r.is_err() {
+                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
+                    "connections still queued for a retired worker after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
+            }
+        }
+        _ = proc.worker.child.wait() => {}
+    }
 }
 
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it

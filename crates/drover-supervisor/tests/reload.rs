@@ -4,11 +4,10 @@ mod common;
 
 use common::*;
 use drover_supervisor::{
-    AppSpec, Mode, ReplaceError, RestartReason, SpecError, Supervisor, SupervisorError, Undone,
-    WorkerState,
+    AppSpec, Mode, ReplaceError, RestartReason, SharedListener, SpecError, Supervisor,
+    SupervisorError, Undone, WorkerState,
 };
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -273,9 +272,9 @@ async fn a_worker_over_max_memory_is_replaced_without_a_gap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_mode_hands_one_socket_to_every_worker() {
-    let socket = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
+async fn shared_mode_hands_a_socket_to_every_worker() {
+    let socket = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr();
     let mut spec = python_app("shared", 2);
     spec.mode = Mode::Shared;
     let (sink, _lines) = collecting_sink();
@@ -286,8 +285,8 @@ async fn shared_mode_hands_one_socket_to_every_worker() {
 
     // Each answer names its worker; LISTEN_PID is the worker's own pid, as
     // systemd-style libraries check.
-    // Overlapping slow requests: while one worker is busy, the other must accept
-    // (sequential ones may all go to whichever worker waits in accept).
+    // Overlapping slow requests: each worker accepts on its own socket, and new
+    // connections are placed on both.
     let mut workers = BTreeSet::new();
     for _ in 0..10 {
         let asks: Vec<_> = (0..4)

@@ -8,9 +8,8 @@ use drover_config::flags::{self, RunArgs};
 use drover_config::plan::{app_spec, BalancerPlan};
 use drover_config::{self as config, Config, Origins};
 use drover_registry::{Pool, PoolOptions};
-use drover_supervisor::{stderr_sink, Supervisor};
+use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,7 +27,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
-/// mode, one socket the workers share), from flags.
+/// mode, a socket per worker on the listen address), from flags.
 pub async fn run_app(args: &RunArgs) -> Result<(), String> {
     let run = flags::run_config(args).map_err(|e| e.to_string())?;
     // Asked for: it must start. Not asked for: the default port, if it is free.
@@ -89,7 +88,7 @@ pub(crate) async fn run_config(
     let mut shared_sockets = BTreeMap::new();
     for (i, app) in cfg.apps.iter().enumerate() {
         if let Some(listen) = app.listen {
-            let socket = TcpListener::bind(listen).map_err(|e| {
+            let socket = SharedListener::bind(listen).map_err(|e| {
                 origins.error(
                     &format!("app[{i}].listen"),
                     format!("app {:?}: cannot listen on {listen}: {e}", app.name),
@@ -163,17 +162,17 @@ pub(crate) async fn run_config(
     for spec in specs {
         let (name, workers) = (spec.name.clone(), spec.workers);
         let started = match shared_sockets.remove(&name) {
-            Some(socket) => socket
-                .local_addr()
-                .map_err(|e| e.to_string())
-                .and_then(|addr| Ok((addr, Supervisor::start_shared(spec, socket, stderr_sink()).map_err(|e| e.to_string())?)))
-                .map(|(addr, sup)| {
+            Some(socket) => {
+                let addr = socket.local_addr();
+                Supervisor::start_shared(spec, socket, stderr_sink())
+                    .map_err(|e| e.to_string())
+                    .inspect(|_| {
                     // Scripts and tests read this line to learn the port when listening on :0.
                     eprintln!(
                         "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
                     );
-                    sup
-                }),
+                })
+            }
             None => {
                 let pool = pools
                     .entry(name.clone())
@@ -181,9 +180,11 @@ pub(crate) async fn run_config(
                         Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
                     })
                     .clone();
-                Supervisor::start(spec, pool).map_err(|e| e.to_string()).inspect(|_| {
-                    eprintln!("drover: app {name:?} starting {workers} workers");
-                })
+                Supervisor::start(spec, pool)
+                    .map_err(|e| e.to_string())
+                    .inspect(|_| {
+                        eprintln!("drover: app {name:?} starting {workers} workers");
+                    })
             }
         };
         match started {

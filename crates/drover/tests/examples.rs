@@ -384,7 +384,7 @@ async fn behind_drover(lang: Lang, app: App) {
 }
 
 /// drover's shared mode: no balancer, the workers accept on the socket drover passes
-/// them as fd 3 (LISTEN_FDS), and the kernel spreads the connections.
+/// them as fd 3 (LISTEN_FDS, one socket per worker), and drover places the connections.
 async fn shared_mode(lang: Lang, app: App) {
     let Some(server) = command(lang, app) else {
         return;

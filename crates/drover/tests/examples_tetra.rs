@@ -245,7 +245,7 @@ async fn behind_drover(fw: Framework) {
 }
 
 /// drover's shared mode: no balancer; the workers accept on the socket drover passes
-/// them as fd 3 (LISTEN_FDS), and the kernel spreads the connections.
+/// them as fd 3 (LISTEN_FDS, one socket per worker), and drover places the connections.
 async fn shared_mode(fw: Framework) {
     let Some(app) = command(fw) else {
         return;

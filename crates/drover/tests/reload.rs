@@ -354,7 +354,7 @@ async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
 }
 
 #[tokio::test]
-async fn shared_mode_serves_on_every_worker_through_one_socket() {
+async fn shared_mode_serves_on_every_worker_through_one_address() {
     let (d, admin) = run_python("shared", "2", &["--mode", "shared"]).await;
     assert!(
         d.stderr_text().contains("(shared socket, 2 workers)"),
@@ -366,9 +366,9 @@ async fn shared_mode_serves_on_every_worker_through_one_socket() {
     assert_eq!(s.apps[0].mode, "shared");
     assert!(s.balancers.is_empty());
 
-    // Sequential requests may all land on one worker: the kernel wakes whichever
-    // worker waits in accept, and an idle one keeps winning (the shared-socket
-    // trade-off). Overlapping slow requests keep one busy, so the other must accept.
+    // Overlapping slow requests reach both workers: each has a socket of its own and
+    // drover places new connections evenly while they are equally loaded (how evenly
+    // is shared_steer.rs's business).
     let mut seen = BTreeSet::new();
     for _ in 0..10 {
         for ask in slow_requests(d.addr(), 4) {
