@@ -9,8 +9,9 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
@@ -88,9 +89,34 @@ pub struct Inbox {
     tx: mpsc::UnboundedSender<ToSession>,
     queued: Arc<AtomicUsize>,
     given: Arc<AtomicBool>,
+    /// When the worker last took up a connection given to it, or was given one with
+    /// none waiting: milliseconds since `epoch`.
+    progress_ms: Arc<AtomicU64>,
+    epoch: Instant,
 }
 
+/// A worker with connections waiting that has taken up none for this long is stalled
+/// (busy in one long task, stopped, or hung): new connections go elsewhere. A busy
+/// worker's event loop turns every few milliseconds and takes up a burst in one turn.
+const STALLED_AFTER: Duration = Duration::from_millis(100);
+
 impl Inbox {
+    /// Whether connections wait for the worker and it has taken up none of them for a
+    /// while (see `STALLED_AFTER`).
+    pub fn is_stalled(&self) -> bool {
+        self.queued() > 0 && self.since_progress() > STALLED_AFTER
+    }
+
+    fn since_progress(&self) -> Duration {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.progress_ms.load(Relaxed)))
+    }
+
+    fn note_progress(&self) {
+        self.progress_ms
+            .store(self.epoch.elapsed().as_millis() as u64, Relaxed);
+    }
+
     /// Connections given and not yet taken up by the worker: it takes one only when its
     /// event loop runs, so this grows while the worker is busy.
     pub fn queued(&self) -> usize {
@@ -99,7 +125,10 @@ impl Inbox {
 
     /// Gives the worker `stream`; it is back when the session has ended.
     pub fn give(&self, stream: TcpStream) -> Result<(), TcpStream> {
-        self.queued.fetch_add(1, Relaxed);
+        if self.queued.fetch_add(1, Relaxed) == 0 {
+            // The stall clock starts with the first connection that waits.
+            self.note_progress();
+        }
         self.given.store(true, Relaxed);
         self.tx.send(ToSession::Connection(stream)).map_err(|back| {
             self.queued.fetch_sub(1, Relaxed);
@@ -165,6 +194,8 @@ impl Session {
                 tx,
                 queued: Arc::new(AtomicUsize::new(0)),
                 given: Arc::new(AtomicBool::new(false)),
+                progress_ms: Arc::new(AtomicU64::new(0)),
+                epoch: Instant::now(),
             },
             from_drover,
             disconnect: Disconnect::NotAsked,
@@ -408,6 +439,7 @@ impl Session {
     /// `waiting` left the queue (taken up by the worker, or dropped).
     fn taken(&self, waiting: &Waiting) {
         if waiting.given {
+            self.inbox.note_progress();
             self.inbox.queued.fetch_sub(1, Relaxed);
         }
     }

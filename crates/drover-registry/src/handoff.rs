@@ -20,13 +20,17 @@ use std::sync::{Arc, Mutex};
 pub trait TakesConnections: Send + Sync {
     /// Connections given and not yet taken up by the worker.
     fn queued(&self) -> usize;
+    /// Connections wait and the worker has taken up none of them for a while: it is
+    /// busy in one long task, stopped, or hung, and gets no more for now.
+    fn is_stalled(&self) -> bool;
     /// Gives it `stream`, or returns it when the worker can take no more.
     fn give(&self, stream: TcpStream) -> Result<(), TcpStream>;
 }
 
-/// Past this many queued connections a worker is not given more: it has stopped
-/// taking them (hung, or stopped), and the caller serves the connection instead.
-const MAX_QUEUED: usize = 16;
+/// Past this many queued connections a worker is given no more, stalled or not: a
+/// burst (a load test opening its connections at once) is taken up within a turn or
+/// two of the workers' event loops; this bounds what one worker can be left holding.
+const MAX_QUEUED: usize = 256;
 
 /// A worker at or above this CPU share (its main thread's, from the supervisor's
 /// reports) is saturated: new connections go to one that is not, when there is one.
@@ -107,7 +111,7 @@ impl Handoffs {
                     return None;
                 }
                 let queued = t.takes.queued();
-                if queued >= MAX_QUEUED {
+                if queued >= MAX_QUEUED || t.takes.is_stalled() {
                     return None;
                 }
                 let saturated = ep.reported_load(now) >= SATURATED;
@@ -132,12 +136,16 @@ mod tests {
 
     struct Fake {
         queued: AtomicUsize,
+        stalled: std::sync::atomic::AtomicBool,
         got: Mutex<Vec<TcpStream>>,
     }
 
     impl TakesConnections for Fake {
         fn queued(&self) -> usize {
             self.queued.load(Relaxed)
+        }
+        fn is_stalled(&self) -> bool {
+            self.stalled.load(Relaxed)
         }
         fn give(&self, stream: TcpStream) -> Result<(), TcpStream> {
             self.got.lock().unwrap().push(stream);
@@ -148,6 +156,7 @@ mod tests {
     fn fake(queued: usize) -> Arc<Fake> {
         Arc::new(Fake {
             queued: AtomicUsize::new(queued),
+            stalled: std::sync::atomic::AtomicBool::new(false),
             got: Mutex::new(Vec::new()),
         })
     }
@@ -180,10 +189,14 @@ mod tests {
         for _ in 0..6 {
             assert_eq!(h.hand_off(stream(&l), find).unwrap(), b);
         }
-        // Both far behind: the caller keeps the connection.
+        // Both far behind, or stalled: the caller keeps the connection.
         fa.queued.store(MAX_QUEUED, Relaxed);
         fb.queued.store(MAX_QUEUED, Relaxed);
         assert!(h.hand_off(stream(&l), find).is_err());
+        fa.queued.store(1, Relaxed);
+        fa.stalled.store(true, Relaxed);
+        assert!(h.hand_off(stream(&l), find).is_err());
+        fa.stalled.store(false, Relaxed);
 
         // Out of the pool: none.
         h.unregister(a);

@@ -662,6 +662,10 @@ impl TakesConnections for NodeInbox {
         self.0.queued()
     }
 
+    fn is_stalled(&self) -> bool {
+        self.0.is_stalled()
+    }
+
     fn give(&self, stream: std::net::TcpStream) -> Result<(), std::net::TcpStream> {
         self.0.give(stream)
     }
