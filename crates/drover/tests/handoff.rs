@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::examples::clean_env;
+use common::examples::{clean_env, drover_stops_cleanly};
 use common::{admin_addr, bin, ctl, serving_pids, status, wait_all_serving};
 use drover_testkit::{spawn_ready_line, wait_until_async, ChildProcess, HttpClient};
 use std::collections::BTreeMap;
@@ -92,11 +92,7 @@ async fn straight_and_even(node: &str, extra: &[&str]) {
         ),
         "{metrics}"
     );
-    d.signal("TERM").unwrap();
-    assert!(d
-        .wait_exit(Duration::from_secs(15))
-        .await
-        .is_some_and(|s| s.success()));
+    drover_stops_cleanly("handoff", &d).await;
 }
 
 #[tokio::test]
@@ -125,8 +121,7 @@ async fn a_busy_worker_gets_fewer_new_connections_than_an_idle_one() {
         "{to_busy} of 20 new connections went to the busy worker\n{}",
         d.stderr_text()
     );
-    d.signal("TERM").unwrap();
-    d.wait_exit(Duration::from_secs(15)).await;
+    drover_stops_cleanly("handoff", &d).await;
 }
 
 #[tokio::test]
@@ -190,11 +185,7 @@ async fn reload_and_scale_under_load_fail_no_request() {
         &failed[..failed.len().min(5)],
         d.stderr_text()
     );
-    d.signal("TERM").unwrap();
-    assert!(d
-        .wait_exit(Duration::from_secs(15))
-        .await
-        .is_some_and(|s| s.success()));
+    drover_stops_cleanly("handoff", &d).await;
 }
 
 #[tokio::test]
@@ -220,6 +211,5 @@ async fn a_burst_of_connections_at_a_busy_worker_is_all_served() {
     }
     spin.await.unwrap();
     assert!(direct > 0, "handed {direct} of 100");
-    d.signal("TERM").unwrap();
-    d.wait_exit(Duration::from_secs(15)).await;
+    drover_stops_cleanly("handoff", &d).await;
 }

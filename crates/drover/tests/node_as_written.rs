@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::examples::{clean_env, get};
+use common::examples::{clean_env, drover_stops_cleanly, get};
 use common::{
     admin_addr, assert_load_never_failed, bin, ctl, node_binaries, pi_server, restart_records,
     status, steady_load, temp_dir, wait_all_serving,
@@ -82,14 +82,17 @@ async fn every_worker_answers(who: &str, d: &ChildProcess, admin: SocketAddr) {
     );
 }
 
-async fn stop(who: &str, d: &ChildProcess) {
-    d.signal("TERM").unwrap();
-    let status = d.wait_exit(Duration::from_secs(15)).await;
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{who}: drover did not stop cleanly: {status:?}\n{}",
-        d.stderr_text()
-    );
+/// Waits for every line of `needles` in drover's output (its own log and the workers').
+async fn says(who: &str, d: &ChildProcess, needles: &[&str]) {
+    for needle in needles {
+        assert!(
+            d.wait_for_line(needle, Duration::from_secs(10))
+                .await
+                .is_some(),
+            "{who}: no line with {needle:?}\n{}",
+            d.stderr_text()
+        );
+    }
 }
 
 #[tokio::test]
@@ -134,7 +137,7 @@ async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
             let who = format!("{name}: {what}");
             let (d, admin) = run(3, &command, cwd).await;
             every_worker_answers(&who, &d, admin).await;
-            stop(&who, &d).await;
+            drover_stops_cleanly(&who, &d).await;
         }
     }
     // `node --env-file` (Node 20.6 and later: the machine's own), the port from the file.
@@ -156,7 +159,7 @@ async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
         .await
         .text()
         .starts_with("from-env-file "));
-    stop("node --env-file", &d).await;
+    drover_stops_cleanly("node --env-file", &d).await;
 
     // `npm start` (the Express example's script is `node app.js`): npm is a Node
     // process itself, and the app below it is the worker, through a preload.
@@ -171,7 +174,7 @@ async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
             d.stderr_text()
         );
     }
-    stop("npm start", &d).await;
+    drover_stops_cleanly("npm start", &d).await;
 
     // Through a shell, as `sh -c` wrappers and npm scripts run node: node is the
     // worker's child here, so its pid is not the worker's; the answers come from it.
@@ -190,7 +193,7 @@ async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
             d.stderr_text()
         );
     }
-    stop("sh -c", &d).await;
+    drover_stops_cleanly("sh -c", &d).await;
 }
 
 #[tokio::test]
@@ -215,7 +218,7 @@ async fn a_listen_on_any_port_and_udp_get_sockets_of_their_own() {
         "{summary}"
     );
     assert!(summary["udpPort"].as_u64().unwrap() > 0, "{summary}");
-    stop("any port", &d).await;
+    drover_stops_cleanly("any port", &d).await;
 }
 
 #[tokio::test]
@@ -227,19 +230,16 @@ async fn a_second_port_is_refused_clearly_and_the_first_still_serves() {
     )
     .await;
     every_worker_answers("two ports", &d, admin).await;
-    for needle in [
-        "listen() on port 3001 after port 3000: drover routes one port per worker",
-        "second listen failed: EADDRINUSE",
-    ] {
-        assert!(
-            d.wait_for_line(needle, Duration::from_secs(10))
-                .await
-                .is_some(),
-            "no line with {needle:?}\n{}",
-            d.stderr_text()
-        );
-    }
-    stop("two ports", &d).await;
+    says(
+        "two ports",
+        &d,
+        &[
+            "listen() on port 3001 after port 3000: drover routes one port per worker",
+            "second listen failed: EADDRINUSE",
+        ],
+    )
+    .await;
+    drover_stops_cleanly("two ports", &d).await;
 }
 
 #[tokio::test]
@@ -249,19 +249,16 @@ async fn a_unix_socket_listen_fails_with_the_reason() {
         .arg(fixture("unix-socket.js"));
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-    for needle in [
-        "asks for a Unix socket; drover balances TCP",
-        "unix listen failed: ENOTSUP",
-    ] {
-        assert!(
-            d.wait_for_line(needle, Duration::from_secs(10))
-                .await
-                .is_some(),
-            "no line with {needle:?}\n{}",
-            d.stderr_text()
-        );
-    }
-    stop("unix socket", &d).await;
+    says(
+        "unix socket",
+        &d,
+        &[
+            "asks for a Unix socket; drover balances TCP",
+            "unix listen failed: ENOTSUP",
+        ],
+    )
+    .await;
+    drover_stops_cleanly("unix socket", &d).await;
 }
 
 #[tokio::test]
@@ -304,7 +301,7 @@ ready_timeout = "1s"
         restart_records(&status(admin).await),
         d.stderr_text()
     );
-    stop("ignores PORT", &d).await;
+    drover_stops_cleanly("ignores PORT", &d).await;
 }
 
 #[tokio::test]
@@ -347,5 +344,5 @@ async fn a_hard_coded_port_app_is_killed_reloaded_and_scaled_under_load_without_
         "while a worker was killed, reloaded and scaled",
     )
     .await;
-    stop("kill, reload, scale", &d).await;
+    drover_stops_cleanly("kill, reload, scale", &d).await;
 }
