@@ -15,6 +15,8 @@
 #                    (node node-cluster pm2 drover-rr drover-p2c drover-shared);
 #                    also drover-p2c-mc0 (p2c with --max-conns 0: never queues in drover)
 #                    and drover-handoff (--mode handoff: connections handed to the workers)
+#                    and drover-proxy (--mode proxy: every request placed, never handed);
+#                    drover-rr and drover-p2c run the default mode (auto)
 #   BENCH_SCENARIOS  (pi-closed mixed-closed mixed-open50 mixed-open75); any mixed-openNN
 #                    runs the mixed load open loop at NN % of capacity
 #   BENCH_CAPACITY   mixed-load capacity in req/s; default: measured (median of the
@@ -193,7 +195,7 @@ start_peer() { # name -> sets PORT/PID, or returns 1 with the reason in SKIP_WHY
       [[ -n "$PM2_PID" ]] || return 1
       PID[$name]=$PM2_PID
       ;;
-    drover-rr | drover-p2c | drover-p2c-mc0 | drover-shared | drover-handoff)
+    drover-rr | drover-p2c | drover-p2c-mc0 | drover-shared | drover-handoff | drover-proxy)
       ((HAVE_DROVER)) || { SKIP_WHY="no working drover binary"; return 1; }
       local mode=()
       case "$name" in
@@ -204,6 +206,8 @@ start_peer() { # name -> sets PORT/PID, or returns 1 with the reason in SKIP_WHY
         drover-p2c-mc0) mode=(-s p2c --max-conns 0) ;;
         # Each connection handed to the Node worker least behind, then no hop.
         drover-handoff) mode=(--mode handoff) ;;
+        # Every request placed by drover, none handed over.
+        drover-proxy) mode=(--mode proxy) ;;
         drover-shared)
           if [[ "$DROVER_HELP" != *--mode* ]]; then
             SKIP_WHY="this drover run has no --mode (shared listening socket) yet"

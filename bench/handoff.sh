@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Issue 21's hello target: the second post's hello server (examples/seeds/hello.js), 2
-# workers, `wrk -t1 -c50` (keep-alive) on the same 2 cores, three ways:
+# workers, `wrk -t1 -c50` (keep-alive) on the same 2 cores, four ways:
 #
 #   cluster          Node's cluster module (bench/node-cluster.js): the primary accepts
 #                    and hands each connection to a worker in turn
-#   drover-proxy     drover run -w 2 (default mode): drover places every request
+#   drover           drover run -w 2 (default mode, auto): drover places requests until
+#                    it has seen that they cost alike, then hands the connections over
+#   drover-proxy     drover run -w 2 --mode proxy: drover places every request
 #   drover-handoff   drover run -w 2 --mode handoff: drover hands each connection to the
 #                    worker least behind, which then serves it directly
 #
@@ -27,7 +29,7 @@ command -v wrk >/dev/null || die "wrk is needed (apt-get install wrk)"
 command -v node >/dev/null || die "node is needed"
 build_binaries
 HELLO="$ROOT/examples/seeds/hello.js"
-PEERS=(cluster drover-proxy drover-handoff)
+PEERS=(cluster drover drover-proxy drover-handoff)
 TMP="$(mktemp -d /tmp/drover-handoff.XXXXXX)"
 PID=""
 cleanup() {
@@ -39,7 +41,8 @@ trap cleanup EXIT
 start() { # peer port
   case "$1" in
     cluster) PORT="$2" WORKERS=2 setsid node "$BENCH_DIR/node-cluster.js" "$HELLO" >"$TMP/$1.log" 2>&1 & ;;
-    drover-proxy) setsid "$DROVER" run -w 2 -l "127.0.0.1:$2" --admin off -- node "$HELLO" >"$TMP/$1.log" 2>&1 & ;;
+    drover) setsid "$DROVER" run -w 2 -l "127.0.0.1:$2" --admin off -- node "$HELLO" >"$TMP/$1.log" 2>&1 & ;;
+    drover-proxy) setsid "$DROVER" run -w 2 --mode proxy -l "127.0.0.1:$2" --admin off -- node "$HELLO" >"$TMP/$1.log" 2>&1 & ;;
     drover-handoff) setsid "$DROVER" run -w 2 --mode handoff -l "127.0.0.1:$2" --admin off -- node "$HELLO" >"$TMP/$1.log" 2>&1 & ;;
   esac
   PID=$!
@@ -65,7 +68,10 @@ stop() {
 RESULTS="$TMP/results.jsonl"
 for ((round = 1; round <= ROUNDS; round++)); do
   order=("${PEERS[@]}")
-  ((round % 2 == 0)) && order=("${PEERS[2]}" "${PEERS[1]}" "${PEERS[0]}")
+  if ((round % 2 == 0)); then
+    order=()
+    for ((i = ${#PEERS[@]} - 1; i >= 0; i--)); do order+=("${PEERS[i]}"); done
+  fi
   for peer in "${order[@]}"; do
     port="$(quick_port)"
     start "$peer" "$port"

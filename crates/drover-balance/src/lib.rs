@@ -10,6 +10,7 @@ pub mod endpoint;
 pub mod hashing;
 pub mod pick;
 pub mod set;
+pub mod spread;
 pub mod strategy;
 
 pub use clock::Nanos;
@@ -17,6 +18,7 @@ pub use cost::CostTable;
 pub use endpoint::Endpoint;
 pub use pick::{NoPick, Pick, PickContext};
 pub use set::EndpointSet;
+pub use spread::CostSpread;
 pub use strategy::Strategy;
 
 /// Chooses an endpoint for one request. Strategies keep their own state behind `&self`

@@ -1123,9 +1123,15 @@ impl RawConfig {
             }
             listens.push((b.listen, format!("balancer[{i}].listen")));
             let mut b = b;
-            b.handoff = b.backends.iter().any(|r| {
-                matches!(r, BackendRef::App(name) if apps.iter().any(|a| &a.name == name && a.mode == Mode::Handoff))
-            });
+            let modes: Vec<Mode> = b
+                .backends
+                .iter()
+                .filter_map(|r| match r {
+                    BackendRef::App(name) => apps.iter().find(|a| &a.name == name).map(|a| a.mode),
+                    _ => None,
+                })
+                .collect();
+            b.handoff = crate::model::handoff_for(&modes);
             balancers.push(b);
         }
 
@@ -1318,7 +1324,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             .get_ref()
             .parse::<Mode>()
             .map_err(|e| ctx.at(m.span(), key("mode"), e.to_string()))?,
-        None => Mode::Proxy,
+        None => Mode::default(),
     };
     if let (Mode::Shared, Some(h)) = (mode, &raw.health) {
         return Err(ctx.at(
@@ -1348,7 +1354,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
                 "mode = \"shared\" needs listen: the address drover binds for the workers",
             ));
         }
-        (Mode::Proxy | Mode::Handoff, Some(l)) => {
+        (Mode::Auto | Mode::Proxy | Mode::Handoff, Some(l)) => {
             return Err(ctx.at(
                 l.span(),
                 key("listen"),

@@ -23,14 +23,15 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub strategy: Option<drover_balance::Strategy>,
 
-    /// "proxy": each worker on its own port behind drover's balancer, which places
-    /// every request. "handoff": drover hands each new client connection to the Node
-    /// worker least behind, which then serves it with no proxy hop (other programs are
-    /// proxied). "shared": each worker accepts on a socket of its own at --listen
-    /// (LISTEN_FDS=1, fd 3), and drover places new connections by the workers' load,
-    /// with no proxy hop and no
-    /// per-worker health checks.
-    #[arg(short, long, default_value = "proxy")]
+    /// "auto": as "proxy" while some requests cost far more than others; while they
+    /// cost alike, drover hands client connections to the Node workers (least behind
+    /// first), which then serve them with no proxy hop. "proxy": each worker on its own
+    /// port behind drover's balancer, which places every request. "handoff": drover
+    /// hands every new client connection to the Node worker least behind (other
+    /// programs are proxied). "shared": each worker accepts on a socket of its own at
+    /// --listen (LISTEN_FDS=1, fd 3), and drover places new connections by the
+    /// workers' load, with no proxy hop and no per-worker health checks.
+    #[arg(short, long, default_value = "auto")]
     pub mode: drover_supervisor::Mode,
 
     /// Replace a worker (gracefully) once its RSS exceeds this, e.g. 512M or 2G.
@@ -503,7 +504,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             }
             app.listen = Some(args.listen);
         }
-        model::Mode::Proxy | model::Mode::Handoff => {
+        model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
                 app.health = Some(model::HealthCheckConfig {
                     kind: model::HealthCheckKind::Http {
@@ -520,7 +521,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
-            balancer.handoff = args.mode == model::Mode::Handoff;
+            balancer.handoff = model::handoff_for(&[args.mode]);
             balancer.apply_limits(&args.limits);
             balancers.push(balancer);
         }

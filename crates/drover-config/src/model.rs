@@ -82,9 +82,11 @@ pub struct AppConfig {
     pub drain_timeout: Duration,
     /// Replace a worker (gracefully, like a reload) whose RSS grows past this.
     pub max_memory: Option<u64>,
-    /// `proxy` (default): each worker on its own port behind a balancer. `handoff`: the
-    /// same, and the balancer hands each client connection to a Node worker that then
-    /// serves it directly. `shared`: each worker accepts on a socket of its own that
+    /// `auto` (default): as `proxy`, and while the app's requests cost alike, the
+    /// balancer hands client connections to Node workers that then serve them directly.
+    /// `proxy`: each worker on its own port behind a balancer that places every request.
+    /// `handoff`: as `proxy`, and the balancer hands every client connection to a Node
+    /// worker that then serves it directly. `shared`: each worker accepts on a socket of its own that
     /// drover binds at `listen`, and drover places new connections by load.
     pub mode: Mode,
     /// Shared mode only, and required there: the address the workers serve clients on.
@@ -194,9 +196,9 @@ pub struct BalancerConfig {
     pub drain_timeout: Duration,
     /// Worker threads for this listener, 1..=`THREADS_MAX`; `None` = drover decides.
     pub threads: Option<usize>,
-    /// Hands each client connection to a worker that serves it directly: set when the
-    /// app behind it runs in mode "handoff".
-    pub handoff: bool,
+    /// When client connections go to workers that serve them directly: set from the
+    /// mode of the app behind it ("auto": `WhenEven`, "handoff": `Always`).
+    pub handoff: drover_proxy::Handoff,
 }
 
 impl BalancerConfig {
@@ -220,7 +222,7 @@ impl BalancerConfig {
             limits: LimitsConfig::default(),
             drain_timeout: Duration::from_secs(30),
             threads: None,
-            handoff: false,
+            handoff: drover_proxy::Handoff::Never,
         }
     }
 }
@@ -240,7 +242,7 @@ impl AppConfig {
             stop_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
             max_memory: None,
-            mode: Mode::Proxy,
+            mode: Mode::default(),
             listen: None,
         }
     }
@@ -394,3 +396,15 @@ impl Default for LimitsConfig {
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9900";
 pub(crate) const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
 pub(crate) const DEFAULT_EXPECT: (u16, u16) = (200, 399);
+
+/// When a balancer hands client connections to the workers of the apps behind it, by
+/// their modes: "handoff" always, "auto" while requests cost alike, else never.
+pub fn handoff_for(modes: &[Mode]) -> drover_proxy::Handoff {
+    if modes.contains(&Mode::Handoff) {
+        drover_proxy::Handoff::Always
+    } else if modes.contains(&Mode::Auto) {
+        drover_proxy::Handoff::WhenEven
+    } else {
+        drover_proxy::Handoff::Never
+    }
+}

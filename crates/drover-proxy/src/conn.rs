@@ -6,17 +6,18 @@ use crate::body::{
     self, BodyError, BodyPace, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER,
 };
 use crate::error::ProxyError;
+use crate::handoff;
 use crate::http1::request::{self, BadRequest, ClientInfo, KeySpec, Parsed, RequestHead};
 use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::http1::BodyKind;
-use crate::options::ProxyOptions;
+use crate::options::{Handoff, ProxyOptions};
 use crate::upstream::{self, Upstreams};
 use arc_swap::ArcSwap;
 use drover_balance::cost::CostTable;
-use drover_balance::{clock, Balancer, Endpoint, Nanos, PickContext};
+use drover_balance::{clock, Balancer, CostSpread, Endpoint, Nanos, PickContext};
 use drover_metrics::{BalancerStats, Cause};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -49,6 +50,10 @@ pub(crate) struct Shared {
     pub pool: Arc<Pool>,
     pub admission: Arc<Admission>,
     pub costs: CostTable,
+    /// Whether the app's requests cost alike (read by `Handoff::WhenEven`).
+    pub spread: CostSpread,
+    /// Connections accepted, to proxy a sample of them (`handoff::SAMPLE_EVERY`).
+    pub accepted: AtomicU64,
     pub keys: KeySpec,
     pub shutdown: watch::Receiver<bool>,
     /// Open client connections, for draining on shutdown (one count for every
@@ -75,6 +80,8 @@ impl Shared {
                 opts.queue.timeout,
             )),
             costs: CostTable::new(),
+            spread: CostSpread::new(),
+            accepted: AtomicU64::new(0),
             keys: KeySpec {
                 hash: opts.hash_key.clone(),
                 sticky_cookie: opts.sticky_cookie.clone(),
@@ -160,8 +167,33 @@ pub(crate) async fn serve(
         ubuf: Vec::new(),
         out: Vec::new(),
         reqbody: Vec::new(),
+        requests: 0,
+        hand_over_at: 1,
     };
-    conn.run().await;
+    loop {
+        match conn.run().await {
+            Ended::Closed => return,
+            Ended::HandOver => {
+                let shared = Arc::clone(&conn.worker.shared);
+                match handoff::give(&shared, conn.client) {
+                    Ok(()) => return,
+                    Err(back) => {
+                        // Every worker is behind: serve it here a while longer.
+                        conn.client = back;
+                        conn.hand_over_at = conn.requests + handoff::RETRY_AFTER_REQUESTS;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Why `Conn::run` returned.
+enum Ended {
+    /// The connection is done (closed, failed, or drover is stopping).
+    Closed,
+    /// Between two requests, with nothing of the next one read: a worker may take it.
+    HandOver,
 }
 
 /// A backend's response head: its status and when it came.
@@ -199,6 +231,10 @@ struct Conn {
     out: Vec<u8>,
     /// The request body read before an endpoint was picked (up to `REQUEST_BUFFER`).
     reqbody: Vec<u8>,
+    /// Requests served on this connection.
+    requests: u32,
+    /// From this many requests on, it may be handed to a worker (`handoff`).
+    hand_over_at: u32,
 }
 
 impl Conn {
@@ -206,21 +242,19 @@ impl Conn {
         &self.worker.shared.opts
     }
 
-    async fn run(&mut self) {
-        let mut first = true;
+    async fn run(&mut self) -> Ended {
         loop {
-            let head = match self.read_head(first).await {
+            let head = match self.read_head(self.requests == 0).await {
                 Ok(Some(head)) => head,
-                Ok(None) => return,
+                Ok(None) => return Ended::Closed,
                 Err(bad) => {
                     debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
                     self.worker.shared.stats.record_refusal(bad.status);
                     self.send_error(bad.status, "bad-request", bad.reason, true)
                         .await;
-                    return;
+                    return Ended::Closed;
                 }
             };
-            first = false;
             self.cbuf.drain(..head.head_len);
             // New settings (a reload) apply from the next request on.
             if !Arc::ptr_eq(&self.cell.load(), &self.worker) {
@@ -230,14 +264,20 @@ impl Conn {
             // connection should not carry it (the connection's future: 952 bytes instead
             // of 2,064; bench/idle.sh measures the whole idle connection).
             if !Box::pin(self.exchange(&head)).await || *self.shutdown.borrow() {
-                return;
+                return Ended::Closed;
             }
+            self.requests = self.requests.saturating_add(1);
             if self.cbuf.is_empty() {
                 // An idle keep-alive connection holds no buffers.
                 self.cbuf = Vec::new();
                 self.ubuf = Vec::new();
                 self.out = Vec::new();
                 self.reqbody = Vec::new();
+                if self.requests >= self.hand_over_at
+                    && handoff::between_requests(&self.worker.shared)
+                {
+                    return Ended::HandOver;
+                }
             }
         }
     }
@@ -676,6 +716,10 @@ impl Conn {
             shared.costs.observe(head.cost_key, latency);
         } else {
             shared.costs.observe_beside_others(head.cost_key, latency);
+        }
+        if shared.opts.handoff == Handoff::WhenEven {
+            let cost = shared.costs.estimate(head.cost_key).unwrap_or(latency);
+            shared.spread.observe(now, cost);
         }
         if let Some(load) = resp.load {
             endpoint.report_load(now, load);

@@ -12,6 +12,7 @@ pub mod descriptors;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod handoff;
 pub mod http1;
 pub mod options;
 pub mod orca;
@@ -20,5 +21,5 @@ mod server;
 mod upstream;
 
 pub use error::ProxyError;
-pub use options::{HashKey, Limits, ParseHashKeyError, ProxyOptions, QueueOptions, Timeouts};
+pub use options::{Handoff, HashKey, Limits, ParseHashKeyError, ProxyOptions, QueueOptions, Timeouts};
 pub use server::{Proxy, ReconfigureError};

@@ -20,10 +20,26 @@ pub struct ProxyOptions {
     pub sticky_cookie: Option<String>,
     /// Idle keep-alive connections kept per endpoint and thread.
     pub max_idle_per_endpoint: usize,
-    /// Hand each new client connection to an endpoint that takes connections itself
-    /// (`Pool::hand_off`: a Node worker under `drover run --mode handoff`), which then
-    /// serves it with no drover in between; serve it here when none can take it.
-    pub handoff: bool,
+    /// When client connections go to an endpoint that takes connections itself
+    /// (`Pool::hand_off`: a Node worker under `drover run`), which then serves them with
+    /// no drover in between.
+    pub handoff: Handoff,
+}
+
+/// When a balancer hands client connections to the workers that take them (see
+/// `ProxyOptions::handoff`). A connection that none can take is served here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Handoff {
+    /// Every request is placed here (`drover proxy`, `drover run --mode proxy`).
+    #[default]
+    Never,
+    /// Each new connection, at accept, and a proxied one between requests
+    /// (`--mode handoff`).
+    Always,
+    /// While the app's requests cost alike (`CostSpread`): then new connections at
+    /// accept, but for every `SAMPLE_EVERY`th, which keeps measuring, and a proxied
+    /// keep-alive connection between two requests (`drover run`'s default, `auto`).
+    WhenEven,
 }
 
 impl Default for ProxyOptions {
@@ -39,7 +55,7 @@ impl Default for ProxyOptions {
             hash_key: None,
             sticky_cookie: None,
             max_idle_per_endpoint: 64,
-            handoff: false,
+            handoff: Handoff::Never,
         }
     }
 }

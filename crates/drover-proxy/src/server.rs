@@ -7,6 +7,7 @@
 
 use crate::conn::{self, ClientConnection, Shared, Worker, WorkerCell};
 use crate::descriptors;
+use crate::handoff;
 use crate::options::ProxyOptions;
 use arc_swap::ArcSwap;
 use drover_balance::{clock, Balancer};
@@ -225,32 +226,6 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener>
     Ok(socket.into())
 }
 
-/// Handoff mode: gives a new connection to a worker that serves it directly (see
-/// `ProxyOptions::handoff`). `None` when one took it; the stream back to serve here
-/// when none could.
-fn hand_off(cell: &WorkerCell, stream: tokio::net::TcpStream) -> Option<tokio::net::TcpStream> {
-    let worker = cell.load();
-    let shared = &worker.shared;
-    if !shared.opts.handoff || !shared.pool.handoffs().any() {
-        return Some(stream);
-    }
-    // Out of this thread's reactor: from here the worker's event loop owns it.
-    let plain = match stream.into_std() {
-        Ok(plain) => plain,
-        Err(e) => {
-            debug!("cannot hand a connection off: {e}");
-            return None;
-        }
-    };
-    match shared.pool.hand_off(plain) {
-        Ok(_) => {
-            shared.stats.record_handoff();
-            None
-        }
-        Err(back) => tokio::net::TcpStream::from_std(back).ok(),
-    }
-}
-
 /// How long the accept loop pauses after a failed accept.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
@@ -367,7 +342,7 @@ fn serve_thread(
                 accepted = listener.accept(), if !paused => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        let Some(stream) = hand_off(&cell, stream) else {
+                        let Some(stream) = handoff::at_accept(&cell, stream) else {
                             continue;
                         };
                         let counted = ClientConnection::accepted();

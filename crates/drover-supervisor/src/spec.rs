@@ -150,9 +150,14 @@ pub struct AppSpec {
 /// How clients reach the workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
+    /// As `Proxy`, and while the app's requests cost alike, the balancer hands client
+    /// connections to workers that take connections themselves (a Node app, through
+    /// drover-node), which then serve them with no drover in between; while some
+    /// requests cost far more than others, it places each request. The default.
+    #[default]
+    Auto,
     /// Each worker listens on its own loopback `PORT`; a balancer in front picks one per
     /// request and sees every worker's load and health.
-    #[default]
     Proxy,
     /// As `Proxy` (each worker has its own loopback `PORT`), and the balancer hands each
     /// new client connection to a worker that takes connections itself (a Node app,
@@ -169,6 +174,7 @@ pub enum Mode {
 impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
+            Mode::Auto => "auto",
             Mode::Proxy => "proxy",
             Mode::Handoff => "handoff",
             Mode::Shared => "shared",
@@ -181,6 +187,7 @@ impl std::str::FromStr for Mode {
 
     fn from_str(s: &str) -> Result<Mode, ParseModeError> {
         match s {
+            "auto" => Ok(Mode::Auto),
             "proxy" => Ok(Mode::Proxy),
             "handoff" => Ok(Mode::Handoff),
             "shared" => Ok(Mode::Shared),
@@ -191,7 +198,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// A mode other than "proxy", "handoff" or "shared".
+/// A mode other than "auto", "proxy", "handoff" or "shared".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseModeError {
     pub given: String,
@@ -201,7 +208,7 @@ impl fmt::Display for ParseModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown mode {:?}: expected \"proxy\", \"handoff\" or \"shared\"",
+            "unknown mode {:?}: expected \"auto\", \"proxy\", \"handoff\" or \"shared\"",
             self.given
         )
     }
@@ -232,7 +239,7 @@ impl AppSpec {
             stop_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
             max_memory: None,
-            mode: Mode::Proxy,
+            mode: Mode::Auto,
             restart: Backoff::default(),
         }
     }
@@ -626,7 +633,7 @@ mod tests {
         assert_eq!(shared.validate(), Ok(()));
         assert_eq!(
             "pool".parse::<Mode>().unwrap_err().to_string(),
-            "unknown mode \"pool\": expected \"proxy\", \"handoff\" or \"shared\""
+            "unknown mode \"pool\": expected \"auto\", \"proxy\", \"handoff\" or \"shared\""
         );
     }
 }

@@ -1,7 +1,8 @@
 //! `drover run --mode handoff`: drover hands each new client connection to the Node
-//! worker least behind, which then serves it directly (no per-request hop). Driven with
-//! a Node app that hard-codes its port and reports, per answer, its pid and the client
-//! port it sees.
+//! worker least behind, which then serves it directly (no per-request hop); and the
+//! default mode, auto, which does so once the app's requests have cost alike, and
+//! places each request while they do not. Driven with a Node app that hard-codes its
+//! port and reports, per answer, its pid and the client port it sees.
 
 mod common;
 
@@ -27,11 +28,22 @@ async fn handoff(workers: usize) -> (ChildProcess, SocketAddr) {
     handoff_with("node", workers, &[]).await
 }
 
-/// `extra` after the app: `{port}` makes it listen on its PORT, as apps that read it
-/// do (drover then gives it a socket bound there rather than accepting for it).
 async fn handoff_with(node: &str, workers: usize, extra: &[&str]) -> (ChildProcess, SocketAddr) {
+    run_app(&["--mode", "handoff"], node, workers, extra).await
+}
+
+/// `drover run` with `mode` flags (none: the default mode). `extra` after the app:
+/// `{port}` makes it listen on its PORT, as apps that read it do (drover then gives it
+/// a socket bound there rather than accepting for it).
+async fn run_app(
+    mode: &[&str],
+    node: &str,
+    workers: usize,
+    extra: &[&str],
+) -> (ChildProcess, SocketAddr) {
     let mut cmd = Command::new(bin());
-    cmd.args(["run", "-w", &workers.to_string(), "--mode", "handoff"])
+    cmd.args(["run", "-w", &workers.to_string()])
+        .args(mode)
         .args("--listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 --".split(' '))
         .args([node, &conns_app()])
         .args(extra);
@@ -53,6 +65,22 @@ async fn ask(addr: SocketAddr, path: &str) -> std::io::Result<(serde_json::Value
     }
     let body = serde_json::from_str(&r.text()).map_err(std::io::Error::other)?;
     Ok((body, port))
+}
+
+/// `drover_handoffs_total` of the default balancer.
+async fn handoffs_total(admin: SocketAddr) -> u64 {
+    let metrics = HttpClient::connect(admin)
+        .await
+        .unwrap()
+        .get("/metrics")
+        .await
+        .text();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("drover_handoffs_total{balancer=\"default\"} "))
+        .unwrap_or_else(|| panic!("no drover_handoffs_total in\n{metrics}"))
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -212,4 +240,211 @@ async fn a_burst_of_connections_at_a_busy_worker_is_all_served() {
     spin.await.unwrap();
     assert!(direct > 0, "handed {direct} of 100");
     drover_stops_cleanly("handoff", &d).await;
+}
+
+#[tokio::test]
+async fn by_default_a_keep_alive_connection_is_handed_over_once_requests_cost_alike() {
+    for (_, node) in common::node_binaries() {
+        for extra in [&[][..], &["{port}"][..]] {
+            handed_over_when_alike(&node.display().to_string(), extra).await;
+        }
+    }
+}
+
+async fn handed_over_when_alike(node: &str, extra: &[&str]) {
+    let (d, admin) = run_app(&[], node, 2, extra).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let port = c.local_addr().unwrap().port();
+    let mut proxied = 0;
+    let mut handed = false;
+    // Proxied at first: drover has not seen what requests cost. Once it has seen enough
+    // of them cost alike, the connection goes to a worker between two requests.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let r = c.get("/").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let body: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+        if body["remotePort"] == port {
+            handed = true;
+            break;
+        }
+        proxied += 1;
+    }
+    assert!(
+        handed && proxied > 0,
+        "handed {handed} after {proxied} proxied\n{}",
+        d.stderr_text()
+    );
+    // The same connection goes on, straight to the worker.
+    for _ in 0..100 {
+        let r = c.get("/").await;
+        let body: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+        assert_eq!(body["remotePort"], port, "{body}");
+    }
+    // New connections now go to the workers at accept, but for a sample that keeps
+    // measuring (one in 8).
+    let mut direct = 0;
+    for _ in 0..40 {
+        let (body, port) = ask(d.addr(), "/").await.unwrap();
+        if body["remotePort"] == port {
+            direct += 1;
+        }
+    }
+    assert!((30..40).contains(&direct), "{direct} of 40 handed at accept");
+    assert!(handoffs_total(admin).await > direct);
+    drover_stops_cleanly("default mode", &d).await;
+}
+
+#[tokio::test]
+async fn by_default_requests_are_placed_one_by_one_while_some_cost_far_more() {
+    let (d, admin) = run_app(&[], "node", 2, &[]).await;
+    let addr = d.addr();
+    // Two keep-alive clients; every tenth request keeps a worker busy for 10 ms, 40 x
+    // what the others cost.
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                let port = c.local_addr().unwrap().port();
+                let mut direct = 0;
+                for i in 0..1500 {
+                    let path = if i % 10 == 0 { "/spin?ms=10" } else { "/" };
+                    let body: serde_json::Value =
+                        serde_json::from_str(&c.get(path).await.text()).unwrap();
+                    if body["remotePort"] == port {
+                        direct += 1;
+                    }
+                }
+                direct
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.await.unwrap(), 0, "requests went straight to a worker");
+    }
+    for _ in 0..16 {
+        let (body, port) = ask(addr, "/").await.unwrap();
+        assert_ne!(body["remotePort"], port, "a new connection was handed over");
+    }
+    assert_eq!(handoffs_total(admin).await, 0);
+    drover_stops_cleanly("default mode", &d).await;
+}
+
+/// What one keep-alive client saw.
+#[derive(Default)]
+struct KeepAliveRun {
+    answered: usize,
+    /// Requests sent again on a new connection because a reused one closed before any
+    /// answer, as HTTP lets a client do for an idempotent request (RFC 9112 §9.3.1;
+    /// browsers and Go's net/http do).
+    resent: usize,
+    failed: Vec<String>,
+}
+
+/// One client on keep-alive connections until `stop`. A new connection replaces one the
+/// server closed.
+async fn keep_alive_client(addr: SocketAddr, stop: Arc<AtomicBool>) -> KeepAliveRun {
+    let mut run = KeepAliveRun::default();
+    let mut conn: Option<HttpClient> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let (mut c, reused) = match conn.take() {
+            Some(c) => (c, true),
+            None => match HttpClient::connect(addr).await {
+                Ok(c) => (c, false),
+                Err(e) => {
+                    run.failed.push(format!("connect: {e}"));
+                    continue;
+                }
+            },
+        };
+        c.set_timeout(Duration::from_secs(20));
+        match c.request("GET", "/", &[], None).await {
+            Ok(r) if r.status == 200 => {
+                run.answered += 1;
+                if r.header("connection") != Some("close") {
+                    conn = Some(c);
+                }
+            }
+            Ok(r) => run.failed.push(format!("{} {}", r.status, r.text())),
+            Err(e)
+                if reused
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                    ) =>
+            {
+                run.resent += 1
+            }
+            Err(e) => run.failed.push(e.to_string()),
+        }
+    }
+    run
+}
+
+#[tokio::test]
+async fn by_default_reload_scale_and_a_killed_worker_fail_no_keep_alive_request() {
+    for (_, node) in common::node_binaries() {
+        reload_scale_kill_keep_alive(&node.display().to_string()).await;
+    }
+}
+
+async fn reload_scale_kill_keep_alive(node: &str) {
+    let (d, admin) = run_app(&[], node, 2, &[]).await;
+    let addr = d.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(keep_alive_client(addr, stop.clone())))
+        .collect();
+    // Until the connections have been handed over.
+    let handed = wait_until_async(Duration::from_secs(20), || async {
+        handoffs_total(admin).await >= 4
+    })
+    .await;
+    assert!(handed, "{}", d.stderr_text());
+    let first = serving_pids(&status(admin).await);
+
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let replaced = wait_until_async(Duration::from_secs(40), || async {
+        let now = serving_pids(&status(admin).await);
+        now.iter().all(|p| p.is_some() && !first.contains(p))
+    })
+    .await;
+    assert!(replaced, "{}", d.stderr_text());
+
+    let (code, out, err) = ctl(admin, &["scale", "3"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let three = wait_until_async(Duration::from_secs(20), || async {
+        let pids = serving_pids(&status(admin).await);
+        pids.len() == 3 && pids.iter().all(Option::is_some)
+    })
+    .await;
+    assert!(three, "{}", d.stderr_text());
+    let (code, out, err) = ctl(admin, &["scale", "1"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let one = wait_until_async(Duration::from_secs(40), || async {
+        serving_pids(&status(admin).await).len() == 1
+    })
+    .await;
+    assert!(one, "{}", d.stderr_text());
+
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut resent, mut failed) = (0, 0, Vec::new());
+    for l in load {
+        let run = l.await.unwrap();
+        ok += run.answered;
+        resent += run.resent;
+        failed.extend(run.failed);
+    }
+    eprintln!("{node}: {ok} answered, {resent} sent again on a new connection");
+    assert!(ok > 200, "too little load: {ok}");
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}\n{}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(5)],
+        d.stderr_text()
+    );
+    drover_stops_cleanly("default mode", &d).await;
 }

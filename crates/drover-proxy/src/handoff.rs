@@ -1,0 +1,80 @@
+//! Handing client connections to workers that serve them directly (`Pool::hand_off`: a
+//! Node worker under `drover run`, through its cluster channel). Once handed, drover is
+//! out of the connection's path: no hop, and none of its requests seen or counted here.
+//!
+//! Two moments: at accept, and between two requests of a proxied keep-alive connection,
+//! when drover has read nothing of the next one (the kernel holds whatever the client
+//! sends next, and the worker reads it from there). `Handoff::WhenEven` starts every
+//! connection proxied and hands it over once the app's requests cost alike
+//! (`CostSpread`): a load test's connections, all opened at a cold start, leave drover's
+//! path after its first second, while an app with heavy routes keeps per-request placement.
+
+use crate::conn::{Shared, WorkerCell};
+use crate::options::Handoff;
+use drover_balance::clock;
+use std::sync::atomic::Ordering::Relaxed;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+/// Under `Handoff::WhenEven`, one new connection in this many is proxied for its first
+/// request at least, so that drover keeps measuring what requests cost.
+pub(crate) const SAMPLE_EVERY: u64 = 8;
+
+/// After a proxied connection could not be handed over (every worker behind), it is
+/// offered again after this many more requests.
+pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
+
+/// A new connection: `None` when a worker took it; the stream back to serve here.
+pub(crate) fn at_accept(cell: &WorkerCell, stream: TcpStream) -> Option<TcpStream> {
+    let worker = cell.load();
+    let shared = &worker.shared;
+    let hand = match shared.opts.handoff {
+        Handoff::Never => false,
+        Handoff::Always => true,
+        Handoff::WhenEven => {
+            shared.accepted.fetch_add(1, Relaxed) % SAMPLE_EVERY != 0
+                && shared.spread.is_even(clock::now())
+        }
+    };
+    if !hand || !shared.pool.handoffs().any() {
+        return Some(stream);
+    }
+    give(shared, stream).err()
+}
+
+/// Whether a proxied keep-alive connection, between two requests and with nothing of
+/// the next one read, should be offered to a worker.
+pub(crate) fn between_requests(shared: &Shared) -> bool {
+    let hand = match shared.opts.handoff {
+        Handoff::Never => false,
+        Handoff::Always => true,
+        Handoff::WhenEven => shared.spread.is_even(clock::now()),
+    };
+    hand && shared.pool.handoffs().any()
+}
+
+/// Gives `stream` to the worker least behind; the stream back when none took it.
+pub(crate) fn give(shared: &Shared, stream: TcpStream) -> Result<(), TcpStream> {
+    // Out of this thread's reactor: from here the worker's event loop owns it.
+    let plain = match stream.into_std() {
+        Ok(plain) => plain,
+        Err(e) => {
+            // The stream is gone with the error; the client sees its connection close.
+            debug!("cannot hand a connection off: {e}");
+            return Ok(());
+        }
+    };
+    match shared.pool.hand_off(plain) {
+        Ok(_) => {
+            shared.stats.record_handoff();
+            Ok(())
+        }
+        Err(back) => match TcpStream::from_std(back) {
+            Ok(back) => Err(back),
+            Err(e) => {
+                debug!("cannot serve a connection no worker took: {e}");
+                Ok(())
+            }
+        },
+    }
+}
