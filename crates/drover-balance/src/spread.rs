@@ -122,7 +122,13 @@ mod tests {
         for every in [3, 10, 100] {
             let s = CostSpread::new();
             // Light 200 µs, heavy 10 ms (the mixed load of bench/cluster.sh, 10 %).
-            let t = feed(&s, 1, 20_000, |i| if i % every == 0 { 10 * MS } else { 200 * US });
+            let t = feed(&s, 1, 20_000, |i| {
+                if i % every == 0 {
+                    10 * MS
+                } else {
+                    200 * US
+                }
+            });
             assert!(!s.is_even(t), "heavy every {every}");
             assert!(s.typical() < MS, "typical {} at every {every}", s.typical());
         }
@@ -131,7 +137,12 @@ mod tests {
     #[test]
     fn costs_below_the_floor_count_as_alike() {
         let s = CostSpread::new();
-        let t = feed(&s, 1, 10_000, |i| if i % 10 == 0 { 500 * US } else { 20 * US });
+        let t = feed(
+            &s,
+            1,
+            10_000,
+            |i| if i % 10 == 0 { 500 * US } else { 20 * US },
+        );
         assert!(s.is_even(t));
     }
 

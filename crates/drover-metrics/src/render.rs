@@ -72,10 +72,17 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     }
     e.counter(
         "drover_handoffs",
-        "Client connections handed to a worker that serves them directly (drover run --mode handoff); their requests are not counted by drover.",
+        "Client connections handed to a worker that serves them directly (drover run); their requests are not counted by drover.",
     );
     for b in bs {
         e.sample_u64(&[("balancer", &b.name)], b.counts.handoffs);
+    }
+    e.counter(
+        "drover_connections_returned",
+        "Client connections a retiring worker (reload, scale-down) gave back between two requests; drover serves them from then on.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.returned);
     }
     e.histogram(
         "drover_request_duration_seconds",

@@ -94,6 +94,7 @@ struct BalancerCounters {
     errors: [AtomicU64; 8],
     retries: [AtomicU64; 8],
     handoffs: AtomicU64,
+    returned: AtomicU64,
 }
 
 /// One balancer's counts. Shared by its serving threads; kept across reloads.
@@ -135,10 +136,15 @@ impl BalancerStats {
         self.counters.local().retries[cause as usize].fetch_add(1, Relaxed);
     }
 
-    /// A client connection handed to a worker that serves it directly (handoff mode):
+    /// A client connection handed to a worker that serves it directly (`drover run`):
     /// its requests are the worker's, and none of them is counted here.
     pub fn record_handoff(&self) {
         self.counters.local().handoffs.fetch_add(1, Relaxed);
+    }
+
+    /// A client connection a retiring worker gave back, served here from now on.
+    pub fn record_returned(&self) {
+        self.counters.local().returned.fetch_add(1, Relaxed);
     }
 
     /// How long a request waited before it was bound to an endpoint.
@@ -155,6 +161,7 @@ impl BalancerStats {
             add(&mut s.errors, &c.errors);
             add(&mut s.retries, &c.retries);
             s.handoffs += c.handoffs.load(Relaxed);
+            s.returned += c.returned.load(Relaxed);
         }
         s.request_duration = self.request_duration.snapshot();
         s.queue_wait = self.queue_wait.snapshot();
@@ -267,9 +274,12 @@ pub struct BalancerCounts {
     pub responses: [u64; 5],
     pub errors: [u64; 8],
     pub retries: [u64; 8],
-    /// Client connections handed to a worker (handoff mode).
+    /// Client connections handed to a worker (`drover run`).
     #[serde(default)]
     pub handoffs: u64,
+    /// Client connections a retiring worker gave back.
+    #[serde(default)]
+    pub returned: u64,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

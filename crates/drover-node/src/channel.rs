@@ -4,13 +4,18 @@
 //!
 //! Node reads at most one handle per read because the kernel never merges a message
 //! that carries descriptors with the next one; it still sends one handle at a time and
-//! waits for `NODE_HANDLE_ACK`. [`crate::Session`] does the same.
+//! waits for `NODE_HANDLE_ACK`. [`crate::Session`] does the same, and a worker giving
+//! a connection back to drover does so too: its descriptor arrives with the bytes of
+//! its `NODE_HANDLE` line, and the next line with a handle waits for drover's ack.
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::fmt;
-use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
@@ -47,6 +52,14 @@ impl From<io::Error> for ChannelError {
     }
 }
 
+/// Descriptors received and not yet claimed by their `NODE_HANDLE` line. A worker sends
+/// one at a time and waits for the ack, so more than a few means it is not Node's
+/// protocol: the excess is closed.
+const MAX_DESCRIPTORS: usize = 8;
+
+/// Bytes read from the channel at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
 /// drover's end of one worker's channel.
 pub(crate) struct Channel {
     stream: UnixStream,
@@ -54,6 +67,8 @@ pub(crate) struct Channel {
     pending: Vec<u8>,
     /// Inside a line longer than `MAX_LINE`: drop bytes up to its newline.
     skipping: bool,
+    /// Descriptors that came with the bytes read, oldest first.
+    descriptors: VecDeque<OwnedFd>,
 }
 
 /// One line read from the channel.
@@ -69,7 +84,14 @@ impl Channel {
             stream,
             pending: Vec::new(),
             skipping: false,
+            descriptors: VecDeque::new(),
         }
+    }
+
+    /// The oldest descriptor received and not yet claimed: the one a `NODE_HANDLE` line
+    /// just taken carries.
+    pub(crate) fn take_descriptor(&mut self) -> Option<OwnedFd> {
+        self.descriptors.pop_front()
     }
 
     /// The next complete line already read, if any.
@@ -101,16 +123,45 @@ impl Channel {
         }
     }
 
-    /// Reads what the worker sent. `Ok(false)` when it closed its end. Cancel-safe: bytes
-    /// are kept only once read, so it can sit in a `select!`.
+    /// Reads what the worker sent, and the descriptors that came with it. `Ok(false)`
+    /// when it closed its end. Cancel-safe: bytes are kept only once read, so it can sit
+    /// in a `select!`.
     pub(crate) async fn fill(&mut self) -> io::Result<bool> {
+        let mut chunk = [0u8; READ_CHUNK];
         loop {
             self.stream.readable().await?;
-            // A descriptor the worker passes (an app's `process.send(msg, socket)`) is
-            // closed by the kernel: a plain read has no room for it.
-            match self.stream.try_read_buf(&mut self.pending) {
-                Ok(0) => return Ok(false),
-                Ok(_) => return Ok(true),
+            let mut space =
+                [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_DESCRIPTORS))];
+            let read = self.stream.try_io(Interest::READABLE, || {
+                let mut control = RecvAncillaryBuffer::new(&mut space);
+                let mut iov = [IoSliceMut::new(&mut chunk)];
+                let msg = rustix::net::recvmsg(
+                    &self.stream,
+                    &mut iov,
+                    &mut control,
+                    RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+                )?;
+                let mut fds = Vec::new();
+                for cmsg in control.drain() {
+                    if let RecvAncillaryMessage::ScmRights(received) = cmsg {
+                        fds.extend(received);
+                    }
+                }
+                Ok((msg.bytes, fds))
+            });
+            match read {
+                Ok((n, fds)) => {
+                    for fd in fds {
+                        if self.descriptors.len() < MAX_DESCRIPTORS {
+                            self.descriptors.push_back(fd);
+                        }
+                    }
+                    if n == 0 {
+                        return Ok(false);
+                    }
+                    self.pending.extend_from_slice(&chunk[..n]);
+                    return Ok(true);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),
             }

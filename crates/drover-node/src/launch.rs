@@ -29,12 +29,23 @@ pub fn is_package_runner(program: &str) -> bool {
 
 /// The environment that makes a Node program a cluster worker on `channel_fd`: Node's
 /// own start-up reads (and removes) these, so a program that is not Node ignores them.
-pub fn channel_env(worker_id: usize, channel_fd: i32) -> Vec<(String, String)> {
-    vec![
+/// With `preload`, `node_options` (the worker's `NODE_OPTIONS`, if any) gets it added:
+/// it lets the worker give its client connections back when drover retires it.
+pub fn channel_env(
+    worker_id: usize,
+    channel_fd: i32,
+    preload: Option<&Path>,
+    node_options: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut env = vec![
         ("NODE_UNIQUE_ID".into(), worker_id.to_string()),
         ("NODE_CHANNEL_FD".into(), channel_fd.to_string()),
         ("NODE_CHANNEL_SERIALIZATION_MODE".into(), "json".into()),
-    ]
+    ];
+    if let Some(preload) = preload {
+        env.push(("NODE_OPTIONS".into(), with_preload(preload, node_options)));
+    }
+    env
 }
 
 /// The environment for a package manager's app: drover's names for the channel, and
@@ -45,6 +56,15 @@ pub fn runner_env(
     preload: &Path,
     node_options: Option<&str>,
 ) -> Vec<(String, String)> {
+    vec![
+        ("DROVER_NODE_UNIQUE_ID".into(), worker_id.to_string()),
+        ("DROVER_NODE_CHANNEL_FD".into(), channel_fd.to_string()),
+        ("NODE_OPTIONS".into(), with_preload(preload, node_options)),
+    ]
+}
+
+/// `node_options` with `--require preload` added.
+fn with_preload(preload: &Path, node_options: Option<&str>) -> String {
     // NODE_OPTIONS is split like a shell's words; a double-quoted path may hold spaces.
     let quoted = preload
         .display()
@@ -52,15 +72,15 @@ pub fn runner_env(
         .replace('\\', "\\\\")
         .replace('"', "\\\"");
     let require = format!("--require \"{quoted}\"");
-    let options = match node_options {
+    match node_options {
         Some(existing) if !existing.trim().is_empty() => format!("{existing} {require}"),
         _ => require,
-    };
-    vec![
-        ("DROVER_NODE_UNIQUE_ID".into(), worker_id.to_string()),
-        ("DROVER_NODE_CHANNEL_FD".into(), channel_fd.to_string()),
-        ("NODE_OPTIONS".into(), options),
-    ]
+    }
+}
+
+/// Where `write_preload` puts the preload in `dir`.
+pub fn preload_path(dir: &Path) -> PathBuf {
+    dir.join("node-cluster-worker.cjs")
 }
 
 /// Writes the preload into `dir` (created private to this user) and returns its path.
@@ -83,7 +103,7 @@ pub fn write_preload(dir: &Path) -> io::Result<PathBuf> {
             ),
         ));
     }
-    let path = dir.join("node-cluster-worker.cjs");
+    let path = preload_path(dir);
     let partial = dir.join(format!(".node-cluster-worker.{}.cjs", std::process::id()));
     fs::write(&partial, PRELOAD)?;
     fs::rename(&partial, &path)?;

@@ -14,6 +14,12 @@
 //! connections then arrive as handles (`newconn`, an fd passed by `SCM_RIGHTS`): drover
 //! accepts them on the worker's own loopback port and hands each one over.
 //!
+//! Retiring a worker that serves clients directly (a reload, a scale-down) would close
+//! their keep-alive connections, and a request sent at that moment would fail. So
+//! drover's preload in the worker ([`channel_env`]) gives each one back between two
+//! requests when drover asks ([`Inbox::give_back_connections`]), as a handle on the
+//! same channel, and drover serves it from there on.
+//!
 //! The wire format (JSON lines, one handle at a time, each acknowledged) is Node's
 //! `lib/internal/child_process.js`; the messages are `lib/internal/cluster/*.js`. Both
 //! have been stable since Node 0.12, and the tests run them under Debian's Node 18 and
@@ -27,6 +33,6 @@ mod message;
 mod session;
 
 pub use channel::ChannelError;
-pub use launch::{channel_env, is_package_runner, runner_env, write_preload};
+pub use launch::{channel_env, is_package_runner, preload_path, runner_env, write_preload};
 pub use message::{parse, AddressType, FromWorker, ServerQuery};
 pub use session::{Ended, Inbox, Session, SessionEvent};

@@ -29,6 +29,14 @@ pub enum FromWorker {
     HandleAck,
     /// The handle of the last message was lost on the way (`NODE_HANDLE_NACK`).
     HandleNack,
+    /// A message with a descriptor alongside (`process.send(msg, handle)`): drover's
+    /// preload giving a client connection back (`returned`), or anything else a worker
+    /// sends with a handle. Node waits for `NODE_HANDLE_ACK` before its next one.
+    Handle { returned: bool },
+    /// drover's preload runs in the worker and can give connections back.
+    PreloadReady,
+    /// drover's preload gave back every connection it could.
+    AllReturned,
     /// Another of Node's internal messages, not the cluster's.
     OtherInternal,
     /// A message of the app's own (`process.send(...)`).
@@ -79,10 +87,45 @@ pub fn parse(line: &[u8]) -> FromWorker {
         Some("NODE_CLUSTER") => cluster_message(fields),
         Some("NODE_HANDLE_ACK") => FromWorker::HandleAck,
         Some("NODE_HANDLE_NACK") => FromWorker::HandleNack,
+        Some("NODE_HANDLE") => FromWorker::Handle {
+            returned: fields.get("type").and_then(Value::as_str) == Some("net.Native")
+                && fields
+                    .get("msg")
+                    .and_then(Value::as_object)
+                    .is_some_and(|msg| drover_act(msg) == Some("return")),
+        },
+        Some(DROVER_CMD) => match drover_act(fields) {
+            Some("ready") => FromWorker::PreloadReady,
+            Some("returned") => FromWorker::AllReturned,
+            _ => FromWorker::OtherInternal,
+        },
         // Node's own rule for "internal": a `cmd` that starts with NODE_ and is longer.
         Some(cmd) if cmd.len() > 5 && cmd.starts_with("NODE_") => FromWorker::OtherInternal,
         _ => FromWorker::App(value),
     }
+}
+
+/// The `cmd` of the messages between drover and its preload in a worker (preload.cjs).
+/// Node's rule makes it internal: the app's `message` listeners never see it.
+const DROVER_CMD: &str = "NODE_DROVER";
+
+/// `act` of a message with drover's `cmd`.
+fn drover_act(fields: &Map<String, Value>) -> Option<&str> {
+    match fields.get("cmd").and_then(Value::as_str) {
+        Some(DROVER_CMD) => fields.get("act").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// Asks drover's preload to give back the client connections the worker serves, each
+/// between two requests, and then to say so (`AllReturned`).
+pub(crate) fn give_connections_back() -> Value {
+    json!({ "cmd": DROVER_CMD, "act": "return" })
+}
+
+/// The ack that lets a worker send its next message with a handle.
+pub(crate) fn handle_ack() -> Value {
+    json!({ "cmd": "NODE_HANDLE_ACK" })
 }
 
 fn cluster_message(fields: &Map<String, Value>) -> FromWorker {
@@ -266,6 +309,35 @@ mod tests {
         assert_eq!(
             parse(br#"{"cmd":"NODE_CLUSTER","act":"exitedAfterDisconnect","seq":4}"#),
             FromWorker::ExitedAfterDisconnect { seq: 4 }
+        );
+    }
+
+    #[test]
+    fn the_preloads_messages_and_handles() {
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"ready"}"#),
+            FromWorker::PreloadReady
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"returned"}"#),
+            FromWorker::AllReturned
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"x"}"#),
+            FromWorker::OtherInternal
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":{"cmd":"NODE_DROVER","act":"return"}}"#),
+            FromWorker::Handle { returned: true }
+        );
+        // The app's own handles (a socket sent to the primary) are not drover's.
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_HANDLE","type":"net.Socket","msg":{"cmd":"NODE_DROVER","act":"return"}}"#),
+            FromWorker::Handle { returned: false }
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":"hi"}"#),
+            FromWorker::Handle { returned: false }
         );
     }
 

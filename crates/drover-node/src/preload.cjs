@@ -1,10 +1,19 @@
 'use strict';
-// drover's preload for apps started by a package manager (`npm start`, `yarn start`,
-// `pnpm start`): npm is itself a Node process, and Node takes NODE_CHANNEL_FD in the
-// first process that starts, so drover passes the channel under its own names and this
-// file, loaded into every Node process below the package manager by NODE_OPTIONS,
-// makes the app's process the cluster worker, exactly as NODE_CHANNEL_FD and
-// NODE_UNIQUE_ID would have. Nothing else of the app is touched.
+// drover's preload, loaded into a worker's Node processes by NODE_OPTIONS. Two jobs:
+//
+// 1. Apps started by a package manager (`npm start`, `yarn start`, `pnpm start`): npm
+//    is itself a Node process, and Node takes NODE_CHANNEL_FD in the first process that
+//    starts, so drover passes the channel under its own names and this file makes the
+//    app's process the cluster worker, exactly as NODE_CHANNEL_FD and NODE_UNIQUE_ID
+//    would have.
+// 2. In a cluster worker of drover's, give client connections back when drover retires
+//    the worker (a reload, a scale-down): each HTTP connection drover handed to it goes
+//    back over the channel between two requests, and drover serves it from then on.
+//    Without this the worker's server closes them as it stops, and a request sent on
+//    one at that moment fails.
+//
+// Nothing else of the app is touched; until drover asks, this only notes the app's
+// HTTP servers as their first connections arrive.
 const script = process.argv[1] || '';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack)(-cli)?(\.[cm]?js)?$/.test(script) ||
@@ -21,4 +30,93 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   require('child_process')._forkChild(fd, 'json');
   require('cluster')._setupWorker();
   delete process.env.NODE_UNIQUE_ID;
+}
+
+if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
+  givesConnectionsBack();
+}
+
+function givesConnectionsBack() {
+  const http = require('http');
+  const diagnostics = require('diagnostics_channel');
+  // drover's own connections to the worker (its balancer's, its health checks) arrive
+  // at PORT; clients handed over arrive at drover's listen address.
+  const ownPort = Number(process.env.PORT);
+  const servers = new Set();
+  const noteServer = (message) => {
+    const server = message && message.socket && message.socket.server;
+    // HTTP only: drover cannot carry on a TLS session (https.Server is not an
+    // http.Server), and a raw TCP protocol has no point between requests.
+    if (server instanceof http.Server) servers.add(server);
+  };
+  if (typeof diagnostics.subscribe === 'function') {
+    diagnostics.subscribe('net.server.socket', noteServer);
+  } else {
+    diagnostics.channel('net.server.socket').subscribe(noteServer);
+  }
+  let returning = false;
+  process.on('internalMessage', (message) => {
+    if (message && message.cmd === 'NODE_DROVER' && message.act === 'return' && !returning) {
+      returning = true;
+      giveAllBack();
+    }
+  });
+  process.send({ cmd: 'NODE_DROVER', act: 'ready' });
+
+  // Node's list of a server's HTTP connections (what closeIdleConnections() uses).
+  const connectionsOf = (server) => {
+    const key = Object.getOwnPropertySymbols(server).find(
+      (s) => s.description === 'http.server.connections',
+    );
+    return key ? server[key] : null;
+  };
+
+  // Every few milliseconds, each connection that sits between two requests (nothing of
+  // the next one read, the last answer written out) goes back; the rest are looked at
+  // again, until none is left.
+  function giveAllBack() {
+    let left = 0;
+    for (const server of servers) {
+      const list = connectionsOf(server);
+      if (!list) continue;
+      const idle = new Set(list.idle().map((parser) => parser.socket));
+      for (const parser of list.all()) {
+        const socket = parser.socket;
+        if (!socket || !socket._handle || socket.destroyed || socket.localPort === ownPort) {
+          continue;
+        }
+        const between = idle.has(socket) || socket.bytesRead === 0;
+        if (between && !socket._httpMessage && socket.writableLength === 0) {
+          giveBack(socket);
+        } else {
+          left++;
+        }
+      }
+    }
+    if (left === 0) {
+      // Sent after every handle above: Node queues messages behind an unacked handle.
+      process.send({ cmd: 'NODE_DROVER', act: 'returned' });
+    } else {
+      setTimeout(giveAllBack, 5);
+    }
+  }
+
+  function giveBack(socket) {
+    const handle = socket._handle;
+    // Nothing more is read here: what the client sends next waits in the kernel for
+    // drover. Everything read so far was a whole request, answered.
+    handle.readStop();
+    handle.reading = false;
+    const parser = socket.parser;
+    if (parser && parser._consumed) {
+      // The HTTP parser reads the handle directly; it lets go before the socket does.
+      parser.unconsume();
+      parser._consumed = false;
+    }
+    // The socket forgets the handle, so destroying it (which frees the parser and
+    // takes it off the server's list) leaves the descriptor open.
+    socket._handle = null;
+    socket.destroy();
+    process.send({ cmd: 'NODE_DROVER', act: 'return' }, handle, () => handle.close());
+  }
 }

@@ -41,12 +41,15 @@ pub enum Ended {
 }
 
 /// What a session reports as it goes, for drover's log and status.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum SessionEvent {
     /// The app listens; it asked for `asked` and is served on drover's loopback `port`.
     Serving { asked: i64, port: u16 },
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
+    /// A client connection the worker gave back, between two requests, when drover
+    /// asked (`Inbox::give_back_connections`): drover serves it from here on.
+    Returned(TcpStream),
 }
 
 /// The server a worker's connections go to.
@@ -80,6 +83,8 @@ enum ToSession {
     /// Ask the worker to close its servers and leave once its connections end (Node's
     /// `worker.disconnect()`), so the clients it serves directly see no reset.
     Disconnect,
+    /// Ask drover's preload in the worker to give back its client connections.
+    GiveBack,
 }
 
 /// Gives a session's worker client connections directly (drover's handoff) and asks it
@@ -93,6 +98,10 @@ pub struct Inbox {
     /// none waiting: milliseconds since `epoch`.
     progress_ms: Arc<AtomicU64>,
     epoch: Instant,
+    /// drover's preload runs in the worker (it said so), so it can give connections back.
+    preloaded: Arc<AtomicBool>,
+    /// The preload said it gave back every connection it could.
+    all_returned: Arc<AtomicBool>,
 }
 
 /// A worker with connections waiting that has taken up none for this long is stalled
@@ -134,7 +143,7 @@ impl Inbox {
             self.queued.fetch_sub(1, Relaxed);
             match back.0 {
                 ToSession::Connection(stream) => stream,
-                ToSession::Disconnect => unreachable!("sent a connection"),
+                ToSession::Disconnect | ToSession::GiveBack => unreachable!("sent a connection"),
             }
         })
     }
@@ -147,6 +156,23 @@ impl Inbox {
     /// Asks the worker to close its servers and leave once its connections end.
     pub fn disconnect(&self) {
         let _ = self.tx.send(ToSession::Disconnect);
+    }
+
+    /// Whether the worker can give its client connections back (drover's preload runs
+    /// in it).
+    pub fn can_give_back(&self) -> bool {
+        self.preloaded.load(Relaxed)
+    }
+
+    /// Asks the worker to give back its client connections, each between two requests
+    /// (they arrive as `SessionEvent::Returned`); `all_given_back` says when it has.
+    pub fn give_back_connections(&self) {
+        let _ = self.tx.send(ToSession::GiveBack);
+    }
+
+    /// The worker gave back every client connection it could.
+    pub fn all_given_back(&self) -> bool {
+        self.all_returned.load(Relaxed)
     }
 }
 
@@ -167,11 +193,16 @@ pub struct Session {
     from_drover: mpsc::UnboundedReceiver<ToSession>,
     /// drover asked the worker to leave; the message goes once every connection given
     /// before has been handed over (after it, the worker would refuse them).
-    disconnect: Disconnect,
+    disconnect: Asked,
+    /// drover asked for the worker's connections back; as with `disconnect`, the
+    /// message goes once every connection given before has been handed over.
+    give_back: Asked,
 }
 
-#[derive(PartialEq, Eq)]
-enum Disconnect {
+/// A request of drover's to the worker that waits until the connections given before
+/// it have been handed over.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Asked {
     NotAsked,
     Due,
     Sent,
@@ -196,9 +227,12 @@ impl Session {
                 given: Arc::new(AtomicBool::new(false)),
                 progress_ms: Arc::new(AtomicU64::new(0)),
                 epoch: Instant::now(),
+                preloaded: Arc::new(AtomicBool::new(false)),
+                all_returned: Arc::new(AtomicBool::new(false)),
             },
             from_drover,
-            disconnect: Disconnect::NotAsked,
+            disconnect: Asked::NotAsked,
+            give_back: Asked::NotAsked,
         })
     }
 
@@ -223,11 +257,15 @@ impl Session {
                 self.hand_over(socket).await?;
             }
             let all_handed = self.in_flight.is_empty() && self.waiting.is_empty();
-            if all_handed && self.disconnect == Disconnect::Due {
+            if all_handed && self.give_back == Asked::Due {
+                self.channel.send(&message::give_connections_back()).await?;
+                self.give_back = Asked::Sent;
+            }
+            if all_handed && self.disconnect == Asked::Due {
                 let mut body = serde_json::Map::new();
                 body.insert("act".into(), "disconnect".into());
                 self.send(body).await?;
-                self.disconnect = Disconnect::Sent;
+                self.disconnect = Asked::Sent;
             }
             let accepting = self.waiting.len() < MAX_WAITING;
             tokio::select! {
@@ -239,8 +277,13 @@ impl Session {
                 Some(order) = self.from_drover.recv() => match order {
                     ToSession::Connection(socket) => self.push(Waiting { socket, given: true }),
                     ToSession::Disconnect => {
-                        if self.disconnect == Disconnect::NotAsked {
-                            self.disconnect = Disconnect::Due;
+                        if self.disconnect == Asked::NotAsked {
+                            self.disconnect = Asked::Due;
+                        }
+                    }
+                    ToSession::GiveBack => {
+                        if self.give_back == Asked::NotAsked {
+                            self.give_back = Asked::Due;
                         }
                     }
                 },
@@ -278,6 +321,26 @@ impl Session {
                 }
             }
             FromWorker::HandleNack => self.resend().await?,
+            FromWorker::Handle { returned } => {
+                // Claimed whether or not drover wants it: the next handle's descriptor
+                // must not be matched with this line.
+                let fd = self.channel.take_descriptor();
+                match (fd, returned && self.give_back == Asked::Sent) {
+                    (Some(fd), true) => match client_connection(fd) {
+                        Ok(stream) => report(SessionEvent::Returned(stream)),
+                        Err(e) => tracing::warn!(
+                            "a Node worker gave back a descriptor that is not a TCP connection ({e}); closed"
+                        ),
+                    },
+                    (Some(_), false) => tracing::debug!(
+                        "a Node worker sent the primary a handle drover does not take; closed"
+                    ),
+                    (None, _) => tracing::debug!("a Node worker's handle message came without a descriptor"),
+                }
+                self.channel.send(&message::handle_ack()).await?;
+            }
+            FromWorker::PreloadReady => self.inbox.preloaded.store(true, Relaxed),
+            FromWorker::AllReturned => self.inbox.all_returned.store(true, Relaxed),
             FromWorker::Close { key } => {
                 if self.served.as_ref().is_some_and(|s| s.key == key) {
                     // The app closed its server: refuse new connections, as its own
@@ -490,6 +553,22 @@ impl Session {
         let message = self.next(body);
         Ok(self.channel.send(&message).await?)
     }
+}
+
+/// A descriptor a worker gave back, checked to be a connected TCP socket before drover
+/// serves it as a client connection.
+fn client_connection(fd: std::os::fd::OwnedFd) -> io::Result<TcpStream> {
+    let socket = Socket::from(fd);
+    if socket.r#type()? != Type::STREAM {
+        return Err(io::Error::other("not a stream socket"));
+    }
+    match socket.local_addr()?.as_socket() {
+        Some(_) => {}
+        None => return Err(io::Error::other("not an IP socket")),
+    }
+    socket.peer_addr()?;
+    socket.set_nonblocking(true)?;
+    Ok(TcpStream::from(socket))
 }
 
 /// The next connection for `served`; never ready while the app has no server.

@@ -8,11 +8,15 @@
 //! connection proxied and hands it over once the app's requests cost alike
 //! (`CostSpread`): a load test's connections, all opened at a cold start, leave drover's
 //! path after its first second, while an app with heavy routes keeps per-request placement.
+//!
+//! And back: a worker that retires gives its connections back between two requests
+//! (drover-node's preload), and the balancer serves them like new ones.
 
-use crate::conn::{Shared, WorkerCell};
+use crate::conn::{self, ClientConnection, Shared, WorkerCell};
 use crate::options::Handoff;
 use drover_balance::clock;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::debug;
 
@@ -76,5 +80,36 @@ pub(crate) fn give(shared: &Shared, stream: TcpStream) -> Result<(), TcpStream> 
                 Ok(())
             }
         },
+    }
+}
+
+/// Ready when a retiring worker of this balancer's pool may have given a connection back.
+pub(crate) async fn returned(cell: &WorkerCell) {
+    let pool = Arc::clone(&cell.load().shared.pool);
+    pool.handoffs().returned().await
+}
+
+/// Serves here every connection given back and not yet taken: from its next request on,
+/// as if it had just been accepted.
+pub(crate) fn serve_returned(cell: &Arc<WorkerCell>) {
+    let worker = cell.load();
+    let shared = &worker.shared;
+    while let Some(plain) = shared.pool.handoffs().take_returned() {
+        let peer = match plain.peer_addr() {
+            Ok(peer) => peer,
+            // The client left meanwhile.
+            Err(_) => continue,
+        };
+        let stream = match TcpStream::from_std(plain) {
+            Ok(stream) => stream,
+            Err(e) => {
+                debug!("cannot serve a connection a worker gave back: {e}");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        shared.stats.record_returned();
+        let counted = ClientConnection::accepted();
+        tokio::spawn(conn::serve(stream, peer, Arc::clone(cell), counted));
     }
 }

@@ -21,5 +21,7 @@ mod server;
 mod upstream;
 
 pub use error::ProxyError;
-pub use options::{Handoff, HashKey, Limits, ParseHashKeyError, ProxyOptions, QueueOptions, Timeouts};
+pub use options::{
+    Handoff, HashKey, Limits, ParseHashKeyError, ProxyOptions, QueueOptions, Timeouts,
+};
 pub use server::{Proxy, ReconfigureError};

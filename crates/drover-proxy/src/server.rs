@@ -355,6 +355,7 @@ fn serve_thread(
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                 },
+                _ = handoff::returned(&cell) => handoff::serve_returned(&cell),
                 _ = sweep.tick() => {
                     cell.load().upstreams.sweep();
                     if sweep.period() != period(&cell) {

@@ -9,12 +9,18 @@
 //! fewest so far, which spreads equal workers evenly. An endpoint out of the pool (not
 //! ready, draining, ejected) gets none. When none can take it, the caller serves the
 //! connection itself.
+//!
+//! The other way: a worker that retires (a reload, a scale-down) gives its connections
+//! back between two requests (`give_back`), and the balancer serves them from then on
+//! (`take_returned`).
 
 use arc_swap::ArcSwap;
 use drover_balance::{clock, Endpoint};
+use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 
 /// A worker's way of taking connections.
 pub trait TakesConnections: Send + Sync {
@@ -32,6 +38,12 @@ pub trait TakesConnections: Send + Sync {
 /// two of the workers' event loops; this bounds what one worker can be left holding.
 const MAX_QUEUED: usize = 256;
 
+/// Connections given back and not yet taken by a serving thread. Serving threads take
+/// them at once; a bound keeps a balancer that no longer serves (reconfigured away)
+/// from holding descriptors: past it, a connection is closed between two requests, as
+/// the retiring worker would have closed it.
+const MAX_RETURNED: usize = 4096;
+
 /// A worker at or above this CPU share (its main thread's, from the supervisor's
 /// reports) is saturated: new connections go to one that is not, when there is one.
 const SATURATED: f64 = 0.95;
@@ -48,6 +60,9 @@ pub struct Handoffs {
     takers: ArcSwap<Vec<Arc<Taker>>>,
     /// Serializes writers; the accept path only loads `takers`.
     writer: Mutex<()>,
+    /// Connections workers gave back, oldest first.
+    returned: Mutex<VecDeque<TcpStream>>,
+    returned_ready: Notify,
 }
 
 impl std::fmt::Debug for Handoffs {
@@ -87,6 +102,29 @@ impl Handoffs {
             .cloned()
             .collect();
         self.takers.store(Arc::new(list));
+    }
+
+    /// A retiring worker gave `stream` back, between two requests: the balancer serves
+    /// it from now on. It is closed when too many wait already.
+    pub fn give_back(&self, stream: TcpStream) {
+        let mut returned = self.returned.lock().unwrap_or_else(|e| e.into_inner());
+        if returned.len() < MAX_RETURNED {
+            returned.push_back(stream);
+            self.returned_ready.notify_one();
+        }
+    }
+
+    /// The oldest connection given back and not yet taken.
+    pub fn take_returned(&self) -> Option<TcpStream> {
+        self.returned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    /// Ready when a connection may have been given back since the last call.
+    pub async fn returned(&self) {
+        self.returned_ready.notified().await
     }
 
     /// Whether any endpoint takes connections (a cheap test for the accept path).

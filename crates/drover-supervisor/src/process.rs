@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -89,22 +89,28 @@ const NODE_CHANNEL_FD: i32 = 3;
 /// and so inherited by what npm starts; 3 would not be.
 const RUNNER_CHANNEL_FD: i32 = 100;
 
-/// The preload that makes a package manager's app (`npm start`) drover's cluster
-/// worker, written once per drover process into a directory private to its user.
-fn node_preload() -> io::Result<&'static Path> {
-    static PRELOAD: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let written = PRELOAD.get_or_init(|| {
-        let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(runtime) => PathBuf::from(runtime).join("drover"),
-            None => std::env::temp_dir().join(format!("drover-{}", nix::unistd::Uid::effective())),
-        };
-        drover_node::write_preload(&dir)
-            .map_err(|e| format!("drover's Node preload in {}: {e}", dir.display()))
+/// drover's Node preload (drover-node's preload.cjs): it makes a package manager's app
+/// (`npm start`) drover's cluster worker, and lets any Node worker give its client
+/// connections back when drover retires it. Written into a directory private to its
+/// user, and again whenever it is gone (a temp cleaner): every new Node worker loads
+/// it, and a missing one would stop them all from starting.
+fn node_preload() -> io::Result<PathBuf> {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    // This drover's own version of it, over whatever an older drover left there.
+    static WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let dir = DIR.get_or_init(|| match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(runtime) => PathBuf::from(runtime).join("drover"),
+        None => std::env::temp_dir().join(format!("drover-{}", nix::unistd::Uid::effective())),
     });
-    match written {
-        Ok(path) => Ok(path),
-        Err(e) => Err(io::Error::other(e.clone())),
+    let path = drover_node::preload_path(dir);
+    if WRITTEN.load(std::sync::atomic::Ordering::Relaxed) && path.is_file() {
+        return Ok(path);
     }
+    let written = drover_node::write_preload(dir).map_err(|e| {
+        io::Error::other(format!("drover's Node preload in {}: {e}", dir.display()))
+    })?;
+    WRITTEN.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(written)
 }
 
 /// Where a new worker listens.
@@ -138,21 +144,29 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
             // A Node program becomes a cluster worker of drover's (drover-node): its
             // listen() on any port is served at PORT. Other programs ignore the channel.
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+            let existing = spec
+                .env
+                .get("NODE_OPTIONS")
+                .cloned()
+                .or_else(|| std::env::var("NODE_OPTIONS").ok());
             let (env, channel_fd) = if drover_node::is_package_runner(program) {
-                let existing = spec
-                    .env
-                    .get("NODE_OPTIONS")
-                    .cloned()
-                    .or_else(|| std::env::var("NODE_OPTIONS").ok());
                 let preload = node_preload()?;
                 let env =
-                    drover_node::runner_env(id, RUNNER_CHANNEL_FD, preload, existing.as_deref());
+                    drover_node::runner_env(id, RUNNER_CHANNEL_FD, &preload, existing.as_deref());
                 (env, RUNNER_CHANNEL_FD)
             } else {
-                (
-                    drover_node::channel_env(id, NODE_CHANNEL_FD),
+                // Without the preload the worker runs as well; it just cannot give
+                // its connections back on a reload (they close between requests).
+                let preload = node_preload()
+                    .map_err(|e| tracing::warn!("{e}; Node workers start without it"))
+                    .ok();
+                let env = drover_node::channel_env(
+                    id,
                     NODE_CHANNEL_FD,
-                )
+                    preload.as_deref(),
+                    existing.as_deref(),
+                );
+                (env, NODE_CHANNEL_FD)
             };
             cmd.envs(env)
                 .fd_mappings(vec![FdMapping {

@@ -639,6 +639,7 @@ fn node_session(
             drover_node::SessionEvent::Refused { reason } => {
                 tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
             }
+            drover_node::SessionEvent::Returned(stream) => pool.handoffs().give_back(stream),
         };
         if let Err(e) = session.run(report).await {
             tracing::debug!(app = %app, worker = id, error = %e, "Node cluster channel ended");
@@ -1236,16 +1237,24 @@ async fn drain_queue(shared: &Shared, id: usize, proc: &mut Proc, steer: &Steeri
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
 /// exits, or `drain_timeout` passes.
 async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn() -> u32 + Sync)) {
-    // Clients handed to the worker are its own: it closes its server, finishes them,
-    // and leaves its channel (Node's `worker.disconnect()`).
+    // Clients handed to the worker are its own. With drover's preload in it, it first
+    // gives each connection back between two requests (drover serves them from then
+    // on); then it closes its server, finishes what it still has, and leaves its
+    // channel (Node's `worker.disconnect()`).
     let direct = proc
         .node_session
         .as_ref()
         .filter(|s| s.serves_clients_directly());
-    if let Some(session) = direct {
-        session.inbox.disconnect();
-    }
     let drained = async {
+        if let Some(session) = direct {
+            if session.inbox.can_give_back() {
+                session.inbox.give_back_connections();
+                while !session.inbox.all_given_back() && !session.task.is_finished() {
+                    tokio::time::sleep(DRAIN_POLL).await;
+                }
+            }
+            session.inbox.disconnect();
+        }
         while in_flight() > 0 || direct.is_some_and(|s| !s.task.is_finished()) {
             tokio::time::sleep(DRAIN_POLL).await;
         }
