@@ -647,3 +647,97 @@ fn describe(query: &ServerQuery) -> String {
 fn errno_of(e: &io::Error) -> i32 {
     e.raw_os_error().map_or(UV_EADDRINUSE, |n| -n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+    use std::io::{BufRead, BufReader, IoSlice, Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream as StdUnix;
+
+    /// The worker's end: sends a line with `fd` alongside, as Node does.
+    fn send_with(worker: &StdUnix, line: &str, fd: Option<std::os::fd::RawFd>) {
+        let fds = fd.map(|fd| [fd]);
+        let rights = fds.as_ref().map(|fds| [ControlMessage::ScmRights(fds)]);
+        let cmsgs: &[ControlMessage] = rights.as_ref().map_or(&[], |r| r);
+        let data = format!("{line}\n");
+        sendmsg::<UnixAddr>(
+            worker.as_raw_fd(),
+            &[IoSlice::new(data.as_bytes())],
+            cmsgs,
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+    }
+
+    fn next_line(reader: &mut BufReader<StdUnix>) -> Value {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    const RETURNED: &str =
+        r#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":{"cmd":"NODE_DROVER","act":"return"}}"#;
+
+    // Multi-threaded: the test plays the worker with blocking reads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_come_back_only_when_asked_and_only_tcp_ones() {
+        let (ours, worker) = StdUnix::pair().unwrap();
+        let session = Session::new(ours, 1).unwrap();
+        let inbox = session.inbox();
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let task = tokio::spawn(session.run(move |e| {
+            if let SessionEvent::Returned(stream) = e {
+                events_tx.send(stream).unwrap();
+            }
+        }));
+        let mut reader = BufReader::new(worker.try_clone().unwrap());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+
+        assert!(!inbox.can_give_back());
+        send_with(&worker, r#"{"cmd":"NODE_DROVER","act":"ready"}"#, None);
+        // Unasked, a connection is not taken: closed, and acked so Node sends on.
+        send_with(&worker, RETURNED, Some(server_side.as_raw_fd()));
+        assert_eq!(next_line(&mut reader)["cmd"], "NODE_HANDLE_ACK");
+        assert!(inbox.can_give_back());
+
+        inbox.give_back_connections();
+        assert_eq!(
+            next_line(&mut reader),
+            serde_json::json!({"cmd": "NODE_DROVER", "act": "return"})
+        );
+        // Not a TCP socket: refused, acked.
+        let (pipe_r, _pipe_w) = nix::unistd::pipe().unwrap();
+        send_with(&worker, RETURNED, Some(pipe_r.as_raw_fd()));
+        assert_eq!(next_line(&mut reader)["cmd"], "NODE_HANDLE_ACK");
+        // The app's own handle to its primary is not drover's to serve.
+        let other = r#"{"cmd":"NODE_HANDLE","type":"net.Socket","msg":{"hi":1}}"#;
+        send_with(&worker, other, Some(server_side.as_raw_fd()));
+        assert_eq!(next_line(&mut reader)["cmd"], "NODE_HANDLE_ACK");
+        // A line that claims a handle and carries none takes no later one's.
+        send_with(&worker, RETURNED, None);
+        assert_eq!(next_line(&mut reader)["cmd"], "NODE_HANDLE_ACK");
+        send_with(&worker, RETURNED, Some(server_side.as_raw_fd()));
+        assert_eq!(next_line(&mut reader)["cmd"], "NODE_HANDLE_ACK");
+        drop(server_side);
+        let mut returned = events.recv().await.unwrap();
+        assert!(events.try_recv().is_err(), "only the asked-for TCP one");
+        // It is the client's connection: what one end writes, the other reads.
+        (&client).write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        returned.set_nonblocking(false).unwrap();
+        returned.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+
+        assert!(!inbox.all_given_back());
+        send_with(&worker, r#"{"cmd":"NODE_DROVER","act":"returned"}"#, None);
+        drop(reader);
+        drop(worker);
+        task.await.unwrap().unwrap();
+        assert!(inbox.all_given_back());
+    }
+}

@@ -466,3 +466,49 @@ async fn reload_and_scale_keep_alive(node: &str) {
     );
     drover_stops_cleanly("default mode", &d).await;
 }
+
+#[tokio::test]
+async fn a_connection_busy_at_a_reload_is_given_back_once_answered() {
+    for (_, node) in common::node_binaries() {
+        busy_at_reload(&node.display().to_string()).await;
+    }
+}
+
+async fn busy_at_reload(node: &str) {
+    let (d, admin) = run_app(&["--mode", "handoff"], node, 1, &[]).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let port = c.local_addr().unwrap().port();
+    let first: serde_json::Value = serde_json::from_str(&c.get("/").await.text()).unwrap();
+    assert_eq!(first["remotePort"], port, "handed at accept: {first}");
+    // The worker is in the middle of this connection's request when drover retires it.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let busy = tokio::spawn(async move {
+        c.write_raw(b"GET /spin?ms=1500 HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = tx.send(());
+        let r = c.read_response(false).await.unwrap();
+        (c, r)
+    });
+    rx.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (mut c, r) = busy.await.unwrap();
+    let spun: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(spun["pid"], first["pid"], "answered by the old worker");
+    assert_ne!(
+        r.header("connection"),
+        Some("close"),
+        "the connection was kept"
+    );
+    // The same connection goes on: drover has it back and serves it from the new worker.
+    let wait = wait_until_async(Duration::from_secs(20), || async {
+        metric(admin, "drover_connections_returned_total").await >= 1
+    })
+    .await;
+    assert!(wait, "{}", d.stderr_text());
+    let next: serde_json::Value = serde_json::from_str(&c.get("/").await.text()).unwrap();
+    assert_ne!(next["pid"], first["pid"], "{next}");
+    drover_stops_cleanly("handoff", &d).await;
+}
