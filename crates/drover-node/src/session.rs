@@ -246,9 +246,31 @@ impl Session {
         mut self,
         mut report: impl FnMut(SessionEvent),
     ) -> Result<Ended, ChannelError> {
+        let ended = self.serve_worker(&mut report).await;
+        // The worker is gone (it exited, was killed, or closed its channel): client
+        // connections given to it and not yet taken up go back to the balancer, whose
+        // clients then see nothing of it. One sent and not acknowledged was not taken
+        // up either: Node acknowledges a connection before it reads from it.
+        let unserved = self
+            .waiting
+            .drain(..)
+            .chain(self.in_flight.drain(..).map(|f| f.socket));
+        for waiting in unserved.collect::<Vec<_>>() {
+            self.taken(&waiting);
+            if waiting.given {
+                report(SessionEvent::Returned(waiting.socket));
+            }
+        }
+        ended
+    }
+
+    async fn serve_worker(
+        &mut self,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<Ended, ChannelError> {
         loop {
             while let Some(line) = self.channel.take_line() {
-                self.on_line(line, &mut report).await?;
+                self.on_line(line, report).await?;
             }
             while self.in_flight.len() < MAX_UNACKNOWLEDGED {
                 let Some(socket) = self.waiting.pop_front() else {
@@ -739,5 +761,37 @@ mod tests {
         drop(worker);
         task.await.unwrap().unwrap();
         assert!(inbox.all_given_back());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_the_worker_never_took_up_go_back_when_it_dies() {
+        let (ours, worker) = StdUnix::pair().unwrap();
+        let session = Session::new(ours, 1).unwrap();
+        let inbox = session.inbox();
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let task = tokio::spawn(session.run(move |e| {
+            if let SessionEvent::Returned(stream) = e {
+                events_tx.send(stream).unwrap();
+            }
+        }));
+        // The app listens on 3000: drover serves it at its port and hands over.
+        let mut reader = BufReader::new(worker.try_clone().unwrap());
+        send_with(
+            &worker,
+            r#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#,
+            None,
+        );
+        assert_eq!(next_line(&mut reader)["errno"], 0);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        inbox.give(server_side).unwrap();
+        // Sent (a newconn with the socket), never acknowledged: then the worker dies.
+        assert_eq!(next_line(&mut reader)["msg"]["act"], "newconn");
+        drop(reader);
+        drop(worker);
+        task.await.unwrap().unwrap();
+        assert!(events.recv().await.is_some(), "the connection came back");
+        assert_eq!(inbox.queued(), 0);
     }
 }
