@@ -17,7 +17,7 @@ use drover_balance::cost::CostTable;
 use drover_balance::{clock, Balancer, CostSpread, Endpoint, Nanos, PickContext};
 use drover_metrics::{BalancerStats, Cause};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,8 +52,6 @@ pub(crate) struct Shared {
     pub costs: CostTable,
     /// Whether the app's requests cost alike (read by `Handoff::WhenEven`).
     pub spread: CostSpread,
-    /// Connections accepted, to proxy a sample of them (`handoff::SAMPLE_EVERY`).
-    pub accepted: AtomicU64,
     pub keys: KeySpec,
     pub shutdown: watch::Receiver<bool>,
     /// Open client connections, for draining on shutdown (one count for every
@@ -81,7 +79,6 @@ impl Shared {
             )),
             costs: CostTable::new(),
             spread: CostSpread::new(),
-            accepted: AtomicU64::new(0),
             keys: KeySpec {
                 hash: opts.hash_key.clone(),
                 sticky_cookie: opts.sticky_cookie.clone(),
@@ -168,7 +165,7 @@ pub(crate) async fn serve(
         out: Vec::new(),
         reqbody: Vec::new(),
         requests: 0,
-        hand_over_at: 1,
+        hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
     };
     loop {
         match conn.run().await {

@@ -2,12 +2,16 @@
 //! Node worker under `drover run`, through its cluster channel). Once handed, drover is
 //! out of the connection's path: no hop, and none of its requests seen or counted here.
 //!
-//! Two moments: at accept, and between two requests of a proxied keep-alive connection,
-//! when drover has read nothing of the next one (the kernel holds whatever the client
-//! sends next, and the worker reads it from there). `Handoff::WhenEven` starts every
-//! connection proxied and hands it over once the app's requests cost alike
-//! (`CostSpread`): a load test's connections, all opened at a cold start, leave drover's
-//! path after its first second, while an app with heavy routes keeps per-request placement.
+//! Two moments: at accept (`Handoff::Always`), and between two requests of a proxied
+//! keep-alive connection, when drover has read nothing of the next one (the kernel holds
+//! whatever the client sends next, and the worker reads it from there).
+//! `Handoff::WhenEven` places every connection's first request itself and hands the
+//! connection over once the app's requests cost alike (`CostSpread`): a load test's
+//! keep-alive connections, all opened at a cold start, leave drover's path after its
+//! first second, while an app with heavy routes keeps per-request placement. A new
+//! connection per request stays proxied: its one request is placed best where drover
+//! sees every worker's requests in flight, and a `kill -9` of a worker fails none of
+//! them (drover retries).
 //!
 //! And back: a worker that retires gives its connections back between two requests
 //! (drover-node's preload), and the balancer serves them like new ones.
@@ -15,14 +19,14 @@
 use crate::conn::{self, ClientConnection, Shared, WorkerCell};
 use crate::options::Handoff;
 use drover_balance::clock;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-/// Under `Handoff::WhenEven`, one new connection in this many is proxied for its first
-/// request at least, so that drover keeps measuring what requests cost.
-pub(crate) const SAMPLE_EVERY: u64 = 8;
+/// A proxied connection is offered to a worker once it has carried this many requests:
+/// then it is one the client reuses. After one, many clients close it (HTTP/1.1
+/// clients that open a connection per request but do not say so).
+pub(crate) const HAND_OVER_AFTER_REQUESTS: u32 = 2;
 
 /// After a proxied connection could not be handed over (every worker behind), it is
 /// offered again after this many more requests.
@@ -32,15 +36,7 @@ pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
 pub(crate) fn at_accept(cell: &WorkerCell, stream: TcpStream) -> Option<TcpStream> {
     let worker = cell.load();
     let shared = &worker.shared;
-    let hand = match shared.opts.handoff {
-        Handoff::Never => false,
-        Handoff::Always => true,
-        Handoff::WhenEven => {
-            shared.accepted.fetch_add(1, Relaxed) % SAMPLE_EVERY != 0
-                && shared.spread.is_even(clock::now())
-        }
-    };
-    if !hand || !shared.pool.handoffs().any() {
+    if shared.opts.handoff != Handoff::Always || !shared.pool.handoffs().any() {
         return Some(stream);
     }
     give(shared, stream).err()

@@ -36,9 +36,9 @@ pub enum Handoff {
     /// Each new connection, at accept, and a proxied one between requests
     /// (`--mode handoff`).
     Always,
-    /// While the app's requests cost alike (`CostSpread`): then new connections at
-    /// accept, but for every `SAMPLE_EVERY`th, which keeps measuring, and a proxied
-    /// keep-alive connection between two requests (`drover run`'s default, `auto`).
+    /// A proxied keep-alive connection between two requests, while the app's requests
+    /// cost alike (`CostSpread`); every new connection's first request is placed here
+    /// (`drover run`'s default, `auto`).
     WhenEven,
 }
 
