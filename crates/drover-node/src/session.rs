@@ -193,17 +193,17 @@ pub struct Session {
     from_drover: mpsc::UnboundedReceiver<ToSession>,
     /// drover asked the worker to leave; the message goes once every connection given
     /// before has been handed over (after it, the worker would refuse them).
-    disconnect: Asked,
+    disconnect: Ask,
     /// drover asked for the worker's connections back; as with `disconnect`, the
     /// message goes once every connection given before has been handed over.
-    give_back: Asked,
+    give_back: Ask,
 }
 
 /// A request of drover's to the worker that waits until the connections given before
 /// it have been handed over.
 #[derive(PartialEq, Eq, Clone, Copy)]
-enum Asked {
-    NotAsked,
+enum Ask {
+    Unasked,
     Due,
     Sent,
 }
@@ -231,8 +231,8 @@ impl Session {
                 all_returned: Arc::new(AtomicBool::new(false)),
             },
             from_drover,
-            disconnect: Asked::NotAsked,
-            give_back: Asked::NotAsked,
+            disconnect: Ask::Unasked,
+            give_back: Ask::Unasked,
         })
     }
 
@@ -279,15 +279,15 @@ impl Session {
                 self.hand_over(socket).await?;
             }
             let all_handed = self.in_flight.is_empty() && self.waiting.is_empty();
-            if all_handed && self.give_back == Asked::Due {
+            if all_handed && self.give_back == Ask::Due {
                 self.channel.send(&message::give_connections_back()).await?;
-                self.give_back = Asked::Sent;
+                self.give_back = Ask::Sent;
             }
-            if all_handed && self.disconnect == Asked::Due {
+            if all_handed && self.disconnect == Ask::Due {
                 let mut body = serde_json::Map::new();
                 body.insert("act".into(), "disconnect".into());
                 self.send(body).await?;
-                self.disconnect = Asked::Sent;
+                self.disconnect = Ask::Sent;
             }
             let accepting = self.waiting.len() < MAX_WAITING;
             tokio::select! {
@@ -299,13 +299,13 @@ impl Session {
                 Some(order) = self.from_drover.recv() => match order {
                     ToSession::Connection(socket) => self.push(Waiting { socket, given: true }),
                     ToSession::Disconnect => {
-                        if self.disconnect == Asked::NotAsked {
-                            self.disconnect = Asked::Due;
+                        if self.disconnect == Ask::Unasked {
+                            self.disconnect = Ask::Due;
                         }
                     }
                     ToSession::GiveBack => {
-                        if self.give_back == Asked::NotAsked {
-                            self.give_back = Asked::Due;
+                        if self.give_back == Ask::Unasked {
+                            self.give_back = Ask::Due;
                         }
                     }
                 },
@@ -347,7 +347,7 @@ impl Session {
                 // Claimed whether or not drover wants it: the next handle's descriptor
                 // must not be matched with this line.
                 let fd = self.channel.take_descriptor();
-                match (fd, returned && self.give_back == Asked::Sent) {
+                match (fd, returned && self.give_back == Ask::Sent) {
                     (Some(fd), true) => match client_connection(fd) {
                         Ok(stream) => report(SessionEvent::Returned(stream)),
                         Err(e) => tracing::warn!(
