@@ -52,9 +52,10 @@ pub struct BenchArgs {
     #[arg(short, long)]
     pub connections: Option<usize>,
 
-    /// How long to send, e.g. 10s, 500ms, 2m (a bare number is seconds)
-    #[arg(short, long, default_value = "10s", value_parser = parse_duration)]
-    pub duration: Duration,
+    /// How long to send, e.g. 10s, 500ms, 2m (a bare number is seconds) [default: 10s;
+    /// with -n, until that many requests are answered, as ab and loadtest do]
+    #[arg(short, long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 
     /// Open loop: send this many requests per second on a fixed schedule; latency counts
     /// from each request's scheduled time (--rps as in loadtest)
@@ -135,6 +136,9 @@ pub struct BenchArgs {
 }
 
 /// Parses `10s`, `250ms`, `1.5s`, `2m`, `100us`, or a bare number of seconds.
+/// How long a run sends when neither -d nor -n says.
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
@@ -236,7 +240,11 @@ impl BenchArgs {
             mix,
             mode,
             connections,
-            duration: self.duration,
+            duration: match (self.duration, self.requests) {
+                (Some(duration), _) => duration,
+                (None, Some(_)) => crate::run::UNTIL_COUNT,
+                (None, None) => DEFAULT_DURATION,
+            },
             max_requests: self.requests,
             threads: self.threads,
             timeout: self.timeout,
@@ -411,6 +419,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("--reuse") && err.contains("oldest"), "{err}");
+    }
+
+    #[test]
+    fn a_count_without_a_duration_runs_until_it_is_reached() {
+        let run = |extra: &[&str]| {
+            let cfg = args(extra).to_config().unwrap();
+            (cfg.duration, cfg.max_requests)
+        };
+        assert_eq!(run(&[]), (DEFAULT_DURATION, None));
+        assert_eq!(run(&["-n", "1000"]), (crate::run::UNTIL_COUNT, Some(1000)));
+        // loadtest's -n 1000000 --rps 10000: the schedule, not 10 s, decides.
+        assert_eq!(
+            run(&["--rate", "9000", "-n", "1000000"]),
+            (crate::run::UNTIL_COUNT, Some(1_000_000))
+        );
+        // Both: whichever comes first.
+        assert_eq!(
+            run(&["-n", "1000", "-d", "2s"]),
+            (Duration::from_secs(2), Some(1000))
+        );
     }
 
     #[test]

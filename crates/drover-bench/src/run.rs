@@ -62,6 +62,11 @@ impl Reuse {
     }
 }
 
+/// The duration of a run given only a request count (`-n` without `-d`): it ends when
+/// the count is reached, as ab's and loadtest's do; a day bounds a server that stopped
+/// answering without a timeout.
+pub const UNTIL_COUNT: Duration = Duration::from_secs(24 * 3600);
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub addr: SocketAddr,
@@ -302,7 +307,12 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
             Mode::Open { reuse, .. } => Some(reuse.name()),
             Mode::Closed => None,
         },
-        duration_s: cfg.duration.as_secs_f64(),
+        // A run to a count had no set duration: it took what it took.
+        duration_s: if cfg.duration == UNTIL_COUNT && cfg.max_requests.is_some() {
+            (elapsed_s * 1e4).round() / 1e4
+        } else {
+            cfg.duration.as_secs_f64()
+        },
         elapsed_s: (elapsed_s * 1e4).round() / 1e4,
         requests: s.requests,
         ok: s.ok,

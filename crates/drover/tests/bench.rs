@@ -36,6 +36,23 @@ fn url(b: &Backend, path: &str) -> String {
     format!("http://{}{path}", b.addr())
 }
 
+/// loadtest's `-n N --rps R` sends N requests however long that takes; so does
+/// `drover bench -n N --rate R` without `-d` (it stopped at the default 10 s before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_with_no_duration_is_sent_in_full_past_ten_seconds() {
+    let b = Backend::named("b0").start().await;
+    let out = bench(&["--rate", "100", "-n", "1100", "--json", &url(&b, "/")]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = json(&out);
+    assert_eq!(r["requests"], 1100);
+    assert!(
+        r["elapsed_s"].as_f64().unwrap() > 10.0,
+        "{}",
+        r["elapsed_s"]
+    );
+    assert_eq!(r["duration_s"], r["elapsed_s"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_sends_exactly_n_requests_and_reports_json() {
     let b = Backend::named("b0").start().await;
