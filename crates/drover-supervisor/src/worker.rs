@@ -906,10 +906,12 @@ async fn serve(
                 tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid, "worker {}/{id} unhealthy: {reason}", shared.app);
                 proc.sample();
                 // A hung process finishes nothing and cannot act on a SIGTERM: waiting
-                // `stop_timeout` for it only delays its replacement.
+                // `stop_timeout` for it only delays its replacement. One that fails its
+                // checks but still runs first gives back the clients it serves itself.
                 let status = if hung {
                     proc.worker.kill().await
                 } else {
+                    take_back_clients(proc.node_session.as_ref(), proc.spec.stop_timeout).await;
                     proc.worker.stop(proc.spec.stop_timeout).await
                 };
                 shared.record_end(id, &mut proc, RestartReason::Health, Some(reason.clone()), status).await;
@@ -1247,12 +1249,7 @@ async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn(
         .filter(|s| s.serves_clients_directly());
     let drained = async {
         if let Some(session) = direct {
-            if session.inbox.can_give_back() {
-                session.inbox.give_back_connections();
-                while !session.inbox.all_given_back() && !session.task.is_finished() {
-                    tokio::time::sleep(DRAIN_POLL).await;
-                }
-            }
+            take_back_clients(Some(session), proc.spec.drain_timeout).await;
             session.inbox.disconnect();
         }
         while in_flight() > 0 || direct.is_some_and(|s| !s.task.is_finished()) {
@@ -1268,6 +1265,25 @@ async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn(
         }
         _ = proc.worker.child.wait() => {}
     }
+}
+
+/// A worker that serves clients directly (connections drover handed it) gives each one
+/// back between two requests, when drover's preload runs in it, so that stopping it
+/// closes none under a request: drover serves them from then on. Returns once it has,
+/// once it has left, or after `bound`.
+async fn take_back_clients(session: Option<&NodeSession>, bound: Duration) {
+    let Some(session) =
+        session.filter(|s| s.serves_clients_directly() && s.inbox.can_give_back())
+    else {
+        return;
+    };
+    session.inbox.give_back_connections();
+    let given_back = async {
+        while !session.inbox.all_given_back() && !session.task.is_finished() {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    };
+    let _ = tokio::time::timeout(bound, given_back).await;
 }
 
 /// Starts forwarding the child's output; returns the stderr task, which also fills
