@@ -1272,8 +1272,7 @@ async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn(
 /// closes none under a request: drover serves them from then on. Returns once it has,
 /// once it has left, or after `bound`.
 async fn take_back_clients(session: Option<&NodeSession>, bound: Duration) {
-    let Some(session) =
-        session.filter(|s| s.serves_clients_directly() && s.inbox.can_give_back())
+    let Some(session) = session.filter(|s| s.serves_clients_directly() && s.inbox.can_give_back())
     else {
         return;
     };

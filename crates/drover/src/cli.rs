@@ -34,12 +34,14 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct CtlArgs {
-    /// The admin API of the drover to talk to ([admin] listen, or drover run --admin).
+    /// The admin API of the drover to talk to ([admin] listen, or drover run --admin):
+    /// HOST:PORT, or http://HOST:PORT as the Node SDK takes DROVER_ADMIN.
     #[arg(
         long,
         env = "DROVER_ADMIN",
         value_name = "ADDR",
-        default_value = "127.0.0.1:9900"
+        default_value = "127.0.0.1:9900",
+        value_parser = admin_addr
     )]
     pub admin: SocketAddr,
 
@@ -145,4 +147,58 @@ pub struct UpArgs {
     /// The config to run.
     #[arg(short, long, value_name = "FILE", default_value = "drover.toml")]
     pub config: PathBuf,
+}
+
+/// The admin API's address from `--admin`/`DROVER_ADMIN`: `HOST:PORT`, or
+/// `http://HOST:PORT` (with or without a trailing `/`), the form the Node SDK reads from
+/// the same variable, so one setting serves both.
+fn admin_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let bare = match s.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest.trim_end_matches('/'),
+        Some((scheme, _)) => {
+            return Err(format!(
+                "{s:?}: the admin API speaks http://, not {scheme}://"
+            ))
+        }
+        None => s,
+    };
+    if bare.contains('/') {
+        return Err(format!(
+            "{s:?}: expected HOST:PORT or http://HOST:PORT, with no path"
+        ));
+    }
+    bare.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| {
+            format!("{s:?}: expected HOST:PORT or http://HOST:PORT, e.g. 127.0.0.1:9900")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admin_addr;
+
+    #[test]
+    fn the_admin_address_may_be_a_url() {
+        let local = "127.0.0.1:9900".parse().unwrap();
+        for given in [
+            "127.0.0.1:9900",
+            "http://127.0.0.1:9900",
+            "HTTP://127.0.0.1:9900/",
+        ] {
+            assert_eq!(admin_addr(given), Ok(local), "{given}");
+        }
+        assert_eq!(admin_addr("[::1]:9900"), Ok("[::1]:9900".parse().unwrap()));
+        for bad in [
+            "https://127.0.0.1:9900",
+            "http://127.0.0.1:9900/v1",
+            "9900",
+            "",
+        ] {
+            let e = admin_addr(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
+    }
 }

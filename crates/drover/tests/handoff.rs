@@ -513,3 +513,51 @@ async fn busy_at_reload(node: &str) {
     assert_ne!(next["pid"], first["pid"], "{next}");
     drover_stops_cleanly("handoff", &d).await;
 }
+
+/// What `kill -9` costs once the default mode has handed connections over: the worker's
+/// own connections break (a request in flight on one is lost, as under Node cluster;
+/// `--mode proxy` would have retried it), and nothing else. Every client that sends its
+/// request again on a new connection, as browsers do for a reused one, is served.
+#[tokio::test]
+async fn by_default_a_kill_9_after_handover_breaks_only_the_killed_workers_connections() {
+    let (d, admin) = run_app(&[], "node", 2, &[]).await;
+    let addr = d.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(keep_alive_client(addr, stop.clone())))
+        .collect();
+    let handed = wait_until_async(Duration::from_secs(20), || async {
+        handoffs_total(admin).await >= 4
+    })
+    .await;
+    assert!(handed, "{}", d.stderr_text());
+    let victim = serving_pids(&status(admin).await)[0].unwrap();
+    Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    let replaced = wait_until_async(Duration::from_secs(20), || async {
+        let pids = serving_pids(&status(admin).await);
+        pids.len() == 2 && pids.iter().all(|p| p.is_some_and(|p| p != victim))
+    })
+    .await;
+    assert!(replaced, "{}", d.stderr_text());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut resent, mut failed) = (0, 0, Vec::new());
+    for l in load {
+        let run = l.await.unwrap();
+        ok += run.answered;
+        resent += run.resent;
+        failed.extend(run.failed);
+    }
+    assert!(ok > 200, "too little load: {ok}");
+    // At most the 4 connections broke, each once; each request on them went again.
+    assert!(
+        resent <= 4,
+        "{resent} connections broke\n{}",
+        d.stderr_text()
+    );
+    assert!(failed.is_empty(), "{failed:?}\n{}", d.stderr_text());
+    drover_stops_cleanly("default mode", &d).await;
+}

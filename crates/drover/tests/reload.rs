@@ -166,7 +166,7 @@ async fn ctl_status_prints_workers_and_endpoints() {
     let (code, table, err) = ctl(admin, &["status"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        table.contains("app app (proxy mode, 2 workers): python3"),
+        table.contains("app app (auto mode, 2 workers): python3"),
         "{table}"
     );
     for header in ["PID", "UPTIME", "RESTARTS", "RSS", "IN-FLIGHT", "STATE"] {

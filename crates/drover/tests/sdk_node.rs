@@ -114,3 +114,65 @@ fn node_sdk_suite_passes_against_this_drover() {
         None => panic!("node --test sdk/node/test/ ran past {DEADLINE:?}; killed:\n{output}"),
     }
 }
+
+/// The SDK installs as its README says: `npm pack` of `sdk/node`, then `npm install` of
+/// that tarball into an app of its own (no registry needed: it has no dependencies),
+/// where `require('@drover/sdk')` gives `register` and `loadReporter`.
+#[test]
+fn the_sdk_installs_from_a_packed_tarball_as_its_readme_says() {
+    if node_major().is_none_or(|major| major < 18)
+        || Command::new("npm").arg("--version").output().is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "node 18+ and npm are needed"
+        );
+        eprintln!("skipping: node 18+ and npm are needed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("drover-sdk-install-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("app")).unwrap();
+    let npm = |args: &[&str], cwd: &Path| {
+        let out = Command::new("npm")
+            .args(args)
+            .args(["--no-audit", "--no-fund", "--offline"])
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "npm {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let sdk = repo_root().join("sdk/node");
+    let packed = npm(&["pack", &sdk.display().to_string()], &dir);
+    let tarball = dir.join(packed.lines().last().unwrap());
+    std::fs::write(
+        dir.join("app/package.json"),
+        r#"{"name":"app","private":true}"#,
+    )
+    .unwrap();
+    npm(
+        &["install", &tarball.display().to_string()],
+        &dir.join("app"),
+    );
+    let out = Command::new("node")
+        .args([
+            "-e",
+            "const d = require('@drover/sdk'); console.log(typeof d.register, typeof d.loadReporter)",
+        ])
+        .current_dir(dir.join("app"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "function function",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
