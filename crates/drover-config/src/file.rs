@@ -1131,7 +1131,7 @@ impl RawConfig {
                     _ => None,
                 })
                 .collect();
-            b.handoff = crate::model::handoff_for(&modes);
+            b.handoff = crate::model::handoff_for(&modes, b.strategy);
             balancers.push(b);
         }
 

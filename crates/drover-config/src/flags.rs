@@ -521,7 +521,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
-            balancer.handoff = model::handoff_for(&[args.mode]);
+            balancer.handoff = model::handoff_for(&[args.mode], balancer.strategy);
             balancer.apply_limits(&args.limits);
             balancers.push(balancer);
         }

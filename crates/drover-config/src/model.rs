@@ -398,13 +398,39 @@ pub(crate) const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
 pub(crate) const DEFAULT_EXPECT: (u16, u16) = (200, 399);
 
 /// When a balancer hands client connections to the workers of the apps behind it, by
-/// their modes: "handoff" always, "auto" while requests cost alike, else never.
-pub fn handoff_for(modes: &[Mode]) -> drover_proxy::Handoff {
-    if modes.contains(&Mode::Handoff) {
+/// their modes: "handoff" always, "auto" while requests cost alike, else never. Never
+/// with `hash` or `sticky` either: those place each request by its key (a cookie, a
+/// header), and a connection handed to a worker would carry requests whose key names
+/// another.
+pub fn handoff_for(modes: &[Mode], strategy: Strategy) -> drover_proxy::Handoff {
+    if matches!(strategy, Strategy::Hash | Strategy::Sticky) {
+        drover_proxy::Handoff::Never
+    } else if modes.contains(&Mode::Handoff) {
         drover_proxy::Handoff::Always
     } else if modes.contains(&Mode::Auto) {
         drover_proxy::Handoff::WhenEven
     } else {
         drover_proxy::Handoff::Never
+    }
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+    use drover_proxy::Handoff;
+
+    #[test]
+    fn modes_and_key_strategies_decide_the_handoff() {
+        assert_eq!(handoff_for(&[Mode::Auto], Strategy::P2c), Handoff::WhenEven);
+        assert_eq!(
+            handoff_for(&[Mode::Proxy, Mode::Handoff], Strategy::LeastConn),
+            Handoff::Always
+        );
+        assert_eq!(handoff_for(&[Mode::Proxy], Strategy::P2c), Handoff::Never);
+        assert_eq!(handoff_for(&[], Strategy::P2c), Handoff::Never);
+        for keyed in [Strategy::Hash, Strategy::Sticky] {
+            assert_eq!(handoff_for(&[Mode::Auto], keyed), Handoff::Never);
+            assert_eq!(handoff_for(&[Mode::Handoff], keyed), Handoff::Never);
+        }
     }
 }

@@ -561,3 +561,36 @@ async fn by_default_a_kill_9_after_handover_breaks_only_the_killed_workers_conne
     assert!(failed.is_empty(), "{failed:?}\n{}", d.stderr_text());
     drover_stops_cleanly("default mode", &d).await;
 }
+
+/// `-s sticky` places each request by its cookie: the default mode never hands a
+/// connection over, however alike the requests, so every request with the cookie stays
+/// on the cookie's worker.
+#[tokio::test]
+async fn by_default_a_sticky_balancer_keeps_every_request_on_its_cookies_worker() {
+    let (d, admin) = run_app(&["-s", "sticky"], "node", 2, &[]).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let first = c.get("/").await;
+    let cookie = first
+        .header("set-cookie")
+        .and_then(|v| v.split(';').next())
+        .unwrap_or_else(|| panic!("no sticky cookie: {:?}", first.headers))
+        .to_string();
+    let pid: serde_json::Value = serde_json::from_str(&first.text()).unwrap();
+    // Past the 1,000 alike requests and 0.5 s after which `auto` hands connections over.
+    let start = std::time::Instant::now();
+    let mut sent = 0;
+    while sent < 1500 || start.elapsed() < Duration::from_millis(800) {
+        let r = c
+            .request("GET", "/", &[("cookie", &cookie)], None)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+        assert_eq!(
+            body["pid"], pid["pid"],
+            "request {sent} left the cookie's worker"
+        );
+        sent += 1;
+    }
+    assert_eq!(handoffs_total(admin).await, 0);
+    drover_stops_cleanly("default mode", &d).await;
+}
