@@ -85,8 +85,9 @@ impl CostSpread {
             && now.saturating_sub(self.calm_since.load(Relaxed)) >= CALM_SPAN
     }
 
-    /// The app's typical request cost in ns, 0 before any (for status and tests).
-    pub fn typical(&self) -> Nanos {
+    /// The app's typical request cost in ns, 0 before any.
+    #[cfg(test)]
+    fn typical(&self) -> Nanos {
         self.typical.load(Relaxed)
     }
 }

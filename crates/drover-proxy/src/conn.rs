@@ -714,7 +714,8 @@ impl Conn {
         } else {
             shared.costs.observe_beside_others(head.cost_key, latency);
         }
-        if shared.opts.handoff == Handoff::WhenEven {
+        // Only where a worker could take the connection (not a Python app's, say).
+        if shared.opts.handoff == Handoff::WhenEven && shared.pool.handoffs().any() {
             let cost = shared.costs.estimate(head.cost_key).unwrap_or(latency);
             shared.spread.observe(now, cost);
         }

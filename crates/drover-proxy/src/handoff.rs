@@ -45,12 +45,12 @@ pub(crate) fn at_accept(cell: &WorkerCell, stream: TcpStream) -> Option<TcpStrea
 /// Whether a proxied keep-alive connection, between two requests and with nothing of
 /// the next one read, should be offered to a worker.
 pub(crate) fn between_requests(shared: &Shared) -> bool {
-    let hand = match shared.opts.handoff {
+    // Cheapest first: this runs after every proxied request of a keep-alive connection.
+    match shared.opts.handoff {
         Handoff::Never => false,
-        Handoff::Always => true,
-        Handoff::WhenEven => shared.spread.is_even(clock::now()),
-    };
-    hand && shared.pool.handoffs().any()
+        Handoff::Always => shared.pool.handoffs().any(),
+        Handoff::WhenEven => shared.pool.handoffs().any() && shared.spread.is_even(clock::now()),
+    }
 }
 
 /// Gives `stream` to the worker least behind; the stream back when none took it.
