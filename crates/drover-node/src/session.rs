@@ -700,25 +700,55 @@ mod tests {
         serde_json::from_str(&line).unwrap()
     }
 
+    /// A session on one end of a socketpair, run in a task; the test is the worker on
+    /// the other end. Connections it gives back arrive on `events`.
+    struct Started {
+        worker: StdUnix,
+        inbox: Inbox,
+        events: mpsc::UnboundedReceiver<TcpStream>,
+        task: tokio::task::JoinHandle<Result<Ended, ChannelError>>,
+    }
+
+    fn start() -> Started {
+        let (ours, worker) = StdUnix::pair().unwrap();
+        let session = Session::new(ours, 1).unwrap();
+        let inbox = session.inbox();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let task = tokio::spawn(session.run(move |e| {
+            if let SessionEvent::Returned(stream) = e {
+                events_tx.send(stream).unwrap();
+            }
+        }));
+        Started {
+            worker,
+            inbox,
+            events,
+            task,
+        }
+    }
+
+    /// A connected TCP pair: the client's end and the server's.
+    fn tcp_pair() -> (TcpStream, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        (client, server_side)
+    }
+
     const RETURNED: &str =
         r#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":{"cmd":"NODE_DROVER","act":"return"}}"#;
 
     // Multi-threaded: the test plays the worker with blocking reads.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn connections_come_back_only_when_asked_and_only_tcp_ones() {
-        let (ours, worker) = StdUnix::pair().unwrap();
-        let session = Session::new(ours, 1).unwrap();
-        let inbox = session.inbox();
-        let (events_tx, mut events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(session.run(move |e| {
-            if let SessionEvent::Returned(stream) = e {
-                events_tx.send(stream).unwrap();
-            }
-        }));
+        let Started {
+            worker,
+            inbox,
+            mut events,
+            task,
+        } = start();
         let mut reader = BufReader::new(worker.try_clone().unwrap());
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server_side, _) = listener.accept().unwrap();
+        let (client, server_side) = tcp_pair();
 
         assert!(!inbox.can_give_back());
         send_with(&worker, r#"{"cmd":"NODE_DROVER","act":"ready"}"#, None);
@@ -765,15 +795,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn connections_the_worker_never_took_up_go_back_when_it_dies() {
-        let (ours, worker) = StdUnix::pair().unwrap();
-        let session = Session::new(ours, 1).unwrap();
-        let inbox = session.inbox();
-        let (events_tx, mut events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(session.run(move |e| {
-            if let SessionEvent::Returned(stream) = e {
-                events_tx.send(stream).unwrap();
-            }
-        }));
+        let Started {
+            worker,
+            inbox,
+            mut events,
+            task,
+        } = start();
         // The app listens on 3000: drover serves it at its port and hands over.
         let mut reader = BufReader::new(worker.try_clone().unwrap());
         send_with(
@@ -782,9 +809,7 @@ mod tests {
             None,
         );
         assert_eq!(next_line(&mut reader)["errno"], 0);
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server_side, _) = listener.accept().unwrap();
+        let (_client, server_side) = tcp_pair();
         inbox.give(server_side).unwrap();
         // Sent (a newconn with the socket), never acknowledged: then the worker dies.
         assert_eq!(next_line(&mut reader)["msg"]["act"], "newconn");

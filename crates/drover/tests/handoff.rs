@@ -157,6 +157,30 @@ async fn a_busy_worker_gets_fewer_new_connections_than_an_idle_one() {
     drover_stops_cleanly("handoff", &d).await;
 }
 
+/// Under the caller's load: a rolling reload (every worker replaced), a scale to 3 and
+/// back to 1, each waited for.
+async fn reload_then_scale_to_3_and_1(d: &ChildProcess, admin: SocketAddr) {
+    let first = serving_pids(&status(admin).await);
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let replaced = wait_until_async(Duration::from_secs(40), || async {
+        let now = serving_pids(&status(admin).await);
+        now.iter().all(|p| p.is_some() && !first.contains(p))
+    })
+    .await;
+    assert!(replaced, "{}", d.stderr_text());
+    for workers in [3, 1] {
+        let (code, out, err) = ctl(admin, &["scale", &workers.to_string()]).await;
+        assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+        let scaled = wait_until_async(Duration::from_secs(40), || async {
+            let pids = serving_pids(&status(admin).await);
+            pids.len() == workers && pids.iter().all(Option::is_some)
+        })
+        .await;
+        assert!(scaled, "never {workers} workers\n{}", d.stderr_text());
+    }
+}
+
 #[tokio::test]
 async fn reload_and_scale_under_load_fail_no_request() {
     let (d, admin) = handoff(2).await;
@@ -179,28 +203,7 @@ async fn reload_and_scale_under_load_fail_no_request() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let first = serving_pids(&status(admin).await);
-
-    let (code, out, err) = ctl(admin, &["reload"]).await;
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
-    let replaced = wait_until_async(Duration::from_secs(20), || async {
-        let now = serving_pids(&status(admin).await);
-        now.iter().all(|p| p.is_some() && !first.contains(p))
-    })
-    .await;
-    assert!(replaced, "{}", d.stderr_text());
-
-    let (code, out, err) = ctl(admin, &["scale", "3"]).await;
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
-    let three = wait_until_async(Duration::from_secs(20), || async {
-        let pids = serving_pids(&status(admin).await);
-        pids.len() == 3 && pids.iter().all(Option::is_some)
-    })
-    .await;
-    assert!(three, "{}", d.stderr_text());
-    let (code, out, err) = ctl(admin, &["scale", "1"]).await;
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    reload_then_scale_to_3_and_1(&d, admin).await;
 
     stop.store(true, Ordering::Relaxed);
     let (mut ok, mut failed) = (0, Vec::new());
@@ -413,32 +416,7 @@ async fn reload_and_scale_keep_alive(node: &str) {
     })
     .await;
     assert!(handed, "{}", d.stderr_text());
-    let first = serving_pids(&status(admin).await);
-
-    let (code, out, err) = ctl(admin, &["reload"]).await;
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
-    let replaced = wait_until_async(Duration::from_secs(40), || async {
-        let now = serving_pids(&status(admin).await);
-        now.iter().all(|p| p.is_some() && !first.contains(p))
-    })
-    .await;
-    assert!(replaced, "{}", d.stderr_text());
-
-    let (code, out, err) = ctl(admin, &["scale", "3"]).await;
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
-    let three = wait_until_async(Duration::from_secs(20), || async {
-        let pids = serving_pids(&status(admin).await);
-        pids.len() == 3 && pids.iter().all(Option::is_some)
-    })
-    .await;
-    assert!(three, "{}", d.stderr_text());
-    let (code, out, err) = ctl(admin, &["scale", "1"]).await;
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
-    let one = wait_until_async(Duration::from_secs(40), || async {
-        serving_pids(&status(admin).await).len() == 1
-    })
-    .await;
-    assert!(one, "{}", d.stderr_text());
+    reload_then_scale_to_3_and_1(&d, admin).await;
 
     stop.store(true, Ordering::Relaxed);
     let (mut ok, mut resent, mut failed) = (0, 0, Vec::new());
