@@ -2,8 +2,8 @@
 // Benchmark backend: `node bench/backend.js PORT`
 //
 //   /           "ok", no work (tiny response)
-//   /cheap      "cheap", busy-loops CHEAP_US microseconds (default 20)
-//   /expensive  "expensive", busy-loops EXPENSIVE_MS milliseconds (default 10)
+//   /cheap      "cheap", burns CHEAP_US microseconds of CPU (default 20)
+//   /expensive  "expensive", burns EXPENSIVE_MS milliseconds of CPU (default 10)
 //
 // Single-threaded and synchronous on purpose, like a typical Node app: while /expensive
 // burns the CPU, every other request on this process waits. Keep-alive on.
@@ -15,10 +15,16 @@ const cheapNs = BigInt(Math.round(Number(process.env.CHEAP_US ?? 20) * 1e3));
 const expensiveNs = BigInt(Math.round(Number(process.env.EXPENSIVE_MS ?? 10) * 1e6));
 const id = process.env.BACKEND_ID || String(port);
 
+// Burns ns of this process's CPU time, not of wall time: fixed work, as a real handler
+// does, takes longer when the process waits for a core (see bench/matrix/backend.js).
+function cpuNs() {
+  const used = process.cpuUsage();
+  return BigInt(used.user + used.system) * 1000n;
+}
 function burn(ns) {
   if (ns <= 0n) return;
-  const end = process.hrtime.bigint() + ns;
-  while (process.hrtime.bigint() < end) { /* busy */ }
+  const end = cpuNs() + ns;
+  while (cpuNs() < end) { /* busy */ }
 }
 
 const OK = Buffer.from('ok');

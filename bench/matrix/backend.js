@@ -3,7 +3,7 @@
 //
 //   /               "ok"
 //   /io?ms=100      answers after a timer of ms (I/O-bound: the event loop stays free)
-//   /cpu?us=20      busy-loops that long, synchronously (CPU-bound, like a real Node app:
+//   /cpu?us=20      burns that much CPU time, synchronously (CPU-bound, like a real Node app:
 //   /cpu?ms=10      everything else queued on this process waits)
 //   /poll?ms=20000  long-poll: answered after ms by a timer
 //   /sse?ms=20000   text/event-stream: one event at once and one a second, ends after ms
@@ -54,10 +54,19 @@ process.on('message', (m) => {
   }
 });
 
+// Burns ns of this process's CPU time, not of wall time: a handler's fixed work takes
+// longer when the process waits for a core, as in a real CPU-bound app. (A wall-clock
+// loop ended on time however little CPU it got, so N workers on fewer cores served as if
+// each had a core of its own: it rewarded sending every worker work at once and made
+// holding requests back look like lost capacity.)
+function cpuNs() {
+  const used = process.cpuUsage();
+  return (used.user + used.system) * 1000;
+}
 function burnNs(ns) {
   if (ns <= 0) return;
-  const end = process.hrtime.bigint() + BigInt(Math.round(ns));
-  while (process.hrtime.bigint() < end) { /* busy */ }
+  const end = cpuNs() + ns;
+  while (cpuNs() < end) { /* busy */ }
 }
 
 const OK = Buffer.from('ok');
