@@ -19,6 +19,11 @@
 # measurement), --rounds R (repeats of each sample, peer order alternating; medians),
 # --heavy-max-ms MS (cap on a heavy request's cost, 250). Environment: BENCH_SKIP_BUILD=1,
 # BENCH_NO_INSTALL=1 as for bench/run.sh; DROVER_BIN to measure another binary.
+# A/B in one run: DROVER_B_BIN (another binary) and/or DROVER_B_FLAGS (flags added to
+# `drover proxy` / `drover run`) add a peer `drover-b` beside the default; the report
+# prints its ratios too, and neither drover counts as the other's peer. DROVER_B_MODE=proxy
+# runs drover-b as `drover proxy` over the sample's backends (the ones nginx and HAProxy
+# use) in `run` samples too: drover's balancing without its supervisor and workers.
 #
 # Output: one line per sample as it completes, then the table, the worst sample and the
 # summary against the issue's targets; bench/results/sweep-raw-STAMP.jsonl has one record
@@ -106,6 +111,12 @@ build_binaries
 # A private copy: the shared target directory may be rebuilt from another branch mid-run.
 cp "$DROVER" "$TMP/drover"
 DROVER="$TMP/drover" LOADGEN="$TMP/drover"
+DROVER_B="" B_FLAGS=()
+if [[ -n "${DROVER_B_BIN:-}${DROVER_B_FLAGS:-}" ]]; then
+  cp "${DROVER_B_BIN:-$DROVER}" "$TMP/drover-b"
+  DROVER_B="$TMP/drover-b"
+  read -r -a B_FLAGS <<<"${DROVER_B_FLAGS:-}"
+fi
 "$LOADGEN" bench --help | grep -q -- --poisson || die "$DROVER bench has no --poisson (build this branch)"
 
 STAMP="$(date +%Y%m%d-%H%M%S)"
@@ -152,6 +163,7 @@ start_sample() { # mode workers health
   local mode=$1 w=$2 health=$3 i p be=() dir hp=()
   PEERS=(drover nginx-lc haproxy-lc)
   [[ "$mode" == run ]] && PEERS+=(node-cluster)
+  [[ -n "$DROVER_B" ]] && PEERS+=(drover-b)
   for ((i = 0; i < w; i++)); do
     p="$(quick_port)"
     be+=("$p")
@@ -163,14 +175,17 @@ start_sample() { # mode workers health
     p="$(quick_port)"
     PORT[$peer]=$p
     case "$peer" in
-      drover)
-        if [[ "$mode" == proxy ]]; then
+      drover | drover-b)
+        local bin="$DROVER" extra=()
+        local as=$mode
+        [[ "$peer" == drover-b ]] && bin="$DROVER_B" extra=("${B_FLAGS[@]}") as=${DROVER_B_MODE:-$mode}
+        if [[ "$as" == proxy ]]; then
           local bes=()
           for i in "${be[@]}"; do bes+=(--backend "127.0.0.1:$i"); done
-          start_group "$SDIR/drover.log" "$DROVER" proxy --listen "127.0.0.1:$p" "${bes[@]}" --threads 1 "${hp[@]}"
+          start_group "$SDIR/$peer.log" "$bin" proxy --listen "127.0.0.1:$p" "${bes[@]}" --threads 1 "${hp[@]}" "${extra[@]}"
         else
-          start_group "$SDIR/drover.log" "$DROVER" run -w "$w" -l "127.0.0.1:$p" --admin off --threads 1 "${hp[@]}" \
-            -- node "$M/backend.js"
+          start_group "$SDIR/$peer.log" "$bin" run -w "$w" -l "127.0.0.1:$p" --admin off --threads 1 "${hp[@]}" \
+            "${extra[@]}" -- node "$M/backend.js"
         fi
         ;;
       nginx-lc)
@@ -215,6 +230,7 @@ bench() { # peer extra-args...
 measure_capacity() {
   local c=$((4 * P[workers] > 32 ? 4 * P[workers] : 32)) peer out each=()
   for peer in "${PEERS[@]}"; do
+    [[ "$peer" == drover-b ]] && continue # the same capacity with or without the A/B peer
     out="$(bench "$peer" -c "$c" -d "${CAP_D}s")"
     [[ "$out" =~ \"ok\":([0-9]+) ]] && each+=("$peer=$(awk -v n="${BASH_REMATCH[1]}" -v d="$CAP_D" 'BEGIN{printf "%.0f", n/d}')")
   done

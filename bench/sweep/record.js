@@ -7,6 +7,10 @@
 //        not credited or charged for how long its tail took to drain
 //   p99  over all of the runs' requests; for several on-phases it is merged from each
 //        run's percentile spectrum (a step function, read conservatively)
+//   work CPU time asked for per second of the run (each path's requests x its /cpu cost,
+//        in ms/s): in a closed loop with mixed costs, req/s depends on which requests a
+//        peer served, and a peer that lets heavy requests wait serves more light ones;
+//        work is what the workers did, whatever the mix
 'use strict';
 const fs = require('fs');
 const meta = JSON.parse(process.argv[2]);
@@ -35,10 +39,16 @@ if (runs.length) {
     const total = sum((r) => r.latency_us.count);
     p99 = cands.find((v) => sum((r) => below(r, v)) >= 0.99 * total) ?? Math.max(...runs.map((r) => r.latency_us.max));
   }
+  const costMs = (path) => {
+    const m = /[?&](us|ms)=([0-9.]+)/.exec(path);
+    return m ? Number(m[2]) / (m[1] === 'us' ? 1000 : 1) : 0;
+  };
+  const work = sum((r) => Object.entries(r.paths || {}).reduce((a, [path, v]) => a + v.requests * costMs(path), 0));
   const errors = {};
   for (const r of runs) for (const [k, v] of Object.entries(r.errors)) errors[k] = (errors[k] || 0) + v;
   result = {
     thr: Math.round((ok / sum((r) => (open ? r.duration_s : r.elapsed_s))) * 10) / 10,
+    work: Math.round(work / sum((r) => (open ? r.duration_s : r.elapsed_s))),
     p50: runs.length === 1 ? runs[0].latency_us.p50 : null,
     p99,
     max: Math.max(...runs.map((r) => r.latency_us.max)),

@@ -13,7 +13,7 @@ const fs = require('fs');
 const file = process.argv[2];
 const only = process.argv[3] === '--sample' ? Number(process.argv[4]) : null;
 const recs = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
-const PEERS = ['drover', 'nginx-lc', 'haproxy-lc', 'node-cluster'];
+const PEERS = ['drover', 'nginx-lc', 'haproxy-lc', 'node-cluster', 'drover-b'];
 
 const median = (xs) => {
   const s = xs.filter((x) => x !== null && x !== undefined).sort((a, b) => a - b);
@@ -21,6 +21,17 @@ const median = (xs) => {
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
+
+// A drover's ratios to the best peer that is not a drover (the A/B peer `drover-b` of
+// DROVER_B_BIN / DROVER_B_FLAGS is measured beside the default, never against it).
+function ratios(s, self) {
+  const d = s.peers[self];
+  const others = Object.entries(s.peers).filter(([p, v]) => !p.startsWith('drover') && v.p99 !== null);
+  if (!d || d.p99 === null || !others.length) return { p99x: Infinity, thrx: 0 }; // no result: as bad as it gets
+  const bestP99 = others.reduce((a, [p, v]) => (v.p99 < a[1] ? [p, v.p99] : a), ['', Infinity]);
+  const bestThr = others.reduce((a, [p, v]) => (v.thr > a[1] ? [p, v.thr] : a), ['', -Infinity]);
+  return { bestP99, bestThr, p99x: d.p99 / bestP99[1], thrx: bestThr[1] > 0 ? d.thr / bestThr[1] : 1 };
+}
 
 const bySample = new Map();
 for (const r of recs) {
@@ -36,24 +47,14 @@ for (const s of bySample.values()) {
     const ok = results.filter(Boolean);
     s.peers[peer] = {
       thr: median(ok.map((x) => x.thr)),
+      work: median(ok.map((x) => x.work ?? null)),
       p99: median(ok.map((x) => x.p99)),
       errors: ok.reduce((a, x) => a + x.errors_total, 0) + (results.length - ok.length),
       requests: ok.reduce((a, x) => a + x.requests, 0),
     };
   }
-  const others = Object.entries(s.peers).filter(([p, v]) => p !== 'drover' && v.p99 !== null);
-  const d = s.peers.drover;
-  if (d && d.p99 !== null && others.length) {
-    const bestP99 = others.reduce((a, [p, v]) => (v.p99 < a[1] ? [p, v.p99] : a), ['', Infinity]);
-    const bestThr = others.reduce((a, [p, v]) => (v.thr > a[1] ? [p, v.thr] : a), ['', -Infinity]);
-    s.bestP99 = bestP99;
-    s.bestThr = bestThr;
-    s.p99x = d.p99 / bestP99[1];
-    s.thrx = bestThr[1] > 0 ? d.thr / bestThr[1] : 1;
-  } else {
-    s.p99x = Infinity; // drover gave no result: as bad as it gets
-    s.thrx = 0;
-  }
+  Object.assign(s, ratios(s, 'drover'));
+  if (s.peers['drover-b']) s.b = ratios(s, 'drover-b');
   samples.push(s);
 }
 samples.sort((a, b) => a.k - b.k);
@@ -75,7 +76,8 @@ function line(s) {
     return `${peer.replace('-lc', '').replace('node-', '')} ${String(Math.round(v.thr)).padStart(5)}/s ${ms(v.p99).padStart(7)}${e}`.padEnd(24);
   });
   const flag = s.p99x > 1.5 || s.thrx < 0.95 ? ' <<' : s.p99x > 1.05 ? ' <' : '';
-  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}`;
+  const b = s.b ? ` | b: p99 ${x(s.b.p99x)}x thr ${x(s.b.thrx)}x` : '';
+  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}${b}`;
 }
 
 if (only !== null) {
@@ -99,7 +101,8 @@ function detail(s, why) {
   // Each round's figures too: how far apart they are says how much the median means.
   for (const [peer, v] of Object.entries(s.peers)) {
     const each = s.runs[peer].map((r) => (r ? `${Math.round(r.thr)}/s ${ms(r.p99)}` : 'no result')).join(', ');
-    console.log(`  ${peer.padEnd(13)} ${String(Math.round(v.thr)).padStart(6)} 2xx/s  p99 ${ms(v.p99).padStart(8)}  errors ${v.errors}   rounds: ${each}`);
+    const work = v.work === null ? '' : `  work ${String(v.work).padStart(5)} ms/s`;
+    console.log(`  ${peer.padEnd(13)} ${String(Math.round(v.thr)).padStart(6)} 2xx/s  p99 ${ms(v.p99).padStart(8)}${work}  errors ${v.errors}   rounds: ${each}`);
   }
   console.log(`  drover: p99 ${x(s.p99x)} x ${s.bestP99?.[0]}'s, throughput ${x(s.thrx)} x ${s.bestThr?.[0]}'s`);
 }
@@ -118,6 +121,14 @@ console.log(`  p99 <= 1.05 x on >= 90 % of samples:      ${within}/${n} = ${pct(
 console.log(`  p99 never above 1.5 x:                     max ${x(maxP99x)} x (sample ${worst.k})  ${pf(maxP99x <= 1.5)}`);
 console.log(`  throughput >= 0.95 x on every sample:      ${n - lowThr.length}/${n}, lowest ${x(worstThr.thrx)} x (sample ${worstThr.k})  ${pf(!lowThr.length)}`);
 console.log(`  run, Poisson at 50-75 %: p99 <= 0.8 x:     ${lead.length ? `${leadOk.length}/${lead.length} (${lead.map((s) => `#${s.k} ${x(s.p99x)}x`).join(', ')})  ${pf(leadOk.length === lead.length)}` : 'no such sample in this sweep'}`);
+const withB = samples.filter((s) => s.b);
+if (withB.length) {
+  const bw = withB.filter((s) => s.b.p99x <= 1.05).length;
+  const bmax = withB.reduce((a, s) => (s.b.p99x > a.b.p99x ? s : a));
+  const bmin = withB.reduce((a, s) => (s.b.thrx < a.b.thrx ? s : a));
+  console.log(`  drover-b: p99 <= 1.05 x on ${bw}/${withB.length}, max ${x(bmax.b.p99x)} x (sample ${bmax.k}), ` +
+    `throughput >= 0.95 x on ${withB.filter((s) => s.b.thrx >= 0.95).length}/${withB.length}, lowest ${x(bmin.b.thrx)} x (sample ${bmin.k})`);
+}
 const errs = samples.filter((s) => Object.values(s.peers).some((v) => v.errors));
 if (errs.length) console.log(`  samples with errors: ${errs.map((s) => `#${s.k} (${Object.entries(s.peers).filter(([, v]) => v.errors).map(([p, v]) => `${p} ${v.errors}`).join(', ')})`).join('; ')}`);
 else console.log('  no errors on any peer');
