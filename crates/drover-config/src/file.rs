@@ -1751,7 +1751,7 @@ listen = "0.0.0.0:8000"
 strategy = "p2c"
 backends = ["app:pi"]             # or "127.0.0.1:9001", "dns:api.internal:80", "etcd:/drover/pools/web"
 retries = 2                       # only when the request never reached a backend, or is idempotent
-timeouts = { connect = "1s", request = "30s", idle = "60s" }
+timeouts = { connect = "5s", request = "30s", idle = "60s" }
 "#);
         let admin = c.admin.as_ref().unwrap();
         assert_eq!(admin.listen, addr("127.0.0.1:9900"));
@@ -1772,7 +1772,7 @@ timeouts = { connect = "1s", request = "30s", idle = "60s" }
         assert_eq!(
             b.timeouts,
             TimeoutConfig {
-                connect: Duration::from_secs(1),
+                connect: Duration::from_secs(5),
                 ..TimeoutConfig::default()
             }
         );

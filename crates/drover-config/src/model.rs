@@ -317,7 +317,7 @@ impl Default for QueueConfig {
 /// `timeouts`: limits on each phase of a proxied request. All are non-zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeoutConfig {
-    /// Connecting to a backend; default 1s.
+    /// Connecting to a backend; default 5s (one retransmitted SYN must fit).
     pub connect: Duration,
     /// Receiving a client's request head; default 10s.
     pub header_read: Duration,
