@@ -1077,6 +1077,7 @@ impl RawConfig {
             .filter(|a| a.mode == Mode::Shared)
             .map(|a| a.name.as_str())
             .collect();
+        let mut behind: BTreeMap<String, usize> = BTreeMap::new();
         for (i, raw) in self.balancer.into_iter().enumerate() {
             let backends_span = raw.get_ref().backends.span();
             let listen_span = raw.get_ref().listen.span();
@@ -1087,7 +1088,10 @@ impl RawConfig {
                 raw,
                 i,
                 lone,
-                &app_names,
+                AppRefs {
+                    defined: &app_names,
+                    behind: &behind,
+                },
                 Sources {
                     admin: admin.is_some(),
                     etcd: etcd.is_some(),
@@ -1123,14 +1127,27 @@ impl RawConfig {
             }
             listens.push((b.listen, format!("balancer[{i}].listen")));
             let mut b = b;
-            let modes: Vec<Mode> = b
-                .backends
-                .iter()
-                .filter_map(|r| match r {
-                    BackendRef::App(name) => apps.iter().find(|a| &a.name == name).map(|a| a.mode),
-                    _ => None,
-                })
-                .collect();
+            let app = b.backends.iter().find_map(|r| match r {
+                BackendRef::App(name) => apps.iter().find(|a| &a.name == name),
+                _ => None,
+            });
+            let beside_others = b.backends.len() > 1;
+            if let Some(app) = app {
+                if app.mode == Mode::Handoff && beside_others {
+                    return Err(ctx.at(
+                        backends_span,
+                        format!("balancer[{i}].backends"),
+                        format!("app {:?} runs in handoff mode: its workers take the connections themselves, and the other backends beside it would get none; use mode = \"auto\" or \"proxy\"", app.name),
+                    ));
+                }
+                behind.insert(app.name.clone(), i);
+            }
+            // A connection handed to a worker stays there: beside other backends the
+            // balancer places every request itself, so they get their share.
+            let modes: Vec<Mode> = match app {
+                Some(app) if !beside_others => vec![app.mode],
+                _ => Vec::new(),
+            };
             b.handoff = crate::model::handoff_for(&modes, b.strategy);
             balancers.push(b);
         }
@@ -1449,6 +1466,16 @@ fn validate_health(
     })
 }
 
+/// What a balancer's `app:NAME` backends are checked against.
+#[derive(Debug, Clone, Copy)]
+struct AppRefs<'a> {
+    /// The apps the file defines.
+    defined: &'a HashSet<String>,
+    /// The apps earlier balancers balance over, with that balancer's index. An app's
+    /// workers join one pool, and the balancer in front of it sets that pool's options.
+    behind: &'a BTreeMap<String, usize>,
+}
+
 /// Which runtime sources the file sets up.
 #[derive(Debug, Clone, Copy)]
 struct Sources {
@@ -1463,7 +1490,7 @@ fn validate_balancer(
     raw: Spanned<RawBalancer>,
     i: usize,
     lone: bool,
-    apps: &HashSet<String>,
+    apps: AppRefs<'_>,
     sources: Sources,
     ctx: &Ctx<'_>,
 ) -> Result<BalancerConfig, ConfigError> {
@@ -1560,11 +1587,12 @@ fn validate_balancer(
                         "weight and max_conns apply only to IP:PORT backends; an app's workers are equal (use the balancer's max_conns)",
                     ));
                 }
-                if !apps.contains(&name) {
-                    let known = if apps.is_empty() {
+                if !apps.defined.contains(&name) {
+                    let known = if apps.defined.is_empty() {
                         "no [[app]] is defined".to_string()
                     } else {
-                        let mut names: Vec<&str> = apps.iter().map(String::as_str).collect();
+                        let mut names: Vec<&str> =
+                            apps.defined.iter().map(String::as_str).collect();
                         names.sort_unstable();
                         format!("defined apps: {}", names.join(", "))
                     };
@@ -1575,6 +1603,24 @@ fn validate_balancer(
                             "backend \"app:{name}\" refers to an app that does not exist ({known})"
                         ),
                     ));
+                }
+                if let Some(other) = apps.behind.get(&name) {
+                    return Err(ctx.at(
+                        span,
+                        bkey,
+                        format!("app {name:?} is behind balancer[{other}] already: an app's workers join one balancer; give each balancer its own app"),
+                    ));
+                }
+                if let Some(BackendRef::App(first)) =
+                    b.backends.iter().find(|o| matches!(o, BackendRef::App(_)))
+                {
+                    if *first != name {
+                        return Err(ctx.at(
+                            span,
+                            bkey,
+                            format!("one app per balancer (this one balances over \"app:{first}\"): give app {name:?} a balancer of its own"),
+                        ));
+                    }
                 }
                 BackendRef::App(name)
             }
@@ -1848,7 +1894,7 @@ threads = 2
 [[balancer]]
 listen = "127.0.0.1:8081"
 strategy = "sticky"
-backends = ["app:api_v2"]
+backends = ["127.0.0.1:9003"]
 sticky = { cookie = "sid" }
 "#);
         assert_eq!(c.admin.as_ref().unwrap().token.as_deref(), Some("s3cret"));
@@ -2101,6 +2147,66 @@ sticky = { cookie = "sid" }
 
         let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:Bad\"]\n");
         check(&e, 3, "balancer[0].backends[0]", "[a-z0-9_-]+");
+    }
+
+    #[test]
+    fn an_app_serves_beside_fixed_dns_and_etcd_backends() {
+        let c = ok(r#"
+[etcd]
+endpoints = ["http://127.0.0.1:2379"]
+
+[[app]]
+name = "web"
+command = ["node", "server.js"]
+
+[[balancer]]
+listen = "127.0.0.1:8000"
+backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.internal:80", "etcd:/drover/pools/web"]
+"#);
+        let b = &c.balancers[0];
+        assert_eq!(b.backends[0], BackendRef::App("web".into()));
+        assert_eq!(b.backends.len(), 4);
+        // Beside other backends every request is placed by the balancer: a connection
+        // handed to a worker would never reach them.
+        assert_eq!(b.handoff, drover_proxy::Handoff::Never);
+        let alone = ok("[[app]]\nname = \"web\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\n");
+        assert_eq!(alone.balancers[0].handoff, drover_proxy::Handoff::WhenEven);
+
+        let plan = crate::plan::BalancerPlan::from_config(b).unwrap();
+        assert_eq!(plan.app.as_deref(), Some("web"));
+        assert_eq!(plan.backends, [(addr("127.0.0.1:9001"), 1)]);
+        assert_eq!(plan.max_conns, [(addr("127.0.0.1:9001"), 4)]);
+        assert_eq!(plan.dns.len(), 1);
+        assert_eq!(plan.etcd.as_deref(), Some("/drover/pools/web"));
+        assert!(
+            plan.pool.expects_members,
+            "requests wait for the app's workers"
+        );
+    }
+
+    #[test]
+    fn an_app_is_behind_one_balancer_and_a_balancer_over_one_app() {
+        let two_apps = "[[app]]\nname = \"web\"\ncommand = [\"x\"]\n[[app]]\nname = \"api\"\ncommand = [\"y\"]\n";
+        let e = err(&format!(
+            "{two_apps}[[balancer]]\nname = \"a\"\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\n\n[[balancer]]\nname = \"b\"\nlisten = \"127.0.0.1:8001\"\nbackends = [\"127.0.0.1:9001\",\n  \"app:web\"]\n"
+        ));
+        check(
+            &e,
+            16,
+            "balancer[1].backends[1]",
+            "app \"web\" is behind balancer[0] already",
+        );
+        assert_eq!(e.column, Some(3), "{e}");
+
+        let e = err(&format!(
+            "{two_apps}[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\", \"app:api\"]\n"
+        ));
+        check(&e, 9, "balancer[0].backends[1]", "one app per balancer");
+
+        let e = err(&format!(
+            "{two_apps}mode = \"handoff\"\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:api\", \"127.0.0.1:9001\"]\n"
+        ));
+        check(&e, 10, "balancer[0].backends", "runs in handoff mode");
     }
 
     #[test]

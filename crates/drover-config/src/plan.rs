@@ -14,9 +14,10 @@ pub struct BalancerPlan {
     pub proxy: ProxyOptions,
     pub pool: PoolOptions,
     pub strategy: Strategy,
-    /// Backend addresses with weights (empty when `app` is set).
+    /// The fixed backend addresses with weights: the pool's static members.
     pub backends: Vec<(SocketAddr, u32)>,
-    /// The supervised app whose workers are the backends (`backends = ["app:NAME"]`).
+    /// The supervised app whose workers join the pool (`app:NAME` among the backends),
+    /// beside the fixed addresses, DNS names and etcd members.
     pub app: Option<String>,
     /// Per-backend concurrency limits that differ from the pool's.
     pub max_conns: Vec<(SocketAddr, u32)>,
@@ -31,8 +32,6 @@ pub struct BalancerPlan {
 /// A balancer that validated on its own but cannot be run as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanError {
-    /// `backends = ["app:NAME"]` beside other backends.
-    AppWithOthers { balancer: String },
     /// The health check's settings.
     Health {
         balancer: String,
@@ -43,10 +42,6 @@ pub enum PlanError {
 impl std::fmt::Display for PlanError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PlanError::AppWithOthers { balancer } => write!(
-                f,
-                "balancer {balancer:?}: backends = [\"app:NAME\"] must be the only backend; run fixed addresses behind a balancer of their own"
-            ),
             PlanError::Health { balancer, source } => {
                 write!(f, "balancer {balancer:?}: health: {source}")
             }
@@ -58,7 +53,6 @@ impl std::error::Error for PlanError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             PlanError::Health { source, .. } => Some(source),
-            PlanError::AppWithOthers { .. } => None,
         }
     }
 }
@@ -86,13 +80,6 @@ impl BalancerPlan {
                 BackendRef::Dns(target) => dns.push(target.clone()),
                 BackendRef::Etcd(prefix) => etcd = Some(prefix.clone()),
             }
-        }
-        if app.is_some() && b.backends.len() > 1 {
-            // One pool per balancer: an app's workers come and go under the supervisor,
-            // and mixing them with fixed addresses would make both harder to reason about.
-            return Err(PlanError::AppWithOthers {
-                balancer: b.name.clone(),
-            });
         }
         let health = b.health.as_ref().map(health_check);
         if let Some(h) = &health {
@@ -150,7 +137,8 @@ impl BalancerPlan {
                 initially_unhealthy: false,
                 passive,
                 // An app's workers are always on their way: at a cold start, and
-                // after each restart. Requests wait for them rather than fail.
+                // after each restart. Requests wait for them rather than fail, also
+                // when fixed backends beside them are down.
                 expects_members: app.is_some(),
             },
             strategy: b.strategy,

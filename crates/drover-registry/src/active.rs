@@ -1,4 +1,7 @@
-//! Active health checks: probe every endpoint of a pool on a timer.
+//! Active health checks: probe every endpoint of a pool on a timer, except the workers
+//! drover supervises (`Source::Supervisor`). Their supervisor checks them itself and
+//! restarts a hung one; a probe from here could take a worker that is only busy out of
+//! rotation, and nothing here would restart it.
 //!
 //! Probes run concurrently each round, each bounded by `timeout`. An endpoint goes down
 //! after `fall` failed probes in a row and comes back after `rise` passing ones, slow
@@ -16,7 +19,7 @@
 //! ejection early, and an ejection does not mark the endpoint down.
 
 use crate::liveness::{self, Outcome, Progress};
-use crate::pool::Pool;
+use crate::pool::{Pool, Source};
 use crate::status::StatusRange;
 use drover_balance::{clock, Endpoint};
 use std::collections::HashMap;
@@ -272,8 +275,8 @@ impl Drop for ActiveChecks {
     }
 }
 
-/// Starts checking every endpoint of `pool` (its membership as of each round) on the
-/// current tokio runtime. The first round runs at once.
+/// Starts checking every endpoint of `pool` but its supervised workers (its membership
+/// as of each round) on the current tokio runtime. The first round runs at once.
 pub fn spawn_active_checks(pool: Arc<Pool>, check: HealthCheck) -> ActiveChecks {
     let reports = Reports::default();
     ActiveChecks {
@@ -311,7 +314,7 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
     let mut progress: HashMap<SocketAddr, Progress> = HashMap::new();
     loop {
         ticker.tick().await;
-        let endpoints = pool.endpoints();
+        let endpoints = pool.endpoints_not_from(Source::Supervisor);
         let mut probes = JoinSet::new();
         for ep in &endpoints {
             let (ep, check) = (Arc::clone(ep), Arc::clone(&check));
@@ -350,7 +353,8 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
                 apply(&pool, &check, &ep, r, result);
             }
         }
-        // Forget endpoints that left the pool so a returning address starts fresh.
+        // Forget endpoints no longer checked (they left the pool) so a returning address
+        // starts fresh.
         lock(&reports).retain(|addr, _| endpoints.iter().any(|e| e.addr() == *addr));
         progress.retain(|addr, _| endpoints.iter().any(|e| e.addr() == *addr));
     }

@@ -294,6 +294,24 @@ impl Pool {
         self.modify(source, |list| *list = dedup(members))
     }
 
+    /// The endpoints `source` does not name, in pool order. An address it shares with
+    /// another source counts as its: there is one endpoint, with one health.
+    pub fn endpoints_not_from(&self, source: Source) -> Vec<Arc<Endpoint>> {
+        // Under the writers' lock the endpoint set is the union of the sources as read.
+        let sources = self.lock_sources();
+        let theirs: HashSet<SocketAddr> = sources
+            .get(&source)
+            .map(|list| list.iter().map(|m| m.0).collect())
+            .unwrap_or_default();
+        self.set
+            .load()
+            .endpoints()
+            .iter()
+            .filter(|e| !theirs.contains(&e.addr()))
+            .cloned()
+            .collect()
+    }
+
     /// The sources that name `addr` now, in order (empty when none does).
     pub fn sources_of(&self, addr: SocketAddr) -> Vec<Source> {
         self.lock_sources()

@@ -2,7 +2,8 @@
 
 use drover_balance::clock;
 use drover_registry::{
-    probe, spawn_active_checks, CheckKind, HealthCheck, Pool, PoolOptions, ProbeError, StatusRange,
+    probe, spawn_active_checks, CheckKind, HealthCheck, Pool, PoolOptions, ProbeError, Source,
+    StatusRange,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::SeqCst};
@@ -245,7 +246,7 @@ async fn endpoints_added_later_are_checked_and_dropping_the_handle_stops() {
     let pool = pool_of(&[a.addr], PoolOptions::default());
     let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
     wait_until("a probed", || a.hits() > 0).await;
-    pool.insert(drover_registry::Source::Admin, b.addr, 1);
+    pool.insert(Source::Admin, b.addr, 1);
     wait_until("b down", || !healthy(&pool, b.addr)).await;
 
     drop(checks);
@@ -253,6 +254,29 @@ async fn endpoints_added_later_are_checked_and_dropping_the_handle_stops() {
     let hits = a.hits();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(a.hits(), hits, "no probes after the handle is dropped");
+}
+
+#[tokio::test]
+async fn supervised_workers_are_left_to_their_supervisor() {
+    // Both answer 500: a probe would take either down.
+    let fixed = Backend::start(ERROR).await;
+    let worker = Backend::start(ERROR).await;
+    let pool = pool_of(&[fixed.addr], PoolOptions::default());
+    pool.insert(Source::Supervisor, worker.addr, 1);
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("the fixed backend down", || !healthy(&pool, fixed.addr)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(healthy(&pool, worker.addr), "a worker was marked down");
+    assert_eq!(worker.hits(), 0, "a worker was probed");
+
+    // An address the supervisor shares with another source is its worker too.
+    pool.insert(Source::Supervisor, fixed.addr, 1);
+    let probed = fixed.hits();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        fixed.hits() <= probed + 1,
+        "a worker's address was probed on"
+    );
 }
 
 #[tokio::test]

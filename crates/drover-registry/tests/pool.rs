@@ -205,3 +205,18 @@ fn sources_combine_and_an_address_stays_while_any_source_names_it() {
     assert_eq!(order, [addr(2), addr(3)]);
     assert!(pool.sources_of(addr(1)).is_empty());
 }
+
+#[test]
+fn endpoints_not_from_a_source_leave_out_every_address_it_names() {
+    let pool = Pool::new("web", &[(addr(1), 1), (addr(2), 1)], PoolOptions::default());
+    pool.set_source(Source::Supervisor, &[(addr(2), 1), (addr(3), 1)]);
+    pool.insert(Source::Dns, addr(4), 1);
+    let others: Vec<_> = pool
+        .endpoints_not_from(Source::Supervisor)
+        .iter()
+        .map(|e| e.addr())
+        .collect();
+    // addr(2) is also static, but the supervisor names it: one endpoint, the worker's.
+    assert_eq!(others, [addr(1), addr(4)]);
+    assert_eq!(pool.endpoints_not_from(Source::Etcd).len(), 4);
+}

@@ -139,7 +139,8 @@ impl RunningBalancer {
     /// Starts `plan` (from `config`) over `pool`; a balancer it replaces (its address
     /// changed) hands over its runtime members. Must run inside the control runtime
     /// (health checks, DNS lookups, the etcd watch and the members' sweeper live
-    /// there). A supervised app's pool is checked by its supervisor, not here.
+    /// there). In a supervised app's pool, the workers are checked by their
+    /// supervisor; the health checks here probe the other members.
     pub async fn start(
         config: BalancerConfig,
         plan: BalancerPlan,
@@ -154,13 +155,23 @@ impl RunningBalancer {
         let dns = follow_dns(&plan, discovery.resolver, &pool)
             .await
             .map_err(StartError::Dns)?;
+        // The pool may have served another balancer: an app's, which outlives the
+        // balancers in front of it, or the one this replaces. Names and a prefix this
+        // plan does not follow leave it.
+        if dns.is_none() {
+            pool.set_source(Source::Dns, &[]);
+        }
+        if !matches!(store, Store::Etcd { .. }) {
+            pool.set_source(Source::Etcd, &[]);
+        }
         let checks = active_checks(&plan, &pool);
         let name = plan.proxy.name.clone();
         let strategy = plan.strategy.to_string();
         let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())
             .map_err(StartError::Bind)?;
         let over = match &plan.app {
-            Some(app) => format!("app {app:?}"),
+            Some(app) if plan.backends.is_empty() => format!("app {app:?}"),
+            Some(app) => format!("app {app:?} and {} backends", plan.backends.len()),
             None => format!("{} backends", plan.backends.len()),
         };
         // Scripts and tests read this line to learn the port when listening on :0.
@@ -304,17 +315,16 @@ impl RunningBalancer {
 }
 
 /// A plan's pool options and fixed backends, on a pool that may already run (the
-/// endpoints that stay keep their state).
+/// endpoints that stay keep their state). In an app's pool the fixed backends are the
+/// static source beside the supervisor's workers, which this leaves alone.
 fn apply_pool_plan(pool: &Pool, plan: &BalancerPlan) {
     if *pool.options() != plan.pool {
         pool.set_options(plan.pool.clone());
     }
-    if plan.app.is_none() {
-        pool.set_source(Source::Static, &plan.backends);
-        for (addr, max) in &plan.max_conns {
-            if let Some(ep) = pool.find(*addr) {
-                ep.set_max_conns(*max);
-            }
+    pool.set_source(Source::Static, &plan.backends);
+    for (addr, max) in &plan.max_conns {
+        if let Some(ep) = pool.find(*addr) {
+            ep.set_max_conns(*max);
         }
     }
 }
@@ -340,10 +350,12 @@ async fn follow_dns(
     Ok(Some((plan.dns.clone(), resolver.clone(), source)))
 }
 
+/// The plan's active health checks on `pool`. They never probe an app's workers
+/// (`spawn_active_checks` leaves the supervisor's members to it), so beside an app they
+/// check the fixed, DNS, etcd and registered members only.
 fn active_checks(plan: &BalancerPlan, pool: &Arc<Pool>) -> Option<ActiveChecks> {
     plan.health
         .clone()
-        .filter(|_| plan.app.is_none())
         .map(|check| spawn_active_checks(Arc::clone(pool), check))
 }
 

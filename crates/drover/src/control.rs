@@ -210,20 +210,14 @@ impl Controller {
         for (index, config) in next.balancers.iter().enumerate() {
             let plan = BalancerPlan::from_config(config).map_err(|e| e.to_string())?;
             let Some(b) = current.iter().find(|b| b.name == config.name) else {
+                // The file's validation and `reloadable` let only an app that runs here
+                // with a pool through; this keeps a mistake from being a panic.
                 if let Some(app) = app_of(config) {
                     if !self.app_pools.contains_key(app) {
                         return Err(format!(
                             "balancer {:?} balances over app {app:?}, which does not run",
                             config.name
                         ));
-                    }
-                    let taken = next
-                        .balancers
-                        .iter()
-                        .filter(|c| app_of(c) == Some(app))
-                        .count();
-                    if taken > 1 {
-                        return Err(format!("app {app:?} is behind two balancers"));
                     }
                 }
                 steps.push(Step::Start {
@@ -238,9 +232,14 @@ impl Controller {
             if old == *config {
                 steps.push(Step::Keep(Arc::clone(b)));
             } else if app_of(&old) != app_of(config) {
+                // Its pool is the app's, which the workers join: another app (or none)
+                // is another pool.
+                let shown = |c| app_of(c).map_or("none".to_string(), |a| format!("\"app:{a}\""));
                 return Err(format!(
-                    "balancer {:?}: its backends changed between an app and addresses",
-                    config.name
+                    "balancer {:?}: the app among its backends changed from {} to {}",
+                    config.name,
+                    shown(&old),
+                    shown(config)
                 ));
             } else if old.listen != config.listen {
                 steps.push(Step::Start {

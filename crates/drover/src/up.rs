@@ -117,18 +117,14 @@ pub(crate) async fn run_config(
         None => None,
     };
 
-    // An app's pool takes its balancing options from the balancer in front of it.
+    // An app's pool takes its balancing options, and its fixed backends, from the
+    // balancer in front of it (the config allows one).
     let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
     for plan in &plans {
         if let Some(app) = &plan.app {
-            if pools.contains_key(app) {
-                return Err(format!(
-                    "app {app:?} is behind two balancers; give each balancer its own app"
-                ));
-            }
             pools.insert(
                 app.clone(),
-                Arc::new(Pool::new(app.clone(), &[], plan.pool.clone())),
+                Arc::new(Pool::new(app.clone(), &plan.backends, plan.pool.clone())),
             );
         }
     }

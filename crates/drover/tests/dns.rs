@@ -7,7 +7,10 @@ mod common;
 #[allow(dead_code)]
 mod dnsmasq;
 
-use common::{admin_addr, answering, bin, ctl, names, stops_cleanly, temp_dir};
+use common::{
+    admin_addr, answering, app_config, bin, ctl, members_list, names, port_worker, stops_cleanly,
+    temp_dir, up_serving, worker_names,
+};
 use dnsmasq::{free_port, Dnsmasq};
 use drover_testkit::{wait_until_async, Backend, DroverProcess};
 use std::net::SocketAddr;
@@ -122,6 +125,30 @@ async fn srv_records_give_ports_and_a_reload_follows_new_names() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("balancers changed: web"), "{out}");
     assert_eq!(answering(d.addr(), 3).await, names(&["b1"]));
+    stops_cleanly(d).await;
+}
+
+#[tokio::test]
+async fn a_dns_name_serves_beside_an_apps_workers() {
+    let dir = temp_dir("dns-app");
+    let (port, _backends) = backends_on_one_port().await;
+    let dns = Dnsmasq::start(&dir, free_port(), "127.0.0.11 api.test\n", 1, &[]);
+    let toml = app_config(
+        &port_worker(&dir),
+        &format!("\"app:web\", \"dns:api.test:{port}\""),
+        &format!("\n[resolver]\nnameservers = [\"{}\"]\n", dns.addr()),
+    );
+    let (d, admin, _) = up_serving("dns-app-up", &toml).await;
+    let mut all = worker_names(admin).await;
+    all.insert("b1".to_string());
+    assert_eq!(answering(d.addr(), 9).await, all, "{}", d.stderr_text());
+    let sources: Vec<String> = members_list(admin)
+        .await
+        .members
+        .into_iter()
+        .map(|m| m.source)
+        .collect();
+    assert_eq!(sources, ["supervisor", "supervisor", "dns"]);
     stops_cleanly(d).await;
 }
 

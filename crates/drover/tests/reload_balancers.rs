@@ -1,12 +1,17 @@
 //! `drover ctl reload` and SIGHUP apply balancer changes from the file: new, removed and
 //! changed balancers (strategy, limits, timeouts, health checks, backends), with no
 //! connection refused and no request failed; a listener whose address is unchanged
-//! keeps its socket; a file that cannot be applied changes nothing.
+//! keeps its socket; a file that cannot be applied changes nothing. Fixed backends
+//! beside an app's workers come and go the same way.
 
 mod common;
 
-use common::{admin_addr, answering, bin, ctl, names, stops_cleanly, temp_dir};
+use common::{
+    admin_addr, answering, app_config, bin, ctl, names, port_worker, stops_cleanly, temp_dir,
+    up_serving, worker_names,
+};
 use drover_testkit::{Backend, DroverProcess, HttpClient};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -241,5 +246,76 @@ async fn a_reload_that_cannot_apply_changes_nothing_and_says_why() {
         .await,
         "the old address still accepts"
     );
+    stops_cleanly(d).await;
+}
+
+/// Asserts that `want` answer at `addr`, each of them and nothing else, within 5 s.
+/// Round-robin beside other load does not reach every member in any one turn.
+async fn serves_exactly(addr: SocketAddr, want: &BTreeSet<String>) {
+    let mut seen = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while seen != *want && tokio::time::Instant::now() < deadline {
+        seen.extend(answering(addr, 8).await);
+        assert!(seen.is_subset(want), "{seen:?} answered, not only {want:?}");
+    }
+    assert_eq!(seen, *want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_backends_beside_an_app_come_and_go_on_reload_and_a_bad_file_changes_nothing() {
+    let a = Backend::named("a").start().await;
+    let b = Backend::named("b").start().await;
+    let worker = port_worker(&temp_dir("reload-union-worker"));
+    let with = |backends: String, extra: &str| app_config(&worker, &backends, extra);
+    let (d, admin, path) = up_serving("reload-union", &with("\"app:web\"".into(), "")).await;
+    let front = d.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = common::steady_load(front, 2, "/", stop.clone());
+
+    // Fixed backends join the workers' pool, then one of them leaves it. The apps get
+    // their rolling reload as always; the pool keeps serving through both.
+    let mut serving = BTreeSet::new();
+    for (backends, fixed) in [
+        (
+            format!("\"app:web\", \"{}\", \"{}\"", a.addr(), b.addr()),
+            &["a", "b"][..],
+        ),
+        (format!("\"app:web\", \"{}\"", b.addr()), &["b"][..]),
+    ] {
+        std::fs::write(&path, with(backends, "")).unwrap();
+        let (code, out, err) = ctl(admin, &["reload"]).await;
+        assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+        assert!(out.contains("balancers changed: front"), "{out}");
+        serving = worker_names(admin).await;
+        serving.extend(names(fixed));
+        serves_exactly(front, &serving).await;
+    }
+
+    // A second balancer over the app, and the app taken out of its balancer: refused,
+    // and the workers and the fixed backend serve on as they did.
+    let b_only = format!("\"{}\"", b.addr());
+    let refused = [
+        (
+            with(
+                format!("\"app:web\", {b_only}"),
+                "\n[[balancer]]\nname = \"back\"\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
+            ),
+            "drover.toml:20:13: balancer[1].backends[0]: app \"web\" is behind balancer[0] already",
+        ),
+        (
+            with(b_only.clone(), ""),
+            "balancer \"front\": the app among its backends changed from \"app:web\" to none",
+        ),
+    ];
+    for (toml, says) in &refused {
+        std::fs::write(&path, toml).unwrap();
+        let (code, _, err) = ctl(admin, &["reload"]).await;
+        assert_eq!(code, 2, "{toml}");
+        assert!(err.contains(says), "{says:?} not in {err}");
+        assert!(err.contains("nothing was reloaded"), "{err}");
+        serves_exactly(front, &serving).await;
+        assert!(d.lines_containing("balancer \"back\"").is_empty());
+    }
+    common::assert_load_never_failed(&stop, load, 20, "during reloads beside an app").await;
     stops_cleanly(d).await;
 }

@@ -2,8 +2,12 @@
 
 mod common;
 
-use common::{bin, pi_server, steady_load, temp_dir};
-use drover_testkit::{DroverProcess, HttpClient};
+use common::{
+    answering, app_config, bin, members_list, pi_server, port_worker, steady_load, stops_cleanly,
+    temp_dir, up_serving, worker_names,
+};
+use drover_testkit::{wait_until_async, Backend, DroverProcess, HttpClient};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -235,4 +239,122 @@ async fn run_supervises_a_python_program_too() {
     for pid in pids.values() {
         assert!(!alive(*pid), "worker {pid} outlived drover");
     }
+}
+
+/// `drover up` of app "web" (two workers of `port_worker`) behind balancer "front" with
+/// the backend `fixed` (a TOML list item) beside it, plus `extra` balancer keys; drover
+/// and its admin address, once both workers serve.
+async fn up_app_beside(
+    tag: &str,
+    fixed: &str,
+    extra: &str,
+) -> (DroverProcess, std::net::SocketAddr) {
+    let worker = port_worker(&temp_dir(&format!("{tag}-worker")));
+    let toml = app_config(&worker, &format!("\"app:web\", {fixed}"), extra);
+    let (d, admin, _) = up_serving(tag, &toml).await;
+    (d, admin)
+}
+
+#[tokio::test]
+async fn an_apps_workers_and_a_fixed_backend_serve_as_one_pool() {
+    let fixed = Backend::named("fixed").start().await;
+    let entry = format!("{{ address = \"{}\", max_conns = 3 }}", fixed.addr());
+    let (d, admin) = up_app_beside("up-union", &entry, "").await;
+    let workers = worker_names(admin).await;
+    let mut all = workers.clone();
+    all.insert("fixed".to_string());
+    // Round-robin over three members: each of them answers.
+    assert_eq!(answering(d.addr(), 12).await, all, "{}", d.stderr_text());
+
+    // Each member with the source that put it there.
+    let sources: BTreeSet<(String, String)> = members_list(admin)
+        .await
+        .members
+        .into_iter()
+        .map(|m| (m.addr, m.source))
+        .collect();
+    let mut want: BTreeSet<(String, String)> = workers
+        .iter()
+        .map(|w| {
+            let port = w.strip_prefix("worker ").unwrap();
+            (format!("127.0.0.1:{port}"), "supervisor".to_string())
+        })
+        .collect();
+    want.insert((fixed.addr().to_string(), "static".to_string()));
+    assert_eq!(sources, want);
+    // The fixed backend's own limit holds in the app's pool; the workers have none.
+    let limits: Vec<(String, u32)> = common::status(admin).await.balancers[0]
+        .endpoints
+        .iter()
+        .filter(|e| e.limit_reason == "max-conns")
+        .map(|e| (e.addr.clone(), e.limit))
+        .collect();
+    assert_eq!(limits, [(fixed.addr().to_string(), 3)]);
+    assert!(
+        d.stderr_text().contains("(app \"web\" and 1 backends"),
+        "{}",
+        d.stderr_text()
+    );
+    stops_cleanly(d).await;
+}
+
+#[tokio::test]
+async fn a_health_check_beside_an_app_takes_a_dead_fixed_backend_out_and_never_probes_a_worker() {
+    let fixed = Backend::named("fixed").start().await;
+    // The workers answer /health with 503: probed, they would go down after two.
+    let (d, admin) = up_app_beside(
+        "up-union-health",
+        &format!("\"{}\"", fixed.addr()),
+        "health = { path = \"/health\", interval = \"100ms\", timeout = \"500ms\", fall = 2 }\n",
+    )
+    .await;
+    let workers = worker_names(admin).await;
+    assert!(
+        wait_until_async(Duration::from_secs(5), || async {
+            fixed.hits_for("/health") >= 2
+        })
+        .await,
+        "the fixed backend was never checked"
+    );
+    assert!(answering(d.addr(), 6).await.contains("fixed"));
+
+    fixed.stop().await;
+    let fixed_health = || async {
+        members_list(admin)
+            .await
+            .members
+            .into_iter()
+            .find(|m| m.addr == fixed.addr().to_string())
+            .and_then(|m| m.healthy)
+    };
+    assert!(
+        wait_until_async(Duration::from_secs(5), || async {
+            fixed_health().await == Some(false)
+        })
+        .await,
+        "the dead fixed backend was not marked down\n{}",
+        d.stderr_text()
+    );
+    // The workers serve on, every request, and are up: no check reached them.
+    assert_eq!(answering(d.addr(), 8).await, workers);
+    let members = members_list(admin).await.members;
+    let worker_rows: Vec<_> = members
+        .iter()
+        .filter(|m| m.source == "supervisor")
+        .collect();
+    assert_eq!(worker_rows.len(), 2, "{members:?}");
+    assert!(
+        worker_rows.iter().all(|m| m.healthy == Some(true)),
+        "{members:?}"
+    );
+    for m in worker_rows {
+        let mut c = HttpClient::connect(m.addr.parse().unwrap()).await.unwrap();
+        assert_eq!(
+            c.get("/probes").await.text(),
+            "0",
+            "worker {} was probed",
+            m.addr
+        );
+    }
+    stops_cleanly(d).await;
 }

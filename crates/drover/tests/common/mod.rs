@@ -69,6 +69,71 @@ pub fn pi_server() -> String {
         .to_string()
 }
 
+/// Writes a Node server for an `[[app]]`'s workers into `dir`; its path. It answers
+/// `worker PORT` (its own port: tests tell the workers apart, and from other backends,
+/// by it), `GET /health` with a 503 that it counts, and `GET /probes` with that count: a
+/// worker a balancer's health check probed would go down, and say so.
+pub fn port_worker(dir: &Path) -> PathBuf {
+    let path = dir.join("port_worker.js");
+    std::fs::write(
+        &path,
+        r#"let probes = 0;
+require("http")
+  .createServer((req, res) => {
+    if (req.url === "/health") {
+      probes += 1;
+      res.statusCode = 503;
+      return res.end("not for a balancer to check");
+    }
+    res.end(req.url === "/probes" ? String(probes) : `worker ${process.env.PORT}`);
+  })
+  .listen(Number(process.env.PORT), "127.0.0.1");
+"#,
+    )
+    .unwrap();
+    path
+}
+
+/// A drover.toml with an admin API, app "web" (two workers of the `port_worker` at
+/// `worker`) and balancer "front" (round-robin, no slow start) over `backends`, the items
+/// of a TOML list such as `"app:web", "127.0.0.1:9001"`; `extra` follows the balancer's
+/// keys (more of them, or more tables).
+pub fn app_config(worker: &Path, backends: &str, extra: &str) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\n\n[[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nstrategy = \"round-robin\"\nslow_start = \"0s\"\nbackends = [{backends}]\n{extra}",
+        worker.display()
+    )
+}
+
+/// `drover up` of `toml`, written to `drover.toml` in a fresh directory for `tag`, once
+/// every worker of its first app serves: drover, its admin address and the file (for
+/// reload tests to rewrite).
+pub async fn up_serving(tag: &str, toml: &str) -> (DroverProcess, SocketAddr, PathBuf) {
+    let file = temp_dir(tag).join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    (d, admin, file)
+}
+
+/// What the first app's workers answer (`worker PORT`, see `port_worker`), as
+/// `answering` names them.
+pub async fn worker_names(admin: SocketAddr) -> std::collections::BTreeSet<String> {
+    status(admin).await.apps[0]
+        .workers
+        .iter()
+        .map(|w| format!("worker {}", w.port.expect("a worker's port")))
+        .collect()
+}
+
+/// `drover ctl members list --json` of the only balancer, parsed.
+pub async fn members_list(admin: SocketAddr) -> drover_admin::MemberList {
+    let (code, out, err) = ctl(admin, &["members", "list", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 /// Keeps `conns` keep-alive clients busy with GETs until `stop`; returns how many
 /// succeeded and every failure.
 pub fn steady_load(
