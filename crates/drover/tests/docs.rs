@@ -4,11 +4,12 @@
 //!   the repository's own drover.toml;
 //! - every relative link and `#anchor` resolves;
 //! - every `drover …` command line of a `sh` block names subcommands that exist and
-//!   only flags that its `--help` lists (clap writes it from the definitions).
+//!   only flags that its `--help` lists (clap writes it from the definitions);
+//! - every documented `drover ctl …` line runs, as written, against a running drover.
 
 mod common;
 
-use common::bin;
+use common::{app_config, bin, port_worker, temp_dir, up_serving};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -389,6 +390,44 @@ fn every_documented_drover_command_names_real_subcommands_and_flags() {
     }
     assert!(checked > 10, "only {checked} drover command lines found");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn every_documented_ctl_command_runs_against_a_running_drover() {
+    // One drover that each line fits: an app behind a balancer (status, restarts,
+    // reload, scale), which runtime members may join (members add, heartbeat, list,
+    // drain). The lines run in the order the docs give them, as a reader would.
+    let worker = port_worker(&temp_dir("docs-ctl-worker"));
+    let toml = app_config(&worker, "\"app:web\"", "");
+    let (drover, admin, _) = up_serving("docs-ctl", &toml).await;
+    let (mut ran, mut failed) = (0, Vec::new());
+    for doc in docs() {
+        for (line, words) in drover_commands(&doc.text) {
+            if words.first().map(String::as_str) != Some("ctl") {
+                continue;
+            }
+            ran += 1;
+            let out = tokio::process::Command::new(bin())
+                .arg("ctl")
+                .args(&words[1..])
+                .env("DROVER_ADMIN", admin.to_string())
+                .output()
+                .await
+                .unwrap();
+            if !out.status.success() {
+                failed.push(format!(
+                    "{}:{line}: `drover {}` exited with {}: {}",
+                    doc.name,
+                    words.join(" "),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+    }
+    drop(drover);
+    assert!(ran >= 5, "only {ran} drover ctl lines found");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
 #[test]
