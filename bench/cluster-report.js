@@ -224,7 +224,7 @@ if (drovers.length && bases.length) {
     'primary RSS', 'total RSS'], rrows);
 }
 
-// The targets of issue 3 / DESIGN.md, for drover's default strategy.
+// The targets, for drover's default strategy.
 const targets = [];
 const check = (label, value, op, limit) => {
   if (value == null) return;

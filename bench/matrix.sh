@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The workload matrix: drover's DEFAULT configuration side by side with nginx and HAProxy
 # on the same Node backends and cores, one row per workload, medians over rounds, ratios
-# against the best peer and a PASS/MISS per row (DESIGN.md, "Workload matrix").
+# against the best peer and a PASS/MISS per row (the workload-matrix targets).
 #
 #   bash bench/matrix.sh                                   # full run (10 s x 3 rounds, ~28 min)
 #   BENCH_DURATION=3 BENCH_ROUNDS=1 bash bench/matrix.sh   # smoke run (~5-6 min)

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Summarises bench/run.sh records: medians over rounds, a table, and the ratios that
-// DESIGN.md's performance targets are written in.
+// drover's performance targets are written in.
 //
 //   node bench/report.js RAW.jsonl [META.json] [SUMMARY_OUT.json]
 'use strict';
@@ -122,7 +122,7 @@ for (const p of peers.filter((x) => x !== 'direct')) {
   };
 }
 console.log('');
-console.log('headline (DESIGN.md "Performance targets" figures; tiny = wrk -c50 on "/", +p50 = wrk -c1 p50 minus direct-to-backend p50' +
+console.log('headline (the performance targets' figures; tiny = wrk -c50 on "/", +p50 = wrk -c1 p50 minus direct-to-backend p50' +
   (direct50 !== null ? ` ${direct50}µs` : '') + ')');
 const hcols = ['peer', 'tiny req/s', 'cpu µs/req', '(user+sys)', '+p50 µs @c1', 'RSS MB', 'open75 p99'];
 const hrows = Object.entries(headline).map(([p, h]) => [p, fmtN(h.tiny_rps), fmtN(h.cpu_us_per_req, 1),

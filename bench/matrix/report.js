@@ -5,7 +5,7 @@
 //   node bench/matrix/report.js bench/results/matrix-raw-STAMP.jsonl [META.json] [SUMMARY_OUT.json]
 //   node bench/matrix/report.js --line RECORD_JSON      (one progress line, used by matrix.sh)
 //
-// Targets (DESIGN.md, "Workload matrix"), for every drover peer against the best of the
+// Targets (the workload matrix), for every drover peer against the best of the
 // others: throughput >= 0.95 x the best peer's, p99 <= 1.05 x the best peer's, an error
 // share no more than 0.1 point above the best peer's; light-seq rows: every backend's
 // share between 1/(2N) and 2/N; long-lived: no more failed long-lived connections than

@@ -1781,7 +1781,7 @@ mod tests {
 
     #[test]
     fn design_example_parses() {
-        // The example from DESIGN.md, section Configuration, verbatim.
+        // The configuration example the design started from, verbatim.
         let c = ok(r#"
 [admin]
 listen = "127.0.0.1:9900"         # token required when not on loopback
