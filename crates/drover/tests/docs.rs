@@ -5,7 +5,8 @@
 //! - every relative link and `#anchor` resolves;
 //! - every `drover …` command line of a `sh` block names subcommands that exist and
 //!   only flags that its `--help` lists (clap writes it from the definitions);
-//! - every documented `drover ctl …` line runs, as written, against a running drover.
+//! - every documented `drover ctl …` line runs, as written, against a running drover;
+//! - the README's drover.toml reference names every key the loader accepts.
 
 mod common;
 
@@ -284,6 +285,95 @@ fn every_toml_block_in_the_docs_loads() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(loaded > 0, "no toml block in the markdown files");
+}
+
+/// A balancer with one backend; its tables are places for keys too.
+const BALANCER: &str = "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\n";
+
+/// Every place a key can go in a drover.toml: its key path, and a config that is valid
+/// and ends inside that table, so a key added last lands there.
+fn key_places() -> Vec<(&'static str, String)> {
+    let app = "[[app]]\nname = \"a\"\ncommand = [\"x\"]\n";
+    let mut places = vec![
+        ("", String::new()),
+        ("admin", "[admin]\nlisten = \"127.0.0.1:0\"\n".into()),
+        ("resolver", "[resolver]\n".into()),
+        (
+            "etcd",
+            "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n".into(),
+        ),
+        ("app", app.into()),
+        ("app.health", format!("{app}[app.health]\npath = \"/\"\n")),
+        ("balancer", BALANCER.into()),
+    ];
+    for (at, table, setting) in [
+        ("balancer.timeouts", "timeouts", ""),
+        ("balancer.health", "health", "path = \"/\"\n"),
+        ("balancer.passive", "passive", ""),
+        ("balancer.queue", "queue", ""),
+        ("balancer.limits", "limits", ""),
+        ("balancer.hash", "hash", ""),
+        ("balancer.sticky", "sticky", ""),
+    ] {
+        places.push((at, format!("{BALANCER}[balancer.{table}]\n{setting}")));
+    }
+    places
+}
+
+/// The keys the loader accepts at one place, read from its "unknown key" error
+/// ("expected `a` or `b`", "expected one of `a`, `b`, …").
+fn accepted_keys(config: &str) -> Vec<String> {
+    let err = match drover_config::file::parse(config, "probe.toml") {
+        Ok(_) => panic!("an unknown key was accepted:\n{config}"),
+        Err(e) => e.to_string(),
+    };
+    let expected = err
+        .split("expected")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no list of expected keys in {err:?}"));
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_readme_reference_names_every_key_the_loader_accepts() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let reference = readme
+        .split("## `drover.toml`")
+        .nth(1)
+        .and_then(|section| toml_blocks(section).into_iter().next())
+        .expect("README.md has a drover.toml section with a toml block")
+        .body;
+    let mut missing = Vec::new();
+    for (at, config) in key_places() {
+        for key in accepted_keys(&format!("{config}zz_unknown = 1\n")) {
+            let named = reference
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|word| word == key);
+            if !named {
+                missing.push(format!("{at}.{key}").trim_start_matches('.').to_string());
+            }
+        }
+    }
+    // An inline backend's keys.
+    let inline = BALANCER.replace(
+        "[\"127.0.0.1:1\"]",
+        "[{ address = \"127.0.0.1:1\", zz_unknown = 1 }]",
+    );
+    for key in accepted_keys(&inline) {
+        if !reference.contains(&format!("{key} =")) {
+            missing.push(format!("balancer.backends[].{key}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README.md's drover.toml reference does not name: {}",
+        missing.join(", ")
+    );
 }
 
 #[test]
