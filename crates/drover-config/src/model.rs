@@ -321,7 +321,8 @@ pub struct TimeoutConfig {
     pub connect: Duration,
     /// Receiving a client's request head; default 10s.
     pub header_read: Duration,
-    /// A whole request, from first byte in to last byte out; default 30s.
+    /// The longest wait for a backend's response head, and between reads of any body;
+    /// default 30s.
     pub request: Duration,
     /// An idle keep-alive connection, client or backend side; default 60s.
     pub idle: Duration,
