@@ -13,7 +13,7 @@ use common::{
 use drover_testkit::{Backend, DroverProcess, HttpClient};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -214,11 +214,7 @@ async fn a_reload_that_cannot_apply_changes_nothing_and_says_why() {
         ),
     ];
     for (toml, says) in &refused {
-        std::fs::write(&path, toml).unwrap();
-        let (code, _, err) = ctl(admin, &["reload"]).await;
-        assert_eq!(code, 2, "{toml}");
-        assert!(err.contains(says), "{says:?} not in {err}");
-        assert!(err.contains("nothing was reloaded"), "{err}");
+        reload_is_refused(admin, &path, toml, says).await;
         assert_eq!(answering(web, 4).await, names(&["a"]), "after {says:?}");
         assert!(d.lines_containing("balancer \"new\"").is_empty());
     }
@@ -308,14 +304,20 @@ async fn fixed_backends_beside_an_app_come_and_go_on_reload_and_a_bad_file_chang
         ),
     ];
     for (toml, says) in &refused {
-        std::fs::write(&path, toml).unwrap();
-        let (code, _, err) = ctl(admin, &["reload"]).await;
-        assert_eq!(code, 2, "{toml}");
-        assert!(err.contains(says), "{says:?} not in {err}");
-        assert!(err.contains("nothing was reloaded"), "{err}");
+        reload_is_refused(admin, &path, toml, says).await;
         serves_exactly(front, &serving).await;
         assert!(d.lines_containing("balancer \"back\"").is_empty());
     }
     common::assert_load_never_failed(&stop, load, 20, "during reloads beside an app").await;
     stops_cleanly(d).await;
+}
+
+/// Writes `toml` to the config at `path` and asks for a reload, which must be refused
+/// with `says` in its error, and nothing reloaded.
+async fn reload_is_refused(admin: SocketAddr, path: &Path, toml: &str, says: &str) {
+    std::fs::write(path, toml).unwrap();
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 2, "{toml}");
+    assert!(err.contains(says), "{says:?} not in {err}");
+    assert!(err.contains("nothing was reloaded"), "{err}");
 }
