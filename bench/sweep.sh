@@ -19,11 +19,11 @@
 # measurement), --rounds R (repeats of each sample, peer order alternating; medians),
 # --heavy-max-ms MS (cap on a heavy request's cost, 250). Environment: BENCH_SKIP_BUILD=1,
 # BENCH_NO_INSTALL=1 as for bench/run.sh; DROVER_BIN to measure another binary.
-# A/B in one run: DROVER_B_BIN (another binary) and/or DROVER_B_FLAGS (flags added to
-# `drover proxy` / `drover run`) add a peer `drover-b` beside the default; the report
-# prints its ratios too, and neither drover counts as the other's peer. DROVER_B_MODE=proxy
-# runs drover-b as `drover proxy` over the sample's backends (the ones nginx and HAProxy
-# use) in `run` samples too: drover's balancing without its supervisor and workers.
+# A/B in one run: DROVER_B_BIN (another binary), DROVER_B_FLAGS (flags added to
+# `drover proxy` / `drover run`) and DROVER_B_MODE=proxy (`drover proxy` over the
+# sample's backends, the ones nginx and HAProxy use, in `run` samples too), any of them,
+# add a peer `drover-b` beside the default; the report prints its ratios too, and
+# neither drover counts as the other's peer.
 #
 # Output: one line per sample as it completes, then the table, the worst sample and the
 # summary against the issue's targets; bench/results/sweep-raw-STAMP.jsonl has one record
@@ -112,7 +112,7 @@ build_binaries
 cp "$DROVER" "$TMP/drover"
 DROVER="$TMP/drover" LOADGEN="$TMP/drover"
 DROVER_B="" B_FLAGS=()
-if [[ -n "${DROVER_B_BIN:-}${DROVER_B_FLAGS:-}" ]]; then
+if [[ -n "${DROVER_B_BIN:-}${DROVER_B_FLAGS:-}${DROVER_B_MODE:-}" ]]; then
   cp "${DROVER_B_BIN:-$DROVER}" "$TMP/drover-b"
   DROVER_B="$TMP/drover-b"
   read -r -a B_FLAGS <<<"${DROVER_B_FLAGS:-}"
