@@ -704,6 +704,8 @@ mod tests {
     /// the other end. Connections it gives back arrive on `events`.
     struct Started {
         worker: StdUnix,
+        /// The worker's end of the channel again, for reading what drover sends it.
+        reader: BufReader<StdUnix>,
         inbox: Inbox,
         events: mpsc::UnboundedReceiver<TcpStream>,
         task: tokio::task::JoinHandle<Result<Ended, ChannelError>>,
@@ -720,6 +722,7 @@ mod tests {
             }
         }));
         Started {
+            reader: BufReader::new(worker.try_clone().unwrap()),
             worker,
             inbox,
             events,
@@ -743,11 +746,11 @@ mod tests {
     async fn connections_come_back_only_when_asked_and_only_tcp_ones() {
         let Started {
             worker,
+            mut reader,
             inbox,
             mut events,
             task,
         } = start();
-        let mut reader = BufReader::new(worker.try_clone().unwrap());
         let (client, server_side) = tcp_pair();
 
         assert!(!inbox.can_give_back());
@@ -797,12 +800,12 @@ mod tests {
     async fn connections_the_worker_never_took_up_go_back_when_it_dies() {
         let Started {
             worker,
+            mut reader,
             inbox,
             mut events,
             task,
         } = start();
         // The app listens on 3000: drover serves it at its port and hands over.
-        let mut reader = BufReader::new(worker.try_clone().unwrap());
         send_with(
             &worker,
             r#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#,

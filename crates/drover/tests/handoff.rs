@@ -353,6 +353,41 @@ struct KeepAliveRun {
     failed: Vec<String>,
 }
 
+/// Four keep-alive clients of one drover, until `stop`.
+struct KeepAliveLoad {
+    stop: Arc<AtomicBool>,
+    clients: Vec<tokio::task::JoinHandle<KeepAliveRun>>,
+}
+
+impl KeepAliveLoad {
+    /// Starts the clients and waits until drover has handed their connections over.
+    async fn handed_over(d: &ChildProcess, admin: SocketAddr) -> KeepAliveLoad {
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = (0..4)
+            .map(|_| tokio::spawn(keep_alive_client(d.addr(), stop.clone())))
+            .collect();
+        let handed = wait_until_async(Duration::from_secs(20), || async {
+            handoffs_total(admin).await >= 4
+        })
+        .await;
+        assert!(handed, "{}", d.stderr_text());
+        KeepAliveLoad { stop, clients }
+    }
+
+    /// Stops the clients: what they saw, together.
+    async fn stop(self) -> KeepAliveRun {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = KeepAliveRun::default();
+        for client in self.clients {
+            let run = client.await.unwrap();
+            all.answered += run.answered;
+            all.resent += run.resent;
+            all.failed.extend(run.failed);
+        }
+        all
+    }
+}
+
 /// One client on keep-alive connections until `stop`. A new connection replaces one the
 /// server closed.
 async fn keep_alive_client(addr: SocketAddr, stop: Arc<AtomicBool>) -> KeepAliveRun {
@@ -405,27 +440,14 @@ async fn by_default_reload_and_scale_fail_no_keep_alive_request() {
 /// sees its connection close, let alone a request fail.
 async fn reload_and_scale_keep_alive(node: &str) {
     let (d, admin) = run_app(&[], node, 2, &[]).await;
-    let addr = d.addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(keep_alive_client(addr, stop.clone())))
-        .collect();
-    // Until the connections have been handed over.
-    let handed = wait_until_async(Duration::from_secs(20), || async {
-        handoffs_total(admin).await >= 4
-    })
-    .await;
-    assert!(handed, "{}", d.stderr_text());
+    let load = KeepAliveLoad::handed_over(&d, admin).await;
     reload_then_scale_to_3_and_1(&d, admin).await;
 
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut resent, mut failed) = (0, 0, Vec::new());
-    for l in load {
-        let run = l.await.unwrap();
-        ok += run.answered;
-        resent += run.resent;
-        failed.extend(run.failed);
-    }
+    let KeepAliveRun {
+        answered: ok,
+        resent,
+        failed,
+    } = load.stop().await;
     eprintln!("{node}: {ok} answered, {resent} sent again on a new connection");
     assert!(ok > 200, "too little load: {ok}");
     assert_eq!(
@@ -499,16 +521,7 @@ async fn busy_at_reload(node: &str) {
 #[tokio::test]
 async fn by_default_a_kill_9_after_handover_breaks_only_the_killed_workers_connections() {
     let (d, admin) = run_app(&[], "node", 2, &[]).await;
-    let addr = d.addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let load: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(keep_alive_client(addr, stop.clone())))
-        .collect();
-    let handed = wait_until_async(Duration::from_secs(20), || async {
-        handoffs_total(admin).await >= 4
-    })
-    .await;
-    assert!(handed, "{}", d.stderr_text());
+    let load = KeepAliveLoad::handed_over(&d, admin).await;
     let victim = serving_pids(&status(admin).await)[0].unwrap();
     Command::new("kill")
         .args(["-9", &victim.to_string()])
@@ -521,14 +534,11 @@ async fn by_default_a_kill_9_after_handover_breaks_only_the_killed_workers_conne
     .await;
     assert!(replaced, "{}", d.stderr_text());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut ok, mut resent, mut failed) = (0, 0, Vec::new());
-    for l in load {
-        let run = l.await.unwrap();
-        ok += run.answered;
-        resent += run.resent;
-        failed.extend(run.failed);
-    }
+    let KeepAliveRun {
+        answered: ok,
+        resent,
+        failed,
+    } = load.stop().await;
     assert!(ok > 200, "too little load: {ok}");
     // At most the 4 connections broke, each once; each request on them went again.
     assert!(
