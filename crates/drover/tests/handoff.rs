@@ -303,6 +303,17 @@ async fn handed_over_when_alike(node: &str, extra: &[&str]) {
             assert_eq!(r["remotePort"] == port, i == 2, "request {i}: {r}");
         }
     }
+    // Counted by drover's thread just after the worker was given the connection, so
+    // the worker may answer before the count shows.
+    let counted = wait_until_async(Duration::from_secs(5), || async {
+        handoffs_total(admin).await >= handed_before + 4
+    })
+    .await;
+    assert!(
+        counted,
+        "{} handoffs, {handed_before} before",
+        handoffs_total(admin).await
+    );
     assert_eq!(handoffs_total(admin).await, handed_before + 4);
     drover_stops_cleanly("default mode", &d).await;
 }
