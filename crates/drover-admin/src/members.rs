@@ -123,9 +123,9 @@ pub(crate) async fn register(
                 "ttl {s} is not a number of seconds"
             )))
         }
-        Some(TtlValue::Text(t)) => Some(humantime::parse_duration(&t).map_err(|e| {
-            Refusal::invalid(format!("ttl {t:?} is not a duration such as \"10s\": {e}"))
-        })?),
+        Some(TtlValue::Text(t)) => {
+            Some(drover_units::duration(&t).map_err(|e| Refusal::invalid(format!("ttl: {e}")))?)
+        }
     };
     let addr = resolve(&body.address).await?;
     let registration = Registration {

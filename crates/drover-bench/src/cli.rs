@@ -52,9 +52,9 @@ pub struct BenchArgs {
     #[arg(short, long)]
     pub connections: Option<usize>,
 
-    /// How long to send, e.g. 10s, 500ms, 2m (a bare number is seconds) [default: 10s;
+    /// How long to send, e.g. 10s, 500ms, 2m [default: 10s;
     /// with -n, until that many requests are answered, as ab and loadtest do]
-    #[arg(short, long, value_parser = parse_duration)]
+    #[arg(short, long, value_parser = drover_units::duration)]
     pub duration: Option<Duration>,
 
     /// Open loop: send this many requests per second on a fixed schedule; latency counts
@@ -91,7 +91,7 @@ pub struct BenchArgs {
     pub mix: Option<String>,
 
     /// Per-request timeout (open loop: from the scheduled time)
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = drover_units::duration)]
     pub timeout: Duration,
 
     /// Seed for the path choice
@@ -135,32 +135,8 @@ pub struct BenchArgs {
     pub admin_token: Option<String>,
 }
 
-/// Parses `10s`, `250ms`, `1.5s`, `2m`, `100us`, or a bare number of seconds.
 /// How long a run sends when neither -d nor -n says.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
-
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration {s:?}; expected e.g. 10s, 500ms, 2m"))?;
-    let secs = match unit.trim() {
-        "" | "s" | "sec" => v,
-        "ms" => v / 1e3,
-        "us" | "µs" => v / 1e6,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        u => return Err(format!("bad duration unit {u:?} in {s:?}")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("bad duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
 
 /// Splits `http://host:port/path` into (`host:port`, `/path`).
 pub fn split_url(url: &str) -> Result<(String, String), String> {
@@ -378,18 +354,6 @@ pub fn compare_files(a: &Path, b: &Path) -> Result<(), BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
-        assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5x").is_err());
-    }
 
     fn args(extra: &[&str]) -> BenchArgs {
         #[derive(clap::Parser)]

@@ -169,16 +169,9 @@ impl FromStr for Slo {
 /// `50ms`, `1.5s`, `800us` in microseconds; a unit is required, since "p99<50" could
 /// mean anything.
 fn latency_us(v: &str) -> Option<f64> {
-    let split = v.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (num, unit) = v.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let scale = match unit.trim() {
-        "us" | "µs" => 1.0,
-        "ms" => 1e3,
-        "s" => 1e6,
-        _ => return None,
-    };
-    Some(n * scale).filter(|x| x.is_finite())
+    drover_units::duration(v)
+        .ok()
+        .map(|d| d.as_secs_f64() * 1e6)
 }
 
 /// The outcome of one objective.

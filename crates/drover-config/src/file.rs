@@ -282,11 +282,7 @@ impl Visitor<'_> for DurVisitor {
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Duration, E> {
-        humantime::parse_duration(s).map_err(|e| {
-            E::custom(format!(
-                "invalid duration {s:?} ({e}): expected e.g. \"250ms\", \"2s\" or \"1m\""
-            ))
-        })
+        drover_units::duration(s).map_err(E::custom)
     }
 
     // A bare number has no unit; say so rather than serde's generic "invalid type".
@@ -376,45 +372,11 @@ impl<'de> Deserialize<'de> for ByteSize {
                 u64::try_from(n).map_err(|_| E::custom(format!("size {n} must not be negative")))
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
-                parse_byte_size_text(s).map_err(E::custom)
+                drover_units::byte_size(s).map_err(E::custom)
             }
         }
         d.deserialize_any(V).map(ByteSize)
     }
-}
-
-/// `512M`, `512MB`, `512MiB`, `1.5G`, `800k`, `1048576`: binary units (as `ps` and
-/// `top` show RSS), so `M` and `MB` both mean MiB. Hand-written: the unit list is
-/// short, and a crate would bring its own idea of what `MB` means.
-pub fn parse_byte_size(s: &str) -> Result<u64, ValueError> {
-    parse_byte_size_text(s).map_err(ValueError)
-}
-
-fn parse_byte_size_text(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?}: expected e.g. 512M, 2G or a number of bytes"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        other => {
-            return Err(format!(
-                "invalid size {s:?}: unknown unit {other:?} (use K, M or G)"
-            ))
-        }
-    };
-    let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("invalid size {s:?}: too large"));
-    }
-    Ok(bytes as u64)
 }
 
 impl<'de> Deserialize<'de> for Addr {
@@ -2617,13 +2579,6 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
             "balancer[0].backends",
             "runs in shared mode",
         );
-        assert_eq!(parse_byte_size("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_byte_size("800k"), Ok(800 << 10));
-        assert_eq!(parse_byte_size("1048576"), Ok(1 << 20));
-        assert!(parse_byte_size("M")
-            .unwrap_err()
-            .to_string()
-            .contains("invalid size"));
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub struct RunArgs {
     pub max_memory: Option<u64>,
 
     /// On reload, how long an old worker may take to finish its requests.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 
     /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
@@ -105,25 +105,12 @@ pub struct LimitArgs {
     pub queue_max: crate::QueueMax,
 
     /// How long a request may wait in the queue [default: the request timeout].
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = drover_units::duration)]
     pub queue_timeout: Option<Duration>,
 }
 
-pub fn duration(s: &str) -> Result<Duration, FlagError> {
-    humantime::parse_duration(s)
-        .map_err(|e| FlagError(format!("{e} (write durations like 500ms, 2s, 1m)")))
-}
-
-/// A duration above zero.
-fn positive_duration(s: &str) -> Result<Duration, FlagError> {
-    match duration(s)? {
-        d if d.is_zero() => Err(FlagError("must be greater than 0".into())),
-        d => Ok(d),
-    }
-}
-
 fn byte_size(s: &str) -> Result<u64, String> {
-    match crate::parse_byte_size(s).map_err(|e| e.to_string())? {
+    match drover_units::byte_size(s).map_err(|e| e.to_string())? {
         0 => Err("must be greater than 0".into()),
         n => Ok(n),
     }
@@ -227,29 +214,29 @@ pub struct ProxyArgs {
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = drover_units::duration)]
     pub connect_timeout: Duration,
 
     /// How long a client may take to send a request head (slow clients are cut off).
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = drover_units::duration)]
     pub header_timeout: Duration,
 
     /// How long a backend may take to start answering.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
     pub request_timeout: Duration,
 
     /// Idle keep-alive connections are closed after this.
-    #[arg(long, default_value = "60s", value_parser = duration)]
+    #[arg(long, default_value = "60s", value_parser = drover_units::duration)]
     pub idle_timeout: Duration,
 
     /// A client mid-request that sends or reads nothing for this long is cut off
     /// (slow POST, slow read).
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
     pub client_timeout: Duration,
 
     /// Grace for a request body: all of it must arrive by this plus one second per
     /// --body-min-rate bytes received, or the client gets 408 [default: 20s]
-    #[arg(long, allow_hyphen_values = true, value_parser = positive_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = drover_units::positive_duration)]
     pub body_timeout: Option<Duration>,
 
     /// Bytes per second a request body must keep up past --body-timeout
@@ -270,10 +257,10 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub health_tcp: bool,
 
-    #[arg(long, default_value = "2s", value_parser = duration)]
+    #[arg(long, default_value = "2s", value_parser = drover_units::duration)]
     pub health_interval: Duration,
 
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, default_value = "1s", value_parser = drover_units::duration)]
     pub health_timeout: Duration,
 
     /// Passing checks before a down backend is used again.
@@ -285,14 +272,14 @@ pub struct ProxyArgs {
     pub fall: u32,
 
     /// A joining or returning backend's share ramps up over this long (0s: off).
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = drover_units::duration)]
     pub slow_start: Duration,
 
     #[command(flatten)]
     pub keys: KeyArgs,
 
     /// On SIGTERM, how long in-flight requests may take to finish.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 }
 

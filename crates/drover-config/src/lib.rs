@@ -28,6 +28,6 @@ pub mod plan;
 
 pub use file::{
     backend_from_flag, check_etcd_endpoint, is_valid_name, load, load_with_origins, nameserver,
-    parse, parse_byte_size, ConfigError, ConnLimit, Origins, QueueMax, NAME_RULE,
+    parse, ConfigError, ConnLimit, Origins, QueueMax, NAME_RULE,
 };
 pub use model::*;

@@ -1,7 +1,8 @@
 //! Command-line interface.
 
 use clap::{Args, Parser, Subcommand};
-use drover_config::flags::{duration, ProxyArgs, RunArgs};
+use drover_config::flags::{ProxyArgs, RunArgs};
+use drover_units::duration;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

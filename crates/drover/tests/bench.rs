@@ -298,7 +298,13 @@ async fn bad_flags_slos_and_files_are_named() {
     refused(&["--slo", "errors=1%", &target], 2, "no comparison").await;
     refused(&["--rate", "0", &target], 2, "--rate").await;
     refused(&["--rps", "fast", &target], 2, "--rate").await;
-    refused(&["-d", "soon", &target], 2, "bad duration").await;
+    refused(&["-d", "soon", &target], 2, "invalid duration \"soon\"").await;
+    refused(
+        &["-d", "10", &target],
+        2,
+        "a number needs a unit, e.g. \"10s\"",
+    )
+    .await;
     refused(&["--mix", "0:/a", &target], 2, "weight must be at least 1").await;
     refused(&["https://127.0.0.1:1/"], 2, "https is not supported").await;
     refused(&[], 2, "<URL>").await;

@@ -50,6 +50,12 @@ async fn bad_flags_are_named() {
     fails(&with(&["--retries", "11"]), "--retries").await;
     fails(&with(&["--max-conns", "lots"]), "max_conns").await;
     fails(&with(&["--queue-timeout", "soon"]), "--queue-timeout").await;
+    // One grammar for every duration: a bare number has no unit, here as in bench -d.
+    fails(
+        &with(&["--connect-timeout", "10"]),
+        "a number needs a unit, e.g. \"10s\"",
+    )
+    .await;
     for bad in ["0s", "-1s", "soon"] {
         fails(&with(&["--body-timeout", bad]), "--body-timeout").await;
     }

@@ -6,7 +6,8 @@
 //! - every `drover …` command line of a `sh` block names subcommands that exist and
 //!   only flags that its `--help` lists (clap writes it from the definitions);
 //! - every documented `drover ctl …` line runs, as written, against a running drover;
-//! - the README's drover.toml reference names every key the loader accepts.
+//! - the README's drover.toml reference names every key the loader accepts;
+//! - the README's Layout names every crate of the workspace.
 
 mod common;
 
@@ -374,6 +375,27 @@ fn the_readme_reference_names_every_key_the_loader_accepts() {
         "README.md's drover.toml reference does not name: {}",
         missing.join(", ")
     );
+}
+
+#[test]
+fn the_readme_layout_names_every_crate() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let layout = &readme[readme.find("## Layout").expect("a Layout section")..];
+    let layout = &layout[..layout.find("\n#").unwrap_or(layout.len())];
+    let mut crates: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").is_file())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    crates.sort();
+    assert!(crates.len() > 10, "{crates:?}");
+    for name in crates {
+        assert!(
+            layout.contains(&format!("crates/{name} ")),
+            "README's Layout does not name crates/{name}"
+        );
+    }
 }
 
 #[test]
