@@ -491,6 +491,17 @@ impl QueueMax {
     }
 }
 
+/// As a flag or file value is written: `unlimited` or the number, so a default shown in
+/// `--help` reads back as itself.
+impl fmt::Display for QueueMax {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueMax::Unlimited => f.write_str("unlimited"),
+            QueueMax::At(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 impl std::str::FromStr for QueueMax {
     type Err = String;
 
@@ -534,6 +545,16 @@ pub enum ConnLimit {
     Auto,
     /// A fixed cap; 0 means no cap at all.
     Fixed(u32),
+}
+
+/// As a flag or file value is written: `auto` or the number.
+impl fmt::Display for ConnLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnLimit::Auto => f.write_str("auto"),
+            ConnLimit::Fixed(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 impl std::str::FromStr for ConnLimit {
@@ -1469,7 +1490,7 @@ fn validate_balancer(
             ));
         }
         Some(n) => n.get_ref().clone(),
-        None if lone => "default".to_string(),
+        None if lone => DEFAULT_BALANCER.to_string(),
         None => format!("balancer-{i}"),
     };
     let mut b = BalancerConfig::new(name, raw.listen.get_ref().0, Vec::new());

@@ -31,7 +31,7 @@ pub struct RunArgs {
     /// programs are proxied). "shared": each worker accepts on a socket of its own at
     /// --listen (LISTEN_FDS=1, fd 3), and drover places new connections by the
     /// workers' load, with no proxy hop and no per-worker health checks.
-    #[arg(short, long, default_value = "auto")]
+    #[arg(short, long, default_value_t)]
     pub mode: drover_supervisor::Mode,
 
     /// Replace a worker (gracefully) once its RSS exceeds this, e.g. 512M or 2G.
@@ -39,7 +39,7 @@ pub struct RunArgs {
     pub max_memory: Option<u64>,
 
     /// On reload, how long an old worker may take to finish its requests.
-    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(app().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 
     /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
@@ -86,7 +86,7 @@ pub struct KeyArgs {
     pub hash_key: Option<drover_proxy::HashKey>,
 
     /// Cookie name for --strategy sticky.
-    #[arg(long, default_value = "drover_sticky")]
+    #[arg(long, default_value = model::DEFAULT_STICKY_COOKIE)]
     pub sticky_cookie: String,
 }
 
@@ -96,12 +96,12 @@ pub struct LimitArgs {
     /// Requests per backend before drover queues the rest: "auto" (a limit learned from
     /// latency, in force only while a backend's CPU is saturated), 0 (no limit) or N (at
     /// most N in flight).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value_t = balancer().max_conns)]
     pub max_conns: crate::ConnLimit,
 
     /// Requests that may wait in drover's queue for a backend at its limit: "unlimited"
     /// (each waits up to the queue timeout) or N (more get a 503 at once; 0: never wait).
-    #[arg(long, default_value = "unlimited")]
+    #[arg(long, default_value_t = balancer().queue.max)]
     pub queue_max: crate::QueueMax,
 
     /// How long a request may wait in the queue [default: the request timeout].
@@ -179,7 +179,7 @@ pub struct ProxyArgs {
     pub etcd: Vec<String>,
 
     /// The balancer's name, as the members API and `drover ctl` use it.
-    #[arg(long, default_value = "default", conflicts_with = "config")]
+    #[arg(long, default_value = model::DEFAULT_BALANCER, conflicts_with = "config")]
     pub name: String,
 
     /// Admin API address (status, `drover ctl`, members joining at runtime); none unless
@@ -198,7 +198,7 @@ pub struct ProxyArgs {
     pub admin_token: Option<String>,
 
     /// round-robin, weighted, least-conn, random, p2c, peak-ewma, hash or sticky.
-    #[arg(short, long, default_value = "p2c")]
+    #[arg(short, long, default_value_t)]
     pub strategy: drover_balance::Strategy,
 
     /// Serving threads ("auto": one per core).
@@ -206,7 +206,7 @@ pub struct ProxyArgs {
     pub threads: usize,
 
     /// Extra attempts on another backend for a request that failed safely.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
+    #[arg(long, default_value_t = balancer().retries, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub retries: u32,
 
     #[command(flatten)]
@@ -214,40 +214,45 @@ pub struct ProxyArgs {
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
-    #[arg(long, default_value = "5s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().timeouts.connect), value_parser = drover_units::duration)]
     pub connect_timeout: Duration,
 
     /// How long a client may take to send a request head (slow clients are cut off).
-    #[arg(long, default_value = "10s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().timeouts.header_read), value_parser = drover_units::duration)]
     pub header_timeout: Duration,
 
     /// How long a backend may take to start answering.
-    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().timeouts.request), value_parser = drover_units::duration)]
     pub request_timeout: Duration,
 
     /// Idle keep-alive connections are closed after this.
-    #[arg(long, default_value = "60s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().timeouts.idle), value_parser = drover_units::duration)]
     pub idle_timeout: Duration,
 
     /// A client mid-request that sends or reads nothing for this long is cut off
     /// (slow POST, slow read).
-    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().timeouts.client), value_parser = drover_units::duration)]
     pub client_timeout: Duration,
 
     /// Grace for a request body: all of it must arrive by this plus one second per
-    /// --body-min-rate bytes received, or the client gets 408 [default: 20s]
-    #[arg(long, allow_hyphen_values = true, value_parser = drover_units::positive_duration)]
-    pub body_timeout: Option<Duration>,
+    /// --body-min-rate bytes received, or the client gets 408.
+    #[arg(
+        long,
+        default_value = shown(balancer().timeouts.body),
+        allow_hyphen_values = true,
+        value_parser = drover_units::positive_duration
+    )]
+    pub body_timeout: Duration,
 
-    /// Bytes per second a request body must keep up past --body-timeout
-    /// [default: 500]
+    /// Bytes per second a request body must keep up past --body-timeout.
     #[arg(
         long,
         value_name = "BYTES_PER_SEC",
+        default_value_t = balancer().timeouts.body_min_rate,
         allow_hyphen_values = true,
         value_parser = clap::value_parser!(u32).range(1..)
     )]
-    pub body_min_rate: Option<u32>,
+    pub body_min_rate: u32,
 
     /// Active HTTP health check path (e.g. /health).
     #[arg(long, value_name = "PATH", conflicts_with = "health_tcp")]
@@ -257,30 +262,55 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub health_tcp: bool,
 
-    #[arg(long, default_value = "2s", value_parser = drover_units::duration)]
+    /// How often each backend is probed.
+    #[arg(long, default_value = shown(health().interval), value_parser = drover_units::duration)]
     pub health_interval: Duration,
 
-    #[arg(long, default_value = "1s", value_parser = drover_units::duration)]
+    /// How long a probe may take before it counts as failed.
+    #[arg(long, default_value = shown(health().timeout), value_parser = drover_units::duration)]
     pub health_timeout: Duration,
 
     /// Passing checks before a down backend is used again.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, default_value_t = health().rise, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rise: u32,
 
     /// Failing checks before a backend is taken out.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, default_value_t = health().fall, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub fall: u32,
 
     /// A joining or returning backend's share ramps up over this long (0s: off).
-    #[arg(long, default_value = "10s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().slow_start), value_parser = drover_units::duration)]
     pub slow_start: Duration,
 
     #[command(flatten)]
     pub keys: KeyArgs,
 
     /// On SIGTERM, how long in-flight requests may take to finish.
-    #[arg(long, default_value = "30s", value_parser = drover_units::duration)]
+    #[arg(long, default_value = shown(balancer().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
+}
+
+// Each flag's default is the model's (which reads the library's where it has one),
+// shown by `--help` as written: one definition of each.
+
+/// A duration as flags take it and `--help` shows it: `5s`, `1m`.
+fn shown(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// A balancer with every setting at its default.
+fn balancer() -> model::BalancerConfig {
+    model::BalancerConfig::new("", SocketAddr::from(([127, 0, 0, 1], 0)), Vec::new())
+}
+
+/// An app with every setting at its default.
+fn app() -> model::AppConfig {
+    model::AppConfig::new("", Vec::new())
+}
+
+/// The health check an app gets when it names only a path.
+fn health() -> model::HealthCheckConfig {
+    model::HealthCheckConfig::default_for_app()
 }
 
 /// Flags that cannot run as given; the message names the flag.
@@ -415,20 +445,15 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         request: a.request_timeout,
         idle: a.idle_timeout,
         client: a.client_timeout,
-        ..crate::TimeoutConfig::default()
+        body: a.body_timeout,
+        body_min_rate: a.body_min_rate,
     };
-    if let Some(grace) = a.body_timeout {
-        b.timeouts.body = grace;
-    }
-    if let Some(rate) = a.body_min_rate {
-        b.timeouts.body_min_rate = rate;
-    }
     if a.health_tcp || a.health_path.is_some() {
         b.health = Some(crate::HealthCheckConfig {
             kind: match &a.health_path {
                 Some(path) => crate::HealthCheckKind::Http {
                     path: path.clone(),
-                    expect: (200, 399),
+                    expect: model::DEFAULT_EXPECT,
                 },
                 None => crate::HealthCheckKind::Tcp,
             },
@@ -496,13 +521,13 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 app.health = Some(model::HealthCheckConfig {
                     kind: model::HealthCheckKind::Http {
                         path: path.clone(),
-                        expect: (200, 399),
+                        expect: model::DEFAULT_EXPECT,
                     },
                     ..model::HealthCheckConfig::default_for_app()
                 });
             }
             let mut balancer = model::BalancerConfig::new(
-                "default",
+                model::DEFAULT_BALANCER,
                 args.listen,
                 vec![model::BackendRef::App("app".into())],
             );
@@ -563,16 +588,91 @@ mod tests {
         args: ProxyArgs,
     }
 
-    /// The flags' defaults are written as text for `--help`; they must be the proxy's.
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
+    /// Each default has one definition, in the library where it has one: `drover proxy`
+    /// and `drover run` flags, a drover.toml that leaves a setting out, and the parts
+    /// that run them must all end up with it.
     #[test]
-    fn flag_defaults_are_the_proxys_defaults() {
+    fn flags_files_and_the_library_agree_on_every_default() {
         let a = Proxy::try_parse_from(["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"])
             .unwrap()
             .args;
-        let b = proxy_balancer(&a).unwrap();
-        // Every setting the flags leave alone is what a file that leaves it out gets.
-        let mut file = model::BalancerConfig::new("default", b.listen, b.backends.clone());
-        file.threads = b.threads;
-        assert_eq!(b, file);
+        let mut flags = proxy_balancer(&a).unwrap();
+        let file = crate::parse(
+            "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\n",
+            "drover.toml",
+        )
+        .unwrap();
+        // --threads auto is the file's "drover decides", resolved.
+        assert_eq!(flags.threads, Some(default_threads()));
+        flags.threads = None;
+        assert_eq!(flags, file.balancers[0]);
+
+        let r = Run::try_parse_from(["run", "--", "node", "app.js"])
+            .unwrap()
+            .args;
+        let run = run_config(&r).unwrap().config;
+        let file = crate::parse(
+            "[[app]]\nname = \"app\"\ncommand = [\"node\", \"app.js\"]\nworkers = \"auto\"\n\
+             [[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:app\"]\n",
+            "drover.toml",
+        )
+        .unwrap();
+        assert_eq!(run.apps, file.apps);
+        let mut balancer = run.balancers[0].clone();
+        balancer.threads = None;
+        assert_eq!(balancer, file.balancers[0]);
+
+        // The model's defaults are the library's.
+        let plan = crate::plan::BalancerPlan::from_config(&file.balancers[0]).unwrap();
+        let proxy = drover_proxy::ProxyOptions::default();
+        assert_eq!(plan.proxy.retries, proxy.retries);
+        assert_eq!(
+            format!("{:?}", plan.proxy.timeouts),
+            format!("{:?}", proxy.timeouts)
+        );
+        assert_eq!(
+            format!("{:?}", plan.proxy.limits),
+            format!("{:?}", proxy.limits)
+        );
+        let passive = drover_registry::PassivePolicy {
+            slow_start: model::SLOW_START,
+            ..drover_registry::PassivePolicy::default()
+        };
+        assert_eq!(plan.pool.passive, passive);
+        let spec = crate::plan::app_spec(&model::AppConfig::new("app", vec!["x".into()]));
+        let library = drover_supervisor::AppSpec::new("app", vec!["x".into()]);
+        assert_eq!(
+            (
+                spec.workers,
+                spec.ready_timeout,
+                spec.stop_timeout,
+                spec.drain_timeout,
+                spec.mode
+            ),
+            (
+                library.workers,
+                library.ready_timeout,
+                library.stop_timeout,
+                library.drain_timeout,
+                library.mode
+            )
+        );
+        let check = crate::plan::health_check(&model::HealthCheckConfig::default_for_app());
+        let library = drover_registry::HealthCheck::default();
+        assert_eq!(
+            (check.interval, check.timeout, check.rise, check.fall),
+            (
+                library.interval,
+                library.timeout,
+                library.rise,
+                library.fall
+            )
+        );
     }
 }

@@ -208,19 +208,19 @@ impl BalancerConfig {
         BalancerConfig {
             name: name.into(),
             listen,
-            strategy: Strategy::P2c,
+            strategy: Strategy::default(),
             backends,
-            retries: 2,
+            retries: drover_proxy::ProxyOptions::default().retries,
             max_conns: ConnLimit::Auto,
             queue: QueueConfig::default(),
             timeouts: TimeoutConfig::default(),
             health: None,
             passive: PassiveConfig::default(),
-            slow_start: Duration::from_secs(10),
+            slow_start: SLOW_START,
             hash: None,
             sticky: None,
             limits: LimitsConfig::default(),
-            drain_timeout: Duration::from_secs(30),
+            drain_timeout: DRAIN_TIMEOUT,
             threads: None,
             handoff: drover_proxy::Handoff::Never,
         }
@@ -231,18 +231,20 @@ impl AppConfig {
     /// An app with every optional setting at its default, for configs built from
     /// command-line flags rather than a file.
     pub fn new(name: impl Into<String>, command: Vec<String>) -> Self {
+        // The supervisor's own defaults: one definition of each.
+        let spec = drover_supervisor::AppSpec::new("", Vec::new());
         AppConfig {
             name: name.into(),
             command,
-            workers: Workers::Count(1),
+            workers: Workers::Count(spec.workers),
             cwd: None,
             env: BTreeMap::new(),
             health: None,
-            ready_timeout: Duration::from_secs(30),
-            stop_timeout: Duration::from_secs(10),
-            drain_timeout: Duration::from_secs(30),
+            ready_timeout: spec.ready_timeout,
+            stop_timeout: spec.stop_timeout,
+            drain_timeout: spec.drain_timeout,
             max_memory: None,
-            mode: Mode::default(),
+            mode: spec.mode,
             listen: None,
         }
     }
@@ -251,15 +253,17 @@ impl AppConfig {
 impl HealthCheckConfig {
     /// The check an app gets when it says nothing: `GET /health` expecting 2xx/3xx.
     pub fn default_for_app() -> Self {
+        // The checker's own timing: one definition of each.
+        let d = drover_registry::HealthCheck::default();
         HealthCheckConfig {
             kind: HealthCheckKind::Http {
                 path: "/health".to_string(),
                 expect: DEFAULT_EXPECT,
             },
-            interval: Duration::from_secs(2),
-            timeout: Duration::from_secs(1),
-            rise: 2,
-            fall: 3,
+            interval: d.interval,
+            timeout: d.timeout,
+            rise: d.rise,
+            fall: d.fall,
         }
     }
 }
@@ -364,11 +368,13 @@ pub struct PassiveConfig {
 }
 
 impl Default for PassiveConfig {
+    /// The ejection policy's own defaults: one definition of each.
     fn default() -> Self {
+        let p = drover_registry::PassivePolicy::default();
         PassiveConfig {
-            failures: 5,
-            ejection: Duration::from_secs(2),
-            max_ejection: Duration::from_secs(60),
+            failures: p.consecutive_5xx,
+            ejection: p.base_ejection,
+            max_ejection: p.max_ejection,
         }
     }
 }
@@ -385,17 +391,27 @@ pub struct LimitsConfig {
 }
 
 impl Default for LimitsConfig {
+    /// The parser's own limits: one definition of each.
     fn default() -> Self {
+        let l = drover_proxy::Limits::default();
         LimitsConfig {
-            max_header_bytes: 16384,
-            max_uri_bytes: 8192,
-            max_headers: 100,
+            max_header_bytes: l.max_header_bytes,
+            max_uri_bytes: l.max_uri_bytes,
+            max_headers: l.max_headers,
         }
     }
 }
 
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9900";
-pub(crate) const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
+/// The name of a lone unnamed balancer, of `drover proxy`'s and of `drover run`'s.
+pub const DEFAULT_BALANCER: &str = "default";
+/// A joining or returning endpoint's share ramps up over this long: long enough for a
+/// JIT or a cold cache to warm, short enough that a scale-up helps within seconds. The
+/// pool's own default is off (a bare pool ramps nothing); the product's is this.
+pub const SLOW_START: Duration = Duration::from_secs(10);
+/// How long in-flight requests may take to finish on shutdown or reload.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
 pub(crate) const DEFAULT_EXPECT: (u16, u16) = (200, 399);
 
 /// When a balancer hands client connections to the workers of the apps behind it, by

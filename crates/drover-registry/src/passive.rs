@@ -48,7 +48,9 @@ pub struct PassivePolicy {
     pub base_ejection: Duration,
     /// Cap on the doubled ejection. Default 60 s.
     pub max_ejection: Duration,
-    /// Slow start after an ejection ends (zero disables). Default 5 s.
+    /// Slow start after an ejection ends (zero disables). Default off, as the pool's
+    /// own `slow_start`: a bare pool ramps nothing. A balancer sets both to its
+    /// configured slow start (the config model holds the product's default).
     pub slow_start: Duration,
 }
 
@@ -60,7 +62,7 @@ impl Default for PassivePolicy {
             failure_statuses: StatusRange::SERVER_ERROR,
             base_ejection: Duration::from_secs(2),
             max_ejection: Duration::from_secs(60),
-            slow_start: Duration::from_secs(5),
+            slow_start: Duration::ZERO,
         }
     }
 }
