@@ -7,7 +7,10 @@ use crate::body::{
 };
 use crate::error::ProxyError;
 use crate::handoff;
-use crate::http1::request::{self, BadRequest, ClientInfo, KeySpec, Parsed, RequestHead};
+use crate::http1::error_page;
+use crate::http1::forward::ClientInfo;
+use crate::http1::keys::KeySpec;
+use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
 use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::http1::BodyKind;
 use crate::options::{Handoff, ProxyOptions};
@@ -503,7 +506,7 @@ impl Conn {
         );
         // A request body not read in full leaves the connection unusable for the next one.
         let close = !framer.is_done() || !head.keep_alive;
-        request::write_error(
+        error_page::write_error(
             &mut self.out,
             failure.status(),
             failure.cause(),
@@ -867,7 +870,7 @@ impl Conn {
     }
 
     async fn send_error(&mut self, status: u16, cause: &str, detail: &str, close: bool) {
-        request::write_error(&mut self.out, status, cause, detail, close, None);
+        error_page::write_error(&mut self.out, status, cause, detail, close, None);
         self.send_out(close).await;
     }
 

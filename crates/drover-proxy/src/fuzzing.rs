@@ -6,8 +6,10 @@
 //! [`crate::http1`], which is public already; this module adds nothing else.
 
 use crate::http1::chunked::ChunkedScanner;
+use crate::http1::forward::ClientInfo;
 use crate::http1::headers::{self, is};
-use crate::http1::request::{self, ClientInfo, KeySpec, Parsed, RequestHead};
+use crate::http1::keys::KeySpec;
+use crate::http1::request::{self, Parsed, RequestHead};
 use crate::http1::response::{self, Exchange};
 use crate::http1::{find_bare_lf, BodyKind};
 use crate::options::{HashKey, Limits};
@@ -20,7 +22,7 @@ const LIMITS: Limits = Limits {
 };
 
 /// Slots for re-parsing a head drover wrote: its input's fields plus the few it adds.
-const SLOTS: usize = request::HEADER_SLOTS + 16;
+const SLOTS: usize = crate::http1::HEADER_SLOTS + 16;
 
 fn client() -> ClientInfo {
     ClientInfo::new(([192, 0, 2, 1], 4321).into(), "http")
@@ -257,7 +259,7 @@ pub fn response(data: &[u8]) {
     // The head drover wrote must itself be a head drover would accept, unchanged; but
     // drover may add two fields (`Connection`, `Set-Cookie`) to a head already at the
     // field limit, and then would refuse its own output for that alone.
-    if sent.headers.len() <= response::HEADER_SLOTS {
+    if sent.headers.len() <= crate::http1::HEADER_SLOTS {
         let mut again = Vec::new();
         let reparsed = response::parse(&out, &ex, None, &mut again)
             .expect("drover refuses the head it wrote")

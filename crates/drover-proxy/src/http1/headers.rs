@@ -59,6 +59,34 @@ impl ConnectionOptions {
     }
 }
 
+/// Whether a field must be dropped because a `Connection` field names it (RFC 9110
+/// §7.6.1), for requests and responses alike. `Connection: upgrade` lists Upgrade too,
+/// but whether Upgrade goes through is the caller's decision: it used to be dropped
+/// from real upgrades whenever another name was listed as well.
+pub fn named_by_connection(
+    name: &str,
+    conn: &ConnectionOptions,
+    fields: &[httparse::Header<'_>],
+) -> bool {
+    conn.names_others
+        && !is(name, "upgrade")
+        && listed_in_connection(
+            name,
+            fields
+                .iter()
+                .filter(|c| is(c.name, "connection"))
+                .map(|c| c.value),
+        )
+}
+
+/// Writes one field line.
+pub(crate) fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Whether `name` is listed in any of the `Connection` header values (so it is hop-by-hop).
 pub fn listed_in_connection<'a>(
     name: &str,

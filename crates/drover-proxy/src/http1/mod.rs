@@ -5,9 +5,16 @@
 //! ambiguity in framing is refused here, before anything reaches a backend.
 
 pub mod chunked;
+pub mod error_page;
+pub mod forward;
 pub mod headers;
+pub mod keys;
 pub mod request;
 pub mod response;
+
+/// Header slots httparse may fill in a request or response head;
+/// `Limits::max_headers` may only lower it for requests.
+pub const HEADER_SLOTS: usize = 128;
 
 /// How the length of a message body is known (RFC 9112 §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

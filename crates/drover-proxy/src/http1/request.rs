@@ -1,13 +1,12 @@
-//! Client request heads: parse, refuse anything ambiguous, and write the head the
-//! backend will see (hop-by-hop headers dropped, forwarding headers added).
+//! Client request heads: parse, and refuse anything ambiguous. One call does a head's
+//! three steps in order: validate it, write what the backend will see (`forward`), and
+//! read what balancing needs (`keys`).
 
+use super::forward::{self, ClientInfo, Forwarding};
 use super::headers::{self, is, ConnectionOptions};
-use super::{find_bare_lf, BodyKind};
-use crate::options::{HashKey, Limits};
-use std::io::Write;
-
-/// Header slots httparse may fill; `Limits::max_headers` may only lower it.
-pub const HEADER_SLOTS: usize = 128;
+use super::keys::{self, KeySpec};
+use super::{find_bare_lf, BodyKind, HEADER_SLOTS};
+use crate::options::Limits;
 
 /// A request refused before it reached any backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,39 +17,6 @@ pub struct BadRequest {
 
 const fn bad(status: u16, reason: &'static str) -> BadRequest {
     BadRequest { status, reason }
-}
-
-/// Facts about the client connection the forwarding headers need, formatted once per
-/// connection rather than per request.
-#[derive(Debug, Clone)]
-pub struct ClientInfo {
-    /// The client IP as text, for `X-Forwarded-For` and `hash` on client IP.
-    pub ip: String,
-    /// The same as an RFC 7239 node (`1.2.3.4` or `"[::1]"`).
-    pub forwarded_node: String,
-    pub proto: &'static str,
-}
-
-impl ClientInfo {
-    pub fn new(peer: std::net::SocketAddr, proto: &'static str) -> Self {
-        let ip = peer.ip().to_string();
-        let forwarded_node = match peer.ip() {
-            std::net::IpAddr::V4(_) => ip.clone(),
-            std::net::IpAddr::V6(_) => format!("\"[{ip}]\""),
-        };
-        ClientInfo {
-            ip,
-            forwarded_node,
-            proto,
-        }
-    }
-}
-
-/// What balancing needs from a request: its keys, when the strategy uses them.
-#[derive(Debug, Clone, Default)]
-pub struct KeySpec {
-    pub hash: Option<HashKey>,
-    pub sticky_cookie: Option<String>,
 }
 
 /// A parsed, validated request head.
@@ -78,13 +44,14 @@ pub enum Parsed {
     Complete(RequestHead),
 }
 
-/// Parses the head at the start of `buf`. On success the backend's head is in `out`.
+/// Parses the head at the start of `buf`. On success the head the backend will see is
+/// in `backend_head`.
 pub fn parse(
     buf: &[u8],
     limits: &Limits,
     client: &ClientInfo,
     keys: &KeySpec,
-    out: &mut Vec<u8>,
+    backend_head: &mut Vec<u8>,
 ) -> Result<Parsed, BadRequest> {
     let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
     let slots = &mut slots[..limits.max_headers.clamp(1, HEADER_SLOTS)];
@@ -208,17 +175,16 @@ pub fn parse(
         return Err(bad(400, "an Upgrade request must not have a body"));
     }
 
-    write_backend_head(
-        out,
-        &req,
-        &conn,
+    let forwarding = Forwarding {
+        conn,
         upgrade,
-        client,
         host,
         xff,
         forwarded,
         has_request_id,
-    );
+    };
+    forward::write_backend_head(backend_head, &req, &forwarding, client);
+    let (hash_key, sticky) = keys::of(keys, &req, target, client);
 
     Ok(Parsed::Complete(RequestHead {
         head_len,
@@ -232,188 +198,16 @@ pub fn parse(
             method,
             "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
         ),
-        cost_key: cost_key(method, target),
-        hash_key: keys
-            .hash
-            .as_ref()
-            .and_then(|k| hash_key(k, &req, target, client)),
-        sticky: keys
-            .sticky_cookie
-            .as_deref()
-            .and_then(|c| cookie(&req, c))
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .map(str::to_owned),
+        cost_key: keys::cost_key(method, target),
+        hash_key,
+        sticky,
     }))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn write_backend_head(
-    out: &mut Vec<u8>,
-    req: &httparse::Request<'_, '_>,
-    conn: &ConnectionOptions,
-    upgrade: bool,
-    client: &ClientInfo,
-    host: Option<&[u8]>,
-    xff: Option<&[u8]>,
-    forwarded: Option<&[u8]>,
-    has_request_id: bool,
-) {
-    out.clear();
-    out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(req.path.unwrap_or("/").as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for h in req.headers.iter() {
-        let name = h.name;
-        let drop = headers::is_hop_by_hop(name)
-            || is(name, "expect")
-            || is(name, "x-forwarded-for")
-            || is(name, "x-forwarded-proto")
-            || is(name, "x-forwarded-host")
-            || is(name, "forwarded")
-            || (is(name, "upgrade") && !upgrade)
-            // `Connection: upgrade` lists Upgrade too, but the rule above decides it: it
-            // was dropped from real upgrades whenever another name was listed as well.
-            || (conn.names_others
-                && !is(name, "upgrade")
-                && headers::listed_in_connection(
-                    name,
-                    req.headers
-                        .iter()
-                        .filter(|c| is(c.name, "connection"))
-                        .map(|c| c.value),
-                ));
-        if !drop {
-            put_header(out, name.as_bytes(), h.value);
-        }
-    }
-    out.extend_from_slice(b"X-Forwarded-For: ");
-    if let Some(prev) = xff {
-        out.extend_from_slice(prev);
-        out.extend_from_slice(b", ");
-    }
-    out.extend_from_slice(client.ip.as_bytes());
-    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
-    out.extend_from_slice(client.proto.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if let Some(host) = host {
-        put_header(out, b"X-Forwarded-Host", host);
-    }
-    out.extend_from_slice(b"Forwarded: ");
-    if let Some(prev) = forwarded {
-        out.extend_from_slice(prev);
-        out.extend_from_slice(b", ");
-    }
-    out.extend_from_slice(b"for=");
-    out.extend_from_slice(client.forwarded_node.as_bytes());
-    if let Some(host) = host.filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"')) {
-        out.extend_from_slice(b";host=\"");
-        out.extend_from_slice(host);
-        out.push(b'"');
-    }
-    out.extend_from_slice(b";proto=");
-    out.extend_from_slice(client.proto.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if !has_request_id {
-        out.extend_from_slice(b"x-request-id: ");
-        crate::request_id::write_new(out);
-        out.extend_from_slice(b"\r\n");
-    }
-    if upgrade {
-        out.extend_from_slice(b"Connection: upgrade\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-pub(crate) fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// A request's cost class: method plus target, so `/report?year=2020` and `/` differ.
-fn cost_key(method: &str, target: &str) -> u64 {
-    drover_balance::cost::CostTable::key(method.as_bytes(), target.as_bytes())
-}
-
-fn hash_key(
-    key: &HashKey,
-    req: &httparse::Request<'_, '_>,
-    target: &str,
-    client: &ClientInfo,
-) -> Option<Vec<u8>> {
-    match key {
-        HashKey::Header(name) => req
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value.to_vec()),
-        HashKey::Cookie(name) => cookie(req, name).map(<[u8]>::to_vec),
-        HashKey::ClientIp => Some(client.ip.as_bytes().to_vec()),
-        HashKey::Path => Some(target.split('?').next().unwrap_or("").as_bytes().to_vec()),
-    }
-}
-
-/// The value of cookie `name` in the request's `Cookie` fields.
-fn cookie<'b>(req: &httparse::Request<'_, 'b>, name: &str) -> Option<&'b [u8]> {
-    req.headers
-        .iter()
-        .filter(|h| is(h.name, "cookie"))
-        .flat_map(|h| h.value.split(|&b| b == b';'))
-        .find_map(|pair| {
-            let pair = pair.trim_ascii();
-            let eq = memchr::memchr(b'=', pair)?;
-            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
-        })
-}
-
-/// Writes a small error response with a `drover-error` header naming the cause.
-/// An error answer of drover's own; `retry_after` adds a `Retry-After` in seconds.
-pub fn write_error(
-    out: &mut Vec<u8>,
-    status: u16,
-    cause: &str,
-    detail: &str,
-    close: bool,
-    retry_after: Option<u32>,
-) {
-    out.clear();
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status} {}\r\ncontent-type: text/plain; charset=utf-8\r\ndrover-error: {cause}\r\ncontent-length: {}\r\n",
-        reason_phrase(status),
-        detail.len() + 1,
-    );
-    if let Some(secs) = retry_after {
-        let _ = write!(out, "retry-after: {secs}\r\n");
-    }
-    let _ = write!(
-        out,
-        "{}\r\n{detail}\n",
-        if close { "connection: close\r\n" } else { "" }
-    );
-}
-
-pub fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        414 => "URI Too Long",
-        417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::HashKey;
 
     fn client() -> ClientInfo {
         ClientInfo::new("10.1.2.3:5555".parse().unwrap(), "http")

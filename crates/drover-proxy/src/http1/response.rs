@@ -2,16 +2,13 @@
 //! the head the client will see.
 
 use super::chunked::ChunkedScanner;
-use super::headers::{self, is, ConnectionOptions};
-use super::request::put_header;
-use super::{find_bare_lf, BodyKind};
+use super::headers::{self, is, put_header, ConnectionOptions};
+use super::{find_bare_lf, BodyKind, HEADER_SLOTS};
 use crate::orca;
 use std::io::Write;
 
 /// Largest backend response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// Most fields a backend response head may have.
-pub const HEADER_SLOTS: usize = 128;
 
 /// A backend response drover will not pass on (the client gets a 502).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,16 +230,7 @@ pub fn parse(
             || is(name, orca::HEADER)
             || (is(name, "transfer-encoding") && (dechunk || no_body))
             || (is(name, "upgrade") && !switching)
-            // As for requests: the rule above decides Upgrade, whatever else is listed.
-            || (conn.names_others
-                && !is(name, "upgrade")
-                && headers::listed_in_connection(
-                    name,
-                    res.headers
-                        .iter()
-                        .filter(|c| is(c.name, "connection"))
-                        .map(|c| c.value),
-                ));
+            || headers::named_by_connection(name, &conn, res.headers);
         if !drop {
             put_header(out, name.as_bytes(), h.value);
         }

@@ -1,0 +1,116 @@
+//! The head a backend sees: the client's request line and end-to-end fields, minus
+//! what describes only the client's hop, plus drover's forwarding fields
+//! (`X-Forwarded-For`, `-Proto`, `-Host`, RFC 7239 `Forwarded`, an `x-request-id`).
+
+use super::headers::{self, is, put_header, ConnectionOptions};
+
+/// Facts about the client connection the forwarding headers need, formatted once per
+/// connection rather than per request.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    /// The client IP as text, for `X-Forwarded-For` and `hash` on client IP.
+    pub ip: String,
+    /// The same as an RFC 7239 node (`1.2.3.4` or `"[::1]"`).
+    pub forwarded_node: String,
+    pub proto: &'static str,
+}
+
+impl ClientInfo {
+    pub fn new(peer: std::net::SocketAddr, proto: &'static str) -> Self {
+        let ip = peer.ip().to_string();
+        let forwarded_node = match peer.ip() {
+            std::net::IpAddr::V4(_) => ip.clone(),
+            std::net::IpAddr::V6(_) => format!("\"[{ip}]\""),
+        };
+        ClientInfo {
+            ip,
+            forwarded_node,
+            proto,
+        }
+    }
+}
+
+/// What parsing found that the forwarded head depends on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forwarding<'a> {
+    pub conn: ConnectionOptions,
+    /// A protocol upgrade (WebSocket) goes through: keep `Upgrade`, say `Connection: upgrade`.
+    pub upgrade: bool,
+    pub host: Option<&'a [u8]>,
+    /// The client's own `X-Forwarded-For` and `Forwarded`, which drover's extend.
+    pub xff: Option<&'a [u8]>,
+    pub forwarded: Option<&'a [u8]>,
+    pub has_request_id: bool,
+}
+
+/// Writes the head the backend sees for `req` into `out`.
+pub(crate) fn write_backend_head(
+    out: &mut Vec<u8>,
+    req: &httparse::Request<'_, '_>,
+    f: &Forwarding<'_>,
+    client: &ClientInfo,
+) {
+    let Forwarding {
+        conn,
+        upgrade,
+        host,
+        xff,
+        forwarded,
+        has_request_id,
+    } = *f;
+    out.clear();
+    out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.path.unwrap_or("/").as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for h in req.headers.iter() {
+        let name = h.name;
+        let drop = headers::is_hop_by_hop(name)
+            || is(name, "expect")
+            || is(name, "x-forwarded-for")
+            || is(name, "x-forwarded-proto")
+            || is(name, "x-forwarded-host")
+            || is(name, "forwarded")
+            || (is(name, "upgrade") && !upgrade)
+            || headers::named_by_connection(name, &conn, req.headers);
+        if !drop {
+            put_header(out, name.as_bytes(), h.value);
+        }
+    }
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if let Some(prev) = xff {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(client.ip.as_bytes());
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+    out.extend_from_slice(client.proto.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(host) = host {
+        put_header(out, b"X-Forwarded-Host", host);
+    }
+    out.extend_from_slice(b"Forwarded: ");
+    if let Some(prev) = forwarded {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(b"for=");
+    out.extend_from_slice(client.forwarded_node.as_bytes());
+    if let Some(host) = host.filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"')) {
+        out.extend_from_slice(b";host=\"");
+        out.extend_from_slice(host);
+        out.push(b'"');
+    }
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(client.proto.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if !has_request_id {
+        out.extend_from_slice(b"x-request-id: ");
+        crate::request_id::write_new(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    if upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
