@@ -556,8 +556,10 @@ impl Conn {
         }
     }
 
-    /// One try on the endpoint `slot` holds. On `Done`, `out` holds what the client has
-    /// not taken yet of the response; the caller sends it once the slot is released.
+    /// One try on the endpoint `slot` holds, in its four steps: a connection to it, the
+    /// request sent, the final response head read (and accounted for), the response
+    /// relayed. On `Done`, `out` holds what the client has not taken yet of the
+    /// response; the caller sends it once the slot is released.
     async fn attempt(
         &mut self,
         head: &RequestHead,
@@ -566,99 +568,146 @@ impl Conn {
         pace: Option<&mut BodyPace>,
         answered: &mut Option<Answered>,
     ) -> Attempt {
-        let shared = Arc::clone(&self.worker.shared);
-        let opts = &shared.opts;
-        let timeouts = opts.timeouts;
+        let endpoint = slot.pick().endpoint();
+        let (mut up, reused) = match self.upstream(slot).await {
+            Ok(up) => up,
+            Err(attempt) => return attempt,
+        };
+        let request_sent = match self
+            .send_request(&mut up, head, endpoint, reused, framer, pace)
+            .await
+        {
+            Ok(sent) => sent,
+            Err(attempt) => return attempt,
+        };
+        let resp = match self
+            .final_response_head(&mut up, head, endpoint, reused, request_sent)
+            .await
+        {
+            Ok(resp) => resp,
+            Err(attempt) => return attempt,
+        };
+        let latency = self.account_response(head, slot, &resp, answered);
+        if resp.switching {
+            endpoint.stats().record_request_duration(latency);
+            return self.tunnel(up).await;
+        }
+        self.relay_response(up, &resp, slot, request_sent).await
+    }
+
+    /// A connection to the endpoint `slot` holds: an idle kept-alive one, or a new one;
+    /// and whether it was reused.
+    async fn upstream(&mut self, slot: &Slot) -> Result<(TcpStream, bool), Attempt> {
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
-        let (mut up, reused) = match self.worker.upstreams.checkout(addr) {
-            Some(stream) => (stream, true),
-            None => match upstream::connect(addr, timeouts.connect).await {
-                Ok(stream) => {
-                    let connected = clock::now().saturating_sub(slot.pick().started());
-                    endpoint.stats().record_connect(connected);
-                    (stream, false)
+        if let Some(stream) = self.worker.upstreams.checkout(addr) {
+            return Ok((stream, true));
+        }
+        let shared = &self.worker.shared;
+        match upstream::connect(addr, shared.opts.timeouts.connect).await {
+            Ok(stream) => {
+                let connected = clock::now().saturating_sub(slot.pick().started());
+                endpoint.stats().record_connect(connected);
+                Ok((stream, false))
+            }
+            Err(e) if is_local_shortage(&e) => {
+                // drover's own shortage: the endpoint is not to blame.
+                if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
+                    warn!(endpoint = %addr, error = %e, held_back, "cannot connect, drover is out of resources; not counted against the endpoint");
                 }
-                Err(e) if is_local_shortage(&e) => {
-                    // drover's own shortage: the endpoint is not to blame (issue 11, item 4).
-                    if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
-                        warn!(endpoint = %addr, error = %e, held_back, "cannot connect, drover is out of resources; not counted against the endpoint");
-                    }
-                    return Attempt::Retry(ProxyError::LocalResources);
+                Err(Attempt::Retry(ProxyError::LocalResources))
+            }
+            Err(e) => {
+                endpoint.stats().record_failure(Cause::ConnectFailed);
+                // Refused: nothing listens. Timed out: the backend's listen backlog
+                // overflowed and dropped the SYN, so it is busy, and the last endpoint
+                // that still answers must stay in rotation.
+                let ejected = if e.kind() == std::io::ErrorKind::TimedOut {
+                    shared.pool.on_connect_timeout(endpoint, clock::now())
+                } else {
+                    shared.pool.on_connect_failure(endpoint, clock::now())
+                };
+                // Each ejection is logged where it happens; a failure that hits every
+                // request at once is told once a second, with the count it stands for.
+                if let Some(held_back) = CONNECT_FAILURES.check_now() {
+                    warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
                 }
-                Err(e) => {
-                    endpoint.stats().record_failure(Cause::ConnectFailed);
-                    // Refused: nothing listens. Timed out: the backend's listen backlog
-                    // overflowed and dropped the SYN, so it is busy, and the last
-                    // endpoint that still answers must stay in rotation.
-                    let ejected = if e.kind() == std::io::ErrorKind::TimedOut {
-                        shared.pool.on_connect_timeout(endpoint, clock::now())
-                    } else {
-                        shared.pool.on_connect_failure(endpoint, clock::now())
-                    };
-                    // Each ejection is logged where it happens; a failure that hits every
-                    // request at once is told once a second, with the count it stands for.
-                    if let Some(held_back) = CONNECT_FAILURES.check_now() {
-                        warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
-                    }
-                    return Attempt::Retry(ProxyError::ConnectFailed);
-                }
-            },
-        };
+                Err(Attempt::Retry(ProxyError::ConnectFailed))
+            }
+        }
+    }
 
-        // The request: head, the body read so far, then the rest streamed from the client
-        // while watching for an answer that comes before the body ends.
-        let mut request_sent = true;
+    /// The request: head, the body read so far, then the rest streamed from the client
+    /// while watching for an answer that comes before the body ends. `Ok(false)`: the
+    /// backend answered before the body ended, and the rest is never sent.
+    async fn send_request(
+        &mut self,
+        up: &mut TcpStream,
+        head: &RequestHead,
+        endpoint: &Arc<Endpoint>,
+        reused: bool,
+        framer: &mut Framer,
+        pace: Option<&mut BodyPace>,
+    ) -> Result<bool, Attempt> {
+        let timeouts = self.opts().timeouts;
         if head.body.is_none() {
-            if body::write_all(&mut up, &self.out, timeouts.request)
+            if body::write_all(up, &self.out, timeouts.request)
                 .await
                 .is_err()
             {
                 // Nothing reached the backend: safe to send elsewhere.
-                return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, true);
+                return Err(self.backend_failed(endpoint, reused, ProxyError::BackendClosed, true));
             }
-        } else {
-            self.out.extend_from_slice(&self.reqbody);
-            let (up_read, mut up_write) = up.split();
-            let ends = Ends {
-                src: &mut self.client,
-                pending: &mut self.cbuf,
-                dst: &mut up_write,
-                out: &mut self.out,
-                read_timeout: timeouts.client,
-                write_timeout: timeouts.request,
-                pace,
-            };
-            let answered = async {
-                let _ = up_read.readable().await;
-            };
-            let sent = body::relay(framer, ends, REQUEST_BUFFER, true, answered, &mut 0).await;
-            match sent {
-                Ok(Relayed::Complete) => {}
-                Ok(Relayed::Interrupted) => {
-                    // The rest is never sent: the backend connection cannot be reused.
-                    request_sent = false;
-                    self.out.clear();
-                }
-                Err(BodyError::Write) => {
-                    return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false)
-                }
-                Err(BodyError::Stalled) => {
-                    endpoint.stats().record_failure(Cause::BackendTimeout);
-                    shared.pool.on_request_failure(endpoint, clock::now());
-                    warn!(endpoint = %addr, "backend stopped reading the request body");
-                    return Attempt::Fail(ProxyError::Timeout);
-                }
-                Err(e) => {
-                    self.refuse_body(e).await;
-                    return Attempt::Abort;
-                }
+            return Ok(true);
+        }
+        self.out.extend_from_slice(&self.reqbody);
+        let (up_read, mut up_write) = up.split();
+        let ends = Ends {
+            src: &mut self.client,
+            pending: &mut self.cbuf,
+            dst: &mut up_write,
+            out: &mut self.out,
+            read_timeout: timeouts.client,
+            write_timeout: timeouts.request,
+            pace,
+        };
+        let answered = async {
+            let _ = up_read.readable().await;
+        };
+        match body::relay(framer, ends, REQUEST_BUFFER, true, answered, &mut 0).await {
+            Ok(Relayed::Complete) => Ok(true),
+            Ok(Relayed::Interrupted) => {
+                // The rest is never sent: the backend connection cannot be reused.
+                self.out.clear();
+                Ok(false)
+            }
+            Err(BodyError::Write) => {
+                Err(self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false))
+            }
+            Err(BodyError::Stalled) => {
+                self.endpoint_failed(endpoint, Cause::BackendTimeout);
+                warn!(endpoint = %endpoint.addr(), "backend stopped reading the request body");
+                Err(Attempt::Fail(ProxyError::Timeout))
+            }
+            Err(e) => {
+                self.refuse_body(e).await;
+                Err(Attempt::Abort)
             }
         }
+    }
 
-        // The response head (after any 1xx).
+    /// The response head after any 1xx, which go to the client as they come.
+    async fn final_response_head(
+        &mut self,
+        up: &mut TcpStream,
+        head: &RequestHead,
+        endpoint: &Arc<Endpoint>,
+        reused: bool,
+        request_sent: bool,
+    ) -> Result<ResponseHead, Attempt> {
         self.ubuf.clear();
-        let sticky_cookie = opts
+        let sticky_cookie = self
+            .opts()
             .sticky_cookie
             .as_ref()
             .filter(|_| head.sticky.as_deref() != Some(endpoint.id()))
@@ -669,41 +718,57 @@ impl Conn {
             client_keep_alive: head.keep_alive && request_sent,
             upgrade: head.upgrade,
         };
-        let resp = loop {
+        let client_timeout = self.opts().timeouts.client;
+        loop {
             let resp = match self
-                .read_response_head(&mut up, &ex, sticky_cookie.as_deref())
+                .read_response_head(up, &ex, sticky_cookie.as_deref())
                 .await
             {
                 Ok(resp) => resp,
                 Err(ReadHead::Closed { got_bytes }) => {
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
-                    return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, retry);
+                    return Err(self.backend_failed(
+                        endpoint,
+                        reused,
+                        ProxyError::BackendClosed,
+                        retry,
+                    ));
                 }
                 Err(ReadHead::Timeout) => {
-                    endpoint.stats().record_failure(Cause::BackendTimeout);
-                    shared.pool.on_request_failure(endpoint, clock::now());
-                    return Attempt::Fail(ProxyError::Timeout);
+                    self.endpoint_failed(endpoint, Cause::BackendTimeout);
+                    return Err(Attempt::Fail(ProxyError::Timeout));
                 }
                 Err(ReadHead::Bad(why)) => {
-                    endpoint.stats().record_failure(Cause::BadResponse);
-                    shared.pool.on_request_failure(endpoint, clock::now());
-                    warn!(endpoint = %addr, "invalid response: {why}");
-                    return Attempt::Fail(ProxyError::BadResponse(why));
+                    self.endpoint_failed(endpoint, Cause::BadResponse);
+                    warn!(endpoint = %endpoint.addr(), "invalid response: {why}");
+                    return Err(Attempt::Fail(ProxyError::BadResponse(why)));
                 }
             };
             if !resp.informational {
-                break resp;
+                return Ok(resp);
             }
             if !self.out.is_empty()
-                && body::write_all(&mut self.client, &self.out, timeouts.client)
+                && body::write_all(&mut self.client, &self.out, client_timeout)
                     .await
                     .is_err()
             {
-                return Attempt::Abort;
+                return Err(Attempt::Abort);
             }
             self.ubuf.drain(..resp.head_len);
-        };
+        }
+    }
 
+    /// What a response head tells: the endpoint's latency and load, the request's cost,
+    /// passive health. Returns the latency.
+    fn account_response(
+        &mut self,
+        head: &RequestHead,
+        slot: &Slot,
+        resp: &ResponseHead,
+        answered: &mut Option<Answered>,
+    ) -> Nanos {
+        let shared = &self.worker.shared;
+        let endpoint = slot.pick().endpoint();
         let now = clock::now();
         slot.observe(now);
         let latency = now.saturating_sub(slot.pick().started());
@@ -726,16 +791,24 @@ impl Conn {
             endpoint.report_load(now, load);
         }
         if let Some(ejected) = shared.pool.on_response(endpoint, resp.status, now) {
-            warn!(endpoint = %addr, status = resp.status, "ejected for {ejected:?} after repeated errors");
+            warn!(endpoint = %endpoint.addr(), status = resp.status, "ejected for {ejected:?} after repeated errors");
         }
         self.ubuf.drain(..resp.head_len);
+        latency
+    }
 
-        if resp.switching {
-            endpoint.stats().record_request_duration(latency);
-            return self.tunnel(up).await;
-        }
-        // Read up to the buffer ahead of the client: a response that fits frees the
-        // backend at once, however slowly the client reads it.
+    /// The response body, read up to the buffer ahead of the client: a response that
+    /// fits frees the backend at once, however slowly the client reads it. The
+    /// connection goes back to the idle pool when it can carry another request.
+    async fn relay_response(
+        &mut self,
+        mut up: TcpStream,
+        resp: &ResponseHead,
+        slot: &Slot,
+        request_sent: bool,
+    ) -> Attempt {
+        let timeouts = self.opts().timeouts;
+        let endpoint = slot.pick().endpoint();
         let mut framer = Framer::new(resp.body, resp.dechunk);
         let ends = Ends {
             src: &mut up,
@@ -762,7 +835,7 @@ impl Conn {
         match sent {
             Ok(_) => {
                 if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
-                    self.worker.upstreams.checkin(addr, up);
+                    self.worker.upstreams.checkin(endpoint.addr(), up);
                 }
                 Attempt::Done(resp.client_keep_alive)
             }
@@ -772,10 +845,20 @@ impl Conn {
                 Attempt::Abort
             }
             Err(e) => {
-                warn!(endpoint = %addr, "response body failed mid-stream: {e:?}");
+                warn!(endpoint = %endpoint.addr(), "response body failed mid-stream: {e:?}");
                 Attempt::Abort
             }
         }
+    }
+
+    /// The endpoint failed this request (`cause`): counted, and held against its
+    /// passive health.
+    fn endpoint_failed(&self, endpoint: &Arc<Endpoint>, cause: Cause) {
+        endpoint.stats().record_failure(cause);
+        self.worker
+            .shared
+            .pool
+            .on_request_failure(endpoint, clock::now());
     }
 
     /// Records a backend-side failure. A stale keep-alive connection closing is not the
@@ -787,14 +870,12 @@ impl Conn {
         e: ProxyError,
         retry: bool,
     ) -> Attempt {
-        if !reused {
-            self.worker
-                .shared
-                .pool
-                .on_request_failure(endpoint, clock::now());
-        }
         debug!(endpoint = %endpoint.addr(), reused, retry, "{e}");
-        endpoint.stats().record_failure(e.metric_cause());
+        if reused {
+            endpoint.stats().record_failure(e.metric_cause());
+        } else {
+            self.endpoint_failed(endpoint, e.metric_cause());
+        }
         if retry {
             Attempt::Retry(e)
         } else {
