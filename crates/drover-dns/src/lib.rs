@@ -361,7 +361,7 @@ impl DnsSource {
             .collect();
         let status = Arc::new(Mutex::new(status));
         let (first_tx, mut first_rx) = watch::channel(targets.is_empty());
-        let worker = Worker {
+        let worker = Refresher {
             targets: targets.into_iter().zip(names).collect(),
             settings: settings.clone(),
             resolver,
@@ -433,7 +433,7 @@ struct Answer {
     ttl: Duration,
 }
 
-struct Worker {
+struct Refresher {
     targets: Vec<(DnsTarget, Name)>,
     settings: ResolverSettings,
     resolver: TokioResolver,
@@ -444,7 +444,7 @@ struct Worker {
     first_tx: watch::Sender<bool>,
 }
 
-impl Worker {
+impl Refresher {
     async fn run(mut self) {
         let n = self.targets.len();
         if n == 0 {

@@ -183,7 +183,7 @@ struct State {
     listed: bool,
 }
 
-struct Shared {
+struct EtcdState {
     pool: Arc<Pool>,
     /// `{prefix}/members/`
     members_prefix: String,
@@ -199,7 +199,7 @@ struct Shared {
 ///
 /// Dropping it ends its watcher task.
 pub struct EtcdMembers {
-    shared: Arc<Shared>,
+    shared: Arc<EtcdState>,
     task: tokio::task::AbortHandle,
 }
 
@@ -237,7 +237,7 @@ impl EtcdMembers {
         options: EtcdOptions,
     ) -> Arc<EtcdMembers> {
         let (applied, _) = tokio::sync::watch::channel(0);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(EtcdState {
             pool,
             members_prefix: format!("{}/members/", prefix.trim_end_matches('/')),
             endpoints,
@@ -556,7 +556,7 @@ impl MemberStore for EtcdMembers {
     }
 }
 
-impl Shared {
+impl EtcdState {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -870,7 +870,7 @@ enum Ended {
     Failed(MemberError),
 }
 
-async fn watch_loop(shared: Arc<Shared>) {
+async fn watch_loop(shared: Arc<EtcdState>) {
     let mut need_list = true;
     let mut step = shared.options.backoff_min;
     loop {
@@ -919,7 +919,7 @@ fn jitter(step: Duration) -> Duration {
 }
 
 /// Lists if needed, then watches from the last revision + 1 until the stream fails.
-async fn session(sh: &Shared, need_list: &mut bool) -> Ended {
+async fn session(sh: &EtcdState, need_list: &mut bool) -> Ended {
     let mut client = match sh.client().await {
         Ok(c) => c,
         Err(e) => return Ended::Failed(e),

@@ -48,7 +48,7 @@ static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
 /// What every serving thread of one balancer shares.
-pub(crate) struct Shared {
+pub(crate) struct BalancerState {
     pub opts: ProxyOptions,
     pub pool: Arc<Pool>,
     pub admission: Arc<Admission>,
@@ -64,7 +64,7 @@ pub(crate) struct Shared {
     pub stats: Arc<BalancerStats>,
 }
 
-impl Shared {
+impl BalancerState {
     pub fn new(
         opts: ProxyOptions,
         pool: Arc<Pool>,
@@ -72,8 +72,8 @@ impl Shared {
         shutdown: watch::Receiver<bool>,
         active: Arc<AtomicUsize>,
         stats: Arc<BalancerStats>,
-    ) -> Arc<Shared> {
-        Arc::new(Shared {
+    ) -> Arc<BalancerState> {
+        Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
                 balancer,
                 Arc::clone(&pool),
@@ -96,23 +96,23 @@ impl Shared {
 }
 
 /// One serving thread's view: the shared state plus its own backend connections.
-pub(crate) struct Worker {
-    pub shared: Arc<Shared>,
+pub(crate) struct ThreadState {
+    pub shared: Arc<BalancerState>,
     pub upstreams: Upstreams,
 }
 
-impl Worker {
-    pub fn new(shared: Arc<Shared>) -> Worker {
-        Worker {
+impl ThreadState {
+    pub fn new(shared: Arc<BalancerState>) -> ThreadState {
+        ThreadState {
             upstreams: Upstreams::new(shared.opts.max_idle_per_endpoint, shared.opts.timeouts.idle),
             shared,
         }
     }
 }
 
-/// A serving thread's current worker; a reload swaps in one over new settings, and each
+/// A serving thread's current state; a reload swaps in one over new settings, and each
 /// connection moves to it at its next request.
-pub(crate) type WorkerCell = ArcSwap<Worker>;
+pub(crate) type ThreadCell = ArcSwap<ThreadState>;
 
 /// Open client connections in this process, over every balancer: they share one
 /// descriptor limit, which the accept loops keep them within.
@@ -151,18 +151,18 @@ impl Drop for ActiveGuard {
 pub(crate) async fn serve(
     client: TcpStream,
     peer: std::net::SocketAddr,
-    cell: Arc<WorkerCell>,
+    cell: Arc<ThreadCell>,
     _counted: ClientConnection,
 ) {
-    let worker = cell.load_full();
-    worker.shared.active.fetch_add(1, Relaxed);
-    let _active = ActiveGuard(Arc::clone(&worker.shared.active));
+    let thread = cell.load_full();
+    thread.shared.active.fetch_add(1, Relaxed);
+    let _active = ActiveGuard(Arc::clone(&thread.shared.active));
     let mut conn = Conn {
-        shutdown: worker.shared.shutdown.clone(),
+        shutdown: thread.shared.shutdown.clone(),
         info: ClientInfo::new(peer, "http"),
         client,
         cell,
-        worker,
+        thread,
         cbuf: Vec::new(),
         ubuf: Vec::new(),
         out: Vec::new(),
@@ -174,7 +174,7 @@ pub(crate) async fn serve(
         match conn.run().await {
             Ended::Closed => return,
             Ended::HandOver => {
-                let shared = Arc::clone(&conn.worker.shared);
+                let shared = Arc::clone(&conn.thread.shared);
                 match handoff::give(&shared, conn.client) {
                     Ok(()) => return,
                     Err(back) => {
@@ -218,10 +218,10 @@ enum Attempt {
 struct Conn {
     client: TcpStream,
     info: ClientInfo,
-    /// The thread's current worker, which a reload replaces.
-    cell: Arc<WorkerCell>,
+    /// This serving thread's state over the settings in force, which a reload replaces.
+    cell: Arc<ThreadCell>,
     /// The worker this connection's current request uses.
-    worker: Arc<Worker>,
+    thread: Arc<ThreadState>,
     shutdown: watch::Receiver<bool>,
     /// Bytes from the client not yet used (a partial head, body, pipelined requests).
     cbuf: Vec<u8>,
@@ -239,7 +239,7 @@ struct Conn {
 
 impl Conn {
     fn opts(&self) -> &ProxyOptions {
-        &self.worker.shared.opts
+        &self.thread.shared.opts
     }
 
     async fn run(&mut self) -> Ended {
@@ -249,7 +249,7 @@ impl Conn {
                 Ok(None) => return Ended::Closed,
                 Err(bad) => {
                     debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
-                    self.worker.shared.stats.record_refusal(bad.status);
+                    self.thread.shared.stats.record_refusal(bad.status);
                     self.send_error(bad.status, "bad-request", bad.reason, true)
                         .await;
                     return Ended::Closed;
@@ -257,8 +257,8 @@ impl Conn {
             };
             self.cbuf.drain(..head.head_len);
             // New settings (a reload) apply from the next request on.
-            if !Arc::ptr_eq(&self.cell.load(), &self.worker) {
-                self.worker = self.cell.load_full();
+            if !Arc::ptr_eq(&self.cell.load(), &self.thread) {
+                self.thread = self.cell.load_full();
             }
             // Boxed: an exchange's state is most of a connection's, and an idle keep-alive
             // connection should not carry it (the connection's future: 952 bytes instead
@@ -274,7 +274,7 @@ impl Conn {
                 self.out = Vec::new();
                 self.reqbody = Vec::new();
                 if self.requests >= self.hand_over_at
-                    && handoff::between_requests(&self.worker.shared)
+                    && handoff::between_requests(&self.thread.shared)
                 {
                     return Ended::HandOver;
                 }
@@ -319,7 +319,7 @@ impl Conn {
             }
         }
         let deadline = tokio::time::Instant::now() + timeouts.header_read;
-        let shared = &self.worker.shared;
+        let shared = &self.thread.shared;
         loop {
             match request::parse(
                 &self.cbuf,
@@ -354,7 +354,7 @@ impl Conn {
         // status, for as long as it took to pass on (an upgrade: until its 101).
         if let Some(Answered { status, head_at }) = answered {
             let end = if status == 101 { head_at } else { clock::now() };
-            self.worker
+            self.thread
                 .shared
                 .stats
                 .record_response(status, end.saturating_sub(arrived));
@@ -408,7 +408,7 @@ impl Conn {
             // Queued for an endpoint and connecting is drover's time, not the client's.
             pace.pause();
         }
-        let shared = Arc::clone(&self.worker.shared);
+        let shared = Arc::clone(&self.thread.shared);
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
         let mut attempts = 0;
@@ -526,13 +526,13 @@ impl Conn {
         match e {
             BodyError::Framing(e) => {
                 debug!(client = %self.info.ip, "{e}");
-                self.worker.shared.stats.record_refusal(400);
+                self.thread.shared.stats.record_refusal(400);
                 self.send_error(400, "bad-request", "invalid chunked request body", true)
                     .await;
             }
             BodyError::Timeout => {
                 debug!(client = %self.info.ip, "request body stalled");
-                self.worker.shared.stats.record_refusal(408);
+                self.thread.shared.stats.record_refusal(408);
                 self.send_error(
                     408,
                     "client-timeout",
@@ -543,7 +543,7 @@ impl Conn {
             }
             BodyError::TooSlow => {
                 debug!(client = %self.info.ip, "request body below the minimum rate");
-                self.worker.shared.stats.record_refusal(408);
+                self.thread.shared.stats.record_refusal(408);
                 self.send_error(
                     408,
                     "body-too-slow",
@@ -600,10 +600,10 @@ impl Conn {
     async fn upstream(&mut self, slot: &Slot) -> Result<(TcpStream, bool), Attempt> {
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
-        if let Some(stream) = self.worker.upstreams.checkout(addr) {
+        if let Some(stream) = self.thread.upstreams.checkout(addr) {
             return Ok((stream, true));
         }
-        let shared = &self.worker.shared;
+        let shared = &self.thread.shared;
         match upstream::connect(addr, shared.opts.timeouts.connect).await {
             Ok(stream) => {
                 let connected = clock::now().saturating_sub(slot.pick().started());
@@ -767,7 +767,7 @@ impl Conn {
         resp: &ResponseHead,
         answered: &mut Option<Answered>,
     ) -> Nanos {
-        let shared = &self.worker.shared;
+        let shared = &self.thread.shared;
         let endpoint = slot.pick().endpoint();
         let now = clock::now();
         slot.observe(now);
@@ -835,7 +835,7 @@ impl Conn {
         match sent {
             Ok(_) => {
                 if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
-                    self.worker.upstreams.checkin(endpoint.addr(), up);
+                    self.thread.upstreams.checkin(endpoint.addr(), up);
                 }
                 Attempt::Done(resp.client_keep_alive)
             }
@@ -855,7 +855,7 @@ impl Conn {
     /// passive health.
     fn endpoint_failed(&self, endpoint: &Arc<Endpoint>, cause: Cause) {
         endpoint.stats().record_failure(cause);
-        self.worker
+        self.thread
             .shared
             .pool
             .on_request_failure(endpoint, clock::now());

@@ -16,7 +16,7 @@
 //! And back: a worker that retires gives its connections back between two requests
 //! (drover-node's preload), and the balancer serves them like new ones.
 
-use crate::conn::{self, ClientConnection, Shared, WorkerCell};
+use crate::conn::{self, BalancerState, ClientConnection, ThreadCell};
 use crate::options::Handoff;
 use drover_balance::clock;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub(crate) const HAND_OVER_AFTER_REQUESTS: u32 = 2;
 pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
 
 /// A new connection: `None` when a worker took it; the stream back to serve here.
-pub(crate) fn at_accept(cell: &WorkerCell, stream: TcpStream) -> Option<TcpStream> {
+pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStream> {
     let worker = cell.load();
     let shared = &worker.shared;
     if shared.opts.handoff != Handoff::Always || !shared.pool.handoffs().any() {
@@ -44,7 +44,7 @@ pub(crate) fn at_accept(cell: &WorkerCell, stream: TcpStream) -> Option<TcpStrea
 
 /// Whether a proxied keep-alive connection, between two requests and with nothing of
 /// the next one read, should be offered to a worker.
-pub(crate) fn between_requests(shared: &Shared) -> bool {
+pub(crate) fn between_requests(shared: &BalancerState) -> bool {
     // Cheapest first: this runs after every proxied request of a keep-alive connection.
     match shared.opts.handoff {
         Handoff::Never => false,
@@ -54,7 +54,7 @@ pub(crate) fn between_requests(shared: &Shared) -> bool {
 }
 
 /// Gives `stream` to the worker least behind; the stream back when none took it.
-pub(crate) fn give(shared: &Shared, stream: TcpStream) -> Result<(), TcpStream> {
+pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), TcpStream> {
     // Out of this thread's reactor: from here the worker's event loop owns it.
     let plain = match stream.into_std() {
         Ok(plain) => plain,
@@ -80,14 +80,14 @@ pub(crate) fn give(shared: &Shared, stream: TcpStream) -> Result<(), TcpStream> 
 }
 
 /// Ready when a retiring worker of this balancer's pool may have given a connection back.
-pub(crate) async fn returned(cell: &WorkerCell) {
+pub(crate) async fn returned(cell: &ThreadCell) {
     let pool = Arc::clone(&cell.load().shared.pool);
     pool.handoffs().returned().await
 }
 
 /// Serves here every connection given back and not yet taken: from its next request on,
 /// as if it had just been accepted.
-pub(crate) fn serve_returned(cell: &Arc<WorkerCell>) {
+pub(crate) fn serve_returned(cell: &Arc<ThreadCell>) {
     let worker = cell.load();
     let shared = &worker.shared;
     while let Some(plain) = shared.pool.handoffs().take_returned() {

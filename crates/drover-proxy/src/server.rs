@@ -5,7 +5,7 @@
 //! moves between threads, and idle backend connections are per thread, so the hot path
 //! shares nothing but the endpoints' atomics.
 
-use crate::conn::{self, ClientConnection, Shared, Worker, WorkerCell};
+use crate::conn::{self, BalancerState, ClientConnection, ThreadCell, ThreadState};
 use crate::descriptors;
 use crate::handoff;
 use crate::options::ProxyOptions;
@@ -28,9 +28,9 @@ pub struct Proxy {
     local_addr: SocketAddr,
     /// The address as configured (`:0` stays `:0`), to tell a changed one on reload.
     listen: SocketAddr,
-    /// The settings in force; each serving thread's `WorkerCell` holds a worker over it.
-    current: ArcSwap<Shared>,
-    cells: Vec<Arc<WorkerCell>>,
+    /// The settings in force; each serving thread's `ThreadCell` holds a state over it.
+    current: ArcSwap<BalancerState>,
+    cells: Vec<Arc<ThreadCell>>,
     /// Open client connections, over every generation of settings.
     active: Arc<AtomicUsize>,
     shutdown: watch::Sender<bool>,
@@ -80,7 +80,7 @@ impl Proxy {
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let active = Arc::new(AtomicUsize::new(0));
-        let shared = Shared::new(
+        let shared = BalancerState::new(
             opts,
             pool,
             balancer,
@@ -88,8 +88,12 @@ impl Proxy {
             Arc::clone(&active),
             Arc::new(BalancerStats::default()),
         );
-        let cells: Vec<Arc<WorkerCell>> = (0..threads)
-            .map(|_| Arc::new(WorkerCell::from_pointee(Worker::new(Arc::clone(&shared)))))
+        let cells: Vec<Arc<ThreadCell>> = (0..threads)
+            .map(|_| {
+                Arc::new(ThreadCell::from_pointee(ThreadState::new(Arc::clone(
+                    &shared,
+                ))))
+            })
             .collect();
         // Read once: drover raises its soft limit at start, before any listener.
         let client_budget = descriptors::client_budget(descriptors::limit()?.0);
@@ -137,7 +141,7 @@ impl Proxy {
                 to: opts.threads.max(1),
             });
         }
-        let shared = Shared::new(
+        let shared = BalancerState::new(
             opts,
             pool,
             balancer,
@@ -146,7 +150,7 @@ impl Proxy {
             Arc::clone(&self.current.load().stats),
         );
         for cell in &self.cells {
-            cell.store(Arc::new(Worker::new(Arc::clone(&shared))));
+            cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));
         }
         self.current.store(shared);
         Ok(())
@@ -248,7 +252,7 @@ enum Backpressure {
 
 impl Backpressure {
     /// Whether accepting should pause now, and why.
-    fn now(cell: &WorkerCell, client_budget: usize) -> Option<Backpressure> {
+    fn now(cell: &ThreadCell, client_budget: usize) -> Option<Backpressure> {
         if ClientConnection::open() >= client_budget {
             Some(Backpressure::Descriptors)
         } else if cell.load().shared.admission.backed_up(clock::now()) {
@@ -291,7 +295,7 @@ fn accept_failed(balancer: &str, e: &io::Error) {
 fn serve_thread(
     listener: std::net::TcpListener,
     name: String,
-    cell: Arc<WorkerCell>,
+    cell: Arc<ThreadCell>,
     mut shutdown: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
     client_budget: usize,
@@ -316,7 +320,7 @@ fn serve_thread(
         };
         // Idle backend connections are swept at a period that follows the idle timeout in
         // force; a reload that changes it takes effect at the next tick.
-        let period = |cell: &WorkerCell| {
+        let period = |cell: &ThreadCell| {
             (cell.load().shared.opts.timeouts.idle / 2).max(Duration::from_millis(100))
         };
         let mut sweep = tokio::time::interval(period(&cell));

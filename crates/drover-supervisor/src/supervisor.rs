@@ -7,7 +7,7 @@ use crate::output::{stderr_sink, LineSink};
 use crate::spec::{check_workers, AppSpec, Mode, ProgramError, SpecError};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SharedListener, Steering, STEER_IDLE_PERIOD, STEER_PERIOD};
-use crate::worker::{self, ReplaceError, ReplaceRequest, Shared};
+use crate::worker::{self, AppState, ReplaceError, ReplaceRequest};
 use drover_registry::Pool;
 use std::fmt;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 /// (each slot sees its stop channel close), as long as the tokio runtime keeps running;
 /// if the runtime goes away first, each worker's process group gets SIGKILL.
 pub struct Supervisor {
-    shared: Arc<Shared>,
+    shared: Arc<AppState>,
     /// The slots' tasks, in id order. Emptied by the first `shutdown`; later calls wait
     /// on the lock until it is done.
     slots: tokio::sync::Mutex<SlotTasks>,
@@ -58,7 +58,7 @@ struct SlotTask {
 }
 
 impl SlotTask {
-    fn start(shared: &Arc<Shared>, id: usize) -> SlotTask {
+    fn start(shared: &Arc<AppState>, id: usize) -> SlotTask {
         let (stop, stop_rx) = watch::channel(false);
         let (replace, replace_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(worker::run(Arc::clone(shared), id, stop_rx, replace_rx));
@@ -138,7 +138,7 @@ impl Supervisor {
             })?;
         let workers = spec.workers;
         let steering = steer.is_some();
-        let shared = Arc::new(Shared::new(spec, pool, sink, steer));
+        let shared = Arc::new(AppState::new(spec, pool, sink, steer));
         if steering {
             let app = shared.app.to_string();
             let shared = Arc::clone(&shared);

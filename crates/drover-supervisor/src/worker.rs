@@ -46,7 +46,7 @@ const CPU_POLL: Duration = Duration::from_millis(100);
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// What every slot of one app shares with the `Supervisor` handle.
-pub(crate) struct Shared {
+pub(crate) struct AppState {
     pub app: Arc<str>,
     pub pool: Arc<Pool>,
     pub sink: LineSink,
@@ -55,7 +55,7 @@ pub(crate) struct Shared {
     pub steer: Option<Steering>,
     /// One per worker id, `0..count`; scaling adds or removes at the end. Locked
     /// briefly to update or read; never across an await.
-    slots: Mutex<Vec<Slot>>,
+    slots: Mutex<Vec<WorkerSlot>>,
     /// The spec new processes are started from, and its generation: a reload bumps it,
     /// and a process older than the current generation is due for replacement.
     current: Mutex<(Arc<AppSpec>, u64)>,
@@ -71,19 +71,19 @@ pub(crate) struct Shared {
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
 /// briefly), and this reads as the slot itself.
 pub(crate) struct SlotGuard<'a> {
-    slots: MutexGuard<'a, Vec<Slot>>,
+    slots: MutexGuard<'a, Vec<WorkerSlot>>,
     id: usize,
 }
 
 impl Deref for SlotGuard<'_> {
-    type Target = Slot;
-    fn deref(&self) -> &Slot {
+    type Target = WorkerSlot;
+    fn deref(&self) -> &WorkerSlot {
         &self.slots[self.id]
     }
 }
 
 impl DerefMut for SlotGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Slot {
+    fn deref_mut(&mut self) -> &mut WorkerSlot {
         &mut self.slots[self.id]
     }
 }
@@ -145,7 +145,7 @@ impl std::error::Error for ReplaceError {
 
 /// A slot's live state; `WorkerStatus` is built from it on demand.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct WorkerSlot {
     pub pid: Option<u32>,
     pub port: Option<u16>,
     pub state: WorkerState,
@@ -172,9 +172,9 @@ pub(crate) struct Slot {
     pub health_permit: Option<OwnedSemaphorePermit>,
 }
 
-impl Slot {
-    pub(crate) fn new() -> Slot {
-        Slot {
+impl WorkerSlot {
+    pub(crate) fn new() -> WorkerSlot {
+        WorkerSlot {
             pid: None,
             port: None,
             state: WorkerState::Starting,
@@ -217,16 +217,16 @@ impl Slot {
     }
 }
 
-impl Shared {
+impl AppState {
     pub(crate) fn new(
         spec: AppSpec,
         pool: Arc<Pool>,
         sink: LineSink,
         steer: Option<Steering>,
-    ) -> Shared {
-        Shared {
+    ) -> AppState {
+        AppState {
             app: Arc::from(spec.name.as_str()),
-            slots: Mutex::new((0..spec.workers).map(|_| Slot::new()).collect()),
+            slots: Mutex::new((0..spec.workers).map(|_| WorkerSlot::new()).collect()),
             pool,
             sink,
             steer,
@@ -293,7 +293,7 @@ impl Shared {
     /// Adds a slot at the end; returns its id.
     pub(crate) fn add_slot(&self) -> usize {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.push(Slot::new());
+        slots.push(WorkerSlot::new());
         slots.len() - 1
     }
 
@@ -518,7 +518,7 @@ impl Proc {
     }
 }
 
-impl Shared {
+impl AppState {
     /// Records how `proc` ended (see `Proc::record`).
     async fn record_end(
         &self,
@@ -564,7 +564,7 @@ impl Shared {
 }
 
 /// Starts a process of the current spec for slot `id`; it is not ready yet.
-fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
+fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
     let (spec, generation) = shared.current();
     let socket = match &shared.steer {
         Some(steer) => Some(steer.socket(id)?),
@@ -607,7 +607,7 @@ fn spawn(shared: &Shared, id: usize) -> std::io::Result<Proc> {
 /// app's `listen()` names, its connections arrive at `port`. Ends when the worker's end
 /// of the channel closes, or when the `Proc` is dropped.
 fn node_session(
-    shared: &Shared,
+    shared: &AppState,
     id: usize,
     channel: std::os::unix::net::UnixStream,
     port: &Port,
@@ -701,7 +701,7 @@ impl Drop for NodeSession {
 
 /// Runs slot `id` until shutdown.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<AppState>,
     id: usize,
     mut stop: watch::Receiver<bool>,
     mut replace: mpsc::UnboundedReceiver<ReplaceRequest>,
@@ -801,7 +801,7 @@ fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
 /// One process, from spawn to its end (replacements included: a slot's process may be
 /// swapped several times within one `run_once`).
 async fn run_once(
-    shared: &Shared,
+    shared: &AppState,
     id: usize,
     stop: &mut watch::Receiver<bool>,
     replace: &mut mpsc::UnboundedReceiver<ReplaceRequest>,
@@ -871,7 +871,7 @@ async fn run_once(
 /// Phase 2: serve until the process dies, fails its health checks, or shutdown;
 /// replace it gracefully when asked or when it grows past `max_memory`.
 async fn serve(
-    shared: &Shared,
+    shared: &AppState,
     id: usize,
     mut proc: Proc,
     stop: &mut watch::Receiver<bool>,
@@ -1011,7 +1011,7 @@ enum Replaced {
 /// new one is ready, drains `old` and stops it. `cause` is why `old` is replaced, for
 /// its restart record; a replacement that fails gets a record of its own.
 async fn replace_proc(
-    shared: &Shared,
+    shared: &AppState,
     id: usize,
     mut old: Proc,
     stop: &mut watch::Receiver<bool>,
@@ -1105,7 +1105,7 @@ async fn replace_proc(
     Replaced::Done(new)
 }
 
-impl Slot {
+impl WorkerSlot {
     fn started(&mut self, proc: &Proc, state: WorkerState) {
         self.pid = proc.pid;
         self.port = proc.port.as_ref().map(Port::get);
@@ -1126,7 +1126,7 @@ fn exited(status: std::io::Result<ExitStatus>) -> End {
 
 /// Passes the worker's main-thread CPU use to its endpoint as its load, so the balancer
 /// knows when the worker is saturated (and, like any load report, sends it less).
-fn report_cpu(shared: &Shared, proc: &Proc, meter: &mut CpuMeter) {
+fn report_cpu(shared: &AppState, proc: &Proc, meter: &mut CpuMeter) {
     let (Some(pid), Some(addr)) = (proc.pid, proc.addr()) else {
         return;
     };
@@ -1138,7 +1138,7 @@ fn report_cpu(shared: &Shared, proc: &Proc, meter: &mut CpuMeter) {
 /// Watches a serving process's health (see `health::until_unhealthy`); never resolves
 /// when it has no health check or no port of its own (shared mode).
 fn watch_health<'a>(
-    shared: &'a Shared,
+    shared: &'a AppState,
     id: usize,
     proc: &Proc,
 ) -> impl std::future::Future<Output = health::Unhealthy> + 'a {
@@ -1160,7 +1160,7 @@ fn watch_health<'a>(
     }
 }
 
-fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
+fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
     let mut slot = shared.slot(id);
     slot.state = WorkerState::Ready;
     // Its predecessor's health restart is over: the app's next may go.
@@ -1189,7 +1189,7 @@ fn join_pool(shared: &Shared, id: usize, proc: &Proc) {
 /// pool here (the app scaled down) the requests it holds finish first, up to
 /// `drain_timeout`; on shutdown `Supervisor::shutdown` has taken every worker out of
 /// the pool already, after the balancers drained. Returns how it ended, when known.
-async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<ExitStatus> {
+async fn shutdown_proc(shared: &AppState, id: usize, proc: &mut Proc) -> Option<ExitStatus> {
     let endpoint = proc.addr().and_then(|a| shared.pool.find(a));
     shared.leave_pool(id);
     let retiring = {
@@ -1213,7 +1213,7 @@ async fn shutdown_proc(shared: &Shared, id: usize, proc: &mut Proc) -> Option<Ex
 /// Shared mode: waits until slot `id`'s accept queue stays empty (its process accepts
 /// what is there), it exits, or `drain_timeout` passes. Twice empty in a row: a SYN
 /// placed here just before the program changed completes its handshake a moment later.
-async fn drain_queue(shared: &Shared, id: usize, proc: &mut Proc, steer: &Steering) {
+async fn drain_queue(shared: &AppState, id: usize, proc: &mut Proc, steer: &Steering) {
     let drained = async {
         let mut empty = 0;
         while empty < 2 {
@@ -1238,7 +1238,12 @@ async fn drain_queue(shared: &Shared, id: usize, proc: &mut Proc, steer: &Steeri
 
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
 /// exits, or `drain_timeout` passes.
-async fn drain(shared: &Shared, id: usize, proc: &mut Proc, in_flight: &(dyn Fn() -> u32 + Sync)) {
+async fn drain(
+    shared: &AppState,
+    id: usize,
+    proc: &mut Proc,
+    in_flight: &(dyn Fn() -> u32 + Sync),
+) {
     // Clients handed to the worker are its own. With drover's preload in it, it first
     // gives each connection back between two requests (drover serves them from then
     // on); then it closes its server, finishes what it still has, and leaves its
@@ -1288,7 +1293,7 @@ async fn take_back_clients(session: Option<&NodeSession>, bound: Duration) {
 /// Starts forwarding the child's output; returns the stderr task, which also fills
 /// `stderr_tail`.
 fn forward_output(
-    shared: &Shared,
+    shared: &AppState,
     id: usize,
     child: &mut Child,
     stderr_tail: &Arc<StderrTail>,

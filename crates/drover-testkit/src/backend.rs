@@ -21,7 +21,7 @@ const BIG_CHUNK: usize = 16 * 1024;
 /// A running backend. Dropping it aborts the listener and every connection.
 pub struct Backend {
     addr: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<BackendState>,
     tasks: Arc<Tasks>,
 }
 
@@ -31,7 +31,7 @@ pub struct BackendBuilder {
     name: Option<String>,
 }
 
-struct Shared {
+struct BackendState {
     name: String,
     healthy: AtomicBool,
     hang_health: AtomicBool,
@@ -74,7 +74,7 @@ impl BackendBuilder {
     pub async fn start_on(self, addr: SocketAddr) -> io::Result<Backend> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(BackendState {
             name: self.name.unwrap_or_else(|| addr.to_string()),
             healthy: AtomicBool::new(true),
             hang_health: AtomicBool::new(false),
@@ -228,7 +228,7 @@ impl Drop for Backend {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tasks: Arc<Tasks>) {
+async fn accept_loop(listener: TcpListener, shared: Arc<BackendState>, tasks: Arc<Tasks>) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -247,7 +247,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tasks: Arc<Task
 }
 
 /// Decrements the open-connection gauge however the task ends (abort too).
-struct OpenGuard(Arc<Shared>);
+struct OpenGuard(Arc<BackendState>);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
@@ -257,10 +257,10 @@ impl Drop for OpenGuard {
 
 /// Counts one request in flight until dropped (also when the task is
 /// aborted by `stop()` mid-request).
-struct InFlight<'a>(&'a Shared);
+struct InFlight<'a>(&'a BackendState);
 
 impl<'a> InFlight<'a> {
-    fn begin(shared: &'a Shared) -> Self {
+    fn begin(shared: &'a BackendState) -> Self {
         let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
         InFlight(shared)
@@ -307,7 +307,7 @@ impl Reply {
     }
 }
 
-async fn serve_conn(stream: TcpStream, shared: Arc<Shared>) {
+async fn serve_conn(stream: TcpStream, shared: Arc<BackendState>) {
     shared.open_connections.fetch_add(1, Ordering::SeqCst);
     let _guard = OpenGuard(shared.clone());
     let _ = stream.set_nodelay(true);
@@ -316,7 +316,7 @@ async fn serve_conn(stream: TcpStream, shared: Arc<Shared>) {
     let _ = serve_requests(&mut conn, &shared).await;
 }
 
-async fn serve_requests(conn: &mut BufConn<TcpStream>, shared: &Shared) -> io::Result<()> {
+async fn serve_requests(conn: &mut BufConn<TcpStream>, shared: &BackendState) -> io::Result<()> {
     while let Some(raw) = conn.read_head().await? {
         let head = match http::parse_request_head(raw) {
             Ok(h) => h,
@@ -359,7 +359,7 @@ async fn serve_requests(conn: &mut BufConn<TcpStream>, shared: &Shared) -> io::R
     Ok(())
 }
 
-impl Shared {
+impl BackendState {
     /// Holds a response back while the backend is paused (`/stall-once/MS`), like a
     /// process stopped for a garbage collection.
     async fn wait_out_pause(&self) {
@@ -396,7 +396,7 @@ async fn route(
     kind: BodyKind,
     chunks: Vec<Vec<u8>>,
     trailers: HeaderList,
-    shared: &Shared,
+    shared: &BackendState,
 ) -> Action {
     let path = head.path();
     let (first, rest) = match path.trim_start_matches('/').split_once('/') {
@@ -479,7 +479,7 @@ fn big_slice(from: usize, to: usize) -> Vec<u8> {
     (from..to).map(|i| b'a' + (i % 26) as u8).collect()
 }
 
-fn head_lines(status: u16, shared: &Shared, keep_alive: bool) -> String {
+fn head_lines(status: u16, shared: &BackendState, keep_alive: bool) -> String {
     let mut out = format!(
         "HTTP/1.1 {status} {}\r\nx-backend: {}\r\n",
         reason(status),
@@ -498,7 +498,7 @@ fn head_lines(status: u16, shared: &Shared, keep_alive: bool) -> String {
 
 async fn write_reply(
     conn: &mut BufConn<TcpStream>,
-    shared: &Shared,
+    shared: &BackendState,
     reply: Reply,
     is_head: bool,
     keep_alive: bool,
@@ -545,7 +545,7 @@ async fn write_reply(
 /// Streams `/big/N` chunk by chunk so the proxy sees a real stream.
 async fn write_big(
     conn: &mut BufConn<TcpStream>,
-    shared: &Shared,
+    shared: &BackendState,
     n: usize,
     is_head: bool,
     keep_alive: bool,
@@ -568,7 +568,11 @@ async fn write_big(
     conn.write_all(b"0\r\n\r\n").await
 }
 
-async fn bad_request(conn: &mut BufConn<TcpStream>, shared: &Shared, why: &str) -> io::Result<()> {
+async fn bad_request(
+    conn: &mut BufConn<TcpStream>,
+    shared: &BackendState,
+    why: &str,
+) -> io::Result<()> {
     let reply = Reply::text(400, format!("{why}\n"));
     write_reply(conn, shared, reply, false, false).await?;
     conn.io.shutdown().await
@@ -608,7 +612,7 @@ fn websocket_accept(head: &RequestHead) -> Result<String, &'static str> {
 /// echoing a close frame, as RFC 6455 section 5.5.1 asks.
 async fn websocket_echo(
     conn: &mut BufConn<TcpStream>,
-    shared: &Shared,
+    shared: &BackendState,
     accept: &str,
 ) -> io::Result<()> {
     let head = format!(
