@@ -47,15 +47,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<AdminListen>,
 
-    /// Bearer token the admin API requires; needed when --admin is not a loopback
-    /// address. `drover ctl --token` (or the same variable) passes it.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "DROVER_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub admin_token: AdminTokenArg,
 
     /// Serving threads of the balancer ("auto": one per core).
     #[arg(short, long, default_value = "auto", value_parser = threads)]
@@ -76,6 +69,34 @@ pub struct RunArgs {
     /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// The admin API's token, the same for `proxy` and `run`.
+#[derive(Debug, Args)]
+pub struct AdminTokenArg {
+    /// Bearer token the admin API requires; needed when --admin is not a loopback
+    /// address. `drover ctl --token` (or the same variable) passes it.
+    #[arg(
+        long = "admin-token",
+        value_name = "TOKEN",
+        env = "DROVER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+impl AdminTokenArg {
+    /// The admin API at `listen` with this token, if the rule every way drover starts
+    /// applies (`drover_admin::check_exposure`) allows it.
+    fn admin_at(&self, listen: SocketAddr) -> Result<model::AdminConfig, String> {
+        drover_admin::check_exposure(listen, self.token.as_deref()).map_err(|e| {
+            format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
+        })?;
+        Ok(model::AdminConfig {
+            listen,
+            token: self.token.clone(),
+        })
+    }
 }
 
 /// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
@@ -187,15 +208,8 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
     pub admin: Option<SocketAddr>,
 
-    /// Bearer token the admin API requires; needed when --admin is not a loopback
-    /// address.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "DROVER_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub admin_token: AdminTokenArg,
 
     /// round-robin, weighted, least-conn, random, p2c, peak-ewma, hash or sticky.
     #[arg(short, long, default_value_t)]
@@ -367,15 +381,7 @@ pub fn proxy_config(a: &ProxyArgs) -> Result<Config, FlagError> {
 
 fn proxy_config_text(a: &ProxyArgs) -> Result<Config, String> {
     let admin = match a.admin {
-        Some(listen) => {
-            drover_admin::check_exposure(listen, a.admin_token.as_deref()).map_err(|e| {
-                format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
-            })?;
-            Some(crate::AdminConfig {
-                listen,
-                token: a.admin_token.clone(),
-            })
-        }
+        Some(listen) => Some(a.admin_token.admin_at(listen)?),
         None => None,
     };
     let mut resolver = crate::ResolverConfig::default();
@@ -549,16 +555,11 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             false,
         ),
     };
-    if let Some(listen) = admin {
-        // The rule `drover up` applies to [admin], before any worker starts.
-        drover_admin::check_exposure(listen, args.admin_token.as_deref()).map_err(|e| {
-            format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
-        })?;
-    }
-    let admin = admin.map(|listen| model::AdminConfig {
-        listen,
-        token: args.admin_token.clone(),
-    });
+    // The rule `drover up` applies to [admin], before any worker starts.
+    let admin = match admin {
+        Some(listen) => Some(args.admin_token.admin_at(listen)?),
+        None => None,
+    };
     let cfg = Config {
         admin,
         resolver: model::ResolverConfig::default(),

@@ -261,7 +261,7 @@ async fn bad_member_requests_are_refused_naming_what_is_wrong_and_change_nothing
             "b".into(),
             Some(format!(r#"{{"address": "{other}", "ttl": "ten"}}"#)),
             400,
-            "ttl \"ten\"",
+            "ttl: invalid duration \"ten\"",
         ),
         (
             "PUT",
