@@ -3,12 +3,13 @@
 mod common;
 
 use common::{addrs, backends, proxy};
+use drover_balance::Strategy;
 use drover_testkit::{big_body, chunked_body, raw_exchange, ws_connect, HttpClient, WsMessage};
 
 #[tokio::test]
 async fn keep_alive_both_sides() {
     let b = backends(2).await;
-    let d = proxy(&addrs(&b), &["--strategy", "round-robin"]).await;
+    let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     for _ in 0..20 {
         let r = c.get("/").await;
@@ -25,7 +26,7 @@ async fn keep_alive_both_sides() {
 #[tokio::test]
 async fn forwarding_headers_and_request_id() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c
         .request(
@@ -76,7 +77,7 @@ async fn forwarding_headers_and_request_id() {
 #[tokio::test]
 async fn bodies_stream_both_ways() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let body = big_body(300_000);
     let r = c.request("POST", "/echo", &[], Some(&body)).await.unwrap();
@@ -105,7 +106,7 @@ async fn bodies_stream_both_ways() {
 #[tokio::test]
 async fn load_reports_are_consumed_and_removed() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c.get("/load/0.75").await;
     assert_eq!(r.status, 200);
@@ -116,7 +117,7 @@ async fn load_reports_are_consumed_and_removed() {
 #[tokio::test]
 async fn head_and_http10() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c.request("HEAD", "/big/5000", &[], None).await.unwrap();
     assert_eq!(r.status, 200);
@@ -137,7 +138,7 @@ async fn head_and_http10() {
 #[tokio::test]
 async fn pipelined_requests_answer_in_order() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let raw = raw_exchange(
         d.addr(),
         b"GET /delay/50 HTTP/1.1\r\nHost: a\r\n\r\nGET /status/201 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -153,7 +154,7 @@ async fn pipelined_requests_answer_in_order() {
 #[tokio::test]
 async fn websocket_echo_through_the_proxy() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let mut ws = ws_connect(d.addr(), "/ws").await.unwrap();
     for msg in ["hello", "through", "drover"] {
         ws.send_text(msg).await.unwrap();
@@ -168,7 +169,7 @@ async fn websocket_echo_through_the_proxy() {
 #[tokio::test]
 async fn expect_continue_is_answered() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let raw = raw_exchange(
         d.addr(),
         b"POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",

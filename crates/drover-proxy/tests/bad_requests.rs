@@ -4,12 +4,15 @@
 mod common;
 
 use common::{addrs, backends, proxy};
+use drover_balance::Strategy;
 use drover_testkit::{parse_status, raw_exchange, raw_exchange_timeout};
 use std::time::Duration;
 
 async fn refused(cases: &[(&str, &[u8], u16)]) {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &["--header-timeout", "500ms"]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |o| {
+        o.timeouts.header_read = Duration::from_millis(500)
+    });
     for (what, raw, want) in cases {
         let reply = raw_exchange(d.addr(), raw).await.unwrap();
         let text = String::from_utf8_lossy(&reply);
@@ -119,7 +122,7 @@ async fn oversize_heads_get_431_and_414() {
 #[tokio::test]
 async fn bad_chunked_body_is_cut_off() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &[]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
     let reply = raw_exchange(
         d.addr(),
         b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
@@ -144,7 +147,9 @@ async fn bad_chunked_body_is_cut_off() {
 #[tokio::test]
 async fn slow_client_is_cut_off() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &["--header-timeout", "300ms"]).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |o| {
+        o.timeouts.header_read = Duration::from_millis(300)
+    });
     // Sends half a head and stalls, like a slowloris client.
     let reply = raw_exchange_timeout(
         d.addr(),

@@ -1,0 +1,65 @@
+//! The data plane in this test process: a `Proxy` started on `127.0.0.1:0` over
+//! testkit backends, with no binary, flags or config in between (those are the
+//! `drover` crate's tests).
+
+#![allow(dead_code)] // each test file uses its own share
+
+use drover_balance::Strategy;
+use drover_proxy::{Proxy, ProxyOptions};
+use drover_registry::{Pool, PoolOptions};
+use drover_testkit::Backend;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// A running `Proxy`; shut down when dropped.
+pub struct InProcess {
+    proxy: Proxy,
+}
+
+impl InProcess {
+    pub fn addr(&self) -> SocketAddr {
+        self.proxy.local_addr()
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.proxy.begin_shutdown();
+    }
+}
+
+/// A proxy with one serving thread over `backends` by `strategy`, its options the
+/// library's defaults as `tune` leaves them.
+pub fn proxy(
+    backends: &[SocketAddr],
+    strategy: Strategy,
+    tune: impl FnOnce(&mut ProxyOptions),
+) -> InProcess {
+    let mut opts = ProxyOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        threads: 1,
+        ..ProxyOptions::default()
+    };
+    tune(&mut opts);
+    let members: Vec<(SocketAddr, u32)> = backends.iter().map(|&a| (a, 1)).collect();
+    let pool = Arc::new(Pool::new(
+        opts.name.clone(),
+        &members,
+        PoolOptions::default(),
+    ));
+    let proxy = Proxy::start(opts, pool, strategy.build()).expect("the proxy starts");
+    InProcess { proxy }
+}
+
+/// `n` testkit backends named b0, b1, ….
+pub async fn backends(n: usize) -> Vec<Backend> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(Backend::named(&format!("b{i}")).start().await);
+    }
+    v
+}
+
+pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
+    backends.iter().map(Backend::addr).collect()
+}
