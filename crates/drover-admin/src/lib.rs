@@ -21,6 +21,7 @@
 //! which keeps this crate's tests free of real workers.
 
 mod client;
+mod control;
 pub mod dashboard;
 mod exposure;
 mod members;
@@ -29,10 +30,11 @@ mod server;
 pub mod status;
 
 pub use client::{request, AdminClientError, Reply};
+pub use control::{Control, ControlError};
 pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use members::{BalancerMembers, MemberList, MemberRow};
-pub use server::{AdminServer, Control, ControlError};
+pub use server::AdminServer;
 pub use status::{
     restarts_log, wall_clock, AppStatus, BalancerStatus, EndpointRow, NoSuchApp, RestartRow,
     SourceRow, Status, WorkerRow,

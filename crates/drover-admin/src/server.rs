@@ -1,20 +1,18 @@
 //! The admin API's HTTP server (hyper, HTTP/1.1, one task per connection).
 
+use crate::control::{Control, ControlError};
 use crate::dashboard::{self, sampler::Sampler, AdminBody};
-use crate::members::{self, BalancerMembers, Refusal};
-use crate::status::Status;
+use crate::members::{self, Refusal};
 use bytes::Bytes;
-use drover_metrics::{BalancerSnapshot, Format};
+use drover_metrics::Format;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -26,52 +24,6 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_LIMIT: usize = 64 * 1024;
 /// And must arrive within this long.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the API can see and do; the binary implements it over its supervisors and pools.
-pub trait Control: Send + Sync + 'static {
-    fn status(&self) -> Status;
-
-    /// Rolling reload of every app, or of the one named; resolves when it is done, with
-    /// a line saying what was reloaded.
-    fn reload(
-        &self,
-        app: Option<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>>;
-
-    /// Runs `workers` workers of the app named (or of the only app), starting or
-    /// retiring some; resolves when that is done, with a line saying what changed.
-    fn scale(
-        &self,
-        app: Option<String>,
-        workers: usize,
-    ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>>;
-
-    /// The runtime members of the balancer named, and its pool.
-    fn members(&self, balancer: &str) -> Result<BalancerMembers, ControlError>;
-
-    /// Every balancer's counts and endpoints now, for `/metrics` and the dashboard.
-    fn metrics(&self) -> Vec<BalancerSnapshot>;
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ControlError {
-    /// The request names something that does not exist (404).
-    NotFound(String),
-    /// The request asks for something that cannot be (400).
-    Invalid(String),
-    /// The action was tried and failed; what is running is said in the message (500).
-    Failed(String),
-}
-
-impl std::fmt::Display for ControlError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ControlError::NotFound(m) | ControlError::Invalid(m) | ControlError::Failed(m) => {
-                f.write_str(m)
-            }
-        }
-    }
-}
 
 /// A running admin listener; stops accepting when dropped.
 #[derive(Debug)]

@@ -459,65 +459,6 @@ impl<'de> Deserialize<'de> for HttpPath {
     }
 }
 
-/// How many requests may wait in drover's queue at once.
-///
-/// Unlimited by default, as HAProxy's `maxqueue 0`: past capacity every request waits its
-/// turn, as it would inside Node's cluster module or PM2, and only one that waited the
-/// whole queue timeout gets a 503. Waiting is bounded anyway: each waiter is an open
-/// client connection, which the descriptor limit bounds, and holds only its parsed head.
-/// A number sheds load at that depth instead (0: never wait, a 503 at once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueMax {
-    Unlimited,
-    At(usize),
-}
-
-impl QueueMax {
-    /// The bound as the proxy takes it.
-    pub fn as_usize(self) -> usize {
-        match self {
-            QueueMax::Unlimited => usize::MAX,
-            QueueMax::At(n) => n,
-        }
-    }
-
-    fn parse_count(n: i64) -> Result<Self, String> {
-        match usize::try_from(n) {
-            Ok(n) if n <= 1_000_000 => Ok(QueueMax::At(n)),
-            _ => Err(format!(
-                "{n} is out of range: expected \"unlimited\" or 0..=1000000 (0: never queue)"
-            )),
-        }
-    }
-}
-
-/// As a flag or file value is written: `unlimited` or the number, so a default shown in
-/// `--help` reads back as itself.
-impl fmt::Display for QueueMax {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            QueueMax::Unlimited => f.write_str("unlimited"),
-            QueueMax::At(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-impl std::str::FromStr for QueueMax {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "unlimited" {
-            return Ok(QueueMax::Unlimited);
-        }
-        match s.parse::<i64>() {
-            Ok(n) => QueueMax::parse_count(n),
-            Err(_) => Err(format!(
-                "invalid queue max {s:?}: expected \"unlimited\" or a number up to 1000000 (0: never queue)"
-            )),
-        }
-    }
-}
-
 impl<'de> Deserialize<'de> for QueueMax {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -534,42 +475,6 @@ impl<'de> Deserialize<'de> for QueueMax {
             }
         }
         d.deserialize_any(V)
-    }
-}
-
-/// Requests in flight per endpoint before drover queues the rest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnLimit {
-    /// Learned per endpoint from latency: about one at a time for a backend that serves
-    /// one at a time, more for one that runs requests in parallel.
-    Auto,
-    /// A fixed cap; 0 means no cap at all.
-    Fixed(u32),
-}
-
-/// As a flag or file value is written: `auto` or the number.
-impl fmt::Display for ConnLimit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnLimit::Auto => f.write_str("auto"),
-            ConnLimit::Fixed(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-impl std::str::FromStr for ConnLimit {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "auto" {
-            return Ok(ConnLimit::Auto);
-        }
-        match s.parse::<u32>() {
-            Ok(n) if n <= 1_000_000 => Ok(ConnLimit::Fixed(n)),
-            _ => Err(format!(
-                "invalid max_conns {s:?}: expected \"auto\", 0 (no limit) or a number up to 1000000"
-            )),
-        }
     }
 }
 

@@ -28,6 +28,6 @@ pub mod plan;
 
 pub use file::{
     backend_from_flag, check_etcd_endpoint, is_valid_name, load, load_with_origins, nameserver,
-    parse, ConfigError, ConnLimit, Origins, QueueMax, NAME_RULE,
+    parse, ConfigError, Origins, NAME_RULE,
 };
 pub use model::*;

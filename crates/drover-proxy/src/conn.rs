@@ -1,7 +1,7 @@
 //! One client connection: read a request, bind it to an endpoint, relay the exchange,
 //! repeat while keep-alive lasts.
 
-use crate::admission::{Admission, Slot};
+use crate::admission::Slot;
 use crate::body::{
     self, BodyError, BodyPace, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER,
 };
@@ -9,17 +9,15 @@ use crate::error::ProxyError;
 use crate::handoff;
 use crate::http1::error_page;
 use crate::http1::forward::ClientInfo;
-use crate::http1::keys::KeySpec;
 use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
 use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::http1::BodyKind;
 use crate::options::{Handoff, ProxyOptions};
-use crate::upstream::{self, Upstreams};
-use arc_swap::ArcSwap;
-use drover_balance::cost::CostTable;
-use drover_balance::{clock, Balancer, CostSpread, Endpoint, Nanos, PickContext};
-use drover_metrics::{BalancerStats, Cause};
-use drover_registry::{is_local_shortage, Pool, WarnLimit};
+use crate::state::{ClientConnection, ThreadCell, ThreadState};
+use crate::upstream::{self};
+use drover_balance::{clock, Endpoint, Nanos, PickContext};
+use drover_metrics::Cause;
+use drover_registry::{is_local_shortage, WarnLimit};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,99 +44,6 @@ static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
 /// Warnings about drover's own shortages on connect, shared by every connection.
 static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
-
-/// What every serving thread of one balancer shares.
-pub(crate) struct BalancerState {
-    pub opts: ProxyOptions,
-    pub pool: Arc<Pool>,
-    pub admission: Arc<Admission>,
-    pub costs: CostTable,
-    /// Whether the app's requests cost alike (read by `Handoff::WhenEven`).
-    pub spread: CostSpread,
-    pub keys: KeySpec,
-    pub shutdown: watch::Receiver<bool>,
-    /// Open client connections, for draining on shutdown (one count for every
-    /// generation of settings of a listener).
-    pub active: Arc<AtomicUsize>,
-    /// What the balancer's requests counted (one for every generation of settings).
-    pub stats: Arc<BalancerStats>,
-}
-
-impl BalancerState {
-    pub fn new(
-        opts: ProxyOptions,
-        pool: Arc<Pool>,
-        balancer: Arc<dyn Balancer>,
-        shutdown: watch::Receiver<bool>,
-        active: Arc<AtomicUsize>,
-        stats: Arc<BalancerStats>,
-    ) -> Arc<BalancerState> {
-        Arc::new(BalancerState {
-            admission: Arc::new(Admission::new(
-                balancer,
-                Arc::clone(&pool),
-                opts.queue.max,
-                opts.queue.timeout,
-            )),
-            costs: CostTable::new(),
-            spread: CostSpread::new(),
-            keys: KeySpec {
-                hash: opts.hash_key.clone(),
-                sticky_cookie: opts.sticky_cookie.clone(),
-            },
-            opts,
-            pool,
-            shutdown,
-            active,
-            stats,
-        })
-    }
-}
-
-/// One serving thread's view: the shared state plus its own backend connections.
-pub(crate) struct ThreadState {
-    pub shared: Arc<BalancerState>,
-    pub upstreams: Upstreams,
-}
-
-impl ThreadState {
-    pub fn new(shared: Arc<BalancerState>) -> ThreadState {
-        ThreadState {
-            upstreams: Upstreams::new(shared.opts.max_idle_per_endpoint, shared.opts.timeouts.idle),
-            shared,
-        }
-    }
-}
-
-/// A serving thread's current state; a reload swaps in one over new settings, and each
-/// connection moves to it at its next request.
-pub(crate) type ThreadCell = ArcSwap<ThreadState>;
-
-/// Open client connections in this process, over every balancer: they share one
-/// descriptor limit, which the accept loops keep them within.
-static CLIENT_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// One accepted client connection, counted in `CLIENT_CONNECTIONS` from the accept
-/// (before its task first runs, so a burst of accepts cannot overshoot) to its close.
-pub(crate) struct ClientConnection(());
-
-impl ClientConnection {
-    pub fn accepted() -> ClientConnection {
-        CLIENT_CONNECTIONS.fetch_add(1, Relaxed);
-        ClientConnection(())
-    }
-
-    /// Open client connections in this process now.
-    pub fn open() -> usize {
-        CLIENT_CONNECTIONS.load(Relaxed)
-    }
-}
-
-impl Drop for ClientConnection {
-    fn drop(&mut self) {
-        CLIENT_CONNECTIONS.fetch_sub(1, Relaxed);
-    }
-}
 
 struct ActiveGuard(Arc<AtomicUsize>);
 

@@ -16,8 +16,8 @@
 //! And back: a worker that retires gives its connections back between two requests
 //! (drover-node's preload), and the balancer serves them like new ones.
 
-use crate::conn::{self, BalancerState, ClientConnection, ThreadCell};
 use crate::options::Handoff;
+use crate::state::{BalancerState, ThreadCell};
 use drover_balance::clock;
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -83,29 +83,4 @@ pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), TcpS
 pub(crate) async fn returned(cell: &ThreadCell) {
     let pool = Arc::clone(&cell.load().shared.pool);
     pool.handoffs().returned().await
-}
-
-/// Serves here every connection given back and not yet taken: from its next request on,
-/// as if it had just been accepted.
-pub(crate) fn serve_returned(cell: &Arc<ThreadCell>) {
-    let worker = cell.load();
-    let shared = &worker.shared;
-    while let Some(plain) = shared.pool.handoffs().take_returned() {
-        let peer = match plain.peer_addr() {
-            Ok(peer) => peer,
-            // The client left meanwhile.
-            Err(_) => continue,
-        };
-        let stream = match TcpStream::from_std(plain) {
-            Ok(stream) => stream,
-            Err(e) => {
-                debug!("cannot serve a connection a worker gave back: {e}");
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        shared.stats.record_returned();
-        let counted = ClientConnection::accepted();
-        tokio::spawn(conn::serve(stream, peer, Arc::clone(cell), counted));
-    }
 }

@@ -18,6 +18,7 @@ pub mod options;
 pub mod orca;
 mod request_id;
 mod server;
+mod state;
 mod upstream;
 
 pub use error::ProxyError;

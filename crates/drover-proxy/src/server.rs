@@ -5,10 +5,11 @@
 //! moves between threads, and idle backend connections are per thread, so the hot path
 //! shares nothing but the endpoints' atomics.
 
-use crate::conn::{self, BalancerState, ClientConnection, ThreadCell, ThreadState};
+use crate::conn;
 use crate::descriptors;
 use crate::handoff;
 use crate::options::ProxyOptions;
+use crate::state::{BalancerState, ClientConnection, ThreadCell, ThreadState};
 use arc_swap::ArcSwap;
 use drover_balance::{clock, Balancer};
 use drover_metrics::BalancerStats;
@@ -20,6 +21,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{debug, error, warn};
 
@@ -359,7 +361,7 @@ fn serve_thread(
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                 },
-                _ = handoff::returned(&cell) => handoff::serve_returned(&cell),
+                _ = handoff::returned(&cell) => serve_returned(&cell),
                 _ = sweep.tick() => {
                     cell.load().upstreams.sweep();
                     if sweep.period() != period(&cell) {
@@ -376,4 +378,29 @@ fn serve_thread(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+}
+
+/// Serves here every connection given back and not yet taken: from its next request on,
+/// as if it had just been accepted.
+pub(crate) fn serve_returned(cell: &Arc<ThreadCell>) {
+    let worker = cell.load();
+    let shared = &worker.shared;
+    while let Some(plain) = shared.pool.handoffs().take_returned() {
+        let peer = match plain.peer_addr() {
+            Ok(peer) => peer,
+            // The client left meanwhile.
+            Err(_) => continue,
+        };
+        let stream = match TcpStream::from_std(plain) {
+            Ok(stream) => stream,
+            Err(e) => {
+                debug!("cannot serve a connection a worker gave back: {e}");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        shared.stats.record_returned();
+        let counted = ClientConnection::accepted();
+        tokio::spawn(conn::serve(stream, peer, Arc::clone(cell), counted));
+    }
 }

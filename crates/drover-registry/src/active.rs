@@ -20,41 +20,15 @@
 
 use crate::liveness::{self, Outcome, Progress};
 use crate::pool::{Pool, Source};
-use crate::status::StatusRange;
+pub use crate::probe::{probe, CheckKind, ProbeError};
 use drover_balance::{clock, Endpoint};
 use std::collections::HashMap;
 use std::fmt;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::MissedTickBehavior;
-
-/// What a probe does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckKind {
-    /// `GET path`; up when the status is in `expect`.
-    Http { path: String, expect: StatusRange },
-    /// Up when a TCP connection opens.
-    Tcp,
-}
-
-impl CheckKind {
-    /// An HTTP check of `path` expecting 2xx/3xx. A missing leading `/` is added.
-    pub fn http(path: impl Into<String>) -> Self {
-        let mut path = path.into();
-        if !path.starts_with('/') {
-            path.insert(0, '/');
-        }
-        CheckKind::Http {
-            path,
-            expect: StatusRange::default(),
-        }
-    }
-}
 
 /// An active health check. Defaults follow nginx plus and HAProxy: every 2 s, 1 s
 /// timeout, 2 passes to rise, 3 failures to fall.
@@ -137,110 +111,6 @@ impl fmt::Display for HealthCheckError {
 }
 
 impl std::error::Error for HealthCheckError {}
-
-/// Why a probe failed; its `Display` is what the logs say.
-#[derive(Debug)]
-pub enum ProbeError {
-    Timeout(Duration),
-    Refused,
-    Connect(io::Error),
-    /// drover itself is out of descriptors, memory or ports (see `local`): the probe
-    /// says nothing about the endpoint.
-    LocalShortage(io::Error),
-    Io(io::Error),
-    /// The connection closed before a whole status line arrived.
-    Closed,
-    Malformed,
-    Status(u16),
-}
-
-impl fmt::Display for ProbeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProbeError::Timeout(d) => write!(f, "timeout after {d:?}"),
-            ProbeError::Refused => f.write_str("connection refused"),
-            ProbeError::Connect(e) => write!(f, "connect failed: {e}"),
-            ProbeError::LocalShortage(e) => write!(f, "drover is short of resources: {e}"),
-            ProbeError::Io(e) => write!(f, "i/o error: {e}"),
-            ProbeError::Closed => f.write_str("connection closed before status line"),
-            ProbeError::Malformed => f.write_str("malformed status line"),
-            ProbeError::Status(s) => write!(f, "status {s}"),
-        }
-    }
-}
-
-impl std::error::Error for ProbeError {}
-
-/// The longest status line a probe reads before calling the answer malformed.
-const MAX_STATUS_LINE: usize = 4096;
-
-/// One probe of `addr`, bounded by `timeout` as a whole. Public so the supervisor can use
-/// it for worker readiness.
-pub async fn probe(
-    addr: SocketAddr,
-    kind: &CheckKind,
-    timeout: Duration,
-) -> Result<(), ProbeError> {
-    match tokio::time::timeout(timeout, probe_unbounded(addr, kind)).await {
-        Ok(result) => result,
-        Err(_) => Err(ProbeError::Timeout(timeout)),
-    }
-}
-
-async fn probe_unbounded(addr: SocketAddr, kind: &CheckKind) -> Result<(), ProbeError> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
-        io::ErrorKind::ConnectionRefused => ProbeError::Refused,
-        _ if crate::local::is_local_shortage(&e) => ProbeError::LocalShortage(e),
-        _ => ProbeError::Connect(e),
-    })?;
-    let (path, expect) = match kind {
-        CheckKind::Tcp => return Ok(()),
-        CheckKind::Http { path, expect } => (path, expect),
-    };
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: drover-health\r\nConnection: close\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(ProbeError::Io)?;
-    let status = read_status(&mut stream).await?;
-    if expect.contains(status) {
-        Ok(())
-    } else {
-        Err(ProbeError::Status(status))
-    }
-}
-
-/// Reads until the status line is complete and returns its code. Only the status line
-/// is parsed: headers and body do not matter to a health check.
-async fn read_status(stream: &mut TcpStream) -> Result<u16, ProbeError> {
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 512];
-    loop {
-        if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-            return parse_status_line(&buf[..=end]);
-        }
-        if buf.len() > MAX_STATUS_LINE {
-            return Err(ProbeError::Malformed);
-        }
-        let n = stream.read(&mut chunk).await.map_err(ProbeError::Io)?;
-        if n == 0 {
-            return Err(ProbeError::Closed);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Parses one status line ending in `\n`. With no room for headers, httparse stops after
-/// the status line and reports `Partial`; the code is filled in by then.
-fn parse_status_line(line: &[u8]) -> Result<u16, ProbeError> {
-    let mut response = httparse::Response::new(&mut []);
-    match response.parse(line) {
-        Ok(_) => response.code.ok_or(ProbeError::Malformed),
-        Err(_) => Err(ProbeError::Malformed),
-    }
-}
 
 /// Runs active checks for a pool until dropped (or `stop`ped).
 #[derive(Debug)]
@@ -424,25 +294,7 @@ fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn status_line_parsing() {
-        assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n").unwrap(), 200);
-        assert_eq!(parse_status_line(b"HTTP/1.0 503 Busy\n").unwrap(), 503);
-        assert_eq!(parse_status_line(b"HTTP/1.1 204\r\n").unwrap(), 204);
-        assert!(matches!(
-            parse_status_line(b"garbage\r\n"),
-            Err(ProbeError::Malformed)
-        ));
-        assert!(matches!(
-            parse_status_line(b"HTTP/1.1 2x0 OK\r\n"),
-            Err(ProbeError::Malformed)
-        ));
-        assert!(matches!(
-            parse_status_line(b"SSH-2.0-OpenSSH\r\n"),
-            Err(ProbeError::Malformed)
-        ));
-    }
+    use crate::status::StatusRange;
 
     #[test]
     fn validation_names_the_problem() {

@@ -22,6 +22,7 @@ pub mod local;
 pub mod members;
 pub mod passive;
 pub mod pool;
+pub mod probe;
 pub mod status;
 
 pub use active::{

@@ -13,7 +13,7 @@
 //! A bad answer still counts: a status the check does not expect means the process
 //! answered and said it is not well, and a refused connect means nothing listens.
 
-use crate::active::ProbeError;
+use crate::probe::ProbeError;
 
 /// What one probe says, once the endpoint's progress is taken into account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -291,30 +291,46 @@ async fn handed_over_when_alike(node: &str, extra: &[&str]) {
     }
     // A new connection's first two requests are still placed by drover (a new
     // connection per request stays proxied); a connection reused beyond them goes
-    // straight to a worker.
-    let handed_before = handoffs_total(admin).await;
-    for _ in 0..4 {
-        let (body, port) = ask(d.addr(), "/").await.unwrap();
-        assert_ne!(body["remotePort"], port, "{body}");
-        let mut c = HttpClient::connect(d.addr()).await.unwrap();
-        let port = c.local_addr().unwrap().port();
-        for i in 0..3 {
-            let r: serde_json::Value = serde_json::from_str(&c.get("/").await.text()).unwrap();
-            assert_eq!(r["remotePort"] == port, i == 2, "request {i}: {r}");
+    // straight to a worker. The third goes straight only while costs read as alike: on
+    // a loaded machine one stall can make "/" look heavy, and auto then places requests
+    // one by one until 1,000 more have cost alike. So a round that saw that is run
+    // again after 1,000 proxied requests, up to three rounds.
+    let mut handed = 0;
+    for round in 0.. {
+        let handed_before = handoffs_total(admin).await;
+        let mut direct = 0;
+        for _ in 0..4 {
+            let (body, port) = ask(d.addr(), "/").await.unwrap();
+            assert_ne!(body["remotePort"], port, "{body}");
+            let mut c = HttpClient::connect(d.addr()).await.unwrap();
+            let port = c.local_addr().unwrap().port();
+            for i in 0..3 {
+                let r: serde_json::Value = serde_json::from_str(&c.get("/").await.text()).unwrap();
+                let straight = r["remotePort"] == port;
+                assert!(!straight || i == 2, "request {i} went straight: {r}");
+                direct += usize::from(straight);
+            }
+        }
+        // Counted by drover's thread just after the worker was given the connection,
+        // so the worker may answer before the count shows.
+        let counted = wait_until_async(Duration::from_secs(5), || async {
+            handoffs_total(admin).await >= handed_before + direct as u64
+        })
+        .await;
+        assert!(counted, "{direct} went straight, not counted");
+        assert_eq!(handoffs_total(admin).await, handed_before + direct as u64);
+        handed = direct;
+        if direct == 4 || round == 2 {
+            break;
+        }
+        for _ in 0..1_000 {
+            ask(d.addr(), "/").await.unwrap();
         }
     }
-    // Counted by drover's thread just after the worker was given the connection, so
-    // the worker may answer before the count shows.
-    let counted = wait_until_async(Duration::from_secs(5), || async {
-        handoffs_total(admin).await >= handed_before + 4
-    })
-    .await;
-    assert!(
-        counted,
-        "{} handoffs, {handed_before} before",
-        handoffs_total(admin).await
+    assert_eq!(
+        handed, 4,
+        "connections reused past two requests were not handed over"
     );
-    assert_eq!(handoffs_total(admin).await, handed_before + 4);
     drover_stops_cleanly("default mode", &d).await;
 }
 

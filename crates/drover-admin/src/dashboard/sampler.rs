@@ -8,7 +8,7 @@
 //! `WINDOW_SLOTS` histogram snapshots per endpoint that exists now, and a broadcast
 //! channel of `BACKLOG` frames (a subscriber that falls further behind skips ahead).
 
-use crate::server::Control;
+use crate::control::Control;
 use crate::status::Status;
 use bytes::Bytes;
 use drover_metrics::{BalancerCounts, BalancerSnapshot, EndpointSnapshot, HistogramSnapshot};

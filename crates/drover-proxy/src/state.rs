@@ -1,0 +1,108 @@
+//! What a balancer's serving threads share, what each thread holds of its own, and the
+//! process-wide count of open client connections.
+
+use crate::admission::Admission;
+use crate::http1::keys::KeySpec;
+use crate::options::ProxyOptions;
+use crate::upstream::Upstreams;
+use arc_swap::ArcSwap;
+use drover_balance::cost::CostTable;
+use drover_balance::{Balancer, CostSpread};
+use drover_metrics::BalancerStats;
+use drover_registry::Pool;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What every serving thread of one balancer shares.
+pub(crate) struct BalancerState {
+    pub opts: ProxyOptions,
+    pub pool: Arc<Pool>,
+    pub admission: Arc<Admission>,
+    pub costs: CostTable,
+    /// Whether the app's requests cost alike (read by `Handoff::WhenEven`).
+    pub spread: CostSpread,
+    pub keys: KeySpec,
+    pub shutdown: watch::Receiver<bool>,
+    /// Open client connections, for draining on shutdown (one count for every
+    /// generation of settings of a listener).
+    pub active: Arc<AtomicUsize>,
+    /// What the balancer's requests counted (one for every generation of settings).
+    pub stats: Arc<BalancerStats>,
+}
+
+impl BalancerState {
+    pub fn new(
+        opts: ProxyOptions,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+        shutdown: watch::Receiver<bool>,
+        active: Arc<AtomicUsize>,
+        stats: Arc<BalancerStats>,
+    ) -> Arc<BalancerState> {
+        Arc::new(BalancerState {
+            admission: Arc::new(Admission::new(
+                balancer,
+                Arc::clone(&pool),
+                opts.queue.max,
+                opts.queue.timeout,
+            )),
+            costs: CostTable::new(),
+            spread: CostSpread::new(),
+            keys: KeySpec {
+                hash: opts.hash_key.clone(),
+                sticky_cookie: opts.sticky_cookie.clone(),
+            },
+            opts,
+            pool,
+            shutdown,
+            active,
+            stats,
+        })
+    }
+}
+
+/// One serving thread's view: the shared state plus its own backend connections.
+pub(crate) struct ThreadState {
+    pub shared: Arc<BalancerState>,
+    pub upstreams: Upstreams,
+}
+
+impl ThreadState {
+    pub fn new(shared: Arc<BalancerState>) -> ThreadState {
+        ThreadState {
+            upstreams: Upstreams::new(shared.opts.max_idle_per_endpoint, shared.opts.timeouts.idle),
+            shared,
+        }
+    }
+}
+
+/// A serving thread's current state; a reload swaps in one over new settings, and each
+/// connection moves to it at its next request.
+pub(crate) type ThreadCell = ArcSwap<ThreadState>;
+
+/// Open client connections in this process, over every balancer: they share one
+/// descriptor limit, which the accept loops keep them within.
+static CLIENT_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// One accepted client connection, counted in `CLIENT_CONNECTIONS` from the accept
+/// (before its task first runs, so a burst of accepts cannot overshoot) to its close.
+pub(crate) struct ClientConnection(());
+
+impl ClientConnection {
+    pub fn accepted() -> ClientConnection {
+        CLIENT_CONNECTIONS.fetch_add(1, Relaxed);
+        ClientConnection(())
+    }
+
+    /// Open client connections in this process now.
+    pub fn open() -> usize {
+        CLIENT_CONNECTIONS.load(Relaxed)
+    }
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        CLIENT_CONNECTIONS.fetch_sub(1, Relaxed);
+    }
+}
