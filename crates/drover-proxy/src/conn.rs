@@ -1,5 +1,20 @@
 //! One client connection: read a request, bind it to an endpoint, relay the exchange,
-//! repeat while keep-alive lasts.
+//! repeat while keep-alive lasts (`Conn::run`). A request's phases, in order:
+//!
+//! 1. **Read** (`read_head`): the head, parsed and checked by `http1::request`, which
+//!    also writes the head the backend will see (`http1::forward`) and reads the
+//!    balancing keys and cost class (`http1::keys`). Only this phase and the wire
+//!    format of phase 3 know the protocol.
+//! 2. **Decide** (`exchange_timed`): read the body up to the buffer before binding,
+//!    then ask `Admission` for an endpoint (strategy pick, limits, the queue), and
+//!    retry on another endpoint while it is safe to.
+//! 3. **Forward** (`attempt`): `upstream` (an idle connection or a new one),
+//!    `send_request`, `final_response_head` (1xx passed on), `relay_response`.
+//! 4. **Account** (`account_response`, `endpoint_failed`, `exchange`): latency and
+//!    load for the balancer, the route's cost, passive health, the metrics.
+//!
+//! Between two requests of a keep-alive connection it may leave for a worker
+//! (`handoff`).
 
 use crate::admission::Slot;
 use crate::body::{
