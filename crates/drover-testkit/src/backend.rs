@@ -469,6 +469,20 @@ async fn route(
     }
 }
 
+/// `n` backends named b0, b1, …, started.
+pub async fn backends(n: usize) -> Vec<Backend> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(Backend::named(&format!("b{i}")).start().await);
+    }
+    v
+}
+
+/// The addresses of `backends`, in order.
+pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
+    backends.iter().map(Backend::addr).collect()
+}
+
 /// The bytes of `/big/N`'s body: byte `i` is `b'a' + i % 26`, so a test can
 /// check content and order, not only length.
 pub fn big_body(n: usize) -> Vec<u8> {

@@ -29,7 +29,7 @@ mod http;
 pub mod netns;
 mod ws;
 
-pub use backend::{big_body, Backend, BackendBuilder};
+pub use backend::{addrs, backends, big_body, Backend, BackendBuilder};
 pub use client::{
     parse_status, raw_exchange, raw_exchange_timeout, ws_connect, HttpClient, Response, WsClient,
     WsMessage,

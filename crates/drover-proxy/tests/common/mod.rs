@@ -7,7 +7,6 @@
 use drover_balance::Strategy;
 use drover_proxy::{Proxy, ProxyOptions};
 use drover_registry::{Pool, PoolOptions};
-use drover_testkit::Backend;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -51,15 +50,5 @@ pub fn proxy(
     InProcess { proxy }
 }
 
-/// `n` testkit backends named b0, b1, ….
-pub async fn backends(n: usize) -> Vec<Backend> {
-    let mut v = Vec::new();
-    for i in 0..n {
-        v.push(Backend::named(&format!("b{i}")).start().await);
-    }
-    v
-}
-
-pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
-    backends.iter().map(Backend::addr).collect()
-}
+#[allow(unused_imports)] // each test file uses its own share
+pub use drover_testkit::{addrs, backends};

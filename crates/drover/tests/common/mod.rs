@@ -3,7 +3,7 @@
 
 pub mod examples;
 
-use drover_testkit::{Backend, DroverProcess, HttpClient};
+use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,17 +37,8 @@ fn proxy_args(backends: &[SocketAddr], extra: &[&str]) -> Vec<String> {
     args
 }
 
-pub async fn backends(n: usize) -> Vec<Backend> {
-    let mut v = Vec::new();
-    for i in 0..n {
-        v.push(Backend::named(&format!("b{i}")).start().await);
-    }
-    v
-}
-
-pub fn addrs(backends: &[Backend]) -> Vec<SocketAddr> {
-    backends.iter().map(Backend::addr).collect()
-}
+#[allow(unused_imports)] // each test file uses its own share
+pub use drover_testkit::{addrs, backends};
 
 /// A fresh scratch directory for one test, unique per test process.
 pub fn temp_dir(tag: &str) -> PathBuf {
