@@ -63,7 +63,7 @@ async fn workers_become_ready_with_distinct_ports_and_their_env() {
             .any(|(s, l)| *s == stream && l == text)
     };
     assert!(
-        eventually(Duration::from_secs(2), || {
+        eventually(Duration::from_secs(20), || {
             (0..3).all(|id| {
                 has(
                     Stream::Stdout,
@@ -98,10 +98,12 @@ async fn kill_9_removes_restarts_and_readds_the_worker() {
     let old_pid = victim.pid.unwrap();
 
     kill9(old_pid);
-    let killed_at = Instant::now();
-    // Out of the pool as soon as the exit is seen, well before the restart.
-    assert!(eventually(Duration::from_secs(2), || pool.find(old_addr).is_none()).await);
-    assert!(killed_at.elapsed() < Duration::from_millis(500));
+    // Out of the pool once the exit is seen (the bound is a safety net, not a speed).
+    assert!(
+        eventually(Duration::from_secs(20), || pool.find(old_addr).is_none()).await,
+        "{:?}",
+        sup.status()
+    );
 
     assert!(
         eventually(Duration::from_secs(10), || {
@@ -153,12 +155,22 @@ async fn shutdown_stops_everything_including_workers_that_ignore_sigterm() {
     assert_eq!(pids.len(), 3);
     assert!(pids.iter().all(|&p| process_exists(p)));
 
+    // SIGTERM is enough for the polite ones; the stubborn one, which would outlive any
+    // wait for it, is SIGKILLed after its 300 ms stop timeout, so shutdown returns (the
+    // bound is a safety net, not a speed) but not before that timeout.
     let started = Instant::now();
-    tokio::join!(polite.shutdown(), stubborn.shutdown());
-    // SIGTERM is enough for the polite ones; the stubborn one is SIGKILLed after 300 ms.
+    let both = async { tokio::join!(polite.shutdown(), stubborn.shutdown()) };
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
+        tokio::time::timeout(Duration::from_secs(20), both)
+            .await
+            .is_ok(),
+        "shutdown never returned: {:?} {:?}",
+        polite.status(),
+        stubborn.status()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "the stubborn worker was not given its stop timeout: {:?}",
         started.elapsed()
     );
     for pid in &pids {

@@ -8,13 +8,15 @@
 mod common;
 
 use common::examples::{self, clean_env, drover_stops_cleanly, get};
-use drover_testkit::{spawn_ready_line, ChildProcess, Response};
+use drover_testkit::{parse_status, spawn_ready_line, wait_until, ChildProcess, Response};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lang {
@@ -42,6 +44,16 @@ impl App {
         match self {
             App::Pi => "/pi?iterations=1000",
             App::Tetra => "/tetra/1.5?n=3",
+        }
+    }
+
+    /// A request that keeps `lang`'s server busy for a second or so (CPU, on a quiet
+    /// machine): long enough to be in flight when a signal comes.
+    fn slow_path(self, lang: Lang) -> &'static str {
+        match (self, lang) {
+            (App::Pi, Lang::Python) => "/pi?iterations=10000000",
+            (App::Pi, _) => "/pi?iterations=100000000",
+            (App::Tetra, _) => "/tetra/1.2?n=10000000",
         }
     }
 }
@@ -478,7 +490,125 @@ async fn serves_fd_3(lang: Lang, app: App) {
     // exec kept the launcher's pid, so the answer names the child we started.
     let a = json_answer(&who, app.sample_path(), &r);
     assert_eq!(a["pid"], Json::Num(f64::from(p.pid())), "{who}");
-    stops_cleanly(&who, &p).await;
+    drains_on_sigterm(&who, &p, app.slow_path(lang)).await;
+}
+
+/// A slow request is in the server's hands when SIGTERM comes: it is answered with a 200,
+/// no connection made once the server says it drains is served, and the server exits 0.
+async fn drains_on_sigterm(who: &str, p: &ChildProcess, slow_path: &str) {
+    let addr = p.addr();
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(
+        format!("GET {slow_path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let read = wait_until(Duration::from_secs(10), || server_read_all(&slow)).await;
+    // Read, not yet answered: in flight.
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(slow.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "{who}: GET {slow_path} was answered before SIGTERM; it is too quick to test a drain with"
+    );
+    assert!(read, "{who}: the server never read GET {slow_path}");
+    p.signal("TERM").unwrap();
+    assert!(
+        p.wait_for_line("SIGTERM, draining", Duration::from_secs(10))
+            .await
+            .is_some(),
+        "{who}: no \"draining\" line after SIGTERM\n{}{}",
+        p.stdout_text(),
+        p.stderr_text()
+    );
+    // From now on a new connection is refused, or closed unanswered once the server lets
+    // go of its socket.
+    let late = match TcpStream::connect(addr).await {
+        Err(e) => format!("refused ({e})"),
+        Ok(mut late) => {
+            let _ = late
+                .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await;
+            let mut got = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(30), late.read_to_end(&mut got))
+                .await
+                .unwrap_or_else(|_| panic!("{who}: a connection made while draining was held"));
+            assert!(
+                got.is_empty(),
+                "{who}: a connection made while draining was answered: {}",
+                String::from_utf8_lossy(&got)
+            );
+            match read {
+                Ok(_) => "closed unanswered".to_string(),
+                Err(e) => format!("closed unanswered ({e})"),
+            }
+        }
+    };
+    eprintln!("{who}: a connection made while draining was {late}");
+
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut answer))
+        .await
+        .unwrap_or_else(|_| panic!("{who}: GET {slow_path} unanswered 60 s after SIGTERM"))
+        .unwrap_or_else(|e| panic!("{who}: GET {slow_path} cut off by SIGTERM: {e}"));
+    let text = String::from_utf8_lossy(&answer);
+    assert_eq!(
+        parse_status(&answer),
+        Some(200),
+        "{who}: GET {slow_path}: {text}"
+    );
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    assert!(
+        parse_object(body.trim_end()).is_ok(),
+        "{who}: GET {slow_path}: {text}"
+    );
+
+    let status = p.wait_exit(Duration::from_secs(10)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{who}: exit after SIGTERM: {status:?}\n{}{}",
+        p.stdout_text(),
+        p.stderr_text()
+    );
+}
+
+/// Whether the server end of `client`'s connection has read everything `client` sent:
+/// all of it acknowledged, and none left unread in the server's socket (their lines of
+/// /proc/net/tcp: the client's send queue and the server's receive queue are empty).
+fn server_read_all(client: &TcpStream) -> bool {
+    let (Ok(local), Ok(peer)) = (client.local_addr(), client.peer_addr()) else {
+        return false;
+    };
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let (mut acked, mut read) = (false, false);
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(l), Some(r), Some((tx, rx))) = (
+            f.get(1).and_then(|a| proc_net_addr(a)),
+            f.get(2).and_then(|a| proc_net_addr(a)),
+            f.get(4).and_then(|q| q.split_once(':')),
+        ) else {
+            continue;
+        };
+        let empty = |q: &str| u64::from_str_radix(q, 16) == Ok(0);
+        if (l, r) == (local, peer) {
+            acked = empty(tx);
+        } else if (l, r) == (peer, local) {
+            // 01: ESTABLISHED.
+            read = f.get(3) == Some(&"01") && empty(rx);
+        }
+    }
+    acked && read
+}
+
+/// An IPv4 address as /proc/net/tcp writes it: `0100007F:1F90` (the address's bytes as a
+/// native-endian word, then the port), in hex.
+fn proc_net_addr(text: &str) -> Option<SocketAddr> {
+    let (ip, port) = text.split_once(':')?;
+    let ip = u32::from_be(u32::from_str_radix(ip, 16).ok()?);
+    Some(SocketAddr::from((
+        std::net::Ipv4Addr::from(ip),
+        u16::from_str_radix(port, 16).ok()?,
+    )))
 }
 
 async fn ignores_fd_3_of_another_pid(lang: Lang, app: App) {

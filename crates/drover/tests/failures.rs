@@ -3,7 +3,7 @@
 mod common;
 
 use common::{addrs, backends, proxy};
-use drover_testkit::{spawn_backend_process, wait_until, HttpClient};
+use drover_testkit::{spawn_backend_process, wait_until, wait_until_async, HttpClient};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -321,6 +321,26 @@ async fn an_expensive_request_is_passed_a_bounded_number_of_times() {
     assert_eq!(order, want);
 }
 
+/// `drover_queue_depth` of the default balancer, from /metrics of `admin`.
+async fn queue_depth(admin: SocketAddr) -> u64 {
+    let metrics = HttpClient::connect(admin)
+        .await
+        .unwrap()
+        .get("/metrics")
+        .await
+        .text();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("drover_queue_depth{balancer=\"default\"} "))
+        .unwrap_or_else(|| panic!("no drover_queue_depth in\n{metrics}"))
+        .parse()
+        .unwrap()
+}
+
+/// One request holds the only backend slot, one waits in the queue (of one): a third
+/// finds the queue full, and the waiter gives up after the queue timeout. The queue
+/// timeout is long enough for the third to come while the waiter still waits, and the
+/// hog outlasts it.
 #[tokio::test]
 async fn a_full_queue_and_a_long_wait_get_503() {
     let b = backends(1).await;
@@ -330,27 +350,38 @@ async fn a_full_queue_and_a_long_wait_get_503() {
             "--max-conns",
             "1",
             "--queue-timeout",
-            "200ms",
+            "3s",
             "--queue-max",
             "1",
+            "--admin",
+            "127.0.0.1:0",
         ],
     )
     .await;
     let addr = d.addr();
+    let admin = common::admin_addr(&d).await;
     let hog = tokio::spawn(async move {
-        HttpClient::connect(addr)
-            .await
-            .unwrap()
-            .get("/delay/1500")
-            .await
-            .status
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.set_timeout(Duration::from_secs(30));
+        c.get("/delay/8000").await.status
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        wait_until(Duration::from_secs(10), || b[0].in_flight() == 1).await,
+        "the hog never reached the backend"
+    );
     let waiter = tokio::spawn(async move {
-        let r = HttpClient::connect(addr).await.unwrap().get("/").await;
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.set_timeout(Duration::from_secs(30));
+        let r = c.get("/").await;
         (r.status, r.header("drover-error").map(str::to_owned))
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        wait_until_async(Duration::from_secs(10), || async {
+            queue_depth(admin).await == 1
+        })
+        .await,
+        "the waiter never queued"
+    );
     let r = HttpClient::connect(addr).await.unwrap().get("/").await;
     assert_eq!(
         (r.status, r.header("drover-error")),
@@ -361,29 +392,37 @@ async fn a_full_queue_and_a_long_wait_get_503() {
         (503, Some("queue-timeout".to_owned()))
     );
     assert_eq!(hog.await.unwrap(), 200);
+    assert_eq!(
+        b[0].hits_for("/"),
+        0,
+        "a request that got a 503 reached the backend"
+    );
 }
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &["--drain-timeout", "5s"]).await;
+    let d = proxy(&addrs(&b), &["--drain-timeout", "20s"]).await;
     let addr = d.addr();
     let mut idle = HttpClient::connect(addr).await.unwrap();
     assert_eq!(idle.get("/").await.status, 200);
     let slow = tokio::spawn(async move {
-        HttpClient::connect(addr)
-            .await
-            .unwrap()
-            .get("/delay/600")
-            .await
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.set_timeout(Duration::from_secs(30));
+        c.get("/delay/3000").await
     });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // SIGTERM once the backend holds it (it answers 3 s later).
+    assert!(
+        wait_until(Duration::from_secs(10), || b[0].in_flight() == 1).await,
+        "the slow request never reached the backend"
+    );
+    assert!(!slow.is_finished());
     d.signal("TERM").unwrap();
     let r = slow.await.unwrap();
     assert_eq!(r.status, 200, "the in-flight request was cut off");
     assert_eq!(r.header("connection"), Some("close"));
     let status = d
-        .wait_exit(Duration::from_secs(5))
+        .wait_exit(Duration::from_secs(20))
         .await
         .expect("drover did not exit");
     assert!(

@@ -55,7 +55,44 @@ async fn clients_that_stop_reading_are_cut_off_and_free_the_backend() {
     let r = c.request("GET", "/", &[], None).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.text(), "b0");
-    drop(stalled);
+
+    // Both downloads reached the backend and neither holds it any more: drover dropped
+    // them rather than wait on their clients.
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            b[0].hits_for("/big/50000000") == 2 && b[0].in_flight() == 0
+        })
+        .await,
+        "downloads {} of 2, {} in flight\n{}",
+        b[0].hits_for("/big/50000000"),
+        b[0].in_flight(),
+        d.stderr_text()
+    );
+    // And each client was cut off: reading now gets what drover had buffered for it, then
+    // the end of the connection, well short of the 50 MB it asked for.
+    for (i, mut s) in stalled.into_iter().enumerate() {
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 1 << 16];
+        let end = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) => return "closed",
+                    Ok(n) => got += n,
+                    Err(_) => return "reset",
+                }
+            }
+        })
+        .await;
+        assert!(
+            end.is_ok(),
+            "stalled client {i}: drover kept its connection open ({got} bytes read)"
+        );
+        assert!(
+            got < 50_000_000,
+            "stalled client {i} got the whole download ({got} bytes): it was not cut off"
+        );
+        eprintln!("stalled client {i}: {got} bytes, then {}", end.unwrap());
+    }
 }
 
 /// Four clients send a POST body one byte at a time. The body is read before a backend

@@ -468,28 +468,75 @@ async fn a_hung_worker_is_taken_out_and_restarted() {
     }
 }
 
-#[tokio::test]
+/// Every worker of the Python test worker uses more than 1 MiB, so each is replaced in
+/// turn, the way a rolling reload replaces it: the new one serves before the old one
+/// leaves, the old one finishes what it holds and gets SIGTERM, and its restart record
+/// says memory. No request fails meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_memory_replaces_a_worker_gracefully() {
     let (d, admin) = run_python("memory", "1", &["-t", "1", "--max-memory", "1M"]).await;
-    let first = all_ready(admin, 1).await[0];
+    all_ready(admin, 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 2, "/", stop.clone());
+
+    // A worker seen serving under the load is replaced for its memory (so it left the
+    // pool while the load ran), and its replacement serves.
+    let mut serving_under_load = BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        let s = status(admin).await;
+        let w = &s.apps[0].workers[0];
+        if matches!(w.state.as_str(), "ready" | "busy") {
+            serving_under_load.extend(w.pid);
+        }
+        let found = common::restart_records(&s).into_iter().find(|r| {
+            r.reason == "memory"
+                && r.pid.is_some_and(|p| serving_under_load.contains(&p))
+                && w.state == "ready"
+                && w.pid.is_some_and(|p| Some(p) != r.pid)
+        });
+        if let Some(r) = found {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no worker replaced for its memory under load in 30 s (seen serving: \
+             {serving_under_load:?}): {s:#?}\n{}",
+            d.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
-        d.wait_for_line("over max_memory", Duration::from_secs(10))
-            .await
-            .is_some(),
+        record
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("over max_memory 1 MiB")),
+        "{record:#?}"
+    );
+    assert!(record.rss_bytes.is_some_and(|b| b > 1 << 20), "{record:#?}");
+    // Stopped by drover's SIGTERM, not the SIGKILL that follows a stop timeout.
+    assert_eq!(
+        record.signal_name.as_deref(),
+        Some("SIGTERM"),
+        "{record:#?}"
+    );
+    assert_eq!(status(admin).await.apps[0].workers[0].crash_streak, 0);
+    assert!(
+        d.stderr_text().contains("over max_memory"),
         "{}",
         d.stderr_text()
     );
-    let mut replaced = false;
-    for _ in 0..100 {
-        let w = &status(admin).await.apps[0].workers[0];
-        if w.pid.is_some_and(|p| p != first) && w.state == "ready" {
-            assert_eq!(w.crash_streak, 0);
-            replaced = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(replaced, "{}", d.stderr_text());
+    let ok = assert_load_never_failed(
+        &stop,
+        load,
+        20,
+        "while a worker was replaced for its memory",
+    )
+    .await;
+    eprintln!(
+        "pid {:?} replaced ({:?}, {:?}) under a load that got {ok} answers",
+        record.pid, record.detail, record.signal_name
+    );
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ pub mod examples;
 use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub fn bin() -> &'static Path {
@@ -133,15 +133,31 @@ pub fn steady_load(
     path: &'static str,
     stop: Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
+    counted_load(addr, conns, path, stop, Arc::default())
+}
+
+/// `steady_load` that also adds each success to `served` as it comes, so a test can tell
+/// what was served after some event while the load still runs.
+pub fn counted_load(
+    addr: SocketAddr,
+    conns: usize,
+    path: &'static str,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
     (0..conns)
         .map(|_| {
             let stop = stop.clone();
+            let served = served.clone();
             tokio::spawn(async move {
                 let mut c = HttpClient::connect(addr).await.unwrap();
                 let (mut ok, mut failed) = (0, Vec::new());
                 while !stop.load(Ordering::Relaxed) {
                     match c.request("GET", path, &[], None).await {
-                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) if r.status == 200 => {
+                            ok += 1;
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
                         Ok(r) => {
                             failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
                         }
