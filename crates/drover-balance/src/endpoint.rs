@@ -58,7 +58,16 @@ const GROWTH: f64 = 4.0;
 /// limit near 1, and at 1 it idles while each response travels back through the proxy;
 /// a little cheap work in the pipe keeps it busy, and an expensive request (more than
 /// this on its own) still never has anything queued behind it.
-pub const PIPELINE_BUDGET: Nanos = 2_000_000;
+///
+/// 10 ms, not 2: with more workers than cores every worker reads as saturated (it runs
+/// or waits for a core all the time), each request's latency is a few times its cost,
+/// and 2 ms held each worker to about one request. Holding the rest in drover's queue
+/// then cost capacity and made a burst's backlog drain slower than Node cluster's or
+/// HAProxy's (`bench/sweep.sh --seed 1 --only 6`: 7 workers on 2 cores, p99 1.62 x the
+/// best peer's at 2 ms, 1.15 x at 10 ms, medians of 5 paired runs). A request that costs
+/// 10 ms or more still waits for an endpoint with nothing ahead of it: the 236 ms
+/// requests of sample 10 keep drover's lead there (0.27 x the best peer's p99).
+pub const PIPELINE_BUDGET: Nanos = 10_000_000;
 
 /// The least share a ramping endpoint gets, so slow start never starves it of the
 /// traffic it needs to warm up.
