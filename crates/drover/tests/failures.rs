@@ -323,18 +323,7 @@ async fn an_expensive_request_is_passed_a_bounded_number_of_times() {
 
 /// `drover_queue_depth` of the default balancer, from /metrics of `admin`.
 async fn queue_depth(admin: SocketAddr) -> u64 {
-    let metrics = HttpClient::connect(admin)
-        .await
-        .unwrap()
-        .get("/metrics")
-        .await
-        .text();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("drover_queue_depth{balancer=\"default\"} "))
-        .unwrap_or_else(|| panic!("no drover_queue_depth in\n{metrics}"))
-        .parse()
-        .unwrap()
+    common::default_metric(admin, "drover_queue_depth").await
 }
 
 /// One request holds the only backend slot, one waits in the queue (of one): a third

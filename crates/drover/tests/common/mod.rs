@@ -391,3 +391,19 @@ fn missing_node(why: &str) {
     assert!(std::env::var_os("CI").is_none(), "{why}");
     eprintln!("skipping a Node.js: {why}");
 }
+
+/// A counter or gauge of the balancer named `default`, from /metrics of `admin`.
+pub async fn default_metric(admin: SocketAddr, name: &str) -> u64 {
+    let metrics = HttpClient::connect(admin)
+        .await
+        .unwrap()
+        .get("/metrics")
+        .await
+        .text();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}{{balancer=\"default\"}} ")))
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+        .parse()
+        .unwrap()
+}
