@@ -7,6 +7,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
+/// An idle backend connection is reused for at most this long, whatever the idle
+/// timeout: Node's HTTP server closes a keep-alive connection idle for 5 s (its
+/// `keepAliveTimeout`), and a request written into a connection the backend is closing
+/// fails with nothing received. Under a burst both workers' pools held such connections,
+/// and a GET failed on one, then on its retry on the other (a 502 in liveness_burst).
+const REUSE_MAX_IDLE: Duration = Duration::from_secs(4);
+
 struct Idle {
     stream: TcpStream,
     since: Instant,
@@ -25,7 +32,7 @@ impl Upstreams {
         Upstreams {
             idle: Mutex::new(HashMap::new()),
             max_idle,
-            idle_timeout,
+            idle_timeout: idle_timeout.min(REUSE_MAX_IDLE),
         }
     }
 
