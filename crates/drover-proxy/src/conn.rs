@@ -489,23 +489,34 @@ impl Conn {
         answered: &mut Option<Answered>,
     ) -> Attempt {
         let endpoint = slot.pick().endpoint();
-        let (mut up, reused) = match self.upstream(slot).await {
-            Ok(up) => up,
-            Err(attempt) => return attempt,
-        };
-        let request_sent = match self
-            .send_request(&mut up, head, endpoint, reused, framer, pace)
-            .await
-        {
-            Ok(sent) => sent,
-            Err(attempt) => return attempt,
-        };
-        let resp = match self
-            .final_response_head(&mut up, head, endpoint, reused, request_sent)
-            .await
-        {
-            Ok(resp) => resp,
-            Err(attempt) => return attempt,
+        let mut pace = pace;
+        let mut fresh = false;
+        let (up, resp, request_sent) = loop {
+            let (mut up, reused) = match self.upstream(slot, fresh).await {
+                Ok(up) => up,
+                Err(attempt) => return attempt,
+            };
+            let sent = self
+                .send_request(&mut up, head, endpoint, reused, framer, pace.as_deref_mut())
+                .await;
+            let answer = match sent {
+                Ok(sent) => self
+                    .final_response_head(&mut up, head, endpoint, reused, sent)
+                    .await
+                    .map(|resp| (resp, sent)),
+                Err(attempt) => Err(attempt),
+            };
+            match answer {
+                Ok((resp, sent)) => break (up, resp, sent),
+                // A kept-alive connection the backend closed as the request crossed it
+                // (its idle timeout, or a restart) says nothing of the endpoint: the
+                // request goes to the same endpoint again on a new connection, spending
+                // no retry and keeping its slot. Only what is safe to send twice comes
+                // here (see `backend_failed`). Without this, a GET met one stale
+                // connection on each of two workers in a burst and got a 502.
+                Err(Attempt::Retry(_)) if reused => fresh = true,
+                Err(attempt) => return attempt,
+            }
         };
         let latency = self.account_response(head, slot, &resp, answered);
         if resp.switching {
@@ -515,13 +526,15 @@ impl Conn {
         self.relay_response(up, &resp, slot, request_sent).await
     }
 
-    /// A connection to the endpoint `slot` holds: an idle kept-alive one, or a new one;
-    /// and whether it was reused.
-    async fn upstream(&mut self, slot: &Slot) -> Result<(TcpStream, bool), Attempt> {
+    /// A connection to the endpoint `slot` holds: an idle kept-alive one (unless `fresh`),
+    /// or a new one; and whether it was reused.
+    async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(TcpStream, bool), Attempt> {
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
-        if let Some(stream) = self.thread.upstreams.checkout(addr) {
-            return Ok((stream, true));
+        if !fresh {
+            if let Some(stream) = self.thread.upstreams.checkout(addr) {
+                return Ok((stream, true));
+            }
         }
         let shared = &self.thread.shared;
         match upstream::connect(addr, shared.opts.timeouts.connect).await {

@@ -10,8 +10,9 @@ use tokio::net::TcpStream;
 /// An idle backend connection is reused for at most this long, whatever the idle
 /// timeout: Node's HTTP server closes a keep-alive connection idle for 5 s (its
 /// `keepAliveTimeout`), and a request written into a connection the backend is closing
-/// fails with nothing received. Under a burst both workers' pools held such connections,
-/// and a GET failed on one, then on its retry on the other (a 502 in liveness_burst).
+/// fails with nothing received. Such a request goes again on a new connection
+/// (`Conn::attempt`), but only when it is safe to send twice: staying below the common
+/// timeouts keeps a POST from meeting the race at all.
 const REUSE_MAX_IDLE: Duration = Duration::from_secs(4);
 
 struct Idle {

@@ -19,6 +19,11 @@ impl InProcess {
     pub fn addr(&self) -> SocketAddr {
         self.proxy.local_addr()
     }
+
+    /// The balancer's counts so far (requests, errors, retries by cause).
+    pub fn counts(&self) -> drover_metrics::BalancerCounts {
+        self.proxy.stats().snapshot()
+    }
 }
 
 impl Drop for InProcess {
