@@ -4,6 +4,24 @@
 //! bodies, Upgrade tunnels, forwarding headers, retries that never repeat an unsafe
 //! request, per-endpoint limits with a late-binding queue, and strict parsing so that
 //! nothing ambiguous reaches a backend.
+//!
+//! Where each part of a request's life happens:
+//!
+//! | what | where |
+//! |---|---|
+//! | accepting, threads, reload, shutdown | `server.rs` |
+//! | a client connection, keep-alive, reading a request | `conn/mod.rs` |
+//! | parsing a request head | `http1/request.rs` |
+//! | the head sent to a backend, forwarding headers | `http1/forward.rs` |
+//! | balancing keys and the cost class | `http1/keys.rs` |
+//! | drover's own error pages | `http1/error_page.rs` |
+//! | admission: the pick, limits, the queue | `admission.rs` |
+//! | deciding, retries, the request's metrics | `conn/exchange.rs` |
+//! | one try: connect or reuse, send, the response head | `conn/attempt.rs` |
+//! | relaying bodies, chunked framing, body rates | `body.rs`, `http1/chunked.rs` |
+//! | latency, cost and passive health from an answer | `conn/account.rs` |
+//! | idle backend connections | `upstream.rs` |
+//! | handing a connection to a worker | `handoff.rs` |
 
 mod admission;
 mod body;

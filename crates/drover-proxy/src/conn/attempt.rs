@@ -1,0 +1,386 @@
+//! Phase 3, **forward**: one try of a request on the endpoint its slot holds, in
+//! named steps: `upstream` (an idle kept-alive connection or a new one),
+//! `send_request`, `final_response_head` (1xx passed on), `relay_response` (or
+//! `tunnel` after a 101). What a try tells about the endpoint is `account.rs`'s.
+
+use crate::admission::Slot;
+use crate::body::{
+    self, BodyError, BodyPace, Ends, Framer, Relayed, REQUEST_BUFFER, RESPONSE_BUFFER,
+};
+use crate::error::ProxyError;
+use crate::http1::request::RequestHead;
+use crate::http1::response::{self, Exchange, ResponseHead};
+use crate::upstream;
+use drover_balance::{clock, Endpoint};
+use drover_metrics::Cause;
+use drover_registry::{is_local_shortage, WarnLimit};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::{debug, warn};
+
+use super::exchange::Answered;
+use super::Conn;
+
+/// Warnings about connects that failed (the endpoint's fault, as far as drover can tell).
+static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// Warnings about drover's own shortages on connect, shared by every connection.
+static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// How one attempt on one endpoint ended.
+pub(super) enum Attempt {
+    /// The exchange completed; whether the client connection may be kept.
+    Done(bool),
+    /// Failed before the backend could have acted on it: try another endpoint.
+    Retry(ProxyError),
+    /// Failed in a way that must not be retried; the client gets this error.
+    Fail(ProxyError),
+    /// Failed after the response started, or on the client's side: close quietly.
+    Abort,
+}
+
+impl Conn {
+    /// One try on the endpoint `slot` holds, in its four steps: a connection to it, the
+    /// request sent, the final response head read (and accounted for), the response
+    /// relayed. On `Done`, `out` holds what the client has not taken yet of the
+    /// response; the caller sends it once the slot is released.
+    pub(super) async fn attempt(
+        &mut self,
+        head: &RequestHead,
+        slot: &Slot,
+        framer: &mut Framer,
+        pace: Option<&mut BodyPace>,
+        answered: &mut Option<Answered>,
+    ) -> Attempt {
+        let endpoint = slot.pick().endpoint();
+        let mut pace = pace;
+        let mut fresh = false;
+        let (up, resp, request_sent) = loop {
+            let (mut up, reused) = match self.upstream(slot, fresh).await {
+                Ok(up) => up,
+                Err(attempt) => return attempt,
+            };
+            let sent = self
+                .send_request(&mut up, head, endpoint, reused, framer, pace.as_deref_mut())
+                .await;
+            let answer = match sent {
+                Ok(sent) => self
+                    .final_response_head(&mut up, head, endpoint, reused, sent)
+                    .await
+                    .map(|resp| (resp, sent)),
+                Err(attempt) => Err(attempt),
+            };
+            match answer {
+                Ok((resp, sent)) => break (up, resp, sent),
+                // A kept-alive connection the backend closed as the request crossed it
+                // (its idle timeout, or a restart) says nothing of the endpoint: the
+                // request goes to the same endpoint again on a new connection, spending
+                // no retry and keeping its slot. Only what is safe to send twice comes
+                // here (see `backend_failed`). Without this, a GET met one stale
+                // connection on each of two workers in a burst and got a 502.
+                Err(Attempt::Retry(_)) if reused => fresh = true,
+                Err(attempt) => return attempt,
+            }
+        };
+        let latency = self.account_response(head, slot, &resp, answered);
+        if resp.switching {
+            endpoint.stats().record_request_duration(latency);
+            return self.tunnel(up).await;
+        }
+        self.relay_response(up, &resp, slot, request_sent).await
+    }
+
+    /// A connection to the endpoint `slot` holds: an idle kept-alive one (unless `fresh`),
+    /// or a new one; and whether it was reused.
+    async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(TcpStream, bool), Attempt> {
+        let endpoint = slot.pick().endpoint();
+        let addr = endpoint.addr();
+        if !fresh {
+            if let Some(stream) = self.thread.upstreams.checkout(addr) {
+                return Ok((stream, true));
+            }
+        }
+        let shared = &self.thread.shared;
+        match upstream::connect(addr, shared.opts.timeouts.connect).await {
+            Ok(stream) => {
+                let connected = clock::now().saturating_sub(slot.pick().started());
+                endpoint.stats().record_connect(connected);
+                Ok((stream, false))
+            }
+            Err(e) if is_local_shortage(&e) => {
+                // drover's own shortage: the endpoint is not to blame.
+                if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
+                    warn!(endpoint = %addr, error = %e, held_back, "cannot connect, drover is out of resources; not counted against the endpoint");
+                }
+                Err(Attempt::Retry(ProxyError::LocalResources))
+            }
+            Err(e) => {
+                endpoint.stats().record_failure(Cause::ConnectFailed);
+                // Refused: nothing listens. Timed out: the backend's listen backlog
+                // overflowed and dropped the SYN, so it is busy, and the last endpoint
+                // that still answers must stay in rotation.
+                let ejected = if e.kind() == std::io::ErrorKind::TimedOut {
+                    shared.pool.on_connect_timeout(endpoint, clock::now())
+                } else {
+                    shared.pool.on_connect_failure(endpoint, clock::now())
+                };
+                // Each ejection is logged where it happens; a failure that hits every
+                // request at once is told once a second, with the count it stands for.
+                if let Some(held_back) = CONNECT_FAILURES.check_now() {
+                    warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
+                }
+                Err(Attempt::Retry(ProxyError::ConnectFailed))
+            }
+        }
+    }
+
+    /// The request: head, the body read so far, then the rest streamed from the client
+    /// while watching for an answer that comes before the body ends. `Ok(false)`: the
+    /// backend answered before the body ended, and the rest is never sent.
+    async fn send_request(
+        &mut self,
+        up: &mut TcpStream,
+        head: &RequestHead,
+        endpoint: &Arc<Endpoint>,
+        reused: bool,
+        framer: &mut Framer,
+        pace: Option<&mut BodyPace>,
+    ) -> Result<bool, Attempt> {
+        let timeouts = self.opts().timeouts;
+        if head.body.is_none() {
+            if body::write_all(up, &self.out, timeouts.request)
+                .await
+                .is_err()
+            {
+                // Nothing reached the backend: safe to send elsewhere.
+                return Err(self.backend_failed(endpoint, reused, ProxyError::BackendClosed, true));
+            }
+            return Ok(true);
+        }
+        self.out.extend_from_slice(&self.reqbody);
+        let (up_read, mut up_write) = up.split();
+        let ends = Ends {
+            src: &mut self.client,
+            pending: &mut self.cbuf,
+            dst: &mut up_write,
+            out: &mut self.out,
+            read_timeout: timeouts.client,
+            write_timeout: timeouts.request,
+            pace,
+        };
+        let answered = async {
+            let _ = up_read.readable().await;
+        };
+        match body::relay(framer, ends, REQUEST_BUFFER, true, answered, &mut 0).await {
+            Ok(Relayed::Complete) => Ok(true),
+            Ok(Relayed::Interrupted) => {
+                // The rest is never sent: the backend connection cannot be reused.
+                self.out.clear();
+                Ok(false)
+            }
+            Err(BodyError::Write) => {
+                Err(self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false))
+            }
+            Err(BodyError::Stalled) => {
+                self.endpoint_failed(endpoint, Cause::BackendTimeout);
+                warn!(endpoint = %endpoint.addr(), "backend stopped reading the request body");
+                Err(Attempt::Fail(ProxyError::Timeout))
+            }
+            Err(e) => {
+                self.refuse_body(e).await;
+                Err(Attempt::Abort)
+            }
+        }
+    }
+
+    /// The response head after any 1xx, which go to the client as they come.
+    async fn final_response_head(
+        &mut self,
+        up: &mut TcpStream,
+        head: &RequestHead,
+        endpoint: &Arc<Endpoint>,
+        reused: bool,
+        request_sent: bool,
+    ) -> Result<ResponseHead, Attempt> {
+        self.ubuf.clear();
+        let sticky_cookie = self
+            .opts()
+            .sticky_cookie
+            .as_ref()
+            .filter(|_| head.sticky.as_deref() != Some(endpoint.id()))
+            .map(|name| format!("{name}={}; Path=/; HttpOnly", endpoint.id()));
+        let ex = Exchange {
+            is_head: head.is_head,
+            http10_client: head.http10,
+            client_keep_alive: head.keep_alive && request_sent,
+            upgrade: head.upgrade,
+        };
+        let client_timeout = self.opts().timeouts.client;
+        loop {
+            let resp = match self
+                .read_response_head(up, &ex, sticky_cookie.as_deref())
+                .await
+            {
+                Ok(resp) => resp,
+                Err(ReadHead::Closed { got_bytes }) => {
+                    let retry = !got_bytes && head.idempotent && head.body.is_none();
+                    return Err(self.backend_failed(
+                        endpoint,
+                        reused,
+                        ProxyError::BackendClosed,
+                        retry,
+                    ));
+                }
+                Err(ReadHead::Timeout) => {
+                    self.endpoint_failed(endpoint, Cause::BackendTimeout);
+                    return Err(Attempt::Fail(ProxyError::Timeout));
+                }
+                Err(ReadHead::Bad(why)) => {
+                    self.endpoint_failed(endpoint, Cause::BadResponse);
+                    warn!(endpoint = %endpoint.addr(), "invalid response: {why}");
+                    return Err(Attempt::Fail(ProxyError::BadResponse(why)));
+                }
+            };
+            if !resp.informational {
+                return Ok(resp);
+            }
+            if !self.out.is_empty()
+                && body::write_all(&mut self.client, &self.out, client_timeout)
+                    .await
+                    .is_err()
+            {
+                return Err(Attempt::Abort);
+            }
+            self.ubuf.drain(..resp.head_len);
+        }
+    }
+
+    /// The response body, read up to the buffer ahead of the client: a response that
+    /// fits frees the backend at once, however slowly the client reads it. The
+    /// connection goes back to the idle pool when it can carry another request.
+    async fn relay_response(
+        &mut self,
+        mut up: TcpStream,
+        resp: &ResponseHead,
+        slot: &Slot,
+        request_sent: bool,
+    ) -> Attempt {
+        let timeouts = self.opts().timeouts;
+        let endpoint = slot.pick().endpoint();
+        let mut framer = Framer::new(resp.body, resp.dechunk);
+        let ends = Ends {
+            src: &mut up,
+            pending: &mut self.ubuf,
+            dst: &mut self.client,
+            out: &mut self.out,
+            read_timeout: timeouts.request,
+            write_timeout: timeouts.client,
+            pace: None,
+        };
+        let mut written = 0;
+        let sent = body::relay(
+            &mut framer,
+            ends,
+            RESPONSE_BUFFER,
+            false,
+            std::future::pending(),
+            &mut written,
+        )
+        .await;
+        endpoint
+            .stats()
+            .record_request_duration(clock::now().saturating_sub(slot.pick().started()));
+        match sent {
+            Ok(_) => {
+                if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
+                    self.thread.upstreams.checkin(endpoint.addr(), up);
+                }
+                Attempt::Done(resp.client_keep_alive)
+            }
+            Err(BodyError::Write) => Attempt::Abort,
+            Err(BodyError::Stalled) => {
+                debug!(client = %self.info.ip, "client stopped reading the response: cut off");
+                Attempt::Abort
+            }
+            Err(e) => {
+                warn!(endpoint = %endpoint.addr(), "response body failed mid-stream: {e:?}");
+                Attempt::Abort
+            }
+        }
+    }
+
+    async fn read_response_head(
+        &mut self,
+        up: &mut TcpStream,
+        ex: &Exchange,
+        set_cookie: Option<&str>,
+    ) -> Result<ResponseHead, ReadHead> {
+        let timeout = self.opts().timeouts.request;
+        loop {
+            if !self.ubuf.is_empty() {
+                // Shutdown may have begun while the backend worked: then this response
+                // tells the client to close.
+                let ex = Exchange {
+                    client_keep_alive: ex.client_keep_alive && !*self.shutdown.borrow(),
+                    ..*ex
+                };
+                match response::parse(
+                    &self.ubuf,
+                    &ex,
+                    set_cookie.map(str::as_bytes),
+                    &mut self.out,
+                ) {
+                    Ok(Some(head)) => return Ok(head),
+                    Ok(None) => {}
+                    Err(bad) => return Err(ReadHead::Bad(bad.0)),
+                }
+            }
+            match body::read_some(up, &mut self.ubuf, timeout).await {
+                Ok(0)
+                | Err(
+                    BodyError::Read
+                    | BodyError::Write
+                    | BodyError::Stalled
+                    | BodyError::TooSlow
+                    | BodyError::Framing(_),
+                ) => {
+                    return Err(ReadHead::Closed {
+                        got_bytes: !self.ubuf.is_empty(),
+                    })
+                }
+                Ok(_) => {}
+                Err(BodyError::Timeout) => return Err(ReadHead::Timeout),
+            }
+        }
+    }
+
+    /// After a 101: relay bytes both ways until either side closes.
+    async fn tunnel(&mut self, mut up: TcpStream) -> Attempt {
+        self.out.extend_from_slice(&self.ubuf);
+        self.ubuf.clear();
+        let client_timeout = self.opts().timeouts.client;
+        if body::write_all(&mut self.client, &self.out, client_timeout)
+            .await
+            .is_err()
+        {
+            return Attempt::Abort;
+        }
+        self.out.clear();
+        if !self.cbuf.is_empty() {
+            if up.write_all(&self.cbuf).await.is_err() {
+                return Attempt::Abort;
+            }
+            self.cbuf.clear();
+        }
+        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut up).await;
+        Attempt::Done(false)
+    }
+}
+
+enum ReadHead {
+    Closed { got_bytes: bool },
+    Timeout,
+    Bad(&'static str),
+}

@@ -1,0 +1,208 @@
+//! Phase 2, **decide**: the request body read up to the buffer before binding, an
+//! endpoint from `Admission` (strategy pick, limits, the queue), the retries, and
+//! drover's own answer when every try failed. Also where a request is counted.
+
+use crate::body::{self, BodyPace, Framer, REQUEST_BUFFER};
+use crate::error::ProxyError;
+use crate::http1::error_page;
+use crate::http1::request::RequestHead;
+use crate::http1::BodyKind;
+use drover_balance::{clock, Endpoint, Nanos, PickContext};
+use drover_registry::WarnLimit;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::warn;
+
+use super::attempt::Attempt;
+use super::Conn;
+
+/// Before retrying a request that met drover's own shortage (descriptors, memory).
+const LOCAL_SHORTAGE_PAUSE: Duration = Duration::from_millis(10);
+
+/// Warnings about requests that failed (every thread of every balancer shares it).
+static FAILURE_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// A backend's response head: its status and when it came.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answered {
+    pub(super) status: u16,
+    pub(super) head_at: Nanos,
+}
+
+impl Conn {
+    /// Proxies one request; returns whether the client connection may be kept.
+    pub(super) async fn exchange(&mut self, head: &RequestHead) -> bool {
+        let arrived = clock::now();
+        let mut answered = None;
+        let keep = self.exchange_timed(head, arrived, &mut answered).await;
+        // A response head came from a backend: count the request as answered with its
+        // status, for as long as it took to pass on (an upgrade: until its 101).
+        if let Some(Answered { status, head_at }) = answered {
+            let end = if status == 101 { head_at } else { clock::now() };
+            self.thread
+                .shared
+                .stats
+                .record_response(status, end.saturating_sub(arrived));
+        }
+        keep
+    }
+
+    /// `exchange`, with the first response head's status and time left in `answered`
+    /// (drover's own answers are counted where they are made).
+    async fn exchange_timed(
+        &mut self,
+        head: &RequestHead,
+        arrived: Nanos,
+        answered: &mut Option<Answered>,
+    ) -> bool {
+        let client_timeout = self.opts().timeouts.client;
+        if head.expect_continue && head.body.is_some() {
+            // Answer 100 ourselves: the body is streamed to whichever endpoint is picked,
+            // so the client must not wait for a particular backend's go-ahead.
+            let go_ahead = b"HTTP/1.1 100 Continue\r\n\r\n";
+            if body::write_all(&mut self.client, go_ahead, client_timeout)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        // Read the body (up to the buffer) before binding: a client that sends it slowly
+        // then holds no backend connection and no endpoint's capacity while it does.
+        let mut framer = Framer::new(head.body.unwrap_or(BodyKind::None), false);
+        self.reqbody.clear();
+        // Only a request with a body keeps a pace: the others read no clock for it.
+        let mut pace = None;
+        if head.body.is_some() {
+            let timeouts = self.opts().timeouts;
+            let pace = pace.insert(BodyPace::start(timeouts.body, timeouts.body_min_rate));
+            let read = body::prefetch(
+                &mut framer,
+                &mut self.client,
+                &mut self.cbuf,
+                &mut self.reqbody,
+                REQUEST_BUFFER,
+                client_timeout,
+                pace,
+            )
+            .await;
+            if let Err(e) = read {
+                self.refuse_body(e).await;
+                return false;
+            }
+            // Queued for an endpoint and connecting is drover's time, not the client's.
+            pace.pause();
+        }
+        let shared = Arc::clone(&self.thread.shared);
+        let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
+        let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+        let mut attempts = 0;
+        let mut last_failure = None;
+        // When drover first ran short of descriptors for this request (see below).
+        let mut short_since = None;
+        let failure = loop {
+            // A first try without a body asks as the request arrives: one clock read
+            // fewer per request. (With a body, reading it was the client's time, not
+            // the queue's.)
+            let asked = if attempts == 0 && head.body.is_none() {
+                arrived
+            } else {
+                clock::now()
+            };
+            let ctx = PickContext {
+                now: asked,
+                cost,
+                hash_key: head.hash_key.as_deref(),
+                sticky: head.sticky.as_deref(),
+                exclude: &tried,
+            };
+            let slot = match shared.admission.acquire(&ctx).await {
+                Ok(slot) => slot,
+                // Every endpoint was tried: report the last real failure, not "none healthy".
+                Err(e) => break last_failure.unwrap_or(e),
+            };
+            let endpoint = Arc::clone(slot.pick().endpoint());
+            let waited = slot.pick().started().saturating_sub(asked);
+            shared.stats.record_queue_wait(waited);
+            endpoint.stats().record_queue_wait(waited);
+            match self
+                .attempt(head, &slot, &mut framer, pace.as_mut(), answered)
+                .await
+            {
+                Attempt::Done(keep) => {
+                    // The backend is done: free its slot before the client takes the rest.
+                    drop(slot);
+                    let tail = std::mem::take(&mut self.out);
+                    let sent = body::write_all(&mut self.client, &tail, client_timeout).await;
+                    self.out = tail;
+                    self.out.clear();
+                    if sent.is_err() {
+                        return false;
+                    }
+                    if !framer.is_done() {
+                        // Answered before the request body ended (an early 413, say).
+                        self.linger().await;
+                        return false;
+                    }
+                    return keep && head.keep_alive;
+                }
+                Attempt::Abort => return false,
+                Attempt::Fail(e) => break e,
+                Attempt::Retry(ProxyError::LocalResources) => {
+                    // drover's own shortage, not the endpoint's, and not the request's:
+                    // other exchanges give descriptors back every moment. So it spends
+                    // no retry and the endpoint stays a candidate; the request tries
+                    // again after a pause, for as long as a connect may take. (Two
+                    // retries 10 ms apart answered hundreds of requests with 503 under a
+                    // burst of new connections at 1.5 x capacity.)
+                    let now = clock::now();
+                    let since = *short_since.get_or_insert(now);
+                    if now.saturating_sub(since) >= clock::nanos(shared.opts.timeouts.connect) {
+                        break ProxyError::LocalResources;
+                    }
+                    if since == now {
+                        shared
+                            .stats
+                            .record_retry(ProxyError::LocalResources.metric_cause());
+                    }
+                    drop(slot);
+                    tokio::time::sleep(LOCAL_SHORTAGE_PAUSE).await;
+                }
+                Attempt::Retry(e) => {
+                    attempts += 1;
+                    if attempts > shared.opts.retries {
+                        break e;
+                    }
+                    shared.stats.record_retry(e.metric_cause());
+                    last_failure = Some(e);
+                    tried.push(endpoint);
+                }
+            }
+        };
+        // Past capacity every request may fail alike: one line a second says so, with
+        // the count of the ones it stands for, instead of one line per request.
+        if let Some(held_back) = FAILURE_WARNINGS.check_now() {
+            warn!(balancer = %shared.opts.name, cause = failure.cause(), held_back, "{failure}");
+        }
+        shared.stats.record_error(
+            failure.metric_cause(),
+            failure.status(),
+            clock::now().saturating_sub(arrived),
+        );
+        // A request body not read in full leaves the connection unusable for the next one.
+        let close = !framer.is_done() || !head.keep_alive;
+        error_page::write_error(
+            &mut self.out,
+            failure.status(),
+            failure.cause(),
+            &failure.to_string(),
+            close,
+            failure.retry_after(),
+        );
+        self.send_out(close).await;
+        if !framer.is_done() {
+            self.linger().await;
+        }
+        !close
+    }
+}

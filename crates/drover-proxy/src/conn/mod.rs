@@ -1,0 +1,297 @@
+//! One client connection: read a request, bind it to an endpoint, relay the exchange,
+//! repeat while keep-alive lasts (`Conn::run`). A request's phases, in order, each in a
+//! file of its own:
+//!
+//! 1. **Read** (here, `read_head`): the head, parsed and checked by `http1::request`,
+//!    which also writes the head the backend will see (`http1::forward`) and reads the
+//!    balancing keys and cost class (`http1::keys`). Only this phase and the wire
+//!    format of phase 3 know the protocol.
+//! 2. **Decide** (`exchange.rs`): read the body up to the buffer before binding, then
+//!    ask `Admission` for an endpoint (strategy pick, limits, the queue), and retry on
+//!    another endpoint while it is safe to.
+//! 3. **Forward** (`attempt.rs`): one try on one endpoint: an idle connection or a new
+//!    one, the request sent, the final response head (1xx passed on), the response
+//!    relayed.
+//! 4. **Account** (`account.rs`): latency and load for the balancer, the route's cost,
+//!    passive health; `exchange.rs` counts the request in the metrics.
+//!
+//! Between two requests of a keep-alive connection it may leave for a worker
+//! (`handoff`).
+
+mod account;
+mod attempt;
+mod exchange;
+
+use crate::body::{self, BodyError};
+use crate::handoff;
+use crate::http1::error_page;
+use crate::http1::forward::ClientInfo;
+use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
+use crate::options::ProxyOptions;
+use crate::state::{ClientConnection, ThreadCell, ThreadState};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{timeout_at, Instant};
+use tracing::debug;
+
+/// After answering a request whose body was not read in full, how long drover keeps
+/// reading (and discarding) what the client still sends before it closes. Closing with
+/// unread bytes makes the kernel reset the connection, and a reset can destroy the
+/// answer before the client reads it (RFC 9112 §9.6; nginx's `lingering_close`).
+const LINGER: Duration = Duration::from_secs(5);
+
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+pub(crate) async fn serve(
+    client: TcpStream,
+    peer: std::net::SocketAddr,
+    cell: Arc<ThreadCell>,
+    _counted: ClientConnection,
+) {
+    let thread = cell.load_full();
+    thread.shared.active.fetch_add(1, Relaxed);
+    let _active = ActiveGuard(Arc::clone(&thread.shared.active));
+    let mut conn = Conn {
+        shutdown: thread.shared.shutdown.clone(),
+        info: ClientInfo::new(peer, "http"),
+        client,
+        cell,
+        thread,
+        cbuf: Vec::new(),
+        ubuf: Vec::new(),
+        out: Vec::new(),
+        reqbody: Vec::new(),
+        requests: 0,
+        hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
+    };
+    loop {
+        match conn.run().await {
+            Ended::Closed => return,
+            Ended::HandOver => {
+                let shared = Arc::clone(&conn.thread.shared);
+                match handoff::give(&shared, conn.client) {
+                    Ok(()) => return,
+                    Err(back) => {
+                        // Every worker is behind: serve it here a while longer.
+                        conn.client = back;
+                        conn.hand_over_at = conn.requests + handoff::RETRY_AFTER_REQUESTS;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Why `Conn::run` returned.
+enum Ended {
+    /// The connection is done (closed, failed, or drover is stopping).
+    Closed,
+    /// Between two requests, with nothing of the next one read: a worker may take it.
+    HandOver,
+}
+
+struct Conn {
+    client: TcpStream,
+    info: ClientInfo,
+    /// This serving thread's state over the settings in force, which a reload replaces.
+    cell: Arc<ThreadCell>,
+    /// The worker this connection's current request uses.
+    thread: Arc<ThreadState>,
+    shutdown: watch::Receiver<bool>,
+    /// Bytes from the client not yet used (a partial head, body, pipelined requests).
+    cbuf: Vec<u8>,
+    /// Bytes from the backend not yet used.
+    ubuf: Vec<u8>,
+    /// The next head to write: to the backend, then reused for the client.
+    out: Vec<u8>,
+    /// The request body read before an endpoint was picked (up to `REQUEST_BUFFER`).
+    reqbody: Vec<u8>,
+    /// Requests served on this connection.
+    requests: u32,
+    /// From this many requests on, it may be handed to a worker (`handoff`).
+    hand_over_at: u32,
+}
+
+impl Conn {
+    fn opts(&self) -> &ProxyOptions {
+        &self.thread.shared.opts
+    }
+
+    async fn run(&mut self) -> Ended {
+        loop {
+            let head = match self.read_head(self.requests == 0).await {
+                Ok(Some(head)) => head,
+                Ok(None) => return Ended::Closed,
+                Err(bad) => {
+                    debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
+                    self.thread.shared.stats.record_refusal(bad.status);
+                    self.send_error(bad.status, "bad-request", bad.reason, true)
+                        .await;
+                    return Ended::Closed;
+                }
+            };
+            self.cbuf.drain(..head.head_len);
+            // New settings (a reload) apply from the next request on.
+            if !Arc::ptr_eq(&self.cell.load(), &self.thread) {
+                self.thread = self.cell.load_full();
+            }
+            // Boxed: an exchange's state is most of a connection's, and an idle keep-alive
+            // connection should not carry it (the connection's future: 952 bytes instead
+            // of 2,064; bench/idle.sh measures the whole idle connection).
+            if !Box::pin(self.exchange(&head)).await || *self.shutdown.borrow() {
+                return Ended::Closed;
+            }
+            self.requests = self.requests.saturating_add(1);
+            if self.cbuf.is_empty() {
+                // An idle keep-alive connection holds no buffers.
+                self.cbuf = Vec::new();
+                self.ubuf = Vec::new();
+                self.out = Vec::new();
+                self.reqbody = Vec::new();
+                if self.requests >= self.hand_over_at
+                    && handoff::between_requests(&self.thread.shared)
+                {
+                    return Ended::HandOver;
+                }
+            }
+        }
+    }
+
+    /// Reads the next request head. `Ok(None)`: the client left, idled out, or drover
+    /// is shutting down between requests.
+    async fn read_head(&mut self, first: bool) -> Result<Option<RequestHead>, BadRequest> {
+        let timeouts = self.opts().timeouts;
+        if self.cbuf.is_empty() {
+            if *self.shutdown.borrow() {
+                return Ok(None);
+            }
+            let wait = if first {
+                timeouts.header_read
+            } else {
+                timeouts.idle
+            };
+            // Wait for bytes before allocating a buffer for them: an idle keep-alive
+            // connection then holds no buffer at all.
+            loop {
+                let ready = tokio::select! {
+                    r = tokio::time::timeout(wait, self.client.readable()) => r,
+                    _ = self.shutdown.changed() => return Ok(None),
+                };
+                if !matches!(ready, Ok(Ok(()))) {
+                    return Ok(None);
+                }
+                self.cbuf.reserve(4096);
+                match self.client.try_read_buf(&mut self.cbuf) {
+                    Ok(n) if n > 0 => break,
+                    // Readiness left over from the last read: nothing came after all, so
+                    // give the buffer back before waiting again (this kept 4 KiB on every
+                    // idle connection).
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        self.cbuf = Vec::new();
+                    }
+                    _ => return Ok(None),
+                }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + timeouts.header_read;
+        let shared = &self.thread.shared;
+        loop {
+            match request::parse(
+                &self.cbuf,
+                &shared.opts.limits,
+                &self.info,
+                &shared.keys,
+                &mut self.out,
+            )? {
+                Parsed::Complete(head) => return Ok(Some(head)),
+                Parsed::Partial => {}
+            }
+            self.cbuf.reserve(4096);
+            match tokio::time::timeout_at(deadline, self.client.read_buf(&mut self.cbuf)).await {
+                Err(_) => {
+                    return Err(BadRequest {
+                        status: 408,
+                        reason: "request head not received within the header read timeout",
+                    })
+                }
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// The client's request body could not be read: answer what can be answered.
+    async fn refuse_body(&mut self, e: BodyError) {
+        match e {
+            BodyError::Framing(e) => {
+                debug!(client = %self.info.ip, "{e}");
+                self.thread.shared.stats.record_refusal(400);
+                self.send_error(400, "bad-request", "invalid chunked request body", true)
+                    .await;
+            }
+            BodyError::Timeout => {
+                debug!(client = %self.info.ip, "request body stalled");
+                self.thread.shared.stats.record_refusal(408);
+                self.send_error(
+                    408,
+                    "client-timeout",
+                    "request body not received within the client timeout",
+                    true,
+                )
+                .await;
+            }
+            BodyError::TooSlow => {
+                debug!(client = %self.info.ip, "request body below the minimum rate");
+                self.thread.shared.stats.record_refusal(408);
+                self.send_error(
+                    408,
+                    "body-too-slow",
+                    "request body arrived slower than the minimum body rate",
+                    true,
+                )
+                .await;
+            }
+            BodyError::Read | BodyError::Write | BodyError::Stalled => {}
+        }
+    }
+
+    async fn send_error(&mut self, status: u16, cause: &str, detail: &str, close: bool) {
+        error_page::write_error(&mut self.out, status, cause, detail, close, None);
+        self.send_out(close).await;
+    }
+
+    /// Sends the answer in `out`, then closes the connection's sending side if `close`.
+    async fn send_out(&mut self, close: bool) {
+        let client_timeout = self.opts().timeouts.client;
+        let _ = body::write_all(&mut self.client, &self.out, client_timeout).await;
+        self.out.clear();
+        if close {
+            let _ = self.client.shutdown().await;
+        }
+    }
+
+    /// Closes the client connection after an answer given before its request body was
+    /// read in full: stop writing, then discard what the client still sends (see
+    /// `LINGER`) until it closes its side.
+    async fn linger(&mut self) {
+        let _ = self.client.shutdown().await;
+        let deadline = Instant::now() + LINGER;
+        loop {
+            self.cbuf.clear();
+            match timeout_at(deadline, self.client.read_buf(&mut self.cbuf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+        }
+    }
+}
