@@ -16,14 +16,13 @@
 //! | `DELETE /v1/balancers/B/members/ID` | drain it: no new requests, then removed |
 //!
 //! When a token is set, every request but the dashboard's page and assets needs `Authorization: Bearer TOKEN`; off loopback
-//! one is required (`check_exposure`). The crate
+//! one is required (`drover_config::check_exposure`). The crate
 //! knows nothing of supervisors or pools: the binary implements `Control` over them,
 //! which keeps this crate's tests free of real workers.
 
 mod client;
 mod control;
 pub mod dashboard;
-mod exposure;
 mod members;
 mod metrics;
 mod server;
@@ -31,7 +30,6 @@ pub mod status;
 
 pub use client::{request, AdminClientError, Reply};
 pub use control::{Control, ControlError};
-pub use exposure::{check_exposure, ExposureError};
 pub use hyper::Method;
 pub use members::{BalancerMembers, MemberList, MemberRow};
 pub use server::AdminServer;

@@ -47,15 +47,15 @@ impl AdminServer {
 
     /// Like `bind`, on a listener bound earlier (so a caller can fail on a taken port
     /// before it starts anything else). Refuses (`InvalidInput`, with the
-    /// `ExposureError`) a listener off loopback without a token: callers check the rule
-    /// earlier to name their flag or key, this makes sure no path skips it.
+    /// `drover_config::ExposureError`) a listener off loopback without a token: callers
+    /// check the rule earlier to name their flag or key, this makes sure no path skips it.
     pub fn serve(
         listener: TcpListener,
         token: Option<String>,
         control: Arc<dyn Control>,
     ) -> io::Result<AdminServer> {
         let addr = listener.local_addr()?;
-        crate::check_exposure(addr, token.as_deref())
+        drover_config::check_exposure(addr, token.as_deref())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let token: Arc<Option<String>> = Arc::new(token);
         let sampler = Arc::new(Sampler::default());

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::fmt_us_f;
+use crate::human::fmt_us_f;
 
 pub const QUEUE_WAIT: &str = "drover_endpoint_queue_wait_seconds";
 pub const RESPONSE_HEAD: &str = "drover_endpoint_response_head_seconds";

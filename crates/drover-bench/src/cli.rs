@@ -315,7 +315,7 @@ pub fn bench(args: &BenchArgs) -> Result<u8, BenchError> {
             Err(e) => eprintln!("drover bench: after the run: {e}"),
         }
     }
-    report.slo = args.slo.iter().map(|s| s.judge(&report)).collect();
+    report.slo = args.slo.iter().map(|s| report.judge(s)).collect();
     if args.json {
         println!("{}", report.to_json());
     } else {

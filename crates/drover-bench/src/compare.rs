@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::stats::{fmt_us_f, IntervalReport};
+use crate::human::fmt_us_f;
+use crate::stats::IntervalReport;
 
 /// Significance level of the U test.
 pub const ALPHA: f64 = 0.01;

@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::stats::{fmt_bytes, fmt_us, fmt_us_f, Report};
+use crate::human::{fmt_bytes, fmt_us, fmt_us_f};
+use crate::stats::Report;
 
 const STYLE: &str = r#"
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d2330; background: #fff; }

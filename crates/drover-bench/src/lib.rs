@@ -19,6 +19,7 @@ pub mod cli;
 pub mod compare;
 pub mod html;
 pub mod http;
+pub mod human;
 pub mod mix;
 pub mod run;
 pub mod schedule;

@@ -22,11 +22,12 @@ use tokio::task::LocalSet;
 use hdrhistogram::Histogram;
 
 use crate::http::{build_request, Conn, Response};
+use crate::human::fmt_us;
 use crate::mix::Mix;
 use crate::schedule::{Poisson, Schedule};
 use crate::stats::{
-    fmt_us, interval_reports, new_histogram, spectrum, ErrorKind, Outcome, PathReport, Percentiles,
-    Report, Stats,
+    interval_reports, new_histogram, spectrum, ErrorKind, Outcome, PathReport, Percentiles, Report,
+    Stats,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::stats::{fmt_us_f, Report};
+use crate::human::fmt_us_f;
 
 /// A latency statistic of the whole run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,33 +198,9 @@ impl fmt::Display for SloVerdict {
 }
 
 impl Slo {
-    /// The measured value this objective is about.
-    pub fn measure(&self, r: &Report) -> f64 {
-        let l = &r.latency_us;
-        match self.metric {
-            SloMetric::Latency(stat) => match stat {
-                LatencyStat::P50 => l.p50 as f64,
-                LatencyStat::P75 => l.p75 as f64,
-                LatencyStat::P90 => l.p90 as f64,
-                LatencyStat::P99 => l.p99 as f64,
-                LatencyStat::P999 => l.p99_9 as f64,
-                LatencyStat::Max => l.max as f64,
-                LatencyStat::Mean => l.mean,
-            },
-            SloMetric::ErrorPercent => {
-                let attempts = r.attempts();
-                if attempts == 0 {
-                    0.0
-                } else {
-                    r.errors_total as f64 * 100.0 / attempts as f64
-                }
-            }
-            SloMetric::Rps => r.rps,
-        }
-    }
-
-    pub fn judge(&self, r: &Report) -> SloVerdict {
-        let actual = self.measure(r);
+    /// The outcome for `actual`, this objective's metric as a run measured it
+    /// (`Report::measure`).
+    pub fn verdict(&self, actual: f64) -> SloVerdict {
         SloVerdict {
             slo: self.text.clone(),
             met: self.comparison.holds(actual, self.threshold),

@@ -8,7 +8,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::admin::AdminReport;
-use crate::slo::SloVerdict;
+use crate::human::{fmt_bytes, fmt_us, fmt_us_f};
+use crate::slo::{LatencyStat, Slo, SloMetric, SloVerdict};
 
 /// Highest latency a histogram keeps exactly: 10 minutes, in microseconds. Larger values
 /// are recorded as this value.
@@ -501,38 +502,6 @@ pub struct Report {
     pub histogram: Option<Histogram<u64>>,
 }
 
-/// Microseconds, in the unit that suits them.
-pub fn fmt_us(v: u64) -> String {
-    fmt_us_f(v as f64)
-}
-
-pub fn fmt_us_f(v: f64) -> String {
-    if v >= 10_000_000.0 {
-        format!("{:.2}s", v / 1e6)
-    } else if v >= 10_000.0 {
-        format!("{:.1}ms", v / 1000.0)
-    } else if v >= 1000.0 {
-        format!("{:.2}ms", v / 1000.0)
-    } else {
-        format!("{v:.0}µs")
-    }
-}
-
-/// Bytes with a binary unit, as wrk prints them.
-pub fn fmt_bytes(v: f64) -> String {
-    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
-    if v < 1024.0 {
-        return format!("{v:.0}B");
-    }
-    let mut x = v / 1024.0;
-    let mut unit = 0;
-    while x >= 1024.0 && unit < UNITS.len() - 1 {
-        x /= 1024.0;
-        unit += 1;
-    }
-    format!("{x:.2}{}", UNITS[unit])
-}
-
 impl Report {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("report serialises")
@@ -541,6 +510,37 @@ impl Report {
     /// Requests that were attempted: answered, or failed without an answer.
     pub fn attempts(&self) -> u64 {
         self.requests + self.errors.without_response()
+    }
+
+    /// The value an objective on `metric` is about, in its unit (µs, percent,
+    /// requests/s).
+    pub fn measure(&self, metric: SloMetric) -> f64 {
+        let l = &self.latency_us;
+        match metric {
+            SloMetric::Latency(stat) => match stat {
+                LatencyStat::P50 => l.p50 as f64,
+                LatencyStat::P75 => l.p75 as f64,
+                LatencyStat::P90 => l.p90 as f64,
+                LatencyStat::P99 => l.p99 as f64,
+                LatencyStat::P999 => l.p99_9 as f64,
+                LatencyStat::Max => l.max as f64,
+                LatencyStat::Mean => l.mean,
+            },
+            SloMetric::ErrorPercent => {
+                let attempts = self.attempts();
+                if attempts == 0 {
+                    0.0
+                } else {
+                    self.errors_total as f64 * 100.0 / attempts as f64
+                }
+            }
+            SloMetric::Rps => self.rps,
+        }
+    }
+
+    /// Whether this run met `slo`.
+    pub fn judge(&self, slo: &Slo) -> SloVerdict {
+        slo.verdict(self.measure(slo.metric))
     }
 
     /// The human-readable summary, laid out like wrk's.
@@ -804,16 +804,5 @@ mod tests {
         assert!(sp.windows(2).all(|w| w[0].percentile < w[1].percentile));
         assert!(sp.windows(2).all(|w| w[0].latency_us <= w[1].latency_us));
         assert!(spectrum(&new_histogram()).is_empty());
-    }
-
-    #[test]
-    fn units() {
-        assert_eq!(fmt_us(999), "999µs");
-        assert_eq!(fmt_us(1500), "1.50ms");
-        assert_eq!(fmt_us(25_000), "25.0ms");
-        assert_eq!(fmt_us(12_000_000), "12.00s");
-        assert_eq!(fmt_bytes(512.0), "512B");
-        assert_eq!(fmt_bytes(1536.0), "1.50KB");
-        assert_eq!(fmt_bytes(3.0 * 1024.0 * 1024.0), "3.00MB");
     }
 }

@@ -1171,12 +1171,12 @@ fn validate_admin(raw: Spanned<RawAdmin>, ctx: &Ctx<'_>) -> Result<AdminConfig, 
     };
     let token_span = raw.token.as_ref().map(Spanned::span);
     let token = raw.token.map(Spanned::into_inner);
-    // The one rule for every way drover starts (see `drover_admin::check_exposure`),
+    // The one rule for every way drover starts (see `crate::check_exposure`),
     // reported here with the file, line and key.
-    if let Err(e) = drover_admin::check_exposure(listen, token.as_deref()) {
+    if let Err(e) = crate::check_exposure(listen, token.as_deref()) {
         let span = match e {
-            drover_admin::ExposureError::EmptyToken => token_span.unwrap_or(listen_span),
-            drover_admin::ExposureError::TokenRequired { .. } => listen_span,
+            crate::ExposureError::EmptyToken => token_span.unwrap_or(listen_span),
+            crate::ExposureError::TokenRequired { .. } => listen_span,
         };
         return Err(ctx.at(span, "admin.token", e.to_string()));
     }

@@ -87,9 +87,9 @@ pub struct AdminTokenArg {
 
 impl AdminTokenArg {
     /// The admin API at `listen` with this token, if the rule every way drover starts
-    /// applies (`drover_admin::check_exposure`) allows it.
+    /// applies (`crate::check_exposure`) allows it.
     fn admin_at(&self, listen: SocketAddr) -> Result<model::AdminConfig, String> {
-        drover_admin::check_exposure(listen, self.token.as_deref()).map_err(|e| {
+        crate::check_exposure(listen, self.token.as_deref()).map_err(|e| {
             format!("--admin {listen}: {e}; pass --admin-token TOKEN or set DROVER_ADMIN_TOKEN")
         })?;
         Ok(model::AdminConfig {

@@ -4,6 +4,8 @@
 //! - [`file`]: a drover.toml, loaded and validated (errors name the file, line and key).
 //! - [`flags`]: `drover run` and `drover proxy` flags (clap), filling the same model.
 //! - [`plan`]: a validated balancer or app turned into the parts that run it.
+//! - [`exposure`]: who may reach the admin API ([`check_exposure`]), the rule the file,
+//!   the flags and the admin server all apply.
 //!
 //! Configuration files: the TOML schema, its loader and its validation.
 //!
@@ -21,11 +23,13 @@
 //! The result is a plain, typed [`Config`] with every default filled in; nothing
 //! downstream ever sees a `Raw*` type or an unvalidated value.
 
+pub mod exposure;
 pub mod file;
 pub mod flags;
 pub mod model;
 pub mod plan;
 
+pub use exposure::{check_exposure, ExposureError};
 pub use file::{
     backend_from_flag, check_etcd_endpoint, is_valid_name, load, load_with_origins, nameserver,
     parse, ConfigError, Origins, NAME_RULE,

@@ -53,15 +53,19 @@ async fn killed_backend_under_load_fails_no_get() {
     let b1 = spawn_backend_process("k1").await;
     let d = proxy(&[b0.addr(), b1.addr()], &["--strategy", "round-robin"]).await;
     let addr = d.addr();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut clients = Vec::new();
     for _ in 0..4 {
+        let answered = answered.clone();
         clients.push(tokio::spawn(async move {
             let mut c = HttpClient::connect(addr).await.unwrap();
             let mut failed = Vec::new();
             for i in 0..300 {
                 let path = if i % 10 == 0 { "/delay/5" } else { "/" };
                 match c.request("GET", path, &[], None).await {
-                    Ok(r) if r.status == 200 => {}
+                    Ok(r) if r.status == 200 => {
+                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Ok(r) => failed.push(format!(
                         "status {} {:?}",
                         r.status,
@@ -76,7 +80,16 @@ async fn killed_backend_under_load_fails_no_get() {
             failed
         }));
     }
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Kill b0 once the load runs through both backends (round robin), with most of
+    // the 1200 requests still to come.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            answered.load(std::sync::atomic::Ordering::Relaxed) >= 20
+        })
+        .await,
+        "the load was never served\n{}",
+        d.stderr_text()
+    );
     b0.kill();
     let mut failed = Vec::new();
     for c in clients {
@@ -119,9 +132,13 @@ async fn hung_backend_is_taken_out_by_the_active_check_and_returns() {
     .await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     b[0].set_hang_health(true);
-    // After `fall` failed checks every request goes to the healthy backend.
+    // After `fall` failed checks every request goes to the healthy backend. drover logs
+    // "endpoint down" after it took the endpoint out, so nothing is left to wait for.
+    let hung = b[0].addr().to_string();
     let out = wait_until(Duration::from_secs(5), || {
-        d.stderr_text().contains(&b[0].addr().to_string())
+        d.stderr_text()
+            .lines()
+            .any(|l| l.contains("endpoint down") && l.contains(&hung))
     })
     .await;
     assert!(
@@ -130,7 +147,6 @@ async fn hung_backend_is_taken_out_by_the_active_check_and_returns() {
         b[0].addr(),
         d.stderr_text()
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
     b[0].reset_stats();
     for _ in 0..20 {
         assert_eq!(c.get("/").await.header("x-backend"), Some("b1"));

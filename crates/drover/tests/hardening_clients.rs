@@ -4,7 +4,9 @@
 mod common;
 
 use common::{addrs, backends, proxy};
-use drover_testkit::{parse_status, wait_until, HttpClient};
+use drover_testkit::{parse_status, wait_until, wait_until_async, HttpClient};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -101,23 +103,56 @@ async fn clients_that_stop_reading_are_cut_off_and_free_the_backend() {
 #[tokio::test]
 async fn a_slow_request_body_holds_no_backend() {
     let b = backends(1).await;
-    let d = proxy(&addrs(&b), &["--max-conns", "1", "--queue-timeout", "2s"]).await;
+    let d = proxy(
+        &addrs(&b),
+        &[
+            "--max-conns",
+            "1",
+            "--queue-timeout",
+            "2s",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let admin = common::admin_addr(&d).await;
+    let started = Arc::new(AtomicUsize::new(0));
     let mut dribblers = Vec::new();
     for _ in 0..4 {
         let mut s = TcpStream::connect(d.addr()).await.unwrap();
+        let started = started.clone();
         dribblers.push(tokio::spawn(async move {
             s.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n")
                 .await
                 .unwrap();
-            for _ in 0..100 {
+            for i in 0..100 {
                 if s.write_all(b"x").await.is_err() {
                     return;
                 }
+                if i == 0 {
+                    started.fetch_add(1, Ordering::Relaxed);
+                }
+                // The slowness is the point: the body stays unfinished for 20 s.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The GETs below come once every dribbler has sent its head and a first byte, and
+    // drover holds all four connections.
+    assert!(
+        wait_until(Duration::from_secs(10), || started.load(Ordering::Relaxed)
+            == 4)
+        .await,
+        "the dribblers never started"
+    );
+    assert!(
+        wait_until_async(Duration::from_secs(10), || async {
+            common::default_metric(admin, "drover_client_connections").await == 4
+        })
+        .await,
+        "drover never held the four dribbling connections\n{}",
+        d.stderr_text()
+    );
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     for _ in 0..3 {
         let r = c.request("GET", "/", &[], None).await.unwrap();
@@ -136,6 +171,7 @@ async fn a_slow_request_body_holds_no_backend() {
         .unwrap();
     for byte in b"hello" {
         s.write_all(&[*byte]).await.unwrap();
+        // Slow on purpose: the body arrives in pieces 100 ms apart.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let answer = tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
@@ -308,6 +344,7 @@ async fn a_body_below_the_minimum_rate_is_cut_and_one_above_it_completes() {
     for _ in 0..5 {
         let r = c.request("GET", "/", &[], None).await.unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
+        // Spread over the first second, while both bodies are still being sent.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 

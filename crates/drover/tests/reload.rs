@@ -5,14 +5,14 @@
 mod common;
 
 use common::{
-    admin_addr, assert_load_never_failed, bin, ctl, pi_server, status, steady_load, stops_cleanly,
-    temp_dir,
+    admin_addr, assert_load_never_failed, assert_served_more, bin, counted_load, ctl, pi_server,
+    status, steady_load, stops_cleanly, temp_dir,
 };
 use drover_testkit::{DroverProcess, HttpClient};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,8 +125,15 @@ async fn rolling_reload_under_load_fails_no_request() {
     let first = all_ready(admin, 2).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let load = steady_load(d.addr(), 4, "/pi?iterations=20000", stop.clone());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = Arc::new(AtomicUsize::new(0));
+    let load = counted_load(
+        d.addr(),
+        4,
+        "/pi?iterations=20000",
+        stop.clone(),
+        served.clone(),
+    );
+    assert_served_more(&d, &served, 20, "before the first reload").await;
 
     // Once through the admin API...
     let (code, out, err) = ctl(admin, &["reload"]).await;
@@ -152,7 +159,7 @@ async fn rolling_reload_under_load_fails_no_request() {
         third.iter().all(|p| !second.contains(p)),
         "{second:?} -> {third:?}"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_served_more(&d, &served, 20, "after the second reload").await;
 
     assert_load_never_failed(&stop, load, 101, "during reloads").await;
     assert_gone(first.iter().chain(&second), "replaced");
@@ -566,8 +573,9 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     let (d, admin) = run_python("scale", "1", &["-t", "1"]).await;
     let first = all_ready(admin, 1).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let load = steady_load(d.addr(), 4, "/", stop.clone());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = Arc::new(AtomicUsize::new(0));
+    let load = counted_load(d.addr(), 4, "/", stop.clone(), served.clone());
+    assert_served_more(&d, &served, 20, "before scaling up").await;
 
     let (code, out, err) = ctl(admin, &["scale", "3"]).await;
     assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
@@ -586,7 +594,7 @@ async fn scale_up_and_down_under_load_fails_no_request() {
         .map(|e| e.addr.clone())
         .collect();
     assert_eq!(endpoints, ports, "every worker, and only they, in the pool");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_served_more(&d, &served, 20, "on three workers").await;
 
     // Down again: the highest ids go, after finishing what they hold. Slow requests
     // bound to them must be answered by them (a GET cut off would be retried on worker
@@ -618,7 +626,7 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     );
     assert_eq!(all_ready(admin, 1).await, first);
     assert_eq!(status(admin).await.balancers[0].endpoints.len(), 1);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_served_more(&d, &served, 20, "after scaling down").await;
 
     assert_load_never_failed(&stop, load, 101, "while scaling").await;
     assert_gone(&three[1..], "retired");

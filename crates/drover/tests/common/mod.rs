@@ -173,6 +173,22 @@ pub fn counted_load(
         .collect()
 }
 
+/// Waits (up to 10 s) until a `counted_load` has had `more` answers beyond those in
+/// `served` now: the load flows through whatever serves at this point. Panics naming
+/// `what` otherwise.
+pub async fn assert_served_more(d: &DroverProcess, served: &AtomicUsize, more: usize, what: &str) {
+    let from = served.load(Ordering::Relaxed);
+    assert!(
+        drover_testkit::wait_until(std::time::Duration::from_secs(10), || {
+            served.load(Ordering::Relaxed) >= from + more
+        })
+        .await,
+        "the load got {} of {more} more answers {what}\n{}",
+        served.load(Ordering::Relaxed) - from,
+        d.stderr_text()
+    );
+}
+
 /// Stops `steady_load`, then asserts that it sent at least `min_ok` requests and that
 /// none failed; `during` names what happened meanwhile, for the message. Answers how
 /// many were served.

@@ -1,5 +1,7 @@
 //! Who may reach the admin API: the one rule every way of starting drover applies
-//! (`drover up`, `drover proxy --config`, `drover run`), and `AdminServer` checks again.
+//! (`drover up`, `drover proxy --config`, `drover run`), and `drover_admin::AdminServer`
+//! checks again. It lives with the config model because it judges configured values
+//! (an address and a token), so checking a config needs no admin server.
 //!
 //! The API can scale, reload and stop workers. On a loopback address only local users
 //! reach it; anywhere else (`0.0.0.0`, a LAN address) it must not be open to whoever
