@@ -535,7 +535,7 @@ impl<'de> Deserialize<'de> for Workers {
 
 /// `expect = 200` or `expect = "200-399"`: an inclusive status range.
 #[derive(Debug, Clone, Copy)]
-struct Expect((u16, u16));
+struct Expect(StatusRange);
 
 impl<'de> Deserialize<'de> for Expect {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -580,7 +580,8 @@ impl<'de> Deserialize<'de> for Expect {
                 Ok((lo, hi))
             }
         }
-        d.deserialize_any(V).map(Expect)
+        d.deserialize_any(V)
+            .map(|(lo, hi)| Expect(StatusRange::new(lo, hi)))
     }
 }
 
@@ -1303,7 +1304,7 @@ fn validate_health(
     key: &str,
     for_app: bool,
     ctx: &Ctx<'_>,
-) -> Result<HealthCheckConfig, ConfigError> {
+) -> Result<HealthCheck, ConfigError> {
     let span = raw.span();
     let raw = raw.into_inner();
     let tcp = raw.tcp.as_ref().is_some_and(|t| *t.get_ref());
@@ -1324,7 +1325,7 @@ fn validate_health(
                     "expect applies only to HTTP checks (set path instead of tcp = true)",
                 ));
             }
-            HealthCheckKind::Tcp
+            CheckKind::Tcp
         }
         (path, false) => {
             let path = match path {
@@ -1338,14 +1339,16 @@ fn validate_health(
                     ))
                 }
             };
-            HealthCheckKind::Http {
+            CheckKind::Http {
                 path,
-                expect: raw.expect.map_or(DEFAULT_EXPECT, |e| e.into_inner().0),
+                expect: raw
+                    .expect
+                    .map_or(StatusRange::default(), |e| e.into_inner().0),
             }
         }
     };
-    let d = HealthCheckConfig::default_for_app();
-    Ok(HealthCheckConfig {
+    let d = HealthCheck::default();
+    Ok(HealthCheck {
         kind,
         interval: raw.interval.map_or(d.interval, |v| v.0),
         timeout: raw.timeout.map_or(d.timeout, |v| v.0),
@@ -1696,7 +1699,7 @@ timeouts = { connect = "5s", request = "30s", idle = "60s" }
         assert_eq!(app.command, ["node", "examples/pi-server.js"]);
         assert_eq!(app.workers, Workers::Auto);
         assert!(app.workers.resolve() >= 1);
-        assert_eq!(app.health, Some(HealthCheckConfig::default_for_app()));
+        assert_eq!(app.health, Some(HealthCheck::http("/health")));
         let b = &c.balancers[0];
         assert_eq!(b.name, "default");
         assert_eq!(b.listen, addr("0.0.0.0:8000"));
@@ -1790,7 +1793,7 @@ sticky = { cookie = "sid" }
         assert_eq!(app.workers, Workers::Count(4));
         assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/api")));
         assert_eq!(app.env.get("A.B").map(String::as_str), Some("c"));
-        assert_eq!(app.health.as_ref().unwrap().kind, HealthCheckKind::Tcp);
+        assert_eq!(app.health.as_ref().unwrap().kind, CheckKind::Tcp);
         assert_eq!(
             app.health.as_ref().unwrap().interval,
             Duration::from_millis(500)
@@ -1835,10 +1838,10 @@ sticky = { cookie = "sid" }
         assert_eq!(b.timeouts.request, Duration::from_secs(120));
         assert_eq!(
             b.health,
-            Some(HealthCheckConfig {
-                kind: HealthCheckKind::Http {
+            Some(HealthCheck {
+                kind: CheckKind::Http {
                     path: "/ready".into(),
-                    expect: (200, 299)
+                    expect: StatusRange::new(200, 299)
                 },
                 interval: Duration::from_secs(3),
                 timeout: Duration::from_secs(2),
@@ -2292,17 +2295,17 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         let c = ok(&app("{ expect = 204 }"));
         assert_eq!(
             c.apps[0].health.as_ref().unwrap().kind,
-            HealthCheckKind::Http {
+            CheckKind::Http {
                 path: "/health".into(),
-                expect: (204, 204)
+                expect: StatusRange::exact(204)
             }
         );
         let c = ok(&app("{ path = \"/up\", expect = \"200\" }"));
         assert_eq!(
             c.apps[0].health.as_ref().unwrap().kind,
-            HealthCheckKind::Http {
+            CheckKind::Http {
                 path: "/up".into(),
-                expect: (200, 200)
+                expect: StatusRange::exact(200)
             }
         );
         let e = err(&app("{ path = \"/up\", tcp = true }"));
@@ -2324,10 +2327,7 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         let e = err(&format!("{MINIMAL}health = {{ interval = \"1s\" }}\n"));
         check(&e, 4, "balancer[0].health", "tcp = true");
         let c = ok(&format!("{MINIMAL}health = {{ tcp = true }}\n"));
-        assert_eq!(
-            c.balancers[0].health.as_ref().unwrap().kind,
-            HealthCheckKind::Tcp
-        );
+        assert_eq!(c.balancers[0].health.as_ref().unwrap().kind, CheckKind::Tcp);
     }
 
     #[test]

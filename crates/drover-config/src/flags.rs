@@ -322,9 +322,9 @@ fn app() -> model::AppConfig {
     model::AppConfig::new("", Vec::new())
 }
 
-/// The health check an app gets when it names only a path.
-fn health() -> model::HealthCheckConfig {
-    model::HealthCheckConfig::default_for_app()
+/// A health check with every setting at its default.
+fn health() -> model::HealthCheck {
+    model::HealthCheck::default()
 }
 
 /// Flags that cannot run as given; the message names the flag.
@@ -455,13 +455,13 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         body_min_rate: a.body_min_rate,
     };
     if a.health_tcp || a.health_path.is_some() {
-        b.health = Some(crate::HealthCheckConfig {
+        b.health = Some(model::HealthCheck {
             kind: match &a.health_path {
-                Some(path) => crate::HealthCheckKind::Http {
+                Some(path) => model::CheckKind::Http {
                     path: path.clone(),
-                    expect: model::DEFAULT_EXPECT,
+                    expect: model::StatusRange::default(),
                 },
-                None => crate::HealthCheckKind::Tcp,
+                None => model::CheckKind::Tcp,
             },
             interval: a.health_interval,
             timeout: a.health_timeout,
@@ -524,12 +524,12 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         }
         model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
-                app.health = Some(model::HealthCheckConfig {
-                    kind: model::HealthCheckKind::Http {
+                app.health = Some(model::HealthCheck {
+                    kind: model::CheckKind::Http {
                         path: path.clone(),
-                        expect: model::DEFAULT_EXPECT,
+                        expect: model::StatusRange::default(),
                     },
-                    ..model::HealthCheckConfig::default_for_app()
+                    ..health()
                 });
             }
             let mut balancer = model::BalancerConfig::new(
@@ -664,16 +664,10 @@ mod tests {
                 library.mode
             )
         );
-        let check = crate::plan::health_check(&model::HealthCheckConfig::default_for_app());
-        let library = drover_registry::HealthCheck::default();
-        assert_eq!(
-            (check.interval, check.timeout, check.rise, check.fall),
-            (
-                library.interval,
-                library.timeout,
-                library.rise,
-                library.fall
-            )
-        );
+        let r = Run::try_parse_from(["run", "--health-path", "/health", "--", "x"])
+            .unwrap()
+            .args;
+        let check = run_config(&r).unwrap().config.apps[0].health.clone();
+        assert_eq!(check, Some(drover_registry::HealthCheck::http("/health")));
     }
 }

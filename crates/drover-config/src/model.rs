@@ -72,7 +72,7 @@ pub struct AppConfig {
     /// How a worker is probed once its port accepts; `None` (default): the open port is
     /// enough, since drover runs programs that may not serve any health route. A
     /// `health` table without `path` checks `/health`.
-    pub health: Option<HealthCheckConfig>,
+    pub health: Option<HealthCheck>,
     /// How long a new worker may take to pass its first health check; default 30s.
     pub ready_timeout: Duration,
     /// Grace period between SIGTERM and SIGKILL when stopping a worker; default 10s.
@@ -129,34 +129,9 @@ impl Workers {
     }
 }
 
-/// An active health check, for an app's workers or a balancer's backends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthCheckConfig {
-    /// What a probe does.
-    pub kind: HealthCheckKind,
-    /// Time between probes of one endpoint; default 2s.
-    pub interval: Duration,
-    /// How long one probe may take before it counts as failed; default 1s.
-    pub timeout: Duration,
-    /// Consecutive passes that mark an endpoint healthy; default 2.
-    pub rise: u32,
-    /// Consecutive failures that mark an endpoint unhealthy; default 3.
-    pub fall: u32,
-}
-
-/// The probe an active health check performs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HealthCheckKind {
-    /// `GET path`; passes when the status is within `expect` (inclusive).
-    Http {
-        /// Request path, starting with `/`.
-        path: String,
-        /// Inclusive range of passing status codes; default `(200, 399)`.
-        expect: (u16, u16),
-    },
-    /// Passes when a TCP connection is accepted.
-    Tcp,
-}
+/// `health`: an active health check, for an app's workers or a balancer's backends.
+/// The checker's own settings, so each field and default has one definition.
+pub use drover_registry::{CheckKind, HealthCheck, StatusRange};
 
 /// `[[balancer]]`: one listener and the pool it spreads requests over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +156,7 @@ pub struct BalancerConfig {
     /// Per-phase timeouts.
     pub timeouts: TimeoutConfig,
     /// Active health checking of backends; `None` = off (passive checks still apply).
-    pub health: Option<HealthCheckConfig>,
+    pub health: Option<HealthCheck>,
     /// Passive health: ejection of endpoints that keep failing.
     pub passive: PassiveConfig,
     /// Ramp-up period for an endpoint that just became healthy, `ZERO` = off; default 10s.
@@ -246,24 +221,6 @@ impl AppConfig {
             max_memory: None,
             mode: spec.mode,
             listen: None,
-        }
-    }
-}
-
-impl HealthCheckConfig {
-    /// The check an app gets when it says nothing: `GET /health` expecting 2xx/3xx.
-    pub fn default_for_app() -> Self {
-        // The checker's own timing: one definition of each.
-        let d = drover_registry::HealthCheck::default();
-        HealthCheckConfig {
-            kind: HealthCheckKind::Http {
-                path: "/health".to_string(),
-                expect: DEFAULT_EXPECT,
-            },
-            interval: d.interval,
-            timeout: d.timeout,
-            rise: d.rise,
-            fall: d.fall,
         }
     }
 }
@@ -412,7 +369,6 @@ pub const SLOW_START: Duration = Duration::from_secs(10);
 /// How long in-flight requests may take to finish on shutdown or reload.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
-pub(crate) const DEFAULT_EXPECT: (u16, u16) = (200, 399);
 
 /// When a balancer hands client connections to the workers of the apps behind it, by
 /// their modes: "handoff" always, "auto" while requests cost alike, else never. Never

@@ -4,7 +4,7 @@
 use crate::model::{self as config, BackendRef};
 use drover_balance::Strategy;
 use drover_proxy::{Limits, ProxyOptions, QueueOptions, Timeouts};
-use drover_registry::{CheckKind, HealthCheck, PassivePolicy, PoolOptions, StatusRange};
+use drover_registry::{HealthCheck, PassivePolicy, PoolOptions};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -81,7 +81,7 @@ impl BalancerPlan {
                 BackendRef::Etcd(prefix) => etcd = Some(prefix.clone()),
             }
         }
-        let health = b.health.as_ref().map(health_check);
+        let health = b.health.clone();
         if let Some(h) = &health {
             h.validate().map_err(|source| PlanError::Health {
                 balancer: b.name.clone(),
@@ -153,23 +153,6 @@ impl BalancerPlan {
     }
 }
 
-/// A config health check as the registry runs it.
-pub fn health_check(h: &config::HealthCheckConfig) -> HealthCheck {
-    HealthCheck {
-        kind: match &h.kind {
-            config::HealthCheckKind::Http { path, expect } => CheckKind::Http {
-                path: path.clone(),
-                expect: StatusRange::new(expect.0, expect.1),
-            },
-            config::HealthCheckKind::Tcp => CheckKind::Tcp,
-        },
-        interval: h.interval,
-        timeout: h.timeout,
-        rise: h.rise,
-        fall: h.fall,
-    }
-}
-
 /// One serving thread per core, as nginx's `worker_processes auto`.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -181,7 +164,7 @@ pub fn app_spec(a: &config::AppConfig) -> drover_supervisor::AppSpec {
     spec.workers = a.workers.resolve();
     spec.cwd = a.cwd.clone();
     spec.env = a.env.clone();
-    spec.health = a.health.as_ref().map(health_check);
+    spec.health = a.health.clone();
     spec.ready_timeout = a.ready_timeout;
     spec.stop_timeout = a.stop_timeout;
     spec.drain_timeout = a.drain_timeout;

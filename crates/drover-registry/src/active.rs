@@ -34,10 +34,15 @@ use tokio::time::MissedTickBehavior;
 /// timeout, 2 passes to rise, 3 failures to fall.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
+    /// What a probe does.
     pub kind: CheckKind,
+    /// Time between probes of one endpoint; default 2s.
     pub interval: Duration,
+    /// How long one probe may take before it counts as failed; default 1s.
     pub timeout: Duration,
+    /// Consecutive passes that mark an endpoint healthy; default 2.
     pub rise: u32,
+    /// Consecutive failures that mark an endpoint unhealthy; default 3.
     pub fall: u32,
 }
 

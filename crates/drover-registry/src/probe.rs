@@ -14,7 +14,12 @@ use tokio::net::TcpStream;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckKind {
     /// `GET path`; up when the status is in `expect`.
-    Http { path: String, expect: StatusRange },
+    Http {
+        /// Request path, starting with `/`.
+        path: String,
+        /// Passing status codes; default 2xx and 3xx (`StatusRange::SUCCESS`).
+        expect: StatusRange,
+    },
     /// Up when a TCP connection opens.
     Tcp,
 }
