@@ -503,7 +503,11 @@ impl<'de> Deserialize<'de> for ConnLimit {
     }
 }
 
-impl<'de> Deserialize<'de> for Workers {
+/// `workers = N` or `workers = "auto"`.
+#[derive(Debug, Clone, Copy)]
+struct WorkerCount(Workers);
+
+impl<'de> Deserialize<'de> for WorkerCount {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl Visitor<'_> for V {
@@ -529,7 +533,7 @@ impl<'de> Deserialize<'de> for Workers {
                 }
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V).map(WorkerCount)
     }
 }
 
@@ -783,7 +787,7 @@ struct RawAdmin {
 struct RawApp {
     name: Spanned<String>,
     command: Spanned<Vec<String>>,
-    workers: Option<Workers>,
+    workers: Option<WorkerCount>,
     cwd: Option<PathBuf>,
     env: Option<Spanned<BTreeMap<String, String>>>,
     health: Option<Spanned<RawHealth>>,
@@ -1284,7 +1288,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
     Ok(AppConfig {
         name: raw.name.into_inner(),
         command,
-        workers: raw.workers.unwrap_or(defaults.workers),
+        workers: raw.workers.map_or(defaults.workers, |w| w.0),
         cwd: raw.cwd,
         env,
         health,

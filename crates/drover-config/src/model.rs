@@ -7,9 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use drover_supervisor::MAX_WORKERS;
-
-pub use drover_supervisor::Mode;
+pub use drover_supervisor::{Mode, Workers};
 
 pub use drover_balance::Strategy;
 
@@ -91,42 +89,6 @@ pub struct AppConfig {
     pub mode: Mode,
     /// Shared mode only, and required there: the address the workers serve clients on.
     pub listen: Option<SocketAddr>,
-}
-
-/// How many worker processes an app runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workers {
-    /// `workers = "auto"`: one per available CPU.
-    Auto,
-    /// `workers = N`, with N in 1..=MAX_WORKERS (1024).
-    Count(usize),
-}
-
-impl std::str::FromStr for Workers {
-    type Err = String;
-
-    /// `auto` or a count in 1..=MAX_WORKERS, as on the command line (`drover run -w 4`).
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "auto" {
-            return Ok(Workers::Auto);
-        }
-        match s.parse::<usize>() {
-            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
-            _ => Err(format!(
-                "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
-            )),
-        }
-    }
-}
-
-impl Workers {
-    /// The concrete number of workers to run on this machine.
-    pub fn resolve(self) -> usize {
-        match self {
-            Workers::Count(n) => n,
-            Workers::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        }
-    }
 }
 
 /// `health`: an active health check, for an app's workers or a balancer's backends.
@@ -211,7 +173,7 @@ impl AppConfig {
         AppConfig {
             name: name.into(),
             command,
-            workers: Workers::Count(spec.workers),
+            workers: spec.workers,
             cwd: None,
             env: BTreeMap::new(),
             health: None,

@@ -161,7 +161,7 @@ pub fn default_threads() -> usize {
 /// The supervisor's spec for an `[[app]]`.
 pub fn app_spec(a: &config::AppConfig) -> drover_supervisor::AppSpec {
     let mut spec = drover_supervisor::AppSpec::new(a.name.clone(), a.command.clone());
-    spec.workers = a.workers.resolve();
+    spec.workers = a.workers;
     spec.cwd = a.cwd.clone();
     spec.env = a.env.clone();
     spec.health = a.health.clone();

@@ -11,12 +11,12 @@
 //! ```no_run
 //! # async fn demo() {
 //! use drover_registry::{Pool, PoolOptions};
-//! use drover_supervisor::{AppSpec, Supervisor};
+//! use drover_supervisor::{AppSpec, Supervisor, Workers};
 //! use std::sync::Arc;
 //!
 //! let pool = Arc::new(Pool::new("pi", &[], PoolOptions::default()));
 //! let mut spec = AppSpec::new("pi", vec!["node".into(), "examples/pi-server.js".into()]);
-//! spec.workers = 2;
+//! spec.workers = Workers::Count(2);
 //! let sup = Supervisor::start(spec, Arc::clone(&pool)).unwrap();
 //! sup.wait_ready(std::time::Duration::from_secs(10)).await;
 //! // ... a balancer serves from `pool` ...
@@ -44,7 +44,7 @@ pub use health::NotReady;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
 pub use spec::{
     check_workers, command_uses_port, command_with_port, AppSpec, Backoff, BackoffError, Mode,
-    ParseModeError, ProgramError, SpecError, MAX_WORKERS, PORT_PLACEHOLDER,
+    ParseModeError, ProgramError, SpecError, Workers, MAX_WORKERS, PORT_PLACEHOLDER,
 };
 pub use status::{WorkerState, WorkerStatus};
 pub use steer::SharedListener;

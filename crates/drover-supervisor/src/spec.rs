@@ -21,6 +21,42 @@ pub fn check_workers(workers: usize) -> Result<(), SpecError> {
     }
 }
 
+/// How many worker processes an app runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// `workers = "auto"`: one per available CPU.
+    Auto,
+    /// `workers = N`, with N in 1..=MAX_WORKERS (1024).
+    Count(usize),
+}
+
+impl std::str::FromStr for Workers {
+    type Err = String;
+
+    /// `auto` or a count in 1..=MAX_WORKERS, as on the command line (`drover run -w 4`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(Workers::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
+            _ => Err(format!(
+                "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
+            )),
+        }
+    }
+}
+
+impl Workers {
+    /// The concrete number of workers to run on this machine.
+    pub fn resolve(self) -> usize {
+        match self {
+            Workers::Count(n) => n,
+            Workers::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
 /// The text that, anywhere inside one of a command's arguments, becomes the worker's
 /// port at every start (`["python3", "-m", "http.server", "{port}"]`), for programs
 /// that take their port as a flag rather than from `PORT`.
@@ -123,7 +159,9 @@ pub struct AppSpec {
     /// In proxy mode, each `{port}` in an argument becomes the worker's port (see
     /// [`PORT_PLACEHOLDER`]).
     pub command: Vec<String>,
-    pub workers: usize,
+    /// How many worker processes to run; default `Workers::Count(1)`. A running
+    /// supervisor's spec holds the count `Auto` resolved to when it was applied.
+    pub workers: Workers,
     /// Working directory; drover's own when `None`.
     pub cwd: Option<PathBuf>,
     /// Extra environment on top of drover's. `PORT`, `DROVER_WORKER_ID` and `DROVER_APP`
@@ -228,7 +266,7 @@ impl AppSpec {
         AppSpec {
             name: name.into(),
             command,
-            workers: 1,
+            workers: Workers::Count(1),
             cwd: None,
             env: BTreeMap::new(),
             health: None,
@@ -244,6 +282,13 @@ impl AppSpec {
         }
     }
 
+    /// This spec with `workers` as the count it means on this machine: what a
+    /// supervisor keeps, since its slots are a number and a reload compares numbers.
+    pub(crate) fn resolved(mut self) -> AppSpec {
+        self.workers = Workers::Count(self.workers.resolve());
+        self
+    }
+
     /// Rejects settings that cannot work, naming the field, for the config layer.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.name.is_empty() || self.name.contains(['/', ' ', '\n']) {
@@ -254,7 +299,7 @@ impl AppSpec {
         if self.command.first().is_none_or(|p| p.is_empty()) {
             return Err(SpecError::NoProgram);
         }
-        check_workers(self.workers)?;
+        check_workers(self.workers.resolve())?;
         if self.ready_timeout.is_zero() {
             return Err(SpecError::ZeroReadyTimeout);
         }
@@ -576,7 +621,7 @@ mod tests {
             "command must name a program"
         );
         let zero = AppSpec {
-            workers: 0,
+            workers: Workers::Count(0),
             ..ok.clone()
         };
         assert_eq!(

@@ -125,6 +125,7 @@ impl Supervisor {
         sink: LineSink,
         steer: Option<Steering>,
     ) -> Result<Supervisor, SupervisorError> {
+        let spec = spec.resolved();
         spec.validate()
             .map_err(|source| SupervisorError::InvalidSpec {
                 app: spec.name.clone(),
@@ -136,7 +137,7 @@ impl Supervisor {
                 app: spec.name.clone(),
                 source,
             })?;
-        let workers = spec.workers;
+        let workers = spec.workers.resolve();
         let steering = steer.is_some();
         let shared = Arc::new(AppState::new(spec, pool, sink, steer));
         if steering {
@@ -351,6 +352,7 @@ impl Supervisor {
         let previous = self.shared.current().0;
         let next = match spec {
             Some(spec) => {
+                let spec = spec.resolved();
                 spec.validate()
                     .map_err(SupervisorError::InvalidReloadSpec)?;
                 // A new command that cannot start fails the reload before any worker
@@ -374,7 +376,7 @@ impl Supervisor {
                 if spec.workers != previous.workers {
                     return Err(SupervisorError::WorkersChanged {
                         app: previous.name.clone(),
-                        workers: previous.workers,
+                        workers: previous.workers.resolve(),
                     });
                 }
                 Arc::new(spec)

@@ -14,7 +14,7 @@ use crate::health;
 use crate::memory;
 use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
-use crate::spec::AppSpec;
+use crate::spec::{AppSpec, Workers};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SlotState, Steering, RESCUE_AFTER};
 use drover_registry::{Pool, Source, TakesConnections};
@@ -226,7 +226,11 @@ impl AppState {
     ) -> AppState {
         AppState {
             app: Arc::from(spec.name.as_str()),
-            slots: Mutex::new((0..spec.workers).map(|_| WorkerSlot::new()).collect()),
+            slots: Mutex::new(
+                (0..spec.workers.resolve())
+                    .map(|_| WorkerSlot::new())
+                    .collect(),
+            ),
             pool,
             sink,
             steer,
@@ -312,7 +316,7 @@ impl AppState {
     pub(crate) fn set_workers(&self, workers: usize) {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         let mut spec = (*cur.0).clone();
-        spec.workers = workers;
+        spec.workers = Workers::Count(workers);
         cur.0 = Arc::new(spec);
     }
 

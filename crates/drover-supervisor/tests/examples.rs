@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use drover_supervisor::{AppSpec, Supervisor};
+use drover_supervisor::{AppSpec, Supervisor, Workers};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ fn example(file: &str) -> String {
 async fn serves_and_drains(program: &str, file: &str) {
     let name = file.replace('.', "-");
     let mut spec = AppSpec::new(&name, vec![program.into(), example(file)]);
-    spec.workers = 2;
+    spec.workers = Workers::Count(2);
     spec.ready_timeout = Duration::from_secs(10);
     // Long, so a quick shutdown proves the server exited on SIGTERM, not SIGKILL.
     spec.stop_timeout = Duration::from_secs(10);

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use drover_supervisor::{
     AppSpec, Mode, ReplaceError, RestartReason, SharedListener, SpecError, Supervisor,
-    SupervisorError, Undone, WorkerState,
+    SupervisorError, Undone, WorkerState, Workers,
 };
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -194,7 +194,7 @@ async fn a_replacement_that_never_gets_ready_leaves_the_old_workers_serving() {
 
     // Bad specs are refused before anything starts.
     let mut more = spec.clone();
-    more.workers = 3;
+    more.workers = Workers::Count(3);
     let err = sup.reload(Some(more)).await.unwrap_err();
     assert!(
         matches!(err, SupervisorError::WorkersChanged { workers: 2, .. }),
@@ -395,7 +395,7 @@ async fn scaling_up_to_workers_that_never_get_ready_changes_nothing() {
         "{err}"
     );
     assert_eq!(pids(&sup), before);
-    assert_eq!(sup.spec().workers, 1);
+    assert_eq!(sup.spec().workers, Workers::Count(1));
     assert_eq!(pool_addrs(&pool).len(), 1);
 
     let err = sup.scale(0).await.unwrap_err();

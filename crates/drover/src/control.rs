@@ -10,7 +10,9 @@ use drover_config::plan::BalancerPlan;
 use drover_config::{self as config, BalancerConfig, Config};
 use drover_metrics::BalancerSnapshot;
 use drover_registry::Pool;
-use drover_supervisor::{signal_name, RestartRecord, Supervisor, SupervisorError, WorkerStatus};
+use drover_supervisor::{
+    signal_name, RestartRecord, Supervisor, SupervisorError, WorkerStatus, Workers,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -417,11 +419,11 @@ async fn apply(sup: &Supervisor, spec: Option<drover_supervisor::AppSpec>) -> Re
         return sup.reload(None).await.map_err(|e| e.to_string());
     };
     let previous = sup.spec();
-    let (want, have) = (spec.workers, previous.workers);
+    let (want, have) = (spec.workers.resolve(), previous.workers.resolve());
     if want < have {
         sup.scale(want).await.map_err(|e| e.to_string())?;
     }
-    spec.workers = want.min(have);
+    spec.workers = Workers::Count(want.min(have));
     if let Err(e) = sup.reload(Some(spec)).await {
         if want < have {
             return Err(match sup.scale(have).await {

@@ -156,7 +156,7 @@ pub(crate) async fn run_config(
     }
     let mut apps = Vec::new();
     for spec in specs {
-        let (name, workers) = (spec.name.clone(), spec.workers);
+        let (name, workers) = (spec.name.clone(), spec.workers.resolve());
         let started = match shared_sockets.remove(&name) {
             Some(socket) => {
                 let addr = socket.local_addr();

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use drover_registry::{Pool, PoolOptions};
-use drover_supervisor::{AppSpec, Backoff, LineSink, LogLine, Stream};
+use drover_supervisor::{AppSpec, Backoff, LineSink, LogLine, Stream, Workers};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,7 +37,7 @@ pub fn python_app(name: &str, workers: usize) -> AppSpec {
         name,
         vec!["python3".into(), script.to_string_lossy().into_owned()],
     );
-    spec.workers = workers;
+    spec.workers = Workers::Count(workers);
     spec.ready_timeout = Duration::from_secs(10);
     spec.stop_timeout = Duration::from_secs(2);
     spec.restart = fast_backoff();
