@@ -929,11 +929,11 @@ impl RawConfig {
                 origin(l.span(), format!("app[{i}].listen"));
             }
             let app = validate_app(raw.into_inner(), i, ctx)?;
-            if !app_names.insert(app.name.clone()) {
+            if !app_names.insert(app.spec.name.clone()) {
                 return Err(ctx.at(
                     name_span,
                     format!("app[{i}].name"),
-                    format!("duplicate app name {:?}", app.name),
+                    format!("duplicate app name {:?}", app.spec.name),
                 ));
             }
             apps.push(app);
@@ -967,8 +967,8 @@ impl RawConfig {
         }
         let shared_apps: HashSet<&str> = apps
             .iter()
-            .filter(|a| a.mode == Mode::Shared)
-            .map(|a| a.name.as_str())
+            .filter(|a| a.spec.mode == Mode::Shared)
+            .map(|a| a.spec.name.as_str())
             .collect();
         let mut behind: BTreeMap<String, usize> = BTreeMap::new();
         for (i, raw) in self.balancer.into_iter().enumerate() {
@@ -1021,24 +1021,24 @@ impl RawConfig {
             listens.push((b.listen, format!("balancer[{i}].listen")));
             let mut b = b;
             let app = b.backends.iter().find_map(|r| match r {
-                BackendRef::App(name) => apps.iter().find(|a| &a.name == name),
+                BackendRef::App(name) => apps.iter().find(|a| &a.spec.name == name),
                 _ => None,
             });
             let beside_others = b.backends.len() > 1;
             if let Some(app) = app {
-                if app.mode == Mode::Handoff && beside_others {
+                if app.spec.mode == Mode::Handoff && beside_others {
                     return Err(ctx.at(
                         backends_span,
                         format!("balancer[{i}].backends"),
-                        format!("app {:?} runs in handoff mode: its workers take the connections themselves, and the other backends beside it would get none; use mode = \"auto\" or \"proxy\"", app.name),
+                        format!("app {:?} runs in handoff mode: its workers take the connections themselves, and the other backends beside it would get none; use mode = \"auto\" or \"proxy\"", app.spec.name),
                     ));
                 }
-                behind.insert(app.name.clone(), i);
+                behind.insert(app.spec.name.clone(), i);
             }
             // A connection handed to a worker stays there: beside other backends the
             // balancer places every request itself, so they get their share.
             let modes: Vec<Mode> = match app {
-                Some(app) if !beside_others => vec![app.mode],
+                Some(app) if !beside_others => vec![app.spec.mode],
                 _ => Vec::new(),
             };
             b.handoff = crate::model::handoff_for(&modes, b.strategy);
@@ -1284,19 +1284,20 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         Some(m) => Some(m.get_ref().0),
         None => None,
     };
-    let defaults = AppConfig::new(String::new(), Vec::new());
+    let defaults = AppSpec::new(raw.name.into_inner(), command);
     Ok(AppConfig {
-        name: raw.name.into_inner(),
-        command,
-        workers: raw.workers.map_or(defaults.workers, |w| w.0),
-        cwd: raw.cwd,
-        env,
-        health,
-        ready_timeout: raw.ready_timeout.map_or(defaults.ready_timeout, |d| d.0),
-        stop_timeout: raw.stop_timeout.map_or(defaults.stop_timeout, |d| d.0),
-        drain_timeout: raw.drain_timeout.map_or(defaults.drain_timeout, |d| d.0),
-        max_memory,
-        mode,
+        spec: AppSpec {
+            workers: raw.workers.map_or(defaults.workers, |w| w.0),
+            cwd: raw.cwd,
+            env,
+            health,
+            ready_timeout: raw.ready_timeout.map_or(defaults.ready_timeout, |d| d.0),
+            stop_timeout: raw.stop_timeout.map_or(defaults.stop_timeout, |d| d.0),
+            drain_timeout: raw.drain_timeout.map_or(defaults.drain_timeout, |d| d.0),
+            max_memory,
+            mode,
+            ..defaults
+        },
         listen,
     })
 }
@@ -1698,7 +1699,7 @@ timeouts = { connect = "5s", request = "30s", idle = "60s" }
         assert_eq!(admin.listen, addr("127.0.0.1:9900"));
         assert_eq!(admin.token, None);
         assert_eq!(c.apps.len(), 1);
-        let app = &c.apps[0];
+        let app = &c.apps[0].spec;
         assert_eq!(app.name, "pi");
         assert_eq!(app.command, ["node", "examples/pi-server.js"]);
         assert_eq!(app.workers, Workers::Auto);
@@ -1793,7 +1794,7 @@ backends = ["127.0.0.1:9003"]
 sticky = { cookie = "sid" }
 "#);
         assert_eq!(c.admin.as_ref().unwrap().token.as_deref(), Some("s3cret"));
-        let app = &c.apps[0];
+        let app = &c.apps[0].spec;
         assert_eq!(app.workers, Workers::Count(4));
         assert_eq!(app.cwd.as_deref(), Some(Path::new("/srv/api")));
         assert_eq!(app.env.get("A.B").map(String::as_str), Some("c"));
@@ -2298,7 +2299,7 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         let app = |h: &str| format!("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nhealth = {h}\n");
         let c = ok(&app("{ expect = 204 }"));
         assert_eq!(
-            c.apps[0].health.as_ref().unwrap().kind,
+            c.apps[0].spec.health.as_ref().unwrap().kind,
             CheckKind::Http {
                 path: "/health".into(),
                 expect: StatusRange::exact(204)
@@ -2306,7 +2307,7 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         );
         let c = ok(&app("{ path = \"/up\", expect = \"200\" }"));
         assert_eq!(
-            c.apps[0].health.as_ref().unwrap().kind,
+            c.apps[0].spec.health.as_ref().unwrap().kind,
             CheckKind::Http {
                 path: "/up".into(),
                 expect: StatusRange::exact(200)
@@ -2435,10 +2436,10 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
     fn shared_mode_apps_are_checked() {
         let app = |extra: &str| format!("[[app]]\nname = \"web\"\ncommand = [\"node\"]\n{extra}");
         let c = ok(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\nmax_memory = \"512M\"\ndrain_timeout = \"5s\"\n"));
-        assert_eq!(c.apps[0].mode, Mode::Shared);
+        assert_eq!(c.apps[0].spec.mode, Mode::Shared);
         assert_eq!(c.apps[0].listen, Some(addr("127.0.0.1:8000")));
-        assert_eq!(c.apps[0].max_memory, Some(512 << 20));
-        assert_eq!(c.apps[0].drain_timeout, Duration::from_secs(5));
+        assert_eq!(c.apps[0].spec.max_memory, Some(512 << 20));
+        assert_eq!(c.apps[0].spec.drain_timeout, Duration::from_secs(5));
         check(
             &err(&app("mode = \"shared\"\n")),
             4,
@@ -2478,7 +2479,7 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         );
         // In proxy mode it is what `{port}` is for.
         let c = ok(&port_app(""));
-        assert_eq!(c.apps[0].command[1], "--bind=127.0.0.1:{port}");
+        assert_eq!(c.apps[0].spec.command[1], "--bind=127.0.0.1:{port}");
         check(
             &err(&app("max_memory = \"12X\"\n")),
             4,

@@ -318,8 +318,8 @@ fn balancer() -> model::BalancerConfig {
 }
 
 /// An app with every setting at its default.
-fn app() -> model::AppConfig {
-    model::AppConfig::new("", Vec::new())
+fn app() -> model::AppSpec {
+    model::AppSpec::new("", Vec::new())
 }
 
 /// A health check with every setting at its default.
@@ -493,10 +493,10 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, FlagError> {
 
 fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     let mut app = model::AppConfig::new("app", args.command.clone());
-    app.workers = args.workers;
-    app.mode = args.mode;
-    app.max_memory = args.max_memory;
-    app.drain_timeout = args.drain_timeout;
+    app.spec.workers = args.workers;
+    app.spec.mode = args.mode;
+    app.spec.max_memory = args.max_memory;
+    app.spec.drain_timeout = args.drain_timeout;
     let mut balancers = Vec::new();
     match args.mode {
         model::Mode::Shared => {
@@ -524,7 +524,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         }
         model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
-                app.health = Some(model::HealthCheck {
+                app.spec.health = Some(model::HealthCheck {
                     kind: model::CheckKind::Http {
                         path: path.clone(),
                         expect: model::StatusRange::default(),
@@ -646,28 +646,20 @@ mod tests {
             ..drover_registry::PassivePolicy::default()
         };
         assert_eq!(plan.pool.passive, passive);
-        let spec = crate::plan::app_spec(&model::AppConfig::new("app", vec!["x".into()]));
-        let library = drover_supervisor::AppSpec::new("app", vec!["x".into()]);
+        // `drover run`'s app, and so the file's, is the library's spec, but for
+        // `-w auto`.
+        let library = drover_supervisor::AppSpec::new("app", vec!["node".into(), "app.js".into()]);
         assert_eq!(
-            (
-                spec.workers,
-                spec.ready_timeout,
-                spec.stop_timeout,
-                spec.drain_timeout,
-                spec.mode
-            ),
-            (
-                library.workers,
-                library.ready_timeout,
-                library.stop_timeout,
-                library.drain_timeout,
-                library.mode
-            )
+            run.apps[0].spec,
+            drover_supervisor::AppSpec {
+                workers: model::Workers::Auto,
+                ..library
+            }
         );
         let r = Run::try_parse_from(["run", "--health-path", "/health", "--", "x"])
             .unwrap()
             .args;
-        let check = run_config(&r).unwrap().config.apps[0].health.clone();
+        let check = run_config(&r).unwrap().config.apps[0].spec.health.clone();
         assert_eq!(check, Some(drover_registry::HealthCheck::http("/health")));
     }
 }

@@ -3,7 +3,8 @@
 //! - [`model`]: [`Config`] and its parts, every default defined once.
 //! - [`file`]: a drover.toml, loaded and validated (errors name the file, line and key).
 //! - [`flags`]: `drover run` and `drover proxy` flags (clap), filling the same model.
-//! - [`plan`]: a validated balancer or app turned into the parts that run it.
+//! - [`plan`]: a validated balancer turned into the parts that run it. An app needs no
+//!   such step: its model holds the supervisor's own spec.
 //! - [`exposure`]: who may reach the admin API ([`check_exposure`]), the rule the file,
 //!   the flags and the admin server all apply.
 //!

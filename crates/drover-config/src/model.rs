@@ -1,13 +1,11 @@
 //! The validated configuration: what a drover.toml or the flags describe, with every
 //! default filled in.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
-pub use drover_supervisor::{Mode, Workers};
+pub use drover_supervisor::{AppSpec, Mode, Workers};
 
 pub use drover_balance::Strategy;
 
@@ -16,7 +14,7 @@ pub use drover_balance::Strategy;
 // ---------------------------------------------------------------------------------------
 
 /// A complete, validated configuration file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The admin/control endpoint (`[admin]`); `None` when the table is absent.
     pub admin: Option<AdminConfig>,
@@ -55,39 +53,13 @@ pub struct AdminConfig {
 }
 
 /// `[[app]]`: a command drover starts, health-checks and restarts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AppConfig {
-    /// Unique name matching `[a-z0-9_-]+`; balancers refer to it as `app:NAME`.
-    pub name: String,
-    /// Program and arguments; never empty, and the program is never an empty string.
-    pub command: Vec<String>,
-    /// How many worker processes to run; default `Workers::Count(1)`.
-    pub workers: Workers,
-    /// Working directory for the workers; `None` means drover's own.
-    pub cwd: Option<PathBuf>,
-    /// Extra environment variables, on top of drover's environment.
-    pub env: BTreeMap<String, String>,
-    /// How a worker is probed once its port accepts; `None` (default): the open port is
-    /// enough, since drover runs programs that may not serve any health route. A
-    /// `health` table without `path` checks `/health`.
-    pub health: Option<HealthCheck>,
-    /// How long a new worker may take to pass its first health check; default 30s.
-    pub ready_timeout: Duration,
-    /// Grace period between SIGTERM and SIGKILL when stopping a worker; default 10s.
-    pub stop_timeout: Duration,
-    /// On a rolling reload, how long an old worker may take to finish its requests;
-    /// default 30s.
-    pub drain_timeout: Duration,
-    /// Replace a worker (gracefully, like a reload) whose RSS grows past this.
-    pub max_memory: Option<u64>,
-    /// `auto` (default): as `proxy`, and while the app's requests cost alike, the
-    /// balancer hands client connections to Node workers that then serve them directly.
-    /// `proxy`: each worker on its own port behind a balancer that places every request.
-    /// `handoff`: as `proxy`, and the balancer hands every client connection to a Node
-    /// worker that then serves it directly. `shared`: each worker accepts on a socket of its own that
-    /// drover binds at `listen`, and drover places new connections by load.
-    pub mode: Mode,
+    /// What the supervisor runs: every key of the table but `listen`, defaults
+    /// included. Its restart back-off is the supervisor's; no key sets it.
+    pub spec: AppSpec,
     /// Shared mode only, and required there: the address the workers serve clients on.
+    /// drover binds it before any worker starts and gives the supervisor the socket.
     pub listen: Option<SocketAddr>,
 }
 
@@ -168,20 +140,8 @@ impl AppConfig {
     /// An app with every optional setting at its default, for configs built from
     /// command-line flags rather than a file.
     pub fn new(name: impl Into<String>, command: Vec<String>) -> Self {
-        // The supervisor's own defaults: one definition of each.
-        let spec = drover_supervisor::AppSpec::new("", Vec::new());
         AppConfig {
-            name: name.into(),
-            command,
-            workers: spec.workers,
-            cwd: None,
-            env: BTreeMap::new(),
-            health: None,
-            ready_timeout: spec.ready_timeout,
-            stop_timeout: spec.stop_timeout,
-            drain_timeout: spec.drain_timeout,
-            max_memory: None,
-            mode: spec.mode,
+            spec: AppSpec::new(name, command),
             listen: None,
         }
     }

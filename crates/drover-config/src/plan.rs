@@ -1,5 +1,5 @@
-//! A balancer or app to start, whether it came from flags or from a drover.toml: the
-//! validated model turned into the parts that run it.
+//! A balancer to start, whether it came from flags or from a drover.toml: the validated
+//! model turned into the parts that run it.
 
 use crate::model::{self as config, BackendRef};
 use drover_balance::Strategy;
@@ -156,19 +156,4 @@ impl BalancerPlan {
 /// One serving thread per core, as nginx's `worker_processes auto`.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The supervisor's spec for an `[[app]]`.
-pub fn app_spec(a: &config::AppConfig) -> drover_supervisor::AppSpec {
-    let mut spec = drover_supervisor::AppSpec::new(a.name.clone(), a.command.clone());
-    spec.workers = a.workers;
-    spec.cwd = a.cwd.clone();
-    spec.env = a.env.clone();
-    spec.health = a.health.clone();
-    spec.ready_timeout = a.ready_timeout;
-    spec.stop_timeout = a.stop_timeout;
-    spec.drain_timeout = a.drain_timeout;
-    spec.max_memory = a.max_memory;
-    spec.mode = a.mode;
-    spec
 }

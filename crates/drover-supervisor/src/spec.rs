@@ -151,13 +151,17 @@ impl std::error::Error for SpecError {
 }
 
 /// One supervised app: `workers` copies of `command`, each on its own loopback port.
+/// Also the settings of a drover.toml `[[app]]` table and of `drover run`'s flags: each
+/// field, its doc and its default are defined here once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppSpec {
-    /// Names the app in logs, output prefixes (`[name/ID]`) and `DROVER_APP`.
+    /// Names the app in logs, output prefixes (`[name/ID]`) and `DROVER_APP`. A
+    /// drover.toml's is unique and matches `[a-z0-9_-]+`; balancers refer to it as
+    /// `app:NAME`.
     pub name: String,
     /// Program and arguments, run directly (no shell). Wrap in `["sh", "-c", ...]` for one.
     /// In proxy mode, each `{port}` in an argument becomes the worker's port (see
-    /// [`PORT_PLACEHOLDER`]).
+    /// [`PORT_PLACEHOLDER`]). Never empty, and the program is never "" (`validate`).
     pub command: Vec<String>,
     /// How many worker processes to run; default `Workers::Count(1)`. A running
     /// supervisor's spec holds the count `Auto` resolved to when it was applied.
@@ -169,19 +173,24 @@ pub struct AppSpec {
     pub env: BTreeMap<String, String>,
     /// Readiness is "the port accepts TCP", plus one passing probe of this check when set.
     /// Once ready, the check runs every `interval`; `fall` failures in a row restart the
-    /// worker (that is how a hung event loop is caught).
+    /// worker (that is how a hung event loop is caught). `None` by default: the open
+    /// port is enough, since drover runs programs that may not serve any health route
+    /// (a drover.toml `health` table without `path` checks `/health`).
     pub health: Option<HealthCheck>,
     /// How long a fresh worker may take to become ready before it is killed and counted
-    /// as a failed start.
+    /// as a failed start; default 30s.
     pub ready_timeout: Duration,
-    /// Grace between SIGTERM and SIGKILL when drover stops a worker.
+    /// Grace between SIGTERM and SIGKILL when drover stops a worker; default 10s.
     pub stop_timeout: Duration,
     /// During a rolling reload or a memory restart, how long the old worker may take to
-    /// finish its in-flight requests (it gets no new ones) before SIGTERM.
+    /// finish its in-flight requests (it gets no new ones) before SIGTERM; default 30s.
     pub drain_timeout: Duration,
-    /// Replace a worker (gracefully, like a reload) once its RSS exceeds this many bytes.
+    /// Replace a worker (gracefully, like a reload) once its RSS exceeds this many bytes;
+    /// `None` by default.
     pub max_memory: Option<u64>,
+    /// How clients reach the workers; default `Mode::Auto`.
     pub mode: Mode,
+    /// The wait before restarting a worker that crashed.
     pub restart: Backoff,
 }
 

@@ -5,7 +5,6 @@ use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
     RestartRow, Status, WorkerRow,
 };
-use drover_config::plan::app_spec;
 use drover_config::plan::BalancerPlan;
 use drover_config::{self as config, BalancerConfig, Config};
 use drover_metrics::BalancerSnapshot;
@@ -286,8 +285,8 @@ impl Controller {
         // Only what was reloaded is now running: with `only`, the other apps keep their
         // old settings until they are reloaded too.
         for app in &mut running.apps {
-            if only.as_deref().is_none_or(|n| app.name == n) {
-                if let Some(new) = next.apps.iter().find(|a| a.name == app.name) {
+            if only.as_deref().is_none_or(|n| app.spec.name == n) {
+                if let Some(new) = next.apps.iter().find(|a| a.spec.name == app.spec.name) {
                     *app = new.clone();
                 }
             }
@@ -370,9 +369,9 @@ fn specs_from<'a>(
             let cfg = next
                 .apps
                 .iter()
-                .find(|a| a.name == sup.name())
+                .find(|a| a.spec.name == sup.name())
                 .expect("reloadable() checked the app names");
-            (*sup, Some(app_spec(cfg)))
+            (*sup, Some(cfg.spec.clone()))
         })
         .collect()
 }
@@ -451,7 +450,12 @@ fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
     if running.admin != next.admin {
         return Err("the [admin] table changed".into());
     }
-    let names = |c: &Config| c.apps.iter().map(|a| a.name.clone()).collect::<Vec<_>>();
+    let names = |c: &Config| {
+        c.apps
+            .iter()
+            .map(|a| a.spec.name.clone())
+            .collect::<Vec<_>>()
+    };
     if names(running) != names(next) {
         return Err(format!(
             "the apps changed from {:?} to {:?}",
@@ -460,8 +464,8 @@ fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
         ));
     }
     for (old, new) in running.apps.iter().zip(&next.apps) {
-        if old.mode != new.mode || old.listen != new.listen {
-            return Err(format!("app {:?}: mode or listen changed", old.name));
+        if old.spec.mode != new.spec.mode || old.listen != new.listen {
+            return Err(format!("app {:?}: mode or listen changed", old.spec.name));
         }
     }
     Ok(())

@@ -5,7 +5,7 @@ use crate::control::Controller;
 use crate::serve;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
-use drover_config::plan::{app_spec, BalancerPlan};
+use drover_config::plan::BalancerPlan;
 use drover_config::{self as config, Config, Origins};
 use drover_registry::{Pool, PoolOptions};
 use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
@@ -68,15 +68,15 @@ pub(crate) async fn run_config(
         .iter()
         .enumerate()
         .map(|(i, a)| {
-            let spec = app_spec(a);
+            let spec = a.spec.clone();
             spec.validate()
-                .map_err(|e| format!("app {:?}: {e}", a.name))?;
+                .map_err(|e| format!("app {:?}: {e}", a.spec.name))?;
             // A program that cannot start would only restart forever behind a balancer
             // that never gets a worker.
             spec.resolve_program().map_err(|e| {
                 origins.error(
                     &format!("app[{i}].command"),
-                    format!("app {:?}: {e}", a.name),
+                    format!("app {:?}: {e}", a.spec.name),
                 )
             })?;
             Ok(spec)
@@ -91,10 +91,10 @@ pub(crate) async fn run_config(
             let socket = SharedListener::bind(listen).map_err(|e| {
                 origins.error(
                     &format!("app[{i}].listen"),
-                    format!("app {:?}: cannot listen on {listen}: {e}", app.name),
+                    format!("app {:?}: cannot listen on {listen}: {e}", app.spec.name),
                 )
             })?;
-            shared_sockets.insert(app.name.clone(), socket);
+            shared_sockets.insert(app.spec.name.clone(), socket);
         }
     }
     let admin_listener = match &cfg.admin {
