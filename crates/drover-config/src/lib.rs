@@ -5,6 +5,8 @@
 //! - [`flags`]: `drover run` and `drover proxy` flags (clap), filling the same model.
 //! - [`plan`]: a validated balancer turned into the parts that run it. An app needs no
 //!   such step: its model holds the supervisor's own spec.
+//! - [`preflight`]: every balancer planned and each app's spec and program checked, with
+//!   every error at once: what `drover up`, `drover check` and a reload check first.
 //! - [`exposure`]: who may reach the admin API ([`check_exposure`]), the rule the file,
 //!   the flags and the admin server all apply.
 //!
@@ -29,6 +31,7 @@ pub mod file;
 pub mod flags;
 pub mod model;
 pub mod plan;
+pub mod preflight;
 
 pub use exposure::{check_exposure, ExposureError};
 pub use file::{

@@ -23,7 +23,11 @@ pub enum Command {
     /// Balance HTTP/1.1 requests over backends.
     Proxy(Box<ProxyArgs>),
     /// Start every app and balancer a drover.toml describes.
-    Up(UpArgs),
+    Up(ConfigFileArgs),
+    /// Check a drover.toml without starting anything, as `nginx -t` does: the file, its
+    /// values, each app's program, and each listen address (free, or held by the drover
+    /// that runs this file). Exits 0, or 1 with every error on stderr.
+    Check(ConfigFileArgs),
     /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
     Run(Box<RunArgs>),
     /// Talk to a running drover through its admin API: status, reload, scale, members.
@@ -144,8 +148,8 @@ pub enum MembersCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct UpArgs {
-    /// The config to run.
+pub struct ConfigFileArgs {
+    /// The config file.
     #[arg(short, long, value_name = "FILE", default_value = "drover.toml")]
     pub config: PathBuf,
 }

@@ -6,6 +6,7 @@ use drover_admin::{
     RestartRow, Status, WorkerRow,
 };
 use drover_config::plan::BalancerPlan;
+use drover_config::preflight;
 use drover_config::{self as config, BalancerConfig, Config};
 use drover_metrics::BalancerSnapshot;
 use drover_registry::Pool;
@@ -343,10 +344,17 @@ impl Controller {
     }
 }
 
-/// The file at `path` again, checked and checked against what runs.
+/// The file at `path` again, checked as `drover check` checks it (but for the
+/// addresses: those the reload keeps are this drover's own), and against what runs.
 fn read_next(path: &Path, running: &Config) -> Result<Config, ControlError> {
-    let next = config::load(path)
+    let (next, origins) = config::load_with_origins(path)
         .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
+    if let Err(errors) = preflight::prepare(&next, &origins) {
+        return Err(ControlError::Failed(format!(
+            "{}; nothing was reloaded",
+            errors.join("; ")
+        )));
+    }
     reloadable(running, &next).map_err(|e| restart_needed(path, &e))?;
     Ok(next)
 }

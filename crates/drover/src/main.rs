@@ -1,6 +1,7 @@
 //! drover: a load balancer and process supervisor in one binary.
 
 mod balancers;
+mod check;
 mod cli;
 mod control;
 mod ctl;
@@ -20,6 +21,8 @@ fn main() -> ExitCode {
         Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
         Command::Run(args) => control_runtime().and_then(|rt| rt.block_on(up::run_app(&args))),
         Command::Ctl(args) => control_runtime().and_then(|rt| rt.block_on(ctl::ctl(args))),
+        // Exit 1, not 2, on a config that fails the check: the check itself worked.
+        Command::Check(args) => return check::main(&args.config),
         // Its own exit codes (3: an SLO was breached) and error messages.
         Command::Bench(args) => return drover_bench::cli::main_with(&args),
     };

@@ -5,7 +5,7 @@ use crate::control::Controller;
 use crate::serve;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
-use drover_config::plan::BalancerPlan;
+use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
 use drover_registry::{Pool, PoolOptions};
 use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
@@ -57,31 +57,8 @@ pub(crate) async fn run_config(
     source: Option<&Path>,
     admin_mode: Admin,
 ) -> Result<(), String> {
-    let plans = cfg
-        .balancers
-        .iter()
-        .map(BalancerPlan::from_config)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let specs = cfg
-        .apps
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let spec = a.spec.clone();
-            spec.validate()
-                .map_err(|e| format!("app {:?}: {e}", a.spec.name))?;
-            // A program that cannot start would only restart forever behind a balancer
-            // that never gets a worker.
-            spec.resolve_program().map_err(|e| {
-                origins.error(
-                    &format!("app[{i}].command"),
-                    format!("app {:?}: {e}", a.spec.name),
-                )
-            })?;
-            Ok(spec)
-        })
-        .collect::<Result<Vec<_>, String>>()?;
+    let Prepared { plans, specs } =
+        preflight::prepare(&cfg, origins).map_err(|errors| errors.join("\nerror: "))?;
 
     // Every address drover itself binds is taken before anything starts, so a taken
     // port stops the start-up with nothing to undo.

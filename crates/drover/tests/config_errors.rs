@@ -1,7 +1,8 @@
 //! End-to-end config errors: `drover proxy --config FILE` must refuse a bad file with
 //! exit code 2 and an `error: FILE:LINE:COL: KEY: message` line on stderr, before it
-//! binds anything. Finer-grained cases live in the unit tests of `src/config.rs`; these
-//! check that the binary surfaces the loader's errors unchanged.
+//! binds anything, and `drover check -c FILE` must find the same error (exit code 1).
+//! Finer-grained cases live in drover-config's unit tests; these check that the binary
+//! surfaces the loader's errors unchanged.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -69,13 +70,52 @@ fn run_with_config(case: &str, file_name: &str, text: Option<&str>) -> Outcome {
     }
 }
 
-/// Asserts exit code 2 and an error naming `file_name:line` and every one of `needles`.
+/// `drover check -c <dir>/<file_name>` on `text`: what `drover check` says of the same file.
+fn check_config(case: &str, file_name: &str, text: Option<&str>) -> Outcome {
+    let scratch = Scratch::new(&format!("check-{case}"));
+    let path = scratch.0.join(file_name);
+    if let Some(text) = text {
+        std::fs::write(&path, text).expect("write config");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover check");
+    Outcome {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Asserts exit code 2 and an error naming `file_name:line` and every one of `needles`,
+/// and that `drover check` finds the same error (exit code 1).
 #[track_caller]
 fn assert_config_error(case: &str, text: &str, line: usize, needles: &[&str]) {
     let file_name = format!("{case}.toml");
-    let out = run_with_config(case, &file_name, Some(text));
+    let started = run_with_config(case, &file_name, Some(text));
+    assert_eq!(
+        started.code,
+        Some(2),
+        "exit code for {case}; stderr:\n{}",
+        started.stderr
+    );
+    let checked = check_config(case, &file_name, Some(text));
+    assert_eq!(
+        checked.code,
+        Some(1),
+        "drover check's exit code for {case}; stderr:\n{}",
+        checked.stderr
+    );
+    for out in [started, checked] {
+        assert_error_names(case, &file_name, &out, line, needles);
+    }
+}
+
+#[track_caller]
+fn assert_error_names(case: &str, file_name: &str, out: &Outcome, line: usize, needles: &[&str]) {
     let stderr = &out.stderr;
-    assert_eq!(out.code, Some(2), "exit code for {case}; stderr:\n{stderr}");
     assert!(stderr.contains("error: "), "{case}: stderr:\n{stderr}");
     let at = format!("{file_name}:{line}:");
     assert!(
@@ -191,9 +231,13 @@ fn retries_out_of_range() {
 fn missing_file_is_a_config_error() {
     let out = run_with_config("missing-file", "does-not-exist.toml", None);
     assert_eq!(out.code, Some(2), "stderr:\n{}", out.stderr);
-    assert!(
-        out.stderr.contains("does-not-exist.toml"),
-        "stderr:\n{}",
-        out.stderr
-    );
+    let checked = check_config("missing-file", "does-not-exist.toml", None);
+    assert_eq!(checked.code, Some(1), "stderr:\n{}", checked.stderr);
+    for out in [out, checked] {
+        assert!(
+            out.stderr.contains("does-not-exist.toml") && out.stderr.contains("cannot read"),
+            "stderr:\n{}",
+            out.stderr
+        );
+    }
 }

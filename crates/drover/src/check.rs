@@ -1,0 +1,133 @@
+//! `drover check`: everything `drover up` would refuse, found without starting anything.
+//!
+//! The file and its values (`drover_config::load_with_origins`), every balancer's plan and
+//! every app's program (`preflight::prepare`, which `up` and a reload run too), then each
+//! address drover would bind. An address in use is fine when the drover that runs this
+//! very file holds it, which its admin API (the file's `[admin] listen`) tells: checking
+//! the file of a running drover before `drover ctl reload` is the common case.
+
+use drover_admin::{Method, Status};
+use drover_config::preflight::{self, ListenAddress, Listener};
+use drover_config::{Config, Origins};
+use std::io::ErrorKind;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long the running drover's admin API may take to say what it holds.
+const STATUS_LIMIT: Duration = Duration::from_secs(5);
+
+/// Prints what was checked and exits 0, or every error and exits 1.
+pub fn main(path: &Path) -> ExitCode {
+    match check(path) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("error: {e}");
+            }
+            eprintln!(
+                "{}: {} error(s); check failed",
+                path.display(),
+                errors.len()
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn check(path: &Path) -> Result<String, Vec<String>> {
+    let (cfg, origins) = drover_config::load_with_origins(path).map_err(|e| vec![e.to_string()])?;
+    if cfg.apps.is_empty() && cfg.balancers.is_empty() {
+        return Err(vec![format!(
+            "{}: nothing to run: no [[app]] or [[balancer]]",
+            path.display()
+        )]);
+    }
+    let mut errors = preflight::prepare(&cfg, &origins).err().unwrap_or_default();
+    let (taken, held) = probe_addresses(&cfg, &origins);
+    errors.extend(taken);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut summary = format!(
+        "{}: ok: {} balancer(s), {} app(s)",
+        path.display(),
+        cfg.balancers.len(),
+        cfg.apps.len()
+    );
+    if held > 0 {
+        summary.push_str(&format!(
+            "; {held} address(es) held by the drover running this file"
+        ));
+    }
+    Ok(summary)
+}
+
+/// Binds each address drover would bind, and lets it go. Returns the errors, and how many
+/// addresses in use the running drover of this file holds.
+fn probe_addresses(cfg: &Config, origins: &Origins) -> (Vec<String>, usize) {
+    let mut errors = Vec::new();
+    let mut held = 0;
+    // Asked once, and only when an address is in use.
+    let mut running: Option<Option<Status>> = None;
+    for a in preflight::listen_addresses(cfg) {
+        let e = match std::net::TcpListener::bind(a.addr) {
+            Ok(_) => continue,
+            Err(e) => e,
+        };
+        if e.kind() == ErrorKind::AddrInUse {
+            let status = running.get_or_insert_with(|| running_status(cfg));
+            if status.as_ref().is_some_and(|s| holds(s, &a)) {
+                held += 1;
+                continue;
+            }
+        }
+        errors.push(origins.error(
+            &a.key,
+            format!("{}: cannot listen on {}: {e}", a.owner, a.addr),
+        ));
+    }
+    (errors, held)
+}
+
+/// The status of the drover at this file's admin address, if one answers there.
+fn running_status(cfg: &Config) -> Option<Status> {
+    let admin = cfg.admin.as_ref()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let reply = rt
+        .block_on(drover_admin::request(
+            admin.listen,
+            admin.token.as_deref(),
+            Method::GET,
+            "/v1/status",
+            None,
+            STATUS_LIMIT,
+        ))
+        .ok()?;
+    if reply.status != 200 {
+        return None;
+    }
+    serde_json::from_str(&reply.body).ok()
+}
+
+/// Whether the running drover `status` holds `a`: its admin API answered (that is the
+/// admin address), a balancer of it listens there, or it runs the shared-mode app.
+fn holds(status: &Status, a: &ListenAddress) -> bool {
+    match &a.owner {
+        Listener::AdminApi => true,
+        Listener::Balancer(_) => {
+            let addr = a.addr.to_string();
+            status.balancers.iter().any(|b| b.listen == addr)
+        }
+        Listener::App(name) => status
+            .apps
+            .iter()
+            .any(|app| &app.name == name && app.mode == "shared"),
+    }
+}
