@@ -23,7 +23,10 @@
 //                   least_conn, HAProxy leastconn); it queues inside that worker
 //   least-work      to the worker whose unanswered requests cost least in all (each at
 //                   its full cost, as drover counts pending work by learned cost): what
-//                   drover's p2c does when no backend is known to be saturated
+//                   drover's p2c does when no backend is known to be saturated, in
+//                   pools of up to three (it scans those in full)
+//   p2c-work        two workers drawn at random, the one with less pending work: drover's
+//                   p2c in larger pools
 //   late-fifo       one queue in the balancer, a worker takes the next request when it is
 //                   idle (late binding with a limit of 1 and a free hop)
 //   late-bypass     the same, but a request joins ahead of queued ones costing over 4x
@@ -208,8 +211,16 @@ function leastBy(load) {
     return best;
   };
 }
+const work = (p) => p.reduce((sum, r) => sum + r.cost, 0);
 const leastConn = leastBy((p) => p.length);
-const leastWork = leastBy((p) => p.reduce((sum, r) => sum + r.cost, 0));
+const leastWork = leastBy(work);
+/** Two distinct workers at random, the one with less pending work (ties: the first). */
+function p2cWork(_i, pending, r) {
+  if (WORKERS < 2) return 0;
+  const a = Math.floor(r() * WORKERS);
+  const b = (a + 1 + Math.floor(r() * (WORKERS - 1))) % WORKERS;
+  return work(pending[b]) < work(pending[a]) ? b : a;
+}
 const costlier = (ahead, q) => ahead.cost > PASS_RATIO * q.cost;
 
 function percentile(sorted, p) {
@@ -221,6 +232,7 @@ const policies = {
   'round-robin': { bind: roundRobin },
   'least-conn': { bind: leastConn },
   'least-work': { bind: leastWork },
+  'p2c-work': { bind: p2cWork },
   'late-fifo': { passes: () => false },
   'late-bypass': { passes: (ahead, q) => costlier(ahead, q) && ahead.passed < MAX_PASSES },
   'late-sjf': { passes: costlier },
