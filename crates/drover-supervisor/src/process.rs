@@ -202,6 +202,12 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     };
     cmd.env("DROVER_WORKER_ID", id.to_string())
         .env("DROVER_APP", &spec.name)
+        // systemd's channel to drover (`Type=notify`, the watchdog) is drover's alone: a
+        // worker that speaks the protocol too would report readiness, or pet the
+        // watchdog, for a drover that may be hung.
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

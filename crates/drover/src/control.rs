@@ -1,6 +1,7 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
 use crate::balancers::{app_of, discovery, static_pool, RunningBalancer, StartError};
+use crate::systemd;
 use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
     RestartRow, Status, WorkerRow,
@@ -77,8 +78,10 @@ impl Controller {
     /// Either all of it applies or none: an invalid file, a change that needs a restart
     /// or an address that cannot be bound changes nothing, and a failed app reload is
     /// rolled back before any balancer changes.
+    /// Under systemd, RELOADING=1 before and READY=1 after, applied or not.
     pub async fn reload(&self, only: Option<String>) -> Result<String, ControlError> {
-        match (&self.source, &only) {
+        systemd::reloading();
+        let outcome = match (&self.source, &only) {
             (Some((path, running)), None) => {
                 // The same order as `reload_apps`: the reload lock, then the config.
                 let _one = self.reloading.lock().await;
@@ -86,7 +89,12 @@ impl Controller {
                 self.reload_file(path, &mut running).await
             }
             _ => self.reload_apps(only).await,
-        }
+        };
+        systemd::reloaded(match &outcome {
+            Ok(_) => "serving; reloaded",
+            Err(_) => "serving; the reload failed, nothing changed",
+        });
+        outcome
     }
 
     async fn reload_file(&self, path: &Path, running: &mut Config) -> Result<String, ControlError> {

@@ -6,6 +6,7 @@ mod cli;
 mod control;
 mod ctl;
 mod serve;
+mod systemd;
 mod up;
 
 use clap::Parser;

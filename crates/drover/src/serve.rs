@@ -1,8 +1,10 @@
 //! Serving until a signal, and stopping cleanly.
 
 use crate::control::Controller;
+use crate::systemd;
 use drover_supervisor::Supervisor;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
@@ -17,10 +19,17 @@ pub async fn serve_until_signal(
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    // Every listener is bound by now; systemd hears READY=1 once the workers serve.
+    let ready = tokio::spawn(systemd::ready_when_serving(apps.clone()));
+    // Petted from this loop, the one that hears signals: if it hangs, systemd restarts
+    // drover. Without a watchdog the timer never fires.
+    let watchdog_every = systemd::watchdog_interval();
+    let mut watchdog = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(3600)));
     let which = loop {
         tokio::select! {
             _ = term.recv() => break "SIGTERM",
             _ = int.recv() => break "SIGINT",
+            _ = watchdog.tick(), if watchdog_every.is_some() => systemd::pet_watchdog(),
             _ = hup.recv() => {
                 let control = Arc::clone(&control);
                 eprintln!("drover: SIGHUP received, reloading");
@@ -34,6 +43,8 @@ pub async fn serve_until_signal(
             }
         }
     };
+    ready.abort();
+    systemd::stopping();
     info!("{which}: draining");
     eprintln!("drover: {which} received, draining");
     let balancers = control.balancers();
