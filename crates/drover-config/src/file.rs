@@ -827,6 +827,7 @@ struct RawBalancer {
     slow_start: Option<Dur>,
     hash: Option<Spanned<RawHash>>,
     sticky: Option<Spanned<RawSticky>>,
+    proxy_protocol: Option<Spanned<RawProxyProtocol>>,
     limits: Option<RawLimits>,
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
@@ -869,6 +870,13 @@ struct RawHash {
 #[serde(deny_unknown_fields)]
 struct RawSticky {
     cookie: Option<CookieName>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProxyProtocol {
+    /// Addresses and CIDR ranges allowed to send a header.
+    trusted: Spanned<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -1451,6 +1459,30 @@ fn validate_balancer(
         (_, None) => {}
     }
 
+    if let Some(pp) = raw.proxy_protocol {
+        let trusted = pp.into_inner().trusted;
+        if trusted.get_ref().is_empty() {
+            return Err(ctx.at(
+                trusted.span(),
+                key("proxy_protocol.trusted"),
+                "no sender to trust: list the addresses or CIDR ranges of the balancers in front, e.g. [\"10.0.0.0/8\"]",
+            ));
+        }
+        let mut ranges = Vec::new();
+        for (j, entry) in trusted.into_inner().into_iter().enumerate() {
+            let range =
+                drover_proxy::proxy_protocol::parse_range(entry.get_ref()).map_err(|e| {
+                    ctx.at(
+                        entry.span(),
+                        key(&format!("proxy_protocol.trusted[{j}]")),
+                        e,
+                    )
+                })?;
+            ranges.push(range);
+        }
+        b.proxy_protocol = Some(TrustedSenders::new(ranges));
+    }
+
     let backends_span = raw.backends.span();
     let entries = raw.backends.into_inner();
     if entries.is_empty() && !sources.admin {
@@ -2008,6 +2040,20 @@ sticky = { cookie = "sid" }
             ));
             assert_eq!(c.balancers[0].hash, Some(want));
         }
+    }
+
+    #[test]
+    fn proxy_protocol_trusts_the_listed_senders_only_when_asked() {
+        assert_eq!(ok(MINIMAL).balancers[0].proxy_protocol, None);
+        let c = ok(&format!(
+            "{MINIMAL}proxy_protocol = {{ trusted = [\"10.0.0.0/8\", \"::1\"] }}\n"
+        ));
+        let trusted = c.balancers[0].proxy_protocol.clone().unwrap();
+        assert!(trusted.trusts("10.2.3.4".parse().unwrap()));
+        assert!(trusted.trusts("::1".parse().unwrap()));
+        assert!(!trusted.trusts("192.0.2.1".parse().unwrap()));
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert_eq!(plan.proxy.proxy_protocol, Some(trusted));
     }
 
     #[test]

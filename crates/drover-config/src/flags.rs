@@ -65,6 +65,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub limits: LimitArgs,
 
+    #[command(flatten)]
+    pub proxy_protocol: ProxyProtocolArg,
+
     /// The program and its arguments; "{port}" in an argument becomes each worker's
     /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -97,6 +100,16 @@ impl AdminTokenArg {
             token: self.token.clone(),
         })
     }
+}
+
+/// Who may send a PROXY protocol header, the same for `proxy` and `run`.
+#[derive(Debug, Args)]
+pub struct ProxyProtocolArg {
+    /// Read a PROXY protocol header (v1 or v2) from these senders, comma-separated
+    /// addresses or CIDR ranges (e.g. 10.0.0.0/8,127.0.0.1), and refuse connections from
+    /// any other address: a balancer in front tells drover the client's address.
+    #[arg(long, value_name = "ADDRS")]
+    pub proxy_protocol_from: Option<model::TrustedSenders>,
 }
 
 /// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
@@ -225,6 +238,9 @@ pub struct ProxyArgs {
 
     #[command(flatten)]
     pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub proxy_protocol: ProxyProtocolArg,
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
@@ -445,6 +461,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.apply_strategy(a.strategy, &a.keys)?;
     b.retries = a.retries;
     b.apply_limits(&a.limits);
+    b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -511,6 +528,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.strategy.is_some() {
                 return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
             }
+            if args.proxy_protocol.proxy_protocol_from.is_some() {
+                return Err("--proxy-protocol-from does not apply to --mode shared: the workers accept the connections themselves".into());
+            }
             if args.health_path.is_some() {
                 return Err(
                     "--health-path needs a port per worker, which --mode shared does not have"
@@ -541,6 +561,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.threads = Some(args.threads);
             balancer.handoff = model::handoff_for(&[args.mode], balancer.strategy);
             balancer.apply_limits(&args.limits);
+            balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancers.push(balancer);
         }
     }

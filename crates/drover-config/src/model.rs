@@ -108,6 +108,10 @@ pub struct BalancerConfig {
     /// When client connections go to workers that serve them directly: set from the
     /// mode of the app behind it ("auto": `WhenEven`, "handoff": `Always`).
     pub handoff: drover_proxy::Handoff,
+    /// `proxy_protocol = { trusted = [...] }`: every connection must come from one of
+    /// these senders and start with a PROXY protocol header naming the client; `None`
+    /// (default): no header is read.
+    pub proxy_protocol: Option<TrustedSenders>,
 }
 
 impl BalancerConfig {
@@ -132,6 +136,7 @@ impl BalancerConfig {
             drain_timeout: DRAIN_TIMEOUT,
             threads: None,
             handoff: drover_proxy::Handoff::Never,
+            proxy_protocol: None,
         }
     }
 }
@@ -169,6 +174,7 @@ pub enum BackendRef {
 }
 
 /// `hash.key`: the request property the `hash` strategy hashes.
+pub use drover_proxy::proxy_protocol::TrustedSenders;
 pub use drover_proxy::HashKey;
 
 /// `sticky`: the cookie that pins a client to an endpoint.

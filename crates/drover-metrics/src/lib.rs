@@ -15,4 +15,6 @@ pub mod stripe;
 pub use exposition::{Exposition, Format};
 pub use histogram::{Histogram, HistogramSnapshot};
 pub use snapshot::{BalancerSnapshot, EndpointSnapshot};
-pub use stats::{BalancerCounts, BalancerStats, Cause, Ejection, EndpointCounts, EndpointStats};
+pub use stats::{
+    BalancerCounts, BalancerStats, Cause, Ejection, EndpointCounts, EndpointStats, ProxyRefusal,
+};

@@ -5,7 +5,7 @@
 use crate::exposition::Exposition;
 use crate::histogram::HistogramSnapshot;
 use crate::snapshot::{BalancerSnapshot, EndpointSnapshot};
-use crate::stats::{Cause, Ejection, CLASSES};
+use crate::stats::{Cause, Ejection, ProxyRefusal, CLASSES};
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
 const ENDPOINT_FAILURES: [Cause; 4] = [
@@ -83,6 +83,17 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     );
     for b in bs {
         e.sample_u64(&[("balancer", &b.name)], b.counts.returned);
+    }
+    e.counter(
+        "drover_proxy_protocol_refused",
+        "Connections closed before any request for their PROXY protocol header: from an untrusted sender, or a trusted one without a valid header.",
+    );
+    for b in bs {
+        for (why, &n) in ProxyRefusal::ALL.iter().zip(&b.counts.proxy_refused) {
+            if n > 0 {
+                e.sample_u64(&[("balancer", &b.name), ("reason", why.as_str())], n);
+            }
+        }
     }
     e.histogram(
         "drover_request_duration_seconds",

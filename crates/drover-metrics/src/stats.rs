@@ -105,6 +105,30 @@ pub struct BalancerStats {
     request_duration: Histogram,
     /// From the request head until it was bound to an endpoint.
     queue_wait: Histogram,
+    /// Connections closed before any request for their PROXY protocol header, by
+    /// `ProxyRefusal` (rare: plain atomics).
+    proxy_refused: [AtomicU64; 2],
+}
+
+/// Why a connection to a listener that takes the PROXY protocol was closed unserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyRefusal {
+    /// It came from an address outside the trusted senders: a header from it could
+    /// name any client.
+    Untrusted,
+    /// A trusted sender sent no valid header (in time).
+    BadHeader,
+}
+
+impl ProxyRefusal {
+    pub const ALL: [ProxyRefusal; 2] = [ProxyRefusal::Untrusted, ProxyRefusal::BadHeader];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyRefusal::Untrusted => "untrusted-sender",
+            ProxyRefusal::BadHeader => "bad-header",
+        }
+    }
 }
 
 impl BalancerStats {
@@ -147,6 +171,11 @@ impl BalancerStats {
         self.counters.local().returned.fetch_add(1, Relaxed);
     }
 
+    /// A connection closed unserved for its PROXY protocol header (or its lack of one).
+    pub fn record_proxy_refusal(&self, why: ProxyRefusal) {
+        self.proxy_refused[why as usize].fetch_add(1, Relaxed);
+    }
+
     /// How long a request waited before it was bound to an endpoint.
     #[inline]
     pub fn record_queue_wait(&self, ns: u64) {
@@ -163,6 +192,7 @@ impl BalancerStats {
             s.handoffs += c.handoffs.load(Relaxed);
             s.returned += c.returned.load(Relaxed);
         }
+        add(&mut s.proxy_refused, &self.proxy_refused);
         s.request_duration = self.request_duration.snapshot();
         s.queue_wait = self.queue_wait.snapshot();
         s
@@ -280,6 +310,9 @@ pub struct BalancerCounts {
     /// Client connections a retiring worker gave back.
     #[serde(default)]
     pub returned: u64,
+    /// Connections closed for their PROXY protocol header, by `ProxyRefusal`.
+    #[serde(default)]
+    pub proxy_refused: [u64; 2],
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

@@ -1,4 +1,4 @@
-//! Harnesses for the HTTP/1 framing code, shared by the `cargo fuzz` targets in `fuzz/`
+//! Harnesses for the HTTP/1 framing code and the PROXY protocol header, shared by the `cargo fuzz` targets in `fuzz/`
 //! and by `tests/fuzz_corpus.rs`, which replays the committed corpus on stable Rust.
 //!
 //! Not an API: each function takes arbitrary bytes and panics when a property drover
@@ -325,6 +325,30 @@ pub fn chunked(data: &[u8]) {
             assert!(payload.len() <= n);
         }
         Err(e) => assert_eq!(failed, Some(e)),
+    }
+}
+
+/// A PROXY protocol header (`crate::proxy_protocol::parse`) at the start of `data`: no
+/// panic; a complete header lies within the input and `MAX_HEADER`, and parses the same
+/// from its own bytes alone (nothing after it changes what it says); an input that
+/// waits for more bytes keeps waiting, or fails, as bytes are cut off its end.
+pub fn proxy_header(data: &[u8]) {
+    use crate::proxy_protocol::{parse, HeaderError};
+    match parse(data) {
+        Ok(Some(h)) => {
+            assert!(h.len > 0 && h.len <= data.len() && h.len <= 4096, "{h:?}");
+            assert_eq!(parse(&data[..h.len]), Ok(Some(h)), "the header alone");
+        }
+        Ok(None) => {
+            for cut in 0..data.len() {
+                assert!(
+                    !matches!(parse(&data[..cut]), Ok(Some(_))),
+                    "a prefix of an incomplete header is complete"
+                );
+            }
+        }
+        Err(HeaderError::Invalid(_) | HeaderError::TooLong) => {}
+        Err(HeaderError::Incomplete) => unreachable!("parse never reads"),
     }
 }
 

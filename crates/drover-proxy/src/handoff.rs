@@ -36,7 +36,10 @@ pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
 pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStream> {
     let worker = cell.load();
     let shared = &worker.shared;
-    if shared.opts.handoff != Handoff::Always || !shared.pool.handoffs().any() {
+    if shared.opts.handoff != Handoff::Always
+        || shared.opts.proxy_protocol.is_some()
+        || !shared.pool.handoffs().any()
+    {
         return Some(stream);
     }
     give(shared, stream).err()
@@ -46,10 +49,14 @@ pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStrea
 /// the next one read, should be offered to a worker.
 pub(crate) fn between_requests(shared: &BalancerState) -> bool {
     // Cheapest first: this runs after every proxied request of a keep-alive connection.
+    // A worker would see the PROXY protocol sender as its client.
+    let may = |shared: &BalancerState| {
+        shared.opts.proxy_protocol.is_none() && shared.pool.handoffs().any()
+    };
     match shared.opts.handoff {
         Handoff::Never => false,
-        Handoff::Always => shared.pool.handoffs().any(),
-        Handoff::WhenEven => shared.pool.handoffs().any() && shared.spread.is_even(clock::now()),
+        Handoff::Always => may(shared),
+        Handoff::WhenEven => may(shared) && shared.spread.is_even(clock::now()),
     }
 }
 

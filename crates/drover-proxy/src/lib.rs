@@ -11,6 +11,7 @@
 //! |---|---|
 //! | accepting, threads, reload, shutdown | `server.rs` |
 //! | a client connection, keep-alive, reading a request | `conn/mod.rs` |
+//! | the PROXY protocol header a balancer in front sends | `proxy_protocol.rs` |
 //! | parsing a request head | `http1/request.rs` |
 //! | the head sent to a backend, forwarding headers | `http1/forward.rs` |
 //! | balancing keys and the cost class | `http1/keys.rs` |
@@ -34,6 +35,7 @@ mod handoff;
 pub mod http1;
 pub mod options;
 pub mod orca;
+pub mod proxy_protocol;
 mod request_id;
 mod server;
 mod state;

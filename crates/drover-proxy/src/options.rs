@@ -1,5 +1,6 @@
 //! What one balancer listener is configured with.
 
+use crate::proxy_protocol::TrustedSenders;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -24,6 +25,11 @@ pub struct ProxyOptions {
     /// (`Pool::hand_off`: a Node worker under `drover run`), which then serves them with
     /// no drover in between.
     pub handoff: Handoff,
+    /// Read a PROXY protocol header (v1 or v2) from these senders, and refuse every
+    /// other connection (`proxy_protocol`); `None`: none is expected. Connections are
+    /// then never handed to a worker, which would see the sender's address, not the
+    /// client's.
+    pub proxy_protocol: Option<TrustedSenders>,
 }
 
 /// When a balancer hands client connections to the workers that take them (see
@@ -56,6 +62,7 @@ impl Default for ProxyOptions {
             sticky_cookie: None,
             max_idle_per_endpoint: 64,
             handoff: Handoff::Never,
+            proxy_protocol: None,
         }
     }
 }

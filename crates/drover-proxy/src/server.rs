@@ -352,7 +352,7 @@ fn serve_thread(
                             continue;
                         };
                         let counted = ClientConnection::accepted();
-                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell), counted));
+                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell), counted, true));
                     }
                     Err(e) => {
                         accept_failed(&name, &e);
@@ -401,6 +401,6 @@ pub(crate) fn serve_returned(cell: &Arc<ThreadCell>) {
         let _ = stream.set_nodelay(true);
         shared.stats.record_returned();
         let counted = ClientConnection::accepted();
-        tokio::spawn(conn::serve(stream, peer, Arc::clone(cell), counted));
+        tokio::spawn(conn::serve(stream, peer, Arc::clone(cell), counted, false));
     }
 }

@@ -41,3 +41,8 @@ fn response_corpus() {
 fn chunked_corpus() {
     replay("chunked", drover_proxy::fuzzing::chunked);
 }
+
+#[test]
+fn proxy_header_corpus() {
+    replay("proxy_header", drover_proxy::fuzzing::proxy_header);
+}

@@ -241,3 +241,25 @@ fn missing_file_is_a_config_error() {
         );
     }
 }
+
+#[test]
+fn bad_proxy_protocol_senders() {
+    assert_config_error(
+        "proxy-protocol-range",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nproxy_protocol = { trusted = [\"127.0.0.1\", \"10.0.0.0/33\"] }\n",
+        4,
+        &["balancer[0].proxy_protocol.trusted[1]", "10.0.0.0/33"],
+    );
+    assert_config_error(
+        "proxy-protocol-empty",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nproxy_protocol = { trusted = [] }\n",
+        4,
+        &["balancer[0].proxy_protocol.trusted", "no sender to trust"],
+    );
+    assert_config_error(
+        "proxy-protocol-key",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nproxy_protocol = { from = [\"127.0.0.1\"] }\n",
+        4,
+        &["balancer[0].proxy_protocol", "from"],
+    );
+}

@@ -28,7 +28,9 @@ use crate::http1::error_page;
 use crate::http1::forward::ClientInfo;
 use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
 use crate::options::ProxyOptions;
+use crate::proxy_protocol;
 use crate::state::{ClientConnection, ThreadCell, ThreadState};
+use drover_metrics::ProxyRefusal;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,22 +54,45 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// Serves a client connection: `accepted` just now, or given back by a worker (which
+/// read its PROXY protocol header, if any, when drover first accepted it: none comes
+/// again).
 pub(crate) async fn serve(
-    client: TcpStream,
+    mut client: TcpStream,
     peer: std::net::SocketAddr,
     cell: Arc<ThreadCell>,
     _counted: ClientConnection,
+    accepted: bool,
 ) {
     let thread = cell.load_full();
     thread.shared.active.fetch_add(1, Relaxed);
     let _active = ActiveGuard(Arc::clone(&thread.shared.active));
+    let mut cbuf = Vec::new();
+    let mut client_addr = peer;
+    if let (Some(trusted), true) = (&thread.shared.opts.proxy_protocol, accepted) {
+        let stats = &thread.shared.stats;
+        if !trusted.trusts(peer.ip()) {
+            stats.record_proxy_refusal(ProxyRefusal::Untrusted);
+            debug!(%peer, "not a trusted PROXY protocol sender: closed");
+            return;
+        }
+        let deadline = Instant::now() + thread.shared.opts.timeouts.header_read;
+        match proxy_protocol::read_header(&mut client, &mut cbuf, deadline).await {
+            Ok(named) => client_addr = named.unwrap_or(peer),
+            Err(e) => {
+                stats.record_proxy_refusal(ProxyRefusal::BadHeader);
+                debug!(%peer, "{e}: closed");
+                return;
+            }
+        }
+    }
     let mut conn = Conn {
         shutdown: thread.shared.shutdown.clone(),
-        info: ClientInfo::new(peer, "http"),
+        info: ClientInfo::new(client_addr, "http"),
         client,
         cell,
         thread,
-        cbuf: Vec::new(),
+        cbuf,
         ubuf: Vec::new(),
         out: Vec::new(),
         reqbody: Vec::new(),

@@ -1,0 +1,210 @@
+//! The PROXY protocol through real processes: HAProxy in front of drover with
+//! `send-proxy-v2` and `send-proxy` (v1), and drover telling its backend the client's
+//! address; senders drover does not trust, and trusted ones without a header, refused.
+//! Clients connect from other loopback addresses (127.0.0.7, ...) than the sender
+//! (127.0.0.1), so the address a backend sees says whose it is.
+
+mod common;
+
+use common::{backends, bin, proxy, temp_dir};
+use drover_testkit::{wait_until_async, HttpClient};
+use std::net::{SocketAddr, TcpListener};
+use std::process::Command;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+/// What a GET from `from` to `to` got: the response bytes (empty when drover closed the
+/// connection unanswered).
+async fn get_from(from: &str, to: SocketAddr, path: &str) -> Vec<u8> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    // The write may fail when drover already closed the connection: that is an answer.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    answer
+}
+
+fn status_of(answer: &[u8]) -> Option<u16> {
+    drover_testkit::parse_status(answer)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// HAProxy with two frontends in front of drover at `drover`: one sends PROXY v2, the
+/// other v1. `None` outside CI when HAProxy is missing.
+async fn haproxy_in_front(
+    drover: SocketAddr,
+) -> Option<(tokio::process::Child, SocketAddr, SocketAddr)> {
+    let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(haproxy) = haproxy else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "haproxy is missing (scripts/test installs it)"
+        );
+        eprintln!("skipped: haproxy is missing (apt-get install haproxy)");
+        return None;
+    };
+    let (v2, v1) = (free_port(), free_port());
+    let dir = temp_dir("proxy-protocol-haproxy");
+    let cfg = dir.join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+             frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend to_drover_v2\n\
+             frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend to_drover_v1\n\
+             backend to_drover_v2\n  server d {drover} send-proxy-v2\n\
+             backend to_drover_v1\n  server d {drover} send-proxy\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(haproxy);
+    cmd.arg("-db").arg("-f").arg(&cfg).kill_on_drop(true);
+    let child = cmd.spawn().expect("start haproxy");
+    let v2: SocketAddr = format!("127.0.0.1:{v2}").parse().unwrap();
+    let v1: SocketAddr = format!("127.0.0.1:{v1}").parse().unwrap();
+    let up = wait_until_async(Duration::from_secs(10), || async {
+        tokio::net::TcpStream::connect(v2).await.is_ok()
+            && tokio::net::TcpStream::connect(v1).await.is_ok()
+    })
+    .await;
+    assert!(up, "haproxy did not start");
+    // The caller keeps it for the test; dropped, it is killed.
+    Some((child, v2, v1))
+}
+
+#[tokio::test]
+async fn haproxy_send_proxy_v2_and_v1_tell_drover_the_client() {
+    let b = backends(1).await;
+    let d = proxy(
+        &[b[0].addr()],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.1",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let Some((_haproxy, v2, v1)) = haproxy_in_front(d.addr()).await else {
+        return;
+    };
+    for (front, client) in [(v2, "127.0.0.7"), (v1, "127.0.0.8")] {
+        let answer = get_from(client, front, "/who").await;
+        assert_eq!(
+            status_of(&answer),
+            Some(200),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        let head = b[0].last_request_head().unwrap();
+        assert_eq!(
+            head.header_str("x-forwarded-for").as_deref(),
+            Some(client),
+            "through {front}"
+        );
+        let forwarded = head.header_str("forwarded").unwrap_or_default();
+        assert!(forwarded.contains(&format!("for={client}")), "{forwarded}");
+    }
+}
+
+#[tokio::test]
+async fn untrusted_senders_and_missing_headers_are_refused() {
+    let b = backends(1).await;
+    let d = proxy(
+        &[b[0].addr()],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.5,10.0.0.0/8",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let admin = common::admin_addr(&d).await;
+    // A client that spoofs a header from an address drover does not trust.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.9:0".parse().unwrap()).unwrap();
+    let mut spoof = socket.connect(d.addr()).await.unwrap();
+    let _ = spoof
+        .write_all(b"PROXY TCP4 203.0.113.1 10.0.0.1 5000 80\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), spoof.read_to_end(&mut answer)).await;
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    // A trusted sender with no header: plain HTTP is no PROXY header.
+    let answer = get_from("127.0.0.5", d.addr(), "/").await;
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    // A trusted sender with a header gets through, with the client it names.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.5:0".parse().unwrap()).unwrap();
+    let mut ok = socket.connect(d.addr()).await.unwrap();
+    ok.write_all(
+        b"PROXY TCP4 198.51.100.4 10.0.0.1 5000 80\r\nGET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    ok.read_to_end(&mut answer).await.unwrap();
+    assert_eq!(
+        status_of(&answer),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(
+        b[0].last_request_head()
+            .unwrap()
+            .header_str("x-forwarded-for")
+            .as_deref(),
+        Some("198.51.100.4")
+    );
+    assert_eq!(b[0].hits(), 1, "a refused connection reached the backend");
+    let metrics = HttpClient::connect(admin)
+        .await
+        .unwrap()
+        .get("/metrics")
+        .await
+        .text();
+    for reason in ["untrusted-sender", "bad-header"] {
+        let line = format!(
+            "drover_proxy_protocol_refused_total{{balancer=\"default\",reason=\"{reason}\"}} 1"
+        );
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
+}
+
+#[test]
+fn bad_senders_in_flags_are_refused_with_the_flag() {
+    let out = Command::new(bin())
+        .args([
+            "proxy",
+            "--backend",
+            "127.0.0.1:9",
+            "--proxy-protocol-from",
+            "10.0.0.0/33",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--proxy-protocol-from") && stderr.contains("10.0.0.0/33"),
+        "{stderr}"
+    );
+}
