@@ -7,7 +7,7 @@
 mod common;
 
 use common::{backends, bin, proxy, temp_dir};
-use drover_testkit::{wait_until_async, HttpClient};
+use drover_testkit::wait_until_async;
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
 use std::time::Duration;
@@ -172,12 +172,7 @@ async fn untrusted_senders_and_missing_headers_are_refused() {
         Some("198.51.100.4")
     );
     assert_eq!(b[0].hits(), 1, "a refused connection reached the backend");
-    let metrics = HttpClient::connect(admin)
-        .await
-        .unwrap()
-        .get("/metrics")
-        .await
-        .text();
+    let metrics = common::metrics_text(admin).await;
     for reason in ["untrusted-sender", "bad-header"] {
         let line = format!(
             "drover_proxy_protocol_refused_total{{balancer=\"default\",reason=\"{reason}\"}} 1"

@@ -408,14 +408,19 @@ fn missing_node(why: &str) {
     eprintln!("skipping a Node.js: {why}");
 }
 
-/// A counter or gauge of the balancer named `default`, from /metrics of `admin`.
-pub async fn default_metric(admin: SocketAddr, name: &str) -> u64 {
-    let metrics = HttpClient::connect(admin)
+/// The text of /metrics at `admin`.
+pub async fn metrics_text(admin: SocketAddr) -> String {
+    HttpClient::connect(admin)
         .await
         .unwrap()
         .get("/metrics")
         .await
-        .text();
+        .text()
+}
+
+/// A counter or gauge of the balancer named `default`, from /metrics of `admin`.
+pub async fn default_metric(admin: SocketAddr, name: &str) -> u64 {
+    let metrics = metrics_text(admin).await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{name}{{balancer=\"default\"}} ")))
