@@ -105,6 +105,9 @@ pub struct BalancerStats {
     request_duration: Histogram,
     /// From the request head until it was bound to an endpoint.
     queue_wait: Histogram,
+    /// Access log lines dropped because the log's buffer was full (not striped: a
+    /// drop is rare, and only happens when the log is on).
+    access_log_dropped: AtomicU64,
 }
 
 impl BalancerStats {
@@ -147,6 +150,12 @@ impl BalancerStats {
         self.counters.local().returned.fetch_add(1, Relaxed);
     }
 
+    /// An access log line dropped: the log's in-memory buffer was full (its writer
+    /// fell behind), and the request path never waits for it.
+    pub fn record_access_log_dropped(&self) {
+        self.access_log_dropped.fetch_add(1, Relaxed);
+    }
+
     /// How long a request waited before it was bound to an endpoint.
     #[inline]
     pub fn record_queue_wait(&self, ns: u64) {
@@ -163,6 +172,7 @@ impl BalancerStats {
             s.handoffs += c.handoffs.load(Relaxed);
             s.returned += c.returned.load(Relaxed);
         }
+        s.access_log_dropped = self.access_log_dropped.load(Relaxed);
         s.request_duration = self.request_duration.snapshot();
         s.queue_wait = self.queue_wait.snapshot();
         s
@@ -280,6 +290,9 @@ pub struct BalancerCounts {
     /// Client connections a retiring worker gave back.
     #[serde(default)]
     pub returned: u64,
+    /// Access log lines dropped for a full buffer.
+    #[serde(default)]
+    pub access_log_dropped: u64,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

@@ -24,6 +24,8 @@ pub struct ProxyOptions {
     /// (`Pool::hand_off`: a Node worker under `drover run`), which then serves them with
     /// no drover in between.
     pub handoff: Handoff,
+    /// A line per answered request (`access_log`); off by default.
+    pub access_log: crate::access_log::Settings,
 }
 
 /// When a balancer hands client connections to the workers that take them (see
@@ -56,6 +58,7 @@ impl Default for ProxyOptions {
             sticky_cookie: None,
             max_idle_per_endpoint: 64,
             handoff: Handoff::Never,
+            access_log: crate::access_log::Settings::default(),
         }
     }
 }
