@@ -830,6 +830,37 @@ struct RawBalancer {
     limits: Option<RawLimits>,
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
+    access_log: Option<Spanned<RawAccessLog>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccessLog {
+    format: Option<AccessLogFormatName>,
+    path: Option<Spanned<String>>,
+    fields: Option<Spanned<Vec<AccessLogFieldName>>>,
+}
+
+/// `access_log.format`, parsed by the library's own parser (the flag's too).
+struct AccessLogFormatName(crate::AccessLogFormat);
+
+impl<'de> Deserialize<'de> for AccessLogFormatName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map(AccessLogFormatName)
+            .map_err(de::Error::custom)
+    }
+}
+
+/// One of `access_log.fields`.
+struct AccessLogFieldName(crate::AccessLogField);
+
+impl<'de> Deserialize<'de> for AccessLogFieldName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(AccessLogFieldName).map_err(de::Error::custom)
+    }
 }
 
 #[derive(Deserialize)]
@@ -977,6 +1008,13 @@ impl RawConfig {
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
             origin(listen_span.clone(), format!("balancer[{i}].listen"));
+            if let Some(log) = &raw.get_ref().access_log {
+                let path = log.get_ref().path.as_ref().map(|p| p.span());
+                origin(
+                    path.unwrap_or_else(|| log.span()),
+                    format!("balancer[{i}].access_log.path"),
+                );
+            }
             let b = validate_balancer(
                 raw,
                 i,
@@ -1634,6 +1672,46 @@ fn validate_balancer(
         b.drain_timeout = d.0;
     }
     b.threads = raw.threads.map(Bounded::as_usize);
+    if let Some(log) = raw.access_log {
+        let log = log.into_inner();
+        if let Some(f) = log.format {
+            b.access_log.format = f.0;
+        }
+        if let Some(path) = log.path {
+            let span = path.span();
+            let path = path.into_inner();
+            if path.is_empty() {
+                return Err(ctx.at(
+                    span,
+                    key("access_log.path"),
+                    "empty path: a file, or \"-\" for stdout",
+                ));
+            }
+            b.access_log.path = path;
+        }
+        if let Some(fields) = log.fields {
+            let span = fields.span();
+            if b.access_log.format != crate::AccessLogFormat::Json {
+                return Err(ctx.at(
+                    span,
+                    key("access_log.fields"),
+                    "fields apply to format = \"json\" only",
+                ));
+            }
+            let mut fields: Vec<_> = fields.into_inner().into_iter().map(|f| f.0).collect();
+            if fields.is_empty() {
+                return Err(ctx.at(
+                    span,
+                    key("access_log.fields"),
+                    "no fields: leave the key out for all of them",
+                ));
+            }
+            // Written in one order whatever the order given, without repeats.
+            fields.sort();
+            fields.dedup();
+            b.access_log.fields = fields;
+        }
+    }
     Ok(b)
 }
 
@@ -1878,6 +1956,48 @@ sticky = { cookie = "sid" }
             })
         );
         assert_eq!(s.hash, None);
+    }
+
+    #[test]
+    fn access_log_is_checked_with_its_place() {
+        let c = ok(&format!(
+            "{MINIMAL}access_log = {{ format = \"json\", path = \"/var/log/x.log\", fields = [\"status\", \"time\"] }}\n"
+        ));
+        let log = &c.balancers[0].access_log;
+        assert_eq!(log.format, crate::AccessLogFormat::Json);
+        assert_eq!(log.path, "/var/log/x.log");
+        assert_eq!(
+            log.fields,
+            vec![crate::AccessLogField::Time, crate::AccessLogField::Status]
+        );
+        let c = ok(&format!(
+            "{MINIMAL}access_log = {{ format = \"combined\" }}\n"
+        ));
+        assert_eq!(c.balancers[0].access_log.path, "-");
+        let e = err(&format!("{MINIMAL}access_log = {{ format = \"clf\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].access_log.format",
+            "expected one of combined, json, off",
+        );
+        let e = err(&format!(
+            "{MINIMAL}access_log = {{ format = \"json\", fields = [\"status\", \"colour\"] }}\n"
+        ));
+        check(
+            &e,
+            4,
+            "balancer[0].access_log.fields[1]",
+            "unknown access log field \"colour\"",
+        );
+        let e = err(&format!(
+            "{MINIMAL}access_log = {{ format = \"combined\", fields = [\"status\"] }}\n"
+        ));
+        check(&e, 4, "balancer[0].access_log.fields", "apply to format");
+        let e = err(&format!(
+            "{MINIMAL}access_log = {{ format = \"json\", file = \"x\" }}\n"
+        ));
+        check(&e, 4, "balancer[0].access_log.file", "`path`");
     }
 
     #[test]

@@ -108,7 +108,15 @@ pub struct BalancerConfig {
     /// When client connections go to workers that serve them directly: set from the
     /// mode of the app behind it ("auto": `WhenEven`, "handoff": `Always`).
     pub handoff: drover_proxy::Handoff,
+    /// `access_log`: a line per answered request; off by default. The library's own
+    /// settings, so each default has one definition.
+    pub access_log: AccessLogConfig,
 }
+
+/// `access_log = { format, path, fields }`.
+pub use drover_proxy::access_log::{
+    Field as AccessLogField, Format as AccessLogFormat, Settings as AccessLogConfig,
+};
 
 impl BalancerConfig {
     /// A balancer with every optional setting at its default, for configs built from
@@ -132,6 +140,7 @@ impl BalancerConfig {
             drain_timeout: DRAIN_TIMEOUT,
             threads: None,
             handoff: drover_proxy::Handoff::Never,
+            access_log: AccessLogConfig::default(),
         }
     }
 }

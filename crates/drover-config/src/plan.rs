@@ -125,6 +125,7 @@ impl BalancerPlan {
                 hash_key: b.hash.clone(),
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),
                 handoff: b.handoff,
+                access_log: b.access_log.clone(),
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

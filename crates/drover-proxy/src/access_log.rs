@@ -136,9 +136,16 @@ impl Field {
         }
     }
 
-    /// `a,b,c` (the flag's form) as fields; an unknown name is an error naming it.
+    /// `a,b,c` (the flag's form) as fields, in the order lines write them and without
+    /// repeats; an unknown name is an error naming it.
     pub fn parse_list(s: &str) -> Result<Vec<Field>, String> {
-        s.split(',').map(|f| f.trim().parse()).collect()
+        let mut fields = s
+            .split(',')
+            .map(|f| f.trim().parse())
+            .collect::<Result<Vec<Field>, String>>()?;
+        fields.sort();
+        fields.dedup();
+        Ok(fields)
     }
 }
 
@@ -960,8 +967,8 @@ mod tests {
     #[test]
     fn fields_and_formats_parse() {
         assert_eq!(
-            Field::parse_list("status, time,referer"),
-            Ok(vec![Field::Status, Field::Time, Field::Referer])
+            Field::parse_list("status, time,referer,time"),
+            Ok(vec![Field::Time, Field::Status, Field::Referer])
         );
         assert!(Field::parse_list("status,nope")
             .unwrap_err()
