@@ -1,0 +1,426 @@
+//! Access logs through the real binary: `drover proxy --access-log combined|json
+//! --access-log-path FILE` in front of real backends, its lines read back field by
+//! field, by GoAccess, and across a logrotate-style rename and SIGUSR1 under load.
+
+mod common;
+
+use common::{admin_addr, counted_load, default_metric, proxy, temp_dir};
+use drover_testkit::{raw_exchange, wait_until_async, Backend, DroverProcess, HttpClient};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// SIGTERM, a clean exit, then the log's lines: written out before drover exits.
+async fn stop_and_read(d: DroverProcess, path: &Path) -> Vec<String> {
+    d.signal("TERM").unwrap();
+    let status = d.wait_exit(Duration::from_secs(15)).await.unwrap();
+    assert!(status.success(), "{}", d.stderr_text());
+    read_lines(path)
+}
+
+fn read_lines(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    // Both formats escape every byte a client sent: a line is always UTF-8.
+    String::from_utf8(bytes)
+        .expect("an access log line is UTF-8")
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// An address where nothing listens.
+fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A combined-format line taken apart as GoAccess and awk users do.
+#[derive(Debug)]
+struct Combined {
+    host: String,
+    time: String,
+    request: String,
+    status: u16,
+    bytes: String,
+    referer: String,
+    user_agent: String,
+}
+
+fn parse_combined(line: &str) -> Combined {
+    let (host, rest) = line
+        .split_once(" - - [")
+        .unwrap_or_else(|| panic!("{line}"));
+    let (time, rest) = rest.split_once("] \"").unwrap();
+    let (request, rest) = rest.split_once("\" ").unwrap();
+    let mut it = rest.splitn(3, ' ');
+    let status = it.next().unwrap().parse().unwrap();
+    let bytes = it.next().unwrap().to_string();
+    let quoted = it.next().unwrap();
+    let (referer, user_agent) = quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .and_then(|q| q.split_once("\" \""))
+        .unwrap_or_else(|| panic!("{line}"));
+    Combined {
+        host: host.into(),
+        time: time.into(),
+        request: request.into(),
+        status,
+        bytes,
+        referer: referer.into(),
+        user_agent: user_agent.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_lines_say_what_each_request_got() {
+    let dir = temp_dir("access-combined");
+    let log = dir.join("access.log");
+    let backend = Backend::start().await;
+    let d = proxy(
+        &[backend.addr()],
+        &[
+            "--access-log",
+            "combined",
+            "--access-log-path",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    // Raw, to count the bytes the client got: head and body.
+    let got = raw_exchange(
+        d.addr(),
+        b"GET /status/200?q=1 HTTP/1.1\r\nHost: x\r\nUser-Agent: test/1.0\r\nReferer: http://ref.example/\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    let get_bytes = got.len();
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c
+        .request("POST", "/status/201", &[], Some(b"hello body"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201);
+    let r = c.request("GET", "/status/404", &[], None).await.unwrap();
+    assert_eq!(r.status, 404);
+    // A head drover cannot read: its line has `-` for the request.
+    let raw = raw_exchange(d.addr(), b"NOT A REQUEST\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        raw.starts_with(b"HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    let lines = stop_and_read(d, &log).await;
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    let l: Vec<Combined> = lines.iter().map(|l| parse_combined(l)).collect();
+    assert_eq!(l[0].host, "127.0.0.1");
+    // 26/Nov/2026:15:11:41 +0000
+    let t = &l[0].time;
+    assert_eq!(t.len(), 26, "{t}");
+    assert!(t.ends_with(" +0000") && &t[2..3] == "/" && &t[6..7] == "/" && &t[11..12] == ":");
+    assert_eq!(l[0].request, "GET /status/200?q=1 HTTP/1.1");
+    assert_eq!(l[0].status, 200);
+    assert_eq!(l[0].bytes, get_bytes.to_string());
+    assert_eq!(l[0].referer, "http://ref.example/");
+    assert_eq!(l[0].user_agent, "test/1.0");
+    assert_eq!(l[1].request, "POST /status/201 HTTP/1.1");
+    assert_eq!(l[1].status, 201);
+    assert_eq!(
+        (l[1].referer.as_str(), l[1].user_agent.as_str()),
+        ("-", "-")
+    );
+    assert_eq!(l[2].status, 404);
+    assert_eq!(l[3].request, "-");
+    assert_eq!(l[3].status, 400);
+    assert_ne!(l[3].bytes, "-");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_carry_every_field_and_any_bytes() {
+    let dir = temp_dir("access-json");
+    let log = dir.join("access.jsonl");
+    let backend = Backend::start().await;
+    let path = log.to_str().unwrap();
+    let d = proxy(
+        &[backend.addr()],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path,
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c
+        .request("GET", "/status/200", &[("x-request-id", "req-42")], None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    // A User-Agent with quotes, backslashes, a tab and bytes that are not UTF-8.
+    let weird = b"GET /weird HTTP/1.1\r\nHost: x\r\nUser-Agent: a\"b\\c\td \xff\xfe\xc3 end\r\nConnection: close\r\n\r\n";
+    let raw = raw_exchange(d.addr(), weird).await.unwrap();
+    assert!(raw.starts_with(b"HTTP/1.1 200"));
+    let weird_bytes = raw.len() as u64;
+    assert_eq!(
+        default_metric(admin, "drover_access_log_dropped_total").await,
+        0
+    );
+
+    // The same log format in front of a backend that is gone: drover's own 502.
+    let dead_log = dir.join("dead.jsonl");
+    let dead = proxy(
+        &[dead_addr()],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-path",
+            dead_log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let r = HttpClient::connect(dead.addr())
+        .await
+        .unwrap()
+        .request("GET", "/x", &[("referer", "http://r/")], None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 502);
+
+    let lines = stop_and_read(d, &log).await;
+    let dead_lines = stop_and_read(dead, &dead_log).await;
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    let v: Vec<Value> = lines
+        .iter()
+        .chain(&dead_lines)
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let ok = &v[0];
+    let names: Vec<&str> = ok.as_object().unwrap().keys().map(String::as_str).collect();
+    for field in [
+        "time",
+        "client",
+        "method",
+        "target",
+        "protocol",
+        "status",
+        "bytes",
+        "duration_ms",
+        "upstream_ms",
+        "queue_ms",
+        "endpoint",
+        "retries",
+        "error",
+        "request_id",
+        "user_agent",
+        "referer",
+    ] {
+        assert!(names.contains(&field), "{field} missing from {ok}");
+    }
+    assert!(ok["time"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(ok["client"], "127.0.0.1");
+    assert_eq!(ok["method"], "GET");
+    assert_eq!(ok["target"], "/status/200");
+    assert_eq!(ok["protocol"], "HTTP/1.1");
+    assert_eq!(ok["status"], 200);
+    assert!(ok["bytes"].as_u64().unwrap() > 0);
+    assert!(ok["duration_ms"].as_f64().unwrap() >= ok["upstream_ms"].as_f64().unwrap());
+    assert_eq!(ok["endpoint"], backend.addr().to_string());
+    assert_eq!(ok["retries"], 0);
+    assert!(ok["error"].is_null() && ok["referer"].is_null());
+    assert_eq!(ok["request_id"], "req-42");
+
+    let weird = &v[1];
+    assert_eq!(weird["target"], "/weird");
+    assert_eq!(weird["bytes"], weird_bytes);
+    assert_eq!(
+        weird["user_agent"],
+        "a\"b\\c\td \u{FFFD}\u{FFFD}\u{FFFD} end"
+    );
+    // drover made a request id for the request that came without one.
+    assert_eq!(weird["request_id"].as_str().unwrap().len(), 16);
+
+    assert_eq!(dead_lines.len(), 1, "{dead_lines:#?}");
+    let failed = &v[2];
+    assert_eq!(failed["status"], 502);
+    assert_eq!(failed["error"], "connect-failed");
+    assert!(failed["upstream_ms"].is_null());
+    assert_eq!(failed["referer"], "http://r/");
+    assert!(failed["bytes"].as_u64().unwrap() > 0);
+}
+
+/// GoAccess reads drover's combined lines as nginx's: no invalid request, every one
+/// counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goaccess_reads_every_line() {
+    if which("goaccess").is_none() {
+        let why = "goaccess is not on PATH (apt-get install goaccess; scripts/test does)";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let dir = temp_dir("access-goaccess");
+    let log = dir.join("access.log");
+    let backend = Backend::start().await;
+    let d = proxy(
+        &[backend.addr()],
+        &[
+            "--access-log",
+            "combined",
+            "--access-log-path",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let agents = [
+        "Mozilla/5.0 (X11; Linux x86_64)",
+        "curl/8.5.0",
+        "a \"quoted\" agent",
+    ];
+    for i in 0..30 {
+        let ua = agents[i % agents.len()];
+        let status = [200, 404, 500][i % 3];
+        let (method, body) = if i % 5 == 0 {
+            ("POST", Some(&b"x=1"[..]))
+        } else {
+            ("GET", None)
+        };
+        let r = c
+            .request(
+                method,
+                &format!("/status/{status}?i={i}"),
+                &[("user-agent", ua)],
+                body,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, status);
+    }
+    let lines = stop_and_read(d, &log).await;
+    assert_eq!(lines.len(), 30);
+    let report = dir.join("report.json");
+    let out = std::process::Command::new("goaccess")
+        .arg(&log)
+        .arg("--log-format=COMBINED")
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let general = &report["general"];
+    assert_eq!(general["failed_requests"], 0, "{general}");
+    assert_eq!(general["total_requests"], 30, "{general}");
+    assert_eq!(general["valid_requests"], 30, "{general}");
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// logrotate's way: rename the file, SIGUSR1, go on. Under a steady stream of requests,
+/// the old and the new file together hold one line per answered request, no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_under_load_loses_no_line() {
+    let dir = temp_dir("access-rotate");
+    let log = dir.join("access.log");
+    let rotated = dir.join("access.log.1");
+    let backend = Backend::start().await;
+    let d = proxy(
+        &[backend.addr()],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-fields",
+            "request_id,status",
+            "--access-log-path",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let load = counted_load(d.addr(), 4, "/", Arc::clone(&stop), Arc::clone(&served));
+    wait_until_async(Duration::from_secs(10), || async {
+        served.load(Ordering::Relaxed) > 300
+    })
+    .await;
+    std::fs::rename(&log, &rotated).unwrap();
+    let before = served.load(Ordering::Relaxed);
+    d.signal("USR1").unwrap();
+    // The new file appears (created by the reopen) and gets lines while load goes on.
+    wait_until_async(Duration::from_secs(10), || async {
+        read_lines(&log).len() > 50 && served.load(Ordering::Relaxed) > before + 300
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answered = 0;
+    for task in load {
+        let (ok, failed) = task.await.unwrap();
+        assert!(failed.is_empty(), "{failed:?}");
+        answered += ok;
+    }
+    let new = stop_and_read(d, &log).await;
+    let old = read_lines(&rotated);
+    assert!(!old.is_empty() && !new.is_empty());
+    let mut ids = std::collections::BTreeSet::new();
+    for line in old.iter().chain(&new) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["status"], 200, "{line}");
+        assert!(
+            ids.insert(v["request_id"].as_str().unwrap().to_string()),
+            "twice: {line}"
+        );
+    }
+    assert_eq!(
+        old.len() + new.len(),
+        answered,
+        "old {} + new {} lines for {answered} answered requests",
+        old.len(),
+        new.len()
+    );
+}
+
+/// A path drover cannot append to stops the start, naming the flag.
+#[tokio::test]
+async fn an_unwritable_path_fails_the_start() {
+    let out = tokio::process::Command::new(common::bin())
+        .args([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--access-log",
+            "combined",
+            "--access-log-path",
+            "/nonexistent-dir/access.log",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--access-log-path: balancer \"default\": cannot open /nonexistent-dir/access.log for append"),
+        "{stderr}"
+    );
+}
