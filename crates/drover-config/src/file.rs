@@ -836,30 +836,20 @@ struct RawBalancer {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAccessLog {
-    format: Option<AccessLogFormatName>,
+    format: Option<Parsed<crate::AccessLogFormat>>,
     path: Option<Spanned<String>>,
-    fields: Option<Spanned<Vec<AccessLogFieldName>>>,
+    fields: Option<Spanned<Vec<Parsed<crate::AccessLogField>>>>,
 }
 
-/// `access_log.format`, parsed by the library's own parser (the flag's too).
-struct AccessLogFormatName(crate::AccessLogFormat);
+/// A value written as a string and parsed by its type's own parser, the one its flag
+/// uses too (`access_log.format`, each of `access_log.fields`); the parser's message,
+/// which lists the valid values, is the error's.
+struct Parsed<T>(T);
 
-impl<'de> Deserialize<'de> for AccessLogFormatName {
+impl<'de, T: std::str::FromStr<Err = String>> Deserialize<'de> for Parsed<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        s.parse()
-            .map(AccessLogFormatName)
-            .map_err(de::Error::custom)
-    }
-}
-
-/// One of `access_log.fields`.
-struct AccessLogFieldName(crate::AccessLogField);
-
-impl<'de> Deserialize<'de> for AccessLogFieldName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map(AccessLogFieldName).map_err(de::Error::custom)
+        s.parse().map(Parsed).map_err(de::Error::custom)
     }
 }
 

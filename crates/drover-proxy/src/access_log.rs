@@ -256,11 +256,7 @@ pub fn write_combined(out: &mut Vec<u8>, r: &Record<'_>) {
     out.push(b'/');
     push_padded(out, t.year as u64, 4);
     out.push(b':');
-    push_padded(out, t.hour as u64, 2);
-    out.push(b':');
-    push_padded(out, t.minute as u64, 2);
-    out.push(b':');
-    push_padded(out, t.second as u64, 2);
+    t.push_time_of_day(out);
     out.extend_from_slice(b" +0000] \"");
     match (r.method, r.target) {
         (Some(method), Some(target)) => {
@@ -327,11 +323,7 @@ pub fn write_json(out: &mut Vec<u8>, r: &Record<'_>, fields: &[Field]) {
                 out.push(b'-');
                 push_padded(out, t.day as u64, 2);
                 out.push(b'T');
-                push_padded(out, t.hour as u64, 2);
-                out.push(b':');
-                push_padded(out, t.minute as u64, 2);
-                out.push(b':');
-                push_padded(out, t.second as u64, 2);
+                t.push_time_of_day(out);
                 out.push(b'.');
                 push_padded(out, r.time.subsec_millis() as u64, 3);
                 out.extend_from_slice(b"Z\"");
@@ -465,6 +457,15 @@ struct Civil {
 }
 
 impl Civil {
+    /// `HH:MM:SS`, as both formats write it.
+    fn push_time_of_day(&self, out: &mut Vec<u8>) {
+        push_padded(out, self.hour as u64, 2);
+        out.push(b':');
+        push_padded(out, self.minute as u64, 2);
+        out.push(b':');
+        push_padded(out, self.second as u64, 2);
+    }
+
     fn from_unix(secs: u64) -> Civil {
         let days = (secs / 86_400) as i64;
         let rem = secs % 86_400;

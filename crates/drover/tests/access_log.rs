@@ -13,6 +13,23 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `drover proxy` over `backends` with an access log of `format` at `path`, plus `extra`.
+async fn logging_proxy(
+    backends: &[SocketAddr],
+    format: &str,
+    path: &Path,
+    extra: &[&str],
+) -> DroverProcess {
+    let mut args = vec![
+        "--access-log",
+        format,
+        "--access-log-path",
+        path.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    proxy(backends, &args).await
+}
+
 /// SIGTERM, a clean exit, then the log's lines: written out before drover exits.
 async fn stop_and_read(d: DroverProcess, path: &Path) -> Vec<String> {
     d.signal("TERM").unwrap();
@@ -80,16 +97,7 @@ async fn combined_lines_say_what_each_request_got() {
     let dir = temp_dir("access-combined");
     let log = dir.join("access.log");
     let backend = Backend::start().await;
-    let d = proxy(
-        &[backend.addr()],
-        &[
-            "--access-log",
-            "combined",
-            "--access-log-path",
-            log.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let d = logging_proxy(&[backend.addr()], "combined", &log, &[]).await;
     // Raw, to count the bytes the client got: head and body.
     let got = raw_exchange(
         d.addr(),
@@ -146,19 +154,7 @@ async fn json_lines_carry_every_field_and_any_bytes() {
     let dir = temp_dir("access-json");
     let log = dir.join("access.jsonl");
     let backend = Backend::start().await;
-    let path = log.to_str().unwrap();
-    let d = proxy(
-        &[backend.addr()],
-        &[
-            "--access-log",
-            "json",
-            "--access-log-path",
-            path,
-            "--admin",
-            "127.0.0.1:0",
-        ],
-    )
-    .await;
+    let d = logging_proxy(&[backend.addr()], "json", &log, &["--admin", "127.0.0.1:0"]).await;
     let admin = admin_addr(&d).await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c
@@ -178,16 +174,7 @@ async fn json_lines_carry_every_field_and_any_bytes() {
 
     // The same log format in front of a backend that is gone: drover's own 502.
     let dead_log = dir.join("dead.jsonl");
-    let dead = proxy(
-        &[dead_addr()],
-        &[
-            "--access-log",
-            "json",
-            "--access-log-path",
-            dead_log.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let dead = logging_proxy(&[dead_addr()], "json", &dead_log, &[]).await;
     let r = HttpClient::connect(dead.addr())
         .await
         .unwrap()
@@ -271,16 +258,7 @@ async fn goaccess_reads_every_line() {
     let dir = temp_dir("access-goaccess");
     let log = dir.join("access.log");
     let backend = Backend::start().await;
-    let d = proxy(
-        &[backend.addr()],
-        &[
-            "--access-log",
-            "combined",
-            "--access-log-path",
-            log.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let d = logging_proxy(&[backend.addr()], "combined", &log, &[]).await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let agents = [
         "Mozilla/5.0 (X11; Linux x86_64)",
@@ -344,18 +322,8 @@ async fn a_rotation_under_load_loses_no_line() {
     let log = dir.join("access.log");
     let rotated = dir.join("access.log.1");
     let backend = Backend::start().await;
-    let d = proxy(
-        &[backend.addr()],
-        &[
-            "--access-log",
-            "json",
-            "--access-log-fields",
-            "request_id,status",
-            "--access-log-path",
-            log.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let fields = ["--access-log-fields", "request_id,status"];
+    let d = logging_proxy(&[backend.addr()], "json", &log, &fields).await;
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicUsize::new(0));
     let load = counted_load(d.addr(), 4, "/", Arc::clone(&stop), Arc::clone(&served));
