@@ -76,7 +76,7 @@ impl Conn {
             return;
         }
         let duration = clock::now().saturating_sub(arrived);
-        let mut r = outcome.record(&self.client_ip(), duration, answered.map(|a| a.status));
+        let mut r = outcome.record(&self.info.ip, duration, answered.map(|a| a.status));
         fields.fill(&mut r);
         r.protocol = Some(if head.http10 { "HTTP/1.0" } else { "HTTP/1.1" });
         log.log(&r);

@@ -131,18 +131,18 @@ struct Conn {
 impl Outcome {
     /// A line's record: `status` when drover did not answer itself, `duration` since
     /// the head arrived; the request's own fields are the caller's to fill in.
-    fn record(
+    fn record<'a>(
         &self,
-        client: &Option<std::net::IpAddr>,
+        client: &'a str,
         duration: Nanos,
         backend_status: Option<u16>,
-    ) -> Record<'static> {
+    ) -> Record<'a> {
         let ms = std::time::Duration::from_nanos;
         Record {
             time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default(),
-            client: *client,
+            client: Some(client),
             status: if self.status != 0 {
                 self.status
             } else {
@@ -181,12 +181,6 @@ impl Conn {
         &self.thread.shared.opts
     }
 
-    /// The client's address for a log line (parsed from the text the connection keeps
-    /// for forwarding headers: only done when a line is written).
-    fn client_ip(&self) -> Option<std::net::IpAddr> {
-        self.info.ip.parse().ok()
-    }
-
     async fn run(&mut self) -> Ended {
         loop {
             let head = match self.read_head(self.requests == 0).await {
@@ -200,7 +194,7 @@ impl Conn {
                     if let Some(log) = &self.thread.shared.access_log {
                         // Nothing of the head is trusted: its line has `-` for the request.
                         let outcome = std::mem::take(&mut self.outcome);
-                        log.log(&outcome.record(&self.client_ip(), 0, None));
+                        log.log(&outcome.record(&self.info.ip, 0, None));
                     }
                     return Ended::Closed;
                 }
