@@ -546,22 +546,26 @@ impl RequestFields {
             ..RequestFields::default()
         };
         f.bytes.clear();
-        let mut lines = backend_head.split(|&b| b == b'\n');
+        // Lines found with memchr: a byte-at-a-time split was a third of a line's cost.
+        let mut start = 0;
+        let mut lines = memchr::memchr_iter(b'\n', backend_head).map(|end| {
+            let line = &backend_head[start..end];
+            start = end + 1;
+            line.strip_suffix(b"\r").unwrap_or(line)
+        });
         let request_line = lines.next().unwrap_or_default();
-        let request_line = request_line.strip_suffix(b"\r").unwrap_or(request_line);
         let mut parts = request_line.splitn(3, |&b| b == b' ');
         f.method = f.keep(parts.next().unwrap_or_default());
         f.target = f.keep(parts.next().unwrap_or_default());
         for line in lines {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            // Most fields are none of the three: tell by the first letter.
+            if !matches!(line.first(), Some(b'u' | b'U' | b'r' | b'R' | b'x' | b'X')) {
+                continue;
+            }
             let Some(colon) = memchr::memchr(b':', line) else {
                 continue;
             };
             let name = &line[..colon];
-            // Most fields are none of the three: tell by the first letter.
-            if !matches!(name.first(), Some(b'u' | b'U' | b'r' | b'R' | b'x' | b'X')) {
-                continue;
-            }
             let value = line[colon + 1..].trim_ascii();
             // The first of each field counts, as a backend reading the head would.
             let slot = if name.eq_ignore_ascii_case(b"user-agent") {
