@@ -392,3 +392,30 @@ async fn an_unwritable_path_fails_the_start() {
         "{stderr}"
     );
 }
+
+/// In a drover.toml, the same error names the file, line and column of the path, for
+/// `drover check` as for a start.
+#[tokio::test]
+async fn drover_check_names_the_place_of_an_unwritable_path() {
+    let dir = temp_dir("access-check");
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\n\
+         access_log = { format = \"json\", path = \"/nonexistent-dir/web.log\" }\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(common::bin())
+        .args(["check", "-c", file.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let place = format!("{}:4:40: balancer[0].access_log.path:", file.display());
+    assert!(stderr.contains(&place), "{place} not in {stderr}");
+    assert!(
+        stderr.contains("cannot open /nonexistent-dir/web.log for append"),
+        "{stderr}"
+    );
+}
