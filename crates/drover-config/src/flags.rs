@@ -720,4 +720,39 @@ mod tests {
         let check = run_config(&r).unwrap().config.apps[0].spec.health.clone();
         assert_eq!(check, Some(drover_registry::HealthCheck::http("/health")));
     }
+
+    #[test]
+    fn access_log_flags_fill_the_model() {
+        let r = Run::try_parse_from([
+            "run",
+            "--access-log",
+            "json",
+            "--access-log-path",
+            "/tmp/a.log",
+            "--access-log-fields",
+            "status,time",
+            "--",
+            "x",
+        ])
+        .unwrap()
+        .args;
+        let log = run_config(&r).unwrap().config.balancers[0]
+            .access_log
+            .clone();
+        assert_eq!(log.format, model::AccessLogFormat::Json);
+        assert_eq!(log.path, "/tmp/a.log");
+        assert_eq!(
+            log.fields,
+            vec![model::AccessLogField::Time, model::AccessLogField::Status]
+        );
+        let r = Run::try_parse_from(["run", "--access-log-fields", "status", "--", "x"])
+            .unwrap()
+            .args;
+        let e = run_config(&r).err().unwrap().to_string();
+        assert!(e.contains("applies to --access-log json only"), "{e}");
+        assert!(Run::try_parse_from(["run", "--access-log", "xml", "--", "x"]).is_err());
+        assert!(
+            Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
+        );
+    }
 }
