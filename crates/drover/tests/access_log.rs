@@ -419,3 +419,82 @@ async fn drover_check_names_the_place_of_an_unwritable_path() {
         "{stderr}"
     );
 }
+
+/// A log whose writer cannot write (a FIFO nobody reads: the pipe fills, and the writer
+/// blocks in `write`) costs lines, counted, and never a request: every request is
+/// answered at once. Once the FIFO is read, the lines written and the lines dropped add
+/// up to the requests answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_writer_drops_and_counts_lines_and_requests_go_on() {
+    let dir = temp_dir("access-fifo");
+    let fifo = dir.join("access.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Read and write, so opening never blocks and drover's open for append finds a
+    // reader; nothing reads it until the test says so.
+    let pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let backend = Backend::start().await;
+    let d = logging_proxy(
+        &[backend.addr()],
+        "json",
+        &fifo,
+        &["--admin", "127.0.0.1:0"],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    // Lines of about 15 KB (a long target and User-Agent) fill the 8 MiB buffer after
+    // some 550 requests.
+    let target = format!("/status/200?{}", "t".repeat(7000));
+    let agent = "a".repeat(8000);
+    let requests = 1000;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..requests {
+        let r = c
+            .request("GET", &target, &[("user-agent", &agent)], None)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+    }
+    let took = started.elapsed();
+    let dropped = default_metric(admin, "drover_access_log_dropped_total").await as usize;
+    assert!(
+        (300..requests).contains(&dropped),
+        "{dropped} of {requests} lines dropped"
+    );
+
+    // Now read the FIFO: what waits is written, and nothing more is lost.
+    let lines = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&lines);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut pipe = pipe;
+        let mut buf = vec![0; 1 << 16];
+        // Ends with the test: the test's own descriptor keeps a writer open.
+        while let Ok(n) = pipe.read(&mut buf) {
+            let newlines = buf[..n].iter().filter(|&&b| b == b'\n').count();
+            counted.fetch_add(newlines, Ordering::Relaxed);
+        }
+    });
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .success());
+    wait_until_async(Duration::from_secs(5), || async {
+        lines.load(Ordering::Relaxed) + dropped == requests
+    })
+    .await;
+    eprintln!(
+        "{requests} requests in {took:?}, {} lines written, {dropped} dropped",
+        lines.load(Ordering::Relaxed)
+    );
+}
