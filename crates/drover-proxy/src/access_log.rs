@@ -791,7 +791,7 @@ impl Shared {
         let ticket = p.flush_asked;
         self.wake.notify_one();
         let deadline = Instant::now() + FLUSH_WAIT;
-        while p.flush_done < ticket && !p.closed {
+        while p.flush_done < ticket {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
@@ -861,6 +861,10 @@ impl Shared {
                 let rest = std::mem::take(&mut lock(&self.pending).lines);
                 let _ = out.write_all(&rest);
                 let _ = out.flush();
+                // Every flush, asked now or later, finds nothing left to wait for: a
+                // log a reload replaced is written out before drover exits too.
+                lock(&self.pending).flush_done = u64::MAX;
+                self.flushed.notify_all();
                 return;
             }
         }

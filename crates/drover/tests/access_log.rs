@@ -498,3 +498,49 @@ async fn a_stalled_writer_drops_and_counts_lines_and_requests_go_on() {
         lines.load(Ordering::Relaxed)
     );
 }
+
+/// A reload that changes a balancer's access log applies from the next request: the old
+/// log keeps what it had, the new one gets the rest, each in its own format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_the_log() {
+    let dir = temp_dir("access-reload");
+    let (first, second) = (dir.join("first.jsonl"), dir.join("second.log"));
+    let backend = Backend::start().await;
+    let file = dir.join("drover.toml");
+    let config = |log: &str| {
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"{}\"]\naccess_log = {log}\n",
+            backend.addr()
+        )
+    };
+    let json = format!("{{ format = \"json\", path = \"{}\" }}", first.display());
+    std::fs::write(&file, config(&json)).unwrap();
+    let d = DroverProcess::spawn(
+        common::bin(),
+        &["proxy", "--config", file.to_str().unwrap()],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(c.get("/status/200").await.status, 200);
+    }
+    let combined = format!(
+        "{{ format = \"combined\", path = \"{}\" }}",
+        second.display()
+    );
+    std::fs::write(&file, config(&combined)).unwrap();
+    let (code, _, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}");
+    for _ in 0..2 {
+        assert_eq!(c.get("/status/201").await.status, 201);
+    }
+    let second_lines = stop_and_read(d, &second).await;
+    let first_lines = read_lines(&first);
+    assert_eq!(first_lines.len(), 3, "{first_lines:#?}");
+    assert!(first_lines.iter().all(|l| l.starts_with('{')));
+    assert_eq!(second_lines.len(), 2, "{second_lines:#?}");
+    assert!(second_lines
+        .iter()
+        .all(|l| parse_combined(l).request == "GET /status/201 HTTP/1.1"));
+}
