@@ -13,6 +13,12 @@
 #   DROVER_BIN=... DROVER_BASE_BIN=... bash bench/metrics-instructions.sh
 #   METRICS_REQUESTS  requests per binary (20000)
 #   LOADGEN_BIN       the drover whose `bench` sends the load (DROVER_BIN)
+#   DROVER_FLAGS      more flags for DROVER_BIN's proxy, e.g. "--access-log json
+#                     --access-log-path /tmp/x.log" (none); DROVER_BASE_FLAGS: the base's
+#   BASE_FIRST=1      measure the base first (run both orders: the first run warms caches)
+#
+# What an access log costs (bench/README.md): DROVER_BIN=DROVER_BASE_BIN=the same build,
+# DROVER_FLAGS="--access-log json --access-log-path /tmp/x.log".
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,12 +40,14 @@ PIDS+=("$NGINX_BACKEND_PID")
 
 # Sets INSTRUCTIONS to the proxy's instructions over its whole life. Not run in a
 # command substitution: the processes it starts must be in this shell's PIDS.
-instructions() { # name binary
+instructions() { # name binary extra-flags
   local name=$1 bin=$2 port pid
+  local -a extra
+  read -r -a extra <<<"${3:-}"
   port="$(quick_port)"
   valgrind --tool=callgrind --callgrind-out-file="$TMP/$name.out" \
     "$bin" proxy --listen "127.0.0.1:$port" --threads 1 \
-    --backend "127.0.0.1:${BE[0]}" --backend "127.0.0.1:${BE[1]}" 2>"$TMP/$name.log" &
+    --backend "127.0.0.1:${BE[0]}" --backend "127.0.0.1:${BE[1]}" "${extra[@]}" 2>"$TMP/$name.log" &
   pid=$!
   PIDS+=("$pid")
   wait_port "$port" "$pid" 120 || { cat "$TMP/$name.log" >&2; die "$name did not start"; }
@@ -50,10 +58,17 @@ instructions() { # name binary
   INSTRUCTIONS="$(awk '/^(summary|totals):/ {print $2; exit}' "$TMP/$name.out")"
 }
 
-instructions metrics "$DROVER_BIN"
-m=$INSTRUCTIONS
-instructions base "$DROVER_BASE_BIN"
-b=$INSTRUCTIONS
+if [[ "${BASE_FIRST:-}" == 1 ]]; then
+  instructions base "$DROVER_BASE_BIN" "${DROVER_BASE_FLAGS:-}"
+  b=$INSTRUCTIONS
+  instructions metrics "$DROVER_BIN" "${DROVER_FLAGS:-}"
+  m=$INSTRUCTIONS
+else
+  instructions metrics "$DROVER_BIN" "${DROVER_FLAGS:-}"
+  m=$INSTRUCTIONS
+  instructions base "$DROVER_BASE_BIN" "${DROVER_BASE_FLAGS:-}"
+  b=$INSTRUCTIONS
+fi
 awk -v m="$m" -v b="$b" -v n="$N" 'BEGIN {
   printf "instructions per request (start-up and shutdown included, %d requests):\n", n
   printf "  metrics %.0f, baseline %.0f: ratio %.4f (+%.0f per request)\n", m / n, b / n, m / b, (m - b) / n

@@ -831,6 +831,27 @@ struct RawBalancer {
     limits: Option<RawLimits>,
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
+    access_log: Option<Spanned<RawAccessLog>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccessLog {
+    format: Option<Parsed<crate::AccessLogFormat>>,
+    path: Option<Spanned<String>>,
+    fields: Option<Spanned<Vec<Parsed<crate::AccessLogField>>>>,
+}
+
+/// A value written as a string and parsed by its type's own parser, the one its flag
+/// uses too (`access_log.format`, each of `access_log.fields`); the parser's message,
+/// which lists the valid values, is the error's.
+struct Parsed<T>(T);
+
+impl<'de, T: std::str::FromStr<Err = String>> Deserialize<'de> for Parsed<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Parsed).map_err(de::Error::custom)
+    }
 }
 
 #[derive(Deserialize)]
@@ -985,6 +1006,13 @@ impl RawConfig {
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
             origin(listen_span.clone(), format!("balancer[{i}].listen"));
+            if let Some(log) = &raw.get_ref().access_log {
+                let path = log.get_ref().path.as_ref().map(|p| p.span());
+                origin(
+                    path.unwrap_or_else(|| log.span()),
+                    format!("balancer[{i}].access_log.path"),
+                );
+            }
             let b = validate_balancer(
                 raw,
                 i,
@@ -1666,6 +1694,46 @@ fn validate_balancer(
         b.drain_timeout = d.0;
     }
     b.threads = raw.threads.map(Bounded::as_usize);
+    if let Some(log) = raw.access_log {
+        let log = log.into_inner();
+        if let Some(f) = log.format {
+            b.access_log.format = f.0;
+        }
+        if let Some(path) = log.path {
+            let span = path.span();
+            let path = path.into_inner();
+            if path.is_empty() {
+                return Err(ctx.at(
+                    span,
+                    key("access_log.path"),
+                    "empty path: a file, or \"-\" for stdout",
+                ));
+            }
+            b.access_log.path = path;
+        }
+        if let Some(fields) = log.fields {
+            let span = fields.span();
+            if b.access_log.format != crate::AccessLogFormat::Json {
+                return Err(ctx.at(
+                    span,
+                    key("access_log.fields"),
+                    "fields apply to format = \"json\" only",
+                ));
+            }
+            let mut fields: Vec<_> = fields.into_inner().into_iter().map(|f| f.0).collect();
+            if fields.is_empty() {
+                return Err(ctx.at(
+                    span,
+                    key("access_log.fields"),
+                    "no fields: leave the key out for all of them",
+                ));
+            }
+            // Written in one order whatever the order given, without repeats.
+            fields.sort();
+            fields.dedup();
+            b.access_log.fields = fields;
+        }
+    }
     Ok(b)
 }
 
@@ -1910,6 +1978,48 @@ sticky = { cookie = "sid" }
             })
         );
         assert_eq!(s.hash, None);
+    }
+
+    #[test]
+    fn access_log_is_checked_with_its_place() {
+        let c = ok(&format!(
+            "{MINIMAL}access_log = {{ format = \"json\", path = \"/var/log/x.log\", fields = [\"status\", \"time\"] }}\n"
+        ));
+        let log = &c.balancers[0].access_log;
+        assert_eq!(log.format, crate::AccessLogFormat::Json);
+        assert_eq!(log.path, "/var/log/x.log");
+        assert_eq!(
+            log.fields,
+            vec![crate::AccessLogField::Time, crate::AccessLogField::Status]
+        );
+        let c = ok(&format!(
+            "{MINIMAL}access_log = {{ format = \"combined\" }}\n"
+        ));
+        assert_eq!(c.balancers[0].access_log.path, "-");
+        let e = err(&format!("{MINIMAL}access_log = {{ format = \"clf\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].access_log.format",
+            "expected one of combined, json, off",
+        );
+        let e = err(&format!(
+            "{MINIMAL}access_log = {{ format = \"json\", fields = [\"status\", \"colour\"] }}\n"
+        ));
+        check(
+            &e,
+            4,
+            "balancer[0].access_log.fields[1]",
+            "unknown access log field \"colour\"",
+        );
+        let e = err(&format!(
+            "{MINIMAL}access_log = {{ format = \"combined\", fields = [\"status\"] }}\n"
+        ));
+        check(&e, 4, "balancer[0].access_log.fields", "apply to format");
+        let e = err(&format!(
+            "{MINIMAL}access_log = {{ format = \"json\", file = \"x\" }}\n"
+        ));
+        check(&e, 4, "balancer[0].access_log.file", "`path`");
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub proxy_protocol: ProxyProtocolArg,
 
+    #[command(flatten)]
+    pub access_log: AccessLogArgs,
+
     /// The program and its arguments; "{port}" in an argument becomes each worker's
     /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -122,6 +125,52 @@ pub struct KeyArgs {
     /// Cookie name for --strategy sticky.
     #[arg(long, default_value = model::DEFAULT_STICKY_COOKIE)]
     pub sticky_cookie: String,
+}
+
+/// The access log, the same for `proxy` and `run` (`access_log` in a drover.toml).
+#[derive(Debug, Args)]
+pub struct AccessLogArgs {
+    /// A line per answered request: "combined" (Apache/nginx's, which GoAccess reads),
+    /// "json" (JSON lines) or "off".
+    #[arg(long, value_name = "FORMAT", default_value_t = balancer().access_log.format)]
+    pub access_log: model::AccessLogFormat,
+
+    /// Where the lines go: a file, opened for append and reopened on SIGUSR1, or "-"
+    /// for stdout.
+    #[arg(long, value_name = "PATH", default_value = balancer().access_log.path)]
+    pub access_log_path: String,
+
+    /// The fields of a JSON line, comma-separated [default: all]: time, client, method,
+    /// target, protocol, status, bytes, duration_ms, upstream_ms, queue_ms, endpoint,
+    /// retries, error, request_id, user_agent, referer.
+    #[arg(long, value_name = "FIELDS", value_parser = field_list)]
+    pub access_log_fields: Option<FieldList>,
+}
+
+/// `--access-log-fields a,b,c`: one value holding a list (clap would read a bare
+/// `Vec` as the flag given several times).
+#[derive(Debug, Clone)]
+pub struct FieldList(pub Vec<model::AccessLogField>);
+
+fn field_list(s: &str) -> Result<FieldList, String> {
+    model::AccessLogField::parse_list(s).map(FieldList)
+}
+
+impl model::BalancerConfig {
+    pub(crate) fn apply_access_log(&mut self, a: &AccessLogArgs) -> Result<(), String> {
+        if a.access_log_fields.is_some() && a.access_log != model::AccessLogFormat::Json {
+            return Err("--access-log-fields applies to --access-log json only".into());
+        }
+        self.access_log = model::AccessLogConfig {
+            format: a.access_log,
+            path: a.access_log_path.clone(),
+            fields: match &a.access_log_fields {
+                Some(list) => list.0.clone(),
+                None => balancer().access_log.fields,
+            },
+        };
+        Ok(())
+    }
 }
 
 /// Per-backend limits and drover's queue, the same for `proxy` and `run`.
@@ -241,6 +290,9 @@ pub struct ProxyArgs {
 
     #[command(flatten)]
     pub proxy_protocol: ProxyProtocolArg,
+
+    #[command(flatten)]
+    pub access_log: AccessLogArgs,
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
@@ -462,6 +514,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.retries = a.retries;
     b.apply_limits(&a.limits);
     b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
+    b.apply_access_log(&a.access_log)?;
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -537,6 +590,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                         .into(),
                 );
             }
+            if args.access_log.access_log != model::AccessLogFormat::Off {
+                return Err("--access-log does not apply to --mode shared: drover does not see the requests".into());
+            }
             if drover_supervisor::command_uses_port(&args.command) {
                 return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
             }
@@ -562,6 +618,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.handoff = model::handoff_for(&[args.mode], balancer.strategy);
             balancer.apply_limits(&args.limits);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
+            balancer.apply_access_log(&args.access_log)?;
             balancers.push(balancer);
         }
     }
@@ -591,6 +648,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     let origins = crate::Origins::default()
         .with_flag("app[0].listen", "--listen")
         .with_flag("balancer[0].listen", "--listen")
+        .with_flag("balancer[0].access_log.path", "--access-log-path")
         .with_flag("admin.listen", "--admin");
     Ok(RunConfig {
         config: cfg,
@@ -682,5 +740,40 @@ mod tests {
             .args;
         let check = run_config(&r).unwrap().config.apps[0].spec.health.clone();
         assert_eq!(check, Some(drover_registry::HealthCheck::http("/health")));
+    }
+
+    #[test]
+    fn access_log_flags_fill_the_model() {
+        let r = Run::try_parse_from([
+            "run",
+            "--access-log",
+            "json",
+            "--access-log-path",
+            "/tmp/a.log",
+            "--access-log-fields",
+            "status,time",
+            "--",
+            "x",
+        ])
+        .unwrap()
+        .args;
+        let log = run_config(&r).unwrap().config.balancers[0]
+            .access_log
+            .clone();
+        assert_eq!(log.format, model::AccessLogFormat::Json);
+        assert_eq!(log.path, "/tmp/a.log");
+        assert_eq!(
+            log.fields,
+            vec![model::AccessLogField::Time, model::AccessLogField::Status]
+        );
+        let r = Run::try_parse_from(["run", "--access-log-fields", "status", "--", "x"])
+            .unwrap()
+            .args;
+        let e = run_config(&r).err().unwrap().to_string();
+        assert!(e.contains("applies to --access-log json only"), "{e}");
+        assert!(Run::try_parse_from(["run", "--access-log", "xml", "--", "x"]).is_err());
+        assert!(
+            Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
+        );
     }
 }

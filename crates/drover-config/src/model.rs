@@ -112,7 +112,15 @@ pub struct BalancerConfig {
     /// these senders and start with a PROXY protocol header naming the client; `None`
     /// (default): no header is read.
     pub proxy_protocol: Option<TrustedSenders>,
+    /// `access_log`: a line per answered request; off by default. The library's own
+    /// settings, so each default has one definition.
+    pub access_log: AccessLogConfig,
 }
+
+/// `access_log = { format, path, fields }`.
+pub use drover_proxy::access_log::{
+    Field as AccessLogField, Format as AccessLogFormat, Settings as AccessLogConfig,
+};
 
 impl BalancerConfig {
     /// A balancer with every optional setting at its default, for configs built from
@@ -137,6 +145,7 @@ impl BalancerConfig {
             threads: None,
             handoff: drover_proxy::Handoff::Never,
             proxy_protocol: None,
+            access_log: AccessLogConfig::default(),
         }
     }
 }

@@ -25,10 +25,20 @@ pub struct Prepared {
 pub fn prepare(cfg: &Config, origins: &Origins) -> Result<Prepared, Vec<String>> {
     let mut errors = Vec::new();
     let mut plans = Vec::with_capacity(cfg.balancers.len());
-    for b in &cfg.balancers {
+    for (i, b) in cfg.balancers.iter().enumerate() {
         match BalancerPlan::from_config(b) {
             Ok(plan) => plans.push(plan),
             Err(e) => errors.push(e.to_string()),
+        }
+        // Opened as the writer will: a missing directory or a file that cannot be
+        // appended to fails the start, not the first request's line.
+        if let Err(e) = b.access_log.check_path() {
+            let key = format!("balancer[{i}].access_log.path");
+            let message = format!(
+                "balancer {:?}: cannot open {} for append: {e}",
+                b.name, b.access_log.path
+            );
+            errors.push(origins.error(&key, message));
         }
     }
     let mut specs = Vec::with_capacity(cfg.apps.len());

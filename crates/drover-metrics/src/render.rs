@@ -95,6 +95,13 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
             }
         }
     }
+    e.counter(
+        "drover_access_log_dropped",
+        "Access log lines dropped because the log's buffer was full (its writer fell behind); requests never wait for the log.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.access_log_dropped);
+    }
     e.histogram(
         "drover_request_duration_seconds",
         "From a request's head to the end of its response (to the 101 of an upgrade).",

@@ -108,6 +108,9 @@ pub struct BalancerStats {
     /// Connections closed before any request for their PROXY protocol header, by
     /// `ProxyRefusal` (rare: plain atomics).
     proxy_refused: [AtomicU64; 2],
+    /// Access log lines dropped because the log's buffer was full (not striped: a
+    /// drop is rare, and only happens when the log is on).
+    access_log_dropped: AtomicU64,
 }
 
 /// Why a connection to a listener that takes the PROXY protocol was closed unserved.
@@ -176,6 +179,12 @@ impl BalancerStats {
         self.proxy_refused[why as usize].fetch_add(1, Relaxed);
     }
 
+    /// An access log line dropped: the log's in-memory buffer was full (its writer
+    /// fell behind), and the request path never waits for it.
+    pub fn record_access_log_dropped(&self) {
+        self.access_log_dropped.fetch_add(1, Relaxed);
+    }
+
     /// How long a request waited before it was bound to an endpoint.
     #[inline]
     pub fn record_queue_wait(&self, ns: u64) {
@@ -193,6 +202,7 @@ impl BalancerStats {
             s.returned += c.returned.load(Relaxed);
         }
         add(&mut s.proxy_refused, &self.proxy_refused);
+        s.access_log_dropped = self.access_log_dropped.load(Relaxed);
         s.request_duration = self.request_duration.snapshot();
         s.queue_wait = self.queue_wait.snapshot();
         s
@@ -313,6 +323,9 @@ pub struct BalancerCounts {
     /// Connections closed for their PROXY protocol header, by `ProxyRefusal`.
     #[serde(default)]
     pub proxy_refused: [u64; 2],
+    /// Access log lines dropped for a full buffer.
+    #[serde(default)]
+    pub access_log_dropped: u64,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

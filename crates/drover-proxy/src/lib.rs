@@ -23,7 +23,9 @@
 //! | latency, cost and passive health from an answer | `conn/account.rs` |
 //! | idle backend connections | `upstream.rs` |
 //! | handing a connection to a worker | `handoff.rs` |
+//! | the access log: a line per answered request, its buffer and writer | `access_log.rs` (lines made in `conn/exchange.rs`) |
 
+pub mod access_log;
 mod admission;
 mod body;
 mod conn;

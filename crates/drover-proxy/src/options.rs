@@ -30,6 +30,8 @@ pub struct ProxyOptions {
     /// then never handed to a worker, which would see the sender's address, not the
     /// client's.
     pub proxy_protocol: Option<TrustedSenders>,
+    /// A line per answered request (`access_log`); off by default.
+    pub access_log: crate::access_log::Settings,
 }
 
 /// When a balancer hands client connections to the workers that take them (see
@@ -63,6 +65,7 @@ impl Default for ProxyOptions {
             max_idle_per_endpoint: 64,
             handoff: Handoff::Never,
             proxy_protocol: None,
+            access_log: crate::access_log::Settings::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! moves between threads, and idle backend connections are per thread, so the hot path
 //! shares nothing but the endpoints' atomics.
 
+use crate::access_log::AccessLog;
 use crate::conn;
 use crate::descriptors;
 use crate::handoff;
@@ -47,6 +48,8 @@ pub enum ReconfigureError {
     /// The serving threads differ: each owns a listening socket, and closing one would
     /// reset the connections waiting in its accept queue.
     ThreadsChanged { from: usize, to: usize },
+    /// The new access log's path cannot be opened for append.
+    AccessLog { path: String, error: String },
 }
 
 impl std::fmt::Display for ReconfigureError {
@@ -59,6 +62,9 @@ impl std::fmt::Display for ReconfigureError {
                 f,
                 "threads changed from {from} to {to}; the thread count applies when drover starts"
             ),
+            ReconfigureError::AccessLog { path, error } => {
+                write!(f, "access_log.path: cannot open {path} for append: {error}")
+            }
         }
     }
 }
@@ -82,13 +88,26 @@ impl Proxy {
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
         let active = Arc::new(AtomicUsize::new(0));
+        let stats = Arc::new(BalancerStats::default());
+        let access_log = AccessLog::start(&opts.access_log, Arc::clone(&stats))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "access_log.path: cannot open {} for append: {e}",
+                        opts.access_log.path
+                    ),
+                )
+            })?
+            .map(Arc::new);
         let shared = BalancerState::new(
             opts,
             pool,
             balancer,
             shutdown_rx,
             Arc::clone(&active),
-            Arc::new(BalancerStats::default()),
+            stats,
+            access_log,
         );
         let cells: Vec<Arc<ThreadCell>> = (0..threads)
             .map(|_| {
@@ -143,13 +162,27 @@ impl Proxy {
                 to: opts.threads.max(1),
             });
         }
+        let current = self.current.load();
+        // The same settings keep the log (and its writer) as it is; new ones open anew,
+        // and the old log writes out what waits once its last request is done.
+        let access_log = match &current.access_log {
+            Some(log) if *log.settings() == opts.access_log => Some(Arc::clone(log)),
+            _ if opts.access_log == current.opts.access_log => None,
+            _ => AccessLog::start(&opts.access_log, Arc::clone(&current.stats))
+                .map_err(|e| ReconfigureError::AccessLog {
+                    path: opts.access_log.path.clone(),
+                    error: e.to_string(),
+                })?
+                .map(Arc::new),
+        };
         let shared = BalancerState::new(
             opts,
             pool,
             balancer,
             self.shutdown.subscribe(),
             Arc::clone(&self.active),
-            Arc::clone(&self.current.load().stats),
+            Arc::clone(&current.stats),
+            access_log,
         );
         for cell in &self.cells {
             cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));

@@ -1,6 +1,7 @@
 //! What a balancer's serving threads share, what each thread holds of its own, and the
 //! process-wide count of open client connections.
 
+use crate::access_log::AccessLog;
 use crate::admission::Admission;
 use crate::http1::keys::KeySpec;
 use crate::options::ProxyOptions;
@@ -29,6 +30,8 @@ pub(crate) struct BalancerState {
     pub active: Arc<AtomicUsize>,
     /// What the balancer's requests counted (one for every generation of settings).
     pub stats: Arc<BalancerStats>,
+    /// `None` when the access log is off: the request path's one check.
+    pub access_log: Option<Arc<AccessLog>>,
 }
 
 impl BalancerState {
@@ -39,6 +42,7 @@ impl BalancerState {
         shutdown: watch::Receiver<bool>,
         active: Arc<AtomicUsize>,
         stats: Arc<BalancerStats>,
+        access_log: Option<Arc<AccessLog>>,
     ) -> Arc<BalancerState> {
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
@@ -58,6 +62,7 @@ impl BalancerState {
             shutdown,
             active,
             stats,
+            access_log,
         })
     }
 }

@@ -71,6 +71,7 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
             drover_config::flags::proxy_config(&args).map_err(|e| e.to_string())?,
             drover_config::Origins::default()
                 .with_flag("balancer[0].listen", "--listen")
+                .with_flag("balancer[0].access_log.path", "--access-log-path")
                 .with_flag("admin.listen", "--admin"),
         ),
     };

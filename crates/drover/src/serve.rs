@@ -11,7 +11,8 @@ use tracing::{info, warn};
 /// Serves until SIGTERM or SIGINT, then drains: stop accepting, let in-flight requests
 /// finish within the drain timeout, and return. Supervised apps are stopped after the
 /// balancers have drained, so no request is cut off by its worker going away.
-/// SIGHUP reloads (see `Controller::reload`).
+/// SIGHUP reloads (see `Controller::reload`); SIGUSR1 reopens every access log's file
+/// (logrotate's `postrotate`).
 pub async fn serve_until_signal(
     control: Arc<Controller>,
     apps: Vec<Arc<Supervisor>>,
@@ -25,11 +26,16 @@ pub async fn serve_until_signal(
     // drover. Without a watchdog the timer never fires.
     let watchdog_every = systemd::watchdog_interval();
     let mut watchdog = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(3600)));
+    let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
     let which = loop {
         tokio::select! {
             _ = term.recv() => break "SIGTERM",
             _ = int.recv() => break "SIGINT",
             _ = watchdog.tick(), if watchdog_every.is_some() => systemd::pet_watchdog(),
+            _ = usr1.recv() => {
+                info!("SIGUSR1: reopening the access logs");
+                drover_proxy::access_log::reopen_all();
+            }
             _ = hup.recv() => {
                 let control = Arc::clone(&control);
                 eprintln!("drover: SIGHUP received, reloading");
@@ -60,6 +66,9 @@ pub async fn serve_until_signal(
             );
         }
     }
+    // Every answered request's line is in its log's buffer now: write them all
+    // before drover exits (a writer thread would be stopped mid-batch at exit).
+    drover_proxy::access_log::flush_all();
     for app in &apps {
         app.shutdown().await;
     }

@@ -315,6 +315,7 @@ fn key_places() -> Vec<(&'static str, String)> {
         ("balancer.limits", "limits", ""),
         ("balancer.hash", "hash", ""),
         ("balancer.sticky", "sticky", ""),
+        ("balancer.access_log", "access_log", ""),
     ] {
         places.push((at, format!("{BALANCER}[balancer.{table}]\n{setting}")));
     }

@@ -85,6 +85,7 @@ impl Conn {
             }
         };
         let latency = self.account_response(head, slot, &resp, answered);
+        self.outcome.upstream = Some(latency);
         if resp.switching {
             endpoint.stats().record_request_duration(latency);
             return self.tunnel(up).await;
@@ -289,6 +290,7 @@ impl Conn {
             &mut written,
         )
         .await;
+        self.outcome.bytes += written;
         endpoint
             .stats()
             .record_request_duration(clock::now().saturating_sub(slot.pick().started()));
@@ -367,6 +369,7 @@ impl Conn {
         {
             return Attempt::Abort;
         }
+        self.outcome.bytes += self.out.len() as u64;
         self.out.clear();
         if !self.cbuf.is_empty() {
             if up.write_all(&self.cbuf).await.is_err() {
@@ -374,7 +377,9 @@ impl Conn {
             }
             self.cbuf.clear();
         }
-        let _ = tokio::io::copy_bidirectional(&mut self.client, &mut up).await;
+        if let Ok((_, to_client)) = tokio::io::copy_bidirectional(&mut self.client, &mut up).await {
+            self.outcome.bytes += to_client;
+        }
         Attempt::Done(false)
     }
 }

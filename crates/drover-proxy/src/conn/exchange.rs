@@ -2,6 +2,7 @@
 //! endpoint from `Admission` (strategy pick, limits, the queue), the retries, and
 //! drover's own answer when every try failed. Also where a request is counted.
 
+use crate::access_log::RequestFields;
 use crate::body::{self, BodyPace, Framer, REQUEST_BUFFER};
 use crate::error::ProxyError;
 use crate::http1::error_page;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::attempt::Attempt;
-use super::Conn;
+use super::{Conn, Outcome};
 
 /// Before retrying a request that met drover's own shortage (descriptors, memory).
 const LOCAL_SHORTAGE_PAUSE: Duration = Duration::from_millis(10);
@@ -33,6 +34,13 @@ impl Conn {
     /// Proxies one request; returns whether the client connection may be kept.
     pub(super) async fn exchange(&mut self, head: &RequestHead) -> bool {
         let arrived = clock::now();
+        // Copied now: the head drover wrote for the backend is overwritten by the answer.
+        let fields = self
+            .thread
+            .shared
+            .access_log
+            .as_ref()
+            .map(|_| RequestFields::capture(&self.out));
         let mut answered = None;
         let keep = self.exchange_timed(head, arrived, &mut answered).await;
         // A response head came from a backend: count the request as answered with its
@@ -44,7 +52,34 @@ impl Conn {
                 .stats
                 .record_response(status, end.saturating_sub(arrived));
         }
+        let outcome = std::mem::take(&mut self.outcome);
+        if let Some(fields) = fields {
+            self.log_exchange(head, &fields, &outcome, answered, arrived);
+        }
         keep
+    }
+
+    /// Writes the request's access log line, if it was answered at all (a client that
+    /// left before any answer gets none).
+    fn log_exchange(
+        &self,
+        head: &RequestHead,
+        fields: &RequestFields,
+        outcome: &Outcome,
+        answered: Option<Answered>,
+        arrived: Nanos,
+    ) {
+        let Some(log) = &self.thread.shared.access_log else {
+            return;
+        };
+        if outcome.status == 0 && answered.is_none() {
+            return;
+        }
+        let duration = clock::now().saturating_sub(arrived);
+        let mut r = outcome.record(&self.info.ip, duration, answered.map(|a| a.status));
+        fields.fill(&mut r);
+        r.protocol = Some(if head.http10 { "HTTP/1.0" } else { "HTTP/1.1" });
+        log.log(&r);
     }
 
     /// `exchange`, with the first response head's status and time left in `answered`
@@ -124,6 +159,7 @@ impl Conn {
             let endpoint = Arc::clone(slot.pick().endpoint());
             let waited = slot.pick().started().saturating_sub(asked);
             shared.stats.record_queue_wait(waited);
+            self.outcome.queue += waited;
             endpoint.stats().record_queue_wait(waited);
             match self
                 .attempt(head, &slot, &mut framer, pace.as_mut(), answered)
@@ -132,8 +168,12 @@ impl Conn {
                 Attempt::Done(keep) => {
                     // The backend is done: free its slot before the client takes the rest.
                     drop(slot);
+                    self.outcome.endpoint = Some(endpoint);
                     let tail = std::mem::take(&mut self.out);
                     let sent = body::write_all(&mut self.client, &tail, client_timeout).await;
+                    if sent.is_ok() {
+                        self.outcome.bytes += tail.len() as u64;
+                    }
                     self.out = tail;
                     self.out.clear();
                     if sent.is_err() {
@@ -146,8 +186,14 @@ impl Conn {
                     }
                     return keep && head.keep_alive;
                 }
-                Attempt::Abort => return false,
-                Attempt::Fail(e) => break e,
+                Attempt::Abort => {
+                    self.outcome.endpoint = Some(endpoint);
+                    return false;
+                }
+                Attempt::Fail(e) => {
+                    self.outcome.endpoint = Some(endpoint);
+                    break e;
+                }
                 Attempt::Retry(ProxyError::LocalResources) => {
                     // drover's own shortage, not the endpoint's, and not the request's:
                     // other exchanges give descriptors back every moment. So it spends
@@ -171,8 +217,10 @@ impl Conn {
                 Attempt::Retry(e) => {
                     attempts += 1;
                     if attempts > shared.opts.retries {
+                        self.outcome.endpoint = Some(endpoint);
                         break e;
                     }
+                    self.outcome.retries = attempts;
                     shared.stats.record_retry(e.metric_cause());
                     last_failure = Some(e);
                     tried.push(endpoint);
@@ -191,6 +239,8 @@ impl Conn {
         );
         // A request body not read in full leaves the connection unusable for the next one.
         let close = !framer.is_done() || !head.keep_alive;
+        self.outcome.status = failure.status();
+        self.outcome.error = Some(failure.cause());
         error_page::write_error(
             &mut self.out,
             failure.status(),

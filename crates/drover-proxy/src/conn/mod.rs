@@ -22,6 +22,7 @@ mod account;
 mod attempt;
 mod exchange;
 
+use crate::access_log::Record;
 use crate::body::{self, BodyError};
 use crate::handoff;
 use crate::http1::error_page;
@@ -30,6 +31,7 @@ use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
 use crate::options::ProxyOptions;
 use crate::proxy_protocol;
 use crate::state::{ClientConnection, ThreadCell, ThreadState};
+use drover_balance::{Endpoint, Nanos};
 use drover_metrics::ProxyRefusal;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -98,6 +100,7 @@ pub(crate) async fn serve(
         reqbody: Vec::new(),
         requests: 0,
         hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
+        outcome: Outcome::default(),
     };
     loop {
         match conn.run().await {
@@ -145,6 +148,57 @@ struct Conn {
     requests: u32,
     /// From this many requests on, it may be handed to a worker (`handoff`).
     hand_over_at: u32,
+    /// How the request under way was answered, for its access log line: plain stores
+    /// as it goes, read only when the log is on.
+    outcome: Outcome,
+}
+
+impl Outcome {
+    /// A line's record: `status` when drover did not answer itself, `duration` since
+    /// the head arrived; the request's own fields are the caller's to fill in.
+    fn record<'a>(
+        &self,
+        client: &'a str,
+        duration: Nanos,
+        backend_status: Option<u16>,
+    ) -> Record<'a> {
+        let ms = std::time::Duration::from_nanos;
+        Record {
+            time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
+            client: Some(client),
+            status: if self.status != 0 {
+                self.status
+            } else {
+                backend_status.unwrap_or(0)
+            },
+            bytes: self.bytes,
+            duration: ms(duration),
+            upstream: self.upstream.map(ms),
+            queue: ms(self.queue),
+            endpoint: self.endpoint.as_ref().map(|e| e.addr()),
+            retries: self.retries,
+            error: self.error,
+            ..Record::default()
+        }
+    }
+}
+
+/// What an access log line says of how a request went, beyond its head.
+#[derive(Debug, Default)]
+struct Outcome {
+    /// drover's own answer's status (0: none, a backend's answer, if any, says).
+    status: u16,
+    /// Its `drover-error` cause.
+    error: Option<&'static str>,
+    /// Response bytes the client took.
+    bytes: u64,
+    retries: u32,
+    queue: Nanos,
+    /// Bound to the endpoint until its response head.
+    upstream: Option<Nanos>,
+    endpoint: Option<Arc<Endpoint>>,
 }
 
 impl Conn {
@@ -162,6 +216,11 @@ impl Conn {
                     self.thread.shared.stats.record_refusal(bad.status);
                     self.send_error(bad.status, "bad-request", bad.reason, true)
                         .await;
+                    if let Some(log) = &self.thread.shared.access_log {
+                        // Nothing of the head is trusted: its line has `-` for the request.
+                        let outcome = std::mem::take(&mut self.outcome);
+                        log.log(&outcome.record(&self.info.ip, 0, None));
+                    }
                     return Ended::Closed;
                 }
             };
@@ -290,15 +349,22 @@ impl Conn {
         }
     }
 
-    async fn send_error(&mut self, status: u16, cause: &str, detail: &str, close: bool) {
+    async fn send_error(&mut self, status: u16, cause: &'static str, detail: &str, close: bool) {
         error_page::write_error(&mut self.out, status, cause, detail, close, None);
+        self.outcome.status = status;
+        self.outcome.error = Some(cause);
         self.send_out(close).await;
     }
 
     /// Sends the answer in `out`, then closes the connection's sending side if `close`.
     async fn send_out(&mut self, close: bool) {
         let client_timeout = self.opts().timeouts.client;
-        let _ = body::write_all(&mut self.client, &self.out, client_timeout).await;
+        if body::write_all(&mut self.client, &self.out, client_timeout)
+            .await
+            .is_ok()
+        {
+            self.outcome.bytes += self.out.len() as u64;
+        }
         self.out.clear();
         if close {
             let _ = self.client.shutdown().await;
