@@ -15,6 +15,9 @@
 #   BENCH_DURATION   seconds per measurement                       (10)
 #   BENCH_ROUNDS     rounds; the order alternates between rounds   (6)
 #   BENCH_CONNECTIONS  wrk connections                             (50)
+#   DROVER_FLAGS, DROVER_BASE_FLAGS  extra `drover proxy` flags for each peer, e.g. the
+#                    same binary twice with DROVER_FLAGS="--access-log json
+#                    --access-log-path /tmp/access.log": what an access log costs
 #   PROXY_CPU / LOADGEN_CPU  cores the proxy and wrk are pinned to (last core / 0)
 #
 # Both binaries run with the admin API on, and /metrics is scraped once a second during
@@ -66,13 +69,14 @@ start_nginx_ok_backend "$TMP/backend" "taskset -c $LOADGEN_CPU" "${BE[@]}"
 PIDS+=("$NGINX_BACKEND_PID")
 
 # ------------------------------------------------------------------ one measurement
-measure() { # name binary -> "req/s cpu_us_per_request p50_ms"
+measure() { # name binary [extra flags...] -> "req/s cpu_us_per_request p50_ms"
   local name=$1 bin=$2 port admin pid scraper cpu0 cpu1 out rps reqs p50
+  shift 2
   port="$(quick_port)"
   admin="$(quick_port)"
   taskset -c "$PROXY_CPU" "$bin" proxy --listen "127.0.0.1:$port" --threads 1 \
     --backend "127.0.0.1:${BE[0]}" --backend "127.0.0.1:${BE[1]}" \
-    --admin "127.0.0.1:$admin" 2>"$TMP/$name.log" &
+    --admin "127.0.0.1:$admin" "$@" 2>"$TMP/$name.log" &
   pid=$!
   PIDS+=("$pid")
   wait_port "$port" "$pid" 10 || { cat "$TMP/$name.log" >&2; die "$name did not start"; }
@@ -105,8 +109,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
   if ((r % 2)); then order=(metrics base); else order=(base metrics); fi
   for name in "${order[@]}"; do
     bin="$DROVER_BIN"
-    [[ "$name" == base ]] && bin="$DROVER_BASE_BIN"
-    read -r rps cpu p50 < <(measure "$name" "$bin")
+    flags="${DROVER_FLAGS:-}"
+    if [[ "$name" == base ]]; then
+      bin="$DROVER_BASE_BIN"
+      flags="${DROVER_BASE_FLAGS:-}"
+    fi
+    # shellcheck disable=SC2086 # flags are words on purpose
+    read -r rps cpu p50 < <(measure "$name" "$bin" $flags)
     printf '%-8s %-9s %12s %14s %8s\n' "$r" "$name" "$rps" "$cpu" "$p50"
     RPS[$name]+="$rps "
     CPU[$name]+="$cpu "
