@@ -101,18 +101,16 @@ async fn straight_and_even(node: &str, extra: &[&str]) {
     for n in per_pid.values() {
         assert!((90..=110).contains(n), "not within 45-55 %: {per_pid:?}");
     }
-    let metrics = drover_testkit::HttpClient::connect(admin_addr(&d).await)
-        .await
-        .unwrap()
-        .get("/metrics")
-        .await
-        .text();
+    // The counter is bumped once the worker took the descriptor, which may be after the
+    // worker has already answered: poll for it.
+    let admin = admin_addr(&d).await;
     assert!(
-        metrics.lines().any(
-            |l| l.starts_with("drover_handoffs_total{balancer=\"default\"} ")
-                && l.split(' ').nth(1).unwrap().parse::<u64>().unwrap() >= 200
-        ),
-        "{metrics}"
+        wait_until_async(Duration::from_secs(5), || async {
+            handoffs_total(admin).await >= 200
+        })
+        .await,
+        "{}",
+        common::metrics_text(admin).await
     );
     drover_stops_cleanly("handoff", &d).await;
 }
