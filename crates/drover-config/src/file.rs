@@ -816,10 +816,11 @@ struct RawHealth {
 struct RawBalancer {
     name: Option<Spanned<String>>,
     listen: Spanned<Addr>,
+    mode: Option<Spanned<Parsed<Protocol>>>,
     strategy: Option<Spanned<StrategyName>>,
     backends: Spanned<Vec<Spanned<RawBackend>>>,
     retries: Option<Bounded<0, 10>>,
-    max_conns: Option<ConnLimit>,
+    max_conns: Option<Spanned<ConnLimit>>,
     queue: Option<RawQueue>,
     timeouts: Option<RawTimeouts>,
     health: Option<Spanned<RawHealth>>,
@@ -828,7 +829,7 @@ struct RawBalancer {
     hash: Option<Spanned<RawHash>>,
     sticky: Option<Spanned<RawSticky>>,
     proxy_protocol: Option<Spanned<RawProxyProtocol>>,
-    limits: Option<RawLimits>,
+    limits: Option<Spanned<RawLimits>>,
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
     access_log: Option<Spanned<RawAccessLog>>,
@@ -865,12 +866,14 @@ struct RawQueue {
 #[serde(deny_unknown_fields)]
 struct RawTimeouts {
     connect: Option<PosDur>,
-    header_read: Option<PosDur>,
-    request: Option<PosDur>,
+    // Spanned: a TCP balancer refuses these, pointing at them.
+    header_read: Option<Spanned<PosDur>>,
+    request: Option<Spanned<PosDur>>,
     idle: Option<PosDur>,
-    client: Option<PosDur>,
-    body: Option<PosDur>,
-    body_min_rate: Option<Bounded<1, { u32::MAX as i64 }>>,
+    client: Option<Spanned<PosDur>>,
+    body: Option<Spanned<PosDur>>,
+    body_min_rate: Option<Spanned<Bounded<1, { u32::MAX as i64 }>>>,
+    half_close: Option<Spanned<PosDur>>,
 }
 
 #[derive(Deserialize)]
@@ -1062,6 +1065,13 @@ impl RawConfig {
             });
             let beside_others = b.backends.len() > 1;
             if let Some(app) = app {
+                if app.spec.mode == Mode::Handoff && b.mode == Protocol::Tcp {
+                    return Err(ctx.at(
+                        backends_span,
+                        format!("balancer[{i}].backends"),
+                        format!("app {:?} runs in handoff mode, which hands HTTP connections between requests; a mode = \"tcp\" balancer relays each connection itself: use mode = \"proxy\"", app.spec.name),
+                    ));
+                }
                 if app.spec.mode == Mode::Handoff && beside_others {
                     return Err(ctx.at(
                         backends_span,
@@ -1077,7 +1087,10 @@ impl RawConfig {
                 Some(app) if !beside_others => vec![app.spec.mode],
                 _ => Vec::new(),
             };
-            b.handoff = crate::model::handoff_for(&modes, b.strategy);
+            // A TCP balancer relays every connection itself: none is handed over.
+            if b.mode == Protocol::Http {
+                b.handoff = crate::model::handoff_for(&modes, b.strategy);
+            }
             balancers.push(b);
         }
 
@@ -1443,6 +1456,15 @@ fn validate_balancer(
         None => format!("balancer-{i}"),
     };
     let mut b = BalancerConfig::new(name, raw.listen.get_ref().0, Vec::new());
+    if let Some(m) = &raw.mode {
+        b.mode = m.get_ref().0;
+    }
+    let tcp = b.mode == Protocol::Tcp;
+    // A setting only HTTP has, written under a TCP balancer: refused where it stands.
+    let http_only = |span: Range<usize>, k: &str| {
+        let entry = HttpOnly::of(k);
+        ctx.at(span, key(entry.key), entry.in_file())
+    };
 
     // Strategy-specific tables: required by their strategy, meaningless elsewhere.
     let strategy_span = raw
@@ -1452,6 +1474,7 @@ fn validate_balancer(
     if let Some(s) = raw.strategy {
         b.strategy = s.into_inner().0;
     }
+    let hash_span = raw.hash.as_ref().map(|h| h.span());
     match (b.strategy, raw.hash) {
         (Strategy::Hash, Some(h)) => b.hash = Some(h.into_inner().key.0),
         (Strategy::Hash, None) => {
@@ -1485,6 +1508,67 @@ fn validate_balancer(
             ))
         }
         (_, None) => {}
+    }
+
+    if tcp {
+        if let Some(why) = tcp_strategy_refusal(b.strategy, b.hash.as_ref()) {
+            let at = if b.strategy == Strategy::Hash {
+                hash_span.clone().unwrap_or(strategy_span.clone())
+            } else {
+                strategy_span.clone()
+            };
+            let k = if b.strategy == Strategy::Hash {
+                "hash.key"
+            } else {
+                "strategy"
+            };
+            return Err(ctx.at(at, key(k), why));
+        }
+        if let Some(pp) = &raw.proxy_protocol {
+            return Err(http_only(pp.span(), "proxy_protocol"));
+        }
+        if let Some(log) = &raw.access_log {
+            return Err(http_only(log.span(), "access_log"));
+        }
+        if let Some(l) = &raw.limits {
+            return Err(http_only(l.span(), "limits"));
+        }
+        if let Some(m) = raw
+            .max_conns
+            .as_ref()
+            .filter(|m| *m.get_ref() == ConnLimit::Auto)
+        {
+            return Err(http_only(m.span(), "max_conns"));
+        }
+        if let Some(h) = raw.health.as_ref().filter(|h| h.get_ref().path.is_some()) {
+            return Err(http_only(h.span(), "health.path"));
+        }
+        if let Some(t) = &raw.timeouts {
+            let spans = [
+                (
+                    "timeouts.header_read",
+                    t.header_read.as_ref().map(Spanned::span),
+                ),
+                ("timeouts.request", t.request.as_ref().map(Spanned::span)),
+                ("timeouts.client", t.client.as_ref().map(Spanned::span)),
+                ("timeouts.body", t.body.as_ref().map(Spanned::span)),
+                (
+                    "timeouts.body_min_rate",
+                    t.body_min_rate.as_ref().map(Spanned::span),
+                ),
+            ];
+            if let Some((k, Some(span))) = spans.into_iter().find(|(_, s)| s.is_some()) {
+                return Err(http_only(span, k));
+            }
+        }
+        // "auto" learns from request latency: a TCP balancer has no cap unless given one.
+        b.max_conns = ConnLimit::Fixed(0);
+    } else if let Some(h) = raw.timeouts.as_ref().and_then(|t| t.half_close.as_ref()) {
+        return Err(ctx.at(
+            h.span(),
+            key("timeouts.half_close"),
+            "timeouts.half_close applies to mode = \"tcp\" only (an HTTP connection is never half-closed by drover's choice)",
+        ));
     }
 
     if let Some(pp) = raw.proxy_protocol {
@@ -1620,7 +1704,7 @@ fn validate_balancer(
         b.retries = r.as_u32();
     }
     if let Some(m) = raw.max_conns {
-        b.max_conns = m;
+        b.max_conns = m.into_inner();
     }
     if let Some(q) = raw.queue {
         if let Some(m) = q.max {
@@ -1637,13 +1721,20 @@ fn validate_balancer(
             }
         };
         set(&mut b.timeouts.connect, t.connect);
-        set(&mut b.timeouts.header_read, t.header_read);
-        set(&mut b.timeouts.request, t.request);
+        set(
+            &mut b.timeouts.header_read,
+            t.header_read.map(Spanned::into_inner),
+        );
+        set(&mut b.timeouts.request, t.request.map(Spanned::into_inner));
         set(&mut b.timeouts.idle, t.idle);
-        set(&mut b.timeouts.client, t.client);
-        set(&mut b.timeouts.body, t.body);
+        set(&mut b.timeouts.client, t.client.map(Spanned::into_inner));
+        set(&mut b.timeouts.body, t.body.map(Spanned::into_inner));
+        set(
+            &mut b.timeouts.half_close,
+            t.half_close.map(Spanned::into_inner),
+        );
         if let Some(rate) = t.body_min_rate {
-            b.timeouts.body_min_rate = rate.as_u32();
+            b.timeouts.body_min_rate = rate.into_inner().as_u32();
         }
     }
     if let Some(h) = raw.health {
@@ -1680,6 +1771,7 @@ fn validate_balancer(
         b.slow_start = s.0;
     }
     if let Some(l) = raw.limits {
+        let l = l.into_inner();
         if let Some(v) = l.max_header_bytes {
             b.limits.max_header_bytes = v.as_usize();
         }
@@ -2150,6 +2242,123 @@ sticky = { cookie = "sid" }
             ));
             assert_eq!(c.balancers[0].hash, Some(want));
         }
+    }
+
+    #[test]
+    fn mode_tcp_relays_connections_with_the_settings_that_apply() {
+        assert_eq!(ok(MINIMAL).balancers[0].mode, Protocol::Http);
+        let c = ok(&format!(
+            "{MINIMAL}mode = \"tcp\"\nstrategy = \"hash\"\nhash = {{ key = \"client-ip\" }}\n\
+             health = {{ tcp = true }}\ntimeouts = {{ connect = \"1s\", idle = \"5m\", half_close = \"3s\" }}\n"
+        ));
+        let b = &c.balancers[0];
+        assert_eq!(b.mode, Protocol::Tcp);
+        assert_eq!(b.timeouts.idle, Duration::from_secs(300));
+        assert_eq!(b.timeouts.half_close, Duration::from_secs(3));
+        // No cap unless given one: "auto" learns from request latency.
+        assert_eq!(b.max_conns, ConnLimit::Fixed(0));
+        assert_eq!(b.handoff, drover_proxy::Handoff::Never);
+        let plan = crate::plan::BalancerPlan::from_config(b).unwrap();
+        assert_eq!(plan.proxy.protocol, Protocol::Tcp);
+        assert_eq!(plan.proxy.timeouts.half_close, Duration::from_secs(3));
+        assert!(!plan.pool.adaptive_limit);
+        let capped = ok(&format!("{MINIMAL}mode = \"tcp\"\nmax_conns = 100\n"));
+        assert_eq!(capped.balancers[0].max_conns, ConnLimit::Fixed(100));
+        for strategy in ["least-conn", "p2c", "round-robin", "weighted", "random"] {
+            let c = ok(&format!(
+                "{MINIMAL}mode = \"tcp\"\nstrategy = \"{strategy}\"\n"
+            ));
+            assert_eq!(c.balancers[0].strategy.name(), strategy);
+        }
+    }
+
+    #[test]
+    fn mode_tcp_refuses_what_only_http_has_naming_it() {
+        let tcp = format!("{MINIMAL}mode = \"tcp\"\n");
+        check(
+            &err(&format!("{MINIMAL}mode = \"udp\"\n")),
+            4,
+            "balancer[0].mode",
+            "invalid mode \"udp\": expected \"http\" or \"tcp\"",
+        );
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "strategy = \"peak-ewma\"",
+                "balancer[0].strategy",
+                "request latency",
+            ),
+            (
+                "strategy = \"sticky\"",
+                "balancer[0].strategy",
+                "HTTP cookie",
+            ),
+            (
+                "strategy = \"hash\"\nhash = { key = \"header:x-user\" }",
+                "balancer[0].hash.key",
+                "only \"client-ip\"",
+            ),
+            (
+                "max_conns = \"auto\"",
+                "balancer[0].max_conns",
+                "learns from request latency",
+            ),
+            (
+                "health = { path = \"/health\" }",
+                "balancer[0].health.path",
+                "tcp = true",
+            ),
+            (
+                "access_log = { format = \"json\" }",
+                "balancer[0].access_log",
+                "per HTTP request",
+            ),
+            (
+                "limits = { max_headers = 10 }",
+                "balancer[0].limits",
+                "request heads",
+            ),
+            (
+                "proxy_protocol = { trusted = [\"10.0.0.0/8\"] }",
+                "balancer[0].proxy_protocol",
+                "PROXY protocol",
+            ),
+            (
+                "timeouts = { header_read = \"1s\" }",
+                "balancer[0].timeouts.header_read",
+                "no request head",
+            ),
+            (
+                "timeouts = { request = \"1s\" }",
+                "balancer[0].timeouts.request",
+                "no response",
+            ),
+            (
+                "timeouts = { client = \"1s\" }",
+                "balancer[0].timeouts.client",
+                "no request in flight",
+            ),
+            (
+                "timeouts = { body = \"1s\" }",
+                "balancer[0].timeouts.body",
+                "no request body",
+            ),
+            (
+                "timeouts = { body_min_rate = 10 }",
+                "balancer[0].timeouts.body_min_rate",
+                "no request body",
+            ),
+        ];
+        for (line, key, part) in cases {
+            let e = err(&format!("{tcp}{line}\n"));
+            check(&e, 5 + line.matches('\n').count(), key, part);
+            assert!(e.message.to_lowercase().contains("tcp"), "{e}");
+        }
+        check(
+            &err(&format!("{MINIMAL}timeouts = {{ half_close = \"1s\" }}\n")),
+            4,
+            "balancer[0].timeouts.half_close",
+            "applies to mode = \"tcp\" only",
+        );
     }
 
     #[test]

@@ -281,6 +281,13 @@ pub struct ProxyArgs {
     #[arg(short, long, default_value = "auto", value_parser = threads)]
     pub threads: usize,
 
+    /// Balance TCP connections instead of HTTP requests: each connection goes to a
+    /// backend once, at accept, and its bytes are relayed both ways unread (`mode =
+    /// "tcp"` in a drover.toml). A flag of its own, not `--mode tcp`: `drover run
+    /// --mode` already names how a worker's connections are served.
+    #[arg(long)]
+    pub tcp: bool,
+
     /// Extra attempts on another backend for a request that failed safely.
     #[arg(long, default_value_t = balancer().retries, value_parser = clap::value_parser!(u32).range(0..=10))]
     pub retries: u32,
@@ -307,9 +314,15 @@ pub struct ProxyArgs {
     #[arg(long, default_value = shown(balancer().timeouts.request), value_parser = drover_units::duration)]
     pub request_timeout: Duration,
 
-    /// Idle keep-alive connections are closed after this.
+    /// Idle keep-alive connections are closed after this (--tcp: a connection that
+    /// moved nothing either way).
     #[arg(long, default_value = shown(balancer().timeouts.idle), value_parser = drover_units::duration)]
     pub idle_timeout: Duration,
+
+    /// --tcp: once one side has finished sending, the other way is cut after this long
+    /// with nothing passing.
+    #[arg(long, default_value = shown(balancer().timeouts.half_close), value_parser = drover_units::positive_duration)]
+    pub half_close_timeout: Duration,
 
     /// A client mid-request that sends or reads nothing for this long is cut off
     /// (slow POST, slow read).
@@ -510,6 +523,15 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         backends.push(backend);
     }
     let mut b = crate::BalancerConfig::new(a.name.clone(), listen, backends);
+    if a.tcp {
+        b.mode = model::Protocol::Tcp;
+        refuse_http_only_flags(a)?;
+        if let Some(why) = model::tcp_strategy_refusal(a.strategy, a.keys.hash_key.as_ref()) {
+            return Err(format!("--tcp: {why}"));
+        }
+    } else if a.half_close_timeout != balancer().timeouts.half_close {
+        return Err("--half-close-timeout applies to --tcp only".into());
+    }
     b.apply_strategy(a.strategy, &a.keys)?;
     b.retries = a.retries;
     b.apply_limits(&a.limits);
@@ -523,6 +545,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         client: a.client_timeout,
         body: a.body_timeout,
         body_min_rate: a.body_min_rate,
+        half_close: a.half_close_timeout,
     };
     if a.health_tcp || a.health_path.is_some() {
         b.health = Some(model::HealthCheck {
@@ -539,10 +562,44 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
             fall: a.fall,
         });
     }
+    if a.tcp && b.max_conns == crate::ConnLimit::Auto {
+        // "auto" learns from request latency, and is only --max-conns's default: a TCP
+        // balancer has no cap unless given a number (a typed "auto" reads the same).
+        b.max_conns = crate::ConnLimit::Fixed(0);
+    }
     b.slow_start = a.slow_start;
     b.drain_timeout = a.drain_timeout;
     b.threads = Some(a.threads);
     Ok(b)
+}
+
+/// `drover proxy --tcp` with a flag only HTTP has, given a value other than its default
+/// (a flag's default cannot be told from the same value typed).
+fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
+    let d = balancer();
+    let given = [
+        (
+            "timeouts.header_read",
+            a.header_timeout != d.timeouts.header_read,
+        ),
+        ("timeouts.request", a.request_timeout != d.timeouts.request),
+        ("timeouts.client", a.client_timeout != d.timeouts.client),
+        ("timeouts.body", a.body_timeout != d.timeouts.body),
+        (
+            "timeouts.body_min_rate",
+            a.body_min_rate != d.timeouts.body_min_rate,
+        ),
+        ("health.path", a.health_path.is_some()),
+        ("access_log", a.access_log.access_log != d.access_log.format),
+        (
+            "proxy_protocol",
+            a.proxy_protocol.proxy_protocol_from.is_some(),
+        ),
+    ];
+    match given.into_iter().find(|(_, given)| *given) {
+        Some((key, _)) => Err(model::HttpOnly::of(key).in_flags()),
+        None => Ok(()),
+    }
 }
 
 /// What `drover run` runs, from its flags.
@@ -672,6 +729,78 @@ mod tests {
     struct Run {
         #[command(flatten)]
         args: RunArgs,
+    }
+
+    fn proxy(extra: &[&str]) -> Result<model::BalancerConfig, FlagError> {
+        let mut argv = vec!["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"];
+        argv.extend_from_slice(extra);
+        proxy_balancer(&Proxy::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn tcp_flag_gives_what_mode_tcp_in_a_file_gives() {
+        let mut flags = proxy(&["--tcp", "--half-close-timeout", "3s"]).unwrap();
+        let file = crate::parse(
+            "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\nmode = \"tcp\"\ntimeouts = { half_close = \"3s\" }\n",
+            "drover.toml",
+        )
+        .unwrap();
+        flags.threads = None;
+        assert_eq!(flags, file.balancers[0]);
+        assert_eq!(flags.max_conns, crate::ConnLimit::Fixed(0));
+        let hashed = proxy(&["--tcp", "-s", "hash", "--hash-key", "client-ip"]).unwrap();
+        assert_eq!(hashed.hash, Some(model::HashKey::ClientIp));
+    }
+
+    #[test]
+    fn tcp_flag_refuses_http_only_flags_naming_them() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--header-timeout", "1s"],
+                "--header-timeout does not apply to --tcp",
+            ),
+            (
+                &["--request-timeout", "1s"],
+                "--request-timeout does not apply to --tcp",
+            ),
+            (
+                &["--client-timeout", "1s"],
+                "--client-timeout does not apply to --tcp",
+            ),
+            (
+                &["--body-timeout", "1s"],
+                "--body-timeout does not apply to --tcp",
+            ),
+            (
+                &["--body-min-rate", "1"],
+                "--body-min-rate does not apply to --tcp",
+            ),
+            (
+                &["--health-path", "/h"],
+                "--health-path does not apply to --tcp",
+            ),
+            (
+                &["--access-log", "json"],
+                "--access-log does not apply to --tcp",
+            ),
+            (
+                &["--proxy-protocol-from", "10.0.0.0/8"],
+                "--proxy-protocol-from does not apply to --tcp",
+            ),
+            (&["-s", "peak-ewma"], "--tcp: strategy \"peak-ewma\""),
+            (&["-s", "sticky"], "--tcp: strategy \"sticky\""),
+            (&["-s", "hash", "--hash-key", "path"], "only \"client-ip\""),
+        ];
+        for (extra, message) in cases {
+            let mut argv = vec!["--tcp"];
+            argv.extend_from_slice(extra);
+            let e = proxy(&argv).unwrap_err().to_string();
+            assert!(e.contains(message), "{extra:?}: {e}");
+        }
+        let e = proxy(&["--half-close-timeout", "1s"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "--half-close-timeout applies to --tcp only");
     }
 
     /// Each default has one definition, in the library where it has one: `drover proxy`

@@ -115,6 +115,128 @@ pub struct BalancerConfig {
     /// `access_log`: a line per answered request; off by default. The library's own
     /// settings, so each default has one definition.
     pub access_log: AccessLogConfig,
+    /// `mode`: HTTP (default) or TCP, where each connection is placed once and relayed
+    /// unread; the settings that only HTTP has are refused then (`HTTP_ONLY`).
+    pub mode: Protocol,
+}
+
+/// `mode = "http" | "tcp"`.
+pub use drover_proxy::Protocol;
+
+/// A balancer setting that only means something to HTTP: refused on a `mode = "tcp"`
+/// balancer, by its key in a drover.toml or its `drover proxy` flag, with one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpOnly {
+    /// The key, under `[[balancer]]`.
+    pub key: &'static str,
+    /// The `drover proxy` flag that sets it, if one does.
+    pub flag: Option<&'static str>,
+    /// Why TCP mode has no use for it.
+    pub why: &'static str,
+}
+
+/// Every setting a TCP balancer refuses. Strategies and hash keys are checked apart
+/// (`Strategy` values, not keys): see `tcp_strategy_refusal`.
+pub const HTTP_ONLY: &[HttpOnly] = &[
+    HttpOnly {
+        key: "timeouts.header_read",
+        flag: Some("--header-timeout"),
+        why: "there is no request head to read (timeouts.idle bounds a silent client)",
+    },
+    HttpOnly {
+        key: "timeouts.request",
+        flag: Some("--request-timeout"),
+        why: "there is no response to wait for (timeouts.idle bounds a silent backend)",
+    },
+    HttpOnly {
+        key: "timeouts.client",
+        flag: Some("--client-timeout"),
+        why: "there is no request in flight (timeouts.idle bounds a silent client)",
+    },
+    HttpOnly {
+        key: "timeouts.body",
+        flag: Some("--body-timeout"),
+        why: "there is no request body",
+    },
+    HttpOnly {
+        key: "timeouts.body_min_rate",
+        flag: Some("--body-min-rate"),
+        why: "there is no request body",
+    },
+    HttpOnly {
+        key: "limits",
+        flag: None,
+        why: "they bound HTTP request heads, which TCP mode does not read",
+    },
+    HttpOnly {
+        key: "health.path",
+        flag: Some("--health-path"),
+        why: "a TCP backend may not speak HTTP: use tcp = true (--health-tcp), a connect check",
+    },
+    HttpOnly {
+        key: "access_log",
+        flag: Some("--access-log"),
+        why: "its lines are per HTTP request; TCP mode has not got a log yet",
+    },
+    HttpOnly {
+        key: "proxy_protocol",
+        flag: Some("--proxy-protocol-from"),
+        why: "TCP mode does not read a PROXY protocol header yet",
+    },
+    HttpOnly {
+        key: "max_conns",
+        flag: Some("--max-conns"),
+        why: "\"auto\" learns from request latency; give a number of connections per endpoint, or 0 (no limit)",
+    },
+];
+
+impl HttpOnly {
+    /// The entry for `key`; every caller names a key of `HTTP_ONLY`.
+    pub fn of(key: &str) -> &'static HttpOnly {
+        HTTP_ONLY
+            .iter()
+            .find(|h| h.key == key)
+            .unwrap_or_else(|| panic!("{key} is not in HTTP_ONLY"))
+    }
+
+    /// The message under a key in a drover.toml.
+    pub fn in_file(&self) -> String {
+        format!(
+            "{} does not apply to mode = \"tcp\": {}",
+            self.key, self.why
+        )
+    }
+
+    /// The message for a `drover proxy --tcp` flag.
+    pub fn in_flags(&self) -> String {
+        format!(
+            "{} does not apply to --tcp: {}",
+            self.flag.unwrap_or(self.key),
+            self.why
+        )
+    }
+}
+
+/// Why a strategy (with its hash key) cannot place TCP connections, or `None` when it
+/// can: a connection has no request to read a header, cookie or path from, and no
+/// latency per request to rank by.
+pub fn tcp_strategy_refusal(strategy: Strategy, hash: Option<&HashKey>) -> Option<String> {
+    match (strategy, hash) {
+        (Strategy::PeakEwma, _) => Some("strategy \"peak-ewma\" ranks endpoints by request latency, which TCP mode does not see: use least-conn or p2c (open connections), round-robin, weighted, random or hash on client-ip".into()),
+        (Strategy::Sticky, _) => Some("strategy \"sticky\" pins clients by an HTTP cookie: in TCP mode use strategy = \"hash\" with key = \"client-ip\"".into()),
+        (Strategy::Hash, Some(k)) if *k != HashKey::ClientIp => Some(format!("hash key {:?} is read from an HTTP request: in TCP mode only \"client-ip\" can be hashed", hash_key_name(k))),
+        _ => None,
+    }
+}
+
+/// A hash key as written in a drover.toml.
+fn hash_key_name(k: &HashKey) -> String {
+    match k {
+        HashKey::Header(h) => format!("header:{h}"),
+        HashKey::Cookie(c) => format!("cookie:{c}"),
+        HashKey::ClientIp => "client-ip".into(),
+        HashKey::Path => "path".into(),
+    }
 }
 
 /// `access_log = { format, path, fields }`.
@@ -146,6 +268,7 @@ impl BalancerConfig {
             handoff: drover_proxy::Handoff::Never,
             proxy_protocol: None,
             access_log: AccessLogConfig::default(),
+            mode: Protocol::Http,
         }
     }
 }
@@ -231,6 +354,9 @@ pub struct TimeoutConfig {
     pub body: Duration,
     /// Bytes per second a request body must keep up past its grace; default 500.
     pub body_min_rate: u32,
+    /// TCP mode: once one side finished sending, how long the other way may move
+    /// nothing before the connection is cut; default 30s.
+    pub half_close: Duration,
 }
 
 impl Default for TimeoutConfig {
@@ -245,6 +371,7 @@ impl Default for TimeoutConfig {
             client: t.client,
             body: t.body,
             body_min_rate: t.body_min_rate,
+            half_close: t.half_close,
         }
     }
 }

@@ -110,6 +110,7 @@ impl BalancerPlan {
                     client: b.timeouts.client,
                     body: b.timeouts.body,
                     body_min_rate: b.timeouts.body_min_rate,
+                    half_close: b.timeouts.half_close,
                 },
                 limits: Limits {
                     max_header_bytes: b.limits.max_header_bytes,
@@ -127,6 +128,7 @@ impl BalancerPlan {
                 handoff: b.handoff,
                 proxy_protocol: b.proxy_protocol.clone(),
                 access_log: b.access_log.clone(),
+                protocol: b.mode,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

@@ -102,6 +102,38 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     for b in bs {
         e.sample_u64(&[("balancer", &b.name)], b.counts.access_log_dropped);
     }
+    e.counter(
+        "drover_tcp_connections",
+        "TCP mode: client connections relayed to an endpoint.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.tcp_connections);
+    }
+    e.counter(
+        "drover_tcp_received_bytes",
+        "TCP mode: bytes relayed from clients to endpoints.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.tcp_bytes_in);
+    }
+    e.counter(
+        "drover_tcp_sent_bytes",
+        "TCP mode: bytes relayed from endpoints to clients.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.tcp_bytes_out);
+    }
+    e.counter(
+        "drover_tcp_unserved",
+        "TCP mode: client connections closed before an endpoint took them, by cause (no-healthy-endpoint, queue-full, queue-timeout, connect-failed, local-resources).",
+    );
+    for b in bs {
+        for (cause, &n) in Cause::ALL.iter().zip(&b.counts.tcp_unserved) {
+            if n > 0 {
+                e.sample_u64(&[("balancer", &b.name), ("cause", cause.as_str())], n);
+            }
+        }
+    }
     e.histogram(
         "drover_request_duration_seconds",
         "From a request's head to the end of its response (to the 101 of an upgrade).",

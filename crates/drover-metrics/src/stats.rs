@@ -95,6 +95,12 @@ struct BalancerCounters {
     retries: [AtomicU64; 8],
     handoffs: AtomicU64,
     returned: AtomicU64,
+    /// TCP mode: connections relayed to an endpoint, and the bytes each way.
+    tcp_connections: AtomicU64,
+    tcp_bytes_in: AtomicU64,
+    tcp_bytes_out: AtomicU64,
+    /// TCP mode: connections closed unserved, by `Cause`.
+    tcp_unserved: [AtomicU64; 8],
 }
 
 /// One balancer's counts. Shared by its serving threads; kept across reloads.
@@ -191,6 +197,29 @@ impl BalancerStats {
         self.queue_wait.record(ns);
     }
 
+    /// TCP mode: a client connection now relayed to an endpoint.
+    pub fn record_tcp_connection(&self) {
+        self.counters.local().tcp_connections.fetch_add(1, Relaxed);
+    }
+
+    /// TCP mode: bytes relayed from a client to its endpoint.
+    #[inline]
+    pub fn record_tcp_bytes_in(&self, n: u64) {
+        self.counters.local().tcp_bytes_in.fetch_add(n, Relaxed);
+    }
+
+    /// TCP mode: bytes relayed from an endpoint to its client.
+    #[inline]
+    pub fn record_tcp_bytes_out(&self, n: u64) {
+        self.counters.local().tcp_bytes_out.fetch_add(n, Relaxed);
+    }
+
+    /// TCP mode: a client connection closed before any endpoint took it, for `cause`
+    /// (no endpoint, the queue, every connect failed).
+    pub fn record_tcp_unserved(&self, cause: Cause) {
+        self.counters.local().tcp_unserved[cause as usize].fetch_add(1, Relaxed);
+    }
+
     pub fn snapshot(&self) -> BalancerCounts {
         let mut s = BalancerCounts::default();
         for c in self.counters.all() {
@@ -200,6 +229,10 @@ impl BalancerStats {
             add(&mut s.retries, &c.retries);
             s.handoffs += c.handoffs.load(Relaxed);
             s.returned += c.returned.load(Relaxed);
+            s.tcp_connections += c.tcp_connections.load(Relaxed);
+            s.tcp_bytes_in += c.tcp_bytes_in.load(Relaxed);
+            s.tcp_bytes_out += c.tcp_bytes_out.load(Relaxed);
+            add(&mut s.tcp_unserved, &c.tcp_unserved);
         }
         add(&mut s.proxy_refused, &self.proxy_refused);
         s.access_log_dropped = self.access_log_dropped.load(Relaxed);
@@ -326,6 +359,18 @@ pub struct BalancerCounts {
     /// Access log lines dropped for a full buffer.
     #[serde(default)]
     pub access_log_dropped: u64,
+    /// TCP mode: connections relayed to an endpoint.
+    #[serde(default)]
+    pub tcp_connections: u64,
+    /// TCP mode: bytes from clients to endpoints.
+    #[serde(default)]
+    pub tcp_bytes_in: u64,
+    /// TCP mode: bytes from endpoints to clients.
+    #[serde(default)]
+    pub tcp_bytes_out: u64,
+    /// TCP mode: connections closed unserved, by `Cause::ALL`.
+    #[serde(default)]
+    pub tcp_unserved: [u64; 8],
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

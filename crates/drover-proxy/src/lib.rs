@@ -23,6 +23,7 @@
 //! | latency, cost and passive health from an answer | `conn/account.rs` |
 //! | idle backend connections | `upstream.rs` |
 //! | handing a connection to a worker | `handoff.rs` |
+//! | TCP mode: a connection placed at accept and relayed both ways | `tcp.rs` |
 //! | the access log: a line per answered request, its buffer and writer | `access_log.rs` (lines made in `conn/exchange.rs`) |
 
 pub mod access_log;
@@ -41,10 +42,11 @@ pub mod proxy_protocol;
 mod request_id;
 mod server;
 mod state;
+mod tcp;
 mod upstream;
 
 pub use error::ProxyError;
 pub use options::{
-    Handoff, HashKey, Limits, ParseHashKeyError, ProxyOptions, QueueOptions, Timeouts,
+    Handoff, HashKey, Limits, ParseHashKeyError, Protocol, ProxyOptions, QueueOptions, Timeouts,
 };
 pub use server::{Proxy, ReconfigureError};

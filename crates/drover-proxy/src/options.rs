@@ -32,6 +32,47 @@ pub struct ProxyOptions {
     pub proxy_protocol: Option<TrustedSenders>,
     /// A line per answered request (`access_log`); off by default.
     pub access_log: crate::access_log::Settings,
+    /// What the listener speaks: HTTP/1.1, or plain TCP relayed as it comes (`tcp.rs`).
+    pub protocol: Protocol,
+}
+
+/// What a balancer's clients speak (`mode` in drover.toml, `drover proxy --tcp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// Requests are read, placed one by one and answered (the default).
+    #[default]
+    Http,
+    /// Each connection is placed once, at accept, and its bytes relayed both ways
+    /// unread.
+    Tcp,
+}
+
+impl Protocol {
+    /// The name drover.toml's `mode` key writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "http" => Ok(Protocol::Http),
+            "tcp" => Ok(Protocol::Tcp),
+            _ => Err(format!("invalid mode {s:?}: expected \"http\" or \"tcp\"")),
+        }
+    }
 }
 
 /// When a balancer hands client connections to the workers that take them (see
@@ -66,6 +107,7 @@ impl Default for ProxyOptions {
             handoff: Handoff::Never,
             proxy_protocol: None,
             access_log: crate::access_log::Settings::default(),
+            protocol: Protocol::Http,
         }
     }
 }
@@ -91,6 +133,10 @@ pub struct Timeouts {
     pub body: Duration,
     /// Bytes per second a request body must keep up past its `body` grace.
     pub body_min_rate: u32,
+    /// TCP mode: once one side of a relayed connection has finished sending, the other
+    /// direction is cut after this long with nothing passing (HAProxy's
+    /// `timeout client-fin`); `idle` applies until then.
+    pub half_close: Duration,
 }
 
 impl Default for Timeouts {
@@ -107,6 +153,10 @@ impl Default for Timeouts {
             // a body trickling bytes to hold a connection open is, after 20 s or so.
             body: Duration::from_secs(20),
             body_min_rate: 500,
+            // A peer that half-closed usually waits for the rest of an answer that is
+            // already on its way; one that never comes should not hold two descriptors
+            // for the whole idle timeout.
+            half_close: Duration::from_secs(30),
         }
     }
 }

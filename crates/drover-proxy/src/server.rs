@@ -9,8 +9,9 @@ use crate::access_log::AccessLog;
 use crate::conn;
 use crate::descriptors;
 use crate::handoff;
-use crate::options::ProxyOptions;
+use crate::options::{Protocol, ProxyOptions};
 use crate::state::{BalancerState, ClientConnection, ThreadCell, ThreadState};
+use crate::tcp;
 use arc_swap::ArcSwap;
 use drover_balance::{clock, Balancer};
 use drover_metrics::BalancerStats;
@@ -385,7 +386,13 @@ fn serve_thread(
                             continue;
                         };
                         let counted = ClientConnection::accepted();
-                        tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell), counted, true));
+                        // The mode in force at accept decides: a reload that changes it
+                        // applies to the connections accepted after it.
+                        if cell.load().shared.opts.protocol == Protocol::Tcp {
+                            tokio::spawn(tcp::serve(stream, peer, Arc::clone(&cell), counted));
+                        } else {
+                            tokio::spawn(conn::serve(stream, peer, Arc::clone(&cell), counted, true));
+                        }
                     }
                     Err(e) => {
                         accept_failed(&name, &e);

@@ -1,9 +1,14 @@
-//! Keep-alive connections to endpoints, kept per serving thread.
+//! Keep-alive connections to endpoints, kept per serving thread, and new connections
+//! to an endpoint with what their failure tells passive health (HTTP and TCP mode alike).
 
+use crate::error::ProxyError;
+use drover_balance::{clock, Endpoint, Nanos};
+use drover_metrics::Cause;
+use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
@@ -86,4 +91,54 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStrea
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
     Ok(stream)
+}
+
+/// Warnings about connects that failed (the endpoint's fault, as far as drover can tell).
+static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// Warnings about drover's own shortages on connect, shared by every connection.
+static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// A new connection to `endpoint`, bound to it since `bound` (for the connect
+/// histogram). A failure is held against the endpoint's passive health in `pool`,
+/// unless it was drover's own shortage (`ProxyError::LocalResources`).
+pub async fn connect_endpoint(
+    endpoint: &Arc<Endpoint>,
+    pool: &Pool,
+    timeout: Duration,
+    bound: Nanos,
+) -> Result<TcpStream, ProxyError> {
+    let addr = endpoint.addr();
+    match connect(addr, timeout).await {
+        Ok(stream) => {
+            endpoint
+                .stats()
+                .record_connect(clock::now().saturating_sub(bound));
+            Ok(stream)
+        }
+        Err(e) if is_local_shortage(&e) => {
+            // drover's own shortage: the endpoint is not to blame.
+            if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
+                tracing::warn!(endpoint = %addr, error = %e, held_back, "cannot connect, drover is out of resources; not counted against the endpoint");
+            }
+            Err(ProxyError::LocalResources)
+        }
+        Err(e) => {
+            endpoint.stats().record_failure(Cause::ConnectFailed);
+            // Refused: nothing listens. Timed out: the backend's listen backlog
+            // overflowed and dropped the SYN, so it is busy, and the last endpoint
+            // that still answers must stay in rotation.
+            let ejected = if e.kind() == io::ErrorKind::TimedOut {
+                pool.on_connect_timeout(endpoint, clock::now())
+            } else {
+                pool.on_connect_failure(endpoint, clock::now())
+            };
+            // Each ejection is logged where it happens; a failure that hits every
+            // request at once is told once a second, with the count it stands for.
+            if let Some(held_back) = CONNECT_FAILURES.check_now() {
+                tracing::warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
+            }
+            Err(ProxyError::ConnectFailed)
+        }
+    }
 }

@@ -13,21 +13,13 @@ use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::upstream;
 use drover_balance::{clock, Endpoint};
 use drover_metrics::Cause;
-use drover_registry::{is_local_shortage, WarnLimit};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use super::exchange::Answered;
 use super::Conn;
-
-/// Warnings about connects that failed (the endpoint's fault, as far as drover can tell).
-static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
-
-/// Warnings about drover's own shortages on connect, shared by every connection.
-static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
 /// How one attempt on one endpoint ended.
 pub(super) enum Attempt {
@@ -104,36 +96,12 @@ impl Conn {
             }
         }
         let shared = &self.thread.shared;
-        match upstream::connect(addr, shared.opts.timeouts.connect).await {
-            Ok(stream) => {
-                let connected = clock::now().saturating_sub(slot.pick().started());
-                endpoint.stats().record_connect(connected);
-                Ok((stream, false))
-            }
-            Err(e) if is_local_shortage(&e) => {
-                // drover's own shortage: the endpoint is not to blame.
-                if let Some(held_back) = CONNECT_SHORTAGE.check_now() {
-                    warn!(endpoint = %addr, error = %e, held_back, "cannot connect, drover is out of resources; not counted against the endpoint");
-                }
-                Err(Attempt::Retry(ProxyError::LocalResources))
-            }
-            Err(e) => {
-                endpoint.stats().record_failure(Cause::ConnectFailed);
-                // Refused: nothing listens. Timed out: the backend's listen backlog
-                // overflowed and dropped the SYN, so it is busy, and the last endpoint
-                // that still answers must stay in rotation.
-                let ejected = if e.kind() == std::io::ErrorKind::TimedOut {
-                    shared.pool.on_connect_timeout(endpoint, clock::now())
-                } else {
-                    shared.pool.on_connect_failure(endpoint, clock::now())
-                };
-                // Each ejection is logged where it happens; a failure that hits every
-                // request at once is told once a second, with the count it stands for.
-                if let Some(held_back) = CONNECT_FAILURES.check_now() {
-                    warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
-                }
-                Err(Attempt::Retry(ProxyError::ConnectFailed))
-            }
+        let timeout = shared.opts.timeouts.connect;
+        match upstream::connect_endpoint(endpoint, &shared.pool, timeout, slot.pick().started())
+            .await
+        {
+            Ok(stream) => Ok((stream, false)),
+            Err(e) => Err(Attempt::Retry(e)),
         }
     }
 

@@ -1,0 +1,340 @@
+//! TCP mode (`mode = "tcp"`): each client connection is placed once, at accept, on an
+//! endpoint the balancer's strategy picks, and its bytes are relayed both ways unread.
+//!
+//! Placement uses the same `Admission` as HTTP requests, with one connection as the
+//! unit: the pick is held for the connection's whole life and never settled, so an
+//! endpoint's pending count is its open connections, and `least-conn` and `p2c` compare
+//! those; a fixed `max_conns` caps them, with the same queue. `hash` hashes the client's
+//! IP address. A connect that fails goes to another endpoint, up to `retries` times,
+//! and counts against the endpoint's passive health as an HTTP connect failure does.
+//!
+//! The relay keeps both directions in one task, each reading only once its last bytes
+//! were written (backpressure: a slow reader holds at most one buffer of the other
+//! side's data in drover), with a buffer only while bytes flow (an idle connection
+//! holds none). When one side finishes sending, its end is passed on as a half-close
+//! (`shutdown(SHUT_WR)`) and the other direction goes on alone under the half-close
+//! timeout; until then, the idle timeout cuts a connection that moved nothing either
+//! way.
+//!
+//! A reload applies to connections accepted after it; a connection keeps the settings
+//! it was placed with until it ends, and shutdown waits for it up to the drain timeout.
+
+use crate::admission::Slot;
+use crate::error::ProxyError;
+use crate::options::{HashKey, Timeouts};
+use crate::state::{BalancerState, ClientConnection, ThreadCell};
+use crate::upstream;
+use drover_balance::{clock, Endpoint, PickContext};
+use drover_metrics::BalancerStats;
+use drover_registry::WarnLimit;
+use std::io;
+use std::net::{Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// What one connection adds to its endpoint's pending work: a unit, so pending work is
+/// the count of open connections (a request's cost in ns makes no sense here).
+const CONNECTION_COST: u64 = 1;
+
+/// Bytes read at once from one side. Held only while bytes flow: a read that finds
+/// nothing gives it back.
+const RELAY_BUFFER: usize = 64 * 1024;
+
+/// Warnings about connections that no endpoint took (every TCP balancer shares it).
+static UNSERVED_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// Serves one accepted client connection in TCP mode.
+pub(crate) async fn serve(
+    client: TcpStream,
+    peer: SocketAddr,
+    cell: Arc<ThreadCell>,
+    _counted: ClientConnection,
+) {
+    // The settings in force at accept stay this connection's until it ends.
+    let thread = cell.load_full();
+    let shared = &thread.shared;
+    shared.active.fetch_add(1, Relaxed);
+    let _active = Open(Arc::clone(&shared.active));
+    let Some((backend, slot)) = place(shared, peer).await else {
+        return;
+    };
+    shared.stats.record_tcp_connection();
+    let ended = relay(&client, &backend, &shared.opts.timeouts, &shared.stats).await;
+    debug!(%peer, endpoint = %slot.pick().endpoint().addr(), ?ended, "tcp connection ended");
+}
+
+/// Counts an open client connection of the listener until dropped (drain waits for 0).
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A connected endpoint for the client at `peer`, with the slot that counts the
+/// connection against it; `None` (counted and closed) when no endpoint takes it.
+async fn place(shared: &BalancerState, peer: SocketAddr) -> Option<(TcpStream, Slot)> {
+    let hash_key = match shared.opts.hash_key {
+        Some(HashKey::ClientIp) => Some(peer.ip().to_string()),
+        // The config refuses other keys in TCP mode: there is no request to read them from.
+        _ => None,
+    };
+    let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+    let mut last_failure = None;
+    // When drover first ran short of descriptors for this connection.
+    let mut short_since = None;
+    let failure = loop {
+        let ctx = PickContext {
+            now: clock::now(),
+            cost: CONNECTION_COST,
+            hash_key: hash_key.as_deref().map(str::as_bytes),
+            sticky: None,
+            exclude: &tried,
+        };
+        let slot = match shared.admission.acquire(&ctx).await {
+            Ok(slot) => slot,
+            // Every endpoint was tried: report the last real failure, not "none healthy".
+            Err(e) => break last_failure.unwrap_or(e),
+        };
+        let endpoint = Arc::clone(slot.pick().endpoint());
+        let timeout = shared.opts.timeouts.connect;
+        match upstream::connect_endpoint(&endpoint, &shared.pool, timeout, slot.pick().started())
+            .await
+        {
+            Ok(stream) => {
+                shared.pool.on_success(&endpoint, clock::now());
+                return Some((stream, slot));
+            }
+            Err(ProxyError::LocalResources) => {
+                // drover's own shortage: no retry spent, the endpoint stays a candidate
+                // (as for an HTTP request; see `conn/exchange.rs`).
+                let now = clock::now();
+                let since = *short_since.get_or_insert(now);
+                if now.saturating_sub(since) >= clock::nanos(timeout) {
+                    break ProxyError::LocalResources;
+                }
+                drop(slot);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => {
+                if tried.len() as u32 >= shared.opts.retries {
+                    break e;
+                }
+                shared.stats.record_retry(e.metric_cause());
+                last_failure = Some(e);
+                tried.push(endpoint);
+            }
+        }
+    };
+    shared.stats.record_tcp_unserved(failure.metric_cause());
+    if let Some(held_back) = UNSERVED_WARNINGS.check_now() {
+        warn!(balancer = %shared.opts.name, cause = failure.cause(), %peer, held_back, "tcp connection closed unserved: {failure}");
+    }
+    None
+}
+
+/// How a relayed connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Both sides finished sending, and every byte was passed on.
+    Done,
+    /// Nothing moved either way for the idle timeout.
+    Idle,
+    /// One side had finished, and nothing moved the other way for the half-close timeout.
+    HalfClosed,
+    /// A read or write failed (a reset, a peer that closed while the other still sent).
+    Failed,
+}
+
+/// Relays bytes between `client` and `backend` until both directions are done, one
+/// fails, or a timeout cuts it (see the module docs).
+pub(crate) async fn relay(
+    client: &TcpStream,
+    backend: &TcpStream,
+    timeouts: &Timeouts,
+    stats: &BalancerStats,
+) -> Ended {
+    let start = Instant::now();
+    // Nanoseconds since `start` of the last bytes moved (or end passed on) either way.
+    let last = AtomicU64::new(0);
+    let up = pipe(client, backend, &last, start, |n| {
+        stats.record_tcp_bytes_in(n)
+    });
+    let down = pipe(backend, client, &last, start, |n| {
+        stats.record_tcp_bytes_out(n)
+    });
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    loop {
+        let limit = if up_done || down_done {
+            timeouts.half_close
+        } else {
+            timeouts.idle
+        };
+        let deadline = start + Duration::from_nanos(last.load(Relaxed)) + limit;
+        if Instant::now() >= deadline {
+            return if up_done || down_done {
+                Ended::HalfClosed
+            } else {
+                Ended::Idle
+            };
+        }
+        tokio::select! {
+            r = &mut up, if !up_done => match r {
+                Ok(()) => up_done = true,
+                Err(e) => {
+                    debug!("tcp relay, client to backend: {e}");
+                    return Ended::Failed;
+                }
+            },
+            r = &mut down, if !down_done => match r {
+                Ok(()) => down_done = true,
+                Err(e) => {
+                    debug!("tcp relay, backend to client: {e}");
+                    return Ended::Failed;
+                }
+            },
+            // The deadline is looked at again: bytes may have moved meanwhile.
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+        if up_done && down_done {
+            return Ended::Done;
+        }
+    }
+}
+
+/// Copies `from` to `to` until `from` ends, then passes the end on (`to`'s write side
+/// is shut down). Reads only once the last read was written in full.
+async fn pipe(
+    from: &TcpStream,
+    to: &TcpStream,
+    last: &AtomicU64,
+    start: Instant,
+    count: impl Fn(u64),
+) -> io::Result<()> {
+    let moved = || last.store(start.elapsed().as_nanos() as u64, Relaxed);
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        from.readable().await?;
+        if buf.is_empty() {
+            buf = vec![0; RELAY_BUFFER];
+        }
+        let n = match from.try_read(&mut buf) {
+            Ok(0) => {
+                moved();
+                return socket2::SockRef::from(to).shutdown(Shutdown::Write);
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Nothing after all: an idle connection holds no buffer.
+                buf = Vec::new();
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let mut written = 0;
+        while written < n {
+            to.writable().await?;
+            match to.try_write(&buf[written..n]) {
+                Ok(k) => written += k,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        count(n as u64);
+        moved();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A connected pair of sockets: (the end drover holds, the peer's end).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (a, b) = tokio::join!(TcpStream::connect(addr), l.accept());
+        (b.unwrap().0, a.unwrap())
+    }
+
+    fn timeouts(idle: Duration, half_close: Duration) -> Timeouts {
+        Timeouts {
+            idle,
+            half_close,
+            ..Timeouts::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn bytes_pass_both_ways_and_a_half_close_is_passed_on() {
+        let (client_side, mut client) = pair().await;
+        let (backend_side, mut backend) = pair().await;
+        let stats = BalancerStats::default();
+        let t = timeouts(Duration::from_secs(30), Duration::from_secs(30));
+        let relay = relay(&client_side, &backend_side, &t, &stats);
+        let peers = async {
+            client.write_all(b"ping").await.unwrap();
+            // The client is done sending; the backend sees the end after the bytes.
+            client.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            backend.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"ping");
+            // The other direction still flows after the client's half-close.
+            backend.write_all(&vec![7u8; 300_000]).await.unwrap();
+            backend.shutdown().await.unwrap();
+            let mut answer = Vec::new();
+            client.read_to_end(&mut answer).await.unwrap();
+            assert_eq!(answer.len(), 300_000);
+        };
+        let (ended, ()) = tokio::join!(relay, peers);
+        assert_eq!(ended, Ended::Done);
+        let counts = stats.snapshot();
+        assert_eq!((counts.tcp_bytes_in, counts.tcp_bytes_out), (4, 300_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_moves_nothing_is_cut_at_the_idle_timeout() {
+        let (client_side, mut client) = pair().await;
+        let (backend_side, mut backend) = pair().await;
+        let stats = BalancerStats::default();
+        let t = timeouts(Duration::from_secs(60), Duration::from_secs(5));
+        let relay = relay(&client_side, &backend_side, &t, &stats);
+        let peers = async {
+            client.write_all(b"x").await.unwrap();
+            let mut one = [0u8; 1];
+            backend.read_exact(&mut one).await.unwrap();
+        };
+        let (ended, ()) = tokio::join!(relay, peers);
+        assert_eq!(ended, Ended::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_half_close_the_other_way_is_cut_at_the_half_close_timeout() {
+        let (client_side, mut client) = pair().await;
+        let (backend_side, _backend) = pair().await;
+        let stats = BalancerStats::default();
+        let t = timeouts(Duration::from_secs(60), Duration::from_secs(5));
+        let started = Instant::now();
+        let relay = relay(&client_side, &backend_side, &t, &stats);
+        let peers = async {
+            client.shutdown().await.unwrap();
+        };
+        let (ended, ()) = tokio::join!(relay, peers);
+        assert_eq!(ended, Ended::HalfClosed);
+        // Cut by the half-close timeout, not the idle one (virtual time).
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+}
