@@ -78,6 +78,29 @@ async fn bad_flags_are_named() {
         "--health-tcp",
     )
     .await;
+    // --tcp: the flags only HTTP has are named, and so are bad TCP timeouts.
+    fails(
+        &with(&["--tcp", "--header-timeout", "3s"]),
+        "--header-timeout does not apply to --tcp",
+    )
+    .await;
+    fails(
+        &with(&["--tcp", "--strategy", "peak-ewma"]),
+        "strategy \"peak-ewma\" ranks endpoints by request latency",
+    )
+    .await;
+    fails(
+        &with(&["--half-close-timeout", "3s"]),
+        "--half-close-timeout applies to --tcp only",
+    )
+    .await;
+    for bad in ["0s", "soon"] {
+        fails(
+            &with(&["--tcp", "--half-close-timeout", bad]),
+            "--half-close-timeout",
+        )
+        .await;
+    }
     fails(&with(&["--backend", "127.0.0.1:1"]), "given twice").await;
     fails(&with(&["--config", "x.toml"]), "--config").await;
     fails(

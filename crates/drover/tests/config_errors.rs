@@ -263,3 +263,42 @@ fn bad_proxy_protocol_senders() {
         &["balancer[0].proxy_protocol", "from"],
     );
 }
+
+#[test]
+fn tcp_mode_refuses_what_only_http_has() {
+    let tcp =
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nmode = \"tcp\"\n";
+    assert_config_error(
+        "tcp-mode-value",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nmode = \"udp\"\n",
+        4,
+        &["balancer[0].mode", "expected \"http\" or \"tcp\""],
+    );
+    assert_config_error(
+        "tcp-mode-timeout",
+        &format!("{tcp}timeouts = {{ idle = \"5m\", header_read = \"5s\" }}\n"),
+        5,
+        &[
+            "balancer[0].timeouts.header_read",
+            "does not apply to mode = \"tcp\"",
+        ],
+    );
+    assert_config_error(
+        "tcp-mode-strategy",
+        &format!("{tcp}strategy = \"sticky\"\n"),
+        5,
+        &["balancer[0].strategy", "HTTP cookie", "client-ip"],
+    );
+    assert_config_error(
+        "tcp-mode-health",
+        &format!("{tcp}health = {{ path = \"/health\" }}\n"),
+        5,
+        &["balancer[0].health.path", "tcp = true"],
+    );
+    assert_config_error(
+        "http-mode-half-close",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\ntimeouts = { half_close = \"1s\" }\n",
+        4,
+        &["balancer[0].timeouts.half_close", "mode = \"tcp\" only"],
+    );
+}

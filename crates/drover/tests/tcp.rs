@@ -1,0 +1,560 @@
+//! TCP mode through real processes: `drover proxy --tcp` (and `mode = "tcp"` in a
+//! drover.toml) in front of redis-server driven by redis-benchmark, and in front of small
+//! backends written here (echo, one that answers only once the client has finished
+//! sending, one that says its name). Connections spread by open connections, a dead
+//! backend is skipped by a connect retry, a half-close passes through, the idle timeout
+//! cuts a silent connection, hash on the client address keeps a client on one backend,
+//! max_conns queues connections, health checks by TCP connect, and reload and shutdown
+//! leave relayed connections running.
+
+mod common;
+
+use common::{admin_addr, bin, metrics_text, proxy, status, temp_dir};
+use drover_testkit::{wait_until_async, DroverProcess};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// How long any one wait in these tests may take before it counts as failed.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A backend that sends back what it gets, and passes on the end of it.
+async fn echo() -> SocketAddr {
+    serve(|mut s| async move {
+        let (mut r, mut w) = s.split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+        let _ = w.shutdown().await;
+    })
+    .await
+}
+
+/// A backend that answers only once the client has finished sending (it half-closed):
+/// `got N bytes`, then a 1 MB tail, then the end.
+async fn answers_after_the_end() -> SocketAddr {
+    serve(|mut s| async move {
+        let mut got = Vec::new();
+        if s.read_to_end(&mut got).await.is_err() {
+            return;
+        }
+        let _ = s
+            .write_all(format!("got {} bytes\n", got.len()).as_bytes())
+            .await;
+        let _ = s.write_all(&vec![b'x'; 1_000_000]).await;
+        let _ = s.shutdown().await;
+    })
+    .await
+}
+
+/// A backend that says `name` and closes.
+async fn named(name: &'static str) -> SocketAddr {
+    serve(move |mut s| async move {
+        let _ = s.write_all(name.as_bytes()).await;
+        let _ = s.shutdown().await;
+    })
+    .await
+}
+
+/// Accepts on 127.0.0.1:0, each connection in a task of its own.
+async fn serve<F, Fut>(each: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(each(s));
+        }
+    });
+    addr
+}
+
+/// A port nothing listens on.
+fn dead_port() -> SocketAddr {
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `drover proxy --tcp` with an admin API, over `backends`, plus `extra` flags.
+async fn tcp_proxy(backends: &[SocketAddr], extra: &[&str]) -> (DroverProcess, SocketAddr) {
+    let mut args = vec!["--tcp", "--admin", "127.0.0.1:0", "--slow-start", "0s"];
+    args.extend_from_slice(extra);
+    let d = proxy(backends, &args).await;
+    let admin = admin_addr(&d).await;
+    (d, admin)
+}
+
+/// Sends `data` on a new connection to `to`, finishes sending, and reads to the end.
+async fn round_trip(to: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(to).await.unwrap();
+    s.write_all(data).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(PATIENCE, s.read_to_end(&mut got))
+        .await
+        .expect("the answer ended in time")
+        .unwrap();
+    got
+}
+
+/// What a new connection from `from` (a loopback address) to `to` reads until the end.
+async fn read_from(from: &str, to: SocketAddr) -> String {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut s = socket.connect(to).await.unwrap();
+    let mut got = String::new();
+    tokio::time::timeout(PATIENCE, s.read_to_string(&mut got))
+        .await
+        .expect("the answer ended in time")
+        .unwrap();
+    got
+}
+
+/// A sample of the default balancer's `name`, with `labels` after the balancer's.
+async fn metric(admin: SocketAddr, name: &str, labels: &str) -> u64 {
+    let text = metrics_text(admin).await;
+    let prefix = format!("{name}{{balancer=\"default\"{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+/// The endpoints' open connections, from `drover ctl status`.
+async fn open_connections(admin: SocketAddr) -> u32 {
+    status(admin).await.balancers[0]
+        .endpoints
+        .iter()
+        .map(|e| e.in_flight)
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------
+// redis-server behind drover
+// ---------------------------------------------------------------------------------------
+
+/// redis-server and redis-benchmark, or `None` outside CI when they are missing.
+fn redis_tools() -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let find = |name: &str| {
+        ["/usr/bin", "/usr/local/bin", "/usr/sbin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.exists())
+    };
+    match (
+        find("redis-server"),
+        find("redis-benchmark"),
+        find("redis-cli"),
+    ) {
+        (Some(s), Some(b), Some(c)) => Some((s, b, c)),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "redis-server, redis-benchmark or redis-cli is missing (scripts/test installs redis-server and redis-tools)"
+            );
+            eprintln!("skipped: redis is missing (apt-get install redis-server redis-tools)");
+            None
+        }
+    }
+}
+
+/// A redis-server on a free port, without persistence; killed on drop.
+struct Redis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start(server: &Path, cli: &Path, dir: &Path) -> Redis {
+        let port = dead_port().port();
+        let child = Command::new(server)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let redis = Redis { child, port };
+        let started = std::time::Instant::now();
+        while !String::from_utf8_lossy(&redis_cli_output(cli, redis.addr(), &["PING"], None).stdout)
+            .contains("PONG")
+        {
+            assert!(started.elapsed() < PATIENCE, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn cli(&self, cli: &Path, args: &[&str]) -> String {
+        redis_cli(cli, self.addr(), args, None)
+    }
+
+    /// Connections it has accepted, from `INFO stats`.
+    fn connections_received(&self, cli: &Path) -> u64 {
+        let info = self.cli(cli, &["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .unwrap_or_else(|| panic!("no total_connections_received in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `redis-cli -h -p args`, with `stdin` as its commands when given; stdout, which
+/// must have succeeded.
+fn redis_cli(cli: &Path, to: SocketAddr, args: &[&str], stdin: Option<&str>) -> String {
+    let out = redis_cli_output(cli, to, args, stdin);
+    assert!(out.status.success(), "redis-cli {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn redis_cli_output(
+    cli: &Path,
+    to: SocketAddr,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut cmd = Command::new(cli);
+    cmd.args(["-h", "127.0.0.1", "-p", &to.port().to_string()])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("run redis-cli");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_benchmark_through_drover_has_no_error_and_connections_spread() {
+    let Some((server, benchmark, cli)) = redis_tools() else {
+        return;
+    };
+    let dir = temp_dir("tcp-redis");
+    let redis: Vec<Redis> = (0..3).map(|_| Redis::start(&server, &cli, &dir)).collect();
+    let addrs: Vec<SocketAddr> = redis.iter().map(Redis::addr).collect();
+    let (d, admin) = tcp_proxy(&addrs, &["--strategy", "least-conn"]).await;
+    let before: Vec<u64> = redis.iter().map(|r| r.connections_received(&cli)).collect();
+
+    // Commands on one connection through drover land on one redis, in order.
+    let answers = redis_cli(
+        &cli,
+        d.addr(),
+        &[],
+        Some("SET drover-key hello\nGET drover-key\nINCR drover-n\nINCR drover-n\n"),
+    );
+    assert_eq!(
+        answers.lines().collect::<Vec<_>>(),
+        ["OK", "hello", "1", "2"]
+    );
+
+    let out = Command::new(&benchmark)
+        .args(["-h", "127.0.0.1", "-p", &d.addr().port().to_string()])
+        .args(["-t", "set,get", "-n", "2000", "-c", "20", "--csv"])
+        .output()
+        .expect("run redis-benchmark");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    eprintln!("redis-benchmark through drover:\n{stdout}");
+    // redis-benchmark stops at the first error reply or lost connection, saying so.
+    assert!(
+        !stdout.contains("ERR") && !stderr.contains("Error"),
+        "{stdout}\n{stderr}"
+    );
+    let tests: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("\"SET\"") || l.starts_with("\"GET\""))
+        .collect();
+    assert_eq!(tests.len(), 2, "{stdout}");
+
+    // 20 connections per test, by open connections: every redis gets its share.
+    let got: Vec<u64> = redis
+        .iter()
+        .zip(&before)
+        .map(|(r, b)| r.connections_received(&cli) - b)
+        .collect();
+    assert!(got.iter().sum::<u64>() >= 41, "{got:?}");
+    assert!(
+        got.iter().all(|&n| n >= 8),
+        "connections per redis: {got:?}"
+    );
+    assert!(metric(admin, "drover_tcp_connections_total", "").await >= 41);
+    assert!(metric(admin, "drover_tcp_received_bytes_total", "").await > 2000 * 20);
+    assert!(metric(admin, "drover_tcp_sent_bytes_total", "").await > 2000 * 5);
+    assert_eq!(
+        metric(
+            admin,
+            "drover_tcp_unserved_total",
+            ",cause=\"connect-failed\""
+        )
+        .await,
+        0
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Connect retries, half-close, idle timeout
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_backend_is_skipped_by_a_connect_retry() {
+    let (dead, live) = (dead_port(), echo().await);
+    let (d, admin) = tcp_proxy(&[dead, live], &["--strategy", "round-robin"]).await;
+    for i in 0..20 {
+        let data = format!("hello {i}");
+        assert_eq!(round_trip(d.addr(), data.as_bytes()).await, data.as_bytes());
+    }
+    // The dead one was tried, failed, counted and passed over; no client saw it.
+    assert!(metric(admin, "drover_retries_total", ",cause=\"connect-failed\"").await >= 1);
+    assert_eq!(
+        metric(
+            admin,
+            "drover_tcp_unserved_total",
+            ",cause=\"connect-failed\""
+        )
+        .await,
+        0
+    );
+    assert_eq!(metric(admin, "drover_tcp_connections_total", "").await, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_no_backend_takes_is_closed_and_counted() {
+    let (d, admin) = tcp_proxy(&[dead_port(), dead_port()], &[]).await;
+    // Closed without a byte: the client reads the end.
+    assert_eq!(read_from("127.0.0.1", d.addr()).await, "");
+    assert!(
+        wait_until_async(PATIENCE, || async {
+            metric(
+                admin,
+                "drover_tcp_unserved_total",
+                ",cause=\"connect-failed\"",
+            )
+            .await
+                == 1
+        })
+        .await
+    );
+    assert_eq!(metric(admin, "drover_tcp_connections_total", "").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_close_reaches_the_backend_and_its_answer_still_comes_back() {
+    let backend = answers_after_the_end().await;
+    let (d, _admin) = tcp_proxy(&[backend], &[]).await;
+    let request = vec![b'r'; 200_000];
+    let answer = round_trip(d.addr(), &request).await;
+    let head = b"got 200000 bytes\n";
+    assert!(
+        answer.starts_with(head),
+        "{:?}",
+        &answer[..40.min(answer.len())]
+    );
+    assert_eq!(answer.len(), head.len() + 1_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_timeout_cuts_a_silent_connection_not_a_busy_one() {
+    let backend = echo().await;
+    let (d, admin) = tcp_proxy(&[backend], &["--idle-timeout", "1s"]).await;
+
+    // Busy: a byte each 300 ms for twice the idle timeout, every one echoed.
+    let mut busy = TcpStream::connect(d.addr()).await.unwrap();
+    for i in 0..7u8 {
+        busy.write_all(&[i]).await.unwrap();
+        let mut one = [0u8; 1];
+        tokio::time::timeout(PATIENCE, busy.read_exact(&mut one))
+            .await
+            .expect("echoed")
+            .unwrap();
+        assert_eq!(one[0], i);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Silent: drover closes it, and the endpoint's connection count goes back to 0.
+    let mut silent = TcpStream::connect(d.addr()).await.unwrap();
+    silent.write_all(b"x").await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, silent.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "drover kept an idle connection open");
+    assert_eq!(got, b"x");
+    drop(busy);
+    assert!(wait_until_async(PATIENCE, || async { open_connections(admin).await == 0 }).await);
+}
+
+// ---------------------------------------------------------------------------------------
+// Placement: hash on the client address, max_conns and its queue, health checks
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_on_the_client_address_keeps_each_client_on_one_backend() {
+    let backends = [named("a").await, named("b").await, named("c").await];
+    let (d, _admin) = tcp_proxy(
+        &backends,
+        &["--strategy", "hash", "--hash-key", "client-ip"],
+    )
+    .await;
+    let mut seen = std::collections::BTreeSet::new();
+    for client in 2..12 {
+        let from = format!("127.0.0.{client}");
+        let first = read_from(&from, d.addr()).await;
+        for _ in 0..4 {
+            assert_eq!(read_from(&from, d.addr()).await, first, "client {from}");
+        }
+        seen.insert(first);
+    }
+    // Ten clients over three backends: not all on one (Maglev spreads keys).
+    assert!(seen.len() >= 2, "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_conns_queues_connections_and_a_full_queue_closes_them() {
+    let backend = echo().await;
+    let (d, admin) = tcp_proxy(&[backend], &["--max-conns", "1"]).await;
+    let mut first = TcpStream::connect(d.addr()).await.unwrap();
+    first.write_all(b"1").await.unwrap();
+    let mut one = [0u8; 1];
+    first.read_exact(&mut one).await.unwrap();
+    // The second waits in drover's queue for the first's slot: nothing comes back yet.
+    let mut second = TcpStream::connect(d.addr()).await.unwrap();
+    second.write_all(b"2").await.unwrap();
+    assert!(
+        wait_until_async(PATIENCE, || async {
+            metrics_text(admin)
+                .await
+                .contains("drover_queue_depth{balancer=\"default\"} 1")
+        })
+        .await
+    );
+    assert_eq!(open_connections(admin).await, 1);
+    drop(first);
+    tokio::time::timeout(PATIENCE, second.read_exact(&mut one))
+        .await
+        .expect("the queued connection was relayed once the first closed")
+        .unwrap();
+    assert_eq!(one[0], b'2');
+    drop(second);
+
+    let (d, admin) = tcp_proxy(&[backend], &["--max-conns", "1", "--queue-max", "0"]).await;
+    let mut held = TcpStream::connect(d.addr()).await.unwrap();
+    held.write_all(b"1").await.unwrap();
+    held.read_exact(&mut one).await.unwrap();
+    assert_eq!(read_from("127.0.0.1", d.addr()).await, "");
+    assert_eq!(
+        metric(admin, "drover_tcp_unserved_total", ",cause=\"queue-full\"").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_health_check_takes_a_dead_backend_out_before_any_client_meets_it() {
+    let (dead, live) = (dead_port(), echo().await);
+    let (d, admin) = tcp_proxy(
+        &[dead, live],
+        &["--health-tcp", "--health-interval", "100ms", "--fall", "1"],
+    )
+    .await;
+    assert!(
+        wait_until_async(PATIENCE, || async {
+            let s = status(admin).await;
+            s.balancers[0]
+                .endpoints
+                .iter()
+                .any(|e| e.addr == dead.to_string() && !e.healthy)
+        })
+        .await
+    );
+    for i in 0..10 {
+        let data = format!("hi {i}");
+        assert_eq!(round_trip(d.addr(), data.as_bytes()).await, data.as_bytes());
+    }
+    assert_eq!(
+        metric(admin, "drover_retries_total", ",cause=\"connect-failed\"").await,
+        0
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Reload and shutdown
+// ---------------------------------------------------------------------------------------
+
+fn tcp_file(backend: SocketAddr, listen: &str) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nlisten = \"{listen}\"\nmode = \"tcp\"\nthreads = 1\nslow_start = \"0s\"\nbackends = [\"{backend}\"]\n"
+    )
+}
+
+/// Writes `b` on `s` and reads it back from the echo behind.
+async fn echoes(s: &mut TcpStream, b: u8) -> bool {
+    let mut one = [0u8; 1];
+    s.write_all(&[b]).await.is_ok()
+        && matches!(
+            tokio::time::timeout(PATIENCE, s.read_exact(&mut one)).await,
+            Ok(Ok(_))
+        )
+        && one[0] == b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_sends_new_connections_to_the_new_backends_and_leaves_open_ones_running() {
+    let (old, new) = (echo().await, named("new").await);
+    let path = temp_dir("tcp-reload").join("drover.toml");
+    // A fixed address, written the same in both files: the listener is kept.
+    let listen = dead_port().to_string();
+    std::fs::write(&path, tcp_file(old, &listen)).unwrap();
+    let d = DroverProcess::spawn(bin(), &["proxy", "--config", path.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let mut open = TcpStream::connect(d.addr()).await.unwrap();
+    assert!(echoes(&mut open, 1).await);
+
+    // Same listen address, new backend.
+    std::fs::write(&path, tcp_file(new, &listen)).unwrap();
+    let (code, out, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    assert_eq!(read_from("127.0.0.1", d.addr()).await, "new");
+    // The connection placed before goes on to the old backend.
+    assert!(echoes(&mut open, 2).await);
+
+    // SIGTERM: no new connection, the open one still relayed; drover exits once it ends.
+    d.signal("TERM").unwrap();
+    assert!(
+        wait_until_async(PATIENCE, || async {
+            TcpStream::connect(d.addr()).await.is_err()
+        })
+        .await
+    );
+    assert!(echoes(&mut open, 3).await);
+    assert!(
+        d.try_exit_status().is_none(),
+        "drover left before the connection ended"
+    );
+    drop(open);
+    let exit = d
+        .wait_exit(PATIENCE)
+        .await
+        .expect("drover exits once drained");
+    assert!(exit.success());
+}
