@@ -805,6 +805,9 @@ struct RawHealth {
     path: Option<HttpPath>,
     tcp: Option<Spanned<bool>>,
     expect: Option<Spanned<Expect>>,
+    /// A TCP check's bytes to write, and what the answer must contain.
+    send: Option<Spanned<String>>,
+    receive: Option<Spanned<String>>,
     interval: Option<PosDur>,
     timeout: Option<PosDur>,
     rise: Option<Bounded<1, 100>>,
@@ -1376,12 +1379,47 @@ fn validate_health(
                 return Err(ctx.at(
                     e.span(),
                     format!("{key}.expect"),
-                    "expect applies only to HTTP checks (set path instead of tcp = true)",
+                    "expect applies only to HTTP checks (set path instead of tcp = true); a TCP check's answer is receive = \"...\"",
                 ));
             }
-            CheckKind::Tcp
+            match (raw.send, raw.receive) {
+                (None, None) => CheckKind::Tcp,
+                (Some(send), None) => {
+                    return Err(ctx.at(
+                        send.span(),
+                        format!("{key}.send"),
+                        "send needs receive = \"...\": what the answer must contain",
+                    ))
+                }
+                (send, Some(receive)) => {
+                    if receive.get_ref().is_empty() {
+                        return Err(ctx.at(
+                            receive.span(),
+                            format!("{key}.receive"),
+                            "empty receive: every answer would pass; leave send and receive out for a connect check",
+                        ));
+                    }
+                    CheckKind::TcpExchange {
+                        send: send
+                            .map_or_else(Box::default, |s| s.into_inner().into_bytes().into()),
+                        receive: receive.into_inner().into_bytes().into(),
+                    }
+                }
+            }
         }
         (path, false) => {
+            if let Some(s) = raw.send.as_ref().or(raw.receive.as_ref()) {
+                let k = if raw.send.is_some() {
+                    "send"
+                } else {
+                    "receive"
+                };
+                return Err(ctx.at(
+                    s.span(),
+                    format!("{key}.{k}"),
+                    format!("{k} applies only to TCP checks: set tcp = true"),
+                ));
+            }
             let path = match path {
                 Some(p) => p.0,
                 None if for_app => "/health".to_string(),
@@ -2269,6 +2307,45 @@ sticky = { cookie = "sid" }
                 "{MINIMAL}mode = \"tcp\"\nstrategy = \"{strategy}\"\n"
             ));
             assert_eq!(c.balancers[0].strategy.name(), strategy);
+        }
+    }
+
+    #[test]
+    fn a_tcp_check_may_send_and_must_receive() {
+        let c = ok(&format!(
+            "{MINIMAL}health = {{ tcp = true, receive = \"SSH-2.0\" }}\n"
+        ));
+        assert_eq!(
+            c.balancers[0].health.as_ref().unwrap().kind,
+            CheckKind::TcpExchange {
+                send: Box::default(),
+                receive: b"SSH-2.0".as_slice().into()
+            }
+        );
+        let cases = [
+            (
+                "health = { tcp = true, send = \"PING\" }",
+                "balancer[0].health.send",
+                "send needs receive",
+            ),
+            (
+                "health = { tcp = true, receive = \"\" }",
+                "balancer[0].health.receive",
+                "empty receive",
+            ),
+            (
+                "health = { path = \"/\", receive = \"x\" }",
+                "balancer[0].health.receive",
+                "set tcp = true",
+            ),
+            (
+                "health = { tcp = true, expect = 200 }",
+                "balancer[0].health.expect",
+                "receive = ",
+            ),
+        ];
+        for (line, key, part) in cases {
+            check(&err(&format!("{MINIMAL}{line}\n")), 4, key, part);
         }
     }
 

@@ -357,6 +357,16 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub health_tcp: bool,
 
+    /// With --health-tcp: bytes to write once connected (\r, \n, \t, \\ and \xHH
+    /// escapes), e.g. "PING\r\n"; needs --health-receive.
+    #[arg(long, value_name = "BYTES", requires = "health_receive", value_parser = escaped)]
+    pub health_send: Option<Bytes>,
+
+    /// With --health-tcp: what the answer must contain (same escapes), e.g. "+PONG"; a
+    /// service that speaks first (SMTP, SSH) needs no --health-send.
+    #[arg(long, value_name = "BYTES", requires = "health_tcp", value_parser = escaped)]
+    pub health_receive: Option<Bytes>,
+
     /// How often each backend is probed.
     #[arg(long, default_value = shown(health().interval), value_parser = drover_units::duration)]
     pub health_interval: Duration,
@@ -554,7 +564,16 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
                     path: path.clone(),
                     expect: model::StatusRange::default(),
                 },
-                None => model::CheckKind::Tcp,
+                None => match &a.health_receive {
+                    Some(receive) => model::CheckKind::TcpExchange {
+                        send: a
+                            .health_send
+                            .clone()
+                            .map_or_else(Box::default, |b| b.0.into()),
+                        receive: receive.0.clone().into(),
+                    },
+                    None => model::CheckKind::Tcp,
+                },
             },
             interval: a.health_interval,
             timeout: a.health_timeout,
@@ -571,6 +590,48 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.drain_timeout = a.drain_timeout;
     b.threads = Some(a.threads);
     Ok(b)
+}
+
+/// Bytes given on the command line with escapes (`--health-send`, `--health-receive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bytes(pub Vec<u8>);
+
+/// `\r`, `\n`, `\t`, `\\`, `\0` and `\xHH`: what a protocol's bytes need that a shell
+/// argument cannot hold plainly. Anything else after a backslash is refused, not guessed.
+fn escaped(s: &str) -> Result<Bytes, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        out.push(match bytes.next() {
+            Some(b'r') => b'\r',
+            Some(b'n') => b'\n',
+            Some(b't') => b'\t',
+            Some(b'0') => 0,
+            Some(b'\\') => b'\\',
+            Some(b'x') => {
+                let hex: Vec<u8> = bytes.by_ref().take(2).collect();
+                std::str::from_utf8(&hex)
+                    .ok()
+                    .filter(|h| h.len() == 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("invalid escape in {s:?}: \\x takes two hex digits"))?
+            }
+            other => {
+                let shown = other.map_or("the end".to_string(), |c| format!("{:?}", c as char));
+                return Err(format!(
+                    "invalid escape in {s:?}: a backslash before {shown}; use \\r, \\n, \\t, \\0, \\\\ or \\xHH"
+                ));
+            }
+        });
+    }
+    if out.is_empty() {
+        return Err("empty: give the bytes, or leave the flag out".into());
+    }
+    Ok(Bytes(out))
 }
 
 /// `drover proxy --tcp` with a flag only HTTP has, given a value other than its default
@@ -750,6 +811,43 @@ mod tests {
         assert_eq!(flags.max_conns, crate::ConnLimit::Fixed(0));
         let hashed = proxy(&["--tcp", "-s", "hash", "--hash-key", "client-ip"]).unwrap();
         assert_eq!(hashed.hash, Some(model::HashKey::ClientIp));
+    }
+
+    #[test]
+    fn a_tcp_check_sends_and_expects_escaped_bytes() {
+        let b = proxy(&[
+            "--tcp",
+            "--health-tcp",
+            "--health-send",
+            "PING\\r\\n",
+            "--health-receive",
+            "+PONG",
+        ])
+        .unwrap();
+        let file = crate::parse(
+            "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\nmode = \"tcp\"\nhealth = { tcp = true, send = \"PING\\r\\n\", receive = \"+PONG\" }\n",
+            "drover.toml",
+        )
+        .unwrap();
+        assert_eq!(b.health, file.balancers[0].health);
+        assert_eq!(
+            b.health.unwrap().kind,
+            model::CheckKind::TcpExchange {
+                send: b"PING\r\n".as_slice().into(),
+                receive: b"+PONG".as_slice().into()
+            }
+        );
+        assert_eq!(escaped("a\\x00\\t\\\\").unwrap().0, b"a\0\t\\");
+        for (bad, says) in [
+            ("a\\q", "a backslash before 'q'"),
+            ("a\\", "a backslash before the end"),
+            ("\\x4", "\\x takes two hex digits"),
+            ("\\xzz", "\\x takes two hex digits"),
+            ("", "empty"),
+        ] {
+            let e = escaped(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -56,7 +56,8 @@ impl ProbeError {
             ProbeError::Refused
             | ProbeError::LocalShortage(_)
             | ProbeError::Malformed
-            | ProbeError::Status(_) => false,
+            | ProbeError::Status(_)
+            | ProbeError::Unexpected(_) => false,
         }
     }
 }

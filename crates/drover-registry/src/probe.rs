@@ -1,4 +1,5 @@
-//! One probe of an endpoint: a TCP connect, or `GET path` and its status line. Active
+//! One probe of an endpoint: a TCP connect (with bytes to send and bytes the answer must
+//! contain, for a service that is not HTTP), or `GET path` and its status line. Active
 //! checks run it on a timer; the supervisor runs it for a worker's readiness and
 //! liveness.
 
@@ -22,6 +23,11 @@ pub enum CheckKind {
     },
     /// Up when a TCP connection opens.
     Tcp,
+    /// Up when a TCP connection opens and, after `send` is written (nothing when empty:
+    /// a service that speaks first, as SMTP or SSH do), what comes back contains
+    /// `receive` within its first `MAX_ANSWER` bytes (HAProxy's `tcp-check send` and
+    /// `expect string`). Boxed slices: a check sits in every app's spec.
+    TcpExchange { send: Box<[u8]>, receive: Box<[u8]> },
 }
 
 impl CheckKind {
@@ -52,6 +58,10 @@ pub enum ProbeError {
     Closed,
     Malformed,
     Status(u16),
+    /// A TCP exchange's answer (its first bytes, lossy UTF-8) lacked what was expected.
+    /// Boxed behind a thin pointer: the error sits in the supervisor's, which must stay
+    /// small, and a wide one (`Box<str>`) made every `ProbeError` 8 bytes larger.
+    Unexpected(Box<String>),
 }
 
 impl fmt::Display for ProbeError {
@@ -65,6 +75,7 @@ impl fmt::Display for ProbeError {
             ProbeError::Closed => f.write_str("connection closed before status line"),
             ProbeError::Malformed => f.write_str("malformed status line"),
             ProbeError::Status(s) => write!(f, "status {s}"),
+            ProbeError::Unexpected(got) => write!(f, "unexpected answer {got:?}"),
         }
     }
 }
@@ -73,6 +84,9 @@ impl std::error::Error for ProbeError {}
 
 /// The longest status line a probe reads before calling the answer malformed.
 const MAX_STATUS_LINE: usize = 4096;
+
+/// How much of a TCP exchange's answer is searched for the expected bytes.
+const MAX_ANSWER: usize = 4096;
 
 /// One probe of `addr`, bounded by `timeout` as a whole. Public so the supervisor can use
 /// it for worker readiness.
@@ -95,6 +109,9 @@ async fn probe_unbounded(addr: SocketAddr, kind: &CheckKind) -> Result<(), Probe
     })?;
     let (path, expect) = match kind {
         CheckKind::Tcp => return Ok(()),
+        CheckKind::TcpExchange { send, receive } => {
+            return exchange(&mut stream, send, receive).await
+        }
         CheckKind::Http { path, expect } => (path, expect),
     };
     let request = format!(
@@ -110,6 +127,35 @@ async fn probe_unbounded(addr: SocketAddr, kind: &CheckKind) -> Result<(), Probe
     } else {
         Err(ProbeError::Status(status))
     }
+}
+
+/// Writes `send`, then reads until the answer contains `receive`, ends, or passes
+/// `MAX_ANSWER` bytes.
+async fn exchange(stream: &mut TcpStream, send: &[u8], receive: &[u8]) -> Result<(), ProbeError> {
+    stream.write_all(send).await.map_err(ProbeError::Io)?;
+    let mut answer = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    loop {
+        if contains(&answer, receive) {
+            return Ok(());
+        }
+        let n = if answer.len() < MAX_ANSWER {
+            stream.read(&mut chunk).await.map_err(ProbeError::Io)?
+        } else {
+            0
+        };
+        if n == 0 {
+            let shown = &answer[..answer.len().min(64)];
+            return Err(ProbeError::Unexpected(Box::new(
+                String::from_utf8_lossy(shown).into_owned(),
+            )));
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Reads until the status line is complete and returns its code. Only the status line

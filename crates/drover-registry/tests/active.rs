@@ -316,3 +316,47 @@ async fn probe_reports_why() {
     let e = probe(closed, &CheckKind::Tcp, t).await.unwrap_err();
     assert_eq!(e.to_string(), "connection refused");
 }
+
+/// A server that answers `+PONG` to `PING` (as redis does), `-ERR` to anything else, and
+/// greets nobody.
+async fn pong_server() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 64];
+                let Ok(n) = s.read(&mut buf).await else {
+                    return;
+                };
+                let answer: &[u8] = if buf[..n].starts_with(b"PING\r\n") {
+                    b"+PONG\r\n"
+                } else {
+                    b"-ERR unknown\r\n"
+                };
+                let _ = s.write_all(answer).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_tcp_exchange_passes_only_on_the_expected_answer() {
+    let t = Duration::from_millis(300);
+    let addr = pong_server().await;
+    let ping = |send: &[u8], receive: &[u8]| CheckKind::TcpExchange {
+        send: send.into(),
+        receive: receive.into(),
+    };
+    assert!(probe(addr, &ping(b"PING\r\n", b"+PONG"), t).await.is_ok());
+    // The answer's start is named, so a log says what came instead.
+    let e = probe(addr, &ping(b"HELLO\r\n", b"+PONG"), t)
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "unexpected answer \"-ERR unknown\\r\\n\"");
+    // Nothing sent: the server waits for a command and never greets; the check times out.
+    let e = probe(addr, &ping(b"", b"+PONG"), t).await.unwrap_err();
+    assert_eq!(e.to_string(), "timeout after 300ms");
+}

@@ -125,6 +125,16 @@ async fn metric(admin: SocketAddr, name: &str, labels: &str) -> u64 {
         .map_or(0, |v| v.parse().unwrap())
 }
 
+/// The lines of /metrics for `name` (any labels).
+async fn metric_lines(admin: SocketAddr, name: &str) -> Vec<String> {
+    metrics_text(admin)
+        .await
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// The endpoints' open connections, from `drover ctl status`.
 async fn open_connections(admin: SocketAddr) -> u32 {
     status(admin).await.balancers[0]
@@ -255,7 +265,22 @@ async fn redis_benchmark_through_drover_has_no_error_and_connections_spread() {
     let dir = temp_dir("tcp-redis");
     let redis: Vec<Redis> = (0..3).map(|_| Redis::start(&server, &cli, &dir)).collect();
     let addrs: Vec<SocketAddr> = redis.iter().map(Redis::addr).collect();
-    let (d, admin) = tcp_proxy(&addrs, &["--strategy", "least-conn"]).await;
+    // Checked as redis asks to be: PING, +PONG.
+    let (d, admin) = tcp_proxy(
+        &addrs,
+        &[
+            "--strategy",
+            "least-conn",
+            "--health-tcp",
+            "--health-send",
+            "PING\\r\\n",
+            "--health-receive",
+            "+PONG",
+            "--health-interval",
+            "200ms",
+        ],
+    )
+    .await;
     let before: Vec<u64> = redis.iter().map(|r| r.connections_received(&cli)).collect();
 
     // Commands on one connection through drover land on one redis, in order.
@@ -312,6 +337,27 @@ async fn redis_benchmark_through_drover_has_no_error_and_connections_spread() {
         )
         .await,
         0
+    );
+    // Every redis passed its PING checks, and none failed one.
+    let value = |l: &str| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+    assert!(
+        wait_until_async(PATIENCE, || async {
+            let lines = metric_lines(admin, "drover_endpoint_health_checks_total").await;
+            lines
+                .iter()
+                .filter(|l| l.contains("result=\"pass\"") && value(l) > 0)
+                .count()
+                == 3
+        })
+        .await
+    );
+    let lines = metric_lines(admin, "drover_endpoint_health_checks_total").await;
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.contains("result=\"fail\""))
+            .all(|l| value(l) == 0),
+        "{lines:?}"
     );
 }
 
@@ -495,6 +541,47 @@ async fn a_tcp_health_check_takes_a_dead_backend_out_before_any_client_meets_it(
         metric(admin, "drover_retries_total", ",cause=\"connect-failed\"").await,
         0
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_and_receive_check_takes_out_a_backend_that_answers_wrong() {
+    // Both accept connections; only one answers PING with +PONG.
+    let (wrong, right) = (echo().await, named("+PONG").await);
+    let (d, admin) = tcp_proxy(
+        &[wrong, right],
+        &[
+            "--health-tcp",
+            "--health-send",
+            "PING\\r\\n",
+            "--health-receive",
+            "+PONG",
+            "--health-interval",
+            "100ms",
+            "--health-timeout",
+            "200ms",
+            "--fall",
+            "1",
+        ],
+    )
+    .await;
+    assert!(
+        wait_until_async(PATIENCE, || async {
+            let s = status(admin).await;
+            s.balancers[0]
+                .endpoints
+                .iter()
+                .any(|e| e.addr == wrong.to_string() && !e.healthy)
+        })
+        .await
+    );
+    let s = status(admin).await;
+    assert!(s.balancers[0]
+        .endpoints
+        .iter()
+        .any(|e| e.addr == right.to_string() && e.healthy));
+    for _ in 0..10 {
+        assert_eq!(read_from("127.0.0.1", d.addr()).await, "+PONG");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
