@@ -52,3 +52,43 @@ async fn helper_finds_the_binary() {
         std::path::PathBuf::from(BIN)
     );
 }
+
+const TCP_BIN: &str = env!("CARGO_BIN_EXE_testkit-tcp");
+
+/// The one JSON line a testkit-tcp load run prints, as (field, number) pairs.
+fn tcp_run(args: &[&str]) -> Vec<(String, f64)> {
+    let out = Command::new(TCP_BIN).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout).unwrap();
+    line.trim()
+        .trim_matches(|c| c == '{' || c == '}')
+        .split(',')
+        .map(|kv| {
+            let (k, v) = kv.split_once(':').unwrap();
+            (k.trim_matches('"').to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+fn field(run: &[(String, f64)], name: &str) -> f64 {
+    run.iter().find(|(k, _)| k == name).unwrap().1
+}
+
+#[tokio::test]
+async fn testkit_tcp_serves_bulk_and_short_connections() {
+    let mut cmd = Command::new(TCP_BIN);
+    cmd.args(["serve", "127.0.0.1:0"]);
+    let p = spawn_ready_line(cmd, "listening on ").await;
+    let addr = p.addr().to_string();
+    // Every byte asked for, over the connections asked for (whole multiples only).
+    let bulk = tcp_run(&["bulk", &addr, "4", "4000000"]);
+    assert_eq!(field(&bulk, "bytes"), 4_000_000.0);
+    let short = tcp_run(&["short", &addr, "4", "1"]);
+    assert!(field(&short, "connections") > 0.0, "{short:?}");
+    assert_eq!(field(&short, "errors"), 0.0);
+    p.signal("KILL").unwrap();
+}
