@@ -221,10 +221,12 @@ async fn pipe(
     let mut buf: Vec<u8> = Vec::new();
     loop {
         from.readable().await?;
-        if buf.is_empty() {
-            buf = vec![0; RELAY_BUFFER];
+        if buf.capacity() == 0 {
+            // Not zeroed: `try_read_buf` fills the spare capacity, and zeroing 64 KiB on
+            // every wake-up was most of what a short connection's relay cost.
+            buf = Vec::with_capacity(RELAY_BUFFER);
         }
-        let n = match from.try_read(&mut buf) {
+        let n = match from.try_read_buf(&mut buf) {
             Ok(0) => {
                 moved();
                 return socket2::SockRef::from(to).shutdown(Shutdown::Write);
@@ -251,6 +253,7 @@ async fn pipe(
                 Err(e) => return Err(e),
             }
         }
+        buf.clear();
         count(n as u64);
         moved();
     }
