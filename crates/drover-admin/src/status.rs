@@ -133,12 +133,21 @@ pub struct BalancerStatus {
     pub name: String,
     pub listen: String,
     pub strategy: String,
+    /// What its clients speak: "http", or "tcp" (connections relayed unread; an
+    /// endpoint's in-flight count is then its open connections).
+    #[serde(default = "http_mode")]
+    pub mode: String,
     /// The supervised app it balances over, if any.
     pub app: Option<String>,
     pub endpoints: Vec<EndpointRow>,
     /// Where members come from besides the file: DNS names, an etcd prefix.
     #[serde(default)]
     pub sources: Vec<SourceRow>,
+}
+
+/// A status from a drover that did not say (before TCP mode): HTTP.
+fn http_mode() -> String {
+    "http".into()
 }
 
 /// One DNS name or etcd prefix a balancer follows.
@@ -256,7 +265,13 @@ impl Status {
             let _ = writeln!(
                 out,
                 "balancer {} on {} ({}){over}",
-                b.name, b.listen, b.strategy
+                b.name,
+                b.listen,
+                if b.mode == "tcp" {
+                    format!("{}, tcp", b.strategy)
+                } else {
+                    b.strategy.clone()
+                }
             );
             let rows: Vec<Vec<String>> = b
                 .endpoints
@@ -476,6 +491,7 @@ mod tests {
                 name: "default".into(),
                 listen: "127.0.0.1:8000".into(),
                 strategy: "p2c".into(),
+                mode: "http".into(),
                 app: Some("pi".into()),
                 endpoints: vec![EndpointRow {
                     addr: "127.0.0.1:40001".into(),

@@ -167,6 +167,11 @@ impl RunningBalancer {
         let checks = active_checks(&plan, &pool);
         let name = plan.proxy.name.clone();
         let strategy = plan.strategy.to_string();
+        let tcp = if plan.proxy.protocol == drover_proxy::Protocol::Tcp {
+            ", tcp"
+        } else {
+            ""
+        };
         let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())
             .map_err(StartError::Bind)?;
         let over = match &plan.app {
@@ -176,7 +181,7 @@ impl RunningBalancer {
         };
         // Scripts and tests read this line to learn the port when listening on :0.
         eprintln!(
-            "drover: balancer {name:?} listening on {} ({over}, strategy {strategy})",
+            "drover: balancer {name:?} listening on {} ({over}, strategy {strategy}{tcp})",
             proxy.local_addr(),
         );
         Ok(RunningBalancer {
@@ -215,6 +220,11 @@ impl RunningBalancer {
 
     pub fn app(&self) -> Option<String> {
         self.state().app.clone()
+    }
+
+    /// "http" or "tcp", as `mode` in a drover.toml.
+    pub fn mode(&self) -> String {
+        self.state().config.mode.to_string()
     }
 
     pub fn drain_timeout(&self) -> Duration {

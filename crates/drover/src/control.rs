@@ -556,6 +556,7 @@ impl Control for Controller {
                 name: b.name.clone(),
                 listen: b.listen.to_string(),
                 strategy: b.strategy(),
+                mode: b.mode(),
                 app: b.app(),
                 endpoints: b
                     .pool

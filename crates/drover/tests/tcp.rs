@@ -137,11 +137,9 @@ async fn metric_lines(admin: SocketAddr, name: &str) -> Vec<String> {
 
 /// The endpoints' open connections, from `drover ctl status`.
 async fn open_connections(admin: SocketAddr) -> u32 {
-    status(admin).await.balancers[0]
-        .endpoints
-        .iter()
-        .map(|e| e.in_flight)
-        .sum()
+    let s = status(admin).await;
+    assert_eq!(s.balancers[0].mode, "tcp");
+    s.balancers[0].endpoints.iter().map(|e| e.in_flight).sum()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -373,7 +371,15 @@ async fn a_dead_backend_is_skipped_by_a_connect_retry() {
         let data = format!("hello {i}");
         assert_eq!(round_trip(d.addr(), data.as_bytes()).await, data.as_bytes());
     }
-    // The dead one was tried, failed, counted and passed over; no client saw it.
+    // The dead one was tried, failed, counted against its passive health (ejected, as
+    // an HTTP connect failure ejects) and passed over; no client saw it.
+    let s = status(admin).await;
+    let dead_row = s.balancers[0]
+        .endpoints
+        .iter()
+        .find(|e| e.addr == dead.to_string())
+        .unwrap();
+    assert!(dead_row.ejections >= 1, "{dead_row:?}");
     assert!(metric(admin, "drover_retries_total", ",cause=\"connect-failed\"").await >= 1);
     assert_eq!(
         metric(
@@ -496,6 +502,9 @@ async fn max_conns_queues_connections_and_a_full_queue_closes_them() {
         .await
     );
     assert_eq!(open_connections(admin).await, 1);
+    let (code, text, err) = common::ctl(admin, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("(p2c, tcp)"), "{text}");
     drop(first);
     tokio::time::timeout(PATIENCE, second.read_exact(&mut one))
         .await

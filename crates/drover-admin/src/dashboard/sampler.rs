@@ -568,6 +568,7 @@ mod tests {
                 name: "web".into(),
                 listen: "127.0.0.1:8080".into(),
                 strategy: "p2c".into(),
+                mode: "http".into(),
                 app: Some("web".into()),
                 endpoints: vec![],
                 sources: vec![],
