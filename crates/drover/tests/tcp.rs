@@ -457,6 +457,64 @@ async fn the_idle_timeout_cuts_a_silent_connection_not_a_busy_one() {
     assert!(wait_until_async(PATIENCE, || async { open_connections(admin).await == 0 }).await);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_holds_its_backend_back_not_drovers_memory() {
+    const TOTAL: usize = 64 << 20;
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = written.clone();
+    // Writes TOTAL bytes as fast as the connection takes them, counting what it wrote.
+    let backend = serve(move |mut s| {
+        let counted = counted.clone();
+        async move {
+            let chunk = vec![b'z'; 64 * 1024];
+            let mut left = TOTAL;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if s.write_all(&chunk[..n]).await.is_err() {
+                    return;
+                }
+                counted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                left -= n;
+            }
+            let _ = s.shutdown().await;
+        }
+    })
+    .await;
+    let (d, _admin) = tcp_proxy(&[backend], &[]).await;
+    let mut client = TcpStream::connect(d.addr()).await.unwrap();
+    // The client reads nothing: the backend's writes stall once the sockets' buffers
+    // and drover's one buffer per direction are full.
+    let now = || written.load(std::sync::atomic::Ordering::Relaxed);
+    let mut last = usize::MAX;
+    assert!(
+        wait_until_async(PATIENCE, || {
+            let (before, seen) = (last, now());
+            last = seen;
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                seen > 0 && seen == before
+            }
+        })
+        .await,
+        "the backend never stalled"
+    );
+    assert!(now() < TOTAL / 2, "drover took {} of {TOTAL} bytes", now());
+    // Reading resumes the flow, and every byte arrives.
+    let mut got = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = tokio::time::timeout(PATIENCE, client.read(&mut buf))
+            .await
+            .expect("bytes keep coming")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert_eq!(got, TOTAL);
+}
+
 // ---------------------------------------------------------------------------------------
 // Placement: hash on the client address, max_conns and its queue, health checks
 // ---------------------------------------------------------------------------------------
