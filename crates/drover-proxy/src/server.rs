@@ -51,6 +51,10 @@ pub enum ReconfigureError {
     ThreadsChanged { from: usize, to: usize },
     /// The new access log's path cannot be opened for append.
     AccessLog { path: String, error: String },
+    /// The mode (HTTP or TCP) differs: connections open under one would be served by
+    /// the other's rules (a kept-alive HTTP connection's next request relayed to a TCP
+    /// backend), so the mode applies when drover starts.
+    ModeChanged { from: Protocol, to: Protocol },
 }
 
 impl std::fmt::Display for ReconfigureError {
@@ -66,6 +70,10 @@ impl std::fmt::Display for ReconfigureError {
             ReconfigureError::AccessLog { path, error } => {
                 write!(f, "access_log.path: cannot open {path} for append: {error}")
             }
+            ReconfigureError::ModeChanged { from, to } => write!(
+                f,
+                "mode changed from {from} to {to}; a balancer's mode applies when drover starts (or give it a new listen address)"
+            ),
         }
     }
 }
@@ -164,6 +172,12 @@ impl Proxy {
             });
         }
         let current = self.current.load();
+        if opts.protocol != current.opts.protocol {
+            return Err(ReconfigureError::ModeChanged {
+                from: current.opts.protocol,
+                to: opts.protocol,
+            });
+        }
         // The same settings keep the log (and its writer) as it is; new ones open anew,
         // and the old log writes out what waits once its last request is done.
         let access_log = match &current.access_log {
@@ -386,8 +400,7 @@ fn serve_thread(
                             continue;
                         };
                         let counted = ClientConnection::accepted();
-                        // The mode in force at accept decides: a reload that changes it
-                        // applies to the connections accepted after it.
+                        // A listener's mode is fixed (`ReconfigureError::ModeChanged`).
                         if cell.load().shared.opts.protocol == Protocol::Tcp {
                             tokio::spawn(tcp::serve(stream, peer, Arc::clone(&cell), counted));
                         } else {

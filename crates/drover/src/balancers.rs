@@ -237,6 +237,10 @@ impl RunningBalancer {
         if from != to {
             return Err(ReconfigureError::ThreadsChanged { from, to });
         }
+        let (from, to) = (self.state().config.mode, plan.proxy.protocol);
+        if from != to {
+            return Err(ReconfigureError::ModeChanged { from, to });
+        }
         Ok(())
     }
 

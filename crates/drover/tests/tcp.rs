@@ -692,6 +692,15 @@ async fn a_reload_sends_new_connections_to_the_new_backends_and_leaves_open_ones
     // The connection placed before goes on to the old backend.
     assert!(echoes(&mut open, 2).await);
 
+    // The mode is the listener's for good: a reload to HTTP is refused, nothing changes.
+    let http = tcp_file(old, &listen).replace("mode = \"tcp\"\n", "");
+    std::fs::write(&path, http).unwrap();
+    let (code, _, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("mode changed from tcp to http"), "{err}");
+    assert!(err.contains("nothing was reloaded"), "{err}");
+    assert_eq!(read_from("127.0.0.1", d.addr()).await, "new");
+
     // SIGTERM: no new connection, the open one still relayed; drover exits once it ends.
     d.signal("TERM").unwrap();
     assert!(
