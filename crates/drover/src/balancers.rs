@@ -140,13 +140,15 @@ impl RunningBalancer {
     /// changed) hands over its runtime members. Must run inside the control runtime
     /// (health checks, DNS lookups, the etcd watch and the members' sweeper live
     /// there). In a supervised app's pool, the workers are checked by their
-    /// supervisor; the health checks here probe the other members.
+    /// supervisor; the health checks here probe the other members. It serves on
+    /// `passed` (a socket systemd passed) when given, else binds its listen address.
     pub async fn start(
         config: BalancerConfig,
         plan: BalancerPlan,
         discovery: Discovery<'_>,
         pool: Arc<Pool>,
         replaces: Option<&RunningBalancer>,
+        passed: Option<std::net::TcpListener>,
     ) -> Result<RunningBalancer, StartError> {
         apply_pool_plan(&pool, &plan);
         let previous = replaces.map(|b| b.state().store.clone());
@@ -167,8 +169,12 @@ impl RunningBalancer {
         let checks = active_checks(&plan, &pool);
         let name = plan.proxy.name.clone();
         let strategy = plan.strategy.to_string();
-        let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())
-            .map_err(StartError::Bind)?;
+        let (opts, strategy_built) = (plan.proxy, plan.strategy.build());
+        let proxy = match passed {
+            Some(listener) => Proxy::start_on(opts, listener, Arc::clone(&pool), strategy_built),
+            None => Proxy::start(opts, Arc::clone(&pool), strategy_built),
+        }
+        .map_err(StartError::Bind)?;
         let over = match &plan.app {
             Some(app) if plan.backends.is_empty() => format!("app {app:?}"),
             Some(app) => format!("app {app:?} and {} backends", plan.backends.len()),
