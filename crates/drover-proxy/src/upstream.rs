@@ -47,10 +47,8 @@ impl Upstreams {
             if c.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            let mut probe = [0u8; 1];
-            match c.stream.try_read(&mut probe) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(c.stream),
-                _ => continue,
+            if is_open(&c.stream) {
+                return Some(c.stream);
             }
         }
         None
@@ -77,6 +75,14 @@ impl Upstreams {
             !conns.is_empty()
         });
     }
+}
+
+/// Whether an idle backend connection is still open: one the backend closed shows as
+/// readable (EOF), as does one it wrote to unasked. Costs no syscall when nothing
+/// arrived.
+pub fn is_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Opens a connection to an endpoint within `timeout`.

@@ -7,7 +7,9 @@ use drover_dns::{DnsSource, DnsTarget};
 use drover_etcd::EtcdMembers;
 use drover_metrics::BalancerSnapshot;
 use drover_proxy::{Proxy, ReconfigureError};
-use drover_registry::{spawn_active_checks, ActiveChecks, MemberStore, Members, Pool, Source};
+use drover_registry::{
+    spawn_active_checks_sending, ActiveChecks, MemberStore, Members, Pool, Source,
+};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -360,9 +362,15 @@ async fn follow_dns(
 /// (`spawn_active_checks` leaves the supervisor's members to it), so beside an app they
 /// check the fixed, DNS, etcd and registered members only.
 fn active_checks(plan: &BalancerPlan, pool: &Arc<Pool>) -> Option<ActiveChecks> {
+    // A backend that expects a PROXY protocol header refuses a probe without one.
+    let preamble = plan
+        .proxy
+        .send_proxy_protocol
+        .map(drover_proxy::proxy_protocol::local_header)
+        .unwrap_or_default();
     plan.health
         .clone()
-        .map(|check| spawn_active_checks(Arc::clone(pool), check))
+        .map(|check| spawn_active_checks_sending(Arc::clone(pool), check, preamble))
 }
 
 /// The pool a plan's fixed backends make up (`RunningBalancer::start` applies their

@@ -10,6 +10,7 @@ use crate::body::{
 use crate::error::ProxyError;
 use crate::http1::request::RequestHead;
 use crate::http1::response::{self, Exchange, ResponseHead};
+use crate::proxy_protocol;
 use crate::upstream;
 use drover_balance::{clock, Endpoint};
 use drover_metrics::Cause;
@@ -98,16 +99,39 @@ impl Conn {
     async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(TcpStream, bool), Attempt> {
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
+        let send_header = self.thread.shared.opts.send_proxy_protocol;
+        // This client's own connection, never the thread's pool: a connection that
+        // named one client to the backend must not carry another's requests.
+        let kept = self.private_upstream.take();
         if !fresh {
-            if let Some(stream) = self.thread.upstreams.checkout(addr) {
+            let reused = match (send_header, kept) {
+                (Some(_), Some(kept)) if kept.0 == addr && upstream::is_open(&kept.1) => {
+                    Some(kept.1)
+                }
+                (Some(_), _) => None,
+                (None, _) => self.thread.upstreams.checkout(addr),
+            };
+            if let Some(stream) = reused {
+                self.upstream_is_private = send_header.is_some();
                 return Ok((stream, true));
             }
         }
         let shared = &self.thread.shared;
         match upstream::connect(addr, shared.opts.timeouts.connect).await {
-            Ok(stream) => {
+            Ok(mut stream) => {
                 let connected = clock::now().saturating_sub(slot.pick().started());
                 endpoint.stats().record_connect(connected);
+                self.upstream_is_private = false;
+                if let Some(version) = send_header {
+                    let local = self.client.local_addr().unwrap_or(addr);
+                    let header = proxy_protocol::header(version, self.info.addr, local);
+                    if let Err(e) = stream.write_all(&header).await {
+                        debug!(endpoint = %addr, "cannot send the PROXY protocol header: {e}");
+                        endpoint.stats().record_failure(Cause::ConnectFailed);
+                        return Err(Attempt::Retry(ProxyError::ConnectFailed));
+                    }
+                    self.upstream_is_private = true;
+                }
                 Ok((stream, false))
             }
             Err(e) if is_local_shortage(&e) => {
@@ -297,7 +321,11 @@ impl Conn {
         match sent {
             Ok(_) => {
                 if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
-                    self.thread.upstreams.checkin(endpoint.addr(), up);
+                    if self.upstream_is_private {
+                        self.private_upstream = Some(Box::new((endpoint.addr(), up)));
+                    } else {
+                        self.thread.upstreams.checkin(endpoint.addr(), up);
+                    }
                 }
                 Attempt::Done(resp.client_keep_alive)
             }
