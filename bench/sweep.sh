@@ -10,8 +10,8 @@
 # Each sample's capacity is measured in the same run (closed-loop saturation through every
 # peer, the median), and its open-loop rates are fractions of it, never a fixed req/s.
 #
-#   bash bench/sweep.sh --quick                  # ~12 min here: 20 samples, 3 s, 2 rounds
-#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~40 min)
+#   bash bench/sweep.sh --quick                  # ~13 min here: 20 samples, 3 s, 2 rounds
+#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~45 min)
 #   bash bench/sweep.sh --seed 7 --samples 50
 #   bash bench/sweep.sh --seed 7 --only 12       # sample 12 of seed 7 again
 #
