@@ -7,8 +7,8 @@
 mod common;
 
 use common::{backends, bin, proxy, temp_dir};
-use drover_testkit::wait_until_async;
-use std::net::{SocketAddr, TcpListener};
+use drover_testkit::{free_port, wait_until_async};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,19 +32,10 @@ fn status_of(answer: &[u8]) -> Option<u16> {
     drover_testkit::parse_status(answer)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// HAProxy with two frontends in front of drover at `drover`: one sends PROXY v2, the
-/// other v1. `None` outside CI when HAProxy is missing.
-async fn haproxy_in_front(
-    drover: SocketAddr,
-) -> Option<(tokio::process::Child, SocketAddr, SocketAddr)> {
+/// HAProxy with the config `cfg` (after its `defaults`), once every address of `up`
+/// takes connections; the caller keeps the child (dropped, it is killed). `None` outside
+/// CI when HAProxy is missing.
+async fn start_haproxy(tag: &str, cfg: &str, up: &[SocketAddr]) -> Option<tokio::process::Child> {
     let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists());
@@ -56,32 +47,43 @@ async fn haproxy_in_front(
         eprintln!("skipped: haproxy is missing (apt-get install haproxy)");
         return None;
     };
-    let (v2, v1) = (free_port(), free_port());
-    let dir = temp_dir("proxy-protocol-haproxy");
-    let cfg = dir.join("haproxy.cfg");
+    let path = temp_dir(tag).join("haproxy.cfg");
     std::fs::write(
-        &cfg,
-        format!(
-            "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-             frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend to_drover_v2\n\
-             frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend to_drover_v1\n\
-             backend to_drover_v2\n  server d {drover} send-proxy-v2\n\
-             backend to_drover_v1\n  server d {drover} send-proxy\n"
-        ),
+        &path,
+        format!("defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n{cfg}"),
     )
     .unwrap();
     let mut cmd = tokio::process::Command::new(haproxy);
-    cmd.arg("-db").arg("-f").arg(&cfg).kill_on_drop(true);
+    cmd.arg("-db").arg("-f").arg(&path).kill_on_drop(true);
     let child = cmd.spawn().expect("start haproxy");
-    let v2: SocketAddr = format!("127.0.0.1:{v2}").parse().unwrap();
-    let v1: SocketAddr = format!("127.0.0.1:{v1}").parse().unwrap();
-    let up = wait_until_async(Duration::from_secs(10), || async {
-        tokio::net::TcpStream::connect(v2).await.is_ok()
-            && tokio::net::TcpStream::connect(v1).await.is_ok()
+    let listening = wait_until_async(Duration::from_secs(10), || async {
+        for addr in up {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                return false;
+            }
+        }
+        true
     })
     .await;
-    assert!(up, "haproxy did not start");
-    // The caller keeps it for the test; dropped, it is killed.
+    assert!(listening, "haproxy did not start");
+    Some(child)
+}
+
+/// HAProxy with two frontends in front of drover at `drover`: one sends PROXY v2, the
+/// other v1. `None` outside CI when HAProxy is missing.
+async fn haproxy_in_front(
+    drover: SocketAddr,
+) -> Option<(tokio::process::Child, SocketAddr, SocketAddr)> {
+    let (v2, v1) = (free_port(), free_port());
+    let cfg = format!(
+        "frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend to_drover_v2\n\
+         frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend to_drover_v1\n\
+         backend to_drover_v2\n  server d {drover} send-proxy-v2\n\
+         backend to_drover_v1\n  server d {drover} send-proxy\n"
+    );
+    let v2: SocketAddr = format!("127.0.0.1:{v2}").parse().unwrap();
+    let v1: SocketAddr = format!("127.0.0.1:{v1}").parse().unwrap();
+    let child = start_haproxy("proxy-protocol-haproxy", &cfg, &[v2, v1]).await?;
     Some((child, v2, v1))
 }
 
@@ -209,38 +211,13 @@ fn bad_senders_in_flags_are_refused_with_the_flag() {
 /// source port of the connection the request came over (`fc_src_port`: drover's side of
 /// its backend connection). `None` outside CI when HAProxy is missing.
 async fn haproxy_behind() -> Option<(tokio::process::Child, SocketAddr)> {
-    let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let Some(haproxy) = haproxy else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "haproxy is missing (scripts/test installs it)"
-        );
-        eprintln!("skipped: haproxy is missing (apt-get install haproxy)");
-        return None;
-    };
     let port = free_port();
-    let dir = temp_dir("proxy-protocol-behind");
-    let cfg = dir.join("haproxy.cfg");
-    std::fs::write(
-        &cfg,
-        format!(
-            "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-             frontend backend\n  bind 127.0.0.1:{port} accept-proxy\n\
-             \x20 http-request return status 200 content-type text/plain lf-string \"client=%[src]:%[src_port] via=%[fc_src_port]\"\n"
-        ),
-    )
-    .unwrap();
-    let mut cmd = tokio::process::Command::new(haproxy);
-    cmd.arg("-db").arg("-f").arg(&cfg).kill_on_drop(true);
-    let child = cmd.spawn().expect("start haproxy");
+    let cfg = format!(
+        "frontend backend\n  bind 127.0.0.1:{port} accept-proxy\n\
+         \x20 http-request return status 200 content-type text/plain lf-string \"client=%[src]:%[src_port] via=%[fc_src_port]\"\n"
+    );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let up = wait_until_async(Duration::from_secs(10), || async {
-        tokio::net::TcpStream::connect(addr).await.is_ok()
-    })
-    .await;
-    assert!(up, "haproxy did not start");
+    let child = start_haproxy("proxy-protocol-behind", &cfg, &[addr]).await?;
     Some((child, addr))
 }
 

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{admin_addr, bin, status, temp_dir, wait_all_serving};
-use drover_testkit::{spawn_ready_line, wait_until_async, HttpClient};
+use drover_testkit::{free_port, spawn_ready_line, wait_until_async, HttpClient};
 use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -220,16 +220,6 @@ fn has_systemd_tool(tool: &str) -> bool {
         eprintln!("skipped: {tool} is missing (apt-get install systemd)");
     }
     found
-}
-
-/// A loopback port free now: bound, then let go. systemd-socket-activate takes no port
-/// 0, so the test picks one for it.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `drover ...` as socket activation starts it: systemd-socket-activate listens on each
