@@ -832,6 +832,7 @@ struct RawBalancer {
     hash: Option<Spanned<RawHash>>,
     sticky: Option<Spanned<RawSticky>>,
     proxy_protocol: Option<Spanned<RawProxyProtocol>>,
+    send_proxy_protocol: Option<Spanned<String>>,
     limits: Option<Spanned<RawLimits>>,
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
@@ -1738,6 +1739,24 @@ fn validate_balancer(
         b.backends.push(backend);
     }
 
+    if let Some(version) = raw.send_proxy_protocol {
+        let span = version.span();
+        let version = version.into_inner();
+        let parsed: SendVersion = version
+            .parse()
+            .map_err(|e: String| ctx.at(span.clone(), key("send_proxy_protocol"), e))?;
+        if let Some(BackendRef::App(app)) =
+            b.backends.iter().find(|o| matches!(o, BackendRef::App(_)))
+        {
+            return Err(ctx.at(
+                span,
+                key("send_proxy_protocol"),
+                format!("not in front of app {app:?}: drover checks and hands connections to its workers without a header, and a Node server reads none; send it to backends that expect one (nginx `listen ... proxy_protocol`, HAProxy `accept-proxy`)"),
+            ));
+        }
+        b.send_proxy_protocol = Some(parsed);
+    }
+
     if let Some(r) = raw.retries {
         b.retries = r.as_u32();
     }
@@ -2450,6 +2469,14 @@ sticky = { cookie = "sid" }
         assert!(!trusted.trusts("192.0.2.1".parse().unwrap()));
         let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
         assert_eq!(plan.proxy.proxy_protocol, Some(trusted));
+    }
+
+    #[test]
+    fn send_proxy_protocol_reaches_the_plan() {
+        assert_eq!(ok(MINIMAL).balancers[0].send_proxy_protocol, None);
+        let c = ok(&format!("{MINIMAL}send_proxy_protocol = \"v1\"\n"));
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert_eq!(plan.proxy.send_proxy_protocol, Some(SendVersion::V1));
     }
 
     #[test]

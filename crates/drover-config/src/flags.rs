@@ -113,6 +113,11 @@ pub struct ProxyProtocolArg {
     /// any other address: a balancer in front tells drover the client's address.
     #[arg(long, value_name = "ADDRS")]
     pub proxy_protocol_from: Option<model::TrustedSenders>,
+    /// Start each backend connection with a PROXY protocol header naming the client:
+    /// v1 (text) or v2 (binary), as HAProxy's send-proxy and send-proxy-v2. For backends
+    /// that expect one (nginx `listen ... proxy_protocol`, HAProxy `accept-proxy`).
+    #[arg(long, value_name = "VERSION")]
+    pub send_proxy_protocol: Option<model::SendVersion>,
 }
 
 /// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
@@ -546,6 +551,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.retries = a.retries;
     b.apply_limits(&a.limits);
     b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
+    b.send_proxy_protocol = a.proxy_protocol.send_proxy_protocol;
     b.apply_access_log(&a.access_log)?;
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
@@ -686,6 +692,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
     let mut balancers = Vec::new();
+    if args.proxy_protocol.send_proxy_protocol.is_some() {
+        return Err("--send-proxy-protocol does not apply to drover run: drover checks and hands connections to its workers without a header, and a Node server reads none (use it with drover proxy, in front of backends that expect one)".into());
+    }
     match args.mode {
         model::Mode::Shared => {
             let l = &args.limits;

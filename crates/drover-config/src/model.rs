@@ -112,6 +112,10 @@ pub struct BalancerConfig {
     /// these senders and start with a PROXY protocol header naming the client; `None`
     /// (default): no header is read.
     pub proxy_protocol: Option<TrustedSenders>,
+    /// `send_proxy_protocol = "v1" | "v2"`: each backend connection starts with a PROXY
+    /// protocol header naming the client (HAProxy's `send-proxy`, `send-proxy-v2`);
+    /// `None` (default): none. Not for a balancer in front of an app.
+    pub send_proxy_protocol: Option<SendVersion>,
     /// `access_log`: a line per answered request; off by default. The library's own
     /// settings, so each default has one definition.
     pub access_log: AccessLogConfig,
@@ -267,6 +271,7 @@ impl BalancerConfig {
             threads: None,
             handoff: drover_proxy::Handoff::Never,
             proxy_protocol: None,
+            send_proxy_protocol: None,
             access_log: AccessLogConfig::default(),
             mode: Protocol::Http,
         }
@@ -306,7 +311,7 @@ pub enum BackendRef {
 }
 
 /// `hash.key`: the request property the `hash` strategy hashes.
-pub use drover_proxy::proxy_protocol::TrustedSenders;
+pub use drover_proxy::proxy_protocol::{SendVersion, TrustedSenders};
 pub use drover_proxy::HashKey;
 
 /// `sticky`: the cookie that pins a client to an endpoint.

@@ -127,6 +127,7 @@ impl BalancerPlan {
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),
                 handoff: b.handoff,
                 proxy_protocol: b.proxy_protocol.clone(),
+                send_proxy_protocol: b.send_proxy_protocol,
                 access_log: b.access_log.clone(),
                 protocol: b.mode,
                 ..ProxyOptions::default()

@@ -119,3 +119,182 @@ pub fn listen_addresses(cfg: &Config) -> Vec<ListenAddress> {
     });
     balancers.chain(apps).chain(admin).collect()
 }
+
+/// A listening socket the service manager passed at start (systemd socket activation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassedSocket {
+    /// Its `FileDescriptorName=` (systemd's default is the socket unit's name).
+    pub name: String,
+    /// Where it is bound.
+    pub addr: SocketAddr,
+}
+
+/// Why the passed sockets do not fit the config. Each one is refused: a socket no
+/// listener serves would take connections that nobody answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassedError {
+    /// Neither its name nor its address is any listener's.
+    Unused(PassedSocket),
+    /// It fits a shared-mode app, whose workers each open their own socket.
+    SharedApp { socket: PassedSocket, app: String },
+    /// Two sockets fit one listener.
+    Twice {
+        owner: Listener,
+        first: PassedSocket,
+        second: PassedSocket,
+    },
+}
+
+impl std::fmt::Display for PassedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PassedError::Unused(s) => write!(
+                f,
+                "systemd passed a socket named {:?} on {}, but no balancer is named {:?} and no listen address is {}",
+                s.name, s.addr, s.name, s.addr
+            ),
+            PassedError::SharedApp { socket, app } => write!(
+                f,
+                "systemd passed a socket named {:?} on {} for app {app:?}, whose workers each open their own socket there (shared mode); put a balancer in front of the app or leave the address out of the socket unit",
+                socket.name, socket.addr
+            ),
+            PassedError::Twice {
+                owner,
+                first,
+                second,
+            } => write!(
+                f,
+                "systemd passed two sockets for {owner}: {:?} on {} and {:?} on {}",
+                first.name, first.addr, second.name, second.addr
+            ),
+        }
+    }
+}
+
+/// The name that gives a passed socket to the admin API.
+pub const ADMIN_SOCKET_NAME: &str = "admin";
+
+/// Which listener of `cfg` each passed socket serves, in the order passed: the balancer
+/// named as the socket (its `FileDescriptorName=`), the admin API for `admin`, or else
+/// the listener whose address the socket is bound to. Every error, not only the first.
+pub fn assign_passed(
+    cfg: &Config,
+    passed: &[PassedSocket],
+) -> Result<Vec<ListenAddress>, Vec<PassedError>> {
+    let listeners = listen_addresses(cfg);
+    let mut errors = Vec::new();
+    let mut assigned: Vec<(ListenAddress, &PassedSocket)> = Vec::new();
+    for socket in passed {
+        let by_name = listeners.iter().find(|l| match &l.owner {
+            Listener::Balancer(name) => *name == socket.name,
+            Listener::AdminApi => socket.name == ADMIN_SOCKET_NAME,
+            Listener::App(_) => false,
+        });
+        let Some(listener) = by_name.or_else(|| listeners.iter().find(|l| l.addr == socket.addr))
+        else {
+            errors.push(PassedError::Unused(socket.clone()));
+            continue;
+        };
+        if let Listener::App(app) = &listener.owner {
+            errors.push(PassedError::SharedApp {
+                socket: socket.clone(),
+                app: app.clone(),
+            });
+            continue;
+        }
+        if let Some((_, first)) = assigned.iter().find(|(l, _)| l.key == listener.key) {
+            errors.push(PassedError::Twice {
+                owner: listener.owner.clone(),
+                first: (*first).clone(),
+                second: socket.clone(),
+            });
+            continue;
+        }
+        assigned.push((listener.clone(), socket));
+    }
+    if errors.is_empty() {
+        Ok(assigned.into_iter().map(|(l, _)| l).collect())
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+[admin]
+listen = "127.0.0.1:9900"
+
+[[app]]
+name = "shared"
+command = ["node", "server.js"]
+mode = "shared"
+listen = "127.0.0.1:7000"
+
+[[balancer]]
+name = "web"
+listen = "127.0.0.1:8000"
+backends = ["127.0.0.1:1"]
+
+[[balancer]]
+name = "api"
+listen = "127.0.0.1:8001"
+backends = ["127.0.0.1:2"]
+"#;
+
+    fn socket(name: &str, addr: &str) -> PassedSocket {
+        PassedSocket {
+            name: name.into(),
+            addr: addr.parse().unwrap(),
+        }
+    }
+
+    fn keys(passed: &[PassedSocket]) -> Result<Vec<String>, Vec<PassedError>> {
+        let cfg = crate::file::parse(CONFIG, "test.toml").unwrap();
+        assign_passed(&cfg, passed).map(|ls| ls.into_iter().map(|l| l.key).collect())
+    }
+
+    #[test]
+    fn a_socket_goes_by_its_name_then_by_its_address() {
+        let passed = [
+            // Named for a balancer, though bound elsewhere: the name wins.
+            socket("api", "0.0.0.0:80"),
+            socket(ADMIN_SOCKET_NAME, "127.0.0.1:1"),
+            // systemd's default name (the unit's): found by address.
+            socket("drover.socket", "127.0.0.1:8000"),
+        ];
+        assert_eq!(
+            keys(&passed).unwrap(),
+            ["balancer[1].listen", "admin.listen", "balancer[0].listen"]
+        );
+        assert_eq!(keys(&[]).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn sockets_that_fit_no_listener_are_refused_all_at_once() {
+        let errors = keys(&[
+            socket("x", "127.0.0.1:1234"),
+            socket("web", "127.0.0.1:8000"),
+            socket("y", "127.0.0.1:8000"),
+            socket("z", "127.0.0.1:7000"),
+        ])
+        .unwrap_err();
+        let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(text.len(), 3, "{text:?}");
+        assert!(
+            text[0].contains("named \"x\" on 127.0.0.1:1234")
+                && text[0].contains("no balancer is named \"x\""),
+            "{text:?}"
+        );
+        assert!(
+            text[1].contains("two sockets for balancer \"web\""),
+            "{text:?}"
+        );
+        assert!(
+            text[2].contains("app \"shared\"") && text[2].contains("shared mode"),
+            "{text:?}"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! What one balancer listener is configured with.
 
-use crate::proxy_protocol::TrustedSenders;
+use crate::proxy_protocol::{SendVersion, TrustedSenders};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -30,6 +30,11 @@ pub struct ProxyOptions {
     /// then never handed to a worker, which would see the sender's address, not the
     /// client's.
     pub proxy_protocol: Option<TrustedSenders>,
+    /// Write a PROXY protocol header naming the client first on every backend
+    /// connection (`send_proxy_protocol`); `None`: none. Such a connection then carries
+    /// one client's requests only: it is kept for that client's next request, never
+    /// shared with another client.
+    pub send_proxy_protocol: Option<SendVersion>,
     /// A line per answered request (`access_log`); off by default.
     pub access_log: crate::access_log::Settings,
     /// What the listener speaks: HTTP/1.1, or plain TCP relayed as it comes (`tcp.rs`).
@@ -106,6 +111,7 @@ impl Default for ProxyOptions {
             max_idle_per_endpoint: 64,
             handoff: Handoff::Never,
             proxy_protocol: None,
+            send_proxy_protocol: None,
             access_log: crate::access_log::Settings::default(),
             protocol: Protocol::Http,
         }

@@ -181,9 +181,122 @@ pub(crate) async fn read_header(
     }
 }
 
+/// The PROXY protocol version drover sends to backends (`send_proxy_protocol`), as
+/// HAProxy's `send-proxy` (v1) and `send-proxy-v2` do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendVersion {
+    V1,
+    V2,
+}
+
+impl FromStr for SendVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SendVersion, String> {
+        match s {
+            "v1" => Ok(SendVersion::V1),
+            "v2" => Ok(SendVersion::V2),
+            other => Err(format!(
+                "unknown PROXY protocol version {other:?} (v1: the text header, v2: the binary one)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SendVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SendVersion::V1 => "v1",
+            SendVersion::V2 => "v2",
+        })
+    }
+}
+
+/// The header drover writes first on a backend connection made for the client at
+/// `client`, which connected to `local`: the backend then sees the client, not drover.
+/// Addresses of two families (an IPv4 client on an IPv6 listener's mapped address
+/// excepted) cannot be told in one header; it then says `UNKNOWN` (v1) or `LOCAL` (v2).
+pub fn header(version: SendVersion, client: SocketAddr, local: SocketAddr) -> Vec<u8> {
+    let (client, local) = same_family(client, local);
+    match version {
+        SendVersion::V1 => v1::Addresses::from((client, local))
+            .to_string()
+            .into_bytes(),
+        SendVersion::V2 => {
+            let same = client.is_ipv4() == local.is_ipv4();
+            let built = if same {
+                v2::Builder::with_addresses(
+                    v2::Version::Two | v2::Command::Proxy,
+                    v2::Protocol::Stream,
+                    (client, local),
+                )
+                .build()
+            } else {
+                return local_header(SendVersion::V2);
+            };
+            // Building writes into a Vec and fails only on a length over 64 KiB, which
+            // two addresses never reach.
+            built.expect("a PROXY v2 header of two addresses")
+        }
+    }
+}
+
+/// The header on a connection drover makes for itself (a health check): v2's `LOCAL`,
+/// v1's `UNKNOWN`, so a backend that requires a header takes the connection and sees
+/// drover as its peer.
+pub fn local_header(version: SendVersion) -> Vec<u8> {
+    match version {
+        SendVersion::V1 => v1::Addresses::Unknown.to_string().into_bytes(),
+        SendVersion::V2 => v2::Builder::new(
+            v2::Version::Two | v2::Command::Local,
+            v2::AddressFamily::Unspecified | v2::Protocol::Unspecified,
+        )
+        .build()
+        .expect("a PROXY v2 header without addresses"),
+    }
+}
+
+/// An IPv4 client that reached an IPv6 socket as `::ffff:a.b.c.d` is an IPv4 client:
+/// both addresses in the family they really are, where they can be.
+fn same_family(client: SocketAddr, local: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    (canonical(client), canonical(local))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_header_sent_names_the_client_to_a_reader() {
+        let client: SocketAddr = "203.0.113.7:51234".parse().unwrap();
+        let local: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let v1 = header(SendVersion::V1, client, local);
+        assert_eq!(v1, b"PROXY TCP4 203.0.113.7 10.0.0.1 51234 80\r\n");
+        for version in [SendVersion::V1, SendVersion::V2] {
+            let bytes = header(version, client, local);
+            let parsed = parse(&bytes).unwrap().unwrap();
+            assert_eq!((parsed.client, parsed.len), (Some(client), bytes.len()));
+            // IPv6, and an IPv4 client seen through an IPv6 socket.
+            let six: SocketAddr = "[2001:db8::1]:4000".parse().unwrap();
+            let bytes = header(version, six, "[2001:db8::2]:443".parse().unwrap());
+            assert_eq!(parse(&bytes).unwrap().unwrap().client, Some(six));
+            let mapped: SocketAddr = "[::ffff:198.51.100.9]:8080".parse().unwrap();
+            let bytes = header(version, mapped, "[::ffff:10.0.0.1]:80".parse().unwrap());
+            let want: SocketAddr = "198.51.100.9:8080".parse().unwrap();
+            assert_eq!(parse(&bytes).unwrap().unwrap().client, Some(want));
+            // Two families cannot share a header: the backend sees drover then.
+            let bytes = header(version, client, "[2001:db8::2]:443".parse().unwrap());
+            assert_eq!(parse(&bytes).unwrap().unwrap().client, None);
+        }
+        for version in [SendVersion::V1, SendVersion::V2] {
+            let bytes = local_header(version);
+            let parsed = parse(&bytes).unwrap().unwrap();
+            assert_eq!((parsed.client, parsed.len), (None, bytes.len()));
+        }
+        assert_eq!("v2".parse::<SendVersion>(), Ok(SendVersion::V2));
+        assert!("2".parse::<SendVersion>().unwrap_err().contains("\"2\""));
+    }
 
     #[test]
     fn v1_names_the_client_and_leaves_the_request() {

@@ -81,20 +81,50 @@ impl std::fmt::Display for ReconfigureError {
 impl std::error::Error for ReconfigureError {}
 
 impl Proxy {
-    /// Binds `opts.listen` and starts `opts.threads` serving threads.
+    /// Binds `opts.listen` and starts `opts.threads` serving threads, each with its own
+    /// socket (`SO_REUSEPORT`).
     pub fn start(
         opts: ProxyOptions,
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
         let threads = opts.threads.max(1);
-        let listen = opts.listen;
         let first = bind(opts.listen, threads > 1)?;
         let local_addr = first.local_addr()?;
         let mut listeners = vec![first];
         for _ in 1..threads {
             listeners.push(bind(local_addr, true)?);
         }
+        Proxy::serve(opts, listeners, pool, balancer)
+    }
+
+    /// Starts serving on `listener`, a listening socket bound elsewhere (one systemd
+    /// passed): every serving thread accepts from it, since another socket could only
+    /// share its port if it had been bound with `SO_REUSEPORT`.
+    pub fn start_on(
+        opts: ProxyOptions,
+        listener: std::net::TcpListener,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+    ) -> io::Result<Proxy> {
+        listener.set_nonblocking(true)?;
+        let mut listeners = Vec::new();
+        for _ in 1..opts.threads.max(1) {
+            listeners.push(listener.try_clone()?);
+        }
+        listeners.push(listener);
+        Proxy::serve(opts, listeners, pool, balancer)
+    }
+
+    fn serve(
+        opts: ProxyOptions,
+        listeners: Vec<std::net::TcpListener>,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+    ) -> io::Result<Proxy> {
+        let threads = listeners.len();
+        let listen = opts.listen;
+        let local_addr = listeners[0].local_addr()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let active = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(BalancerStats::default());

@@ -7,6 +7,8 @@
 //! those; a fixed `max_conns` caps them, with the same queue. `hash` hashes the client's
 //! IP address. A connect that fails goes to another endpoint, up to `retries` times,
 //! and counts against the endpoint's passive health as an HTTP connect failure does.
+//! With `send_proxy_protocol`, each backend connection starts with a header naming the
+//! client.
 //!
 //! The relay keeps both directions in one task, each reading only once its last bytes
 //! were written (backpressure: a slow reader holds at most one buffer of the other
@@ -59,7 +61,9 @@ pub(crate) async fn serve(
     let shared = &thread.shared;
     shared.active.fetch_add(1, Relaxed);
     let _active = Open(Arc::clone(&shared.active));
-    let Some((backend, slot)) = place(shared, peer).await else {
+    // Where the client reached drover, for a PROXY protocol header to the backend.
+    let local = client.local_addr().unwrap_or(shared.opts.listen);
+    let Some((backend, slot)) = place(shared, peer, local).await else {
         return;
     };
     shared.stats.record_tcp_connection();
@@ -78,7 +82,11 @@ impl Drop for Open {
 
 /// A connected endpoint for the client at `peer`, with the slot that counts the
 /// connection against it; `None` (counted and closed) when no endpoint takes it.
-async fn place(shared: &BalancerState, peer: SocketAddr) -> Option<(TcpStream, Slot)> {
+async fn place(
+    shared: &BalancerState,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Option<(TcpStream, Slot)> {
     let hash_key = match shared.opts.hash_key {
         Some(HashKey::ClientIp) => Some(peer.ip().to_string()),
         // The config refuses other keys in TCP mode: there is no request to read them from.
@@ -103,9 +111,19 @@ async fn place(shared: &BalancerState, peer: SocketAddr) -> Option<(TcpStream, S
         };
         let endpoint = Arc::clone(slot.pick().endpoint());
         let timeout = shared.opts.timeouts.connect;
-        match upstream::connect_endpoint(&endpoint, &shared.pool, timeout, slot.pick().started())
-            .await
-        {
+        let connected =
+            upstream::connect_endpoint(&endpoint, &shared.pool, timeout, slot.pick().started())
+                .await;
+        // `send_proxy_protocol`: the backend learns the client before its first byte.
+        let connected = match (connected, shared.opts.send_proxy_protocol) {
+            (Ok(mut stream), Some(version)) => {
+                upstream::send_proxy_header(&mut stream, &endpoint, version, peer, local)
+                    .await
+                    .map(|()| stream)
+            }
+            (connected, _) => connected,
+        };
+        match connected {
             Ok(stream) => {
                 shared.pool.on_success(&endpoint, clock::now());
                 return Some((stream, slot));

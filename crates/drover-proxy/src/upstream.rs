@@ -52,10 +52,8 @@ impl Upstreams {
             if c.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            let mut probe = [0u8; 1];
-            match c.stream.try_read(&mut probe) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(c.stream),
-                _ => continue,
+            if is_open(&c.stream) {
+                return Some(c.stream);
             }
         }
         None
@@ -82,6 +80,14 @@ impl Upstreams {
             !conns.is_empty()
         });
     }
+}
+
+/// Whether an idle backend connection is still open: one the backend closed shows as
+/// readable (EOF), as does one it wrote to unasked. Costs no syscall when nothing
+/// arrived.
+pub fn is_open(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Opens a connection to an endpoint within `timeout`.
@@ -141,4 +147,23 @@ pub async fn connect_endpoint(
             Err(ProxyError::ConnectFailed)
         }
     }
+}
+
+/// Starts a new backend connection with a PROXY protocol header naming `client`, who
+/// reached drover at `local` (`send_proxy_protocol`). A header that cannot be written
+/// counts as a failed connect: nothing of the client's reached the backend.
+pub async fn send_proxy_header(
+    stream: &mut TcpStream,
+    endpoint: &Endpoint,
+    version: crate::proxy_protocol::SendVersion,
+    client: SocketAddr,
+    local: SocketAddr,
+) -> Result<(), ProxyError> {
+    use tokio::io::AsyncWriteExt;
+    let header = crate::proxy_protocol::header(version, client, local);
+    stream.write_all(&header).await.map_err(|e| {
+        tracing::debug!(endpoint = %endpoint.addr(), "cannot send the PROXY protocol header: {e}");
+        endpoint.stats().record_failure(Cause::ConnectFailed);
+        ProxyError::ConnectFailed
+    })
 }

@@ -20,7 +20,7 @@
 
 use crate::liveness::{self, Outcome, Progress};
 use crate::pool::{Pool, Source};
-pub use crate::probe::{probe, CheckKind, ProbeError};
+pub use crate::probe::{probe, probe_sending, CheckKind, ProbeError};
 use drover_balance::{clock, Endpoint};
 use std::collections::HashMap;
 use std::fmt;
@@ -153,9 +153,20 @@ impl Drop for ActiveChecks {
 /// Starts checking every endpoint of `pool` but its supervised workers (its membership
 /// as of each round) on the current tokio runtime. The first round runs at once.
 pub fn spawn_active_checks(pool: Arc<Pool>, check: HealthCheck) -> ActiveChecks {
+    spawn_active_checks_sending(pool, check, Vec::new())
+}
+
+/// [`spawn_active_checks`] whose probes write `preamble` first on each connection: the
+/// PROXY protocol header of a balancer that sends one, since a backend that expects it
+/// refuses a connection without one.
+pub fn spawn_active_checks_sending(
+    pool: Arc<Pool>,
+    check: HealthCheck,
+    preamble: Vec<u8>,
+) -> ActiveChecks {
     let reports = Reports::default();
     ActiveChecks {
-        task: tokio::spawn(run(pool, check, Arc::clone(&reports))),
+        task: tokio::spawn(run(pool, check, preamble.into(), Arc::clone(&reports))),
         reports,
     }
 }
@@ -179,7 +190,7 @@ fn lock(reports: &Reports) -> MutexGuard<'_, HashMap<SocketAddr, CheckReport>> {
     reports.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
+async fn run(pool: Arc<Pool>, check: HealthCheck, preamble: Arc<[u8]>, reports: Reports) {
     let check = Arc::new(check);
     let mut ticker = tokio::time::interval(check.interval.max(Duration::from_millis(1)));
     // A round slower than the interval (probes at their timeout) delays the next one
@@ -192,9 +203,9 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, reports: Reports) {
         let endpoints = pool.endpoints_not_from(Source::Supervisor);
         let mut probes = JoinSet::new();
         for ep in &endpoints {
-            let (ep, check) = (Arc::clone(ep), Arc::clone(&check));
+            let (ep, check, preamble) = (Arc::clone(ep), Arc::clone(&check), Arc::clone(&preamble));
             probes.spawn(async move {
-                let result = probe(ep.addr(), &check.kind, check.timeout).await;
+                let result = probe_sending(ep.addr(), &preamble, &check.kind, check.timeout).await;
                 // Read after the probe: what completed while it waited counts.
                 let completed = ep.stats().responses_total();
                 (ep, result, completed)

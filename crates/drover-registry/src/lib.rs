@@ -26,8 +26,8 @@ pub mod probe;
 pub mod status;
 
 pub use active::{
-    probe, spawn_active_checks, ActiveChecks, CheckKind, CheckReport, HealthCheck,
-    HealthCheckError, ProbeError,
+    probe, probe_sending, spawn_active_checks, spawn_active_checks_sending, ActiveChecks,
+    CheckKind, CheckReport, HealthCheck, HealthCheckError, ProbeError,
 };
 pub use handoff::{Handoffs, TakesConnections};
 pub use liveness::{Outcome, Progress};

@@ -95,18 +95,35 @@ pub async fn probe(
     kind: &CheckKind,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    match tokio::time::timeout(timeout, probe_unbounded(addr, kind)).await {
+    probe_sending(addr, &[], kind, timeout).await
+}
+
+/// [`probe`], writing `preamble` first once connected (a PROXY protocol header).
+pub async fn probe_sending(
+    addr: SocketAddr,
+    preamble: &[u8],
+    kind: &CheckKind,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    match tokio::time::timeout(timeout, probe_unbounded(addr, preamble, kind)).await {
         Ok(result) => result,
         Err(_) => Err(ProbeError::Timeout(timeout)),
     }
 }
 
-async fn probe_unbounded(addr: SocketAddr, kind: &CheckKind) -> Result<(), ProbeError> {
+async fn probe_unbounded(
+    addr: SocketAddr,
+    preamble: &[u8],
+    kind: &CheckKind,
+) -> Result<(), ProbeError> {
     let mut stream = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
         io::ErrorKind::ConnectionRefused => ProbeError::Refused,
         _ if crate::local::is_local_shortage(&e) => ProbeError::LocalShortage(e),
         _ => ProbeError::Connect(e),
     })?;
+    if !preamble.is_empty() {
+        stream.write_all(preamble).await.map_err(ProbeError::Io)?;
+    }
     let (path, expect) = match kind {
         CheckKind::Tcp => return Ok(()),
         CheckKind::TcpExchange { send, receive } => {

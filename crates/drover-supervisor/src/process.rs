@@ -140,7 +140,15 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     let mut cmd = match listen {
         Listen::Port(port) => {
             let mut cmd = Command::new(program);
-            cmd.args(args).envs(&spec.env).env("PORT", port.to_string());
+            cmd.args(args)
+                // drover's own sockets, if systemd passed it any, are close-on-exec:
+                // the worker must not think it was given them. (A shared-mode worker
+                // gets its own below.)
+                .env_remove("LISTEN_FDS")
+                .env_remove("LISTEN_PID")
+                .env_remove("LISTEN_FDNAMES")
+                .envs(&spec.env)
+                .env("PORT", port.to_string());
             // A Node program becomes a cluster worker of drover's (drover-node): its
             // listen() on any port is served at PORT. Other programs ignore the channel.
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;

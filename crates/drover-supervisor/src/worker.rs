@@ -867,6 +867,9 @@ async fn run_once(
         shared.record_if_retired(id, &mut proc, status).await;
         return life(End::Shutdown, Duration::ZERO);
     }
+    // Sampled before it is shown ready, so even a worker killed at that moment leaves a
+    // restart record with its memory and CPU time.
+    proc.sample();
     join_pool(shared, id, &proc);
     tracing::info!(app = %shared.app, worker = id, ?pid, addr = ?proc.addr(), "worker ready");
     serve(shared, id, proc, stop, replace).await

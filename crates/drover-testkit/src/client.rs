@@ -84,6 +84,16 @@ impl HttpClient {
         })
     }
 
+    /// A client on a connection made elsewhere (e.g. from a chosen source address).
+    pub fn from_stream(stream: TcpStream) -> io::Result<HttpClient> {
+        stream.set_nodelay(true)?;
+        Ok(HttpClient {
+            addr: stream.peer_addr()?,
+            conn: BufConn::new(stream),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
     /// Bound for each later request (default 10 s); exceeding it gives an
     /// `io::ErrorKind::TimedOut` error.
     pub fn set_timeout(&mut self, t: Duration) {

@@ -35,8 +35,9 @@ pub use client::{
     WsMessage,
 };
 pub use harness::{
-    addr_after, addrs_after, spawn_backend_process, spawn_backend_process_on, spawn_ready_line,
-    testkit_backend_bin, wait_until, wait_until_async, ChildProcess, DroverProcess,
+    addr_after, addrs_after, free_port, spawn_backend_process, spawn_backend_process_on,
+    spawn_ready_line, testkit_backend_bin, wait_until, wait_until_async, ChildProcess,
+    DroverProcess,
 };
 pub use http::{chunked_body, HeaderList, RequestHead};
 pub use ws::accept_key as ws_accept_key;

@@ -7,7 +7,9 @@ use drover_dns::{DnsSource, DnsTarget};
 use drover_etcd::EtcdMembers;
 use drover_metrics::BalancerSnapshot;
 use drover_proxy::{Proxy, ReconfigureError};
-use drover_registry::{spawn_active_checks, ActiveChecks, MemberStore, Members, Pool, Source};
+use drover_registry::{
+    spawn_active_checks_sending, ActiveChecks, MemberStore, Members, Pool, Source,
+};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -140,13 +142,15 @@ impl RunningBalancer {
     /// changed) hands over its runtime members. Must run inside the control runtime
     /// (health checks, DNS lookups, the etcd watch and the members' sweeper live
     /// there). In a supervised app's pool, the workers are checked by their
-    /// supervisor; the health checks here probe the other members.
+    /// supervisor; the health checks here probe the other members. It serves on
+    /// `passed` (a socket systemd passed) when given, else binds its listen address.
     pub async fn start(
         config: BalancerConfig,
         plan: BalancerPlan,
         discovery: Discovery<'_>,
         pool: Arc<Pool>,
         replaces: Option<&RunningBalancer>,
+        passed: Option<std::net::TcpListener>,
     ) -> Result<RunningBalancer, StartError> {
         apply_pool_plan(&pool, &plan);
         let previous = replaces.map(|b| b.state().store.clone());
@@ -172,8 +176,12 @@ impl RunningBalancer {
         } else {
             ""
         };
-        let proxy = Proxy::start(plan.proxy, Arc::clone(&pool), plan.strategy.build())
-            .map_err(StartError::Bind)?;
+        let (opts, strategy_built) = (plan.proxy, plan.strategy.build());
+        let proxy = match passed {
+            Some(listener) => Proxy::start_on(opts, listener, Arc::clone(&pool), strategy_built),
+            None => Proxy::start(opts, Arc::clone(&pool), strategy_built),
+        }
+        .map_err(StartError::Bind)?;
         let over = match &plan.app {
             Some(app) if plan.backends.is_empty() => format!("app {app:?}"),
             Some(app) => format!("app {app:?} and {} backends", plan.backends.len()),
@@ -368,9 +376,15 @@ async fn follow_dns(
 /// (`spawn_active_checks` leaves the supervisor's members to it), so beside an app they
 /// check the fixed, DNS, etcd and registered members only.
 fn active_checks(plan: &BalancerPlan, pool: &Arc<Pool>) -> Option<ActiveChecks> {
+    // A backend that expects a PROXY protocol header refuses a probe without one.
+    let preamble = plan
+        .proxy
+        .send_proxy_protocol
+        .map(drover_proxy::proxy_protocol::local_header)
+        .unwrap_or_default();
     plan.health
         .clone()
-        .map(|check| spawn_active_checks(Arc::clone(pool), check))
+        .map(|check| spawn_active_checks_sending(Arc::clone(pool), check, preamble))
 }
 
 /// The pool a plan's fixed backends make up (`RunningBalancer::start` applies their

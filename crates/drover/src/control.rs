@@ -130,6 +130,9 @@ impl Controller {
                 discovery(&next),
                 pool,
                 replaces.as_deref(),
+                // systemd's sockets serve the balancers of the first start only; one a
+                // reload adds binds its address.
+                None,
             )
             .await;
             match start {

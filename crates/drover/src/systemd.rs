@@ -68,3 +68,64 @@ pub fn watchdog_interval() -> Option<Duration> {
 pub fn pet_watchdog() {
     send(&[NotifyState::Watchdog]);
 }
+
+/// A listening socket systemd passed (socket activation), with what it is.
+pub struct Passed {
+    pub socket: drover_config::preflight::PassedSocket,
+    pub listener: std::net::TcpListener,
+}
+
+/// Takes the listening sockets systemd passed this process (`LISTEN_FDS`, for this
+/// `LISTEN_PID`), each with its `FileDescriptorName=`; none when not socket-activated.
+/// Each must be a TCP socket that listens: anything else is refused by its number
+/// and name. Taken once; a second call finds none.
+pub fn passed_listeners() -> Result<Vec<Passed>, String> {
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Ok(Vec::new());
+    }
+    // sd-notify checks LISTEN_PID against this process and marks each descriptor
+    // close-on-exec, so workers never inherit them.
+    let fds = sd_notify::listen_fds_with_names()
+        .map_err(|e| format!("socket activation (LISTEN_FDS): {e}"))?;
+    let mut passed = Vec::new();
+    for (fd, name) in fds {
+        let socket = adopt(fd);
+        let what = |why: &str| format!("systemd passed descriptor {fd} ({name:?}): {why}");
+        match socket.r#type() {
+            Ok(socket2::Type::STREAM) => {}
+            Ok(_) => {
+                return Err(what(
+                    "not a stream socket (drover takes ListenStream= only)",
+                ))
+            }
+            Err(e) => return Err(what(&format!("not a socket: {e}"))),
+        }
+        let addr = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| what("not an IPv4 or IPv6 socket"))?;
+        if !socket.is_listener().map_err(|e| what(&e.to_string()))? {
+            return Err(what("not listening"));
+        }
+        socket
+            .set_nonblocking(true)
+            .map_err(|e| what(&e.to_string()))?;
+        passed.push(Passed {
+            socket: drover_config::preflight::PassedSocket { name, addr },
+            listener: socket.into(),
+        });
+    }
+    Ok(passed)
+}
+
+/// Owns a descriptor systemd passed.
+#[allow(unsafe_code)]
+fn adopt(fd: std::os::fd::RawFd) -> socket2::Socket {
+    use std::os::fd::FromRawFd;
+    // SAFETY: sd_listen_fds(3)'s protocol gives this process descriptors 3 ..
+    // 3 + LISTEN_FDS, open and owned by nobody else in it; `passed_listeners` takes
+    // them once (TAKEN), so no two owners close the same descriptor.
+    unsafe { socket2::Socket::from_raw_fd(fd) }
+}

@@ -3,6 +3,7 @@
 use crate::balancers::{self, RunningBalancer, StartError};
 use crate::control::Controller;
 use crate::serve;
+use crate::systemd;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
 use drover_config::preflight::{self, Prepared};
@@ -60,6 +61,10 @@ pub(crate) async fn run_config(
     let Prepared { plans, specs } =
         preflight::prepare(&cfg, origins).map_err(|errors| errors.join("\nerror: "))?;
 
+    // Sockets systemd passed (socket activation) serve the listeners they name or are
+    // bound for; drover binds the others itself.
+    let mut passed = passed_by_key(&cfg)?;
+
     // Every address drover itself binds is taken before anything starts, so a taken
     // port stops the start-up with nothing to undo.
     let mut shared_sockets = BTreeMap::new();
@@ -75,6 +80,14 @@ pub(crate) async fn run_config(
         }
     }
     let admin_listener = match &cfg.admin {
+        Some(_) if passed.contains_key(ADMIN_KEY) => {
+            let listener = passed.remove(ADMIN_KEY).expect("looked up");
+            Some(
+                tokio::net::TcpListener::from_std(listener).map_err(|e| {
+                    format!("admin API: cannot serve the socket systemd passed: {e}")
+                })?,
+            )
+        }
         Some(admin) => match tokio::net::TcpListener::bind(admin.listen).await {
             Ok(l) => Some(l),
             Err(e) if admin_mode == Admin::IfFree => {
@@ -115,8 +128,16 @@ pub(crate) async fn run_config(
             None => balancers::static_pool(&plan),
         };
         let (name, listen) = (plan.proxy.name.clone(), plan.proxy.listen);
-        match RunningBalancer::start(config.clone(), plan, balancers::discovery(&cfg), pool, None)
-            .await
+        let socket = passed.remove(&format!("balancer[{i}].listen"));
+        match RunningBalancer::start(
+            config.clone(),
+            plan,
+            balancers::discovery(&cfg),
+            pool,
+            None,
+            socket,
+        )
+        .await
         {
             Ok(b) => balancers.push(Arc::new(b)),
             Err(e) => {
@@ -190,6 +211,33 @@ pub(crate) async fn run_config(
         None => None,
     };
     serve::serve_until_signal(controller, apps).await
+}
+
+/// The setting key of the admin API's listen address.
+const ADMIN_KEY: &str = "admin.listen";
+
+/// The sockets systemd passed, by the key of the listen setting each serves
+/// (`balancer[0].listen`, `admin.listen`); none when drover was not socket-activated.
+fn passed_by_key(cfg: &Config) -> Result<BTreeMap<String, std::net::TcpListener>, String> {
+    let passed = systemd::passed_listeners()?;
+    if passed.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let sockets: Vec<_> = passed.iter().map(|p| p.socket.clone()).collect();
+    let owners = preflight::assign_passed(cfg, &sockets).map_err(|errors| {
+        let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        text.join("\nerror: ")
+    })?;
+    let mut by_key = BTreeMap::new();
+    for (owner, p) in owners.into_iter().zip(passed) {
+        // Scripts and tests read this line to learn which socket serves what.
+        eprintln!(
+            "drover: {} serves the socket systemd passed as {:?} ({})",
+            owner.owner, p.socket.name, p.socket.addr
+        );
+        by_key.insert(owner.key, p.listener);
+    }
+    Ok(by_key)
 }
 
 /// Undoes a start-up that failed half-way: the balancers stop accepting and the apps'

@@ -262,6 +262,18 @@ fn bad_proxy_protocol_senders() {
         4,
         &["balancer[0].proxy_protocol", "from"],
     );
+    assert_config_error(
+        "send-proxy-protocol-version",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nsend_proxy_protocol = \"v3\"\n",
+        4,
+        &["balancer[0].send_proxy_protocol", "\"v3\"", "v1", "v2"],
+    );
+    assert_config_error(
+        "send-proxy-protocol-app",
+        "[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\nsend_proxy_protocol = \"v2\"\n",
+        8,
+        &["balancer[0].send_proxy_protocol", "not in front of app \"web\""],
+    );
 }
 
 #[test]

@@ -7,8 +7,8 @@
 mod common;
 
 use common::{backends, bin, proxy, temp_dir};
-use drover_testkit::wait_until_async;
-use std::net::{SocketAddr, TcpListener};
+use drover_testkit::{free_port, wait_until_async};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,19 +32,10 @@ fn status_of(answer: &[u8]) -> Option<u16> {
     drover_testkit::parse_status(answer)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// HAProxy with two frontends in front of drover at `drover`: one sends PROXY v2, the
-/// other v1. `None` outside CI when HAProxy is missing.
-async fn haproxy_in_front(
-    drover: SocketAddr,
-) -> Option<(tokio::process::Child, SocketAddr, SocketAddr)> {
+/// HAProxy with the config `cfg` (after its `defaults`), once every address of `up`
+/// takes connections; the caller keeps the child (dropped, it is killed). `None` outside
+/// CI when HAProxy is missing.
+async fn start_haproxy(tag: &str, cfg: &str, up: &[SocketAddr]) -> Option<tokio::process::Child> {
     let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists());
@@ -56,32 +47,43 @@ async fn haproxy_in_front(
         eprintln!("skipped: haproxy is missing (apt-get install haproxy)");
         return None;
     };
-    let (v2, v1) = (free_port(), free_port());
-    let dir = temp_dir("proxy-protocol-haproxy");
-    let cfg = dir.join("haproxy.cfg");
+    let path = temp_dir(tag).join("haproxy.cfg");
     std::fs::write(
-        &cfg,
-        format!(
-            "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-             frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend to_drover_v2\n\
-             frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend to_drover_v1\n\
-             backend to_drover_v2\n  server d {drover} send-proxy-v2\n\
-             backend to_drover_v1\n  server d {drover} send-proxy\n"
-        ),
+        &path,
+        format!("defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n{cfg}"),
     )
     .unwrap();
     let mut cmd = tokio::process::Command::new(haproxy);
-    cmd.arg("-db").arg("-f").arg(&cfg).kill_on_drop(true);
+    cmd.arg("-db").arg("-f").arg(&path).kill_on_drop(true);
     let child = cmd.spawn().expect("start haproxy");
-    let v2: SocketAddr = format!("127.0.0.1:{v2}").parse().unwrap();
-    let v1: SocketAddr = format!("127.0.0.1:{v1}").parse().unwrap();
-    let up = wait_until_async(Duration::from_secs(10), || async {
-        tokio::net::TcpStream::connect(v2).await.is_ok()
-            && tokio::net::TcpStream::connect(v1).await.is_ok()
+    let listening = wait_until_async(Duration::from_secs(10), || async {
+        for addr in up {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                return false;
+            }
+        }
+        true
     })
     .await;
-    assert!(up, "haproxy did not start");
-    // The caller keeps it for the test; dropped, it is killed.
+    assert!(listening, "haproxy did not start");
+    Some(child)
+}
+
+/// HAProxy with two frontends in front of drover at `drover`: one sends PROXY v2, the
+/// other v1. `None` outside CI when HAProxy is missing.
+async fn haproxy_in_front(
+    drover: SocketAddr,
+) -> Option<(tokio::process::Child, SocketAddr, SocketAddr)> {
+    let (v2, v1) = (free_port(), free_port());
+    let cfg = format!(
+        "frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend to_drover_v2\n\
+         frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend to_drover_v1\n\
+         backend to_drover_v2\n  server d {drover} send-proxy-v2\n\
+         backend to_drover_v1\n  server d {drover} send-proxy\n"
+    );
+    let v2: SocketAddr = format!("127.0.0.1:{v2}").parse().unwrap();
+    let v1: SocketAddr = format!("127.0.0.1:{v1}").parse().unwrap();
+    let child = start_haproxy("proxy-protocol-haproxy", &cfg, &[v2, v1]).await?;
     Some((child, v2, v1))
 }
 
@@ -201,5 +203,126 @@ fn bad_senders_in_flags_are_refused_with_the_flag() {
     assert!(
         stderr.contains("--proxy-protocol-from") && stderr.contains("10.0.0.0/33"),
         "{stderr}"
+    );
+}
+
+/// HAProxy as a backend that requires a PROXY protocol header (`accept-proxy`, either
+/// version) and answers each request with the client the header named (`src`), and the
+/// source port of the connection the request came over (`fc_src_port`: drover's side of
+/// its backend connection). `None` outside CI when HAProxy is missing.
+async fn haproxy_behind() -> Option<(tokio::process::Child, SocketAddr)> {
+    let port = free_port();
+    let cfg = format!(
+        "frontend backend\n  bind 127.0.0.1:{port} accept-proxy\n\
+         \x20 http-request return status 200 content-type text/plain lf-string \"client=%[src]:%[src_port] via=%[fc_src_port]\"\n"
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = start_haproxy("proxy-protocol-behind", &cfg, &[addr]).await?;
+    Some((child, addr))
+}
+
+/// A keep-alive client bound to `from`, and its local address.
+async fn client_from(from: &str, to: SocketAddr) -> (drover_testkit::HttpClient, SocketAddr) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let stream = socket.connect(to).await.unwrap();
+    let local = stream.local_addr().unwrap();
+    (
+        drover_testkit::HttpClient::from_stream(stream).unwrap(),
+        local,
+    )
+}
+
+/// `client=IP:PORT via=PORT` from the backend, as (client, via).
+fn who(body: &str) -> (String, String) {
+    let mut parts = body.split_whitespace();
+    let client = parts.next().unwrap().strip_prefix("client=").unwrap();
+    let via = parts.next().unwrap().strip_prefix("via=").unwrap();
+    (client.to_string(), via.to_string())
+}
+
+#[tokio::test]
+async fn drover_sends_each_client_to_haproxy_by_proxy_protocol_on_connections_of_its_own() {
+    let Some((_haproxy, backend)) = haproxy_behind().await else {
+        return;
+    };
+    for version in ["v1", "v2"] {
+        // The health check must send a header too: HAProxy drops a connection without
+        // one, and the only backend would then be down.
+        let d = proxy(
+            &[backend],
+            &[
+                "--send-proxy-protocol",
+                version,
+                "--health-path",
+                "/",
+                "--health-interval",
+                "100ms",
+                "--admin",
+                "127.0.0.1:0",
+            ],
+        )
+        .await;
+        let admin = common::admin_addr(&d).await;
+        let healthy = wait_until_async(Duration::from_secs(10), || async {
+            common::status(admin).await.balancers[0]
+                .endpoints
+                .iter()
+                .all(|e| e.healthy)
+        })
+        .await;
+        assert!(healthy, "{version}: {}", d.stderr_text());
+        // Two clients' requests interleave on their keep-alive connections: each is
+        // told as itself, over a backend connection of its own that it keeps.
+        let (mut a, a_addr) = client_from("127.0.0.7", d.addr()).await;
+        let (mut b, b_addr) = client_from("127.0.0.8", d.addr()).await;
+        let mut via = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            for (c, addr, seen) in [(&mut a, a_addr, &mut via.0), (&mut b, b_addr, &mut via.1)] {
+                let r = c.get("/").await;
+                assert_eq!(r.status, 200, "{version}: {}", r.text());
+                let (client, through) = who(&r.text());
+                assert_eq!(client, addr.to_string(), "{version}");
+                seen.push(through);
+            }
+        }
+        via.0.dedup();
+        via.1.dedup();
+        assert_eq!((via.0.len(), via.1.len()), (1, 1), "{version}: {via:?}");
+        assert_ne!(
+            via.0, via.1,
+            "{version}: two clients shared a backend connection"
+        );
+        common::stops_cleanly(d).await;
+    }
+}
+
+#[test]
+fn send_proxy_protocol_refuses_bad_versions_and_drover_run() {
+    let out = Command::new(bin())
+        .args([
+            "proxy",
+            "--backend",
+            "127.0.0.1:1",
+            "--send-proxy-protocol",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--send-proxy-protocol") && err.contains("\"3\""),
+        "{err}"
+    );
+    let out = Command::new(bin())
+        .args(["run", "--send-proxy-protocol", "v2", "--", "node", "app.js"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--send-proxy-protocol does not apply to drover run"),
+        "{err}"
     );
 }

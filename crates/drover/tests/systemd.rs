@@ -8,8 +8,8 @@
 
 mod common;
 
-use common::{admin_addr, bin, status, temp_dir};
-use drover_testkit::{spawn_ready_line, wait_until_async, HttpClient};
+use common::{admin_addr, bin, status, temp_dir, wait_all_serving};
+use drover_testkit::{free_port, spawn_ready_line, wait_until_async, HttpClient};
 use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -160,27 +160,15 @@ async fn drover_up_speaks_the_notify_protocol_and_keeps_it_from_its_workers() {
         .is_some_and(|s| s.success()));
 }
 
-/// The shipped unit, as systemd reads it: no unknown key, no value it cannot parse, and
-/// an `ExecStart` that names drover (here, the binary under test).
+/// The shipped units, as systemd reads them: no unknown key, no value it cannot parse,
+/// and an `ExecStart` that names drover (here, the binary under test).
 #[test]
-fn the_example_unit_verifies_with_systemd_analyze() {
-    let has_analyze = Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_analyze {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "systemd-analyze is missing (scripts/test installs Debian's systemd)"
-        );
-        eprintln!("skipped: systemd-analyze is missing (apt-get install systemd)");
+fn the_example_units_verify_with_systemd_analyze() {
+    if !has_systemd_tool("systemd-analyze") {
         return;
     }
-    let unit = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/systemd/drover.service"),
-    )
-    .unwrap();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/systemd");
+    let unit = std::fs::read_to_string(examples.join("drover.service")).unwrap();
     assert!(
         unit.contains("ExecStart=/usr/local/bin/drover up"),
         "{unit}"
@@ -192,18 +180,221 @@ fn the_example_unit_verifies_with_systemd_analyze() {
             "WorkingDirectory=/srv/app",
             &format!("WorkingDirectory={}", dir.display()),
         );
-    let path = dir.join("drover.service");
-    std::fs::write(&path, local).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&path)
+    let service = dir.join("drover.service");
+    std::fs::write(&service, local).unwrap();
+    // The socket unit activates the service of its own name, beside it.
+    let socket = dir.join("drover.socket");
+    std::fs::copy(examples.join("drover.socket"), &socket).unwrap();
+    for path in [&service, &socket] {
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(path)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{}: {said}", path.display());
+        assert!(
+            said.trim().is_empty(),
+            "systemd-analyze verify {}: {said}",
+            path.display()
+        );
+    }
+}
+
+/// Whether `tool` runs here; a note, or under CI a failure (`scripts/test` installs
+/// Debian's systemd, which has it), when it does not.
+fn has_systemd_tool(tool: &str) -> bool {
+    let found = Command::new(tool)
+        .arg("--version")
         .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{tool} is missing (scripts/test installs Debian's systemd)"
+        );
+        eprintln!("skipped: {tool} is missing (apt-get install systemd)");
+    }
+    found
+}
+
+/// `drover ...` as socket activation starts it: systemd-socket-activate listens on each
+/// address and, at the first connection, execs drover with them as descriptors 3, 4, ...
+/// named by `names` (`LISTEN_FDS`, `LISTEN_FDNAMES`), as systemd does for a unit with
+/// `ListenStream=` and `FileDescriptorName=`.
+async fn socket_activated(
+    ports: &[u16],
+    names: &str,
+    drover: &[&str],
+) -> drover_testkit::ChildProcess {
+    let mut cmd = Command::new("systemd-socket-activate");
+    for port in ports {
+        cmd.arg("-l").arg(format!("127.0.0.1:{port}"));
+    }
+    cmd.arg(format!("--fdname={names}"))
+        .arg("--")
+        .arg(bin())
+        .args(drover);
+    spawn_ready_line(cmd, "Listening on ").await
+}
+
+#[tokio::test]
+async fn drover_up_serves_the_sockets_systemd_passes_by_name_or_address() {
+    if !has_systemd_tool("systemd-socket-activate") {
+        return;
+    }
+    let dir = temp_dir("socket-activation");
+    // A worker that shows what it holds: every descriptor, and the activation variables.
+    let worker = dir.join("worker.js");
+    std::fs::write(
+        &worker,
+        r#"const fs = require("fs");
+require("http")
+  .createServer((req, res) => {
+    const fds = fs.readdirSync("/proc/self/fd").map((fd) => {
+      try { return fs.readlinkSync(`/proc/self/fd/${fd}`); } catch { return ""; }
+    });
+    res.end(JSON.stringify({ fds, listenFds: process.env.LISTEN_FDS ?? null }));
+  })
+  .listen(Number(process.env.PORT), "127.0.0.1");
+"#,
+    )
+    .unwrap();
+    let backend = drover_testkit::Backend::start().await;
+    let (front, admin, api) = (free_port(), free_port(), free_port());
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"[admin]
+listen = "127.0.0.1:{admin}"
+
+[[app]]
+name = "web"
+command = ["node", "{worker}"]
+workers = 2
+
+[[balancer]]
+name = "front"
+listen = "127.0.0.1:{front}"
+backends = ["app:web"]
+
+[[balancer]]
+name = "api"
+listen = "127.0.0.1:{api}"
+backends = ["{backend}"]
+"#,
+            worker = worker.display(),
+            backend = backend.addr(),
+        ),
+    )
+    .unwrap();
+    // "front" and "admin" go by name; the third carries the unit's name, so it goes by
+    // the address it is bound to.
+    let d = socket_activated(
+        &[front, admin, api],
+        "front:admin:drover.socket",
+        &["up", "-c", file.to_str().unwrap()],
+    )
+    .await;
+
+    // The request that starts drover is answered: it waited in the passed socket's
+    // backlog while drover started.
+    let api_addr = std::net::SocketAddr::from(([127, 0, 0, 1], api));
+    let mut client = HttpClient::connect(api_addr).await.unwrap();
+    client.set_timeout(Duration::from_secs(20));
+    let first = client.get("/").await;
+    assert_eq!(first.status, 200, "{}", d.stderr_text());
+    assert_eq!(backend.hits(), 1);
+    let stderr = d.stderr_text();
+    for line in [
+        format!("balancer \"front\" serves the socket systemd passed as \"front\" (127.0.0.1:{front})"),
+        format!("admin API serves the socket systemd passed as \"admin\" (127.0.0.1:{admin})"),
+        format!("balancer \"api\" serves the socket systemd passed as \"drover.socket\" (127.0.0.1:{api})"),
+    ] {
+        assert!(stderr.contains(&line), "no {line:?} in\n{stderr}");
+    }
+
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], admin));
+    wait_all_serving(&d, admin).await;
+    // The workers inherit neither the sockets nor the variables that name them.
+    let passed: Vec<String> = (3..6)
+        .map(|fd| {
+            std::fs::read_link(format!("/proc/{}/fd/{fd}", d.pid()))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        passed.iter().all(|l| l.starts_with("socket:")),
+        "{passed:?}"
     );
-    assert!(out.status.success(), "{said}");
-    assert!(said.trim().is_empty(), "systemd-analyze verify: {said}");
+    let front_addr = std::net::SocketAddr::from(([127, 0, 0, 1], front));
+    for _ in 0..4 {
+        let body: serde_json::Value = serde_json::from_str(
+            &HttpClient::connect(front_addr)
+                .await
+                .unwrap()
+                .get("/")
+                .await
+                .text(),
+        )
+        .unwrap();
+        assert_eq!(body["listenFds"], serde_json::Value::Null, "{body}");
+        let fds: Vec<String> = serde_json::from_value(body["fds"].clone()).unwrap();
+        assert!(
+            passed.iter().all(|p| !fds.contains(p)),
+            "{fds:?} holds one of {passed:?}"
+        );
+    }
+
+    // A reload keeps serving on the same sockets.
+    let (code, out, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        HttpClient::connect(api_addr)
+            .await
+            .unwrap()
+            .get("/")
+            .await
+            .status,
+        200
+    );
+    common::stops_cleanly(d).await;
+}
+
+#[tokio::test]
+async fn a_passed_socket_no_listener_takes_stops_the_start() {
+    if !has_systemd_tool("systemd-socket-activate") {
+        return;
+    }
+    let (stray, front) = (free_port(), free_port());
+    let d = socket_activated(
+        &[stray],
+        "stray",
+        &[
+            "proxy",
+            "--listen",
+            &format!("127.0.0.1:{front}"),
+            "--backend",
+            "127.0.0.1:1",
+        ],
+    )
+    .await;
+    // The first connection starts drover, which refuses the socket and exits.
+    let _ = std::net::TcpStream::connect(("127.0.0.1", stray)).unwrap();
+    let status = d
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("drover exited");
+    assert_eq!(status.code(), Some(2), "{}", d.stderr_text());
+    let want = format!(
+        "systemd passed a socket named \"stray\" on 127.0.0.1:{stray}, but no balancer is named \"stray\" and no listen address is 127.0.0.1:{stray}"
+    );
+    assert!(d.stderr_text().contains(&want), "{}", d.stderr_text());
 }

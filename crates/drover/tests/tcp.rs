@@ -515,6 +515,50 @@ async fn a_client_that_does_not_read_holds_its_backend_back_not_drovers_memory()
     assert_eq!(got, TOTAL);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_proxy_protocol_names_the_client_to_the_backend_before_its_bytes() {
+    // Answers with the client a PROXY header named, then echoes the rest.
+    let backend = serve(|mut s| async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        let header = loop {
+            let Ok(n) = s.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if let Some(h) = drover_proxy::proxy_protocol::parse(&got).unwrap() {
+                break h;
+            }
+        };
+        let named = header
+            .client
+            .map_or("none".to_string(), |c| c.ip().to_string());
+        let _ = s.write_all(format!("{named} ").as_bytes()).await;
+        let _ = s.write_all(&got[header.len..]).await;
+        let (mut r, mut w) = s.split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+        let _ = w.shutdown().await;
+    })
+    .await;
+    for version in ["v1", "v2"] {
+        let (d, _admin) = tcp_proxy(&[backend], &["--send-proxy-protocol", version]).await;
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.5:0".parse().unwrap()).unwrap();
+        let mut s = socket.connect(d.addr()).await.unwrap();
+        s.write_all(b"hello").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = String::new();
+        tokio::time::timeout(PATIENCE, s.read_to_string(&mut got))
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert_eq!(got, "127.0.0.5 hello", "{version}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Placement: hash on the client address, max_conns and its queue, health checks
 // ---------------------------------------------------------------------------------------

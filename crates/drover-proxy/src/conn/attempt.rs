@@ -90,8 +90,20 @@ impl Conn {
     async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(TcpStream, bool), Attempt> {
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
+        let send_header = self.thread.shared.opts.send_proxy_protocol;
+        // This client's own connection, never the thread's pool: a connection that
+        // named one client to the backend must not carry another's requests.
+        let kept = self.private_upstream.take();
         if !fresh {
-            if let Some(stream) = self.thread.upstreams.checkout(addr) {
+            let reused = match (send_header, kept) {
+                (Some(_), Some(kept)) if kept.0 == addr && upstream::is_open(&kept.1) => {
+                    Some(kept.1)
+                }
+                (Some(_), _) => None,
+                (None, _) => self.thread.upstreams.checkout(addr),
+            };
+            if let Some(stream) = reused {
+                self.upstream_is_private = send_header.is_some();
                 return Ok((stream, true));
             }
         }
@@ -100,7 +112,18 @@ impl Conn {
         match upstream::connect_endpoint(endpoint, &shared.pool, timeout, slot.pick().started())
             .await
         {
-            Ok(stream) => Ok((stream, false)),
+            Ok(mut stream) => {
+                self.upstream_is_private = false;
+                if let Some(version) = send_header {
+                    let local = self.client.local_addr().unwrap_or(addr);
+                    let client = self.info.addr;
+                    upstream::send_proxy_header(&mut stream, endpoint, version, client, local)
+                        .await
+                        .map_err(Attempt::Retry)?;
+                    self.upstream_is_private = true;
+                }
+                Ok((stream, false))
+            }
             Err(e) => Err(Attempt::Retry(e)),
         }
     }
@@ -265,7 +288,11 @@ impl Conn {
         match sent {
             Ok(_) => {
                 if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
-                    self.thread.upstreams.checkin(endpoint.addr(), up);
+                    if self.upstream_is_private {
+                        self.private_upstream = Some(Box::new((endpoint.addr(), up)));
+                    } else {
+                        self.thread.upstreams.checkin(endpoint.addr(), up);
+                    }
                 }
                 Attempt::Done(resp.client_keep_alive)
             }

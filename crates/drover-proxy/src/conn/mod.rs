@@ -101,6 +101,8 @@ pub(crate) async fn serve(
         requests: 0,
         hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
         outcome: Outcome::default(),
+        private_upstream: None,
+        upstream_is_private: false,
     };
     loop {
         match conn.run().await {
@@ -151,6 +153,12 @@ struct Conn {
     /// How the request under way was answered, for its access log line: plain stores
     /// as it goes, read only when the log is on.
     outcome: Outcome,
+    /// The idle backend connection that carries this client's PROXY protocol header
+    /// (`send_proxy_protocol`), kept for its next request: no other client may use it.
+    private_upstream: Option<Box<(std::net::SocketAddr, TcpStream)>>,
+    /// Whether the backend connection of the try under way carries a PROXY protocol
+    /// header: it then goes back to `private_upstream`, never to the thread's pool.
+    upstream_is_private: bool,
 }
 
 impl Outcome {

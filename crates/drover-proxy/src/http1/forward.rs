@@ -8,6 +8,9 @@ use super::headers::{self, is, put_header, ConnectionOptions};
 /// connection rather than per request.
 #[derive(Debug, Clone)]
 pub struct ClientInfo {
+    /// The client's address (as a PROXY protocol header named it, if one came), for the
+    /// header drover sends on (`send_proxy_protocol`).
+    pub addr: std::net::SocketAddr,
     /// The client IP as text, for `X-Forwarded-For` and `hash` on client IP.
     pub ip: String,
     /// The same as an RFC 7239 node (`1.2.3.4` or `"[::1]"`).
@@ -23,6 +26,7 @@ impl ClientInfo {
             std::net::IpAddr::V6(_) => format!("\"[{ip}]\""),
         };
         ClientInfo {
+            addr: peer,
             ip,
             forwarded_node,
             proto,
