@@ -832,6 +832,45 @@ struct RawBalancer {
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
     access_log: Option<Spanned<RawAccessLog>>,
+    tls: Option<Spanned<RawTls>>,
+}
+
+/// `tls = { cert, key }` for one certificate, or `tls = { certs = [{ cert, key }, ...] }`
+/// for several (chosen by SNI; the first is the default).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
+    certs: Option<Spanned<Vec<Spanned<RawCert>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCert {
+    cert: Spanned<String>,
+    /// Without it, the key is in the cert's file (a combined PEM).
+    key: Option<Spanned<String>>,
+}
+
+impl RawTls {
+    /// Each certificate's `cert` and `key` (the cert's when there is none), with the
+    /// key each is known by (`certs[J].cert`): also the single form's, so an error about
+    /// a file names its place whichever form wrote it.
+    fn entries(&self) -> Vec<(&Spanned<String>, &Spanned<String>)> {
+        match (&self.cert, &self.certs) {
+            (Some(cert), _) => vec![(cert, self.key.as_ref().unwrap_or(cert))],
+            (None, Some(certs)) => certs
+                .get_ref()
+                .iter()
+                .map(|c| {
+                    let c = c.get_ref();
+                    (&c.cert, c.key.as_ref().unwrap_or(&c.cert))
+                })
+                .collect(),
+            (None, None) => Vec::new(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -1012,6 +1051,12 @@ impl RawConfig {
                     path.unwrap_or_else(|| log.span()),
                     format!("balancer[{i}].access_log.path"),
                 );
+            }
+            if let Some(tls) = &raw.get_ref().tls {
+                for (j, (cert, key)) in tls.get_ref().entries().into_iter().enumerate() {
+                    origin(cert.span(), format!("balancer[{i}].tls.certs[{j}].cert"));
+                    origin(key.span(), format!("balancer[{i}].tls.certs[{j}].key"));
+                }
             }
             let b = validate_balancer(
                 raw,
@@ -1694,6 +1739,9 @@ fn validate_balancer(
         b.drain_timeout = d.0;
     }
     b.threads = raw.threads.map(Bounded::as_usize);
+    if let Some(tls) = raw.tls {
+        b.tls = Some(validate_tls(tls, &key, ctx)?);
+    }
     if let Some(log) = raw.access_log {
         let log = log.into_inner();
         if let Some(f) = log.format {
@@ -1735,6 +1783,66 @@ fn validate_balancer(
         }
     }
     Ok(b)
+}
+
+/// `tls`: one form or the other, no empty path. The files are read when the balancer is
+/// planned (`BalancerPlan::from_config`), at start and at each reload.
+fn validate_tls(
+    raw: Spanned<RawTls>,
+    key: &dyn Fn(&str) -> String,
+    ctx: &Ctx<'_>,
+) -> Result<TlsConfig, ConfigError> {
+    let span = raw.span();
+    let tls = raw.into_inner();
+    match (&tls.cert, &tls.key, &tls.certs) {
+        (Some(_), _, Some(certs)) => {
+            return Err(ctx.at(
+                certs.span(),
+                key("tls.certs"),
+                "give either cert (and key) or certs = [{ cert, key }, ...], not both",
+            ))
+        }
+        (None, Some(k), _) => {
+            return Err(ctx.at(
+                k.span(),
+                key("tls.key"),
+                "a key without its cert: write tls = { cert = \"FILE\", key = \"FILE\" }",
+            ))
+        }
+        (None, None, None) => {
+            return Err(ctx.at(
+                span,
+                key("tls"),
+                "no certificate: write tls = { cert = \"FILE\", key = \"FILE\" }, or certs = [{ cert, key }, ...] for several",
+            ))
+        }
+        (None, None, Some(certs)) if certs.get_ref().is_empty() => {
+            return Err(ctx.at(
+                certs.span(),
+                key("tls.certs"),
+                "no certificate: list at least one { cert = \"FILE\", key = \"FILE\" }",
+            ))
+        }
+        _ => {}
+    }
+    let mut certs = Vec::new();
+    for (j, (cert, private)) in tls.entries().into_iter().enumerate() {
+        for (file, part) in [(cert, "cert"), (private, "key")] {
+            if file.get_ref().is_empty() {
+                let at = if tls.certs.is_some() {
+                    format!("tls.certs[{j}].{part}")
+                } else {
+                    format!("tls.{part}")
+                };
+                return Err(ctx.at(file.span(), key(&at), "empty path: name a PEM file"));
+            }
+        }
+        certs.push(TlsCertFiles {
+            cert: PathBuf::from(cert.get_ref()),
+            key: PathBuf::from(private.get_ref()),
+        });
+    }
+    Ok(TlsConfig { certs })
 }
 
 #[cfg(test)]

@@ -71,6 +71,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub access_log: AccessLogArgs,
 
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
     /// The program and its arguments; "{port}" in an argument becomes each worker's
     /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -113,6 +116,58 @@ pub struct ProxyProtocolArg {
     /// any other address: a balancer in front tells drover the client's address.
     #[arg(long, value_name = "ADDRS")]
     pub proxy_protocol_from: Option<model::TrustedSenders>,
+}
+
+/// HTTPS on the listener, the same for `proxy` and `run` (`tls` in a drover.toml).
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Serve HTTPS with this certificate chain (PEM, the server's certificate first).
+    /// Repeat it for several certificates, chosen by the client's SNI from their names;
+    /// the first is the default. Each needs a --tls-key, in the same order.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Vec<PathBuf>,
+
+    /// The private key (PEM) of the --tls-cert given in the same position.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Vec<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The model's settings; `None` without --tls-cert.
+    fn settings(&self) -> Result<Option<model::TlsConfig>, String> {
+        if self.tls_cert.len() != self.tls_key.len() {
+            return Err(format!(
+                "--tls-key: {} key(s) for {} certificate(s): give one --tls-key per --tls-cert, in the same order",
+                self.tls_key.len(),
+                self.tls_cert.len()
+            ));
+        }
+        if self.tls_cert.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(model::TlsConfig {
+            certs: self
+                .tls_cert
+                .iter()
+                .zip(&self.tls_key)
+                .map(|(cert, key)| model::TlsCertFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                })
+                .collect(),
+        }))
+    }
+}
+
+/// `origins` with the TLS files of balancer 0 (`balancer[0].tls.certs[J].cert` and
+/// `.key`) named by the flags that gave them.
+pub fn with_tls_flags(mut origins: crate::Origins, b: &model::BalancerConfig) -> crate::Origins {
+    for j in 0..b.tls.as_ref().map_or(0, |t| t.certs.len()) {
+        origins = origins
+            .with_flag(&format!("balancer[0].tls.certs[{j}].cert"), "--tls-cert")
+            .with_flag(&format!("balancer[0].tls.certs[{j}].key"), "--tls-key");
+    }
+    origins
 }
 
 /// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
@@ -293,6 +348,9 @@ pub struct ProxyArgs {
 
     #[command(flatten)]
     pub access_log: AccessLogArgs,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
@@ -515,6 +573,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.apply_limits(&a.limits);
     b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
     b.apply_access_log(&a.access_log)?;
+    b.tls = a.tls.settings()?;
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -590,6 +649,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                         .into(),
                 );
             }
+            if !args.tls.tls_cert.is_empty() || !args.tls.tls_key.is_empty() {
+                return Err("--tls-cert and --tls-key do not apply to --mode shared: the workers accept the connections themselves".into());
+            }
             if args.access_log.access_log != model::AccessLogFormat::Off {
                 return Err("--access-log does not apply to --mode shared: drover does not see the requests".into());
             }
@@ -619,6 +681,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.apply_limits(&args.limits);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.apply_access_log(&args.access_log)?;
+            balancer.tls = args.tls.settings()?;
             balancers.push(balancer);
         }
     }
@@ -645,11 +708,14 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         apps: vec![app],
         balancers,
     };
-    let origins = crate::Origins::default()
+    let mut origins = crate::Origins::default()
         .with_flag("app[0].listen", "--listen")
         .with_flag("balancer[0].listen", "--listen")
         .with_flag("balancer[0].access_log.path", "--access-log-path")
         .with_flag("admin.listen", "--admin");
+    if let Some(b) = cfg.balancers.first() {
+        origins = with_tls_flags(origins, b);
+    }
     Ok(RunConfig {
         config: cfg,
         origins,

@@ -115,7 +115,14 @@ pub struct BalancerConfig {
     /// `access_log`: a line per answered request; off by default. The library's own
     /// settings, so each default has one definition.
     pub access_log: AccessLogConfig,
+    /// `tls = { cert, key }` or `tls = { certs = [...] }`: serve HTTPS with these
+    /// certificates (the files, read when the balancer starts and at each reload);
+    /// `None` (default): plain HTTP.
+    pub tls: Option<TlsConfig>,
 }
+
+/// `tls`: the certificate files, the library's own type.
+pub use drover_proxy::tls::{CertFiles as TlsCertFiles, Settings as TlsConfig};
 
 /// `access_log = { format, path, fields }`.
 pub use drover_proxy::access_log::{
@@ -146,6 +153,7 @@ impl BalancerConfig {
             handoff: drover_proxy::Handoff::Never,
             proxy_protocol: None,
             access_log: AccessLogConfig::default(),
+            tls: None,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::proxy_protocol::TrustedSenders;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -32,6 +33,9 @@ pub struct ProxyOptions {
     pub proxy_protocol: Option<TrustedSenders>,
     /// A line per answered request (`access_log`); off by default.
     pub access_log: crate::access_log::Settings,
+    /// Serve HTTPS with these certificates (`tls`), loaded and checked; `None`: plain
+    /// HTTP. TLS connections are never handed to a worker.
+    pub tls: Option<Arc<crate::tls::Certificates>>,
 }
 
 /// When a balancer hands client connections to the workers that take them (see
@@ -66,6 +70,7 @@ impl Default for ProxyOptions {
             handoff: Handoff::Never,
             proxy_protocol: None,
             access_log: crate::access_log::Settings::default(),
+            tls: None,
         }
     }
 }

@@ -11,9 +11,10 @@ use crate::descriptors;
 use crate::handoff;
 use crate::options::ProxyOptions;
 use crate::state::{BalancerState, ClientConnection, ThreadCell, ThreadState};
-use arc_swap::ArcSwap;
+use crate::tls::Certificates;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use drover_balance::{clock, Balancer};
-use drover_metrics::BalancerStats;
+use drover_metrics::{BalancerStats, CertificateExpiry};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
 use std::io;
@@ -100,6 +101,8 @@ impl Proxy {
                 )
             })?
             .map(Arc::new);
+        let tls = Arc::new(ArcSwapOption::empty());
+        install_tls(&opts.name, &tls, &stats, opts.tls.clone());
         let shared = BalancerState::new(
             opts,
             pool,
@@ -108,6 +111,7 @@ impl Proxy {
             Arc::clone(&active),
             stats,
             access_log,
+            tls,
         );
         let cells: Vec<Arc<ThreadCell>> = (0..threads)
             .map(|_| {
@@ -175,6 +179,8 @@ impl Proxy {
                 })?
                 .map(Arc::new),
         };
+        let tls = Arc::clone(&current.tls);
+        install_tls(&opts.name, &tls, &current.stats, opts.tls.clone());
         let shared = BalancerState::new(
             opts,
             pool,
@@ -183,12 +189,21 @@ impl Proxy {
             Arc::clone(&self.active),
             Arc::clone(&current.stats),
             access_log,
+            tls,
         );
         for cell in &self.cells {
             cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));
         }
         self.current.store(shared);
         Ok(())
+    }
+
+    /// Serves new connections with these certificates from now on (`None`: plain HTTP),
+    /// every other setting as it is: a reload that re-read unchanged settings' files.
+    /// Connections under way keep the session they have.
+    pub fn set_tls(&self, certs: Option<Arc<Certificates>>) {
+        let current = self.current.load();
+        install_tls(&current.opts.name, &current.tls, &current.stats, certs);
     }
 
     /// What this balancer's requests counted, since it started (kept across
@@ -251,6 +266,37 @@ impl Proxy {
     pub fn running_threads(&self) -> usize {
         self.threads.iter().filter(|t| !t.is_finished()).count()
     }
+}
+
+/// Puts `certs` in force for new handshakes, shows them in the metrics, and warns of
+/// each that expires within `tls::EXPIRY_WARNING`.
+fn install_tls(
+    balancer: &str,
+    slot: &ArcSwapOption<Certificates>,
+    stats: &BalancerStats,
+    certs: Option<Arc<Certificates>>,
+) {
+    let info = certs.as_ref().map_or(&[][..], |c| c.info());
+    stats.set_tls_certificates(
+        info.iter()
+            .map(|c| CertificateExpiry {
+                cert: c.path.clone(),
+                not_after: c.not_after,
+            })
+            .collect(),
+    );
+    if let Some(certs) = &certs {
+        for c in certs.expiring(std::time::SystemTime::now()) {
+            warn!(
+                balancer,
+                cert = %c.path,
+                names = %c.names.join(","),
+                "the TLS certificate expires on {}: renew it, then reload",
+                c.not_after_text()
+            );
+        }
+    }
+    slot.store(certs);
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {

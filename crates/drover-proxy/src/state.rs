@@ -5,8 +5,9 @@ use crate::access_log::AccessLog;
 use crate::admission::Admission;
 use crate::http1::keys::KeySpec;
 use crate::options::ProxyOptions;
+use crate::tls::Certificates;
 use crate::upstream::Upstreams;
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use drover_balance::cost::CostTable;
 use drover_balance::{Balancer, CostSpread};
 use drover_metrics::BalancerStats;
@@ -32,6 +33,10 @@ pub(crate) struct BalancerState {
     pub stats: Arc<BalancerStats>,
     /// `None` when the access log is off: the request path's one check.
     pub access_log: Option<Arc<AccessLog>>,
+    /// The certificates new connections' handshakes use; `None`: plain HTTP. One for
+    /// every generation of settings, so a reload that only re-reads the certificate
+    /// files swaps them here and keeps everything else (`Proxy::set_tls`).
+    pub tls: Arc<ArcSwapOption<Certificates>>,
 }
 
 impl BalancerState {
@@ -43,6 +48,7 @@ impl BalancerState {
         active: Arc<AtomicUsize>,
         stats: Arc<BalancerStats>,
         access_log: Option<Arc<AccessLog>>,
+        tls: Arc<ArcSwapOption<Certificates>>,
     ) -> Arc<BalancerState> {
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
@@ -63,6 +69,7 @@ impl BalancerState {
             active,
             stats,
             access_log,
+            tls,
         })
     }
 }

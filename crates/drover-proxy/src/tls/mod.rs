@@ -1,0 +1,348 @@
+//! TLS termination on a balancer's listener: the certificate files it is configured
+//! with (`Settings`, the model's own type so each default has one definition), loaded and
+//! checked into what a handshake uses (`Certificates`), the certificate chosen by SNI
+//! (`sni`), and the handshake itself with its failure reasons (`handshake`).
+//!
+//! rustls with its default provider (aws-lc-rs), through tokio-rustls; PEM is parsed by
+//! rustls-pki-types (`PemObject`), a certificate's notAfter and names by x509-parser.
+//! TLS 1.2 and 1.3. ALPN offers `http/1.1` only: drover does not serve HTTP/2 yet, and a
+//! client told `h2` would speak it and get nothing it understands back.
+//!
+//! Sessions resume by stateless tickets under one process-wide ticketer (`ticketer`),
+//! which a reload keeps, so a ticket issued before a reload still resumes after it.
+//! rustls rotates its key itself: a new one every 6 hours, the one before still read.
+
+mod handshake;
+mod sni;
+
+pub use handshake::{handshake, Failure};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::ProducesTickets;
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A certificate expiring within this long is warned about, at start and at each
+/// reload.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 60 * 60);
+
+/// What a listener serves TLS with: one or more certificates, each with its key. The
+/// first is the default, for a client that sends no SNI or one no certificate names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub certs: Vec<CertFiles>,
+}
+
+/// One certificate chain (PEM, the server's certificate first) and its private key
+/// (PEM: PKCS#8, PKCS#1 or SEC1). `key` may be the same file as `cert` (a combined PEM,
+/// as HAProxy's `crt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Which file of `Settings::certs[index]` an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Cert,
+    Key,
+}
+
+impl Part {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::Cert => "cert",
+            Part::Key => "key",
+        }
+    }
+}
+
+/// Why a listener's certificates were not loaded; nothing of them is used then. Each
+/// names the file, and which entry and part of the settings gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The entry of `Settings::certs`.
+    pub index: usize,
+    pub part: Part,
+    pub path: PathBuf,
+    pub kind: ErrorKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The file cannot be read (missing, no permission).
+    Read(String),
+    /// Not PEM, or PEM that does not parse.
+    NotPem(String),
+    /// PEM, but no section of the kind needed (`what`: "CERTIFICATE", "PRIVATE KEY").
+    Missing(&'static str),
+    /// The certificate does not parse as X.509.
+    BadCertificate(String),
+    /// A key the provider cannot use.
+    BadKey(String),
+    /// The key is not the certificate's (`cert` names the certificate's file).
+    KeyMismatch { cert: PathBuf },
+    /// The certificate's notAfter has passed.
+    Expired { not_after: String },
+    /// No settings at all (an empty list).
+    NoCertificates,
+    /// rustls refused the configuration, or its ticketer could not start.
+    Rustls(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        match &self.kind {
+            ErrorKind::Read(e) => write!(f, "cannot read {path}: {e}"),
+            ErrorKind::NotPem(e) => write!(f, "{path} is not PEM: {e}"),
+            ErrorKind::Missing(what) => {
+                write!(f, "{path} has no {what} section (-----BEGIN {what}-----)")
+            }
+            ErrorKind::BadCertificate(e) => {
+                write!(f, "{path}: the certificate does not parse: {e}")
+            }
+            ErrorKind::BadKey(e) => write!(f, "{path}: the private key cannot be used: {e}"),
+            ErrorKind::KeyMismatch { cert } => write!(
+                f,
+                "{path} is not the private key of the certificate in {}",
+                cert.display()
+            ),
+            ErrorKind::Expired { not_after } => {
+                write!(f, "{path}: the certificate expired on {not_after}")
+            }
+            ErrorKind::NoCertificates => f.write_str("no certificate given"),
+            ErrorKind::Rustls(e) => write!(f, "{path}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// One loaded certificate, as metrics and logs show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertInfo {
+    /// The certificate file, as configured: the metric's `cert` label.
+    pub path: String,
+    /// The DNS names SNI picks it by (its SAN names, or its CN when it has none),
+    /// lowercase; `*.example.com` for a wildcard.
+    pub names: Vec<String>,
+    /// notAfter, in seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+impl CertInfo {
+    /// notAfter as x509 tools write it (`Jan  2 03:04:05 2030 +00:00`).
+    pub fn not_after_text(&self) -> String {
+        x509_parser::time::ASN1Time::from_timestamp(self.not_after)
+            .map_or_else(|_| self.not_after.to_string(), |t| t.to_string())
+    }
+}
+
+/// A listener's certificates, loaded and checked: what its handshakes use.
+pub struct Certificates {
+    config: Arc<ServerConfig>,
+    info: Vec<CertInfo>,
+}
+
+impl fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certificates")
+            .field("certs", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Certificates {
+    /// Reads and checks every file of `settings`: each is PEM, each key is its
+    /// certificate's, no certificate has expired by `now`. The first error stops it.
+    pub fn load(settings: &Settings, now: SystemTime) -> Result<Certificates, Error> {
+        let Some(first) = settings.certs.first() else {
+            return Err(Error {
+                index: 0,
+                part: Part::Cert,
+                path: PathBuf::new(),
+                kind: ErrorKind::NoCertificates,
+            });
+        };
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let now = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let mut keys = Vec::with_capacity(settings.certs.len());
+        let mut info = Vec::with_capacity(settings.certs.len());
+        for (index, files) in settings.certs.iter().enumerate() {
+            let (key, cert_info) = load_one(index, files, &provider, now)?;
+            keys.push(Arc::new(key));
+            info.push(cert_info);
+        }
+        let fail = |kind| Error {
+            index: 0,
+            part: Part::Cert,
+            path: first.cert.clone(),
+            kind,
+        };
+        let resolver = sni::BySni::new(
+            keys,
+            info.iter().map(|i| i.names.as_slice()).collect::<Vec<_>>(),
+        );
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        // Not `h2`: HTTP/2 is not served yet (see the module's doc).
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.ticketer = ticketer().map_err(|e| fail(ErrorKind::Rustls(e)))?;
+        Ok(Certificates {
+            config: Arc::new(config),
+            info,
+        })
+    }
+
+    /// Each certificate, in the order configured.
+    pub fn info(&self) -> &[CertInfo] {
+        &self.info
+    }
+
+    /// The certificates whose notAfter comes within `EXPIRY_WARNING` of `now`.
+    pub fn expiring(&self, now: SystemTime) -> impl Iterator<Item = &CertInfo> {
+        let limit = now
+            .checked_add(EXPIRY_WARNING)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.info.iter().filter(move |c| c.not_after <= limit)
+    }
+
+    pub(crate) fn server_config(&self) -> &Arc<ServerConfig> {
+        &self.config
+    }
+}
+
+/// The process's one ticketer: every listener's, and every reload's, so a session
+/// ticket stays good across reloads.
+fn ticketer() -> Result<Arc<dyn ProducesTickets>, String> {
+    static TICKETER: OnceLock<Arc<dyn ProducesTickets>> = OnceLock::new();
+    if let Some(t) = TICKETER.get() {
+        return Ok(Arc::clone(t));
+    }
+    let made = rustls::crypto::aws_lc_rs::Ticketer::new()
+        .map_err(|e| format!("cannot start the session ticketer: {e}"))?;
+    // Two threads may race here; the first one set is the one everyone uses.
+    Ok(Arc::clone(TICKETER.get_or_init(|| made)))
+}
+
+fn read(index: usize, part: Part, path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| Error {
+        index,
+        part,
+        path: path.to_owned(),
+        kind: ErrorKind::Read(e.to_string()),
+    })
+}
+
+/// Whether `bytes` look like PEM at all: a file with no BEGIN line is some other format
+/// (DER, a typo'd path to another file), which says more than "no certificate".
+fn has_pem_section(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, b"-----BEGIN ").is_some()
+}
+
+fn load_one(
+    index: usize,
+    files: &CertFiles,
+    provider: &CryptoProvider,
+    now: i64,
+) -> Result<(CertifiedKey, CertInfo), Error> {
+    let err = |part, path: &Path, kind| Error {
+        index,
+        part,
+        path: path.to_owned(),
+        kind,
+    };
+    let cert_bytes = read(index, Part::Cert, &files.cert)?;
+    let chain = CertificateDer::pem_slice_iter(&cert_bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::NotPem(e.to_string())))?;
+    if chain.is_empty() {
+        let kind = if has_pem_section(&cert_bytes) {
+            ErrorKind::Missing("CERTIFICATE")
+        } else {
+            ErrorKind::NotPem("no -----BEGIN line".into())
+        };
+        return Err(err(Part::Cert, &files.cert, kind));
+    }
+    let info = cert_info(&chain[0], &files.cert)
+        .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::BadCertificate(e)))?;
+    if info.not_after < now {
+        return Err(err(
+            Part::Cert,
+            &files.cert,
+            ErrorKind::Expired {
+                not_after: info.not_after_text(),
+            },
+        ));
+    }
+    let key_bytes = if files.key == files.cert {
+        cert_bytes
+    } else {
+        read(index, Part::Key, &files.key)?
+    };
+    let key = match PrivateKeyDer::from_pem_slice(&key_bytes) {
+        Ok(key) => key,
+        Err(rustls_pki_types::pem::Error::NoItemsFound) => {
+            let kind = if has_pem_section(&key_bytes) {
+                ErrorKind::Missing("PRIVATE KEY")
+            } else {
+                ErrorKind::NotPem("no -----BEGIN line".into())
+            };
+            return Err(err(Part::Key, &files.key, kind));
+        }
+        Err(e) => return Err(err(Part::Key, &files.key, ErrorKind::NotPem(e.to_string()))),
+    };
+    let certified = CertifiedKey::from_der(chain, key, provider).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => err(
+            Part::Key,
+            &files.key,
+            ErrorKind::KeyMismatch {
+                cert: files.cert.clone(),
+            },
+        ),
+        e => err(Part::Key, &files.key, ErrorKind::BadKey(e.to_string())),
+    })?;
+    Ok((certified, info))
+}
+
+/// The names and notAfter of a certificate.
+fn cert_info(der: &CertificateDer<'_>, path: &Path) -> Result<CertInfo, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push(dns.to_ascii_lowercase());
+            }
+        }
+    }
+    if names.is_empty() {
+        // No SAN DNS name: the CN, as HAProxy falls back to (clients no longer accept a
+        // CN alone, but a default certificate may still be such a one).
+        names.extend(
+            cert.subject()
+                .iter_common_name()
+                .filter_map(|cn| cn.as_str().ok())
+                .map(str::to_ascii_lowercase),
+        );
+    }
+    Ok(CertInfo {
+        path: path.display().to_string(),
+        names,
+        not_after: cert.validity().not_after.timestamp(),
+    })
+}
