@@ -2261,6 +2261,75 @@ sticky = { cookie = "sid" }
     }
 
     #[test]
+    fn tls_takes_one_certificate_or_a_list_and_names_each_file_by_its_place() {
+        assert_eq!(ok(MINIMAL).balancers[0].tls, None);
+        let files = |c: &Config| -> Vec<(String, String)> {
+            c.balancers[0]
+                .tls
+                .as_ref()
+                .unwrap()
+                .certs
+                .iter()
+                .map(|f| (f.cert.display().to_string(), f.key.display().to_string()))
+                .collect()
+        };
+        let pair = |c: &str, k: &str| (c.to_string(), k.to_string());
+        let one = ok(&format!(
+            "{MINIMAL}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\n"
+        ));
+        assert_eq!(files(&one), [pair("a.pem", "a.key")]);
+        let combined = ok(&format!("{MINIMAL}tls = {{ cert = \"both.pem\" }}\n"));
+        assert_eq!(files(&combined), [pair("both.pem", "both.pem")]);
+        let text = format!(
+            "{MINIMAL}[balancer.tls]\ncerts = [\n  {{ cert = \"a.pem\", key = \"a.key\" }},\n  {{ cert = \"b.pem\" }},\n]\n"
+        );
+        let (list, origins) = parse_with_origins(&text, "t.toml").unwrap();
+        assert_eq!(
+            files(&list),
+            [pair("a.pem", "a.key"), pair("b.pem", "b.pem")]
+        );
+        // Where a file's error will point: its own string, or the cert's for a key in it.
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[0].key", "bad"),
+            "t.toml:6:27: balancer[0].tls.certs[0].key: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[1].key", "bad"),
+            "t.toml:7:12: balancer[0].tls.certs[1].key: bad"
+        );
+        let (_, origins) = parse_with_origins(
+            &format!("{MINIMAL}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[0].cert", "bad"),
+            "t.toml:4:16: balancer[0].tls.certs[0].cert: bad"
+        );
+
+        let e = err(&format!("{MINIMAL}tls = {{}}\n"));
+        check(&e, 4, "balancer[0].tls", "no certificate");
+        let e = err(&format!("{MINIMAL}tls = {{ key = \"a.key\" }}\n"));
+        check(&e, 4, "balancer[0].tls.key", "a key without its cert");
+        let e = err(&format!("{MINIMAL}tls = {{ certs = [] }}\n"));
+        check(&e, 4, "balancer[0].tls.certs", "no certificate");
+        let e = err(&format!(
+            "{MINIMAL}tls = {{ cert = \"a.pem\", certs = [{{ cert = \"b.pem\" }}] }}\n"
+        ));
+        check(&e, 4, "balancer[0].tls.certs", "not both");
+        let e = err(&format!("{MINIMAL}tls = {{ cert = \"\" }}\n"));
+        check(&e, 4, "balancer[0].tls.cert", "empty path");
+        let e = err(&format!(
+            "{MINIMAL}tls = {{ certs = [{{ cert = \"a.pem\", key = \"\" }}] }}\n"
+        ));
+        check(&e, 4, "balancer[0].tls.certs[0].key", "empty path");
+        let e = err(&format!("{MINIMAL}tls = {{ crt = \"a.pem\" }}\n"));
+        check(&e, 4, "balancer[0].tls.crt", "unknown key");
+        let e = err(&format!("{MINIMAL}tls = \"a.pem\"\n"));
+        check(&e, 4, "balancer[0].tls", "");
+    }
+
+    #[test]
     fn proxy_protocol_trusts_the_listed_senders_only_when_asked() {
         assert_eq!(ok(MINIMAL).balancers[0].proxy_protocol, None);
         let c = ok(&format!(

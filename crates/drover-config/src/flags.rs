@@ -842,4 +842,86 @@ mod tests {
             Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
         );
     }
+
+    #[test]
+    fn tls_flags_pair_certs_and_keys_in_order() {
+        let a = Proxy::try_parse_from([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+            "--tls-cert",
+            "b.pem",
+            "--tls-key",
+            "b.key",
+        ])
+        .unwrap()
+        .args;
+        let b = proxy_balancer(&a).unwrap();
+        let certs = &b.tls.as_ref().unwrap().certs;
+        assert_eq!(certs.len(), 2);
+        assert_eq!(
+            (certs[1].cert.to_str(), certs[1].key.to_str()),
+            (Some("b.pem"), Some("b.key"))
+        );
+        // Where a file's error points: the flag that named it.
+        let origins = with_tls_flags(crate::Origins::default(), &b);
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[1].key", "bad"),
+            "--tls-key: bad"
+        );
+        let a = Proxy::try_parse_from([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--tls-cert",
+            "a.pem",
+        ])
+        .unwrap()
+        .args;
+        let e = proxy_balancer(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("--tls-key: 0 key(s) for 1 certificate(s)"),
+            "{e}"
+        );
+        let r = Run::try_parse_from([
+            "run",
+            "--mode",
+            "shared",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+            "--",
+            "x",
+        ])
+        .unwrap()
+        .args;
+        let e = run_config(&r).err().unwrap().to_string();
+        assert!(e.contains("do not apply to --mode shared"), "{e}");
+        let r = Run::try_parse_from([
+            "run",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+            "--",
+            "x",
+        ])
+        .unwrap()
+        .args;
+        let run = run_config(&r).unwrap();
+        assert!(run.config.balancers[0].tls.is_some());
+        assert_eq!(
+            run.origins.error("balancer[0].tls.certs[0].cert", "bad"),
+            "--tls-cert: bad"
+        );
+    }
 }

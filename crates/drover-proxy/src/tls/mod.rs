@@ -346,3 +346,159 @@ fn cert_info(der: &CertificateDer<'_>, path: &Path) -> Result<CertInfo, String> 
         not_after: cert.validity().not_after.timestamp(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory of this test process.
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("drover-tls-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A self-signed certificate for `names`, valid until `until` (a year), written as
+    /// `NAME.pem` and `NAME.key` in `d`.
+    fn cert(d: &Path, name: &str, names: &[&str], until: i32) -> CertFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until, 1, 1);
+        let c = params.self_signed(&key).unwrap();
+        let files = CertFiles {
+            cert: d.join(format!("{name}.pem")),
+            key: d.join(format!("{name}.key")),
+        };
+        std::fs::write(&files.cert, c.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+
+    fn load(certs: Vec<CertFiles>) -> Result<Certificates, Error> {
+        Certificates::load(&Settings { certs }, SystemTime::now())
+    }
+
+    #[test]
+    fn loads_names_and_expiry() {
+        let d = dir("ok");
+        let a = cert(&d, "a", &["a.test", "*.w.test"], 2100);
+        let combined = d.join("combined.pem");
+        let b = cert(&d, "b", &["B.test"], 2101);
+        let text =
+            std::fs::read_to_string(&b.cert).unwrap() + &std::fs::read_to_string(&b.key).unwrap();
+        std::fs::write(&combined, text).unwrap();
+        let c = load(vec![
+            a,
+            CertFiles {
+                cert: combined.clone(),
+                key: combined,
+            },
+        ])
+        .unwrap();
+        let info = c.info();
+        assert_eq!(info[0].names, ["a.test", "*.w.test"]);
+        assert_eq!(info[1].names, ["b.test"], "lowercase");
+        // 2100-01-01T00:00:00Z
+        assert_eq!(info[0].not_after, 4_102_444_800);
+        assert_eq!(info[0].not_after_text(), "Jan  1 00:00:00 2100 +00:00");
+        assert_eq!(c.expiring(SystemTime::now()).count(), 0);
+        let late = UNIX_EPOCH + Duration::from_secs(4_102_444_800 - 13 * 24 * 3600);
+        let names: Vec<&str> = c.expiring(late).map(|i| i.path.as_str()).collect();
+        assert_eq!(names.len(), 1, "only a.pem is within 14 days: {names:?}");
+        assert!(names[0].ends_with("a.pem"));
+    }
+
+    #[test]
+    fn each_bad_file_is_named_with_why() {
+        let d = dir("bad");
+        let good = cert(&d, "good", &["good.test"], 2100);
+        let other = cert(&d, "other", &["other.test"], 2100);
+        let old = cert(&d, "old", &["old.test"], 2001);
+        let not_pem = d.join("not.pem");
+        std::fs::write(&not_pem, "hello, I am not a certificate\n").unwrap();
+        let broken = d.join("broken.pem");
+        std::fs::write(
+            &broken,
+            "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let missing = d.join("missing.pem");
+        let with = |cert: &Path, key: &Path| {
+            load(vec![
+                good.clone(),
+                CertFiles {
+                    cert: cert.to_owned(),
+                    key: key.to_owned(),
+                },
+            ])
+            .unwrap_err()
+        };
+        let check = |e: Error, part: Part, path: &Path, text: &str| {
+            assert_eq!((e.index, e.part, e.path.as_path()), (1, part, path), "{e}");
+            let shown = e.to_string();
+            assert!(shown.contains(&path.display().to_string()), "{shown}");
+            assert!(shown.contains(text), "{shown} lacks {text:?}");
+        };
+        check(
+            with(&missing, &good.key),
+            Part::Cert,
+            &missing,
+            "cannot read",
+        );
+        check(
+            with(&good.cert, &missing),
+            Part::Key,
+            &missing,
+            "cannot read",
+        );
+        check(
+            with(&not_pem, &good.key),
+            Part::Cert,
+            &not_pem,
+            "is not PEM",
+        );
+        check(
+            with(&good.cert, &not_pem),
+            Part::Key,
+            &not_pem,
+            "is not PEM",
+        );
+        check(with(&broken, &good.key), Part::Cert, &broken, "is not PEM");
+        check(
+            with(&good.key, &good.key),
+            Part::Cert,
+            &good.key,
+            "no CERTIFICATE section",
+        );
+        check(
+            with(&good.cert, &good.cert),
+            Part::Key,
+            &good.cert,
+            "no PRIVATE KEY section",
+        );
+        check(
+            with(&good.cert, &other.key),
+            Part::Key,
+            &other.key,
+            "is not the private key of the certificate in",
+        );
+        check(
+            with(&old.cert, &old.key),
+            Part::Cert,
+            &old.cert,
+            "expired on Jan  1 00:00:00 2001",
+        );
+        let none = Certificates::load(&Settings { certs: Vec::new() }, SystemTime::now());
+        assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
+    }
+
+    #[test]
+    fn one_ticketer_for_the_process() {
+        let a = ticketer().unwrap();
+        let b = ticketer().unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "a reload must keep the ticket key");
+    }
+}
