@@ -1,0 +1,849 @@
+//! TLS termination through real processes and real clients: curl, `openssl s_client`
+//! and a rustls client. Certificates are made here, by a CA of the test's own (rcgen):
+//! SNI picks each one, a wildcard covers its names, the first is the default; backends
+//! hear `X-Forwarded-Proto: https`; keep-alive, large bodies and a WebSocket pass over
+//! TLS; sessions resume by ticket, also after a reload; a reload swaps a certificate
+//! under load with no request failed, and a bad file on reload changes nothing; `drover
+//! check` and a start name each bad file and why; a client that never finishes its
+//! handshake is cut by the header timeout; plain HTTP to the TLS port gets a 400; the
+//! metrics count each.
+
+mod common;
+
+use common::{admin_addr, bin, ctl, metrics_text, temp_dir};
+use drover_testkit::{Backend, DroverProcess};
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// Whether curl and openssl are here; under CI they must be (scripts/test installs
+/// them).
+fn tools() -> bool {
+    let missing: Vec<&str> = ["curl", "openssl"]
+        .into_iter()
+        .filter(|t| {
+            Command::new(t)
+                .arg("--version")
+                .output()
+                .map_or(true, |o| !o.status.success())
+                && Command::new(t).arg("version").output().is_err()
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{missing:?} missing (scripts/test installs them)"
+    );
+    eprintln!("skipped: {missing:?} missing");
+    false
+}
+
+/// A CA of the test's own, and the certificates it signs, as files in `dir`.
+struct Pki {
+    dir: PathBuf,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    /// The CA's certificate, for clients (`--cacert`, `-CAfile`).
+    ca_pem: PathBuf,
+}
+
+/// When test certificates expire unless a test says otherwise (year, month, day).
+fn far_future() -> (i32, u8, u8) {
+    (2100, 1, 1)
+}
+
+impl Pki {
+    fn new(tag: &str) -> Pki {
+        let dir = temp_dir(tag);
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "drover test CA");
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let ca_pem = dir.join("ca.pem");
+        std::fs::write(&ca_pem, ca.pem()).unwrap();
+        Pki { dir, ca, ca_pem }
+    }
+
+    /// A certificate with CN `cn` and SAN `names`, valid from 2000 to `until`, signed by
+    /// the CA: `FILE.pem` and `FILE.key`.
+    fn leaf(
+        &self,
+        file: &str,
+        cn: &str,
+        names: &[&str],
+        until: (i32, u8, u8),
+    ) -> (PathBuf, PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let (pem, k) = (
+            self.dir.join(format!("{file}.pem")),
+            self.dir.join(format!("{file}.key")),
+        );
+        std::fs::write(&pem, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (pem, k)
+    }
+
+    fn ca_der(&self) -> CertificateDer<'static> {
+        self.ca.der().clone()
+    }
+}
+
+/// `path` as TOML writes a string.
+fn toml_path(path: &Path) -> String {
+    format!("{:?}", path.display().to_string())
+}
+
+/// `tls = { certs = [...] }` of these pairs.
+fn tls_table(pairs: &[&(PathBuf, PathBuf)]) -> String {
+    let certs: Vec<String> = pairs
+        .iter()
+        .map(|(c, k)| format!("{{ cert = {}, key = {} }}", toml_path(c), toml_path(k)))
+        .collect();
+    format!("tls = {{ certs = [{}] }}\n", certs.join(", "))
+}
+
+/// The balancer `web` on 127.0.0.1:0 over `backend`, one thread, with `extra` keys,
+/// behind an admin API.
+fn config(backend: SocketAddr, extra: &str) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"{backend}\"]\n{extra}"
+    )
+}
+
+/// `drover proxy --config` of `toml`: drover, the balancer's and the admin API's
+/// addresses, and the file.
+async fn start(dir: &Path, toml: &str) -> (DroverProcess, SocketAddr, SocketAddr, PathBuf) {
+    let path = dir.join("drover.toml");
+    std::fs::write(&path, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["proxy", "--config", path.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let web = *d
+        .addrs_after("balancer \"web\" listening on ")
+        .first()
+        .unwrap_or_else(|| panic!("no listen line\n{}", d.stderr_text()));
+    (d, web, admin, path)
+}
+
+/// What `openssl s_client` prints for a handshake with `addr`: with `-servername sni`,
+/// or with no SNI at all.
+fn s_client(addr: SocketAddr, sni: Option<&str>, extra: &[&str]) -> String {
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_client", "-connect", &addr.to_string()]);
+    match sni {
+        Some(name) => cmd.args(["-servername", name]),
+        None => cmd.arg("-noservername"),
+    };
+    let out = cmd
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The served certificate's subject CN, from `s_client`'s output (`subject=CN = x`).
+fn subject_cn(out: &str) -> String {
+    out.lines()
+        .find_map(|l| {
+            l.strip_prefix("subject=")?
+                .split_once("CN")?
+                .1
+                .split_once('=')
+        })
+        .map(|(_, cn)| cn.split(',').next().unwrap_or(cn).trim().to_string())
+        .unwrap_or_else(|| panic!("no subject in:\n{out}"))
+}
+
+/// `curl` with the test CA, `host` resolved to `addr`: exit code, body, stderr (`-v`).
+fn curl(
+    pki: &Pki,
+    host: &str,
+    addr: SocketAddr,
+    urls: &[&str],
+    extra: &[&str],
+) -> (i32, String, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "-v", "--http1.1", "--max-time", "20", "--cacert"])
+        .arg(&pki.ca_pem)
+        .arg("--resolve")
+        .arg(format!("{host}:{}:127.0.0.1", addr.port()))
+        .args(extra);
+    for u in urls {
+        cmd.arg(format!("https://{host}:{}{u}", addr.port()));
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A metric's value for the balancer `web`, with `labels` after `balancer="web"`.
+async fn metric(admin: SocketAddr, name: &str, labels: &str) -> Option<f64> {
+    let text = metrics_text(admin).await;
+    let prefix = format!("{name}{{balancer=\"web\"{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.parse().unwrap())
+}
+
+/// Waits (10 s at most) until the metric of `metric` reads `want`; panics with the
+/// metrics otherwise. A failed handshake is counted just after its connection closes,
+/// so a client can see the close first.
+async fn wait_metric(admin: SocketAddr, name: &str, labels: &str, want: f64) {
+    let reached = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
+        metric(admin, name, labels).await == Some(want)
+    })
+    .await;
+    assert!(
+        reached,
+        "{name}{labels} never read {want}:\n{}",
+        metrics_text(admin).await
+    );
+}
+
+/// A rustls client that trusts the test CA only. It never resumes a session: a
+/// resumed one shows the certificate of the session it resumes, not the one served now.
+fn client_config(ca: CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+async fn tls_connect(
+    addr: SocketAddr,
+    name: &str,
+    config: &Arc<rustls::ClientConfig>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(name.to_string()).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::clone(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// The certificate the server presented on `s`.
+fn served(s: &TlsStream<TcpStream>) -> Vec<u8> {
+    s.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// A keep-alive GET on `s`: the status and body (the backend's answers carry a
+/// Content-Length).
+async fn get(s: &mut TlsStream<TcpStream>, path: &str) -> std::io::Result<(u16, String)> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    s.write_all(request.as_bytes()).await?;
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::Error::other("closed before the head"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+    let status = drover_testkit::parse_status(&buf).unwrap_or(0);
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .ok_or_else(|| std::io::Error::other(format!("no content-length: {head}")))?;
+    while buf.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::Error::other("closed mid-body"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok((
+        status,
+        String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_picks_each_certificate_a_wildcard_covers_its_names_and_the_first_is_the_default() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-sni");
+    let default = pki.leaf("default", "default.test", &["default.test"], far_future());
+    let a = pki.leaf("a", "a.test", &["a.test"], (2090, 6, 1));
+    let wild = pki.leaf("wild", "wild", &["*.w.test", "w.test"], far_future());
+    let backend = Backend::start().await;
+    let toml = config(backend.addr(), &tls_table(&[&default, &a, &wild]));
+    let (d, web, admin, _) = start(&pki.dir, &toml).await;
+
+    for (sni, cn) in [
+        (Some("a.test"), "a.test"),
+        (Some("A.TEST"), "a.test"),
+        (Some("x.w.test"), "wild"),
+        (Some("w.test"), "wild"),
+        (Some("deep.x.w.test"), "default.test"),
+        (Some("other.test"), "default.test"),
+        (None, "default.test"),
+    ] {
+        let out = s_client(web, sni, &[]);
+        assert_eq!(subject_cn(&out), cn, "SNI {sni:?}:\n{out}");
+    }
+    // curl checks the name against the certificate it gets: each one verifies.
+    for host in ["a.test", "x.w.test", "default.test"] {
+        let (code, body, err) = curl(&pki, host, web, &["/"], &[]);
+        assert_eq!(code, 0, "{host}: {err}");
+        assert_eq!(body, backend.name(), "{host}");
+        assert!(err.contains("ALPN: server accepted http/1.1"), "{err}");
+    }
+    // ALPN: http/1.1 is chosen over h2, and h2 alone is never agreed: drover does not
+    // speak it yet.
+    let out = s_client(web, Some("a.test"), &["-alpn", "h2,http/1.1"]);
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    let out = s_client(web, Some("a.test"), &["-alpn", "h2"]);
+    assert!(!out.contains("ALPN protocol: h2"), "{out}");
+
+    // Each certificate's notAfter, as a gauge.
+    let expiry = |file: &Path| {
+        let file = file.display().to_string();
+        let admin = admin;
+        async move {
+            metric(
+                admin,
+                "drover_tls_certificate_expiry_seconds",
+                &format!(",cert=\"{file}\""),
+            )
+            .await
+        }
+    };
+    assert_eq!(expiry(&default.0).await, Some(4_102_444_800.0));
+    // 2090-06-01T00:00:00Z
+    assert_eq!(expiry(&a.0).await, Some(3_799_958_400.0));
+    let handshakes = metric(admin, "drover_tls_handshakes_total", "")
+        .await
+        .unwrap();
+    assert!(handshakes >= 10.0, "{handshakes}");
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_reaches_the_backend_as_https_over_keep_alive_with_large_bodies_and_websockets() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-forward");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let (d, web, admin, _) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&a]))).await;
+
+    // Two requests, one connection, one handshake.
+    let (code, body, err) = curl(&pki, "a.test", web, &["/headers", "/big/1000000"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("Re-using existing connection") || err.contains("Reusing existing"),
+        "curl opened a second connection:\n{err}"
+    );
+    let head = body.to_lowercase();
+    assert!(head.contains("x-forwarded-proto: https\r\n"), "{head}");
+    assert!(head.contains(";proto=https\r\n"), "{head}");
+    // The megabyte came whole, after the head the backend echoed.
+    let big = body.len() - body.find("\r\n\r\n").unwrap() - 4;
+    assert_eq!(big, 1_000_000, "the large body over TLS");
+    assert_eq!(
+        metric(admin, "drover_tls_handshakes_total", "").await,
+        Some(1.0)
+    );
+
+    // A WebSocket over TLS: the upgrade, then frames both ways.
+    let config = client_config(pki.ca_der());
+    let mut s = tls_connect(web, "a.test", &config).await.unwrap();
+    let key = "dGhlIHNhbXBsZSBub25jZQ==";
+    let upgrade = format!(
+        "GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n"
+    );
+    s.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            s.read(&mut byte).await.unwrap(),
+            1,
+            "closed in the 101's head"
+        );
+        head.push(byte[0]);
+    }
+    assert_eq!(drover_testkit::parse_status(&head), Some(101));
+    let accept = drover_testkit::ws_accept_key(key);
+    assert!(
+        String::from_utf8_lossy(&head).contains(&accept),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    for text in ["over tls", "and again"] {
+        let frame = drover_testkit::ws_encode_frame(true, 0x1, text.as_bytes(), Some([1, 2, 3, 4]));
+        s.write_all(&frame).await.unwrap();
+        let mut echo = vec![0u8; 2 + text.len()];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut echo))
+            .await
+            .expect("the echo in time")
+            .unwrap();
+        assert_eq!(echo[0], 0x81, "a final text frame");
+        assert_eq!(&echo[2..], text.as_bytes());
+    }
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_by_ticket_with_tls_1_2_and_1_3_also_after_a_reload() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-resume");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let (d, web, admin, path) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&a]))).await;
+    let ca = pki.ca_pem.to_str().unwrap().to_string();
+    let session = |version: &str| pki.dir.join(format!("session-{version}.pem"));
+    // TLS 1.3 sends its ticket after the handshake: a request with `Connection: close`
+    // lets s_client read it, and drover's close ends s_client.
+    let first = |version: &str| {
+        let out_file = session(version);
+        let mut cmd = Command::new("openssl");
+        cmd.args([
+            "s_client",
+            "-connect",
+            &web.to_string(),
+            "-servername",
+            "a.test",
+        ])
+        .args(["-CAfile", &ca, "-ign_eof", &format!("-{version}")])
+        .arg("-sess_out")
+        .arg(&out_file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let again = |version: &str| {
+        let session = session(version);
+        s_client(
+            web,
+            Some("a.test"),
+            &[
+                "-CAfile",
+                &ca,
+                &format!("-{version}"),
+                "-sess_in",
+                session.to_str().unwrap(),
+            ],
+        )
+    };
+    for version in ["tls1_2", "tls1_3"] {
+        let out = first(version);
+        assert!(out.contains("New, TLSv1."), "{version}:\n{out}");
+        assert!(
+            out.contains("Verify return code: 0 (ok)"),
+            "{version}:\n{out}"
+        );
+        assert!(out.contains("HTTP/1.1 200"), "{version}:\n{out}");
+        let out = again(version);
+        assert!(
+            out.contains("Reused, TLSv1."),
+            "{version}: not resumed:\n{out}"
+        );
+    }
+    // A reload keeps the ticket key: the tickets issued before it still resume.
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let _ = path;
+    for version in ["tls1_2", "tls1_3"] {
+        let out = again(version);
+        assert!(
+            out.contains("Reused, TLSv1."),
+            "{version}: not resumed after a reload:\n{out}"
+        );
+    }
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_swaps_the_certificate_under_load_with_no_request_failed_and_a_bad_one_changes_nothing(
+) {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-reload");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let first = std::fs::read(&a.0).unwrap();
+    let backend = Backend::start().await;
+    let (d, web, admin, _) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&a]))).await;
+    let config = client_config(pki.ca_der());
+    let cert_der = |pem: &[u8]| {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(pem).unwrap().to_vec()
+    };
+
+    // A connection from before the reload, used after it.
+    let mut before = tls_connect(web, "a.test", &config).await.unwrap();
+    assert_eq!(get(&mut before, "/").await.unwrap().0, 200);
+    assert_eq!(served(&before), cert_der(&first));
+
+    // Load: new connections (a handshake each) with three keep-alive requests on each.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, ok, config) = (stop.clone(), ok.clone(), config.clone());
+            tokio::spawn(async move {
+                let mut failed = Vec::new();
+                let mut certs = std::collections::BTreeSet::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut s = match tls_connect(web, "a.test", &config).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            failed.push(format!("handshake: {e}"));
+                            continue;
+                        }
+                    };
+                    certs.insert(served(&s));
+                    for _ in 0..3 {
+                        match get(&mut s, "/").await {
+                            Ok((200, _)) => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => failed.push(format!("{other:?}")),
+                        }
+                    }
+                }
+                (failed, certs)
+            })
+        })
+        .collect();
+    let wait_served = |more: usize| {
+        let ok = ok.clone();
+        async move {
+            let from = ok.load(Ordering::Relaxed);
+            assert!(
+                drover_testkit::wait_until(Duration::from_secs(20), || {
+                    ok.load(Ordering::Relaxed) >= from + more
+                })
+                .await,
+                "the load stalled"
+            );
+        }
+    };
+    wait_served(100).await;
+
+    // The same name, a new key and certificate, in the same files.
+    let renewed = pki.leaf("renewed", "a.test", &["a.test"], (2099, 1, 1));
+    std::fs::copy(&renewed.0, &a.0).unwrap();
+    std::fs::copy(&renewed.1, &a.1).unwrap();
+    let second = std::fs::read(&a.0).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let fresh = tls_connect(web, "a.test", &config).await.unwrap();
+    assert_eq!(
+        served(&fresh),
+        cert_der(&second),
+        "a new connection after the reload"
+    );
+    assert_eq!(
+        metric(
+            admin,
+            "drover_tls_certificate_expiry_seconds",
+            &format!(",cert=\"{}\"", a.0.display())
+        )
+        .await,
+        Some(4_070_908_800.0),
+        "the renewed certificate's notAfter (2099-01-01)"
+    );
+    wait_served(100).await;
+    // The connection from before the reload still serves.
+    assert_eq!(get(&mut before, "/").await.unwrap().0, 200);
+
+    // A bad file: the reload is refused, names it, and the renewed certificate serves on.
+    std::fs::write(&a.0, "not a certificate\n").unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "{out}");
+    let shown = format!("{out}{err}");
+    assert!(shown.contains(&a.0.display().to_string()), "{shown}");
+    assert!(shown.contains("is not PEM"), "{shown}");
+    assert!(shown.contains("balancer[0].tls.certs[0].cert"), "{shown}");
+    assert!(shown.contains("nothing was reloaded"), "{shown}");
+    wait_served(50).await;
+    let after = tls_connect(web, "a.test", &config).await.unwrap();
+    assert_eq!(
+        served(&after),
+        cert_der(&second),
+        "the refused reload changed it"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    let (mut failed, mut certs) = (Vec::new(), std::collections::BTreeSet::new());
+    for l in load {
+        let (f, c) = l.await.unwrap();
+        failed.extend(f);
+        certs.extend(c);
+    }
+    let served_total = ok.load(Ordering::Relaxed);
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed across the reloads: {:?}",
+        failed.len(),
+        served_total + failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(certs.contains(&cert_der(&first)) && certs.contains(&cert_der(&second)));
+    eprintln!("a certificate swapped and a bad one refused under load: {served_total} requests, none failed");
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_check_and_a_start_name_each_bad_file_and_why() {
+    let pki = Pki::new("tls-check");
+    let good = pki.leaf("good", "good.test", &["good.test"], far_future());
+    let other = pki.leaf("other", "other.test", &["other.test"], far_future());
+    let old = pki.leaf("old", "old.test", &["old.test"], (2001, 1, 1));
+    let not_pem = pki.dir.join("not.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let missing = pki.dir.join("missing.pem");
+    let cases = [
+        (
+            (not_pem.clone(), good.1.clone()),
+            "cert",
+            &not_pem,
+            "is not PEM",
+        ),
+        (
+            (missing.clone(), good.1.clone()),
+            "cert",
+            &missing,
+            "cannot read",
+        ),
+        (
+            (good.0.clone(), other.1.clone()),
+            "key",
+            &other.1,
+            "is not the private key of the certificate in",
+        ),
+        (
+            old.clone(),
+            "cert",
+            &old.0,
+            "expired on Jan  1 00:00:00 2001",
+        ),
+    ];
+    let mut toml = String::new();
+    for (i, (pair, _, _, _)) in cases.iter().enumerate() {
+        toml += &format!(
+            "[[balancer]]\nname = \"b{i}\"\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9\"]\n{}\n",
+            tls_table(&[pair])
+        );
+    }
+    let path = pki.dir.join("bad.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let out = Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for (i, (_, part, file, why)) in cases.iter().enumerate() {
+        // Balancer i's table is lines 6i+1 to 6i+6; `tls` is its fifth.
+        let at = format!("{}:{}:", path.display(), 6 * i + 5);
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("balancer[{i}].tls.certs[0].{part}:")))
+            .unwrap_or_else(|| panic!("no error for balancer {i} in:\n{text}"));
+        assert!(line.contains(&at), "{line} is not at {at}");
+        assert!(line.contains(&file.display().to_string()), "{line}");
+        assert!(line.contains(why), "{line} lacks {why:?}");
+    }
+
+    // A start refuses the file the same way, and so do the flags, naming the flag.
+    let out = Command::new(bin())
+        .args(["proxy", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("balancer[0].tls.certs[0].cert") && text.contains("is not PEM"),
+        "{text}"
+    );
+    let out = Command::new(bin())
+        .args([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:9",
+            "--tls-cert",
+        ])
+        .arg(&good.0)
+        .arg("--tls-key")
+        .arg(&other.1)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("--tls-key: balancer \"default\": tls:"),
+        "{text}"
+    );
+    assert!(text.contains("is not the private key"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_handshakes_are_cut_by_the_header_timeout_and_plain_http_gets_a_400() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-stall");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let extra = format!(
+        "timeouts = {{ header_read = \"1s\" }}\n{}",
+        tls_table(&[&a])
+    );
+    let (_d, web, admin, _) = start(&pki.dir, &config(backend.addr(), &extra)).await;
+
+    // Silent after connecting, and silent after the first bytes of a ClientHello.
+    for sent in [&b""[..], &[0x16, 0x03, 0x01][..]] {
+        let mut s = TcpStream::connect(web).await.unwrap();
+        s.write_all(sent).await.unwrap();
+        let mut buf = [0u8; 64];
+        let closed = tokio::time::timeout(Duration::from_secs(15), s.read(&mut buf))
+            .await
+            .expect("drover cut the stalled handshake");
+        assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    }
+    let failures = "drover_tls_handshake_failures_total";
+    wait_metric(admin, failures, ",reason=\"timeout\"", 2.0).await;
+
+    // Plain HTTP to the TLS port: a 400 that says so.
+    let answer = drover_testkit::raw_exchange(
+        web,
+        b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(drover_testkit::parse_status(&answer), Some(400));
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("drover-error: plain-http-to-tls"), "{text}");
+    assert!(text.contains("use https://"), "{text}");
+    wait_metric(admin, failures, ",reason=\"not-tls\"", 1.0).await;
+
+    // A client that does not trust the certificate ends the handshake with an alert.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--resolve"])
+        .arg(format!("a.test:{}:127.0.0.1", web.port()))
+        .arg(format!("https://a.test:{}/", web.port()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    wait_metric(admin, failures, ",reason=\"client-alert\"", 1.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_serve_tls_and_a_reload_without_a_file_reads_the_certificates_again() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-flags");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "-b",
+            &backend.addr().to_string(),
+            "--admin",
+            "127.0.0.1:0",
+            "--tls-cert",
+            a.0.to_str().unwrap(),
+            "--tls-key",
+            a.1.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let web = d.addr();
+    let config = client_config(pki.ca_der());
+    let s = tls_connect(web, "a.test", &config).await.unwrap();
+    let first = served(&s);
+
+    let renewed = pki.leaf("renewed", "a.test", &["a.test"], far_future());
+    std::fs::copy(&renewed.0, &a.0).unwrap();
+    std::fs::copy(&renewed.1, &a.1).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("certificates read again: default"), "{out}");
+    let mut s = tls_connect(web, "a.test", &config).await.unwrap();
+    let second = served(&s);
+    assert_ne!(second, first, "the reload did not swap the certificate");
+    assert_eq!(get(&mut s, "/").await.unwrap().0, 200);
+
+    std::fs::copy(&renewed.0, &a.1).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "{out}");
+    let shown = format!("{out}{err}");
+    assert!(
+        shown.contains("no PRIVATE KEY section") && shown.contains(&a.1.display().to_string()),
+        "{shown}"
+    );
+    let s = tls_connect(web, "a.test", &config).await.unwrap();
+    assert_eq!(
+        served(&s),
+        second,
+        "the refused reload changed the certificate"
+    );
+    drop(d);
+}
