@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -845,5 +845,122 @@ async fn flags_serve_tls_and_a_reload_without_a_file_reads_the_certificates_agai
         second,
         "the refused reload changed the certificate"
     );
+    drop(d);
+}
+
+/// A stream that sends `prefix` in one write with the first bytes written to it: a
+/// PROXY protocol header and the ClientHello in one segment, as a balancer in front may
+/// send them (drover then reads both at once, and the handshake must start from the
+/// bytes after the header).
+struct Prefixed {
+    inner: TcpStream,
+    prefix: Vec<u8>,
+    pending: Vec<u8>,
+}
+
+impl Prefixed {
+    fn poll_pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        while !self.pending.is_empty() {
+            let n = std::task::ready!(
+                std::pin::Pin::new(&mut self.inner).poll_write(cx, &self.pending)
+            )?;
+            self.pending.drain(..n);
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncRead for Prefixed {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            this.pending = std::mem::take(&mut this.prefix);
+            this.pending.extend_from_slice(buf);
+            // Taken whole; what the socket does not take now goes at the next flush.
+            if let std::task::Poll::Ready(Err(e)) = this.poll_pending(cx) {
+                return std::task::Poll::Ready(Err(e));
+            }
+            return std::task::Poll::Ready(Ok(buf.len()));
+        }
+        std::task::ready!(this.poll_pending(cx))?;
+        std::pin::Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_pending(cx))?;
+        std::pin::Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_pending(cx))?;
+        std::pin::Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_behind_a_proxy_protocol_sender_starts_after_the_header() {
+    let pki = Pki::new("tls-proxy-protocol");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let extra = format!(
+        "proxy_protocol = {{ trusted = [\"127.0.0.1\"] }}\n{}",
+        tls_table(&[&a])
+    );
+    let (d, web, _, _) = start(&pki.dir, &config(backend.addr(), &extra)).await;
+    let config = client_config(pki.ca_der());
+    let header = b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n".to_vec();
+    let name = ServerName::try_from("a.test").unwrap();
+    for same_segment in [true, false] {
+        let mut tcp = TcpStream::connect(web).await.unwrap();
+        let prefix = if same_segment {
+            header.clone()
+        } else {
+            tcp.write_all(&header).await.unwrap();
+            Vec::new()
+        };
+        let stream = Prefixed {
+            inner: tcp,
+            prefix,
+            pending: Vec::new(),
+        };
+        let mut s = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name.clone(), stream)
+            .await
+            .unwrap_or_else(|e| panic!("same segment {same_segment}: {e}\n{}", d.stderr_text()));
+        s.write_all(b"GET /headers HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer).await;
+        let text = String::from_utf8_lossy(&answer).to_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "{text}");
+        assert!(text.contains("x-forwarded-for: 203.0.113.7\r\n"), "{text}");
+        assert!(text.contains("x-forwarded-proto: https\r\n"), "{text}");
+    }
     drop(d);
 }
