@@ -10,7 +10,7 @@ use crate::conn;
 use crate::descriptors;
 use crate::handoff;
 use crate::options::ProxyOptions;
-use crate::state::{BalancerState, ClientConnection, ThreadCell, ThreadState};
+use crate::state::{BalancerState, ClientConnection, Lasting, ThreadCell, ThreadState};
 use crate::tls::Certificates;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use drover_balance::{clock, Balancer};
@@ -103,16 +103,13 @@ impl Proxy {
             .map(Arc::new);
         let tls = Arc::new(ArcSwapOption::empty());
         install_tls(&opts.name, &tls, &stats, opts.tls.clone());
-        let shared = BalancerState::new(
-            opts,
-            pool,
-            balancer,
-            shutdown_rx,
-            Arc::clone(&active),
+        let lasting = Lasting {
+            shutdown: shutdown_rx,
+            active: Arc::clone(&active),
             stats,
-            access_log,
             tls,
-        );
+        };
+        let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         let cells: Vec<Arc<ThreadCell>> = (0..threads)
             .map(|_| {
                 Arc::new(ThreadCell::from_pointee(ThreadState::new(Arc::clone(
@@ -181,16 +178,13 @@ impl Proxy {
         };
         let tls = Arc::clone(&current.tls);
         install_tls(&opts.name, &tls, &current.stats, opts.tls.clone());
-        let shared = BalancerState::new(
-            opts,
-            pool,
-            balancer,
-            self.shutdown.subscribe(),
-            Arc::clone(&self.active),
-            Arc::clone(&current.stats),
-            access_log,
+        let lasting = Lasting {
+            shutdown: self.shutdown.subscribe(),
+            active: Arc::clone(&self.active),
+            stats: Arc::clone(&current.stats),
             tls,
-        );
+        };
+        let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         for cell in &self.cells {
             cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));
         }

@@ -39,17 +39,28 @@ pub(crate) struct BalancerState {
     pub tls: Arc<ArcSwapOption<Certificates>>,
 }
 
+/// What a listener keeps from one generation of its settings to the next.
+pub(crate) struct Lasting {
+    pub shutdown: watch::Receiver<bool>,
+    pub active: Arc<AtomicUsize>,
+    pub stats: Arc<BalancerStats>,
+    pub tls: Arc<ArcSwapOption<Certificates>>,
+}
+
 impl BalancerState {
     pub fn new(
         opts: ProxyOptions,
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
-        shutdown: watch::Receiver<bool>,
-        active: Arc<AtomicUsize>,
-        stats: Arc<BalancerStats>,
+        lasting: Lasting,
         access_log: Option<Arc<AccessLog>>,
-        tls: Arc<ArcSwapOption<Certificates>>,
     ) -> Arc<BalancerState> {
+        let Lasting {
+            shutdown,
+            active,
+            stats,
+            tls,
+        } = lasting;
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
                 balancer,

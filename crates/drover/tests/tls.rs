@@ -338,7 +338,6 @@ async fn sni_picks_each_certificate_a_wildcard_covers_its_names_and_the_first_is
     // Each certificate's notAfter, as a gauge.
     let expiry = |file: &Path| {
         let file = file.display().to_string();
-        let admin = admin;
         async move {
             metric(
                 admin,
