@@ -11,7 +11,7 @@ use crate::descriptors;
 use crate::handoff;
 use crate::options::ProxyOptions;
 use crate::state::{BalancerState, ClientConnection, Lasting, ThreadCell, ThreadState};
-use crate::tls::Certificates;
+use crate::tls::{self, Certificates};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use drover_balance::{clock, Balancer};
 use drover_metrics::{BalancerStats, CertificateExpiry};
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 /// A running balancer listener.
 pub struct Proxy {
@@ -127,7 +127,15 @@ impl Proxy {
             let handle = std::thread::Builder::new()
                 .name(format!("drover-{name}-{i}"))
                 .spawn(move || {
-                    serve_thread(listener, name, cell, shutdown, active, client_budget)
+                    serve_thread(
+                        listener,
+                        name,
+                        cell,
+                        shutdown,
+                        active,
+                        client_budget,
+                        i == 0,
+                    )
                 })?;
             handles.push(handle);
         }
@@ -262,6 +270,44 @@ impl Proxy {
     }
 }
 
+/// Reads the listener's certificates again when their files change (`tls::watch`), on
+/// its first serving thread: a `stat` per file every 2 s, and a read (a few ms) only on
+/// a change. A reload meanwhile wins: what was read is put in force only over the
+/// certificates it was read for.
+async fn watch_certificates(cell: Arc<ThreadCell>, mut shutdown: watch::Receiver<bool>) {
+    let mut watch = tls::watch::Watch::default();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tls::watch::INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+        let state = cell.load();
+        let shared = &state.shared;
+        let current = shared.tls.load_full();
+        let Some(certs) = &current else { continue };
+        let name = &shared.opts.name;
+        match watch.look(certs) {
+            None => {}
+            Some(Ok(read)) => {
+                let read = Some(Arc::new(read));
+                let before = shared.tls.compare_and_swap(&current, read.clone());
+                let swapped = match (&*before, &current) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                };
+                if swapped {
+                    info!(balancer = %name, "TLS certificate files changed: read again, serving them from now on");
+                    show_tls(name, &shared.stats, read.as_deref());
+                }
+            }
+            Some(Err(e)) => error!(
+                balancer = %name,
+                "TLS certificate files changed but cannot be used; the certificates read before serve on: {e}"
+            ),
+        }
+    }
+}
+
 /// Puts `certs` in force for new handshakes, shows them in the metrics, and warns of
 /// each that expires within `tls::EXPIRY_WARNING`.
 fn install_tls(
@@ -270,7 +316,14 @@ fn install_tls(
     stats: &BalancerStats,
     certs: Option<Arc<Certificates>>,
 ) {
-    let info = certs.as_ref().map_or(&[][..], |c| c.info());
+    show_tls(balancer, stats, certs.as_deref());
+    slot.store(certs);
+}
+
+/// Shows `certs` in the metrics, and warns of each that expires within
+/// `tls::EXPIRY_WARNING`.
+fn show_tls(balancer: &str, stats: &BalancerStats, certs: Option<&Certificates>) {
+    let info = certs.map_or(&[][..], |c| c.info());
     stats.set_tls_certificates(
         info.iter()
             .map(|c| CertificateExpiry {
@@ -279,7 +332,7 @@ fn install_tls(
             })
             .collect(),
     );
-    if let Some(certs) = &certs {
+    if let Some(certs) = certs {
         for c in certs.expiring(std::time::SystemTime::now()) {
             warn!(
                 balancer,
@@ -290,7 +343,6 @@ fn install_tls(
             );
         }
     }
-    slot.store(certs);
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
@@ -374,6 +426,7 @@ fn serve_thread(
     mut shutdown: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
     client_budget: usize,
+    watches_files: bool,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -386,6 +439,9 @@ fn serve_thread(
         }
     };
     runtime.block_on(async move {
+        if watches_files {
+            tokio::spawn(watch_certificates(Arc::clone(&cell), shutdown.clone()));
+        }
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {

@@ -963,3 +963,61 @@ async fn tls_behind_a_proxy_protocol_sender_starts_after_the_header() {
     }
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_files_are_served_without_a_reload_and_a_bad_renewal_changes_nothing() {
+    let pki = Pki::new("tls-watch");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let (d, web, admin, _) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&a]))).await;
+    let config = client_config(pki.ca_der());
+    let serving = || async {
+        let s = tls_connect(web, "a.test", &config).await.unwrap();
+        served(&s)
+    };
+    let first = serving().await;
+
+    // A renewal tool's way: the new files moved over the old ones.
+    let renewed = pki.leaf("renewed", "a.test", &["a.test"], (2099, 1, 1));
+    let renewed_der = {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_file(&renewed.0).unwrap().to_vec()
+    };
+    std::fs::rename(&renewed.0, &a.0).unwrap();
+    std::fs::rename(&renewed.1, &a.1).unwrap();
+    let swapped = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
+        serving().await != first
+    })
+    .await;
+    assert!(
+        swapped,
+        "the renewed files were never served\n{}",
+        d.stderr_text()
+    );
+    wait_metric(
+        admin,
+        "drover_tls_certificate_expiry_seconds",
+        &format!(",cert=\"{}\"", a.0.display()),
+        4_070_908_800.0,
+    )
+    .await;
+
+    // A renewal that went wrong: logged with the file and why, the last good one serves.
+    let bad = pki.dir.join("bad.pem");
+    std::fs::write(&bad, "not a certificate\n").unwrap();
+    std::fs::rename(&bad, &a.0).unwrap();
+    let line = d
+        .wait_for_line("cannot be used", Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no error logged\n{}", d.stderr_text()));
+    assert!(
+        line.contains(&a.0.display().to_string()) && line.contains("is not PEM"),
+        "{line}"
+    );
+    assert_eq!(
+        serving().await,
+        renewed_der,
+        "a bad renewal changed the certificate"
+    );
+    drop(d);
+}

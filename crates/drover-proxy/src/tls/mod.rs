@@ -14,8 +14,10 @@
 
 mod handshake;
 mod sni;
+pub mod watch;
 
 pub use handshake::{handshake, Failure};
+use watch::Stamp;
 
 use rustls::crypto::CryptoProvider;
 use rustls::server::ProducesTickets;
@@ -150,6 +152,10 @@ impl CertInfo {
 pub struct Certificates {
     config: Arc<ServerConfig>,
     info: Vec<CertInfo>,
+    /// The files they were read from, to read again when they change (`watch`).
+    settings: Settings,
+    /// Each file (cert, key, for each entry) as it was just before it was read.
+    stamps: Vec<Option<Stamp>>,
 }
 
 impl fmt::Debug for Certificates {
@@ -172,6 +178,9 @@ impl Certificates {
                 kind: ErrorKind::NoCertificates,
             });
         };
+        // Taken before the files are read: a file rewritten meanwhile differs from its
+        // stamp, and is read again.
+        let stamps = stamps(settings);
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let now = now
             .duration_since(UNIX_EPOCH)
@@ -204,7 +213,14 @@ impl Certificates {
         Ok(Certificates {
             config: Arc::new(config),
             info,
+            settings: settings.clone(),
+            stamps,
         })
+    }
+
+    /// The files' stamps now, in the order of `stamps`.
+    fn stamps_now(&self) -> Vec<Option<Stamp>> {
+        stamps(&self.settings)
     }
 
     /// Each certificate, in the order configured.
@@ -224,6 +240,14 @@ impl Certificates {
     pub(crate) fn server_config(&self) -> &Arc<ServerConfig> {
         &self.config
     }
+}
+
+fn stamps(settings: &Settings) -> Vec<Option<Stamp>> {
+    settings
+        .certs
+        .iter()
+        .flat_map(|f| [Stamp::of(&f.cert), Stamp::of(&f.key)])
+        .collect()
 }
 
 /// The process's one ticketer: every listener's, and every reload's, so a session
@@ -493,6 +517,44 @@ mod tests {
         );
         let none = Certificates::load(&Settings { certs: Vec::new() }, SystemTime::now());
         assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
+    }
+
+    /// `from` moved over `to`, as renewal tools replace files (a new inode).
+    fn replace(from: &Path, to: &Path) {
+        std::fs::rename(from, to).unwrap();
+    }
+
+    #[test]
+    fn changed_files_are_read_once_settled_and_a_bad_change_is_not_retried_until_it_changes() {
+        let d = dir("watch");
+        let a = cert(&d, "a", &["a.test"], 2100);
+        let certs = load(vec![a.clone()]).unwrap();
+        let mut watch = watch::Watch::default();
+        assert!(watch.look(&certs).is_none(), "nothing changed");
+
+        let b = cert(&d, "b", &["b.test"], 2100);
+        replace(&b.cert, &a.cert);
+        // The certificate changed and its key not yet: not read while settling.
+        assert!(watch.look(&certs).is_none(), "read before it settled");
+        replace(&b.key, &a.key);
+        assert!(watch.look(&certs).is_none(), "read before it settled");
+        let read = watch.look(&certs).expect("read once settled").unwrap();
+        assert_eq!(read.info()[0].names, ["b.test"]);
+        assert!(watch.look(&read).is_none(), "the files it was read from");
+
+        std::fs::write(d.join("bad"), "garbage\n").unwrap();
+        replace(&d.join("bad"), &a.cert);
+        assert!(watch.look(&read).is_none());
+        let e = watch.look(&read).expect("read once settled").unwrap_err();
+        assert_eq!((e.part, e.path.as_path()), (Part::Cert, a.cert.as_path()));
+        assert!(watch.look(&read).is_none(), "tried again unchanged");
+        assert!(watch.look(&read).is_none(), "tried again unchanged");
+        let c = cert(&d, "c", &["c.test"], 2100);
+        replace(&c.cert, &a.cert);
+        replace(&c.key, &a.key);
+        assert!(watch.look(&read).is_none());
+        let fixed = watch.look(&read).expect("read once settled").unwrap();
+        assert_eq!(fixed.info()[0].names, ["c.test"]);
     }
 
     #[test]
