@@ -385,8 +385,21 @@ async fn https_reaches_the_backend_as_https_over_keep_alive_with_large_bodies_an
         Some(1.0)
     );
 
-    // A WebSocket over TLS: the upgrade, then frames both ways.
+    // An HTTP/1.0 client gets the chunked body decoded and ended by the close, which
+    // comes with a close_notify: the client can tell the end from a cut.
     let config = client_config(pki.ca_der());
+    let mut s = tls_connect(web, "a.test", &config).await.unwrap();
+    s.write_all(b"GET /big/300000 HTTP/1.0\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .await
+        .expect("the close came with a close_notify");
+    let body = answer.len() - answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() - 4;
+    assert_eq!(body, 300_000, "{}", String::from_utf8_lossy(&answer[..200]));
+
+    // A WebSocket over TLS: the upgrade, then frames both ways.
     let mut s = tls_connect(web, "a.test", &config).await.unwrap();
     let key = "dGhlIHNhbXBsZSBub25jZQ==";
     let upgrade = format!(
@@ -955,7 +968,8 @@ async fn tls_behind_a_proxy_protocol_sender_starts_after_the_header() {
             .await
             .unwrap();
         let mut answer = Vec::new();
-        let _ = s.read_to_end(&mut answer).await;
+        // Ended by drover's close_notify: no error.
+        s.read_to_end(&mut answer).await.unwrap();
         let text = String::from_utf8_lossy(&answer).to_lowercase();
         assert!(text.starts_with("http/1.1 200"), "{text}");
         assert!(text.contains("x-forwarded-for: 203.0.113.7\r\n"), "{text}");

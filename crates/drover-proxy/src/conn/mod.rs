@@ -51,6 +51,11 @@ use tracing::debug;
 /// answer before the client reads it (RFC 9112 §9.6; nginx's `lingering_close`).
 const LINGER: Duration = Duration::from_secs(5);
 
+/// How long closing a TLS connection waits to send its `close_notify`: without one, a
+/// client cannot tell a response that ends at the close (HTTP/1.0, close-delimited) from
+/// one cut short, and OpenSSL reports an unexpected EOF.
+const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
+
 struct ActiveGuard(Arc<AtomicUsize>);
 
 impl Drop for ActiveGuard {
@@ -127,7 +132,12 @@ pub(crate) async fn serve(
     };
     loop {
         match conn.run().await {
-            Ended::Closed => return,
+            Ended::Closed => {
+                if !conn.client.is_plain() {
+                    let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, conn.client.shutdown()).await;
+                }
+                return;
+            }
             Ended::HandOver => {
                 let shared = Arc::clone(&conn.thread.shared);
                 // `run` hands over plain connections only.
