@@ -387,8 +387,8 @@ async fn https_reaches_the_backend_as_https_over_keep_alive_with_large_bodies_an
 
     // An HTTP/1.0 client gets the chunked body decoded and ended by the close, which
     // comes with a close_notify: the client can tell the end from a cut.
-    let config = client_config(pki.ca_der());
-    let mut s = tls_connect(web, "a.test", &config).await.unwrap();
+    let client = client_config(pki.ca_der());
+    let mut s = tls_connect(web, "a.test", &client).await.unwrap();
     s.write_all(b"GET /big/300000 HTTP/1.0\r\nHost: a.test\r\n\r\n")
         .await
         .unwrap();
@@ -399,8 +399,42 @@ async fn https_reaches_the_backend_as_https_over_keep_alive_with_large_bodies_an
     let body = answer.len() - answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() - 4;
     assert_eq!(body, 300_000, "{}", String::from_utf8_lossy(&answer[..200]));
 
+    // The same response cut short (the backend dies mid-body): no close_notify, so the
+    // client sees a cut, not an end.
+    let dying = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dying_addr = dying.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = dying.accept().await {
+            let mut head = [0u8; 1024];
+            let _ = c.read(&mut head).await;
+            let partial = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+            let _ = c.write_all(partial).await;
+        }
+    });
+    let cut = Pki::new("tls-forward-cut");
+    let b = cut.leaf("b", "b.test", &["b.test"], far_future());
+    let (d2, web2, _, _) = start(&cut.dir, &config(dying_addr, &tls_table(&[&b]))).await;
+    let mut s = tls_connect(web2, "b.test", &client_config(cut.ca_der()))
+        .await
+        .unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\nHost: b.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let end = s.read_to_end(&mut answer).await;
+    assert!(
+        String::from_utf8_lossy(&answer).ends_with("hello"),
+        "{answer:?}"
+    );
+    assert_eq!(
+        end.unwrap_err().kind(),
+        std::io::ErrorKind::UnexpectedEof,
+        "a cut response ended with a close_notify"
+    );
+    drop(d2);
+
     // A WebSocket over TLS: the upgrade, then frames both ways.
-    let mut s = tls_connect(web, "a.test", &config).await.unwrap();
+    let mut s = tls_connect(web, "a.test", &client).await.unwrap();
     let key = "dGhlIHNhbXBsZSBub25jZQ==";
     let upgrade = format!(
         "GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n"

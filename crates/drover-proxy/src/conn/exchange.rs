@@ -188,6 +188,7 @@ impl Conn {
                 }
                 Attempt::Abort => {
                     self.outcome.endpoint = Some(endpoint);
+                    self.cut = true;
                     return false;
                 }
                 Attempt::Fail(e) => {

@@ -129,11 +129,13 @@ pub(crate) async fn serve(
         requests: 0,
         hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
         outcome: Outcome::default(),
+        cut: false,
     };
     loop {
         match conn.run().await {
             Ended::Closed => {
-                if !conn.client.is_plain() {
+                // Not after a response cut short: the client must see a cut as one.
+                if !conn.client.is_plain() && !conn.cut {
                     let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, conn.client.shutdown()).await;
                 }
                 return;
@@ -189,6 +191,10 @@ struct Conn {
     /// How the request under way was answered, for its access log line: plain stores
     /// as it goes, read only when the log is on.
     outcome: Outcome,
+    /// A response was cut short (the backend failed mid-body, or the client stalled):
+    /// a TLS connection then closes without its `close_notify`, as nginx's does, so that
+    /// a body that ends at the close does not look complete.
+    cut: bool,
 }
 
 impl Outcome {
