@@ -1069,3 +1069,58 @@ async fn renewed_files_are_served_without_a_reload_and_a_bad_renewal_changes_not
     );
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_run_serves_tls_and_hands_no_tls_connection_to_a_worker() {
+    let pki = Pki::new("tls-run");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/node_as_written/conns.js");
+    // `handoff` hands every plain connection to a worker at accept and between requests:
+    // a TLS one's session is drover's, and it must stay.
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--mode",
+        "handoff",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .args(["--admin", "127.0.0.1:0", "--threads", "1", "--tls-cert"])
+    .arg(&a.0)
+    .arg("--tls-key")
+    .arg(&a.1)
+    .arg("--")
+    .arg("node")
+    .arg(&app);
+    common::examples::clean_env(&mut cmd);
+    let d = drover_testkit::spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let client = client_config(pki.ca_der());
+    let mut pids = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let mut s = tls_connect(d.addr(), "a.test", &client).await.unwrap();
+        for _ in 0..5 {
+            let (status, body) = get(&mut s, "/").await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+            pids.insert(answer["pid"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(
+        pids.len(),
+        2,
+        "drover placed the requests on both workers: {pids:?}"
+    );
+    assert_eq!(
+        common::default_metric(admin, "drover_handoffs_total").await,
+        0
+    );
+    assert_eq!(
+        common::default_metric(admin, "drover_tls_handshakes_total").await,
+        6
+    );
+    drop(d);
+}
