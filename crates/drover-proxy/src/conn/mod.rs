@@ -101,7 +101,9 @@ pub(crate) async fn serve(
     let client = match thread.shared.tls.load_full() {
         Some(certs) if accepted => {
             let stats = &thread.shared.stats;
-            match tls::handshake(&certs, client, &mut cbuf, deadline).await {
+            // Boxed: a handshake's state (rustls's, ~1 KiB) would otherwise size every
+            // connection's future, plain ones included.
+            match Box::pin(tls::handshake(&certs, client, &mut cbuf, deadline)).await {
                 Ok(tls) => {
                     stats.record_tls_handshake();
                     ClientStream::Tls(Box::new(tls))
