@@ -1124,3 +1124,59 @@ async fn drover_run_serves_tls_and_hands_no_tls_connection_to_a_worker() {
     );
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_expiring_within_14_days_is_warned_of_by_check_and_at_start() {
+    if !tools() {
+        return;
+    }
+    let dir = temp_dir("tls-expiring");
+    let (cert, key) = (dir.join("soon.pem"), dir.join("soon.key"));
+    // Five days from now: the openssl CLI counts days from today, rcgen only dates.
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "5", "-subj", "/CN=soon.test", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let backend = Backend::start().await;
+    let toml = config(backend.addr(), &tls_table(&[&(cert.clone(), key)]));
+    std::fs::write(dir.join("check.toml"), &toml).unwrap();
+    let out = Command::new(bin())
+        .args(["check", "-c"])
+        .arg(dir.join("check.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "a certificate still valid fails check: {stderr}"
+    );
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: ") && l.contains("expires on"))
+        .unwrap_or_else(|| panic!("no warning:\n{stderr}"));
+    assert!(warning.contains(&cert.display().to_string()), "{warning}");
+
+    let (d, _, _, _) = start(&dir, &toml).await;
+    let line = d
+        .wait_for_line("the TLS certificate expires on", Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("no warning at start\n{}", d.stderr_text()));
+    assert!(line.contains("WARN") && line.contains("soon.pem"), "{line}");
+    drop(d);
+}
