@@ -321,6 +321,9 @@ impl<const LO: i64, const HI: i64> Bounded<LO, HI> {
     fn as_usize(self) -> usize {
         self.0 as usize
     }
+    fn as_u16(self) -> u16 {
+        self.0 as u16
+    }
 }
 
 impl<'de, const LO: i64, const HI: i64> Deserialize<'de> for Bounded<LO, HI> {
@@ -833,6 +836,7 @@ struct RawBalancer {
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
     access_log: Option<Spanned<RawAccessLog>>,
     tls: Option<Spanned<RawTls>>,
+    redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
 }
 
 /// `tls = { cert, key }` for one certificate, or `tls = { certs = [{ cert, key }, ...] }`
@@ -1558,7 +1562,24 @@ fn validate_balancer(
 
     let backends_span = raw.backends.span();
     let entries = raw.backends.into_inner();
-    if entries.is_empty() && !sources.admin {
+    if let Some(port) = raw.redirect_to_https {
+        let span = port.span();
+        if raw.tls.is_some() {
+            return Err(ctx.at(
+                span,
+                key("redirect_to_https"),
+                "a balancer that redirects to HTTPS serves plain HTTP: give it no tls (the balancer it redirects to has it)",
+            ));
+        }
+        if !entries.is_empty() {
+            return Err(ctx.at(
+                backends_span,
+                key("backends"),
+                "a balancer that redirects to HTTPS proxies nothing: write backends = []",
+            ));
+        }
+        b.redirect_to_https = Some(port.into_inner().as_u16());
+    } else if entries.is_empty() && !sources.admin {
         return Err(ctx.at(
             backends_span,
             key("backends"),
@@ -2327,6 +2348,28 @@ sticky = { cookie = "sid" }
         check(&e, 4, "balancer[0].tls.crt", "unknown key");
         let e = err(&format!("{MINIMAL}tls = \"a.pem\"\n"));
         check(&e, 4, "balancer[0].tls", "");
+    }
+
+    #[test]
+    fn redirect_to_https_needs_no_backends_and_no_tls() {
+        let plain =
+            "[[balancer]]\nlisten = \"127.0.0.1:80\"\nbackends = []\nredirect_to_https = 8443\n";
+        let c = ok(plain);
+        assert_eq!(c.balancers[0].redirect_to_https, Some(8443));
+        assert_eq!(ok(MINIMAL).balancers[0].redirect_to_https, None);
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert_eq!(plan.proxy.redirect_to_https, Some(8443));
+        let e = err(&format!("{MINIMAL}redirect_to_https = 443\n"));
+        check(&e, 3, "balancer[0].backends", "backends = []");
+        let e = err(&format!("{plain}tls = {{ cert = \"a.pem\" }}\n"));
+        check(&e, 4, "balancer[0].redirect_to_https", "give it no tls");
+        let e = err(&plain.replace("8443", "0"));
+        check(&e, 4, "balancer[0].redirect_to_https", "");
+        let e = err(&plain.replace("8443", "\"https\""));
+        check(&e, 4, "balancer[0].redirect_to_https", "");
+        // Without it, an empty pool still needs an [admin] table.
+        let e = err(&plain.replace("redirect_to_https = 8443\n", ""));
+        check(&e, 3, "balancer[0].backends", "must not be empty");
     }
 
     #[test]

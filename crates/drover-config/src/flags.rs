@@ -302,9 +302,19 @@ pub struct ProxyArgs {
         short,
         long = "backend",
         value_name = "BACKEND",
-        required_unless_present_any = ["config", "admin"]
+        required_unless_present_any = ["config", "admin", "redirect_to_https"]
     )]
     pub backend: Vec<String>,
+
+    /// Answer every request with a redirect (308) to the same host and target over
+    /// HTTPS on this port, and proxy none: the plain listener beside a TLS one.
+    #[arg(
+        long,
+        value_name = "PORT",
+        conflicts_with_all = ["backend", "tls_cert"],
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub redirect_to_https: Option<u16>,
 
     /// DNS server for dns: backends (repeat for more) [default: the system's, from
     /// /etc/resolv.conf].
@@ -542,7 +552,7 @@ pub fn proxy_balancer(a: &ProxyArgs) -> Result<model::BalancerConfig, FlagError>
 
 fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     let listen = a.listen.ok_or("--listen is required without --config")?;
-    if a.backend.is_empty() && a.admin.is_none() {
+    if a.backend.is_empty() && a.admin.is_none() && a.redirect_to_https.is_none() {
         return Err(
             "at least one --backend is required (or --admin, for members that register at runtime)"
                 .into(),
@@ -574,6 +584,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
     b.apply_access_log(&a.access_log)?;
     b.tls = a.tls.settings()?;
+    b.redirect_to_https = a.redirect_to_https;
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -840,6 +851,24 @@ mod tests {
         assert!(Run::try_parse_from(["run", "--access-log", "xml", "--", "x"]).is_err());
         assert!(
             Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
+        );
+    }
+
+    #[test]
+    fn redirect_to_https_stands_alone() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["proxy", "-l", "127.0.0.1:80"];
+            all.extend_from_slice(args);
+            Proxy::try_parse_from(all).map(|p| p.args)
+        };
+        let a = parse(&["--redirect-to-https", "443"]).unwrap();
+        assert_eq!(proxy_balancer(&a).unwrap().redirect_to_https, Some(443));
+        assert!(parse(&["--redirect-to-https", "443", "-b", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--redirect-to-https", "443", "--tls-cert", "a.pem"]).is_err());
+        assert!(parse(&["--redirect-to-https", "0"]).is_err());
+        assert!(
+            parse(&[]).is_err(),
+            "a backend or --redirect-to-https is needed"
         );
     }
 

@@ -119,6 +119,10 @@ pub struct BalancerConfig {
     /// certificates (the files, read when the balancer starts and at each reload);
     /// `None` (default): plain HTTP.
     pub tls: Option<TlsConfig>,
+    /// `redirect_to_https = PORT`: answer every request with a 308 to
+    /// `https://HOST[:PORT]/TARGET` instead of proxying it (`backends = []` then);
+    /// `None` (default): proxy.
+    pub redirect_to_https: Option<u16>,
 }
 
 /// `tls`: the certificate files, the library's own type.
@@ -154,6 +158,7 @@ impl BalancerConfig {
             proxy_protocol: None,
             access_log: AccessLogConfig::default(),
             tls: None,
+            redirect_to_https: None,
         }
     }
 }

@@ -166,6 +166,7 @@ impl BalancerPlan {
                 proxy_protocol: b.proxy_protocol.clone(),
                 access_log: b.access_log.clone(),
                 tls,
+                redirect_to_https: b.redirect_to_https,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

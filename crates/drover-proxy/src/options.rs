@@ -36,6 +36,10 @@ pub struct ProxyOptions {
     /// Serve HTTPS with these certificates (`tls`), loaded and checked; `None`: plain
     /// HTTP. TLS connections are never handed to a worker.
     pub tls: Option<Arc<crate::tls::Certificates>>,
+    /// Answer every request with a redirect to the same host and target over HTTPS on
+    /// this port (`redirect_to_https`, the plain port 80 beside a TLS one), and proxy
+    /// none; `None`: proxy as usual.
+    pub redirect_to_https: Option<u16>,
 }
 
 /// When a balancer hands client connections to the workers that take them (see
@@ -71,6 +75,7 @@ impl Default for ProxyOptions {
             proxy_protocol: None,
             access_log: crate::access_log::Settings::default(),
             tls: None,
+            redirect_to_https: None,
         }
     }
 }

@@ -1180,3 +1180,91 @@ async fn a_certificate_expiring_within_14_days_is_warned_of_by_check_and_at_star
     assert!(line.contains("WARN") && line.contains("soon.pem"), "{line}");
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_balancer_redirects_every_request_to_https() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-redirect");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let https = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let toml = format!(
+        "{}\n[[balancer]]\nname = \"http\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = []\nredirect_to_https = {}\n",
+        config(backend.addr(), &tls_table(&[&a])).replacen(
+            "listen = \"127.0.0.1:0\"\nthreads",
+            &format!("listen = \"{https}\"\nthreads"),
+            1
+        ),
+        https.port()
+    );
+    let (d, web, admin, _) = start(&pki.dir, &toml).await;
+    assert_eq!(web, https);
+    let http = *d
+        .addrs_after("balancer \"http\" listening on ")
+        .first()
+        .unwrap();
+
+    // The answer, as it is.
+    let answer = drover_testkit::raw_exchange(
+        http,
+        b"GET /headers?x=1 HTTP/1.1\r\nHost: a.test:80\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 308 "), "{text}");
+    let location = format!("location: https://a.test:{}/headers?x=1\r\n", https.port());
+    assert!(text.contains(&location), "{text}");
+
+    // Followed by curl, over keep-alive to the plain port, to the backend over HTTPS.
+    let out = Command::new("curl")
+        .args(["-sS", "-L", "--max-time", "20", "--cacert"])
+        .arg(&pki.ca_pem)
+        .arg("--resolve")
+        .arg(format!("a.test:{}:127.0.0.1", https.port()))
+        .arg("--resolve")
+        .arg(format!("a.test:{}:127.0.0.1", http.port()))
+        .arg(format!("http://a.test:{}/headers?x=1", http.port()))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(body.starts_with("get /headers?x=1 http/1.1"), "{body}");
+    assert!(body.contains("x-forwarded-proto: https"), "{body}");
+
+    // A request with a body: redirected (308 keeps the method), and the connection closes.
+    let answer = drover_testkit::raw_exchange(
+        http,
+        b"POST /form HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello",
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 308 "), "{text}");
+    assert!(text.contains("connection: close\r\n"), "{text}");
+    // No Host: nothing to redirect to.
+    let answer = drover_testkit::raw_exchange(http, b"GET / HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(drover_testkit::parse_status(&answer), Some(400));
+    assert_eq!(
+        backend.hits(),
+        1,
+        "only the followed request reached the backend"
+    );
+    let redirected = metrics_text(admin)
+        .await
+        .lines()
+        .any(|l| l == "drover_responses_total{balancer=\"http\",code=\"3xx\"} 3");
+    assert!(redirected, "{}", metrics_text(admin).await);
+    drop(d);
+}
