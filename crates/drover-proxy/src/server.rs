@@ -338,7 +338,7 @@ fn show_tls(balancer: &str, stats: &BalancerStats, certs: Option<&Certificates>)
                 balancer,
                 cert = %c.path,
                 names = %c.names.join(","),
-                "the TLS certificate expires on {}: renew it, then reload",
+                "the TLS certificate expires on {}: renew it (drover reads renewed files by itself)",
                 c.not_after_text()
             );
         }

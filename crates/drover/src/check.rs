@@ -83,7 +83,7 @@ fn expiring(prepared: &preflight::Prepared) -> Vec<String> {
         };
         for c in certs.expiring(now) {
             soon.push(format!(
-                "balancer {:?}: tls: {} expires on {}: renew it, then reload",
+                "balancer {:?}: tls: {} expires on {}: renew it (drover reads renewed files by itself)",
                 plan.proxy.name,
                 c.path,
                 c.not_after_text()
