@@ -1268,3 +1268,44 @@ async fn a_plain_balancer_redirects_every_request_to_https() {
     assert!(redirected, "{}", metrics_text(admin).await);
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_gets_all_of_a_large_response_on_a_kept_connection() {
+    let pki = Pki::new("tls-slow-reader");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let (d, web, _, _) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&a]))).await;
+    let mut s = tls_connect(web, "a.test", &client_config(pki.ca_der()))
+        .await
+        .unwrap();
+    // Kept alive, so nothing but drover's own flush sends the response's last bytes:
+    // what TLS took while the socket was full must still go out once it drains.
+    s.write_all(b"GET /big/24000000 HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    // The socket and drover's buffers fill while the client reads nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut chunk = vec![0u8; 16 * 1024];
+        while !got.ends_with(b"\r\n0\r\n\r\n") {
+            let n = s.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::Error::other("closed"));
+            }
+            got.extend_from_slice(&chunk[..n]);
+            // A slow reader: 16 KiB a millisecond at most.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    })
+    .await;
+    assert!(
+        matches!(read, Ok(Ok(()))),
+        "{read:?} after {} bytes",
+        got.len()
+    );
+    // The connection serves another request after it.
+    assert_eq!(get(&mut s, "/").await.unwrap().0, 200);
+    drop(d);
+}
