@@ -1309,3 +1309,73 @@ async fn a_slow_reader_gets_all_of_a_large_response_on_a_kept_connection() {
     assert_eq!(get(&mut s, "/").await.unwrap().0, 200);
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsa_and_ecdsa_keys_load_as_pkcs1_pkcs8_and_sec1() {
+    if !tools() {
+        return;
+    }
+    let dir = temp_dir("tls-key-formats");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // RSA: PKCS#8 as made, PKCS#1 ("BEGIN RSA PRIVATE KEY") converted; ECDSA: SEC1 ("BEGIN
+    // EC PRIVATE KEY", after an EC PARAMETERS section), as `openssl ecparam` writes it.
+    let named = |cn: &str| [format!("/CN={cn}"), format!("subjectAltName=DNS:{cn}")];
+    let [subj, san] = named("rsa.test");
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        "rsa8.key",
+    ]);
+    openssl(&[
+        "req", "-x509", "-key", "rsa8.key", "-out", "rsa.pem", "-days", "30", "-subj", &subj,
+        "-addext", &san,
+    ]);
+    openssl(&["rsa", "-in", "rsa8.key", "-traditional", "-out", "rsa1.key"]);
+    openssl(&[
+        "ecparam",
+        "-genkey",
+        "-name",
+        "prime256v1",
+        "-out",
+        "ec.key",
+    ]);
+    let [subj, san] = named("ec.test");
+    openssl(&[
+        "req", "-new", "-x509", "-key", "ec.key", "-out", "ec.pem", "-days", "30", "-subj", &subj,
+        "-addext", &san,
+    ]);
+    let f = |name: &str| dir.join(name);
+    let backend = Backend::start().await;
+    let toml = config(
+        backend.addr(),
+        &tls_table(&[
+            &(f("rsa.pem"), f("rsa1.key")),
+            &(f("ec.pem"), f("ec.key")),
+            &(f("rsa.pem"), f("rsa8.key")),
+        ]),
+    );
+    let (d, web, _, _) = start(&dir, &toml).await;
+    for (sni, signature) in [("rsa.test", "RSA-PSS"), ("ec.test", "ECDSA")] {
+        let out = s_client(web, Some(sni), &[]);
+        assert!(
+            out.contains(&format!("Peer signature type: {signature}")),
+            "{sni}:\n{out}"
+        );
+    }
+    drop(d);
+}
