@@ -321,6 +321,9 @@ impl<const LO: i64, const HI: i64> Bounded<LO, HI> {
     fn as_usize(self) -> usize {
         self.0 as usize
     }
+    fn as_u16(self) -> u16 {
+        self.0 as u16
+    }
 }
 
 impl<'de, const LO: i64, const HI: i64> Deserialize<'de> for Bounded<LO, HI> {
@@ -837,6 +840,46 @@ struct RawBalancer {
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
     access_log: Option<Spanned<RawAccessLog>>,
+    tls: Option<Spanned<RawTls>>,
+    redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
+}
+
+/// `tls = { cert, key }` for one certificate, or `tls = { certs = [{ cert, key }, ...] }`
+/// for several (chosen by SNI; the first is the default).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
+    certs: Option<Spanned<Vec<Spanned<RawCert>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCert {
+    cert: Spanned<String>,
+    /// Without it, the key is in the cert's file (a combined PEM).
+    key: Option<Spanned<String>>,
+}
+
+impl RawTls {
+    /// Each certificate's `cert` and `key` (the cert's when there is none), with the
+    /// key each is known by (`certs[J].cert`): also the single form's, so an error about
+    /// a file names its place whichever form wrote it.
+    fn entries(&self) -> Vec<(&Spanned<String>, &Spanned<String>)> {
+        match (&self.cert, &self.certs) {
+            (Some(cert), _) => vec![(cert, self.key.as_ref().unwrap_or(cert))],
+            (None, Some(certs)) => certs
+                .get_ref()
+                .iter()
+                .map(|c| {
+                    let c = c.get_ref();
+                    (&c.cert, c.key.as_ref().unwrap_or(&c.cert))
+                })
+                .collect(),
+            (None, None) => Vec::new(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -1019,6 +1062,12 @@ impl RawConfig {
                     path.unwrap_or_else(|| log.span()),
                     format!("balancer[{i}].access_log.path"),
                 );
+            }
+            if let Some(tls) = &raw.get_ref().tls {
+                for (j, (cert, key)) in tls.get_ref().entries().into_iter().enumerate() {
+                    origin(cert.span(), format!("balancer[{i}].tls.certs[{j}].cert"));
+                    origin(key.span(), format!("balancer[{i}].tls.certs[{j}].key"));
+                }
             }
             let b = validate_balancer(
                 raw,
@@ -1569,6 +1618,12 @@ fn validate_balancer(
         if let Some(log) = &raw.access_log {
             return Err(http_only(log.span(), "access_log"));
         }
+        if let Some(tls) = &raw.tls {
+            return Err(http_only(tls.span(), "tls"));
+        }
+        if let Some(port) = &raw.redirect_to_https {
+            return Err(http_only(port.span(), "redirect_to_https"));
+        }
         if let Some(l) = &raw.limits {
             return Err(http_only(l.span(), "limits"));
         }
@@ -1636,7 +1691,24 @@ fn validate_balancer(
 
     let backends_span = raw.backends.span();
     let entries = raw.backends.into_inner();
-    if entries.is_empty() && !sources.admin {
+    if let Some(port) = raw.redirect_to_https {
+        let span = port.span();
+        if raw.tls.is_some() {
+            return Err(ctx.at(
+                span,
+                key("redirect_to_https"),
+                "a balancer that redirects to HTTPS serves plain HTTP: give it no tls (the balancer it redirects to has it)",
+            ));
+        }
+        if !entries.is_empty() {
+            return Err(ctx.at(
+                backends_span,
+                key("backends"),
+                "a balancer that redirects to HTTPS proxies nothing: write backends = []",
+            ));
+        }
+        b.redirect_to_https = Some(port.into_inner().as_u16());
+    } else if entries.is_empty() && !sources.admin {
         return Err(ctx.at(
             backends_span,
             key("backends"),
@@ -1843,6 +1915,9 @@ fn validate_balancer(
         b.drain_timeout = d.0;
     }
     b.threads = raw.threads.map(Bounded::as_usize);
+    if let Some(tls) = raw.tls {
+        b.tls = Some(validate_tls(tls, &key, ctx)?);
+    }
     if let Some(log) = raw.access_log {
         let log = log.into_inner();
         if let Some(f) = log.format {
@@ -1884,6 +1959,66 @@ fn validate_balancer(
         }
     }
     Ok(b)
+}
+
+/// `tls`: one form or the other, no empty path. The files are read when the balancer is
+/// planned (`BalancerPlan::from_config`), at start and at each reload.
+fn validate_tls(
+    raw: Spanned<RawTls>,
+    key: &dyn Fn(&str) -> String,
+    ctx: &Ctx<'_>,
+) -> Result<TlsConfig, ConfigError> {
+    let span = raw.span();
+    let tls = raw.into_inner();
+    match (&tls.cert, &tls.key, &tls.certs) {
+        (Some(_), _, Some(certs)) => {
+            return Err(ctx.at(
+                certs.span(),
+                key("tls.certs"),
+                "give either cert (and key) or certs = [{ cert, key }, ...], not both",
+            ))
+        }
+        (None, Some(k), _) => {
+            return Err(ctx.at(
+                k.span(),
+                key("tls.key"),
+                "a key without its cert: write tls = { cert = \"FILE\", key = \"FILE\" }",
+            ))
+        }
+        (None, None, None) => {
+            return Err(ctx.at(
+                span,
+                key("tls"),
+                "no certificate: write tls = { cert = \"FILE\", key = \"FILE\" }, or certs = [{ cert, key }, ...] for several",
+            ))
+        }
+        (None, None, Some(certs)) if certs.get_ref().is_empty() => {
+            return Err(ctx.at(
+                certs.span(),
+                key("tls.certs"),
+                "no certificate: list at least one { cert = \"FILE\", key = \"FILE\" }",
+            ))
+        }
+        _ => {}
+    }
+    let mut certs = Vec::new();
+    for (j, (cert, private)) in tls.entries().into_iter().enumerate() {
+        for (file, part) in [(cert, "cert"), (private, "key")] {
+            if file.get_ref().is_empty() {
+                let at = if tls.certs.is_some() {
+                    format!("tls.certs[{j}].{part}")
+                } else {
+                    format!("tls.{part}")
+                };
+                return Err(ctx.at(file.span(), key(&at), "empty path: name a PEM file"));
+            }
+        }
+        certs.push(TlsCertFiles {
+            cert: PathBuf::from(cert.get_ref()),
+            key: PathBuf::from(private.get_ref()),
+        });
+    }
+    Ok(TlsConfig { certs })
 }
 
 #[cfg(test)]
@@ -2443,6 +2578,16 @@ sticky = { cookie = "sid" }
                 "balancer[0].timeouts.body_min_rate",
                 "no request body",
             ),
+            (
+                "tls = { cert = \"a.pem\" }",
+                "balancer[0].tls",
+                "relays bytes unread",
+            ),
+            (
+                "redirect_to_https = 443",
+                "balancer[0].redirect_to_https",
+                "HTTP request",
+            ),
         ];
         for (line, key, part) in cases {
             let e = err(&format!("{tcp}{line}\n"));
@@ -2455,6 +2600,97 @@ sticky = { cookie = "sid" }
             "balancer[0].timeouts.half_close",
             "applies to mode = \"tcp\" only",
         );
+    }
+
+    #[test]
+    fn tls_takes_one_certificate_or_a_list_and_names_each_file_by_its_place() {
+        assert_eq!(ok(MINIMAL).balancers[0].tls, None);
+        let files = |c: &Config| -> Vec<(String, String)> {
+            c.balancers[0]
+                .tls
+                .as_ref()
+                .unwrap()
+                .certs
+                .iter()
+                .map(|f| (f.cert.display().to_string(), f.key.display().to_string()))
+                .collect()
+        };
+        let pair = |c: &str, k: &str| (c.to_string(), k.to_string());
+        let one = ok(&format!(
+            "{MINIMAL}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\n"
+        ));
+        assert_eq!(files(&one), [pair("a.pem", "a.key")]);
+        let combined = ok(&format!("{MINIMAL}tls = {{ cert = \"both.pem\" }}\n"));
+        assert_eq!(files(&combined), [pair("both.pem", "both.pem")]);
+        let text = format!(
+            "{MINIMAL}[balancer.tls]\ncerts = [\n  {{ cert = \"a.pem\", key = \"a.key\" }},\n  {{ cert = \"b.pem\" }},\n]\n"
+        );
+        let (list, origins) = parse_with_origins(&text, "t.toml").unwrap();
+        assert_eq!(
+            files(&list),
+            [pair("a.pem", "a.key"), pair("b.pem", "b.pem")]
+        );
+        // Where a file's error will point: its own string, or the cert's for a key in it.
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[0].key", "bad"),
+            "t.toml:6:27: balancer[0].tls.certs[0].key: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[1].key", "bad"),
+            "t.toml:7:12: balancer[0].tls.certs[1].key: bad"
+        );
+        let (_, origins) = parse_with_origins(
+            &format!("{MINIMAL}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[0].cert", "bad"),
+            "t.toml:4:16: balancer[0].tls.certs[0].cert: bad"
+        );
+
+        let e = err(&format!("{MINIMAL}tls = {{}}\n"));
+        check(&e, 4, "balancer[0].tls", "no certificate");
+        let e = err(&format!("{MINIMAL}tls = {{ key = \"a.key\" }}\n"));
+        check(&e, 4, "balancer[0].tls.key", "a key without its cert");
+        let e = err(&format!("{MINIMAL}tls = {{ certs = [] }}\n"));
+        check(&e, 4, "balancer[0].tls.certs", "no certificate");
+        let e = err(&format!(
+            "{MINIMAL}tls = {{ cert = \"a.pem\", certs = [{{ cert = \"b.pem\" }}] }}\n"
+        ));
+        check(&e, 4, "balancer[0].tls.certs", "not both");
+        let e = err(&format!("{MINIMAL}tls = {{ cert = \"\" }}\n"));
+        check(&e, 4, "balancer[0].tls.cert", "empty path");
+        let e = err(&format!(
+            "{MINIMAL}tls = {{ certs = [{{ cert = \"a.pem\", key = \"\" }}] }}\n"
+        ));
+        check(&e, 4, "balancer[0].tls.certs[0].key", "empty path");
+        let e = err(&format!("{MINIMAL}tls = {{ crt = \"a.pem\" }}\n"));
+        check(&e, 4, "balancer[0].tls.crt", "unknown key");
+        let e = err(&format!("{MINIMAL}tls = \"a.pem\"\n"));
+        check(&e, 4, "balancer[0].tls", "");
+    }
+
+    #[test]
+    fn redirect_to_https_needs_no_backends_and_no_tls() {
+        let plain =
+            "[[balancer]]\nlisten = \"127.0.0.1:80\"\nbackends = []\nredirect_to_https = 8443\n";
+        let c = ok(plain);
+        assert_eq!(c.balancers[0].redirect_to_https, Some(8443));
+        assert_eq!(ok(MINIMAL).balancers[0].redirect_to_https, None);
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert_eq!(plan.proxy.redirect_to_https, Some(8443));
+        let e = err(&format!("{MINIMAL}redirect_to_https = 443\n"));
+        check(&e, 3, "balancer[0].backends", "backends = []");
+        let e = err(&format!("{plain}tls = {{ cert = \"a.pem\" }}\n"));
+        check(&e, 4, "balancer[0].redirect_to_https", "give it no tls");
+        let e = err(&plain.replace("8443", "0"));
+        check(&e, 4, "balancer[0].redirect_to_https", "");
+        let e = err(&plain.replace("8443", "\"https\""));
+        check(&e, 4, "balancer[0].redirect_to_https", "");
+        // Without it, an empty pool still needs an [admin] table.
+        let e = err(&plain.replace("redirect_to_https = 8443\n", ""));
+        check(&e, 3, "balancer[0].backends", "must not be empty");
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub access_log: AccessLogArgs,
 
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
     /// The program and its arguments; "{port}" in an argument becomes each worker's
     /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -118,6 +121,58 @@ pub struct ProxyProtocolArg {
     /// that expect one (nginx `listen ... proxy_protocol`, HAProxy `accept-proxy`).
     #[arg(long, value_name = "VERSION")]
     pub send_proxy_protocol: Option<model::SendVersion>,
+}
+
+/// HTTPS on the listener, the same for `proxy` and `run` (`tls` in a drover.toml).
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Serve HTTPS with this certificate chain (PEM, the server's certificate first).
+    /// Repeat it for several certificates, chosen by the client's SNI from their names;
+    /// the first is the default. Each needs a --tls-key, in the same order.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Vec<PathBuf>,
+
+    /// The private key (PEM) of the --tls-cert given in the same position.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Vec<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The model's settings; `None` without --tls-cert.
+    fn settings(&self) -> Result<Option<model::TlsConfig>, String> {
+        if self.tls_cert.len() != self.tls_key.len() {
+            return Err(format!(
+                "--tls-key: {} key(s) for {} certificate(s): give one --tls-key per --tls-cert, in the same order",
+                self.tls_key.len(),
+                self.tls_cert.len()
+            ));
+        }
+        if self.tls_cert.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(model::TlsConfig {
+            certs: self
+                .tls_cert
+                .iter()
+                .zip(&self.tls_key)
+                .map(|(cert, key)| model::TlsCertFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                })
+                .collect(),
+        }))
+    }
+}
+
+/// `origins` with the TLS files of balancer 0 (`balancer[0].tls.certs[J].cert` and
+/// `.key`) named by the flags that gave them.
+pub fn with_tls_flags(mut origins: crate::Origins, b: &model::BalancerConfig) -> crate::Origins {
+    for j in 0..b.tls.as_ref().map_or(0, |t| t.certs.len()) {
+        origins = origins
+            .with_flag(&format!("balancer[0].tls.certs[{j}].cert"), "--tls-cert")
+            .with_flag(&format!("balancer[0].tls.certs[{j}].key"), "--tls-key");
+    }
+    origins
 }
 
 /// What `hash` and `sticky` pin requests by, the same for `proxy` and `run`.
@@ -252,9 +307,19 @@ pub struct ProxyArgs {
         short,
         long = "backend",
         value_name = "BACKEND",
-        required_unless_present_any = ["config", "admin"]
+        required_unless_present_any = ["config", "admin", "redirect_to_https"]
     )]
     pub backend: Vec<String>,
+
+    /// Answer every request with a redirect (308) to the same host and target over
+    /// HTTPS on this port, and proxy none: the plain listener beside a TLS one.
+    #[arg(
+        long,
+        value_name = "PORT",
+        conflicts_with_all = ["backend", "tls_cert"],
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub redirect_to_https: Option<u16>,
 
     /// DNS server for dns: backends (repeat for more) [default: the system's, from
     /// /etc/resolv.conf].
@@ -305,6 +370,9 @@ pub struct ProxyArgs {
 
     #[command(flatten)]
     pub access_log: AccessLogArgs,
+
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
@@ -512,7 +580,7 @@ pub fn proxy_balancer(a: &ProxyArgs) -> Result<model::BalancerConfig, FlagError>
 
 fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     let listen = a.listen.ok_or("--listen is required without --config")?;
-    if a.backend.is_empty() && a.admin.is_none() {
+    if a.backend.is_empty() && a.admin.is_none() && a.redirect_to_https.is_none() {
         return Err(
             "at least one --backend is required (or --admin, for members that register at runtime)"
                 .into(),
@@ -553,6 +621,8 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
     b.send_proxy_protocol = a.proxy_protocol.send_proxy_protocol;
     b.apply_access_log(&a.access_log)?;
+    b.tls = a.tls.settings()?;
+    b.redirect_to_https = a.redirect_to_https;
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -662,6 +732,8 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             "proxy_protocol",
             a.proxy_protocol.proxy_protocol_from.is_some(),
         ),
+        ("tls", !a.tls.tls_cert.is_empty()),
+        ("redirect_to_https", a.redirect_to_https.is_some()),
     ];
     match given.into_iter().find(|(_, given)| *given) {
         Some((key, _)) => Err(model::HttpOnly::of(key).in_flags()),
@@ -717,6 +789,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                         .into(),
                 );
             }
+            if !args.tls.tls_cert.is_empty() || !args.tls.tls_key.is_empty() {
+                return Err("--tls-cert and --tls-key do not apply to --mode shared: the workers accept the connections themselves".into());
+            }
             if args.access_log.access_log != model::AccessLogFormat::Off {
                 return Err("--access-log does not apply to --mode shared: drover does not see the requests".into());
             }
@@ -746,6 +821,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.apply_limits(&args.limits);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.apply_access_log(&args.access_log)?;
+            balancer.tls = args.tls.settings()?;
             balancers.push(balancer);
         }
     }
@@ -772,11 +848,14 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         apps: vec![app],
         balancers,
     };
-    let origins = crate::Origins::default()
+    let mut origins = crate::Origins::default()
         .with_flag("app[0].listen", "--listen")
         .with_flag("balancer[0].listen", "--listen")
         .with_flag("balancer[0].access_log.path", "--access-log-path")
         .with_flag("admin.listen", "--admin");
+    if let Some(b) = cfg.balancers.first() {
+        origins = with_tls_flags(origins, b);
+    }
     Ok(RunConfig {
         config: cfg,
         origins,
@@ -1010,6 +1089,106 @@ mod tests {
         assert!(Run::try_parse_from(["run", "--access-log", "xml", "--", "x"]).is_err());
         assert!(
             Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
+        );
+    }
+
+    #[test]
+    fn redirect_to_https_stands_alone() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["proxy", "-l", "127.0.0.1:80"];
+            all.extend_from_slice(args);
+            Proxy::try_parse_from(all).map(|p| p.args)
+        };
+        let a = parse(&["--redirect-to-https", "443"]).unwrap();
+        assert_eq!(proxy_balancer(&a).unwrap().redirect_to_https, Some(443));
+        assert!(parse(&["--redirect-to-https", "443", "-b", "127.0.0.1:1"]).is_err());
+        assert!(parse(&["--redirect-to-https", "443", "--tls-cert", "a.pem"]).is_err());
+        assert!(parse(&["--redirect-to-https", "0"]).is_err());
+        assert!(
+            parse(&[]).is_err(),
+            "a backend or --redirect-to-https is needed"
+        );
+    }
+
+    #[test]
+    fn tls_flags_pair_certs_and_keys_in_order() {
+        let a = Proxy::try_parse_from([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+            "--tls-cert",
+            "b.pem",
+            "--tls-key",
+            "b.key",
+        ])
+        .unwrap()
+        .args;
+        let b = proxy_balancer(&a).unwrap();
+        let certs = &b.tls.as_ref().unwrap().certs;
+        assert_eq!(certs.len(), 2);
+        assert_eq!(
+            (certs[1].cert.to_str(), certs[1].key.to_str()),
+            (Some("b.pem"), Some("b.key"))
+        );
+        // Where a file's error points: the flag that named it.
+        let origins = with_tls_flags(crate::Origins::default(), &b);
+        assert_eq!(
+            origins.error("balancer[0].tls.certs[1].key", "bad"),
+            "--tls-key: bad"
+        );
+        let a = Proxy::try_parse_from([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--tls-cert",
+            "a.pem",
+        ])
+        .unwrap()
+        .args;
+        let e = proxy_balancer(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("--tls-key: 0 key(s) for 1 certificate(s)"),
+            "{e}"
+        );
+        let r = Run::try_parse_from([
+            "run",
+            "--mode",
+            "shared",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+            "--",
+            "x",
+        ])
+        .unwrap()
+        .args;
+        let e = run_config(&r).err().unwrap().to_string();
+        assert!(e.contains("do not apply to --mode shared"), "{e}");
+        let r = Run::try_parse_from([
+            "run",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+            "--",
+            "x",
+        ])
+        .unwrap()
+        .args;
+        let run = run_config(&r).unwrap();
+        assert!(run.config.balancers[0].tls.is_some());
+        assert_eq!(
+            run.origins.error("balancer[0].tls.certs[0].cert", "bad"),
+            "--tls-cert: bad"
         );
     }
 }

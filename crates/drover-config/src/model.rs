@@ -122,6 +122,14 @@ pub struct BalancerConfig {
     /// `mode`: HTTP (default) or TCP, where each connection is placed once and relayed
     /// unread; the settings that only HTTP has are refused then (`HTTP_ONLY`).
     pub mode: Protocol,
+    /// `tls = { cert, key }` or `tls = { certs = [...] }`: serve HTTPS with these
+    /// certificates (the files, read when the balancer starts and at each reload);
+    /// `None` (default): plain HTTP.
+    pub tls: Option<TlsConfig>,
+    /// `redirect_to_https = PORT`: answer every request with a 308 to
+    /// `https://HOST[:PORT]/TARGET` instead of proxying it (`backends = []` then);
+    /// `None` (default): proxy.
+    pub redirect_to_https: Option<u16>,
 }
 
 /// `mode = "http" | "tcp"`.
@@ -188,6 +196,16 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "TCP mode does not read a PROXY protocol header yet",
     },
     HttpOnly {
+        key: "tls",
+        flag: Some("--tls-cert"),
+        why: "TCP mode relays bytes unread, TLS included (passthrough): it does not terminate TLS yet",
+    },
+    HttpOnly {
+        key: "redirect_to_https",
+        flag: Some("--redirect-to-https"),
+        why: "a redirect answers an HTTP request, which TCP mode does not read",
+    },
+    HttpOnly {
         key: "max_conns",
         flag: Some("--max-conns"),
         why: "\"auto\" learns from request latency; give a number of connections per endpoint, or 0 (no limit)",
@@ -243,6 +261,9 @@ fn hash_key_name(k: &HashKey) -> String {
     }
 }
 
+/// `tls`: the certificate files, the library's own type.
+pub use drover_proxy::tls::{CertFiles as TlsCertFiles, Settings as TlsConfig};
+
 /// `access_log = { format, path, fields }`.
 pub use drover_proxy::access_log::{
     Field as AccessLogField, Format as AccessLogFormat, Settings as AccessLogConfig,
@@ -274,6 +295,8 @@ impl BalancerConfig {
             send_proxy_protocol: None,
             access_log: AccessLogConfig::default(),
             mode: Protocol::Http,
+            tls: None,
+            redirect_to_https: None,
         }
     }
 }

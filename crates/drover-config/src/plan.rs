@@ -3,10 +3,12 @@
 
 use crate::model::{self as config, BackendRef};
 use drover_balance::Strategy;
+use drover_proxy::tls::Certificates;
 use drover_proxy::{Limits, ProxyOptions, QueueOptions, Timeouts};
 use drover_registry::{HealthCheck, PassivePolicy, PoolOptions};
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 /// Everything needed to start one balancer.
 #[derive(Debug, Clone)]
@@ -37,6 +39,26 @@ pub enum PlanError {
         balancer: String,
         source: drover_registry::HealthCheckError,
     },
+    /// A certificate or key file of `tls` (bad, missing, expired, not the pair).
+    Tls {
+        balancer: String,
+        source: drover_proxy::tls::Error,
+    },
+}
+
+impl PlanError {
+    /// The setting's key, as `Origins` knows it, when the error is about one file
+    /// (`balancer[0].tls.certs[1].key`); `index` is the balancer's.
+    pub fn key(&self, index: usize) -> Option<String> {
+        match self {
+            PlanError::Tls { source, .. } => Some(format!(
+                "balancer[{index}].tls.certs[{}].{}",
+                source.index,
+                source.part.as_str()
+            )),
+            PlanError::Health { .. } => None,
+        }
+    }
 }
 
 impl std::fmt::Display for PlanError {
@@ -44,6 +66,9 @@ impl std::fmt::Display for PlanError {
         match self {
             PlanError::Health { balancer, source } => {
                 write!(f, "balancer {balancer:?}: health: {source}")
+            }
+            PlanError::Tls { balancer, source } => {
+                write!(f, "balancer {balancer:?}: tls: {source}")
             }
         }
     }
@@ -53,12 +78,14 @@ impl std::error::Error for PlanError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             PlanError::Health { source, .. } => Some(source),
+            PlanError::Tls { source, .. } => Some(source),
         }
     }
 }
 
 impl BalancerPlan {
-    /// Translates a validated config entry into the parts that run it.
+    /// Translates a validated config entry into the parts that run it. The `tls`
+    /// files are read and checked here, each time: a reload reads them again.
     pub fn from_config(b: &config::BalancerConfig) -> Result<BalancerPlan, PlanError> {
         let mut backends = Vec::new();
         let mut max_conns = Vec::new();
@@ -88,6 +115,17 @@ impl BalancerPlan {
                 source,
             })?;
         }
+        let tls = match &b.tls {
+            Some(settings) => Some(Arc::new(
+                Certificates::load(settings, SystemTime::now()).map_err(|source| {
+                    PlanError::Tls {
+                        balancer: b.name.clone(),
+                        source,
+                    }
+                })?,
+            )),
+            None => None,
+        };
         let passive = PassivePolicy {
             connect_failures: if b.passive.failures == 0 { 0 } else { 1 },
             consecutive_5xx: b.passive.failures,
@@ -130,6 +168,8 @@ impl BalancerPlan {
                 send_proxy_protocol: b.send_proxy_protocol,
                 access_log: b.access_log.clone(),
                 protocol: b.mode,
+                tls,
+                redirect_to_https: b.redirect_to_https,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

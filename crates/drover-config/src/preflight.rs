@@ -28,7 +28,10 @@ pub fn prepare(cfg: &Config, origins: &Origins) -> Result<Prepared, Vec<String>>
     for (i, b) in cfg.balancers.iter().enumerate() {
         match BalancerPlan::from_config(b) {
             Ok(plan) => plans.push(plan),
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(match e.key(i) {
+                Some(key) => origins.error(&key, e.to_string()),
+                None => e.to_string(),
+            }),
         }
         // Opened as the writer will: a missing directory or a file that cannot be
         // appended to fails the start, not the first request's line.

@@ -16,5 +16,6 @@ pub use exposition::{Exposition, Format};
 pub use histogram::{Histogram, HistogramSnapshot};
 pub use snapshot::{BalancerSnapshot, EndpointSnapshot};
 pub use stats::{
-    BalancerCounts, BalancerStats, Cause, Ejection, EndpointCounts, EndpointStats, ProxyRefusal,
+    BalancerCounts, BalancerStats, Cause, CertificateExpiry, Ejection, EndpointCounts,
+    EndpointStats, ProxyRefusal, TlsFailure,
 };

@@ -5,7 +5,7 @@
 use crate::exposition::Exposition;
 use crate::histogram::HistogramSnapshot;
 use crate::snapshot::{BalancerSnapshot, EndpointSnapshot};
-use crate::stats::{Cause, Ejection, ProxyRefusal, CLASSES};
+use crate::stats::{Cause, Ejection, ProxyRefusal, TlsFailure, CLASSES};
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
 const ENDPOINT_FAILURES: [Cause; 4] = [
@@ -95,6 +95,7 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
             }
         }
     }
+    tls_families(e, bs);
     e.counter(
         "drover_access_log_dropped",
         "Access log lines dropped because the log's buffer was full (its writer fell behind); requests never wait for the log.",
@@ -163,6 +164,44 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     );
     for b in bs {
         e.sample_u64(&[("balancer", &b.name)], b.connections);
+    }
+}
+
+/// The TLS families, with samples for the balancers that serve TLS (or have).
+fn tls_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
+    let tls = |b: &&BalancerSnapshot| {
+        !b.counts.tls_certificates.is_empty()
+            || b.counts.tls_handshakes > 0
+            || b.counts.tls_failures.iter().any(|&n| n > 0)
+    };
+    e.counter(
+        "drover_tls_handshakes",
+        "TLS handshakes completed on the balancer's listener.",
+    );
+    for b in bs.iter().filter(tls) {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.tls_handshakes);
+    }
+    e.counter(
+        "drover_tls_handshake_failures",
+        "TLS handshakes that failed, by reason: timeout, not-tls (plain HTTP to the TLS port), client-alert (the client refused), closed (mid-handshake), protocol.",
+    );
+    for b in bs.iter().filter(tls) {
+        for (why, &n) in TlsFailure::ALL.iter().zip(&b.counts.tls_failures) {
+            e.sample_u64(&[("balancer", &b.name), ("reason", why.as_str())], n);
+        }
+    }
+    e.gauge(
+        "drover_tls_certificate_expiry_seconds",
+        "When each certificate the balancer serves expires (its notAfter), in seconds since the Unix epoch; cert is its file.",
+        Some("seconds"),
+    );
+    for b in bs {
+        for c in &b.counts.tls_certificates {
+            e.sample(
+                &[("balancer", &b.name), ("cert", &c.cert)],
+                c.not_after as f64,
+            );
+        }
     }
 }
 

@@ -117,6 +117,58 @@ pub struct BalancerStats {
     /// Access log lines dropped because the log's buffer was full (not striped: a
     /// drop is rare, and only happens when the log is on).
     access_log_dropped: AtomicU64,
+    /// TLS handshakes completed (once per connection: plain atomics).
+    tls_handshakes: AtomicU64,
+    /// TLS handshakes failed, by `TlsFailure`.
+    tls_failures: [AtomicU64; 5],
+    /// The certificates the listener serves now, with their notAfter (set at start and
+    /// at each reload).
+    tls_certificates: std::sync::Mutex<Vec<CertificateExpiry>>,
+}
+
+/// One certificate a listener serves: its file and its notAfter (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertificateExpiry {
+    pub cert: String,
+    pub not_after: i64,
+}
+
+/// Why a TLS handshake on a listener failed. Few and fixed, so a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFailure {
+    /// No complete handshake within the header read timeout (a client that connects
+    /// and sends nothing, or too slowly).
+    Timeout,
+    /// The first bytes are no TLS record: plain HTTP sent to an HTTPS port.
+    NotTls,
+    /// The client ended it with an alert: it refused the certificate (unknown CA, bad
+    /// name) or found no protocol or cipher it shares.
+    ClientAlert,
+    /// The client closed or reset the connection mid-handshake.
+    Closed,
+    /// drover ended it: the client's messages were invalid, or nothing they offer is
+    /// served (versions, ciphers, ALPN).
+    Protocol,
+}
+
+impl TlsFailure {
+    pub const ALL: [TlsFailure; 5] = [
+        TlsFailure::Timeout,
+        TlsFailure::NotTls,
+        TlsFailure::ClientAlert,
+        TlsFailure::Closed,
+        TlsFailure::Protocol,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsFailure::Timeout => "timeout",
+            TlsFailure::NotTls => "not-tls",
+            TlsFailure::ClientAlert => "client-alert",
+            TlsFailure::Closed => "closed",
+            TlsFailure::Protocol => "protocol",
+        }
+    }
 }
 
 /// Why a connection to a listener that takes the PROXY protocol was closed unserved.
@@ -220,6 +272,24 @@ impl BalancerStats {
         self.counters.local().tcp_unserved[cause as usize].fetch_add(1, Relaxed);
     }
 
+    /// A client connection's TLS handshake completed.
+    pub fn record_tls_handshake(&self) {
+        self.tls_handshakes.fetch_add(1, Relaxed);
+    }
+
+    /// A client connection closed for its failed TLS handshake.
+    pub fn record_tls_failure(&self, why: TlsFailure) {
+        self.tls_failures[why as usize].fetch_add(1, Relaxed);
+    }
+
+    /// The certificates served from now on (none: the listener is plain).
+    pub fn set_tls_certificates(&self, certs: Vec<CertificateExpiry>) {
+        *self
+            .tls_certificates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = certs;
+    }
+
     pub fn snapshot(&self) -> BalancerCounts {
         let mut s = BalancerCounts::default();
         for c in self.counters.all() {
@@ -236,6 +306,13 @@ impl BalancerStats {
         }
         add(&mut s.proxy_refused, &self.proxy_refused);
         s.access_log_dropped = self.access_log_dropped.load(Relaxed);
+        s.tls_handshakes = self.tls_handshakes.load(Relaxed);
+        add(&mut s.tls_failures, &self.tls_failures);
+        s.tls_certificates = self
+            .tls_certificates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         s.request_duration = self.request_duration.snapshot();
         s.queue_wait = self.queue_wait.snapshot();
         s
@@ -371,6 +448,15 @@ pub struct BalancerCounts {
     /// TCP mode: connections closed unserved, by `Cause::ALL`.
     #[serde(default)]
     pub tcp_unserved: [u64; 8],
+    /// TLS handshakes completed.
+    #[serde(default)]
+    pub tls_handshakes: u64,
+    /// TLS handshakes failed, by `TlsFailure`.
+    #[serde(default)]
+    pub tls_failures: [u64; 5],
+    /// The certificates served now (empty on a plain listener).
+    #[serde(default)]
+    pub tls_certificates: Vec<CertificateExpiry>,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

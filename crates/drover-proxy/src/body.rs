@@ -207,13 +207,18 @@ fn reserve(buf: &mut Vec<u8>) {
     }
 }
 
-/// Writes all of `buf`; each write must make progress within `timeout`.
+/// Writes all of `buf`, and flushes: a TLS stream may hold what it took in its own
+/// buffer (a no-op on TCP). The whole must be done within `timeout`.
 pub async fn write_all<W: AsyncWrite + Unpin>(
     dst: &mut W,
     buf: &[u8],
     timeout: Duration,
 ) -> Result<(), BodyError> {
-    match tokio::time::timeout(timeout, dst.write_all(buf)).await {
+    let written = async {
+        dst.write_all(buf).await?;
+        dst.flush().await
+    };
+    match tokio::time::timeout(timeout, written).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(BodyError::Write),
         // `write_all` in one timeout: a peer reading a few bytes a minute is as stalled as
@@ -301,14 +306,19 @@ where
     tokio::pin!(early);
     let mut read_deadline = Instant::now() + read_timeout;
     let mut write_deadline = Instant::now() + write_timeout;
+    // What `dst` took may wait in its own buffer (TLS) until flushed: once `out` is
+    // empty, before waiting on `src` alone, and before the relay is finished. On TCP the
+    // flush is ready at once.
+    let mut unflushed = false;
     loop {
         framer.take(pending, out).map_err(BodyError::Framing)?;
         let complete = framer.is_done();
-        if complete && (!finish || out.is_empty()) {
+        if complete && (!finish || (out.is_empty() && !unflushed)) {
             return Ok(Relayed::Complete);
         }
         let can_read = !complete && out.len() < cap;
         let can_write = !out.is_empty();
+        let must_flush = unflushed && !can_write;
         // A side's clock runs only while it is awaited.
         if !can_read {
             read_deadline = Instant::now() + read_timeout;
@@ -326,7 +336,7 @@ where
             }
             None => None,
         };
-        if !can_write {
+        if !can_write && !must_flush {
             write_deadline = Instant::now() + write_timeout;
         }
         if can_read {
@@ -336,13 +346,15 @@ where
             biased;
             // The receiver spoke up: it may answer before taking the rest (an early 413).
             _ = &mut early => return Ok(Relayed::Interrupted),
-            w = dst.write(out), if can_write => match w {
-                Ok(0) | Err(_) => return Err(BodyError::Write),
-                Ok(n) => {
+            w = write_or_flush(dst, out), if can_write || must_flush => match w {
+                Ok(Some(0)) | Err(_) => return Err(BodyError::Write),
+                Ok(Some(n)) => {
                     out.drain(..n);
                     *written += n as u64;
+                    unflushed = true;
                     write_deadline = Instant::now() + write_timeout;
                 }
+                Ok(None) => unflushed = false,
             },
             r = src.read_buf(pending), if can_read => match r {
                 Ok(0) => framer.on_close()?,
@@ -354,7 +366,7 @@ where
                 }
                 Err(_) => return Err(BodyError::Read),
             },
-            _ = tokio::time::sleep_until(write_deadline), if can_write => {
+            _ = tokio::time::sleep_until(write_deadline), if can_write || must_flush => {
                 return Err(BodyError::Stalled)
             }
             _ = tokio::time::sleep_until(read_deadline), if can_read => {
@@ -362,6 +374,18 @@ where
             }
             _ = sleep_until_some(pace_deadline) => return Err(BodyError::TooSlow),
         }
+    }
+}
+
+/// Writes some of `out` (`Some`: how much), or flushes when it is empty (`None`).
+async fn write_or_flush<W: AsyncWrite + Unpin>(
+    dst: &mut W,
+    out: &[u8],
+) -> std::io::Result<Option<usize>> {
+    if out.is_empty() {
+        dst.flush().await.map(|()| None)
+    } else {
+        dst.write(out).await.map(Some)
     }
 }
 

@@ -16,6 +16,7 @@
 //! And back: a worker that retires gives its connections back between two requests
 //! (drover-node's preload), and the balancer serves them like new ones.
 
+use crate::conn::ClientStream;
 use crate::options::Handoff;
 use crate::state::{BalancerState, ThreadCell};
 use drover_balance::clock;
@@ -36,13 +37,18 @@ pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
 pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStream> {
     let worker = cell.load();
     let shared = &worker.shared;
+    // A TLS connection's session is this process's: a worker could not read it.
     if shared.opts.handoff != Handoff::Always
         || shared.opts.proxy_protocol.is_some()
+        || shared.tls.load().is_some()
         || !shared.pool.handoffs().any()
     {
         return Some(stream);
     }
-    give(shared, stream).err()
+    match give(shared, stream) {
+        Ok(()) => None,
+        Err(back) => back.into_plain().ok(),
+    }
 }
 
 /// Whether a proxied keep-alive connection, between two requests and with nothing of
@@ -61,7 +67,7 @@ pub(crate) fn between_requests(shared: &BalancerState) -> bool {
 }
 
 /// Gives `stream` to the worker least behind; the stream back when none took it.
-pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), TcpStream> {
+pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), ClientStream> {
     // Out of this thread's reactor: from here the worker's event loop owns it.
     let plain = match stream.into_std() {
         Ok(plain) => plain,
@@ -77,7 +83,7 @@ pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), TcpS
             Ok(())
         }
         Err(back) => match TcpStream::from_std(back) {
-            Ok(back) => Err(back),
+            Ok(back) => Err(ClientStream::Plain(back)),
             Err(e) => {
                 debug!("cannot serve a connection no worker took: {e}");
                 Ok(())

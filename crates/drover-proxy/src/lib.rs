@@ -12,6 +12,7 @@
 //! | accepting, threads, reload, shutdown | `server.rs` |
 //! | a client connection, keep-alive, reading a request | `conn/mod.rs` |
 //! | the PROXY protocol header a balancer in front sends | `proxy_protocol.rs` |
+//! | TLS: certificates, SNI, the handshake | `tls/` (the client's stream, plain or TLS: `conn/client.rs`) |
 //! | parsing a request head | `http1/request.rs` |
 //! | the head sent to a backend, forwarding headers | `http1/forward.rs` |
 //! | balancing keys and the cost class | `http1/keys.rs` |
@@ -43,6 +44,7 @@ mod request_id;
 mod server;
 mod state;
 mod tcp;
+pub mod tls;
 mod upstream;
 
 pub use error::ProxyError;

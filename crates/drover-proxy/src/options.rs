@@ -2,6 +2,7 @@
 
 use crate::proxy_protocol::{SendVersion, TrustedSenders};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -39,6 +40,13 @@ pub struct ProxyOptions {
     pub access_log: crate::access_log::Settings,
     /// What the listener speaks: HTTP/1.1, or plain TCP relayed as it comes (`tcp.rs`).
     pub protocol: Protocol,
+    /// Serve HTTPS with these certificates (`tls`), loaded and checked; `None`: plain
+    /// HTTP. TLS connections are never handed to a worker.
+    pub tls: Option<Arc<crate::tls::Certificates>>,
+    /// Answer every request with a redirect to the same host and target over HTTPS on
+    /// this port (`redirect_to_https`, the plain port 80 beside a TLS one), and proxy
+    /// none; `None`: proxy as usual.
+    pub redirect_to_https: Option<u16>,
 }
 
 /// What a balancer's clients speak (`mode` in drover.toml, `drover proxy --tcp`).
@@ -114,6 +122,8 @@ impl Default for ProxyOptions {
             send_proxy_protocol: None,
             access_log: crate::access_log::Settings::default(),
             protocol: Protocol::Http,
+            tls: None,
+            redirect_to_https: None,
         }
     }
 }

@@ -10,11 +10,12 @@ use crate::conn;
 use crate::descriptors;
 use crate::handoff;
 use crate::options::{Protocol, ProxyOptions};
-use crate::state::{BalancerState, ClientConnection, ThreadCell, ThreadState};
+use crate::state::{BalancerState, ClientConnection, Lasting, ThreadCell, ThreadState};
 use crate::tcp;
-use arc_swap::ArcSwap;
+use crate::tls::{self, Certificates};
+use arc_swap::{ArcSwap, ArcSwapOption};
 use drover_balance::{clock, Balancer};
-use drover_metrics::BalancerStats;
+use drover_metrics::{BalancerStats, CertificateExpiry};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
 use std::io;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 /// A running balancer listener.
 pub struct Proxy {
@@ -139,15 +140,15 @@ impl Proxy {
                 )
             })?
             .map(Arc::new);
-        let shared = BalancerState::new(
-            opts,
-            pool,
-            balancer,
-            shutdown_rx,
-            Arc::clone(&active),
+        let tls = Arc::new(ArcSwapOption::empty());
+        install_tls(&opts.name, &tls, &stats, opts.tls.clone());
+        let lasting = Lasting {
+            shutdown: shutdown_rx,
+            active: Arc::clone(&active),
             stats,
-            access_log,
-        );
+            tls,
+        };
+        let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         let cells: Vec<Arc<ThreadCell>> = (0..threads)
             .map(|_| {
                 Arc::new(ThreadCell::from_pointee(ThreadState::new(Arc::clone(
@@ -165,7 +166,15 @@ impl Proxy {
             let handle = std::thread::Builder::new()
                 .name(format!("drover-{name}-{i}"))
                 .spawn(move || {
-                    serve_thread(listener, name, cell, shutdown, active, client_budget)
+                    serve_thread(
+                        listener,
+                        name,
+                        cell,
+                        shutdown,
+                        active,
+                        client_budget,
+                        i == 0,
+                    )
                 })?;
             handles.push(handle);
         }
@@ -220,20 +229,28 @@ impl Proxy {
                 })?
                 .map(Arc::new),
         };
-        let shared = BalancerState::new(
-            opts,
-            pool,
-            balancer,
-            self.shutdown.subscribe(),
-            Arc::clone(&self.active),
-            Arc::clone(&current.stats),
-            access_log,
-        );
+        let tls = Arc::clone(&current.tls);
+        install_tls(&opts.name, &tls, &current.stats, opts.tls.clone());
+        let lasting = Lasting {
+            shutdown: self.shutdown.subscribe(),
+            active: Arc::clone(&self.active),
+            stats: Arc::clone(&current.stats),
+            tls,
+        };
+        let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         for cell in &self.cells {
             cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));
         }
         self.current.store(shared);
         Ok(())
+    }
+
+    /// Serves new connections with these certificates from now on (`None`: plain HTTP),
+    /// every other setting as it is: a reload that re-read unchanged settings' files.
+    /// Connections under way keep the session they have.
+    pub fn set_tls(&self, certs: Option<Arc<Certificates>>) {
+        let current = self.current.load();
+        install_tls(&current.opts.name, &current.tls, &current.stats, certs);
     }
 
     /// What this balancer's requests counted, since it started (kept across
@@ -295,6 +312,81 @@ impl Proxy {
     /// Serving threads still running (they end once their connections have closed).
     pub fn running_threads(&self) -> usize {
         self.threads.iter().filter(|t| !t.is_finished()).count()
+    }
+}
+
+/// Reads the listener's certificates again when their files change (`tls::watch`), on
+/// its first serving thread: a `stat` per file every 2 s, and a read (a few ms) only on
+/// a change. A reload meanwhile wins: what was read is put in force only over the
+/// certificates it was read for.
+async fn watch_certificates(cell: Arc<ThreadCell>, mut shutdown: watch::Receiver<bool>) {
+    let mut watch = tls::watch::Watch::default();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tls::watch::INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+        let state = cell.load();
+        let shared = &state.shared;
+        let current = shared.tls.load_full();
+        let Some(certs) = &current else { continue };
+        let name = &shared.opts.name;
+        match watch.look(certs) {
+            None => {}
+            Some(Ok(read)) => {
+                let read = Some(Arc::new(read));
+                let before = shared.tls.compare_and_swap(&current, read.clone());
+                let swapped = match (&*before, &current) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                };
+                if swapped {
+                    info!(balancer = %name, "TLS certificate files changed: read again, serving them from now on");
+                    show_tls(name, &shared.stats, read.as_deref());
+                }
+            }
+            Some(Err(e)) => error!(
+                balancer = %name,
+                "TLS certificate files changed but cannot be used; the certificates read before serve on: {e}"
+            ),
+        }
+    }
+}
+
+/// Puts `certs` in force for new handshakes, shows them in the metrics, and warns of
+/// each that expires within `tls::EXPIRY_WARNING`.
+fn install_tls(
+    balancer: &str,
+    slot: &ArcSwapOption<Certificates>,
+    stats: &BalancerStats,
+    certs: Option<Arc<Certificates>>,
+) {
+    show_tls(balancer, stats, certs.as_deref());
+    slot.store(certs);
+}
+
+/// Shows `certs` in the metrics, and warns of each that expires within
+/// `tls::EXPIRY_WARNING`.
+fn show_tls(balancer: &str, stats: &BalancerStats, certs: Option<&Certificates>) {
+    let info = certs.map_or(&[][..], |c| c.info());
+    stats.set_tls_certificates(
+        info.iter()
+            .map(|c| CertificateExpiry {
+                cert: c.path.clone(),
+                not_after: c.not_after,
+            })
+            .collect(),
+    );
+    if let Some(certs) = certs {
+        for c in certs.expiring(std::time::SystemTime::now()) {
+            warn!(
+                balancer,
+                cert = %c.path,
+                names = %c.names.join(","),
+                "the TLS certificate expires on {}: renew it (drover reads renewed files by itself)",
+                c.not_after_text()
+            );
+        }
     }
 }
 
@@ -379,6 +471,7 @@ fn serve_thread(
     mut shutdown: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
     client_budget: usize,
+    watches_files: bool,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -391,6 +484,9 @@ fn serve_thread(
         }
     };
     runtime.block_on(async move {
+        if watches_files {
+            tokio::spawn(watch_certificates(Arc::clone(&cell), shutdown.clone()));
+        }
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {

@@ -5,8 +5,9 @@ use crate::access_log::AccessLog;
 use crate::admission::Admission;
 use crate::http1::keys::KeySpec;
 use crate::options::ProxyOptions;
+use crate::tls::Certificates;
 use crate::upstream::Upstreams;
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use drover_balance::cost::CostTable;
 use drover_balance::{Balancer, CostSpread};
 use drover_metrics::BalancerStats;
@@ -32,6 +33,18 @@ pub(crate) struct BalancerState {
     pub stats: Arc<BalancerStats>,
     /// `None` when the access log is off: the request path's one check.
     pub access_log: Option<Arc<AccessLog>>,
+    /// The certificates new connections' handshakes use; `None`: plain HTTP. One for
+    /// every generation of settings, so a reload that only re-reads the certificate
+    /// files swaps them here and keeps everything else (`Proxy::set_tls`).
+    pub tls: Arc<ArcSwapOption<Certificates>>,
+}
+
+/// What a listener keeps from one generation of its settings to the next.
+pub(crate) struct Lasting {
+    pub shutdown: watch::Receiver<bool>,
+    pub active: Arc<AtomicUsize>,
+    pub stats: Arc<BalancerStats>,
+    pub tls: Arc<ArcSwapOption<Certificates>>,
 }
 
 impl BalancerState {
@@ -39,11 +52,15 @@ impl BalancerState {
         opts: ProxyOptions,
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
-        shutdown: watch::Receiver<bool>,
-        active: Arc<AtomicUsize>,
-        stats: Arc<BalancerStats>,
+        lasting: Lasting,
         access_log: Option<Arc<AccessLog>>,
     ) -> Arc<BalancerState> {
+        let Lasting {
+            shutdown,
+            active,
+            stats,
+            tls,
+        } = lasting;
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
                 balancer,
@@ -63,6 +80,7 @@ impl BalancerState {
             active,
             stats,
             access_log,
+            tls,
         })
     }
 }

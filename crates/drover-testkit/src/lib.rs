@@ -41,6 +41,7 @@ pub use harness::{
 };
 pub use http::{chunked_body, HeaderList, RequestHead};
 pub use ws::accept_key as ws_accept_key;
+pub use ws::encode_frame as ws_encode_frame;
 
 /// The Python worker used by the supervisor and `drover run` tests (see the comment at
 /// the top of `fixtures/py_worker.py` for what it answers and which variables it reads).

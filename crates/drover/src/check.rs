@@ -46,7 +46,10 @@ fn check(path: &Path) -> Result<String, Vec<String>> {
             path.display()
         )]);
     }
-    let mut errors = preflight::prepare(&cfg, &origins).err().unwrap_or_default();
+    let (mut errors, soon) = match preflight::prepare(&cfg, &origins) {
+        Ok(prepared) => (Vec::new(), expiring(&prepared)),
+        Err(errors) => (errors, Vec::new()),
+    };
     let (taken, held) = probe_addresses(&cfg, &origins);
     errors.extend(taken);
     if !errors.is_empty() {
@@ -63,7 +66,31 @@ fn check(path: &Path) -> Result<String, Vec<String>> {
             "; {held} address(es) held by the drover running this file"
         ));
     }
+    for warning in soon {
+        eprintln!("warning: {}: {warning}", path.display());
+    }
     Ok(summary)
+}
+
+/// Each TLS certificate that expires within `tls::EXPIRY_WARNING`, as drover would warn
+/// of it at start.
+fn expiring(prepared: &preflight::Prepared) -> Vec<String> {
+    let now = std::time::SystemTime::now();
+    let mut soon = Vec::new();
+    for plan in &prepared.plans {
+        let Some(certs) = &plan.proxy.tls else {
+            continue;
+        };
+        for c in certs.expiring(now) {
+            soon.push(format!(
+                "balancer {:?}: tls: {} expires on {}: renew it (drover reads renewed files by itself)",
+                plan.proxy.name,
+                c.path,
+                c.not_after_text()
+            ));
+        }
+    }
+    soon
 }
 
 /// Binds each address drover would bind, and lets it go. Returns the errors, and how many

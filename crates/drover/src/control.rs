@@ -10,6 +10,7 @@ use drover_config::plan::BalancerPlan;
 use drover_config::preflight;
 use drover_config::{self as config, BalancerConfig, Config};
 use drover_metrics::BalancerSnapshot;
+use drover_proxy::tls::Certificates;
 use drover_registry::Pool;
 use drover_supervisor::{
     signal_name, RestartRecord, Supervisor, SupervisorError, WorkerStatus, Workers,
@@ -35,8 +36,8 @@ pub struct Controller {
 
 /// What a reload does with one balancer of the new file.
 enum Step<'a> {
-    /// Unchanged.
-    Keep(Arc<RunningBalancer>),
+    /// Unchanged settings; its certificates, if it has some, as read again now.
+    Keep(Arc<RunningBalancer>, Option<Arc<Certificates>>),
     /// New settings on the same sockets.
     Change(Arc<RunningBalancer>, &'a BalancerConfig, BalancerPlan),
     /// A new listener: a new balancer, or one whose address changed (it keeps its pool
@@ -88,6 +89,7 @@ impl Controller {
                 let mut running = running.lock().await;
                 self.reload_file(path, &mut running).await
             }
+            (None, None) => self.reload_without_file().await,
             _ => self.reload_apps(only).await,
         };
         systemd::reloaded(match &outcome {
@@ -95,6 +97,37 @@ impl Controller {
             Err(_) => "serving; the reload failed, nothing changed",
         });
         outcome
+    }
+
+    /// A reload of what started from flags: every app's rolling reload, and every
+    /// balancer's certificate files read again. A file that fails changes nothing, and
+    /// the certificates change only once the apps have reloaded.
+    async fn reload_without_file(&self) -> Result<String, ControlError> {
+        let mut certs = Vec::new();
+        for b in self.balancers() {
+            let Some(tls) = b.config().tls else { continue };
+            match Certificates::load(&tls, std::time::SystemTime::now()) {
+                Ok(loaded) => certs.push((b, Arc::new(loaded))),
+                Err(e) => {
+                    return Err(ControlError::Failed(format!(
+                        "balancer {:?}: tls: {e}; nothing was reloaded",
+                        b.name
+                    )))
+                }
+            }
+        }
+        let apps = self.reload_apps(None).await?;
+        if certs.is_empty() {
+            return Ok(apps);
+        }
+        let names: Vec<String> = certs.iter().map(|(b, _)| b.name.clone()).collect();
+        for (b, loaded) in certs {
+            b.proxy.set_tls(Some(loaded));
+        }
+        Ok(format!(
+            "{apps}; certificates read again: {}",
+            names.join(", ")
+        ))
     }
 
     async fn reload_file(&self, path: &Path, running: &mut Config) -> Result<String, ControlError> {
@@ -176,7 +209,12 @@ impl Controller {
         let mut retired = Vec::new();
         for (step, new) in steps.into_iter().zip(started) {
             match step {
-                Step::Keep(b) => now.push(b),
+                Step::Keep(b, tls) => {
+                    if tls.is_some() {
+                        b.proxy.set_tls(tls);
+                    }
+                    now.push(b)
+                }
                 Step::Change(b, config, plan) => {
                     b.reconfigure(config.clone(), plan, discovery(&next))
                         .await
@@ -243,7 +281,7 @@ impl Controller {
             };
             let old = b.config();
             if old == *config {
-                steps.push(Step::Keep(Arc::clone(b)));
+                steps.push(Step::Keep(Arc::clone(b), plan.proxy.tls));
             } else if app_of(&old) != app_of(config) {
                 // Its pool is the app's, which the workers join: another app (or none)
                 // is another pool.

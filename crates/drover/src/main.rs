@@ -67,13 +67,17 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
             }
             (cfg, origins)
         }
-        None => (
-            drover_config::flags::proxy_config(&args).map_err(|e| e.to_string())?,
-            drover_config::Origins::default()
+        None => {
+            let cfg = drover_config::flags::proxy_config(&args).map_err(|e| e.to_string())?;
+            let mut origins = drover_config::Origins::default()
                 .with_flag("balancer[0].listen", "--listen")
                 .with_flag("balancer[0].access_log.path", "--access-log-path")
-                .with_flag("admin.listen", "--admin"),
-        ),
+                .with_flag("admin.listen", "--admin");
+            if let Some(b) = cfg.balancers.first() {
+                origins = drover_config::flags::with_tls_flags(origins, b);
+            }
+            (cfg, origins)
+        }
     };
     let balancers = &cfg.balancers;
     if balancers.is_empty() {
@@ -81,9 +85,14 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
     }
     let plans = balancers
         .iter()
-        .map(drover_config::plan::BalancerPlan::from_config)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .enumerate()
+        .map(|(i, b)| {
+            drover_config::plan::BalancerPlan::from_config(b).map_err(|e| match e.key(i) {
+                Some(key) => origins.error(&key, e.to_string()),
+                None => e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if let Some(p) = plans.iter().find(|p| p.app.is_some()) {
         return Err(format!(
             "balancer {:?} balances over a supervised app; start it with `drover up`",

@@ -316,6 +316,7 @@ fn key_places() -> Vec<(&'static str, String)> {
         ("balancer.hash", "hash", ""),
         ("balancer.sticky", "sticky", ""),
         ("balancer.access_log", "access_log", ""),
+        ("balancer.tls", "tls", "cert = \"a.pem\"\n"),
     ] {
         places.push((at, format!("{BALANCER}[balancer.{table}]\n{setting}")));
     }

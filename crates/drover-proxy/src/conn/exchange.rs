@@ -6,6 +6,7 @@ use crate::access_log::RequestFields;
 use crate::body::{self, BodyPace, Framer, REQUEST_BUFFER};
 use crate::error::ProxyError;
 use crate::http1::error_page;
+use crate::http1::redirect;
 use crate::http1::request::RequestHead;
 use crate::http1::BodyKind;
 use drover_balance::{clock, Endpoint, Nanos, PickContext};
@@ -82,6 +83,31 @@ impl Conn {
         log.log(&r);
     }
 
+    /// A balancer that redirects to HTTPS answers every request itself. A request body
+    /// is not read: the connection closes after the answer.
+    async fn redirect_to_https(&mut self, head: &RequestHead, port: u16) -> bool {
+        let close = !head.keep_alive || head.body.is_some();
+        let stats = Arc::clone(&self.thread.shared.stats);
+        let mut answer = Vec::new();
+        match redirect::write(&mut answer, &self.out, port, close) {
+            Ok(()) => {
+                stats.record_refusal(308);
+                self.outcome.status = 308;
+                self.out = answer;
+                self.send_out(close).await;
+            }
+            Err(why) => {
+                stats.record_refusal(400);
+                self.send_error(400, "bad-request", why, true).await;
+                return false;
+            }
+        }
+        if head.body.is_some() {
+            self.linger().await;
+        }
+        !close
+    }
+
     /// `exchange`, with the first response head's status and time left in `answered`
     /// (drover's own answers are counted where they are made).
     async fn exchange_timed(
@@ -90,6 +116,9 @@ impl Conn {
         arrived: Nanos,
         answered: &mut Option<Answered>,
     ) -> bool {
+        if let Some(port) = self.opts().redirect_to_https {
+            return self.redirect_to_https(head, port).await;
+        }
         let client_timeout = self.opts().timeouts.client;
         if head.expect_continue && head.body.is_some() {
             // Answer 100 ourselves: the body is streamed to whichever endpoint is picked,
@@ -188,6 +217,7 @@ impl Conn {
                 }
                 Attempt::Abort => {
                     self.outcome.endpoint = Some(endpoint);
+                    self.cut = true;
                     return false;
                 }
                 Attempt::Fail(e) => {

@@ -20,6 +20,8 @@
 
 mod account;
 mod attempt;
+mod client;
+pub(crate) use client::ClientStream;
 mod exchange;
 
 use crate::access_log::Record;
@@ -31,6 +33,7 @@ use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
 use crate::options::ProxyOptions;
 use crate::proxy_protocol;
 use crate::state::{ClientConnection, ThreadCell, ThreadState};
+use crate::tls;
 use drover_balance::{Endpoint, Nanos};
 use drover_metrics::ProxyRefusal;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -48,6 +51,11 @@ use tracing::debug;
 /// answer before the client reads it (RFC 9112 §9.6; nginx's `lingering_close`).
 const LINGER: Duration = Duration::from_secs(5);
 
+/// How long closing a TLS connection waits to send its `close_notify`: without one, a
+/// client cannot tell a response that ends at the close (HTTP/1.0, close-delimited) from
+/// one cut short, and OpenSSL reports an unexpected EOF.
+const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
+
 struct ActiveGuard(Arc<AtomicUsize>);
 
 impl Drop for ActiveGuard {
@@ -58,7 +66,8 @@ impl Drop for ActiveGuard {
 
 /// Serves a client connection: `accepted` just now, or given back by a worker (which
 /// read its PROXY protocol header, if any, when drover first accepted it: none comes
-/// again).
+/// again). On a TLS listener, the handshake comes first (after a PROXY header): only
+/// plain connections are ever handed to workers, so none comes back mid-session.
 pub(crate) async fn serve(
     mut client: TcpStream,
     peer: std::net::SocketAddr,
@@ -71,6 +80,8 @@ pub(crate) async fn serve(
     let _active = ActiveGuard(Arc::clone(&thread.shared.active));
     let mut cbuf = Vec::new();
     let mut client_addr = peer;
+    // The PROXY header and the TLS handshake share the header read timeout.
+    let deadline = Instant::now() + thread.shared.opts.timeouts.header_read;
     if let (Some(trusted), true) = (&thread.shared.opts.proxy_protocol, accepted) {
         let stats = &thread.shared.stats;
         if !trusted.trusts(peer.ip()) {
@@ -78,7 +89,6 @@ pub(crate) async fn serve(
             debug!(%peer, "not a trusted PROXY protocol sender: closed");
             return;
         }
-        let deadline = Instant::now() + thread.shared.opts.timeouts.header_read;
         match proxy_protocol::read_header(&mut client, &mut cbuf, deadline).await {
             Ok(named) => client_addr = named.unwrap_or(peer),
             Err(e) => {
@@ -88,9 +98,29 @@ pub(crate) async fn serve(
             }
         }
     }
+    let client = match thread.shared.tls.load_full() {
+        Some(certs) if accepted => {
+            let stats = &thread.shared.stats;
+            // Boxed: a handshake's state (rustls's, ~1 KiB) would otherwise size every
+            // connection's future, plain ones included.
+            match Box::pin(tls::handshake(&certs, client, &mut cbuf, deadline)).await {
+                Ok(tls) => {
+                    stats.record_tls_handshake();
+                    ClientStream::Tls(Box::new(tls))
+                }
+                Err(why) => {
+                    stats.record_tls_failure(why);
+                    debug!(%peer, reason = why.as_str(), "TLS handshake failed: closed");
+                    return;
+                }
+            }
+        }
+        _ => ClientStream::Plain(client),
+    };
+    let proto = if client.is_plain() { "http" } else { "https" };
     let mut conn = Conn {
         shutdown: thread.shared.shutdown.clone(),
-        info: ClientInfo::new(client_addr, "http"),
+        info: ClientInfo::new(client_addr, proto),
         client,
         cell,
         thread,
@@ -103,13 +133,25 @@ pub(crate) async fn serve(
         outcome: Outcome::default(),
         private_upstream: None,
         upstream_is_private: false,
+        cut: false,
     };
     loop {
         match conn.run().await {
-            Ended::Closed => return,
+            Ended::Closed => {
+                // Not after a response cut short: the client must see a cut as one.
+                if !conn.client.is_plain() && !conn.cut {
+                    let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, conn.client.shutdown()).await;
+                }
+                return;
+            }
             Ended::HandOver => {
                 let shared = Arc::clone(&conn.thread.shared);
-                match handoff::give(&shared, conn.client) {
+                // `run` hands over plain connections only.
+                let given = match conn.client.into_plain() {
+                    Ok(plain) => handoff::give(&shared, plain),
+                    Err(tls) => Err(tls),
+                };
+                match given {
                     Ok(()) => return,
                     Err(back) => {
                         // Every worker is behind: serve it here a while longer.
@@ -131,7 +173,7 @@ enum Ended {
 }
 
 struct Conn {
-    client: TcpStream,
+    client: ClientStream,
     info: ClientInfo,
     /// This serving thread's state over the settings in force, which a reload replaces.
     cell: Arc<ThreadCell>,
@@ -159,6 +201,10 @@ struct Conn {
     /// Whether the backend connection of the try under way carries a PROXY protocol
     /// header: it then goes back to `private_upstream`, never to the thread's pool.
     upstream_is_private: bool,
+    /// A response was cut short (the backend failed mid-body, or the client stalled):
+    /// a TLS connection then closes without its `close_notify`, as nginx's does, so that
+    /// a body that ends at the close does not look complete.
+    cut: bool,
 }
 
 impl Outcome {
@@ -251,6 +297,7 @@ impl Conn {
                 self.out = Vec::new();
                 self.reqbody = Vec::new();
                 if self.requests >= self.hand_over_at
+                    && self.client.is_plain()
                     && handoff::between_requests(&self.thread.shared)
                 {
                     return Ended::HandOver;
@@ -272,27 +319,12 @@ impl Conn {
             } else {
                 timeouts.idle
             };
-            // Wait for bytes before allocating a buffer for them: an idle keep-alive
-            // connection then holds no buffer at all.
-            loop {
-                let ready = tokio::select! {
-                    r = tokio::time::timeout(wait, self.client.readable()) => r,
-                    _ = self.shutdown.changed() => return Ok(None),
-                };
-                if !matches!(ready, Ok(Ok(()))) {
-                    return Ok(None);
-                }
-                self.cbuf.reserve(4096);
-                match self.client.try_read_buf(&mut self.cbuf) {
-                    Ok(n) if n > 0 => break,
-                    // Readiness left over from the last read: nothing came after all, so
-                    // give the buffer back before waiting again (this kept 4 KiB on every
-                    // idle connection).
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        self.cbuf = Vec::new();
-                    }
-                    _ => return Ok(None),
-                }
+            let read = tokio::select! {
+                r = tokio::time::timeout(wait, self.client.read_first(&mut self.cbuf)) => r,
+                _ = self.shutdown.changed() => return Ok(None),
+            };
+            if !matches!(read, Ok(Ok(n)) if n > 0) {
+                return Ok(None);
             }
         }
         let deadline = tokio::time::Instant::now() + timeouts.header_read;

@@ -9,6 +9,7 @@ pub mod error_page;
 pub mod forward;
 pub mod headers;
 pub mod keys;
+pub mod redirect;
 pub mod request;
 pub mod response;
 

@@ -1,0 +1,133 @@
+//! The client's side of a connection: plain TCP, or TLS over it.
+//!
+//! An enum rather than a generic `Conn<S>`: one copy of the connection code instead of
+//! two, and a plain connection pays one predictable branch per read or write. The TLS
+//! stream is boxed: its rustls state is ~1 KiB, and a plain idle connection should not
+//! carry room for it.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+pub(crate) enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl ClientStream {
+    /// The TCP stream, for a handoff: `Err` gives a TLS stream back (its session keys
+    /// are in this process: a worker could not read it).
+    pub(crate) fn into_plain(self) -> Result<TcpStream, ClientStream> {
+        match self {
+            ClientStream::Plain(s) => Ok(s),
+            tls => Err(tls),
+        }
+    }
+
+    pub(crate) fn is_plain(&self) -> bool {
+        matches!(self, ClientStream::Plain(_))
+    }
+
+    /// The address the client connected to (for a PROXY protocol header sent on).
+    pub(crate) fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match self {
+            ClientStream::Plain(s) => s.local_addr(),
+            ClientStream::Tls(s) => s.get_ref().0.local_addr(),
+        }
+    }
+
+    /// Waits for the first bytes of the next request and reads them into `buf`.
+    /// `Ok(0)`: the client closed.
+    ///
+    /// A plain connection waits for readiness before it takes a buffer, so an idle
+    /// keep-alive connection holds none; the buffer it was handed back is dropped if the
+    /// readiness was stale. A TLS one reads at once: rustls may hold decrypted bytes
+    /// (a pipelined request) that no readiness of the socket would announce.
+    pub(crate) async fn read_first(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        match self {
+            ClientStream::Plain(s) => loop {
+                s.readable().await?;
+                buf.reserve(4096);
+                match s.try_read_buf(buf) {
+                    Ok(n) => return Ok(n),
+                    // Readiness left over from the last read: nothing came after all, so
+                    // give the buffer back before waiting again (this kept 4 KiB on every
+                    // idle connection).
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => *buf = Vec::new(),
+                    Err(e) => return Err(e),
+                }
+            },
+            ClientStream::Tls(s) => {
+                buf.reserve(4096);
+                s.read_buf(buf).await
+            }
+        }
+    }
+}
+
+impl AsyncRead for ClientStream {
+    #[inline]
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    #[inline]
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    #[inline]
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ClientStream::Plain(s) => s.is_write_vectored(),
+            ClientStream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    #[inline]
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    #[inline]
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

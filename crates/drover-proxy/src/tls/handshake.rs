@@ -1,0 +1,111 @@
+//! The server side of a client's TLS handshake, bounded in time, with why it failed.
+
+use super::Certificates;
+use crate::http1::error_page;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout_at, Instant};
+use tokio_rustls::server::TlsStream;
+
+pub use drover_metrics::TlsFailure as Failure;
+
+/// The first byte of a TLS record that carries a handshake message (a ClientHello).
+const HANDSHAKE_RECORD: u8 = 0x16;
+
+/// How long the answer to plain HTTP on a TLS port waits for the client to take it and
+/// close, so closing with its request unread does not reset the answer away.
+const PLAIN_ANSWER_LINGER: Duration = Duration::from_secs(1);
+
+/// Runs the handshake on `stream`, which must complete by `deadline` (the header read
+/// timeout: a client that connects and never says hello holds a connection no longer
+/// than one that never sends its request head). `buf` holds what was already read from
+/// the stream (what followed a PROXY protocol header), which the handshake reads first;
+/// it is empty on return.
+///
+/// Plain HTTP sent to the port gets a 400 saying so, as nginx does, before it closes.
+pub async fn handshake(
+    certs: &Certificates,
+    mut stream: TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<TlsStream<TcpStream>, Failure> {
+    if buf.is_empty() {
+        buf.reserve(512);
+        match timeout_at(deadline, stream.read_buf(buf)).await {
+            Err(_) => return Err(Failure::Timeout),
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return Err(Failure::Closed),
+        }
+    }
+    if buf[0] != HANDSHAKE_RECORD {
+        answer_plain(&mut stream, deadline).await;
+        return Err(Failure::NotTls);
+    }
+    // The bytes already read go to the handshake first; processed here, so that the
+    // handshake writes its answer before it waits for more.
+    let mut fed = Ok(());
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::clone(certs.server_config()));
+    let accept = acceptor.accept_with(stream, |conn| {
+        let mut rest = &buf[..];
+        while !rest.is_empty() && fed.is_ok() {
+            fed = match conn.read_tls(&mut rest) {
+                Ok(_) => conn.process_new_packets().map(|_| ()),
+                Err(e) => Err(rustls::Error::General(e.to_string())),
+            };
+        }
+    });
+    buf.clear();
+    if let Err(e) = fed {
+        return Err(reason(&e));
+    }
+    match timeout_at(deadline, accept).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(io_reason(&e)),
+        Err(_) => Err(Failure::Timeout),
+    }
+}
+
+/// Why rustls ended a handshake.
+fn reason(e: &rustls::Error) -> Failure {
+    match e {
+        rustls::Error::AlertReceived(_) => Failure::ClientAlert,
+        _ => Failure::Protocol,
+    }
+}
+
+/// Why a handshake ended with an I/O error: rustls's own, carried inside, or the
+/// connection's.
+fn io_reason(e: &std::io::Error) -> Failure {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(e) => reason(e),
+        None => Failure::Closed,
+    }
+}
+
+/// Tells a plain HTTP client that the port speaks HTTPS, then closes.
+async fn answer_plain(stream: &mut TcpStream, deadline: Instant) {
+    let mut out = Vec::new();
+    error_page::write_error(
+        &mut out,
+        400,
+        "plain-http-to-tls",
+        "this port speaks HTTPS: use https://",
+        true,
+        None,
+    );
+    if timeout_at(deadline, stream.write_all(&out)).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let until = Instant::now() + PLAIN_ANSWER_LINGER;
+    let mut sink = [0u8; 1024];
+    while let Ok(Ok(n)) = timeout_at(until, stream.read(&mut sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! TLS termination on a balancer's listener: the certificate files it is configured
+//! with (`Settings`, the model's own type so each default has one definition), loaded and
+//! checked into what a handshake uses (`Certificates`), the certificate chosen by SNI
+//! (`sni`), and the handshake itself with its failure reasons (`handshake`).
+//!
+//! rustls with its default provider (aws-lc-rs), through tokio-rustls; PEM is parsed by
+//! rustls-pki-types (`PemObject`), a certificate's notAfter and names by x509-parser.
+//! TLS 1.2 and 1.3. ALPN offers `http/1.1` only: drover does not serve HTTP/2 yet, and a
+//! client told `h2` would speak it and get nothing it understands back.
+//!
+//! Sessions resume by stateless tickets under one process-wide ticketer (`ticketer`),
+//! which a reload keeps, so a ticket issued before a reload still resumes after it.
+//! rustls rotates its key itself: a new one every 6 hours, the one before still read.
+
+mod handshake;
+mod sni;
+pub mod watch;
+
+pub use handshake::{handshake, Failure};
+use watch::Stamp;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::ProducesTickets;
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A certificate expiring within this long is warned about, at start and at each
+/// reload.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 60 * 60);
+
+/// What a listener serves TLS with: one or more certificates, each with its key. The
+/// first is the default, for a client that sends no SNI or one no certificate names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub certs: Vec<CertFiles>,
+}
+
+/// One certificate chain (PEM, the server's certificate first) and its private key
+/// (PEM: PKCS#8, PKCS#1 or SEC1). `key` may be the same file as `cert` (a combined PEM,
+/// as HAProxy's `crt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Which file of `Settings::certs[index]` an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Cert,
+    Key,
+}
+
+impl Part {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::Cert => "cert",
+            Part::Key => "key",
+        }
+    }
+}
+
+/// Why a listener's certificates were not loaded; nothing of them is used then. Each
+/// names the file, and which entry and part of the settings gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The entry of `Settings::certs`.
+    pub index: usize,
+    pub part: Part,
+    pub path: PathBuf,
+    pub kind: ErrorKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The file cannot be read (missing, no permission).
+    Read(String),
+    /// Not PEM, or PEM that does not parse.
+    NotPem(String),
+    /// PEM, but no section of the kind needed (`what`: "CERTIFICATE", "PRIVATE KEY").
+    Missing(&'static str),
+    /// The certificate does not parse as X.509.
+    BadCertificate(String),
+    /// A key the provider cannot use.
+    BadKey(String),
+    /// The key is not the certificate's (`cert` names the certificate's file).
+    KeyMismatch { cert: PathBuf },
+    /// The certificate's notAfter has passed.
+    Expired { not_after: String },
+    /// No settings at all (an empty list).
+    NoCertificates,
+    /// rustls refused the configuration, or its ticketer could not start.
+    Rustls(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        match &self.kind {
+            ErrorKind::Read(e) => write!(f, "cannot read {path}: {e}"),
+            ErrorKind::NotPem(e) => write!(f, "{path} is not PEM: {e}"),
+            ErrorKind::Missing(what) => {
+                write!(f, "{path} has no {what} section (-----BEGIN {what}-----)")
+            }
+            ErrorKind::BadCertificate(e) => {
+                write!(f, "{path}: the certificate does not parse: {e}")
+            }
+            ErrorKind::BadKey(e) => write!(f, "{path}: the private key cannot be used: {e}"),
+            ErrorKind::KeyMismatch { cert } => write!(
+                f,
+                "{path} is not the private key of the certificate in {}",
+                cert.display()
+            ),
+            ErrorKind::Expired { not_after } => {
+                write!(f, "{path}: the certificate expired on {not_after}")
+            }
+            ErrorKind::NoCertificates => f.write_str("no certificate given"),
+            ErrorKind::Rustls(e) => write!(f, "{path}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// One loaded certificate, as metrics and logs show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertInfo {
+    /// The certificate file, as configured: the metric's `cert` label.
+    pub path: String,
+    /// The DNS names SNI picks it by (its SAN names, or its CN when it has none),
+    /// lowercase; `*.example.com` for a wildcard.
+    pub names: Vec<String>,
+    /// notAfter, in seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+impl CertInfo {
+    /// notAfter as x509 tools write it (`Jan  2 03:04:05 2030 +00:00`).
+    pub fn not_after_text(&self) -> String {
+        x509_parser::time::ASN1Time::from_timestamp(self.not_after)
+            .map_or_else(|_| self.not_after.to_string(), |t| t.to_string())
+    }
+}
+
+/// A listener's certificates, loaded and checked: what its handshakes use.
+pub struct Certificates {
+    config: Arc<ServerConfig>,
+    info: Vec<CertInfo>,
+    /// The files they were read from, to read again when they change (`watch`).
+    settings: Settings,
+    /// Each file (cert, key, for each entry) as it was just before it was read.
+    stamps: Vec<Option<Stamp>>,
+}
+
+impl fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certificates")
+            .field("certs", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Certificates {
+    /// Reads and checks every file of `settings`: each is PEM, each key is its
+    /// certificate's, no certificate has expired by `now`. The first error stops it.
+    pub fn load(settings: &Settings, now: SystemTime) -> Result<Certificates, Error> {
+        let Some(first) = settings.certs.first() else {
+            return Err(Error {
+                index: 0,
+                part: Part::Cert,
+                path: PathBuf::new(),
+                kind: ErrorKind::NoCertificates,
+            });
+        };
+        // Taken before the files are read: a file rewritten meanwhile differs from its
+        // stamp, and is read again.
+        let stamps = stamps(settings);
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let now = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let mut keys = Vec::with_capacity(settings.certs.len());
+        let mut info = Vec::with_capacity(settings.certs.len());
+        for (index, files) in settings.certs.iter().enumerate() {
+            let (key, cert_info) = load_one(index, files, &provider, now)?;
+            keys.push(Arc::new(key));
+            info.push(cert_info);
+        }
+        let fail = |kind| Error {
+            index: 0,
+            part: Part::Cert,
+            path: first.cert.clone(),
+            kind,
+        };
+        let resolver = sni::BySni::new(
+            keys,
+            info.iter().map(|i| i.names.as_slice()).collect::<Vec<_>>(),
+        );
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(resolver));
+        // Not `h2`: HTTP/2 is not served yet (see the module's doc).
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.ticketer = ticketer().map_err(|e| fail(ErrorKind::Rustls(e)))?;
+        Ok(Certificates {
+            config: Arc::new(config),
+            info,
+            settings: settings.clone(),
+            stamps,
+        })
+    }
+
+    /// The files' stamps now, in the order of `stamps`.
+    fn stamps_now(&self) -> Vec<Option<Stamp>> {
+        stamps(&self.settings)
+    }
+
+    /// Each certificate, in the order configured.
+    pub fn info(&self) -> &[CertInfo] {
+        &self.info
+    }
+
+    /// The certificates whose notAfter comes within `EXPIRY_WARNING` of `now`.
+    pub fn expiring(&self, now: SystemTime) -> impl Iterator<Item = &CertInfo> {
+        let limit = now
+            .checked_add(EXPIRY_WARNING)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.info.iter().filter(move |c| c.not_after <= limit)
+    }
+
+    pub(crate) fn server_config(&self) -> &Arc<ServerConfig> {
+        &self.config
+    }
+}
+
+fn stamps(settings: &Settings) -> Vec<Option<Stamp>> {
+    settings
+        .certs
+        .iter()
+        .flat_map(|f| [Stamp::of(&f.cert), Stamp::of(&f.key)])
+        .collect()
+}
+
+/// The process's one ticketer: every listener's, and every reload's, so a session
+/// ticket stays good across reloads.
+fn ticketer() -> Result<Arc<dyn ProducesTickets>, String> {
+    static TICKETER: OnceLock<Arc<dyn ProducesTickets>> = OnceLock::new();
+    if let Some(t) = TICKETER.get() {
+        return Ok(Arc::clone(t));
+    }
+    let made = rustls::crypto::aws_lc_rs::Ticketer::new()
+        .map_err(|e| format!("cannot start the session ticketer: {e}"))?;
+    // Two threads may race here; the first one set is the one everyone uses.
+    Ok(Arc::clone(TICKETER.get_or_init(|| made)))
+}
+
+fn read(index: usize, part: Part, path: &Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| Error {
+        index,
+        part,
+        path: path.to_owned(),
+        kind: ErrorKind::Read(e.to_string()),
+    })
+}
+
+/// Whether `bytes` look like PEM at all: a file with no BEGIN line is some other format
+/// (DER, a typo'd path to another file), which says more than "no certificate".
+fn has_pem_section(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, b"-----BEGIN ").is_some()
+}
+
+fn load_one(
+    index: usize,
+    files: &CertFiles,
+    provider: &CryptoProvider,
+    now: i64,
+) -> Result<(CertifiedKey, CertInfo), Error> {
+    let err = |part, path: &Path, kind| Error {
+        index,
+        part,
+        path: path.to_owned(),
+        kind,
+    };
+    let cert_bytes = read(index, Part::Cert, &files.cert)?;
+    let chain = CertificateDer::pem_slice_iter(&cert_bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::NotPem(e.to_string())))?;
+    if chain.is_empty() {
+        let kind = if has_pem_section(&cert_bytes) {
+            ErrorKind::Missing("CERTIFICATE")
+        } else {
+            ErrorKind::NotPem("no -----BEGIN line".into())
+        };
+        return Err(err(Part::Cert, &files.cert, kind));
+    }
+    let info = cert_info(&chain[0], &files.cert)
+        .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::BadCertificate(e)))?;
+    if info.not_after < now {
+        return Err(err(
+            Part::Cert,
+            &files.cert,
+            ErrorKind::Expired {
+                not_after: info.not_after_text(),
+            },
+        ));
+    }
+    let key_bytes = if files.key == files.cert {
+        cert_bytes
+    } else {
+        read(index, Part::Key, &files.key)?
+    };
+    let key = match PrivateKeyDer::from_pem_slice(&key_bytes) {
+        Ok(key) => key,
+        Err(rustls_pki_types::pem::Error::NoItemsFound) => {
+            let kind = if has_pem_section(&key_bytes) {
+                ErrorKind::Missing("PRIVATE KEY")
+            } else {
+                ErrorKind::NotPem("no -----BEGIN line".into())
+            };
+            return Err(err(Part::Key, &files.key, kind));
+        }
+        Err(e) => return Err(err(Part::Key, &files.key, ErrorKind::NotPem(e.to_string()))),
+    };
+    let certified = CertifiedKey::from_der(chain, key, provider).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => err(
+            Part::Key,
+            &files.key,
+            ErrorKind::KeyMismatch {
+                cert: files.cert.clone(),
+            },
+        ),
+        e => err(Part::Key, &files.key, ErrorKind::BadKey(e.to_string())),
+    })?;
+    Ok((certified, info))
+}
+
+/// The names and notAfter of a certificate.
+fn cert_info(der: &CertificateDer<'_>, path: &Path) -> Result<CertInfo, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push(dns.to_ascii_lowercase());
+            }
+        }
+    }
+    if names.is_empty() {
+        // No SAN DNS name: the CN, as HAProxy falls back to (clients no longer accept a
+        // CN alone, but a default certificate may still be such a one).
+        names.extend(
+            cert.subject()
+                .iter_common_name()
+                .filter_map(|cn| cn.as_str().ok())
+                .map(str::to_ascii_lowercase),
+        );
+    }
+    Ok(CertInfo {
+        path: path.display().to_string(),
+        names,
+        not_after: cert.validity().not_after.timestamp(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory of this test process.
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("drover-tls-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A self-signed certificate for `names`, valid until `until` (a year), written as
+    /// `NAME.pem` and `NAME.key` in `d`.
+    fn cert(d: &Path, name: &str, names: &[&str], until: i32) -> CertFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until, 1, 1);
+        let c = params.self_signed(&key).unwrap();
+        let files = CertFiles {
+            cert: d.join(format!("{name}.pem")),
+            key: d.join(format!("{name}.key")),
+        };
+        std::fs::write(&files.cert, c.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+
+    fn load(certs: Vec<CertFiles>) -> Result<Certificates, Error> {
+        Certificates::load(&Settings { certs }, SystemTime::now())
+    }
+
+    #[test]
+    fn loads_names_and_expiry() {
+        let d = dir("ok");
+        let a = cert(&d, "a", &["a.test", "*.w.test"], 2100);
+        let combined = d.join("combined.pem");
+        let b = cert(&d, "b", &["B.test"], 2101);
+        let text =
+            std::fs::read_to_string(&b.cert).unwrap() + &std::fs::read_to_string(&b.key).unwrap();
+        std::fs::write(&combined, text).unwrap();
+        let c = load(vec![
+            a,
+            CertFiles {
+                cert: combined.clone(),
+                key: combined,
+            },
+        ])
+        .unwrap();
+        let info = c.info();
+        assert_eq!(info[0].names, ["a.test", "*.w.test"]);
+        assert_eq!(info[1].names, ["b.test"], "lowercase");
+        // 2100-01-01T00:00:00Z
+        assert_eq!(info[0].not_after, 4_102_444_800);
+        assert_eq!(info[0].not_after_text(), "Jan  1 00:00:00 2100 +00:00");
+        assert_eq!(c.expiring(SystemTime::now()).count(), 0);
+        let late = UNIX_EPOCH + Duration::from_secs(4_102_444_800 - 13 * 24 * 3600);
+        let names: Vec<&str> = c.expiring(late).map(|i| i.path.as_str()).collect();
+        assert_eq!(names.len(), 1, "only a.pem is within 14 days: {names:?}");
+        assert!(names[0].ends_with("a.pem"));
+    }
+
+    #[test]
+    fn each_bad_file_is_named_with_why() {
+        let d = dir("bad");
+        let good = cert(&d, "good", &["good.test"], 2100);
+        let other = cert(&d, "other", &["other.test"], 2100);
+        let old = cert(&d, "old", &["old.test"], 2001);
+        let not_pem = d.join("not.pem");
+        std::fs::write(&not_pem, "hello, I am not a certificate\n").unwrap();
+        let broken = d.join("broken.pem");
+        std::fs::write(
+            &broken,
+            "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let missing = d.join("missing.pem");
+        let with = |cert: &Path, key: &Path| {
+            load(vec![
+                good.clone(),
+                CertFiles {
+                    cert: cert.to_owned(),
+                    key: key.to_owned(),
+                },
+            ])
+            .unwrap_err()
+        };
+        let check = |e: Error, part: Part, path: &Path, text: &str| {
+            assert_eq!((e.index, e.part, e.path.as_path()), (1, part, path), "{e}");
+            let shown = e.to_string();
+            assert!(shown.contains(&path.display().to_string()), "{shown}");
+            assert!(shown.contains(text), "{shown} lacks {text:?}");
+        };
+        check(
+            with(&missing, &good.key),
+            Part::Cert,
+            &missing,
+            "cannot read",
+        );
+        check(
+            with(&good.cert, &missing),
+            Part::Key,
+            &missing,
+            "cannot read",
+        );
+        check(
+            with(&not_pem, &good.key),
+            Part::Cert,
+            &not_pem,
+            "is not PEM",
+        );
+        check(
+            with(&good.cert, &not_pem),
+            Part::Key,
+            &not_pem,
+            "is not PEM",
+        );
+        check(with(&broken, &good.key), Part::Cert, &broken, "is not PEM");
+        check(
+            with(&good.key, &good.key),
+            Part::Cert,
+            &good.key,
+            "no CERTIFICATE section",
+        );
+        check(
+            with(&good.cert, &good.cert),
+            Part::Key,
+            &good.cert,
+            "no PRIVATE KEY section",
+        );
+        check(
+            with(&good.cert, &other.key),
+            Part::Key,
+            &other.key,
+            "is not the private key of the certificate in",
+        );
+        check(
+            with(&old.cert, &old.key),
+            Part::Cert,
+            &old.cert,
+            "expired on Jan  1 00:00:00 2001",
+        );
+        let none = Certificates::load(&Settings { certs: Vec::new() }, SystemTime::now());
+        assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
+    }
+
+    /// `from` moved over `to`, as renewal tools replace files (a new inode).
+    fn replace(from: &Path, to: &Path) {
+        std::fs::rename(from, to).unwrap();
+    }
+
+    #[test]
+    fn changed_files_are_read_once_settled_and_a_bad_change_is_not_retried_until_it_changes() {
+        let d = dir("watch");
+        let a = cert(&d, "a", &["a.test"], 2100);
+        let certs = load(vec![a.clone()]).unwrap();
+        let mut watch = watch::Watch::default();
+        assert!(watch.look(&certs).is_none(), "nothing changed");
+
+        let b = cert(&d, "b", &["b.test"], 2100);
+        replace(&b.cert, &a.cert);
+        // The certificate changed and its key not yet: not read while settling.
+        assert!(watch.look(&certs).is_none(), "read before it settled");
+        replace(&b.key, &a.key);
+        assert!(watch.look(&certs).is_none(), "read before it settled");
+        let read = watch.look(&certs).expect("read once settled").unwrap();
+        assert_eq!(read.info()[0].names, ["b.test"]);
+        assert!(watch.look(&read).is_none(), "the files it was read from");
+
+        std::fs::write(d.join("bad"), "garbage\n").unwrap();
+        replace(&d.join("bad"), &a.cert);
+        assert!(watch.look(&read).is_none());
+        let e = watch.look(&read).expect("read once settled").unwrap_err();
+        assert_eq!((e.part, e.path.as_path()), (Part::Cert, a.cert.as_path()));
+        assert!(watch.look(&read).is_none(), "tried again unchanged");
+        assert!(watch.look(&read).is_none(), "tried again unchanged");
+        let c = cert(&d, "c", &["c.test"], 2100);
+        replace(&c.cert, &a.cert);
+        replace(&c.key, &a.key);
+        assert!(watch.look(&read).is_none());
+        let fixed = watch.look(&read).expect("read once settled").unwrap();
+        assert_eq!(fixed.info()[0].names, ["c.test"]);
+    }
+
+    #[test]
+    fn one_ticketer_for_the_process() {
+        let a = ticketer().unwrap();
+        let b = ticketer().unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "a reload must keep the ticket key");
+    }
+}
