@@ -343,6 +343,25 @@ pub async fn spawn_backend_process_on(name: &str, addr: SocketAddr) -> ChildProc
     spawn_ready_line(cmd, "listening on ").await
 }
 
+/// A loopback TCP port the OS says is free now (bound, then let go), never the same one
+/// twice in this process: for peers that take no port 0 (systemd-socket-activate, a
+/// config written before its server starts).
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("a free loopback port")
+            .local_addr()
+            .expect("a bound socket's address")
+            .port();
+        let mut given = lock(&GIVEN);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,24 +426,5 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "echo boom >&2; exit 3"]);
         spawn_ready_line(cmd, "listening on ").await;
-    }
-}
-
-/// A loopback TCP port the OS says is free now (bound, then let go), never the same one
-/// twice in this process: for peers that take no port 0 (systemd-socket-activate, a
-/// config written before its server starts).
-pub fn free_port() -> u16 {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a free loopback port")
-            .local_addr()
-            .expect("a bound socket's address")
-            .port();
-        let mut given = lock(&GIVEN);
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
     }
 }
