@@ -626,6 +626,18 @@ async fn max_conns_queues_connections_and_a_full_queue_closes_them() {
     );
 }
 
+/// Waits until the first balancer's health checks mark `addr` down.
+async fn wait_down(admin: SocketAddr, addr: SocketAddr) {
+    let down = wait_until_async(PATIENCE, || async {
+        status(admin).await.balancers[0]
+            .endpoints
+            .iter()
+            .any(|e| e.addr == addr.to_string() && !e.healthy)
+    })
+    .await;
+    assert!(down, "{addr} never marked down");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_health_check_takes_a_dead_backend_out_before_any_client_meets_it() {
     let (dead, live) = (dead_port(), echo().await);
@@ -634,16 +646,7 @@ async fn a_tcp_health_check_takes_a_dead_backend_out_before_any_client_meets_it(
         &["--health-tcp", "--health-interval", "100ms", "--fall", "1"],
     )
     .await;
-    assert!(
-        wait_until_async(PATIENCE, || async {
-            let s = status(admin).await;
-            s.balancers[0]
-                .endpoints
-                .iter()
-                .any(|e| e.addr == dead.to_string() && !e.healthy)
-        })
-        .await
-    );
+    wait_down(admin, dead).await;
     for i in 0..10 {
         let data = format!("hi {i}");
         assert_eq!(round_trip(d.addr(), data.as_bytes()).await, data.as_bytes());
@@ -675,16 +678,7 @@ async fn a_send_and_receive_check_takes_out_a_backend_that_answers_wrong() {
         ],
     )
     .await;
-    assert!(
-        wait_until_async(PATIENCE, || async {
-            let s = status(admin).await;
-            s.balancers[0]
-                .endpoints
-                .iter()
-                .any(|e| e.addr == wrong.to_string() && !e.healthy)
-        })
-        .await
-    );
+    wait_down(admin, wrong).await;
     let s = status(admin).await;
     assert!(s.balancers[0]
         .endpoints
