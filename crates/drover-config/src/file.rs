@@ -1612,9 +1612,6 @@ fn validate_balancer(
             };
             return Err(ctx.at(at, key(k), why));
         }
-        if let Some(pp) = &raw.proxy_protocol {
-            return Err(http_only(pp.span(), "proxy_protocol"));
-        }
         if let Some(log) = &raw.access_log {
             return Err(http_only(log.span(), "access_log"));
         }
@@ -1639,9 +1636,13 @@ fn validate_balancer(
         }
         if let Some(t) = &raw.timeouts {
             let spans = [
+                // With a PROXY header to read, it bounds that read, as in HTTP mode.
                 (
                     "timeouts.header_read",
-                    t.header_read.as_ref().map(Spanned::span),
+                    t.header_read
+                        .as_ref()
+                        .filter(|_| raw.proxy_protocol.is_none())
+                        .map(Spanned::span),
                 ),
                 ("timeouts.request", t.request.as_ref().map(Spanned::span)),
                 ("timeouts.client", t.client.as_ref().map(Spanned::span)),
@@ -2454,6 +2455,18 @@ sticky = { cookie = "sid" }
         assert_eq!(plan.proxy.protocol, Protocol::Tcp);
         assert_eq!(plan.proxy.timeouts.half_close, Duration::from_secs(3));
         assert!(!plan.pool.adaptive_limit);
+        // Behind another balancer: the PROXY header is read, by header_read (which a
+        // TCP balancer without one refuses: see the test below).
+        let behind = ok(&format!(
+            "{MINIMAL}mode = \"tcp\"\nproxy_protocol = {{ trusted = [\"10.0.0.0/8\"] }}\n\
+             timeouts = {{ header_read = \"2s\" }}\n"
+        ));
+        let b = &behind.balancers[0];
+        assert_eq!(b.proxy_protocol, Some("10.0.0.0/8".parse().unwrap()));
+        assert_eq!(b.timeouts.header_read, Duration::from_secs(2));
+        let plan = crate::plan::BalancerPlan::from_config(b).unwrap();
+        assert_eq!(plan.proxy.proxy_protocol, b.proxy_protocol);
+        assert_eq!(plan.proxy.timeouts.header_read, Duration::from_secs(2));
         let capped = ok(&format!("{MINIMAL}mode = \"tcp\"\nmax_conns = 100\n"));
         assert_eq!(capped.balancers[0].max_conns, ConnLimit::Fixed(100));
         for strategy in ["least-conn", "p2c", "round-robin", "weighted", "random"] {
@@ -2547,11 +2560,6 @@ sticky = { cookie = "sid" }
                 "limits = { max_headers = 10 }",
                 "balancer[0].limits",
                 "request heads",
-            ),
-            (
-                "proxy_protocol = { trusted = [\"10.0.0.0/8\"] }",
-                "balancer[0].proxy_protocol",
-                "PROXY protocol",
             ),
             (
                 "timeouts = { header_read = \"1s\" }",

@@ -715,9 +715,11 @@ fn escaped(s: &str) -> Result<Bytes, String> {
 fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
     let d = balancer();
     let given = [
+        // With a PROXY header to read, it bounds that read, as in HTTP mode.
         (
             "timeouts.header_read",
-            a.header_timeout != d.timeouts.header_read,
+            a.header_timeout != d.timeouts.header_read
+                && a.proxy_protocol.proxy_protocol_from.is_none(),
         ),
         ("timeouts.request", a.request_timeout != d.timeouts.request),
         ("timeouts.client", a.client_timeout != d.timeouts.client),
@@ -728,10 +730,6 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
         ),
         ("health.path", a.health_path.is_some()),
         ("access_log", a.access_log.access_log != d.access_log.format),
-        (
-            "proxy_protocol",
-            a.proxy_protocol.proxy_protocol_from.is_some(),
-        ),
         ("tls", !a.tls.tls_cert.is_empty()),
         ("redirect_to_https", a.redirect_to_https.is_some()),
     ];
@@ -969,10 +967,6 @@ mod tests {
                 &["--access-log", "json"],
                 "--access-log does not apply to --tcp",
             ),
-            (
-                &["--proxy-protocol-from", "10.0.0.0/8"],
-                "--proxy-protocol-from does not apply to --tcp",
-            ),
             (&["-s", "peak-ewma"], "--tcp: strategy \"peak-ewma\""),
             (&["-s", "sticky"], "--tcp: strategy \"sticky\""),
             (&["-s", "hash", "--hash-key", "path"], "only \"client-ip\""),
@@ -987,6 +981,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "--half-close-timeout applies to --tcp only");
+        // Behind another balancer, the header timeout bounds the PROXY header's read.
+        let behind = proxy(&[
+            "--tcp",
+            "--proxy-protocol-from",
+            "10.0.0.0/8",
+            "--header-timeout",
+            "2s",
+        ])
+        .unwrap();
+        assert_eq!(behind.proxy_protocol, Some("10.0.0.0/8".parse().unwrap()));
+        assert_eq!(behind.timeouts.header_read, Duration::from_secs(2));
     }
 
     /// Each default has one definition, in the library where it has one: `drover proxy`

@@ -153,7 +153,7 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
     HttpOnly {
         key: "timeouts.header_read",
         flag: Some("--header-timeout"),
-        why: "there is no request head to read (timeouts.idle bounds a silent client)",
+        why: "there is no request head to read (timeouts.idle bounds a silent client); with proxy_protocol it bounds the PROXY header",
     },
     HttpOnly {
         key: "timeouts.request",
@@ -189,11 +189,6 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         key: "access_log",
         flag: Some("--access-log"),
         why: "its lines are per HTTP request; TCP mode has not got a log yet",
-    },
-    HttpOnly {
-        key: "proxy_protocol",
-        flag: Some("--proxy-protocol-from"),
-        why: "TCP mode does not read a PROXY protocol header yet",
     },
     HttpOnly {
         key: "tls",

@@ -8,7 +8,9 @@
 //! IP address. A connect that fails goes to another endpoint, up to `retries` times,
 //! and counts against the endpoint's passive health as an HTTP connect failure does.
 //! With `send_proxy_protocol`, each backend connection starts with a header naming the
-//! client.
+//! client. With `proxy_protocol`, a connection is first read for the header another
+//! balancer sends, as in HTTP mode (`proxy_protocol::read_client`), and the client it
+//! names is the one hashed, named on to the backend and logged.
 //!
 //! The relay keeps both directions in one task, each reading only once its last bytes
 //! were written (backpressure: a slow reader holds at most one buffer of the other
@@ -24,6 +26,7 @@
 use crate::admission::Slot;
 use crate::error::ProxyError;
 use crate::options::{HashKey, Timeouts};
+use crate::proxy_protocol;
 use crate::state::{BalancerState, ClientConnection, ThreadCell};
 use crate::upstream;
 use drover_balance::{clock, Endpoint, PickContext};
@@ -34,6 +37,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -51,7 +55,7 @@ static UNSERVED_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
 /// Serves one accepted client connection in TCP mode.
 pub(crate) async fn serve(
-    client: TcpStream,
+    mut client: TcpStream,
     peer: SocketAddr,
     cell: Arc<ThreadCell>,
     _counted: ClientConnection,
@@ -61,14 +65,59 @@ pub(crate) async fn serve(
     let shared = &thread.shared;
     shared.active.fetch_add(1, Relaxed);
     let _active = Open(Arc::clone(&shared.active));
+    // Behind another balancer (`proxy_protocol`): the client is the one its header
+    // names, read by the header read timeout as in HTTP mode. Client bytes that came
+    // with the header are kept, to go to the backend first.
+    let mut early = Vec::new();
+    let mut peer = peer;
+    if let Some(trusted) = &shared.opts.proxy_protocol {
+        let deadline = Instant::now() + shared.opts.timeouts.header_read;
+        let named = proxy_protocol::read_client(
+            trusted,
+            &shared.stats,
+            &mut client,
+            &mut early,
+            peer,
+            deadline,
+        );
+        match named.await {
+            Some(named) => peer = named,
+            None => return,
+        }
+    }
     // Where the client reached drover, for a PROXY protocol header to the backend.
     let local = client.local_addr().unwrap_or(shared.opts.listen);
-    let Some((backend, slot)) = place(shared, peer, local).await else {
+    let Some((mut backend, slot)) = place(shared, peer, local).await else {
         return;
     };
     shared.stats.record_tcp_connection();
-    let ended = relay(&client, &backend, &shared.opts.timeouts, &shared.stats).await;
+    let ended = match pass_early(&mut backend, &early, &shared.opts.timeouts).await {
+        Ok(()) => {
+            shared.stats.record_tcp_bytes_in(early.len() as u64);
+            drop(early);
+            relay(&client, &backend, &shared.opts.timeouts, &shared.stats).await
+        }
+        Err(e) => {
+            debug!(%peer, "tcp relay, client to backend: {e}");
+            Ended::Failed
+        }
+    };
     debug!(%peer, endpoint = %slot.pick().endpoint().addr(), ?ended, "tcp connection ended");
+}
+
+/// Writes the client's bytes that arrived with its PROXY header to `backend`, before
+/// the relay reads more: bounded by the idle timeout, as any relayed write is.
+async fn pass_early(backend: &mut TcpStream, early: &[u8], timeouts: &Timeouts) -> io::Result<()> {
+    if early.is_empty() {
+        return Ok(());
+    }
+    match tokio::time::timeout(timeouts.idle, backend.write_all(early)).await {
+        Ok(written) => written,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the backend took nothing within the idle timeout",
+        )),
+    }
 }
 
 /// Counts an open client connection of the listener until dropped (drain waits for 0).
