@@ -729,12 +729,18 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             a.body_min_rate != d.timeouts.body_min_rate,
         ),
         ("health.path", a.health_path.is_some()),
-        ("access_log", a.access_log.access_log != d.access_log.format),
         ("tls", !a.tls.tls_cert.is_empty()),
         ("redirect_to_https", a.redirect_to_https.is_some()),
     ];
-    match given.into_iter().find(|(_, given)| *given) {
-        Some((key, _)) => Err(model::HttpOnly::of(key).in_flags()),
+    if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+        return Err(model::HttpOnly::of(key).in_flags());
+    }
+    let log = &a.access_log;
+    match model::tcp_access_log_refusal(log.access_log, log.access_log_fields.is_some()) {
+        Some(why) if log.access_log == model::AccessLogFormat::Combined => {
+            Err(format!("--access-log combined: {why}"))
+        }
+        Some(why) => Err(format!("--access-log-fields: {why}")),
         None => Ok(()),
     }
 }
@@ -964,8 +970,12 @@ mod tests {
                 "--health-path does not apply to --tcp",
             ),
             (
-                &["--access-log", "json"],
-                "--access-log does not apply to --tcp",
+                &["--access-log", "combined"],
+                "--access-log combined: format \"combined\" is a line per HTTP request",
+            ),
+            (
+                &["--access-log", "json", "--access-log-fields", "status"],
+                "--access-log-fields: a TCP balancer's lines have fixed fields",
             ),
             (&["-s", "peak-ewma"], "--tcp: strategy \"peak-ewma\""),
             (&["-s", "sticky"], "--tcp: strategy \"sticky\""),
@@ -992,6 +1002,8 @@ mod tests {
         .unwrap();
         assert_eq!(behind.proxy_protocol, Some("10.0.0.0/8".parse().unwrap()));
         assert_eq!(behind.timeouts.header_read, Duration::from_secs(2));
+        let logged = proxy(&["--tcp", "--access-log", "json"]).unwrap();
+        assert_eq!(logged.access_log.format, model::AccessLogFormat::Json);
     }
 
     /// Each default has one definition, in the library where it has one: `drover proxy`

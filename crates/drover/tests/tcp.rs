@@ -724,6 +724,117 @@ async fn hash_on_the_client_address_uses_the_client_the_header_names() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The access log: a JSON line per connection
+// ---------------------------------------------------------------------------------------
+
+/// The JSON lines of the log at `path`, once there are `n` (written as connections end).
+async fn log_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    let read = || {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect::<Vec<serde_json::Value>>()
+    };
+    let complete = wait_until_async(PATIENCE, || async { read().len() >= n }).await;
+    assert!(complete, "{:?}", read());
+    read()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_log_line_per_connection_says_its_bytes_and_endpoint() {
+    let backend = answers_after_the_end().await;
+    let path = temp_dir("tcp-access-log").join("tcp.log");
+    let (d, _admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    for (from, sent) in [("127.0.0.7", 5), ("127.0.0.8", 70_000)] {
+        let got = send_and_read(connect_from(from, d.addr()).await, &vec![b'a'; sent]).await;
+        assert!(got.starts_with(&format!("got {sent} bytes\n")));
+    }
+    let lines = log_lines(&path, 2).await;
+    for (line, (client, received)) in lines.iter().zip([("127.0.0.7", 5), ("127.0.0.8", 70_000)]) {
+        let answer = format!("got {received} bytes\n").len() + 1_000_000;
+        assert_eq!(line["client"], client, "{line}");
+        assert_eq!(line["endpoint"], backend.to_string(), "{line}");
+        assert_eq!(line["bytes_received"], received, "{line}");
+        assert_eq!(line["bytes_sent"], answer, "{line}");
+        assert_eq!(line["end"], "done", "{line}");
+        assert_eq!(line["retries"], 0, "{line}");
+        assert!(line["error"].is_null(), "{line}");
+        assert!(
+            line["connect_ms"].is_number() && line["duration_ms"].is_number(),
+            "{line}"
+        );
+        assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_no_backend_takes_is_logged_with_its_cause() {
+    let path = temp_dir("tcp-access-log-unserved").join("tcp.log");
+    let (d, _admin) = tcp_proxy(
+        &[dead_port(), dead_port()],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(read_from("127.0.0.7", d.addr()).await, "");
+    let lines = log_lines(&path, 1).await;
+    let line = &lines[0];
+    assert_eq!(line["client"], "127.0.0.7", "{line}");
+    assert!(
+        line["endpoint"].is_null() && line["connect_ms"].is_null(),
+        "{line}"
+    );
+    assert_eq!(line["end"], "unserved", "{line}");
+    assert_eq!(line["error"], "connect-failed", "{line}");
+    // Two backends, both tried: one retry.
+    assert_eq!(line["retries"], 1, "{line}");
+    assert_eq!(
+        (line["bytes_received"].as_u64(), line["bytes_sent"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_a_proxy_header_names_is_the_one_logged() {
+    let backend = echo().await;
+    let path = temp_dir("tcp-access-log-proxy").join("tcp.log");
+    let (d, _admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.1",
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let header = b"PROXY TCP4 198.51.100.4 10.0.0.1 5000 80\r\nhello";
+    let got = send_and_read(connect_from("127.0.0.1", d.addr()).await, header).await;
+    assert_eq!(got, "hello");
+    let lines = log_lines(&path, 1).await;
+    assert_eq!(lines[0]["client"], "198.51.100.4");
+    // The header is not the client's: only what followed it counts.
+    assert_eq!(lines[0]["bytes_received"], 5);
+    assert_eq!(lines[0]["bytes_sent"], 5);
+}
+
+// ---------------------------------------------------------------------------------------
 // Placement: hash on the client address, max_conns and its queue, health checks
 // ---------------------------------------------------------------------------------------
 
