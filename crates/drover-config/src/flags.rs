@@ -379,7 +379,9 @@ pub struct ProxyArgs {
     #[arg(long, default_value = shown(balancer().timeouts.connect), value_parser = drover_units::duration)]
     pub connect_timeout: Duration,
 
-    /// How long a client may take to send a request head (slow clients are cut off).
+    /// How long a client may take to send a request head (slow clients are cut off);
+    /// the PROXY protocol header and TLS handshake count in it. With --tcp, only the
+    /// PROXY header's (with --proxy-protocol-from).
     #[arg(long, default_value = shown(balancer().timeouts.header_read), value_parser = drover_units::duration)]
     pub header_timeout: Duration,
 
