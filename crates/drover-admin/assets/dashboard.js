@@ -151,6 +151,7 @@ function sample(s) {
       redraw(c);
     }
     balancerInfo(c, b);
+    certWarnings(c, b);
     endpointTable(c, b);
   }
   for (const [name, c] of charts) {
@@ -200,9 +201,11 @@ function chartsFor(name) {
   c.box.dataset.balancer = name;
   c.title = el('h2', { textContent: 'balancer ' + name });
   c.info = el('div', { className: 'meta' });
+  c.certs = el('div', { className: 'cert-warnings', hidden: true });
+  c.certs.setAttribute('role', 'alert');
   const row = el('div', { className: 'charts' });
   c.table = el('table', {}, el('thead'), el('tbody'));
-  c.box.append(c.title, c.info, row, c.table);
+  c.box.append(c.title, c.info, c.certs, row, c.table);
   $('balancers').append(c.box);
   const make = (title, series, pick, unit) => {
     const div = el('div');
@@ -245,6 +248,31 @@ function balancerInfo(c, b) {
     'retries ' + b.retries,
   ].filter(Boolean);
   c.info.textContent = parts.join(' · ');
+}
+
+// The certificates due for renewal: within 14 days of their notAfter, or past it (the
+// sampler picks them, by the same rule as the log's warning).
+function certWarnings(c, b) {
+  const lines = (b.expiring_certificates || []).map((k) => {
+    const date = new Date(k.not_after * 1000).toISOString().slice(0, 10);
+    const days = Math.round(Math.abs(k.days_left));
+    const span = days + (days === 1 ? ' day' : ' days');
+    const expired = k.days_left < 0;
+    const text = expired
+      ? 'TLS certificate ' + k.cert + ' expired on ' + date + ' (' + span + ' ago): renew it'
+      : 'TLS certificate ' + k.cert + ' expires on ' + date + ' (in ' + span + '): renew it';
+    return { text, expired, cert: k.cert };
+  });
+  // Rebuilt only when the text changes: an alert is announced again at each change.
+  const shown = lines.map((l) => l.text).join('\n');
+  if (c.certs.dataset.shown === shown) return;
+  c.certs.dataset.shown = shown;
+  c.certs.replaceChildren(...lines.map((l) => {
+    const p = el('p', { className: 'cert-warning' + (l.expired ? ' expired' : ''), textContent: '\u26a0 ' + l.text });
+    p.dataset.cert = l.cert;
+    return p;
+  }));
+  c.certs.hidden = !lines.length;
 }
 
 // ---- tables -------------------------------------------------------------------------

@@ -1612,12 +1612,6 @@ fn validate_balancer(
             };
             return Err(ctx.at(at, key(k), why));
         }
-        if let Some(pp) = &raw.proxy_protocol {
-            return Err(http_only(pp.span(), "proxy_protocol"));
-        }
-        if let Some(log) = &raw.access_log {
-            return Err(http_only(log.span(), "access_log"));
-        }
         if let Some(tls) = &raw.tls {
             return Err(http_only(tls.span(), "tls"));
         }
@@ -1639,9 +1633,13 @@ fn validate_balancer(
         }
         if let Some(t) = &raw.timeouts {
             let spans = [
+                // With a PROXY header to read, it bounds that read, as in HTTP mode.
                 (
                     "timeouts.header_read",
-                    t.header_read.as_ref().map(Spanned::span),
+                    t.header_read
+                        .as_ref()
+                        .filter(|_| raw.proxy_protocol.is_none())
+                        .map(Spanned::span),
                 ),
                 ("timeouts.request", t.request.as_ref().map(Spanned::span)),
                 ("timeouts.client", t.client.as_ref().map(Spanned::span)),
@@ -1919,7 +1917,9 @@ fn validate_balancer(
         b.tls = Some(validate_tls(tls, &key, ctx)?);
     }
     if let Some(log) = raw.access_log {
+        let log_span = log.span();
         let log = log.into_inner();
+        let fields_span = log.fields.as_ref().map(Spanned::span);
         if let Some(f) = log.format {
             b.access_log.format = f.0;
         }
@@ -1956,6 +1956,19 @@ fn validate_balancer(
             fields.sort();
             fields.dedup();
             b.access_log.fields = fields;
+        }
+        if let Some(why) = tcp
+            .then(|| tcp_access_log_refusal(b.access_log.format, fields_span.is_some()))
+            .flatten()
+        {
+            // The format has no span of its own (a parsed string): the table's, then.
+            let (at, k) = match fields_span {
+                Some(f) if b.access_log.format != crate::AccessLogFormat::Combined => {
+                    (f, "access_log.fields")
+                }
+                _ => (log_span, "access_log.format"),
+            };
+            return Err(ctx.at(at, key(k), why));
         }
     }
     Ok(b)
@@ -2454,6 +2467,27 @@ sticky = { cookie = "sid" }
         assert_eq!(plan.proxy.protocol, Protocol::Tcp);
         assert_eq!(plan.proxy.timeouts.half_close, Duration::from_secs(3));
         assert!(!plan.pool.adaptive_limit);
+        // Behind another balancer: the PROXY header is read, by header_read (which a
+        // TCP balancer without one refuses: see the test below).
+        let behind = ok(&format!(
+            "{MINIMAL}mode = \"tcp\"\nproxy_protocol = {{ trusted = [\"10.0.0.0/8\"] }}\n\
+             timeouts = {{ header_read = \"2s\" }}\n"
+        ));
+        let b = &behind.balancers[0];
+        assert_eq!(b.proxy_protocol, Some("10.0.0.0/8".parse().unwrap()));
+        assert_eq!(b.timeouts.header_read, Duration::from_secs(2));
+        let plan = crate::plan::BalancerPlan::from_config(b).unwrap();
+        assert_eq!(plan.proxy.proxy_protocol, b.proxy_protocol);
+        assert_eq!(plan.proxy.timeouts.header_read, Duration::from_secs(2));
+        // A line per connection, in JSON.
+        let logged = ok(&format!(
+            "{MINIMAL}mode = \"tcp\"\naccess_log = {{ format = \"json\", path = \"/var/log/x.log\" }}\n"
+        ));
+        let log = &logged.balancers[0].access_log;
+        assert_eq!(
+            (log.format, log.path.as_str()),
+            (crate::AccessLogFormat::Json, "/var/log/x.log")
+        );
         let capped = ok(&format!("{MINIMAL}mode = \"tcp\"\nmax_conns = 100\n"));
         assert_eq!(capped.balancers[0].max_conns, ConnLimit::Fixed(100));
         for strategy in ["least-conn", "p2c", "round-robin", "weighted", "random"] {
@@ -2539,19 +2573,19 @@ sticky = { cookie = "sid" }
                 "tcp = true",
             ),
             (
-                "access_log = { format = \"json\" }",
-                "balancer[0].access_log",
-                "per HTTP request",
+                "access_log = { format = \"combined\" }",
+                "balancer[0].access_log.format",
+                "use format = \"json\", a line per connection",
+            ),
+            (
+                "access_log = { format = \"json\", fields = [\"status\"] }",
+                "balancer[0].access_log.fields",
+                "fixed fields (time, client, endpoint",
             ),
             (
                 "limits = { max_headers = 10 }",
                 "balancer[0].limits",
                 "request heads",
-            ),
-            (
-                "proxy_protocol = { trusted = [\"10.0.0.0/8\"] }",
-                "balancer[0].proxy_protocol",
-                "PROXY protocol",
             ),
             (
                 "timeouts = { header_read = \"1s\" }",

@@ -379,7 +379,9 @@ pub struct ProxyArgs {
     #[arg(long, default_value = shown(balancer().timeouts.connect), value_parser = drover_units::duration)]
     pub connect_timeout: Duration,
 
-    /// How long a client may take to send a request head (slow clients are cut off).
+    /// How long a client may take to send a request head (slow clients are cut off);
+    /// the PROXY protocol header and TLS handshake count in it. With --tcp, only the
+    /// PROXY header's (with --proxy-protocol-from).
     #[arg(long, default_value = shown(balancer().timeouts.header_read), value_parser = drover_units::duration)]
     pub header_timeout: Duration,
 
@@ -715,9 +717,11 @@ fn escaped(s: &str) -> Result<Bytes, String> {
 fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
     let d = balancer();
     let given = [
+        // With a PROXY header to read, it bounds that read, as in HTTP mode.
         (
             "timeouts.header_read",
-            a.header_timeout != d.timeouts.header_read,
+            a.header_timeout != d.timeouts.header_read
+                && a.proxy_protocol.proxy_protocol_from.is_none(),
         ),
         ("timeouts.request", a.request_timeout != d.timeouts.request),
         ("timeouts.client", a.client_timeout != d.timeouts.client),
@@ -727,16 +731,18 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             a.body_min_rate != d.timeouts.body_min_rate,
         ),
         ("health.path", a.health_path.is_some()),
-        ("access_log", a.access_log.access_log != d.access_log.format),
-        (
-            "proxy_protocol",
-            a.proxy_protocol.proxy_protocol_from.is_some(),
-        ),
         ("tls", !a.tls.tls_cert.is_empty()),
         ("redirect_to_https", a.redirect_to_https.is_some()),
     ];
-    match given.into_iter().find(|(_, given)| *given) {
-        Some((key, _)) => Err(model::HttpOnly::of(key).in_flags()),
+    if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+        return Err(model::HttpOnly::of(key).in_flags());
+    }
+    let log = &a.access_log;
+    match model::tcp_access_log_refusal(log.access_log, log.access_log_fields.is_some()) {
+        Some(why) if log.access_log == model::AccessLogFormat::Combined => {
+            Err(format!("--access-log combined: {why}"))
+        }
+        Some(why) => Err(format!("--access-log-fields: {why}")),
         None => Ok(()),
     }
 }
@@ -966,12 +972,12 @@ mod tests {
                 "--health-path does not apply to --tcp",
             ),
             (
-                &["--access-log", "json"],
-                "--access-log does not apply to --tcp",
+                &["--access-log", "combined"],
+                "--access-log combined: format \"combined\" is a line per HTTP request",
             ),
             (
-                &["--proxy-protocol-from", "10.0.0.0/8"],
-                "--proxy-protocol-from does not apply to --tcp",
+                &["--access-log", "json", "--access-log-fields", "status"],
+                "--access-log-fields: a TCP balancer's lines have fixed fields",
             ),
             (&["-s", "peak-ewma"], "--tcp: strategy \"peak-ewma\""),
             (&["-s", "sticky"], "--tcp: strategy \"sticky\""),
@@ -987,6 +993,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "--half-close-timeout applies to --tcp only");
+        // Behind another balancer, the header timeout bounds the PROXY header's read.
+        let behind = proxy(&[
+            "--tcp",
+            "--proxy-protocol-from",
+            "10.0.0.0/8",
+            "--header-timeout",
+            "2s",
+        ])
+        .unwrap();
+        assert_eq!(behind.proxy_protocol, Some("10.0.0.0/8".parse().unwrap()));
+        assert_eq!(behind.timeouts.header_read, Duration::from_secs(2));
+        let logged = proxy(&["--tcp", "--access-log", "json"]).unwrap();
+        assert_eq!(logged.access_log.format, model::AccessLogFormat::Json);
     }
 
     /// Each default has one definition, in the library where it has one: `drover proxy`

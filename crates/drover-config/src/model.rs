@@ -153,7 +153,7 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
     HttpOnly {
         key: "timeouts.header_read",
         flag: Some("--header-timeout"),
-        why: "there is no request head to read (timeouts.idle bounds a silent client)",
+        why: "there is no request head to read (timeouts.idle bounds a silent client); with proxy_protocol it bounds the PROXY header",
     },
     HttpOnly {
         key: "timeouts.request",
@@ -184,16 +184,6 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         key: "health.path",
         flag: Some("--health-path"),
         why: "a TCP backend may not speak HTTP: use tcp = true (--health-tcp), a connect check",
-    },
-    HttpOnly {
-        key: "access_log",
-        flag: Some("--access-log"),
-        why: "its lines are per HTTP request; TCP mode has not got a log yet",
-    },
-    HttpOnly {
-        key: "proxy_protocol",
-        flag: Some("--proxy-protocol-from"),
-        why: "TCP mode does not read a PROXY protocol header yet",
     },
     HttpOnly {
         key: "tls",
@@ -249,6 +239,21 @@ pub fn tcp_strategy_refusal(strategy: Strategy, hash: Option<&HashKey>) -> Optio
         (Strategy::Hash, Some(k)) if *k != HashKey::ClientIp => Some(format!("hash key {:?} is read from an HTTP request: in TCP mode only \"client-ip\" can be hashed", hash_key_name(k))),
         _ => None,
     }
+}
+
+/// Why a TCP balancer cannot have this access log, or `None` when it can: its lines
+/// are JSON, one per connection, with fixed fields (`access_log::TCP_FIELDS`).
+pub fn tcp_access_log_refusal(format: AccessLogFormat, fields_given: bool) -> Option<String> {
+    if format == AccessLogFormat::Combined {
+        return Some("format \"combined\" is a line per HTTP request (method, target, status), which TCP mode does not read: use format = \"json\", a line per connection".into());
+    }
+    if fields_given {
+        return Some(format!(
+            "a TCP balancer's lines have fixed fields ({}): leave fields out",
+            drover_proxy::access_log::TCP_FIELDS
+        ));
+    }
+    None
 }
 
 /// A hash key as written in a drover.toml.

@@ -133,6 +133,17 @@ pub struct CertificateExpiry {
     pub not_after: i64,
 }
 
+impl CertificateExpiry {
+    /// How long before its notAfter a certificate is warned of: in the log and by
+    /// `drover check` (at start and each reload), and on the dashboard.
+    pub const WARNING: std::time::Duration = std::time::Duration::from_secs(14 * 24 * 60 * 60);
+
+    /// Whether it expires within `WARNING` of `now` (Unix seconds), or already has.
+    pub fn due(&self, now: i64) -> bool {
+        self.not_after <= now.saturating_add(Self::WARNING.as_secs() as i64)
+    }
+}
+
 /// Why a TLS handshake on a listener failed. Few and fixed, so a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsFailure {

@@ -1,5 +1,6 @@
 //! Access logs: one line per answered request, in Apache/nginx's combined format or as
-//! JSON lines, per balancer.
+//! JSON lines, per balancer; on a TCP balancer, one JSON line per connection
+//! (`ConnectionRecord`).
 //!
 //! The request path never waits for the log. A serving thread formats the line into a
 //! thread-local buffer and appends it to the balancer's bounded in-memory buffer under a
@@ -315,20 +316,7 @@ pub fn write_json(out: &mut Vec<u8>, r: &Record<'_>, fields: &[Field]) {
         out.extend_from_slice(field.name().as_bytes());
         out.extend_from_slice(b"\":");
         match field {
-            Field::Time => {
-                let t = Civil::from_unix(r.time.as_secs());
-                out.push(b'"');
-                push_padded(out, t.year as u64, 4);
-                out.push(b'-');
-                push_padded(out, t.month as u64, 2);
-                out.push(b'-');
-                push_padded(out, t.day as u64, 2);
-                out.push(b'T');
-                t.push_time_of_day(out);
-                out.push(b'.');
-                push_padded(out, r.time.subsec_millis() as u64, 3);
-                out.extend_from_slice(b"Z\"");
-            }
+            Field::Time => push_time(out, r.time),
             Field::Client => json_string_or_null(out, r.client.map(str::as_bytes)),
             Field::Method => json_string_or_dash(out, r.method),
             Field::Target => json_string_or_dash(out, r.target),
@@ -341,14 +329,7 @@ pub fn write_json(out: &mut Vec<u8>, r: &Record<'_>, fields: &[Field]) {
                 None => out.extend_from_slice(b"null"),
             },
             Field::QueueMs => push_millis(out, r.queue),
-            Field::Endpoint => match r.endpoint {
-                Some(addr) => {
-                    out.push(b'"');
-                    write_addr(out, addr);
-                    out.push(b'"');
-                }
-                None => out.extend_from_slice(b"null"),
-            },
+            Field::Endpoint => push_endpoint(out, r.endpoint),
             Field::Retries => push_padded(out, r.retries as u64, 1),
             Field::Error => json_string_or_null(out, r.error.map(str::as_bytes)),
             Field::RequestId => json_string_or_null(out, r.request_id),
@@ -357,6 +338,94 @@ pub fn write_json(out: &mut Vec<u8>, r: &Record<'_>, fields: &[Field]) {
         }
     }
     out.extend_from_slice(b"}\n");
+}
+
+/// The fields of a TCP balancer's line, in the order they are written. Fixed: a
+/// connection has none of a request's fields, and these few are all it has.
+pub const TCP_FIELDS: &str = "time, client, endpoint, bytes_received, bytes_sent, duration_ms, queue_ms, connect_ms, retries, end, error";
+
+/// What a line says about one TCP connection (`mode = "tcp"`), written when it ends.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionRecord<'a> {
+    /// When the connection ended, since the Unix epoch.
+    pub time: Duration,
+    /// The client's IP address as text (the one a PROXY header named, if any).
+    pub client: &'a str,
+    /// The endpoint that took it; `None` when none did.
+    pub endpoint: Option<SocketAddr>,
+    /// Bytes from the client, relayed to the endpoint.
+    pub received: u64,
+    /// Bytes from the endpoint, relayed to the client.
+    pub sent: u64,
+    /// From accept to the end.
+    pub duration: Duration,
+    /// Waited for an endpoint under `max_conns`, over every try.
+    pub queue: Duration,
+    /// The connect to the endpoint that took it; `None` when none did.
+    pub connect: Option<Duration>,
+    pub retries: u32,
+    /// How it ended: `done`, `idle`, `half-close`, `failed` or `unserved`.
+    pub end: &'static str,
+    /// Why no endpoint took it (`drover_tcp_unserved_total`'s cause).
+    pub error: Option<&'static str>,
+}
+
+/// Appends `r` as one JSON object (with its newline) of `TCP_FIELDS` to `out`.
+pub fn write_connection_json(out: &mut Vec<u8>, r: &ConnectionRecord<'_>) {
+    out.extend_from_slice(b"{\"time\":");
+    push_time(out, r.time);
+    out.extend_from_slice(b",\"client\":");
+    json_string(out, r.client.as_bytes());
+    out.extend_from_slice(b",\"endpoint\":");
+    push_endpoint(out, r.endpoint);
+    out.extend_from_slice(b",\"bytes_received\":");
+    push_padded(out, r.received, 1);
+    out.extend_from_slice(b",\"bytes_sent\":");
+    push_padded(out, r.sent, 1);
+    out.extend_from_slice(b",\"duration_ms\":");
+    push_millis(out, r.duration);
+    out.extend_from_slice(b",\"queue_ms\":");
+    push_millis(out, r.queue);
+    out.extend_from_slice(b",\"connect_ms\":");
+    match r.connect {
+        Some(d) => push_millis(out, d),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"retries\":");
+    push_padded(out, r.retries as u64, 1);
+    out.extend_from_slice(b",\"end\":");
+    json_string(out, r.end.as_bytes());
+    out.extend_from_slice(b",\"error\":");
+    json_string_or_null(out, r.error.map(str::as_bytes));
+    out.extend_from_slice(b"}\n");
+}
+
+/// `"YYYY-MM-DDTHH:MM:SS.mmmZ"`.
+fn push_time(out: &mut Vec<u8>, time: Duration) {
+    let t = Civil::from_unix(time.as_secs());
+    out.push(b'"');
+    push_padded(out, t.year as u64, 4);
+    out.push(b'-');
+    push_padded(out, t.month as u64, 2);
+    out.push(b'-');
+    push_padded(out, t.day as u64, 2);
+    out.push(b'T');
+    t.push_time_of_day(out);
+    out.push(b'.');
+    push_padded(out, time.subsec_millis() as u64, 3);
+    out.extend_from_slice(b"Z\"");
+}
+
+/// `"ip:port"`, or `null`.
+fn push_endpoint(out: &mut Vec<u8>, endpoint: Option<SocketAddr>) {
+    match endpoint {
+        Some(addr) => {
+            out.push(b'"');
+            write_addr(out, addr);
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 fn json_string_or_null(out: &mut Vec<u8>, v: Option<&[u8]>) {
@@ -725,6 +794,17 @@ impl AccessLog {
         });
     }
 
+    /// As `log`, for a TCP balancer's connection (always JSON: the config refuses
+    /// `combined`, an HTTP request's format, on a TCP balancer).
+    pub fn log_connection(&self, r: &ConnectionRecord<'_>) {
+        LINE.with(|line| {
+            let mut line = line.borrow_mut();
+            line.clear();
+            write_connection_json(&mut line, r);
+            self.push(&line);
+        });
+    }
+
     /// Appends one formatted line (with its newline).
     pub fn push(&self, line: &[u8]) {
         let mut p = lock(&self.shared.pending);
@@ -944,6 +1024,69 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "10.1.2.3 - - [26/Nov/2026:15:11:41 +0000] \"-\" 400 - \"http://x/\" \"a \\x22q\\x22 \\x5C \\xFF\\x0A\"\n"
+        );
+    }
+
+    #[test]
+    fn a_connection_line_is_json_with_the_tcp_fields_in_order() {
+        let r = ConnectionRecord {
+            time: Duration::from_millis(1_795_705_901_123),
+            client: "10.1.2.3",
+            endpoint: Some("127.0.0.1:9001".parse().unwrap()),
+            received: 5,
+            sent: 300_000,
+            duration: Duration::from_micros(2_345),
+            queue: Duration::from_micros(7),
+            connect: Some(Duration::from_micros(150)),
+            retries: 1,
+            end: "done",
+            error: None,
+        };
+        let mut out = Vec::new();
+        write_connection_json(&mut out, &r);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let documented: Vec<&str> = TCP_FIELDS.split(", ").collect();
+        // serde_json's map sorts keys: compare as sets, and the order on the wire below.
+        let (mut a, mut b) = (keys.clone(), documented.clone());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        let text = String::from_utf8(out.clone()).unwrap();
+        let at: Vec<usize> = documented
+            .iter()
+            .map(|k| text.find(&format!("\"{k}\":")).unwrap())
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert_eq!(v["time"], "2026-11-26T15:11:41.123Z");
+        assert_eq!(v["client"], "10.1.2.3");
+        assert_eq!(v["endpoint"], "127.0.0.1:9001");
+        assert_eq!(
+            (v["bytes_received"].clone(), v["bytes_sent"].clone()),
+            (5.into(), 300_000.into())
+        );
+        assert_eq!(v["duration_ms"], 2.345);
+        assert_eq!(v["queue_ms"], 0.007);
+        assert_eq!(v["connect_ms"], 0.15);
+        assert_eq!(v["retries"], 1);
+        assert_eq!(v["end"], "done");
+        assert!(v["error"].is_null());
+        assert!(out.ends_with(b"}\n") && !out[..out.len() - 1].contains(&b'\n'));
+
+        let unserved = ConnectionRecord {
+            endpoint: None,
+            connect: None,
+            end: "unserved",
+            error: Some("connect-failed"),
+            ..r
+        };
+        let mut out = Vec::new();
+        write_connection_json(&mut out, &unserved);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["endpoint"].is_null() && v["connect_ms"].is_null());
+        assert_eq!(
+            (v["end"].as_str(), v["error"].as_str()),
+            (Some("unserved"), Some("connect-failed"))
         );
     }
 

@@ -133,6 +133,8 @@ pub struct Timeouts {
     /// Opening a connection to an endpoint.
     pub connect: Duration,
     /// A client has this long to send a whole request head once it starts (slow clients).
+    /// The PROXY protocol header and the TLS handshake come within it; in TCP mode it
+    /// bounds the PROXY header only.
     pub header_read: Duration,
     /// Longest wait for a backend's response head, and between reads of any body.
     pub request: Duration,

@@ -10,6 +10,7 @@
 //! connection without a header). A `LOCAL` header (the sender's own health check) keeps
 //! the sender's address. Parsing is the `ppp` crate's.
 
+use drover_metrics::{BalancerStats, ProxyRefusal};
 use ipnet::IpNet;
 use ppp::v1;
 use ppp::v2;
@@ -20,6 +21,7 @@ use std::str::FromStr;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tracing::debug;
 
 /// A v2 header may carry up to 64 KiB of TLVs; drover needs none of them, and a header
 /// this long from a trusted sender is refused rather than buffered.
@@ -163,7 +165,7 @@ pub fn parse(bytes: &[u8]) -> Result<Option<Header>, HeaderError> {
 /// Reads the header a trusted sender starts `stream` with, by `deadline`. Returns the
 /// client it names (`None`: the sender's own); what came after the header stays in
 /// `buf` for the HTTP parser.
-pub(crate) async fn read_header(
+async fn read_header(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     deadline: Instant,
@@ -177,6 +179,34 @@ pub(crate) async fn read_header(
         match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return Err(HeaderError::Incomplete),
+        }
+    }
+}
+
+/// The client a connection accepted from `peer` speaks for, on a listener that reads
+/// PROXY headers (HTTP and TCP modes alike): the header's client, or `peer` for a
+/// `LOCAL` one. `None`: the sender is not trusted, or its header was bad, missing or not
+/// complete by `deadline`; the refusal is counted and the caller closes the connection
+/// unread. Bytes that came after the header stay in `buf`: they are the client's.
+pub(crate) async fn read_client(
+    trusted: &TrustedSenders,
+    stats: &BalancerStats,
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    peer: SocketAddr,
+    deadline: Instant,
+) -> Option<SocketAddr> {
+    if !trusted.trusts(peer.ip()) {
+        stats.record_proxy_refusal(ProxyRefusal::Untrusted);
+        debug!(%peer, "not a trusted PROXY protocol sender: closed");
+        return None;
+    }
+    match read_header(stream, buf, deadline).await {
+        Ok(named) => Some(named.unwrap_or(peer)),
+        Err(e) => {
+            stats.record_proxy_refusal(ProxyRefusal::BadHeader);
+            debug!(%peer, "{e}: closed");
+            None
         }
     }
 }

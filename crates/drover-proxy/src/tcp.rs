@@ -8,7 +8,9 @@
 //! IP address. A connect that fails goes to another endpoint, up to `retries` times,
 //! and counts against the endpoint's passive health as an HTTP connect failure does.
 //! With `send_proxy_protocol`, each backend connection starts with a header naming the
-//! client.
+//! client. With `proxy_protocol`, a connection is first read for the header another
+//! balancer sends, as in HTTP mode (`proxy_protocol::read_client`), and the client it
+//! names is the one hashed, named on to the backend and logged.
 //!
 //! The relay keeps both directions in one task, each reading only once its last bytes
 //! were written (backpressure: a slow reader holds at most one buffer of the other
@@ -21,19 +23,22 @@
 //! A reload applies to connections accepted after it; a connection keeps the settings
 //! it was placed with until it ends, and shutdown waits for it up to the drain timeout.
 
+use crate::access_log::ConnectionRecord;
 use crate::admission::Slot;
 use crate::error::ProxyError;
 use crate::options::{HashKey, Timeouts};
+use crate::proxy_protocol;
 use crate::state::{BalancerState, ClientConnection, ThreadCell};
 use crate::upstream;
 use drover_balance::{clock, Endpoint, PickContext};
-use drover_metrics::BalancerStats;
+use drover_metrics::{BalancerStats, Cause};
 use drover_registry::WarnLimit;
 use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -51,7 +56,7 @@ static UNSERVED_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
 /// Serves one accepted client connection in TCP mode.
 pub(crate) async fn serve(
-    client: TcpStream,
+    mut client: TcpStream,
     peer: SocketAddr,
     cell: Arc<ThreadCell>,
     _counted: ClientConnection,
@@ -61,14 +66,124 @@ pub(crate) async fn serve(
     let shared = &thread.shared;
     shared.active.fetch_add(1, Relaxed);
     let _active = Open(Arc::clone(&shared.active));
+    let accepted = Instant::now();
+    // Behind another balancer (`proxy_protocol`): the client is the one its header
+    // names, read by the header read timeout as in HTTP mode. Client bytes that came
+    // with the header are kept, to go to the backend first.
+    let mut early = Vec::new();
+    let mut peer = peer;
+    if let Some(trusted) = &shared.opts.proxy_protocol {
+        let deadline = Instant::now() + shared.opts.timeouts.header_read;
+        let named = proxy_protocol::read_client(
+            trusted,
+            &shared.stats,
+            &mut client,
+            &mut early,
+            peer,
+            deadline,
+        );
+        match named.await {
+            Some(named) => peer = named,
+            None => return,
+        }
+    }
     // Where the client reached drover, for a PROXY protocol header to the backend.
     let local = client.local_addr().unwrap_or(shared.opts.listen);
-    let Some((backend, slot)) = place(shared, peer, local).await else {
-        return;
+    let placed = place(shared, peer, local).await;
+    let mut line = Line {
+        accepted,
+        client: peer,
+        endpoint: None,
+        relayed: Relayed::default(),
+        queue: placed.queue,
+        connect: None,
+        retries: placed.retries,
+        end: "unserved",
+        error: None,
+    };
+    let (mut backend, slot) = match placed.outcome {
+        Ok(connected) => connected,
+        Err(cause) => {
+            line.error = Some(cause.as_str());
+            line.write(shared);
+            return;
+        }
     };
     shared.stats.record_tcp_connection();
-    let ended = relay(&client, &backend, &shared.opts.timeouts, &shared.stats).await;
-    debug!(%peer, endpoint = %slot.pick().endpoint().addr(), ?ended, "tcp connection ended");
+    line.endpoint = Some(slot.pick().endpoint().addr());
+    line.connect = placed.connect;
+    let relayed = match pass_early(&mut backend, &early, &shared.opts.timeouts).await {
+        Ok(()) => {
+            shared.stats.record_tcp_bytes_in(early.len() as u64);
+            let mut relayed = relay(&client, &backend, &shared.opts.timeouts, &shared.stats).await;
+            relayed.received += early.len() as u64;
+            relayed
+        }
+        Err(e) => {
+            debug!(%peer, "tcp relay, client to backend: {e}");
+            Relayed {
+                ended: Ended::Failed,
+                ..Relayed::default()
+            }
+        }
+    };
+    debug!(%peer, endpoint = %slot.pick().endpoint().addr(), ended = ?relayed.ended, "tcp connection ended");
+    line.end = relayed.ended.as_str();
+    line.relayed = relayed;
+    line.write(shared);
+}
+
+/// What a connection's access log line says, gathered as it goes.
+struct Line {
+    accepted: Instant,
+    client: SocketAddr,
+    endpoint: Option<SocketAddr>,
+    relayed: Relayed,
+    queue: Duration,
+    connect: Option<Duration>,
+    retries: u32,
+    end: &'static str,
+    error: Option<&'static str>,
+}
+
+impl Line {
+    /// Hands the line to the balancer's access log, if it has one.
+    fn write(&self, shared: &BalancerState) {
+        let Some(log) = &shared.access_log else {
+            return;
+        };
+        let client = self.client.ip().to_canonical().to_string();
+        log.log_connection(&ConnectionRecord {
+            time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
+            client: &client,
+            endpoint: self.endpoint,
+            received: self.relayed.received,
+            sent: self.relayed.sent,
+            duration: self.accepted.elapsed(),
+            queue: self.queue,
+            connect: self.connect,
+            retries: self.retries,
+            end: self.end,
+            error: self.error,
+        });
+    }
+}
+
+/// Writes the client's bytes that arrived with its PROXY header to `backend`, before
+/// the relay reads more: bounded by the idle timeout, as any relayed write is.
+async fn pass_early(backend: &mut TcpStream, early: &[u8], timeouts: &Timeouts) -> io::Result<()> {
+    if early.is_empty() {
+        return Ok(());
+    }
+    match tokio::time::timeout(timeouts.idle, backend.write_all(early)).await {
+        Ok(written) => written,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the backend took nothing within the idle timeout",
+        )),
+    }
 }
 
 /// Counts an open client connection of the listener until dropped (drain waits for 0).
@@ -80,13 +195,20 @@ impl Drop for Open {
     }
 }
 
-/// A connected endpoint for the client at `peer`, with the slot that counts the
-/// connection against it; `None` (counted and closed) when no endpoint takes it.
-async fn place(
-    shared: &BalancerState,
-    peer: SocketAddr,
-    local: SocketAddr,
-) -> Option<(TcpStream, Slot)> {
+/// Where a client connection went (or why nowhere), and what placing it took.
+struct Placed {
+    /// A connected endpoint, with the slot that counts the connection against it; or
+    /// the cause (counted) of a connection no endpoint took.
+    outcome: Result<(TcpStream, Slot), Cause>,
+    /// Waited for a slot under `max_conns`, over every try.
+    queue: Duration,
+    /// The connect (and PROXY header sent) of the endpoint that took it.
+    connect: Option<Duration>,
+    retries: u32,
+}
+
+/// Places the client at `peer` on a connected endpoint (see the module docs).
+async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> Placed {
     let hash_key = match shared.opts.hash_key {
         Some(HashKey::ClientIp) => Some(peer.ip().to_string()),
         // The config refuses other keys in TCP mode: there is no request to read them from.
@@ -94,6 +216,9 @@ async fn place(
     };
     let mut tried: Vec<Arc<Endpoint>> = Vec::new();
     let mut last_failure = None;
+    let mut queue = Duration::ZERO;
+    // Connects tried: the retries are all but the first.
+    let mut attempts: u32 = 0;
     // When drover first ran short of descriptors for this connection.
     let mut short_since = None;
     let failure = loop {
@@ -104,13 +229,18 @@ async fn place(
             sticky: None,
             exclude: &tried,
         };
-        let slot = match shared.admission.acquire(&ctx).await {
+        let asked = Instant::now();
+        let acquired = shared.admission.acquire(&ctx).await;
+        queue += asked.elapsed();
+        let slot = match acquired {
             Ok(slot) => slot,
             // Every endpoint was tried: report the last real failure, not "none healthy".
             Err(e) => break last_failure.unwrap_or(e),
         };
         let endpoint = Arc::clone(slot.pick().endpoint());
         let timeout = shared.opts.timeouts.connect;
+        let connecting = Instant::now();
+        attempts += 1;
         let connected =
             upstream::connect_endpoint(&endpoint, &shared.pool, timeout, slot.pick().started())
                 .await;
@@ -126,7 +256,12 @@ async fn place(
         match connected {
             Ok(stream) => {
                 shared.pool.on_success(&endpoint, clock::now());
-                return Some((stream, slot));
+                return Placed {
+                    outcome: Ok((stream, slot)),
+                    queue,
+                    connect: Some(connecting.elapsed()),
+                    retries: attempts.saturating_sub(1),
+                };
             }
             Err(ProxyError::LocalResources) => {
                 // drover's own shortage: no retry spent, the endpoint stays a candidate
@@ -153,7 +288,12 @@ async fn place(
     if let Some(held_back) = UNSERVED_WARNINGS.check_now() {
         warn!(balancer = %shared.opts.name, cause = failure.cause(), %peer, held_back, "tcp connection closed unserved: {failure}");
     }
-    None
+    Placed {
+        outcome: Err(failure.metric_cause()),
+        queue,
+        connect: None,
+        retries: attempts.saturating_sub(1),
+    }
 }
 
 /// How a relayed connection ended.
@@ -169,6 +309,38 @@ pub(crate) enum Ended {
     Failed,
 }
 
+impl Ended {
+    /// As an access log line says it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Ended::Done => "done",
+            Ended::Idle => "idle",
+            Ended::HalfClosed => "half-close",
+            Ended::Failed => "failed",
+        }
+    }
+}
+
+/// How a relay ended, and the bytes it moved each way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Relayed {
+    pub ended: Ended,
+    /// From the client to the backend.
+    pub received: u64,
+    /// From the backend to the client.
+    pub sent: u64,
+}
+
+impl Default for Relayed {
+    fn default() -> Relayed {
+        Relayed {
+            ended: Ended::Done,
+            received: 0,
+            sent: 0,
+        }
+    }
+}
+
 /// Relays bytes between `client` and `backend` until both directions are done, one
 /// fails, or a timeout cuts it (see the module docs).
 pub(crate) async fn relay(
@@ -176,16 +348,42 @@ pub(crate) async fn relay(
     backend: &TcpStream,
     timeouts: &Timeouts,
     stats: &BalancerStats,
+) -> Relayed {
+    // Atomics only to be `Sync` (the task is spawned): one thread touches them.
+    let (received, sent) = (AtomicU64::new(0), AtomicU64::new(0));
+    let ended = relay_counted(
+        client,
+        backend,
+        timeouts,
+        |n| {
+            stats.record_tcp_bytes_in(n);
+            received.fetch_add(n, Relaxed);
+        },
+        |n| {
+            stats.record_tcp_bytes_out(n);
+            sent.fetch_add(n, Relaxed);
+        },
+    )
+    .await;
+    Relayed {
+        ended,
+        received: received.into_inner(),
+        sent: sent.into_inner(),
+    }
+}
+
+async fn relay_counted(
+    client: &TcpStream,
+    backend: &TcpStream,
+    timeouts: &Timeouts,
+    count_in: impl Fn(u64),
+    count_out: impl Fn(u64),
 ) -> Ended {
     let start = Instant::now();
     // Nanoseconds since `start` of the last bytes moved (or end passed on) either way.
     let last = AtomicU64::new(0);
-    let up = pipe(client, backend, &last, start, |n| {
-        stats.record_tcp_bytes_in(n)
-    });
-    let down = pipe(backend, client, &last, start, |n| {
-        stats.record_tcp_bytes_out(n)
-    });
+    let up = pipe(client, backend, &last, start, count_in);
+    let down = pipe(backend, client, &last, start, count_out);
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (false, false);
     loop {
@@ -320,10 +518,12 @@ mod tests {
             client.read_to_end(&mut answer).await.unwrap();
             assert_eq!(answer.len(), 300_000);
         };
-        let (ended, ()) = tokio::join!(relay, peers);
+        let (relayed, ()) = tokio::join!(relay, peers);
+        let ended = relayed.ended;
         assert_eq!(ended, Ended::Done);
         let counts = stats.snapshot();
         assert_eq!((counts.tcp_bytes_in, counts.tcp_bytes_out), (4, 300_000));
+        assert_eq!((relayed.received, relayed.sent), (4, 300_000));
     }
 
     #[tokio::test(start_paused = true)]
@@ -338,7 +538,8 @@ mod tests {
             let mut one = [0u8; 1];
             backend.read_exact(&mut one).await.unwrap();
         };
-        let (ended, ()) = tokio::join!(relay, peers);
+        let (relayed, ()) = tokio::join!(relay, peers);
+        let ended = relayed.ended;
         assert_eq!(ended, Ended::Idle);
     }
 
@@ -353,7 +554,8 @@ mod tests {
         let peers = async {
             client.shutdown().await.unwrap();
         };
-        let (ended, ()) = tokio::join!(relay, peers);
+        let (relayed, ()) = tokio::join!(relay, peers);
+        let ended = relayed.ended;
         assert_eq!(ended, Ended::HalfClosed);
         // Cut by the half-close timeout, not the idle one (virtual time).
         assert!(started.elapsed() < Duration::from_secs(60));

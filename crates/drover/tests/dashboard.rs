@@ -781,3 +781,85 @@ async fn the_pages_buttons_drain_scale_and_reload() {
     drop(chromium);
     stops_cleanly(d).await;
 }
+
+/// A self-signed certificate for `soon.test` that expires `days` from now, and its key,
+/// in `dir` as `soon.pem` and `soon.key`.
+fn certificate_expiring_in(dir: &Path, days: u64) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["soon.test".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    // rcgen takes a date and time: the epoch plus now plus `days`.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + Duration::from_secs(days * 86_400);
+    let cert = params.self_signed(&key).unwrap();
+    let (pem, k) = (dir.join("soon.pem"), dir.join("soon.key"));
+    std::fs::write(&pem, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (pem, k)
+}
+
+/// Issue 24 item 1: a certificate within 14 days of its expiry is a warning on the
+/// dashboard, in the stream's sample and on the page (when Chromium is there).
+#[tokio::test]
+async fn a_certificate_expiring_in_5_days_is_a_warning_on_the_dashboard() {
+    let dir = temp_dir("dashboard-cert");
+    let (cert, key) = certificate_expiring_in(&dir, 5);
+    let backend = drover_testkit::Backend::start().await;
+    let d = common::proxy(
+        &[backend.addr()],
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let (status, _, stream) = EventStream::open(admin, None).await;
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let sample = loop {
+        let (event, data) = stream.next().await;
+        if event == "sample" {
+            break data;
+        }
+    };
+    let due = &sample["balancers"][0]["expiring_certificates"];
+    assert_eq!(due.as_array().map(Vec::len), Some(1), "{sample}");
+    assert_eq!(due[0]["cert"], cert.to_str().unwrap());
+    let days = due[0]["days_left"].as_f64().unwrap();
+    assert!((4.9..=5.0).contains(&days), "{days}");
+
+    if chromium_missing() {
+        return;
+    }
+    let chromium = Chromium::start(&temp_dir("dashboard-cert-chromium")).await;
+    let mut cdp = Cdp::page(&chromium).await;
+    cdp.call("Page.enable", json!({})).await;
+    cdp.call(
+        "Page.navigate",
+        json!({ "url": format!("http://{admin}/") }),
+    )
+    .await;
+    let shown = cdp
+        .until(
+            Duration::from_secs(15),
+            "(() => { const w = document.querySelector('[data-balancer] .cert-warnings'); return !!w && !w.hidden && w.getAttribute('role') === 'alert' && w.querySelectorAll('.cert-warning').length === 1 && w.textContent.includes('soon.pem') && w.textContent.includes('(in 5 days)'); })()",
+        )
+        .await;
+    assert!(
+        shown,
+        "no warning of soon.pem on the page: {}",
+        cdp.eval("document.body.innerText").await
+    );
+    // Visible: laid out with a size, not merely in the DOM.
+    let size = cdp
+        .eval("(() => { const r = document.querySelector('.cert-warning').getBoundingClientRect(); return r.width > 0 && r.height > 0; })()")
+        .await;
+    assert_eq!(size, json!(true));
+}

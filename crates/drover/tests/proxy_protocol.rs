@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{backends, bin, proxy, temp_dir};
+use common::{backends, bin, proxy, start_haproxy};
 use drover_testkit::{free_port, wait_until_async};
 use std::net::SocketAddr;
 use std::process::Command;
@@ -30,43 +30,6 @@ async fn get_from(from: &str, to: SocketAddr, path: &str) -> Vec<u8> {
 
 fn status_of(answer: &[u8]) -> Option<u16> {
     drover_testkit::parse_status(answer)
-}
-
-/// HAProxy with the config `cfg` (after its `defaults`), once every address of `up`
-/// takes connections; the caller keeps the child (dropped, it is killed). `None` outside
-/// CI when HAProxy is missing.
-async fn start_haproxy(tag: &str, cfg: &str, up: &[SocketAddr]) -> Option<tokio::process::Child> {
-    let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let Some(haproxy) = haproxy else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "haproxy is missing (scripts/test installs it)"
-        );
-        eprintln!("skipped: haproxy is missing (apt-get install haproxy)");
-        return None;
-    };
-    let path = temp_dir(tag).join("haproxy.cfg");
-    std::fs::write(
-        &path,
-        format!("defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n{cfg}"),
-    )
-    .unwrap();
-    let mut cmd = tokio::process::Command::new(haproxy);
-    cmd.arg("-db").arg("-f").arg(&path).kill_on_drop(true);
-    let child = cmd.spawn().expect("start haproxy");
-    let listening = wait_until_async(Duration::from_secs(10), || async {
-        for addr in up {
-            if tokio::net::TcpStream::connect(addr).await.is_err() {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    assert!(listening, "haproxy did not start");
-    Some(child)
 }
 
 /// HAProxy with two frontends in front of drover at `drover`: one sends PROXY v2, the

@@ -73,6 +73,55 @@ where
     addr
 }
 
+/// A backend that requires a PROXY protocol header, answers with the client's IP it
+/// names (`none` for a `LOCAL` one) and a space, then echoes the rest.
+async fn names_the_client() -> SocketAddr {
+    serve(|mut s| async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        let header = loop {
+            let Ok(n) = s.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if let Some(h) = drover_proxy::proxy_protocol::parse(&got).unwrap() {
+                break h;
+            }
+        };
+        let named = header
+            .client
+            .map_or("none".to_string(), |c| c.ip().to_string());
+        let _ = s.write_all(format!("{named} ").as_bytes()).await;
+        let _ = s.write_all(&got[header.len..]).await;
+        let (mut r, mut w) = s.split();
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+        let _ = w.shutdown().await;
+    })
+    .await
+}
+
+/// A connection from `from` (a loopback address) to `to`.
+async fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Sends `data` on `s`, finishes sending, and reads to the end (as text).
+async fn send_and_read(mut s: TcpStream, data: &[u8]) -> String {
+    // The write may fail when drover already closed the connection: that is an answer.
+    let _ = s.write_all(data).await;
+    let _ = s.shutdown().await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(PATIENCE, s.read_to_end(&mut got))
+        .await
+        .expect("the answer ended in time");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
 /// A port nothing listens on.
 fn dead_port() -> SocketAddr {
     StdListener::bind("127.0.0.1:0")
@@ -517,32 +566,7 @@ async fn a_client_that_does_not_read_holds_its_backend_back_not_drovers_memory()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_proxy_protocol_names_the_client_to_the_backend_before_its_bytes() {
-    // Answers with the client a PROXY header named, then echoes the rest.
-    let backend = serve(|mut s| async move {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 512];
-        let header = loop {
-            let Ok(n) = s.read(&mut buf).await else {
-                return;
-            };
-            if n == 0 {
-                return;
-            }
-            got.extend_from_slice(&buf[..n]);
-            if let Some(h) = drover_proxy::proxy_protocol::parse(&got).unwrap() {
-                break h;
-            }
-        };
-        let named = header
-            .client
-            .map_or("none".to_string(), |c| c.ip().to_string());
-        let _ = s.write_all(format!("{named} ").as_bytes()).await;
-        let _ = s.write_all(&got[header.len..]).await;
-        let (mut r, mut w) = s.split();
-        let _ = tokio::io::copy(&mut r, &mut w).await;
-        let _ = w.shutdown().await;
-    })
-    .await;
+    let backend = names_the_client().await;
     for version in ["v1", "v2"] {
         let (d, _admin) = tcp_proxy(&[backend], &["--send-proxy-protocol", version]).await;
         let socket = TcpSocket::new_v4().unwrap();
@@ -557,6 +581,257 @@ async fn send_proxy_protocol_names_the_client_to_the_backend_before_its_bytes() 
             .unwrap();
         assert_eq!(got, "127.0.0.5 hello", "{version}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Behind another balancer: the PROXY protocol read (proxy_protocol)
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_in_front_in_tcp_mode_names_the_client_and_drover_names_it_on() {
+    let backend = names_the_client().await;
+    let (d, _admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.1",
+            "--send-proxy-protocol",
+            "v2",
+        ],
+    )
+    .await;
+    let port = drover_testkit::free_port();
+    let cfg = format!(
+        "frontend front\n  mode tcp\n  bind 127.0.0.1:{port}\n  default_backend to_drover\n\
+         backend to_drover\n  mode tcp\n  server d {} send-proxy-v2\n",
+        d.addr()
+    );
+    let front: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let Some(_haproxy) = common::start_haproxy("tcp-proxy-protocol", &cfg, &[front]).await else {
+        return;
+    };
+    // HAProxy connects from 127.0.0.1: only the header tells the client.
+    for client in ["127.0.0.7", "127.0.0.8"] {
+        let got = send_and_read(connect_from(client, front).await, b"hello").await;
+        assert_eq!(got, format!("{client} hello"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_sent_with_the_proxy_header_reach_the_backend_first() {
+    let backend = names_the_client().await;
+    let (d, _admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.1",
+            "--send-proxy-protocol",
+            "v1",
+        ],
+    )
+    .await;
+    let client: SocketAddr = "198.51.100.4:5000".parse().unwrap();
+    let local: SocketAddr = "10.0.0.1:80".parse().unwrap();
+    for version in [
+        drover_proxy::proxy_protocol::SendVersion::V1,
+        drover_proxy::proxy_protocol::SendVersion::V2,
+    ] {
+        // Header and payload in one write: drover reads them together.
+        let mut first = drover_proxy::proxy_protocol::header(version, client, local);
+        first.extend_from_slice(b"hello, in the header's segment");
+        let got = send_and_read(connect_from("127.0.0.1", d.addr()).await, &first).await;
+        assert_eq!(
+            got, "198.51.100.4 hello, in the header's segment",
+            "{version}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_senders_and_bad_or_late_headers_are_closed_unread_and_counted() {
+    let backend = echo().await;
+    let (d, admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.1",
+            "--header-timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let header = b"PROXY TCP4 198.51.100.4 10.0.0.1 5000 80\r\nhello";
+    // An address drover does not trust, with a header that would pass from a trusted one.
+    let got = send_and_read(connect_from("127.0.0.9", d.addr()).await, header).await;
+    assert_eq!(got, "");
+    // A trusted sender without a header: the client's bytes are no header.
+    let got = send_and_read(connect_from("127.0.0.1", d.addr()).await, b"hello").await;
+    assert_eq!(got, "");
+    // A trusted sender that sends nothing is closed at the header read timeout.
+    let mut silent = connect_from("127.0.0.1", d.addr()).await;
+    let mut got = Vec::new();
+    tokio::time::timeout(PATIENCE, silent.read_to_end(&mut got))
+        .await
+        .expect("closed by the header read timeout")
+        .unwrap();
+    assert!(got.is_empty());
+    let refused = |reason: &'static str| async move {
+        metric(
+            admin,
+            "drover_proxy_protocol_refused_total",
+            &format!(",reason=\"{reason}\""),
+        )
+        .await
+    };
+    assert_eq!(refused("untrusted-sender").await, 1);
+    assert_eq!(refused("bad-header").await, 2);
+    // None reached a backend; a good header still does, and only what follows it
+    // (the client's bytes) is relayed.
+    assert_eq!(metric(admin, "drover_tcp_connections_total", "").await, 0);
+    let got = send_and_read(connect_from("127.0.0.1", d.addr()).await, header).await;
+    assert_eq!(got, "hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_on_the_client_address_uses_the_client_the_header_names() {
+    let backends = [named("a").await, named("b").await, named("c").await];
+    let (d, _admin) = tcp_proxy(
+        &backends,
+        &[
+            "--strategy",
+            "hash",
+            "--hash-key",
+            "client-ip",
+            "--proxy-protocol-from",
+            "127.0.0.1",
+        ],
+    )
+    .await;
+    let mut seen = std::collections::BTreeSet::new();
+    for client in 2..12 {
+        let header = format!("PROXY TCP4 198.51.100.{client} 10.0.0.1 5000 80\r\n");
+        let once = || async {
+            send_and_read(connect_from("127.0.0.1", d.addr()).await, header.as_bytes()).await
+        };
+        let first = once().await;
+        for _ in 0..3 {
+            assert_eq!(once().await, first, "client 198.51.100.{client}");
+        }
+        seen.insert(first);
+    }
+    // One sender, ten clients named: spread as ten clients would be.
+    assert!(seen.len() >= 2, "{seen:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The access log: a JSON line per connection
+// ---------------------------------------------------------------------------------------
+
+/// The JSON lines of the log at `path`, once there are `n` (written as connections end).
+async fn log_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    let read = || {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect::<Vec<serde_json::Value>>()
+    };
+    let complete = wait_until_async(PATIENCE, || async { read().len() >= n }).await;
+    assert!(complete, "{:?}", read());
+    read()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_log_line_per_connection_says_its_bytes_and_endpoint() {
+    let backend = answers_after_the_end().await;
+    let path = temp_dir("tcp-access-log").join("tcp.log");
+    let (d, _admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    for (from, sent) in [("127.0.0.7", 5), ("127.0.0.8", 70_000)] {
+        let got = send_and_read(connect_from(from, d.addr()).await, &vec![b'a'; sent]).await;
+        assert!(got.starts_with(&format!("got {sent} bytes\n")));
+    }
+    let lines = log_lines(&path, 2).await;
+    for (line, (client, received)) in lines.iter().zip([("127.0.0.7", 5), ("127.0.0.8", 70_000)]) {
+        let answer = format!("got {received} bytes\n").len() + 1_000_000;
+        assert_eq!(line["client"], client, "{line}");
+        assert_eq!(line["endpoint"], backend.to_string(), "{line}");
+        assert_eq!(line["bytes_received"], received, "{line}");
+        assert_eq!(line["bytes_sent"], answer, "{line}");
+        assert_eq!(line["end"], "done", "{line}");
+        assert_eq!(line["retries"], 0, "{line}");
+        assert!(line["error"].is_null(), "{line}");
+        assert!(
+            line["connect_ms"].is_number() && line["duration_ms"].is_number(),
+            "{line}"
+        );
+        assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_no_backend_takes_is_logged_with_its_cause() {
+    let path = temp_dir("tcp-access-log-unserved").join("tcp.log");
+    let (d, _admin) = tcp_proxy(
+        &[dead_port(), dead_port()],
+        &[
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(read_from("127.0.0.7", d.addr()).await, "");
+    let lines = log_lines(&path, 1).await;
+    let line = &lines[0];
+    assert_eq!(line["client"], "127.0.0.7", "{line}");
+    assert!(
+        line["endpoint"].is_null() && line["connect_ms"].is_null(),
+        "{line}"
+    );
+    assert_eq!(line["end"], "unserved", "{line}");
+    assert_eq!(line["error"], "connect-failed", "{line}");
+    // Two backends, both tried: one retry.
+    assert_eq!(line["retries"], 1, "{line}");
+    assert_eq!(
+        (line["bytes_received"].as_u64(), line["bytes_sent"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_a_proxy_header_names_is_the_one_logged() {
+    let backend = echo().await;
+    let path = temp_dir("tcp-access-log-proxy").join("tcp.log");
+    let (d, _admin) = tcp_proxy(
+        &[backend],
+        &[
+            "--proxy-protocol-from",
+            "127.0.0.1",
+            "--access-log",
+            "json",
+            "--access-log-path",
+            path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let header = b"PROXY TCP4 198.51.100.4 10.0.0.1 5000 80\r\nhello";
+    let got = send_and_read(connect_from("127.0.0.1", d.addr()).await, header).await;
+    assert_eq!(got, "hello");
+    let lines = log_lines(&path, 1).await;
+    assert_eq!(lines[0]["client"], "198.51.100.4");
+    // The header is not the client's: only what followed it counts.
+    assert_eq!(lines[0]["bytes_received"], 5);
+    assert_eq!(lines[0]["bytes_sent"], 5);
 }
 
 // ---------------------------------------------------------------------------------------

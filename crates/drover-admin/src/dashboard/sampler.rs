@@ -99,6 +99,34 @@ pub struct BalancerView {
     pub requests: u64,
     pub retries: u64,
     pub endpoints: Vec<EndpointView>,
+    /// The certificates it serves that expire within `CertificateExpiry::WARNING`, or
+    /// have expired: the page shows each as a warning.
+    pub expiring_certificates: Vec<ExpiringCertificate>,
+}
+
+/// A certificate due for renewal, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExpiringCertificate {
+    /// Its file, as configured.
+    pub cert: String,
+    /// Its notAfter, Unix seconds.
+    pub not_after: i64,
+    /// Days from the sample to `not_after`; negative once expired.
+    pub days_left: f64,
+}
+
+/// The certificates of `counts` due for renewal at `t` (Unix seconds).
+pub fn expiring_certificates(counts: &BalancerCounts, t: f64) -> Vec<ExpiringCertificate> {
+    counts
+        .tls_certificates
+        .iter()
+        .filter(|c| c.due(t as i64))
+        .map(|c| ExpiringCertificate {
+            cert: c.cert.clone(),
+            not_after: c.not_after,
+            days_left: (c.not_after as f64 - t) / 86_400.0,
+        })
+        .collect()
 }
 
 /// One `sample` frame.
@@ -344,6 +372,7 @@ impl State {
                 requests: b.counts.requests,
                 retries: b.counts.retries.iter().sum(),
                 endpoints,
+                expiring_certificates: expiring_certificates(&b.counts, t),
             });
         }
         // What no longer exists is forgotten, so memory follows what runs now.
@@ -511,6 +540,34 @@ mod tests {
         c.responses[4] = fives;
         c.errors[0] = errors;
         c
+    }
+
+    #[test]
+    fn certificates_within_14_days_or_expired_are_due_and_no_others() {
+        let t = 1_800_000_000.0;
+        let day = 86_400;
+        let cert = |name: &str, not_after: i64| drover_metrics::CertificateExpiry {
+            cert: name.into(),
+            not_after,
+        };
+        let now = t as i64;
+        let c = BalancerCounts {
+            tls_certificates: vec![
+                cert("soon.pem", now + 5 * day),
+                cert("edge.pem", now + 14 * day),
+                cert("later.pem", now + 14 * day + 1),
+                cert("gone.pem", now - 2 * day),
+            ],
+            ..BalancerCounts::default()
+        };
+        let due = expiring_certificates(&c, t);
+        let shown: Vec<(&str, f64)> = due.iter().map(|c| (c.cert.as_str(), c.days_left)).collect();
+        assert_eq!(
+            shown,
+            [("soon.pem", 5.0), ("edge.pem", 14.0), ("gone.pem", -2.0)]
+        );
+        assert_eq!(due[0].not_after, now + 5 * day);
+        assert!(expiring_certificates(&BalancerCounts::default(), t).is_empty());
     }
 
     fn endpoint(addr: &str, ejections: u64, passed: u64, failed: u64) -> EndpointSnapshot {

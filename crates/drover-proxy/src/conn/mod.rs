@@ -35,7 +35,6 @@ use crate::proxy_protocol;
 use crate::state::{ClientConnection, ThreadCell, ThreadState};
 use crate::tls;
 use drover_balance::{Endpoint, Nanos};
-use drover_metrics::ProxyRefusal;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,18 +83,11 @@ pub(crate) async fn serve(
     let deadline = Instant::now() + thread.shared.opts.timeouts.header_read;
     if let (Some(trusted), true) = (&thread.shared.opts.proxy_protocol, accepted) {
         let stats = &thread.shared.stats;
-        if !trusted.trusts(peer.ip()) {
-            stats.record_proxy_refusal(ProxyRefusal::Untrusted);
-            debug!(%peer, "not a trusted PROXY protocol sender: closed");
-            return;
-        }
-        match proxy_protocol::read_header(&mut client, &mut cbuf, deadline).await {
-            Ok(named) => client_addr = named.unwrap_or(peer),
-            Err(e) => {
-                stats.record_proxy_refusal(ProxyRefusal::BadHeader);
-                debug!(%peer, "{e}: closed");
-                return;
-            }
+        let named =
+            proxy_protocol::read_client(trusted, stats, &mut client, &mut cbuf, peer, deadline);
+        match named.await {
+            Some(named) => client_addr = named,
+            None => return,
         }
     }
     let client = match thread.shared.tls.load_full() {

@@ -31,8 +31,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A certificate expiring within this long is warned about, at start and at each
-/// reload.
-pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 60 * 60);
+/// reload (and on the dashboard, which reads the metrics' own definition).
+pub const EXPIRY_WARNING: Duration = drover_metrics::CertificateExpiry::WARNING;
 
 /// What a listener serves TLS with: one or more certificates, each with its key. The
 /// first is the default, for a client that sends no SNI or one no certificate names.

@@ -428,3 +428,46 @@ pub async fn default_metric(admin: SocketAddr, name: &str) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// HAProxy with the config `cfg` (after its `defaults`, which say `mode http`: a
+/// section of `cfg` may say `mode tcp`), once every address of `up`
+/// takes connections; the caller keeps the child (dropped, it is killed). `None` outside
+/// CI when HAProxy is missing.
+pub async fn start_haproxy(
+    tag: &str,
+    cfg: &str,
+    up: &[SocketAddr],
+) -> Option<tokio::process::Child> {
+    let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(haproxy) = haproxy else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "haproxy is missing (scripts/test installs it)"
+        );
+        eprintln!("skipped: haproxy is missing (apt-get install haproxy)");
+        return None;
+    };
+    let path = temp_dir(tag).join("haproxy.cfg");
+    std::fs::write(
+        &path,
+        format!("defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n{cfg}"),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(haproxy);
+    cmd.arg("-db").arg("-f").arg(&path).kill_on_drop(true);
+    let child = cmd.spawn().expect("start haproxy");
+    let listening =
+        drover_testkit::wait_until_async(std::time::Duration::from_secs(10), || async {
+            for addr in up {
+                if tokio::net::TcpStream::connect(addr).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+    assert!(listening, "haproxy did not start");
+    Some(child)
+}
