@@ -741,20 +741,29 @@ async fn log_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
     read()
 }
 
+/// `tcp_proxy` with `extra` flags and a JSON access log in a directory of its own
+/// (`tag`); the log's path.
+async fn logged_tcp_proxy(
+    tag: &str,
+    backends: &[SocketAddr],
+    extra: &[&str],
+) -> (DroverProcess, PathBuf) {
+    let path = temp_dir(tag).join("tcp.log");
+    let mut flags = extra.to_vec();
+    flags.extend([
+        "--access-log",
+        "json",
+        "--access-log-path",
+        path.to_str().unwrap(),
+    ]);
+    let (d, _admin) = tcp_proxy(backends, &flags).await;
+    (d, path)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_access_log_line_per_connection_says_its_bytes_and_endpoint() {
     let backend = answers_after_the_end().await;
-    let path = temp_dir("tcp-access-log").join("tcp.log");
-    let (d, _admin) = tcp_proxy(
-        &[backend],
-        &[
-            "--access-log",
-            "json",
-            "--access-log-path",
-            path.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (d, path) = logged_tcp_proxy("tcp-access-log", &[backend], &[]).await;
     for (from, sent) in [("127.0.0.7", 5), ("127.0.0.8", 70_000)] {
         let got = send_and_read(connect_from(from, d.addr()).await, &vec![b'a'; sent]).await;
         assert!(got.starts_with(&format!("got {sent} bytes\n")));
@@ -779,17 +788,8 @@ async fn an_access_log_line_per_connection_says_its_bytes_and_endpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_no_backend_takes_is_logged_with_its_cause() {
-    let path = temp_dir("tcp-access-log-unserved").join("tcp.log");
-    let (d, _admin) = tcp_proxy(
-        &[dead_port(), dead_port()],
-        &[
-            "--access-log",
-            "json",
-            "--access-log-path",
-            path.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (d, path) =
+        logged_tcp_proxy("tcp-access-log-unserved", &[dead_port(), dead_port()], &[]).await;
     assert_eq!(read_from("127.0.0.7", d.addr()).await, "");
     let lines = log_lines(&path, 1).await;
     let line = &lines[0];
@@ -811,17 +811,10 @@ async fn a_connection_no_backend_takes_is_logged_with_its_cause() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_a_proxy_header_names_is_the_one_logged() {
     let backend = echo().await;
-    let path = temp_dir("tcp-access-log-proxy").join("tcp.log");
-    let (d, _admin) = tcp_proxy(
+    let (d, path) = logged_tcp_proxy(
+        "tcp-access-log-proxy",
         &[backend],
-        &[
-            "--proxy-protocol-from",
-            "127.0.0.1",
-            "--access-log",
-            "json",
-            "--access-log-path",
-            path.to_str().unwrap(),
-        ],
+        &["--proxy-protocol-from", "127.0.0.1"],
     )
     .await;
     let header = b"PROXY TCP4 198.51.100.4 10.0.0.1 5000 80\r\nhello";
