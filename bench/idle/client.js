@@ -3,6 +3,7 @@
 //
 //   node bench/idle/client.js --port P --conns N [--concurrency 64] [--hold-ms 300000]
 //                             [--timeout-ms 120000] [--path /] [--close]
+//                             [--tls [--tls-version 1.3|1.2]]
 //
 // Opens N connections to 127.0.0.1:P, at most --concurrency of them connecting or waiting
 // for their answer at a time, sends ONE keep-alive `GET PATH` on each and reads the whole
@@ -13,9 +14,12 @@
 //   {"event":"end","open":O,"closed_by_peer":C,"unexpected_bytes":B,"held_ms":H}
 // and exits. `closed_by_peer` counts connections the proxy closed after their answer: any
 // of them before the measurement means the proxy did not hold N idle connections.
-// With --close it exits right after the "ready" line (a warm-up).
+// With --close it exits right after the "ready" line (a warm-up). With --tls every
+// connection is HTTPS (a full handshake each, no session resumption, the certificate not
+// verified: bench/tls.sh's idle TLS connections), TLS 1.3 unless --tls-version 1.2.
 'use strict';
 const net = require('net');
+const tls = require('tls');
 
 function arg(name, dflt) {
   const i = process.argv.indexOf(`--${name}`);
@@ -31,6 +35,8 @@ const holdMs = Number(arg('hold-ms', 300000));
 const timeoutMs = Number(arg('timeout-ms', 120000));
 const path = arg('path', '/');
 const closeAfter = process.argv.includes('--close');
+const useTls = process.argv.includes('--tls');
+const tlsVersion = `TLSv${arg('tls-version', '1.3')}`;
 for (const [k, v] of Object.entries({ port, conns, concurrency, holdMs, timeoutMs })) {
   if (!Number.isInteger(v) || v < 1) {
     process.stderr.write(`idle client: ${k} must be a positive integer\n`);
@@ -81,12 +87,15 @@ function fail(sock, why) {
 function open() {
   started++;
   inFlight++;
-  const sock = net.connect({ port, host: '127.0.0.1' });
+  const sock = useTls
+    ? tls.connect({ port, host: '127.0.0.1', servername: 'localhost', rejectUnauthorized: false,
+      minVersion: tlsVersion, maxVersion: tlsVersion, session: undefined })
+    : net.connect({ port, host: '127.0.0.1' });
   sock.state = 'waiting';
   sockets.push(sock);
   let buf = Buffer.alloc(0);
   sock.setNoDelay(true);
-  sock.on('connect', () => sock.write(request));
+  sock.on(useTls ? 'secureConnect' : 'connect', () => sock.write(request));
   sock.on('data', (d) => {
     if (sock.state !== 'waiting') {
       unexpectedBytes += d.length;
