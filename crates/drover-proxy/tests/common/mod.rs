@@ -25,6 +25,11 @@ impl InProcess {
         self.proxy.stats().snapshot()
     }
 
+    /// Client connections open now.
+    pub fn client_connections(&self) -> usize {
+        self.proxy.connections()
+    }
+
     /// Requests waiting in drover's queue now.
     pub fn queue_depth(&self) -> usize {
         self.proxy.queue_depth()
