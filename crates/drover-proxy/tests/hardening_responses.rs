@@ -7,47 +7,13 @@ mod common;
 
 use common::{addrs, backends, proxy};
 use drover_balance::Strategy;
-use drover_testkit::{parse_status, raw_exchange};
+use drover_testkit::{parse_status, raw_backend, raw_exchange};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
-
-/// A backend that answers each request head by writing `parts` in turn (each after its
-/// pause), then closes. Returns its address and how many requests it got.
-async fn raw_backend(parts: Vec<(Duration, Vec<u8>)>) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let parts = Arc::new(parts);
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let (counter, parts) = (counter.clone(), parts.clone());
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(n) if n > 0 => seen.extend_from_slice(&buf[..n]),
-                        _ => return,
-                    }
-                }
-                counter.fetch_add(1, Ordering::Relaxed);
-                for (pause, bytes) in parts.iter() {
-                    tokio::time::sleep(*pause).await;
-                    if s.write_all(bytes).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, hits)
-}
 
 /// A backend that writes `reply` at once to every request.
 async fn replying(reply: &[u8]) -> (SocketAddr, Arc<AtomicUsize>) {

@@ -6,19 +6,8 @@ mod common;
 use common::{addrs, backends, proxy};
 use drover_balance::Strategy;
 use drover_proxy::HashKey;
-use drover_testkit::{Backend, HttpClient};
+use drover_testkit::{answered_by, Backend, HttpClient};
 use std::net::SocketAddr;
-
-async fn count(addr: SocketAddr, n: usize, path: &str, headers: &[(&str, &str)]) -> Vec<String> {
-    let mut c = HttpClient::connect(addr).await.unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..n {
-        let r = c.request("GET", path, headers, None).await.unwrap();
-        assert_eq!(r.status, 200);
-        seen.push(r.header("x-backend").unwrap().to_owned());
-    }
-    seen
-}
 
 fn share(seen: &[String], name: &str) -> usize {
     seen.iter().filter(|s| *s == name).count()
@@ -49,7 +38,7 @@ async fn concurrent(addr: SocketAddr, b: &[Backend], n: usize, ms: u64) -> Vec<u
 async fn round_robin_alternates() {
     let b = backends(3).await;
     let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
-    let seen = count(d.addr(), 90, "/", &[]).await;
+    let seen = answered_by(d.addr(), 90, "/", &[]).await;
     for name in ["b0", "b1", "b2"] {
         assert_eq!(share(&seen, name), 30);
     }
@@ -59,7 +48,7 @@ async fn round_robin_alternates() {
 async fn random_uses_every_backend() {
     let b = backends(2).await;
     let d = proxy(&addrs(&b), Strategy::Random, |_| {});
-    let seen = count(d.addr(), 200, "/", &[]).await;
+    let seen = answered_by(d.addr(), 200, "/", &[]).await;
     assert!(
         (60..=140).contains(&share(&seen, "b0")),
         "{}",
@@ -96,7 +85,7 @@ async fn p2c_sends_less_to_a_backend_that_reports_itself_busy() {
         // 36 %. One that reports saturation (>= 0.9) is not free: it gets nothing while
         // another endpoint is idle. (Busy endpoints are ranked by pending work alone;
         // see `Endpoint::pending_score`.)
-        let seen = count(d.addr(), 200, "/", &[]).await;
+        let seen = answered_by(d.addr(), 200, "/", &[]).await;
         let b0 = share(&seen, "b0");
         assert!(expected.contains(&b0), "load {load}: b0 got {b0} of 200");
     }
@@ -111,7 +100,7 @@ async fn hash_keeps_a_key_on_one_backend() {
     let mut owners = std::collections::HashSet::new();
     for user in 0..30 {
         let user = format!("user-{user}");
-        let seen = count(d.addr(), 5, "/", &[("x-user", &user)]).await;
+        let seen = answered_by(d.addr(), 5, "/", &[("x-user", &user)]).await;
         assert!(seen.iter().all(|s| *s == seen[0]), "{user} moved: {seen:?}");
         owners.insert(seen[0].clone());
     }

@@ -422,3 +422,22 @@ pub async fn post_trickle(
     sender.abort();
     got
 }
+
+/// Sends `n` requests for `path` with `headers` on one keep-alive connection to `addr`,
+/// each answered 200, and returns which backend answered each (its `x-backend`, as
+/// testkit backends name themselves).
+pub async fn answered_by(
+    addr: SocketAddr,
+    n: usize,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Vec<String> {
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let r = c.request("GET", path, headers, None).await.unwrap();
+        assert_eq!(r.status, 200);
+        seen.push(r.header("x-backend").unwrap().to_owned());
+    }
+    seen
+}

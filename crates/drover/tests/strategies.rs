@@ -5,19 +5,7 @@
 mod common;
 
 use common::{addrs, backends, bin, proxy, temp_dir};
-use drover_testkit::{DroverProcess, HttpClient};
-use std::net::SocketAddr;
-
-async fn count(addr: SocketAddr, n: usize, path: &str, headers: &[(&str, &str)]) -> Vec<String> {
-    let mut c = HttpClient::connect(addr).await.unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..n {
-        let r = c.request("GET", path, headers, None).await.unwrap();
-        assert_eq!(r.status, 200);
-        seen.push(r.header("x-backend").unwrap().to_owned());
-    }
-    seen
-}
+use drover_testkit::{answered_by, DroverProcess, HttpClient};
 
 fn share(seen: &[String], name: &str) -> usize {
     seen.iter().filter(|s| *s == name).count()
@@ -38,7 +26,7 @@ async fn weighted_follows_weights_from_the_config() {
     )
     .unwrap();
     let d = DroverProcess::spawn(bin(), &["proxy", "--config", file.to_str().unwrap()]).await;
-    let seen = count(d.addr(), 100, "/", &[]).await;
+    let seen = answered_by(d.addr(), 100, "/", &[]).await;
     assert_eq!((share(&seen, "b0"), share(&seen, "b1")), (75, 25));
 }
 
@@ -53,7 +41,7 @@ async fn strategy_flags_and_their_keys_reach_the_balancer() {
     let mut owners = std::collections::HashSet::new();
     for user in 0..30 {
         let user = format!("user-{user}");
-        let seen = count(d.addr(), 3, "/", &[("x-user", &user)]).await;
+        let seen = answered_by(d.addr(), 3, "/", &[("x-user", &user)]).await;
         assert!(seen.iter().all(|s| *s == seen[0]), "{user} moved: {seen:?}");
         owners.insert(seen[0].clone());
     }
