@@ -1,7 +1,8 @@
 //! TLS termination on a balancer's listener: the certificate files it is configured
 //! with (`Settings`, the model's own type so each default has one definition), loaded and
 //! checked into what a handshake uses (`Certificates`), the certificate chosen by SNI
-//! (`sni`), and the handshake itself with its failure reasons (`handshake`).
+//! (`sni`), and the handshake itself with its failure reasons (`handshake`). A TCP
+//! listener's SNI routes read the same name without terminating (`client_hello`).
 //!
 //! rustls with its default provider (aws-lc-rs), through tokio-rustls; PEM is parsed by
 //! rustls-pki-types (`PemObject`), a certificate's notAfter and names by x509-parser.
@@ -12,6 +13,7 @@
 //! which a reload keeps, so a ticket issued before a reload still resumes after it.
 //! rustls rotates its key itself: a new one every 6 hours, the one before still read.
 
+pub mod client_hello;
 mod handshake;
 mod sni;
 pub mod watch;
