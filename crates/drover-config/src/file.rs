@@ -1,6 +1,6 @@
 //! drover.toml: the raw schema, its loader and its validation into the model.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -842,6 +842,15 @@ struct RawBalancer {
     access_log: Option<Spanned<RawAccessLog>>,
     tls: Option<Spanned<RawTls>>,
     redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
+    routes: Option<Spanned<Vec<Spanned<RawRoute>>>>,
+}
+
+/// One of `routes`: the server names it takes, and the balancer it sends them to.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    sni: Spanned<Vec<Spanned<String>>>,
+    balancer: Spanned<String>,
 }
 
 /// `tls = { cert, key }` for one certificate, or `tls = { certs = [{ cert, key }, ...] }`
@@ -1027,6 +1036,7 @@ impl RawConfig {
 
         let lone = self.balancer.len() == 1;
         let mut balancers: Vec<BalancerConfig> = Vec::with_capacity(self.balancer.len());
+        let mut route_targets: Vec<Vec<(Range<usize>, String)>> = Vec::new();
         let mut listens: Vec<(SocketAddr, String)> = Vec::new();
         if let Some(a) = &admin {
             listens.push((a.listen, "admin.listen".to_string()));
@@ -1056,6 +1066,17 @@ impl RawConfig {
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
             origin(listen_span.clone(), format!("balancer[{i}].listen"));
+            route_targets.push(
+                raw.get_ref()
+                    .routes
+                    .iter()
+                    .flat_map(|r| r.get_ref())
+                    .map(|r| {
+                        let b = &r.get_ref().balancer;
+                        (b.span(), b.get_ref().clone())
+                    })
+                    .collect(),
+            );
             if let Some(log) = &raw.get_ref().access_log {
                 let path = log.get_ref().path.as_ref().map(|p| p.span());
                 origin(
@@ -1146,6 +1167,7 @@ impl RawConfig {
             }
             balancers.push(b);
         }
+        check_route_targets(&balancers, &route_targets, ctx)?;
 
         Ok((
             Config {
@@ -1519,6 +1541,132 @@ struct Sources {
     etcd: bool,
 }
 
+/// A balancer's `routes` (the names; the balancers they send to are checked once every
+/// balancer is read: `check_route_targets`).
+fn validate_routes(
+    routes: &Spanned<Vec<Spanned<RawRoute>>>,
+    i: usize,
+    tcp: bool,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<RouteConfig>, ConfigError> {
+    let key = |k: &str| format!("balancer[{i}].routes{k}");
+    if !tcp {
+        return Err(ctx.at(
+            routes.span(),
+            key(""),
+            "routes by sni apply to mode = \"tcp\" (TLS passthrough); HTTP routes by Host and path are not built yet",
+        ));
+    }
+    if routes.get_ref().is_empty() {
+        return Err(ctx.at(
+            routes.span(),
+            key(""),
+            "no route: list at least one { sni = [\"NAME\"], balancer = \"NAME\" }, or leave routes out",
+        ));
+    }
+    // Each name, with where it was first listed.
+    let mut seen: HashMap<String, (String, Range<usize>)> = HashMap::new();
+    let mut out = Vec::new();
+    for (j, route) in routes.get_ref().iter().enumerate() {
+        let route = route.get_ref();
+        if route.sni.get_ref().is_empty() {
+            return Err(ctx.at(
+                route.sni.span(),
+                key(&format!("[{j}].sni")),
+                "no name: list the server names this route takes, e.g. [\"api.example.com\", \"*.api.example.com\"]",
+            ));
+        }
+        let mut names = Vec::new();
+        for (k, name) in route.sni.get_ref().iter().enumerate() {
+            let at = key(&format!("[{j}].sni[{k}]"));
+            let normal = route_name(name.get_ref()).map_err(|e| ctx.at(name.span(), &at, e))?;
+            if let Some((first, span)) = seen.get(&normal) {
+                let (line, col) = line_col(ctx.text, span.start);
+                return Err(ctx.at(
+                    name.span(),
+                    &at,
+                    format!("{normal:?} is routed already by {first} (line {line}, column {col}): list each name once"),
+                ));
+            }
+            seen.insert(normal.clone(), (at, name.span()));
+            names.push(normal);
+        }
+        out.push(RouteConfig {
+            sni: names,
+            balancer: route.balancer.get_ref().clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// A route's server name, lowercase and without a trailing dot; `*.SUFFIX` for a
+/// wildcard.
+fn route_name(text: &str) -> Result<String, String> {
+    let lower = text.to_ascii_lowercase();
+    let name = lower.strip_suffix('.').unwrap_or(&lower);
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!("{text:?} is an IP address, which a client never sends as SNI (RFC 6066); a connection without SNI goes to this balancer's own backends"));
+    }
+    let host = name.strip_prefix("*.").unwrap_or(name);
+    if host.contains('*') {
+        return Err(format!(
+            "{text:?}: a wildcard is written \"*.SUFFIX\", its whole first label, e.g. \"*.example.com\""
+        ));
+    }
+    let valid_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    };
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(valid_label) {
+        return Err(format!("{text:?} is not a DNS name: labels of letters, digits, '-' and '_', 1 to 63 characters each, joined by dots"));
+    }
+    Ok(name.to_string())
+}
+
+/// Each `routes[J].balancer` names another TCP balancer without routes of its own.
+/// `targets[i]` are balancer i's, as (its span, the name).
+fn check_route_targets(
+    balancers: &[BalancerConfig],
+    targets: &[Vec<(Range<usize>, String)>],
+    ctx: &Ctx<'_>,
+) -> Result<(), ConfigError> {
+    for (i, routes) in targets.iter().enumerate() {
+        for (j, (span, name)) in routes.iter().enumerate() {
+            let at = || format!("balancer[{i}].routes[{j}].balancer");
+            let Some(target) = balancers.iter().find(|b| &b.name == name) else {
+                let names: Vec<&str> = balancers.iter().map(|b| b.name.as_str()).collect();
+                return Err(ctx.at(
+                    span.clone(),
+                    at(),
+                    format!(
+                        "no balancer is named {name:?} (balancers: {})",
+                        names.join(", ")
+                    ),
+                ));
+            };
+            let why = if target.name == balancers[i].name {
+                Some("a balancer's own backends already take what no route matches: route to another balancer")
+            } else if target.mode != Protocol::Tcp {
+                Some("it is not mode = \"tcp\": a routed connection is relayed unread")
+            } else if !target.routes.is_empty() {
+                Some("it has routes of its own: a connection is routed once")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(ctx.at(
+                    span.clone(),
+                    at(),
+                    format!("balancer {name:?} cannot be routed to: {why}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate_balancer(
     raw: Spanned<RawBalancer>,
     i: usize,
@@ -1633,12 +1781,13 @@ fn validate_balancer(
         }
         if let Some(t) = &raw.timeouts {
             let spans = [
-                // With a PROXY header to read, it bounds that read, as in HTTP mode.
+                // With a PROXY header or a ClientHello to read, it bounds that read, as
+                // in HTTP mode.
                 (
                     "timeouts.header_read",
                     t.header_read
                         .as_ref()
-                        .filter(|_| raw.proxy_protocol.is_none())
+                        .filter(|_| raw.proxy_protocol.is_none() && raw.routes.is_none())
                         .map(Spanned::span),
                 ),
                 ("timeouts.request", t.request.as_ref().map(Spanned::span)),
@@ -1687,6 +1836,10 @@ fn validate_balancer(
         b.proxy_protocol = Some(TrustedSenders::new(ranges));
     }
 
+    if let Some(routes) = &raw.routes {
+        b.routes = validate_routes(routes, i, tcp, ctx)?;
+    }
+
     let backends_span = raw.backends.span();
     let entries = raw.backends.into_inner();
     if let Some(port) = raw.redirect_to_https {
@@ -1706,11 +1859,11 @@ fn validate_balancer(
             ));
         }
         b.redirect_to_https = Some(port.into_inner().as_u16());
-    } else if entries.is_empty() && !sources.admin {
+    } else if entries.is_empty() && !sources.admin && raw.routes.is_none() {
         return Err(ctx.at(
             backends_span,
             key("backends"),
-            "backends must not be empty: list at least one \"IP:PORT\" or \"app:NAME\", or add an [admin] table so members can register at runtime",
+            "backends must not be empty: list at least one \"IP:PORT\" or \"app:NAME\", or add an [admin] table so members can register at runtime (a balancer with routes may have none: what no route matches is closed then)",
         ));
     }
     for (j, entry) in entries.into_iter().enumerate() {
@@ -2067,6 +2220,171 @@ mod tests {
 
     const MINIMAL: &str =
         "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:9001\"]\n";
+
+    /// A TCP listener `front` with `routes` (line 5 on) and its own `backends`, beside
+    /// the TCP balancers `api` (line 1) and `web` (line 2), each one line.
+    fn routed(backends: &str, routes: &str) -> String {
+        format!(
+            "[[balancer]]\nname = \"front\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:8443\"\nbackends = {backends}\nroutes = [\n{routes}]\n\
+             [[balancer]]\nname = \"api\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:9443\"\nbackends = [\"127.0.0.1:9001\"]\n\
+             [[balancer]]\nname = \"web\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:9444\"\nbackends = [\"127.0.0.1:9002\"]\n"
+        )
+    }
+
+    #[test]
+    fn sni_routes_parse_lowercase_and_may_leave_no_default() {
+        let c = ok(&routed(
+            "[]",
+            "  { sni = [\"API.Example.com.\", \"*.api.example.com\"], balancer = \"api\" },\n  { sni = [\"*.example.com\"], balancer = \"web\" },\n",
+        ));
+        let b = &c.balancers[0];
+        assert!(b.backends.is_empty(), "no default: unmatched is closed");
+        assert_eq!(
+            b.routes,
+            [
+                RouteConfig {
+                    sni: vec!["api.example.com".into(), "*.api.example.com".into()],
+                    balancer: "api".into(),
+                },
+                RouteConfig {
+                    sni: vec!["*.example.com".into()],
+                    balancer: "web".into(),
+                },
+            ]
+        );
+        // The ClientHello's read is bounded by header_read, which routes make meaningful.
+        let t = routed("[]", "{ sni = [\"a.test\"], balancer = \"api\" },\n").replace(
+            "backends = []\n",
+            "backends = []\ntimeouts = { header_read = \"2s\" }\n",
+        );
+        assert_eq!(
+            ok(&t).balancers[0].timeouts.header_read,
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn bad_sni_routes_are_named_where_they_stand() {
+        let one = |route: &str| err(&routed("[]", &format!("  {route},\n")));
+        check(
+            &one("{ sni = [\"a.test\", \"A.test.\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[1]",
+            "\"a.test\" is routed already by balancer[0].routes[0].sni[0] (line 7, column 12)",
+        );
+        let e = err(&routed(
+            "[]",
+            "  { sni = [\"*.a.test\"], balancer = \"api\" },\n  { sni = [\"*.A.test\"], balancer = \"web\" },\n",
+        ));
+        check(
+            &e,
+            8,
+            "balancer[0].routes[1].sni[0]",
+            "routed already by balancer[0].routes[0].sni[0] (line 7,",
+        );
+        check(
+            &one("{ sni = [], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni",
+            "no name",
+        );
+        check(
+            &one("{ sni = [\"a.*.test\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[0]",
+            "a wildcard is written",
+        );
+        check(
+            &one("{ sni = [\"*\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[0]",
+            "a wildcard is written",
+        );
+        check(
+            &one("{ sni = [\"a..test\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[0]",
+            "is not a DNS name",
+        );
+        check(
+            &one("{ sni = [\"a test\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[0]",
+            "is not a DNS name",
+        );
+        check(
+            &one("{ sni = [\"\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[0]",
+            "is not a DNS name",
+        );
+        check(
+            &one("{ sni = [\"10.0.0.1\"], balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni[0]",
+            "is an IP address",
+        );
+        check(
+            &one("{ sni = [\"a.test\"], balancer = \"nope\" }"),
+            7,
+            "balancer[0].routes[0].balancer",
+            "no balancer is named \"nope\" (balancers: front, api, web)",
+        );
+        check(
+            &one("{ sni = [\"a.test\"], balancer = \"front\" }"),
+            7,
+            "balancer[0].routes[0].balancer",
+            "own backends already take",
+        );
+        check(
+            &one("{ sni = [\"a.test\"] }"),
+            7,
+            "balancer[0].routes[0].balancer",
+            "required key is missing",
+        );
+        check(
+            &one("{ sni = [\"a.test\"], balancer = \"api\", host = \"x\" }"),
+            7,
+            "balancer[0].routes[0].host",
+            "unknown key `host`, expected `sni` or `balancer`",
+        );
+        let e = err(&routed("[]", "").replace("routes = [\n]", "routes = []"));
+        check(&e, 6, "balancer[0].routes", "no route");
+        // A target that is HTTP, or routes itself.
+        let t = routed("[]", "  { sni = [\"a.test\"], balancer = \"api\" },\n")
+            .replace("name = \"api\"\nmode = \"tcp\"\n", "name = \"api\"\n");
+        check(
+            &err(&t),
+            7,
+            "balancer[0].routes[0].balancer",
+            "it is not mode = \"tcp\"",
+        );
+        let t = routed("[]", "  { sni = [\"a.test\"], balancer = \"web\" },\n").replace(
+            "backends = [\"127.0.0.1:9002\"]\n",
+            "backends = [\"127.0.0.1:9002\"]\nroutes = [{ sni = [\"b.test\"], balancer = \"api\" }]\n",
+        );
+        check(
+            &err(&t),
+            7,
+            "balancer[0].routes[0].balancer",
+            "it has routes of its own",
+        );
+        // HTTP mode has no routes yet.
+        let t = routed("[]", "  { sni = [\"a.test\"], balancer = \"api\" },\n").replacen(
+            "mode = \"tcp\"\n",
+            "",
+            1,
+        );
+        check(&err(&t), 5, "balancer[0].routes", "apply to mode = \"tcp\"");
+        // Without routes, header_read and an empty backends stay refused in TCP mode.
+        let e = err("[[balancer]]\nmode = \"tcp\"\nlisten = \"127.0.0.1:8000\"\nbackends = []\n");
+        check(
+            &e,
+            4,
+            "balancer[0].backends",
+            "a balancer with routes may have none",
+        );
+    }
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()

@@ -130,6 +130,23 @@ pub struct BalancerConfig {
     /// `https://HOST[:PORT]/TARGET` instead of proxying it (`backends = []` then);
     /// `None` (default): proxy.
     pub redirect_to_https: Option<u16>,
+    /// `routes = [{ sni = [...], balancer = "NAME" }, ...]` (TCP mode): each connection's
+    /// TLS ClientHello is read undecrypted and its server name picks the balancer that
+    /// serves it (TLS passthrough); what no route matches goes to this balancer's own
+    /// backends, or is closed when it has none. Empty (default): no routes.
+    pub routes: Vec<RouteConfig>,
+}
+
+/// One of a balancer's `routes`: the names it takes and the balancer it sends them to.
+/// The same table will take HTTP routes' `host` and `path_prefix` keys: a route is a
+/// match and a balancer, whatever it matches on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// Server names, lowercase, without a trailing dot: exact, or `*.SUFFIX` for every
+    /// name that ends in `.SUFFIX`. Never empty; no name is in two routes.
+    pub sni: Vec<String>,
+    /// Another `mode = "tcp"` balancer, one without routes of its own.
+    pub balancer: String,
 }
 
 /// `mode = "http" | "tcp"`.
@@ -153,7 +170,7 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
     HttpOnly {
         key: "timeouts.header_read",
         flag: Some("--header-timeout"),
-        why: "there is no request head to read (timeouts.idle bounds a silent client); with proxy_protocol it bounds the PROXY header",
+        why: "there is no request head to read (timeouts.idle bounds a silent client); with proxy_protocol it bounds the PROXY header, with routes the TLS ClientHello",
     },
     HttpOnly {
         key: "timeouts.request",
@@ -302,6 +319,7 @@ impl BalancerConfig {
             mode: Protocol::Http,
             tls: None,
             redirect_to_https: None,
+            routes: Vec::new(),
         }
     }
 }

@@ -301,3 +301,144 @@ backends = ["127.0.0.1:2"]
         );
     }
 }
+
+/// A process that holds a listening TCP socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketHolder {
+    pub pid: u32,
+    /// Its name as the kernel keeps it (`/proc/PID/comm`: 15 bytes at most).
+    pub name: String,
+}
+
+impl SocketHolder {
+    /// Whether it holds sockets for socket activation: systemd itself (the system's, or
+    /// a user's manager), or `systemd-socket-activate`, which plays its part by hand.
+    /// drover is handed such a socket when it starts, so it is not "in use".
+    pub fn is_socket_activation(&self) -> bool {
+        // `comm` keeps 15 bytes: "systemd-socket-activate" reads "systemd-socket-".
+        self.name == "systemd" || self.name.starts_with("systemd-socket-")
+    }
+}
+
+/// The process whose listening TCP socket takes `addr`'s connections (the same address
+/// and port, or a wildcard address on the port), as /proc tells: the socket's inode
+/// from /proc/net/tcp and tcp6, then the process with a descriptor on it. `None` when
+/// nothing listens there, or when the holder's descriptors cannot be read (another
+/// user's process, without root: systemd's, when `drover check` runs unprivileged).
+///
+/// By hand rather than with the procfs crate: two files and a directory walk, where
+/// procfs would bring a dozen crates to the binary for this one check.
+pub fn listening_holder(addr: SocketAddr) -> Option<SocketHolder> {
+    let inodes = listening_inodes(addr);
+    if inodes.is_empty() {
+        return None;
+    }
+    let targets: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|l| targets.iter().any(|t| l.as_os_str() == t.as_str()))
+        });
+        if holds {
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some(SocketHolder {
+                pid,
+                name: name.trim_end().to_string(),
+            });
+        }
+    }
+    None
+}
+
+/// The inodes of the listening sockets that would take `addr`'s connections.
+fn listening_inodes(addr: SocketAddr) -> Vec<u64> {
+    let mut inodes = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+            let (Some(local), Some(&"0A"), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let Some(bound) = proc_net_addr(local) else {
+                continue;
+            };
+            let takes = bound.port() == addr.port()
+                && (bound.ip().to_canonical() == addr.ip().to_canonical()
+                    || bound.ip().is_unspecified()
+                    || addr.ip().is_unspecified());
+            if let (true, Ok(inode)) = (takes, inode.parse()) {
+                inodes.push(inode);
+            }
+        }
+    }
+    inodes
+}
+
+/// An address as /proc/net/tcp writes it: the address's 32-bit words in hex, each as
+/// the machine's byte order reads it, a colon, the port in hex.
+fn proc_net_addr(text: &str) -> Option<SocketAddr> {
+    let (ip, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for i in (0..ip.len()).step_by(8) {
+        let word = u32::from_str_radix(ip.get(i..i + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
+        16 => std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod holder_tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_of_this_process_is_found_by_its_address_and_by_the_wildcard() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let me = listening_holder(addr).expect("this process listens there");
+        assert_eq!(me.pid, std::process::id());
+        assert!(!me.is_socket_activation(), "{me:?}");
+        let any = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+        assert_eq!(listening_holder(any).map(|h| h.pid), Some(me.pid));
+        drop(l);
+        assert_eq!(listening_holder(addr), None, "nothing listens there now");
+        let v6 = std::net::TcpListener::bind("[::1]:0");
+        if let Ok(v6) = v6 {
+            let addr = v6.local_addr().unwrap();
+            assert_eq!(listening_holder(addr).map(|h| h.pid), Some(me.pid));
+        }
+    }
+
+    #[test]
+    fn the_socket_activators_by_name() {
+        let holder = |name: &str| SocketHolder {
+            pid: 1,
+            name: name.into(),
+        };
+        assert!(holder("systemd").is_socket_activation());
+        assert!(holder("systemd-socket-").is_socket_activation());
+        assert!(!holder("systemd-resolve").is_socket_activation());
+        assert!(!holder("nginx").is_socket_activation());
+    }
+}

@@ -17,5 +17,5 @@ pub use histogram::{Histogram, HistogramSnapshot};
 pub use snapshot::{BalancerSnapshot, EndpointSnapshot};
 pub use stats::{
     BalancerCounts, BalancerStats, Cause, CertificateExpiry, Ejection, EndpointCounts,
-    EndpointStats, ProxyRefusal, TlsFailure,
+    EndpointStats, ProxyRefusal, SniUnrouted, TlsFailure,
 };

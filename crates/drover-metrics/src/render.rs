@@ -5,7 +5,7 @@
 use crate::exposition::Exposition;
 use crate::histogram::HistogramSnapshot;
 use crate::snapshot::{BalancerSnapshot, EndpointSnapshot};
-use crate::stats::{Cause, Ejection, ProxyRefusal, TlsFailure, CLASSES};
+use crate::stats::{Cause, Ejection, ProxyRefusal, SniUnrouted, TlsFailure, CLASSES};
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
 const ENDPOINT_FAILURES: [Cause; 4] = [
@@ -132,6 +132,17 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
         for (cause, &n) in Cause::ALL.iter().zip(&b.counts.tcp_unserved) {
             if n > 0 {
                 e.sample_u64(&[("balancer", &b.name), ("cause", cause.as_str())], n);
+            }
+        }
+    }
+    e.counter(
+        "drover_tcp_sni_unrouted",
+        "TCP mode with SNI routes: client connections closed before any balancer took them, by reason (no-route, not-tls, bad-hello, too-large, timeout, closed).",
+    );
+    for b in bs {
+        for (why, &n) in SniUnrouted::ALL.iter().zip(&b.counts.sni_unrouted) {
+            if n > 0 {
+                e.sample_u64(&[("balancer", &b.name), ("reason", why.as_str())], n);
             }
         }
     }

@@ -117,6 +117,9 @@ pub struct BalancerStats {
     /// Access log lines dropped because the log's buffer was full (not striped: a
     /// drop is rare, and only happens when the log is on).
     access_log_dropped: AtomicU64,
+    /// TCP mode with SNI routes: connections closed unrouted, by `SniUnrouted` (plain
+    /// atomics: a routed connection never touches them).
+    sni_unrouted: [AtomicU64; 6],
     /// TLS handshakes completed (once per connection: plain atomics).
     tls_handshakes: AtomicU64,
     /// TLS handshakes failed, by `TlsFailure`.
@@ -178,6 +181,48 @@ impl TlsFailure {
             TlsFailure::ClientAlert => "client-alert",
             TlsFailure::Closed => "closed",
             TlsFailure::Protocol => "protocol",
+        }
+    }
+}
+
+/// Why a connection to a TCP listener with SNI routes was closed before any balancer
+/// took it. Few and fixed, so a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SniUnrouted {
+    /// The ClientHello's name (or its lack of one) matches no route, and the listener's
+    /// own balancer has no backends to take it.
+    NoRoute,
+    /// The first bytes are no TLS handshake record.
+    NotTls,
+    /// A TLS record, but no ClientHello that parses (or one rustls refuses: see
+    /// `tls::client_hello`).
+    BadHello,
+    /// No whole ClientHello within the bytes drover reads before it places a connection.
+    TooLarge,
+    /// No whole ClientHello within the header read timeout.
+    Timeout,
+    /// The client closed or reset the connection before its ClientHello was whole.
+    Closed,
+}
+
+impl SniUnrouted {
+    pub const ALL: [SniUnrouted; 6] = [
+        SniUnrouted::NoRoute,
+        SniUnrouted::NotTls,
+        SniUnrouted::BadHello,
+        SniUnrouted::TooLarge,
+        SniUnrouted::Timeout,
+        SniUnrouted::Closed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SniUnrouted::NoRoute => "no-route",
+            SniUnrouted::NotTls => "not-tls",
+            SniUnrouted::BadHello => "bad-hello",
+            SniUnrouted::TooLarge => "too-large",
+            SniUnrouted::Timeout => "timeout",
+            SniUnrouted::Closed => "closed",
         }
     }
 }
@@ -283,6 +328,11 @@ impl BalancerStats {
         self.counters.local().tcp_unserved[cause as usize].fetch_add(1, Relaxed);
     }
 
+    /// TCP mode with SNI routes: a client connection closed before any balancer took it.
+    pub fn record_sni_unrouted(&self, why: SniUnrouted) {
+        self.sni_unrouted[why as usize].fetch_add(1, Relaxed);
+    }
+
     /// A client connection's TLS handshake completed.
     pub fn record_tls_handshake(&self) {
         self.tls_handshakes.fetch_add(1, Relaxed);
@@ -317,6 +367,7 @@ impl BalancerStats {
         }
         add(&mut s.proxy_refused, &self.proxy_refused);
         s.access_log_dropped = self.access_log_dropped.load(Relaxed);
+        add(&mut s.sni_unrouted, &self.sni_unrouted);
         s.tls_handshakes = self.tls_handshakes.load(Relaxed);
         add(&mut s.tls_failures, &self.tls_failures);
         s.tls_certificates = self
@@ -459,6 +510,9 @@ pub struct BalancerCounts {
     /// TCP mode: connections closed unserved, by `Cause::ALL`.
     #[serde(default)]
     pub tcp_unserved: [u64; 8],
+    /// TCP mode with SNI routes: connections closed unrouted, by `SniUnrouted::ALL`.
+    #[serde(default)]
+    pub sni_unrouted: [u64; 6],
     /// TLS handshakes completed.
     #[serde(default)]
     pub tls_handshakes: u64,

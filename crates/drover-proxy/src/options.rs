@@ -134,7 +134,7 @@ pub struct Timeouts {
     pub connect: Duration,
     /// A client has this long to send a whole request head once it starts (slow clients).
     /// The PROXY protocol header and the TLS handshake come within it; in TCP mode it
-    /// bounds the PROXY header only.
+    /// bounds the PROXY header and, with SNI routes, the ClientHello (together).
     pub header_read: Duration,
     /// Longest wait for a backend's response head, and between reads of any body.
     pub request: Duration,

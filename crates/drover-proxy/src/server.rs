@@ -10,6 +10,7 @@ use crate::conn;
 use crate::descriptors;
 use crate::handoff;
 use crate::options::{Protocol, ProxyOptions};
+use crate::routes::{RouteTarget, SniRoutes};
 use crate::state::{BalancerState, ClientConnection, Lasting, ThreadCell, ThreadState};
 use crate::tcp;
 use crate::tls::{self, Certificates};
@@ -34,7 +35,8 @@ pub struct Proxy {
     /// The address as configured (`:0` stays `:0`), to tell a changed one on reload.
     listen: SocketAddr,
     /// The settings in force; each serving thread's `ThreadCell` holds a state over it.
-    current: ArcSwap<BalancerState>,
+    /// Shared with the listeners whose routes send connections here (`route_target`).
+    current: Arc<ArcSwap<BalancerState>>,
     cells: Vec<Arc<ThreadCell>>,
     /// Open client connections, over every generation of settings.
     active: Arc<AtomicUsize>,
@@ -147,6 +149,7 @@ impl Proxy {
             active: Arc::clone(&active),
             stats,
             tls,
+            routes: Arc::new(ArcSwapOption::empty()),
         };
         let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         let cells: Vec<Arc<ThreadCell>> = (0..threads)
@@ -181,7 +184,7 @@ impl Proxy {
         Ok(Proxy {
             local_addr,
             listen,
-            current: ArcSwap::new(shared),
+            current: Arc::new(ArcSwap::new(shared)),
             cells,
             active,
             shutdown,
@@ -236,6 +239,7 @@ impl Proxy {
             active: Arc::clone(&self.active),
             stats: Arc::clone(&current.stats),
             tls,
+            routes: Arc::clone(&current.routes),
         };
         let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         for cell in &self.cells {
@@ -251,6 +255,22 @@ impl Proxy {
     pub fn set_tls(&self, certs: Option<Arc<Certificates>>) {
         let current = self.current.load();
         install_tls(&current.opts.name, &current.tls, &current.stats, certs);
+    }
+
+    /// This balancer, as another listener's routes send connections to it: with the
+    /// settings in force whenever one arrives.
+    pub fn route_target(&self) -> RouteTarget {
+        RouteTarget {
+            name: self.name(),
+            current: Arc::clone(&self.current),
+        }
+    }
+
+    /// Places new connections by these routes from now on (`None`: on this balancer's
+    /// own pool, as without routes). TCP mode only; connections under way stay where
+    /// they are.
+    pub fn set_routes(&self, routes: Option<SniRoutes>) {
+        self.current.load().routes.store(routes.map(Arc::new));
     }
 
     /// What this balancer's requests counted, since it started (kept across

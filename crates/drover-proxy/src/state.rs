@@ -5,6 +5,7 @@ use crate::access_log::AccessLog;
 use crate::admission::Admission;
 use crate::http1::keys::KeySpec;
 use crate::options::ProxyOptions;
+use crate::routes::SniRoutes;
 use crate::tls::Certificates;
 use crate::upstream::Upstreams;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -37,6 +38,11 @@ pub(crate) struct BalancerState {
     /// every generation of settings, so a reload that only re-reads the certificate
     /// files swaps them here and keeps everything else (`Proxy::set_tls`).
     pub tls: Arc<ArcSwapOption<Certificates>>,
+    /// TCP mode: the balancers new connections go to by the SNI of their ClientHello;
+    /// `None`: this balancer's own pool, nothing read first. One for every generation
+    /// of settings: the routes name other balancers, so they are set after every
+    /// balancer of a reload is in place (`Proxy::set_routes`).
+    pub routes: Arc<ArcSwapOption<SniRoutes>>,
 }
 
 /// What a listener keeps from one generation of its settings to the next.
@@ -45,6 +51,7 @@ pub(crate) struct Lasting {
     pub active: Arc<AtomicUsize>,
     pub stats: Arc<BalancerStats>,
     pub tls: Arc<ArcSwapOption<Certificates>>,
+    pub routes: Arc<ArcSwapOption<SniRoutes>>,
 }
 
 impl BalancerState {
@@ -60,6 +67,7 @@ impl BalancerState {
             active,
             stats,
             tls,
+            routes,
         } = lasting;
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
@@ -81,6 +89,7 @@ impl BalancerState {
             stats,
             access_log,
             tls,
+            routes,
         })
     }
 }

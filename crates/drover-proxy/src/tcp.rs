@@ -20,6 +20,12 @@
 //! timeout; until then, the idle timeout cuts a connection that moved nothing either
 //! way.
 //!
+//! With SNI routes (`routes.rs`), the connection's ClientHello is read first, within
+//! the header read timeout, and its name picks the balancer that places and relays it
+//! with its own settings, counts and access log; the hello's bytes go to the backend
+//! first. A connection no route takes is closed, and counted on the listener's
+//! balancer (`drover_tcp_sni_unrouted`).
+//!
 //! A reload applies to connections accepted after it; a connection keeps the settings
 //! it was placed with until it ends, and shutdown waits for it up to the drain timeout.
 
@@ -28,10 +34,12 @@ use crate::admission::Slot;
 use crate::error::ProxyError;
 use crate::options::{HashKey, Timeouts};
 use crate::proxy_protocol;
+use crate::routes::Pick;
 use crate::state::{BalancerState, ClientConnection, ThreadCell};
+use crate::tls::client_hello;
 use crate::upstream;
 use drover_balance::{clock, Endpoint, PickContext};
-use drover_metrics::{BalancerStats, Cause};
+use drover_metrics::{BalancerStats, Cause, SniUnrouted};
 use drover_registry::WarnLimit;
 use std::io;
 use std::net::{Shutdown, SocketAddr};
@@ -63,20 +71,20 @@ pub(crate) async fn serve(
 ) {
     // The settings in force at accept stay this connection's until it ends.
     let thread = cell.load_full();
-    let shared = &thread.shared;
-    shared.active.fetch_add(1, Relaxed);
-    let _active = Open(Arc::clone(&shared.active));
+    let listener = &thread.shared;
+    listener.active.fetch_add(1, Relaxed);
+    let _active = Open(Arc::clone(&listener.active));
     let accepted = Instant::now();
     // Behind another balancer (`proxy_protocol`): the client is the one its header
     // names, read by the header read timeout as in HTTP mode. Client bytes that came
     // with the header are kept, to go to the backend first.
     let mut early = Vec::new();
     let mut peer = peer;
-    if let Some(trusted) = &shared.opts.proxy_protocol {
-        let deadline = Instant::now() + shared.opts.timeouts.header_read;
+    if let Some(trusted) = &listener.opts.proxy_protocol {
+        let deadline = Instant::now() + listener.opts.timeouts.header_read;
         let named = proxy_protocol::read_client(
             trusted,
-            &shared.stats,
+            &listener.stats,
             &mut client,
             &mut early,
             peer,
@@ -87,6 +95,41 @@ pub(crate) async fn serve(
             None => return,
         }
     }
+    // With routes, the balancer whose pool, settings and counts serve the connection
+    // is the one its ClientHello's name picks (`routes.rs`); the hello's bytes go to
+    // the backend first, as the PROXY header's followers do.
+    let shared = match listener.routes.load_full() {
+        None => Arc::clone(listener),
+        Some(routes) => {
+            let deadline = accepted + listener.opts.timeouts.header_read;
+            let name = client_hello::server_name(&mut client, &mut early, deadline).await;
+            let picked = match &name {
+                Ok(name) => match routes.pick(name.as_deref()) {
+                    Pick::Route(target) => Ok(target.current.load_full()),
+                    Pick::Listener => Ok(Arc::clone(listener)),
+                    Pick::Nowhere => Err(SniUnrouted::NoRoute),
+                },
+                Err(why) => Err(*why),
+            };
+            match picked {
+                Ok(shared) => shared,
+                Err(why) => {
+                    // Debug only: a scanner's garbage is no operator's concern, and
+                    // the metric counts each.
+                    listener.stats.record_sni_unrouted(why);
+                    let name = name.ok().flatten();
+                    debug!(balancer = %listener.opts.name, %peer, ?name, "tcp connection closed unrouted: {}", why.as_str());
+                    return;
+                }
+            }
+        }
+    };
+    // Counted open on the balancer that serves it too, so its drain waits for it.
+    let _served = (!Arc::ptr_eq(&shared, listener)).then(|| {
+        shared.active.fetch_add(1, Relaxed);
+        Open(Arc::clone(&shared.active))
+    });
+    let shared = &*shared;
     // Where the client reached drover, for a PROXY protocol header to the backend.
     let local = client.local_addr().unwrap_or(shared.opts.listen);
     let placed = place(shared, peer, local).await;

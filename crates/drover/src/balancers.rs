@@ -462,6 +462,35 @@ impl RunningBalancer {
     }
 }
 
+/// Points each balancer's routes at the balancers they name, as running now (`all`):
+/// at start, and after a reload put every balancer in place, since a route's balancer
+/// may have been started anew. A balancer without routes serves on its own pool.
+pub fn wire_routes(all: &[Arc<RunningBalancer>]) {
+    for b in all {
+        let config = b.config();
+        if config.routes.is_empty() {
+            b.proxy.set_routes(None);
+            continue;
+        }
+        let routes = config
+            .routes
+            .iter()
+            .filter_map(|r| {
+                // The file's validation makes each name a running balancer.
+                let target = all.iter().find(|t| t.name == r.balancer)?;
+                Some(drover_proxy::routes::Route {
+                    sni: r.sni.clone(),
+                    target: target.proxy.route_target(),
+                })
+            })
+            .collect();
+        // What no route matches goes to the balancer's own backends, if it has any.
+        let own = !config.backends.is_empty();
+        b.proxy
+            .set_routes(Some(drover_proxy::routes::SniRoutes::new(routes, own)));
+    }
+}
+
 /// The discovery settings of a config.
 pub fn discovery(cfg: &drover_config::Config) -> Discovery<'_> {
     Discovery {

@@ -1,6 +1,6 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
-use crate::balancers::{app_of, discovery, static_pool, RunningBalancer, StartError};
+use crate::balancers::{app_of, discovery, static_pool, wire_routes, RunningBalancer, StartError};
 use crate::systemd;
 use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
@@ -232,6 +232,8 @@ impl Controller {
                 }
             }
         }
+        // Routes name balancers by name: each points at the one running from now on.
+        wire_routes(&now);
         let old = std::mem::replace(
             &mut *self.balancers.write().unwrap_or_else(|e| e.into_inner()),
             now.clone(),

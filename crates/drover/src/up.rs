@@ -152,6 +152,7 @@ pub(crate) async fn run_config(
             }
         }
     }
+    balancers::wire_routes(&balancers);
     let mut apps = Vec::new();
     for spec in specs {
         let (name, workers) = (spec.name.clone(), spec.workers.resolve());

@@ -398,3 +398,83 @@ async fn a_passed_socket_no_listener_takes_stops_the_start() {
     );
     assert!(d.stderr_text().contains(&want), "{}", d.stderr_text());
 }
+
+/// `drover check -c file`: its exit code and what it printed (stdout, then stderr).
+fn check(file: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(bin())
+        .args(["check", "-c", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[tokio::test]
+async fn drover_check_takes_an_address_systemd_holds_for_socket_activation_as_free() {
+    if !has_systemd_tool("systemd-socket-activate") {
+        return;
+    }
+    let dir = temp_dir("check-activation");
+    let (front, api) = (free_port(), free_port());
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:{front}\"\nbackends = [\"127.0.0.1:1\"]\n\n[[balancer]]\nname = \"api\"\nlisten = \"127.0.0.1:{api}\"\nbackends = [\"127.0.0.1:1\"]\n"
+        ),
+    )
+    .unwrap();
+    // systemd holds "front" for drover, which has not started (no connection came).
+    let activator =
+        socket_activated(&[front], "front", &["up", "-c", file.to_str().unwrap()]).await;
+    // Another program holds "api": that one is in use.
+    let other = std::net::TcpListener::bind(("127.0.0.1", api)).unwrap();
+    let (code, out) = check(&file);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "balancer \"api\": cannot listen on 127.0.0.1:{api}"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("pid {})", std::process::id())),
+        "names the holder: {out}"
+    );
+    assert!(!out.contains(&format!("127.0.0.1:{front}: ")), "{out}");
+    drop(other);
+    let (code, out) = check(&file);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(&format!(
+            "held by systemd for socket activation, drover takes them when it starts: balancer \"front\" on 127.0.0.1:{front} (by systemd-socket-, pid {})",
+            activator.pid()
+        )),
+        "{out}"
+    );
+    // drover never started: the check took nothing from systemd.
+    assert!(
+        !activator.stderr_text().contains("drover: balancer"),
+        "{}",
+        activator.stderr_text()
+    );
+
+    // The check started by socket activation itself, with the sockets (LISTEN_FDS).
+    drop(activator);
+    let checked =
+        socket_activated(&[front], "front", &["check", "-c", file.to_str().unwrap()]).await;
+    let _ = std::net::TcpStream::connect(("127.0.0.1", front)).unwrap();
+    let status = checked
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("the check exited");
+    let out = checked.stdout_text() + &checked.stderr_text();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(
+        out.contains(&format!(
+            "balancer \"front\" on 127.0.0.1:{front} (passed to this check, LISTEN_FDS)"
+        )),
+        "{out}"
+    );
+}

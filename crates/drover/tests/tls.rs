@@ -553,6 +553,78 @@ async fn sessions_resume_by_ticket_with_tls_1_2_and_1_3_also_after_a_reload() {
     drop(d);
 }
 
+/// `openssl s_client -msg` through `addr` for `a.test` over TLS 1.3, sending one
+/// request with `Connection: close` (so it reads what drover sends after the
+/// handshake), saving the session to `out` or resuming the one in `resume`: whether it
+/// resumed, and how many NewSessionTickets came.
+fn tickets(
+    addr: SocketAddr,
+    ca: &Path,
+    out: &Path,
+    resume: Option<&Path>,
+) -> (bool, usize, String) {
+    let mut cmd = Command::new("openssl");
+    cmd.args([
+        "s_client",
+        "-connect",
+        &addr.to_string(),
+        "-servername",
+        "a.test",
+    ])
+    .arg("-CAfile")
+    .arg(ca)
+    .args(["-tls1_3", "-ign_eof", "-msg", "-sess_out"])
+    .arg(out);
+    if let Some(session) = resume {
+        cmd.arg("-sess_in").arg(session);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let done = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&done.stdout).into_owned();
+    let count = text
+        .lines()
+        .filter(|l| l.starts_with("<<<") && l.ends_with(", NewSessionTicket"))
+        .count();
+    (text.contains("Reused, TLSv1.3"), count, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_tls_1_3_connection_gets_one_new_session_ticket() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-tickets");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    let (d, web, _admin, _path) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&a]))).await;
+    let (first, second) = (pki.dir.join("first.pem"), pki.dir.join("second.pem"));
+    let per_connection = drover_proxy::tls::TLS13_TICKETS;
+    let (resumed, count, text) = tickets(web, &pki.ca_pem, &first, None);
+    assert!(!resumed && text.contains("HTTP/1.1 200"), "{text}");
+    assert_eq!(count, per_connection, "a full handshake:\n{text}");
+    // Each resumed connection gets one ticket, as from OpenSSL: enough for the next
+    // resumption, one fewer for the client to take in than rustls's default of 2.
+    for (from, to) in [(&first, &second), (&second, &first)] {
+        let (resumed, count, text) = tickets(web, &pki.ca_pem, to, Some(from));
+        assert!(resumed, "not resumed:\n{text}");
+        assert!(text.contains("HTTP/1.1 200"), "{text}");
+        assert_eq!(count, 1, "a resumed handshake:\n{text}");
+    }
+    drop(d);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_swaps_the_certificate_under_load_with_no_request_failed_and_a_bad_one_changes_nothing(
 ) {

@@ -1,7 +1,8 @@
 //! TLS termination on a balancer's listener: the certificate files it is configured
 //! with (`Settings`, the model's own type so each default has one definition), loaded and
 //! checked into what a handshake uses (`Certificates`), the certificate chosen by SNI
-//! (`sni`), and the handshake itself with its failure reasons (`handshake`).
+//! (`sni`), and the handshake itself with its failure reasons (`handshake`). A TCP
+//! listener's SNI routes read the same name without terminating (`client_hello`).
 //!
 //! rustls with its default provider (aws-lc-rs), through tokio-rustls; PEM is parsed by
 //! rustls-pki-types (`PemObject`), a certificate's notAfter and names by x509-parser.
@@ -9,9 +10,11 @@
 //! client told `h2` would speak it and get nothing it understands back.
 //!
 //! Sessions resume by stateless tickets under one process-wide ticketer (`ticketer`),
-//! which a reload keeps, so a ticket issued before a reload still resumes after it.
+//! which a reload keeps, so a ticket issued before a reload still resumes after it;
+//! `TLS13_TICKETS` are sent after each TLS 1.3 handshake.
 //! rustls rotates its key itself: a new one every 6 hours, the one before still read.
 
+pub mod client_hello;
 mod handshake;
 mod sni;
 pub mod watch;
@@ -29,6 +32,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// TLS 1.3 session tickets sent after each handshake. rustls sends the same count
+/// after a full handshake and a resumed one (its `ServerConfig::send_tls13_tickets`;
+/// only a client's RFC 9149 `ticket_request` changes it per connection), so one count
+/// serves both: 1, what OpenSSL (nginx, HAProxy) sends after a resumed handshake, where
+/// rustls's default of 2 made each resumed connection cost its client a ticket more to
+/// take in (bench/README.md, tls.sh). A client that resumes in turn always has the one
+/// ticket its last connection brought; only a client that opens several connections at
+/// once after one full handshake resumes fewer of them than with 2.
+pub const TLS13_TICKETS: usize = 1;
 
 /// A certificate expiring within this long is warned about, at start and at each
 /// reload (and on the dashboard, which reads the metrics' own definition).
@@ -210,6 +223,7 @@ impl Certificates {
         // Not `h2`: HTTP/2 is not served yet (see the module's doc).
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.ticketer = ticketer().map_err(|e| fail(ErrorKind::Rustls(e)))?;
+        config.send_tls13_tickets = TLS13_TICKETS;
         Ok(Certificates {
             config: Arc::new(config),
             info,
