@@ -123,6 +123,7 @@ fn config(addr: SocketAddr, mix: &str, mode: Mode, connections: usize) -> Config
         count_header: None,
         poisson: false,
         progress: false,
+        tls: None,
     }
 }
 
