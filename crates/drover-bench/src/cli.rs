@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 
 use crate::admin::{self, AdminError};
 use crate::compare::{self, CompareError};
+use crate::http::Payload;
 use crate::mix::Mix;
 use crate::run::{run, Config, Mode, Reuse, RunError};
 use crate::slo::Slo;
@@ -119,6 +120,24 @@ pub struct BenchArgs {
     /// Extra request header, "Name: value" (repeatable)
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
+
+    /// Every request's method, e.g. POST or PUT (as loadtest's -m, curl's -X)
+    #[arg(short, long, default_value = "GET")]
+    pub method: String,
+
+    /// Every request's body (as loadtest's -P); sent with its Content-Length. With
+    /// neither --body nor --body-file, requests have no body
+    #[arg(long, value_name = "TEXT", conflicts_with = "body_file")]
+    pub body: Option<String>,
+
+    /// Every request's body, read from this file (as ab's -p and loadtest's -p)
+    #[arg(long, value_name = "FILE")]
+    pub body_file: Option<PathBuf>,
+
+    /// Content-Type of the body (as ab's and loadtest's -T); the same as
+    /// -H 'Content-Type: TYPE'
+    #[arg(short = 'T', long, value_name = "TYPE")]
+    pub content_type: Option<String>,
 
     /// Count responses per value of this response header, e.g. x-worker to see how
     /// many requests each worker answered (at most 64 values; the rest count as "other")
@@ -271,6 +290,14 @@ impl BenchArgs {
                 return Err(format!("bad header {h:?}; expected \"Name: value\""));
             }
         }
+        let payload = self.payload()?;
+        let mut headers = self.headers.clone();
+        if let Some(t) = &self.content_type {
+            if t.is_empty() || t.contains(['\r', '\n']) {
+                return Err(format!("bad --content-type {t:?}"));
+            }
+            headers.push(format!("Content-Type: {t}"));
+        }
         let mode = match self.rate {
             Some(rate) if rate.is_finite() && rate > 0.0 => Mode::Open {
                 rate,
@@ -298,11 +325,52 @@ impl BenchArgs {
             threads: self.threads,
             timeout: self.timeout,
             seed: self.seed,
-            headers: self.headers.clone(),
+            headers,
             count_header: self.count_header.clone(),
             poisson: self.poisson,
             progress: false,
             tls,
+            payload,
+        })
+    }
+
+    /// The method and body every request sends, checked.
+    fn payload(&self) -> Result<Payload, String> {
+        let method = self.method.as_str();
+        // A token (RFC 9110 §5.6.2), as a server parses it.
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if method.is_empty() || !method.chars().all(token) {
+            return Err(format!(
+                "bad --method {method:?}: a method is a token such as GET or POST"
+            ));
+        }
+        let body = match (&self.body, &self.body_file) {
+            (Some(text), _) => Some(text.clone().into_bytes()),
+            (None, Some(path)) => Some(
+                std::fs::read(path)
+                    .map_err(|e| format!("--body-file: cannot read {}: {e}", path.display()))?,
+            ),
+            (None, None) => None,
+        };
+        let has = |name: &str| {
+            self.headers.iter().any(|h| {
+                h.split_once(':')
+                    .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+            })
+        };
+        if has("content-length") || has("transfer-encoding") {
+            return Err(
+                "drover bench frames each request itself (Content-Length from --body or --body-file); \
+                 leave Content-Length and Transfer-Encoding out of -H"
+                    .into(),
+            );
+        }
+        if self.content_type.is_some() && has("content-type") {
+            return Err("--content-type and -H 'Content-Type: ...' both given; keep one".into());
+        }
+        Ok(Payload {
+            method: method.to_string(),
+            body,
         })
     }
 }
@@ -569,6 +637,40 @@ mod tests {
         );
         assert!(split_url("ftp://x").is_err());
         assert!(split_url("http:///x").is_err());
+    }
+
+    #[test]
+    fn methods_and_bodies() {
+        let p = |extra: &[&str]| args(extra).to_config().map(|c| (c.payload, c.headers));
+        assert_eq!(p(&[]).unwrap().0, Payload::default());
+        let (payload, headers) = p(&["-m", "POST", "--body", "a=1", "-T", "text/plain"]).unwrap();
+        assert_eq!(
+            payload,
+            Payload {
+                method: "POST".into(),
+                body: Some(b"a=1".to_vec())
+            }
+        );
+        assert_eq!(headers, ["Content-Type: text/plain"]);
+        let file = std::env::temp_dir().join(format!("drover-bench-body-{}", std::process::id()));
+        std::fs::write(&file, b"\x00\x01binary").unwrap();
+        let (payload, _) = p(&["--method", "PUT", "--body-file", file.to_str().unwrap()]).unwrap();
+        assert_eq!(payload.body.as_deref(), Some(&b"\x00\x01binary"[..]));
+        let _ = std::fs::remove_file(&file);
+        for (bad, want) in [
+            (&["-m", "GE T"][..], "--method"),
+            (&["-m", ""], "--method"),
+            (&["--body-file", "/nonexistent/body"], "/nonexistent/body"),
+            (
+                &["--body", "x", "-H", "Content-Length: 1"],
+                "Content-Length",
+            ),
+            (&["-H", "Transfer-Encoding: chunked"], "Transfer-Encoding"),
+            (&["-T", "a/b", "-H", "content-type: c/d"], "--content-type"),
+        ] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains(want), "{bad:?}: {e}");
+        }
     }
 
     #[test]

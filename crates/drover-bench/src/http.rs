@@ -15,9 +15,27 @@ use crate::tls::{Handshake, TlsTarget};
 const MAX_HEADERS: usize = 64;
 const READ_CHUNK: usize = 16 * 1024;
 
-/// The request bytes for `GET path` with the given host and extra header lines.
-pub fn build_request(path: &str, host: &str, headers: &[String]) -> Vec<u8> {
-    let mut s = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+/// What every request of a run sends besides its path: the method, and a body (with
+/// its `Content-Length`; `None`: no body and no length, as a GET).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload {
+    pub method: String,
+    pub body: Option<Vec<u8>>,
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload {
+            method: "GET".into(),
+            body: None,
+        }
+    }
+}
+
+/// The request bytes for `method path` with the given host, extra header lines and
+/// body.
+pub fn build_request(path: &str, host: &str, headers: &[String], payload: &Payload) -> Vec<u8> {
+    let mut s = format!("{} {path} HTTP/1.1\r\nHost: {host}\r\n", payload.method);
     let has = |name: &str| {
         headers.iter().any(|h| {
             h.split_once(':')
@@ -31,8 +49,15 @@ pub fn build_request(path: &str, host: &str, headers: &[String]) -> Vec<u8> {
         s.push_str(h.trim());
         s.push_str("\r\n");
     }
+    if let Some(body) = &payload.body {
+        s.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     s.push_str("\r\n");
-    s.into_bytes()
+    let mut bytes = s.into_bytes();
+    if let Some(body) = &payload.body {
+        bytes.extend_from_slice(body);
+    }
+    bytes
 }
 
 /// Why a request got no response.
@@ -180,7 +205,9 @@ impl Conn {
         self.buf.clear();
         self.read = 0;
         self.stream.write_all(req).await?;
-        self.read_response(tag_header).await
+        // A response to HEAD has a head only, whatever its Content-Length says.
+        self.read_response(tag_header, req.starts_with(b"HEAD "))
+            .await
     }
 
     async fn fill(&mut self) -> Result<(), ReqError> {
@@ -195,7 +222,11 @@ impl Conn {
         Ok(())
     }
 
-    async fn read_response(&mut self, tag_header: Option<&str>) -> Result<Response, ReqError> {
+    async fn read_response(
+        &mut self,
+        tag_header: Option<&str>,
+        head_only: bool,
+    ) -> Result<Response, ReqError> {
         loop {
             let parsed = {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -221,7 +252,7 @@ impl Conn {
             if (100..200).contains(&status) && status != 101 {
                 continue; // interim response; the real one follows
             }
-            match body {
+            match if head_only { Body::None } else { body } {
                 Body::None => {}
                 Body::Length(n) => self.skip(n).await?,
                 Body::Chunked => self.skip_chunked().await?,
@@ -371,13 +402,29 @@ mod tests {
 
     #[test]
     fn request_bytes() {
-        let r = build_request("/x", "127.0.0.1:80", &["X-A: 1".to_string()]);
+        let get = Payload::default();
+        let r = build_request("/x", "127.0.0.1:80", &["X-A: 1".to_string()], &get);
         assert_eq!(
             r,
             b"GET /x HTTP/1.1\r\nHost: 127.0.0.1:80\r\nUser-Agent: drover-bench\r\nX-A: 1\r\n\r\n"
         );
-        let r = build_request("/", "h", &["user-agent: me".to_string()]);
+        let r = build_request("/", "h", &["user-agent: me".to_string()], &get);
         assert_eq!(r, b"GET / HTTP/1.1\r\nHost: h\r\nuser-agent: me\r\n\r\n");
+        let post = Payload {
+            method: "POST".into(),
+            body: Some(b"a=1".to_vec()),
+        };
+        let r = build_request("/f", "h", &["Content-Type: text/plain".to_string()], &post);
+        assert_eq!(
+            r,
+            b"POST /f HTTP/1.1\r\nHost: h\r\nUser-Agent: drover-bench\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\na=1"
+        );
+        let empty = Payload {
+            method: "PUT".into(),
+            body: Some(Vec::new()),
+        };
+        let r = build_request("/", "h", &[], &empty);
+        assert!(r.ends_with(b"Content-Length: 0\r\n\r\n"), "{r:?}");
     }
 
     fn parse_head(raw: &[u8], tag_header: Option<&str>) -> Head {

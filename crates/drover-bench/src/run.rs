@@ -94,6 +94,8 @@ pub struct Config {
     pub progress: bool,
     /// An `https://` target: every connection starts with a TLS handshake.
     pub tls: Option<std::sync::Arc<crate::tls::TlsTarget>>,
+    /// The method and body of every request (GET with none by default).
+    pub payload: crate::http::Payload,
 }
 
 #[derive(Debug)]
@@ -299,6 +301,7 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
     Report {
         mode: if open { "open" } else { "closed" },
         target: cfg.addr.to_string(),
+        method: cfg.payload.method.clone(),
         mix: cfg.mix.to_string(),
         threads: cfg.threads,
         connections: cfg.connections,
@@ -422,7 +425,7 @@ fn thread_main(
         .mix
         .entries()
         .iter()
-        .map(|e| build_request(&e.path, &cfg.host, &cfg.headers))
+        .map(|e| build_request(&e.path, &cfg.host, &cfg.headers, &cfg.payload))
         .collect();
     let local = Rc::new(Local {
         cfg: Arc::clone(cfg),

@@ -474,6 +474,8 @@ pub struct Report {
     /// "closed" or "open".
     pub mode: &'static str,
     pub target: String,
+    /// Every request's method (`--method`).
+    pub method: String,
     pub mix: String,
     pub threads: usize,
     /// Closed loop: connections kept busy. Open loop: most connections the pool may open.
@@ -582,8 +584,16 @@ impl Report {
         };
         let _ = writeln!(
             s,
-            "drover bench → {}  {mode}, {} thread(s), {:.1}s, mix {}",
-            self.target, self.threads, self.duration_s, self.mix
+            "drover bench → {}{}  {mode}, {} thread(s), {:.1}s, mix {}",
+            if self.method == "GET" {
+                String::new()
+            } else {
+                format!("{} ", self.method)
+            },
+            self.target,
+            self.threads,
+            self.duration_s,
+            self.mix
         );
         let l = &self.latency_us;
         let _ = writeln!(

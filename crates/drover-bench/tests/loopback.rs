@@ -124,6 +124,7 @@ fn config(addr: SocketAddr, mix: &str, mode: Mode, connections: usize) -> Config
         poisson: false,
         progress: false,
         tls: None,
+        payload: Default::default(),
     }
 }
 
