@@ -239,6 +239,7 @@ pub fn response(data: &[u8]) {
         http10_client: flags & 2 != 0,
         client_keep_alive: flags & 4 != 0,
         upgrade: flags & 8 != 0,
+        h2_client: flags & 32 != 0,
     };
     let cookie = (flags & 16 != 0).then_some(&b"s=e1; Path=/; HttpOnly"[..]);
     let mut out = Vec::new();
@@ -248,7 +249,7 @@ pub fn response(data: &[u8]) {
     assert!(head.head_len <= buf.len());
     assert!((100..=599).contains(&head.status));
     if out.is_empty() {
-        assert!(head.informational && ex.http10_client);
+        assert!(head.informational && (ex.http10_client || ex.h2_client));
         return;
     }
     let mut slots = [httparse::EMPTY_HEADER; SLOTS];

@@ -37,6 +37,10 @@ pub(crate) struct BalancerState {
     /// every generation of settings, so a reload that only re-reads the certificate
     /// files swaps them here and keeps everything else (`Proxy::set_tls`).
     pub tls: Arc<ArcSwapOption<Certificates>>,
+    /// Set once a reload has replaced these settings: an HTTP/2 connection then sends
+    /// GOAWAY, so its client moves to a new connection under the new ones (an HTTP/1.1
+    /// connection moves at its next request).
+    pub retired: watch::Sender<bool>,
 }
 
 /// What a listener keeps from one generation of its settings to the next.
@@ -81,6 +85,7 @@ impl BalancerState {
             stats,
             access_log,
             tls,
+            retired: watch::Sender::new(false),
         })
     }
 }

@@ -19,6 +19,9 @@ pub struct BadResponse(pub &'static str);
 pub struct Exchange {
     pub is_head: bool,
     pub http10_client: bool,
+    /// An HTTP/2 stream: like HTTP/1.0, it takes the body unchunked (DATA frames frame
+    /// it) and no 1xx (drover sends none on HTTP/2 yet).
+    pub h2_client: bool,
     pub client_keep_alive: bool,
     pub upgrade: bool,
 }
@@ -200,7 +203,7 @@ pub fn parse(
             .scan(&buf[head_len..], |_| {})
             .map_err(|e| BadResponse(e.0))?;
     }
-    let dechunk = body == BodyKind::Chunked && ex.http10_client;
+    let dechunk = body == BodyKind::Chunked && (ex.http10_client || ex.h2_client);
     let client_keep_alive =
         ex.client_keep_alive && !switching && !dechunk && body != BodyKind::UntilClose;
 
@@ -216,7 +219,7 @@ pub fn parse(
         load,
     };
     out.clear();
-    if informational && ex.http10_client {
+    if informational && (ex.http10_client || ex.h2_client) {
         return Ok(Some(head));
     }
     // Status line with our version: drover speaks HTTP/1.1 to clients whatever the
