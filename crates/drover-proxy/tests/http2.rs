@@ -141,7 +141,12 @@ fn get(addr: SocketAddr, path: &str) -> http::Request<()> {
 #[tokio::test]
 async fn h2c_with_prior_knowledge_and_http1_on_the_same_port() {
     let b = backends(1).await;
-    let d = start(&b, |_| {});
+    let log = std::env::temp_dir().join(format!("drover-h2-log-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let d = start(&b, |o| {
+        o.access_log.format = drover_proxy::access_log::Format::Json;
+        o.access_log.path = log.display().to_string();
+    });
     let url = format!("http://{}/headers", d.addr());
     let r = curl(&["--http2-prior-knowledge", &url]).await;
     assert_eq!((r.status, r.version.as_str()), (200, "2"), "{}", r.body);
@@ -162,6 +167,28 @@ async fn h2c_with_prior_knowledge_and_http1_on_the_same_port() {
     assert_eq!((r.status, r.version.as_str()), (200, "1.1"));
     assert_eq!(d.proxy.stats().snapshot().http2_streams, 1);
     assert_eq!(d.proxy.stats().snapshot().http2_connections, 1);
+    // One access log line each, with its protocol.
+    let lines = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.lines().count() >= 2 {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("two access log lines");
+    let protocols: Vec<String> = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| format!("{} {} {}", v["protocol"], v["status"], v["method"]))
+        .collect();
+    assert_eq!(
+        protocols,
+        ["\"HTTP/2.0\" 200 \"GET\"", "\"HTTP/1.1\" 200 \"GET\""],
+        "{lines}"
+    );
 }
 
 #[tokio::test]
