@@ -419,6 +419,41 @@ async fn large_responses_error_pages_and_head() {
     assert!(!body.is_empty());
 }
 
+#[tokio::test]
+async fn a_stream_the_client_resets_frees_its_backend_at_once() {
+    let b = backends(1).await;
+    let d = start(&b, |_| {});
+    let (send, _driver) = h2c(d.addr()).await;
+    let mut ready = send.clone().ready().await.unwrap();
+    // The backend never answers /hang: only drover's closing its connection ends it.
+    let (response, mut stream) = ready.send_request(get(d.addr(), "/hang"), true).unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(10), async {
+        while b[0].in_flight() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(
+        waited.await.is_ok(),
+        "the request never reached the backend"
+    );
+    stream.send_reset(h2::Reason::CANCEL);
+    drop(response);
+    let freed = tokio::time::timeout(Duration::from_secs(10), async {
+        while b[0].in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(
+        freed.await.is_ok(),
+        "the reset stream still holds its backend"
+    );
+    // The connection goes on.
+    let (parts, _) = exchange(&mut send.clone(), get(d.addr(), "/"), None)
+        .await
+        .unwrap();
+    assert_eq!(parts.status, 200);
+}
+
 // --- Frames by hand: what a well-behaved client never sends. ---
 
 const HEADERS: u8 = 0x1;
