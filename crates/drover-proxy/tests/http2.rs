@@ -686,6 +686,51 @@ async fn rapid_reset_ends_the_connection() {
 }
 
 #[tokio::test]
+async fn a_client_that_resets_the_streams_drover_works_on_is_closed() {
+    let b = backends(1).await;
+    let d = start(&b, |_| {});
+    let mut s = raw(d.addr()).await;
+    // Each stream reaches the backend (which never answers /hang) before the client
+    // resets it: past h2's own limit, which counts streams reset before drover took them.
+    let mut sent = 0u64;
+    for i in 0..400u32 {
+        let id = 2 * i + 1;
+        let headers = frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            id,
+            &request_block(false, "/hang"),
+        );
+        if s.write_all(&headers).await.is_err() {
+            break;
+        }
+        let reached = tokio::time::timeout(Duration::from_secs(5), async {
+            while b[0].hits() <= sent {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        if reached.await.is_err() {
+            break; // no longer taken: the connection is closing
+        }
+        sent += 1;
+        if s.write_all(&frame(RST_STREAM, 0, id, &8u32.to_be_bytes()))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    let fs = frames(&mut s, |f| f.kind == GOAWAY).await;
+    assert_eq!(
+        goaway(&fs),
+        Some(ENHANCE_YOUR_CALM),
+        "after {sent} streams: {fs:?}"
+    );
+    assert!(sent < 400, "all {sent} reset streams were served");
+    assert!(sent > 256, "closed after {sent} streams only");
+}
+
+#[tokio::test]
 async fn streams_past_the_limit_are_refused() {
     let b = backends(1).await;
     let d = start(&b, |_| {});

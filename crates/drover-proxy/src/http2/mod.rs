@@ -10,8 +10,9 @@
 //!
 //! Defences, each set on the h2 server below: a limit on concurrent streams (and a
 //! stream task per permit, so a stream the client resets frees its place only once
-//! its exchange is dropped), rapid reset (streams reset before they are accepted, and
-//! streams drover had to reset, end the connection with ENHANCE_YOUR_CALM), the size
+//! its exchange is dropped), rapid reset (streams reset before they are accepted,
+//! streams drover had to reset, and a connection whose streams the client mostly
+//! resets while drover answers them end the connection with ENHANCE_YOUR_CALM), the size
 //! of a header list after HPACK decoding (the limit of an HTTP/1.1 head), which also
 //! bounds CONTINUATION frames, and a send buffer per stream so a client that does not
 //! read holds a bounded amount of memory until the client timeout cuts it off.
@@ -29,6 +30,7 @@ use crate::conn::{self, ClientStream};
 use crate::http1::forward::ClientInfo;
 use crate::state::ThreadCell;
 use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Semaphore;
@@ -47,6 +49,15 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 128;
 /// connection is closed with ENHANCE_YOUR_CALM (the rapid reset attack, CVE-2023-44487;
 /// hyper's default).
 const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+
+/// Streams the client reset while drover was still answering them (after they were
+/// accepted: the h2 crate's limit above counts those reset before) beyond which, if
+/// they are also most of the connection's streams, the connection is closed with
+/// ENHANCE_YOUR_CALM. Each such stream may have cost a backend request: a client that
+/// opens and cancels streams as fast as drover takes them is the rapid reset attack
+/// at its most expensive. A browser that cancels a few requests as it navigates is
+/// far from both bounds.
+const MAX_CLIENT_RESETS: usize = 2 * MAX_CONCURRENT_STREAMS as usize;
 
 /// Streams drover itself had to reset for a client's errors, over a connection's life,
 /// before it closes the connection (the h2 crate's default, said here).
@@ -167,6 +178,7 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
     let mut shutdown = shared.shutdown.clone();
     let mut retired = shared.retired.subscribe();
     let streams = Arc::new(Semaphore::new(MAX_CONCURRENT_STREAMS as usize));
+    let (mut accepted, resets) = (0usize, Arc::new(AtomicUsize::new(0)));
     let idle = opts.timeouts.idle;
     let idle_timer = tokio::time::sleep(idle);
     tokio::pin!(idle_timer);
@@ -181,6 +193,14 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
             next = connection.accept() => match next {
                 Some(Ok((req, respond))) => {
                     idle_timer.as_mut().reset(Instant::now() + idle);
+                    accepted += 1;
+                    let reset = resets.load(Relaxed);
+                    if reset > MAX_CLIENT_RESETS && reset * 2 > accepted {
+                        debug!(client = %info.ip, reset, accepted, "HTTP/2 streams reset by the client, mostly: closed (rapid reset)");
+                        connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                        closing = true;
+                        continue;
+                    }
                     // h2 holds the client to MAX_CONCURRENT_STREAMS; the permits hold
                     // drover to it as well, counting a reset stream until its task ends.
                     let Ok(permit) = Arc::clone(&streams).try_acquire_owned() else {
@@ -189,8 +209,11 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
                         continue;
                     };
                     let (cell, info) = (Arc::clone(&cell), info.clone());
+                    let resets = Arc::clone(&resets);
                     tokio::spawn(async move {
-                        serve_stream(req, respond, cell, info, local).await;
+                        if serve_stream(req, respond, cell, info, local).await == Served::ResetByClient {
+                            resets.fetch_add(1, Relaxed);
+                        }
                         drop(permit);
                     });
                 }
@@ -220,6 +243,14 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
     }
 }
 
+/// How a stream's exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    Done,
+    /// The client reset the stream before its answer was complete.
+    ResetByClient,
+}
+
 /// One stream: its head read, then one exchange with the stream as its client; the
 /// exchange is dropped as soon as the client resets the stream.
 async fn serve_stream(
@@ -228,7 +259,7 @@ async fn serve_stream(
     cell: Arc<ThreadCell>,
     info: ClientInfo,
     local: std::net::SocketAddr,
-) {
+) -> Served {
     let (parts, body) = req.into_parts();
     let end_stream = body.is_end_stream();
     let mut head = Vec::new();
@@ -246,7 +277,10 @@ async fn serve_stream(
     tokio::pin!(exchange);
     let reset = std::future::poll_fn(|cx| watch.poll_client_reset(cx));
     tokio::select! {
-        () = &mut exchange => {}
-        () = reset => debug!("HTTP/2 stream reset by the client: its exchange is dropped"),
+        () = &mut exchange => Served::Done,
+        () = reset => {
+            debug!("HTTP/2 stream reset by the client: its exchange is dropped");
+            Served::ResetByClient
+        }
     }
 }
