@@ -10,8 +10,8 @@
 # Each sample's capacity is measured in the same run (closed-loop saturation through every
 # peer, the median), and its open-loop rates are fractions of it, never a fixed req/s.
 #
-#   bash bench/sweep.sh --quick                  # ~13 min here: 20 samples, 3 s, 2 rounds
-#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~45 min)
+#   bash bench/sweep.sh --quick                  # ~18 min here: 20 samples, 3 s, 2 rounds
+#   bash bench/sweep.sh                          # 40 samples, 5 s, 2 rounds (~60 min)
 #   bash bench/sweep.sh --seed 7 --samples 50
 #   bash bench/sweep.sh --seed 7 --only 12       # sample 12 of seed 7 again
 #
@@ -55,6 +55,7 @@ if ((QUICK)); then
 else
   SAMPLES=${SAMPLES:-40} D=${D:-5} ROUNDS=${ROUNDS:-2} CAP_D=4
 fi
+WARM_D=4 # seconds of closed-loop load through each peer before any figure is taken (warm_up)
 for v in SEED SAMPLES D ROUNDS HEAVY_MAX_MS; do
   [[ "${!v}" =~ ^[0-9]+$ && "${!v}" -ge 1 ]] || { echo "sweep.sh: $v must be a positive whole number" >&2; exit 2; }
 done
@@ -229,6 +230,17 @@ bench() { # peer extra-args...
 # of several runs on a noisy machine is an outlier; see bench/README.md). CAP_D is as long
 # as a measurement: at 1.5 s one peer's figure moved by 10-20 % between runs, and an open
 # loop at "87 %" of the median then ran at 98 % of one peer's capacity by chance.
+# Warms every peer's workers with WARM_D s of closed loop: a Node worker serves its first
+# seconds at about 3/4 of its warm rate (V8 has not optimised the handler yet), and the
+# peers that share the sample's backends (nginx, HAProxy) warm each other's while
+# drover run's and cluster's workers warm alone. Taken cold, sample 6's capacity put its
+# "127 %" bursts at ~100 % of what the warm peers served (nginx, measured first on cold
+# shared backends, 3,642 req/s; HAProxy next on the same backends, 4,879).
+warm_up() {
+  local c=$((4 * P[workers] > 32 ? 4 * P[workers] : 32)) peer
+  for peer in "${PEERS[@]}"; do bench "$peer" -c "$c" -d "${WARM_D}s" >/dev/null; done
+}
+
 measure_capacity() {
   local c=$((4 * P[workers] > 32 ? 4 * P[workers] : 32)) peer out each=()
   for peer in "${PEERS[@]}"; do
@@ -273,12 +285,10 @@ for k in "${IDX[@]}"; do
   mkdir -p "$SDIR"
   start_sample "${P[mode]}" "${P[workers]}" "${P[health]}"
   CAPACITY=0 CAPACITY_EACH=""
+  warm_up
   if [[ "${P[arrivals]}" != closed ]]; then
     measure_capacity
     ((CAPACITY > 0)) || die "sample $k: no capacity measured: $(tail -3 "$SDIR/loadgen.err")"
-  else
-    # Warm-up for the closed samples (the open ones had the capacity runs).
-    for peer in "${PEERS[@]}"; do bench "$peer" -c $((2 * P[workers])) -d 0.5s >/dev/null; done
   fi
   for ((r = 1; r <= ROUNDS; r++)); do
     read -r -a order <<<"$(order_for_round $((k * ROUNDS + r)))"

@@ -49,6 +49,7 @@ for (const s of bySample.values()) {
       thr: median(ok.map((x) => x.thr)),
       work: median(ok.map((x) => x.work ?? null)),
       p99: median(ok.map((x) => x.p99)),
+      p99Light: median(ok.map((x) => x.p99_light ?? null)),
       errors: ok.reduce((a, x) => a + x.errors_total, 0) + (results.length - ok.length),
       requests: ok.reduce((a, x) => a + x.requests, 0),
     };
@@ -121,6 +122,17 @@ console.log(`  p99 <= 1.05 x on >= 90 % of samples:      ${within}/${n} = ${pct(
 console.log(`  p99 never above 1.5 x:                     max ${x(maxP99x)} x (sample ${worst.k})  ${pf(maxP99x <= 1.5)}`);
 console.log(`  throughput >= 0.95 x on every sample:      ${n - lowThr.length}/${n}, lowest ${x(worstThr.thrx)} x (sample ${worstThr.k})  ${pf(!lowThr.length)}`);
 console.log(`  run, Poisson at 50-75 %: p99 <= 0.8 x:     ${lead.length ? `${leadOk.length}/${lead.length} (${lead.map((s) => `#${s.k} ${x(s.p99x)}x`).join(', ')})  ${pf(leadOk.length === lead.length)}` : 'no such sample in this sweep'}`);
+// The same samples by their light requests' p99: above a 1 % heavy share, the overall
+// p99 is a heavy request's, floored by its own cost for every peer alike.
+if (lead.length) {
+  const lightX = (s) => {
+    const d = s.peers.drover?.p99Light;
+    const best = Math.min(...Object.entries(s.peers).filter(([p, v]) => !p.startsWith('drover') && v.p99Light).map(([, v]) => v.p99Light));
+    return d && Number.isFinite(best) ? d / best : null;
+  };
+  const floor = (s) => `heavy ${ms(s.params.heavy_us)} = ${Math.round((s.params.heavy_us * 1000) / s.peers.drover.p99) / 1000} of drover's p99`;
+  console.log(`    the same, light requests' p99:          ${lead.map((s) => `#${s.k} ${lightX(s) === null ? '-' : x(lightX(s)) + 'x'} (${floor(s)})`).join(', ')}`);
+}
 const withB = samples.filter((s) => s.b);
 if (withB.length) {
   const bw = withB.filter((s) => s.b.p99x <= 1.05).length;

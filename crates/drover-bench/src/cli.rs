@@ -14,6 +14,8 @@ use crate::compare::{self, CompareError};
 use crate::mix::Mix;
 use crate::run::{run, Config, Mode, Reuse, RunError};
 use crate::slo::Slo;
+use crate::tls::{TlsTarget, Trust};
+use std::sync::Arc;
 
 /// Exit code of a run that breached an `--slo`.
 pub const EXIT_SLO_BREACHED: u8 = 3;
@@ -43,9 +45,25 @@ pub enum BenchSubcommand {
 /// Load-generate HTTP/1.1 over keep-alive connections and report latency percentiles.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// Target, e.g. http://127.0.0.1:8000 or 127.0.0.1:8000/path
+    /// Target, e.g. http://127.0.0.1:8000, https://localhost:8443/path or
+    /// 127.0.0.1:8000/path
     #[arg(required = true)]
     pub url: Option<String>,
+
+    /// https: check the server's certificate against the CA certificates of this PEM file
+    /// instead of the system's roots
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub cacert: Option<PathBuf>,
+
+    /// https: accept any certificate and name (the handshake's signature is still
+    /// checked), as curl's --insecure
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// https: a full handshake on every new connection, never a session resumed from an
+    /// earlier one's ticket (browsers and the default resume)
+    #[arg(long)]
+    pub no_tls_resume: bool,
 
     /// Closed loop: connections kept busy. Open loop (--rate): most connections the pool
     /// opens [default: 50 closed, 512 open]
@@ -138,17 +156,37 @@ pub struct BenchArgs {
 /// How long a run sends when neither -d nor -n says.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
-/// Splits `http://host:port/path` into (`host:port`, `/path`).
-pub fn split_url(url: &str) -> Result<(String, String), String> {
-    let rest = if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else if url.starts_with("https://") {
-        return Err("https is not supported; point the generator at a plain HTTP port".into());
+/// A target URL's parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port`, the port filled in from the scheme when the URL has none.
+    pub authority: String,
+    pub path: String,
+    /// `https://`.
+    pub tls: bool,
+}
+
+impl Target {
+    /// The host alone (a name, an IPv4 address, or an IPv6 one in brackets).
+    pub fn host(&self) -> &str {
+        self.authority
+            .rsplit_once(':')
+            .map_or(self.authority.as_str(), |(h, _)| h)
+    }
+}
+
+/// Splits `http://host:port/path` (or `https://`, or no scheme: http) into its parts.
+pub fn split_url(url: &str) -> Result<Target, String> {
+    let (rest, tls) = if let Some(r) = url.strip_prefix("http://") {
+        (r, false)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (r, true)
     } else if url.contains("://") {
         return Err(format!("unsupported scheme in {url:?}"));
     } else {
-        url
+        (url, false)
     };
+    let default_port = if tls { 443 } else { 80 };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -162,21 +200,56 @@ pub fn split_url(url: &str) -> Result<(String, String), String> {
         || authority.ends_with(']') && !authority.contains("]:")
     {
         if authority.ends_with(']') {
-            format!("{authority}:80")
+            format!("{authority}:{default_port}")
         } else {
             authority.to_string()
         }
     } else {
-        format!("{authority}:80")
+        format!("{authority}:{default_port}")
     };
-    Ok((authority, path.to_string()))
+    Ok(Target {
+        authority,
+        path: path.to_string(),
+        tls,
+    })
 }
 
 impl BenchArgs {
     /// Turns the arguments into a run configuration (resolves the host).
     pub fn to_config(&self) -> Result<Config, String> {
         let url = self.url.as_deref().ok_or("no target URL")?;
-        let (authority, url_path) = split_url(url)?;
+        let target = split_url(url)?;
+        let tls = if target.tls {
+            let trust = match (&self.cacert, self.insecure) {
+                (_, true) => Trust::Insecure,
+                (Some(file), false) => Trust::CaFile(file.clone()),
+                (None, false) => Trust::System,
+            };
+            Some(Arc::new(TlsTarget::new(
+                target.host(),
+                &trust,
+                !self.no_tls_resume,
+            )?))
+        } else {
+            if let Some(flag) = [
+                (self.cacert.is_some(), "--cacert"),
+                (self.insecure, "--insecure"),
+                (self.no_tls_resume, "--no-tls-resume"),
+            ]
+            .iter()
+            .find_map(|(given, flag)| given.then_some(flag))
+            {
+                return Err(format!(
+                    "{flag} is for https:// targets; {url:?} is plain HTTP"
+                ));
+            }
+            None
+        };
+        let Target {
+            authority,
+            path: url_path,
+            ..
+        } = target;
         let addr: SocketAddr = authority
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve {authority}: {e}"))?
@@ -229,6 +302,7 @@ impl BenchArgs {
             count_header: self.count_header.clone(),
             poisson: self.poisson,
             progress: false,
+            tls,
         })
     }
 }
@@ -247,6 +321,11 @@ pub enum BenchError {
     },
     /// The target never answered.
     NoResponse(SocketAddr),
+    /// An `https://` target's TLS handshake failed before the run.
+    Tls {
+        target: String,
+        error: String,
+    },
 }
 
 impl fmt::Display for BenchError {
@@ -260,6 +339,15 @@ impl fmt::Display for BenchError {
                 write!(f, "cannot write {}: {error}", path.display())
             }
             BenchError::NoResponse(addr) => write!(f, "no response at all from {addr}"),
+            BenchError::Tls { target, error } => {
+                write!(f, "TLS handshake with {target} failed: {error}")?;
+                if error.contains("certificate") {
+                    f.write_str(
+                        " (--cacert FILE names the CA that signed it; --insecure skips the check)",
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -293,11 +381,42 @@ pub fn main_with(cmd: &BenchCommand) -> ExitCode {
     }
 }
 
+/// One handshake with an `https://` target before the run: a certificate it cannot
+/// check fails the run with the reason, not with every request counted as a connect
+/// error.
+fn check_tls(addr: SocketAddr, target: &str, tls: &TlsTarget) -> Result<(), BenchError> {
+    let fail = |error: std::io::Error| BenchError::Tls {
+        target: target.to_owned(),
+        error: error.to_string(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::Run(RunError::Runtime(e)))?;
+    rt.block_on(async {
+        let tcp = tokio::time::timeout(TLS_CHECK_TIMEOUT, tokio::net::TcpStream::connect(addr))
+            .await
+            .map_err(|_| fail(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(fail)?;
+        tokio::time::timeout(TLS_CHECK_TIMEOUT, tls.handshake(tcp))
+            .await
+            .map_err(|_| fail(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(fail)
+            .map(drop)
+    })
+}
+
+/// How long the handshake before a run may take.
+const TLS_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One load run: prints the report (and writes `--html`), returns 0 or
 /// [`EXIT_SLO_BREACHED`].
 pub fn bench(args: &BenchArgs) -> Result<u8, BenchError> {
     let mut cfg = args.to_config().map_err(BenchError::Usage)?;
     cfg.progress = std::io::stderr().is_terminal();
+    if let Some(tls) = &cfg.tls {
+        check_tls(cfg.addr, &cfg.host, tls)?;
+    }
     let admin = match &args.admin {
         Some(a) => {
             let authority = admin::admin_authority(a).map_err(BenchError::Admin)?;
@@ -418,23 +537,49 @@ mod tests {
 
     #[test]
     fn urls() {
+        let t = |url: &str| {
+            let t = split_url(url).unwrap();
+            (t.authority, t.path, t.tls)
+        };
         assert_eq!(
-            split_url("http://127.0.0.1:8000").unwrap(),
-            ("127.0.0.1:8000".into(), "/".into())
+            t("http://127.0.0.1:8000"),
+            ("127.0.0.1:8000".into(), "/".into(), false)
         );
         assert_eq!(
-            split_url("127.0.0.1:8000/a/b?c").unwrap(),
-            ("127.0.0.1:8000".into(), "/a/b?c".into())
+            t("127.0.0.1:8000/a/b?c"),
+            ("127.0.0.1:8000".into(), "/a/b?c".into(), false)
         );
         assert_eq!(
-            split_url("http://localhost/x").unwrap(),
-            ("localhost:80".into(), "/x".into())
+            t("http://localhost/x"),
+            ("localhost:80".into(), "/x".into(), false)
         );
         assert_eq!(
-            split_url("http://[::1]:9000/").unwrap(),
-            ("[::1]:9000".into(), "/".into())
+            t("http://[::1]:9000/"),
+            ("[::1]:9000".into(), "/".into(), false)
         );
-        assert!(split_url("https://x").is_err());
+        assert_eq!(
+            t("https://shop.example/x"),
+            ("shop.example:443".into(), "/x".into(), true)
+        );
+        assert_eq!(t("https://[::1]/"), ("[::1]:443".into(), "/".into(), true));
+        assert_eq!(split_url("https://[::1]:8443/").unwrap().host(), "[::1]");
+        assert_eq!(
+            split_url("https://localhost:8443").unwrap().host(),
+            "localhost"
+        );
+        assert!(split_url("ftp://x").is_err());
         assert!(split_url("http:///x").is_err());
+    }
+
+    #[test]
+    fn tls_flags_need_an_https_target() {
+        for flag in [
+            &["--insecure"][..],
+            &["--no-tls-resume"],
+            &["--cacert", "/etc/hosts"],
+        ] {
+            let e = args(flag).to_config().unwrap_err();
+            assert!(e.contains(flag[0]) && e.contains("https://"), "{e}");
+        }
     }
 }

@@ -5,8 +5,12 @@ use std::io;
 use std::net::SocketAddr;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::tls::{Handshake, TlsTarget};
 
 const MAX_HEADERS: usize = 64;
 const READ_CHUNK: usize = 16 * 1024;
@@ -76,28 +80,94 @@ enum Body {
     UntilClose,
 }
 
+/// A connection's bytes: plain TCP, or TLS over it (an `https://` target).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: BytesMut,
     /// Bytes read since the current request was written.
     read: u64,
+    /// How its TLS handshake went; `None` for plain HTTP.
+    handshake: Option<Handshake>,
 }
 
 impl Conn {
     /// The local port, which tells connections apart (tests).
     #[cfg(test)]
     pub fn local_port(&self) -> u16 {
-        self.stream.local_addr().map_or(0, |a| a.port())
+        let tcp = match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        };
+        tcp.local_addr().map_or(0, |a| a.port())
     }
 
-    pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+    /// A connection to `addr`, with a TLS handshake first for an `https://` target.
+    pub async fn connect(addr: SocketAddr, tls: Option<&TlsTarget>) -> io::Result<Conn> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let (stream, handshake) = match tls {
+            None => (Stream::Plain(tcp), None),
+            Some(t) => {
+                let (s, kind) = t.handshake(tcp).await?;
+                (Stream::Tls(Box::new(s)), Some(kind))
+            }
+        };
         Ok(Conn {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),
             read: 0,
+            handshake,
         })
+    }
+
+    /// How the connection's TLS handshake went (`None`: plain HTTP).
+    pub fn handshake(&self) -> Option<Handshake> {
+        self.handshake
     }
 
     /// Sends `req` and reads its response, capturing the value of header `tag_header`

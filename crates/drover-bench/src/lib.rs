@@ -25,6 +25,7 @@ pub mod run;
 pub mod schedule;
 pub mod slo;
 pub mod stats;
+pub mod tls;
 
 pub use mix::{Mix, MixError};
 pub use run::{run, Config, Mode, Reuse, RunError};

@@ -92,6 +92,8 @@ pub struct Config {
     pub poisson: bool,
     /// Keep a live progress line on stderr (the caller checks that it is a terminal).
     pub progress: bool,
+    /// An `https://` target: every connection starts with a TLS handshake.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsTarget>>,
 }
 
 #[derive(Debug)]
@@ -326,6 +328,7 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
         errors_total: s.errors.total(),
         conn_waits: s.conn_waits,
         connections_opened: s.connections_opened,
+        tls: cfg.tls.is_some().then_some(s.tls),
         status: s.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         paths,
         header_counts: s.header_counts,
@@ -473,9 +476,14 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
         let t0 = Instant::now();
         let deadline = t0 + l.cfg.timeout;
         if conn.is_none() {
-            match tokio::time::timeout_at(deadline.into(), Conn::connect(l.cfg.addr)).await {
+            match tokio::time::timeout_at(
+                deadline.into(),
+                Conn::connect(l.cfg.addr, l.cfg.tls.as_deref()),
+            )
+            .await
+            {
                 Ok(Ok(c)) => {
-                    l.stats.borrow_mut().connections_opened += 1;
+                    l.stats.borrow_mut().opened(c.handshake());
                     conn = Some(c);
                 }
                 Ok(Err(_)) => {
@@ -657,10 +665,10 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
         let mut conn = match idle {
             Some(c) => c,
             None => {
-                let c = Conn::connect(l.cfg.addr)
+                let c = Conn::connect(l.cfg.addr, l.cfg.tls.as_deref())
                     .await
                     .map_err(|_| Failure::Connect)?;
-                l.stats.borrow_mut().connections_opened += 1;
+                l.stats.borrow_mut().opened(c.handshake());
                 c
             }
         };
@@ -705,7 +713,7 @@ mod tests {
         let stale = now - POOL_IDLE_TIMEOUT - Duration::from_millis(1);
         let fresh = now - Duration::from_millis(100);
         for since in [stale, fresh, fresh] {
-            let c = Conn::connect(addr).await.unwrap();
+            let c = Conn::connect(addr, None).await.unwrap();
             pool.put_idle(c, since);
         }
         pool
@@ -746,7 +754,7 @@ mod tests {
             for (reuse, want_distinct) in [(Reuse::Newest, 1), (Reuse::Random, 4)] {
                 let pool = Pool::new(4, reuse, 7);
                 for _ in 0..4 {
-                    pool.put_idle(Conn::connect(addr).await.unwrap(), Instant::now());
+                    pool.put_idle(Conn::connect(addr, None).await.unwrap(), Instant::now());
                 }
                 let mut seen = std::collections::HashSet::new();
                 for _ in 0..200 {

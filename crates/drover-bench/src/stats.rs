@@ -61,6 +61,14 @@ impl Interval {
     }
 }
 
+/// TLS handshakes by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TlsHandshakes {
+    pub full: u64,
+    /// From a session ticket of an earlier connection.
+    pub resumed: u64,
+}
+
 /// What one thread of the generator counted.
 pub(crate) struct Stats {
     pub latency: Histogram<u64>,
@@ -74,6 +82,8 @@ pub(crate) struct Stats {
     pub errors: Errors,
     pub conn_waits: u64,
     pub connections_opened: u64,
+    /// TLS handshakes of the connections opened (an `https://` target).
+    pub tls: TlsHandshakes,
     /// Responses per value of the `--count-header` header, when one was asked for.
     pub header_counts: Option<HeaderCounts>,
     /// Index `i` holds what completed in second `i` of the run.
@@ -108,8 +118,19 @@ impl Stats {
             errors: Errors::default(),
             conn_waits: 0,
             connections_opened: 0,
+            tls: TlsHandshakes::default(),
             header_counts: count_header.map(HeaderCounts::new),
             intervals: Vec::new(),
+        }
+    }
+
+    /// A connection was opened; `handshake` is how its TLS handshake went, if any.
+    pub fn opened(&mut self, handshake: Option<crate::tls::Handshake>) {
+        self.connections_opened += 1;
+        match handshake {
+            Some(crate::tls::Handshake::Full) => self.tls.full += 1,
+            Some(crate::tls::Handshake::Resumed) => self.tls.resumed += 1,
+            None => {}
         }
     }
 
@@ -169,6 +190,8 @@ impl Stats {
         self.errors.add(&o.errors);
         self.conn_waits += o.conn_waits;
         self.connections_opened += o.connections_opened;
+        self.tls.full += o.tls.full;
+        self.tls.resumed += o.tls.resumed;
         if let (Some(a), Some(b)) = (&mut self.header_counts, &o.header_counts) {
             a.merge(b);
         }
@@ -482,6 +505,9 @@ pub struct Report {
     /// Open loop: requests that found every connection busy and had to wait.
     pub conn_waits: u64,
     pub connections_opened: u64,
+    /// The TLS handshakes of those connections; absent for a plain `http://` target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsHandshakes>,
     /// Responses by status code.
     pub status: BTreeMap<String, u64>,
     pub paths: BTreeMap<String, PathReport>,
@@ -648,6 +674,13 @@ impl Report {
                 parts.push(format!("without header: {}", c.missing));
             }
             let _ = writeln!(s, "  {:<10} {}", c.header, parts.join(", "));
+        }
+        if let Some(t) = &self.tls {
+            let _ = writeln!(
+                s,
+                "  TLS        {} connections: {} full handshakes, {} resumed",
+                self.connections_opened, t.full, t.resumed
+            );
         }
         if self.rate.is_some() && self.conn_waits > 0 {
             let _ = writeln!(

@@ -283,16 +283,6 @@ impl Proxy {
         self.cells.len()
     }
 
-    /// Open client connections.
-    pub fn active_connections(&self) -> usize {
-        self.active.load(Relaxed)
-    }
-
-    /// Requests waiting for a free endpoint (under the settings in force).
-    pub fn queued(&self) -> usize {
-        self.current.load().admission.waiting()
-    }
-
     /// Stops accepting; idle connections close, busy ones close after their response.
     pub fn begin_shutdown(&self) {
         let _ = self.shutdown.send(true);
@@ -301,7 +291,7 @@ impl Proxy {
     /// Waits until every connection has closed, or `timeout`; true when drained.
     pub async fn drained(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
-        while self.active_connections() > 0 {
+        while self.connections() > 0 {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }

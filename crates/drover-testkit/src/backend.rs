@@ -6,7 +6,7 @@ use crate::ws;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -679,4 +679,37 @@ fn reason(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         _ => "Status",
     }
+}
+
+/// A backend that answers each request head by writing `parts` in turn (each after its
+/// pause), then closes. Returns its address and how many requests it got.
+pub async fn raw_backend(parts: Vec<(Duration, Vec<u8>)>) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let parts = Arc::new(parts);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let (counter, parts) = (counter.clone(), parts.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(n) if n > 0 => seen.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                counter.fetch_add(1, Ordering::Relaxed);
+                for (pause, bytes) in parts.iter() {
+                    tokio::time::sleep(*pause).await;
+                    if s.write_all(bytes).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, hits)
 }

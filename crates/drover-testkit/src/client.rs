@@ -361,3 +361,83 @@ impl WsClient {
         }
     }
 }
+
+/// Reads from `s` until `\r\n\r\n` and returns everything read (head and what followed).
+pub async fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    got
+}
+
+/// Sends a POST /echo head for `len` bytes, then `first` bytes at once, then `chunk` bytes
+/// every `every` until the body is sent or drover closes; returns everything drover answered.
+pub async fn post_trickle(
+    addr: SocketAddr,
+    len: usize,
+    first: usize,
+    chunk: usize,
+    every: Duration,
+) -> Vec<u8> {
+    let s = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let head = format!("POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n");
+    wr.write_all(head.as_bytes()).await.unwrap();
+    wr.write_all(&vec![b'x'; first]).await.unwrap();
+    let sender = tokio::spawn(async move {
+        let mut sent = first;
+        while sent < len {
+            tokio::time::sleep(every).await;
+            let n = chunk.min(len - sent);
+            if wr.write_all(&vec![b'x'; n]).await.is_err() {
+                return;
+            }
+            sent += n;
+        }
+        // Keep the sending side open: the answer, not our close, ends the exchange.
+        std::future::pending::<()>().await;
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until drover closes, or the whole echo is in.
+    let echoed = |got: &[u8]| {
+        got.windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .is_some_and(|head| got.len() - head - 4 >= len)
+    };
+    let read_all = async {
+        while !echoed(&got) {
+            match rd.read(&mut buf).await {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(30), read_all).await;
+    sender.abort();
+    got
+}
+
+/// Sends `n` requests for `path` with `headers` on one keep-alive connection to `addr`,
+/// each answered 200, and returns which backend answered each (its `x-backend`, as
+/// testkit backends name themselves).
+pub async fn answered_by(
+    addr: SocketAddr,
+    n: usize,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Vec<String> {
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let r = c.request("GET", path, headers, None).await.unwrap();
+        assert_eq!(r.status, 200);
+        seen.push(r.header("x-backend").unwrap().to_owned());
+    }
+    seen
+}

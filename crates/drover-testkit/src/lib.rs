@@ -29,10 +29,10 @@ mod http;
 pub mod netns;
 mod ws;
 
-pub use backend::{addrs, backends, big_body, Backend, BackendBuilder};
+pub use backend::{addrs, backends, big_body, raw_backend, Backend, BackendBuilder};
 pub use client::{
-    parse_status, raw_exchange, raw_exchange_timeout, ws_connect, HttpClient, Response, WsClient,
-    WsMessage,
+    answered_by, parse_status, post_trickle, raw_exchange, raw_exchange_timeout, read_head,
+    ws_connect, HttpClient, Response, WsClient, WsMessage,
 };
 pub use harness::{
     addr_after, addrs_after, free_port, spawn_backend_process, spawn_backend_process_on,

@@ -328,7 +328,7 @@ impl RunningBalancer {
             if !self.proxy.drained(timeout).await {
                 tracing::warn!(
                     balancer = %self.name,
-                    open = self.proxy.active_connections(),
+                    open = self.proxy.connections(),
                     "drain timeout reached; closing remaining connections"
                 );
             }

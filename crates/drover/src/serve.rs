@@ -61,7 +61,7 @@ pub async fn serve_until_signal(
         if !b.proxy.drained(b.drain_timeout()).await {
             warn!(
                 balancer = %b.proxy.name(),
-                open = b.proxy.active_connections(),
+                open = b.proxy.connections(),
                 "drain timeout reached; closing remaining connections"
             );
         }

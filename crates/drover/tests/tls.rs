@@ -1436,3 +1436,94 @@ async fn h2c_by_flag_and_http2_off_by_file() {
     let out = s_client(web, Some("a.test"), &["-alpn", "h2,http/1.1"]);
     assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
 }
+
+/// `drover bench` against drover's HTTPS: the test CA by `--cacert` (with a new
+/// connection per request, sessions resume from the first one's ticket), full
+/// handshakes only with `--no-tls-resume`, any certificate with `--insecure`, and a
+/// certificate it cannot check fails the run before it starts, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_bench_loads_https_full_or_resumed_and_names_a_certificate_it_cannot_check() {
+    let pki = Pki::new("tls-bench");
+    let leaf = pki.leaf("site", "localhost", &["localhost"], far_future());
+    let backend = Backend::start().await;
+    let (_d, web, _admin, _) = start(&pki.dir, &config(backend.addr(), &tls_table(&[&leaf]))).await;
+    let url = format!("https://localhost:{}/", web.port());
+    let ca = pki.ca_pem.to_str().unwrap();
+    let bench = |extra: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["bench", "-n", "60", "-c", "3", "--json"])
+            .args(extra)
+            .arg(&url);
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let report = |out: &str| -> serde_json::Value { serde_json::from_str(out).unwrap() };
+
+    // Keep-alive: three connections, three handshakes.
+    let (code, out, err) = bench(&["--cacert", ca]);
+    assert_eq!(code, Some(0), "{err}");
+    let r = report(&out);
+    assert_eq!(r["ok"], 60, "{out}");
+    assert_eq!(r["connections_opened"], 3, "{out}");
+    assert_eq!(
+        r["tls"]["full"].as_u64().unwrap() + r["tls"]["resumed"].as_u64().unwrap(),
+        3,
+        "{out}"
+    );
+
+    // A new connection per request: after the first, they resume.
+    let (code, out, err) = bench(&["--cacert", ca, "-H", "Connection: close"]);
+    assert_eq!(code, Some(0), "{err}");
+    let r = report(&out);
+    assert_eq!(
+        (r["ok"].as_u64(), r["connections_opened"].as_u64()),
+        (Some(60), Some(60)),
+        "{out}"
+    );
+    assert!(r["tls"]["resumed"].as_u64().unwrap() >= 50, "{out}");
+
+    // --no-tls-resume: every one a full handshake.
+    let (code, out, err) = bench(&["--cacert", ca, "-H", "Connection: close", "--no-tls-resume"]);
+    assert_eq!(code, Some(0), "{err}");
+    let r = report(&out);
+    assert_eq!(
+        (r["tls"]["full"].as_u64(), r["tls"]["resumed"].as_u64()),
+        (Some(60), Some(0)),
+        "{out}"
+    );
+
+    // The system's roots do not know the test CA: the run does not start, and says why.
+    let (code, out, err) = bench(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        err.contains("TLS handshake with localhost:")
+            && err.contains("certificate")
+            && err.contains("--cacert"),
+        "{err}"
+    );
+    // --insecure accepts it.
+    let (code, out, err) = bench(&["--insecure"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(report(&out)["ok"], 60, "{out}");
+    // A CA file that is not one, and a TLS flag on a plain URL: usage errors naming it.
+    let text = pki.dir.join("not-a-ca.pem");
+    std::fs::write(&text, "hello\n").unwrap();
+    let (code, _, err) = bench(&["--cacert", text.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("not-a-ca.pem") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+    let out = Command::new(bin())
+        .args(["bench", "-n", "1", "--insecure"])
+        .arg(format!("http://{}/", backend.addr()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--insecure is for https://"), "{err}");
+}

@@ -24,6 +24,16 @@ impl InProcess {
     pub fn counts(&self) -> drover_metrics::BalancerCounts {
         self.proxy.stats().snapshot()
     }
+
+    /// Client connections open now.
+    pub fn client_connections(&self) -> usize {
+        self.proxy.connections()
+    }
+
+    /// Requests waiting in drover's queue now.
+    pub fn queue_depth(&self) -> usize {
+        self.proxy.queue_depth()
+    }
 }
 
 impl Drop for InProcess {
@@ -39,18 +49,27 @@ pub fn proxy(
     strategy: Strategy,
     tune: impl FnOnce(&mut ProxyOptions),
 ) -> InProcess {
+    proxy_with_pool(backends, strategy, tune, |_| {})
+}
+
+/// As `proxy`, with the pool's options (limits, passive health) as `tune_pool` leaves
+/// the library's defaults.
+pub fn proxy_with_pool(
+    backends: &[SocketAddr],
+    strategy: Strategy,
+    tune: impl FnOnce(&mut ProxyOptions),
+    tune_pool: impl FnOnce(&mut PoolOptions),
+) -> InProcess {
     let mut opts = ProxyOptions {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         threads: 1,
         ..ProxyOptions::default()
     };
     tune(&mut opts);
+    let mut pool_opts = PoolOptions::default();
+    tune_pool(&mut pool_opts);
     let members: Vec<(SocketAddr, u32)> = backends.iter().map(|&a| (a, 1)).collect();
-    let pool = Arc::new(Pool::new(
-        opts.name.clone(),
-        &members,
-        PoolOptions::default(),
-    ));
+    let pool = Arc::new(Pool::new(opts.name.clone(), &members, pool_opts));
     let proxy = Proxy::start(opts, pool, strategy.build()).expect("the proxy starts");
     InProcess { proxy }
 }

@@ -1,0 +1,289 @@
+//! Failures through a real listener and real backends in this process: dead, slow and
+//! failing backends, drover's errors, retries, passive ejection and the queue. (Active
+//! checks, signals and draining are the `drover` crate's tests.)
+
+mod common;
+
+use common::{addrs, backends, proxy, proxy_with_pool};
+use drover_balance::Strategy;
+use drover_testkit::{wait_until, HttpClient};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A backend that answers every request with `status` and counts them.
+async fn constant_backend(
+    status: u16,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+                        if s.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, hits)
+}
+
+/// An address nothing listens on.
+fn closed_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], drover_testkit::free_port()))
+}
+
+#[tokio::test]
+async fn errors_name_their_cause() {
+    // 502: nothing listens.
+    let d = proxy(&[closed_port(), closed_port()], Strategy::default(), |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.get("/").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("connect-failed")),
+        "{}",
+        r.text()
+    );
+    // ...and once both are ejected, nothing is healthy: 503.
+    let r = c.get("/").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (503, Some("no-healthy-endpoint"))
+    );
+    assert!(!r.body.is_empty());
+
+    // 504: the backend is too slow.
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |o| {
+        o.timeouts.request = Duration::from_millis(200);
+    });
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.get("/delay/2000").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (504, Some("backend-timeout"))
+    );
+
+    // 502: the backend hung up without answering.
+    let r = HttpClient::connect(d.addr())
+        .await
+        .unwrap()
+        .get("/close")
+        .await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-closed"))
+    );
+}
+
+#[tokio::test]
+async fn unsafe_requests_are_not_retried_once_sent() {
+    let b = backends(2).await;
+    let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.request("POST", "/close", &[], Some(b"x")).await.unwrap();
+    assert_eq!(r.status, 502);
+    assert_eq!(
+        b[0].hits_for("/close") + b[1].hits_for("/close"),
+        1,
+        "a POST that reached a backend was sent again"
+    );
+
+    // A GET is idempotent: it is tried on the other backend too.
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.get("/close").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(b[0].hits_for("/close") + b[1].hits_for("/close"), 3);
+}
+
+#[tokio::test]
+async fn consecutive_5xx_eject_an_endpoint() {
+    let (bad, bad_hits) = constant_backend(500).await;
+    let good = backends(1).await;
+    let d = proxy(&[bad, good[0].addr()], Strategy::RoundRobin, |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let mut errors = 0;
+    for _ in 0..40 {
+        if c.get("/").await.status == 500 {
+            errors += 1;
+        }
+    }
+    // Five 500s in a row eject it; the rest go to the good backend.
+    assert_eq!(
+        errors,
+        5,
+        "bad backend got {} requests",
+        bad_hits.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert_eq!(bad_hits.load(std::sync::atomic::Ordering::Relaxed), 5);
+}
+
+#[tokio::test]
+async fn busy_endpoints_queue_requests_in_drover() {
+    let b = backends(1).await;
+    let d = proxy_with_pool(
+        &addrs(&b),
+        Strategy::default(),
+        |o| o.queue.timeout = Duration::from_secs(3),
+        |p| p.max_conns = 1,
+    );
+    let addr = d.addr();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        tasks.push(tokio::spawn(async move {
+            HttpClient::connect(addr)
+                .await
+                .unwrap()
+                .get("/delay/100")
+                .await
+                .status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    // All four succeeded, but the backend never held more than one at a time.
+    assert_eq!(b[0].max_in_flight(), 1);
+    assert_eq!(b[0].hits(), 4);
+}
+
+/// Sends `schedule` (wait this many ms, then send this path, each on its own
+/// connection) through a proxy whose one backend takes one request at a time, after
+/// teaching it the cost of each `learn` route; returns the order the backend served
+/// them in.
+async fn served_order(learn: &[&str], schedule: &[(u64, &'static str)]) -> Vec<String> {
+    let b = backends(1).await;
+    let d = proxy_with_pool(
+        &addrs(&b),
+        Strategy::default(),
+        |o| o.queue.timeout = Duration::from_secs(5),
+        |p| p.max_conns = 1,
+    );
+    let addr = d.addr();
+    // drover learns each route's cost from its latency.
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    for path in learn {
+        assert_eq!(c.get(path).await.status, 200);
+    }
+    b[0].reset_stats();
+    let mut tasks = Vec::new();
+    for &(wait_ms, path) in schedule {
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        tasks.push(tokio::spawn(async move {
+            HttpClient::connect(addr)
+                .await
+                .unwrap()
+                .get(path)
+                .await
+                .status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert_eq!(b[0].max_in_flight(), 1);
+    b[0].request_heads().into_iter().map(|h| h.target).collect()
+}
+
+/// A cheap request that arrives while an expensive one waits in drover's queue joins
+/// ahead of it (costs are learned per route), so it does not sit behind work it has
+/// nothing to do with; requests of one route stay in order.
+#[tokio::test]
+async fn a_queued_cheap_request_passes_a_queued_expensive_one() {
+    let order = served_order(
+        &["/delay/300", "/delay/1", "/delay/1"],
+        &[
+            (0, "/delay/400"),
+            (100, "/delay/300"),
+            (50, "/delay/1"),
+            (20, "/delay/1"),
+        ],
+    )
+    .await;
+    assert_eq!(order, ["/delay/400", "/delay/1", "/delay/1", "/delay/300"]);
+}
+
+/// Cheap requests pass a queued expensive one at most 8 times: the ninth and later
+/// queue behind it, so it never starves.
+#[tokio::test]
+async fn an_expensive_request_is_passed_a_bounded_number_of_times() {
+    let mut schedule = vec![(0, "/delay/700"), (100, "/delay/50")];
+    schedule.extend([(15, "/delay/1"); 10]);
+    let order = served_order(&["/delay/50", "/delay/1", "/delay/1"], &schedule).await;
+    let mut want = vec!["/delay/700"];
+    want.extend(["/delay/1"; 8]);
+    want.push("/delay/50");
+    want.extend(["/delay/1"; 2]);
+    assert_eq!(order, want);
+}
+
+/// One request holds the only backend slot, one waits in the queue (of one): a third
+/// finds the queue full, and the waiter gives up after the queue timeout. The queue
+/// timeout is long enough for the third to come while the waiter still waits, and the
+/// hog outlasts it.
+#[tokio::test]
+async fn a_full_queue_and_a_long_wait_get_503() {
+    let b = backends(1).await;
+    let d = proxy_with_pool(
+        &addrs(&b),
+        Strategy::default(),
+        |o| {
+            o.queue.timeout = Duration::from_secs(3);
+            o.queue.max = 1;
+        },
+        |p| p.max_conns = 1,
+    );
+    let addr = d.addr();
+    let hog = tokio::spawn(async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.set_timeout(Duration::from_secs(30));
+        c.get("/delay/8000").await.status
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || b[0].in_flight() == 1).await,
+        "the hog never reached the backend"
+    );
+    let waiter = tokio::spawn(async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.set_timeout(Duration::from_secs(30));
+        let r = c.get("/").await;
+        (r.status, r.header("drover-error").map(str::to_owned))
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || d.queue_depth() == 1).await,
+        "the waiter never queued"
+    );
+    let r = HttpClient::connect(addr).await.unwrap().get("/").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (503, Some("queue-full"))
+    );
+    assert_eq!(
+        waiter.await.unwrap(),
+        (503, Some("queue-timeout".to_owned()))
+    );
+    assert_eq!(hog.await.unwrap(), 200);
+    assert_eq!(
+        b[0].hits_for("/"),
+        0,
+        "a request that got a 503 reached the backend"
+    );
+}
