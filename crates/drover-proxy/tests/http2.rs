@@ -454,6 +454,42 @@ async fn a_stream_the_client_resets_frees_its_backend_at_once() {
     assert_eq!(parts.status, 200);
 }
 
+#[tokio::test]
+async fn a_response_cut_short_resets_its_stream_and_one_ended_by_close_ends_it() {
+    let cut = |head: &str, body: &str| {
+        vec![(Duration::ZERO, format!("{head}\r\n\r\n{body}").into_bytes())]
+    };
+    // 10 bytes of the 100 announced, then the backend closes.
+    let (short, _) =
+        drover_testkit::raw_backend(cut("HTTP/1.1 200 OK\r\nContent-Length: 100", "0123456789"))
+            .await;
+    // No length: the body ends where the backend closes (HTTP/1.1's rule).
+    let (until_close, _) = drover_testkit::raw_backend(cut("HTTP/1.1 200 OK", "all of it")).await;
+    for (backend, want) in [(short, None), (until_close, Some(&b"all of it"[..]))] {
+        let mut opts = ProxyOptions {
+            h2c: true,
+            retries: 0,
+            ..ProxyOptions::default()
+        };
+        opts.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        let pool = Arc::new(Pool::new("cut", &[(backend, 1)], PoolOptions::default()));
+        let proxy = Proxy::start(opts, pool, Strategy::RoundRobin.build()).unwrap();
+        let (mut send, _driver) = h2c(proxy.local_addr()).await;
+        let got = exchange(&mut send, get(proxy.local_addr(), "/"), None).await;
+        match want {
+            Some(body) => {
+                let (parts, got) = got.expect("a close-delimited body ends the stream");
+                assert_eq!((parts.status.as_u16(), got.as_slice()), (200, body));
+            }
+            None => {
+                let e = got.expect_err("a cut body must not end as a whole one");
+                assert_eq!(e.reason(), Some(h2::Reason::INTERNAL_ERROR), "{e}");
+            }
+        }
+        proxy.begin_shutdown();
+    }
+}
+
 // --- Frames by hand: what a well-behaved client never sends. ---
 
 const HEADERS: u8 = 0x1;
