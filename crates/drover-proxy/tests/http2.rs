@@ -490,6 +490,37 @@ async fn a_response_cut_short_resets_its_stream_and_one_ended_by_close_ends_it()
     }
 }
 
+#[tokio::test]
+async fn early_hints_reach_the_client_before_the_answer() {
+    let (backend, _) = drover_testkit::raw_backend(vec![(
+        Duration::ZERO,
+        b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+    )])
+    .await;
+    let opts = ProxyOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        h2c: true,
+        ..ProxyOptions::default()
+    };
+    let pool = Arc::new(Pool::new("hints", &[(backend, 1)], PoolOptions::default()));
+    let proxy = Proxy::start(opts, pool, Strategy::RoundRobin.build()).unwrap();
+    let (send, _driver) = h2c(proxy.local_addr()).await;
+    let mut ready = send.ready().await.unwrap();
+    let (mut response, _) = ready
+        .send_request(get(proxy.local_addr(), "/"), true)
+        .unwrap();
+    let hint = std::future::poll_fn(|cx| response.poll_informational(cx))
+        .await
+        .expect("an informational response")
+        .unwrap();
+    assert_eq!(hint.status(), 103);
+    assert_eq!(hint.headers()["link"], "</s.css>; rel=preload");
+    let (parts, mut body) = response.await.unwrap().into_parts();
+    assert_eq!(parts.status, 200);
+    assert_eq!(body.data().await.unwrap().unwrap(), "ok");
+    proxy.begin_shutdown();
+}
+
 // --- Frames by hand: what a well-behaved client never sends. ---
 
 const HEADERS: u8 = 0x1;

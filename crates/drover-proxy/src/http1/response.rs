@@ -20,7 +20,7 @@ pub struct Exchange {
     pub is_head: bool,
     pub http10_client: bool,
     /// An HTTP/2 stream: like HTTP/1.0, it takes the body unchunked (DATA frames frame
-    /// it) and no 1xx (drover sends none on HTTP/2 yet).
+    /// it); unlike HTTP/1.0, it takes 1xx heads (as informational HEADERS).
     pub h2_client: bool,
     pub client_keep_alive: bool,
     pub upgrade: bool,
@@ -219,7 +219,7 @@ pub fn parse(
         load,
     };
     out.clear();
-    if informational && (ex.http10_client || ex.h2_client) {
+    if informational && ex.http10_client {
         return Ok(Some(head));
     }
     // Status line with our version: drover speaks HTTP/1.1 to clients whatever the

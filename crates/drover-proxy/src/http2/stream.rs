@@ -136,7 +136,7 @@ impl StreamState {
     /// Takes bytes of drover's head; once its blank line is in, sends the HEADERS.
     /// Returns how many bytes of `buf` belonged to the head.
     fn write_head(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let Response::Head { head, .. } = &mut self.response else {
+        let Response::Head { head, respond } = &mut self.response else {
             return Ok(0);
         };
         let before = head.len();
@@ -149,7 +149,13 @@ impl StreamState {
         let (response, length) = to_h2_head(head)?;
         let status = response.status();
         if status.is_informational() {
-            // A 100 Continue drover answers itself: HTTP/2's flow control says the same.
+            // A 100 Continue (drover's own, or a backend's) says nothing HTTP/2's flow
+            // control does not; any other 1xx (103 Early Hints) goes on as it came.
+            if status != http::StatusCode::CONTINUE {
+                respond
+                    .send_informational(response)
+                    .map_err(io::Error::other)?;
+            }
             head.clear();
             return Ok(used);
         }
