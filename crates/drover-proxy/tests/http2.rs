@@ -816,6 +816,50 @@ async fn an_empty_data_frame_flood_ends_the_connection() {
     assert_eq!(b[0].hits(), 0);
 }
 
+/// This process's resident memory.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+#[tokio::test]
+async fn a_ping_and_settings_flood_from_a_client_that_reads_nothing_is_held_back() {
+    let b = backends(1).await;
+    let d = start(&b, |_| {});
+    let mut s = raw(d.addr()).await;
+    // Each PING and SETTINGS asks for an answer (CVE-2019-9512, -9515). drover sends
+    // each before it reads the next frame, so a client that reads none of them is
+    // read no further once the socket buffers between them are full: the flood stalls
+    // in the client instead of queueing answers in drover.
+    let mut flood = Vec::new();
+    for i in 0..2_000_000u64 {
+        flood.extend(frame(0x6, 0, 0, &i.to_be_bytes())); // PING
+        flood.extend(frame(SETTINGS, 0, 0, &[]));
+    }
+    // drover runs in this process: what it holds shows in this process's RSS (socket
+    // buffers do not), and the answers to 4 million frames would be 50 MB.
+    let before = rss_kib();
+    let wrote = tokio::time::timeout(Duration::from_secs(5), s.write_all(&flood)).await;
+    assert!(
+        wrote.is_err(),
+        "all {} MB were read while no answer was",
+        flood.len() >> 20
+    );
+    let grew = rss_kib().saturating_sub(before);
+    assert!(
+        grew < 16 * 1024,
+        "drover grew by {grew} KiB under the flood"
+    );
+    // Meanwhile every other client is served.
+    let (mut send, _driver) = h2c(d.addr()).await;
+    let (parts, _) = exchange(&mut send, get(d.addr(), "/"), None).await.unwrap();
+    assert_eq!(parts.status, 200);
+}
+
 #[tokio::test]
 async fn streams_past_the_limit_are_refused() {
     let b = backends(1).await;
