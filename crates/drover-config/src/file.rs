@@ -842,6 +842,8 @@ struct RawBalancer {
     access_log: Option<Spanned<RawAccessLog>>,
     tls: Option<Spanned<RawTls>>,
     redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
+    http2: Option<Spanned<bool>>,
+    h2c: Option<Spanned<bool>>,
     routes: Option<Spanned<Vec<Spanned<RawRoute>>>>,
 }
 
@@ -1766,6 +1768,12 @@ fn validate_balancer(
         if let Some(port) = &raw.redirect_to_https {
             return Err(http_only(port.span(), "redirect_to_https"));
         }
+        if let Some(h) = &raw.http2 {
+            return Err(http_only(h.span(), "http2"));
+        }
+        if let Some(h) = &raw.h2c {
+            return Err(http_only(h.span(), "h2c"));
+        }
         if let Some(l) = &raw.limits {
             return Err(http_only(l.span(), "limits"));
         }
@@ -2066,6 +2074,22 @@ fn validate_balancer(
         b.drain_timeout = d.0;
     }
     b.threads = raw.threads.map(Bounded::as_usize);
+    if let Some(h) = &raw.http2 {
+        b.http2 = *h.get_ref();
+    }
+    if let Some(h) = raw.h2c.as_ref().filter(|h| *h.get_ref()) {
+        let why = if raw.tls.is_some() {
+            Some("h2c is HTTP/2 in cleartext; with tls, HTTP/2 is offered by ALPN (http2 = true, the default): remove h2c")
+        } else if !b.http2 {
+            Some("h2c = true serves HTTP/2, which http2 = false turns off: remove one of them")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ctx.at(h.span(), key("h2c"), why));
+        }
+        b.h2c = true;
+    }
     if let Some(tls) = raw.tls {
         b.tls = Some(validate_tls(tls, &key, ctx)?);
     }
@@ -2940,6 +2964,8 @@ sticky = { cookie = "sid" }
                 "balancer[0].redirect_to_https",
                 "HTTP request",
             ),
+            ("http2 = true", "balancer[0].http2", "frame by frame"),
+            ("h2c = true", "balancer[0].h2c", "frame by frame"),
         ];
         for (line, key, part) in cases {
             let e = err(&format!("{tcp}{line}\n"));
@@ -3021,6 +3047,29 @@ sticky = { cookie = "sid" }
         check(&e, 4, "balancer[0].tls.crt", "unknown key");
         let e = err(&format!("{MINIMAL}tls = \"a.pem\"\n"));
         check(&e, 4, "balancer[0].tls", "");
+    }
+
+    #[test]
+    fn http2_and_h2c() {
+        let c = ok(MINIMAL);
+        assert!(c.balancers[0].http2 && !c.balancers[0].h2c);
+        let c = ok(&format!("{MINIMAL}h2c = true\n"));
+        assert!(c.balancers[0].h2c);
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert!(plan.proxy.http2 && plan.proxy.h2c);
+        let c = ok(&format!("{MINIMAL}http2 = false\n"));
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert!(!plan.proxy.http2);
+        let e = err(&format!("{MINIMAL}http2 = \"on\"\n"));
+        check(&e, 4, "balancer[0].http2", "");
+        let e = err(&format!("{MINIMAL}h2c = 1\n"));
+        check(&e, 4, "balancer[0].h2c", "");
+        let e = err(&format!(
+            "{MINIMAL}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\nh2c = true\n"
+        ));
+        check(&e, 5, "balancer[0].h2c", "offered by ALPN");
+        let e = err(&format!("{MINIMAL}http2 = false\nh2c = true\n"));
+        check(&e, 5, "balancer[0].h2c", "http2 = false");
     }
 
     #[test]

@@ -321,6 +321,16 @@ pub struct ProxyArgs {
     )]
     pub redirect_to_https: Option<u16>,
 
+    /// Offer HTTP/2 by ALPN on a --tls-cert listener: on (the default) or off (`http2`
+    /// in a drover.toml).
+    #[arg(long, value_name = "on|off", value_parser = clap::builder::BoolishValueParser::new())]
+    pub http2: Option<bool>,
+
+    /// Serve cleartext HTTP/2 to clients that open with its preface (prior knowledge,
+    /// curl --http2-prior-knowledge), HTTP/1.1 to the others (`h2c = true`).
+    #[arg(long)]
+    pub h2c: bool,
+
     /// DNS server for dns: backends (repeat for more) [default: the system's, from
     /// /etc/resolv.conf].
     #[arg(long, value_name = "IP[:PORT]", conflicts_with = "config")]
@@ -625,6 +635,18 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.apply_access_log(&a.access_log)?;
     b.tls = a.tls.settings()?;
     b.redirect_to_https = a.redirect_to_https;
+    b.http2 = a.http2.unwrap_or(b.http2);
+    if a.h2c {
+        if b.tls.is_some() {
+            return Err("--h2c is HTTP/2 in cleartext; with --tls-cert, HTTP/2 is offered by ALPN (--http2, on by default): drop --h2c".into());
+        }
+        if !b.http2 {
+            return Err(
+                "--h2c serves HTTP/2, which --http2 off turns off: drop one of them".into(),
+            );
+        }
+        b.h2c = true;
+    }
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -733,6 +755,8 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
         ("health.path", a.health_path.is_some()),
         ("tls", !a.tls.tls_cert.is_empty()),
         ("redirect_to_https", a.redirect_to_https.is_some()),
+        ("http2", a.http2.is_some()),
+        ("h2c", a.h2c),
     ];
     if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
         return Err(model::HttpOnly::of(key).in_flags());
@@ -1109,6 +1133,36 @@ mod tests {
         assert!(
             Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
         );
+    }
+
+    #[test]
+    fn http2_and_h2c_flags() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["proxy", "-l", "127.0.0.1:80", "-b", "127.0.0.1:1"];
+            all.extend_from_slice(args);
+            Proxy::try_parse_from(all).map(|p| p.args)
+        };
+        let b = proxy_balancer(&parse(&[]).unwrap()).unwrap();
+        assert!(b.http2 && !b.h2c, "the model's defaults");
+        let b = proxy_balancer(&parse(&["--http2", "off"]).unwrap()).unwrap();
+        assert!(!b.http2);
+        let b = proxy_balancer(&parse(&["--h2c"]).unwrap()).unwrap();
+        assert!(b.http2 && b.h2c);
+        let e = parse(&["--http2", "maybe"]).unwrap_err().to_string();
+        assert!(e.contains("--http2") && e.contains("maybe"), "{e}");
+        let tls = ["--tls-cert", "a.pem", "--tls-key", "a.key", "--h2c"];
+        let e = proxy_balancer(&parse(&tls).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--h2c") && e.contains("ALPN"), "{e}");
+        let e = proxy_balancer(&parse(&["--h2c", "--http2", "off"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--http2 off"), "{e}");
+        let e = proxy_balancer(&parse(&["--tcp", "--h2c"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--h2c does not apply to --tcp"), "{e}");
     }
 
     #[test]

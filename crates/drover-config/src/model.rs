@@ -130,6 +130,12 @@ pub struct BalancerConfig {
     /// `https://HOST[:PORT]/TARGET` instead of proxying it (`backends = []` then);
     /// `None` (default): proxy.
     pub redirect_to_https: Option<u16>,
+    /// `http2`: on a balancer with `tls`, offer HTTP/2 by ALPN (`h2`, then `http/1.1`);
+    /// on by default, as in Caddy and Traefik (nginx's `http2 on`).
+    pub http2: bool,
+    /// `h2c`: on a plain balancer, serve cleartext HTTP/2 to clients that open with its
+    /// preface (prior knowledge), HTTP/1.1 to the others; off by default.
+    pub h2c: bool,
     /// `routes = [{ sni = [...], balancer = "NAME" }, ...]` (TCP mode): each connection's
     /// TLS ClientHello is read undecrypted and its server name picks the balancer that
     /// serves it (TLS passthrough); what no route matches goes to this balancer's own
@@ -211,6 +217,16 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         key: "redirect_to_https",
         flag: Some("--redirect-to-https"),
         why: "a redirect answers an HTTP request, which TCP mode does not read",
+    },
+    HttpOnly {
+        key: "http2",
+        flag: Some("--http2"),
+        why: "HTTP/2 is read frame by frame, and TCP mode reads nothing",
+    },
+    HttpOnly {
+        key: "h2c",
+        flag: Some("--h2c"),
+        why: "HTTP/2 is read frame by frame, and TCP mode reads nothing",
     },
     HttpOnly {
         key: "max_conns",
@@ -320,6 +336,8 @@ impl BalancerConfig {
             tls: None,
             redirect_to_https: None,
             routes: Vec::new(),
+            http2: drover_proxy::ProxyOptions::default().http2,
+            h2c: drover_proxy::ProxyOptions::default().h2c,
         }
     }
 }

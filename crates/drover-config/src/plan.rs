@@ -170,6 +170,8 @@ impl BalancerPlan {
                 protocol: b.mode,
                 tls,
                 redirect_to_https: b.redirect_to_https,
+                http2: b.http2,
+                h2c: b.h2c,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

@@ -96,6 +96,7 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
         }
     }
     tls_families(e, bs);
+    http2_families(e, bs);
     e.counter(
         "drover_access_log_dropped",
         "Access log lines dropped because the log's buffer was full (its writer fell behind); requests never wait for the log.",
@@ -175,6 +176,25 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     );
     for b in bs {
         e.sample_u64(&[("balancer", &b.name)], b.connections);
+    }
+}
+
+/// The HTTP/2 families, with samples for the balancers that have served HTTP/2.
+fn http2_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
+    let h2 = |b: &&BalancerSnapshot| b.counts.http2_connections > 0;
+    e.counter(
+        "drover_http2_connections",
+        "Client connections that spoke HTTP/2 (ALPN h2, or h2c with prior knowledge).",
+    );
+    for b in bs.iter().filter(h2) {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.http2_connections);
+    }
+    e.counter(
+        "drover_http2_streams",
+        "Requests that came as HTTP/2 streams; drover_requests less these came over HTTP/1.x.",
+    );
+    for b in bs.iter().filter(h2) {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.http2_streams);
     }
 }
 

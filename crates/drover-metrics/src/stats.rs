@@ -124,6 +124,10 @@ pub struct BalancerStats {
     tls_handshakes: AtomicU64,
     /// TLS handshakes failed, by `TlsFailure`.
     tls_failures: [AtomicU64; 5],
+    /// HTTP/2 client connections, and the streams (requests) they carried: HTTP/1.1's
+    /// requests are the rest (plain atomics: HTTP/2's path only touches them).
+    http2_connections: AtomicU64,
+    http2_streams: AtomicU64,
     /// The certificates the listener serves now, with their notAfter (set at start and
     /// at each reload).
     tls_certificates: std::sync::Mutex<Vec<CertificateExpiry>>,
@@ -338,6 +342,16 @@ impl BalancerStats {
         self.tls_handshakes.fetch_add(1, Relaxed);
     }
 
+    /// A client connection began speaking HTTP/2.
+    pub fn record_http2_connection(&self) {
+        self.http2_connections.fetch_add(1, Relaxed);
+    }
+
+    /// An HTTP/2 stream (one request) was accepted.
+    pub fn record_http2_stream(&self) {
+        self.http2_streams.fetch_add(1, Relaxed);
+    }
+
     /// A client connection closed for its failed TLS handshake.
     pub fn record_tls_failure(&self, why: TlsFailure) {
         self.tls_failures[why as usize].fetch_add(1, Relaxed);
@@ -370,6 +384,8 @@ impl BalancerStats {
         add(&mut s.sni_unrouted, &self.sni_unrouted);
         s.tls_handshakes = self.tls_handshakes.load(Relaxed);
         add(&mut s.tls_failures, &self.tls_failures);
+        s.http2_connections = self.http2_connections.load(Relaxed);
+        s.http2_streams = self.http2_streams.load(Relaxed);
         s.tls_certificates = self
             .tls_certificates
             .lock()
@@ -522,6 +538,13 @@ pub struct BalancerCounts {
     /// The certificates served now (empty on a plain listener).
     #[serde(default)]
     pub tls_certificates: Vec<CertificateExpiry>,
+    /// HTTP/2 client connections.
+    #[serde(default)]
+    pub http2_connections: u64,
+    /// HTTP/2 streams: requests that came over HTTP/2 (the rest of `requests` came
+    /// over HTTP/1.x).
+    #[serde(default)]
+    pub http2_streams: u64,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

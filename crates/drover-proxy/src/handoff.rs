@@ -37,9 +37,13 @@ pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
 pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStream> {
     let worker = cell.load();
     let shared = &worker.shared;
-    // A TLS connection's session is this process's: a worker could not read it.
+    // A TLS connection's session is this process's: a worker could not read it. On an
+    // h2c listener, the first bytes say whether the client speaks HTTP/2, which a worker
+    // may not: such a connection is read here first (and an HTTP/1.1 one may still be
+    // handed over between its requests).
     if shared.opts.handoff != Handoff::Always
         || shared.opts.proxy_protocol.is_some()
+        || shared.opts.h2c
         || shared.tls.load().is_some()
         || !shared.pool.handoffs().any()
     {

@@ -1,6 +1,6 @@
 //! drover-proxy: the data plane.
 //!
-//! HTTP/1.1 from clients to a pool of endpoints: keep-alive on both sides, streamed
+//! HTTP/1.1 and HTTP/2 from clients to a pool of endpoints: keep-alive on both sides, streamed
 //! bodies, Upgrade tunnels, forwarding headers, retries that never repeat an unsafe
 //! request, per-endpoint limits with a late-binding queue, and strict parsing so that
 //! nothing ambiguous reaches a backend.
@@ -13,7 +13,8 @@
 //! | a client connection, keep-alive, reading a request | `conn/mod.rs` |
 //! | the PROXY protocol header a balancer in front sends | `proxy_protocol.rs` |
 //! | TLS: certificates, SNI, the handshake | `tls/` (the client's stream, plain or TLS: `conn/client.rs`) |
-//! | parsing a request head | `http1/request.rs` |
+//! | HTTP/2 from clients: the connection, its defences, each stream as an exchange | `http2/` |
+//! | parsing a request head | `http1/request.rs` (an HTTP/2 stream's head first: `http2/request.rs`) |
 //! | the head sent to a backend, forwarding headers | `http1/forward.rs` |
 //! | balancing keys and the cost class | `http1/keys.rs` |
 //! | drover's own error pages | `http1/error_page.rs` |
@@ -38,6 +39,7 @@ pub mod error;
 pub mod fuzzing;
 mod handoff;
 pub mod http1;
+mod http2;
 pub mod options;
 pub mod orca;
 pub mod proxy_protocol;

@@ -47,6 +47,13 @@ pub struct ProxyOptions {
     /// this port (`redirect_to_https`, the plain port 80 beside a TLS one), and proxy
     /// none; `None`: proxy as usual.
     pub redirect_to_https: Option<u16>,
+    /// Offer HTTP/2 by ALPN on a TLS listener (`http2`, on by default): each stream is
+    /// one request through the same admission, retries and pool (`http2/`).
+    pub http2: bool,
+    /// Take cleartext HTTP/2 with prior knowledge on a plain listener (`h2c`, off by
+    /// default): a connection that opens with the HTTP/2 preface speaks it, any other
+    /// HTTP/1.1.
+    pub h2c: bool,
 }
 
 /// What a balancer's clients speak (`mode` in drover.toml, `drover proxy --tcp`).
@@ -124,6 +131,8 @@ impl Default for ProxyOptions {
             protocol: Protocol::Http,
             tls: None,
             redirect_to_https: None,
+            http2: true,
+            h2c: false,
         }
     }
 }

@@ -246,6 +246,7 @@ impl Proxy {
             cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));
         }
         self.current.store(shared);
+        current.retired.send_replace(true);
         Ok(())
     }
 

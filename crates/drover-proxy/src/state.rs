@@ -43,6 +43,10 @@ pub(crate) struct BalancerState {
     /// of settings: the routes name other balancers, so they are set after every
     /// balancer of a reload is in place (`Proxy::set_routes`).
     pub routes: Arc<ArcSwapOption<SniRoutes>>,
+    /// Set once a reload has replaced these settings: an HTTP/2 connection then sends
+    /// GOAWAY, so its client moves to a new connection under the new ones (an HTTP/1.1
+    /// connection moves at its next request).
+    pub retired: watch::Sender<bool>,
 }
 
 /// What a listener keeps from one generation of its settings to the next.
@@ -90,6 +94,7 @@ impl BalancerState {
             access_log,
             tls,
             routes,
+            retired: watch::Sender::new(false),
         })
     }
 }

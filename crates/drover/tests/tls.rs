@@ -328,12 +328,12 @@ async fn sni_picks_each_certificate_a_wildcard_covers_its_names_and_the_first_is
         assert_eq!(body, backend.name(), "{host}");
         assert!(err.contains("ALPN: server accepted http/1.1"), "{err}");
     }
-    // ALPN: http/1.1 is chosen over h2, and h2 alone is never agreed: drover does not
-    // speak it yet.
-    let out = s_client(web, Some("a.test"), &["-alpn", "h2,http/1.1"]);
+    // ALPN: h2 is chosen over http/1.1 (`http2` is on by default), and http/1.1 is
+    // agreed with a client that offers it alone.
+    let out = s_client(web, Some("a.test"), &["-alpn", "http/1.1,h2"]);
+    assert!(out.contains("ALPN protocol: h2"), "{out}");
+    let out = s_client(web, Some("a.test"), &["-alpn", "http/1.1"]);
     assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
-    let out = s_client(web, Some("a.test"), &["-alpn", "h2"]);
-    assert!(!out.contains("ALPN protocol: h2"), "{out}");
 
     // Each certificate's notAfter, as a gauge.
     let expiry = |file: &Path| {
@@ -1450,6 +1450,63 @@ async fn rsa_and_ecdsa_keys_load_as_pkcs1_pkcs8_and_sec1() {
         );
     }
     drop(d);
+}
+
+/// The binary's wiring of HTTP/2 (the data plane's own tests are in-process, in
+/// crates/drover-proxy/tests/http2.rs): `drover proxy --h2c` serves cleartext HTTP/2 to
+/// a client with prior knowledge and HTTP/1.1 to the others on one port, and
+/// `http2 = false` in a drover.toml leaves h2 out of ALPN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_by_flag_and_http2_off_by_file() {
+    if !tools() {
+        return;
+    }
+    let backend = Backend::start().await;
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+            "-b",
+            &backend.addr().to_string(),
+            "--h2c",
+        ],
+    )
+    .await;
+    let url = format!("http://{}/", d.addr());
+    let version = |flag: &str| {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "20",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version}",
+            ])
+            .args([flag, &url])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(version("--http2-prior-knowledge"), "2");
+    assert_eq!(version("--http1.1"), "1.1");
+    assert_eq!(backend.hits(), 2);
+    drop(d);
+
+    let pki = Pki::new("tls-http2-off");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let toml = config(
+        backend.addr(),
+        &format!("{}http2 = false\n", tls_table(&[&a])),
+    );
+    let (_d, web, _, _) = start(&pki.dir, &toml).await;
+    let out = s_client(web, Some("a.test"), &["-alpn", "h2,http/1.1"]);
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
 }
 
 /// `drover bench` against drover's HTTPS: the test CA by `--cacert` (with a new

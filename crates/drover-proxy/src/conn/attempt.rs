@@ -206,6 +206,7 @@ impl Conn {
         let ex = Exchange {
             is_head: head.is_head,
             http10_client: head.http10,
+            h2_client: head.http2,
             client_keep_alive: head.keep_alive && request_sent,
             upgrade: head.upgrade,
         };

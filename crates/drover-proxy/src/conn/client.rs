@@ -1,4 +1,6 @@
-//! The client's side of a connection: plain TCP, or TLS over it.
+//! The client's side of an exchange: plain TCP, TLS over it, or one HTTP/2 stream
+//! (`http2::H2Client`, which reads a request body and takes a response as a socket
+//! would: the response sink the relay writes into).
 //!
 //! An enum rather than a generic `Conn<S>`: one copy of the connection code instead of
 //! two, and a plain connection pays one predictable branch per read or write. The TLS
@@ -15,9 +17,18 @@ use tokio_rustls::server::TlsStream;
 pub(crate) enum ClientStream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    H2(Box<crate::http2::H2Client>),
 }
 
 impl ClientStream {
+    /// The HTTP/2 stream this exchange answers, if it is one.
+    pub(crate) fn h2(&self) -> Option<&crate::http2::H2Client> {
+        match self {
+            ClientStream::H2(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The TCP stream, for a handoff: `Err` gives a TLS stream back (its session keys
     /// are in this process: a worker could not read it).
     pub(crate) fn into_plain(self) -> Result<TcpStream, ClientStream> {
@@ -36,6 +47,7 @@ impl ClientStream {
         match self {
             ClientStream::Plain(s) => s.local_addr(),
             ClientStream::Tls(s) => s.get_ref().0.local_addr(),
+            ClientStream::H2(s) => Ok(s.local_addr()),
         }
     }
 
@@ -64,6 +76,10 @@ impl ClientStream {
                 buf.reserve(4096);
                 s.read_buf(buf).await
             }
+            ClientStream::H2(s) => {
+                buf.reserve(4096);
+                s.read_buf(buf).await
+            }
         }
     }
 }
@@ -78,6 +94,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            ClientStream::H2(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -92,6 +109,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            ClientStream::H2(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -104,6 +122,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            ClientStream::H2(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -112,6 +131,7 @@ impl AsyncWrite for ClientStream {
         match self {
             ClientStream::Plain(s) => s.is_write_vectored(),
             ClientStream::Tls(s) => s.is_write_vectored(),
+            ClientStream::H2(s) => s.is_write_vectored(),
         }
     }
 
@@ -120,6 +140,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            ClientStream::H2(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -128,6 +149,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            ClientStream::H2(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

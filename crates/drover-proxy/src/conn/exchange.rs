@@ -79,7 +79,13 @@ impl Conn {
         let duration = clock::now().saturating_sub(arrived);
         let mut r = outcome.record(&self.info.ip, duration, answered.map(|a| a.status));
         fields.fill(&mut r);
-        r.protocol = Some(if head.http10 { "HTTP/1.0" } else { "HTTP/1.1" });
+        r.protocol = Some(if head.http2 {
+            "HTTP/2.0"
+        } else if head.http10 {
+            "HTTP/1.0"
+        } else {
+            "HTTP/1.1"
+        });
         log.log(&r);
     }
 

@@ -17,6 +17,10 @@
 //!
 //! Between two requests of a keep-alive connection it may leave for a worker
 //! (`handoff`).
+//!
+//! An HTTP/2 connection (ALPN `h2`, or `h2c`'s preface) goes to `http2` instead, which
+//! runs each of its streams as one exchange here (`serve_stream`) with the stream as
+//! the client: phases 2 to 4 are the same code for both protocols.
 
 mod account;
 mod attempt;
@@ -30,6 +34,7 @@ use crate::handoff;
 use crate::http1::error_page;
 use crate::http1::forward::ClientInfo;
 use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
+use crate::http2;
 use crate::options::ProxyOptions;
 use crate::proxy_protocol;
 use crate::state::{ClientConnection, ThreadCell, ThreadState};
@@ -90,12 +95,17 @@ pub(crate) async fn serve(
             None => return,
         }
     }
-    let client = match thread.shared.tls.load_full() {
+    let offer_h2 = thread.shared.opts.http2;
+    let mut client = match thread.shared.tls.load_full() {
         Some(certs) if accepted => {
             let stats = &thread.shared.stats;
             // Boxed: a handshake's state (rustls's, ~1 KiB) would otherwise size every
             // connection's future, plain ones included.
-            match Box::pin(tls::handshake(&certs, client, &mut cbuf, deadline)).await {
+            match Box::pin(tls::handshake(
+                &certs, client, &mut cbuf, deadline, offer_h2,
+            ))
+            .await
+            {
                 Ok(tls) => {
                     stats.record_tls_handshake();
                     ClientStream::Tls(Box::new(tls))
@@ -110,23 +120,25 @@ pub(crate) async fn serve(
         _ => ClientStream::Plain(client),
     };
     let proto = if client.is_plain() { "http" } else { "https" };
-    let mut conn = Conn {
-        shutdown: thread.shared.shutdown.clone(),
-        info: ClientInfo::new(client_addr, proto),
-        client,
-        cell,
-        thread,
-        cbuf,
-        ubuf: Vec::new(),
-        out: Vec::new(),
-        reqbody: Vec::new(),
-        requests: 0,
-        hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
-        outcome: Outcome::default(),
-        private_upstream: None,
-        upstream_is_private: false,
-        cut: false,
+    let info = ClientInfo::new(client_addr, proto);
+    let speaks_h2 = if let ClientStream::Tls(tls) = &client {
+        tls.get_ref().1.alpn_protocol() == Some(b"h2")
+    } else if thread.shared.opts.h2c && accepted {
+        // Not a connection given back by a worker (`accepted` false): it is mid-HTTP/1.1.
+        match Box::pin(read_preface(&mut client, &mut cbuf, deadline)).await {
+            Some(is_h2) => is_h2,
+            None => return,
+        }
+    } else {
+        false
     };
+    if speaks_h2 {
+        drop(thread);
+        let io = http2::Rewound::new(std::mem::take(&mut cbuf), client);
+        Box::pin(http2::serve(io, cell, info, deadline)).await;
+        return;
+    }
+    let mut conn = Conn::new(client, info, cell, thread, cbuf);
     loop {
         match conn.run().await {
             Ended::Closed => {
@@ -153,6 +165,57 @@ pub(crate) async fn serve(
                 }
             }
         }
+    }
+}
+
+/// Reads a plain connection's first bytes on an `h2c` listener until they show whether
+/// they are the HTTP/2 preface; `None`: the client left or said nothing in time.
+async fn read_preface(
+    client: &mut ClientStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> Option<bool> {
+    loop {
+        if !buf.is_empty() {
+            if let Some(is_h2) = http2::is_preface(buf) {
+                return Some(is_h2);
+            }
+        }
+        buf.reserve(4096);
+        match timeout_at(deadline, client.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
+    }
+}
+
+/// One HTTP/2 stream's exchange (`http2`), with the stream as its client: `head` is its
+/// request written as HTTP/1.1 for the parser (`read`: or why it was refused before).
+pub(crate) async fn serve_stream(
+    client: ClientStream,
+    cell: Arc<ThreadCell>,
+    info: ClientInfo,
+    head: Vec<u8>,
+    read: Result<(), BadRequest>,
+) {
+    let thread = cell.load_full();
+    thread.shared.stats.record_http2_stream();
+    let mut conn = Conn::new(client, info, cell, thread, head);
+    let head = match read {
+        Ok(()) => conn.read_head(true).await,
+        Err(bad) => Err(bad),
+    };
+    match head {
+        Ok(Some(mut head)) => {
+            conn.cbuf.clear();
+            head.http2 = true;
+            conn.exchange(&head).await;
+        }
+        Ok(None) => {}
+        Err(bad) => conn.refuse(bad).await,
+    }
+    if let Some(stream) = conn.client.h2() {
+        stream.finish(conn.cut);
     }
 }
 
@@ -248,8 +311,48 @@ struct Outcome {
 }
 
 impl Conn {
+    fn new(
+        client: ClientStream,
+        info: ClientInfo,
+        cell: Arc<ThreadCell>,
+        thread: Arc<ThreadState>,
+        cbuf: Vec<u8>,
+    ) -> Conn {
+        Conn {
+            shutdown: thread.shared.shutdown.clone(),
+            info,
+            client,
+            cell,
+            thread,
+            cbuf,
+            ubuf: Vec::new(),
+            out: Vec::new(),
+            reqbody: Vec::new(),
+            requests: 0,
+            hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
+            outcome: Outcome::default(),
+            private_upstream: None,
+            upstream_is_private: false,
+            cut: false,
+        }
+    }
+
     fn opts(&self) -> &ProxyOptions {
         &self.thread.shared.opts
+    }
+
+    /// A request refused before any backend saw it: drover's error page, its count,
+    /// and its access log line (with `-` for the request: nothing of its head is
+    /// trusted). The connection closes after it.
+    async fn refuse(&mut self, bad: BadRequest) {
+        debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
+        self.thread.shared.stats.record_refusal(bad.status);
+        self.send_error(bad.status, "bad-request", bad.reason, true)
+            .await;
+        if let Some(log) = &self.thread.shared.access_log {
+            let outcome = std::mem::take(&mut self.outcome);
+            log.log(&outcome.record(&self.info.ip, 0, None));
+        }
     }
 
     async fn run(&mut self) -> Ended {
@@ -258,15 +361,7 @@ impl Conn {
                 Ok(Some(head)) => head,
                 Ok(None) => return Ended::Closed,
                 Err(bad) => {
-                    debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
-                    self.thread.shared.stats.record_refusal(bad.status);
-                    self.send_error(bad.status, "bad-request", bad.reason, true)
-                        .await;
-                    if let Some(log) = &self.thread.shared.access_log {
-                        // Nothing of the head is trusted: its line has `-` for the request.
-                        let outcome = std::mem::take(&mut self.outcome);
-                        log.log(&outcome.record(&self.info.ip, 0, None));
-                    }
+                    self.refuse(bad).await;
                     return Ended::Closed;
                 }
             };
@@ -408,6 +503,10 @@ impl Conn {
     /// `LINGER`) until it closes its side.
     async fn linger(&mut self) {
         let _ = self.client.shutdown().await;
+        if self.client.h2().is_some() {
+            // An HTTP/2 stream ends on its own; the connection's other streams go on.
+            return;
+        }
         let deadline = Instant::now() + LINGER;
         loop {
             self.cbuf.clear();

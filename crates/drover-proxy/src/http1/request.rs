@@ -37,6 +37,8 @@ pub struct RequestHead {
     pub cost_key: u64,
     pub hash_key: Option<Vec<u8>>,
     pub sticky: Option<String>,
+    /// It came as an HTTP/2 stream (`http2`), written as HTTP/1.1 for this parser.
+    pub http2: bool,
 }
 
 pub enum Parsed {
@@ -201,6 +203,7 @@ pub fn parse(
         cost_key: keys::cost_key(method, target),
         hash_key,
         sticky,
+        http2: false,
     }))
 }
 

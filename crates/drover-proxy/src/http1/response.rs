@@ -19,6 +19,9 @@ pub struct BadResponse(pub &'static str);
 pub struct Exchange {
     pub is_head: bool,
     pub http10_client: bool,
+    /// An HTTP/2 stream: like HTTP/1.0, it takes the body unchunked (DATA frames frame
+    /// it); unlike HTTP/1.0, it takes 1xx heads (as informational HEADERS).
+    pub h2_client: bool,
     pub client_keep_alive: bool,
     pub upgrade: bool,
 }
@@ -200,7 +203,7 @@ pub fn parse(
             .scan(&buf[head_len..], |_| {})
             .map_err(|e| BadResponse(e.0))?;
     }
-    let dechunk = body == BodyKind::Chunked && ex.http10_client;
+    let dechunk = body == BodyKind::Chunked && (ex.http10_client || ex.h2_client);
     let client_keep_alive =
         ex.client_keep_alive && !switching && !dechunk && body != BodyKind::UntilClose;
 

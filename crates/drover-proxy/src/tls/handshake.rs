@@ -21,7 +21,8 @@ const PLAIN_ANSWER_LINGER: Duration = Duration::from_secs(1);
 /// timeout: a client that connects and never says hello holds a connection no longer
 /// than one that never sends its request head). `buf` holds what was already read from
 /// the stream (what followed a PROXY protocol header), which the handshake reads first;
-/// it is empty on return.
+/// it is empty on return. ALPN offers `h2` when `http2` (the caller reads what was
+/// agreed from the stream).
 ///
 /// Plain HTTP sent to the port gets a 400 saying so, as nginx does, before it closes.
 pub async fn handshake(
@@ -29,6 +30,7 @@ pub async fn handshake(
     mut stream: TcpStream,
     buf: &mut Vec<u8>,
     deadline: Instant,
+    http2: bool,
 ) -> Result<TlsStream<TcpStream>, Failure> {
     if buf.is_empty() {
         buf.reserve(512);
@@ -45,7 +47,8 @@ pub async fn handshake(
     // The bytes already read go to the handshake first; processed here, so that the
     // handshake writes its answer before it waits for more.
     let mut fed = Ok(());
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::clone(certs.server_config()));
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(std::sync::Arc::clone(certs.server_config(http2)));
     let accept = acceptor.accept_with(stream, |conn| {
         let mut rest = &buf[..];
         while !rest.is_empty() && fed.is_ok() {

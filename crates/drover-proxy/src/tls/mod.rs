@@ -6,8 +6,9 @@
 //!
 //! rustls with its default provider (aws-lc-rs), through tokio-rustls; PEM is parsed by
 //! rustls-pki-types (`PemObject`), a certificate's notAfter and names by x509-parser.
-//! TLS 1.2 and 1.3. ALPN offers `http/1.1` only: drover does not serve HTTP/2 yet, and a
-//! client told `h2` would speak it and get nothing it understands back.
+//! TLS 1.2 and 1.3. ALPN offers `h2` then `http/1.1` on a balancer that serves HTTP/2
+//! (`http2`, the default), `http/1.1` alone on one that does not: a client told `h2`
+//! speaks it at once.
 //!
 //! Sessions resume by stateless tickets under one process-wide ticketer (`ticketer`),
 //! which a reload keeps, so a ticket issued before a reload still resumes after it;
@@ -163,6 +164,9 @@ impl CertInfo {
 
 /// A listener's certificates, loaded and checked: what its handshakes use.
 pub struct Certificates {
+    /// ALPN `h2`, `http/1.1`.
+    config_h2: Arc<ServerConfig>,
+    /// ALPN `http/1.1` only (`http2 = false`): the same certificates and ticketer.
     config: Arc<ServerConfig>,
     info: Vec<CertInfo>,
     /// The files they were read from, to read again when they change (`watch`).
@@ -220,11 +224,15 @@ impl Certificates {
             .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
-        // Not `h2`: HTTP/2 is not served yet (see the module's doc).
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         config.ticketer = ticketer().map_err(|e| fail(ErrorKind::Rustls(e)))?;
         config.send_tls13_tickets = TLS13_TICKETS;
+        // Made once per load, so a handshake only picks one: the server's preference
+        // (h2 first) wins, as in nginx and HAProxy.
+        let mut config_h2 = config.clone();
+        config_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Certificates {
+            config_h2: Arc::new(config_h2),
             config: Arc::new(config),
             info,
             settings: settings.clone(),
@@ -251,8 +259,13 @@ impl Certificates {
         self.info.iter().filter(move |c| c.not_after <= limit)
     }
 
-    pub(crate) fn server_config(&self) -> &Arc<ServerConfig> {
-        &self.config
+    /// The handshake's configuration: offering `h2` by ALPN when `http2`.
+    pub(crate) fn server_config(&self, http2: bool) -> &Arc<ServerConfig> {
+        if http2 {
+            &self.config_h2
+        } else {
+            &self.config
+        }
     }
 }
 
