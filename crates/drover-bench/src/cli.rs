@@ -394,6 +394,11 @@ pub enum BenchError {
         target: String,
         error: String,
     },
+    /// An `https://` target took no connection before the run.
+    Connect {
+        target: String,
+        error: String,
+    },
 }
 
 impl fmt::Display for BenchError {
@@ -407,6 +412,9 @@ impl fmt::Display for BenchError {
                 write!(f, "cannot write {}: {error}", path.display())
             }
             BenchError::NoResponse(addr) => write!(f, "no response at all from {addr}"),
+            BenchError::Connect { target, error } => {
+                write!(f, "cannot connect to {target}: {error}")
+            }
             BenchError::Tls { target, error } => {
                 write!(f, "TLS handshake with {target} failed: {error}")?;
                 if error.contains("certificate") {
@@ -457,6 +465,10 @@ fn check_tls(addr: SocketAddr, target: &str, tls: &TlsTarget) -> Result<(), Benc
         target: target.to_owned(),
         error: error.to_string(),
     };
+    let unreachable = |error: std::io::Error| BenchError::Connect {
+        target: target.to_owned(),
+        error: error.to_string(),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -464,8 +476,8 @@ fn check_tls(addr: SocketAddr, target: &str, tls: &TlsTarget) -> Result<(), Benc
     rt.block_on(async {
         let tcp = tokio::time::timeout(TLS_CHECK_TIMEOUT, tokio::net::TcpStream::connect(addr))
             .await
-            .map_err(|_| fail(std::io::ErrorKind::TimedOut.into()))?
-            .map_err(fail)?;
+            .map_err(|_| unreachable(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(unreachable)?;
         tokio::time::timeout(TLS_CHECK_TIMEOUT, tls.handshake(tcp))
             .await
             .map_err(|_| fail(std::io::ErrorKind::TimedOut.into()))?

@@ -306,7 +306,13 @@ async fn bad_flags_slos_and_files_are_named() {
     )
     .await;
     refused(&["--mix", "0:/a", &target], 2, "weight must be at least 1").await;
-    refused(&["https://127.0.0.1:1/"], 2, "https is not supported").await;
+    // https is a target like http; one nothing listens on fails before the run.
+    refused(
+        &["https://127.0.0.1:1/"],
+        1,
+        "cannot connect to 127.0.0.1:1",
+    )
+    .await;
     refused(&[], 2, "<URL>").await;
     refused(&["--admin-token", "t", &target], 2, "--admin").await;
     refused(&["compare", missing, junk], 2, "cannot read").await;
