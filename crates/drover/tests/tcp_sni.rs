@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::pki::{tools, Pki};
 use common::{admin_addr, bin, ctl, metrics_text, temp_dir};
 use drover_testkit::DroverProcess;
 use std::io::{Read, Write};
@@ -20,105 +21,54 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Whether curl and openssl are here; under CI they must be (scripts/test installs
-/// them).
-fn tools() -> bool {
-    let missing: Vec<&str> = ["curl", "openssl"]
-        .into_iter()
-        .filter(|t| {
-            Command::new(t)
-                .arg("--version")
-                .output()
-                .map_or(true, |o| !o.status.success())
-                && Command::new(t).arg("version").output().is_err()
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{missing:?} missing (scripts/test installs them)"
-    );
-    eprintln!("skipped: {missing:?} missing");
-    false
-}
-
-/// A CA of the test's own, its certificate as a file for clients.
-struct Pki {
-    dir: PathBuf,
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    ca_pem: PathBuf,
-}
-
-impl Pki {
-    fn new(tag: &str) -> Pki {
-        let dir = temp_dir(tag);
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "drover test CA");
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+/// An HTTPS server on 127.0.0.1:0 with a certificate of CN `name` for `names`, signed by
+/// `pki`'s CA, answering every request with `name`.
+async fn backend(pki: &Pki, name: &'static str, names: &[&str]) -> SocketAddr {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .unwrap();
-        let ca_pem = dir.join("ca.pem");
-        std::fs::write(&ca_pem, ca.pem()).unwrap();
-        Pki { dir, ca, ca_pem }
-    }
-
-    /// An HTTPS server on 127.0.0.1:0 with a certificate of CN `name` for `names`,
-    /// answering every request with `name`.
-    async fn backend(&self, name: &'static str, names: &[&str]) -> SocketAddr {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params =
-            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        let der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], der)
-            .unwrap();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((s, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(s).await else {
-                        return;
-                    };
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tls.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.signed_by(&key, &pki.ca).unwrap();
+    let der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], der)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}",
-                        name.len()
-                    );
-                    let _ = tls.write_all(answer.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                });
-            }
-        });
-        addr
-    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}",
+                    name.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    addr
 }
 
 /// `drover proxy --config` of `toml` (in `dir`): drover, the `front` listener's and
@@ -254,16 +204,14 @@ async fn connections_go_to_the_pool_their_sni_names_and_a_reload_changes_the_map
         return;
     }
     let pki = Pki::new("tcp-sni");
-    let api = pki
-        .backend("api", &["api.example.com", "x.v2.example.com"])
-        .await;
-    let web = pki
-        .backend(
-            "web",
-            &["www.example.com", "a.b.example.com", "api.example.com"],
-        )
-        .await;
-    let fallback = pki.backend("fallback", &["other.test"]).await;
+    let api = backend(&pki, "api", &["api.example.com", "x.v2.example.com"]).await;
+    let web = backend(
+        &pki,
+        "web",
+        &["www.example.com", "a.b.example.com", "api.example.com"],
+    )
+    .await;
+    let fallback = backend(&pki, "fallback", &["other.test"]).await;
     let routes = "routes = [\n  { sni = [\"api.example.com\", \"*.v2.example.com\"], balancer = \"api\" },\n  { sni = [\"*.example.com\"], balancer = \"web\" },\n]\n";
     let front = format!("backends = [\"{fallback}\"]\n{routes}");
     let (d, addr, admin, path) = start(&pki.dir, &config(&front, api, web)).await;
@@ -325,8 +273,8 @@ async fn without_a_default_no_route_a_stall_and_a_truncated_hello_are_closed_and
         return;
     }
     let pki = Pki::new("tcp-sni-closed");
-    let api = pki.backend("api", &["api.example.com"]).await;
-    let web = pki.backend("web", &["www.example.com"]).await;
+    let api = backend(&pki, "api", &["api.example.com"]).await;
+    let web = backend(&pki, "web", &["www.example.com"]).await;
     let front = "backends = []\ntimeouts = { header_read = \"1s\" }\nroutes = [{ sni = [\"api.example.com\"], balancer = \"api\" }]\n";
     let (d, addr, admin, _path) = start(&pki.dir, &config(front, api, web)).await;
     assert_eq!(curl(&pki, "api.example.com", addr), Ok("api".into()));

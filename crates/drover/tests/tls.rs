@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::pki::{far_future, tools, Pki};
 use common::{admin_addr, bin, ctl, metrics_text, temp_dir};
 use drover_testkit::{Backend, DroverProcess};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -22,94 +23,6 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-
-/// Whether curl and openssl are here; under CI they must be (scripts/test installs
-/// them).
-fn tools() -> bool {
-    let missing: Vec<&str> = ["curl", "openssl"]
-        .into_iter()
-        .filter(|t| {
-            Command::new(t)
-                .arg("--version")
-                .output()
-                .map_or(true, |o| !o.status.success())
-                && Command::new(t).arg("version").output().is_err()
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{missing:?} missing (scripts/test installs them)"
-    );
-    eprintln!("skipped: {missing:?} missing");
-    false
-}
-
-/// A CA of the test's own, and the certificates it signs, as files in `dir`.
-struct Pki {
-    dir: PathBuf,
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    /// The CA's certificate, for clients (`--cacert`, `-CAfile`).
-    ca_pem: PathBuf,
-}
-
-/// When test certificates expire unless a test says otherwise (year, month, day).
-fn far_future() -> (i32, u8, u8) {
-    (2100, 1, 1)
-}
-
-impl Pki {
-    fn new(tag: &str) -> Pki {
-        let dir = temp_dir(tag);
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "drover test CA");
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
-            .unwrap();
-        let ca_pem = dir.join("ca.pem");
-        std::fs::write(&ca_pem, ca.pem()).unwrap();
-        Pki { dir, ca, ca_pem }
-    }
-
-    /// A certificate with CN `cn` and SAN `names`, valid from 2000 to `until`, signed by
-    /// the CA: `FILE.pem` and `FILE.key`.
-    fn leaf(
-        &self,
-        file: &str,
-        cn: &str,
-        names: &[&str],
-        until: (i32, u8, u8),
-    ) -> (PathBuf, PathBuf) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = rcgen::CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
-        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-        params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        let (pem, k) = (
-            self.dir.join(format!("{file}.pem")),
-            self.dir.join(format!("{file}.key")),
-        );
-        std::fs::write(&pem, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (pem, k)
-    }
-
-    fn ca_der(&self) -> CertificateDer<'static> {
-        self.ca.der().clone()
-    }
-}
 
 /// `path` as TOML writes a string.
 fn toml_path(path: &Path) -> String {

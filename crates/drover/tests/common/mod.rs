@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod examples;
+pub mod pki;
 
 use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
