@@ -177,7 +177,8 @@ impl Controller {
                     let what = match e {
                         StartError::Bind(e) => format!(
                             "balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}",
-                            config.name, config.listen
+                            config.name,
+                            shown_listen(config.listen)
                         ),
                         e @ StartError::Dns(_) => {
                             format!(
@@ -597,7 +598,7 @@ impl Control for Controller {
             .iter()
             .map(|b| BalancerStatus {
                 name: b.name.clone(),
-                listen: b.listen.to_string(),
+                listen: shown_listen(b.listen),
                 strategy: b.strategy(),
                 mode: b.mode(),
                 app: b.app(),
@@ -666,4 +667,10 @@ impl Control for Controller {
     fn metrics(&self) -> Vec<BalancerSnapshot> {
         self.balancers().iter().map(|b| b.metrics()).collect()
     }
+}
+
+/// A balancer's listen address as status and errors show it; `-` for one without (it
+/// serves what routes send it).
+fn shown_listen(listen: Option<std::net::SocketAddr>) -> String {
+    listen.map_or_else(|| "-".to_string(), |a| a.to_string())
 }
