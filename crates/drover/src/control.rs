@@ -622,6 +622,7 @@ impl Control for Controller {
                     })
                     .collect(),
                 sources: b.source_rows(),
+                routes: b.config().routes.iter().map(route_row).collect(),
             })
             .collect();
         Status { apps, balancers }
@@ -673,4 +674,22 @@ impl Control for Controller {
 /// serves what routes send it).
 fn shown_listen(listen: Option<std::net::SocketAddr>) -> String {
     listen.map_or_else(|| "-".to_string(), |a| a.to_string())
+}
+
+/// A route as status shows it.
+fn route_row(r: &drover_config::RouteConfig) -> drover_admin::RouteRow {
+    let matches = if !r.sni.is_empty() {
+        format!("sni {}", r.sni.join(", "))
+    } else {
+        let host = match r.host.is_empty() {
+            true => "any host".to_string(),
+            false => format!("host {}", r.host.join(", ")),
+        };
+        let strip = if r.strip_prefix { " (stripped)" } else { "" };
+        format!("{host} path {}{strip}", r.path_prefix)
+    };
+    drover_admin::RouteRow {
+        matches,
+        balancer: r.balancer.clone(),
+    }
 }

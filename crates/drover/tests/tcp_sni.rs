@@ -86,13 +86,14 @@ async fn start(dir: &Path, toml: &str) -> (DroverProcess, SocketAddr, SocketAddr
 }
 
 /// The `front` TCP listener with `front_keys` (its backends and routes), and the TCP
-/// balancers `api` and `web` over their backends, behind an admin API.
+/// balancers `api` and `web` over their backends (`web` has no listener: it serves what
+/// routes send it), behind an admin API.
 fn config(front_keys: &str, api: SocketAddr, web: SocketAddr) -> String {
     format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\n\n\
          [[balancer]]\nname = \"front\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\n{front_keys}\n\
          [[balancer]]\nname = \"api\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"{api}\"]\n\n\
-         [[balancer]]\nname = \"web\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"{web}\"]\n"
+         [[balancer]]\nname = \"web\"\nmode = \"tcp\"\nthreads = 1\nbackends = [\"{web}\"]\n"
     )
 }
 
@@ -275,7 +276,7 @@ async fn without_a_default_no_route_a_stall_and_a_truncated_hello_are_closed_and
     let pki = Pki::new("tcp-sni-closed");
     let api = backend(&pki, "api", &["api.example.com"]).await;
     let web = backend(&pki, "web", &["www.example.com"]).await;
-    let front = "backends = []\ntimeouts = { header_read = \"1s\" }\nroutes = [{ sni = [\"api.example.com\"], balancer = \"api\" }]\n";
+    let front = "backends = []\ntimeouts = { header_read = \"1s\" }\nroutes = [{ sni = [\"api.example.com\"], balancer = \"api\" }, { sni = [\"unused.example.com\"], balancer = \"web\" }]\n";
     let (d, addr, admin, _path) = start(&pki.dir, &config(front, api, web)).await;
     assert_eq!(curl(&pki, "api.example.com", addr), Ok("api".into()));
     // No route and no backends of its own: closed, as is a hello without SNI.
