@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::{admin_addr, assert_load_never_failed, bin, ctl, metrics_text, status, temp_dir};
-use drover_testkit::{Backend, DroverProcess, HttpClient};
+use common::{assert_load_never_failed, bin, ctl, metrics_text, proxy_config, status, temp_dir};
+use drover_testkit::{Backend, HttpClient};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,18 +25,6 @@ fn config(routes: &str, others: &str) -> String {
 /// A balancer without listen over `backend`.
 fn pool(name: &str, backend: SocketAddr) -> String {
     format!("[[balancer]]\nname = \"{name}\"\nbackends = [\"{backend}\"]\n\n")
-}
-
-async fn start(dir: &Path, toml: &str) -> (DroverProcess, SocketAddr, SocketAddr, PathBuf) {
-    let path = dir.join("drover.toml");
-    std::fs::write(&path, toml).unwrap();
-    let d = DroverProcess::spawn(bin(), &["proxy", "--config", path.to_str().unwrap()]).await;
-    let admin = admin_addr(&d).await;
-    let front = *d
-        .addrs_after("balancer \"front\" listening on ")
-        .first()
-        .unwrap_or_else(|| panic!("no listen line\n{}", d.stderr_text()));
-    (d, front, admin, path)
 }
 
 /// `GET target` with `Host: host` on `c`: the status and who answered.
@@ -63,7 +50,7 @@ async fn requests_go_where_host_and_path_say_and_a_reload_changes_routes_under_l
         "  { host = [\"api.test\", \"*.api.test\"], balancer = \"api\" },\n  { path_prefix = \"/static/\", strip_prefix = true, balancer = \"files\" },\n",
         &format!("{}{}", pool("api", api.addr()), pool("files", files.addr())),
     );
-    let (d, addr, admin, path) = start(&dir, &before).await;
+    let (d, addr, admin, path) = proxy_config(&dir, &before, "front").await;
     let stderr = d.stderr_text();
     assert!(
         stderr.contains("balancer \"api\" serving what routes send it"),
