@@ -460,7 +460,7 @@ impl Backpressure {
     fn now(cell: &ThreadCell, client_budget: usize) -> Option<Backpressure> {
         if ClientConnection::open() >= client_budget {
             Some(Backpressure::Descriptors)
-        } else if cell.load().shared.admission.backed_up(clock::now()) {
+        } else if backed_up(&cell.load().shared, clock::now()) {
             Some(Backpressure::QueueBackedUp)
         } else {
             None
@@ -476,6 +476,22 @@ impl Backpressure {
                 "queued requests have waited a quarter of the queue timeout"
             }
         }
+    }
+}
+
+/// Whether the queue of what serves the listener's requests is backed up at `now`: its
+/// own balancer's, or with HTTP routes, every balancer they (and what no route matches)
+/// may go to. One route's overload alone leaves the listener accepting: its other
+/// routes' clients are not held in the backlog for it.
+fn backed_up(listener: &BalancerState, now: drover_balance::Nanos) -> bool {
+    match listener.routes.load().as_deref() {
+        Some(Routes::Http(routes)) => {
+            (!routes.listener_default() || listener.admission.backed_up(now))
+                && routes
+                    .route_targets()
+                    .all(|t| t.current.load().admission.backed_up(now))
+        }
+        _ => listener.admission.backed_up(now),
     }
 }
 

@@ -288,3 +288,60 @@ async fn an_http2_stream_is_routed_by_its_authority() {
         "the listener's own"
     );
 }
+
+/// Past capacity, new connections wait in the listen backlog (issue 20): with routes,
+/// once the queue of every balancer the listener's requests may go to is backed up, and
+/// not while one of them still serves.
+#[tokio::test]
+async fn the_listener_stops_accepting_once_every_routed_queue_is_backed_up() {
+    let b = backends(2).await;
+    let one_at_a_time = |o: &mut drover_proxy::ProxyOptions| {
+        o.queue.timeout = Duration::from_secs(8);
+    };
+    let pool = |p: &mut drover_registry::PoolOptions| p.max_conns = 1;
+    let slow = common::unbound_with_pool("slow", &addrs(&b[..1]), one_at_a_time, pool);
+    let other = common::unbound_with_pool("other", &addrs(&b[1..]), one_at_a_time, pool);
+    let front = proxy(&[], Strategy::RoundRobin, |o| o.name = "front".into());
+    front.set_routes(http(
+        vec![
+            route(&[], "/slow", true, &slow),
+            route(&[], "/other", true, &other),
+        ],
+        false,
+    ));
+    let addr = front.addr();
+    let hold = |path: &'static str| {
+        tokio::spawn(async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            c.set_timeout(Duration::from_secs(10));
+            c.get(path).await.status
+        })
+    };
+    // `slow`'s one slot taken, one request queued behind it past a quarter of the
+    // queue timeout (2 s): `other` still serves, so the listener accepts.
+    let held = [hold("/slow/delay/7000"), hold("/slow/delay/10")];
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(slow.queue_depth(), 1);
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    assert_eq!(c.get("/other/x").await.status, 200);
+    // Both backed up: a new connection waits in the backlog until a slot frees.
+    let more = [hold("/other/delay/5000"), hold("/other/delay/10")];
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(other.queue_depth(), 1);
+    // (The accept loop looks again after each accept: the first connection since the
+    // queues backed up is taken, the ones after it wait.)
+    let first = hold("/other/x");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let open = front.client_connections();
+    let waiting = hold("/other/x");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(front.client_connections(), open, "not accepted yet");
+    for h in held.into_iter().chain(more).chain([first]) {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    assert_eq!(
+        waiting.await.unwrap(),
+        200,
+        "accepted once the queues drained"
+    );
+}

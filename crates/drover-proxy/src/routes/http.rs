@@ -106,6 +106,11 @@ impl HttpRoutes {
     pub(crate) fn route_targets(&self) -> impl Iterator<Item = &RouteTarget> {
         self.targets.iter()
     }
+
+    /// Whether the listener's own balancer serves what no route matches.
+    pub(crate) fn listener_default(&self) -> bool {
+        self.matcher.listener_default
+    }
 }
 
 impl Matcher {

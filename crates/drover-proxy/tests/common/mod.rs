@@ -89,6 +89,25 @@ pub fn proxy_with_pool(
     }
 }
 
+/// As `unbound` (round-robin), with the pool's options as `tune_pool` leaves them.
+pub fn unbound_with_pool(
+    name: &str,
+    backends: &[SocketAddr],
+    tune: impl FnOnce(&mut ProxyOptions),
+    tune_pool: impl FnOnce(&mut PoolOptions),
+) -> InProcess {
+    proxy_with_pool(
+        backends,
+        Strategy::RoundRobin,
+        |o| {
+            o.name = name.to_string();
+            o.listen = None;
+            tune(o);
+        },
+        tune_pool,
+    )
+}
+
 /// A balancer `name` without a listener over `backends` by `strategy`, which serves
 /// what routes send it.
 pub fn unbound(
