@@ -164,6 +164,75 @@ impl TlsArgs {
     }
 }
 
+/// TLS to the backends, for `proxy` (`backend_tls` in a drover.toml).
+#[derive(Debug, Args)]
+pub struct BackendTlsArgs {
+    /// Speak TLS to every backend, verifying its certificate against the system's trust
+    /// store (or --backend-ca) for its IP address (or --backend-server-name).
+    #[arg(long)]
+    pub backend_tls: bool,
+
+    /// Verify backends' certificates against the CA certificates in this PEM file
+    /// instead of the system's (implies --backend-tls).
+    #[arg(long, value_name = "FILE")]
+    pub backend_ca: Option<PathBuf>,
+
+    /// The name verified in each backend's certificate and sent as SNI (implies
+    /// --backend-tls).
+    #[arg(long, value_name = "NAME")]
+    pub backend_server_name: Option<String>,
+
+    /// A client certificate (PEM) shown to backends that ask for one, mTLS (implies
+    /// --backend-tls).
+    #[arg(long, value_name = "FILE")]
+    pub backend_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --backend-cert [default: in --backend-cert's file].
+    #[arg(long, value_name = "FILE", requires = "backend_cert")]
+    pub backend_key: Option<PathBuf>,
+
+    /// Accept any certificate from the backends: encrypted, not authenticated
+    /// (implies --backend-tls).
+    #[arg(long, conflicts_with = "backend_ca")]
+    pub backend_insecure_skip_verify: bool,
+}
+
+impl BackendTlsArgs {
+    /// The model's settings; `None` when no flag asks for TLS to backends.
+    fn settings(&self) -> Result<Option<model::BackendTlsConfig>, String> {
+        let asked = self.backend_tls
+            || self.backend_ca.is_some()
+            || self.backend_server_name.is_some()
+            || self.backend_cert.is_some()
+            || self.backend_insecure_skip_verify;
+        if !asked {
+            return Ok(None);
+        }
+        if let Some(name) = &self.backend_server_name {
+            drover_proxy::backend_tls::server_name(name)
+                .map_err(|e| format!("--backend-server-name: {e}"))?;
+        }
+        for (flag, path) in [
+            ("--backend-ca", &self.backend_ca),
+            ("--backend-cert", &self.backend_cert),
+            ("--backend-key", &self.backend_key),
+        ] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(format!("{flag}: empty path: name a PEM file"));
+            }
+        }
+        Ok(Some(model::BackendTlsConfig {
+            ca: self.backend_ca.clone(),
+            server_name: self.backend_server_name.clone(),
+            client_cert: self.backend_cert.as_ref().map(|cert| model::TlsCertFiles {
+                cert: cert.clone(),
+                key: self.backend_key.clone().unwrap_or_else(|| cert.clone()),
+            }),
+            insecure_skip_verify: self.backend_insecure_skip_verify,
+        }))
+    }
+}
+
 /// `origins` with the TLS files of balancer 0 (`balancer[0].tls.certs[J].cert` and
 /// `.key`) named by the flags that gave them.
 pub fn with_tls_flags(mut origins: crate::Origins, b: &model::BalancerConfig) -> crate::Origins {
@@ -171,6 +240,21 @@ pub fn with_tls_flags(mut origins: crate::Origins, b: &model::BalancerConfig) ->
         origins = origins
             .with_flag(&format!("balancer[0].tls.certs[{j}].cert"), "--tls-cert")
             .with_flag(&format!("balancer[0].tls.certs[{j}].key"), "--tls-key");
+    }
+    if let Some(bt) = &b.backend_tls {
+        origins = origins
+            .with_flag("balancer[0].backend_tls", "--backend-tls")
+            .with_flag("balancer[0].backend_tls.ca", "--backend-ca")
+            .with_flag("balancer[0].backend_tls.cert", "--backend-cert")
+            .with_flag(
+                "balancer[0].backend_tls.server_name",
+                "--backend-server-name",
+            );
+        let key_flag = match &bt.client_cert {
+            Some(c) if c.key != c.cert => "--backend-key",
+            _ => "--backend-cert",
+        };
+        origins = origins.with_flag("balancer[0].backend_tls.key", key_flag);
     }
     origins
 }
@@ -383,6 +467,9 @@ pub struct ProxyArgs {
 
     #[command(flatten)]
     pub tls: TlsArgs,
+
+    #[command(flatten)]
+    pub backend_tls: BackendTlsArgs,
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
@@ -634,6 +721,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.send_proxy_protocol = a.proxy_protocol.send_proxy_protocol;
     b.apply_access_log(&a.access_log)?;
     b.tls = a.tls.settings()?;
+    b.backend_tls = a.backend_tls.settings()?;
     b.redirect_to_https = a.redirect_to_https;
     b.http2 = a.http2.unwrap_or(b.http2);
     if a.h2c {
@@ -754,6 +842,10 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
         ),
         ("health.path", a.health_path.is_some()),
         ("tls", !a.tls.tls_cert.is_empty()),
+        (
+            "backend_tls",
+            a.backend_tls.settings().ok().flatten().is_some(),
+        ),
         ("redirect_to_https", a.redirect_to_https.is_some()),
         ("http2", a.http2.is_some()),
         ("h2c", a.h2c),

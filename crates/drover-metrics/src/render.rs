@@ -8,11 +8,12 @@ use crate::snapshot::{BalancerSnapshot, EndpointSnapshot};
 use crate::stats::{Cause, Ejection, ProxyRefusal, SniUnrouted, TlsFailure, CLASSES};
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
-const ENDPOINT_FAILURES: [Cause; 4] = [
+const ENDPOINT_FAILURES: [Cause; 5] = [
     Cause::ConnectFailed,
     Cause::BackendClosed,
     Cause::BadResponse,
     Cause::BackendTimeout,
+    Cause::BackendTls,
 ];
 
 /// Writes every balancer's and endpoint's families.

@@ -31,10 +31,16 @@ pub enum Cause {
     BackendClosed,
     BadResponse,
     BackendTimeout,
+    /// The TLS handshake with a backend failed (`backend_tls`): its certificate did not
+    /// verify, it asked for a client certificate, or it does not speak TLS.
+    BackendTls,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 8] = [
+    /// How many causes there are: the length of every array indexed by cause.
+    pub const COUNT: usize = 9;
+
+    pub const ALL: [Cause; Cause::COUNT] = [
         Cause::NoHealthyEndpoint,
         Cause::QueueFull,
         Cause::QueueTimeout,
@@ -43,6 +49,7 @@ impl Cause {
         Cause::BackendClosed,
         Cause::BadResponse,
         Cause::BackendTimeout,
+        Cause::BackendTls,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +62,7 @@ impl Cause {
             Cause::BackendClosed => "backend-closed",
             Cause::BadResponse => "bad-response",
             Cause::BackendTimeout => "backend-timeout",
+            Cause::BackendTls => "backend-tls",
         }
     }
 }
@@ -91,8 +99,8 @@ impl Ejection {
 struct BalancerCounters {
     requests: AtomicU64,
     responses: [AtomicU64; 5],
-    errors: [AtomicU64; 8],
-    retries: [AtomicU64; 8],
+    errors: [AtomicU64; Cause::COUNT],
+    retries: [AtomicU64; Cause::COUNT],
     handoffs: AtomicU64,
     returned: AtomicU64,
     /// TCP mode: connections relayed to an endpoint, and the bytes each way.
@@ -100,7 +108,7 @@ struct BalancerCounters {
     tcp_bytes_in: AtomicU64,
     tcp_bytes_out: AtomicU64,
     /// TCP mode: connections closed unserved, by `Cause`.
-    tcp_unserved: [AtomicU64; 8],
+    tcp_unserved: [AtomicU64; Cause::COUNT],
 }
 
 /// One balancer's counts. Shared by its serving threads; kept across reloads.
@@ -401,7 +409,7 @@ impl BalancerStats {
 #[derive(Debug, Default)]
 struct EndpointCounters {
     responses: [AtomicU64; 5],
-    failures: [AtomicU64; 8],
+    failures: [AtomicU64; Cause::COUNT],
 }
 
 /// One endpoint's counts. Lives with the endpoint, so it survives membership changes
@@ -500,8 +508,8 @@ fn add<const N: usize>(into: &mut [u64; N], from: &[AtomicU64; N]) {
 pub struct BalancerCounts {
     pub requests: u64,
     pub responses: [u64; 5],
-    pub errors: [u64; 8],
-    pub retries: [u64; 8],
+    pub errors: [u64; Cause::COUNT],
+    pub retries: [u64; Cause::COUNT],
     /// Client connections handed to a worker (`drover run`).
     #[serde(default)]
     pub handoffs: u64,
@@ -525,7 +533,7 @@ pub struct BalancerCounts {
     pub tcp_bytes_out: u64,
     /// TCP mode: connections closed unserved, by `Cause::ALL`.
     #[serde(default)]
-    pub tcp_unserved: [u64; 8],
+    pub tcp_unserved: [u64; Cause::COUNT],
     /// TCP mode with SNI routes: connections closed unrouted, by `SniUnrouted::ALL`.
     #[serde(default)]
     pub sni_unrouted: [u64; 6],
@@ -554,7 +562,7 @@ pub struct BalancerCounts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointCounts {
     pub responses: [u64; 5],
-    pub failures: [u64; 8],
+    pub failures: [u64; Cause::COUNT],
     pub ejections: [u64; 3],
     pub checks_passed: u64,
     pub checks_failed: u64,
