@@ -253,7 +253,7 @@ impl Failure {
         }
     }
 
-    fn of(e: &rustls::Error) -> Failure {
+    pub(crate) fn of(e: &rustls::Error) -> Failure {
         use rustls::{AlertDescription as A, CertificateError as C};
         match e {
             rustls::Error::InvalidCertificate(c) => match c {
@@ -266,8 +266,17 @@ impl Failure {
                 _ => Failure::BadCertificate,
             },
             rustls::Error::AlertReceived(A::CertificateRequired) => Failure::ClientCertRequired,
+            // What a server answers a client certificate it does not take with
+            // (rustls's DecryptError for a signature by another CA of the same name).
             rustls::Error::AlertReceived(
-                A::BadCertificate | A::UnknownCA | A::CertificateUnknown | A::CertificateExpired,
+                A::BadCertificate
+                | A::UnknownCA
+                | A::CertificateUnknown
+                | A::CertificateExpired
+                | A::CertificateRevoked
+                | A::UnsupportedCertificate
+                | A::AccessDenied
+                | A::DecryptError,
             ) => Failure::ClientCertRefused,
             rustls::Error::InvalidMessage(_) => Failure::NotTls,
             _ => Failure::Protocol,

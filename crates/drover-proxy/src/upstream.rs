@@ -37,6 +37,24 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Why the TLS session failed, if it did. Under TLS 1.3 the client's handshake is
+    /// done before the server has read the client's certificate: a server that wants
+    /// one and got none (or one it does not take) says so with an alert in place of the
+    /// response, which rustls keeps and tells here.
+    pub fn tls_failure(&mut self) -> Option<crate::backend_tls::Failure> {
+        match self {
+            Upstream::Plain(_) => None,
+            Upstream::Tls(s) => s
+                .get_mut()
+                .1
+                .process_new_packets()
+                .err()
+                .map(|e| crate::backend_tls::Failure::of(&e)),
+        }
+    }
+}
+
 impl AsyncRead for Upstream {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -286,16 +304,23 @@ pub async fn connect_upstream(
     let Some(tls) = tls else {
         return Ok(Upstream::Plain(tcp));
     };
-    let addr = endpoint.addr();
-    match tls.handshake(tcp, addr, deadline).await {
+    match tls.handshake(tcp, endpoint.addr(), deadline).await {
         Ok(stream) => Ok(Upstream::Tls(Box::new(stream))),
-        Err(why) => {
-            endpoint.stats().record_failure(Cause::BackendTls);
-            let ejected = pool.on_connect_failure(endpoint, clock::now());
-            if let Some(held_back) = TLS_FAILURES.check_now() {
-                tracing::warn!(endpoint = %addr, reason = why.as_str(), ejected_for = ?ejected, held_back, "TLS handshake with the backend failed: {why}");
-            }
-            Err(ProxyError::BackendTls(why))
-        }
+        Err(why) => Err(tls_failed(endpoint, pool, why)),
     }
+}
+
+/// A TLS session with `endpoint` that failed, held against it as a failed connect (it
+/// cannot be used), logged once a second at most.
+pub fn tls_failed(
+    endpoint: &Arc<Endpoint>,
+    pool: &Pool,
+    why: crate::backend_tls::Failure,
+) -> ProxyError {
+    endpoint.stats().record_failure(Cause::BackendTls);
+    let ejected = pool.on_connect_failure(endpoint, clock::now());
+    if let Some(held_back) = TLS_FAILURES.check_now() {
+        tracing::warn!(endpoint = %endpoint.addr(), reason = why.as_str(), ejected_for = ?ejected, held_back, "TLS with the backend failed: {why}");
+    }
+    ProxyError::BackendTls(why)
 }

@@ -242,6 +242,12 @@ impl Conn {
             {
                 Ok(resp) => resp,
                 Err(ReadHead::Closed { got_bytes }) => {
+                    if let Some(why) = up.tls_failure() {
+                        // The server refused the session (its client certificate
+                        // check): the request never reached the application.
+                        let pool = &self.thread.shared.pool;
+                        return Err(Attempt::Retry(upstream::tls_failed(endpoint, pool, why)));
+                    }
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
                     return Err(self.backend_failed(
                         endpoint,
