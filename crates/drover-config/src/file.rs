@@ -3077,6 +3077,97 @@ sticky = { cookie = "sid" }
     }
 
     #[test]
+    fn backend_tls_takes_its_keys_and_names_each_mistake_by_its_place() {
+        assert_eq!(ok(MINIMAL).balancers[0].backend_tls, None);
+        let b = &ok(&format!("{MINIMAL}backend_tls = {{}}\n")).balancers[0];
+        assert_eq!(b.backend_tls, Some(BackendTlsConfig::default()));
+        let b = &ok(&format!(
+            "{MINIMAL}backend_tls = {{ ca = \"ca.pem\", server_name = \"api.internal\", cert = \"c.pem\", key = \"c.key\" }}\n"
+        ))
+        .balancers[0];
+        assert_eq!(
+            b.backend_tls,
+            Some(BackendTlsConfig {
+                ca: Some("ca.pem".into()),
+                server_name: Some("api.internal".into()),
+                client_cert: Some(TlsCertFiles {
+                    cert: "c.pem".into(),
+                    key: "c.key".into(),
+                }),
+                insecure_skip_verify: false,
+            })
+        );
+        let b = &ok(&format!(
+            "{MINIMAL}[balancer.backend_tls]\ncert = \"both.pem\"\n"
+        ))
+        .balancers[0];
+        let client = b
+            .backend_tls
+            .as_ref()
+            .unwrap()
+            .client_cert
+            .as_ref()
+            .unwrap();
+        assert_eq!(client.key, client.cert, "a combined PEM");
+
+        // Where a file's error points: the key that named it, or the table for the
+        // system's trust store.
+        let (_, origins) = parse_with_origins(
+            &format!("{MINIMAL}backend_tls = {{ ca = \"ca.pem\", cert = \"c.pem\" }}\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            origins.error("balancer[0].backend_tls.ca", "bad"),
+            "t.toml:4:22: balancer[0].backend_tls.ca: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].backend_tls.key", "bad"),
+            "t.toml:4:39: balancer[0].backend_tls.key: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].backend_tls", "bad"),
+            "t.toml:4:15: balancer[0].backend_tls: bad"
+        );
+
+        let e = err(&format!("{MINIMAL}backend_tls = {{ ca = \"\" }}\n"));
+        check(&e, 4, "balancer[0].backend_tls.ca", "empty path");
+        let e = err(&format!("{MINIMAL}backend_tls = {{ key = \"k.pem\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].backend_tls.key",
+            "a client key without its certificate",
+        );
+        let e = err(&format!(
+            "{MINIMAL}backend_tls = {{ ca = \"ca.pem\", insecure_skip_verify = true }}\n"
+        ));
+        check(&e, 4, "balancer[0].backend_tls.ca", "verifies nothing");
+        let e = err(&format!(
+            "{MINIMAL}backend_tls = {{ server_name = \"a b\" }}\n"
+        ));
+        check(
+            &e,
+            4,
+            "balancer[0].backend_tls.server_name",
+            "is not a DNS name or an IP address",
+        );
+        let e = err(&format!("{MINIMAL}backend_tls = {{ verify = false }}\n"));
+        check(&e, 4, "balancer[0].backend_tls.verify", "unknown key");
+        let e = err(&format!("{MINIMAL}backend_tls = true\n"));
+        check(&e, 4, "balancer[0].backend_tls", "");
+        let e = err(&format!(
+            "{MINIMAL}mode = \"tcp\"\nmax_conns = 0\nbackend_tls = {{}}\n"
+        ));
+        check(
+            &e,
+            6,
+            "balancer[0].backend_tls",
+            "does not apply to mode = \"tcp\"",
+        );
+    }
+
+    #[test]
     fn tls_takes_one_certificate_or_a_list_and_names_each_file_by_its_place() {
         assert_eq!(ok(MINIMAL).balancers[0].tls, None);
         let files = |c: &Config| -> Vec<(String, String)> {

@@ -212,15 +212,6 @@ impl BackendTlsArgs {
             drover_proxy::backend_tls::server_name(name)
                 .map_err(|e| format!("--backend-server-name: {e}"))?;
         }
-        for (flag, path) in [
-            ("--backend-ca", &self.backend_ca),
-            ("--backend-cert", &self.backend_cert),
-            ("--backend-key", &self.backend_key),
-        ] {
-            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-                return Err(format!("{flag}: empty path: name a PEM file"));
-            }
-        }
         Ok(Some(model::BackendTlsConfig {
             ca: self.backend_ca.clone(),
             server_name: self.backend_server_name.clone(),
@@ -1225,6 +1216,74 @@ mod tests {
         assert!(
             Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
         );
+    }
+
+    #[test]
+    fn backend_tls_flags_fill_the_model_and_refuse_what_cannot_work() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["proxy", "-l", "127.0.0.1:80", "-b", "127.0.0.1:1"];
+            all.extend_from_slice(args);
+            Proxy::try_parse_from(all).map(|p| p.args)
+        };
+        assert_eq!(
+            proxy_balancer(&parse(&[]).unwrap()).unwrap().backend_tls,
+            None
+        );
+        let b = proxy_balancer(&parse(&["--backend-tls"]).unwrap()).unwrap();
+        assert_eq!(b.backend_tls, Some(model::BackendTlsConfig::default()));
+        let b = proxy_balancer(
+            &parse(&[
+                "--backend-ca",
+                "ca.pem",
+                "--backend-server-name",
+                "api.internal",
+                "--backend-cert",
+                "c.pem",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            b.backend_tls,
+            Some(model::BackendTlsConfig {
+                ca: Some("ca.pem".into()),
+                server_name: Some("api.internal".into()),
+                client_cert: Some(model::TlsCertFiles {
+                    cert: "c.pem".into(),
+                    key: "c.pem".into(),
+                }),
+                insecure_skip_verify: false,
+            })
+        );
+        let origins = with_tls_flags(crate::Origins::default(), &b);
+        assert_eq!(
+            origins.error("balancer[0].backend_tls.key", "bad"),
+            "--backend-cert: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].backend_tls", "bad"),
+            "--backend-tls: bad"
+        );
+
+        let e = proxy_balancer(&parse(&["--backend-server-name", "a b"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--backend-server-name: \"a b\" is not a DNS name"),
+            "{e}"
+        );
+        // clap refuses an empty path itself.
+        assert!(parse(&["--backend-ca", ""]).is_err());
+        let e = proxy_balancer(&parse(&["--tcp", "--backend-tls"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--backend-tls does not apply to --tcp"),
+            "{e}"
+        );
+        // A key needs its certificate; skipping verification reads no CA.
+        assert!(parse(&["--backend-key", "k.pem"]).is_err());
+        assert!(parse(&["--backend-ca", "ca.pem", "--backend-insecure-skip-verify"]).is_err());
     }
 
     #[test]
