@@ -94,8 +94,9 @@ pub enum ProbeError {
     Closed,
     Malformed,
     Status(u16),
-    /// The connection could not be wrapped: the TLS handshake failed, and why.
-    Tls(String),
+    /// The connection could not be wrapped: the TLS handshake failed, and why. Boxed
+    /// behind a thin pointer, as `Unexpected`.
+    Tls(Box<String>),
     /// A TCP exchange's answer (its first bytes, lossy UTF-8) lacked what was expected.
     /// Boxed behind a thin pointer: the error sits in the supervisor's, which must stay
     /// small, and a wide one (`Box<str>`) made every `ProbeError` 8 bytes larger.
@@ -185,7 +186,7 @@ async fn probe_unbounded(
         Some(wrap) => wrap
             .wrap(tcp, addr, deadline)
             .await
-            .map_err(ProbeError::Tls)?,
+            .map_err(|why| ProbeError::Tls(Box::new(why)))?,
         None => Box::new(tcp),
     };
     let (path, expect) = match kind {
