@@ -261,3 +261,41 @@ fn one_host_name(backends: &[BackendRef]) -> Option<String> {
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_dns::DnsTarget;
+
+    #[test]
+    fn backends_of_one_dns_name_are_verified_for_that_name() {
+        let dns = |host: &str| {
+            BackendRef::Dns(DnsTarget::A {
+                host: host.into(),
+                port: 443,
+            })
+        };
+        let addr = BackendRef::Addr {
+            addr: "127.0.0.1:443".parse().unwrap(),
+            weight: 1,
+            max_conns: None,
+        };
+        assert_eq!(
+            one_host_name(&[dns("api.example.com"), dns("api.example.com")]),
+            Some("api.example.com".into())
+        );
+        // Two names, or an address beside the name: each endpoint's IP is verified.
+        assert_eq!(
+            one_host_name(&[dns("a.example.com"), dns("b.example.com")]),
+            None
+        );
+        assert_eq!(one_host_name(&[dns("api.example.com"), addr.clone()]), None);
+        assert_eq!(one_host_name(&[addr]), None);
+        assert_eq!(
+            one_host_name(&[BackendRef::Dns(DnsTarget::Srv {
+                name: "_https._tcp.api.example.com".into()
+            })]),
+            None
+        );
+    }
+}
