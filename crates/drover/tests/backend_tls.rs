@@ -577,3 +577,82 @@ async fn bad_files_are_named_with_their_place_and_a_reload_with_one_changes_noth
     assert_eq!(code, 0, "{err}");
     assert_eq!(get(web).await.status, 200);
 }
+
+/// `openssl s_server -www` on a free port with `cert`, requiring a client certificate
+/// signed by `client_ca`: a TLS server of another implementation than drover's. Killed
+/// when dropped.
+async fn openssl_backend(cert: &(PathBuf, PathBuf), client_ca: &Path) -> (SocketAddr, KillOnDrop) {
+    let addr: SocketAddr = format!("127.0.0.1:{}", drover_testkit::free_port())
+        .parse()
+        .unwrap();
+    let child = std::process::Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-accept", &addr.to_string()])
+        .args([
+            "-cert",
+            cert.0.to_str().unwrap(),
+            "-key",
+            cert.1.to_str().unwrap(),
+        ])
+        .args([
+            "-Verify",
+            "1",
+            "-verify_return_error",
+            "-CAfile",
+            client_ca.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = KillOnDrop(child);
+    let up = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
+    assert!(up, "openssl s_server did not start on {addr}");
+    (addr, child)
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_openssl_backend_checks_drovers_client_certificate() {
+    if !common::pki::tools() {
+        return;
+    }
+    let pki = Pki::new("backend-tls-openssl");
+    let server = pki.leaf("server", "backend", &["127.0.0.1"], far_future());
+    let client = pki.leaf("client", "drover-client", &["drover.client"], far_future());
+    let (backend, _openssl) = openssl_backend(&server, &pki.ca_pem).await;
+
+    let d = common::proxy(
+        &[backend],
+        &[
+            "--backend-ca",
+            pki.ca_pem.to_str().unwrap(),
+            "--backend-cert",
+            client.0.to_str().unwrap(),
+            "--backend-key",
+            client.1.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let r = get(d.addr()).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+    // s_server's status page: the session it negotiated with drover.
+    assert!(r.text().contains("TLSv1.3"), "{}", r.text());
+
+    let d = common::proxy(&[backend], &["--backend-ca", pki.ca_pem.to_str().unwrap()]).await;
+    let r = get(d.addr()).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.header("drover-error"), Some("backend-tls"));
+    assert!(r.text().contains("client-cert-required"), "{}", r.text());
+}
