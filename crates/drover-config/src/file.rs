@@ -2126,6 +2126,17 @@ fn validate_balancer(
         b.tls = Some(validate_tls(tls, &key, ctx)?);
     }
     if let Some(tls) = raw.backend_tls {
+        if let Some(BackendRef::App(app)) =
+            b.backends.iter().find(|o| matches!(o, BackendRef::App(_)))
+        {
+            // Its workers are drover's own children on loopback ports, and may be
+            // handed client connections as they come: they speak plain HTTP.
+            return Err(ctx.at(
+                tls.span(),
+                key("backend_tls"),
+                format!("backend_tls does not apply to the workers of app {app:?}, which drover reaches over loopback in plain HTTP: put it on a balancer of remote backends"),
+            ));
+        }
         b.backend_tls = Some(validate_backend_tls(tls, &key, ctx)?);
     }
     if let Some(log) = raw.access_log {
@@ -3156,6 +3167,15 @@ sticky = { cookie = "sid" }
         check(&e, 4, "balancer[0].backend_tls.verify", "unknown key");
         let e = err(&format!("{MINIMAL}backend_tls = true\n"));
         check(&e, 4, "balancer[0].backend_tls", "");
+        let e = err(
+            "[[app]]\nname = \"pi\"\ncommand = [\"node\", \"pi.js\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:pi\"]\nbackend_tls = {}\n",
+        );
+        check(
+            &e,
+            7,
+            "balancer[0].backend_tls",
+            "does not apply to the workers of app \"pi\"",
+        );
         let e = err(&format!(
             "{MINIMAL}mode = \"tcp\"\nmax_conns = 0\nbackend_tls = {{}}\n"
         ));
