@@ -316,6 +316,38 @@ async fn a_client_certificate_is_shown_to_a_backend_that_requires_one() {
     assert!(r.text().contains("client-cert-refused"), "{}", r.text());
 }
 
+#[tokio::test]
+async fn without_a_ca_the_system_store_verifies_and_insecure_skip_verify_takes_anything() {
+    let pki = Pki::new("backend-tls-system");
+    let backend = tls_backend(&self_signed(&pki.dir, "self"), None).await;
+    // The system's trust store does not know the test's certificate.
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-t",
+            "1",
+            "-b",
+            &backend.addr.to_string(),
+            "--backend-tls",
+        ],
+    )
+    .await;
+    let r = get(d.addr()).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("(unknown-issuer)"), "{}", r.text());
+    // Verification off, by its name: encrypted, not authenticated.
+    let d = common::proxy(&[backend.addr], &["--backend-insecure-skip-verify"]).await;
+    let r = get(d.addr()).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+    assert_eq!(r.text(), "sni=- client-cert=no");
+    let extra = "backend_tls = { insecure_skip_verify = true }\n";
+    let (_d, web, _, _) = start(&pki.dir, &config(&[backend.addr], extra)).await;
+    assert_eq!(get(web).await.status, 200);
+}
+
 /// A backend that takes connections and never says a word: a TLS client waits for
 /// its ServerHello.
 async fn silent_backend() -> (SocketAddr, tokio::task::JoinHandle<()>) {

@@ -158,10 +158,12 @@ impl Conn {
                 self.relay_request_body(framer, &mut up_write, pace, answered)
                     .await
             }
-            // A TLS stream cannot be split into a half that writes and one that waits
-            // for an early answer: the body is sent whole, then the answer read (a
-            // backend that answers early and stops reading fails the write, or the
-            // request timeout).
+            // No early answer is watched for under TLS: the socket turning readable
+            // says nothing there (a TLS 1.3 server sends its session tickets after the
+            // handshake, as the body goes), and the stream cannot be split into a half
+            // that writes and one that reads records. The body is sent whole, then the
+            // answer read (a backend that answered early and stopped reading fails the
+            // write, or the request timeout).
             Upstream::Tls(tls) => {
                 self.relay_request_body(framer, tls.as_mut(), pace, std::future::pending())
                     .await
