@@ -132,6 +132,9 @@ pub struct BalancerStats {
     tls_handshakes: AtomicU64,
     /// TLS handshakes failed, by `TlsFailure`.
     tls_failures: [AtomicU64; 5],
+    /// TLS handshakes with backends failed, by `BackendTlsFailure` (plain atomics: a
+    /// failure is rare).
+    backend_tls_failures: [AtomicU64; 10],
     /// HTTP/2 client connections, and the streams (requests) they carried: HTTP/1.1's
     /// requests are the rest (plain atomics: HTTP/2's path only touches them).
     http2_connections: AtomicU64,
@@ -194,6 +197,80 @@ impl TlsFailure {
             TlsFailure::Closed => "closed",
             TlsFailure::Protocol => "protocol",
         }
+    }
+}
+
+/// Why a TLS handshake with a backend failed (`backend_tls`). Few and fixed, so a metric
+/// label: `as_str` is the reason in metrics, logs and health reports, `Display` the
+/// sentence a client's 502 carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendTlsFailure {
+    /// Its certificate is signed by no CA trusted here (self-signed included).
+    UnknownIssuer,
+    /// Its certificate expired (or is not valid yet).
+    Expired,
+    /// Its certificate is for another name.
+    WrongName,
+    /// Its certificate did not verify for another reason (revoked, bad encoding...).
+    BadCertificate,
+    /// It asked for a client certificate and none is configured.
+    ClientCertRequired,
+    /// It refused the client certificate drover showed.
+    ClientCertRefused,
+    /// It answered with something that is not TLS (plain HTTP).
+    NotTls,
+    /// It closed the connection mid-handshake.
+    Closed,
+    /// The handshake did not finish within the connect timeout.
+    Timeout,
+    /// Any other handshake failure (no common protocol or cipher, an alert).
+    Protocol,
+}
+
+impl BackendTlsFailure {
+    pub const ALL: [BackendTlsFailure; 10] = [
+        BackendTlsFailure::UnknownIssuer,
+        BackendTlsFailure::Expired,
+        BackendTlsFailure::WrongName,
+        BackendTlsFailure::BadCertificate,
+        BackendTlsFailure::ClientCertRequired,
+        BackendTlsFailure::ClientCertRefused,
+        BackendTlsFailure::NotTls,
+        BackendTlsFailure::Closed,
+        BackendTlsFailure::Timeout,
+        BackendTlsFailure::Protocol,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendTlsFailure::UnknownIssuer => "unknown-issuer",
+            BackendTlsFailure::Expired => "expired",
+            BackendTlsFailure::WrongName => "wrong-name",
+            BackendTlsFailure::BadCertificate => "bad-certificate",
+            BackendTlsFailure::ClientCertRequired => "client-cert-required",
+            BackendTlsFailure::ClientCertRefused => "client-cert-refused",
+            BackendTlsFailure::NotTls => "not-tls",
+            BackendTlsFailure::Closed => "closed",
+            BackendTlsFailure::Timeout => "timeout",
+            BackendTlsFailure::Protocol => "protocol",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendTlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendTlsFailure::UnknownIssuer => "the backend's certificate is not signed by a trusted CA (self-signed, or another CA's)",
+            BackendTlsFailure::Expired => "the backend's certificate has expired or is not valid yet",
+            BackendTlsFailure::WrongName => "the backend's certificate is for another name",
+            BackendTlsFailure::BadCertificate => "the backend's certificate is not valid",
+            BackendTlsFailure::ClientCertRequired => "the backend requires a client certificate and none is configured",
+            BackendTlsFailure::ClientCertRefused => "the backend refused drover's client certificate",
+            BackendTlsFailure::NotTls => "the backend does not speak TLS",
+            BackendTlsFailure::Closed => "the backend closed the connection during the TLS handshake",
+            BackendTlsFailure::Timeout => "the TLS handshake with the backend did not finish within the connect timeout",
+            BackendTlsFailure::Protocol => "the TLS handshake with the backend failed",
+        })
     }
 }
 
@@ -365,6 +442,11 @@ impl BalancerStats {
         self.tls_failures[why as usize].fetch_add(1, Relaxed);
     }
 
+    /// A TLS handshake with a backend failed (`backend_tls`).
+    pub fn record_backend_tls_failure(&self, why: BackendTlsFailure) {
+        self.backend_tls_failures[why as usize].fetch_add(1, Relaxed);
+    }
+
     /// The certificates served from now on (none: the listener is plain).
     pub fn set_tls_certificates(&self, certs: Vec<CertificateExpiry>) {
         *self
@@ -392,6 +474,7 @@ impl BalancerStats {
         add(&mut s.sni_unrouted, &self.sni_unrouted);
         s.tls_handshakes = self.tls_handshakes.load(Relaxed);
         add(&mut s.tls_failures, &self.tls_failures);
+        add(&mut s.backend_tls_failures, &self.backend_tls_failures);
         s.http2_connections = self.http2_connections.load(Relaxed);
         s.http2_streams = self.http2_streams.load(Relaxed);
         s.tls_certificates = self
@@ -543,6 +626,9 @@ pub struct BalancerCounts {
     /// TLS handshakes failed, by `TlsFailure`.
     #[serde(default)]
     pub tls_failures: [u64; 5],
+    /// TLS handshakes with backends failed, by `BackendTlsFailure::ALL`.
+    #[serde(default)]
+    pub backend_tls_failures: [u64; 10],
     /// The certificates served now (empty on a plain listener).
     #[serde(default)]
     pub tls_certificates: Vec<CertificateExpiry>,

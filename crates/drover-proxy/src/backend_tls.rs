@@ -195,109 +195,54 @@ impl Connector {
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.config));
         match timeout_at(deadline, connector.connect(name, tcp)).await {
             Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(e)) => Err(Failure::of_io(&e)),
+            Ok(Err(e)) => Err(failure_of_io(&e)),
             Err(_) => Err(Failure::Timeout),
         }
     }
 }
 
-/// Why a handshake with a backend failed: `as_str` is the reason in logs and health
-/// reports, `Display` the sentence a client's 502 carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// Its certificate is signed by no CA trusted here (self-signed included).
-    UnknownIssuer,
-    /// Its certificate expired (or is not valid yet).
-    Expired,
-    /// Its certificate is for another name.
-    WrongName,
-    /// Its certificate did not verify for another reason (revoked, bad encoding...).
-    BadCertificate,
-    /// It asked for a client certificate and none is configured.
-    ClientCertRequired,
-    /// It refused the client certificate drover showed.
-    ClientCertRefused,
-    /// It answered with something that is not TLS (plain HTTP).
-    NotTls,
-    /// It closed the connection mid-handshake.
-    Closed,
-    /// The handshake did not finish within the connect timeout.
-    Timeout,
-    /// Any other handshake failure (no common protocol or cipher, an alert).
-    Protocol,
-}
+pub use drover_metrics::BackendTlsFailure as Failure;
 
-impl Failure {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Failure::UnknownIssuer => "unknown-issuer",
-            Failure::Expired => "expired",
-            Failure::WrongName => "wrong-name",
-            Failure::BadCertificate => "bad-certificate",
-            Failure::ClientCertRequired => "client-cert-required",
-            Failure::ClientCertRefused => "client-cert-refused",
-            Failure::NotTls => "not-tls",
-            Failure::Closed => "closed",
-            Failure::Timeout => "timeout",
-            Failure::Protocol => "protocol",
-        }
-    }
-
-    fn of_io(e: &std::io::Error) -> Failure {
-        match e
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            Some(e) => Failure::of(e),
-            None => Failure::Closed,
-        }
-    }
-
-    pub(crate) fn of(e: &rustls::Error) -> Failure {
-        use rustls::{AlertDescription as A, CertificateError as C};
-        match e {
-            rustls::Error::InvalidCertificate(c) => match c {
-                C::UnknownIssuer => Failure::UnknownIssuer,
-                C::Expired
-                | C::ExpiredContext { .. }
-                | C::NotValidYet
-                | C::NotValidYetContext { .. } => Failure::Expired,
-                C::NotValidForName | C::NotValidForNameContext { .. } => Failure::WrongName,
-                _ => Failure::BadCertificate,
-            },
-            rustls::Error::AlertReceived(A::CertificateRequired) => Failure::ClientCertRequired,
-            // What a server answers a client certificate it does not take with
-            // (rustls's DecryptError for a signature by another CA of the same name).
-            rustls::Error::AlertReceived(
-                A::BadCertificate
-                | A::UnknownCA
-                | A::CertificateUnknown
-                | A::CertificateExpired
-                | A::CertificateRevoked
-                | A::UnsupportedCertificate
-                | A::AccessDenied
-                | A::DecryptError,
-            ) => Failure::ClientCertRefused,
-            rustls::Error::InvalidMessage(_) => Failure::NotTls,
-            _ => Failure::Protocol,
-        }
+/// Why a handshake ended with an I/O error: rustls's own, carried inside, or the
+/// connection's.
+fn failure_of_io(e: &std::io::Error) -> Failure {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(e) => failure_of(e),
+        None => Failure::Closed,
     }
 }
 
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Failure::UnknownIssuer => "the backend's certificate is not signed by a trusted CA (self-signed, or another CA's)",
-            Failure::Expired => "the backend's certificate has expired or is not valid yet",
-            Failure::WrongName => "the backend's certificate is for another name",
-            Failure::BadCertificate => "the backend's certificate is not valid",
-            Failure::ClientCertRequired => "the backend requires a client certificate and none is configured",
-            Failure::ClientCertRefused => "the backend refused drover's client certificate",
-            Failure::NotTls => "the backend does not speak TLS",
-            Failure::Closed => "the backend closed the connection during the TLS handshake",
-            Failure::Timeout => "the TLS handshake with the backend did not finish within the connect timeout",
-            Failure::Protocol => "the TLS handshake with the backend failed",
-        })
+/// Why rustls ended a session with a backend.
+pub(crate) fn failure_of(e: &rustls::Error) -> Failure {
+    use rustls::{AlertDescription as A, CertificateError as C};
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer => Failure::UnknownIssuer,
+            C::Expired
+            | C::ExpiredContext { .. }
+            | C::NotValidYet
+            | C::NotValidYetContext { .. } => Failure::Expired,
+            C::NotValidForName | C::NotValidForNameContext { .. } => Failure::WrongName,
+            _ => Failure::BadCertificate,
+        },
+        rustls::Error::AlertReceived(A::CertificateRequired) => Failure::ClientCertRequired,
+        // What a server answers a client certificate it does not take with
+        // (rustls's DecryptError for a signature by another CA of the same name).
+        rustls::Error::AlertReceived(
+            A::BadCertificate
+            | A::UnknownCA
+            | A::CertificateUnknown
+            | A::CertificateExpired
+            | A::CertificateRevoked
+            | A::UnsupportedCertificate
+            | A::AccessDenied
+            | A::DecryptError,
+        ) => Failure::ClientCertRefused,
+        rustls::Error::InvalidMessage(_) => Failure::NotTls,
+        _ => Failure::Protocol,
     }
 }
 

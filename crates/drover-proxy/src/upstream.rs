@@ -50,7 +50,7 @@ impl Upstream {
                 .1
                 .process_new_packets()
                 .err()
-                .map(|e| crate::backend_tls::Failure::of(&e)),
+                .map(|e| crate::backend_tls::failure_of(&e)),
         }
     }
 }
@@ -291,6 +291,7 @@ static TLS_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 pub async fn connect_upstream(
     endpoint: &Arc<Endpoint>,
     pool: &Pool,
+    stats: &drover_metrics::BalancerStats,
     timeout: Duration,
     bound: Nanos,
     header: Option<(crate::proxy_protocol::SendVersion, SocketAddr, SocketAddr)>,
@@ -306,17 +307,19 @@ pub async fn connect_upstream(
     };
     match tls.handshake(tcp, endpoint.addr(), deadline).await {
         Ok(stream) => Ok(Upstream::Tls(Box::new(stream))),
-        Err(why) => Err(tls_failed(endpoint, pool, why)),
+        Err(why) => Err(tls_failed(endpoint, pool, stats, why)),
     }
 }
 
 /// A TLS session with `endpoint` that failed, held against it as a failed connect (it
-/// cannot be used), logged once a second at most.
+/// cannot be used), counted by its reason, logged once a second at most.
 pub fn tls_failed(
     endpoint: &Arc<Endpoint>,
     pool: &Pool,
+    stats: &drover_metrics::BalancerStats,
     why: crate::backend_tls::Failure,
 ) -> ProxyError {
+    stats.record_backend_tls_failure(why);
     endpoint.stats().record_failure(Cause::BackendTls);
     let ejected = pool.on_connect_failure(endpoint, clock::now());
     if let Some(held_back) = TLS_FAILURES.check_now() {

@@ -441,6 +441,15 @@ async fn each_tls_failure_is_a_502_naming_it_counted_and_held_against_the_endpoi
             1,
             "{reason}\n{metrics}"
         );
+        assert_eq!(
+            sample(
+                &metrics,
+                "drover_backend_tls_failures_total",
+                &["balancer=\"web\"", &format!("reason=\"{reason}\"")]
+            ),
+            1,
+            "{reason}\n{metrics}"
+        );
         // Passive health took it out as for a failed connect.
         let s = status(admin).await;
         let ep = &s.balancers[0].endpoints[0];

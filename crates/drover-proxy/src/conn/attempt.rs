@@ -114,8 +114,8 @@ impl Conn {
         });
         let tls = shared.opts.backend_tls.as_deref();
         let started = slot.pick().started();
-        match upstream::connect_upstream(endpoint, &shared.pool, timeout, started, header, tls)
-            .await
+        let (pool, stats) = (&shared.pool, &shared.stats);
+        match upstream::connect_upstream(endpoint, pool, stats, timeout, started, header, tls).await
         {
             Ok(stream) => {
                 self.upstream_is_private = send_header.is_some();
@@ -247,8 +247,10 @@ impl Conn {
                     if let Some(why) = up.tls_failure() {
                         // The server refused the session (its client certificate
                         // check): the request never reached the application.
-                        let pool = &self.thread.shared.pool;
-                        return Err(Attempt::Retry(upstream::tls_failed(endpoint, pool, why)));
+                        let shared = &self.thread.shared;
+                        let failed =
+                            upstream::tls_failed(endpoint, &shared.pool, &shared.stats, why);
+                        return Err(Attempt::Retry(failed));
                     }
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
                     return Err(self.backend_failed(
