@@ -1,8 +1,10 @@
 //! TLS to backends (`backend_tls`, `drover proxy --backend-tls`) through real processes
-//! and real sockets: the backends are rustls servers in this test, with certificates a
-//! CA of the test's own signs (rcgen). drover verifies them against that CA, by IP SAN
-//! or by `server_name` (sent as SNI); keeps its TLS connections alive (counted at the
-//! backend); shows a client certificate to a backend that requires one; and answers a
+//! and real sockets: the backends are rustls servers in this test and `openssl
+//! s_server`, with certificates a CA of the test's own signs (rcgen). drover verifies
+//! them against that CA or the system's store (or not at all, when told so by name), by
+//! IP SAN or by `server_name` (sent as SNI); keeps its TLS connections alive (counted at
+//! the backend), for HTTP/1.1 and HTTP/2 clients and request bodies alike; shows a
+//! client certificate to a backend that requires one; and answers a
 //! 502 naming the TLS failure (`drover-error: backend-tls`), counted in /metrics and
 //! held against the endpoint, for a self-signed, expired or misnamed certificate, a
 //! plain HTTP backend, one that stalls mid-handshake and one that wants a client
@@ -718,4 +720,43 @@ async fn an_openssl_backend_checks_drovers_client_certificate() {
     assert_eq!(r.status, 502, "{}", r.text());
     assert_eq!(r.header("drover-error"), Some("backend-tls"));
     assert!(r.text().contains("client-cert-required"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn http2_clients_reach_tls_backends_too() {
+    if !common::pki::tools() {
+        return;
+    }
+    let pki = Pki::new("backend-tls-h2");
+    let backend = tls_backend(
+        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
+        None,
+    )
+    .await;
+    let d = common::proxy(
+        &[backend.addr],
+        &["--backend-ca", pki.ca_pem.to_str().unwrap(), "--h2c"],
+    )
+    .await;
+    // Three HTTP/2 requests (a curl connection each), each over the pool's one TLS
+    // connection to the backend. One curl run with several URLs is not used: on its
+    // reused prior-knowledge connection the second request fails with a plain backend
+    // too, which is not this feature's to fix.
+    let url = format!("http://{}/", d.addr());
+    for _ in 0..3 {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", "--http2-prior-knowledge", "-w", " %{http_version}"])
+            .arg(&url)
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "sni=- client-cert=no 2",
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            d.stderr_text()
+        );
+    }
+    assert_eq!(backend.handshakes.load(Ordering::SeqCst), 1);
 }
