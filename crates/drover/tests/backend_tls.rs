@@ -432,8 +432,11 @@ async fn each_tls_failure_is_a_502_naming_it_counted_and_held_against_the_endpoi
         (silent, "timeout"),
     ];
     for (addr, reason) in cases {
+        // The stalled handshake is cut at the connect timeout; the others are answered
+        // well within the default one (a short one would time out on a busy machine).
+        let connect = if reason == "timeout" { "300ms" } else { "5s" };
         let extra = format!(
-            "backend_tls = {{ ca = {} }}\ntimeouts = {{ connect = \"300ms\" }}\n",
+            "backend_tls = {{ ca = {} }}\ntimeouts = {{ connect = \"{connect}\" }}\n",
             toml_path(&pki.ca_pem)
         );
         let (d, web, admin, _) = start(&pki.dir, &config(&[addr], &extra)).await;
@@ -474,10 +477,11 @@ async fn each_tls_failure_is_a_502_naming_it_counted_and_held_against_the_endpoi
             1,
             "{reason}\n{metrics}"
         );
-        // Passive health took it out as for a failed connect.
+        // Passive health took it out as for a failed connect (the ejection lasts 2 s;
+        // its count stays).
         let s = status(admin).await;
         let ep = &s.balancers[0].endpoints[0];
-        assert!(!ep.available && ep.ejections == 1, "{reason}: {ep:?}");
+        assert_eq!(ep.ejections, 1, "{reason}: {ep:?}");
     }
     // The plain backend got the ClientHello, which it answered as HTTP.
     assert_eq!(plain_answered.load(Ordering::SeqCst), 1);
