@@ -239,13 +239,14 @@ function redraw(c) {
 function balancerInfo(c, b) {
   c.app = b.app;
   const parts = [
-    b.listen && 'on ' + b.listen,
+    b.listen === '-' ? 'no listener: what routes send it' : b.listen && 'on ' + b.listen,
     b.strategy,
     b.app && 'app ' + b.app,
     'queue ' + b.queue_depth,
     'connections ' + b.connections,
     'requests ' + b.requests,
     'retries ' + b.retries,
+    (b.routes || []).length && 'routes: ' + b.routes.join('; '),
   ].filter(Boolean);
   c.info.textContent = parts.join(' · ');
 }

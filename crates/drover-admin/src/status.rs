@@ -143,6 +143,19 @@ pub struct BalancerStatus {
     /// Where members come from besides the file: DNS names, an etcd prefix.
     #[serde(default)]
     pub sources: Vec<SourceRow>,
+    /// Its routes, in order: what each matches, and the balancer it sends to.
+    #[serde(default)]
+    pub routes: Vec<RouteRow>,
+}
+
+/// One of a listener's routes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteRow {
+    /// What it matches, as `drover ctl status` shows it: `sni a.test, *.b.test`, or
+    /// `host a.test path /api (stripped)`, `any host path /`.
+    pub matches: String,
+    /// The balancer it sends to.
+    pub balancer: String,
 }
 
 /// A status from a drover that did not say (before TCP mode): HTTP.
@@ -267,11 +280,15 @@ impl Status {
                 .app
                 .as_ref()
                 .map_or_else(String::new, |a| format!(" over app {a}"));
+            let on = if b.listen == "-" {
+                "no listener: what routes send it".to_string()
+            } else {
+                format!("on {}", b.listen)
+            };
             let _ = writeln!(
                 out,
-                "balancer {} on {} ({}){over}",
+                "balancer {} {on} ({}){over}",
                 b.name,
-                b.listen,
                 if b.mode == "tcp" {
                     format!("{}, tcp", b.strategy)
                 } else {
@@ -319,6 +336,9 @@ impl Status {
                 if let Some(why) = &e.check_error {
                     let _ = writeln!(out, "  {}: health check failing: {why}", e.addr);
                 }
+            }
+            for r in &b.routes {
+                let _ = writeln!(out, "  route {} -> {}", r.matches, r.balancer);
             }
             for src in &b.sources {
                 let state = if src.ok { "ok" } else { "failing" };
@@ -525,6 +545,10 @@ mod tests {
                     members: 2,
                     detail: "timed out".into(),
                 }],
+                routes: vec![RouteRow {
+                    matches: "host api.test path /v1 (stripped)".into(),
+                    balancer: "api".into(),
+                }],
             }],
         };
         let text = status.to_table();
@@ -550,6 +574,10 @@ mod tests {
         assert_eq!(&lines[2][col..col + 7], "memory ");
         assert_eq!(&lines[3][col..col + 2], "- ");
         assert!(text.contains("balancer default on 127.0.0.1:8000 (p2c) over app pi"));
+        assert!(
+            text.contains("  route host api.test path /v1 (stripped) -> api\n"),
+            "{text}"
+        );
         assert!(text.contains("127.0.0.1:40001  ejected"), "{text}");
         assert!(
             text.contains("LOAD  LIMIT") && text.contains("0.95  2 "),

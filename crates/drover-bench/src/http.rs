@@ -33,15 +33,19 @@ impl Default for Payload {
 }
 
 /// The request bytes for `method path` with the given host, extra header lines and
-/// body.
+/// body. A `Host` or `User-Agent` among the header lines replaces drover bench's own, as
+/// with ab's and wrk's `-H` (a second `Host` is a request every server refuses).
 pub fn build_request(path: &str, host: &str, headers: &[String], payload: &Payload) -> Vec<u8> {
-    let mut s = format!("{} {path} HTTP/1.1\r\nHost: {host}\r\n", payload.method);
+    let mut s = format!("{} {path} HTTP/1.1\r\n", payload.method);
     let has = |name: &str| {
         headers.iter().any(|h| {
             h.split_once(':')
                 .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
         })
     };
+    if !has("host") {
+        s.push_str(&format!("Host: {host}\r\n"));
+    }
     if !has("user-agent") {
         s.push_str("User-Agent: drover-bench\r\n");
     }
@@ -410,6 +414,11 @@ mod tests {
         );
         let r = build_request("/", "h", &["user-agent: me".to_string()], &get);
         assert_eq!(r, b"GET / HTTP/1.1\r\nHost: h\r\nuser-agent: me\r\n\r\n");
+        let r = build_request("/", "127.0.0.1:80", &["host: api.test".to_string()], &get);
+        assert_eq!(
+            r,
+            b"GET / HTTP/1.1\r\nUser-Agent: drover-bench\r\nhost: api.test\r\n\r\n"
+        );
         let post = Payload {
             method: "POST".into(),
             body: Some(b"a=1".to_vec()),

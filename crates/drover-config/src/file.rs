@@ -821,7 +821,7 @@ struct RawHealth {
 #[serde(deny_unknown_fields)]
 struct RawBalancer {
     name: Option<Spanned<String>>,
-    listen: Spanned<Addr>,
+    listen: Option<Spanned<Addr>>,
     mode: Option<Spanned<Parsed<Protocol>>>,
     strategy: Option<Spanned<StrategyName>>,
     backends: Spanned<Vec<Spanned<RawBackend>>>,
@@ -848,11 +848,15 @@ struct RawBalancer {
     routes: Option<Spanned<Vec<Spanned<RawRoute>>>>,
 }
 
-/// One of `routes`: the server names it takes, and the balancer it sends them to.
+/// One of `routes`: what it takes (TCP mode: server names; HTTP: hosts and a path
+/// prefix), and the balancer it sends that to.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRoute {
-    sni: Spanned<Vec<Spanned<String>>>,
+    sni: Option<Spanned<Vec<Spanned<String>>>>,
+    host: Option<Spanned<Vec<Spanned<String>>>>,
+    path_prefix: Option<Spanned<String>>,
+    strip_prefix: Option<Spanned<bool>>,
     balancer: Spanned<String>,
 }
 
@@ -1052,6 +1056,7 @@ impl RawConfig {
         let lone = self.balancer.len() == 1;
         let mut balancers: Vec<BalancerConfig> = Vec::with_capacity(self.balancer.len());
         let mut route_targets: Vec<Vec<(Range<usize>, String)>> = Vec::new();
+        let mut table_spans: Vec<Range<usize>> = Vec::new();
         let mut listens: Vec<(SocketAddr, String)> = Vec::new();
         if let Some(a) = &admin {
             listens.push((a.listen, "admin.listen".to_string()));
@@ -1077,10 +1082,13 @@ impl RawConfig {
         let mut behind: BTreeMap<String, usize> = BTreeMap::new();
         for (i, raw) in self.balancer.into_iter().enumerate() {
             let backends_span = raw.get_ref().backends.span();
-            let listen_span = raw.get_ref().listen.span();
+            let listen_span = raw.get_ref().listen.as_ref().map(|l| l.span());
             let table_span = raw.span();
             let name_span = raw.get_ref().name.as_ref().map(|n| n.span());
-            origin(listen_span.clone(), format!("balancer[{i}].listen"));
+            if let Some(span) = &listen_span {
+                origin(span.clone(), format!("balancer[{i}].listen"));
+            }
+            table_spans.push(table_span.clone());
             route_targets.push(
                 raw.get_ref()
                     .routes
@@ -1145,12 +1153,15 @@ impl RawConfig {
                     None => ctx.at(table_span, format!("balancer[{i}]"), msg),
                 });
             }
-            if let Some((_, owner)) = listens.iter().find(|(a, _)| listens_clash(*a, b.listen)) {
-                return Err(ctx.at(
-                    listen_span,
-                    format!("balancer[{i}].listen"),
-                    format!("address {} is already used by {owner}", b.listen),
-                ));
+            if let (Some(listen), Some(span)) = (b.listen, listen_span) {
+                if let Some((_, owner)) = listens.iter().find(|(a, _)| listens_clash(*a, listen)) {
+                    return Err(ctx.at(
+                        span,
+                        format!("balancer[{i}].listen"),
+                        format!("address {listen} is already used by {owner}"),
+                    ));
+                }
+                listens.push((listen, format!("balancer[{i}].listen")));
             }
             if let Some(app) = b.backends.iter().find_map(|r| match r {
                 BackendRef::App(a) if shared_apps.contains(a.as_str()) => Some(a),
@@ -1162,7 +1173,6 @@ impl RawConfig {
                     format!("app {app:?} runs in shared mode: its workers accept on the app's own listen address, and no balancer can reach one of them"),
                 ));
             }
-            listens.push((b.listen, format!("balancer[{i}].listen")));
             let mut b = b;
             let app = b.backends.iter().find_map(|r| match r {
                 BackendRef::App(name) => apps.iter().find(|a| &a.spec.name == name),
@@ -1192,13 +1202,15 @@ impl RawConfig {
                 Some(app) if !beside_others => vec![app.spec.mode],
                 _ => Vec::new(),
             };
-            // A TCP balancer relays every connection itself: none is handed over.
-            if b.mode == Protocol::Http {
+            // A TCP balancer relays every connection itself: none is handed over. Nor
+            // does a listener with routes (its next request may go elsewhere), or a
+            // balancer without one (the connections are the routing listener's).
+            if b.mode == Protocol::Http && b.routes.is_empty() && b.listen.is_some() {
                 b.handoff = crate::model::handoff_for(&modes, b.strategy);
             }
             balancers.push(b);
         }
-        check_route_targets(&balancers, &route_targets, ctx)?;
+        check_route_targets(&balancers, &route_targets, &table_spans, ctx)?;
 
         Ok((
             Config {
@@ -1572,8 +1584,8 @@ struct Sources {
     etcd: bool,
 }
 
-/// A balancer's `routes` (the names; the balancers they send to are checked once every
-/// balancer is read: `check_route_targets`).
+/// A balancer's `routes` (what each matches; the balancers they send to are checked
+/// once every balancer is read: `check_route_targets`).
 fn validate_routes(
     routes: &Spanned<Vec<Spanned<RawRoute>>>,
     i: usize,
@@ -1581,62 +1593,170 @@ fn validate_routes(
     ctx: &Ctx<'_>,
 ) -> Result<Vec<RouteConfig>, ConfigError> {
     let key = |k: &str| format!("balancer[{i}].routes{k}");
-    if !tcp {
-        return Err(ctx.at(
-            routes.span(),
-            key(""),
-            "routes by sni apply to mode = \"tcp\" (TLS passthrough); HTTP routes by Host and path are not built yet",
-        ));
-    }
     if routes.get_ref().is_empty() {
+        let example = if tcp {
+            "{ sni = [\"NAME\"], balancer = \"NAME\" }"
+        } else {
+            "{ host = [\"NAME\"], path_prefix = \"/PATH\", balancer = \"NAME\" }"
+        };
         return Err(ctx.at(
             routes.span(),
             key(""),
-            "no route: list at least one { sni = [\"NAME\"], balancer = \"NAME\" }, or leave routes out",
+            format!("no route: list at least one {example}, or leave routes out"),
         ));
     }
-    // Each name, with where it was first listed.
-    let mut seen: HashMap<String, (String, Range<usize>)> = HashMap::new();
+    // What each route takes, with where it was first listed: a name (TCP), or a host
+    // (empty: any) and a prefix (HTTP).
+    let mut seen: HashMap<(String, String), (String, Range<usize>)> = HashMap::new();
     let mut out = Vec::new();
     for (j, route) in routes.get_ref().iter().enumerate() {
+        let route_span = route.span();
         let route = route.get_ref();
-        if route.sni.get_ref().is_empty() {
-            return Err(ctx.at(
-                route.sni.span(),
-                key(&format!("[{j}].sni")),
-                "no name: list the server names this route takes, e.g. [\"api.example.com\", \"*.api.example.com\"]",
-            ));
-        }
-        let mut names = Vec::new();
-        for (k, name) in route.sni.get_ref().iter().enumerate() {
-            let at = key(&format!("[{j}].sni[{k}]"));
-            let normal = route_name(name.get_ref()).map_err(|e| ctx.at(name.span(), &at, e))?;
-            if let Some((first, span)) = seen.get(&normal) {
-                let (line, col) = line_col(ctx.text, span.start);
+        let at = |k: &str| key(&format!("[{j}]{k}"));
+        let mut taken = |what: (String, String), at: String, span: Range<usize>| {
+            if let Some((first, first_span)) = seen.get(&what) {
+                let (line, col) = line_col(ctx.text, first_span.start);
+                let shown = match (tcp, what.0.as_str()) {
+                    (true, name) => format!("{name:?}"),
+                    (false, "") => format!("path_prefix {:?} for any host", what.1),
+                    (false, host) => format!("host {host:?} with path_prefix {:?}", what.1),
+                };
                 return Err(ctx.at(
-                    name.span(),
-                    &at,
-                    format!("{normal:?} is routed already by {first} (line {line}, column {col}): list each name once"),
+                    span,
+                    at,
+                    format!("{shown} is routed already by {first} (line {line}, column {col}): a request (or connection) must have one route"),
                 ));
             }
-            seen.insert(normal.clone(), (at, name.span()));
-            names.push(normal);
-        }
-        out.push(RouteConfig {
-            sni: names,
+            seen.insert(what, (at, span));
+            Ok(())
+        };
+        let mut config = RouteConfig {
+            sni: Vec::new(),
+            host: Vec::new(),
+            path_prefix: "/".to_string(),
+            strip_prefix: false,
             balancer: route.balancer.get_ref().clone(),
-        });
+        };
+        if tcp {
+            let http_keys = [
+                ("host", route.host.as_ref().map(Spanned::span)),
+                ("path_prefix", route.path_prefix.as_ref().map(Spanned::span)),
+                (
+                    "strip_prefix",
+                    route.strip_prefix.as_ref().map(Spanned::span),
+                ),
+            ];
+            if let Some((k, Some(span))) = http_keys.into_iter().find(|(_, s)| s.is_some()) {
+                return Err(ctx.at(
+                    span,
+                    at(&format!(".{k}")),
+                    "a mode = \"tcp\" listener routes connections by the sni of their TLS ClientHello (nothing is decrypted, so no host or path is read): use sni = [...]",
+                ));
+            }
+            let Some(sni) = &route.sni else {
+                return Err(ctx.at(
+                    route_span,
+                    at(".sni"),
+                    "required key is missing: list the server names this route takes, e.g. sni = [\"api.example.com\"]",
+                ));
+            };
+            if sni.get_ref().is_empty() {
+                return Err(ctx.at(
+                    sni.span(),
+                    at(".sni"),
+                    "no name: list the server names this route takes, e.g. [\"api.example.com\", \"*.api.example.com\"]",
+                ));
+            }
+            for (k, name) in sni.get_ref().iter().enumerate() {
+                let name_at = at(&format!(".sni[{k}]"));
+                let normal = route_name(name.get_ref(), true)
+                    .map_err(|e| ctx.at(name.span(), &name_at, e))?;
+                taken((normal.clone(), String::new()), name_at, name.span())?;
+                config.sni.push(normal);
+            }
+        } else {
+            if let Some(sni) = &route.sni {
+                return Err(ctx.at(
+                    sni.span(),
+                    at(".sni"),
+                    "an HTTP listener routes requests by host and path: write host = [...] (sni routes are for mode = \"tcp\", TLS passthrough)",
+                ));
+            }
+            if let Some(p) = &route.path_prefix {
+                config.path_prefix = route_prefix(p.get_ref())
+                    .map_err(|e| ctx.at(p.span(), at(".path_prefix"), e))?;
+            }
+            if let Some(strip) = &route.strip_prefix {
+                if *strip.get_ref() && config.path_prefix == "/" {
+                    return Err(ctx.at(
+                        strip.span(),
+                        at(".strip_prefix"),
+                        "strip_prefix needs a path_prefix other than \"/\" to strip",
+                    ));
+                }
+                config.strip_prefix = *strip.get_ref();
+            }
+            let prefix_span = route
+                .path_prefix
+                .as_ref()
+                .map_or(route_span.clone(), |p| p.span());
+            match &route.host {
+                None => taken(
+                    (String::new(), config.path_prefix.clone()),
+                    at(""),
+                    prefix_span,
+                )?,
+                Some(hosts) if hosts.get_ref().is_empty() => {
+                    return Err(ctx.at(
+                        hosts.span(),
+                        at(".host"),
+                        "no host: list the hosts this route takes, e.g. [\"api.example.com\", \"*.example.com\"], or leave host out for any host",
+                    ));
+                }
+                Some(hosts) => {
+                    for (k, host) in hosts.get_ref().iter().enumerate() {
+                        let host_at = at(&format!(".host[{k}]"));
+                        let normal = route_name(host.get_ref(), false)
+                            .map_err(|e| ctx.at(host.span(), &host_at, e))?;
+                        let what = (normal.clone(), config.path_prefix.clone());
+                        taken(what, host_at, host.span())?;
+                        config.host.push(normal);
+                    }
+                }
+            }
+        }
+        out.push(config);
     }
     Ok(out)
 }
 
-/// A route's server name, lowercase and without a trailing dot; `*.SUFFIX` for a
-/// wildcard.
-fn route_name(text: &str) -> Result<String, String> {
+/// A route's path prefix, as a request's path is compared with it.
+fn route_prefix(text: &str) -> Result<String, String> {
+    if !text.starts_with('/') {
+        return Err(format!("{text:?}: a path prefix starts with \"/\""));
+    }
+    if let Some(c) = text.chars().find(|c| {
+        matches!(c, '?' | '#' | '*') || c.is_whitespace() || c.is_control() || !c.is_ascii()
+    }) {
+        return Err(format!(
+            "{text:?}: a path prefix is a path as a request sends it, without {c:?} (no query, fragment, glob, space, control or non-ASCII character; percent-encode instead)"
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// A route's server name (`sni`) or host, lowercase and without a trailing dot;
+/// `*.SUFFIX` for a wildcard. A host may be an IP address (IPv6 in brackets, as a
+/// `Host` field has it); a client never sends one as SNI.
+fn route_name(text: &str, sni: bool) -> Result<String, String> {
     let lower = text.to_ascii_lowercase();
     let name = lower.strip_suffix('.').unwrap_or(&lower);
-    if name.parse::<std::net::IpAddr>().is_ok() {
-        return Err(format!("{text:?} is an IP address, which a client never sends as SNI (RFC 6066); a connection without SNI goes to this balancer's own backends"));
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(_) if sni => return Err(format!("{text:?} is an IP address, which a client never sends as SNI (RFC 6066); a connection without SNI goes to this balancer's own backends")),
+        Ok(std::net::IpAddr::V6(ip)) => return Ok(format!("[{ip}]")),
+        Ok(std::net::IpAddr::V4(ip)) => return Ok(ip.to_string()),
+        Err(_) => {}
     }
     let host = name.strip_prefix("*.").unwrap_or(name);
     if host.contains('*') {
@@ -1656,11 +1776,13 @@ fn route_name(text: &str) -> Result<String, String> {
     Ok(name.to_string())
 }
 
-/// Each `routes[J].balancer` names another TCP balancer without routes of its own.
-/// `targets[i]` are balancer i's, as (its span, the name).
+/// Each `routes[J].balancer` names another balancer of the same mode, without routes
+/// of its own; each balancer without `listen` is named by a route. `targets[i]` are
+/// balancer i's, as (its span, the name); `tables[i]` is its table's span.
 fn check_route_targets(
     balancers: &[BalancerConfig],
     targets: &[Vec<(Range<usize>, String)>],
+    tables: &[Range<usize>],
     ctx: &Ctx<'_>,
 ) -> Result<(), ConfigError> {
     for (i, routes) in targets.iter().enumerate() {
@@ -1679,10 +1801,12 @@ fn check_route_targets(
             };
             let why = if target.name == balancers[i].name {
                 Some("a balancer's own backends already take what no route matches: route to another balancer")
-            } else if target.mode != Protocol::Tcp {
+            } else if target.mode != balancers[i].mode && target.mode == Protocol::Tcp {
+                Some("it is mode = \"tcp\", and this listener is HTTP: a routed request is proxied by an HTTP balancer")
+            } else if target.mode != balancers[i].mode {
                 Some("it is not mode = \"tcp\": a routed connection is relayed unread")
             } else if !target.routes.is_empty() {
-                Some("it has routes of its own: a connection is routed once")
+                Some("it has routes of its own: a request or connection is routed once")
             } else {
                 None
             };
@@ -1693,6 +1817,16 @@ fn check_route_targets(
                     format!("balancer {name:?} cannot be routed to: {why}"),
                 ));
             }
+        }
+    }
+    for (i, b) in balancers.iter().enumerate() {
+        let routed = || targets.iter().flatten().any(|(_, name)| *name == b.name);
+        if b.listen.is_none() && !routed() {
+            return Err(ctx.at(
+                tables[i].clone(),
+                format!("balancer[{i}].listen"),
+                format!("required key is missing: balancer {:?} needs a listen address, unless another balancer's routes send to it", b.name),
+            ));
         }
     }
     Ok(())
@@ -1722,7 +1856,33 @@ fn validate_balancer(
         None if lone => DEFAULT_BALANCER.to_string(),
         None => format!("balancer-{i}"),
     };
-    let mut b = BalancerConfig::new(name, raw.listen.get_ref().0, Vec::new());
+    let listen = raw.listen.as_ref().map(|l| l.get_ref().0);
+    let any = SocketAddr::from(([0, 0, 0, 0], 0));
+    let mut b = BalancerConfig::new(name, listen.unwrap_or(any), Vec::new());
+    b.listen = listen;
+    if listen.is_none() {
+        let listener_only = [
+            ("tls", raw.tls.as_ref().map(Spanned::span)),
+            (
+                "proxy_protocol",
+                raw.proxy_protocol.as_ref().map(Spanned::span),
+            ),
+            (
+                "redirect_to_https",
+                raw.redirect_to_https.as_ref().map(Spanned::span),
+            ),
+            ("http2", raw.http2.as_ref().map(Spanned::span)),
+            ("h2c", raw.h2c.as_ref().map(Spanned::span)),
+            ("routes", raw.routes.as_ref().map(Spanned::span)),
+        ];
+        if let Some((k, Some(span))) = listener_only.into_iter().find(|(_, s)| s.is_some()) {
+            return Err(ctx.at(
+                span,
+                key(k),
+                format!("{k} is a listener's setting, and this balancer has no listen: it serves what other balancers' routes send it, on their connections (set {k} on the balancer with the routes)"),
+            ));
+        }
+    }
     if let Some(m) = &raw.mode {
         b.mode = m.get_ref().0;
     }
@@ -2373,14 +2533,8 @@ mod tests {
         assert_eq!(
             b.routes,
             [
-                RouteConfig {
-                    sni: vec!["api.example.com".into(), "*.api.example.com".into()],
-                    balancer: "api".into(),
-                },
-                RouteConfig {
-                    sni: vec!["*.example.com".into()],
-                    balancer: "web".into(),
-                },
+                sni_route(&["api.example.com", "*.api.example.com"], "api"),
+                sni_route(&["*.example.com"], "web"),
             ]
         );
         // The ClientHello's read is bounded by header_read, which routes make meaningful.
@@ -2474,10 +2628,22 @@ mod tests {
             "required key is missing",
         );
         check(
-            &one("{ sni = [\"a.test\"], balancer = \"api\", host = \"x\" }"),
+            &one("{ sni = [\"a.test\"], balancer = \"api\", host = [\"x\"] }"),
             7,
             "balancer[0].routes[0].host",
-            "unknown key `host`, expected `sni` or `balancer`",
+            "no host or path is read): use sni",
+        );
+        check(
+            &one("{ sni = [\"a.test\"], balancer = \"api\", colour = \"x\" }"),
+            7,
+            "balancer[0].routes[0].colour",
+            "unknown key `colour`",
+        );
+        check(
+            &one("{ balancer = \"api\" }"),
+            7,
+            "balancer[0].routes[0].sni",
+            "required key is missing",
         );
         let e = err(&routed("[]", "").replace("routes = [\n]", "routes = []"));
         check(&e, 6, "balancer[0].routes", "no route");
@@ -2500,13 +2666,18 @@ mod tests {
             "balancer[0].routes[0].balancer",
             "it has routes of its own",
         );
-        // HTTP mode has no routes yet.
+        // An HTTP listener routes by host, not by SNI.
         let t = routed("[]", "  { sni = [\"a.test\"], balancer = \"api\" },\n").replacen(
             "mode = \"tcp\"\n",
             "",
             1,
         );
-        check(&err(&t), 5, "balancer[0].routes", "apply to mode = \"tcp\"");
+        check(
+            &err(&t),
+            6,
+            "balancer[0].routes[0].sni",
+            "an HTTP listener routes requests by host and path: write host",
+        );
         // Without routes, header_read and an empty backends stay refused in TCP mode.
         let e = err("[[balancer]]\nmode = \"tcp\"\nlisten = \"127.0.0.1:8000\"\nbackends = []\n");
         check(
@@ -2514,6 +2685,190 @@ mod tests {
             4,
             "balancer[0].backends",
             "a balancer with routes may have none",
+        );
+    }
+
+    fn sni_route(names: &[&str], balancer: &str) -> RouteConfig {
+        RouteConfig {
+            sni: names.iter().map(|n| n.to_string()).collect(),
+            host: Vec::new(),
+            path_prefix: "/".into(),
+            strip_prefix: false,
+            balancer: balancer.into(),
+        }
+    }
+
+    /// An HTTP listener `front` with `routes` (line 6 on) and no backends of its own,
+    /// beside the HTTP balancers `api` and `web`, which have no listen.
+    fn http_routed(routes: &str) -> String {
+        format!(
+            "[[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:8080\"\nbackends = []\nroutes = [\n{routes}]\n\
+             [[balancer]]\nname = \"api\"\nbackends = [\"127.0.0.1:9001\"]\n\
+             [[balancer]]\nname = \"web\"\nbackends = [\"127.0.0.1:9002\"]\n"
+        )
+    }
+
+    #[test]
+    fn http_routes_parse_and_their_balancers_need_no_listen() {
+        let c = ok(&http_routed(
+            "  { host = [\"API.Example.com.\", \"*.example.com\", \"10.0.0.1\", \"::1\"], path_prefix = \"/v1/\", strip_prefix = true, balancer = \"api\" },\n  { path_prefix = \"/v1\", balancer = \"api\" },\n  { balancer = \"web\" },\n",
+        ));
+        let route = |host: &[&str], prefix: &str, strip, balancer: &str| RouteConfig {
+            sni: Vec::new(),
+            host: host.iter().map(|h| h.to_string()).collect(),
+            path_prefix: prefix.into(),
+            strip_prefix: strip,
+            balancer: balancer.into(),
+        };
+        assert_eq!(
+            c.balancers[0].routes,
+            [
+                route(
+                    &["api.example.com", "*.example.com", "10.0.0.1", "[::1]"],
+                    "/v1/",
+                    true,
+                    "api"
+                ),
+                route(&[], "/v1", false, "api"),
+                route(&[], "/", false, "web"),
+            ]
+        );
+        assert_eq!(c.balancers[1].listen, None);
+        assert_eq!(c.balancers[2].listen, None);
+        // Connections stay with the listener that routes their requests.
+        assert!(c
+            .balancers
+            .iter()
+            .all(|b| b.handoff == drover_proxy::Handoff::Never));
+    }
+
+    #[test]
+    fn bad_http_routes_are_named_where_they_stand() {
+        let one = |route: &str| err(&http_routed(&format!("  {route},\n")));
+        let e = err(&http_routed(
+            "  { host = [\"a.test\"], path_prefix = \"/api\", balancer = \"api\" },\n  { host = [\"b.test\", \"A.test\"], path_prefix = \"/api\", balancer = \"web\" },\n",
+        ));
+        check(
+            &e,
+            7,
+            "balancer[0].routes[1].host[1]",
+            "host \"a.test\" with path_prefix \"/api\" is routed already by balancer[0].routes[0].host[0] (line 6, column 13)",
+        );
+        let e = err(&http_routed(
+            "  { balancer = \"api\" },\n  { path_prefix = \"/\", balancer = \"web\" },\n",
+        ));
+        check(
+            &e,
+            7,
+            "balancer[0].routes[1]",
+            "path_prefix \"/\" for any host is routed already by balancer[0].routes[0]",
+        );
+        // The same prefix under another host, or another prefix, is no clash.
+        ok(&http_routed(
+            "  { host = [\"a.test\"], path_prefix = \"/api\", balancer = \"api\" },\n  { path_prefix = \"/api\", balancer = \"web\" },\n  { host = [\"a.test\"], path_prefix = \"/api/\", balancer = \"web\" },\n",
+        ));
+        for (route, key, msg) in [
+            (
+                "{ path_prefix = \"api\", balancer = \"api\" }",
+                "balancer[0].routes[0].path_prefix",
+                "starts with \"/\"",
+            ),
+            (
+                "{ path_prefix = \"/a?b\", balancer = \"api\" }",
+                "balancer[0].routes[0].path_prefix",
+                "without '?'",
+            ),
+            (
+                "{ path_prefix = \"/a*\", balancer = \"api\" }",
+                "balancer[0].routes[0].path_prefix",
+                "without '*'",
+            ),
+            (
+                "{ path_prefix = \"/a b\", balancer = \"api\" }",
+                "balancer[0].routes[0].path_prefix",
+                "without ' '",
+            ),
+            (
+                "{ strip_prefix = true, balancer = \"api\" }",
+                "balancer[0].routes[0].strip_prefix",
+                "needs a path_prefix",
+            ),
+            (
+                "{ host = [], balancer = \"api\" }",
+                "balancer[0].routes[0].host",
+                "no host",
+            ),
+            (
+                "{ host = [\"a..test\"], balancer = \"api\" }",
+                "balancer[0].routes[0].host[0]",
+                "is not a DNS name",
+            ),
+            (
+                "{ host = [\"a.*.test\"], balancer = \"api\" }",
+                "balancer[0].routes[0].host[0]",
+                "a wildcard is written",
+            ),
+            (
+                "{ host = \"a.test\", balancer = \"api\" }",
+                "balancer[0].routes[0].host",
+                "expected a sequence",
+            ),
+            (
+                "{ sni = [\"a.test\"], balancer = \"api\" }",
+                "balancer[0].routes[0].sni",
+                "write host = [...]",
+            ),
+            (
+                "{ balancer = \"front\" }",
+                "balancer[0].routes[0].balancer",
+                "own backends already take",
+            ),
+        ] {
+            check(&one(route), 6, key, msg);
+        }
+        // A TCP target behind an HTTP listener.
+        let t = http_routed("  { balancer = \"api\" },\n")
+            .replace("name = \"api\"\n", "name = \"api\"\nmode = \"tcp\"\n");
+        check(
+            &err(&t),
+            6,
+            "balancer[0].routes[0].balancer",
+            "it is mode = \"tcp\", and this listener is HTTP",
+        );
+        // A balancer without listen that no route names.
+        let e = err(&http_routed("  { balancer = \"api\" },\n"));
+        check(
+            &e,
+            11,
+            "balancer[2].listen",
+            "balancer \"web\" needs a listen address, unless another balancer's routes",
+        );
+        // What only a listener has, on a balancer without one.
+        let t = http_routed(
+            "  { path_prefix = \"/a\", balancer = \"api\" },\n  { balancer = \"web\" },\n",
+        )
+        .replace(
+            "backends = [\"127.0.0.1:9002\"]\n",
+            "backends = [\"127.0.0.1:9002\"]\nh2c = true\n",
+        );
+        check(
+            &err(&t),
+            15,
+            "balancer[2].h2c",
+            "h2c is a listener's setting",
+        );
+        let t = http_routed(
+            "  { path_prefix = \"/a\", balancer = \"api\" },\n  { balancer = \"web\" },\n",
+        )
+        .replace(
+            "backends = [\"127.0.0.1:9002\"]\n",
+            "backends = [\"127.0.0.1:9002\"]\nroutes = [{ balancer = \"api\" }]\n",
+        );
+        check(
+            &err(&t),
+            15,
+            "balancer[2].routes",
+            "routes is a listener's setting",
         );
     }
 
@@ -2553,7 +2908,7 @@ timeouts = { connect = "5s", request = "30s", idle = "60s" }
         assert_eq!(app.health, Some(HealthCheck::http("/health")));
         let b = &c.balancers[0];
         assert_eq!(b.name, "default");
-        assert_eq!(b.listen, addr("0.0.0.0:8000"));
+        assert_eq!(b.listen, Some(addr("0.0.0.0:8000")));
         assert_eq!(b.strategy, Strategy::P2c);
         assert_eq!(b.backends, [BackendRef::App("pi".into())]);
         assert_eq!(b.retries, 2);
@@ -2661,7 +3016,7 @@ sticky = { cookie = "sid" }
 
         let b = &c.balancers[0];
         assert_eq!(b.name, "web");
-        assert_eq!(b.listen, addr("[::1]:8080"));
+        assert_eq!(b.listen, Some(addr("[::1]:8080")));
         assert_eq!(
             b.backends,
             [

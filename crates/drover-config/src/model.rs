@@ -73,8 +73,9 @@ pub struct BalancerConfig {
     /// Unique name: as written, or `"default"` for a lone unnamed balancer, or
     /// `"balancer-N"` (N = its index in the file) otherwise.
     pub name: String,
-    /// Address the listener binds.
-    pub listen: SocketAddr,
+    /// Address the listener binds; `None`: no listener, the balancer serves only what
+    /// other balancers' `routes` send it (the config refuses one no route names).
+    pub listen: Option<SocketAddr>,
     /// How an endpoint is chosen; default `Strategy::P2c`.
     pub strategy: Strategy,
     /// The pool, in file order; never empty and without duplicates.
@@ -136,10 +137,14 @@ pub struct BalancerConfig {
     /// `h2c`: on a plain balancer, serve cleartext HTTP/2 to clients that open with its
     /// preface (prior knowledge), HTTP/1.1 to the others; off by default.
     pub h2c: bool,
-    /// `routes = [{ sni = [...], balancer = "NAME" }, ...]` (TCP mode): each connection's
-    /// TLS ClientHello is read undecrypted and its server name picks the balancer that
-    /// serves it (TLS passthrough); what no route matches goes to this balancer's own
-    /// backends, or is closed when it has none. Empty (default): no routes.
+    /// `routes = [...]`: the balancers that serve this listener's connections or
+    /// requests, each picked by what its route matches. In TCP mode (`{ sni = [...],
+    /// balancer = "NAME" }`) each connection's TLS ClientHello is read undecrypted and
+    /// its server name picks (TLS passthrough); in HTTP mode (`{ host = [...],
+    /// path_prefix = "/api", strip_prefix = true, balancer = "NAME" }`) each request's
+    /// host and path do. What no route matches goes to this balancer's own backends;
+    /// with none, a connection is closed and a request gets 404. Empty (default): no
+    /// routes.
     pub routes: Vec<RouteConfig>,
     /// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`: speak TLS
     /// to every backend, verifying its certificate (files read when the balancer
@@ -147,15 +152,22 @@ pub struct BalancerConfig {
     pub backend_tls: Option<BackendTlsConfig>,
 }
 
-/// One of a balancer's `routes`: the names it takes and the balancer it sends them to.
-/// The same table will take HTTP routes' `host` and `path_prefix` keys: a route is a
-/// match and a balancer, whatever it matches on.
+/// One of a balancer's `routes`: what it matches and the balancer it sends to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConfig {
-    /// Server names, lowercase, without a trailing dot: exact, or `*.SUFFIX` for every
-    /// name that ends in `.SUFFIX`. Never empty; no name is in two routes.
+    /// TCP mode: server names, lowercase, without a trailing dot: exact, or `*.SUFFIX`
+    /// for every name that ends in `.SUFFIX`. Never empty there; no name is in two
+    /// routes. Empty in HTTP mode.
     pub sni: Vec<String>,
-    /// Another `mode = "tcp"` balancer, one without routes of its own.
+    /// HTTP mode: the hosts it takes, as `sni`'s names (an IP address too; IPv6 in
+    /// brackets, as a `Host` field writes it); empty: any host.
+    pub host: Vec<String>,
+    /// HTTP mode: the path prefix it takes, by whole segments unless it ends in `/`;
+    /// `/` (default) takes every path. No two routes take the same host and prefix.
+    pub path_prefix: String,
+    /// HTTP mode: the backend sees the path without `path_prefix` (never `/`).
+    pub strip_prefix: bool,
+    /// Another balancer of the same mode, one without routes of its own.
     pub balancer: String,
 }
 
@@ -325,7 +337,7 @@ impl BalancerConfig {
     pub fn new(name: impl Into<String>, listen: SocketAddr, backends: Vec<BackendRef>) -> Self {
         BalancerConfig {
             name: name.into(),
-            listen,
+            listen: Some(listen),
             strategy: Strategy::default(),
             backends,
             retries: drover_proxy::ProxyOptions::default().retries,

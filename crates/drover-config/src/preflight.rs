@@ -96,18 +96,16 @@ impl std::fmt::Display for Listener {
     }
 }
 
-/// Every address drover binds for `cfg`: each balancer's, each shared-mode app's, and
-/// the admin API's.
+/// Every address drover binds for `cfg`: each balancer's (that has one), each
+/// shared-mode app's, and the admin API's.
 pub fn listen_addresses(cfg: &Config) -> Vec<ListenAddress> {
-    let balancers = cfg
-        .balancers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| ListenAddress {
+    let balancers = cfg.balancers.iter().enumerate().filter_map(|(i, b)| {
+        Some(ListenAddress {
             key: format!("balancer[{i}].listen"),
             owner: Listener::Balancer(b.name.clone()),
-            addr: b.listen,
-        });
+            addr: b.listen?,
+        })
+    });
     let apps = cfg.apps.iter().enumerate().filter_map(|(i, a)| {
         Some(ListenAddress {
             key: format!("app[{i}].listen"),

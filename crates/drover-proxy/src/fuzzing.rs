@@ -36,7 +36,7 @@ fn keys() -> KeySpec {
 }
 
 fn parse_request(data: &[u8], out: &mut Vec<u8>) -> Option<RequestHead> {
-    match request::parse(data, &LIMITS, &client(), &keys(), out) {
+    match request::parse(data, &LIMITS, &client(), &keys(), None, out) {
         Ok(Parsed::Complete(head)) => Some(head),
         Ok(Parsed::Partial) | Err(_) => None,
     }
@@ -133,7 +133,7 @@ pub fn request(data: &[u8]) {
 /// drover must refuse it too.
 pub fn request_vs_httparse(data: &[u8]) {
     let mut out = Vec::new();
-    let drover = request::parse(data, &LIMITS, &client(), &keys(), &mut out);
+    let drover = request::parse(data, &LIMITS, &client(), &keys(), None, &mut out);
     let mut slots = [httparse::EMPTY_HEADER; SLOTS];
     let mut theirs = httparse::Request::new(&mut slots);
     let verdict = theirs.parse(data);

@@ -27,7 +27,7 @@
 //! | TLS to backends: verification, SNI, client certificates | `backend_tls.rs` |
 //! | handing a connection to a worker | `handoff.rs` |
 //! | TCP mode: a connection placed at accept and relayed both ways | `tcp.rs` |
-//! | TCP mode: routes by the SNI of a ClientHello read undecrypted | `routes.rs`, `tls/client_hello.rs` |
+//! | Routes: TCP by the SNI of a ClientHello read undecrypted, HTTP by host and path | `routes/`, `tls/client_hello.rs` |
 //! | the access log: a line per answered request, its buffer and writer | `access_log.rs` (lines made in `conn/exchange.rs`) |
 
 pub mod access_log;

@@ -9,7 +9,9 @@ use std::time::Duration;
 pub struct ProxyOptions {
     /// Shown in logs and metrics.
     pub name: String,
-    pub listen: SocketAddr,
+    /// Where clients connect; `None`: nowhere, the balancer serves only what other
+    /// listeners' routes send it (`Proxy::unbound`).
+    pub listen: Option<SocketAddr>,
     /// Threads serving connections (each with its own event loop and listener socket).
     pub threads: usize,
     /// Extra attempts on another endpoint for a request that failed safely.
@@ -118,7 +120,7 @@ impl Default for ProxyOptions {
     fn default() -> Self {
         ProxyOptions {
             name: "default".into(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             threads: 1,
             retries: 2,
             timeouts: Timeouts::default(),

@@ -10,7 +10,7 @@ use crate::conn;
 use crate::descriptors;
 use crate::handoff;
 use crate::options::{Protocol, ProxyOptions};
-use crate::routes::{RouteTarget, SniRoutes};
+use crate::routes::{self, RouteTarget, Routes};
 use crate::state::{BalancerState, ClientConnection, Lasting, ThreadCell, ThreadState};
 use crate::tcp;
 use crate::tls::{self, Certificates};
@@ -31,13 +31,16 @@ use tracing::{debug, error, info, warn};
 
 /// A running balancer listener.
 pub struct Proxy {
-    local_addr: SocketAddr,
+    /// `None`: a balancer without a listener (`Proxy::unbound`).
+    local_addr: Option<SocketAddr>,
     /// The address as configured (`:0` stays `:0`), to tell a changed one on reload.
-    listen: SocketAddr,
+    listen: Option<SocketAddr>,
     /// The settings in force; each serving thread's `ThreadCell` holds a state over it.
     /// Shared with the listeners whose routes send connections here (`route_target`).
     current: Arc<ArcSwap<BalancerState>>,
-    cells: Vec<Arc<ThreadCell>>,
+    /// Each serving thread's state (a balancer without a listener has no threads: the
+    /// threads of listeners whose routes send here use these).
+    cells: Arc<[Arc<ThreadCell>]>,
     /// Open client connections, over every generation of settings.
     active: Arc<AtomicUsize>,
     shutdown: watch::Sender<bool>,
@@ -48,7 +51,10 @@ pub struct Proxy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReconfigureError {
     /// The listening address differs: that is a new listener, not new settings.
-    ListenChanged { from: SocketAddr, to: SocketAddr },
+    ListenChanged {
+        from: Option<SocketAddr>,
+        to: Option<SocketAddr>,
+    },
     /// The serving threads differ: each owns a listening socket, and closing one would
     /// reset the connections waiting in its accept queue.
     ThreadsChanged { from: usize, to: usize },
@@ -64,7 +70,8 @@ impl std::fmt::Display for ReconfigureError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ReconfigureError::ListenChanged { from, to } => {
-                write!(f, "listen changed from {from} to {to}")
+                let show = |a: &Option<SocketAddr>| a.map_or("none".to_string(), |a| a.to_string());
+                write!(f, "listen changed from {} to {}", show(from), show(to))
             }
             ReconfigureError::ThreadsChanged { from, to } => write!(
                 f,
@@ -92,7 +99,13 @@ impl Proxy {
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
         let threads = opts.threads.max(1);
-        let first = bind(opts.listen, threads > 1)?;
+        let Some(listen) = opts.listen else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no listen address (a balancer without one starts with Proxy::unbound)",
+            ));
+        };
+        let first = bind(listen, threads > 1)?;
         let local_addr = first.local_addr()?;
         let mut listeners = vec![first];
         for _ in 1..threads {
@@ -119,15 +132,30 @@ impl Proxy {
         Proxy::serve(opts, listeners, pool, balancer)
     }
 
+    /// A balancer without a listener: it serves only what other listeners' routes send
+    /// it, on their serving threads, each with one of this balancer's `opts.threads`
+    /// states (its settings, and idle backend connections of its own).
+    pub fn unbound(
+        opts: ProxyOptions,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+    ) -> io::Result<Proxy> {
+        Proxy::serve(opts, Vec::new(), pool, balancer)
+    }
+
+    /// Serves on `listeners`, a serving thread each (none: `unbound`).
     fn serve(
         opts: ProxyOptions,
         listeners: Vec<std::net::TcpListener>,
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
-        let threads = listeners.len();
+        let threads = match listeners.len() {
+            0 => opts.threads.max(1),
+            n => n,
+        };
         let listen = opts.listen;
-        let local_addr = listeners[0].local_addr()?;
+        let local_addr = listeners.first().map(|l| l.local_addr()).transpose()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let active = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(BalancerStats::default());
@@ -152,7 +180,7 @@ impl Proxy {
             routes: Arc::new(ArcSwapOption::empty()),
         };
         let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
-        let cells: Vec<Arc<ThreadCell>> = (0..threads)
+        let cells: Arc<[Arc<ThreadCell>]> = (0..threads)
             .map(|_| {
                 Arc::new(ThreadCell::from_pointee(ThreadState::new(Arc::clone(
                     &shared,
@@ -162,22 +190,14 @@ impl Proxy {
         // Read once: drover raises its soft limit at start, before any listener.
         let client_budget = descriptors::client_budget(descriptors::limit()?.0);
         let mut handles = Vec::new();
-        for (i, (listener, cell)) in listeners.into_iter().zip(&cells).enumerate() {
+        for (i, (listener, cell)) in listeners.into_iter().zip(cells.iter()).enumerate() {
             let (cell, shutdown, active) =
                 (Arc::clone(cell), shutdown.subscribe(), Arc::clone(&active));
             let name = shared.opts.name.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("drover-{name}-{i}"))
                 .spawn(move || {
-                    serve_thread(
-                        listener,
-                        name,
-                        cell,
-                        shutdown,
-                        active,
-                        client_budget,
-                        i == 0,
-                    )
+                    serve_thread(listener, name, cell, shutdown, active, client_budget, i)
                 })?;
             handles.push(handle);
         }
@@ -242,7 +262,7 @@ impl Proxy {
             routes: Arc::clone(&current.routes),
         };
         let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
-        for cell in &self.cells {
+        for cell in self.cells.iter() {
             cell.store(Arc::new(ThreadState::new(Arc::clone(&shared))));
         }
         self.current.store(shared);
@@ -264,13 +284,14 @@ impl Proxy {
         RouteTarget {
             name: self.name(),
             current: Arc::clone(&self.current),
+            cells: Arc::clone(&self.cells),
         }
     }
 
-    /// Places new connections by these routes from now on (`None`: on this balancer's
-    /// own pool, as without routes). TCP mode only; connections under way stay where
-    /// they are.
-    pub fn set_routes(&self, routes: Option<SniRoutes>) {
+    /// Places new connections (TCP mode) or requests (HTTP) by these routes from now
+    /// on (`None`: on this balancer's own pool, as without routes); what is under way
+    /// stays where it is.
+    pub fn set_routes(&self, routes: Option<Routes>) {
         self.current.load().routes.store(routes.map(Arc::new));
     }
 
@@ -290,7 +311,8 @@ impl Proxy {
         self.active.load(Relaxed)
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
+    /// Where it listens; `None`: nowhere (`unbound`).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
     }
 
@@ -482,8 +504,9 @@ fn serve_thread(
     mut shutdown: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
     client_budget: usize,
-    watches_files: bool,
+    index: usize,
 ) {
+    routes::set_serving_thread(index);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -495,7 +518,7 @@ fn serve_thread(
         }
     };
     runtime.block_on(async move {
-        if watches_files {
+        if index == 0 {
             tokio::spawn(watch_certificates(Arc::clone(&cell), shutdown.clone()));
         }
         let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -553,7 +576,11 @@ fn serve_thread(
                 },
                 _ = handoff::returned(&cell) => serve_returned(&cell),
                 _ = sweep.tick() => {
-                    cell.load().upstreams.sweep();
+                    let state = cell.load();
+                    state.upstreams.sweep();
+                    if let Some(routes) = &*state.shared.routes.load() {
+                        routes.sweep();
+                    }
                     if sweep.period() != period(&cell) {
                         sweep = tokio::time::interval(period(&cell));
                         sweep.reset();

@@ -5,7 +5,7 @@ use crate::access_log::AccessLog;
 use crate::admission::Admission;
 use crate::http1::keys::KeySpec;
 use crate::options::ProxyOptions;
-use crate::routes::SniRoutes;
+use crate::routes::Routes;
 use crate::tls::Certificates;
 use crate::upstream::Upstreams;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -38,11 +38,11 @@ pub(crate) struct BalancerState {
     /// every generation of settings, so a reload that only re-reads the certificate
     /// files swaps them here and keeps everything else (`Proxy::set_tls`).
     pub tls: Arc<ArcSwapOption<Certificates>>,
-    /// TCP mode: the balancers new connections go to by the SNI of their ClientHello;
-    /// `None`: this balancer's own pool, nothing read first. One for every generation
-    /// of settings: the routes name other balancers, so they are set after every
-    /// balancer of a reload is in place (`Proxy::set_routes`).
-    pub routes: Arc<ArcSwapOption<SniRoutes>>,
+    /// The balancers new connections (TCP mode, by the SNI of their ClientHello) or
+    /// requests (HTTP, by host and path) go to; `None`: this balancer's own pool. One
+    /// for every generation of settings: the routes name other balancers, so they are
+    /// set after every balancer of a reload is in place (`Proxy::set_routes`).
+    pub routes: Arc<ArcSwapOption<Routes>>,
     /// Set once a reload has replaced these settings: an HTTP/2 connection then sends
     /// GOAWAY, so its client moves to a new connection under the new ones (an HTTP/1.1
     /// connection moves at its next request).
@@ -55,7 +55,7 @@ pub(crate) struct Lasting {
     pub active: Arc<AtomicUsize>,
     pub stats: Arc<BalancerStats>,
     pub tls: Arc<ArcSwapOption<Certificates>>,
-    pub routes: Arc<ArcSwapOption<SniRoutes>>,
+    pub routes: Arc<ArcSwapOption<Routes>>,
 }
 
 impl BalancerState {

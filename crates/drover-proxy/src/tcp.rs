@@ -20,7 +20,7 @@
 //! timeout; until then, the idle timeout cuts a connection that moved nothing either
 //! way.
 //!
-//! With SNI routes (`routes.rs`), the connection's ClientHello is read first, within
+//! With SNI routes (`routes/`), the connection's ClientHello is read first, within
 //! the header read timeout, and its name picks the balancer that places and relays it
 //! with its own settings, counts and access log; the hello's bytes go to the backend
 //! first. A connection no route takes is closed, and counted on the listener's
@@ -34,7 +34,7 @@ use crate::admission::Slot;
 use crate::error::ProxyError;
 use crate::options::{HashKey, Timeouts};
 use crate::proxy_protocol;
-use crate::routes::Pick;
+use crate::routes::{Pick, Routes};
 use crate::state::{BalancerState, ClientConnection, ThreadCell};
 use crate::tls::client_hello;
 use crate::upstream;
@@ -96,11 +96,13 @@ pub(crate) async fn serve(
         }
     }
     // With routes, the balancer whose pool, settings and counts serve the connection
-    // is the one its ClientHello's name picks (`routes.rs`); the hello's bytes go to
+    // is the one its ClientHello's name picks (`routes/`); the hello's bytes go to
     // the backend first, as the PROXY header's followers do.
-    let shared = match listener.routes.load_full() {
-        None => Arc::clone(listener),
-        Some(routes) => {
+    let routes = listener.routes.load_full();
+    let shared = match routes.as_deref() {
+        // HTTP routes are for HTTP listeners (the config's rule).
+        None | Some(Routes::Http(_)) => Arc::clone(listener),
+        Some(Routes::Sni(routes)) => {
             let deadline = accepted + listener.opts.timeouts.header_read;
             let name = client_hello::server_name(&mut client, &mut early, deadline).await;
             let picked = match &name {
@@ -131,7 +133,10 @@ pub(crate) async fn serve(
     });
     let shared = &*shared;
     // Where the client reached drover, for a PROXY protocol header to the backend.
-    let local = client.local_addr().unwrap_or(shared.opts.listen);
+    let local = client
+        .local_addr()
+        .or_else(|e| listener.opts.listen.ok_or(e));
+    let local = local.unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let placed = place(shared, peer, local).await;
     let mut line = Line {
         accepted,

@@ -26,7 +26,7 @@ struct Running {
 
 impl Running {
     fn addr(&self) -> SocketAddr {
-        self.proxy.local_addr()
+        self.proxy.local_addr().expect("a listener")
     }
 
     /// A reload with the same settings: a new generation of them.
@@ -49,7 +49,7 @@ impl Drop for Running {
 
 fn start(backends: &[Backend], tune: impl FnOnce(&mut ProxyOptions)) -> Running {
     let mut opts = ProxyOptions {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         threads: 1,
         h2c: true,
         ..ProxyOptions::default()
@@ -471,11 +471,11 @@ async fn a_response_cut_short_resets_its_stream_and_one_ended_by_close_ends_it()
             retries: 0,
             ..ProxyOptions::default()
         };
-        opts.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        opts.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
         let pool = Arc::new(Pool::new("cut", &[(backend, 1)], PoolOptions::default()));
         let proxy = Proxy::start(opts, pool, Strategy::RoundRobin.build()).unwrap();
-        let (mut send, _driver) = h2c(proxy.local_addr()).await;
-        let got = exchange(&mut send, get(proxy.local_addr(), "/"), None).await;
+        let (mut send, _driver) = h2c(proxy.local_addr().unwrap()).await;
+        let got = exchange(&mut send, get(proxy.local_addr().unwrap(), "/"), None).await;
         match want {
             Some(body) => {
                 let (parts, got) = got.expect("a close-delimited body ends the stream");
@@ -498,16 +498,16 @@ async fn early_hints_reach_the_client_before_the_answer() {
     )])
     .await;
     let opts = ProxyOptions {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         h2c: true,
         ..ProxyOptions::default()
     };
     let pool = Arc::new(Pool::new("hints", &[(backend, 1)], PoolOptions::default()));
     let proxy = Proxy::start(opts, pool, Strategy::RoundRobin.build()).unwrap();
-    let (send, _driver) = h2c(proxy.local_addr()).await;
+    let (send, _driver) = h2c(proxy.local_addr().unwrap()).await;
     let mut ready = send.ready().await.unwrap();
     let (mut response, _) = ready
-        .send_request(get(proxy.local_addr(), "/"), true)
+        .send_request(get(proxy.local_addr().unwrap(), "/"), true)
         .unwrap();
     let hint = std::future::poll_fn(|cx| response.poll_informational(cx))
         .await

@@ -6,6 +6,7 @@ use drover_config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
 use drover_dns::{DnsSource, DnsTarget};
 use drover_etcd::EtcdMembers;
 use drover_metrics::BalancerSnapshot;
+use drover_proxy::routes::{HttpRoute, HttpRoutes, Route, Routes, SniRoutes};
 use drover_proxy::{Proxy, ReconfigureError};
 use drover_registry::{
     spawn_active_checks_with, ActiveChecks, MemberStore, Members, Pool, Probing, Source,
@@ -17,8 +18,9 @@ use std::time::Duration;
 /// One running balancer.
 pub struct RunningBalancer {
     pub name: String,
-    /// Where it accepts clients (the bound address, when `:0` was asked for).
-    pub listen: SocketAddr,
+    /// Where it accepts clients (the bound address, when `:0` was asked for); `None`:
+    /// nowhere, it serves what other balancers' routes send it.
+    pub listen: Option<SocketAddr>,
     pub pool: Arc<Pool>,
     pub proxy: Proxy,
     state: Mutex<State>,
@@ -179,6 +181,9 @@ impl RunningBalancer {
         let (opts, strategy_built) = (plan.proxy, plan.strategy.build());
         let proxy = match passed {
             Some(listener) => Proxy::start_on(opts, listener, Arc::clone(&pool), strategy_built),
+            None if opts.listen.is_none() => {
+                Proxy::unbound(opts, Arc::clone(&pool), strategy_built)
+            }
             None => Proxy::start(opts, Arc::clone(&pool), strategy_built),
         }
         .map_err(StartError::Bind)?;
@@ -188,10 +193,14 @@ impl RunningBalancer {
             None => format!("{} backends", plan.backends.len()),
         };
         // Scripts and tests read this line to learn the port when listening on :0.
-        eprintln!(
-            "drover: balancer {name:?} listening on {} ({over}, strategy {strategy}{tcp})",
-            proxy.local_addr(),
-        );
+        match proxy.local_addr() {
+            Some(addr) => eprintln!(
+                "drover: balancer {name:?} listening on {addr} ({over}, strategy {strategy}{tcp})"
+            ),
+            None => eprintln!(
+                "drover: balancer {name:?} serving what routes send it ({over}, strategy {strategy}{tcp})"
+            ),
+        }
         Ok(RunningBalancer {
             name,
             listen: proxy.local_addr(),
@@ -498,22 +507,45 @@ pub fn wire_routes(all: &[Arc<RunningBalancer>]) {
             b.proxy.set_routes(None);
             continue;
         }
-        let routes = config
-            .routes
-            .iter()
-            .filter_map(|r| {
-                // The file's validation makes each name a running balancer.
-                let target = all.iter().find(|t| t.name == r.balancer)?;
-                Some(drover_proxy::routes::Route {
-                    sni: r.sni.clone(),
-                    target: target.proxy.route_target(),
-                })
-            })
-            .collect();
+        // The file's validation makes each name a running balancer.
+        let target = |name: &str| {
+            all.iter()
+                .find(|t| t.name == name)
+                .map(|t| t.proxy.route_target())
+        };
         // What no route matches goes to the balancer's own backends, if it has any.
         let own = !config.backends.is_empty();
-        b.proxy
-            .set_routes(Some(drover_proxy::routes::SniRoutes::new(routes, own)));
+        let routes = match config.mode {
+            drover_proxy::Protocol::Tcp => Routes::Sni(SniRoutes::new(
+                config
+                    .routes
+                    .iter()
+                    .filter_map(|r| {
+                        Some(Route {
+                            sni: r.sni.clone(),
+                            target: target(&r.balancer)?,
+                        })
+                    })
+                    .collect(),
+                own,
+            )),
+            drover_proxy::Protocol::Http => Routes::Http(HttpRoutes::new(
+                config
+                    .routes
+                    .iter()
+                    .filter_map(|r| {
+                        Some(HttpRoute {
+                            hosts: r.host.clone(),
+                            path_prefix: r.path_prefix.clone(),
+                            strip_prefix: r.strip_prefix,
+                            target: target(&r.balancer)?,
+                        })
+                    })
+                    .collect(),
+                own,
+            )),
+        };
+        b.proxy.set_routes(Some(routes));
     }
 }
 

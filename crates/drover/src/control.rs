@@ -177,7 +177,8 @@ impl Controller {
                     let what = match e {
                         StartError::Bind(e) => format!(
                             "balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}",
-                            config.name, config.listen
+                            config.name,
+                            shown_listen(config.listen)
                         ),
                         e @ StartError::Dns(_) => {
                             format!(
@@ -600,7 +601,7 @@ impl Control for Controller {
             .map(|b| (b, b.check_errors()))
             .map(|(b, check_errors)| BalancerStatus {
                 name: b.name.clone(),
-                listen: b.listen.to_string(),
+                listen: shown_listen(b.listen),
                 strategy: b.strategy(),
                 mode: b.mode(),
                 app: b.app(),
@@ -625,6 +626,7 @@ impl Control for Controller {
                     })
                     .collect(),
                 sources: b.source_rows(),
+                routes: b.config().routes.iter().map(route_row).collect(),
             })
             .collect();
         Status { apps, balancers }
@@ -669,5 +671,29 @@ impl Control for Controller {
 
     fn metrics(&self) -> Vec<BalancerSnapshot> {
         self.balancers().iter().map(|b| b.metrics()).collect()
+    }
+}
+
+/// A balancer's listen address as status and errors show it; `-` for one without (it
+/// serves what routes send it).
+fn shown_listen(listen: Option<std::net::SocketAddr>) -> String {
+    listen.map_or_else(|| "-".to_string(), |a| a.to_string())
+}
+
+/// A route as status shows it.
+fn route_row(r: &drover_config::RouteConfig) -> drover_admin::RouteRow {
+    let matches = if !r.sni.is_empty() {
+        format!("sni {}", r.sni.join(", "))
+    } else {
+        let host = match r.host.is_empty() {
+            true => "any host".to_string(),
+            false => format!("host {}", r.host.join(", ")),
+        };
+        let strip = if r.strip_prefix { " (stripped)" } else { "" };
+        format!("{host} path {}{strip}", r.path_prefix)
+    };
+    drover_admin::RouteRow {
+        matches,
+        balancer: r.balancer.clone(),
     }
 }

@@ -145,7 +145,10 @@ pub(crate) async fn run_config(
                 return Err(match e {
                     StartError::Bind(e) => origins.error(
                         &format!("balancer[{i}].listen"),
-                        format!("balancer {name:?}: cannot listen on {listen}: {e}"),
+                        format!(
+                            "balancer {name:?}: cannot listen on {}: {e}",
+                            listen.map_or("-".to_string(), |a| a.to_string())
+                        ),
                     ),
                     e @ StartError::Dns(_) => format!("balancer {name:?}: {e}"),
                 });

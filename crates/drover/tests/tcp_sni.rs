@@ -10,11 +10,9 @@
 mod common;
 
 use common::pki::{tools, Pki};
-use common::{admin_addr, bin, ctl, metrics_text, temp_dir};
-use drover_testkit::DroverProcess;
+use common::{bin, ctl, metrics_text, proxy_config, temp_dir};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,28 +69,15 @@ async fn backend(pki: &Pki, name: &'static str, names: &[&str]) -> SocketAddr {
     addr
 }
 
-/// `drover proxy --config` of `toml` (in `dir`): drover, the `front` listener's and
-/// the admin API's addresses, and the file.
-async fn start(dir: &Path, toml: &str) -> (DroverProcess, SocketAddr, SocketAddr, PathBuf) {
-    let path = dir.join("drover.toml");
-    std::fs::write(&path, toml).unwrap();
-    let d = DroverProcess::spawn(bin(), &["proxy", "--config", path.to_str().unwrap()]).await;
-    let admin = admin_addr(&d).await;
-    let front = *d
-        .addrs_after("balancer \"front\" listening on ")
-        .first()
-        .unwrap_or_else(|| panic!("no listen line\n{}", d.stderr_text()));
-    (d, front, admin, path)
-}
-
 /// The `front` TCP listener with `front_keys` (its backends and routes), and the TCP
-/// balancers `api` and `web` over their backends, behind an admin API.
+/// balancers `api` and `web` over their backends (`web` has no listener: it serves what
+/// routes send it), behind an admin API.
 fn config(front_keys: &str, api: SocketAddr, web: SocketAddr) -> String {
     format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\n\n\
          [[balancer]]\nname = \"front\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\n{front_keys}\n\
          [[balancer]]\nname = \"api\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"{api}\"]\n\n\
-         [[balancer]]\nname = \"web\"\nmode = \"tcp\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"{web}\"]\n"
+         [[balancer]]\nname = \"web\"\nmode = \"tcp\"\nthreads = 1\nbackends = [\"{web}\"]\n"
     )
 }
 
@@ -214,7 +199,7 @@ async fn connections_go_to_the_pool_their_sni_names_and_a_reload_changes_the_map
     let fallback = backend(&pki, "fallback", &["other.test"]).await;
     let routes = "routes = [\n  { sni = [\"api.example.com\", \"*.v2.example.com\"], balancer = \"api\" },\n  { sni = [\"*.example.com\"], balancer = \"web\" },\n]\n";
     let front = format!("backends = [\"{fallback}\"]\n{routes}");
-    let (d, addr, admin, path) = start(&pki.dir, &config(&front, api, web)).await;
+    let (d, addr, admin, path) = proxy_config(&pki.dir, &config(&front, api, web), "front").await;
 
     // Exact beats the wildcard; the longer wildcard beats the shorter; any depth.
     assert_eq!(curl(&pki, "api.example.com", addr), Ok("api".into()));
@@ -275,8 +260,8 @@ async fn without_a_default_no_route_a_stall_and_a_truncated_hello_are_closed_and
     let pki = Pki::new("tcp-sni-closed");
     let api = backend(&pki, "api", &["api.example.com"]).await;
     let web = backend(&pki, "web", &["www.example.com"]).await;
-    let front = "backends = []\ntimeouts = { header_read = \"1s\" }\nroutes = [{ sni = [\"api.example.com\"], balancer = \"api\" }]\n";
-    let (d, addr, admin, _path) = start(&pki.dir, &config(front, api, web)).await;
+    let front = "backends = []\ntimeouts = { header_read = \"1s\" }\nroutes = [{ sni = [\"api.example.com\"], balancer = \"api\" }, { sni = [\"unused.example.com\"], balancer = \"web\" }]\n";
+    let (d, addr, admin, _path) = proxy_config(&pki.dir, &config(front, api, web), "front").await;
     assert_eq!(curl(&pki, "api.example.com", addr), Ok("api".into()));
     // No route and no backends of its own: closed, as is a hello without SNI.
     assert!(curl(&pki, "www.example.com", addr).is_err());

@@ -92,6 +92,8 @@ pub struct BalancerView {
     pub listen: Option<String>,
     pub strategy: Option<String>,
     pub app: Option<String>,
+    /// Its routes, as `drover ctl status` shows them: `MATCHES -> BALANCER`.
+    pub routes: Vec<String>,
     /// The newest point (absent on the first sample).
     pub point: Option<Point>,
     pub queue_depth: u64,
@@ -366,6 +368,12 @@ impl State {
                 listen: st.map(|s| s.listen.clone()),
                 strategy: st.map(|s| s.strategy.clone()),
                 app: st.and_then(|s| s.app.clone()),
+                routes: st.map_or_else(Vec::new, |s| {
+                    s.routes
+                        .iter()
+                        .map(|r| format!("{} -> {}", r.matches, r.balancer))
+                        .collect()
+                }),
                 point,
                 queue_depth: b.queue_depth,
                 connections: b.connections,
@@ -629,6 +637,7 @@ mod tests {
                 app: Some("web".into()),
                 endpoints: vec![],
                 sources: vec![],
+                routes: vec![],
             }],
         }
     }

@@ -7,7 +7,7 @@ use crate::body::{self, BodyPace, Framer, REQUEST_BUFFER};
 use crate::error::ProxyError;
 use crate::http1::error_page;
 use crate::http1::redirect;
-use crate::http1::request::RequestHead;
+use crate::http1::request::{RequestHead, Routed};
 use crate::http1::BodyKind;
 use drover_balance::{clock, Endpoint, Nanos, PickContext};
 use drover_registry::WarnLimit;
@@ -114,6 +114,25 @@ impl Conn {
         !close
     }
 
+    /// A request no route takes, on a listener whose own balancer has no backends: 404,
+    /// as nginx answers a `location` nothing matches. A request body is not read: the
+    /// connection closes after the answer.
+    async fn no_route(&mut self, head: &RequestHead) -> bool {
+        let close = !head.keep_alive || head.body.is_some();
+        self.thread.shared.stats.record_refusal(404);
+        self.send_error(
+            404,
+            "no-route",
+            "no route matches this request's host and path",
+            close,
+        )
+        .await;
+        if head.body.is_some() {
+            self.linger().await;
+        }
+        !close
+    }
+
     /// `exchange`, with the first response head's status and time left in `answered`
     /// (drover's own answers are counted where they are made).
     async fn exchange_timed(
@@ -122,6 +141,9 @@ impl Conn {
         arrived: Nanos,
         answered: &mut Option<Answered>,
     ) -> bool {
+        if head.routed == Routed::Nowhere {
+            return self.no_route(head).await;
+        }
         if let Some(port) = self.opts().redirect_to_https {
             return self.redirect_to_https(head, port).await;
         }

@@ -33,10 +33,11 @@ use crate::body::{self, BodyError};
 use crate::handoff;
 use crate::http1::error_page;
 use crate::http1::forward::ClientInfo;
-use crate::http1::request::{self, BadRequest, Parsed, RequestHead};
+use crate::http1::request::{self, BadRequest, Parsed, RequestHead, Routed};
 use crate::http2;
 use crate::options::ProxyOptions;
 use crate::proxy_protocol;
+use crate::routes::Routes;
 use crate::state::{ClientConnection, ThreadCell, ThreadState};
 use crate::tls;
 use drover_balance::{Endpoint, Nanos};
@@ -209,6 +210,9 @@ pub(crate) async fn serve_stream(
         Ok(Some(mut head)) => {
             conn.cbuf.clear();
             head.http2 = true;
+            if let Some(routed) = conn.routed.take() {
+                conn.thread = routed;
+            }
             conn.exchange(&head).await;
         }
         Ok(None) => {}
@@ -232,8 +236,11 @@ struct Conn {
     info: ClientInfo,
     /// This serving thread's state over the settings in force, which a reload replaces.
     cell: Arc<ThreadCell>,
-    /// The worker this connection's current request uses.
+    /// The worker this connection's current request uses: the listener's, or during a
+    /// routed request's exchange, the balancer's its route picked.
     thread: Arc<ThreadState>,
+    /// The balancer the last head read was routed to, if not the listener's.
+    routed: Option<Arc<ThreadState>>,
     shutdown: watch::Receiver<bool>,
     /// Bytes from the client not yet used (a partial head, body, pipelined requests).
     cbuf: Vec<u8>,
@@ -324,6 +331,7 @@ impl Conn {
             client,
             cell,
             thread,
+            routed: None,
             cbuf,
             ubuf: Vec::new(),
             out: Vec::new(),
@@ -370,10 +378,19 @@ impl Conn {
             if !Arc::ptr_eq(&self.cell.load(), &self.thread) {
                 self.thread = self.cell.load_full();
             }
+            // A routed request is the route's balancer's from here to its end.
+            let listener = self
+                .routed
+                .take()
+                .map(|routed| std::mem::replace(&mut self.thread, routed));
             // Boxed: an exchange's state is most of a connection's, and an idle keep-alive
             // connection should not carry it (the connection's future: 952 bytes instead
             // of 2,064; bench/idle.sh measures the whole idle connection).
-            if !Box::pin(self.exchange(&head)).await || *self.shutdown.borrow() {
+            let keep = Box::pin(self.exchange(&head)).await;
+            if let Some(listener) = listener {
+                self.thread = listener;
+            }
+            if !keep || *self.shutdown.borrow() {
                 return Ended::Closed;
             }
             self.requests = self.requests.saturating_add(1);
@@ -417,15 +434,28 @@ impl Conn {
         let deadline = tokio::time::Instant::now() + timeouts.header_read;
         let shared = &self.thread.shared;
         loop {
-            match request::parse(
-                &self.cbuf,
-                &shared.opts.limits,
-                &self.info,
-                &shared.keys,
-                &mut self.out,
-            )? {
-                Parsed::Complete(head) => return Ok(Some(head)),
-                Parsed::Partial => {}
+            {
+                let routes = shared.routes.load();
+                let routes = match routes.as_deref() {
+                    Some(Routes::Http(routes)) => Some(routes),
+                    _ => None,
+                };
+                let parsed = request::parse(
+                    &self.cbuf,
+                    &shared.opts.limits,
+                    &self.info,
+                    &shared.keys,
+                    routes,
+                    &mut self.out,
+                )?;
+                if let Parsed::Complete(head) = parsed {
+                    // Resolved under the routes the head was parsed by.
+                    self.routed = match (head.routed, routes) {
+                        (Routed::Route(i), Some(routes)) => Some(routes.target(i).thread()),
+                        _ => None,
+                    };
+                    return Ok(Some(head));
+                }
             }
             self.cbuf.reserve(4096);
             match tokio::time::timeout_at(deadline, self.client.read_buf(&mut self.cbuf)).await {

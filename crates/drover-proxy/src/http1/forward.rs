@@ -3,6 +3,7 @@
 //! (`X-Forwarded-For`, `-Proto`, `-Host`, RFC 7239 `Forwarded`, an `x-request-id`).
 
 use super::headers::{self, is, put_header, ConnectionOptions};
+use crate::routes::Strip;
 
 /// Facts about the client connection the forwarding headers need, formatted once per
 /// connection rather than per request.
@@ -45,6 +46,8 @@ pub(crate) struct Forwarding<'a> {
     pub xff: Option<&'a [u8]>,
     pub forwarded: Option<&'a [u8]>,
     pub has_request_id: bool,
+    /// The prefix of the path the route that picked the balancer strips (`routes`).
+    pub strip: Option<Strip>,
 }
 
 /// Writes the head the backend sees for `req` into `out`.
@@ -61,11 +64,24 @@ pub(crate) fn write_backend_head(
         xff,
         forwarded,
         has_request_id,
+        strip,
     } = *f;
     out.clear();
     out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
     out.push(b' ');
-    out.extend_from_slice(req.path.unwrap_or("/").as_bytes());
+    let target = req.path.unwrap_or("/");
+    // With a stripped prefix, the path from where it ended, in origin form.
+    let prefix = strip.map(|Strip { path_at, len }| {
+        let rest = &target[path_at + len..];
+        if !rest.starts_with('/') {
+            out.push(b'/');
+        }
+        out.extend_from_slice(rest.as_bytes());
+        target[path_at..path_at + len].trim_end_matches('/')
+    });
+    if prefix.is_none() {
+        out.extend_from_slice(target.as_bytes());
+    }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for h in req.headers.iter() {
         let name = h.name;
@@ -75,6 +91,7 @@ pub(crate) fn write_backend_head(
             || is(name, "x-forwarded-proto")
             || is(name, "x-forwarded-host")
             || is(name, "forwarded")
+            || (is(name, "x-forwarded-prefix") && prefix.is_some())
             || (is(name, "upgrade") && !upgrade)
             || headers::named_by_connection(name, &conn, req.headers);
         if !drop {
@@ -92,6 +109,9 @@ pub(crate) fn write_backend_head(
     out.extend_from_slice(b"\r\n");
     if let Some(host) = host {
         put_header(out, b"X-Forwarded-Host", host);
+    }
+    if let Some(prefix) = prefix {
+        put_header(out, b"X-Forwarded-Prefix", prefix.as_bytes());
     }
     out.extend_from_slice(b"Forwarded: ");
     if let Some(prev) = forwarded {

@@ -7,6 +7,7 @@ use super::headers::{self, is, ConnectionOptions};
 use super::keys::{self, KeySpec};
 use super::{find_bare_lf, BodyKind, HEADER_SLOTS};
 use crate::options::Limits;
+use crate::routes::{HttpPick, HttpRoutes};
 
 /// A request refused before it reached any backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +40,20 @@ pub struct RequestHead {
     pub sticky: Option<String>,
     /// It came as an HTTP/2 stream (`http2`), written as HTTP/1.1 for this parser.
     pub http2: bool,
+    /// Which balancer serves it, by the listener's routes.
+    pub routed: Routed,
+}
+
+/// Which balancer a request goes to, by the listener's HTTP routes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Routed {
+    /// The listener's own (no route matched, or it has none).
+    #[default]
+    Listener,
+    /// That of the route with this index.
+    Route(usize),
+    /// None: drover answers 404.
+    Nowhere,
 }
 
 pub enum Parsed {
@@ -46,13 +61,15 @@ pub enum Parsed {
     Complete(RequestHead),
 }
 
-/// Parses the head at the start of `buf`. On success the head the backend will see is
-/// in `backend_head`.
+/// Parses the head at the start of `buf`, and picks its balancer by `routes` (with
+/// none, the listener's, whose `keys` are these). On success the head the backend will
+/// see is in `backend_head`.
 pub fn parse(
     buf: &[u8],
     limits: &Limits,
     client: &ClientInfo,
     keys: &KeySpec,
+    routes: Option<&HttpRoutes>,
     backend_head: &mut Vec<u8>,
 ) -> Result<Parsed, BadRequest> {
     let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
@@ -177,6 +194,11 @@ pub fn parse(
         return Err(bad(400, "an Upgrade request must not have a body"));
     }
 
+    let (routed, strip) = match routes.map(|r| r.pick(host, target)) {
+        Some(HttpPick::Route { index, strip }) => (Routed::Route(index), strip),
+        Some(HttpPick::Nowhere) => (Routed::Nowhere, None),
+        Some(HttpPick::Listener) | None => (Routed::Listener, None),
+    };
     let forwarding = Forwarding {
         conn,
         upgrade,
@@ -184,8 +206,18 @@ pub fn parse(
         xff,
         forwarded,
         has_request_id,
+        strip,
     };
     forward::write_backend_head(backend_head, &req, &forwarding, client);
+    // The balancing keys are the serving balancer's.
+    let routed_to;
+    let keys = match (routes, routed) {
+        (Some(routes), Routed::Route(i)) => {
+            routed_to = routes.target(i).current.load();
+            &routed_to.keys
+        }
+        _ => keys,
+    };
     let (hash_key, sticky) = keys::of(keys, &req, target, client);
 
     Ok(Parsed::Complete(RequestHead {
@@ -204,6 +236,7 @@ pub fn parse(
         hash_key,
         sticky,
         http2: false,
+        routed,
     }))
 }
 
@@ -223,6 +256,7 @@ mod tests {
             &Limits::default(),
             &client(),
             &KeySpec::default(),
+            None,
             &mut out,
         )? {
             Parsed::Complete(h) => Ok((h, String::from_utf8(out).unwrap())),
@@ -344,7 +378,7 @@ mod tests {
         };
         let mut out = Vec::new();
         let go = |raw: &[u8], out: &mut Vec<u8>| {
-            parse(raw, &limits, &client(), &KeySpec::default(), out)
+            parse(raw, &limits, &client(), &KeySpec::default(), None, out)
                 .map(|p| matches!(p, Parsed::Partial))
         };
         let long_uri = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(60));
@@ -370,7 +404,8 @@ mod tests {
         let mut out = Vec::new();
         let raw =
             b"GET /p?q HTTP/1.1\r\nHost: a\r\nCookie: a=1; sid=xyz ; drover_sticky=abc123\r\n\r\n";
-        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out)
+        let Ok(Parsed::Complete(h)) =
+            parse(raw, &Limits::default(), &client(), &keys, None, &mut out)
         else {
             panic!()
         };
@@ -380,7 +415,8 @@ mod tests {
             hash: Some(HashKey::Path),
             sticky_cookie: None,
         };
-        let Ok(Parsed::Complete(h)) = parse(raw, &Limits::default(), &client(), &keys, &mut out)
+        let Ok(Parsed::Complete(h)) =
+            parse(raw, &Limits::default(), &client(), &keys, None, &mut out)
         else {
             panic!()
         };

@@ -17,7 +17,17 @@ pub struct InProcess {
 
 impl InProcess {
     pub fn addr(&self) -> SocketAddr {
-        self.proxy.local_addr()
+        self.proxy.local_addr().expect("a listener")
+    }
+
+    /// This balancer as routes send to it.
+    pub fn route_target(&self) -> drover_proxy::routes::RouteTarget {
+        self.proxy.route_target()
+    }
+
+    /// Places requests by these routes from now on.
+    pub fn set_routes(&self, routes: Option<drover_proxy::routes::Routes>) {
+        self.proxy.set_routes(routes);
     }
 
     /// The balancer's counts so far (requests, errors, retries by cause).
@@ -61,7 +71,7 @@ pub fn proxy_with_pool(
     tune_pool: impl FnOnce(&mut PoolOptions),
 ) -> InProcess {
     let mut opts = ProxyOptions {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         threads: 1,
         ..ProxyOptions::default()
     };
@@ -70,8 +80,28 @@ pub fn proxy_with_pool(
     tune_pool(&mut pool_opts);
     let members: Vec<(SocketAddr, u32)> = backends.iter().map(|&a| (a, 1)).collect();
     let pool = Arc::new(Pool::new(opts.name.clone(), &members, pool_opts));
-    let proxy = Proxy::start(opts, pool, strategy.build()).expect("the proxy starts");
-    InProcess { proxy }
+    let proxy = match opts.listen {
+        Some(_) => Proxy::start(opts, pool, strategy.build()),
+        None => Proxy::unbound(opts, pool, strategy.build()),
+    };
+    InProcess {
+        proxy: proxy.expect("the proxy starts"),
+    }
+}
+
+/// A balancer `name` without a listener over `backends` by `strategy`, which serves
+/// what routes send it.
+pub fn unbound(
+    name: &str,
+    backends: &[SocketAddr],
+    strategy: Strategy,
+    tune: impl FnOnce(&mut ProxyOptions),
+) -> InProcess {
+    proxy(backends, strategy, |o| {
+        o.name = name.to_string();
+        o.listen = None;
+        tune(o);
+    })
 }
 
 #[allow(unused_imports)] // each test file uses its own share

@@ -472,3 +472,21 @@ pub async fn start_haproxy(
     assert!(listening, "haproxy did not start");
     Some(child)
 }
+
+/// `drover proxy --config` of `toml`, written to `dir`/drover.toml: drover, the address
+/// balancer `listener` listens on, the admin API's address, and the file.
+pub async fn proxy_config(
+    dir: &Path,
+    toml: &str,
+    listener: &str,
+) -> (DroverProcess, SocketAddr, SocketAddr, PathBuf) {
+    let path = dir.join("drover.toml");
+    std::fs::write(&path, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["proxy", "--config", path.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let addr = *d
+        .addrs_after(&format!("balancer \"{listener}\" listening on "))
+        .first()
+        .unwrap_or_else(|| panic!("no listen line\n{}", d.stderr_text()));
+    (d, addr, admin, path)
+}

@@ -1,44 +1,11 @@
 //! Routes of a TCP listener by SNI: which balancer serves a connection, by the server
 //! name of its TLS ClientHello (`tls::client_hello`), the TLS relayed undecrypted
-//! (passthrough). Each route names other balancers' pools, whose strategy, limits,
-//! health, timeouts, access log and metrics are theirs; the listener's own balancer
-//! serves what no route matches, if it has backends.
-//!
-//! A name matches a route exactly, or by a wildcard `*.example.com`, which covers any
-//! name ending in `.example.com` (`a.example.com`, `a.b.example.com`; not
-//! `example.com`), as nginx's `server_name` and `map … hostnames` do. The most
-//! specific wins: an exact name, else the wildcard with the longest suffix. This is
-//! not a certificate's wildcard (one label, `tls/sni.rs`): a route picks a pool, and a
-//! pool behind `*.example.com` may serve names several labels deep. The config refuses
-//! a name listed twice, so no two routes tie.
+//! (passthrough). Names match as `routes` says (`Names`); the config refuses a name
+//! listed twice, so no two routes tie.
 
-use crate::state::BalancerState;
-use arc_swap::ArcSwap;
-use std::collections::HashMap;
-use std::sync::Arc;
+use super::{Names, RouteTarget};
 
-/// A balancer a route can send connections to: its settings in force, followed across
-/// its reloads (`Proxy::route_target`).
-#[derive(Clone)]
-pub struct RouteTarget {
-    pub(crate) name: String,
-    pub(crate) current: Arc<ArcSwap<BalancerState>>,
-}
-
-impl std::fmt::Debug for RouteTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("RouteTarget").field(&self.name).finish()
-    }
-}
-
-impl RouteTarget {
-    /// The balancer's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-/// One route: the names it takes (lowercase; `*.` first for a wildcard), and where.
+/// One route: the names it takes (`*.` first for a wildcard), and where.
 #[derive(Debug, Clone)]
 pub struct Route {
     pub sni: Vec<String>,
@@ -49,9 +16,7 @@ pub struct Route {
 #[derive(Debug)]
 pub struct SniRoutes {
     targets: Vec<RouteTarget>,
-    exact: HashMap<String, usize>,
-    /// By the suffix after `*.`: `example.com` for `*.example.com`.
-    wildcard: HashMap<String, usize>,
+    names: Names<Option<usize>>,
     /// Whether the listener's own balancer serves what no route matches.
     listener_default: bool,
 }
@@ -71,22 +36,17 @@ impl SniRoutes {
     /// first listing wins. With `listener_default`, what matches none goes to the
     /// listener's own balancer; without it, it is closed.
     pub fn new(routes: Vec<Route>, listener_default: bool) -> SniRoutes {
-        let (mut exact, mut wildcard) = (HashMap::new(), HashMap::new());
+        let mut names: Names<Option<usize>> = Names::default();
         let mut targets = Vec::with_capacity(routes.len());
         for (i, route) in routes.into_iter().enumerate() {
             for name in &route.sni {
-                let name = name.to_ascii_lowercase();
-                match name.strip_prefix("*.") {
-                    Some(suffix) => wildcard.entry(suffix.to_string()).or_insert(i),
-                    None => exact.entry(name).or_insert(i),
-                };
+                names.entry(name).get_or_insert(i);
             }
             targets.push(route.target);
         }
         SniRoutes {
             targets,
-            exact,
-            wildcard,
+            names,
             listener_default,
         }
     }
@@ -103,18 +63,8 @@ impl SniRoutes {
 
     fn find(&self, server_name: &str) -> Option<usize> {
         let name = server_name.trim_end_matches('.').to_ascii_lowercase();
-        if let Some(&i) = self.exact.get(&name) {
-            return Some(i);
-        }
-        // Each suffix after a dot, longest first: the most specific wildcard wins.
-        let mut rest = name.as_str();
-        while let Some((_, suffix)) = rest.split_once('.') {
-            if let Some(&i) = self.wildcard.get(suffix) {
-                return Some(i);
-            }
-            rest = suffix;
-        }
-        None
+        let found = self.names.matches(&name).find_map(|i| *i);
+        found
     }
 
     /// The balancers routes send to, in route order.
@@ -129,21 +79,17 @@ mod tests {
 
     /// The routes' indices only: `find` never looks at a target.
     fn table(routes: &[&[&str]], listener_default: bool) -> SniRoutes {
-        let mut t = SniRoutes {
-            targets: Vec::new(),
-            exact: HashMap::new(),
-            wildcard: HashMap::new(),
-            listener_default,
-        };
-        for (i, names) in routes.iter().enumerate() {
-            for n in *names {
-                match n.strip_prefix("*.") {
-                    Some(s) => t.wildcard.entry(s.to_string()).or_insert(i),
-                    None => t.exact.entry(n.to_string()).or_insert(i),
-                };
+        let mut names: Names<Option<usize>> = Names::default();
+        for (i, route) in routes.iter().enumerate() {
+            for n in *route {
+                names.entry(n).get_or_insert(i);
             }
         }
-        t
+        SniRoutes {
+            targets: Vec::new(),
+            names,
+            listener_default,
+        }
     }
 
     #[test]
