@@ -764,3 +764,31 @@ async fn http2_clients_reach_tls_backends_too() {
     }
     assert_eq!(backend.handshakes.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_route_to_a_balancer_with_backend_tls_speaks_tls_to_its_backends() {
+    let pki = Pki::new("backend-tls-routes");
+    let tls = tls_backend(
+        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
+        None,
+    )
+    .await;
+    let plain = drover_testkit::Backend::start().await;
+    // `web` (the listener) keeps its plain backend; /secure/ goes to `secure`, which
+    // has no listener and speaks TLS to its own.
+    let toml = format!(
+        "{}routes = [{{ path_prefix = \"/secure/\", balancer = \"secure\" }}]\n\n[[balancer]]\nname = \"secure\"\nbackends = [\"{}\"]\nbackend_tls = {{ ca = {} }}\n",
+        config(&[plain.addr()], ""),
+        tls.addr,
+        toml_path(&pki.ca_pem)
+    );
+    let (d, web, _, _) = start(&pki.dir, &toml).await;
+    let mut client = HttpClient::connect(web).await.unwrap();
+    let r = client.get("/secure/a").await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+    assert_eq!(r.text(), "sni=- client-cert=no");
+    let r = client.get("/other").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(plain.hits(), 1);
+    assert_eq!(tls.requests.load(Ordering::SeqCst), 1);
+}
