@@ -250,3 +250,41 @@ async fn routes_change_under_load_with_no_failed_request() {
     assert_eq!(seen_all.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
     assert_eq!(front.counts().errors, [0; drover_metrics::Cause::COUNT]);
 }
+
+#[tokio::test]
+async fn an_http2_stream_is_routed_by_its_authority() {
+    let s = site().await;
+    let front = proxy(&addrs(&s.backends[..1]), Strategy::RoundRobin, |o| {
+        o.name = "h2-front".into();
+        o.h2c = true;
+    });
+    front.set_routes(http(
+        vec![
+            route(&["api.example.com"], "/v1", false, &s.api),
+            route(&[], "/static/", true, &s.files),
+        ],
+        true,
+    ));
+    // curl sends a Host given to it as HTTP/2's :authority.
+    let curl = |host: &'static str, path: &'static str| {
+        let url = format!("http://{}{path}", front.addr());
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-sS", "--http2-prior-knowledge", "-H"])
+                .arg(format!("Host: {host}"))
+                .args(["-w", " %{http_version}", &url])
+                .output()
+                .await
+                .expect("curl runs");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    assert_eq!(curl("api.example.com", "/v1/users").await, "api 2");
+    assert_eq!(curl("other.test", "/static/app.js").await, "files 2");
+    assert_eq!(s.backends[3].last_request_head().unwrap().target, "/app.js");
+    assert_eq!(
+        curl("other.test", "/v1/users").await,
+        "f 2",
+        "the listener's own"
+    );
+}

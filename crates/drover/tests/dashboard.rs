@@ -863,3 +863,65 @@ async fn a_certificate_expiring_in_5_days_is_a_warning_on_the_dashboard() {
         .await;
     assert_eq!(size, json!(true));
 }
+
+/// Issue 25 item 6: a listener's routes, and a balancer that only routes reach, are
+/// in the stream's sample and on the page (when Chromium is there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_routes_and_a_balancer_without_listener() {
+    let dir = temp_dir("dashboard-routes");
+    let backend = drover_testkit::Backend::named("api").start().await;
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nbackends = []\n\
+         routes = [{{ host = [\"api.test\"], path_prefix = \"/v1\", strip_prefix = true, balancer = \"api\" }}]\n\n\
+         [[balancer]]\nname = \"api\"\nbackends = [\"{}\"]\n",
+        backend.addr()
+    );
+    let (_d, _front, admin, _path) = common::proxy_config(&dir, &toml, "front").await;
+    let (status, _, stream) = EventStream::open(admin, None).await;
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let sample = loop {
+        let (event, data) = stream.next().await;
+        if event == "sample" {
+            break data;
+        }
+    };
+    let by_name = |name: &str| {
+        sample["balancers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {sample}"))
+    };
+    assert_eq!(
+        by_name("front")["routes"],
+        json!(["host api.test path /v1 (stripped) -> api"])
+    );
+    assert_eq!(by_name("api")["listen"], "-");
+
+    if chromium_missing() {
+        return;
+    }
+    let chromium = Chromium::start(&temp_dir("dashboard-routes-chromium")).await;
+    let mut cdp = Cdp::page(&chromium).await;
+    cdp.call("Page.enable", json!({})).await;
+    cdp.call(
+        "Page.navigate",
+        json!({ "url": format!("http://{admin}/") }),
+    )
+    .await;
+    let shown = cdp
+        .until(
+            Duration::from_secs(15),
+            "(() => { const t = [...document.querySelectorAll('[data-balancer] .meta')].map((m) => m.textContent).join('\\n'); return t.includes('routes: host api.test path /v1 (stripped) -> api') && t.includes('no listener: what routes send it'); })()",
+        )
+        .await;
+    assert!(
+        shown,
+        "no routes on the page: {}",
+        cdp.eval("document.body.innerText").await
+    );
+}
