@@ -205,6 +205,11 @@ pub struct EndpointRow {
     pub rtt_ms: f64,
     pub weight: u32,
     pub ejections: u32,
+    /// Why its last active health check failed, while its checks keep failing (a
+    /// certificate that does not verify: `TLS handshake failed: unknown-issuer (...)`);
+    /// `None` when it passed or none runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_error: Option<String>,
 }
 
 impl EndpointRow {
@@ -327,6 +332,11 @@ impl Status {
                 ],
                 &rows,
             );
+            for e in &b.endpoints {
+                if let Some(why) = &e.check_error {
+                    let _ = writeln!(out, "  {}: health check failing: {why}", e.addr);
+                }
+            }
             for r in &b.routes {
                 let _ = writeln!(out, "  route {} -> {}", r.matches, r.balancer);
             }
@@ -526,6 +536,7 @@ mod tests {
                     rtt_ms: 1.234,
                     weight: 1,
                     ejections: 1,
+                    check_error: None,
                 }],
                 sources: vec![SourceRow {
                     kind: "dns".into(),
@@ -589,6 +600,7 @@ mod tests {
             rtt_ms: 1.0,
             weight: 1,
             ejections: 0,
+            check_error: None,
         };
         assert_eq!(row(4, "saturated", 4).limit_cell(), "4 (saturated)");
         assert_eq!(

@@ -841,6 +841,7 @@ struct RawBalancer {
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
     access_log: Option<Spanned<RawAccessLog>>,
     tls: Option<Spanned<RawTls>>,
+    backend_tls: Option<Spanned<RawBackendTls>>,
     redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
     http2: Option<Spanned<bool>>,
     h2c: Option<Spanned<bool>>,
@@ -867,6 +868,18 @@ struct RawTls {
     cert: Option<Spanned<String>>,
     key: Option<Spanned<String>>,
     certs: Option<Spanned<Vec<Spanned<RawCert>>>>,
+}
+
+/// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`; `{}` verifies
+/// against the system's trust store.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackendTls {
+    ca: Option<Spanned<String>>,
+    server_name: Option<Spanned<String>>,
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
+    insecure_skip_verify: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -1099,6 +1112,22 @@ impl RawConfig {
                     origin(cert.span(), format!("balancer[{i}].tls.certs[{j}].cert"));
                     origin(key.span(), format!("balancer[{i}].tls.certs[{j}].key"));
                 }
+            }
+            if let Some(bt) = &raw.get_ref().backend_tls {
+                let table = bt.span();
+                let bt = bt.get_ref();
+                let at =
+                    |f: &Option<Spanned<String>>| f.as_ref().map_or(table.clone(), |f| f.span());
+                origin(at(&bt.ca), format!("balancer[{i}].backend_tls.ca"));
+                origin(at(&bt.cert), format!("balancer[{i}].backend_tls.cert"));
+                // A key left out is the cert's file: its errors point at the cert.
+                let key = if bt.key.is_some() { &bt.key } else { &bt.cert };
+                origin(at(key), format!("balancer[{i}].backend_tls.key"));
+                origin(
+                    at(&bt.server_name),
+                    format!("balancer[{i}].backend_tls.server_name"),
+                );
+                origin(table.clone(), format!("balancer[{i}].backend_tls"));
             }
             let b = validate_balancer(
                 raw,
@@ -1925,6 +1954,9 @@ fn validate_balancer(
         if let Some(tls) = &raw.tls {
             return Err(http_only(tls.span(), "tls"));
         }
+        if let Some(tls) = &raw.backend_tls {
+            return Err(http_only(tls.span(), "backend_tls"));
+        }
         if let Some(port) = &raw.redirect_to_https {
             return Err(http_only(port.span(), "redirect_to_https"));
         }
@@ -2253,6 +2285,20 @@ fn validate_balancer(
     if let Some(tls) = raw.tls {
         b.tls = Some(validate_tls(tls, &key, ctx)?);
     }
+    if let Some(tls) = raw.backend_tls {
+        if let Some(BackendRef::App(app)) =
+            b.backends.iter().find(|o| matches!(o, BackendRef::App(_)))
+        {
+            // Its workers are drover's own children on loopback ports, and may be
+            // handed client connections as they come: they speak plain HTTP.
+            return Err(ctx.at(
+                tls.span(),
+                key("backend_tls"),
+                format!("backend_tls does not apply to the workers of app {app:?}, which drover reaches over loopback in plain HTTP: put it on a balancer of remote backends"),
+            ));
+        }
+        b.backend_tls = Some(validate_backend_tls(tls, &key, ctx)?);
+    }
     if let Some(log) = raw.access_log {
         let log_span = log.span();
         let log = log.into_inner();
@@ -2369,6 +2415,67 @@ fn validate_tls(
         });
     }
     Ok(TlsConfig { certs })
+}
+
+/// `backend_tls`: no empty path, a key only with its cert, a server name that is one,
+/// and `insecure_skip_verify` not beside a `ca` it would ignore. The files are read
+/// when the balancer is planned, at start and at each reload.
+fn validate_backend_tls(
+    raw: Spanned<RawBackendTls>,
+    key: &dyn Fn(&str) -> String,
+    ctx: &Ctx<'_>,
+) -> Result<BackendTlsConfig, ConfigError> {
+    let raw = raw.into_inner();
+    let path = |f: Option<Spanned<String>>, k: &str| -> Result<Option<PathBuf>, ConfigError> {
+        match f {
+            Some(p) if p.get_ref().is_empty() => Err(ctx.at(
+                p.span(),
+                key(&format!("backend_tls.{k}")),
+                "empty path: name a PEM file",
+            )),
+            Some(p) => Ok(Some(PathBuf::from(p.into_inner()))),
+            None => Ok(None),
+        }
+    };
+    if let (None, Some(k)) = (&raw.cert, &raw.key) {
+        return Err(ctx.at(
+            k.span(),
+            key("backend_tls.key"),
+            "a client key without its certificate: write cert = \"FILE\", key = \"FILE\"",
+        ));
+    }
+    let insecure = raw
+        .insecure_skip_verify
+        .as_ref()
+        .is_some_and(|v| *v.get_ref());
+    if let (true, Some(ca)) = (insecure, &raw.ca) {
+        return Err(ctx.at(
+            ca.span(),
+            key("backend_tls.ca"),
+            "insecure_skip_verify = true verifies nothing, so no ca is read: remove one of them",
+        ));
+    }
+    let server_name = match raw.server_name {
+        Some(n) => {
+            if let Err(e) = drover_proxy::backend_tls::server_name(n.get_ref()) {
+                return Err(ctx.at(n.span(), key("backend_tls.server_name"), e));
+            }
+            Some(n.into_inner())
+        }
+        None => None,
+    };
+    let ca = path(raw.ca, "ca")?;
+    let cert = path(raw.cert, "cert")?;
+    let private = path(raw.key, "key")?;
+    Ok(BackendTlsConfig {
+        ca,
+        server_name,
+        client_cert: cert.map(|cert| TlsCertFiles {
+            key: private.unwrap_or_else(|| cert.clone()),
+            cert,
+        }),
+        insecure_skip_verify: insecure,
+    })
 }
 
 #[cfg(test)]
@@ -3332,6 +3439,106 @@ sticky = { cookie = "sid" }
             4,
             "balancer[0].timeouts.half_close",
             "applies to mode = \"tcp\" only",
+        );
+    }
+
+    #[test]
+    fn backend_tls_takes_its_keys_and_names_each_mistake_by_its_place() {
+        assert_eq!(ok(MINIMAL).balancers[0].backend_tls, None);
+        let b = &ok(&format!("{MINIMAL}backend_tls = {{}}\n")).balancers[0];
+        assert_eq!(b.backend_tls, Some(BackendTlsConfig::default()));
+        let b = &ok(&format!(
+            "{MINIMAL}backend_tls = {{ ca = \"ca.pem\", server_name = \"api.internal\", cert = \"c.pem\", key = \"c.key\" }}\n"
+        ))
+        .balancers[0];
+        assert_eq!(
+            b.backend_tls,
+            Some(BackendTlsConfig {
+                ca: Some("ca.pem".into()),
+                server_name: Some("api.internal".into()),
+                client_cert: Some(TlsCertFiles {
+                    cert: "c.pem".into(),
+                    key: "c.key".into(),
+                }),
+                insecure_skip_verify: false,
+            })
+        );
+        let b = &ok(&format!(
+            "{MINIMAL}[balancer.backend_tls]\ncert = \"both.pem\"\n"
+        ))
+        .balancers[0];
+        let client = b
+            .backend_tls
+            .as_ref()
+            .unwrap()
+            .client_cert
+            .as_ref()
+            .unwrap();
+        assert_eq!(client.key, client.cert, "a combined PEM");
+
+        // Where a file's error points: the key that named it, or the table for the
+        // system's trust store.
+        let (_, origins) = parse_with_origins(
+            &format!("{MINIMAL}backend_tls = {{ ca = \"ca.pem\", cert = \"c.pem\" }}\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            origins.error("balancer[0].backend_tls.ca", "bad"),
+            "t.toml:4:22: balancer[0].backend_tls.ca: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].backend_tls.key", "bad"),
+            "t.toml:4:39: balancer[0].backend_tls.key: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].backend_tls", "bad"),
+            "t.toml:4:15: balancer[0].backend_tls: bad"
+        );
+
+        let e = err(&format!("{MINIMAL}backend_tls = {{ ca = \"\" }}\n"));
+        check(&e, 4, "balancer[0].backend_tls.ca", "empty path");
+        let e = err(&format!("{MINIMAL}backend_tls = {{ key = \"k.pem\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].backend_tls.key",
+            "a client key without its certificate",
+        );
+        let e = err(&format!(
+            "{MINIMAL}backend_tls = {{ ca = \"ca.pem\", insecure_skip_verify = true }}\n"
+        ));
+        check(&e, 4, "balancer[0].backend_tls.ca", "verifies nothing");
+        let e = err(&format!(
+            "{MINIMAL}backend_tls = {{ server_name = \"a b\" }}\n"
+        ));
+        check(
+            &e,
+            4,
+            "balancer[0].backend_tls.server_name",
+            "is not a DNS name or an IP address",
+        );
+        let e = err(&format!("{MINIMAL}backend_tls = {{ verify = false }}\n"));
+        check(&e, 4, "balancer[0].backend_tls.verify", "unknown key");
+        let e = err(&format!("{MINIMAL}backend_tls = true\n"));
+        check(&e, 4, "balancer[0].backend_tls", "");
+        let e = err(
+            "[[app]]\nname = \"pi\"\ncommand = [\"node\", \"pi.js\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:pi\"]\nbackend_tls = {}\n",
+        );
+        check(
+            &e,
+            7,
+            "balancer[0].backend_tls",
+            "does not apply to the workers of app \"pi\"",
+        );
+        let e = err(&format!(
+            "{MINIMAL}mode = \"tcp\"\nmax_conns = 0\nbackend_tls = {{}}\n"
+        ));
+        check(
+            &e,
+            6,
+            "balancer[0].backend_tls",
+            "does not apply to mode = \"tcp\"",
         );
     }
 

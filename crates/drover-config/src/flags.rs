@@ -164,6 +164,66 @@ impl TlsArgs {
     }
 }
 
+/// TLS to the backends, for `proxy` (`backend_tls` in a drover.toml).
+#[derive(Debug, Args)]
+pub struct BackendTlsArgs {
+    /// Speak TLS to every backend, verifying its certificate against the system's trust
+    /// store (or --backend-ca) for its IP address (or --backend-server-name).
+    #[arg(long)]
+    pub backend_tls: bool,
+
+    /// Verify backends' certificates against the CA certificates in this PEM file
+    /// instead of the system's (implies --backend-tls).
+    #[arg(long, value_name = "FILE")]
+    pub backend_ca: Option<PathBuf>,
+
+    /// The name verified in each backend's certificate and sent as SNI (implies
+    /// --backend-tls).
+    #[arg(long, value_name = "NAME")]
+    pub backend_server_name: Option<String>,
+
+    /// A client certificate (PEM) shown to backends that ask for one, mTLS (implies
+    /// --backend-tls).
+    #[arg(long, value_name = "FILE")]
+    pub backend_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --backend-cert [default: in --backend-cert's file].
+    #[arg(long, value_name = "FILE", requires = "backend_cert")]
+    pub backend_key: Option<PathBuf>,
+
+    /// Accept any certificate from the backends: encrypted, not authenticated
+    /// (implies --backend-tls).
+    #[arg(long, conflicts_with = "backend_ca")]
+    pub backend_insecure_skip_verify: bool,
+}
+
+impl BackendTlsArgs {
+    /// The model's settings; `None` when no flag asks for TLS to backends.
+    fn settings(&self) -> Result<Option<model::BackendTlsConfig>, String> {
+        let asked = self.backend_tls
+            || self.backend_ca.is_some()
+            || self.backend_server_name.is_some()
+            || self.backend_cert.is_some()
+            || self.backend_insecure_skip_verify;
+        if !asked {
+            return Ok(None);
+        }
+        if let Some(name) = &self.backend_server_name {
+            drover_proxy::backend_tls::server_name(name)
+                .map_err(|e| format!("--backend-server-name: {e}"))?;
+        }
+        Ok(Some(model::BackendTlsConfig {
+            ca: self.backend_ca.clone(),
+            server_name: self.backend_server_name.clone(),
+            client_cert: self.backend_cert.as_ref().map(|cert| model::TlsCertFiles {
+                cert: cert.clone(),
+                key: self.backend_key.clone().unwrap_or_else(|| cert.clone()),
+            }),
+            insecure_skip_verify: self.backend_insecure_skip_verify,
+        }))
+    }
+}
+
 /// `origins` with the TLS files of balancer 0 (`balancer[0].tls.certs[J].cert` and
 /// `.key`) named by the flags that gave them.
 pub fn with_tls_flags(mut origins: crate::Origins, b: &model::BalancerConfig) -> crate::Origins {
@@ -171,6 +231,21 @@ pub fn with_tls_flags(mut origins: crate::Origins, b: &model::BalancerConfig) ->
         origins = origins
             .with_flag(&format!("balancer[0].tls.certs[{j}].cert"), "--tls-cert")
             .with_flag(&format!("balancer[0].tls.certs[{j}].key"), "--tls-key");
+    }
+    if let Some(bt) = &b.backend_tls {
+        origins = origins
+            .with_flag("balancer[0].backend_tls", "--backend-tls")
+            .with_flag("balancer[0].backend_tls.ca", "--backend-ca")
+            .with_flag("balancer[0].backend_tls.cert", "--backend-cert")
+            .with_flag(
+                "balancer[0].backend_tls.server_name",
+                "--backend-server-name",
+            );
+        let key_flag = match &bt.client_cert {
+            Some(c) if c.key != c.cert => "--backend-key",
+            _ => "--backend-cert",
+        };
+        origins = origins.with_flag("balancer[0].backend_tls.key", key_flag);
     }
     origins
 }
@@ -383,6 +458,9 @@ pub struct ProxyArgs {
 
     #[command(flatten)]
     pub tls: TlsArgs,
+
+    #[command(flatten)]
+    pub backend_tls: BackendTlsArgs,
 
     /// How long connecting to a backend may take. Long enough for one retransmitted
     /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
@@ -634,6 +712,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.send_proxy_protocol = a.proxy_protocol.send_proxy_protocol;
     b.apply_access_log(&a.access_log)?;
     b.tls = a.tls.settings()?;
+    b.backend_tls = a.backend_tls.settings()?;
     b.redirect_to_https = a.redirect_to_https;
     b.http2 = a.http2.unwrap_or(b.http2);
     if a.h2c {
@@ -754,6 +833,10 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
         ),
         ("health.path", a.health_path.is_some()),
         ("tls", !a.tls.tls_cert.is_empty()),
+        (
+            "backend_tls",
+            a.backend_tls.settings().ok().flatten().is_some(),
+        ),
         ("redirect_to_https", a.redirect_to_https.is_some()),
         ("http2", a.http2.is_some()),
         ("h2c", a.h2c),
@@ -1133,6 +1216,74 @@ mod tests {
         assert!(
             Run::try_parse_from(["run", "--access-log-fields", "status,nope", "--", "x"]).is_err()
         );
+    }
+
+    #[test]
+    fn backend_tls_flags_fill_the_model_and_refuse_what_cannot_work() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["proxy", "-l", "127.0.0.1:80", "-b", "127.0.0.1:1"];
+            all.extend_from_slice(args);
+            Proxy::try_parse_from(all).map(|p| p.args)
+        };
+        assert_eq!(
+            proxy_balancer(&parse(&[]).unwrap()).unwrap().backend_tls,
+            None
+        );
+        let b = proxy_balancer(&parse(&["--backend-tls"]).unwrap()).unwrap();
+        assert_eq!(b.backend_tls, Some(model::BackendTlsConfig::default()));
+        let b = proxy_balancer(
+            &parse(&[
+                "--backend-ca",
+                "ca.pem",
+                "--backend-server-name",
+                "api.internal",
+                "--backend-cert",
+                "c.pem",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            b.backend_tls,
+            Some(model::BackendTlsConfig {
+                ca: Some("ca.pem".into()),
+                server_name: Some("api.internal".into()),
+                client_cert: Some(model::TlsCertFiles {
+                    cert: "c.pem".into(),
+                    key: "c.pem".into(),
+                }),
+                insecure_skip_verify: false,
+            })
+        );
+        let origins = with_tls_flags(crate::Origins::default(), &b);
+        assert_eq!(
+            origins.error("balancer[0].backend_tls.key", "bad"),
+            "--backend-cert: bad"
+        );
+        assert_eq!(
+            origins.error("balancer[0].backend_tls", "bad"),
+            "--backend-tls: bad"
+        );
+
+        let e = proxy_balancer(&parse(&["--backend-server-name", "a b"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--backend-server-name: \"a b\" is not a DNS name"),
+            "{e}"
+        );
+        // clap refuses an empty path itself.
+        assert!(parse(&["--backend-ca", ""]).is_err());
+        let e = proxy_balancer(&parse(&["--tcp", "--backend-tls"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--backend-tls does not apply to --tcp"),
+            "{e}"
+        );
+        // A key needs its certificate; skipping verification reads no CA.
+        assert!(parse(&["--backend-key", "k.pem"]).is_err());
+        assert!(parse(&["--backend-ca", "ca.pem", "--backend-insecure-skip-verify"]).is_err());
     }
 
     #[test]

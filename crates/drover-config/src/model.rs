@@ -146,6 +146,10 @@ pub struct BalancerConfig {
     /// with none, a connection is closed and a request gets 404. Empty (default): no
     /// routes.
     pub routes: Vec<RouteConfig>,
+    /// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`: speak TLS
+    /// to every backend, verifying its certificate (files read when the balancer
+    /// starts and at each reload); `None` (default): plain TCP. HTTP mode only.
+    pub backend_tls: Option<BackendTlsConfig>,
 }
 
 /// One of a balancer's `routes`: what it matches and the balancer it sends to.
@@ -224,6 +228,11 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         key: "tls",
         flag: Some("--tls-cert"),
         why: "TCP mode relays bytes unread, TLS included (passthrough): it does not terminate TLS yet",
+    },
+    HttpOnly {
+        key: "backend_tls",
+        flag: Some("--backend-tls"),
+        why: "TCP mode relays the client's bytes unread; encrypting them again towards the backends is not built yet (use mode = \"http\")",
     },
     HttpOnly {
         key: "redirect_to_https",
@@ -314,6 +323,9 @@ fn hash_key_name(k: &HashKey) -> String {
 /// `tls`: the certificate files, the library's own type.
 pub use drover_proxy::tls::{CertFiles as TlsCertFiles, Settings as TlsConfig};
 
+/// `backend_tls`: the library's own settings.
+pub use drover_proxy::backend_tls::Settings as BackendTlsConfig;
+
 /// `access_log = { format, path, fields }`.
 pub use drover_proxy::access_log::{
     Field as AccessLogField, Format as AccessLogFormat, Settings as AccessLogConfig,
@@ -350,6 +362,7 @@ impl BalancerConfig {
             routes: Vec::new(),
             http2: drover_proxy::ProxyOptions::default().http2,
             h2c: drover_proxy::ProxyOptions::default().h2c,
+            backend_tls: None,
         }
     }
 }

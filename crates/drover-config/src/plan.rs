@@ -3,6 +3,7 @@
 
 use crate::model::{self as config, BackendRef};
 use drover_balance::Strategy;
+use drover_proxy::backend_tls::Connector as BackendTlsConnector;
 use drover_proxy::tls::Certificates;
 use drover_proxy::{Limits, ProxyOptions, QueueOptions, Timeouts};
 use drover_registry::{HealthCheck, PassivePolicy, PoolOptions};
@@ -44,6 +45,12 @@ pub enum PlanError {
         balancer: String,
         source: drover_proxy::tls::Error,
     },
+    /// A file of `backend_tls` (the CA file, the client certificate or key), or the
+    /// system's trust store.
+    BackendTls {
+        balancer: String,
+        source: drover_proxy::backend_tls::Error,
+    },
 }
 
 impl PlanError {
@@ -54,6 +61,17 @@ impl PlanError {
             PlanError::Tls { source, .. } => Some(format!(
                 "balancer[{index}].tls.certs[{}].{}",
                 source.index,
+                source.part.as_str()
+            )),
+            // No file: the system's trust store, which the table as a whole asked for.
+            PlanError::BackendTls { source, .. }
+                if source.path.as_os_str().is_empty()
+                    && source.part != drover_proxy::backend_tls::Part::ServerName =>
+            {
+                Some(format!("balancer[{index}].backend_tls"))
+            }
+            PlanError::BackendTls { source, .. } => Some(format!(
+                "balancer[{index}].backend_tls.{}",
                 source.part.as_str()
             )),
             PlanError::Health { .. } => None,
@@ -70,6 +88,9 @@ impl std::fmt::Display for PlanError {
             PlanError::Tls { balancer, source } => {
                 write!(f, "balancer {balancer:?}: tls: {source}")
             }
+            PlanError::BackendTls { balancer, source } => {
+                write!(f, "balancer {balancer:?}: backend_tls: {source}")
+            }
         }
     }
 }
@@ -79,6 +100,7 @@ impl std::error::Error for PlanError {
         match self {
             PlanError::Health { source, .. } => Some(source),
             PlanError::Tls { source, .. } => Some(source),
+            PlanError::BackendTls { source, .. } => Some(source),
         }
     }
 }
@@ -124,6 +146,24 @@ impl BalancerPlan {
                     }
                 })?,
             )),
+            None => None,
+        };
+        let backend_tls = match &b.backend_tls {
+            Some(settings) => {
+                let mut settings = settings.clone();
+                // The endpoints' host name, when they have one: every backend a `dns:`
+                // name, the same one (nginx's proxy_ssl_name defaults to the host of
+                // proxy_pass). Otherwise each endpoint's IP address is verified.
+                if settings.server_name.is_none() {
+                    settings.server_name = one_host_name(&b.backends);
+                }
+                Some(Arc::new(BackendTlsConnector::load(&settings).map_err(
+                    |source| PlanError::BackendTls {
+                        balancer: b.name.clone(),
+                        source,
+                    },
+                )?))
+            }
             None => None,
         };
         let passive = PassivePolicy {
@@ -172,6 +212,7 @@ impl BalancerPlan {
                 redirect_to_https: b.redirect_to_https,
                 http2: b.http2,
                 h2c: b.h2c,
+                backend_tls,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {
@@ -200,7 +241,61 @@ impl BalancerPlan {
     }
 }
 
+/// The host name of `backends` when every one is `dns:HOST:PORT` of one HOST.
+fn one_host_name(backends: &[BackendRef]) -> Option<String> {
+    let mut host: Option<&String> = None;
+    for b in backends {
+        match b {
+            BackendRef::Dns(drover_dns::DnsTarget::A { host: h, .. })
+                if host.is_none_or(|seen| seen == h) =>
+            {
+                host = Some(h);
+            }
+            _ => return None,
+        }
+    }
+    host.cloned()
+}
+
 /// One serving thread per core, as nginx's `worker_processes auto`.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_dns::DnsTarget;
+
+    #[test]
+    fn backends_of_one_dns_name_are_verified_for_that_name() {
+        let dns = |host: &str| {
+            BackendRef::Dns(DnsTarget::A {
+                host: host.into(),
+                port: 443,
+            })
+        };
+        let addr = BackendRef::Addr {
+            addr: "127.0.0.1:443".parse().unwrap(),
+            weight: 1,
+            max_conns: None,
+        };
+        assert_eq!(
+            one_host_name(&[dns("api.example.com"), dns("api.example.com")]),
+            Some("api.example.com".into())
+        );
+        // Two names, or an address beside the name: each endpoint's IP is verified.
+        assert_eq!(
+            one_host_name(&[dns("a.example.com"), dns("b.example.com")]),
+            None
+        );
+        assert_eq!(one_host_name(&[dns("api.example.com"), addr.clone()]), None);
+        assert_eq!(one_host_name(&[addr]), None);
+        assert_eq!(
+            one_host_name(&[BackendRef::Dns(DnsTarget::Srv {
+                name: "_https._tcp.api.example.com".into()
+            })]),
+            None
+        );
+    }
 }

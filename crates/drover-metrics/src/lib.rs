@@ -16,6 +16,6 @@ pub use exposition::{Exposition, Format};
 pub use histogram::{Histogram, HistogramSnapshot};
 pub use snapshot::{BalancerSnapshot, EndpointSnapshot};
 pub use stats::{
-    BalancerCounts, BalancerStats, Cause, CertificateExpiry, Ejection, EndpointCounts,
-    EndpointStats, ProxyRefusal, SniUnrouted, TlsFailure,
+    BackendTlsFailure, BalancerCounts, BalancerStats, Cause, CertificateExpiry, Ejection,
+    EndpointCounts, EndpointStats, ProxyRefusal, SniUnrouted, TlsFailure,
 };

@@ -5,14 +5,17 @@
 use crate::exposition::Exposition;
 use crate::histogram::HistogramSnapshot;
 use crate::snapshot::{BalancerSnapshot, EndpointSnapshot};
-use crate::stats::{Cause, Ejection, ProxyRefusal, SniUnrouted, TlsFailure, CLASSES};
+use crate::stats::{
+    BackendTlsFailure, Cause, Ejection, ProxyRefusal, SniUnrouted, TlsFailure, CLASSES,
+};
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
-const ENDPOINT_FAILURES: [Cause; 4] = [
+const ENDPOINT_FAILURES: [Cause; 5] = [
     Cause::ConnectFailed,
     Cause::BackendClosed,
     Cause::BadResponse,
     Cause::BackendTimeout,
+    Cause::BackendTls,
 ];
 
 /// Writes every balancer's and endpoint's families.
@@ -219,6 +222,20 @@ fn tls_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     for b in bs.iter().filter(tls) {
         for (why, &n) in TlsFailure::ALL.iter().zip(&b.counts.tls_failures) {
             e.sample_u64(&[("balancer", &b.name), ("reason", why.as_str())], n);
+        }
+    }
+    e.counter(
+        "drover_backend_tls_failures",
+        "TLS handshakes with backends (backend_tls) that failed, by reason: unknown-issuer, expired, wrong-name, bad-certificate, client-cert-required, client-cert-refused, not-tls, closed, timeout, protocol.",
+    );
+    for b in bs {
+        for (why, &n) in BackendTlsFailure::ALL
+            .iter()
+            .zip(&b.counts.backend_tls_failures)
+        {
+            if n > 0 {
+                e.sample_u64(&[("balancer", &b.name), ("reason", why.as_str())], n);
+            }
         }
     }
     e.gauge(

@@ -31,10 +31,16 @@ pub enum Cause {
     BackendClosed,
     BadResponse,
     BackendTimeout,
+    /// The TLS handshake with a backend failed (`backend_tls`): its certificate did not
+    /// verify, it asked for a client certificate, or it does not speak TLS.
+    BackendTls,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 8] = [
+    /// How many causes there are: the length of every array indexed by cause.
+    pub const COUNT: usize = 9;
+
+    pub const ALL: [Cause; Cause::COUNT] = [
         Cause::NoHealthyEndpoint,
         Cause::QueueFull,
         Cause::QueueTimeout,
@@ -43,6 +49,7 @@ impl Cause {
         Cause::BackendClosed,
         Cause::BadResponse,
         Cause::BackendTimeout,
+        Cause::BackendTls,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +62,7 @@ impl Cause {
             Cause::BackendClosed => "backend-closed",
             Cause::BadResponse => "bad-response",
             Cause::BackendTimeout => "backend-timeout",
+            Cause::BackendTls => "backend-tls",
         }
     }
 }
@@ -91,8 +99,8 @@ impl Ejection {
 struct BalancerCounters {
     requests: AtomicU64,
     responses: [AtomicU64; 5],
-    errors: [AtomicU64; 8],
-    retries: [AtomicU64; 8],
+    errors: [AtomicU64; Cause::COUNT],
+    retries: [AtomicU64; Cause::COUNT],
     handoffs: AtomicU64,
     returned: AtomicU64,
     /// TCP mode: connections relayed to an endpoint, and the bytes each way.
@@ -100,7 +108,7 @@ struct BalancerCounters {
     tcp_bytes_in: AtomicU64,
     tcp_bytes_out: AtomicU64,
     /// TCP mode: connections closed unserved, by `Cause`.
-    tcp_unserved: [AtomicU64; 8],
+    tcp_unserved: [AtomicU64; Cause::COUNT],
 }
 
 /// One balancer's counts. Shared by its serving threads; kept across reloads.
@@ -124,6 +132,9 @@ pub struct BalancerStats {
     tls_handshakes: AtomicU64,
     /// TLS handshakes failed, by `TlsFailure`.
     tls_failures: [AtomicU64; 5],
+    /// TLS handshakes with backends failed, by `BackendTlsFailure` (plain atomics: a
+    /// failure is rare).
+    backend_tls_failures: [AtomicU64; 10],
     /// HTTP/2 client connections, and the streams (requests) they carried: HTTP/1.1's
     /// requests are the rest (plain atomics: HTTP/2's path only touches them).
     http2_connections: AtomicU64,
@@ -186,6 +197,80 @@ impl TlsFailure {
             TlsFailure::Closed => "closed",
             TlsFailure::Protocol => "protocol",
         }
+    }
+}
+
+/// Why a TLS handshake with a backend failed (`backend_tls`). Few and fixed, so a metric
+/// label: `as_str` is the reason in metrics, logs and health reports, `Display` the
+/// sentence a client's 502 carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendTlsFailure {
+    /// Its certificate is signed by no CA trusted here (self-signed included).
+    UnknownIssuer,
+    /// Its certificate expired (or is not valid yet).
+    Expired,
+    /// Its certificate is for another name.
+    WrongName,
+    /// Its certificate did not verify for another reason (revoked, bad encoding...).
+    BadCertificate,
+    /// It asked for a client certificate and none is configured.
+    ClientCertRequired,
+    /// It refused the client certificate drover showed.
+    ClientCertRefused,
+    /// It answered with something that is not TLS (plain HTTP).
+    NotTls,
+    /// It closed the connection mid-handshake.
+    Closed,
+    /// The handshake did not finish within the connect timeout.
+    Timeout,
+    /// Any other handshake failure (no common protocol or cipher, an alert).
+    Protocol,
+}
+
+impl BackendTlsFailure {
+    pub const ALL: [BackendTlsFailure; 10] = [
+        BackendTlsFailure::UnknownIssuer,
+        BackendTlsFailure::Expired,
+        BackendTlsFailure::WrongName,
+        BackendTlsFailure::BadCertificate,
+        BackendTlsFailure::ClientCertRequired,
+        BackendTlsFailure::ClientCertRefused,
+        BackendTlsFailure::NotTls,
+        BackendTlsFailure::Closed,
+        BackendTlsFailure::Timeout,
+        BackendTlsFailure::Protocol,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendTlsFailure::UnknownIssuer => "unknown-issuer",
+            BackendTlsFailure::Expired => "expired",
+            BackendTlsFailure::WrongName => "wrong-name",
+            BackendTlsFailure::BadCertificate => "bad-certificate",
+            BackendTlsFailure::ClientCertRequired => "client-cert-required",
+            BackendTlsFailure::ClientCertRefused => "client-cert-refused",
+            BackendTlsFailure::NotTls => "not-tls",
+            BackendTlsFailure::Closed => "closed",
+            BackendTlsFailure::Timeout => "timeout",
+            BackendTlsFailure::Protocol => "protocol",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendTlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendTlsFailure::UnknownIssuer => "the backend's certificate is not signed by a trusted CA (self-signed, or another CA's)",
+            BackendTlsFailure::Expired => "the backend's certificate has expired or is not valid yet",
+            BackendTlsFailure::WrongName => "the backend's certificate is for another name",
+            BackendTlsFailure::BadCertificate => "the backend's certificate is not valid",
+            BackendTlsFailure::ClientCertRequired => "the backend requires a client certificate and none is configured",
+            BackendTlsFailure::ClientCertRefused => "the backend refused drover's client certificate",
+            BackendTlsFailure::NotTls => "the backend does not speak TLS",
+            BackendTlsFailure::Closed => "the backend closed the connection during the TLS handshake",
+            BackendTlsFailure::Timeout => "the TLS handshake with the backend did not finish within the connect timeout",
+            BackendTlsFailure::Protocol => "the TLS handshake with the backend failed",
+        })
     }
 }
 
@@ -357,6 +442,11 @@ impl BalancerStats {
         self.tls_failures[why as usize].fetch_add(1, Relaxed);
     }
 
+    /// A TLS handshake with a backend failed (`backend_tls`).
+    pub fn record_backend_tls_failure(&self, why: BackendTlsFailure) {
+        self.backend_tls_failures[why as usize].fetch_add(1, Relaxed);
+    }
+
     /// The certificates served from now on (none: the listener is plain).
     pub fn set_tls_certificates(&self, certs: Vec<CertificateExpiry>) {
         *self
@@ -384,6 +474,7 @@ impl BalancerStats {
         add(&mut s.sni_unrouted, &self.sni_unrouted);
         s.tls_handshakes = self.tls_handshakes.load(Relaxed);
         add(&mut s.tls_failures, &self.tls_failures);
+        add(&mut s.backend_tls_failures, &self.backend_tls_failures);
         s.http2_connections = self.http2_connections.load(Relaxed);
         s.http2_streams = self.http2_streams.load(Relaxed);
         s.tls_certificates = self
@@ -401,7 +492,7 @@ impl BalancerStats {
 #[derive(Debug, Default)]
 struct EndpointCounters {
     responses: [AtomicU64; 5],
-    failures: [AtomicU64; 8],
+    failures: [AtomicU64; Cause::COUNT],
 }
 
 /// One endpoint's counts. Lives with the endpoint, so it survives membership changes
@@ -500,8 +591,8 @@ fn add<const N: usize>(into: &mut [u64; N], from: &[AtomicU64; N]) {
 pub struct BalancerCounts {
     pub requests: u64,
     pub responses: [u64; 5],
-    pub errors: [u64; 8],
-    pub retries: [u64; 8],
+    pub errors: [u64; Cause::COUNT],
+    pub retries: [u64; Cause::COUNT],
     /// Client connections handed to a worker (`drover run`).
     #[serde(default)]
     pub handoffs: u64,
@@ -525,7 +616,7 @@ pub struct BalancerCounts {
     pub tcp_bytes_out: u64,
     /// TCP mode: connections closed unserved, by `Cause::ALL`.
     #[serde(default)]
-    pub tcp_unserved: [u64; 8],
+    pub tcp_unserved: [u64; Cause::COUNT],
     /// TCP mode with SNI routes: connections closed unrouted, by `SniUnrouted::ALL`.
     #[serde(default)]
     pub sni_unrouted: [u64; 6],
@@ -535,6 +626,9 @@ pub struct BalancerCounts {
     /// TLS handshakes failed, by `TlsFailure`.
     #[serde(default)]
     pub tls_failures: [u64; 5],
+    /// TLS handshakes with backends failed, by `BackendTlsFailure::ALL`.
+    #[serde(default)]
+    pub backend_tls_failures: [u64; 10],
     /// The certificates served now (empty on a plain listener).
     #[serde(default)]
     pub tls_certificates: Vec<CertificateExpiry>,
@@ -554,7 +648,7 @@ pub struct BalancerCounts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointCounts {
     pub responses: [u64; 5],
-    pub failures: [u64; 8],
+    pub failures: [u64; Cause::COUNT],
     pub ejections: [u64; 3],
     pub checks_passed: u64,
     pub checks_failed: u64,

@@ -22,6 +22,8 @@ pub enum ProxyError {
     BadResponse(&'static str),
     /// The backend did not answer within the request timeout.
     Timeout,
+    /// The TLS handshake with the backend failed (`backend_tls`), and why.
+    BackendTls(crate::backend_tls::Failure),
 }
 
 impl ProxyError {
@@ -31,9 +33,10 @@ impl ProxyError {
             | ProxyError::QueueFull
             | ProxyError::QueueTimeout
             | ProxyError::LocalResources => 503,
-            ProxyError::ConnectFailed | ProxyError::BackendClosed | ProxyError::BadResponse(_) => {
-                502
-            }
+            ProxyError::ConnectFailed
+            | ProxyError::BackendClosed
+            | ProxyError::BadResponse(_)
+            | ProxyError::BackendTls(_) => 502,
             ProxyError::Timeout => 504,
         }
     }
@@ -55,6 +58,7 @@ impl ProxyError {
             ProxyError::BackendClosed => Cause::BackendClosed,
             ProxyError::BadResponse(_) => Cause::BadResponse,
             ProxyError::Timeout => Cause::BackendTimeout,
+            ProxyError::BackendTls(_) => Cause::BackendTls,
         }
     }
 
@@ -69,6 +73,7 @@ impl ProxyError {
             ProxyError::BackendClosed => "backend-closed",
             ProxyError::BadResponse(_) => "bad-response",
             ProxyError::Timeout => "backend-timeout",
+            ProxyError::BackendTls(_) => "backend-tls",
         }
     }
 }
@@ -90,6 +95,9 @@ impl fmt::Display for ProxyError {
             }
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
             ProxyError::Timeout => f.write_str("the backend did not respond in time"),
+            ProxyError::BackendTls(why) => {
+                write!(f, "TLS to the backend failed: {why} ({})", why.as_str())
+            }
         }
     }
 }
@@ -109,6 +117,7 @@ mod tests {
             ProxyError::BackendClosed,
             ProxyError::BadResponse("x"),
             ProxyError::Timeout,
+            ProxyError::BackendTls(crate::backend_tls::Failure::UnknownIssuer),
         ] {
             assert_eq!(e.metric_cause().as_str(), e.cause());
         }

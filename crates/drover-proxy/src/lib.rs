@@ -23,7 +23,8 @@
 //! | one try: connect or reuse, send, the response head | `conn/attempt.rs` |
 //! | relaying bodies, chunked framing, body rates | `body.rs`, `http1/chunked.rs` |
 //! | latency, cost and passive health from an answer | `conn/account.rs` |
-//! | idle backend connections | `upstream.rs` |
+//! | idle backend connections, plain or TLS | `upstream.rs` |
+//! | TLS to backends: verification, SNI, client certificates | `backend_tls.rs` |
 //! | handing a connection to a worker | `handoff.rs` |
 //! | TCP mode: a connection placed at accept and relayed both ways | `tcp.rs` |
 //! | Routes: TCP by the SNI of a ClientHello read undecrypted, HTTP by host and path | `routes/`, `tls/client_hello.rs` |
@@ -31,6 +32,7 @@
 
 pub mod access_log;
 mod admission;
+pub mod backend_tls;
 mod body;
 mod conn;
 pub mod descriptors;

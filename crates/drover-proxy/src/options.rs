@@ -56,6 +56,9 @@ pub struct ProxyOptions {
     /// default): a connection that opens with the HTTP/2 preface speaks it, any other
     /// HTTP/1.1.
     pub h2c: bool,
+    /// Speak TLS to every endpoint (`backend_tls`), verified as its settings say, loaded
+    /// and checked; `None`: plain TCP. HTTP mode only.
+    pub backend_tls: Option<Arc<crate::backend_tls::Connector>>,
 }
 
 /// What a balancer's clients speak (`mode` in drover.toml, `drover proxy --tcp`).
@@ -135,6 +138,7 @@ impl Default for ProxyOptions {
             redirect_to_https: None,
             http2: true,
             h2c: false,
+            backend_tls: None,
         }
     }
 }

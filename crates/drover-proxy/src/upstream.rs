@@ -1,6 +1,9 @@
 //! Keep-alive connections to endpoints, kept per serving thread, and new connections
 //! to an endpoint with what their failure tells passive health (HTTP and TCP mode alike).
+//! A connection is plain TCP, or TLS over it for a balancer with `backend_tls`
+//! (`Upstream`); the pool holds either.
 
+use crate::backend_tls::Connector;
 use crate::error::ProxyError;
 use drover_balance::{clock, Endpoint, Nanos};
 use drover_metrics::Cause;
@@ -8,9 +11,107 @@ use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// A connection to a backend: plain, or TLS (`backend_tls`). An enum as the client's
+/// side is (`conn/client.rs`): a plain connection pays a branch per read or write, and
+/// the boxed rustls state only where TLS is spoken.
+pub enum Upstream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Upstream {
+    /// The TCP connection under it.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Upstream::Plain(s) => s,
+            Upstream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl Upstream {
+    /// Why the TLS session failed, if it did. Under TLS 1.3 the client's handshake is
+    /// done before the server has read the client's certificate: a server that wants
+    /// one and got none (or one it does not take) says so with an alert in place of the
+    /// response, which rustls keeps and tells here.
+    pub fn tls_failure(&mut self) -> Option<crate::backend_tls::Failure> {
+        match self {
+            Upstream::Plain(_) => None,
+            Upstream::Tls(s) => s
+                .get_mut()
+                .1
+                .process_new_packets()
+                .err()
+                .map(|e| crate::backend_tls::failure_of(&e)),
+        }
+    }
+}
+
+impl AsyncRead for Upstream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Upstream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Upstream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Upstream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Upstream::Plain(s) => s.is_write_vectored(),
+            Upstream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
 
 /// An idle backend connection is reused for at most this long, whatever the idle
 /// timeout: Node's HTTP server closes a keep-alive connection idle for 5 s (its
@@ -21,7 +122,7 @@ use tokio::net::TcpStream;
 const REUSE_MAX_IDLE: Duration = Duration::from_secs(4);
 
 struct Idle {
-    stream: TcpStream,
+    stream: Upstream,
     since: Instant,
 }
 
@@ -45,21 +146,21 @@ impl Upstreams {
     /// The most recently used live idle connection to `addr`, if any. A connection the
     /// backend closed while idle shows as readable (EOF) and is dropped here, before a
     /// request is written into it; checking costs no syscall when nothing arrived.
-    pub fn checkout(&self, addr: SocketAddr) -> Option<TcpStream> {
+    pub fn checkout(&self, addr: SocketAddr) -> Option<Upstream> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let conns = idle.get_mut(&addr)?;
         while let Some(c) = conns.pop() {
             if c.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            if is_open(&c.stream) {
+            if is_open(c.stream.tcp()) {
                 return Some(c.stream);
             }
         }
         None
     }
 
-    pub fn checkin(&self, addr: SocketAddr, stream: TcpStream) {
+    pub fn checkin(&self, addr: SocketAddr, stream: Upstream) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let conns = idle.entry(addr).or_default();
         if conns.len() >= self.max_idle {
@@ -84,15 +185,17 @@ impl Upstreams {
 
 /// Whether an idle backend connection is still open: one the backend closed shows as
 /// readable (EOF), as does one it wrote to unasked. Costs no syscall when nothing
-/// arrived.
+/// arrived. Under TLS the bytes read here are lost to the session, which is why any
+/// byte at all means the connection is not reused: an idle TLS connection's only
+/// traffic is a close_notify before the FIN.
 pub fn is_open(stream: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
-/// Opens a connection to an endpoint within `timeout`.
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+/// Opens a connection to an endpoint by `deadline`.
+async fn connect_by(addr: SocketAddr, deadline: tokio::time::Instant) -> io::Result<TcpStream> {
+    let stream = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
@@ -114,8 +217,18 @@ pub async fn connect_endpoint(
     timeout: Duration,
     bound: Nanos,
 ) -> Result<TcpStream, ProxyError> {
+    connect_endpoint_by(endpoint, pool, tokio::time::Instant::now() + timeout, bound).await
+}
+
+/// [`connect_endpoint`] by `deadline`.
+async fn connect_endpoint_by(
+    endpoint: &Arc<Endpoint>,
+    pool: &Pool,
+    deadline: tokio::time::Instant,
+    bound: Nanos,
+) -> Result<TcpStream, ProxyError> {
     let addr = endpoint.addr();
-    match connect(addr, timeout).await {
+    match connect_by(addr, deadline).await {
         Ok(stream) => {
             endpoint
                 .stats()
@@ -166,4 +279,51 @@ pub async fn send_proxy_header(
         endpoint.stats().record_failure(Cause::ConnectFailed);
         ProxyError::ConnectFailed
     })
+}
+
+/// Warnings about TLS handshakes with backends that failed.
+static TLS_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
+/// A new HTTP connection to `endpoint`: connected, with the PROXY protocol header
+/// `header` written first when there is one, then the TLS handshake when `tls` is given,
+/// all within `timeout` (the connect timeout). A handshake that fails counts against
+/// the endpoint's passive health as a failed connect does: the endpoint cannot be used.
+pub async fn connect_upstream(
+    endpoint: &Arc<Endpoint>,
+    pool: &Pool,
+    stats: &drover_metrics::BalancerStats,
+    timeout: Duration,
+    bound: Nanos,
+    header: Option<(crate::proxy_protocol::SendVersion, SocketAddr, SocketAddr)>,
+    tls: Option<&Connector>,
+) -> Result<Upstream, ProxyError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut tcp = connect_endpoint_by(endpoint, pool, deadline, bound).await?;
+    if let Some((version, client, local)) = header {
+        send_proxy_header(&mut tcp, endpoint, version, client, local).await?;
+    }
+    let Some(tls) = tls else {
+        return Ok(Upstream::Plain(tcp));
+    };
+    match tls.handshake(tcp, endpoint.addr(), deadline).await {
+        Ok(stream) => Ok(Upstream::Tls(Box::new(stream))),
+        Err(why) => Err(tls_failed(endpoint, pool, stats, why)),
+    }
+}
+
+/// A TLS session with `endpoint` that failed, held against it as a failed connect (it
+/// cannot be used), counted by its reason, logged once a second at most.
+pub fn tls_failed(
+    endpoint: &Arc<Endpoint>,
+    pool: &Pool,
+    stats: &drover_metrics::BalancerStats,
+    why: crate::backend_tls::Failure,
+) -> ProxyError {
+    stats.record_backend_tls_failure(why);
+    endpoint.stats().record_failure(Cause::BackendTls);
+    let ejected = pool.on_connect_failure(endpoint, clock::now());
+    if let Some(held_back) = TLS_FAILURES.check_now() {
+        tracing::warn!(endpoint = %endpoint.addr(), reason = why.as_str(), ejected_for = ?ejected, held_back, "TLS with the backend failed: {why}");
+    }
+    ProxyError::BackendTls(why)
 }

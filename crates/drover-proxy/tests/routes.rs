@@ -248,7 +248,7 @@ async fn routes_change_under_load_with_no_failed_request() {
         seen_all.extend(seen);
     }
     assert_eq!(seen_all.into_iter().collect::<Vec<_>>(), ["b0", "b1"]);
-    assert_eq!(front.counts().errors, [0; 8]);
+    assert_eq!(front.counts().errors, [0; drover_metrics::Cause::COUNT]);
 }
 
 #[tokio::test]

@@ -20,7 +20,10 @@
 
 use crate::liveness::{self, Outcome, Progress};
 use crate::pool::{Pool, Source};
-pub use crate::probe::{probe, probe_sending, CheckKind, ProbeError};
+pub use crate::probe::{
+    probe, probe_sending, probe_with, CheckKind, ProbeError, ProbeStream, Probing, WrapFuture,
+    WrapProbe,
+};
 use drover_balance::{clock, Endpoint};
 use std::collections::HashMap;
 use std::fmt;
@@ -164,9 +167,24 @@ pub fn spawn_active_checks_sending(
     check: HealthCheck,
     preamble: Vec<u8>,
 ) -> ActiveChecks {
+    let probing = Probing {
+        preamble: preamble.into(),
+        wrap: None,
+    };
+    spawn_active_checks_with(pool, check, probing)
+}
+
+/// [`spawn_active_checks`] whose probes start each connection as `probing` says: the
+/// PROXY protocol header first, then TLS for a balancer whose backends speak it, so a
+/// certificate that does not verify fails the check with that reason.
+pub fn spawn_active_checks_with(
+    pool: Arc<Pool>,
+    check: HealthCheck,
+    probing: Probing,
+) -> ActiveChecks {
     let reports = Reports::default();
     ActiveChecks {
-        task: tokio::spawn(run(pool, check, preamble.into(), Arc::clone(&reports))),
+        task: tokio::spawn(run(pool, check, Arc::new(probing), Arc::clone(&reports))),
         reports,
     }
 }
@@ -190,7 +208,7 @@ fn lock(reports: &Reports) -> MutexGuard<'_, HashMap<SocketAddr, CheckReport>> {
     reports.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn run(pool: Arc<Pool>, check: HealthCheck, preamble: Arc<[u8]>, reports: Reports) {
+async fn run(pool: Arc<Pool>, check: HealthCheck, probing: Arc<Probing>, reports: Reports) {
     let check = Arc::new(check);
     let mut ticker = tokio::time::interval(check.interval.max(Duration::from_millis(1)));
     // A round slower than the interval (probes at their timeout) delays the next one
@@ -203,9 +221,9 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, preamble: Arc<[u8]>, reports: 
         let endpoints = pool.endpoints_not_from(Source::Supervisor);
         let mut probes = JoinSet::new();
         for ep in &endpoints {
-            let (ep, check, preamble) = (Arc::clone(ep), Arc::clone(&check), Arc::clone(&preamble));
+            let (ep, check, probing) = (Arc::clone(ep), Arc::clone(&check), Arc::clone(&probing));
             probes.spawn(async move {
-                let result = probe_sending(ep.addr(), &preamble, &check.kind, check.timeout).await;
+                let result = probe_with(ep.addr(), &probing, &check.kind, check.timeout).await;
                 // Read after the probe: what completed while it waited counts.
                 let completed = ep.stats().responses_total();
                 (ep, result, completed)

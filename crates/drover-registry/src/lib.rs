@@ -26,8 +26,9 @@ pub mod probe;
 pub mod status;
 
 pub use active::{
-    probe, probe_sending, spawn_active_checks, spawn_active_checks_sending, ActiveChecks,
-    CheckKind, CheckReport, HealthCheck, HealthCheckError, ProbeError,
+    probe, probe_sending, probe_with, spawn_active_checks, spawn_active_checks_sending,
+    spawn_active_checks_with, ActiveChecks, CheckKind, CheckReport, HealthCheck, HealthCheckError,
+    ProbeError, ProbeStream, Probing, WrapFuture, WrapProbe,
 };
 pub use handoff::{Handoffs, TakesConnections};
 pub use liveness::{Outcome, Progress};

@@ -58,6 +58,9 @@ impl ProbeError {
             | ProbeError::Malformed
             | ProbeError::Status(_)
             | ProbeError::Unexpected(_) => false,
+            // A certificate that does not verify is an answer; a handshake that stalls
+            // is bounded by the probe's own timeout, which comes first.
+            ProbeError::Tls(_) => false,
         }
     }
 }

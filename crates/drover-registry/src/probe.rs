@@ -5,11 +5,47 @@
 
 use crate::status::StatusRange;
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// A probe's connection once wrapped: TLS over TCP, for a balancer whose backends speak
+/// TLS.
+pub trait ProbeStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> ProbeStream for T {}
+
+/// What [`WrapProbe::wrap`] returns: the wrapped stream, or why it could not be.
+pub type WrapFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Box<dyn ProbeStream>, String>> + Send + 'a>>;
+
+/// Turns each probe's new connection to `addr` into what the endpoint speaks, by
+/// `deadline` (the probe's own): the TLS handshake of a balancer with `backend_tls`,
+/// which lives in drover-proxy. Its error is the reason a failed probe reports.
+pub trait WrapProbe: Send + Sync {
+    fn wrap<'a>(&'a self, tcp: TcpStream, addr: SocketAddr, deadline: Instant) -> WrapFuture<'a>;
+}
+
+/// How each probe's connection starts: `preamble` written first (a PROXY protocol
+/// header), then `wrap` (TLS).
+#[derive(Clone, Default)]
+pub struct Probing {
+    pub preamble: std::sync::Arc<[u8]>,
+    pub wrap: Option<std::sync::Arc<dyn WrapProbe>>,
+}
+
+impl fmt::Debug for Probing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probing")
+            .field("preamble", &self.preamble.len())
+            .field("wrap", &self.wrap.is_some())
+            .finish()
+    }
+}
 
 /// What a probe does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +94,9 @@ pub enum ProbeError {
     Closed,
     Malformed,
     Status(u16),
+    /// The connection could not be wrapped: the TLS handshake failed, and why. Boxed
+    /// behind a thin pointer, as `Unexpected`.
+    Tls(Box<String>),
     /// A TCP exchange's answer (its first bytes, lossy UTF-8) lacked what was expected.
     /// Boxed behind a thin pointer: the error sits in the supervisor's, which must stay
     /// small, and a wide one (`Box<str>`) made every `ProbeError` 8 bytes larger.
@@ -75,6 +114,7 @@ impl fmt::Display for ProbeError {
             ProbeError::Closed => f.write_str("connection closed before status line"),
             ProbeError::Malformed => f.write_str("malformed status line"),
             ProbeError::Status(s) => write!(f, "status {s}"),
+            ProbeError::Tls(why) => write!(f, "TLS handshake failed: {why}"),
             ProbeError::Unexpected(got) => write!(f, "unexpected answer {got:?}"),
         }
     }
@@ -105,7 +145,22 @@ pub async fn probe_sending(
     kind: &CheckKind,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    match tokio::time::timeout(timeout, probe_unbounded(addr, preamble, kind)).await {
+    let probing = Probing {
+        preamble: preamble.into(),
+        wrap: None,
+    };
+    probe_with(addr, &probing, kind, timeout).await
+}
+
+/// [`probe`], starting each connection as `probing` says.
+pub async fn probe_with(
+    addr: SocketAddr,
+    probing: &Probing,
+    kind: &CheckKind,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let deadline = Instant::now() + timeout;
+    match tokio::time::timeout_at(deadline, probe_unbounded(addr, probing, kind, deadline)).await {
         Ok(result) => result,
         Err(_) => Err(ProbeError::Timeout(timeout)),
     }
@@ -113,17 +168,27 @@ pub async fn probe_sending(
 
 async fn probe_unbounded(
     addr: SocketAddr,
-    preamble: &[u8],
+    probing: &Probing,
     kind: &CheckKind,
+    deadline: Instant,
 ) -> Result<(), ProbeError> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
+    let mut tcp = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
         io::ErrorKind::ConnectionRefused => ProbeError::Refused,
         _ if crate::local::is_local_shortage(&e) => ProbeError::LocalShortage(e),
         _ => ProbeError::Connect(e),
     })?;
-    if !preamble.is_empty() {
-        stream.write_all(preamble).await.map_err(ProbeError::Io)?;
+    if !probing.preamble.is_empty() {
+        tcp.write_all(&probing.preamble)
+            .await
+            .map_err(ProbeError::Io)?;
     }
+    let mut stream: Box<dyn ProbeStream> = match &probing.wrap {
+        Some(wrap) => wrap
+            .wrap(tcp, addr, deadline)
+            .await
+            .map_err(|why| ProbeError::Tls(Box::new(why)))?,
+        None => Box::new(tcp),
+    };
     let (path, expect) = match kind {
         CheckKind::Tcp => return Ok(()),
         CheckKind::TcpExchange { send, receive } => {
@@ -148,7 +213,11 @@ async fn probe_unbounded(
 
 /// Writes `send`, then reads until the answer contains `receive`, ends, or passes
 /// `MAX_ANSWER` bytes.
-async fn exchange(stream: &mut TcpStream, send: &[u8], receive: &[u8]) -> Result<(), ProbeError> {
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
+    send: &[u8],
+    receive: &[u8],
+) -> Result<(), ProbeError> {
     stream.write_all(send).await.map_err(ProbeError::Io)?;
     let mut answer = Vec::with_capacity(256);
     let mut chunk = [0u8; 512];
@@ -177,7 +246,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Reads until the status line is complete and returns its code. Only the status line
 /// is parsed: headers and body do not matter to a health check.
-async fn read_status(stream: &mut TcpStream) -> Result<u16, ProbeError> {
+async fn read_status<S: AsyncRead + Unpin + ?Sized>(stream: &mut S) -> Result<u16, ProbeError> {
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 512];
     loop {

@@ -9,7 +9,7 @@ use drover_metrics::BalancerSnapshot;
 use drover_proxy::routes::{HttpRoute, HttpRoutes, Route, Routes, SniRoutes};
 use drover_proxy::{Proxy, ReconfigureError};
 use drover_registry::{
-    spawn_active_checks_sending, ActiveChecks, MemberStore, Members, Pool, Source,
+    spawn_active_checks_with, ActiveChecks, MemberStore, Members, Pool, Probing, Source,
 };
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -223,6 +223,21 @@ impl RunningBalancer {
         self.state().store.as_dyn()
     }
 
+    /// Why each endpoint's active health checks are failing, for those whose last
+    /// check failed.
+    pub fn check_errors(&self) -> std::collections::HashMap<std::net::SocketAddr, String> {
+        let state = self.state();
+        let Some(checks) = &state.checks else {
+            return Default::default();
+        };
+        checks
+            .report()
+            .into_iter()
+            .filter(|r| r.failures > 0)
+            .filter_map(|r| Some((r.addr, r.last_error?)))
+            .collect()
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -318,8 +333,9 @@ impl RunningBalancer {
                 old.clear(&self.pool);
             }
         }
-        if state.config.health != config.health {
-            // The old checks stop when dropped; the endpoints keep their verdicts.
+        if state.config.health != config.health || config.backend_tls.is_some() {
+            // The old checks stop when dropped; the endpoints keep their verdicts. With
+            // backend_tls they probe with the files just read again.
             state.checks = active_checks(&plan, &self.pool);
         }
         state.strategy = plan.strategy.to_string();
@@ -391,9 +407,19 @@ fn active_checks(plan: &BalancerPlan, pool: &Arc<Pool>) -> Option<ActiveChecks> 
         .send_proxy_protocol
         .map(drover_proxy::proxy_protocol::local_header)
         .unwrap_or_default();
+    // With backend_tls, each probe does the handshake a request would: a certificate
+    // that does not verify fails the check, with why.
+    let probing = Probing {
+        preamble: preamble.into(),
+        wrap: plan
+            .proxy
+            .backend_tls
+            .clone()
+            .map(|c| c as Arc<dyn drover_registry::WrapProbe>),
+    };
     plan.health
         .clone()
-        .map(|check| spawn_active_checks_sending(Arc::clone(pool), check, preamble))
+        .map(|check| spawn_active_checks_with(Arc::clone(pool), check, probing))
 }
 
 /// The pool a plan's fixed backends make up (`RunningBalancer::start` applies their

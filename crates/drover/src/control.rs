@@ -283,7 +283,9 @@ impl Controller {
                 continue;
             };
             let old = b.config();
-            if old == *config {
+            // backend_tls files were just read again: a changed CA or client certificate
+            // applies (new connections; the idle ones go with the old settings).
+            if old == *config && config.backend_tls.is_none() {
                 steps.push(Step::Keep(Arc::clone(b), plan.proxy.tls));
             } else if app_of(&old) != app_of(config) {
                 // Its pool is the app's, which the workers join: another app (or none)
@@ -596,7 +598,8 @@ impl Control for Controller {
         let balancers = self
             .balancers()
             .iter()
-            .map(|b| BalancerStatus {
+            .map(|b| (b, b.check_errors()))
+            .map(|(b, check_errors)| BalancerStatus {
                 name: b.name.clone(),
                 listen: shown_listen(b.listen),
                 strategy: b.strategy(),
@@ -619,6 +622,7 @@ impl Control for Controller {
                         rtt_ms: e.rtt_ns as f64 / 1e6,
                         weight: e.weight,
                         ejections: e.ejections,
+                        check_error: check_errors.get(&e.addr).cloned(),
                     })
                     .collect(),
                 sources: b.source_rows(),

@@ -10,12 +10,11 @@ use crate::body::{
 use crate::error::ProxyError;
 use crate::http1::request::RequestHead;
 use crate::http1::response::{self, Exchange, ResponseHead};
-use crate::upstream;
+use crate::upstream::{self, Upstream};
 use drover_balance::{clock, Endpoint};
 use drover_metrics::Cause;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tracing::{debug, warn};
 
 use super::exchange::Answered;
@@ -87,7 +86,7 @@ impl Conn {
 
     /// A connection to the endpoint `slot` holds: an idle kept-alive one (unless `fresh`),
     /// or a new one; and whether it was reused.
-    async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(TcpStream, bool), Attempt> {
+    async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(Upstream, bool), Attempt> {
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
         let send_header = self.thread.shared.opts.send_proxy_protocol;
@@ -96,7 +95,7 @@ impl Conn {
         let kept = self.private_upstream.take();
         if !fresh {
             let reused = match (send_header, kept) {
-                (Some(_), Some(kept)) if kept.0 == addr && upstream::is_open(&kept.1) => {
+                (Some(_), Some(kept)) if kept.0 == addr && upstream::is_open(kept.1.tcp()) => {
                     Some(kept.1)
                 }
                 (Some(_), _) => None,
@@ -109,19 +108,17 @@ impl Conn {
         }
         let shared = &self.thread.shared;
         let timeout = shared.opts.timeouts.connect;
-        match upstream::connect_endpoint(endpoint, &shared.pool, timeout, slot.pick().started())
-            .await
+        let header = send_header.map(|version| {
+            let local = self.client.local_addr().unwrap_or(addr);
+            (version, self.info.addr, local)
+        });
+        let tls = shared.opts.backend_tls.as_deref();
+        let started = slot.pick().started();
+        let (pool, stats) = (&shared.pool, &shared.stats);
+        match upstream::connect_upstream(endpoint, pool, stats, timeout, started, header, tls).await
         {
-            Ok(mut stream) => {
-                self.upstream_is_private = false;
-                if let Some(version) = send_header {
-                    let local = self.client.local_addr().unwrap_or(addr);
-                    let client = self.info.addr;
-                    upstream::send_proxy_header(&mut stream, endpoint, version, client, local)
-                        .await
-                        .map_err(Attempt::Retry)?;
-                    self.upstream_is_private = true;
-                }
+            Ok(stream) => {
+                self.upstream_is_private = send_header.is_some();
                 Ok((stream, false))
             }
             Err(e) => Err(Attempt::Retry(e)),
@@ -133,7 +130,7 @@ impl Conn {
     /// backend answered before the body ended, and the rest is never sent.
     async fn send_request(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         head: &RequestHead,
         endpoint: &Arc<Endpoint>,
         reused: bool,
@@ -152,20 +149,27 @@ impl Conn {
             return Ok(true);
         }
         self.out.extend_from_slice(&self.reqbody);
-        let (up_read, mut up_write) = up.split();
-        let ends = Ends {
-            src: &mut self.client,
-            pending: &mut self.cbuf,
-            dst: &mut up_write,
-            out: &mut self.out,
-            read_timeout: timeouts.client,
-            write_timeout: timeouts.request,
-            pace,
+        let relayed = match up {
+            Upstream::Plain(tcp) => {
+                let (up_read, mut up_write) = tcp.split();
+                let answered = async {
+                    let _ = up_read.readable().await;
+                };
+                self.relay_request_body(framer, &mut up_write, pace, answered)
+                    .await
+            }
+            // No early answer is watched for under TLS: the socket turning readable
+            // says nothing there (a TLS 1.3 server sends its session tickets after the
+            // handshake, as the body goes), and the stream cannot be split into a half
+            // that writes and one that reads records. The body is sent whole, then the
+            // answer read (a backend that answered early and stopped reading fails the
+            // write, or the request timeout).
+            Upstream::Tls(tls) => {
+                self.relay_request_body(framer, tls.as_mut(), pace, std::future::pending())
+                    .await
+            }
         };
-        let answered = async {
-            let _ = up_read.readable().await;
-        };
-        match body::relay(framer, ends, REQUEST_BUFFER, true, answered, &mut 0).await {
+        match relayed {
             Ok(Relayed::Complete) => Ok(true),
             Ok(Relayed::Interrupted) => {
                 // The rest is never sent: the backend connection cannot be reused.
@@ -187,10 +191,32 @@ impl Conn {
         }
     }
 
+    /// The rest of the request body, from the client to `dst`, until it ends or
+    /// `answered` (the backend spoke first).
+    async fn relay_request_body<W: tokio::io::AsyncWrite + Unpin>(
+        &mut self,
+        framer: &mut Framer,
+        dst: &mut W,
+        pace: Option<&mut BodyPace>,
+        answered: impl std::future::Future<Output = ()>,
+    ) -> Result<Relayed, BodyError> {
+        let timeouts = self.opts().timeouts;
+        let ends = Ends {
+            src: &mut self.client,
+            pending: &mut self.cbuf,
+            dst,
+            out: &mut self.out,
+            read_timeout: timeouts.client,
+            write_timeout: timeouts.request,
+            pace,
+        };
+        body::relay(framer, ends, REQUEST_BUFFER, true, answered, &mut 0).await
+    }
+
     /// The response head after any 1xx, which go to the client as they come.
     async fn final_response_head(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         head: &RequestHead,
         endpoint: &Arc<Endpoint>,
         reused: bool,
@@ -218,6 +244,14 @@ impl Conn {
             {
                 Ok(resp) => resp,
                 Err(ReadHead::Closed { got_bytes }) => {
+                    if let Some(why) = up.tls_failure() {
+                        // The server refused the session (its client certificate
+                        // check): the request never reached the application.
+                        let shared = &self.thread.shared;
+                        let failed =
+                            upstream::tls_failed(endpoint, &shared.pool, &shared.stats, why);
+                        return Err(Attempt::Retry(failed));
+                    }
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
                     return Err(self.backend_failed(
                         endpoint,
@@ -255,7 +289,7 @@ impl Conn {
     /// connection goes back to the idle pool when it can carry another request.
     async fn relay_response(
         &mut self,
-        mut up: TcpStream,
+        mut up: Upstream,
         resp: &ResponseHead,
         slot: &Slot,
         request_sent: bool,
@@ -311,7 +345,7 @@ impl Conn {
 
     async fn read_response_head(
         &mut self,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         ex: &Exchange,
         set_cookie: Option<&str>,
     ) -> Result<ResponseHead, ReadHead> {
@@ -355,7 +389,7 @@ impl Conn {
     }
 
     /// After a 101: relay bytes both ways until either side closes.
-    async fn tunnel(&mut self, mut up: TcpStream) -> Attempt {
+    async fn tunnel(&mut self, mut up: Upstream) -> Attempt {
         self.out.extend_from_slice(&self.ubuf);
         self.ubuf.clear();
         let client_timeout = self.opts().timeouts.client;

@@ -259,7 +259,7 @@ struct Conn {
     outcome: Outcome,
     /// The idle backend connection that carries this client's PROXY protocol header
     /// (`send_proxy_protocol`), kept for its next request: no other client may use it.
-    private_upstream: Option<Box<(std::net::SocketAddr, TcpStream)>>,
+    private_upstream: Option<Box<(std::net::SocketAddr, crate::upstream::Upstream)>>,
     /// Whether the backend connection of the try under way carries a PROXY protocol
     /// header: it then goes back to `private_upstream`, never to the thread's pool.
     upstream_is_private: bool,

@@ -301,11 +301,11 @@ fn read(index: usize, part: Part, path: &Path) -> Result<Vec<u8>, Error> {
 
 /// Whether `bytes` look like PEM at all: a file with no BEGIN line is some other format
 /// (DER, a typo'd path to another file), which says more than "no certificate".
-fn has_pem_section(bytes: &[u8]) -> bool {
+pub(crate) fn has_pem_section(bytes: &[u8]) -> bool {
     memchr::memmem::find(bytes, b"-----BEGIN ").is_some()
 }
 
-fn load_one(
+pub(crate) fn load_one(
     index: usize,
     files: &CertFiles,
     provider: &CryptoProvider,
