@@ -333,8 +333,11 @@ impl RunningBalancer {
                 old.clear(&self.pool);
             }
         }
-        if state.config.health != config.health || config.backend_tls.is_some() {
-            // The old checks stop when dropped; the endpoints keep their verdicts. With
+        let probes_changed = state.config.health != config.health
+            || state.config.send_proxy_protocol != config.send_proxy_protocol;
+        if probes_changed || config.backend_tls.is_some() {
+            // The old checks stop when dropped; the endpoints keep their verdicts. A
+            // PROXY header turned on or off changes each probe's first bytes; with
             // backend_tls they probe with the files just read again.
             state.checks = active_checks(&plan, &self.pool);
         }

@@ -180,7 +180,8 @@ async fn haproxy_behind() -> Option<(tokio::process::Child, SocketAddr)> {
          \x20 http-request return status 200 content-type text/plain lf-string \"client=%[src]:%[src_port] via=%[fc_src_port]\"\n"
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = start_haproxy("proxy-protocol-behind", &cfg, &[addr]).await?;
+    // A directory per port: two tests may start one at once.
+    let child = start_haproxy(&format!("proxy-protocol-behind-{port}"), &cfg, &[addr]).await?;
     Some((child, addr))
 }
 
@@ -287,5 +288,41 @@ fn send_proxy_protocol_refuses_bad_versions_and_drover_run() {
     assert!(
         err.contains("--send-proxy-protocol does not apply to drover run"),
         "{err}"
+    );
+}
+
+/// A reload that turns `send_proxy_protocol` on gives the health checks the header too:
+/// HAProxy behind (`accept-proxy`) drops a probe without one, so the only endpoint is
+/// down before the reload and up after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_turns_send_proxy_protocol_on_gives_the_probes_the_header() {
+    let Some((_haproxy, backend)) = haproxy_behind().await else {
+        return;
+    };
+    let dir = common::temp_dir("proxy-protocol-reload");
+    let toml = |send: &str| {
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\n\
+             backends = [\"{backend}\"]\n\
+             health = {{ path = \"/\", interval = \"100ms\", timeout = \"1s\", rise = 1, fall = 1 }}\n{send}"
+        )
+    };
+    let (d, _addr, admin, path) = common::proxy_config(&dir, &toml(""), "front").await;
+    let healthy = || async {
+        common::status(admin).await.balancers[0]
+            .endpoints
+            .iter()
+            .all(|e| e.healthy)
+    };
+    let down = wait_until_async(Duration::from_secs(10), || async { !healthy().await }).await;
+    assert!(down, "probes without a header pass: {}", d.stderr_text());
+    std::fs::write(&path, toml("send_proxy_protocol = \"v2\"\n")).unwrap();
+    let (code, out, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let up = wait_until_async(Duration::from_secs(10), healthy).await;
+    assert!(
+        up,
+        "the probes after the reload send no header: {}",
+        d.stderr_text()
     );
 }
