@@ -845,6 +845,7 @@ struct RawBalancer {
     redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
     http2: Option<Spanned<bool>>,
     h2c: Option<Spanned<bool>>,
+    http2_max_streams: Option<Spanned<Bounded<1, { HTTP2_MAX_STREAMS_MAX as i64 }>>>,
     routes: Option<Spanned<Vec<Spanned<RawRoute>>>>,
 }
 
@@ -1873,6 +1874,10 @@ fn validate_balancer(
             ),
             ("http2", raw.http2.as_ref().map(Spanned::span)),
             ("h2c", raw.h2c.as_ref().map(Spanned::span)),
+            (
+                "http2_max_streams",
+                raw.http2_max_streams.as_ref().map(Spanned::span),
+            ),
             ("routes", raw.routes.as_ref().map(Spanned::span)),
         ];
         if let Some((k, Some(span))) = listener_only.into_iter().find(|(_, s)| s.is_some()) {
@@ -1965,6 +1970,9 @@ fn validate_balancer(
         }
         if let Some(h) = &raw.h2c {
             return Err(http_only(h.span(), "h2c"));
+        }
+        if let Some(h) = &raw.http2_max_streams {
+            return Err(http_only(h.span(), "http2_max_streams"));
         }
         if let Some(l) = &raw.limits {
             return Err(http_only(l.span(), "limits"));
@@ -2281,6 +2289,16 @@ fn validate_balancer(
             return Err(ctx.at(h.span(), key("h2c"), why));
         }
         b.h2c = true;
+    }
+    if let Some(n) = &raw.http2_max_streams {
+        if !(b.h2c || (raw.tls.is_some() && b.http2)) {
+            return Err(ctx.at(
+                n.span(),
+                key("http2_max_streams"),
+                "http2_max_streams bounds HTTP/2 connections, and this balancer serves none: it needs tls (with http2, on by default) or h2c = true",
+            ));
+        }
+        b.http2_max_streams = n.get_ref().as_u32();
     }
     if let Some(tls) = raw.tls {
         b.tls = Some(validate_tls(tls, &key, ctx)?);
@@ -3632,6 +3650,36 @@ sticky = { cookie = "sid" }
         check(&e, 5, "balancer[0].h2c", "offered by ALPN");
         let e = err(&format!("{MINIMAL}http2 = false\nh2c = true\n"));
         check(&e, 5, "balancer[0].h2c", "http2 = false");
+    }
+
+    #[test]
+    fn http2_max_streams() {
+        let c = ok(MINIMAL);
+        assert_eq!(c.balancers[0].http2_max_streams, 128, "nginx's default");
+        let c = ok(&format!("{MINIMAL}h2c = true\nhttp2_max_streams = 16\n"));
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert_eq!(plan.proxy.http2_max_streams, 16);
+        for (value, msg) in [("0", "1"), ("10001", "10000"), ("\"8\"", "")] {
+            let e = err(&format!(
+                "{MINIMAL}h2c = true\nhttp2_max_streams = {value}\n"
+            ));
+            check(&e, 5, "balancer[0].http2_max_streams", msg);
+        }
+        let e = err(&format!("{MINIMAL}http2_max_streams = 16\n"));
+        check(&e, 4, "balancer[0].http2_max_streams", "needs tls");
+        let e = err(&format!(
+            "{MINIMAL}tls = {{ cert = \"a.pem\", key = \"a.key\" }}\nhttp2 = false\nhttp2_max_streams = 16\n"
+        ));
+        check(&e, 6, "balancer[0].http2_max_streams", "needs tls");
+        let e = err(
+            "[[balancer]]\nmode = \"tcp\"\nlisten = \"127.0.0.1:8000\"\nbackends = [\"127.0.0.1:9001\"]\nhttp2_max_streams = 16\n",
+        );
+        check(
+            &e,
+            5,
+            "balancer[0].http2_max_streams",
+            "TCP mode reads nothing",
+        );
     }
 
     #[test]

@@ -406,6 +406,15 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub h2c: bool,
 
+    /// Streams an HTTP/2 client may have open at once on one connection, 1 to 10000
+    /// [default: 128] (`http2_max_streams`; with --tls-cert or --h2c).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=model::HTTP2_MAX_STREAMS_MAX as i64)
+    )]
+    pub http2_max_streams: Option<u32>,
+
     /// DNS server for dns: backends (repeat for more) [default: the system's, from
     /// /etc/resolv.conf].
     #[arg(long, value_name = "IP[:PORT]", conflicts_with = "config")]
@@ -726,6 +735,12 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         }
         b.h2c = true;
     }
+    if let Some(n) = a.http2_max_streams {
+        if !(b.h2c || (b.tls.is_some() && b.http2)) {
+            return Err("--http2-max-streams bounds HTTP/2 connections, which need --tls-cert (with --http2 on, the default) or --h2c".into());
+        }
+        b.http2_max_streams = n;
+    }
     b.timeouts = crate::TimeoutConfig {
         connect: a.connect_timeout,
         header_read: a.header_timeout,
@@ -840,6 +855,7 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
         ("redirect_to_https", a.redirect_to_https.is_some()),
         ("http2", a.http2.is_some()),
         ("h2c", a.h2c),
+        ("http2_max_streams", a.http2_max_streams.is_some()),
     ];
     if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
         return Err(model::HttpOnly::of(key).in_flags());
@@ -1299,6 +1315,19 @@ mod tests {
         assert!(!b.http2);
         let b = proxy_balancer(&parse(&["--h2c"]).unwrap()).unwrap();
         assert!(b.http2 && b.h2c);
+        let b = proxy_balancer(&parse(&["--h2c", "--http2-max-streams", "16"]).unwrap()).unwrap();
+        assert_eq!(b.http2_max_streams, 16);
+        let e = parse(&["--h2c", "--http2-max-streams", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--http2-max-streams") && e.contains("0"), "{e}");
+        let e = proxy_balancer(&parse(&["--http2-max-streams", "16"]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--http2-max-streams") && e.contains("--h2c"),
+            "{e}"
+        );
         let e = parse(&["--http2", "maybe"]).unwrap_err().to_string();
         assert!(e.contains("--http2") && e.contains("maybe"), "{e}");
         let tls = ["--tls-cert", "a.pem", "--tls-key", "a.key", "--h2c"];

@@ -39,6 +39,10 @@ pub struct EtcdConfig {
     pub endpoints: Vec<String>,
 }
 
+/// The most streams `http2_max_streams` may allow (flags and files alike): each open
+/// stream may hold a request buffer and a backend connection.
+pub const HTTP2_MAX_STREAMS_MAX: u32 = 10_000;
+
 /// The most serving threads one balancer may have (flags and files alike).
 pub const THREADS_MAX: usize = 1024;
 
@@ -137,6 +141,10 @@ pub struct BalancerConfig {
     /// `h2c`: on a plain balancer, serve cleartext HTTP/2 to clients that open with its
     /// preface (prior knowledge), HTTP/1.1 to the others; off by default.
     pub h2c: bool,
+    /// `http2_max_streams`: the streams an HTTP/2 client may have open at once on one
+    /// connection, 1..=`HTTP2_MAX_STREAMS_MAX`; only with HTTP/2 on (`tls` with `http2`,
+    /// or `h2c`). Default 128, nginx's `http2_max_concurrent_streams`.
+    pub http2_max_streams: u32,
     /// `routes = [...]`: the balancers that serve this listener's connections or
     /// requests, each picked by what its route matches. In TCP mode (`{ sni = [...],
     /// balancer = "NAME" }`) each connection's TLS ClientHello is read undecrypted and
@@ -247,6 +255,11 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
     HttpOnly {
         key: "h2c",
         flag: Some("--h2c"),
+        why: "HTTP/2 is read frame by frame, and TCP mode reads nothing",
+    },
+    HttpOnly {
+        key: "http2_max_streams",
+        flag: Some("--http2-max-streams"),
         why: "HTTP/2 is read frame by frame, and TCP mode reads nothing",
     },
     HttpOnly {
@@ -362,6 +375,7 @@ impl BalancerConfig {
             routes: Vec::new(),
             http2: drover_proxy::ProxyOptions::default().http2,
             h2c: drover_proxy::ProxyOptions::default().h2c,
+            http2_max_streams: drover_proxy::ProxyOptions::default().http2_max_streams,
             backend_tls: None,
         }
     }

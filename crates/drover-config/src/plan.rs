@@ -212,6 +212,7 @@ impl BalancerPlan {
                 redirect_to_https: b.redirect_to_https,
                 http2: b.http2,
                 h2c: b.h2c,
+                http2_max_streams: b.http2_max_streams,
                 backend_tls,
                 ..ProxyOptions::default()
             },

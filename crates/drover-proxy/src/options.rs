@@ -56,6 +56,9 @@ pub struct ProxyOptions {
     /// default): a connection that opens with the HTTP/2 preface speaks it, any other
     /// HTTP/1.1.
     pub h2c: bool,
+    /// Streams an HTTP/2 client may have open at once on one connection (its
+    /// SETTINGS_MAX_CONCURRENT_STREAMS, `http2_max_streams`).
+    pub http2_max_streams: u32,
     /// Speak TLS to every endpoint (`backend_tls`), verified as its settings say, loaded
     /// and checked; `None`: plain TCP. HTTP mode only.
     pub backend_tls: Option<Arc<crate::backend_tls::Connector>>,
@@ -138,6 +141,8 @@ impl Default for ProxyOptions {
             redirect_to_https: None,
             http2: true,
             h2c: false,
+            // nginx's `http2_max_concurrent_streams` default.
+            http2_max_streams: 128,
             backend_tls: None,
         }
     }

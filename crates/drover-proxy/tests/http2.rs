@@ -1023,3 +1023,28 @@ async fn a_client_that_opens_no_window_is_cut_off_at_the_client_timeout() {
         "the backend still serves the cut-off stream"
     );
 }
+
+/// `http2_max_streams` is what a client is told it may open at once (SETTINGS), and
+/// what drover runs at once on one connection.
+#[tokio::test]
+async fn a_client_is_told_the_streams_it_may_open() {
+    let b = backends(1).await;
+    let d = start(&b, |o| o.http2_max_streams = 2);
+    let (mut send, _driver) = h2c(d.addr()).await;
+    let (parts, _) = exchange(&mut send, get(d.addr(), "/"), None).await.unwrap();
+    assert_eq!(parts.status, 200);
+    assert_eq!(send.current_max_send_streams(), 2);
+    // Six slow requests at once: at most two at the backend together.
+    b[0].reset_stats();
+    let slow: Vec<_> = (0..6)
+        .map(|_| {
+            let mut send = send.clone();
+            let req = get(d.addr(), "/delay/200");
+            tokio::spawn(async move { exchange(&mut send, req, None).await.unwrap().0.status })
+        })
+        .collect();
+    for s in slow {
+        assert_eq!(s.await.unwrap(), 200);
+    }
+    assert_eq!(b[0].max_in_flight(), 2);
+}

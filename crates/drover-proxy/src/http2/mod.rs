@@ -41,10 +41,6 @@ use tracing::debug;
 /// bytes a client sends.
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Streams a client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_
-/// STREAMS): nginx's `http2_max_concurrent_streams` default.
-pub const MAX_CONCURRENT_STREAMS: u32 = 128;
-
 /// Streams reset by the client before drover accepted them, at once, before the
 /// connection is closed with ENHANCE_YOUR_CALM (the rapid reset attack, CVE-2023-44487;
 /// hyper's default).
@@ -56,8 +52,8 @@ const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// ENHANCE_YOUR_CALM. Each such stream may have cost a backend request: a client that
 /// opens and cancels streams as fast as drover takes them is the rapid reset attack
 /// at its most expensive. A browser that cancels a few requests as it navigates is
-/// far from both bounds.
-const MAX_CLIENT_RESETS: usize = 2 * MAX_CONCURRENT_STREAMS as usize;
+/// far from both bounds. Twice the streams a client may have open at once.
+const CLIENT_RESETS_PER_STREAM: usize = 2;
 
 /// Streams drover itself had to reset for a client's errors, over a connection's life,
 /// before it closes the connection (the h2 crate's default, said here).
@@ -153,9 +149,10 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
         Err(_) => return,
     };
     let opts = &shared.opts;
+    let max_client_resets = CLIENT_RESETS_PER_STREAM * opts.http2_max_streams as usize;
     let mut builder = h2::server::Builder::new();
     builder
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_concurrent_streams(opts.http2_max_streams)
         .max_header_list_size(u32::try_from(opts.limits.max_header_bytes).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
         .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
@@ -177,7 +174,7 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
     shared.stats.record_http2_connection();
     let mut shutdown = shared.shutdown.clone();
     let mut retired = shared.retired.subscribe();
-    let streams = Arc::new(Semaphore::new(MAX_CONCURRENT_STREAMS as usize));
+    let streams = Arc::new(Semaphore::new(opts.http2_max_streams as usize));
     let (mut accepted, resets) = (0usize, Arc::new(AtomicUsize::new(0)));
     let idle = opts.timeouts.idle;
     let idle_timer = tokio::time::sleep(idle);
@@ -195,7 +192,7 @@ pub(crate) async fn serve(io: Rewound, cell: Arc<ThreadCell>, info: ClientInfo, 
                     idle_timer.as_mut().reset(Instant::now() + idle);
                     accepted += 1;
                     let reset = resets.load(Relaxed);
-                    if reset > MAX_CLIENT_RESETS && reset * 2 > accepted {
+                    if reset > max_client_resets && reset * 2 > accepted {
                         debug!(client = %info.ip, reset, accepted, "HTTP/2 streams reset by the client, mostly: closed (rapid reset)");
                         connection.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
                         closing = true;
