@@ -820,15 +820,7 @@ async fn a_certificate_expiring_in_5_days_is_a_warning_on_the_dashboard() {
     )
     .await;
     let admin = admin_addr(&d).await;
-    let (status, _, stream) = EventStream::open(admin, None).await;
-    assert_eq!(status, 200);
-    let mut stream = stream.unwrap();
-    let sample = loop {
-        let (event, data) = stream.next().await;
-        if event == "sample" {
-            break data;
-        }
-    };
+    let sample = first_sample(admin).await;
     let due = &sample["balancers"][0]["expiring_certificates"];
     assert_eq!(due.as_array().map(Vec::len), Some(1), "{sample}");
     assert_eq!(due[0]["cert"], cert.to_str().unwrap());
@@ -838,14 +830,7 @@ async fn a_certificate_expiring_in_5_days_is_a_warning_on_the_dashboard() {
     if chromium_missing() {
         return;
     }
-    let chromium = Chromium::start(&temp_dir("dashboard-cert-chromium")).await;
-    let mut cdp = Cdp::page(&chromium).await;
-    cdp.call("Page.enable", json!({})).await;
-    cdp.call(
-        "Page.navigate",
-        json!({ "url": format!("http://{admin}/") }),
-    )
-    .await;
+    let (_chromium, mut cdp) = dashboard_in_chromium(admin, "dashboard-cert-chromium").await;
     let shown = cdp
         .until(
             Duration::from_secs(15),
@@ -878,15 +863,7 @@ async fn the_dashboard_shows_routes_and_a_balancer_without_listener() {
         backend.addr()
     );
     let (_d, _front, admin, _path) = common::proxy_config(&dir, &toml, "front").await;
-    let (status, _, stream) = EventStream::open(admin, None).await;
-    assert_eq!(status, 200);
-    let mut stream = stream.unwrap();
-    let sample = loop {
-        let (event, data) = stream.next().await;
-        if event == "sample" {
-            break data;
-        }
-    };
+    let sample = first_sample(admin).await;
     let by_name = |name: &str| {
         sample["balancers"]
             .as_array()
@@ -905,14 +882,7 @@ async fn the_dashboard_shows_routes_and_a_balancer_without_listener() {
     if chromium_missing() {
         return;
     }
-    let chromium = Chromium::start(&temp_dir("dashboard-routes-chromium")).await;
-    let mut cdp = Cdp::page(&chromium).await;
-    cdp.call("Page.enable", json!({})).await;
-    cdp.call(
-        "Page.navigate",
-        json!({ "url": format!("http://{admin}/") }),
-    )
-    .await;
+    let (_chromium, mut cdp) = dashboard_in_chromium(admin, "dashboard-routes-chromium").await;
     let shown = cdp
         .until(
             Duration::from_secs(15),
@@ -924,4 +894,30 @@ async fn the_dashboard_shows_routes_and_a_balancer_without_listener() {
         "no routes on the page: {}",
         cdp.eval("document.body.innerText").await
     );
+}
+
+/// The first sample the dashboard's event stream sends.
+async fn first_sample(admin: SocketAddr) -> Value {
+    let (status, _, stream) = EventStream::open(admin, None).await;
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    loop {
+        let (event, data) = stream.next().await;
+        if event == "sample" {
+            return data;
+        }
+    }
+}
+
+/// The dashboard of `admin` loading in a headless Chromium (its profile under `tag`).
+async fn dashboard_in_chromium(admin: SocketAddr, tag: &str) -> (Chromium, Cdp) {
+    let chromium = Chromium::start(&temp_dir(tag)).await;
+    let mut cdp = Cdp::page(&chromium).await;
+    cdp.call("Page.enable", json!({})).await;
+    cdp.call(
+        "Page.navigate",
+        json!({ "url": format!("http://{admin}/") }),
+    )
+    .await;
+    (chromium, cdp)
 }
