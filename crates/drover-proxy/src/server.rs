@@ -488,7 +488,8 @@ fn backed_up(listener: &BalancerState, now: drover_balance::Nanos) -> bool {
         Some(Routes::Http(routes)) => {
             (!routes.listener_default() || listener.admission.backed_up(now))
                 && routes
-                    .route_targets()
+                    .distinct_targets()
+                    .iter()
                     .all(|t| t.current.load().admission.backed_up(now))
         }
         _ => listener.admission.backed_up(now),

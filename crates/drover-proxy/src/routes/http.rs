@@ -16,6 +16,7 @@
 
 use super::{host_buf, normal_host, Names, RouteTarget};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// One route: what it matches, and where it sends.
 #[derive(Debug, Clone)]
@@ -35,6 +36,9 @@ pub struct HttpRoutes {
     matcher: Matcher,
     /// Each route's balancer, in route order.
     targets: Vec<RouteTarget>,
+    /// The balancers routes send to, each once (many routes may name one): what the
+    /// accept loop's backpressure and the idle sweep go over.
+    distinct: Vec<RouteTarget>,
 }
 
 /// What routes match on, apart from where they send.
@@ -81,9 +85,17 @@ impl HttpRoutes {
                 .map(|r| (&r.hosts[..], r.path_prefix.as_str(), r.strip_prefix)),
             listener_default,
         );
+        let targets: Vec<RouteTarget> = routes.into_iter().map(|r| r.target).collect();
+        let mut distinct: Vec<RouteTarget> = Vec::new();
+        for t in &targets {
+            if !distinct.iter().any(|d| Arc::ptr_eq(&d.current, &t.current)) {
+                distinct.push(t.clone());
+            }
+        }
         HttpRoutes {
             matcher,
-            targets: routes.into_iter().map(|r| r.target).collect(),
+            targets,
+            distinct,
         }
     }
 
@@ -98,13 +110,9 @@ impl HttpRoutes {
         &self.targets[index]
     }
 
-    /// The balancers routes send to, in route order.
-    pub fn targets(&self) -> impl Iterator<Item = &str> {
-        self.targets.iter().map(|t| t.name.as_str())
-    }
-
-    pub(crate) fn route_targets(&self) -> impl Iterator<Item = &RouteTarget> {
-        self.targets.iter()
+    /// The balancers routes send to, each once.
+    pub(crate) fn distinct_targets(&self) -> &[RouteTarget] {
+        &self.distinct
     }
 
     /// Whether the listener's own balancer serves what no route matches.

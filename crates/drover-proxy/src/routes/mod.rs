@@ -79,20 +79,12 @@ pub enum Routes {
 }
 
 impl Routes {
-    /// The balancers routes send to, in route order.
-    pub fn targets(&self) -> Vec<&str> {
-        match self {
-            Routes::Sni(r) => r.targets().collect(),
-            Routes::Http(r) => r.targets().collect(),
-        }
-    }
-
     /// Drops the routed balancers' idle backend connections past their idle timeout,
     /// for this serving thread (a balancer without a listener has no thread of its own
     /// to do it).
     pub(crate) fn sweep(&self) {
         if let Routes::Http(r) = self {
-            for t in r.route_targets() {
+            for t in r.distinct_targets() {
                 t.cell().load().upstreams.sweep();
             }
         }

@@ -66,11 +66,6 @@ impl SniRoutes {
         let found = self.names.matches(&name).find_map(|i| *i);
         found
     }
-
-    /// The balancers routes send to, in route order.
-    pub fn targets(&self) -> impl Iterator<Item = &str> {
-        self.targets.iter().map(|t| t.name.as_str())
-    }
 }
 
 #[cfg(test)]
