@@ -842,6 +842,7 @@ struct RawBalancer {
     access_log: Option<Spanned<RawAccessLog>>,
     tls: Option<Spanned<RawTls>>,
     backend_tls: Option<Spanned<RawBackendTls>>,
+    backend_protocol: Option<Spanned<String>>,
     redirect_to_https: Option<Spanned<Bounded<1, 65535>>>,
     http2: Option<Spanned<bool>>,
     h2c: Option<Spanned<bool>>,
@@ -1962,6 +1963,9 @@ fn validate_balancer(
         if let Some(tls) = &raw.backend_tls {
             return Err(http_only(tls.span(), "backend_tls"));
         }
+        if let Some(p) = &raw.backend_protocol {
+            return Err(http_only(p.span(), "backend_protocol"));
+        }
         if let Some(port) = &raw.redirect_to_https {
             return Err(http_only(port.span(), "redirect_to_https"));
         }
@@ -2316,6 +2320,29 @@ fn validate_balancer(
             ));
         }
         b.backend_tls = Some(validate_backend_tls(tls, &key, ctx)?);
+    }
+    if let Some(p) = raw.backend_protocol {
+        let span = p.span();
+        let protocol: drover_proxy::BackendProtocol = p
+            .into_inner()
+            .parse()
+            .map_err(|e: String| ctx.at(span.clone(), key("backend_protocol"), e))?;
+        let refuse = |why: String| Err(ctx.at(span.clone(), key("backend_protocol"), why));
+        if let Some(BackendRef::App(app)) =
+            b.backends.iter().find(|o| matches!(o, BackendRef::App(_)))
+        {
+            if protocol.is_http2() {
+                return refuse(format!("HTTP/2 to the workers of app {app:?} is not built yet: drover hands them client connections as they come, in HTTP/1.1; put it on a balancer of backends that speak HTTP/2"));
+            }
+        }
+        if let Some(why) = crate::model::backend_protocol_refusal(
+            protocol,
+            b.backend_tls.is_some(),
+            b.send_proxy_protocol.is_some(),
+        ) {
+            return refuse(why.to_owned());
+        }
+        b.backend_protocol = protocol;
     }
     if let Some(log) = raw.access_log {
         let log_span = log.span();

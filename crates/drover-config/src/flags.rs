@@ -195,6 +195,12 @@ pub struct BackendTlsArgs {
     /// (implies --backend-tls).
     #[arg(long, conflicts_with = "backend_ca")]
     pub backend_insecure_skip_verify: bool,
+
+    /// What requests go to the backends as: http1, h2c (HTTP/2 in cleartext) or h2
+    /// (HTTP/2 over --backend-tls); each request one stream, so gRPC calls spread
+    /// [default: http1] (`backend_protocol`).
+    #[arg(long, value_name = "PROTOCOL")]
+    pub backend_protocol: Option<drover_proxy::BackendProtocol>,
 }
 
 impl BackendTlsArgs {
@@ -722,6 +728,17 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.apply_access_log(&a.access_log)?;
     b.tls = a.tls.settings()?;
     b.backend_tls = a.backend_tls.settings()?;
+    if let Some(protocol) = a.backend_tls.backend_protocol {
+        let refusal = model::backend_protocol_refusal(
+            protocol,
+            b.backend_tls.is_some(),
+            b.send_proxy_protocol.is_some(),
+        );
+        if let Some(why) = refusal {
+            return Err(format!("--backend-protocol {protocol}: {why}"));
+        }
+        b.backend_protocol = protocol;
+    }
     b.redirect_to_https = a.redirect_to_https;
     b.http2 = a.http2.unwrap_or(b.http2);
     if a.h2c {
@@ -852,6 +869,7 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             "backend_tls",
             a.backend_tls.settings().ok().flatten().is_some(),
         ),
+        ("backend_protocol", a.backend_tls.backend_protocol.is_some()),
         ("redirect_to_https", a.redirect_to_https.is_some()),
         ("http2", a.http2.is_some()),
         ("h2c", a.h2c),

@@ -158,6 +158,11 @@ pub struct BalancerConfig {
     /// to every backend, verifying its certificate (files read when the balancer
     /// starts and at each reload); `None` (default): plain TCP. HTTP mode only.
     pub backend_tls: Option<BackendTlsConfig>,
+    /// `backend_protocol = "http1" | "h2c" | "h2"`: what requests go to the backends
+    /// as: HTTP/1.1 (default), or each one a stream of an HTTP/2 connection per backend,
+    /// in cleartext (`h2c`) or over `backend_tls` (`h2`). gRPC backends need one of the
+    /// latter. Not for a balancer in front of an app.
+    pub backend_protocol: drover_proxy::BackendProtocol,
 }
 
 /// One of a balancer's `routes`: what it matches and the balancer it sends to.
@@ -243,6 +248,11 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "TCP mode relays the client's bytes unread; encrypting them again towards the backends is not built yet (use mode = \"http\")",
     },
     HttpOnly {
+        key: "backend_protocol",
+        flag: Some("--backend-protocol"),
+        why: "TCP mode relays the client's bytes unread, whatever protocol they are",
+    },
+    HttpOnly {
         key: "redirect_to_https",
         flag: Some("--redirect-to-https"),
         why: "a redirect answers an HTTP request, which TCP mode does not read",
@@ -268,6 +278,23 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "\"auto\" learns from request latency; give a number of connections per endpoint, or 0 (no limit)",
     },
 ];
+
+/// Why `backend_protocol` cannot go with the rest of a balancer's settings (its
+/// `backend_tls`, its `send_proxy_protocol`), or `None` when it can; the drover.toml
+/// key and the flag say the same.
+pub fn backend_protocol_refusal(
+    protocol: drover_proxy::BackendProtocol,
+    backend_tls: bool,
+    send_proxy_protocol: bool,
+) -> Option<&'static str> {
+    use drover_proxy::BackendProtocol::{H2c, H2};
+    match (protocol, backend_tls) {
+        (H2, false) => return Some("\"h2\" is HTTP/2 over TLS, and this balancer has no backend TLS (backend_tls, --backend-tls): add it, or use \"h2c\" for HTTP/2 in cleartext"),
+        (H2c, true) => return Some("\"h2c\" is HTTP/2 in cleartext, and this balancer speaks TLS to its backends: use \"h2\" for HTTP/2 over TLS"),
+        _ => {}
+    }
+    (protocol.is_http2() && send_proxy_protocol).then_some("a PROXY protocol header names one client, and an HTTP/2 connection carries many clients' requests: drop send_proxy_protocol or use \"http1\"")
+}
 
 impl HttpOnly {
     /// The entry for `key`; every caller names a key of `HTTP_ONLY`.
@@ -377,6 +404,7 @@ impl BalancerConfig {
             h2c: drover_proxy::ProxyOptions::default().h2c,
             http2_max_streams: drover_proxy::ProxyOptions::default().http2_max_streams,
             backend_tls: None,
+            backend_protocol: drover_proxy::ProxyOptions::default().backend_protocol,
         }
     }
 }

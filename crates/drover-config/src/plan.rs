@@ -5,7 +5,7 @@ use crate::model::{self as config, BackendRef};
 use drover_balance::Strategy;
 use drover_proxy::backend_tls::Connector as BackendTlsConnector;
 use drover_proxy::tls::Certificates;
-use drover_proxy::{Limits, ProxyOptions, QueueOptions, Timeouts};
+use drover_proxy::{BackendProtocol, Limits, ProxyOptions, QueueOptions, Timeouts};
 use drover_registry::{HealthCheck, PassivePolicy, PoolOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -157,12 +157,17 @@ impl BalancerPlan {
                 if settings.server_name.is_none() {
                     settings.server_name = one_host_name(&b.backends);
                 }
-                Some(Arc::new(BackendTlsConnector::load(&settings).map_err(
-                    |source| PlanError::BackendTls {
+                let connector = BackendTlsConnector::load(&settings).map_err(|source| {
+                    PlanError::BackendTls {
                         balancer: b.name.clone(),
                         source,
-                    },
-                )?))
+                    }
+                })?;
+                Some(Arc::new(if b.backend_protocol == BackendProtocol::H2 {
+                    connector.for_http2()
+                } else {
+                    connector
+                }))
             }
             None => None,
         };
@@ -214,6 +219,7 @@ impl BalancerPlan {
                 h2c: b.h2c,
                 http2_max_streams: b.http2_max_streams,
                 backend_tls,
+                backend_protocol: b.backend_protocol,
                 ..ProxyOptions::default()
             },
             pool: PoolOptions {

@@ -175,6 +175,15 @@ impl Connector {
         })
     }
 
+    /// The same, offering HTTP/2 by ALPN (`h2`) instead of HTTP/1.1: for a balancer
+    /// with `backend_protocol = "h2"`.
+    pub fn for_http2(mut self) -> Connector {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        self.config = Arc::new(config);
+        self
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }

@@ -239,7 +239,6 @@ pub fn response(data: &[u8]) {
         http10_client: flags & 2 != 0,
         client_keep_alive: flags & 4 != 0,
         upgrade: flags & 8 != 0,
-        h2_client: flags & 32 != 0,
     };
     let cookie = (flags & 16 != 0).then_some(&b"s=e1; Path=/; HttpOnly"[..]);
     let mut out = Vec::new();

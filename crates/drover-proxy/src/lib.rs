@@ -54,7 +54,9 @@ pub mod tls;
 mod upstream;
 
 pub use error::ProxyError;
+pub use http2::backend::H2Probe;
 pub use options::{
-    Handoff, HashKey, Limits, ParseHashKeyError, Protocol, ProxyOptions, QueueOptions, Timeouts,
+    BackendProtocol, Handoff, HashKey, Limits, ParseHashKeyError, Protocol, ProxyOptions,
+    QueueOptions, Timeouts,
 };
 pub use server::{Proxy, ReconfigureError};

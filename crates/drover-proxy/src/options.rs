@@ -62,7 +62,13 @@ pub struct ProxyOptions {
     /// Speak TLS to every endpoint (`backend_tls`), verified as its settings say, loaded
     /// and checked; `None`: plain TCP. HTTP mode only.
     pub backend_tls: Option<Arc<crate::backend_tls::Connector>>,
+    /// What requests go to the backends as (`backend_protocol`): HTTP/1.1 over a
+    /// keep-alive pool (the default), or each one a stream on an HTTP/2 connection per
+    /// backend and thread (`http2::backend`), cleartext (`h2c`) or over `backend_tls`.
+    pub backend_protocol: BackendProtocol,
 }
+
+pub use crate::http2::backend::BackendProtocol;
 
 /// What a balancer's clients speak (`mode` in drover.toml, `drover proxy --tcp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,6 +150,7 @@ impl Default for ProxyOptions {
             // nginx's `http2_max_concurrent_streams` default.
             http2_max_streams: 128,
             backend_tls: None,
+            backend_protocol: BackendProtocol::Http1,
         }
     }
 }

@@ -594,7 +594,7 @@ fn serve_thread(
                 _ = handoff::returned(&cell) => serve_returned(&cell),
                 _ = sweep.tick() => {
                     let state = cell.load();
-                    state.upstreams.sweep();
+                    state.sweep();
                     if let Some(routes) = &*state.shared.routes.load() {
                         routes.sweep();
                     }

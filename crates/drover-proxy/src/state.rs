@@ -4,6 +4,7 @@
 use crate::access_log::AccessLog;
 use crate::admission::Admission;
 use crate::http1::keys::KeySpec;
+use crate::http2::backend::H2Backends;
 use crate::options::ProxyOptions;
 use crate::routes::Routes;
 use crate::tls::Certificates;
@@ -103,14 +104,23 @@ impl BalancerState {
 pub(crate) struct ThreadState {
     pub shared: Arc<BalancerState>,
     pub upstreams: Upstreams,
+    /// HTTP/2 connections to the endpoints (`backend_protocol` h2c or h2).
+    pub h2_upstreams: H2Backends,
 }
 
 impl ThreadState {
     pub fn new(shared: Arc<BalancerState>) -> ThreadState {
         ThreadState {
             upstreams: Upstreams::new(shared.opts.max_idle_per_endpoint, shared.opts.timeouts.idle),
+            h2_upstreams: H2Backends::default(),
             shared,
         }
+    }
+
+    /// Lets go of backend connections idle past the idle timeout.
+    pub fn sweep(&self) {
+        self.upstreams.sweep();
+        self.h2_upstreams.sweep(self.shared.opts.timeouts.idle);
     }
 }
 

@@ -19,20 +19,25 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-/// A connection to a backend: plain, or TLS (`backend_tls`). An enum as the client's
-/// side is (`conn/client.rs`): a plain connection pays a branch per read or write, and
-/// the boxed rustls state only where TLS is spoken.
+/// A connection to a backend: plain, or TLS (`backend_tls`); or one HTTP/2 stream on
+/// a connection shared by the thread's requests to that backend (`backend_protocol`,
+/// `http2::backend`). An enum as the client's side is (`conn/client.rs`): a plain
+/// connection pays a branch per read or write, and the boxed state only where TLS or
+/// HTTP/2 is spoken.
 pub enum Upstream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    H2(Box<crate::http2::backend::H2Exchange>),
 }
 
 impl Upstream {
-    /// The TCP connection under it.
-    pub fn tcp(&self) -> &TcpStream {
+    /// The TCP connection under it; `None` for an HTTP/2 stream, which has one of its own
+    /// only in the connection's task.
+    pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            Upstream::Plain(s) => s,
-            Upstream::Tls(s) => s.get_ref().0,
+            Upstream::Plain(s) => Some(s),
+            Upstream::Tls(s) => Some(s.get_ref().0),
+            Upstream::H2(_) => None,
         }
     }
 }
@@ -44,7 +49,7 @@ impl Upstream {
     /// response, which rustls keeps and tells here.
     pub fn tls_failure(&mut self) -> Option<crate::backend_tls::Failure> {
         match self {
-            Upstream::Plain(_) => None,
+            Upstream::Plain(_) | Upstream::H2(_) => None,
             Upstream::Tls(s) => s
                 .get_mut()
                 .1
@@ -64,6 +69,7 @@ impl AsyncRead for Upstream {
         match self.get_mut() {
             Upstream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Upstream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Upstream::H2(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -77,6 +83,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Upstream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Upstream::H2(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -84,6 +91,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Plain(s) => Pin::new(s).poll_flush(cx),
             Upstream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Upstream::H2(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -91,6 +99,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Upstream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Upstream::H2(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 
@@ -102,6 +111,7 @@ impl AsyncWrite for Upstream {
         match self.get_mut() {
             Upstream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Upstream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Upstream::H2(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -109,6 +119,7 @@ impl AsyncWrite for Upstream {
         match self {
             Upstream::Plain(s) => s.is_write_vectored(),
             Upstream::Tls(s) => s.is_write_vectored(),
+            Upstream::H2(_) => false,
         }
     }
 }
@@ -153,7 +164,7 @@ impl Upstreams {
             if c.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            if is_open(c.stream.tcp()) {
+            if c.stream.tcp().is_some_and(is_open) {
                 return Some(c.stream);
             }
         }

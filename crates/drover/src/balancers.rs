@@ -7,7 +7,7 @@ use drover_dns::{DnsSource, DnsTarget};
 use drover_etcd::EtcdMembers;
 use drover_metrics::BalancerSnapshot;
 use drover_proxy::routes::{HttpRoute, HttpRoutes, Route, Routes, SniRoutes};
-use drover_proxy::{Proxy, ReconfigureError};
+use drover_proxy::{H2Probe, Proxy, ReconfigureError};
 use drover_registry::{
     spawn_active_checks_with, ActiveChecks, MemberStore, Members, Pool, Probing, Source,
 };
@@ -334,10 +334,12 @@ impl RunningBalancer {
             }
         }
         let probes_changed = state.config.health != config.health
-            || state.config.send_proxy_protocol != config.send_proxy_protocol;
+            || state.config.send_proxy_protocol != config.send_proxy_protocol
+            || state.config.backend_protocol != config.backend_protocol;
         if probes_changed || config.backend_tls.is_some() {
             // The old checks stop when dropped; the endpoints keep their verdicts. A
-            // PROXY header turned on or off changes each probe's first bytes; with
+            // PROXY header turned on or off changes each probe's first bytes, HTTP/2
+            // to the backends (or back) what each probe speaks; with
             // backend_tls they probe with the files just read again.
             state.checks = active_checks(&plan, &self.pool);
         }
@@ -412,13 +414,16 @@ fn active_checks(plan: &BalancerPlan, pool: &Arc<Pool>) -> Option<ActiveChecks> 
         .unwrap_or_default();
     // With backend_tls, each probe does the handshake a request would: a certificate
     // that does not verify fails the check, with why.
+    // With HTTP/2 to the backends, each probe is a stream (over TLS for "h2").
+    let tls = plan.proxy.backend_tls.clone();
+    let wrap = if plan.proxy.backend_protocol.is_http2() {
+        Some(Arc::new(H2Probe { tls }) as Arc<dyn drover_registry::WrapProbe>)
+    } else {
+        tls.map(|c| c as Arc<dyn drover_registry::WrapProbe>)
+    };
     let probing = Probing {
         preamble: preamble.into(),
-        wrap: plan
-            .proxy
-            .backend_tls
-            .clone()
-            .map(|c| c as Arc<dyn drover_registry::WrapProbe>),
+        wrap,
     };
     plan.health
         .clone()

@@ -10,6 +10,8 @@ use crate::body::{
 use crate::error::ProxyError;
 use crate::http1::request::RequestHead;
 use crate::http1::response::{self, Exchange, ResponseHead};
+use crate::http2::backend::H2Conn;
+use crate::options::BackendProtocol;
 use crate::upstream::{self, Upstream};
 use drover_balance::{clock, Endpoint};
 use drover_metrics::Cause;
@@ -87,6 +89,9 @@ impl Conn {
     /// A connection to the endpoint `slot` holds: an idle kept-alive one (unless `fresh`),
     /// or a new one; and whether it was reused.
     async fn upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(Upstream, bool), Attempt> {
+        if self.opts().backend_protocol.is_http2() {
+            return self.h2_upstream(slot, fresh).await;
+        }
         let endpoint = slot.pick().endpoint();
         let addr = endpoint.addr();
         let send_header = self.thread.shared.opts.send_proxy_protocol;
@@ -95,7 +100,9 @@ impl Conn {
         let kept = self.private_upstream.take();
         if !fresh {
             let reused = match (send_header, kept) {
-                (Some(_), Some(kept)) if kept.0 == addr && upstream::is_open(kept.1.tcp()) => {
+                (Some(_), Some(kept))
+                    if kept.0 == addr && kept.1.tcp().is_some_and(upstream::is_open) =>
+                {
                     Some(kept.1)
                 }
                 (Some(_), _) => None,
@@ -122,6 +129,63 @@ impl Conn {
                 Ok((stream, false))
             }
             Err(e) => Err(Attempt::Retry(e)),
+        }
+    }
+
+    /// A new stream to the endpoint `slot` holds (`backend_protocol` h2c or h2): on
+    /// the thread's connection to it (unless `fresh`), or on a new one, which is kept
+    /// for the requests that follow; and whether the connection was there before.
+    async fn h2_upstream(&mut self, slot: &Slot, fresh: bool) -> Result<(Upstream, bool), Attempt> {
+        let endpoint = slot.pick().endpoint();
+        let addr = endpoint.addr();
+        let https = self.opts().backend_protocol == BackendProtocol::H2;
+        let stream = |conn: &H2Conn| Upstream::H2(Box::new(conn.exchange(https, addr)));
+        if !fresh {
+            if let Some(conn) = self.thread.h2_upstreams.get(addr) {
+                return Ok((stream(&conn), true));
+            }
+        }
+        let shared = &self.thread.shared;
+        let timeout = shared.opts.timeouts.connect;
+        // Behind the endpoint's gate, within the connect timeout: the request that
+        // opened the connection may have failed, and then this one tries.
+        let gate = self.thread.h2_upstreams.connect_gate(addr);
+        let Ok(_gate) = tokio::time::timeout(timeout, gate.lock()).await else {
+            return Err(Attempt::Retry(ProxyError::ConnectFailed));
+        };
+        if !fresh {
+            if let Some(conn) = self.thread.h2_upstreams.get(addr) {
+                return Ok((stream(&conn), true));
+            }
+        }
+        let tls = shared.opts.backend_tls.as_deref();
+        let started = slot.pick().started();
+        let (pool, stats) = (&shared.pool, &shared.stats);
+        let io = upstream::connect_upstream(endpoint, pool, stats, timeout, started, None, tls)
+            .await
+            .map_err(Attempt::Retry)?;
+        if let Upstream::Tls(tls) = &io {
+            if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+                // The backend speaks TLS but not HTTP/2 over it: nothing was sent.
+                endpoint.stats().record_failure(Cause::ConnectFailed);
+                warn!(endpoint = %addr, "the backend did not agree to HTTP/2 (ALPN h2) over TLS: is backend_protocol = \"h2\" right for it?");
+                return Err(Attempt::Retry(ProxyError::ConnectFailed));
+            }
+        }
+        match tokio::time::timeout(timeout, H2Conn::handshake(io)).await {
+            Ok(Ok(conn)) => {
+                self.thread.h2_upstreams.keep(addr, &conn);
+                Ok((stream(&conn), false))
+            }
+            Ok(Err(e)) => {
+                endpoint.stats().record_failure(Cause::ConnectFailed);
+                warn!(endpoint = %addr, "HTTP/2 handshake with the backend failed: {e}");
+                Err(Attempt::Retry(ProxyError::ConnectFailed))
+            }
+            Err(_) => {
+                endpoint.stats().record_failure(Cause::ConnectFailed);
+                Err(Attempt::Retry(ProxyError::ConnectFailed))
+            }
         }
     }
 
@@ -166,6 +230,12 @@ impl Conn {
             // write, or the request timeout).
             Upstream::Tls(tls) => {
                 self.relay_request_body(framer, tls.as_mut(), pace, std::future::pending())
+                    .await
+            }
+            // An HTTP/2 stream sends the body whole, then reads the answer: its response
+            // comes through the same stream, whose reading sends nothing.
+            Upstream::H2(h2) => {
+                self.relay_request_body(framer, h2.as_mut(), pace, std::future::pending())
                     .await
             }
         };
@@ -232,7 +302,6 @@ impl Conn {
         let ex = Exchange {
             is_head: head.is_head,
             http10_client: head.http10,
-            h2_client: head.http2,
             client_keep_alive: head.keep_alive && request_sent,
             upgrade: head.upgrade,
         };
@@ -322,7 +391,9 @@ impl Conn {
             .record_request_duration(clock::now().saturating_sub(slot.pick().started()));
         match sent {
             Ok(_) => {
-                if resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
+                // An HTTP/2 stream is done; its connection stays with the thread's.
+                let reusable = !matches!(up, Upstream::H2(_));
+                if reusable && resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
                     if self.upstream_is_private {
                         self.private_upstream = Some(Box::new((endpoint.addr(), up)));
                     } else {

@@ -133,6 +133,25 @@ impl Conn {
         !close
     }
 
+    /// An Upgrade (a WebSocket) to backends drover speaks HTTP/2 to: an HTTP/2 stream
+    /// has no Upgrade (RFC 9113 §8.6), so it is refused with 501 rather than sent on
+    /// without it, which the client would wait on for a 101 that never comes.
+    async fn no_upgrade(&mut self, head: &RequestHead) -> bool {
+        let close = !head.keep_alive || head.body.is_some();
+        self.thread.shared.stats.record_refusal(501);
+        self.send_error(
+            501,
+            "upgrade-over-http2",
+            "this balancer speaks HTTP/2 to its backends (backend_protocol), which carries no Upgrade",
+            close,
+        )
+        .await;
+        if head.body.is_some() {
+            self.linger().await;
+        }
+        !close
+    }
+
     /// `exchange`, with the first response head's status and time left in `answered`
     /// (drover's own answers are counted where they are made).
     async fn exchange_timed(
@@ -146,6 +165,9 @@ impl Conn {
         }
         if let Some(port) = self.opts().redirect_to_https {
             return self.redirect_to_https(head, port).await;
+        }
+        if head.upgrade && self.opts().backend_protocol.is_http2() {
+            return self.no_upgrade(head).await;
         }
         let client_timeout = self.opts().timeouts.client;
         if head.expect_continue && head.body.is_some() {

@@ -45,6 +45,9 @@ pub struct ChunkedScanner {
     size: u64,
     digits: u8,
     trailer_bytes: usize,
+    /// The trailer section's fields, kept when asked (`keeping_trailers`): an HTTP/2
+    /// peer gets them as a HEADERS frame of their own.
+    trailers: Option<Vec<u8>>,
 }
 
 impl Default for ChunkedScanner {
@@ -54,6 +57,7 @@ impl Default for ChunkedScanner {
             size: 0,
             digits: 0,
             trailer_bytes: 0,
+            trailers: None,
         }
     }
 }
@@ -61,6 +65,24 @@ impl Default for ChunkedScanner {
 impl ChunkedScanner {
     pub fn is_done(&self) -> bool {
         self.state == State::Done
+    }
+
+    /// A scanner that keeps the trailer section's field lines (each ending in CRLF),
+    /// for [`ChunkedScanner::take_trailers`].
+    pub fn keeping_trailers() -> Self {
+        ChunkedScanner {
+            trailers: Some(Vec::new()),
+            ..ChunkedScanner::default()
+        }
+    }
+
+    /// The trailer field lines kept so far (empty when there were none, or when the
+    /// scanner does not keep them).
+    pub fn take_trailers(&mut self) -> Vec<u8> {
+        self.trailers
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Scans `input` and returns how many bytes of it belong to the body; fewer than
@@ -85,6 +107,13 @@ impl ChunkedScanner {
             }
             let b = input[i];
             i += 1;
+            if let Some(kept) = &mut self.trailers {
+                if matches!(self.state, State::TrailerLine | State::TrailerLf)
+                    || (self.state == State::TrailerStart && b != b'\r')
+                {
+                    kept.push(b);
+                }
+            }
             self.state = match (self.state, b) {
                 (State::Done, _) => return Ok(i - 1),
                 (State::SizeStart | State::Size, _) if b.is_ascii_hexdigit() => {
@@ -167,6 +196,19 @@ mod tests {
         assert!(done);
         assert_eq!(&body[n..], b"Z");
         assert_eq!(data, b"a");
+    }
+
+    #[test]
+    fn trailers_are_kept_when_asked() {
+        let body = b"1\r\na\r\n0\r\ngrpc-status: 0\r\nY: 2\r\n\r\nZ";
+        let mut s = ChunkedScanner::keeping_trailers();
+        for b in body {
+            s.scan(std::slice::from_ref(b), |_| {}).unwrap();
+        }
+        assert_eq!(s.take_trailers(), b"grpc-status: 0\r\nY: 2\r\n");
+        let mut none = ChunkedScanner::keeping_trailers();
+        none.scan(b"0\r\n\r\n", |_| {}).unwrap();
+        assert!(none.is_done() && none.take_trailers().is_empty());
     }
 
     #[test]

@@ -18,10 +18,10 @@ pub struct BadResponse(pub &'static str);
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Exchange {
     pub is_head: bool,
+    /// An HTTP/1.0 client: it takes no 1xx heads, and a chunked body decoded. (An
+    /// HTTP/2 stream takes the chunks as they come: `http2::H2Client` decodes them,
+    /// trailers included, into its DATA and trailing HEADERS frames.)
     pub http10_client: bool,
-    /// An HTTP/2 stream: like HTTP/1.0, it takes the body unchunked (DATA frames frame
-    /// it); unlike HTTP/1.0, it takes 1xx heads (as informational HEADERS).
-    pub h2_client: bool,
     pub client_keep_alive: bool,
     pub upgrade: bool,
 }
@@ -203,7 +203,7 @@ pub fn parse(
             .scan(&buf[head_len..], |_| {})
             .map_err(|e| BadResponse(e.0))?;
     }
-    let dechunk = body == BodyKind::Chunked && (ex.http10_client || ex.h2_client);
+    let dechunk = body == BodyKind::Chunked && ex.http10_client;
     let client_keep_alive =
         ex.client_keep_alive && !switching && !dechunk && body != BodyKind::UntilClose;
 

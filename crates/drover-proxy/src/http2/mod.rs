@@ -20,6 +20,7 @@
 //! A reload or shutdown sends GOAWAY: streams under way finish, new ones go to a new
 //! connection (with the new settings).
 
+pub mod backend;
 mod request;
 mod stream;
 

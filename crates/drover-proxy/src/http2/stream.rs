@@ -11,6 +11,7 @@
 //! client resets holds no backend and no slot (rapid reset, CVE-2023-44487). The lock
 //! is only ever taken inside a poll, by one task: it is never contended.
 
+use crate::http1::chunked::ChunkedScanner;
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
@@ -59,13 +60,24 @@ enum Response {
         respond: SendResponse<Bytes>,
         head: Vec<u8>,
     },
-    /// Headers sent; `left` body bytes to come (`None`: until the exchange ends).
+    /// Headers sent; `left` body bytes to come (`None`: until the exchange ends), or
+    /// a chunked body (`dechunk`) decoded into DATA frames and its trailers.
     Body {
         send: SendStream<Bytes>,
         left: Option<u64>,
+        dechunk: Option<Box<Dechunk>>,
     },
     /// The stream is ended (or reset): further bytes are discarded.
     Done,
+}
+
+/// A chunked response body on its way to an HTTP/2 client: the chunks' payload goes
+/// out as DATA, the trailer section as a trailing HEADERS frame (gRPC's status rides
+/// there).
+struct Dechunk {
+    scanner: ChunkedScanner,
+    /// Payload decoded and not yet sent (the stream's window was short).
+    unsent: BytesMut,
 }
 
 impl H2Client {
@@ -120,8 +132,14 @@ impl H2Client {
         let mut state = self.state();
         match std::mem::replace(&mut state.response, Response::Done) {
             Response::Head { mut respond, .. } => respond.send_reset(Reason::INTERNAL_ERROR),
-            Response::Body { mut send, left } => {
-                if cut || left.is_some_and(|n| n > 0) {
+            Response::Body {
+                mut send,
+                left,
+                dechunk,
+            } => {
+                let unfinished =
+                    dechunk.is_some_and(|d| !d.scanner.is_done() || !d.unsent.is_empty());
+                if cut || unfinished || left.is_some_and(|n| n > 0) {
                     send.send_reset(Reason::INTERNAL_ERROR);
                 } else {
                     let _ = send.send_data(Bytes::new(), true);
@@ -146,7 +164,7 @@ impl StreamState {
         };
         let used = end + 4 - before;
         head.truncate(end + 4);
-        let (response, length) = to_h2_head(head)?;
+        let (response, length, chunked) = to_h2_head(head)?;
         let status = response.status();
         if status.is_informational() {
             // A 100 Continue (drover's own, or a backend's) says nothing HTTP/2's flow
@@ -172,15 +190,25 @@ impl StreamState {
             .send_response(response, no_body)
             .map_err(io::Error::other)?;
         if !no_body {
-            self.response = Response::Body { send, left: length };
+            let dechunk = (chunked && length.is_none()).then(|| {
+                Box::new(Dechunk {
+                    scanner: ChunkedScanner::keeping_trailers(),
+                    unsent: BytesMut::new(),
+                })
+            });
+            self.response = Response::Body {
+                send,
+                left: length,
+                dechunk,
+            };
         }
         Ok(used)
     }
 }
 
 /// drover's HTTP/1.1 response head as an HTTP/2 one, without the fields HTTP/2
-/// forbids; and its Content-Length.
-fn to_h2_head(head: &[u8]) -> io::Result<(http::Response<()>, Option<u64>)> {
+/// forbids; its Content-Length, and whether its body is chunked.
+fn to_h2_head(head: &[u8]) -> io::Result<(http::Response<()>, Option<u64>, bool)> {
     let mut slots = [httparse::EMPTY_HEADER; crate::http1::HEADER_SLOTS];
     let mut parsed = httparse::Response::new(&mut slots);
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
@@ -191,9 +219,13 @@ fn to_h2_head(head: &[u8]) -> io::Result<(http::Response<()>, Option<u64>)> {
     let mut response = http::Response::new(());
     *response.status_mut() =
         http::StatusCode::from_u16(parsed.code.unwrap_or(502)).map_err(|_| bad("status"))?;
-    let mut length = None;
+    let (mut length, mut chunked) = (None, false);
     let fields = response.headers_mut();
     for h in parsed.headers.iter() {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            // `http1::response` let only a final `chunked` through.
+            chunked = true;
+        }
         if CONNECTION_SPECIFIC
             .iter()
             .any(|c| h.name.eq_ignore_ascii_case(c))
@@ -212,7 +244,146 @@ fn to_h2_head(head: &[u8]) -> io::Result<(http::Response<()>, Option<u64>)> {
             fields.append(name, value);
         }
     }
-    Ok((response, length))
+    Ok((response, length, chunked))
+}
+
+/// A chunked body's trailer lines (`Name: value\r\n`, checked by the chunked scanner
+/// and `http1`'s rules) as HTTP/2 trailers, without the fields HTTP/2 forbids there.
+pub(crate) fn trailer_fields(lines: &[u8]) -> http::HeaderMap {
+    let mut fields = http::HeaderMap::new();
+    let mut section = Vec::with_capacity(lines.len() + 2);
+    section.extend_from_slice(lines);
+    section.extend_from_slice(b"\r\n");
+    let mut slots = [httparse::EMPTY_HEADER; crate::http1::HEADER_SLOTS];
+    if let Ok(httparse::Status::Complete((_, parsed))) =
+        httparse::parse_headers(&section, &mut slots)
+    {
+        for h in parsed {
+            let forbidden = CONNECTION_SPECIFIC
+                .iter()
+                .chain(&["content-length", "host", "trailer"])
+                .any(|c| h.name.eq_ignore_ascii_case(c));
+            if forbidden {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(h.name.as_bytes()),
+                http::HeaderValue::from_bytes(h.value),
+            ) {
+                fields.append(name, value);
+            }
+        }
+    }
+    fields
+}
+
+/// The last chunk of a chunked body, with `trailers` as its trailer section: fields
+/// whose value a line break or NUL would split are left out (h2 refuses them anyway).
+pub(crate) fn last_chunk(trailers: &http::HeaderMap) -> Bytes {
+    let mut out = BytesMut::from(&b"0\r\n"[..]);
+    for (name, value) in trailers {
+        let value = value.as_bytes();
+        if value.iter().any(|&b| matches!(b, b'\r' | b'\n' | 0)) {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Sends what `unsent` holds as DATA, as the stream's window allows: `Ready` once all
+/// of it is out.
+fn send_unsent(
+    send: &mut SendStream<Bytes>,
+    unsent: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<()>> {
+    while !unsent.is_empty() {
+        let n = ready!(poll_window(send, unsent.len().min(MAX_DATA), cx))?;
+        send.send_data(unsent.split_to(n).freeze(), false)
+            .map_err(io::Error::other)?;
+    }
+    Poll::Ready(Ok(()))
+}
+
+/// Up to `want` bytes of the stream's window, once some is open.
+fn poll_window(
+    send: &mut SendStream<Bytes>,
+    want: usize,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    send.reserve_capacity(want);
+    loop {
+        let granted = send.capacity();
+        if granted > 0 {
+            return Poll::Ready(Ok(granted.min(want)));
+        }
+        match ready!(send.poll_capacity(cx)) {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
+            None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+}
+
+impl StreamState {
+    /// A chunked body's bytes: decoded, and the payload sent as the window allows.
+    /// Returns how many of `buf` were taken.
+    fn write_chunked(&mut self, buf: &[u8], cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let Response::Body {
+            send,
+            dechunk: Some(d),
+            ..
+        } = &mut self.response
+        else {
+            return Poll::Ready(Ok(buf.len()));
+        };
+        ready!(send_unsent(send, &mut d.unsent, cx))?;
+        if d.scanner.is_done() {
+            // Past the body's end: nothing more belongs to it.
+            return Poll::Ready(Ok(buf.len()));
+        }
+        let take = buf.len().min(MAX_DATA);
+        let unsent = &mut d.unsent;
+        let used = d
+            .scanner
+            .scan(&buf[..take], |data| unsent.extend_from_slice(data))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // Sent now if the window is open; else by the next write or the flush.
+        if let Poll::Ready(Err(e)) = send_unsent(send, unsent, cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(used))
+    }
+
+    /// A chunked body's flush: the payload out, then, once the body has ended, its
+    /// trailers (or an empty DATA frame) end the stream.
+    fn flush_chunked(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Response::Body {
+            send,
+            dechunk: Some(d),
+            ..
+        } = &mut self.response
+        else {
+            return Poll::Ready(Ok(()));
+        };
+        ready!(send_unsent(send, &mut d.unsent, cx))?;
+        if !d.scanner.is_done() {
+            return Poll::Ready(Ok(()));
+        }
+        let trailers = trailer_fields(&d.scanner.take_trailers());
+        let ended = if trailers.is_empty() {
+            send.send_data(Bytes::new(), true)
+        } else {
+            send.send_trailers(trailers)
+        };
+        self.response = Response::Done;
+        Poll::Ready(ended.map_err(io::Error::other))
+    }
 }
 
 impl AsyncRead for H2Client {
@@ -254,12 +425,17 @@ impl AsyncRead for H2Client {
                 // A reset, or a Content-Length the DATA frames disagree with (h2 checks
                 // it and resets the stream): the body failed.
                 Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
-                None => {
+                None if state.chunked => {
+                    // The last chunk, with the request's trailers (gRPC sends none,
+                    // but HTTP/2 allows them) as its trailer section.
+                    let trailers = match ready!(state.body.poll_trailers(cx)) {
+                        Ok(t) => t.unwrap_or_default(),
+                        Err(e) => return Poll::Ready(Err(io::Error::other(e))),
+                    };
                     state.body_ended = true;
-                    if state.chunked {
-                        state.pending = Bytes::from_static(b"0\r\n\r\n");
-                    }
+                    state.pending = last_chunk(&trailers);
                 }
+                None => state.body_ended = true,
             }
         }
     }
@@ -275,32 +451,29 @@ impl AsyncWrite for H2Client {
         if matches!(state.response, Response::Head { .. }) {
             return Poll::Ready(state.write_head(buf));
         }
-        let Response::Body { send, left } = &mut state.response else {
-            // Ended: a body the head said it has none of (HEAD, 204), or after a reset.
-            return Poll::Ready(Ok(buf.len()));
-        };
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        if matches!(
+            state.response,
+            Response::Body {
+                dechunk: Some(_),
+                ..
+            }
+        ) {
+            return state.write_chunked(buf, cx);
+        }
+        let Response::Body { send, left, .. } = &mut state.response else {
+            // Ended: a body the head said it has none of (HEAD, 204), or after a reset.
+            return Poll::Ready(Ok(buf.len()));
+        };
         let want = buf.len().min(MAX_DATA);
         let want = left.map_or(want, |l| want.min(usize::try_from(l).unwrap_or(usize::MAX)));
         if want == 0 {
             // More bytes than the Content-Length said: never sent.
             return Poll::Ready(Ok(buf.len()));
         }
-        send.reserve_capacity(want);
-        let granted = loop {
-            let granted = send.capacity();
-            if granted > 0 {
-                break granted;
-            }
-            match ready!(send.poll_capacity(cx)) {
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
-                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-            }
-        };
-        let n = granted.min(want);
+        let n = ready!(poll_window(send, want, cx))?;
         let end = left.is_some_and(|l| l == n as u64);
         if let Err(e) = send.send_data(Bytes::copy_from_slice(&buf[..n]), end) {
             return Poll::Ready(Err(io::Error::other(e)));
@@ -314,9 +487,10 @@ impl AsyncWrite for H2Client {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // The connection's task writes the frames out.
-        Poll::Ready(Ok(()))
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The connection's task writes the frames out; a chunked body's decoded payload
+        // and trailers are handed to it here.
+        self.state().flush_chunked(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -332,9 +506,9 @@ mod tests {
     #[test]
     fn connection_specific_fields_never_reach_an_http2_client() {
         let head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: gzip\r\nUpgrade: h2c\r\nProxy-Connection: x\r\nTE: trailers\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-A: b\r\n\r\n";
-        let (response, length) = to_h2_head(head).unwrap();
+        let (response, length, chunked) = to_h2_head(head).unwrap();
         assert_eq!(response.status(), 200);
-        assert_eq!(length, Some(2));
+        assert_eq!((length, chunked), (Some(2), true));
         let mut names: Vec<&str> = response.headers().keys().map(|n| n.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["content-length", "set-cookie", "x-a"]);
@@ -342,9 +516,23 @@ mod tests {
     }
 
     #[test]
+    fn trailers_keep_what_http2_allows() {
+        let t = trailer_fields(
+            b"grpc-status: 0\r\ngrpc-message: ok\r\nConnection: x\r\nContent-Length: 3\r\n",
+        );
+        let mut names: Vec<&str> = t.keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["grpc-message", "grpc-status"]);
+        assert!(trailer_fields(b"").is_empty());
+    }
+
+    #[test]
     fn a_head_without_a_length_runs_until_the_exchange_ends() {
-        let (response, length) = to_h2_head(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").unwrap();
-        assert_eq!((response.status().as_u16(), length), (502, None));
+        let (response, length, chunked) = to_h2_head(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").unwrap();
+        assert_eq!(
+            (response.status().as_u16(), length, chunked),
+            (502, None, false)
+        );
         assert!(to_h2_head(b"HTTP/1.1 200 OK\r\n").is_err(), "incomplete");
     }
 }

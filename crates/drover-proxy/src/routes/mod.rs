@@ -85,7 +85,7 @@ impl Routes {
     pub(crate) fn sweep(&self) {
         if let Routes::Http(r) = self {
             for t in r.distinct_targets() {
-                t.cell().load().upstreams.sweep();
+                t.cell().load().sweep();
             }
         }
     }

@@ -1,0 +1,358 @@
+//! HTTP/2 and gRPC to backends (`backend_protocol = "h2c"`, `drover proxy
+//! --backend-protocol h2c`) through real processes: Node's `http2` servers (which take
+//! no HTTP/1.1 at all) and `@grpc/grpc-js` servers, driven by Node's `http2` client and
+//! grpc-js's client over one connection each, and by HTTP/1.1 clients. Each request is
+//! a stream of drover's own connection to the backend it picked, so one client
+//! connection's requests spread over every backend, a slow backend gets fewer of them,
+//! trailers pass both ways (gRPC's status rides there), a server-streaming call
+//! arrives whole, and drover keeps one connection per backend. Active health checks
+//! speak HTTP/2 too. An Upgrade, which HTTP/2 cannot carry, is refused with 501; the
+//! settings that cannot go together are refused naming why.
+
+mod common;
+
+use common::{admin_addr, bin, proxy, status};
+use drover_testkit::{raw_exchange, HttpClient};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+fn fixture(dir: &str, file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(dir)
+        .join(file)
+}
+
+/// A Node server of the fixtures, started with `args`, and the port it printed.
+async fn node_server(script: &Path, args: &[&str]) -> (Child, SocketAddr) {
+    let mut child = Command::new("node")
+        .arg(script)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the server printed no port in time")
+        .unwrap()
+        .unwrap_or_default();
+    let port: u16 = line
+        .strip_prefix("listening ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// Runs a fixture client and parses the JSON it prints.
+async fn node_client(script: &Path, args: &[&str]) -> serde_json::Value {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new("node").arg(script).args(args).output(),
+    )
+    .await
+    .expect("the client did not finish in time")
+    .expect("node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `drover proxy --h2c --backend-protocol h2c` over `backends`, plus `extra`.
+async fn h2c_proxy(backends: &[SocketAddr], extra: &[&str]) -> drover_testkit::DroverProcess {
+    let mut args = vec!["--h2c", "--backend-protocol", "h2c", "--slow-start", "0s"];
+    args.extend_from_slice(extra);
+    proxy(backends, &args).await
+}
+
+/// Three Node http2 servers named A, B and C.
+async fn h2c_backends() -> Vec<(Child, SocketAddr)> {
+    let script = fixture("http2", "h2c_backend.js");
+    let mut all = Vec::new();
+    for name in ["A", "B", "C"] {
+        all.push(node_server(&script, &[name]).await);
+    }
+    all
+}
+
+/// Answers counted by the backend that gave them.
+fn by_backend(answers: &serde_json::Value, field: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for a in answers.as_array().unwrap() {
+        let name = a[field].as_str().unwrap_or("-").to_owned();
+        *counts.entry(name).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test]
+async fn each_stream_of_one_connection_is_placed_and_trailers_pass_both_ways() {
+    let servers = h2c_backends().await;
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let d = h2c_proxy(&addrs, &[]).await;
+    let url = format!("http://{}", d.addr());
+    let client = fixture("http2", "client.js");
+
+    // 60 requests at once on one HTTP/2 connection: every backend takes some.
+    let answers = node_client(&client, &[&url, "60", "/"]).await;
+    let counts = by_backend(&answers, "backend");
+    assert_eq!(
+        counts.keys().collect::<Vec<_>>(),
+        ["A", "B", "C"],
+        "{answers}"
+    );
+    for a in answers.as_array().unwrap() {
+        assert_eq!(a["status"], 200, "{a}");
+        assert_eq!(a["body"], a["backend"], "{a}");
+    }
+
+    // Response trailers reach an HTTP/2 client as trailers...
+    let answers = node_client(&client, &[&url, "1", "/trailers"]).await;
+    let a = &answers[0];
+    assert!(a["body"].as_str().unwrap().starts_with("body from "), "{a}");
+    assert_eq!(a["trailers"]["x-checksum"], "abc123", "{a}");
+    assert_eq!(a["trailers"]["grpc-status"], "0", "{a}");
+    // ...and an HTTP/1.1 client as the chunked body's trailer section.
+    let raw = raw_exchange(
+        d.addr(),
+        b"GET /trailers HTTP/1.1\r\nHost: t\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let raw = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    assert!(raw.contains("transfer-encoding: chunked"), "{raw}");
+    assert!(
+        raw.contains("\r\n0\r\nx-checksum: abc123\r\ngrpc-status: 0\r\n\r\n"),
+        "{raw}"
+    );
+
+    // A request body with trailers, from an HTTP/2 client: the backend gets both.
+    let answers = node_client(&client, &[&url, "1", "/echo", "POST", "hello, backend"]).await;
+    let echo: serde_json::Value =
+        serde_json::from_str(answers[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(echo["length"], 14, "{echo}");
+    assert_eq!(echo["trailers"]["x-sum"], "14", "{echo}");
+    assert_eq!(echo["te"], "trailers", "{echo}");
+
+    // HTTP/1.1 clients' bodies, by length and chunked.
+    let mut h1 = HttpClient::connect(d.addr()).await.unwrap();
+    let r = h1
+        .request(
+            "POST",
+            "/echo",
+            &[("host", "api.test")],
+            Some(&[7u8; 100_000]),
+        )
+        .await
+        .unwrap();
+    let echo: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(
+        (echo["length"].as_u64(), echo["authority"].as_str()),
+        (Some(100_000), Some("api.test"))
+    );
+    let r = h1
+        .request(
+            "POST",
+            "/echo",
+            &[("transfer-encoding", "chunked")],
+            Some(b"5\r\nhello\r\n6\r\n world\r\n0\r\nx-sum: 11\r\n\r\n"),
+        )
+        .await
+        .unwrap();
+    let echo: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(echo["length"], 11, "{echo}");
+    assert_eq!(echo["trailers"]["x-sum"], "11", "{echo}");
+
+    // A WebSocket cannot ride an HTTP/2 stream: refused, not left waiting for a 101.
+    let r = h1
+        .request(
+            "GET",
+            "/ws",
+            &[
+                ("connection", "Upgrade"),
+                ("upgrade", "websocket"),
+                ("sec-websocket-version", "13"),
+                ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 501);
+    assert_eq!(r.header("drover-error"), Some("upgrade-over-http2"));
+
+    // One connection per backend carried all of it (one serving thread).
+    let mut sessions = 0;
+    for (_, addr) in &servers {
+        let count = node_client(&client, &[&format!("http://{addr}"), "1", "/count"]).await;
+        let count: serde_json::Value =
+            serde_json::from_str(count[0]["body"].as_str().unwrap()).unwrap();
+        // This count's own connection is one.
+        sessions += count["sessions"].as_u64().unwrap() - 1;
+    }
+    assert_eq!(sessions, 3, "drover opened more connections than backends");
+}
+
+#[tokio::test]
+async fn grpc_calls_on_one_channel_spread_by_load_and_keep_their_status() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    // G1 takes 300 ms a call; G2 and G3 answer at once.
+    let mut servers = vec![node_server(&server, &["G1", "300"]).await];
+    for name in ["G2", "G3"] {
+        servers.push(node_server(&server, &[name]).await);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let d = h2c_proxy(&addrs, &[]).await;
+    let target = d.addr().to_string();
+
+    // 300 calls, 12 at a time, on one channel: an L4 balancer would send them all to
+    // one backend; drover places each, and the slow one has calls in flight longest.
+    let answers = node_client(&client, &[&target, "Name", "300", "12"]).await;
+    for a in answers.as_array().unwrap() {
+        assert_eq!(a["code"], 0, "{a}");
+    }
+    let counts = by_backend(&answers, "reply");
+    assert_eq!(counts.values().sum::<usize>(), 300, "{counts:?}");
+    eprintln!("calls by backend: {counts:?}");
+    let slow = counts.get("G1").copied().unwrap_or(0);
+    for fast in ["G2", "G3"] {
+        let n = counts.get(fast).copied().unwrap_or(0);
+        assert!(
+            n > slow,
+            "the slow backend got {slow}, {fast} {n}: {counts:?}"
+        );
+    }
+
+    // A failed call's status and message come through (trailers-only answer).
+    let answers = node_client(&client, &[&target, "Fail", "1"]).await;
+    assert_eq!(answers[0]["code"], 5, "{answers}");
+    assert!(
+        answers[0]["details"]
+            .as_str()
+            .unwrap()
+            .starts_with("no such thing on G"),
+        "{answers}"
+    );
+    // A server-streaming call arrives whole, from one backend, with its OK status.
+    let answers = node_client(&client, &[&target, "Count", "50"]).await;
+    let got = answers[0]["got"].as_array().unwrap();
+    assert_eq!(
+        (answers[0]["code"].as_i64(), got.len()),
+        (Some(0), 50),
+        "{answers}"
+    );
+    let from = got[0]
+        .as_str()
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(got.iter().all(|m| m.as_str().unwrap().starts_with(&from)));
+}
+
+#[tokio::test]
+async fn health_checks_speak_http2_to_the_backends() {
+    let mut servers = h2c_backends().await;
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let d = h2c_proxy(
+        &addrs,
+        &[
+            "--admin",
+            "127.0.0.1:0",
+            "--health-path",
+            "/health",
+            "--health-interval",
+            "200ms",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let healthy = |s: &drover_admin::Status| {
+        s.balancers[0]
+            .endpoints
+            .iter()
+            .filter(|e| e.healthy)
+            .count()
+    };
+    // Node's http2 server answers no HTTP/1.1 probe: these pass over HTTP/2.
+    let mut seen = 0;
+    for _ in 0..50 {
+        seen = healthy(&status(admin).await);
+        if seen == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, 3, "{}", d.stderr_text());
+    // One backend stops: its probes fail, and requests go to the other two.
+    let (mut stopped, gone) = servers.remove(0);
+    stopped.kill().await.unwrap();
+    let mut down = false;
+    for _ in 0..50 {
+        let s = status(admin).await;
+        let e = s.balancers[0]
+            .endpoints
+            .iter()
+            .find(|e| e.addr == gone.to_string());
+        if e.is_some_and(|e| !e.healthy) {
+            down = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(down, "the stopped backend stayed healthy");
+    let answers = node_client(
+        &fixture("http2", "client.js"),
+        &[&format!("http://{}", d.addr()), "20", "/"],
+    )
+    .await;
+    let counts = by_backend(&answers, "backend");
+    assert_eq!(counts.keys().collect::<Vec<_>>(), ["B", "C"], "{answers}");
+}
+
+#[tokio::test]
+async fn settings_that_cannot_go_with_http2_backends_are_refused() {
+    let refused = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--backend",
+                "127.0.0.1:1",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = refused(&["--backend-protocol", "h2"]);
+    assert!(
+        e.contains("--backend-protocol h2") && e.contains("--backend-tls"),
+        "{e}"
+    );
+    let e = refused(&["--backend-protocol", "h2c", "--backend-tls"]);
+    assert!(e.contains("\"h2\""), "{e}");
+    let e = refused(&["--backend-protocol", "h2c", "--send-proxy-protocol", "v2"]);
+    assert!(e.contains("PROXY protocol"), "{e}");
+    let e = refused(&["--backend-protocol", "h3"]);
+    assert!(e.contains("h2c"), "{e}");
+    let e = refused(&["--backend-protocol", "h2c", "--tcp"]);
+    assert!(
+        e.contains("--backend-protocol does not apply to --tcp"),
+        "{e}"
+    );
+}
