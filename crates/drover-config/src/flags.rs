@@ -545,6 +545,17 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "BYTES", requires = "health_tcp", value_parser = escaped)]
     pub health_receive: Option<Bytes>,
 
+    /// Active health check by the gRPC health protocol (grpc.health.v1.Health/Check),
+    /// for SERVICE (none: the server as a whole); needs --backend-protocol h2c or h2.
+    #[arg(
+        long,
+        value_name = "SERVICE",
+        num_args = 0..=1,
+        default_missing_value = "",
+        conflicts_with_all = ["health_path", "health_tcp"]
+    )]
+    pub health_grpc: Option<String>,
+
     /// How often each backend is probed.
     #[arg(long, default_value = shown(health().interval), value_parser = drover_units::duration)]
     pub health_interval: Duration,
@@ -768,6 +779,20 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         body_min_rate: a.body_min_rate,
         half_close: a.half_close_timeout,
     };
+    if let Some(service) = &a.health_grpc {
+        if !b.backend_protocol.is_http2() {
+            return Err(format!("--health-grpc: {}", model::GRPC_CHECK_NEEDS_HTTP2));
+        }
+        b.health = Some(model::HealthCheck {
+            kind: model::CheckKind::Grpc {
+                service: service.as_str().into(),
+            },
+            interval: a.health_interval,
+            timeout: a.health_timeout,
+            rise: a.rise,
+            fall: a.fall,
+        });
+    }
     if a.health_tcp || a.health_path.is_some() {
         b.health = Some(model::HealthCheck {
             kind: match &a.health_path {
@@ -864,6 +889,7 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             a.body_min_rate != d.timeouts.body_min_rate,
         ),
         ("health.path", a.health_path.is_some()),
+        ("health.grpc", a.health_grpc.is_some()),
         ("tls", !a.tls.tls_cert.is_empty()),
         (
             "backend_tls",

@@ -238,6 +238,11 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "a TCP backend may not speak HTTP: use tcp = true (--health-tcp), a connect check",
     },
     HttpOnly {
+        key: "health.grpc",
+        flag: Some("--health-grpc"),
+        why: "the gRPC health protocol is spoken over HTTP/2, and TCP mode speaks none: use tcp = true (--health-tcp), a connect check",
+    },
+    HttpOnly {
         key: "tls",
         flag: Some("--tls-cert"),
         why: "TCP mode relays bytes unread, TLS included (passthrough): it does not terminate TLS yet",
@@ -278,6 +283,10 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "\"auto\" learns from request latency; give a number of connections per endpoint, or 0 (no limit)",
     },
 ];
+
+/// Why a gRPC health check needs HTTP/2 to the backends; the drover.toml key and the
+/// flag say the same.
+pub const GRPC_CHECK_NEEDS_HTTP2: &str = "the gRPC health protocol is spoken over HTTP/2: set backend_protocol = \"h2c\" (or \"h2\" with backend_tls; --backend-protocol)";
 
 /// Why `backend_protocol` cannot go with the rest of a balancer's settings (its
 /// `backend_tls`, its `send_proxy_protocol`), or `None` when it can; the drover.toml

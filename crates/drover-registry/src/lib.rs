@@ -16,6 +16,7 @@
 //! No hyper here: the HTTP health check speaks just enough HTTP/1.1 with `httparse`.
 
 pub mod active;
+pub mod grpc_health;
 pub mod handoff;
 pub mod liveness;
 pub mod local;

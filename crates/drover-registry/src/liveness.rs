@@ -57,7 +57,8 @@ impl ProbeError {
             | ProbeError::LocalShortage(_)
             | ProbeError::Malformed
             | ProbeError::Status(_)
-            | ProbeError::Unexpected(_) => false,
+            | ProbeError::Unexpected(_)
+            | ProbeError::Grpc(_) => false,
             // A certificate that does not verify is an answer; a handshake that stalls
             // is bounded by the probe's own timeout, which comes first.
             ProbeError::Tls(_) => false,

@@ -64,6 +64,10 @@ pub enum CheckKind {
     /// `receive` within its first `MAX_ANSWER` bytes (HAProxy's `tcp-check send` and
     /// `expect string`). Boxed slices: a check sits in every app's spec.
     TcpExchange { send: Box<[u8]>, receive: Box<[u8]> },
+    /// The gRPC health checking protocol: up when `grpc.health.v1.Health/Check` for
+    /// `service` ("": the server as a whole) answers SERVING. Over HTTP/2 only: a
+    /// balancer with `backend_protocol` h2c or h2, whose probes are streams.
+    Grpc { service: Box<str> },
 }
 
 impl CheckKind {
@@ -97,6 +101,8 @@ pub enum ProbeError {
     /// The connection could not be wrapped: the TLS handshake failed, and why. Boxed
     /// behind a thin pointer, as `Unexpected`.
     Tls(Box<String>),
+    /// A gRPC health check's call failed, or the service is not serving.
+    Grpc(Box<crate::grpc_health::GrpcHealthError>),
     /// A TCP exchange's answer (its first bytes, lossy UTF-8) lacked what was expected.
     /// Boxed behind a thin pointer: the error sits in the supervisor's, which must stay
     /// small, and a wide one (`Box<str>`) made every `ProbeError` 8 bytes larger.
@@ -116,6 +122,7 @@ impl fmt::Display for ProbeError {
             ProbeError::Status(s) => write!(f, "status {s}"),
             ProbeError::Tls(why) => write!(f, "TLS handshake failed: {why}"),
             ProbeError::Unexpected(got) => write!(f, "unexpected answer {got:?}"),
+            ProbeError::Grpc(e) => e.fmt(f),
         }
     }
 }
@@ -194,6 +201,7 @@ async fn probe_unbounded(
         CheckKind::TcpExchange { send, receive } => {
             return exchange(&mut stream, send, receive).await
         }
+        CheckKind::Grpc { service } => return grpc_check(&mut stream, service, addr).await,
         CheckKind::Http { path, expect } => (path, expect),
     };
     let request = format!(
@@ -208,6 +216,35 @@ async fn probe_unbounded(
         Ok(())
     } else {
         Err(ProbeError::Status(status))
+    }
+}
+
+/// One call of the gRPC health service, its answer read to the stream's end (a few
+/// hundred bytes; `MAX_ANSWER` at most).
+async fn grpc_check<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
+    service: &str,
+    addr: SocketAddr,
+) -> Result<(), ProbeError> {
+    let request = crate::grpc_health::request(service, &addr.to_string());
+    stream.write_all(&request).await.map_err(ProbeError::Io)?;
+    stream.flush().await.map_err(ProbeError::Io)?;
+    let mut answer = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    while answer.len() < MAX_ANSWER {
+        let n = stream.read(&mut chunk).await.map_err(ProbeError::Io)?;
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    if answer.is_empty() {
+        return Err(ProbeError::Closed);
+    }
+    match crate::grpc_health::verdict(&answer) {
+        Ok(()) => Ok(()),
+        Err(Ok(status)) => Err(ProbeError::Status(status)),
+        Err(Err(e)) => Err(ProbeError::Grpc(Box::new(e))),
     }
 }
 

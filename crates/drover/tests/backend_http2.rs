@@ -323,6 +323,64 @@ async fn health_checks_speak_http2_to_the_backends() {
 }
 
 #[tokio::test]
+async fn grpc_health_checks_take_a_backend_that_is_not_serving_out() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let mut servers = Vec::new();
+    for name in ["G1", "G2", "G3"] {
+        servers.push(node_server(&server, &[name]).await);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let d = h2c_proxy(
+        &addrs,
+        &[
+            "--admin",
+            "127.0.0.1:0",
+            "--health-grpc",
+            "--health-interval",
+            "200ms",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let endpoint = |s: &drover_admin::Status, addr: SocketAddr| {
+        s.balancers[0]
+            .endpoints
+            .iter()
+            .find(|e| e.addr == addr.to_string())
+            .cloned()
+            .unwrap()
+    };
+    let mut healthy = 0;
+    for _ in 0..50 {
+        let s = status(admin).await;
+        healthy = addrs.iter().filter(|a| endpoint(&s, **a).healthy).count();
+        if healthy == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(healthy, 3, "{}", d.stderr_text());
+    // G1's health service turns NOT_SERVING (asked directly, not through drover).
+    let sick = node_client(&client, &[&addrs[0].to_string(), "Sick", "1"]).await;
+    assert_eq!(sick[0]["reply"], "sick", "{sick}");
+    let mut why = None;
+    for _ in 0..50 {
+        let e = endpoint(&status(admin).await, addrs[0]);
+        if !e.healthy {
+            why = e.check_error;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let why = why.expect("the backend that is not serving stayed in rotation");
+    assert!(why.contains("NOT_SERVING"), "{why}");
+    let answers = node_client(&client, &[&d.addr().to_string(), "Name", "30", "6"]).await;
+    let counts = by_backend(&answers, "reply");
+    assert_eq!(counts.keys().collect::<Vec<_>>(), ["G2", "G3"], "{answers}");
+}
+
+#[tokio::test]
 async fn settings_that_cannot_go_with_http2_backends_are_refused() {
     let refused = |args: &[&str]| {
         let out = std::process::Command::new(bin())
@@ -350,6 +408,8 @@ async fn settings_that_cannot_go_with_http2_backends_are_refused() {
     assert!(e.contains("PROXY protocol"), "{e}");
     let e = refused(&["--backend-protocol", "h3"]);
     assert!(e.contains("h2c"), "{e}");
+    let e = refused(&["--health-grpc"]);
+    assert!(e.contains("--health-grpc") && e.contains("h2c"), "{e}");
     let e = refused(&["--backend-protocol", "h2c", "--tcp"]);
     assert!(
         e.contains("--backend-protocol does not apply to --tcp"),
