@@ -226,7 +226,7 @@ fn tls_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     }
     e.counter(
         "drover_backend_tls_failures",
-        "TLS handshakes with backends (backend_tls) that failed, by reason: unknown-issuer, expired, wrong-name, bad-certificate, client-cert-required, client-cert-refused, not-tls, closed, timeout, protocol.",
+        "TLS handshakes with backends (backend_tls) that failed, by reason: unknown-issuer, expired, wrong-name, bad-certificate, client-cert-required, client-cert-refused, not-tls, closed, timeout, protocol, no-alpn.",
     );
     for b in bs {
         for (why, &n) in BackendTlsFailure::ALL

@@ -134,7 +134,7 @@ pub struct BalancerStats {
     tls_failures: [AtomicU64; 5],
     /// TLS handshakes with backends failed, by `BackendTlsFailure` (plain atomics: a
     /// failure is rare).
-    backend_tls_failures: [AtomicU64; 10],
+    backend_tls_failures: [AtomicU64; 11],
     /// HTTP/2 client connections, and the streams (requests) they carried: HTTP/1.1's
     /// requests are the rest (plain atomics: HTTP/2's path only touches them).
     http2_connections: AtomicU64,
@@ -225,10 +225,13 @@ pub enum BackendTlsFailure {
     Timeout,
     /// Any other handshake failure (no common protocol or cipher, an alert).
     Protocol,
+    /// It agreed to no application protocol drover offered by ALPN: `h2`, for a
+    /// balancer with `backend_protocol = "h2"`.
+    NoAlpn,
 }
 
 impl BackendTlsFailure {
-    pub const ALL: [BackendTlsFailure; 10] = [
+    pub const ALL: [BackendTlsFailure; 11] = [
         BackendTlsFailure::UnknownIssuer,
         BackendTlsFailure::Expired,
         BackendTlsFailure::WrongName,
@@ -239,6 +242,7 @@ impl BackendTlsFailure {
         BackendTlsFailure::Closed,
         BackendTlsFailure::Timeout,
         BackendTlsFailure::Protocol,
+        BackendTlsFailure::NoAlpn,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -253,6 +257,7 @@ impl BackendTlsFailure {
             BackendTlsFailure::Closed => "closed",
             BackendTlsFailure::Timeout => "timeout",
             BackendTlsFailure::Protocol => "protocol",
+            BackendTlsFailure::NoAlpn => "no-alpn",
         }
     }
 }
@@ -270,6 +275,7 @@ impl std::fmt::Display for BackendTlsFailure {
             BackendTlsFailure::Closed => "the backend closed the connection during the TLS handshake",
             BackendTlsFailure::Timeout => "the TLS handshake with the backend did not finish within the connect timeout",
             BackendTlsFailure::Protocol => "the TLS handshake with the backend failed",
+            BackendTlsFailure::NoAlpn => "the backend agreed to no protocol drover offered by ALPN (h2, for backend_protocol = \"h2\")",
         })
     }
 }
@@ -628,7 +634,7 @@ pub struct BalancerCounts {
     pub tls_failures: [u64; 5],
     /// TLS handshakes with backends failed, by `BackendTlsFailure::ALL`.
     #[serde(default)]
-    pub backend_tls_failures: [u64; 10],
+    pub backend_tls_failures: [u64; 11],
     /// The certificates served now (empty on a plain listener).
     #[serde(default)]
     pub tls_certificates: Vec<CertificateExpiry>,

@@ -238,6 +238,7 @@ pub(crate) fn failure_of(e: &rustls::Error) -> Failure {
             _ => Failure::BadCertificate,
         },
         rustls::Error::AlertReceived(A::CertificateRequired) => Failure::ClientCertRequired,
+        rustls::Error::AlertReceived(A::NoApplicationProtocol) => Failure::NoAlpn,
         // What a server answers a client certificate it does not take with
         // (rustls's DecryptError for a signature by another CA of the same name).
         rustls::Error::AlertReceived(

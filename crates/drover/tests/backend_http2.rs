@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::pki::{far_future, Pki};
 use common::{admin_addr, bin, proxy, status};
 use drover_testkit::{raw_exchange, HttpClient};
 use std::collections::BTreeMap;
@@ -378,6 +379,44 @@ async fn grpc_health_checks_take_a_backend_that_is_not_serving_out() {
     let answers = node_client(&client, &[&d.addr().to_string(), "Name", "30", "6"]).await;
     let counts = by_backend(&answers, "reply");
     assert_eq!(counts.keys().collect::<Vec<_>>(), ["G2", "G3"], "{answers}");
+}
+
+#[tokio::test]
+async fn http2_over_tls_to_the_backends_is_agreed_by_alpn() {
+    let pki = Pki::new("backend-h2");
+    let (cert, key) = pki.leaf("backend", "backend", &["127.0.0.1"], far_future());
+    let script = fixture("http2", "h2c_backend.js");
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let (_h2, h2_addr) = node_server(&script, &["T", cert, key]).await;
+    let (_h1, h1_addr) = node_server(&script, &["H1", cert, key, "http1"]).await;
+    let ca = pki.ca_pem.to_str().unwrap();
+
+    let flags = [
+        "--backend-protocol",
+        "h2",
+        "--backend-ca",
+        ca,
+        "--slow-start",
+        "0s",
+    ];
+    let d = proxy(&[h2_addr], &flags).await;
+    let mut client = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..3 {
+        let r = client.get("/").await;
+        assert_eq!((r.status, r.text()), (200, "T".to_owned()));
+        assert_eq!(r.header("x-scheme"), Some("https"));
+    }
+    // A TLS backend that does not offer h2 by ALPN: nothing is sent, and it says why.
+    let d = proxy(&[h1_addr], &flags).await;
+    let r = HttpClient::connect(d.addr()).await.unwrap().get("/").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        r.header("drover-error"),
+        Some("backend-tls"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("(no-alpn)"), "{}", r.text());
 }
 
 #[tokio::test]

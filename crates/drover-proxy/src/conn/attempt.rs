@@ -166,10 +166,12 @@ impl Conn {
             .map_err(Attempt::Retry)?;
         if let Upstream::Tls(tls) = &io {
             if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
-                // The backend speaks TLS but not HTTP/2 over it: nothing was sent.
-                endpoint.stats().record_failure(Cause::ConnectFailed);
-                warn!(endpoint = %addr, "the backend did not agree to HTTP/2 (ALPN h2) over TLS: is backend_protocol = \"h2\" right for it?");
-                return Err(Attempt::Retry(ProxyError::ConnectFailed));
+                // The backend speaks TLS but not HTTP/2 over it (it ignored ALPN; one
+                // that refuses it ends the handshake): nothing was sent.
+                let why = crate::backend_tls::Failure::NoAlpn;
+                return Err(Attempt::Retry(upstream::tls_failed(
+                    endpoint, pool, stats, why,
+                )));
             }
         }
         match tokio::time::timeout(timeout, H2Conn::handshake(io)).await {

@@ -240,7 +240,8 @@ impl drover_registry::WrapProbe for H2Probe {
                         .await
                         .map_err(|f| format!("{} ({f})", f.as_str()))?;
                     if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
-                        return Err("the backend did not agree to HTTP/2 (ALPN h2)".to_owned());
+                        let why = crate::backend_tls::Failure::NoAlpn;
+                        return Err(format!("{} ({why})", why.as_str()));
                     }
                     Upstream::Tls(Box::new(stream))
                 }
