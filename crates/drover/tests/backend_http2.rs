@@ -420,6 +420,38 @@ async fn http2_over_tls_to_the_backends_is_agreed_by_alpn() {
 }
 
 #[tokio::test]
+async fn a_grpc_call_is_never_downgraded_to_http1() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let (_g, addr) = node_server(&server, &["G1"]).await;
+    // An HTTP/2 front, HTTP/1.1 to the backend (the default backend_protocol).
+    let d = proxy(&[addr], &["--h2c"]).await;
+    let answers = node_client(&client, &[&d.addr().to_string(), "Name", "1"]).await;
+    let a = &answers[0];
+    assert_eq!(a["code"], 14, "UNAVAILABLE: {a}");
+    assert!(a["details"].as_str().unwrap().contains("502"), "{a}");
+    let log = d.stderr_text();
+    assert!(log.contains("backend_protocol = \"h2c\""), "{log}");
+    // Nothing reached the backend.
+    let calls = node_client(&client, &[&addr.to_string(), "Calls", "1"]).await;
+    assert_eq!(calls[0]["reply"], "0", "{calls}");
+    // An HTTP/1.1 client's gRPC-shaped request, the same.
+    let r = HttpClient::connect(d.addr())
+        .await
+        .unwrap()
+        .request(
+            "POST",
+            "/test.Echo/Name",
+            &[("content-type", "application/grpc+proto")],
+            Some(b"\0\0\0\0\0"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("drover-error"), Some("grpc-over-http1"));
+}
+
+#[tokio::test]
 async fn settings_that_cannot_go_with_http2_backends_are_refused() {
     let refused = |args: &[&str]| {
         let out = std::process::Command::new(bin())

@@ -24,6 +24,9 @@ const LOCAL_SHORTAGE_PAUSE: Duration = Duration::from_millis(10);
 /// Warnings about requests that failed (every thread of every balancer shares it).
 static FAILURE_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
+/// Warnings about gRPC calls refused for want of HTTP/2 to the backends.
+static GRPC_DOWNGRADES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
+
 /// A backend's response head: its status and when it came.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Answered {
@@ -152,6 +155,28 @@ impl Conn {
         !close
     }
 
+    /// A gRPC call to backends drover speaks HTTP/1.1 to: refused with 502 rather than
+    /// downgraded, which would lose the trailers its status rides in (the client would
+    /// see a call that ended with no status, or a backend that is not gRPC at all).
+    async fn no_grpc_downgrade(&mut self, head: &RequestHead) -> bool {
+        if let Some(held_back) = GRPC_DOWNGRADES.check_now() {
+            warn!(balancer = %self.opts().name, held_back, "a gRPC call to backends spoken to in HTTP/1.1: refused; set backend_protocol = \"h2c\" (or \"h2\")");
+        }
+        let close = !head.keep_alive || head.body.is_some();
+        self.thread.shared.stats.record_refusal(502);
+        self.send_error(
+            502,
+            "grpc-over-http1",
+            "a gRPC call needs HTTP/2 to the backends, and this balancer speaks HTTP/1.1 to them: set backend_protocol = \"h2c\" (or \"h2\")",
+            close,
+        )
+        .await;
+        if head.body.is_some() {
+            self.linger().await;
+        }
+        !close
+    }
+
     /// `exchange`, with the first response head's status and time left in `answered`
     /// (drover's own answers are counted where they are made).
     async fn exchange_timed(
@@ -168,6 +193,9 @@ impl Conn {
         }
         if head.upgrade && self.opts().backend_protocol.is_http2() {
             return self.no_upgrade(head).await;
+        }
+        if head.grpc && !self.opts().backend_protocol.is_http2() {
+            return self.no_grpc_downgrade(head).await;
         }
         let client_timeout = self.opts().timeouts.client;
         if head.expect_continue && head.body.is_some() {

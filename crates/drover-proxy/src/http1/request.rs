@@ -40,6 +40,9 @@ pub struct RequestHead {
     pub sticky: Option<String>,
     /// It came as an HTTP/2 stream (`http2`), written as HTTP/1.1 for this parser.
     pub http2: bool,
+    /// A gRPC call (`content-type: application/grpc...`): never sent to a backend in
+    /// HTTP/1.1, which would drop the trailers its status rides in.
+    pub grpc: bool,
     /// Which balancer serves it, by the listener's routes.
     pub routed: Routed,
 }
@@ -124,6 +127,7 @@ pub fn parse(
     let mut xff: Option<&[u8]> = None;
     let mut forwarded: Option<&[u8]> = None;
     let mut has_request_id = false;
+    let mut grpc = false;
     for h in req.headers.iter() {
         let name = h.name;
         if is(name, "content-length") {
@@ -167,6 +171,11 @@ pub fn parse(
             forwarded = Some(h.value);
         } else if is(name, "x-request-id") {
             has_request_id = true;
+        } else if is(name, "content-type") {
+            grpc = h
+                .value
+                .get(..16)
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"application/grpc"));
         }
     }
     if conn.names_end_to_end {
@@ -236,6 +245,7 @@ pub fn parse(
         hash_key,
         sticky,
         http2: false,
+        grpc,
         routed,
     }))
 }
