@@ -43,6 +43,16 @@ impl Upstream {
 }
 
 impl Upstream {
+    /// Whether the backend never processed the request sent on it, whatever was
+    /// written: an HTTP/2 stream it refused (`H2Exchange::never_processed`). An
+    /// HTTP/1.1 connection cannot tell.
+    pub fn never_processed(&self) -> bool {
+        match self {
+            Upstream::H2(s) => s.never_processed(),
+            Upstream::Plain(_) | Upstream::Tls(_) => false,
+        }
+    }
+
     /// Why the TLS session failed, if it did. Under TLS 1.3 the client's handshake is
     /// done before the server has read the client's certificate: a server that wants
     /// one and got none (or one it does not take) says so with an alert in place of the

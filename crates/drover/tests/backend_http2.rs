@@ -324,6 +324,45 @@ async fn health_checks_speak_http2_to_the_backends() {
 }
 
 #[tokio::test]
+async fn a_grpc_backend_that_stops_gracefully_under_load_fails_no_call() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let mut servers = Vec::new();
+    for name in ["G1", "G2", "G3"] {
+        servers.push(node_server(&server, &[name, "2"]).await);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let d = h2c_proxy(&addrs, &[]).await;
+    let target = d.addr().to_string();
+    // 1,500 calls, 8 at a time, on one channel; G1 stops (SIGTERM: GOAWAY, then it
+    // finishes what it took and exits) a moment in, as a deploy stops a server.
+    let load = tokio::spawn({
+        let (client, target) = (client.clone(), target.clone());
+        async move { node_client(&client, &[&target, "Name", "1500", "8"]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let pid = servers[0].0.id().unwrap();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let answers = load.await.unwrap();
+    let failed: Vec<&serde_json::Value> = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["code"] != 0)
+        .collect();
+    let counts = by_backend(&answers, "reply");
+    assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+    assert!(counts.get("G1").is_some_and(|&n| n > 0), "{counts:?}");
+    let exited = tokio::time::timeout(Duration::from_secs(10), servers[0].0.wait()).await;
+    assert!(exited.is_ok(), "G1 did not stop");
+    eprintln!("calls by backend: {counts:?}");
+}
+
+#[tokio::test]
 async fn grpc_health_checks_take_a_backend_that_is_not_serving_out() {
     let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");

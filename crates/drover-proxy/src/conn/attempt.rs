@@ -50,6 +50,15 @@ impl Conn {
         let endpoint = slot.pick().endpoint();
         let mut pace = pace;
         let mut fresh = false;
+        // What an HTTP/2 stream the backend refuses needs to go again: its head, and
+        // its body when drover read all of it before binding (the relay takes both).
+        let resend = match head.body {
+            None => Some(None),
+            Some(_) if framer.is_done() && self.opts().backend_protocol.is_http2() => {
+                Some(Some(self.out.clone()))
+            }
+            Some(_) => None,
+        };
         let (up, resp, request_sent) = loop {
             let (mut up, reused) = match self.upstream(slot, fresh).await {
                 Ok(up) => up,
@@ -64,6 +73,18 @@ impl Conn {
                     .await
                     .map(|resp| (resp, sent)),
                 Err(attempt) => Err(attempt),
+            };
+            // A stream the backend never processed (it refused it, or went away
+            // gracefully before taking it, as a server does when a deploy stops it)
+            // goes again whatever its method: RFC 9113 §8.7.
+            let answer = match (answer, &resend) {
+                (Err(Attempt::Fail(e)), Some(saved)) if up.never_processed() => {
+                    if let Some(saved) = saved {
+                        self.out.clone_from(saved);
+                    }
+                    Err(Attempt::Retry(e))
+                }
+                (answer, _) => answer,
             };
             match answer {
                 Ok((resp, sent)) => break (up, resp, sent),

@@ -146,6 +146,7 @@ impl H2Conn {
             receiving: Receiving::NotYet,
             out: Bytes::new(),
             is_head: false,
+            refused: false,
         }
     }
 }
@@ -307,6 +308,18 @@ pub struct H2Exchange {
     out: Bytes,
     /// A HEAD request: its response has no body, whatever its length says.
     is_head: bool,
+    /// The backend never processed this request (see `never_processed`).
+    refused: bool,
+}
+
+/// Whether a stream's error says the backend never processed it (RFC 9113 §8.7):
+/// refused with `REFUSED_STREAM`, or above the last stream id of a graceful GOAWAY
+/// (a server shutting down, as a deploy stops it). Any other error (a broken
+/// connection, a GOAWAY with an error, which h2 gives every stream) says nothing.
+fn is_refusal(e: &h2::Error) -> bool {
+    e.is_remote()
+        && ((e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
+            || (e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR)))
 }
 
 fn invalid(what: &str) -> io::Error {
@@ -314,6 +327,13 @@ fn invalid(what: &str) -> io::Error {
 }
 
 impl H2Exchange {
+    /// Whether the backend never processed the request, so that it may go again, to
+    /// any endpoint, whatever its method: the stream could not be opened (the
+    /// connection had ended, or was going away), or the backend refused it.
+    pub fn never_processed(&self) -> bool {
+        self.refused
+    }
+
     /// Takes head bytes; returns how many of `buf` belong to the head.
     fn take_head(&mut self, buf: &[u8]) -> io::Result<usize> {
         let Sending::Head(head) = &mut self.sending else {
@@ -342,15 +362,22 @@ impl H2Exchange {
         let Sending::Opening { request, body } = &mut self.sending else {
             return Poll::Ready(Ok(()));
         };
-        ready!(self.conn.poll_ready(cx)).map_err(io::Error::other)?;
+        // Nothing is sent before the HEADERS: a failure here never reached the backend.
+        if let Err(e) = ready!(self.conn.poll_ready(cx)) {
+            self.refused = true;
+            return Poll::Ready(Err(io::Error::other(e)));
+        }
         let request = request
             .take()
             .ok_or_else(|| invalid("stream opened twice"))?;
         let end = matches!(body, RequestBody::None | RequestBody::Length(0));
-        let (response, stream) = self
-            .conn
-            .send_request(request, end)
-            .map_err(io::Error::other)?;
+        let (response, stream) = match self.conn.send_request(request, end) {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.refused = true;
+                return Poll::Ready(Err(io::Error::other(e)));
+            }
+        };
         self.receiving = Receiving::Head(response);
         let body = std::mem::replace(body, RequestBody::None);
         self.sending = if end {
@@ -446,7 +473,13 @@ impl H2Exchange {
                     }
                 }
                 Receiving::Head(response) => {
-                    let response = ready!(Pin::new(response).poll(cx)).map_err(io::Error::other)?;
+                    let response = match ready!(Pin::new(response).poll(cx)) {
+                        Ok(response) => response,
+                        Err(e) => {
+                            self.refused |= is_refusal(&e);
+                            return Poll::Ready(Err(io::Error::other(e)));
+                        }
+                    };
                     let (parts, body) = response.into_parts();
                     let no_body = self.is_head
                         || body.is_end_stream()
