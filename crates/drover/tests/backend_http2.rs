@@ -363,6 +363,56 @@ async fn a_grpc_backend_that_stops_gracefully_under_load_fails_no_call() {
 }
 
 #[tokio::test]
+async fn reloads_under_grpc_load_fail_no_call() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let mut servers = Vec::new();
+    for name in ["G1", "G2", "G3"] {
+        servers.push(node_server(&server, &[name, "2"]).await);
+    }
+    let toml = |backends: &[SocketAddr]| {
+        let list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nname = \"grpc\"\nlisten = \"127.0.0.1:0\"\nbackends = [{}]\nh2c = true\nbackend_protocol = \"h2c\"\nslow_start = \"0s\"\n",
+            list.join(", ")
+        )
+    };
+    let dir = common::temp_dir("backend-http2-reload");
+    let first = [servers[0].1, servers[1].1];
+    let (d, addr, admin, path) = common::proxy_config(&dir, &toml(&first), "grpc").await;
+    let load = tokio::spawn({
+        let (client, target) = (client.clone(), addr.to_string());
+        async move { node_client(&client, &[&target, "Name", "1500", "8"]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // G3 joins, then G1 leaves: each reload starts new connections to the backends.
+    let all = [servers[0].1, servers[1].1, servers[2].1];
+    let last = [servers[1].1, servers[2].1];
+    for backends in [&all[..], &last[..]] {
+        std::fs::write(&path, toml(backends)).unwrap();
+        let (code, out, err) = common::ctl(admin, &["reload"]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let answers = load.await.unwrap();
+    let failed: Vec<&serde_json::Value> = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["code"] != 0)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} failed: {failed:?}\n{}",
+        failed.len(),
+        d.stderr_text()
+    );
+    let counts = by_backend(&answers, "reply");
+    assert!(counts.get("G3").is_some_and(|&n| n > 0), "{counts:?}");
+    eprintln!("calls by backend: {counts:?}");
+}
+
+#[tokio::test]
 async fn grpc_health_checks_take_a_backend_that_is_not_serving_out() {
     let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");
