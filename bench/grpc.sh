@@ -20,7 +20,8 @@
 # BENCH_LOAD (0.75), BENCH_MIX ("1000:25000:0.05": light µs, heavy µs, heavy share),
 # BENCH_REPORT=1: the backends report their event-loop utilisation in each answer's
 # metadata (endpoint-load-metrics, as sdk/node does for HTTP), which drover reads and
-# nginx passes on.
+# nginx passes on. DROVER_B_BIN=/path/to/drover adds a peer `drover-b` running that
+# binary the same way (an A/B of two builds in one run).
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,6 +31,7 @@ D="${BENCH_DURATION:-15}"
 LOAD="${BENCH_LOAD:-0.75}"
 MIX="${BENCH_MIX:-1000:25000:0.05}"
 PEERS=(drover nginx-lc nginx-rr)
+[[ -n "${DROVER_B_BIN:-}" ]] && PEERS+=(drover-b)
 
 LOG_TAG=grpc
 # shellcheck source=bench/lib.sh
@@ -72,10 +74,11 @@ start_peer() { # peer port -> PEER_PID
   local peer=$1 port=$2 dir="$TMP/$1" b
   mkdir -p "$dir/tmp"
   case "$peer" in
-    drover)
-      local args=(proxy -l "127.0.0.1:$port" --h2c --backend-protocol h2c)
+    drover | drover-b)
+      local args=(proxy -l "127.0.0.1:$port" --h2c --backend-protocol h2c) bin=$DROVER
+      [[ "$peer" == drover-b ]] && bin=$DROVER_B_BIN
       for b in "${BACKENDS[@]}"; do args+=(-b "$b"); done
-      "$DROVER" "${args[@]}" >"$dir/log" 2>&1 &
+      "$bin" "${args[@]}" >"$dir/log" 2>&1 &
       ;;
     nginx-lc | nginx-rr)
       {

@@ -469,8 +469,12 @@ async fn drover_check_takes_an_address_systemd_holds_for_socket_activation_as_fr
         .wait_exit(Duration::from_secs(10))
         .await
         .expect("the check exited");
+    // The output's readers may lag the exit (a CI run once saw none of it).
+    let _ = checked
+        .wait_for_line("LISTEN_FDS", Duration::from_secs(5))
+        .await;
     let out = checked.stdout_text() + &checked.stderr_text();
-    assert_eq!(status.code(), Some(0), "{out}");
+    assert_eq!(status.code(), Some(0), "{status:?}\n{out}");
     assert!(
         out.contains(&format!(
             "balancer \"front\" on 127.0.0.1:{front} (passed to this check, LISTEN_FDS)"
