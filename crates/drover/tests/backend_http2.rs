@@ -86,6 +86,16 @@ async fn h2c_backends() -> Vec<(Child, SocketAddr)> {
     all
 }
 
+/// The gRPC calls of a client's answers that did not end OK.
+fn failed_calls(answers: &serde_json::Value) -> Vec<&serde_json::Value> {
+    answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["code"] != 0)
+        .collect()
+}
+
 /// Answers counted by the backend that gave them.
 fn by_backend(answers: &serde_json::Value, field: &str) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -348,12 +358,7 @@ async fn a_grpc_backend_that_stops_gracefully_under_load_fails_no_call() {
         .unwrap();
     assert!(term.success());
     let answers = load.await.unwrap();
-    let failed: Vec<&serde_json::Value> = answers
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["code"] != 0)
-        .collect();
+    let failed = failed_calls(&answers);
     let counts = by_backend(&answers, "reply");
     assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
     assert!(counts.get("G1").is_some_and(|&n| n > 0), "{counts:?}");
@@ -395,12 +400,7 @@ async fn reloads_under_grpc_load_fail_no_call() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let answers = load.await.unwrap();
-    let failed: Vec<&serde_json::Value> = answers
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["code"] != 0)
-        .collect();
+    let failed = failed_calls(&answers);
     assert!(
         failed.is_empty(),
         "{} failed: {failed:?}\n{}",

@@ -117,60 +117,18 @@ impl Conn {
         !close
     }
 
-    /// A request no route takes, on a listener whose own balancer has no backends: 404,
-    /// as nginx answers a `location` nothing matches. A request body is not read: the
-    /// connection closes after the answer.
-    async fn no_route(&mut self, head: &RequestHead) -> bool {
+    /// drover's own answer to a request it will not send to any backend, counted; the
+    /// request body is not read, so the connection closes after the answer.
+    async fn answer_unsent(
+        &mut self,
+        head: &RequestHead,
+        status: u16,
+        cause: &'static str,
+        detail: &str,
+    ) -> bool {
         let close = !head.keep_alive || head.body.is_some();
-        self.thread.shared.stats.record_refusal(404);
-        self.send_error(
-            404,
-            "no-route",
-            "no route matches this request's host and path",
-            close,
-        )
-        .await;
-        if head.body.is_some() {
-            self.linger().await;
-        }
-        !close
-    }
-
-    /// An Upgrade (a WebSocket) to backends drover speaks HTTP/2 to: an HTTP/2 stream
-    /// has no Upgrade (RFC 9113 §8.6), so it is refused with 501 rather than sent on
-    /// without it, which the client would wait on for a 101 that never comes.
-    async fn no_upgrade(&mut self, head: &RequestHead) -> bool {
-        let close = !head.keep_alive || head.body.is_some();
-        self.thread.shared.stats.record_refusal(501);
-        self.send_error(
-            501,
-            "upgrade-over-http2",
-            "this balancer speaks HTTP/2 to its backends (backend_protocol), which carries no Upgrade",
-            close,
-        )
-        .await;
-        if head.body.is_some() {
-            self.linger().await;
-        }
-        !close
-    }
-
-    /// A gRPC call to backends drover speaks HTTP/1.1 to: refused with 502 rather than
-    /// downgraded, which would lose the trailers its status rides in (the client would
-    /// see a call that ended with no status, or a backend that is not gRPC at all).
-    async fn no_grpc_downgrade(&mut self, head: &RequestHead) -> bool {
-        if let Some(held_back) = GRPC_DOWNGRADES.check_now() {
-            warn!(balancer = %self.opts().name, held_back, "a gRPC call to backends spoken to in HTTP/1.1: refused; set backend_protocol = \"h2c\" (or \"h2\")");
-        }
-        let close = !head.keep_alive || head.body.is_some();
-        self.thread.shared.stats.record_refusal(502);
-        self.send_error(
-            502,
-            "grpc-over-http1",
-            "a gRPC call needs HTTP/2 to the backends, and this balancer speaks HTTP/1.1 to them: set backend_protocol = \"h2c\" (or \"h2\")",
-            close,
-        )
-        .await;
+        self.thread.shared.stats.record_refusal(status);
+        self.send_error(status, cause, detail, close).await;
         if head.body.is_some() {
             self.linger().await;
         }
@@ -186,16 +144,31 @@ impl Conn {
         answered: &mut Option<Answered>,
     ) -> bool {
         if head.routed == Routed::Nowhere {
-            return self.no_route(head).await;
+            // No route takes it, and the listener's own balancer has no backends: 404,
+            // as nginx answers a `location` nothing matches.
+            let why = "no route matches this request's host and path";
+            return self.answer_unsent(head, 404, "no-route", why).await;
         }
         if let Some(port) = self.opts().redirect_to_https {
             return self.redirect_to_https(head, port).await;
         }
-        if head.upgrade && self.opts().backend_protocol.is_http2() {
-            return self.no_upgrade(head).await;
+        let http2_backends = self.opts().backend_protocol.is_http2();
+        if head.upgrade && http2_backends {
+            // An HTTP/2 stream has no Upgrade (RFC 9113 §8.6): sent on without it, the
+            // request would leave its client waiting for a 101 that never comes.
+            let why = "this balancer speaks HTTP/2 to its backends (backend_protocol), which carries no Upgrade";
+            return self
+                .answer_unsent(head, 501, "upgrade-over-http2", why)
+                .await;
         }
-        if head.grpc && !self.opts().backend_protocol.is_http2() {
-            return self.no_grpc_downgrade(head).await;
+        if head.grpc && !http2_backends {
+            // Never downgraded: HTTP/1.1 would lose the trailers a call's status rides
+            // in (the client would see a call that ended with no status).
+            if let Some(held_back) = GRPC_DOWNGRADES.check_now() {
+                warn!(balancer = %self.opts().name, held_back, "a gRPC call to backends spoken to in HTTP/1.1: refused; set backend_protocol = \"h2c\" (or \"h2\")");
+            }
+            let why = "a gRPC call needs HTTP/2 to the backends, and this balancer speaks HTTP/1.1 to them: set backend_protocol = \"h2c\" (or \"h2\")";
+            return self.answer_unsent(head, 502, "grpc-over-http1", why).await;
         }
         let client_timeout = self.opts().timeouts.client;
         if head.expect_continue && head.body.is_some() {

@@ -13,7 +13,7 @@
 //! HTTP/2 client's stream meets its HEADERS, DATA and trailers again in
 //! `http2::H2Client`, which decodes the chunks. The h2 crate does all framing.
 
-use super::stream::{last_chunk, trailer_fields};
+use super::chunks::{chunk, last_chunk, poll_window, send_unsent, trailer_fields, MAX_DATA};
 use crate::http1::chunked::ChunkedScanner;
 use crate::upstream::Upstream;
 use bytes::{Buf, Bytes, BytesMut};
@@ -28,9 +28,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// Largest DATA payload asked of a stream's window at once.
-const MAX_DATA: usize = 64 * 1024;
 
 /// A stream's and the connection's receive windows: responses stream back at the pace
 /// drover's relay reads them, several at once.
@@ -499,15 +496,7 @@ impl H2Exchange {
                         if data.is_empty() {
                             continue;
                         }
-                        self.out = if *chunked {
-                            let mut framed = BytesMut::with_capacity(data.len() + 12);
-                            framed.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                            framed.extend_from_slice(&data);
-                            framed.extend_from_slice(b"\r\n");
-                            framed.freeze()
-                        } else {
-                            data
-                        };
+                        self.out = if *chunked { chunk(&data) } else { data };
                         return Poll::Ready(Ok(()));
                     }
                     Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
@@ -576,41 +565,6 @@ impl AsyncWrite for H2Exchange {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.poll_flush(cx)
-    }
-}
-
-/// Sends what `unsent` holds as DATA, as the stream's window allows.
-fn send_unsent(
-    stream: &mut SendStream<Bytes>,
-    unsent: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<()>> {
-    while !unsent.is_empty() {
-        let n = ready!(poll_window(stream, unsent.len().min(MAX_DATA), cx))?;
-        stream
-            .send_data(unsent.split_to(n).freeze(), false)
-            .map_err(io::Error::other)?;
-    }
-    Poll::Ready(Ok(()))
-}
-
-/// Up to `want` bytes of the stream's window, once some is open.
-fn poll_window(
-    stream: &mut SendStream<Bytes>,
-    want: usize,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<usize>> {
-    stream.reserve_capacity(want);
-    loop {
-        let granted = stream.capacity();
-        if granted > 0 {
-            return Poll::Ready(Ok(granted.min(want)));
-        }
-        match ready!(stream.poll_capacity(cx)) {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
-            None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-        }
     }
 }
 

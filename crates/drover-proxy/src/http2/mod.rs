@@ -21,6 +21,7 @@
 //! connection (with the new settings).
 
 pub mod backend;
+mod chunks;
 mod request;
 mod stream;
 
