@@ -334,6 +334,36 @@ async fn health_checks_speak_http2_to_the_backends() {
 }
 
 #[tokio::test]
+async fn a_bidirectional_grpc_call_runs_both_ways_at_once() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let mut servers = Vec::new();
+    for name in ["G1", "G2", "G3"] {
+        servers.push(node_server(&server, &[name]).await);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let d = h2c_proxy(&addrs, &[]).await;
+    // Each message goes only once the reply to the one before has come back: a proxy
+    // that reads the request to its end before answering stalls until the deadline.
+    for _ in 0..3 {
+        let answers = node_client(&client, &[&d.addr().to_string(), "Chat", "20"]).await;
+        let a = &answers[0];
+        assert_eq!(a["code"], 0, "{a}\n{}", d.stderr_text());
+        let got: Vec<&str> = a["got"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap())
+            .collect();
+        assert_eq!(got.len(), 20, "{a}");
+        let from = got[0].split(':').next().unwrap();
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!(*m, format!("{from}:{}", i + 1), "{a}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_grpc_backend_that_stops_gracefully_under_load_fails_no_call() {
     let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");

@@ -15,7 +15,7 @@ use crate::options::BackendProtocol;
 use crate::upstream::{self, Upstream};
 use drover_balance::{clock, Endpoint};
 use drover_metrics::Cause;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, warn};
 
@@ -47,6 +47,9 @@ impl Conn {
         pace: Option<&mut BodyPace>,
         answered: &mut Option<Answered>,
     ) -> Attempt {
+        if self.is_duplex(head) {
+            return self.duplex(head, slot, answered).await;
+        }
         let endpoint = slot.pick().endpoint();
         let mut pace = pace;
         let mut fresh = false;
@@ -105,6 +108,101 @@ impl Conn {
             return self.tunnel(up).await;
         }
         self.relay_response(up, &resp, slot, request_sent).await
+    }
+
+    /// Whether the request runs both ways at once (`duplex`): a gRPC call from an HTTP/2
+    /// client to HTTP/2 backends, whose messages come when the app has them (a
+    /// bidirectional call waits for a reply before it sends more). Its body is then
+    /// neither read ahead before binding nor held to a minimum rate.
+    pub(super) fn is_duplex(&self, head: &RequestHead) -> bool {
+        head.grpc && head.http2 && head.body.is_some() && self.opts().backend_protocol.is_http2()
+    }
+
+    /// One try of a `duplex` request: the head opens the stream, then the body goes
+    /// from the client's stream to the backend's while the response comes back. What
+    /// the body sends is kept, up to `REQUEST_BUFFER`, in case the backend refuses the
+    /// stream unprocessed (a server stopping for a deploy): it then goes again to
+    /// another endpoint, from `self.reqbody`, the kept bytes first.
+    async fn duplex(
+        &mut self,
+        head: &RequestHead,
+        slot: &Slot,
+        answered: &mut Option<Answered>,
+    ) -> Attempt {
+        let endpoint = slot.pick().endpoint();
+        let (mut up, reused) = match self.upstream(slot, false).await {
+            Ok(up) => up,
+            Err(attempt) => return attempt,
+        };
+        let timeout = self.opts().timeouts.request;
+        let opened = body::write_all(&mut up, &self.out, timeout).await.is_ok();
+        let (body, client) = match (&mut up, self.client.h2()) {
+            (Upstream::H2(stream), Some(client)) if opened => (stream.take_body(), client.clone()),
+            _ => {
+                let retry = up.never_processed();
+                return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, retry);
+            }
+        };
+        let Some(mut body) = body else {
+            return self.backend_failed(endpoint, reused, ProxyError::BackendClosed, false);
+        };
+        let kept = Arc::new(Mutex::new(Some(std::mem::take(&mut self.reqbody))));
+        let (done, refused) = {
+            let pump = {
+                let kept = Arc::clone(&kept);
+                async move {
+                    let again = kept.lock().ok().and_then(|k| k.clone()).unwrap_or_default();
+                    let mut client = Kept {
+                        inner: client,
+                        kept,
+                    };
+                    let sent = match body.write_all(&again).await {
+                        Ok(()) => tokio::io::copy(&mut client, &mut body).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = sent {
+                        debug!("a gRPC stream's request half ended early: {e}");
+                    }
+                }
+            };
+            let answer = async {
+                let resp = match self
+                    .final_response_head(&mut up, head, endpoint, reused, true)
+                    .await
+                {
+                    Ok(resp) => resp,
+                    Err(Attempt::Fail(e) | Attempt::Retry(e)) if up.never_processed() => {
+                        return (Attempt::Retry(e), true);
+                    }
+                    // What the client sent has gone to this backend: never again.
+                    Err(Attempt::Retry(e)) => return (Attempt::Fail(e), false),
+                    Err(attempt) => return (attempt, false),
+                };
+                let latency = self.account_response(head, slot, &resp, answered);
+                self.outcome.upstream = Some(latency);
+                (self.relay_response(up, &resp, slot, true).await, false)
+            };
+            tokio::pin!(pump, answer);
+            let mut pumped = false;
+            // The response decides: once it has ended (the call's status is in its
+            // trailers), what the client still sends has no one to go to.
+            loop {
+                tokio::select! {
+                    done = &mut answer => break done,
+                    () = &mut pump, if !pumped => pumped = true,
+                }
+            }
+        };
+        let Attempt::Retry(e) = done else {
+            return done;
+        };
+        match kept.lock().ok().and_then(|mut k| k.take()) {
+            Some(sent) if refused => {
+                self.reqbody = sent;
+                Attempt::Retry(e)
+            }
+            _ => Attempt::Fail(e),
+        }
     }
 
     /// A connection to the endpoint `slot` holds: an idle kept-alive one (unless `fresh`),
@@ -512,4 +610,36 @@ enum ReadHead {
     Closed { got_bytes: bool },
     Timeout,
     Bad(&'static str),
+}
+
+/// A `duplex` request's client stream, keeping what is read of it in `kept` until that
+/// passes `REQUEST_BUFFER` (then `None`: the body can no longer go again).
+struct Kept<R> {
+    inner: R,
+    kept: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Kept<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = read {
+            let new = &buf.filled()[before..];
+            if let Ok(mut kept) = this.kept.lock() {
+                let fits = kept
+                    .as_ref()
+                    .is_some_and(|k| k.len() + new.len() <= REQUEST_BUFFER);
+                match kept.as_mut() {
+                    Some(k) if fits => k.extend_from_slice(new),
+                    _ => *kept = None,
+                }
+            }
+        }
+        read
+    }
 }

@@ -188,7 +188,8 @@ impl Conn {
         self.reqbody.clear();
         // Only a request with a body keeps a pace: the others read no clock for it.
         let mut pace = None;
-        if head.body.is_some() {
+        let duplex = self.is_duplex(head);
+        if head.body.is_some() && !duplex {
             let timeouts = self.opts().timeouts;
             let pace = pace.insert(BodyPace::start(timeouts.body, timeouts.body_min_rate));
             let read = body::prefetch(
@@ -259,7 +260,7 @@ impl Conn {
                     if sent.is_err() {
                         return false;
                     }
-                    if !framer.is_done() {
+                    if !framer.is_done() && !duplex {
                         // Answered before the request body ended (an early 413, say).
                         self.linger().await;
                         return false;

@@ -274,6 +274,76 @@ enum Sending {
     Done,
 }
 
+impl Sending {
+    /// Body bytes as drover framed them: sent as DATA as the window allows.
+    fn poll_body(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let Sending::Body {
+            stream,
+            body,
+            unsent,
+        } = self
+        else {
+            // Past the body: nothing more belongs to it.
+            return Poll::Ready(Ok(buf.len()));
+        };
+        ready!(send_unsent(stream, unsent, cx))?;
+        match body {
+            RequestBody::None | RequestBody::Length(0) => Poll::Ready(Ok(buf.len())),
+            RequestBody::Length(left) => {
+                let want = buf
+                    .len()
+                    .min(MAX_DATA)
+                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
+                let n = ready!(poll_window(stream, want, cx))?;
+                *left -= n as u64;
+                let end = *left == 0;
+                stream
+                    .send_data(Bytes::copy_from_slice(&buf[..n]), end)
+                    .map_err(io::Error::other)?;
+                if end {
+                    *self = Sending::Done;
+                }
+                Poll::Ready(Ok(n))
+            }
+            RequestBody::Chunked(scanner) => {
+                let take = buf.len().min(MAX_DATA);
+                let used = scanner
+                    .scan(&buf[..take], |data| unsent.extend_from_slice(data))
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if let Poll::Ready(Err(e)) = self.poll_flush_body(cx) {
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Ready(Ok(used))
+            }
+        }
+    }
+
+    /// Sends what was decoded of a chunked body; once it has ended, its trailers (or
+    /// an empty DATA frame) end the stream.
+    fn poll_flush_body(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Sending::Body {
+            stream,
+            body: RequestBody::Chunked(scanner),
+            unsent,
+        } = self
+        else {
+            return Poll::Ready(Ok(()));
+        };
+        ready!(send_unsent(stream, unsent, cx))?;
+        if !scanner.is_done() {
+            return Poll::Ready(Ok(()));
+        }
+        let trailers = trailer_fields(&scanner.take_trailers());
+        let ended = if trailers.is_empty() {
+            stream.send_data(Bytes::new(), true)
+        } else {
+            stream.send_trailers(trailers)
+        };
+        *self = Sending::Done;
+        Poll::Ready(ended.map_err(io::Error::other))
+    }
+}
+
 /// How the request's body is framed in what drover writes.
 enum RequestBody {
     None,
@@ -323,7 +393,42 @@ fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
 }
 
+/// The request body's half of a stream, taken out of its `H2Exchange` once the stream
+/// is open (`H2Exchange::take_body`), so that the body can be sent while the response
+/// is read: a gRPC stream runs both ways at once (`conn/attempt.rs`'s duplex). Takes
+/// the body as drover frames it, as the exchange does.
+pub struct H2Body(Sending);
+
+impl AsyncWrite for H2Body {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().0.poll_body(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().0.poll_flush_body(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_flush(cx)
+    }
+}
+
 impl H2Exchange {
+    /// The body's half of an open stream whose body is still to come; `None` before
+    /// the head has opened the stream, or when there is no body to send.
+    pub fn take_body(&mut self) -> Option<H2Body> {
+        match self.sending {
+            Sending::Body { .. } => {
+                Some(H2Body(std::mem::replace(&mut self.sending, Sending::Done)))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the backend never processed the request, so that it may go again, to
     /// any endpoint, whatever its method: the stream could not be opened (the
     /// connection had ended, or was going away), or the backend refused it.
@@ -387,74 +492,6 @@ impl H2Exchange {
             }
         };
         Poll::Ready(Ok(()))
-    }
-
-    /// Body bytes as drover framed them: sent as DATA as the window allows.
-    fn poll_body(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let Sending::Body {
-            stream,
-            body,
-            unsent,
-        } = &mut self.sending
-        else {
-            // Past the body: nothing more belongs to it.
-            return Poll::Ready(Ok(buf.len()));
-        };
-        ready!(send_unsent(stream, unsent, cx))?;
-        match body {
-            RequestBody::None | RequestBody::Length(0) => Poll::Ready(Ok(buf.len())),
-            RequestBody::Length(left) => {
-                let want = buf
-                    .len()
-                    .min(MAX_DATA)
-                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
-                let n = ready!(poll_window(stream, want, cx))?;
-                *left -= n as u64;
-                let end = *left == 0;
-                stream
-                    .send_data(Bytes::copy_from_slice(&buf[..n]), end)
-                    .map_err(io::Error::other)?;
-                if end {
-                    self.sending = Sending::Done;
-                }
-                Poll::Ready(Ok(n))
-            }
-            RequestBody::Chunked(scanner) => {
-                let take = buf.len().min(MAX_DATA);
-                let used = scanner
-                    .scan(&buf[..take], |data| unsent.extend_from_slice(data))
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                if let Poll::Ready(Err(e)) = self.poll_flush_body(cx) {
-                    return Poll::Ready(Err(e));
-                }
-                Poll::Ready(Ok(used))
-            }
-        }
-    }
-
-    /// Sends what was decoded of a chunked body; once it has ended, its trailers (or
-    /// an empty DATA frame) end the stream.
-    fn poll_flush_body(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Sending::Body {
-            stream,
-            body: RequestBody::Chunked(scanner),
-            unsent,
-        } = &mut self.sending
-        else {
-            return Poll::Ready(Ok(()));
-        };
-        ready!(send_unsent(stream, unsent, cx))?;
-        if !scanner.is_done() {
-            return Poll::Ready(Ok(()));
-        }
-        let trailers = trailer_fields(&scanner.take_trailers());
-        let ended = if trailers.is_empty() {
-            stream.send_data(Bytes::new(), true)
-        } else {
-            stream.send_trailers(trailers)
-        };
-        self.sending = Sending::Done;
-        Poll::Ready(ended.map_err(io::Error::other))
     }
 
     /// The next response bytes as HTTP/1.1 into `self.out`; `Ready` with nothing in it
@@ -549,7 +586,7 @@ impl AsyncWrite for H2Exchange {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        this.poll_body(cx, buf)
+        this.sending.poll_body(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -560,7 +597,7 @@ impl AsyncWrite for H2Exchange {
             return Poll::Ready(Ok(()));
         }
         ready!(this.poll_open(cx))?;
-        this.poll_flush_body(cx)
+        this.sending.poll_flush_body(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
