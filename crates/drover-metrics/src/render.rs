@@ -199,6 +199,14 @@ fn http2_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     for b in bs.iter().filter(h2) {
         e.sample_u64(&[("balancer", &b.name)], b.counts.http2_streams);
     }
+    let to_backends = |b: &&BalancerSnapshot| b.counts.backend_http2_connections > 0;
+    e.counter(
+        "drover_backend_http2_connections",
+        "HTTP/2 connections opened to backends (backend_protocol h2c or h2): one per backend and serving thread, more when one ended.",
+    );
+    for b in bs.iter().filter(to_backends) {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.backend_http2_connections);
+    }
 }
 
 /// The TLS families, with samples for the balancers that serve TLS (or have).

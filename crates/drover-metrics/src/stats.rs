@@ -139,6 +139,8 @@ pub struct BalancerStats {
     /// requests are the rest (plain atomics: HTTP/2's path only touches them).
     http2_connections: AtomicU64,
     http2_streams: AtomicU64,
+    /// HTTP/2 connections opened to backends (`backend_protocol` h2c or h2).
+    backend_http2_connections: AtomicU64,
     /// The certificates the listener serves now, with their notAfter (set at start and
     /// at each reload).
     tls_certificates: std::sync::Mutex<Vec<CertificateExpiry>>,
@@ -438,6 +440,11 @@ impl BalancerStats {
         self.http2_connections.fetch_add(1, Relaxed);
     }
 
+    /// An HTTP/2 connection to a backend was opened (its handshake sent).
+    pub fn record_backend_http2_connection(&self) {
+        self.backend_http2_connections.fetch_add(1, Relaxed);
+    }
+
     /// An HTTP/2 stream (one request) was accepted.
     pub fn record_http2_stream(&self) {
         self.http2_streams.fetch_add(1, Relaxed);
@@ -483,6 +490,7 @@ impl BalancerStats {
         add(&mut s.backend_tls_failures, &self.backend_tls_failures);
         s.http2_connections = self.http2_connections.load(Relaxed);
         s.http2_streams = self.http2_streams.load(Relaxed);
+        s.backend_http2_connections = self.backend_http2_connections.load(Relaxed);
         s.tls_certificates = self
             .tls_certificates
             .lock()
@@ -645,6 +653,9 @@ pub struct BalancerCounts {
     /// over HTTP/1.x).
     #[serde(default)]
     pub http2_streams: u64,
+    /// HTTP/2 connections opened to backends.
+    #[serde(default)]
+    pub backend_http2_connections: u64,
     pub request_duration: HistogramSnapshot,
     pub queue_wait: HistogramSnapshot,
 }

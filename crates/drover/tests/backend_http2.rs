@@ -331,6 +331,14 @@ async fn health_checks_speak_http2_to_the_backends() {
     .await;
     let counts = by_backend(&answers, "backend");
     assert_eq!(counts.keys().collect::<Vec<_>>(), ["B", "C"], "{answers}");
+    // One connection to each backend that took requests (the probes' own are not
+    // counted).
+    let metrics = common::metrics_text(admin).await;
+    let opened = metrics
+        .lines()
+        .find(|l| l.starts_with("drover_backend_http2_connections_total{"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(opened.ends_with(" 2"), "{opened}");
 }
 
 #[tokio::test]

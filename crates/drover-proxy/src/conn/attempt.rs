@@ -295,6 +295,7 @@ impl Conn {
         }
         match tokio::time::timeout(timeout, H2Conn::handshake(io)).await {
             Ok(Ok(conn)) => {
+                self.thread.shared.stats.record_backend_http2_connection();
                 self.thread.h2_upstreams.keep(addr, &conn);
                 Ok((stream(&conn), false))
             }
