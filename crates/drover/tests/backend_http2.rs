@@ -96,6 +96,18 @@ fn failed_calls(answers: &serde_json::Value) -> Vec<&serde_json::Value> {
         .collect()
 }
 
+/// Three gRPC servers named G1, G2 and G3, each taking `delay_ms` a unary call, and
+/// their addresses.
+async fn grpc_backends(delay_ms: &str) -> (Vec<(Child, SocketAddr)>, Vec<SocketAddr>) {
+    let server = fixture("grpc", "server.js");
+    let mut servers = Vec::new();
+    for name in ["G1", "G2", "G3"] {
+        servers.push(node_server(&server, &[name, delay_ms]).await);
+    }
+    let addrs = servers.iter().map(|s| s.1).collect();
+    (servers, addrs)
+}
+
 /// Answers counted by the backend that gave them.
 fn by_backend(answers: &serde_json::Value, field: &str) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -343,13 +355,8 @@ async fn health_checks_speak_http2_to_the_backends() {
 
 #[tokio::test]
 async fn a_bidirectional_grpc_call_runs_both_ways_at_once() {
-    let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");
-    let mut servers = Vec::new();
-    for name in ["G1", "G2", "G3"] {
-        servers.push(node_server(&server, &[name]).await);
-    }
-    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let (_servers, addrs) = grpc_backends("0").await;
     let d = h2c_proxy(&addrs, &[]).await;
     // Each message goes only once the reply to the one before has come back: a proxy
     // that reads the request to its end before answering stalls until the deadline.
@@ -373,13 +380,8 @@ async fn a_bidirectional_grpc_call_runs_both_ways_at_once() {
 
 #[tokio::test]
 async fn a_grpc_backend_that_stops_gracefully_under_load_fails_no_call() {
-    let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");
-    let mut servers = Vec::new();
-    for name in ["G1", "G2", "G3"] {
-        servers.push(node_server(&server, &[name, "2"]).await);
-    }
-    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let (mut servers, addrs) = grpc_backends("2").await;
     let d = h2c_proxy(&addrs, &[]).await;
     let target = d.addr().to_string();
     // 1,500 calls, 8 at a time, on one channel; G1 stops (SIGTERM: GOAWAY, then it
@@ -452,13 +454,8 @@ async fn reloads_under_grpc_load_fail_no_call() {
 
 #[tokio::test]
 async fn grpc_health_checks_take_a_backend_that_is_not_serving_out() {
-    let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");
-    let mut servers = Vec::new();
-    for name in ["G1", "G2", "G3"] {
-        servers.push(node_server(&server, &[name]).await);
-    }
-    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+    let (_servers, addrs) = grpc_backends("0").await;
     let d = h2c_proxy(
         &addrs,
         &[
