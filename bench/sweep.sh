@@ -24,6 +24,9 @@
 # sample's backends, the ones nginx and HAProxy use, in `run` samples too), any of them,
 # add a peer `drover-b` beside the default; the report prints its ratios too, and
 # neither drover counts as the other's peer.
+# SWEEP_PROBE=1: drover (and drover-b) serve their admin API, and after each of their
+# measurements its /metrics and `ctl status` are kept beside the raw records
+# (bench/results/sweep-probe-STAMP/sSAMPLE-rROUND-PEER.txt), to explain a round.
 #
 # Output: one line per sample as it completes, then the table, the worst sample and the
 # summary against the issue's targets; bench/results/sweep-raw-STAMP.jsonl has one record
@@ -123,11 +126,12 @@ fi
 STAMP="$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$BENCH_DIR/results"
 RAW="$BENCH_DIR/results/sweep-raw-$STAMP.jsonl"
+PROBE_DIR="$BENCH_DIR/results/sweep-probe-$STAMP"
 : >"$RAW"
 
 # ------------------------------------------------------------------ peers
 # PORT[name] is where each peer of the current sample listens.
-declare -A PORT
+declare -A PORT ADMIN
 nginx_conf() { # dir port health backend-ports...
   local dir=$1 port=$2 health=$3 p fails="max_fails=0"
   shift 3
@@ -183,9 +187,13 @@ start_sample() { # mode workers health
         if [[ "$as" == proxy ]]; then
           local bes=()
           for i in "${be[@]}"; do bes+=(--backend "127.0.0.1:$i"); done
-          start_group "$SDIR/$peer.log" "$bin" proxy --listen "127.0.0.1:$p" "${bes[@]}" --threads 1 "${hp[@]}" "${extra[@]}"
+          local admin=()
+          [[ -n "${SWEEP_PROBE:-}" ]] && ADMIN[$peer]="127.0.0.1:$(quick_port)" && admin=(--admin "${ADMIN[$peer]}")
+          start_group "$SDIR/$peer.log" "$bin" proxy --listen "127.0.0.1:$p" "${bes[@]}" --threads 1 "${hp[@]}" "${admin[@]}" "${extra[@]}"
         else
-          start_group "$SDIR/$peer.log" "$bin" run -w "$w" -l "127.0.0.1:$p" --admin off --threads 1 "${hp[@]}" \
+          local admin=(--admin off)
+          [[ -n "${SWEEP_PROBE:-}" ]] && ADMIN[$peer]="127.0.0.1:$(quick_port)" && admin=(--admin "${ADMIN[$peer]}")
+          start_group "$SDIR/$peer.log" "$bin" run -w "$w" -l "127.0.0.1:$p" "${admin[@]}" --threads 1 "${hp[@]}" \
             "${extra[@]}" -- node "$M/backend.js"
         fi
         ;;
@@ -273,6 +281,24 @@ measure() { # peer -> one or more JSON lines (burst: one per on-phase)
   esac
 }
 
+# SWEEP_PROBE=1: what drover's admin API says, and the CPU time (clock ticks) that drover
+# and each worker have used so far, into $PROBE_DIR/NAME.txt.
+probe() { # peer name
+  [[ -n "${SWEEP_PROBE:-}" && -n "${ADMIN[$1]:-}" ]] || return 0
+  mkdir -p "$PROBE_DIR"
+  local pid status
+  pid="$(ss -ltnpH "src ${ADMIN[$1]}" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)"
+  status="$("$DROVER" ctl --admin "${ADMIN[$1]}" status 2>&1)"
+  {
+    [[ -n "$pid" ]] && echo "cpu drover $(awk '{print $14 + $15}' "/proc/$pid/stat")"
+    awk '$4 == "ready" || $4 == "busy" {print $2}' <<<"$status" | while read -r w; do
+      echo "cpu worker$w $(awk '{print $14 + $15}' "/proc/$w/stat" 2>/dev/null)"
+    done
+    echo "$status"
+    curl -s "http://${ADMIN[$1]}/metrics"
+  } >"$PROBE_DIR/$2.txt" 2>&1 || true
+}
+
 # ------------------------------------------------------------------ the sweep
 if [[ -n "$ONLY" ]]; then IDX=(${ONLY//,/ }); else IDX=($(seq 0 $((SAMPLES - 1)))); fi
 log "seed $SEED, samples ${IDX[*]}, ${D}s per measurement, $ROUNDS round(s), capacity ${CAP_D}s per peer; raw $RAW"
@@ -293,7 +319,9 @@ for k in "${IDX[@]}"; do
   for ((r = 1; r <= ROUNDS; r++)); do
     read -r -a order <<<"$(order_for_round $((k * ROUNDS + r)))"
     for peer in "${order[@]}"; do
+      probe "$peer" "s$k-r$r-$peer-before"
       measure "$peer" >"$SDIR/out"
+      probe "$peer" "s$k-r$r-$peer-after"
       SAMPLE_JSON="$(node -e 'const [k, s, c, e, r, peer] = process.argv.slice(1);
         console.log(JSON.stringify({ sample: +k, seed: +s, capacity: +c, capacity_each: e, round: +r, peer }))' \
         "$k" "$SEED" "$CAPACITY" "$CAPACITY_EACH" "$r" "$peer")"
