@@ -32,6 +32,14 @@ pub const SATURATED: f64 = 0.9;
 /// (bench: `loadtest --rps` at twice capacity over `drover run -w 2`).
 pub const SATURATION_ENDS: f64 = 0.75;
 
+/// ...and only once its load has stayed below that for this long. The cap itself lowers
+/// the load drover measures: a worker held to about one request at a time idles between
+/// them. With 7 workers on 2 cores and a burst, one 100 ms sample at 0.70 lifted a
+/// worker's cap and drover's queue went onto it at once: 410 requests in flight there
+/// against 12-108 at the others, and the rounds' p99 about twice the peers'
+/// (`bench/sweep.sh --only 6`). Three of `drover run`'s CPU samples.
+pub const SATURATION_LINGER: Nanos = 300_000_000;
+
 /// In the load score a pending request counts for at most this much work (ns). Longer
 /// requests (long-polls, slow queries, reports) are nearly all waiting, not work: counted
 /// at their full cost, a few long-polls would outweigh hundreds of short requests and
@@ -99,8 +107,12 @@ pub struct Endpoint {
     /// Backend-reported utilisation (f64 bits, 1.0 = saturated) and when it came.
     reported_load: AtomicU64,
     reported_at: AtomicU64,
-    /// Saturation with hysteresis: set at `SATURATED`, cleared below `SATURATION_ENDS`.
+    /// Saturation with hysteresis: set at `SATURATED`, cleared below `SATURATION_ENDS`
+    /// held for `SATURATION_LINGER`.
     saturated: AtomicBool,
+    /// Since when every report has been below `SATURATION_ENDS` (ns; 0: the last one
+    /// was not).
+    low_since: AtomicU64,
     /// Active health checks' verdict.
     healthy: AtomicBool,
     /// Passive ejection: not picked before this time.
@@ -136,6 +148,7 @@ impl Endpoint {
             reported_load: AtomicU64::new(0),
             reported_at: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
+            low_since: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             ejected_until: AtomicU64::new(0),
             ramp_start: AtomicU64::new(0),
@@ -353,8 +366,17 @@ impl Endpoint {
             self.reported_at.store(now, Relaxed);
             if load >= SATURATED {
                 self.saturated.store(true, Relaxed);
+                self.low_since.store(0, Relaxed);
             } else if load < SATURATION_ENDS {
-                self.saturated.store(false, Relaxed);
+                match self.low_since.load(Relaxed) {
+                    0 => self.low_since.store(now.max(1), Relaxed),
+                    since if now.saturating_sub(since) >= SATURATION_LINGER => {
+                        self.saturated.store(false, Relaxed)
+                    }
+                    _ => {}
+                }
+            } else {
+                self.low_since.store(0, Relaxed);
             }
         }
     }
@@ -555,7 +577,8 @@ mod tests {
         // ...until the report is stale or says otherwise.
         assert!(e.has_capacity(2 + REPORT_TTL + 1));
         e.report_load(3, 0.5);
-        assert!(e.has_capacity(4));
+        e.report_load(3 + SATURATION_LINGER, 0.5);
+        assert!(e.has_capacity(4 + SATURATION_LINGER));
     }
 
     #[test]
@@ -621,9 +644,17 @@ mod tests {
         e.report_load(12, 0.8);
         assert!(e.is_saturated(12), "a dip to 0.8 does not end it");
         e.report_load(13, 0.7);
-        assert!(!e.is_saturated(13));
-        e.report_load(14, 0.85);
-        assert!(!e.is_saturated(14));
+        assert!(e.is_saturated(13), "one report below 0.75 does not end it");
+        e.report_load(13 + SATURATION_LINGER / 2, 0.8);
+        e.report_load(13 + SATURATION_LINGER, 0.7);
+        assert!(
+            e.is_saturated(13 + SATURATION_LINGER),
+            "0.8 between the low reports starts the wait again"
+        );
+        e.report_load(13 + 2 * SATURATION_LINGER, 0.7);
+        assert!(!e.is_saturated(13 + 2 * SATURATION_LINGER));
+        e.report_load(14 + 2 * SATURATION_LINGER, 0.85);
+        assert!(!e.is_saturated(14 + 2 * SATURATION_LINGER));
         e.report_load(15, 0.95);
         assert!(
             !e.is_saturated(15 + REPORT_TTL + 1),
