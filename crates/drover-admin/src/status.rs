@@ -139,6 +139,9 @@ pub struct BalancerStatus {
     pub mode: String,
     /// The supervised app it balances over, if any.
     pub app: Option<String>,
+    /// What it speaks to its backends: "http1", "h2c" or "h2" (`backend_protocol`).
+    #[serde(default = "http1")]
+    pub backend_protocol: String,
     pub endpoints: Vec<EndpointRow>,
     /// Where members come from besides the file: DNS names, an etcd prefix.
     #[serde(default)]
@@ -161,6 +164,11 @@ pub struct RouteRow {
 /// A status from a drover that did not say (before TCP mode): HTTP.
 fn http_mode() -> String {
     "http".into()
+}
+
+/// A status from a drover that did not say (before HTTP/2 to backends): HTTP/1.1.
+fn http1() -> String {
+    "http1".into()
 }
 
 /// One DNS name or etcd prefix a balancer follows.
@@ -291,6 +299,8 @@ impl Status {
                 b.name,
                 if b.mode == "tcp" {
                     format!("{}, tcp", b.strategy)
+                } else if b.backend_protocol != "http1" {
+                    format!("{}, {} to backends", b.strategy, b.backend_protocol)
                 } else {
                     b.strategy.clone()
                 }
@@ -523,6 +533,7 @@ mod tests {
                 strategy: "p2c".into(),
                 mode: "http".into(),
                 app: Some("pi".into()),
+                backend_protocol: "http1".into(),
                 endpoints: vec![EndpointRow {
                     addr: "127.0.0.1:40001".into(),
                     healthy: true,

@@ -26,6 +26,10 @@ pub struct Controller {
     /// config running now. `drover run` and `drover proxy` from flags: none; a reload
     /// restarts the same commands.
     source: Option<(PathBuf, tokio::sync::Mutex<Config>)>,
+    /// `drover run` and `drover proxy` from flags: the config the flags made, whose
+    /// balancers' files (certificates, backend CA and client certificate) a reload reads
+    /// again.
+    from_flags: Option<Config>,
     /// Serializes reloads when there is no config to lock.
     reloading: tokio::sync::Mutex<()>,
     apps: Vec<Arc<Supervisor>>,
@@ -51,14 +55,21 @@ enum Step<'a> {
 }
 
 impl Controller {
+    /// `source` is the config file `config` came from; `None` when flags made it.
     pub fn new(
-        source: Option<(PathBuf, Config)>,
+        source: Option<PathBuf>,
+        config: Config,
         apps: Vec<Arc<Supervisor>>,
         app_pools: BTreeMap<String, Arc<Pool>>,
         balancers: Vec<Arc<RunningBalancer>>,
     ) -> Controller {
+        let (source, from_flags) = match source {
+            Some(path) => (Some((path, tokio::sync::Mutex::new(config))), None),
+            None => (None, Some(config)),
+        };
         Controller {
-            source: source.map(|(p, c)| (p, tokio::sync::Mutex::new(c))),
+            source,
+            from_flags,
             reloading: tokio::sync::Mutex::new(()),
             apps,
             app_pools,
@@ -100,29 +111,42 @@ impl Controller {
     }
 
     /// A reload of what started from flags: every app's rolling reload, and every
-    /// balancer's certificate files read again. A file that fails changes nothing, and
-    /// the certificates change only once the apps have reloaded.
+    /// balancer's files read again: its certificates, and its backend CA and client
+    /// certificate. A file that fails changes nothing, and the files apply only once
+    /// the apps have reloaded.
     async fn reload_without_file(&self) -> Result<String, ControlError> {
-        let mut certs = Vec::new();
+        let mut reread = Vec::new();
         for b in self.balancers() {
-            let Some(tls) = b.config().tls else { continue };
-            match Certificates::load(&tls, std::time::SystemTime::now()) {
-                Ok(loaded) => certs.push((b, Arc::new(loaded))),
-                Err(e) => {
-                    return Err(ControlError::Failed(format!(
-                        "balancer {:?}: tls: {e}; nothing was reloaded",
-                        b.name
-                    )))
-                }
+            let config = b.config();
+            if config.tls.is_none() && config.backend_tls.is_none() {
+                continue;
             }
+            let plan = BalancerPlan::from_config(&config)
+                .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
+            b.can_reconfigure(&plan).map_err(|e| {
+                ControlError::Failed(format!("balancer {:?}: {e}; nothing was reloaded", b.name))
+            })?;
+            reread.push((b, config, plan));
         }
         let apps = self.reload_apps(None).await?;
-        if certs.is_empty() {
+        if reread.is_empty() {
             return Ok(apps);
         }
-        let names: Vec<String> = certs.iter().map(|(b, _)| b.name.clone()).collect();
-        for (b, loaded) in certs {
-            b.proxy.set_tls(Some(loaded));
+        let names: Vec<String> = reread.iter().map(|(b, ..)| b.name.clone()).collect();
+        let flags = self
+            .from_flags
+            .as_ref()
+            .expect("no file: flags made the config");
+        for (b, config, plan) in reread {
+            if config.backend_tls.is_some() {
+                // New connections to the backends, and the health checks, use the files
+                // just read; as in a reload of a file, `Step::Change`.
+                b.reconfigure(config, plan, discovery(flags))
+                    .await
+                    .expect("can_reconfigure checked it");
+            } else {
+                b.proxy.set_tls(plan.proxy.tls);
+            }
         }
         Ok(format!(
             "{apps}; certificates read again: {}",
@@ -605,6 +629,7 @@ impl Control for Controller {
                 strategy: b.strategy(),
                 mode: b.mode(),
                 app: b.app(),
+                backend_protocol: b.config().backend_protocol.to_string(),
                 endpoints: b
                     .pool
                     .status()

@@ -195,7 +195,8 @@ pub(crate) async fn run_config(
     }
     let token = cfg.admin.as_ref().and_then(|a| a.token.clone());
     let controller = Arc::new(Controller::new(
-        source.map(|p| (p.to_path_buf(), cfg)),
+        source.map(Path::to_path_buf),
+        cfg,
         apps.clone(),
         pools,
         balancers.clone(),

@@ -319,6 +319,10 @@ async fn health_checks_speak_http2_to_the_backends() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(seen, 3, "{}", d.stderr_text());
+    // `ctl status` says what the balancer speaks to its backends.
+    assert_eq!(status(admin).await.balancers[0].backend_protocol, "h2c");
+    let (_, table, _) = common::ctl(admin, &["status"]).await;
+    assert!(table.contains(", h2c to backends)"), "{table}");
     // One backend stops: its probes fail, and requests go to the other two.
     let (mut stopped, gone) = servers.remove(0);
     stopped.kill().await.unwrap();

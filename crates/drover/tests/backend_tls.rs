@@ -647,6 +647,77 @@ async fn bad_files_are_named_with_their_place_and_a_reload_with_one_changes_noth
     assert_eq!(get(web).await.status, 200);
 }
 
+#[tokio::test]
+async fn a_reload_of_drover_started_from_flags_reads_the_backend_ca_again() {
+    let pki = Pki::new("backend-tls-flags-reload");
+    let other = Pki::new("backend-tls-flags-other");
+    let backend = tls_backend(
+        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
+        None,
+    )
+    .await;
+    // It starts trusting another CA than the one that signed the backend's certificate.
+    let ca = pki.dir.join("flags-ca.pem");
+    std::fs::copy(&other.ca_pem, &ca).unwrap();
+    let d = common::proxy(
+        &[backend.addr],
+        &[
+            "--backend-ca",
+            ca.to_str().unwrap(),
+            "--admin",
+            "127.0.0.1:0",
+            "--retries",
+            "0",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let r = get(d.addr()).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    // Both test CAs have one name, so the other CA's signature is what fails.
+    assert_eq!(
+        r.header("drover-error"),
+        Some("backend-tls"),
+        "{}",
+        r.text()
+    );
+
+    // A CA file that went bad: the reload is refused, naming the file, and nothing changed.
+    std::fs::write(&ca, "not a certificate\n").unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains(&format!("{} is not PEM", ca.display()))
+            && err.contains("nothing was reloaded"),
+        "{err}"
+    );
+    // Still refused (a failed handshake ejects the endpoint for a while, so a 503 may
+    // say so instead).
+    let r = get(d.addr()).await;
+    assert!(matches!(r.status, 502 | 503), "{} {}", r.status, r.text());
+
+    // The right CA in the file: after `drover ctl reload` the backend is trusted, once
+    // its ejection has run out.
+    std::fs::copy(&pki.ca_pem, &ca).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("certificates read again: default"), "{out}");
+    let mut last = None;
+    for _ in 0..150 {
+        let r = get(d.addr()).await;
+        if r.status == 200 {
+            assert_eq!(r.text(), "sni=- client-cert=no");
+            return;
+        }
+        last = Some((r.status, r.text()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "never served after the reload: {last:?}\n{}",
+        d.stderr_text()
+    );
+}
+
 /// `openssl s_server -www` on a free port with `cert`, requiring a client certificate
 /// signed by `client_ca`: a TLS server of another implementation than drover's. Killed
 /// when dropped.

@@ -635,6 +635,7 @@ mod tests {
                 strategy: "p2c".into(),
                 mode: "http".into(),
                 app: Some("web".into()),
+                backend_protocol: "http1".into(),
                 endpoints: vec![],
                 sources: vec![],
                 routes: vec![],
