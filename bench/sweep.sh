@@ -26,7 +26,8 @@
 # neither drover counts as the other's peer.
 # SWEEP_PROBE=1: drover (and drover-b) serve their admin API, and after each of their
 # measurements its /metrics and `ctl status` are kept beside the raw records
-# (bench/results/sweep-probe-STAMP/sSAMPLE-rROUND-PEER.txt), to explain a round.
+# (bench/results/sweep-probe-STAMP/sSAMPLE-rROUND-PEER-before.txt, -after.txt), to
+# explain a round: `node bench/sweep/probe.js bench/results/sweep-probe-STAMP`.
 #
 # Output: one line per sample as it completes, then the table, the worst sample and the
 # summary against the targets; bench/results/sweep-raw-STAMP.jsonl has one record
