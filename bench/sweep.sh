@@ -25,7 +25,7 @@
 # add a peer `drover-b` beside the default; the report prints its ratios too, and
 # neither drover counts as the other's peer.
 # SWEEP_PROBE=1: drover (and drover-b) serve their admin API, and after each of their
-# measurements its /metrics and `ctl status` are kept beside the raw records
+# measurements (and before it) its /metrics and `ctl status` are kept beside the raw records
 # (bench/results/sweep-probe-STAMP/sSAMPLE-rROUND-PEER-before.txt, -after.txt), to
 # explain a round: `node bench/sweep/probe.js bench/results/sweep-probe-STAMP`.
 #
@@ -49,7 +49,7 @@ while (($#)); do
     --duration) D=$2; shift ;;
     --rounds) ROUNDS=$2; shift ;;
     --heavy-max-ms) HEAVY_MAX_MS=$2; shift ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "sweep.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
