@@ -164,6 +164,16 @@ async fn tls_backend(cert: &(PathBuf, PathBuf), client_ca: Option<&Pki>) -> TlsB
     }
 }
 
+/// A `tls_backend` with a certificate `pki` signed for 127.0.0.1, asking for no client
+/// certificate.
+async fn ip_backend(pki: &Pki, name: &str) -> TlsBackend {
+    tls_backend(
+        &pki.leaf(name, "backend", &["127.0.0.1"], far_future()),
+        None,
+    )
+    .await
+}
+
 /// A self-signed certificate for 127.0.0.1, as `NAME.pem` and `NAME.key` in `dir`:
 /// signed by no CA drover trusts.
 fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -502,11 +512,7 @@ async fn each_tls_failure_is_a_502_naming_it_counted_and_held_against_the_endpoi
 #[tokio::test]
 async fn health_checks_go_over_tls_and_say_why_they_fail() {
     let pki = Pki::new("backend-tls-health");
-    let good = tls_backend(
-        &pki.leaf("good", "backend", &["127.0.0.1"], far_future()),
-        None,
-    )
-    .await;
+    let good = ip_backend(&pki, "good").await;
     let bad = tls_backend(&self_signed(&pki.dir, "bad"), None).await;
     let extra = format!(
         "backend_tls = {{ ca = {} }}\nhealth = {{ path = \"/health\", interval = \"100ms\", timeout = \"1s\", fall = 2, rise = 1 }}\n",
@@ -571,11 +577,7 @@ fn check(file: &Path) -> (bool, String) {
 #[tokio::test]
 async fn bad_files_are_named_with_their_place_and_a_reload_with_one_changes_nothing() {
     let pki = Pki::new("backend-tls-files");
-    let backend = tls_backend(
-        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
-        None,
-    )
-    .await;
+    let backend = ip_backend(&pki, "server").await;
     let client = pki.leaf("client", "drover", &["drover.client"], far_future());
     let missing = pki.dir.join("missing.pem");
     let not_pem = pki.dir.join("not.pem");
@@ -663,11 +665,7 @@ async fn bad_files_are_named_with_their_place_and_a_reload_with_one_changes_noth
 async fn a_reload_of_drover_started_from_flags_reads_the_backend_ca_again() {
     let pki = Pki::new("backend-tls-flags-reload");
     let other = Pki::new("backend-tls-flags-other");
-    let backend = tls_backend(
-        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
-        None,
-    )
-    .await;
+    let backend = ip_backend(&pki, "server").await;
     // It starts trusting another CA than the one that signed the backend's certificate.
     let ca = pki.dir.join("flags-ca.pem");
     std::fs::copy(&other.ca_pem, &ca).unwrap();
@@ -733,11 +731,7 @@ async fn a_reload_of_drover_started_from_flags_reads_the_backend_ca_again() {
 #[tokio::test]
 async fn a_websocket_upgrade_goes_over_tls_to_the_backend() {
     let pki = Pki::new("backend-tls-websocket");
-    let backend = tls_backend(
-        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
-        None,
-    )
-    .await;
+    let backend = ip_backend(&pki, "server").await;
     let d = common::proxy(
         &[backend.addr],
         &["--backend-ca", pki.ca_pem.to_str().unwrap()],
@@ -865,11 +859,7 @@ async fn http2_clients_reach_tls_backends_too() {
         return;
     }
     let pki = Pki::new("backend-tls-h2");
-    let backend = tls_backend(
-        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
-        None,
-    )
-    .await;
+    let backend = ip_backend(&pki, "server").await;
     let d = common::proxy(
         &[backend.addr],
         &["--backend-ca", pki.ca_pem.to_str().unwrap(), "--h2c"],
@@ -901,11 +891,7 @@ async fn http2_clients_reach_tls_backends_too() {
 #[tokio::test]
 async fn a_route_to_a_balancer_with_backend_tls_speaks_tls_to_its_backends() {
     let pki = Pki::new("backend-tls-routes");
-    let tls = tls_backend(
-        &pki.leaf("server", "backend", &["127.0.0.1"], far_future()),
-        None,
-    )
-    .await;
+    let tls = ip_backend(&pki, "server").await;
     let plain = drover_testkit::Backend::start().await;
     // `web` (the listener) keeps its plain backend; /secure/ goes to `secure`, which
     // has no listener and speaks TLS to its own.
