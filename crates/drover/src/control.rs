@@ -21,15 +21,18 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
+/// Where the running config came from, which says what a reload reads again.
+enum Source {
+    /// `drover up` and `drover proxy --config`: the file, and the config running now.
+    File(PathBuf, tokio::sync::Mutex<Config>),
+    /// `drover run` and `drover proxy` from flags: the config they made. A reload
+    /// restarts the same commands and reads the balancers' files (certificates, backend
+    /// CA and client certificate) again.
+    Flags(Config),
+}
+
 pub struct Controller {
-    /// `drover up` and `drover proxy --config`: the file a reload reads again, and the
-    /// config running now. `drover run` and `drover proxy` from flags: none; a reload
-    /// restarts the same commands.
-    source: Option<(PathBuf, tokio::sync::Mutex<Config>)>,
-    /// `drover run` and `drover proxy` from flags: the config the flags made, whose
-    /// balancers' files (certificates, backend CA and client certificate) a reload reads
-    /// again.
-    from_flags: Option<Config>,
+    source: Source,
     /// Serializes reloads when there is no config to lock.
     reloading: tokio::sync::Mutex<()>,
     apps: Vec<Arc<Supervisor>>,
@@ -63,13 +66,12 @@ impl Controller {
         app_pools: BTreeMap<String, Arc<Pool>>,
         balancers: Vec<Arc<RunningBalancer>>,
     ) -> Controller {
-        let (source, from_flags) = match source {
-            Some(path) => (Some((path, tokio::sync::Mutex::new(config))), None),
-            None => (None, Some(config)),
+        let source = match source {
+            Some(path) => Source::File(path, tokio::sync::Mutex::new(config)),
+            None => Source::Flags(config),
         };
         Controller {
             source,
-            from_flags,
             reloading: tokio::sync::Mutex::new(()),
             apps,
             app_pools,
@@ -94,13 +96,13 @@ impl Controller {
     pub async fn reload(&self, only: Option<String>) -> Result<String, ControlError> {
         systemd::reloading();
         let outcome = match (&self.source, &only) {
-            (Some((path, running)), None) => {
+            (Source::File(path, running), None) => {
                 // The same order as `reload_apps`: the reload lock, then the config.
                 let _one = self.reloading.lock().await;
                 let mut running = running.lock().await;
                 self.reload_file(path, &mut running).await
             }
-            (None, None) => self.reload_without_file().await,
+            (Source::Flags(flags), None) => self.reload_without_file(flags).await,
             _ => self.reload_apps(only).await,
         };
         systemd::reloaded(match &outcome {
@@ -114,7 +116,7 @@ impl Controller {
     /// balancer's files read again: its certificates, and its backend CA and client
     /// certificate. A file that fails changes nothing, and the files apply only once
     /// the apps have reloaded.
-    async fn reload_without_file(&self) -> Result<String, ControlError> {
+    async fn reload_without_file(&self, flags: &Config) -> Result<String, ControlError> {
         let mut reread = Vec::new();
         for b in self.balancers() {
             let config = b.config();
@@ -133,10 +135,6 @@ impl Controller {
             return Ok(apps);
         }
         let names: Vec<String> = reread.iter().map(|(b, ..)| b.name.clone()).collect();
-        let flags = self
-            .from_flags
-            .as_ref()
-            .expect("no file: flags made the config");
         for (b, config, plan) in reread {
             if config.backend_tls.is_some() {
                 // New connections to the backends, and the health checks, use the files
@@ -354,7 +352,7 @@ impl Controller {
         if targets.is_empty() {
             return Ok("no apps to reload".to_string());
         }
-        let Some((path, running)) = &self.source else {
+        let Source::File(path, running) = &self.source else {
             reload_all(targets.iter().map(|s| (*s, None)).collect()).await?;
             return Ok(summary(&targets));
         };
