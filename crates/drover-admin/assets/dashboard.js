@@ -326,6 +326,8 @@ const ms = (v) => (v == null ? '-' : v < 10 ? v.toFixed(2) : v.toFixed(0));
 const limitText = (e) =>
   e.limit_reason === 'saturated' ? e.limit + ' (saturated)'
     : e.limit_reason === 'not-saturated' ? '- (not saturated)'
+      : e.limit_reason === 'mostly-waits' ? '- (requests wait)'
+      : e.limit_reason === 'serves-clients' ? '- (handed connections)'
       : e.limit ? String(e.limit) : '-';
 
 function endpointTable(c, b) {

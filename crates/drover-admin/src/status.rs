@@ -199,7 +199,10 @@ pub struct EndpointRow {
     pub limit: u32,
     /// Why `limit` is what it is: "max-conns" (a fixed cap on requests in flight),
     /// "saturated" (the learned limit, in force on pending requests while the backend's
-    /// CPU is saturated), "not-saturated" (a limit is learned but not in force), "off".
+    /// CPU is saturated), "not-saturated" (a limit is learned but not in force),
+    /// "mostly-waits" (saturated, but its requests mostly wait on I/O rather than work:
+    /// none in force), "serves-clients" (none in force: client connections were handed
+    /// to the worker, which serves requests drover does not count), "off".
     #[serde(default)]
     pub limit_reason: String,
     /// The learned limit, also while it is not in force; 0 when none is learned.
@@ -228,6 +231,8 @@ impl EndpointRow {
         match (self.limit_reason.as_str(), self.limit) {
             ("saturated", n) => format!("{n} (saturated)"),
             ("not-saturated", _) => format!("- (not saturated, {})", self.learned_limit),
+            ("mostly-waits", _) => format!("- (requests wait, {})", self.learned_limit),
+            ("serves-clients", _) => "- (handed connections)".to_string(),
             (_, 0) => "-".to_string(),
             (_, n) => n.to_string(),
         }
@@ -617,6 +622,14 @@ mod tests {
         assert_eq!(
             row(0, "not-saturated", 4).limit_cell(),
             "- (not saturated, 4)"
+        );
+        assert_eq!(
+            row(0, "mostly-waits", 4).limit_cell(),
+            "- (requests wait, 4)"
+        );
+        assert_eq!(
+            row(0, "serves-clients", 4).limit_cell(),
+            "- (handed connections)"
         );
         assert_eq!(row(8, "max-conns", 0).limit_cell(), "8");
         assert_eq!(row(0, "off", 0).limit_cell(), "-");

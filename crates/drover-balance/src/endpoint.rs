@@ -37,8 +37,20 @@ pub const SATURATION_ENDS: f64 = 0.75;
 /// them. With 7 workers on 2 cores and a burst, one 100 ms sample at 0.70 lifted a
 /// worker's cap and drover's queue went onto it at once: 410 requests in flight there
 /// against 12-108 at the others, and the rounds' p99 about twice the peers'
-/// (`bench/sweep.sh --only 6`). Three of `drover run`'s CPU samples.
+/// (`bench/sweep.sh --only 6`). Twelve of `drover run`'s CPU samples.
 pub const SATURATION_LINGER: Nanos = 300_000_000;
+
+/// How often an endpoint's requests are judged CPU-bound or waiting (`mostly_waits`): the
+/// busy time measured over this window against the expected cost of the requests that
+/// finished in it. Four of `drover run`'s CPU samples.
+pub const WORK_SHARE_WINDOW: Nanos = 100_000_000;
+
+/// A saturated endpoint whose busy time is under this share of its finished requests'
+/// expected cost serves requests that mostly wait (on a timer, a database, another
+/// service), and no learned limit holds them back. A handler of 1 ms of work and a 50 ms
+/// query reads 0.02; a 50 ms timer 0.004; CPU-bound requests about 1 (more when they
+/// wait for a core, which also counts as busy).
+pub const MOSTLY_WAITING: f64 = 0.05;
 
 /// In the load score a pending request counts for at most this much work (ns). Longer
 /// requests (long-polls, slow queries, reports) are nearly all waiting, not work: counted
@@ -113,6 +125,21 @@ pub struct Endpoint {
     /// Since when every report has been below `SATURATION_ENDS` (ns; 0: the last one
     /// was not).
     low_since: AtomicU64,
+    /// Client connections were handed to it (`drover run`'s `auto` and `handoff`
+    /// modes): it serves requests drover never sees, so drover's pending count is not
+    /// its concurrency, and no limit is learned or enforced from it.
+    serves_clients: AtomicBool,
+    /// Whether its requests mostly wait rather than work (see `MOSTLY_WAITING`), judged
+    /// once per `WORK_SHARE_WINDOW` from what the next three fields add up, and the
+    /// first time as soon as a window has answered anything.
+    mostly_waits: AtomicBool,
+    judged_once: AtomicBool,
+    /// Busy time the load reports account for since `judged_at` (ns).
+    busy_since_judged: AtomicU64,
+    /// Expected cost of the requests answered since `judged_at` (ns, each at most
+    /// `WORK_CAP`).
+    answered_cost: AtomicU64,
+    judged_at: AtomicU64,
     /// Active health checks' verdict.
     healthy: AtomicBool,
     /// Passive ejection: not picked before this time.
@@ -149,6 +176,12 @@ impl Endpoint {
             reported_at: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
             low_since: AtomicU64::new(0),
+            serves_clients: AtomicBool::new(false),
+            mostly_waits: AtomicBool::new(false),
+            judged_once: AtomicBool::new(false),
+            busy_since_judged: AtomicU64::new(0),
+            answered_cost: AtomicU64::new(0),
+            judged_at: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             ejected_until: AtomicU64::new(0),
             ramp_start: AtomicU64::new(0),
@@ -224,6 +257,19 @@ impl Endpoint {
         self.adaptive.load(Relaxed) && self.max_conns() == 0
     }
 
+    /// A client connection was handed to it: from now on it also serves requests that
+    /// never pass through drover, for as long as it lives.
+    pub fn note_handed_connection(&self) {
+        if !self.serves_clients.load(Relaxed) {
+            self.serves_clients.store(true, Relaxed);
+        }
+    }
+
+    /// Whether it serves client connections of its own (see `note_handed_connection`).
+    pub fn serves_clients(&self) -> bool {
+        self.serves_clients.load(Relaxed)
+    }
+
     /// The learned limit, fractional (it moves in small steps).
     pub fn learned_limit(&self) -> f64 {
         f64::from_bits(self.limit.load(Relaxed))
@@ -247,11 +293,38 @@ impl Endpoint {
     /// in the backend only when the backend's CPU is the bottleneck, which the backend's
     /// own report (`endpoint-load-metrics`, e.g. event-loop utilisation) or, for
     /// supervised workers, the worker's CPU time says directly.
+    ///
+    /// Nor on requests that mostly wait (`mostly_waits`): a worker saturated by the HTTP
+    /// work of hundreds of requests that each wait 50 ms on a database serves them all
+    /// at once, and a limit of a few at a time cut it to a small fraction of that
+    /// (`bench/io-crowd.sh`, 1,000 connections under `drover run --mode proxy`: 4,800
+    /// req/s with the limit, 12,100 without; Node cluster 16,900).
+    ///
+    /// And never on an endpoint that serves client connections of its own: it holds
+    /// requests drover does not count, so a limit on drover's share of them protects
+    /// nothing and only makes drover's requests wait while the handed connections' go
+    /// straight in: an I/O-bound app under `drover run` at 1,000 connections, most of
+    /// them handed over, held drover's requests to one at a time per worker while its
+    /// queue waits reached a second.
     pub fn concurrency_cap(&self, now: Nanos) -> u32 {
         match self.max_conns() {
-            0 if self.is_adaptive() && self.is_saturated(now) => self.learned_limit() as u32,
+            0 if self.limit_in_force(now) => self.learned_limit() as u32,
             max => max,
         }
+    }
+
+    /// Whether the learned limit holds requests back now (see `concurrency_cap`).
+    pub fn limit_in_force(&self, now: Nanos) -> bool {
+        self.is_adaptive()
+            && self.is_saturated(now)
+            && !self.mostly_waits()
+            && !self.serves_clients()
+    }
+
+    /// Whether, in the last judged window, its busy time was under `MOSTLY_WAITING` of
+    /// the expected cost of the requests it answered: they wait, they do not work.
+    pub fn mostly_waits(&self) -> bool {
+        self.mostly_waits.load(Relaxed)
     }
 
     pub fn has_capacity(&self, now: Nanos) -> bool {
@@ -300,7 +373,7 @@ impl Endpoint {
     /// idle endpoint serving quickly says nothing about how much more it could take,
     /// and one let in above the limit on the pipeline budget says nothing either.
     pub fn adapt_limit(&self, now: Nanos, latency: Nanos, expected: Nanos, pending_at_start: u32) {
-        if !self.is_adaptive() || expected == 0 || !self.is_saturated(now) {
+        if expected == 0 || !self.limit_in_force(now) {
             return;
         }
         let ratio = latency as f64 / expected as f64;
@@ -319,6 +392,9 @@ impl Endpoint {
     pub(crate) fn settle(&self, cost: Nanos) {
         self.pending.fetch_sub(1, Relaxed);
         self.pending_cost.fetch_sub(cost.min(WORK_CAP), Relaxed);
+        // Bounded as in the load score: a long-poll that waited 25 s is one request
+        // that waited, not 250 of them.
+        self.answered_cost.fetch_add(cost.min(WORK_CAP), Relaxed);
     }
 
     /// The exchange is over; `settled` says whether `settle` already ran for it.
@@ -363,7 +439,8 @@ impl Endpoint {
     pub fn report_load(&self, now: Nanos, load: f64) {
         if load.is_finite() && load >= 0.0 {
             self.reported_load.store(load.to_bits(), Relaxed);
-            self.reported_at.store(now, Relaxed);
+            let previous = self.reported_at.swap(now, Relaxed);
+            self.judge_work_share(now, previous, load);
             if load >= SATURATED {
                 self.saturated.store(true, Relaxed);
                 self.low_since.store(0, Relaxed);
@@ -377,6 +454,40 @@ impl Endpoint {
                 }
             } else {
                 self.low_since.store(0, Relaxed);
+            }
+        }
+    }
+
+    /// Adds the busy time this report accounts for (its load over the time since the
+    /// last one), and once per `WORK_SHARE_WINDOW` judges whether the requests answered
+    /// in the window mostly wait. A window in which none were answered keeps the last
+    /// verdict. The first verdict comes at the first report after an answer: at a cold
+    /// start the limit is in force from the first saturated report, and a thousand
+    /// requests that wait must not be held to it for a whole window. Reports that race
+    /// may lose a little busy time; the verdict stays sane.
+    fn judge_work_share(&self, now: Nanos, previous: Nanos, load: f64) {
+        if previous != 0 && now > previous && now - previous <= REPORT_TTL {
+            let busy = load.min(1.0) * (now - previous) as f64;
+            self.busy_since_judged.fetch_add(busy as u64, Relaxed);
+        }
+        let judged_at = self.judged_at.load(Relaxed);
+        if judged_at == 0 {
+            // The first window starts here: what was answered before it is no one's.
+            self.judged_at.store(now.max(1), Relaxed);
+            self.answered_cost.store(0, Relaxed);
+        } else if now > judged_at
+            && (now - judged_at >= WORK_SHARE_WINDOW || !self.judged_once.load(Relaxed))
+        {
+            let answered = self.answered_cost.swap(0, Relaxed) as f64;
+            if answered == 0.0 && !self.judged_once.load(Relaxed) {
+                return; // nothing to judge by yet: the first window goes on
+            }
+            self.judged_at.store(now, Relaxed);
+            let busy = self.busy_since_judged.swap(0, Relaxed) as f64;
+            if answered > 0.0 {
+                self.mostly_waits
+                    .store(busy < MOSTLY_WAITING * answered, Relaxed);
+                self.judged_once.store(true, Relaxed);
             }
         }
     }
@@ -632,6 +743,99 @@ mod tests {
         // ...one long after mostly replaces it.
         e.observe_rtt(3 + 10 * EWMA_DECAY, 1_000);
         assert!(e.rtt_estimate() < 1_100.0);
+    }
+
+    /// Reports a saturated worker every 25 ms for `windows` judging windows, answering
+    /// `per_report` requests of `cost` between two reports; the time after.
+    fn saturated_serving(
+        e: &Endpoint,
+        mut t: Nanos,
+        windows: u64,
+        per_report: u32,
+        cost: Nanos,
+    ) -> Nanos {
+        const EVERY: Nanos = 25_000_000;
+        for _ in 0..windows * (WORK_SHARE_WINDOW / EVERY) + 1 {
+            for _ in 0..per_report {
+                e.try_acquire(cost, t).unwrap();
+                e.release(cost, false);
+            }
+            e.report_load(t, 1.0);
+            t += EVERY;
+        }
+        t
+    }
+
+    #[test]
+    fn the_first_verdict_comes_with_the_first_answers() {
+        let e = ep();
+        e.set_adaptive(true);
+        e.report_load(1, 1.0);
+        assert_eq!(
+            e.concurrency_cap(1),
+            LIMIT_INITIAL as u32,
+            "saturated, nothing known"
+        );
+        // Nothing answered yet: no verdict, however long.
+        e.report_load(25_000_000, 1.0);
+        assert!(!e.mostly_waits());
+        // 100 requests of 50 ms each answered by the next report, 25 ms later.
+        for _ in 0..100 {
+            e.try_acquire(50_000_000, 30_000_000).unwrap();
+            e.release(50_000_000, false);
+        }
+        e.report_load(50_000_000, 1.0);
+        assert!(e.mostly_waits());
+        assert_eq!(e.concurrency_cap(50_000_000), 0);
+    }
+
+    #[test]
+    fn requests_that_mostly_wait_are_not_held_to_a_learned_limit() {
+        let e = ep();
+        e.set_adaptive(true);
+        // 1 ms of work per request, 25 per 25 ms: CPU-bound, the limit holds.
+        let t = saturated_serving(&e, 1, 2, 25, 1_000_000);
+        assert!(!e.mostly_waits());
+        assert_eq!(e.concurrency_cap(t), LIMIT_INITIAL as u32);
+        // The same worker, saturated by the HTTP work of requests that each wait 50 ms:
+        // 125 of them per 25 ms take 6.25 s of expected cost for 25 ms of busy time.
+        let t = saturated_serving(&e, t, 2, 125, 50_000_000);
+        assert!(e.mostly_waits());
+        assert!(e.is_saturated(t));
+        assert_eq!(e.concurrency_cap(t), 0);
+        for _ in 0..100 {
+            assert!(e.try_acquire(50_000_000, t).is_some());
+        }
+        for _ in 0..100 {
+            e.release(50_000_000, false);
+        }
+        // A window with nothing answered keeps the verdict; work again changes it.
+        let t = saturated_serving(&e, t, 1, 0, 0);
+        assert!(e.mostly_waits());
+        let t = saturated_serving(&e, t, 2, 25, 1_000_000);
+        assert!(!e.mostly_waits());
+        assert_eq!(e.concurrency_cap(t), LIMIT_INITIAL as u32);
+    }
+
+    #[test]
+    fn an_endpoint_serving_handed_connections_is_never_held_to_a_learned_limit() {
+        let e = ep();
+        e.set_adaptive(true);
+        e.report_load(1, 1.0);
+        for _ in 0..LIMIT_INITIAL as usize {
+            e.try_acquire(50_000_000, 1).unwrap();
+        }
+        assert!(!e.has_capacity(1), "saturated, at its learned limit");
+        e.note_handed_connection();
+        assert!(e.serves_clients());
+        assert_eq!(e.concurrency_cap(1), 0);
+        assert!(e.has_capacity(1));
+        // Nor does it learn: its latencies are those of requests drover does not count.
+        e.adapt_limit(2, 500_000_000, 50_000_000, 1);
+        assert_eq!(e.learned_limit(), LIMIT_INITIAL);
+        // A fixed max_conns still holds.
+        e.set_max_conns(4);
+        assert!(!e.has_capacity(2));
     }
 
     #[test]

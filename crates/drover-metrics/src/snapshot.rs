@@ -24,7 +24,8 @@ pub struct EndpointSnapshot {
     pub in_flight: u64,
     /// The concurrency cap in force (learned or configured); 0 = none.
     pub limit: u64,
-    /// Why `limit` is what it is: "max-conns", "saturated", "not-saturated" or "off"
+    /// Why `limit` is what it is: "max-conns", "saturated", "not-saturated",
+    /// "mostly-waits", "serves-clients" or "off"
     /// (see `drover_registry::LimitReason`).
     #[serde(default)]
     pub limit_reason: String,

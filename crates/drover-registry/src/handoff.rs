@@ -153,15 +153,16 @@ impl Handoffs {
                     return None;
                 }
                 let saturated = ep.reported_load(now) >= SATURATED;
-                Some(((queued, saturated, t.given.load(Relaxed)), t))
+                Some(((queued, saturated, t.given.load(Relaxed)), (t, ep)))
             })
             .min_by_key(|(key, _)| *key)
-            .map(|(_, t)| Arc::clone(t));
-        let Some(taker) = best else {
+            .map(|(_, best)| best);
+        let Some((taker, ep)) = best else {
             return Err(stream);
         };
         taker.takes.give(stream)?;
         taker.given.fetch_add(1, Relaxed);
+        ep.note_handed_connection();
         Ok(taker.addr)
     }
 }
@@ -216,11 +217,14 @@ mod tests {
         let (fa, fb) = (fake(0), fake(0));
         h.register(a, fa.clone());
         h.register(b, fb.clone());
+        assert!(!eps[0].serves_clients());
         for _ in 0..10 {
             h.hand_off(stream(&l), find).unwrap();
         }
         assert_eq!(fa.got.lock().unwrap().len(), 5);
         assert_eq!(fb.got.lock().unwrap().len(), 5);
+        // Each now serves requests drover does not see (no learned limit holds there).
+        assert!(eps.iter().all(|e| e.serves_clients()));
 
         // a's event loop is busy: it has not taken up what it was given.
         fa.queued.store(1, Relaxed);

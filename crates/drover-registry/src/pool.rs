@@ -151,6 +151,13 @@ pub enum LimitReason {
     Saturated,
     /// A limit is learned, but not in force: the backend's CPU has room.
     NotSaturated,
+    /// The backend is saturated, but its requests mostly wait (on a timer, a database)
+    /// rather than work, so the learned limit is not in force
+    /// (`Endpoint::mostly_waits`).
+    MostlyWaits,
+    /// No limit in force: client connections were handed to the worker, so it serves
+    /// requests drover does not count (`Endpoint::concurrency_cap`).
+    ServesClients,
     /// No limit (`max_conns` 0 and no learning).
     Off,
 }
@@ -161,6 +168,10 @@ impl LimitReason {
             LimitReason::MaxConns
         } else if !e.is_adaptive() {
             LimitReason::Off
+        } else if e.serves_clients() {
+            LimitReason::ServesClients
+        } else if e.is_saturated(now) && e.mostly_waits() {
+            LimitReason::MostlyWaits
         } else if e.is_saturated(now) {
             LimitReason::Saturated
         } else {
@@ -174,6 +185,8 @@ impl LimitReason {
             LimitReason::MaxConns => "max-conns",
             LimitReason::Saturated => "saturated",
             LimitReason::NotSaturated => "not-saturated",
+            LimitReason::ServesClients => "serves-clients",
+            LimitReason::MostlyWaits => "mostly-waits",
             LimitReason::Off => "off",
         }
     }

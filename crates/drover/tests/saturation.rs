@@ -16,6 +16,10 @@ use std::time::Duration;
 
 /// `drover run -w 2` of the fixture worker, one serving thread, admin on a free port.
 async fn run_workers() -> (DroverProcess, SocketAddr) {
+    run_workers_with(&[]).await
+}
+
+async fn run_workers_with(flags: &[&str]) -> (DroverProcess, SocketAddr) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/saturation/server.js");
     let script = script.display().to_string();
     let args = [
@@ -28,10 +32,12 @@ async fn run_workers() -> (DroverProcess, SocketAddr) {
         "127.0.0.1:0",
         "--admin",
         "127.0.0.1:0",
-        "--",
-        "node",
-        &script,
     ];
+    let args: Vec<&str> = args
+        .into_iter()
+        .chain(flags.iter().copied())
+        .chain(["--", "node", &script])
+        .collect();
     let d = DroverProcess::spawn(bin(), &args).await;
     let admin = admin_addr(&d).await;
     (d, admin)
@@ -133,5 +139,114 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
         }
     }
     assert!(released, "the limit lifts once the workers are idle");
+    stops_cleanly(d).await;
+}
+
+#[tokio::test]
+async fn workers_serving_handed_connections_are_not_held_to_a_learned_limit() {
+    let (d, admin) = run_workers().await;
+    let addr = d.addr();
+    let ports = worker_ports(admin).await;
+
+    // 16 keep-alive connections of 5 ms busy loops: requests that cost alike, so the
+    // default mode hands the connections to the workers, which they then saturate
+    // without drover seeing a request of theirs.
+    let stop_cpu = Arc::new(AtomicBool::new(false));
+    let cpu = steady_load(addr, 16, "/cpu?ms=5", stop_cpu.clone());
+    let mut seen = None;
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let handed = common::default_metric(admin, "drover_handoffs_total").await;
+        let eps = status(admin).await.balancers[0].endpoints.clone();
+        if handed >= 16
+            && eps
+                .iter()
+                .all(|e| e.load >= 0.9 && e.limit_reason == "serves-clients")
+        {
+            seen = Some(eps);
+            break;
+        }
+    }
+    let eps = seen.expect("the 16 connections handed over and both workers saturated within 30 s");
+    // LIMIT says why nothing holds drover's requests back at a saturated worker.
+    assert!(eps.iter().all(|e| e.limit == 0), "{eps:?}");
+
+    // 40 requests that each wait 1.5 s on a timer, each on a new connection (its first
+    // request drover places). The workers' CPU is saturated, but by requests drover
+    // does not count: holding its own to a learned limit of 4 would keep 32 of them
+    // waiting in drover behind the handed connections. All 40 are at the workers at once.
+    ask_workers(&ports, "/reset").await;
+    let stop_io = Arc::new(AtomicBool::new(false));
+    let io = steady_load(addr, 40, "/io?ms=1500", stop_io.clone());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let held = ask_workers(&ports, "/stats").await;
+    let eps = status(admin).await.balancers[0].endpoints.clone();
+    assert!(
+        held.iter().sum::<u64>() >= 40,
+        "held at once {held:?} (a busy loop counts one): not every I/O-bound request \
+         reached a worker; endpoints {eps:?}"
+    );
+    assert_load_never_failed(&stop_io, io, 40, "I/O-bound beside handed connections").await;
+    assert_load_never_failed(&stop_cpu, cpu, 16, "on handed connections").await;
+    stops_cleanly(d).await;
+}
+
+/// Requests placed so far, and how many of them waited 25 ms or more in drover's
+/// queue (from `drover_queue_wait_seconds`).
+async fn queue_waits(admin: SocketAddr) -> (u64, u64) {
+    let metrics = common::metrics_text(admin).await;
+    let value = |series: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}")) as u64
+    };
+    let count = value("drover_queue_wait_seconds_count{balancer=\"default\"}");
+    let quick = value("drover_queue_wait_seconds_bucket{balancer=\"default\",le=\"0.025\"}");
+    (count, count - quick)
+}
+
+#[tokio::test]
+async fn saturated_workers_whose_requests_mostly_wait_get_them_all_at_once() {
+    // Every request placed by drover (no handoff), so only the limit decides.
+    let (d, admin) = run_workers_with(&["--mode", "proxy"]).await;
+    let addr = d.addr();
+    let ports = worker_ports(admin).await;
+
+    // 300 connections of a handler that works 1 ms and then waits 100 ms: about 1,500
+    // requests a second per worker for 1,000 it can work through, so both event loops
+    // saturate. A learned limit of a few at a time would leave each worker idle on its
+    // timers while drover's queue holds the rest; requests that mostly wait are not
+    // held, and the workers hold them all.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(addr, 300, "/work-then-wait?work_ms=1&ms=100", stop.clone());
+    let mut seen = None;
+    for _ in 0..150 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let eps = status(admin).await.balancers[0].endpoints.clone();
+        if eps
+            .iter()
+            .all(|e| e.load >= 0.9 && e.limit_reason == "mostly-waits" && e.limit == 0)
+        {
+            seen = Some(eps);
+            break;
+        }
+    }
+    let eps = seen.expect("both workers seen saturated by requests that mostly wait within 15 s");
+    // For two seconds from then, the requests drover places go to a worker at once:
+    // held back to a limit, most would wait in drover's queue for one of a few slots,
+    // each held for 100 ms.
+    let before = queue_waits(admin).await;
+    ask_workers(&ports, "/reset").await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let held = ask_workers(&ports, "/stats").await;
+    let after = queue_waits(admin).await;
+    let (placed, waited) = (after.0 - before.0, after.1 - before.1);
+    assert!(
+        placed >= 300 && waited * 10 <= placed,
+        "{waited} of {placed} requests waited 25 ms or more in drover's queue; the \
+         workers held at most {held:?} at once; endpoints when seen {eps:?}"
+    );
+    assert_load_never_failed(&stop, load, 300, "with requests that mostly wait").await;
     stops_cleanly(d).await;
 }
