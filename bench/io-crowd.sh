@@ -63,9 +63,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
     cat "$TMP/row" >>"$TMP/results.jsonl"
   done
 done
-node - "$TMP/results.jsonl" <<'EOF'
+node - "$TMP/results.jsonl" "$BENCH_DIR/median.js" <<'EOF'
 const rows = require('fs').readFileSync(process.argv[2], 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-const med = (xs) => { const s = xs.filter((x) => x !== null).sort((a, b) => a - b); const m = s.length >> 1; return !s.length ? null : s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+const med = require(process.argv[3]);
 const m = {};
 console.log('\n| system | req/s (median) | p99 ms (median) | errors (all rounds) | req/s per round |');
 console.log('|---|---:|---:|---:|---|');

@@ -1,6 +1,6 @@
 'use strict';
 // The median of the numbers in xs, ignoring null, undefined and NaN; null when none.
-// Shared by the bench reports (report.js, matrix/report.js).
+// Shared by the bench reports (report.js, matrix/report.js, io-crowd.sh).
 module.exports = function median(xs) {
   const v = xs.filter((x) => x !== null && x !== undefined && !Number.isNaN(x)).sort((a, b) => a - b);
   if (!v.length) return null;
