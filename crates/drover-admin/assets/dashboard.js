@@ -324,7 +324,8 @@ const ms = (v) => (v == null ? '-' : v < 10 ? v.toFixed(2) : v.toFixed(0));
 // The limit in force and why: a learned limit holds only while the backend is
 // saturated, and counts requests awaiting their response head, not streams.
 const limitText = (e) =>
-  e.limit_reason === 'saturated' ? e.limit + ' (saturated)'
+  e.limit_reason === 'saturated'
+    ? e.limit + (e.waiting ? ' (saturated, ' + e.waiting + ' waiting)' : ' (saturated)')
     : e.limit_reason === 'not-saturated' ? '- (not saturated)'
       : e.limit_reason === 'mostly-waits' ? '- (requests wait)'
       : e.limit_reason === 'serves-clients' ? '- (handed connections)'

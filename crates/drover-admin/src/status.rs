@@ -212,6 +212,10 @@ pub struct EndpointRow {
     /// counts. `in_flight` also counts responses still streaming.
     #[serde(default)]
     pub pending: u32,
+    /// Of `pending`, the requests later ones overtook: they wait (a long-poll, a query)
+    /// rather than work, and a learned limit does not count them.
+    #[serde(default)]
+    pub waiting: u32,
     /// Peak-EWMA latency estimate.
     pub rtt_ms: f64,
     pub weight: u32,
@@ -226,9 +230,13 @@ pub struct EndpointRow {
 impl EndpointRow {
     /// The LIMIT column: the limit in force, and what it counts or why none is, so it
     /// never seems to contradict IN-FLIGHT. A learned limit counts PENDING (requests
-    /// awaiting their response head) and holds only while the backend is saturated.
+    /// awaiting their response head) less those that wait, and holds only while the
+    /// backend is saturated.
     fn limit_cell(&self) -> String {
         match (self.limit_reason.as_str(), self.limit) {
+            ("saturated", n) if self.waiting > 0 => {
+                format!("{n} (saturated, {} waiting)", self.waiting)
+            }
             ("saturated", n) => format!("{n} (saturated)"),
             ("not-saturated", _) => format!("- (not saturated, {})", self.learned_limit),
             ("mostly-waits", _) => format!("- (requests wait, {})", self.learned_limit),
@@ -545,6 +553,7 @@ mod tests {
                     available: false,
                     in_flight: 3,
                     pending: 1,
+                    waiting: 0,
                     load: 0.95,
                     limit: 2,
                     limit_reason: "max-conns".into(),
@@ -603,12 +612,13 @@ mod tests {
 
     #[test]
     fn the_limit_column_says_what_is_in_force_and_why() {
-        let row = |limit, reason: &str, learned| EndpointRow {
+        let waiting_row = |limit, reason: &str, learned, waiting| EndpointRow {
             addr: "127.0.0.1:1".into(),
             healthy: true,
             available: true,
             in_flight: 18,
             pending: 4,
+            waiting,
             load: 0.95,
             limit,
             limit_reason: reason.into(),
@@ -618,7 +628,13 @@ mod tests {
             ejections: 0,
             check_error: None,
         };
+        let row = |limit, reason: &str, learned| waiting_row(limit, reason, learned, 0);
         assert_eq!(row(4, "saturated", 4).limit_cell(), "4 (saturated)");
+        // Long-polls above the limit: they wait, and the limit does not count them.
+        assert_eq!(
+            waiting_row(4, "saturated", 4, 30).limit_cell(),
+            "4 (saturated, 30 waiting)"
+        );
         assert_eq!(
             row(0, "not-saturated", 4).limit_cell(),
             "- (not saturated, 4)"

@@ -74,8 +74,11 @@ pub struct Pick {
     cost: Nanos,
     /// The cost came from a per-request estimate, not the endpoint's latency.
     cost_known: bool,
-    /// Pending requests on the endpoint, this one included, when it was sent.
+    /// Working requests on the endpoint (pending and not overtaken), this one included,
+    /// when it was sent.
     pending_at_start: u32,
+    /// Its place in the endpoint's send order (0: not tracked).
+    seq: u64,
     started: Nanos,
     /// The response head came (`observe` ran).
     settled: AtomicBool,
@@ -89,12 +92,13 @@ impl Pick {
         } else {
             ctx.cost
         };
-        let pending_at_start = endpoint.try_acquire(cost, ctx.now)?;
+        let (pending_at_start, seq) = endpoint.try_acquire(cost, ctx.now)?;
         Some(Pick {
             endpoint: Arc::clone(endpoint),
             cost,
             cost_known: ctx.cost != 0,
             pending_at_start,
+            seq,
             started: ctx.now,
             settled: AtomicBool::new(false),
         })
@@ -127,13 +131,14 @@ impl Pick {
             self.endpoint
                 .adapt_limit(now, latency, self.cost, self.pending_at_start);
         }
-        self.endpoint.settle(self.cost);
+        self.endpoint.settle(self.cost, self.seq, true);
     }
 }
 
 impl Drop for Pick {
     fn drop(&mut self) {
-        self.endpoint.release(self.cost, *self.settled.get_mut());
+        self.endpoint
+            .release(self.cost, self.seq, *self.settled.get_mut());
     }
 }
 

@@ -302,7 +302,7 @@ const ENDPOINT_HISTOGRAMS: [HistogramFamily; 4] = [
     },
 ];
 
-const ENDPOINT_GAUGES: [GaugeFamily; 7] = [
+const ENDPOINT_GAUGES: [GaugeFamily; 8] = [
     GaugeFamily {
         name: "drover_endpoint_in_flight",
         help: "Requests the endpoint holds now (a streaming body or tunnel included).",
@@ -314,6 +314,12 @@ const ENDPOINT_GAUGES: [GaugeFamily; 7] = [
         help: "The endpoint's concurrency cap in force (learned or configured); 0 = none.",
         unit: None,
         of: |ep| ep.limit as f64,
+    },
+    GaugeFamily {
+        name: "drover_endpoint_waiting",
+        help: "Requests awaiting their answer that later ones overtook: they wait (a long-poll, a query), and a learned limit does not count them.",
+        unit: None,
+        of: |ep| ep.waiting as f64,
     },
     GaugeFamily {
         name: "drover_endpoint_latency_estimate_seconds",

@@ -29,6 +29,10 @@ pub struct EndpointSnapshot {
     /// (see `drover_registry::LimitReason`).
     #[serde(default)]
     pub limit_reason: String,
+    /// Requests awaiting their answer that later ones overtook: they wait rather than
+    /// work, and a learned limit does not count them.
+    #[serde(default)]
+    pub waiting: u64,
     /// The balancer's latency estimate (peak EWMA), seconds.
     pub latency_estimate_seconds: f64,
     /// Utilisation the backend reported or was measured at (1.0 = saturated).

@@ -131,6 +131,9 @@ pub struct EndpointStatus {
     /// Requests sent and not yet answered with a response head: what a learned limit
     /// counts (a fixed `max_conns` counts `in_flight`, streams included).
     pub pending: u32,
+    /// Of `pending`, the requests later ones overtook (long-polls, waits on a database):
+    /// a learned limit does not count them (`drover_balance::OVERTAKEN_BY`).
+    pub waiting: u32,
     /// Peak-EWMA latency estimate in ns.
     pub rtt_ns: u64,
     pub weight: u32,
@@ -494,6 +497,7 @@ impl Pool {
                     in_flight: u64::from(status.in_flight),
                     limit: u64::from(status.limit),
                     limit_reason: status.limit_reason.as_str().to_owned(),
+                    waiting: u64::from(status.waiting),
                     latency_estimate_seconds: status.rtt_ns as f64 / 1e9,
                     reported_load: status.load,
                     weight: u64::from(status.weight),
@@ -552,6 +556,7 @@ fn endpoint_status(e: &Endpoint, now: Nanos) -> EndpointStatus {
             0
         },
         pending: e.pending(),
+        waiting: e.waiting(),
         rtt_ns: e.rtt_estimate() as u64,
         weight: e.weight(),
         max_conns: e.max_conns(),

@@ -642,6 +642,7 @@ impl Control for Controller {
                         limit_reason: e.limit_reason.as_str().to_owned(),
                         learned_limit: e.learned_limit,
                         pending: e.pending,
+                        waiting: e.waiting,
                         rtt_ms: e.rtt_ns as f64 / 1e6,
                         weight: e.weight,
                         ejections: e.ejections,

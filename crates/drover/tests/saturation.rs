@@ -6,11 +6,14 @@
 
 mod common;
 
-use common::{admin_addr, assert_load_never_failed, bin, status, steady_load, stops_cleanly};
+use common::{
+    admin_addr, assert_load_never_failed, assert_served_more, bin, counted_load, status,
+    steady_load, stops_cleanly,
+};
 use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -248,5 +251,92 @@ async fn saturated_workers_whose_requests_mostly_wait_get_them_all_at_once() {
          workers held at most {held:?} at once; endpoints when seen {eps:?}"
     );
     assert_load_never_failed(&stop, load, 300, "with requests that mostly wait").await;
+    stops_cleanly(d).await;
+}
+
+/// What the workers hold in flight now, summed (`/reset` sets each one's high-water
+/// mark to its current count).
+async fn held_now(ports: &[u16]) -> u64 {
+    ask_workers(ports, "/reset").await;
+    ask_workers(ports, "/stats").await.iter().sum()
+}
+
+#[tokio::test]
+async fn long_polls_do_not_fill_the_learned_limit_of_saturated_workers() {
+    // Every request placed by drover (no handoff), so only the limit decides.
+    let (d, admin) = run_workers_with(&["--mode", "proxy"]).await;
+    let addr = d.addr();
+    let ports = worker_ports(admin).await;
+
+    // 40 long-polls of 20 s, each on its own connection, all at the workers.
+    const POLLS: usize = 40;
+    let polls_done = Arc::new(AtomicUsize::new(0));
+    let polls: Vec<_> = (0..POLLS)
+        .map(|_| {
+            let polls_done = polls_done.clone();
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.map_err(|e| e.to_string())?;
+                c.set_timeout(Duration::from_secs(60));
+                let r = c.request("GET", "/io?ms=20000", &[], None).await;
+                polls_done.fetch_add(1, Ordering::SeqCst);
+                r.map(|r| r.status).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let mut held = 0;
+    for _ in 0..100 {
+        held = held_now(&ports).await;
+        if held == POLLS as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        held, POLLS as u64,
+        "the workers hold every long-poll at once"
+    );
+
+    // Then 16 connections of 5 ms busy loops saturate both workers. The long-polls are
+    // pending at them, far above any learned limit; counted as work, they would keep
+    // every other request in drover's queue (62 answered in 10 s where Node cluster
+    // answered 10,115). Once the short requests overtake them, they count as waiting.
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let load = counted_load(addr, 16, "/cpu?ms=5", stop.clone(), served.clone());
+    let mut limited = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let eps = status(admin).await.balancers[0].endpoints.clone();
+        if eps
+            .iter()
+            .all(|e| e.limit_reason == "saturated" && e.limit > 0 && e.waiting > 0)
+        {
+            limited = Some(eps);
+            break;
+        }
+    }
+    assert_served_more(
+        &d,
+        &served,
+        400,
+        "beside 40 long-polls on saturated workers",
+    )
+    .await;
+    let limited =
+        limited.expect("both workers seen saturated, with long-polls waiting, within 10 s");
+    assert_eq!(
+        polls_done.load(Ordering::SeqCst),
+        0,
+        "the short requests should be served while the long-polls are open"
+    );
+    assert_load_never_failed(&stop, load, 400, "beside long-polls").await;
+    for poll in polls {
+        assert_eq!(poll.await.unwrap(), Ok(200), "every long-poll is answered");
+    }
+    // The status said why the workers held more than the limit: those requests wait.
+    assert!(
+        limited.iter().map(|e| e.waiting).sum::<u32>() >= POLLS as u32 / 2,
+        "{limited:?}"
+    );
     stops_cleanly(d).await;
 }

@@ -72,6 +72,9 @@ pub struct EndpointView {
     pub limit: u64,
     /// Why `limit` is what it is ("saturated": a learned limit, on pending requests).
     pub limit_reason: String,
+    /// Requests awaiting their answer that later ones overtook (not counted by a learned
+    /// limit).
+    pub waiting: u64,
     /// Over the last minute, milliseconds.
     pub p99_ms: Option<f64>,
     pub responses_5xx: u64,
@@ -352,6 +355,7 @@ impl State {
                     in_flight: e.in_flight,
                     limit: e.limit,
                     limit_reason: e.limit_reason.clone(),
+                    waiting: e.waiting,
                     p99_ms: minute.and_then(|m| m.quantile(0.99)).map(|s| s * 1e3),
                     responses_5xx: e.counts.responses[4],
                     failures: e.counts.failures.iter().sum(),
