@@ -42,6 +42,12 @@ pub struct RunArgs {
     #[arg(long, default_value = shown(app().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 
+    /// How long a starting worker has to listen (and pass --health-path) before it is
+    /// stopped and started again; each start in a row that ran out of it doubles the
+    /// next one's, up to 16 times (a slow start is not a failed one).
+    #[arg(long, default_value = shown(app().ready_timeout), value_parser = drover_units::duration)]
+    pub ready_timeout: Duration,
+
     /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
     /// none with a warning when another drover holds that port].
     #[arg(long, value_name = "ADDR")]
@@ -936,6 +942,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
+    app.spec.ready_timeout = args.ready_timeout;
     let mut balancers = Vec::new();
     if args.proxy_protocol.send_proxy_protocol.is_some() {
         return Err("--send-proxy-protocol does not apply to drover run: drover checks and hands connections to its workers without a header, and a Node server reads none (use it with drover proxy, in front of backends that expect one)".into());

@@ -418,8 +418,10 @@ fn is_stopping(stop: &watch::Receiver<bool>) -> bool {
 enum End {
     /// It exited by itself (crash, clean exit, or killed from outside drover).
     Exited(ExitStatus),
-    /// drover killed it: not ready in time, or failed its health checks.
+    /// drover killed it: it failed its health checks, or was lost track of.
     Killed(String),
+    /// drover stopped it: it was not ready within its time (`ready_patience`).
+    NotReady(String),
     /// It could not be started (no such program, no free port, ...).
     NotStarted(std::io::Error),
     /// Shutdown: do not restart.
@@ -430,7 +432,7 @@ impl fmt::Display for End {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             End::Exited(status) => write!(f, "exited with {status}"),
-            End::Killed(reason) => write!(f, "was stopped: {reason}"),
+            End::Killed(reason) | End::NotReady(reason) => write!(f, "was stopped: {reason}"),
             End::NotStarted(e) => write!(f, "failed to start: {e}"),
             End::Shutdown => f.write_str("was stopped for shutdown"),
         }
@@ -717,16 +719,41 @@ pub(crate) async fn run(
     mut replace: mpsc::UnboundedReceiver<ReplaceRequest>,
 ) {
     let mut crashes = 0u32;
+    // Starts in a row that were not ready in time: each doubles the next one's time.
+    let mut slow_starts = 0u32;
     let mut first = true;
     while !is_stopping(&stop) {
         if !first {
             shared.slot(id).restarts += 1;
         }
         first = false;
-        let life = run_once(&shared, id, &mut stop, &mut replace).await;
+        let life = run_once(&shared, id, &mut stop, &mut replace, slow_starts).await;
         if matches!(life.end, End::Shutdown) {
             break;
         }
+        slow_starts = match life.end {
+            End::NotReady(_) => {
+                let ready_timeout = shared.current().0.ready_timeout;
+                let (had, next) = (
+                    ready_patience(ready_timeout, slow_starts),
+                    ready_patience(ready_timeout, slow_starts + 1),
+                );
+                if next > had {
+                    tracing::warn!(
+                        app = %shared.app,
+                        worker = id,
+                        "worker {}/{id} was not ready within {had:?}; its next start gets \
+                         {next:?} (a slow start is not a failed one: the time doubles after \
+                         each start that ran out of it, up to {}x ready_timeout; \
+                         drover run --ready-timeout or ready_timeout in drover.toml sets it)",
+                        shared.app,
+                        1u32 << MAX_READY_DOUBLINGS,
+                    );
+                }
+                slow_starts.saturating_add(1)
+            }
+            _ => 0,
+        };
         let policy = shared.current().0.restart.clone();
         // Whether it lived counts from readiness: a worker that takes 5 s to boot and
         // dies right after is crashing, however long its process existed.
@@ -798,6 +825,25 @@ pub(crate) async fn run(
     slot.started_at = None;
 }
 
+/// At most this many doublings of `ready_timeout` for a worker that keeps starting
+/// slowly: 16 x, 8 minutes at the default 30 s.
+const MAX_READY_DOUBLINGS: u32 = 4;
+
+/// The time a starting worker has to become ready after `slow_starts` starts in a row
+/// that ran out of theirs: `ready_timeout`, doubled for each (up to
+/// `MAX_READY_DOUBLINGS`).
+///
+/// Why: an app that takes 35 s to boot (ts-node compiling a large project, a wait for
+/// its database) was killed at 30 s and started again, forever, and never served, where
+/// PM2 and Node's cluster module run it. Killing a slow start again brings nothing
+/// closer; a program that never listens still gets its restart record and its reason
+/// at the first `ready_timeout`. A rolling reload or a scale-up keeps `ready_timeout`
+/// as it is: there the old workers keep serving, and a new one that is not ready in
+/// time fails the change instead.
+pub(crate) fn ready_patience(ready_timeout: Duration, slow_starts: u32) -> Duration {
+    ready_timeout.saturating_mul(1 << slow_starts.min(MAX_READY_DOUBLINGS))
+}
+
 fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
     let pid = life.pid.map_or_else(|| "-".to_string(), |p| p.to_string());
     tracing::warn!(
@@ -815,6 +861,7 @@ async fn run_once(
     id: usize,
     stop: &mut watch::Receiver<bool>,
     replace: &mut mpsc::UnboundedReceiver<ReplaceRequest>,
+    slow_starts: u32,
 ) -> Life {
     // Requests queued while no process ran are already met: this one starts from the
     // current spec.
@@ -838,7 +885,11 @@ async fn run_once(
 
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
     let ready = tokio::select! {
-        r = health::wait_ready_at(proc.addr(), proc.spec.health.as_ref(), proc.spec.ready_timeout) => r,
+        r = health::wait_ready_at(
+            proc.addr(),
+            proc.spec.health.as_ref(),
+            ready_patience(proc.spec.ready_timeout, slow_starts),
+        ) => r,
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.
             proc.worker.stop(proc.spec.stop_timeout).await;
@@ -866,7 +917,7 @@ async fn run_once(
         shared
             .record_end(id, &mut proc, RestartReason::StartFailed, detail, status)
             .await;
-        return life(End::Killed(reason.to_string()), Duration::ZERO);
+        return life(End::NotReady(reason.to_string()), Duration::ZERO);
     }
     if is_stopping(stop) {
         let status = shutdown_proc(shared, id, &mut proc).await;
@@ -1319,4 +1370,20 @@ fn forward_output(
     let (app, sink) = (Arc::clone(&shared.app), Arc::clone(&shared.sink));
     let tail = Some(Arc::clone(stderr_tail));
     Some(output::forward(err, app, id, Stream::Stderr, sink, tail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_start_gets_twice_the_time_next_up_to_a_bound() {
+        let t = Duration::from_secs(30);
+        assert_eq!(ready_patience(t, 0), t);
+        assert_eq!(ready_patience(t, 1), Duration::from_secs(60));
+        assert_eq!(ready_patience(t, 4), Duration::from_secs(480));
+        assert_eq!(ready_patience(t, 5), Duration::from_secs(480));
+        assert_eq!(ready_patience(t, u32::MAX), Duration::from_secs(480));
+        assert_eq!(ready_patience(Duration::MAX, 3), Duration::MAX);
+    }
 }

@@ -140,3 +140,63 @@ async fn requests_for_workers_that_never_start_get_a_503_after_the_queue_timeout
         }
     }
 }
+
+/// An app that takes longer to boot than the ready timeout (ts-node on a large project,
+/// a wait for its database): killed at the timeout and started again with the same
+/// time, it never served, where PM2 and Node's cluster module run it. Each start in a
+/// row that ran out of time doubles the next one's, so the second start (2 s for a
+/// 1.5 s boot) serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves() {
+    let d = run(1500, &["--ready-timeout", "1s"]).await;
+    let admin = admin_addr(&d).await;
+    let answers = burst(d.addr(), 10).await;
+    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 10 failed: {failed:?}\n{}",
+        failed.len(),
+        d.stderr_text()
+    );
+    // Each worker's first start ran out of its second; the record says why.
+    let s = status(admin).await;
+    let records = &s.apps[0].restarts;
+    assert!(
+        records.iter().any(|r| r.reason == "start-failed"
+            && r.detail
+                .as_deref()
+                .is_some_and(|t| t.contains("not ready within 1s"))),
+        "{records:?}"
+    );
+    assert!(
+        d.stderr_text().contains("its next start gets 2s"),
+        "{}",
+        d.stderr_text()
+    );
+}
+
+#[tokio::test]
+async fn a_zero_ready_timeout_is_refused_by_name() {
+    let [script, delay] = slow_starter(0);
+    let out = tokio::process::Command::new(bin())
+        .args([
+            "run",
+            "--ready-timeout",
+            "0s",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "off",
+            "--",
+        ])
+        .args(["node", &script, &delay])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("ready_timeout") || err.contains("ready-timeout"),
+        "{err}"
+    );
+}
