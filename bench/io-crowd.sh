@@ -51,18 +51,8 @@ run_one() { # system round -> one JSON line on stdout
       per_second: r && r.intervals.map((i) => Math.round(i.rps)) }))' "$sys" "$round" <"$TMP/out"
 }
 
-: >"$TMP/results.jsonl"
 log "$CONNS connections on /sleep/$WAIT_MS, ${DURATION} s, $ROUNDS round(s); drover: $DROVER"
-SYSTEMS=(drover drover-proxy cluster)
-for ((r = 1; r <= ROUNDS; r++)); do
-  order=("${SYSTEMS[@]}")
-  ((r % 2 == 0)) && order=(cluster drover-proxy drover)
-  for sys in "${order[@]}"; do
-    run_one "$sys" "$r" >"$TMP/row"
-    cat "$TMP/row" >&2
-    cat "$TMP/row" >>"$TMP/results.jsonl"
-  done
-done
+alternate_rounds "$TMP/results.jsonl" drover drover-proxy cluster
 node - "$TMP/results.jsonl" "$BENCH_DIR/median.js" <<'EOF'
 const rows = require('fs').readFileSync(process.argv[2], 'utf8').trim().split('\n').map((l) => JSON.parse(l));
 const med = require(process.argv[3]);

@@ -280,6 +280,27 @@ start_system() { # logfile cmd... -> SYS_PID
   SYS_PID=$!
   disown "$SYS_PID"
 }
+# Calls the script's `run_one SYSTEM ROUND` (one JSON line on stdout) for every system,
+# ROUNDS times, in the order given and reversed on even rounds; each line goes to
+# stderr as it comes and is appended to FILE (emptied first).
+alternate_rounds() { # file system...
+  local file=$1 r i
+  shift
+  local systems=("$@") order
+  : >"$file"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    order=("${systems[@]}")
+    if ((r % 2 == 0)); then
+      order=()
+      for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[i]}"); done
+    fi
+    for i in "${order[@]}"; do
+      run_one "$i" "$r" >"$TMP/row"
+      cat "$TMP/row" >&2
+      cat "$TMP/row" >>"$file"
+    done
+  done
+}
 stop_system() {
   [[ -n "$SYS_PID" ]] || return 0
   local i

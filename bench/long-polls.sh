@@ -59,18 +59,8 @@ run_one() { # system round -> one JSON line on stdout
       polls_ok: p && p.ok }))' "$sys" "$round" "$TMP/polls" <"$TMP/out"
 }
 
-: >"$TMP/results.jsonl"
 log "$POLLS long-polls of ${POLL_S} s beside $CONNS connections of $MIX, ${DURATION} s, $ROUNDS round(s); drover: $DROVER"
-SYSTEMS=(drover drover-proxy cluster)
-for ((r = 1; r <= ROUNDS; r++)); do
-  order=("${SYSTEMS[@]}")
-  ((r % 2 == 0)) && order=(cluster drover-proxy drover)
-  for sys in "${order[@]}"; do
-    run_one "$sys" "$r" >"$TMP/row"
-    cat "$TMP/row" >&2
-    cat "$TMP/row" >>"$TMP/results.jsonl"
-  done
-done
+alternate_rounds "$TMP/results.jsonl" drover drover-proxy cluster
 node - "$TMP/results.jsonl" "$BENCH_DIR/median.js" "$POLLS" <<'EOF2'
 const rows = require('fs').readFileSync(process.argv[2], 'utf8').trim().split('\n').map((l) => JSON.parse(l));
 const med = require(process.argv[3]);
