@@ -454,9 +454,10 @@ impl Endpoint {
     /// requests sent `OVERTAKEN_BY` or more before it that are still pending.
     pub(crate) fn settle(&self, cost: Nanos, seq: u64, answered: bool) {
         if seq != 0 {
+            // The counts change under the lock: another thread's answer may overtake
+            // this request at the same moment, and its increment must come first.
             let mut order = self.order();
             let (overtaken, count, count_cost) = order.settled(seq, answered);
-            drop(order);
             if overtaken {
                 self.waiting.fetch_sub(1, Relaxed);
                 self.waiting_cost.fetch_sub(cost.min(WORK_CAP), Relaxed);
@@ -465,6 +466,7 @@ impl Endpoint {
                 self.waiting.fetch_add(count, Relaxed);
                 self.waiting_cost.fetch_add(count_cost, Relaxed);
             }
+            drop(order);
         }
         self.pending.fetch_sub(1, Relaxed);
         self.pending_cost.fetch_sub(cost.min(WORK_CAP), Relaxed);
