@@ -997,6 +997,45 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_requests_and_answers_leave_every_count_at_zero() {
+        let e = std::sync::Arc::new(ep());
+        e.set_adaptive(true);
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let e = e.clone();
+                std::thread::spawn(move || {
+                    let mut held = std::collections::VecDeque::new();
+                    for i in 0..20_000u64 {
+                        let now = i * 100_000 + t;
+                        if let Some((_, seq)) = e.try_acquire(1_000 + i % 7, now) {
+                            held.push_back((seq, 1_000 + i % 7));
+                        }
+                        assert!(e.waiting() <= e.pending() + 8, "waiting ran past pending");
+                        // Answer the newest of a few, so older ones are overtaken.
+                        if held.len() > 3 {
+                            let (seq, cost) = held.pop_back().unwrap();
+                            e.settle(cost, seq, i % 3 != 0);
+                            e.release(cost, seq, true);
+                            if i % 5 == 0 {
+                                let (seq, cost) = held.pop_front().unwrap();
+                                e.release(cost, seq, false);
+                            }
+                        }
+                    }
+                    for (seq, cost) in held {
+                        e.release(cost, seq, false);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!((e.in_flight(), e.pending(), e.waiting()), (0, 0, 0));
+        assert_eq!((e.pending_cost(), e.working_cost()), (0, 0));
+    }
+
+    #[test]
     fn an_endpoint_serving_handed_connections_is_never_held_to_a_learned_limit() {
         let e = ep();
         e.set_adaptive(true);
