@@ -37,6 +37,8 @@ pub enum FromWorker {
     PreloadReady,
     /// drover's preload gave back every connection it could.
     AllReturned,
+    /// drover's preload answered a `ping`: the worker's event loop turns.
+    Pong,
     /// Another of Node's internal messages, not the cluster's.
     OtherInternal,
     /// A message of the app's own (`process.send(...)`).
@@ -97,6 +99,7 @@ pub fn parse(line: &[u8]) -> FromWorker {
         Some(DROVER_CMD) => match drover_act(fields) {
             Some("ready") => FromWorker::PreloadReady,
             Some("returned") => FromWorker::AllReturned,
+            Some("pong") => FromWorker::Pong,
             _ => FromWorker::OtherInternal,
         },
         // Node's own rule for "internal": a `cmd` that starts with NODE_ and is longer.
@@ -121,6 +124,12 @@ fn drover_act(fields: &Map<String, Value>) -> Option<&str> {
 /// between two requests, and then to say so (`AllReturned`).
 pub(crate) fn give_connections_back() -> Value {
     json!({ "cmd": DROVER_CMD, "act": "return" })
+}
+
+/// Asks drover's preload whether the worker's event loop turns: it answers `pong` from
+/// the loop, which it cannot while it spins in a busy loop or the process is stopped.
+pub(crate) fn ping() -> Value {
+    json!({ "cmd": DROVER_CMD, "act": "ping" })
 }
 
 /// The ack that lets a worker send its next message with a handle.
@@ -321,6 +330,10 @@ mod tests {
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"returned"}"#),
             FromWorker::AllReturned
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"pong"}"#),
+            FromWorker::Pong
         );
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"x"}"#),

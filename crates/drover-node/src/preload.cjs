@@ -56,6 +56,12 @@ function givesConnectionsBack() {
   }
   let returning = false;
   process.on('internalMessage', (message) => {
+    // drover asks whether the event loop turns (a worker that waits on I/O answers at
+    // once; one stuck in a busy loop, or stopped, cannot).
+    if (message && message.cmd === 'NODE_DROVER' && message.act === 'ping') {
+      process.send({ cmd: 'NODE_DROVER', act: 'pong' });
+      return;
+    }
     if (message && message.cmd === 'NODE_DROVER' && message.act === 'return' && !returning) {
       returning = true;
       giveAllBack();

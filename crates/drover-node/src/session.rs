@@ -85,6 +85,8 @@ enum ToSession {
     Disconnect,
     /// Ask drover's preload in the worker to give back its client connections.
     GiveBack,
+    /// Ask drover's preload whether the worker's event loop turns (`Pong`).
+    Ping,
 }
 
 /// Gives a session's worker client connections directly (drover's handoff) and asks it
@@ -102,6 +104,8 @@ pub struct Inbox {
     preloaded: Arc<AtomicBool>,
     /// The preload said it gave back every connection it could.
     all_returned: Arc<AtomicBool>,
+    /// When the preload last answered a ping: milliseconds since `epoch` (0: never).
+    pong_ms: Arc<AtomicU64>,
 }
 
 /// A worker with connections waiting that has taken up none for this long is stalled
@@ -143,7 +147,9 @@ impl Inbox {
             self.queued.fetch_sub(1, Relaxed);
             match back.0 {
                 ToSession::Connection(stream) => stream,
-                ToSession::Disconnect | ToSession::GiveBack => unreachable!("sent a connection"),
+                ToSession::Disconnect | ToSession::GiveBack | ToSession::Ping => {
+                    unreachable!("sent a connection")
+                }
             }
         })
     }
@@ -174,6 +180,23 @@ impl Inbox {
     pub fn all_given_back(&self) -> bool {
         self.all_returned.load(Relaxed)
     }
+
+    /// Asks drover's preload in the worker to answer from its event loop; whether it
+    /// did, `event_loop_answered_since` says. Nothing happens without the preload.
+    pub fn ping(&self) {
+        if self.preloaded.load(Relaxed) {
+            let _ = self.tx.send(ToSession::Ping);
+        }
+    }
+
+    /// Whether the worker's event loop answered a ping after `at`: it turns, so the
+    /// worker waits (on a database, a timer, a slow service) rather than spins or is
+    /// stopped.
+    pub fn event_loop_answered_since(&self, at: Instant) -> bool {
+        let at_ms = at.saturating_duration_since(self.epoch).as_millis() as u64;
+        let pong = self.pong_ms.load(Relaxed);
+        pong != 0 && pong >= at_ms
+    }
 }
 
 /// drover as the cluster primary of one worker.
@@ -197,6 +220,10 @@ pub struct Session {
     /// drover asked for the worker's connections back; as with `disconnect`, the
     /// message goes once every connection given before has been handed over.
     give_back: Ask,
+    /// drover asked whether the event loop turns; the ping goes, as the asks above do,
+    /// when no connection is on its way, so it never sits between a handle's message
+    /// and its acknowledgement.
+    ping_due: bool,
 }
 
 /// A request of drover's to the worker that waits until the connections given before
@@ -229,10 +256,12 @@ impl Session {
                 epoch: Instant::now(),
                 preloaded: Arc::new(AtomicBool::new(false)),
                 all_returned: Arc::new(AtomicBool::new(false)),
+                pong_ms: Arc::new(AtomicU64::new(0)),
             },
             from_drover,
             disconnect: Ask::Unasked,
             give_back: Ask::Unasked,
+            ping_due: false,
         })
     }
 
@@ -283,6 +312,10 @@ impl Session {
                 self.channel.send(&message::give_connections_back()).await?;
                 self.give_back = Ask::Sent;
             }
+            if all_handed && self.ping_due {
+                self.channel.send(&message::ping()).await?;
+                self.ping_due = false;
+            }
             if all_handed && self.disconnect == Ask::Due {
                 let mut body = serde_json::Map::new();
                 body.insert("act".into(), "disconnect".into());
@@ -308,6 +341,7 @@ impl Session {
                             self.give_back = Ask::Due;
                         }
                     }
+                    ToSession::Ping => self.ping_due = true,
                 },
                 accepted = accept(self.served.as_ref()), if accepting => {
                     match accepted {
@@ -363,6 +397,10 @@ impl Session {
             }
             FromWorker::PreloadReady => self.inbox.preloaded.store(true, Relaxed),
             FromWorker::AllReturned => self.inbox.all_returned.store(true, Relaxed),
+            FromWorker::Pong => {
+                let now = self.inbox.epoch.elapsed().as_millis() as u64;
+                self.inbox.pong_ms.store(now.max(1), Relaxed);
+            }
             FromWorker::Close { key } => {
                 if self.served.as_ref().is_some_and(|s| s.key == key) {
                     // The app closed its server: refuse new connections, as its own

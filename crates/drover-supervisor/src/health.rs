@@ -5,7 +5,10 @@
 //! completes requests is not a failure: the probe waits behind work, as every request
 //! does under a burst (`drover_registry::liveness`). A worker is hung when `fall` probes
 //! in a row get no answer and no request completes meanwhile: it spins without
-//! finishing anything, sleeps without answering (a deadlock), or is stopped. Such a
+//! finishing anything, sleeps without answering (a deadlock), or is stopped. A Node
+//! worker must also leave drover's ping over its IPC channel unanswered: its event loop
+//! answers at once while its requests (and its `/health`) wait on a slow database, and
+//! cannot while it spins or is stopped. Such a
 //! worker is killed at once (it could not act on a SIGTERM) and replaced. And only one
 //! worker of an app is restarted for health at a time: the next waits until the
 //! replacement of the first is ready, so a cause that hits every worker at once (a slow
@@ -112,8 +115,11 @@ pub(crate) struct Watched<'a> {
     pub pool: &'a Pool,
     /// One per app: taken by the worker about to be restarted for health.
     pub restarts: &'a Arc<Semaphore>,
-    /// Told `Busy` while probes go unanswered but requests complete, `Ready` otherwise.
+    /// Told `Busy` while probes go unanswered but requests complete (or its event loop
+    /// answers), `Ready` otherwise.
     pub show: &'a (dyn Fn(WorkerState) + Sync),
+    /// A Node worker's session with drover's preload: whether its event loop turns.
+    pub event_loop: Option<&'a drover_node::Inbox>,
 }
 
 /// Probes a ready worker every `interval` and returns once `fall` probes in a row have
@@ -138,8 +144,19 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut waiting_logged = false;
     loop {
         ticker.tick().await;
+        let asked_at = Instant::now();
+        if let Some(event_loop) = w.event_loop {
+            event_loop.ping();
+        }
         let result = probe(w.addr, &w.check.kind, w.check.timeout).await;
-        let advanced = progress.advanced(completed());
+        // A Node worker whose event loop answered drover's ping while the probe got no
+        // answer is waiting (its `/health` waits on the same slow database as its
+        // requests), not hung: a restart would fail the requests it holds and make the
+        // database no faster. A busy loop or a stopped process cannot answer.
+        let waits = matches!(&result, Err(e) if e.is_no_answer())
+            && w.event_loop
+                .is_some_and(|l| l.event_loop_answered_since(asked_at));
+        let advanced = progress.advanced(completed()) || waits;
         if let Err(e @ ProbeError::LocalShortage(_)) = &result {
             // drover could not make the probe (out of descriptors, say: overload): that
             // says nothing about the worker, and counting it would restart workers for

@@ -1207,6 +1207,7 @@ fn watch_health<'a>(
     proc: &Proc,
 ) -> impl std::future::Future<Output = health::Unhealthy> + 'a {
     let (addr, pid, check) = (proc.addr(), proc.pid, proc.spec.health.clone());
+    let event_loop = proc.node_session.as_ref().map(|s| s.inbox.clone());
     async move {
         let (Some(addr), Some(check)) = (addr, check) else {
             return std::future::pending().await;
@@ -1219,6 +1220,7 @@ fn watch_health<'a>(
             pool: &shared.pool,
             restarts: &shared.health_restarts,
             show: &show,
+            event_loop: event_loop.as_ref(),
         })
         .await
     }

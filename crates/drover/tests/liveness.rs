@@ -32,10 +32,11 @@ async fn up_two_workers(sick_file: &Path) -> (DroverProcess, SocketAddr) {
     let toml = format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\n\
          [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\n\
-         env = {{ SICK_FILE = \"{}\" }}\n\
+         env = {{ SICK_FILE = \"{}\", SLOW_FILE = \"{}.slow\" }}\n\
          health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
          [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
         fixture(),
+        sick_file.display(),
         sick_file.display()
     );
     let file = dir.join("drover.toml");
@@ -150,6 +151,44 @@ async fn a_stopped_worker_is_killed_and_replaced_while_the_other_serves() {
     // Requests bound to the stopped worker got no answer until it was killed; they are
     // GETs, so they were retried on the other worker.
     common::assert_load_never_failed(&stop, load, 20, "while a worker was stopped").await;
+}
+
+/// Every route of both workers, `/health` too, waits 3 s on a slow database: probes get
+/// no answer and nothing completes for seconds, as in a deadlock. But each worker's event
+/// loop answers drover's ping over its IPC channel, so it waits and is not hung: no
+/// worker is restarted (a restart would fail the requests it holds and make the database
+/// no faster), and no request fails, as under Node's cluster module.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_waiting_on_a_slow_dependency_are_not_restarted() {
+    let sick = no_sick_file("slow-dependency");
+    let (d, admin) = up_two_workers(&sick).await;
+    let slow = PathBuf::from(format!("{}.slow", sick.display()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = common::steady_load(d.addr(), 4, "/", Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&slow, "").unwrap();
+    // About 7 s of a slow database: with checks every 300 ms that give up after 300 ms,
+    // two in a row with nothing completed is a hang under the probes alone.
+    let mut busy_seen = false;
+    for _ in 0..35 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let s = status(admin).await;
+        busy_seen |= s.apps[0].workers.iter().any(|w| w.state == "busy");
+    }
+    std::fs::remove_file(&slow).unwrap();
+    let served =
+        common::assert_load_never_failed(&stop, load, 8, "while the database was slow").await;
+    let s = status(admin).await;
+    assert!(
+        restart_records(&s).is_empty(),
+        "no worker should be restarted for waiting: {:?}\n{}",
+        restart_records(&s),
+        d.stderr_text()
+    );
+    assert!(
+        busy_seen,
+        "the workers should read busy while they wait ({served} served)"
+    );
 }
 
 /// Both workers' health routes say 503 (a shared dependency is down, say). One worker
