@@ -7,6 +7,7 @@
 //! successive `EndpointSet` snapshots, so its load state survives membership changes.
 
 use crate::clock::Nanos;
+use crate::worker_life::{LifeCell, WorkerLife};
 use drover_metrics::EndpointStats;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -174,6 +175,8 @@ pub struct Endpoint {
     /// Passive health: failures in a row, and ejections in a row (the back-off exponent).
     fail_streak: AtomicU32,
     ejections: AtomicU32,
+    /// Whether its process runs, for an endpoint a supervisor runs (see `worker_life`).
+    life: LifeCell,
     /// What requests to it counted (for /metrics and the dashboard).
     stats: EndpointStats,
 }
@@ -215,6 +218,7 @@ impl Endpoint {
             ramp_len: AtomicU64::new(0),
             fail_streak: AtomicU32::new(0),
             ejections: AtomicU32::new(0),
+            life: LifeCell::default(),
             stats: EndpointStats::default(),
         }
     }
@@ -307,6 +311,16 @@ impl Endpoint {
         if !self.serves_clients.load(Relaxed) {
             self.serves_clients.store(true, Relaxed);
         }
+    }
+
+    /// Its supervisor's word on its process (see `worker_life`).
+    pub fn set_worker_life(&self, life: WorkerLife) {
+        self.life.set(life);
+    }
+
+    /// How its process is doing; `None` when no supervisor runs it.
+    pub fn worker_life(&self) -> Option<WorkerLife> {
+        self.life.get()
     }
 
     /// Whether it serves client connections of its own (see `note_handed_connection`).

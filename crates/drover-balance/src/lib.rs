@@ -12,6 +12,7 @@ pub mod pick;
 pub mod set;
 pub mod spread;
 pub mod strategy;
+pub mod worker_life;
 
 pub use clock::Nanos;
 pub use cost::CostTable;
@@ -20,6 +21,7 @@ pub use pick::{NoPick, Pick, PickContext};
 pub use set::EndpointSet;
 pub use spread::CostSpread;
 pub use strategy::Strategy;
+pub use worker_life::WorkerLife;
 
 /// Chooses an endpoint for one request. Strategies keep their own state behind `&self`
 /// (atomics or a short lock) so one balancer serves every connection.

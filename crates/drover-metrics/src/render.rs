@@ -10,9 +10,10 @@ use crate::stats::{
 };
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
-const ENDPOINT_FAILURES: [Cause; 5] = [
+const ENDPOINT_FAILURES: [Cause; 6] = [
     Cause::ConnectFailed,
     Cause::BackendClosed,
+    Cause::BackendCrashed,
     Cause::BadResponse,
     Cause::BackendTimeout,
     Cause::BackendTls,

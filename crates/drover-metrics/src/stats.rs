@@ -29,6 +29,9 @@ pub enum Cause {
     ConnectFailed,
     LocalResources,
     BackendClosed,
+    /// A worker drover runs ended by its own doing (an exit, a crash) with the request
+    /// in it; the request is not tried again, as it may be what ended the worker.
+    BackendCrashed,
     BadResponse,
     BackendTimeout,
     /// The TLS handshake with a backend failed (`backend_tls`): its certificate did not
@@ -38,7 +41,7 @@ pub enum Cause {
 
 impl Cause {
     /// How many causes there are: the length of every array indexed by cause.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     pub const ALL: [Cause; Cause::COUNT] = [
         Cause::NoHealthyEndpoint,
@@ -47,6 +50,7 @@ impl Cause {
         Cause::ConnectFailed,
         Cause::LocalResources,
         Cause::BackendClosed,
+        Cause::BackendCrashed,
         Cause::BadResponse,
         Cause::BackendTimeout,
         Cause::BackendTls,
@@ -60,6 +64,7 @@ impl Cause {
             Cause::ConnectFailed => "connect-failed",
             Cause::LocalResources => "local-resources",
             Cause::BackendClosed => "backend-closed",
+            Cause::BackendCrashed => "backend-crashed",
             Cause::BadResponse => "bad-response",
             Cause::BackendTimeout => "backend-timeout",
             Cause::BackendTls => "backend-tls",

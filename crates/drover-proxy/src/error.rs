@@ -18,6 +18,9 @@ pub enum ProxyError {
     LocalResources,
     /// The backend closed or reset the connection before a complete response head.
     BackendClosed,
+    /// A worker drover runs ended by its own doing with the request in it (see
+    /// `drover_balance::worker_life`): not sent again, as it may be what ended it.
+    BackendCrashed,
     /// The backend's response could not be passed on safely.
     BadResponse(&'static str),
     /// The backend did not answer within the request timeout.
@@ -35,6 +38,7 @@ impl ProxyError {
             | ProxyError::LocalResources => 503,
             ProxyError::ConnectFailed
             | ProxyError::BackendClosed
+            | ProxyError::BackendCrashed
             | ProxyError::BadResponse(_)
             | ProxyError::BackendTls(_) => 502,
             ProxyError::Timeout => 504,
@@ -56,6 +60,7 @@ impl ProxyError {
             ProxyError::ConnectFailed => Cause::ConnectFailed,
             ProxyError::LocalResources => Cause::LocalResources,
             ProxyError::BackendClosed => Cause::BackendClosed,
+            ProxyError::BackendCrashed => Cause::BackendCrashed,
             ProxyError::BadResponse(_) => Cause::BadResponse,
             ProxyError::Timeout => Cause::BackendTimeout,
             ProxyError::BackendTls(_) => Cause::BackendTls,
@@ -71,6 +76,7 @@ impl ProxyError {
             ProxyError::ConnectFailed => "connect-failed",
             ProxyError::LocalResources => "local-resources",
             ProxyError::BackendClosed => "backend-closed",
+            ProxyError::BackendCrashed => "backend-crashed",
             ProxyError::BadResponse(_) => "bad-response",
             ProxyError::Timeout => "backend-timeout",
             ProxyError::BackendTls(_) => "backend-tls",
@@ -93,6 +99,10 @@ impl fmt::Display for ProxyError {
             ProxyError::BackendClosed => {
                 f.write_str("the backend closed the connection before responding")
             }
+            ProxyError::BackendCrashed => f.write_str(
+                "the worker ended (it exited or crashed) while serving the request; \
+                 it is not sent to another, as it may be what ended the worker",
+            ),
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
             ProxyError::Timeout => f.write_str("the backend did not respond in time"),
             ProxyError::BackendTls(why) => {
@@ -115,6 +125,7 @@ mod tests {
             ProxyError::ConnectFailed,
             ProxyError::LocalResources,
             ProxyError::BackendClosed,
+            ProxyError::BackendCrashed,
             ProxyError::BadResponse("x"),
             ProxyError::Timeout,
             ProxyError::BackendTls(crate::backend_tls::Failure::UnknownIssuer),

@@ -115,6 +115,31 @@ async fn unsafe_requests_are_not_retried_once_sent() {
 }
 
 #[tokio::test]
+async fn a_get_two_backends_dropped_is_not_sent_to_a_third() {
+    // Three backends and two retries: a GET that each backend takes and closes on with
+    // no answer (as a request that crashes its backend would) stops after the second.
+    let b = backends(3).await;
+    let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.get("/close").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-closed"))
+    );
+    let hits: u64 = b.iter().map(|b| b.hits_for("/close")).sum();
+    assert_eq!(hits, 2, "a GET two backends dropped was sent to a third");
+    // A connection refused is no drop: the retries still reach a backend that answers.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let d = proxy(&[dead_addr, b[0].addr()], Strategy::RoundRobin, |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..4 {
+        assert_eq!(c.get("/").await.status, 200);
+    }
+}
+
+#[tokio::test]
 async fn consecutive_5xx_eject_an_endpoint() {
     let (bad, bad_hits) = constant_backend(500).await;
     let good = backends(1).await;

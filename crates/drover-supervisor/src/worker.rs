@@ -17,6 +17,7 @@ use crate::process::{self, Listen, Port};
 use crate::spec::{AppSpec, Workers};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SlotState, Steering, RESCUE_AFTER};
+use drover_balance::WorkerLife;
 use drover_registry::{Pool, Source, TakesConnections};
 use std::fmt;
 use std::net::SocketAddr;
@@ -953,6 +954,8 @@ async fn serve(
     loop {
         let why = tokio::select! {
             status = proc.worker.child.wait() => {
+                // What it dropped may go again only if it did not end by its own doing.
+                tell_life(shared, &proc, life_after(&status));
                 // Out of the pool before anything else, so no new request goes to a corpse.
                 shared.leave_pool(id);
                 // Then what it started, before the replacement needs its port.
@@ -961,6 +964,11 @@ async fn serve(
                 return Life { end: exited(status), pid: proc.pid, served: ready_at.elapsed() };
             }
             health::Unhealthy { reason, hung, permit } = &mut unhealthy => {
+                // drover ends it, so the GETs it holds go to another worker: those that
+                // wait behind an endless loop did nothing. The loop's own request may go
+                // too, once (a second worker that drops a request is its last), so a GET
+                // that loops forever hangs two workers at most, one after the other.
+                tell_life(shared, &proc, WorkerLife::Killed);
                 shared.leave_pool(id);
                 {
                     let mut slot = shared.slot(id);
@@ -1109,6 +1117,7 @@ async fn replace_proc(
                 });
             }
             status = old.worker.child.wait(), if old_status.is_none() => {
+                tell_life(shared, &old, life_after(&status));
                 shared.leave_pool(id);
                 old_status = Some(status);
             }
@@ -1148,12 +1157,16 @@ async fn replace_proc(
     shared.slot(id).started(&new, WorkerState::Ready);
     if old_status.is_none() {
         // Requests already bound to the old worker finish there; none are added.
-        if let Some(ep) = old_endpoint {
+        if let Some(ep) = &old_endpoint {
             drain(shared, id, &mut old, &|| ep.in_flight()).await;
         }
     }
     // Also when it already exited: what it started may still run.
     old.sample();
+    if let (Some(ep), None) = (&old_endpoint, &old_status) {
+        // Whatever it still holds after the drain, drover ends: not the requests' doing.
+        ep.set_worker_life(WorkerLife::Killed);
+    }
     let stopped_status = old.worker.stop(old.spec.stop_timeout).await;
     match old_status {
         // It exited by itself while its replacement started: that is how it ended.
@@ -1185,6 +1198,42 @@ fn exited(status: std::io::Result<ExitStatus>) -> End {
     match status {
         Ok(s) => End::Exited(s),
         Err(e) => End::Killed(format!("lost track of the process: {e}")),
+    }
+}
+
+/// Tells the balancer how the process ended, while its endpoint is still in the pool
+/// (see `drover_balance::worker_life`).
+fn tell_life(shared: &AppState, proc: &Proc, life: WorkerLife) {
+    if let Some(ep) = proc.addr().and_then(|a| shared.pool.find(a)) {
+        ep.set_worker_life(life);
+    }
+}
+
+/// Whether a process that exited with `status` ended by its own doing. A signal it
+/// raises itself (a crash, an abort) or an exit of its own is; a signal sent from
+/// outside is not, nor a shell's report of one (128 + SIGHUP, SIGINT, SIGKILL, SIGTERM:
+/// `sh -c`, npm).
+fn life_after(status: &std::io::Result<ExitStatus>) -> WorkerLife {
+    use std::os::unix::process::ExitStatusExt;
+    const OWN_SIGNALS: [i32; 7] = [
+        libc::SIGSEGV,
+        libc::SIGABRT,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGSYS,
+        libc::SIGTRAP,
+    ];
+    const SENT: [i32; 4] = [libc::SIGHUP, libc::SIGINT, libc::SIGKILL, libc::SIGTERM];
+    match status {
+        Ok(s) => match (s.signal(), s.code()) {
+            (Some(sig), _) if OWN_SIGNALS.contains(&sig) => WorkerLife::Crashed,
+            (Some(_), _) => WorkerLife::Killed,
+            (None, Some(code)) if code > 128 && SENT.contains(&(code - 128)) => WorkerLife::Killed,
+            _ => WorkerLife::Crashed,
+        },
+        // Reaped elsewhere: nothing says it was its doing.
+        Err(_) => WorkerLife::Killed,
     }
 }
 
@@ -1239,6 +1288,9 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
         return;
     };
     shared.pool.insert(Source::Supervisor, addr, 1);
+    if let Some(ep) = shared.pool.find(addr) {
+        ep.set_worker_life(WorkerLife::Running);
+    }
     // We just saw it serve, so it is healthy even in a pool whose members start
     // unhealthy (those wait for active checks that may be minutes apart).
     if shared.pool.options().initially_unhealthy {
@@ -1272,6 +1324,7 @@ async fn shutdown_proc(shared: &AppState, id: usize, proc: &mut Proc) -> Option<
     }
     if let Some(ep) = endpoint {
         drain(shared, id, proc, &|| ep.in_flight()).await;
+        ep.set_worker_life(WorkerLife::Killed);
     }
     proc.worker.stop(proc.spec.stop_timeout).await
 }
@@ -1377,6 +1430,36 @@ fn forward_output(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exit_or_a_crash_is_the_workers_doing_and_a_signal_sent_is_not() {
+        use std::os::unix::process::ExitStatusExt;
+        // Wait statuses: a code in the high byte, a signal in the low bits.
+        let exited = |code: i32| Ok(ExitStatus::from_raw(code << 8));
+        let signalled = |sig: i32| Ok(ExitStatus::from_raw(sig));
+        for status in [
+            exited(1),
+            exited(0),
+            exited(7),
+            exited(134),
+            signalled(libc::SIGSEGV),
+            signalled(libc::SIGABRT),
+        ] {
+            assert_eq!(life_after(&status), WorkerLife::Crashed, "{status:?}");
+        }
+        for status in [
+            signalled(libc::SIGKILL),
+            signalled(libc::SIGTERM),
+            exited(137),
+            exited(143),
+        ] {
+            assert_eq!(life_after(&status), WorkerLife::Killed, "{status:?}");
+        }
+        assert_eq!(
+            life_after(&Err(std::io::Error::other("reaped"))),
+            WorkerLife::Killed
+        );
+    }
 
     #[test]
     fn a_slow_start_gets_twice_the_time_next_up_to_a_bound() {

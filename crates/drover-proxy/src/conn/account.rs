@@ -7,10 +7,18 @@ use crate::error::ProxyError;
 use crate::http1::request::RequestHead;
 use crate::http1::response::ResponseHead;
 use crate::options::Handoff;
-use drover_balance::{clock, Endpoint, Nanos};
+use drover_balance::{clock, Endpoint, Nanos, WorkerLife};
 use drover_metrics::Cause;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tracing::{debug, warn};
+
+/// How long a request a supervised worker dropped waits for the supervisor to say how
+/// the worker ended: its socket closes as it exits, and the supervisor learns of the
+/// exit a moment later (within a few milliseconds, more on a saturated machine). A
+/// worker that still runs after this closed the connection itself.
+const WORKER_END_WAIT: Duration = Duration::from_millis(250);
+const WORKER_END_POLL: Duration = Duration::from_millis(1);
 
 use super::attempt::Attempt;
 use super::exchange::Answered;
@@ -66,6 +74,31 @@ impl Conn {
             .on_request_failure(endpoint, clock::now());
     }
 
+    /// `endpoint` took an idempotent request and closed on it with no answer (dropped):
+    /// `Ok` when it may go to another endpoint. Retries exist for workers that die
+    /// under a request (`kill -9`, the OOM killer), but a request that itself ends a
+    /// worker would end each one it was retried on: one GET with an uncaught exception
+    /// took down all three workers of an app in 30 ms, where Node's cluster module
+    /// loses one. So it fails when the supervised worker ended by its own doing (see
+    /// `drover_balance::worker_life`), and a second endpoint that drops it is its last:
+    /// what two backends dropped in turn is more likely the request's doing than two
+    /// kills. A kept-alive connection closing as the request crossed it is not counted
+    /// (`Conn::attempt` sends it again on a new one).
+    pub(super) async fn after_drop(
+        &mut self,
+        endpoint: &Endpoint,
+        reused: bool,
+    ) -> Result<(), ProxyError> {
+        if worker_ended_by_itself(endpoint).await {
+            debug!(endpoint = %endpoint.addr(), "the worker ended with the request in it");
+            return Err(ProxyError::BackendCrashed);
+        }
+        if !reused && std::mem::replace(&mut self.dropped, true) {
+            return Err(ProxyError::BackendClosed);
+        }
+        Ok(())
+    }
+
     /// Records a backend-side failure. A stale keep-alive connection closing is not the
     /// endpoint's fault, so it does not count against its health.
     pub(super) fn backend_failed(
@@ -85,6 +118,20 @@ impl Conn {
             Attempt::Retry(e)
         } else {
             Attempt::Fail(e)
+        }
+    }
+}
+
+/// Whether the supervised worker behind `endpoint` ended by its own doing, waiting up to
+/// `WORKER_END_WAIT` for its supervisor's word; false for an endpoint nobody supervises.
+async fn worker_ended_by_itself(endpoint: &Endpoint) -> bool {
+    let deadline = Instant::now() + WORKER_END_WAIT;
+    loop {
+        match endpoint.worker_life() {
+            None | Some(WorkerLife::Killed) => return false,
+            Some(WorkerLife::Crashed) => return true,
+            Some(WorkerLife::Running) if Instant::now() >= deadline => return false,
+            Some(WorkerLife::Running) => tokio::time::sleep(WORKER_END_POLL).await,
         }
     }
 }

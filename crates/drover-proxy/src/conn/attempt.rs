@@ -444,6 +444,11 @@ impl Conn {
                         return Err(Attempt::Retry(failed));
                     }
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
+                    if retry {
+                        if let Err(e) = self.after_drop(endpoint, reused).await {
+                            return Err(self.backend_failed(endpoint, reused, e, false));
+                        }
+                    }
                     return Err(self.backend_failed(
                         endpoint,
                         reused,

@@ -216,6 +216,7 @@ impl Conn {
         let mut last_failure = None;
         // When drover first ran short of descriptors for this request (see below).
         let mut short_since = None;
+        self.dropped = false;
         let failure = loop {
             // A first try without a body asks as the request arrives: one clock read
             // fewer per request. (With a body, reading it was the client's time, not

@@ -267,6 +267,9 @@ struct Conn {
     /// a TLS connection then closes without its `close_notify`, as nginx's does, so that
     /// a body that ends at the close does not look complete.
     cut: bool,
+    /// An endpoint took the request under way and closed on it with no answer: the
+    /// next one to do so is its last (see `Conn::after_drop`).
+    dropped: bool,
 }
 
 impl Outcome {
@@ -342,6 +345,7 @@ impl Conn {
             private_upstream: None,
             upstream_is_private: false,
             cut: false,
+            dropped: false,
         }
     }
 

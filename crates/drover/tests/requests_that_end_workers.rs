@@ -1,0 +1,136 @@
+//! A request that ends the worker it runs on (an uncaught exception) ends that worker
+//! alone, as under Node's cluster module: drover does not retry it on the others. One
+//! that hangs its worker hangs a second at most. A request on a worker killed from
+//! outside (`kill -9`) still goes to another. Real `drover up` and real Node workers; restarts and answers are counted,
+//! nothing is timed.
+
+mod common;
+
+use common::{admin_addr, bin, restart_records, status, temp_dir, wait_all_serving};
+use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+fn fixture() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/liveness/server.js")
+        .display()
+        .to_string()
+}
+
+/// `drover up` of the liveness fixture, three workers behind one balancer (default
+/// retries: 2), with quick health checks so an endless loop is found in about a second.
+async fn up_three_workers(tag: &str) -> (DroverProcess, SocketAddr) {
+    let dir = temp_dir(&format!("ends-workers-{tag}"));
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 3\n\
+         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        fixture(),
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    (d, admin)
+}
+
+/// Waits for `n` restart records, then a while longer: a request retried on another
+/// worker would end it within milliseconds.
+async fn restarts_after(d: &DroverProcess, admin: SocketAddr, n: usize) -> usize {
+    let came = wait_until_async(Duration::from_secs(30), || async {
+        restart_records(&status(admin).await).len() >= n
+    })
+    .await;
+    assert!(came, "no {n} restarts\n{}", d.stderr_text());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    restart_records(&status(admin).await).len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_crashes_its_worker_ends_that_worker_alone() {
+    let (d, admin) = up_three_workers("crash").await;
+    let addr = d.addr();
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let r = c.get("/crash").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-crashed")),
+        "{}\n{}",
+        r.text(),
+        d.stderr_text()
+    );
+    // Retried, it would have ended all three (it did: three restarts within 30 ms).
+    assert_eq!(
+        restarts_after(&d, admin, 1).await,
+        1,
+        "{:?}\n{}",
+        restart_records(&status(admin).await),
+        d.stderr_text()
+    );
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    assert_eq!(c.get("/").await.status, 200);
+    let s = status(admin).await;
+    assert!(
+        s.balancers[0].endpoints.iter().all(|e| e.available),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_hangs_its_worker_hangs_a_second_one_at_most() {
+    let (d, admin) = up_three_workers("hang").await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_secs(60));
+    let r = c.get("/spin").await;
+    // Found hung and killed, the worker's GETs go to another: those that waited behind
+    // the loop did nothing. The loop's own GET hangs the next worker too, and a request
+    // that a second worker dropped is not sent to a third (before: three tries, three
+    // workers hung).
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-closed")),
+        "{}\n{}",
+        r.text(),
+        d.stderr_text()
+    );
+    assert_eq!(restarts_after(&d, admin, 2).await, 2, "{}", d.stderr_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_on_a_worker_killed_from_outside_go_to_another() {
+    let (d, admin) = up_three_workers("kill").await;
+    let addr = d.addr();
+    // One slow GET on each worker: the balancer places them apart.
+    let gets: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                c.set_timeout(Duration::from_secs(30));
+                let r = c.get("/wait?ms=1500").await;
+                (r.status, r.header("x-pid").map(str::to_owned))
+            })
+        })
+        .collect();
+    let held = wait_until_async(Duration::from_secs(10), || async {
+        let s = status(admin).await;
+        s.balancers[0].endpoints.iter().all(|e| e.in_flight == 1)
+    })
+    .await;
+    assert!(held, "{:?}", status(admin).await);
+    let victim = status(admin).await.apps[0].workers[1].pid.unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for get in gets {
+        let (code, pid) = get.await.unwrap();
+        assert_eq!(code, 200, "{}", d.stderr_text());
+        assert_ne!(pid, Some(victim.to_string()));
+    }
+    assert_eq!(restarts_after(&d, admin, 1).await, 1, "{}", d.stderr_text());
+}
