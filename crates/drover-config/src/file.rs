@@ -1192,6 +1192,13 @@ impl RawConfig {
                         format!("app {:?} runs in handoff mode, which hands HTTP connections between requests; a mode = \"tcp\" balancer relays each connection itself: use mode = \"proxy\"", app.spec.name),
                     ));
                 }
+                if app.spec.mode == Mode::Handoff && b.backend_protocol.is_http2() {
+                    return Err(ctx.at(
+                        backends_span,
+                        format!("balancer[{i}].backends"),
+                        format!("app {:?} runs in handoff mode, which hands each client connection to a worker as it is; this balancer speaks HTTP/2 to the workers and places each stream: use mode = \"auto\" or \"proxy\"", app.spec.name),
+                    ));
+                }
                 if app.spec.mode == Mode::Handoff && beside_others {
                     return Err(ctx.at(
                         backends_span,
@@ -1211,7 +1218,7 @@ impl RawConfig {
             // does a listener with routes (its next request may go elsewhere), or a
             // balancer without one (the connections are the routing listener's).
             if b.mode == Protocol::Http && b.routes.is_empty() && b.listen.is_some() {
-                b.handoff = crate::model::handoff_for(&modes, b.strategy);
+                b.handoff = crate::model::handoff_for(&modes, b.strategy, b.backend_protocol);
             }
             balancers.push(b);
         }
@@ -2379,13 +2386,6 @@ fn validate_balancer(
             .parse()
             .map_err(|e: String| ctx.at(span.clone(), key("backend_protocol"), e))?;
         let refuse = |why: String| Err(ctx.at(span.clone(), key("backend_protocol"), why));
-        if let Some(BackendRef::App(app)) =
-            b.backends.iter().find(|o| matches!(o, BackendRef::App(_)))
-        {
-            if protocol.is_http2() {
-                return refuse(format!("HTTP/2 to the workers of app {app:?} is not built yet: drover hands them client connections as they come, in HTTP/1.1; put it on a balancer of backends that speak HTTP/2"));
-            }
-        }
         if let Some(why) = crate::model::backend_protocol_refusal(
             protocol,
             b.backend_tls.is_some(),
@@ -3861,8 +3861,19 @@ sticky = { cookie = "sid" }
             "balancer[0].backend_protocol",
             "does not apply to mode = \"tcp\"",
         );
-        let e = err("[[app]]\nname = \"web\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\nbackend_protocol = \"h2c\"\n");
-        check(&e, 7, "balancer[0].backend_protocol", "app \"web\"");
+        // gRPC workers of an app: each call placed, no connection handed over.
+        let app = "[[app]]\nname = \"web\"\ncommand = [\"x\"]\n";
+        let grpc = "[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\nbackend_protocol = \"h2c\"\n";
+        let c = ok(&format!("{app}{grpc}"));
+        assert_eq!(c.balancers[0].backend_protocol, BackendProtocol::H2c);
+        assert_eq!(c.balancers[0].handoff, drover_proxy::Handoff::Never);
+        let e = err(&format!("{app}mode = \"handoff\"\n{grpc}"));
+        check(
+            &e,
+            7,
+            "balancer[0].backends",
+            "speaks HTTP/2 to the workers",
+        );
     }
 
     #[test]

@@ -80,6 +80,17 @@ pub struct RunArgs {
     #[command(flatten)]
     pub tls: TlsArgs,
 
+    /// Serve cleartext HTTP/2 to clients that open with its preface (gRPC clients
+    /// without TLS, curl --http2-prior-knowledge), HTTP/1.1 to the others (`h2c = true`).
+    #[arg(long)]
+    pub h2c: bool,
+
+    /// What requests go to the workers as: http1, or h2c for workers that speak HTTP/2
+    /// in cleartext (gRPC servers): each request one stream, so the calls of one client
+    /// connection spread over the workers [default: http1] (`backend_protocol`).
+    #[arg(long, value_name = "PROTOCOL")]
+    pub backend_protocol: Option<drover_proxy::BackendProtocol>,
+
     /// The program and its arguments; "{port}" in an argument becomes each worker's
     /// port (proxy mode).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -975,6 +986,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.access_log.access_log != model::AccessLogFormat::Off {
                 return Err("--access-log does not apply to --mode shared: drover does not see the requests".into());
             }
+            if args.h2c || args.backend_protocol.is_some() {
+                return Err("--h2c and --backend-protocol do not apply to --mode shared: the workers accept the connections themselves".into());
+            }
             if drover_supervisor::command_uses_port(&args.command) {
                 return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
             }
@@ -997,11 +1011,28 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
-            balancer.handoff = model::handoff_for(&[args.mode], balancer.strategy);
+            match args.backend_protocol {
+                Some(p @ drover_proxy::BackendProtocol::H2) => {
+                    return Err(format!("--backend-protocol {p} is HTTP/2 over TLS, and drover reaches its workers over loopback in cleartext: use h2c"));
+                }
+                Some(p) => balancer.backend_protocol = p,
+                None => {}
+            }
+            if args.backend_protocol.is_some() && args.mode == model::Mode::Handoff {
+                return Err("--backend-protocol does not apply to --mode handoff: the workers take each client connection as it is, in the client's protocol".into());
+            }
+            balancer.handoff =
+                model::handoff_for(&[args.mode], balancer.strategy, balancer.backend_protocol);
             balancer.apply_limits(&args.limits);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.apply_access_log(&args.access_log)?;
             balancer.tls = args.tls.settings()?;
+            if args.h2c {
+                if balancer.tls.is_some() {
+                    return Err("--h2c is HTTP/2 in cleartext; with --tls-cert, HTTP/2 is offered by ALPN: drop --h2c".into());
+                }
+                balancer.h2c = true;
+            }
             balancers.push(balancer);
         }
     }

@@ -583,9 +583,15 @@ pub const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
 /// their modes: "handoff" always, "auto" while requests cost alike, else never. Never
 /// with `hash` or `sticky` either: those place each request by its key (a cookie, a
 /// header), and a connection handed to a worker would carry requests whose key names
-/// another.
-pub fn handoff_for(modes: &[Mode], strategy: Strategy) -> drover_proxy::Handoff {
-    if matches!(strategy, Strategy::Hash | Strategy::Sticky) {
+/// another. Nor when it speaks HTTP/2 to them (gRPC): a client's connection, handed
+/// as it is, would pin every call on it to one worker, which per-stream placement is
+/// there to avoid.
+pub fn handoff_for(
+    modes: &[Mode],
+    strategy: Strategy,
+    backend_protocol: drover_proxy::BackendProtocol,
+) -> drover_proxy::Handoff {
+    if matches!(strategy, Strategy::Hash | Strategy::Sticky) || backend_protocol.is_http2() {
         drover_proxy::Handoff::Never
     } else if modes.contains(&Mode::Handoff) {
         drover_proxy::Handoff::Always
@@ -602,18 +608,30 @@ mod handoff_tests {
     use drover_proxy::Handoff;
 
     #[test]
-    fn modes_and_key_strategies_decide_the_handoff() {
-        assert_eq!(handoff_for(&[Mode::Auto], Strategy::P2c), Handoff::WhenEven);
+    fn modes_key_strategies_and_http2_decide_the_handoff() {
+        use drover_proxy::BackendProtocol::{H2c, Http1};
         assert_eq!(
-            handoff_for(&[Mode::Proxy, Mode::Handoff], Strategy::LeastConn),
+            handoff_for(&[Mode::Auto], Strategy::P2c, Http1),
+            Handoff::WhenEven
+        );
+        assert_eq!(
+            handoff_for(&[Mode::Proxy, Mode::Handoff], Strategy::LeastConn, Http1),
             Handoff::Always
         );
-        assert_eq!(handoff_for(&[Mode::Proxy], Strategy::P2c), Handoff::Never);
-        assert_eq!(handoff_for(&[], Strategy::P2c), Handoff::Never);
+        assert_eq!(
+            handoff_for(&[Mode::Proxy], Strategy::P2c, Http1),
+            Handoff::Never
+        );
+        assert_eq!(handoff_for(&[], Strategy::P2c, Http1), Handoff::Never);
         for keyed in [Strategy::Hash, Strategy::Sticky] {
-            assert_eq!(handoff_for(&[Mode::Auto], keyed), Handoff::Never);
-            assert_eq!(handoff_for(&[Mode::Handoff], keyed), Handoff::Never);
+            assert_eq!(handoff_for(&[Mode::Auto], keyed, Http1), Handoff::Never);
+            assert_eq!(handoff_for(&[Mode::Handoff], keyed, Http1), Handoff::Never);
         }
+        // gRPC workers: every call placed on its own.
+        assert_eq!(
+            handoff_for(&[Mode::Auto], Strategy::P2c, H2c),
+            Handoff::Never
+        );
     }
 }
 

@@ -580,6 +580,79 @@ async fn a_grpc_call_is_never_downgraded_to_http1() {
 }
 
 #[tokio::test]
+async fn grpc_calls_to_drover_run_workers_spread_per_call() {
+    // A gRPC app as written: it binds 0.0.0.0:50051 whatever PORT says, and each of the
+    // three workers thinks it has that port. One client channel (one HTTP/2 connection
+    // to drover) makes every call; drover places each on a worker over its own HTTP/2
+    // connection to it. Node's cluster module or PM2 would hand the channel's one
+    // connection to one worker, and every call would go there.
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let d = drover_testkit::DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "3",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--h2c",
+            "--backend-protocol",
+            "h2c",
+            "--",
+            "node",
+            server.to_str().unwrap(),
+            "",
+            "20",
+            "0.0.0.0:50051",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let target = d.addr().to_string();
+    let answers = node_client(&client, &[&target, "Name", "300", "12"]).await;
+    assert!(
+        failed_calls(&answers).is_empty(),
+        "{answers}\n{}",
+        d.stderr_text()
+    );
+    let counts = by_backend(&answers, "reply");
+    eprintln!("calls by worker: {counts:?}");
+    for worker in ["worker0", "worker1", "worker2"] {
+        let n = counts.get(worker).copied().unwrap_or(0);
+        assert!(n >= 50, "{worker} took {n} of 300 calls: {counts:?}");
+    }
+    // Never handed over, however alike the calls: the balancer places each.
+    let s = status(admin).await;
+    assert_eq!(s.balancers[0].backend_protocol, "h2c", "{s:?}");
+    assert_eq!(
+        common::default_metric(admin, "drover_handoffs_total").await,
+        0
+    );
+
+    // What cannot go with it is refused, naming why.
+    let refused = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .args(["run", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .args(["--", "node", "x.js"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = refused(&["--backend-protocol", "h2"]);
+    assert!(e.contains("use h2c"), "{e}");
+    let e = refused(&["--backend-protocol", "h2c", "--mode", "handoff"]);
+    assert!(e.contains("--mode handoff"), "{e}");
+    let e = refused(&["--h2c", "--mode", "shared"]);
+    assert!(e.contains("--mode shared"), "{e}");
+}
+
+#[tokio::test]
 async fn settings_that_cannot_go_with_http2_backends_are_refused() {
     let refused = |args: &[&str]| {
         let out = std::process::Command::new(bin())
