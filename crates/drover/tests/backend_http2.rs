@@ -633,6 +633,29 @@ async fn grpc_calls_to_drover_run_workers_spread_per_call() {
         0
     );
 
+    // A rolling reload of the workers under calls fails none: each old worker takes no
+    // new stream once its successor serves, and finishes those it has.
+    let before = common::serving_pids(&status(admin).await);
+    let calls = {
+        let (client, target) = (client.clone(), target.clone());
+        tokio::spawn(async move { node_client(&client, &[&target, "Name", "1500", "8"]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (code, out, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let answers = calls.await.unwrap();
+    assert!(
+        failed_calls(&answers).is_empty(),
+        "{:?}\n{}",
+        failed_calls(&answers),
+        d.stderr_text()
+    );
+    let after = common::serving_pids(&status(admin).await);
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| b != a),
+        "not every worker was replaced: {before:?} -> {after:?}"
+    );
+
     // What cannot go with it is refused, naming why.
     let refused = |args: &[&str]| {
         let out = std::process::Command::new(bin())

@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{admin_addr, bin, restart_records, serving_pids, status, temp_dir, wait_all_serving};
+use common::{
+    admin_addr, bin, liveness_config, restart_records, serving_pids, status, temp_dir, up_serving,
+    wait_all_serving,
+};
 use drover_admin::RestartRow;
 use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
 use std::net::SocketAddr;
@@ -15,35 +18,19 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn fixture() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/liveness/server.js")
-        .display()
-        .to_string()
-}
-
-/// `drover up` of the liveness fixture, two workers, with quick health checks (every
-/// 300 ms, 300 ms to answer, 2 failures in a row) so a hang is found in about a second.
+/// `drover up` of the liveness fixture, two workers, with quick health checks (see
+/// `liveness_config`).
 async fn up_two_workers(sick_file: &Path) -> (DroverProcess, SocketAddr) {
-    let dir = temp_dir(&format!(
-        "liveness-{}",
-        sick_file.file_name().unwrap().to_string_lossy()
-    ));
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\n\
-         env = {{ SICK_FILE = \"{}\", SLOW_FILE = \"{}.slow\" }}\n\
-         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
-        fixture(),
+    let env = format!(
+        "env = {{ SICK_FILE = \"{}\", SLOW_FILE = \"{}.slow\" }}\n",
         sick_file.display(),
         sick_file.display()
     );
-    let file = dir.join("drover.toml");
-    std::fs::write(&file, toml).unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d).await;
-    wait_all_serving(&d, admin).await;
+    let tag = format!(
+        "liveness-{}",
+        sick_file.file_name().unwrap().to_string_lossy()
+    );
+    let (d, admin, _) = up_serving(&tag, &liveness_config(2, &env)).await;
     (d, admin)
 }
 
@@ -245,13 +232,12 @@ async fn two_workers_failing_their_checks_at_once_are_restarted_one_at_a_time() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_drover_cannot_make_restart_no_worker() {
     let dir = temp_dir("liveness-shortage");
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\n\
-         health = {{ path = \"/health\", interval = \"100ms\", timeout = \"300ms\", fall = 1 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
-        fixture()
+    // Checks every 100 ms, and one failure would be enough.
+    let toml = liveness_config(2, "").replace(
+        "interval = \"300ms\", timeout = \"300ms\", fall = 2",
+        "interval = \"100ms\", timeout = \"300ms\", fall = 1",
     );
+    assert!(toml.contains("fall = 1"), "{toml}");
     let file = dir.join("drover.toml");
     std::fs::write(&file, toml).unwrap();
     // Started under 1,024 descriptors (its client budget is sized from that), then

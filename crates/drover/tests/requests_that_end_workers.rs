@@ -6,35 +6,16 @@
 
 mod common;
 
-use common::{admin_addr, bin, restart_records, status, temp_dir, wait_all_serving};
+use common::{liveness_config, restart_records, status, up_serving};
 use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
-
-fn fixture() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/liveness/server.js")
-        .display()
-        .to_string()
-}
 
 /// `drover up` of the liveness fixture, three workers behind one balancer (default
 /// retries: 2), with quick health checks so an endless loop is found in about a second.
 async fn up_three_workers(tag: &str) -> (DroverProcess, SocketAddr) {
-    let dir = temp_dir(&format!("ends-workers-{tag}"));
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 3\n\
-         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
-        fixture(),
-    );
-    let file = dir.join("drover.toml");
-    std::fs::write(&file, toml).unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d).await;
-    wait_all_serving(&d, admin).await;
+    let tag = format!("ends-workers-{tag}");
+    let (d, admin, _) = up_serving(&tag, &liveness_config(3, "")).await;
     (d, admin)
 }
 

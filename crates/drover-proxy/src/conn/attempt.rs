@@ -444,7 +444,9 @@ impl Conn {
                         return Err(Attempt::Retry(failed));
                     }
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
-                    if retry {
+                    // A stream the backend refused unprocessed (its GOAWAY) was not
+                    // dropped: it goes again (`attempt`) whatever the backend's state.
+                    if retry && !up.never_processed() {
                         if let Err(e) = self.after_drop(endpoint, reused).await {
                             return Err(self.backend_failed(endpoint, reused, e, false));
                         }

@@ -97,6 +97,21 @@ pub fn app_config(worker: &Path, backends: &str, extra: &str) -> String {
     )
 }
 
+/// A drover.toml of app "web": `workers` Node workers of the liveness fixture
+/// (`tests/fixtures/liveness/server.js`: endless loops, crashes, slow answers) with quick
+/// health checks (every 300 ms, 300 ms to answer, 2 failures in a row, so a hang is found
+/// in about a second), `app_extra` added to its table, behind one balancer.
+pub fn liveness_config(workers: usize, app_extra: &str) -> String {
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/liveness/server.js");
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = {workers}\n{app_extra}\
+         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        server.display()
+    )
+}
+
 /// `drover up` of `toml`, written to `drover.toml` in a fresh directory for `tag`, once
 /// every worker of its first app serves: drover, its admin address and the file (for
 /// reload tests to rewrite).
