@@ -1033,9 +1033,17 @@ impl RawConfig {
         let mut apps = Vec::with_capacity(self.app.len());
         let mut app_names = HashSet::new();
         let mut app_listen_spans = Vec::with_capacity(self.app.len());
+        let mut app_grpc_spans = Vec::with_capacity(self.app.len());
         for (i, raw) in self.app.into_iter().enumerate() {
             let name_span = raw.get_ref().name.span();
             app_listen_spans.push(raw.get_ref().listen.as_ref().map(|l| l.span()));
+            app_grpc_spans.push(raw.get_ref().health.as_ref().and_then(|h| {
+                h.get_ref()
+                    .grpc
+                    .as_ref()
+                    .filter(|g| *g.get_ref())
+                    .map(|g| g.span())
+            }));
             origin(raw.get_ref().command.span(), format!("app[{i}].command"));
             if let Some(l) = &raw.get_ref().listen {
                 origin(l.span(), format!("app[{i}].listen"));
@@ -1223,6 +1231,20 @@ impl RawConfig {
             balancers.push(b);
         }
         check_route_targets(&balancers, &route_targets, &table_spans, ctx)?;
+        // An app behind a balancer that speaks HTTP/2 to it serves only HTTP/2 (a gRPC
+        // server): its health probes must speak it too.
+        for (i, app) in apps.iter_mut().enumerate() {
+            app.spec.h2c = behind.get(&app.spec.name).is_some_and(|&b| {
+                balancers[b].backend_protocol == drover_proxy::BackendProtocol::H2c
+            });
+            if let (Some(span), false) = (&app_grpc_spans[i], app.spec.h2c) {
+                return Err(ctx.at(
+                    span.clone(),
+                    format!("app[{i}].health.grpc"),
+                    format!("the gRPC health protocol is spoken over HTTP/2, and no balancer speaks it to app {:?}: put it behind one with backend_protocol = \"h2c\"", app.spec.name),
+                ));
+            }
+        }
 
         Ok((
             Config {
@@ -1515,13 +1537,6 @@ fn validate_health(
                 format!(
                     "choose one check: grpc = true (the gRPC health protocol) or {other}, not both"
                 ),
-            ));
-        }
-        if for_app {
-            return Err(ctx.at(
-                g.span(),
-                format!("{key}.grpc"),
-                "gRPC health checks of an app's workers are not built yet: drover reaches them in HTTP/1.1; check a path they serve, or tcp = true",
             ));
         }
         let d = HealthCheck::default();
@@ -3897,8 +3912,34 @@ sticky = { cookie = "sid" }
             "{MINIMAL}backend_protocol = \"h2c\"\nhealth = {{ path = \"/h\", service = \"x\" }}\n"
         ));
         check(&e, 5, "balancer[0].health.service", "set grpc = true");
-        let e = err("[[app]]\nname = \"web\"\ncommand = [\"x\"]\nhealth = { grpc = true }\n");
-        check(&e, 4, "app[0].health.grpc", "not built yet");
+        // An app's workers are checked over HTTP/2 when the balancer in front speaks
+        // it to them; a gRPC check of workers reached in HTTP/1.1 cannot be made.
+        let app = "[[app]]\nname = \"web\"\ncommand = [\"x\"]\nhealth = { grpc = true }\n";
+        let e = err(app);
+        check(
+            &e,
+            4,
+            "app[0].health.grpc",
+            "no balancer speaks it to app \"web\"",
+        );
+        let e = err(&format!(
+            "{app}[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\n"
+        ));
+        check(&e, 4, "app[0].health.grpc", "backend_protocol = \"h2c\"");
+        let c = ok(&format!(
+            "{app}[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\nbackend_protocol = \"h2c\"\n"
+        ));
+        let spec = &c.apps[0].spec;
+        assert!(spec.h2c);
+        assert_eq!(
+            spec.health.as_ref().unwrap().kind,
+            CheckKind::Grpc { service: "".into() }
+        );
+        // A path check of workers behind an HTTP/2 balancer is a stream too.
+        let c = ok("[[app]]\nname = \"web\"\ncommand = [\"x\"]\nhealth = { path = \"/up\" }\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\nbackend_protocol = \"h2c\"\n");
+        assert!(c.apps[0].spec.h2c);
+        let c = ok("[[app]]\nname = \"web\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\n");
+        assert!(!c.apps[0].spec.h2c);
     }
 
     #[test]

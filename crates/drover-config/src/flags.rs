@@ -65,6 +65,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub health_path: Option<String>,
 
+    /// As --health-path, by the gRPC health protocol (grpc.health.v1.Health/Check) for
+    /// SERVICE (none: the server as a whole); needs --backend-protocol h2c.
+    #[arg(
+        long,
+        value_name = "SERVICE",
+        num_args = 0..=1,
+        default_missing_value = "",
+        conflicts_with = "health_path"
+    )]
+    pub health_grpc: Option<String>,
+
     #[command(flatten)]
     pub keys: KeyArgs,
 
@@ -974,9 +985,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.proxy_protocol.proxy_protocol_from.is_some() {
                 return Err("--proxy-protocol-from does not apply to --mode shared: the workers accept the connections themselves".into());
             }
-            if args.health_path.is_some() {
+            if args.health_path.is_some() || args.health_grpc.is_some() {
                 return Err(
-                    "--health-path needs a port per worker, which --mode shared does not have"
+                    "--health-path and --health-grpc need a port per worker, which --mode shared does not have"
                         .into(),
                 );
             }
@@ -1004,6 +1015,19 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                     ..health()
                 });
             }
+            if let Some(service) = &args.health_grpc {
+                if args.backend_protocol != Some(drover_proxy::BackendProtocol::H2c) {
+                    return Err("--health-grpc: the gRPC health protocol is spoken over HTTP/2: add --backend-protocol h2c (the workers are gRPC servers)".into());
+                }
+                app.spec.health = Some(model::HealthCheck {
+                    kind: model::CheckKind::Grpc {
+                        service: service.as_str().into(),
+                    },
+                    ..health()
+                });
+            }
+            // Workers that take only HTTP/2 are probed in it too.
+            app.spec.h2c = args.backend_protocol == Some(drover_proxy::BackendProtocol::H2c);
             let mut balancer = model::BalancerConfig::new(
                 model::DEFAULT_BALANCER,
                 args.listen,

@@ -17,7 +17,7 @@
 use crate::cpu;
 use crate::status::WorkerState;
 use drover_registry::liveness::{self, Outcome, Progress};
-use drover_registry::{probe, CheckKind, HealthCheck, Pool, ProbeError};
+use drover_registry::{probe, probe_with, CheckKind, HealthCheck, Pool, ProbeError, Probing};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,19 +61,21 @@ impl std::error::Error for NotReady {
     }
 }
 
-/// Waits until `addr` accepts TCP and, when `check` is set, one probe of it passes.
+/// Waits until `addr` accepts TCP and, when `check` is set, one probe of it passes
+/// (each connection started as `probing` says: an HTTP/2 stream for `h2c` workers).
 /// One pass is enough here (not `rise`): a worker that answers its health route is
 /// ready, and a slow start just delays traffic. Fails after `within` with the last
 /// reason, for the log.
 pub(crate) async fn wait_ready(
     addr: SocketAddr,
     check: Option<&HealthCheck>,
+    probing: &Probing,
     within: Duration,
 ) -> Result<(), NotReady> {
     let mut last = None;
     let attempts = async {
         loop {
-            match ready_once(addr, check).await {
+            match ready_once(addr, check, probing).await {
                 Ok(()) => return,
                 Err(e) => last = Some(e),
             }
@@ -86,10 +88,14 @@ pub(crate) async fn wait_ready(
     }
 }
 
-async fn ready_once(addr: SocketAddr, check: Option<&HealthCheck>) -> Result<(), ProbeError> {
+async fn ready_once(
+    addr: SocketAddr,
+    check: Option<&HealthCheck>,
+    probing: &Probing,
+) -> Result<(), ProbeError> {
     probe(addr, &CheckKind::Tcp, READY_CONNECT).await?;
     match check {
-        Some(c) if c.kind != CheckKind::Tcp => probe(addr, &c.kind, c.timeout).await,
+        Some(c) if c.kind != CheckKind::Tcp => probe_with(addr, probing, &c.kind, c.timeout).await,
         _ => Ok(()),
     }
 }
@@ -111,6 +117,8 @@ pub(crate) struct Watched<'a> {
     pub addr: SocketAddr,
     pub pid: Option<u32>,
     pub check: &'a HealthCheck,
+    /// How each probe's connection starts (HTTP/2 for `h2c` workers).
+    pub probing: &'a Probing,
     /// The pool the worker serves in: its endpoint counts the responses it completes.
     pub pool: &'a Pool,
     /// One per app: taken by the worker about to be restarted for health.
@@ -148,7 +156,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         if let Some(event_loop) = w.event_loop {
             event_loop.ping();
         }
-        let result = probe(w.addr, &w.check.kind, w.check.timeout).await;
+        let result = probe_with(w.addr, w.probing, &w.check.kind, w.check.timeout).await;
         // A Node worker whose event loop answered drover's ping while the probe got no
         // answer is waiting (its `/health` waits on the same slow database as its
         // requests), not hung: a restart would fail the requests it holds and make the
@@ -278,10 +286,11 @@ pub(crate) const SHARED_SETTLE: Duration = Duration::from_millis(300);
 pub(crate) async fn wait_ready_at(
     addr: Option<SocketAddr>,
     check: Option<&HealthCheck>,
+    probing: &Probing,
     within: Duration,
 ) -> Result<(), NotReady> {
     match addr {
-        Some(addr) => wait_ready(addr, check, within).await,
+        Some(addr) => wait_ready(addr, check, probing, within).await,
         None => {
             tokio::time::sleep(SHARED_SETTLE.min(within)).await;
             Ok(())

@@ -1,6 +1,6 @@
 //! What to run: one app's command, worker count, readiness, health and restart policy.
 
-use drover_registry::{HealthCheck, HealthCheckError};
+use drover_registry::{CheckKind, HealthCheck, HealthCheckError};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
@@ -112,6 +112,8 @@ pub enum SpecError {
     ZeroMaxMemory,
     /// The restart back-off is invalid.
     Restart(BackoffError),
+    /// A gRPC health check of workers that do not speak HTTP/2 (`h2c` is off).
+    GrpcCheckNeedsH2c,
 }
 
 impl fmt::Display for SpecError {
@@ -136,6 +138,9 @@ impl fmt::Display for SpecError {
             ),
             SpecError::ZeroMaxMemory => f.write_str("max_memory must be greater than 0"),
             SpecError::Restart(e) => write!(f, "restart: {e}"),
+            SpecError::GrpcCheckNeedsH2c => f.write_str(
+                "health: the gRPC health protocol is spoken over HTTP/2, and these workers are reached in HTTP/1.1 (put the app behind a balancer with backend_protocol = \"h2c\")",
+            ),
         }
     }
 }
@@ -192,6 +197,11 @@ pub struct AppSpec {
     pub mode: Mode,
     /// The wait before restarting a worker that crashed.
     pub restart: Backoff,
+    /// The workers speak cleartext HTTP/2 only (gRPC servers): each health probe is a
+    /// stream on a connection of its own, as the balancer's requests are. No key sets
+    /// it: the config turns it on for an app behind a balancer whose backend_protocol
+    /// is "h2c" (`drover run --backend-protocol h2c`). Default `false`: HTTP/1.1.
+    pub h2c: bool,
 }
 
 /// How clients reach the workers.
@@ -288,6 +298,7 @@ impl AppSpec {
             max_memory: None,
             mode: Mode::Auto,
             restart: Backoff::default(),
+            h2c: false,
         }
     }
 
@@ -317,6 +328,9 @@ impl AppSpec {
                 return Err(SpecError::HealthInSharedMode);
             }
             check.validate().map_err(SpecError::Health)?;
+            if matches!(check.kind, CheckKind::Grpc { .. }) && !self.h2c {
+                return Err(SpecError::GrpcCheckNeedsH2c);
+            }
         }
         if self.mode == Mode::Shared && command_uses_port(&self.command) {
             return Err(SpecError::PortInSharedMode);
@@ -641,6 +655,20 @@ mod tests {
             zero.validate().unwrap_err().to_string(),
             "workers must be in 1..=1024, not 0"
         );
+        // A gRPC check is an HTTP/2 call: workers reached in HTTP/1.1 cannot take it.
+        let mut grpc = ok.clone();
+        grpc.health = Some(HealthCheck {
+            kind: CheckKind::Grpc { service: "".into() },
+            ..HealthCheck::default()
+        });
+        assert_eq!(grpc.validate(), Err(SpecError::GrpcCheckNeedsH2c));
+        assert!(grpc
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("backend_protocol = \"h2c\""));
+        grpc.h2c = true;
+        assert!(grpc.validate().is_ok());
         let slash = AppSpec::new("a/b", vec!["x".into()]);
         assert!(matches!(
             slash.validate(),

@@ -8,7 +8,7 @@ use crate::spec::{check_workers, AppSpec, Mode, ProgramError, SpecError};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SharedListener, Steering, STEER_IDLE_PERIOD, STEER_PERIOD};
 use crate::worker::{self, AppState, ReplaceError, ReplaceRequest};
-use drover_registry::Pool;
+use drover_registry::{Pool, WrapProbe};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,10 +89,23 @@ impl Supervisor {
         pool: Arc<Pool>,
         sink: LineSink,
     ) -> Result<Supervisor, SupervisorError> {
+        Supervisor::start_probing(spec, pool, sink, None)
+    }
+
+    /// Like `start_with_output`; `http2` (`drover_proxy::H2Probe`, in the binary)
+    /// turns each health probe of a worker that speaks only HTTP/2 (`AppSpec::h2c`)
+    /// into a stream on a connection of its own. Without it such an app's checks
+    /// cannot be made, and its spec (or a reload's) is refused.
+    pub fn start_probing(
+        spec: AppSpec,
+        pool: Arc<Pool>,
+        sink: LineSink,
+        http2: Option<Arc<dyn WrapProbe>>,
+    ) -> Result<Supervisor, SupervisorError> {
         if spec.mode == Mode::Shared {
             return Err(SupervisorError::SharedNeedsSocket { app: spec.name });
         }
-        Supervisor::launch(spec, pool, sink, None)
+        Supervisor::launch(spec, pool, sink, None, http2)
     }
 
     /// Shared mode: each worker accepts on a socket of its own (passed as fd 3 with
@@ -116,7 +129,7 @@ impl Supervisor {
             app: spec.name.clone(),
             source,
         })?;
-        Supervisor::launch(spec, pool, sink, Some(steer))
+        Supervisor::launch(spec, pool, sink, Some(steer), None)
     }
 
     fn launch(
@@ -124,6 +137,7 @@ impl Supervisor {
         pool: Arc<Pool>,
         sink: LineSink,
         steer: Option<Steering>,
+        http2: Option<Arc<dyn WrapProbe>>,
     ) -> Result<Supervisor, SupervisorError> {
         let spec = spec.resolved();
         spec.validate()
@@ -131,6 +145,9 @@ impl Supervisor {
                 app: spec.name.clone(),
                 source,
             })?;
+        if spec.h2c && http2.is_none() {
+            return Err(SupervisorError::NoHttp2Probe { app: spec.name });
+        }
         // Before any worker: a program that cannot start would only restart forever.
         spec.resolve_program()
             .map_err(|source| SupervisorError::Program {
@@ -139,7 +156,7 @@ impl Supervisor {
             })?;
         let workers = spec.workers.resolve();
         let steering = steer.is_some();
-        let shared = Arc::new(AppState::new(spec, pool, sink, steer));
+        let shared = Arc::new(AppState::new(spec, pool, sink, steer, http2));
         if steering {
             let app = shared.app.to_string();
             let shared = Arc::clone(&shared);
@@ -355,6 +372,9 @@ impl Supervisor {
                 let spec = spec.resolved();
                 spec.validate()
                     .map_err(SupervisorError::InvalidReloadSpec)?;
+                if spec.h2c && self.shared.http2_probe.is_none() {
+                    return Err(SupervisorError::NoHttp2Probe { app: spec.name });
+                }
                 // A new command that cannot start fails the reload before any worker
                 // is touched, rather than after a replacement's ready_timeout.
                 spec.resolve_program()
@@ -491,6 +511,9 @@ pub enum SupervisorError {
     NotShared { app: String },
     /// The spec given to start is invalid.
     InvalidSpec { app: String, source: SpecError },
+    /// A spec whose workers speak only HTTP/2 (`AppSpec::h2c`), given to a supervisor
+    /// started without `start_probing`'s HTTP/2 probe.
+    NoHttp2Probe { app: String },
     /// The app's program cannot be started (on start or reload).
     Program { app: String, source: ProgramError },
     /// `scale` to a count outside `1..=MAX_WORKERS`.
@@ -540,6 +563,10 @@ impl fmt::Display for SupervisorError {
                 write!(f, "app {app:?}: {source}")
             }
             SupervisorError::Program { app, source } => write!(f, "app {app:?}: {source}"),
+            SupervisorError::NoHttp2Probe { app } => write!(
+                f,
+                "app {app:?}: its workers speak only HTTP/2, and this supervisor has no HTTP/2 probe for their health checks"
+            ),
             SupervisorError::ShuttingDown { app } => write!(f, "app {app:?} is shutting down"),
             SupervisorError::ScaleFailed { app, stuck, kept } => write!(
                 f,

@@ -18,7 +18,7 @@ use crate::spec::{AppSpec, Workers};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SlotState, Steering, RESCUE_AFTER};
 use drover_balance::WorkerLife;
-use drover_registry::{Pool, Source, TakesConnections};
+use drover_registry::{Pool, Probing, Source, TakesConnections, WrapProbe};
 use std::fmt;
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
@@ -73,6 +73,9 @@ pub(crate) struct AppState {
     /// ready, so health restarts of one app go one at a time (Kubernetes'
     /// `maxUnavailable: 1`). Workers that exit by themselves need none.
     pub health_restarts: Arc<Semaphore>,
+    /// Starts a health probe's connection as an HTTP/2 stream, for specs whose workers
+    /// speak only HTTP/2 (`AppSpec::h2c`); `None`: such specs are refused.
+    pub http2_probe: Option<Arc<dyn WrapProbe>>,
 }
 
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
@@ -230,6 +233,7 @@ impl AppState {
         pool: Arc<Pool>,
         sink: LineSink,
         steer: Option<Steering>,
+        http2_probe: Option<Arc<dyn WrapProbe>>,
     ) -> AppState {
         AppState {
             app: Arc::from(spec.name.as_str()),
@@ -244,6 +248,15 @@ impl AppState {
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
+            http2_probe,
+        }
+    }
+
+    /// How each health probe of a worker of `spec` starts its connection.
+    pub(crate) fn probing(&self, spec: &AppSpec) -> Probing {
+        Probing {
+            preamble: Arc::from(&[][..]),
+            wrap: self.http2_probe.clone().filter(|_| spec.h2c),
         }
     }
 
@@ -885,10 +898,12 @@ async fn run_once(
     let life = |end, served| Life { end, pid, served };
 
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
+    let probing = shared.probing(&proc.spec);
     let ready = tokio::select! {
         r = health::wait_ready_at(
             proc.addr(),
             proc.spec.health.as_ref(),
+            &probing,
             ready_patience(proc.spec.ready_timeout, slow_starts),
         ) => r,
         status = proc.worker.child.wait() => {
@@ -1098,8 +1113,9 @@ async fn replace_proc(
     };
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
     let (addr, spec) = (new.addr(), Arc::clone(&new.spec));
+    let probing = shared.probing(&spec);
     let ready = async move {
-        health::wait_ready_at(addr, spec.health.as_ref(), spec.ready_timeout)
+        health::wait_ready_at(addr, spec.health.as_ref(), &probing, spec.ready_timeout)
             .await
             .map_err(ReplaceError::NotReady)
     };
@@ -1257,6 +1273,7 @@ fn watch_health<'a>(
 ) -> impl std::future::Future<Output = health::Unhealthy> + 'a {
     let (addr, pid, check) = (proc.addr(), proc.pid, proc.spec.health.clone());
     let event_loop = proc.node_session.as_ref().map(|s| s.inbox.clone());
+    let probing = shared.probing(&proc.spec);
     async move {
         let (Some(addr), Some(check)) = (addr, check) else {
             return std::future::pending().await;
@@ -1266,6 +1283,7 @@ fn watch_health<'a>(
             addr,
             pid,
             check: &check,
+            probing: &probing,
             pool: &shared.pool,
             restarts: &shared.health_restarts,
             show: &show,

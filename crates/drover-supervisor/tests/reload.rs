@@ -363,6 +363,30 @@ fn shared_mode_refuses_health_checks_and_proxy_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_that_speak_only_http2_need_a_way_to_probe_them() {
+    // An h2c spec given to a supervisor that cannot make HTTP/2 probes is refused, on
+    // start and on reload, rather than probed in HTTP/1.1 (which such workers refuse).
+    let mut spec = python_app("h2", 1);
+    spec.h2c = true;
+    let err = Supervisor::start(spec.clone(), pool("h2")).unwrap_err();
+    assert!(
+        matches!(err, SupervisorError::NoHttp2Probe { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("HTTP/2"), "{err}");
+    spec.h2c = false;
+    let sup = Supervisor::start(spec.clone(), pool("h2")).unwrap();
+    assert!(sup.wait_ready(Duration::from_secs(10)).await);
+    spec.h2c = true;
+    let err = sup.reload(Some(spec)).await.unwrap_err();
+    assert!(
+        matches!(err, SupervisorError::NoHttp2Probe { .. }),
+        "{err:?}"
+    );
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_up_to_workers_that_never_get_ready_changes_nothing() {
     let pool = pool("grow");
     let script = server_script();

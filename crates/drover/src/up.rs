@@ -8,7 +8,8 @@ use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
 use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
-use drover_registry::{Pool, PoolOptions};
+use drover_proxy::H2Probe;
+use drover_registry::{Pool, PoolOptions, WrapProbe};
 use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -178,7 +179,10 @@ pub(crate) async fn run_config(
                         Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
                     })
                     .clone();
-                Supervisor::start(spec, pool)
+                // Workers that speak only HTTP/2 (`h2c`) are probed with streams, as
+                // the balancer's requests reach them.
+                let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
+                Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
                     .map_err(|e| e.to_string())
                     .inspect(|_| {
                         eprintln!("drover: app {name:?} starting {workers} workers");

@@ -601,6 +601,9 @@ async fn grpc_calls_to_drover_run_workers_spread_per_call() {
             "--h2c",
             "--backend-protocol",
             "h2c",
+            // Each worker is ready once it answers the gRPC health service, asked over
+            // HTTP/2 as the calls are (grpc-js closes an HTTP/1.1 probe at once).
+            "--health-grpc",
             "--",
             "node",
             server.to_str().unwrap(),
@@ -673,6 +676,53 @@ async fn grpc_calls_to_drover_run_workers_spread_per_call() {
     assert!(e.contains("--mode handoff"), "{e}");
     let e = refused(&["--h2c", "--mode", "shared"]);
     assert!(e.contains("--mode shared"), "{e}");
+    let e = refused(&["--health-grpc"]);
+    assert!(
+        e.contains("--health-grpc") && e.contains("--backend-protocol h2c"),
+        "{e}"
+    );
+    let e = refused(&["--health-grpc", "--mode", "shared"]);
+    assert!(e.contains("--mode shared"), "{e}");
+}
+
+#[tokio::test]
+async fn grpc_health_checks_of_an_apps_workers_speak_http2() {
+    // drover up, a gRPC app behind a balancer that speaks h2c to it, and
+    // `health = { grpc = true }`: readiness and liveness ask each worker's
+    // grpc.health.v1.Health service over HTTP/2. A worker whose service turns
+    // NOT_SERVING is restarted, with why; the other one is left alone.
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"grpc\"\ncommand = [\"node\", \"{}\", \"\", \"0\", \"0.0.0.0:50051\"]\nworkers = 2\n\
+         health = {{ grpc = true, interval = \"200ms\", timeout = \"1s\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nh2c = true\nbackend_protocol = \"h2c\"\nbackends = [\"app:grpc\"]\n",
+        server.display()
+    );
+    let (d, admin, _file) = common::up_serving("grpc-app-health", &toml).await;
+    let target = d.addr().to_string();
+    let answers = node_client(&client, &[&target, "Name", "20", "2"]).await;
+    assert!(failed_calls(&answers).is_empty(), "{answers}");
+    assert!(common::restart_records(&status(admin).await).is_empty());
+
+    // One worker's health service turns NOT_SERVING (through drover: whichever it is).
+    let sick = node_client(&client, &[&target, "Sick", "1", "1"]).await;
+    assert_eq!(sick[0]["reply"], "sick", "{sick}");
+    let restarted = drover_testkit::wait_until_async(Duration::from_secs(15), || async {
+        !common::restart_records(&status(admin).await).is_empty()
+    })
+    .await;
+    assert!(restarted, "{}", d.stderr_text());
+    common::wait_all_serving(&d, admin).await;
+    let records = common::restart_records(&status(admin).await);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].reason, "health", "{records:?}");
+    let detail = records[0].detail.clone().unwrap_or_default();
+    assert!(detail.contains("NOT_SERVING"), "{detail}");
+    let answers = node_client(&client, &[&target, "Name", "20", "2"]).await;
+    assert!(failed_calls(&answers).is_empty(), "{answers}");
+    common::stops_cleanly(d).await;
 }
 
 #[tokio::test]
