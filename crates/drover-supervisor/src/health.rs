@@ -128,6 +128,22 @@ pub(crate) struct Watched<'a> {
     pub show: &'a (dyn Fn(WorkerState) + Sync),
     /// A Node worker's session with drover's preload: whether its event loop turns.
     pub event_loop: Option<&'a drover_node::Inbox>,
+    /// It speaks HTTP/2 (`AppSpec::h2c`), and answers the streams it took together in
+    /// batches (see `works_on_a_batch`).
+    pub answers_in_batches: bool,
+}
+
+/// Whether a worker that completed nothing since the last probe is working through a
+/// batch of streams: a Node HTTP/2 server (grpc-js) runs every stream that arrived in
+/// one read before its answers leave (its writes go out when the event loop turns), so
+/// 20 calls of 300 ms each came back together after 6 s, and a worker busy with a burst
+/// completed nothing for longer than `fall` probes: it was restarted as hung, with every
+/// call it held, and its replacement took the queued calls and was restarted in turn.
+/// So a worker whose main thread stayed saturated while streams drover sent it are
+/// pending is busy. An endless loop is still found: its streams end at the request
+/// timeout (`504`), and with none pending the probes count again.
+fn works_on_a_batch(main_thread_share: Option<f64>, pending: u32) -> bool {
+    pending > 0 && main_thread_share.is_some_and(|s| s >= drover_balance::endpoint::SATURATED)
 }
 
 /// Probes a ready worker every `interval` and returns once `fall` probes in a row have
@@ -149,6 +165,8 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut failures = 0;
     // When the failures in a row began, with the main thread's busy time then.
     let mut quiet_since = Quiet::now(w.pid);
+    // The main thread's busy time at the last probe (for `works_on_a_batch`).
+    let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
     loop {
         ticker.tick().await;
@@ -164,7 +182,13 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         let waits = matches!(&result, Err(e) if e.is_no_answer())
             && w.event_loop
                 .is_some_and(|l| l.event_loop_answered_since(asked_at));
-        let advanced = progress.advanced(completed()) || waits;
+        let batch = w.answers_in_batches
+            && works_on_a_batch(
+                last_probe.main_thread_share(w.pid),
+                w.pool.find(w.addr).map_or(0, |ep| ep.pending()),
+            );
+        last_probe = Quiet::now(w.pid);
+        let advanced = progress.advanced(completed()) || waits || batch;
         if let Err(e @ ProbeError::LocalShortage(_)) = &result {
             // drover could not make the probe (out of descriptors, say: overload): that
             // says nothing about the worker, and counting it would restart workers for
@@ -245,32 +269,32 @@ impl Quiet {
         }
     }
 
+    /// The share of the time since that the main thread was busy; `None` when its CPU
+    /// could not be read.
+    fn main_thread_share(&self, pid: Option<u32>) -> Option<f64> {
+        let wall = self.at.elapsed().as_nanos() as f64;
+        match (self.busy_ns, pid.and_then(cpu::main_thread_busy_ns)) {
+            (Some(then), Some(now)) if wall > 0.0 => Some(now.saturating_sub(then) as f64 / wall),
+            _ => None,
+        }
+    }
+
     /// What the main thread did since: stopped, spinning or idle.
     fn main_thread(&self, pid: Option<u32>) -> String {
-        let Some(pid) = pid else {
-            return "its CPU could not be read".to_string();
-        };
-        if cpu::is_stopped(pid) {
+        if pid.is_some_and(cpu::is_stopped) {
             return "the process is stopped (SIGSTOP, or a debugger)".to_string();
         }
-        let wall = self.at.elapsed().as_nanos() as f64;
-        match (self.busy_ns, cpu::main_thread_busy_ns(pid)) {
-            (Some(then), Some(now)) if wall > 0.0 => {
-                let share = now.saturating_sub(then) as f64 / wall;
-                if share >= drover_balance::endpoint::SATURATED {
-                    format!(
-                        "its main thread was busy {:.0}% of the time (an endless loop?)",
-                        share.min(1.0) * 100.0
-                    )
-                } else {
-                    format!(
-                        "its main thread was busy {:.0}% of the time (deadlocked, or waiting \
-                         for something that does not come?)",
-                        share * 100.0
-                    )
-                }
-            }
-            _ => "its CPU could not be read".to_string(),
+        match self.main_thread_share(pid) {
+            Some(share) if share >= drover_balance::endpoint::SATURATED => format!(
+                "its main thread was busy {:.0}% of the time (an endless loop?)",
+                share.min(1.0) * 100.0
+            ),
+            Some(share) => format!(
+                "its main thread was busy {:.0}% of the time (deadlocked, or waiting \
+                 for something that does not come?)",
+                share * 100.0
+            ),
+            None => "its CPU could not be read".to_string(),
         }
     }
 }
@@ -301,6 +325,17 @@ pub(crate) async fn wait_ready_at(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_saturated_worker_holding_streams_works_on_a_batch() {
+        assert!(works_on_a_batch(Some(1.0), 3));
+        assert!(works_on_a_batch(Some(0.95), 1));
+        // Nothing of drover's pending (its calls timed out): an endless loop.
+        assert!(!works_on_a_batch(Some(1.0), 0));
+        // Idle with streams pending: deadlocked, or waiting (the event-loop ping says).
+        assert!(!works_on_a_batch(Some(0.1), 3));
+        assert!(!works_on_a_batch(None, 3));
+    }
 
     #[test]
     fn not_ready_says_the_last_reason() {

@@ -1274,6 +1274,7 @@ fn watch_health<'a>(
     let (addr, pid, check) = (proc.addr(), proc.pid, proc.spec.health.clone());
     let event_loop = proc.node_session.as_ref().map(|s| s.inbox.clone());
     let probing = shared.probing(&proc.spec);
+    let answers_in_batches = proc.spec.h2c;
     async move {
         let (Some(addr), Some(check)) = (addr, check) else {
             return std::future::pending().await;
@@ -1288,6 +1289,7 @@ fn watch_health<'a>(
             restarts: &shared.health_restarts,
             show: &show,
             event_loop: event_loop.as_ref(),
+            answers_in_batches,
         })
         .await
     }

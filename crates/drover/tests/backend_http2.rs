@@ -726,6 +726,54 @@ async fn grpc_health_checks_of_an_apps_workers_speak_http2() {
 }
 
 #[tokio::test]
+async fn a_grpc_worker_busy_with_a_burst_is_not_hung_and_an_endless_loop_is() {
+    // A grpc-js worker runs every call that came in one read before any answer leaves,
+    // so under a burst of CPU-heavy calls it completes nothing for seconds, longer than
+    // its health checks wait: it is busy, and must not be restarted with all its calls.
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"grpc\"\ncommand = [\"node\", \"{}\", \"\", \"150\", \"0.0.0.0:50051\"]\nworkers = 2\n\
+         health = {{ grpc = true, interval = \"200ms\", timeout = \"500ms\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nh2c = true\nbackend_protocol = \"h2c\"\nbackends = [\"app:grpc\"]\n\
+         timeouts = {{ request = \"6s\" }}\n",
+        server.display()
+    );
+    let (d, admin, _file) = common::up_serving("grpc-app-busy", &toml).await;
+    let target = d.addr().to_string();
+    // 40 calls of 150 ms at once: about 3 s of work per worker, answered together.
+    let answers = node_client(&client, &[&target, "Work", "40"]).await;
+    assert!(
+        failed_calls(&answers).is_empty(),
+        "{:?}\n{}",
+        failed_calls(&answers),
+        d.stderr_text()
+    );
+    let records = common::restart_records(&status(admin).await);
+    assert!(records.is_empty(), "{records:?}");
+
+    // An endless loop is still found: its call ends at the request timeout (504, so
+    // UNAVAILABLE or the like for the client), then the probes count, and the worker
+    // is replaced as hung.
+    let spun = node_client(&client, &[&target, "Spin", "1"]).await;
+    assert_ne!(spun[0]["code"], 0, "{spun}");
+    let replaced = drover_testkit::wait_until_async(Duration::from_secs(15), || async {
+        !common::restart_records(&status(admin).await).is_empty()
+    })
+    .await;
+    assert!(replaced, "{}", d.stderr_text());
+    let records = common::restart_records(&status(admin).await);
+    assert_eq!(records.len(), 1, "{records:?}");
+    let detail = records[0].detail.clone().unwrap_or_default();
+    assert!(detail.contains("hung"), "{detail}");
+    common::wait_all_serving(&d, admin).await;
+    let answers = node_client(&client, &[&target, "Name", "20", "2"]).await;
+    assert!(failed_calls(&answers).is_empty(), "{answers}");
+    common::stops_cleanly(d).await;
+}
+
+#[tokio::test]
 async fn settings_that_cannot_go_with_http2_backends_are_refused() {
     let refused = |args: &[&str]| {
         let out = std::process::Command::new(bin())
