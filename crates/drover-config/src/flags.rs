@@ -986,10 +986,14 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 return Err("--proxy-protocol-from does not apply to --mode shared: the workers accept the connections themselves".into());
             }
             if args.health_path.is_some() || args.health_grpc.is_some() {
-                return Err(
-                    "--health-path and --health-grpc need a port per worker, which --mode shared does not have"
-                        .into(),
-                );
+                let flag = if args.health_path.is_some() {
+                    "--health-path"
+                } else {
+                    "--health-grpc"
+                };
+                return Err(format!(
+                    "{flag} needs a port per worker, which --mode shared does not have"
+                ));
             }
             if !args.tls.tls_cert.is_empty() || !args.tls.tls_key.is_empty() {
                 return Err("--tls-cert and --tls-key do not apply to --mode shared: the workers accept the connections themselves".into());

@@ -105,11 +105,12 @@ impl Proxy {
                 "no listen address (a balancer without one starts with Proxy::unbound)",
             ));
         };
-        let first = bind(listen, threads > 1)?;
+        let group = if threads > 1 { Bind::Lead } else { Bind::Alone };
+        let first = bind(listen, group)?;
         let local_addr = first.local_addr()?;
         let mut listeners = vec![first];
         for _ in 1..threads {
-            listeners.push(bind(local_addr, true)?);
+            listeners.push(bind(local_addr, Bind::Join)?);
         }
         Proxy::serve(opts, listeners, pool, balancer)
     }
@@ -423,14 +424,32 @@ fn show_tls(balancer: &str, stats: &BalancerStats, certs: Option<&Certificates>)
     }
 }
 
-fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+/// How a serving thread's listening socket takes its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bind {
+    /// The only one: no `SO_REUSEPORT`.
+    Alone,
+    /// The first of several: the address must be free, so it binds without
+    /// `SO_REUSEPORT` and sets it after, for the others to join. Set before, the bind
+    /// would join another drover's group on the address (every drover with more than
+    /// one thread has one), and the two would silently split the connections: a second
+    /// `drover run -l 127.0.0.1:8080` started, where it must fail with "address in use".
+    Lead,
+    /// One more, joining the first's group.
+    Join,
+}
+
+fn bind(addr: SocketAddr, how: Bind) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
-    if reuse_port {
+    if how == Bind::Join {
         socket.set_reuse_port(true)?;
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
+    if how == Bind::Lead {
+        socket.set_reuse_port(true)?;
+    }
     socket.listen(1024)?;
     Ok(socket.into())
 }

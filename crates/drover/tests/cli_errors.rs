@@ -5,11 +5,17 @@ mod common;
 use common::bin;
 
 async fn fails(args: &[&str], needle: &str) {
-    let out = tokio::process::Command::new(bin())
-        .args(args)
-        .output()
-        .await
-        .unwrap();
+    // A drover that starts after all runs until it is stopped: bounded, and killed.
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        tokio::process::Command::new(bin())
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{args:?} started instead of failing"))
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(
@@ -154,6 +160,49 @@ async fn a_port_in_use_is_reported() {
             "1",
         ],
         "cannot listen on",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_second_drover_on_the_same_address_fails_to_start() {
+    // Each serving thread has its own socket on the port (one SO_REUSEPORT group). A
+    // second drover's first socket must not join the first drover's group: the two
+    // would split the connections between them, silently.
+    let first = drover_testkit::DroverProcess::spawn(
+        bin(),
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            "127.0.0.1:1",
+            "--threads",
+            "2",
+        ],
+    )
+    .await;
+    let addr = first.addr().to_string();
+    for threads in ["2", "1"] {
+        fails(
+            &[
+                "proxy",
+                "--listen",
+                &addr,
+                "--backend",
+                "127.0.0.1:1",
+                "--threads",
+                threads,
+            ],
+            "Address already in use",
+        )
+        .await;
+    }
+    fails(
+        &[
+            "run", "-w", "1", "--listen", &addr, "--admin", "off", "--", "sleep", "60",
+        ],
+        "Address already in use",
     )
     .await;
 }
