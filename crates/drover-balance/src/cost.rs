@@ -9,7 +9,8 @@
 //! hot path never locks or allocates. A collision overwrites: URLs with ids in them are
 //! unbounded, any map that kept them all would grow without limit, and the key seen most
 //! recently is the one most likely to come again. A lost or evicted entry costs little:
-//! `estimate` says `None` and the proxy falls back to the endpoint's latency estimate.
+//! `estimate` says `None` and the request counts at `typical`, what any request here
+//! costs, the same on every endpoint (see `PickContext::guess`).
 
 use crate::clock::Nanos;
 use crate::hashing::{fnv1a_from, mix64, FNV_BASIS};
@@ -34,7 +35,12 @@ const UP_SHIFT: u32 = 4;
 pub struct CostTable {
     slots: Box<[AtomicU64]>,
     mask: usize,
+    /// `typical`'s EWMA (ns; 0: nothing timed yet).
+    typical: AtomicU64,
 }
+
+/// `typical` moves 1/8 of the way to each sample alone at its endpoint.
+const TYPICAL_SHIFT: u32 = 3;
 
 impl CostTable {
     pub fn new() -> Self {
@@ -47,6 +53,7 @@ impl CostTable {
         CostTable {
             slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
             mask: n - 1,
+            typical: AtomicU64::new(0),
         }
     }
 
@@ -67,8 +74,31 @@ impl CostTable {
         (word != 0 && word >> VALUE_BITS == tag(key)).then_some(word & VALUE_MAX)
     }
 
-    /// Folds one observed latency into the estimate for `key`.
+    /// What a request of any route costs here: an EWMA of the latencies observed with
+    /// no other request pending at the endpoint; `None` before the first.
+    pub fn typical(&self) -> Option<Nanos> {
+        Some(self.typical.load(Relaxed)).filter(|&t| t != 0)
+    }
+
+    /// Folds one latency observed with no other request pending at the endpoint into
+    /// the estimate for `key`, and into `typical`.
     pub fn observe(&self, key: u64, latency: Nanos) {
+        self.fold(key, latency);
+        let sample = latency.clamp(1, VALUE_MAX);
+        let typical = self.typical.load(Relaxed);
+        let next = if typical == 0 {
+            sample
+        } else if sample >= typical {
+            typical + ((sample - typical) >> TYPICAL_SHIFT)
+        } else {
+            typical - ((typical - sample) >> TYPICAL_SHIFT)
+        };
+        // Racing updates lose a sample now and then: fine for an average.
+        self.typical.store(next.max(1), Relaxed);
+    }
+
+    /// Folds one observed latency into the estimate for `key`.
+    fn fold(&self, key: u64, latency: Nanos) {
         let slot = self.slot(key);
         let sample = latency.clamp(1, VALUE_MAX);
         let old = slot.load(Relaxed);
@@ -99,7 +129,7 @@ impl CostTable {
     pub fn observe_beside_others(&self, key: u64, latency: Nanos) {
         match self.estimate(key) {
             Some(prev) if latency >= prev => {}
-            _ => self.observe(key, latency),
+            _ => self.fold(key, latency),
         }
     }
 
@@ -137,6 +167,25 @@ mod tests {
         let t = CostTable::new();
         assert_eq!(t.capacity(), DEFAULT_CAPACITY);
         assert_eq!(t.estimate(CostTable::key(b"GET", b"/")), None);
+    }
+
+    #[test]
+    fn the_typical_cost_averages_every_route() {
+        let t = CostTable::new();
+        assert_eq!(t.typical(), None);
+        t.observe(CostTable::key(b"GET", b"/slow"), 80_000);
+        assert_eq!(t.typical(), Some(80_000));
+        t.observe(CostTable::key(b"GET", b"/fast"), 16_000);
+        assert_eq!(t.typical(), Some(72_000));
+        t.observe(CostTable::key(b"GET", b"/slow"), 80_000);
+        assert_eq!(t.typical(), Some(73_000));
+        // Latencies beside others bound a route's cost; they are not a request's own.
+        let new = CostTable::key(b"GET", b"/new");
+        t.observe_beside_others(new, 1_000_000);
+        assert_eq!(
+            (t.estimate(new), t.typical()),
+            (Some(1_000_000), Some(73_000))
+        );
     }
 
     #[test]

@@ -715,9 +715,10 @@ impl Endpoint {
     /// (`BENCH_REPORT_LOAD=1` matrix, cpu-mixed-open75 p99 0.93 → 0.82 × HAProxy
     /// leastconn). (Idle endpoints are not ranked at all; see `is_free`.)
     ///
-    /// Each pending request also counts 1 ns, which breaks ties by count. Before drover
-    /// has timed a route (a burst at a cold start) every cost is 0, and the scores of
-    /// busy endpoints were all equal: a coin flip settled each pick, and a burst of 100
+    /// Each pending request also counts 1 ns, which breaks ties by count. A request of a
+    /// route drover has not timed counts the same on every endpoint
+    /// (`PickContext::guess`), and before anything was timed (a burst at a cold start)
+    /// every cost is alike, and the scores of busy endpoints were all equal: a coin flip settled each pick, and a burst of 100
     /// requests split 55/45 or worse about one time in three, where round-robin splits
     /// it 50/50 and finishes sooner. Against any measured cost (µs and more) the nanosecond is nothing.
     pub fn pending_score(&self, now: Nanos) -> f64 {

@@ -9,9 +9,16 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PickContext<'a> {
     pub now: Nanos,
-    /// Expected cost of this request in ns (0 = unknown: the endpoint's latency estimate
-    /// is used). Counted in the endpoint's in-flight work while the pick lives.
+    /// Expected cost of this request in ns (0 = unknown: `guess`). Counted in the
+    /// endpoint's in-flight work while the pick lives.
     pub cost: Nanos,
+    /// What an unknown cost counts as: the same on every endpoint, the typical cost of a
+    /// request here (`CostTable::typical`); 0 before anything was timed, and then each
+    /// endpoint's latency estimate. Per endpoint, that estimate is a peak over every
+    /// route: one 300 ms call timed on worker A and none on worker B counted each new
+    /// call as 300 ms on A and 1 ms (the default) on B, and a burst of 100 calls went 1
+    /// to A and 99 to B.
+    pub guess: Nanos,
     /// Key for `hash`: the header, cookie, client IP or path the balancer hashes on.
     pub hash_key: Option<&'a [u8]>,
     /// Endpoint id from a sticky cookie.
@@ -87,10 +94,10 @@ pub struct Pick {
 impl Pick {
     /// Claims a slot on `endpoint`, or `None` when it is at `max_conns`.
     pub fn try_new(endpoint: &Arc<Endpoint>, ctx: &PickContext<'_>) -> Option<Pick> {
-        let cost = if ctx.cost == 0 {
-            endpoint.rtt_estimate() as Nanos
-        } else {
-            ctx.cost
+        let cost = match (ctx.cost, ctx.guess) {
+            (0, 0) => endpoint.rtt_estimate() as Nanos,
+            (0, guess) => guess,
+            (cost, _) => cost,
         };
         let (pending_at_start, seq) = endpoint.try_acquire(cost, ctx.now)?;
         Some(Pick {
@@ -158,6 +165,32 @@ mod tests {
         assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (1, 1, 700));
         drop(p);
         assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (0, 0, 0));
+    }
+
+    #[test]
+    fn an_unknown_cost_counts_as_the_guess_on_every_endpoint() {
+        // A timed a 300 ms call; B timed nothing (its estimate is the 1 ms default).
+        let a = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        let b = Arc::new(Endpoint::new("127.0.0.1:2".parse().unwrap()));
+        a.observe_rtt(1, 300_000_000);
+        let guessed = PickContext {
+            now: 2,
+            guess: 5_000_000,
+            ..Default::default()
+        };
+        let (pa, pb) = (
+            Pick::try_new(&a, &guessed).unwrap(),
+            Pick::try_new(&b, &guessed).unwrap(),
+        );
+        assert_eq!((a.pending_cost(), b.pending_cost()), (5_000_000, 5_000_000));
+        drop((pa, pb));
+        // Nothing timed anywhere yet: each endpoint's own estimate.
+        let unknown = PickContext {
+            now: 2,
+            ..Default::default()
+        };
+        let _pb = Pick::try_new(&b, &unknown).unwrap();
+        assert_eq!(b.pending_cost(), b.rtt_estimate() as Nanos);
     }
 
     #[test]

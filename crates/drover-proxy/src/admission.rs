@@ -86,6 +86,8 @@ pub struct Admission {
 /// A queued request: what its pick needs, owned, and where to send the slot.
 struct Waiter {
     cost: Nanos,
+    /// `PickContext::guess`.
+    guess: Nanos,
     /// When it joined the queue.
     joined: Nanos,
     /// A retry: it joins ahead of first attempts (see the module docs).
@@ -166,6 +168,7 @@ impl Admission {
                 at,
                 Waiter {
                     cost: ctx.cost,
+                    guess: ctx.guess,
                     joined: clock::now().max(1),
                     retry,
                     passed: 0,
@@ -239,6 +242,7 @@ impl Admission {
             let ctx = PickContext {
                 now: clock::now(),
                 cost: waiter.cost,
+                guess: waiter.guess,
                 hash_key: waiter.hash_key.as_deref(),
                 sticky: waiter.sticky.as_deref(),
                 exclude: &waiter.exclude,
@@ -359,6 +363,7 @@ mod tests {
     fn waiter(cost: Nanos, passed: u32) -> Waiter {
         Waiter {
             cost,
+            guess: 0,
             joined: 1,
             retry: false,
             passed,
@@ -440,6 +445,7 @@ mod tests {
         PickContext {
             now: clock::now(),
             cost: 0,
+            guess: 0,
             hash_key: None,
             sticky: None,
             exclude: &[],

@@ -273,6 +273,7 @@ async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> P
         let ctx = PickContext {
             now: clock::now(),
             cost: CONNECTION_COST,
+            guess: 0,
             hash_key: hash_key.as_deref().map(str::as_bytes),
             sticky: None,
             exclude: &tried,

@@ -685,23 +685,52 @@ async fn grpc_calls_to_drover_run_workers_spread_per_call() {
     assert!(e.contains("--mode shared"), "{e}");
 }
 
+/// `drover up` of a gRPC app as written (2 workers of the fixture server bound to
+/// 0.0.0.0:50051, each call `delay_ms`), with `health = { grpc = true }` probed every
+/// 200 ms (`timeout`, 2 failures in a row), behind an h2c balancer with `balancer_extra`:
+/// drover, its admin address and where clients call.
+async fn grpc_app_up(
+    tag: &str,
+    delay_ms: u32,
+    timeout: &str,
+    balancer_extra: &str,
+) -> (drover_testkit::DroverProcess, SocketAddr, String) {
+    let server = fixture("grpc", "server.js");
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"grpc\"\ncommand = [\"node\", \"{}\", \"\", \"{delay_ms}\", \"0.0.0.0:50051\"]\nworkers = 2\n\
+         health = {{ grpc = true, interval = \"200ms\", timeout = \"{timeout}\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nh2c = true\nbackend_protocol = \"h2c\"\nbackends = [\"app:grpc\"]\n{balancer_extra}",
+        server.display()
+    );
+    let (d, admin, _file) = common::up_serving(tag, &toml).await;
+    let target = d.addr().to_string();
+    (d, admin, target)
+}
+
+/// Waits (15 s at most) for the one restart of the app, then for its workers to serve
+/// again: the restart's detail.
+async fn the_one_restart(d: &drover_testkit::DroverProcess, admin: SocketAddr) -> String {
+    let restarted = drover_testkit::wait_until_async(Duration::from_secs(15), || async {
+        !common::restart_records(&status(admin).await).is_empty()
+    })
+    .await;
+    assert!(restarted, "{}", d.stderr_text());
+    common::wait_all_serving(d, admin).await;
+    let records = common::restart_records(&status(admin).await);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].reason, "health", "{records:?}");
+    records[0].detail.clone().unwrap_or_default()
+}
+
 #[tokio::test]
 async fn grpc_health_checks_of_an_apps_workers_speak_http2() {
     // drover up, a gRPC app behind a balancer that speaks h2c to it, and
     // `health = { grpc = true }`: readiness and liveness ask each worker's
     // grpc.health.v1.Health service over HTTP/2. A worker whose service turns
     // NOT_SERVING is restarted, with why; the other one is left alone.
-    let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"grpc\"\ncommand = [\"node\", \"{}\", \"\", \"0\", \"0.0.0.0:50051\"]\nworkers = 2\n\
-         health = {{ grpc = true, interval = \"200ms\", timeout = \"1s\", fall = 2 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nh2c = true\nbackend_protocol = \"h2c\"\nbackends = [\"app:grpc\"]\n",
-        server.display()
-    );
-    let (d, admin, _file) = common::up_serving("grpc-app-health", &toml).await;
-    let target = d.addr().to_string();
+    let (d, admin, target) = grpc_app_up("grpc-app-health", 0, "1s", "").await;
     let answers = node_client(&client, &[&target, "Name", "20", "2"]).await;
     assert!(failed_calls(&answers).is_empty(), "{answers}");
     assert!(common::restart_records(&status(admin).await).is_empty());
@@ -709,16 +738,7 @@ async fn grpc_health_checks_of_an_apps_workers_speak_http2() {
     // One worker's health service turns NOT_SERVING (through drover: whichever it is).
     let sick = node_client(&client, &[&target, "Sick", "1", "1"]).await;
     assert_eq!(sick[0]["reply"], "sick", "{sick}");
-    let restarted = drover_testkit::wait_until_async(Duration::from_secs(15), || async {
-        !common::restart_records(&status(admin).await).is_empty()
-    })
-    .await;
-    assert!(restarted, "{}", d.stderr_text());
-    common::wait_all_serving(&d, admin).await;
-    let records = common::restart_records(&status(admin).await);
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].reason, "health", "{records:?}");
-    let detail = records[0].detail.clone().unwrap_or_default();
+    let detail = the_one_restart(&d, admin).await;
     assert!(detail.contains("NOT_SERVING"), "{detail}");
     let answers = node_client(&client, &[&target, "Name", "20", "2"]).await;
     assert!(failed_calls(&answers).is_empty(), "{answers}");
@@ -730,18 +750,18 @@ async fn a_grpc_worker_busy_with_a_burst_is_not_hung_and_an_endless_loop_is() {
     // A grpc-js worker runs every call that came in one read before any answer leaves,
     // so under a burst of CPU-heavy calls it completes nothing for seconds, longer than
     // its health checks wait: it is busy, and must not be restarted with all its calls.
-    let server = fixture("grpc", "server.js");
     let client = fixture("grpc", "client.js");
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"grpc\"\ncommand = [\"node\", \"{}\", \"\", \"150\", \"0.0.0.0:50051\"]\nworkers = 2\n\
-         health = {{ grpc = true, interval = \"200ms\", timeout = \"500ms\", fall = 2 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nh2c = true\nbackend_protocol = \"h2c\"\nbackends = [\"app:grpc\"]\n\
-         timeouts = {{ request = \"6s\" }}\n",
-        server.display()
-    );
-    let (d, admin, _file) = common::up_serving("grpc-app-busy", &toml).await;
-    let target = d.addr().to_string();
+    let (d, admin, target) = grpc_app_up(
+        "grpc-app-busy",
+        150,
+        "500ms",
+        "timeouts = { request = \"6s\" }\n",
+    )
+    .await;
+    // One call first, timed on one worker only (a 150 ms timer): it must not make the
+    // new calls look cheaper on the other (before, 39 of 40 went there).
+    let first = node_client(&client, &[&target, "Name", "1"]).await;
+    assert!(failed_calls(&first).is_empty(), "{first}");
     // 40 calls of 150 ms at once: about 3 s of work per worker, answered together.
     let answers = node_client(&client, &[&target, "Work", "40"]).await;
     assert!(
@@ -750,6 +770,11 @@ async fn a_grpc_worker_busy_with_a_burst_is_not_hung_and_an_endless_loop_is() {
         failed_calls(&answers),
         d.stderr_text()
     );
+    let counts = by_backend(&answers, "reply");
+    for worker in ["worker0", "worker1"] {
+        let n = counts.get(worker).copied().unwrap_or(0);
+        assert!(n >= 12, "{worker} took {n} of 40 calls: {counts:?}");
+    }
     let records = common::restart_records(&status(admin).await);
     assert!(records.is_empty(), "{records:?}");
 
@@ -758,16 +783,8 @@ async fn a_grpc_worker_busy_with_a_burst_is_not_hung_and_an_endless_loop_is() {
     // is replaced as hung.
     let spun = node_client(&client, &[&target, "Spin", "1"]).await;
     assert_ne!(spun[0]["code"], 0, "{spun}");
-    let replaced = drover_testkit::wait_until_async(Duration::from_secs(15), || async {
-        !common::restart_records(&status(admin).await).is_empty()
-    })
-    .await;
-    assert!(replaced, "{}", d.stderr_text());
-    let records = common::restart_records(&status(admin).await);
-    assert_eq!(records.len(), 1, "{records:?}");
-    let detail = records[0].detail.clone().unwrap_or_default();
+    let detail = the_one_restart(&d, admin).await;
     assert!(detail.contains("hung"), "{detail}");
-    common::wait_all_serving(&d, admin).await;
     let answers = node_client(&client, &[&target, "Name", "20", "2"]).await;
     assert!(failed_calls(&answers).is_empty(), "{answers}");
     common::stops_cleanly(d).await;

@@ -211,6 +211,7 @@ impl Conn {
         }
         let shared = Arc::clone(&self.thread.shared);
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
+        let guess = shared.costs.typical().unwrap_or(0);
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
         let mut attempts = 0;
         let mut last_failure = None;
@@ -229,6 +230,7 @@ impl Conn {
             let ctx = PickContext {
                 now: asked,
                 cost,
+                guess,
                 hash_key: head.hash_key.as_deref(),
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
