@@ -145,23 +145,24 @@ async fn bad_flags_are_named() {
     fails(&["ctl", "restart"], "restart").await;
 }
 
+/// `drover proxy` on `addr` with `threads` serving threads, to the backend 127.0.0.1:1.
+fn proxy_on<'a>(addr: &'a str, threads: &'a str) -> [&'a str; 7] {
+    [
+        "proxy",
+        "--listen",
+        addr,
+        "--backend",
+        "127.0.0.1:1",
+        "--threads",
+        threads,
+    ]
+}
+
 #[tokio::test]
 async fn a_port_in_use_is_reported() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    fails(
-        &[
-            "proxy",
-            "--listen",
-            &addr,
-            "--backend",
-            "127.0.0.1:1",
-            "--threads",
-            "1",
-        ],
-        "cannot listen on",
-    )
-    .await;
+    fails(&proxy_on(&addr, "1"), "cannot listen on").await;
 }
 
 #[tokio::test]
@@ -169,34 +170,10 @@ async fn a_second_drover_on_the_same_address_fails_to_start() {
     // Each serving thread has its own socket on the port (one SO_REUSEPORT group). A
     // second drover's first socket must not join the first drover's group: the two
     // would split the connections between them, silently.
-    let first = drover_testkit::DroverProcess::spawn(
-        bin(),
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--backend",
-            "127.0.0.1:1",
-            "--threads",
-            "2",
-        ],
-    )
-    .await;
+    let first = drover_testkit::DroverProcess::spawn(bin(), &proxy_on("127.0.0.1:0", "2")).await;
     let addr = first.addr().to_string();
     for threads in ["2", "1"] {
-        fails(
-            &[
-                "proxy",
-                "--listen",
-                &addr,
-                "--backend",
-                "127.0.0.1:1",
-                "--threads",
-                threads,
-            ],
-            "Address already in use",
-        )
-        .await;
+        fails(&proxy_on(&addr, threads), "Address already in use").await;
     }
     fails(
         &[
