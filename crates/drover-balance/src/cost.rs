@@ -85,13 +85,9 @@ impl CostTable {
     pub fn observe(&self, key: u64, latency: Nanos) {
         self.fold(key, latency);
         let sample = latency.clamp(1, VALUE_MAX);
-        let typical = self.typical.load(Relaxed);
-        let next = if typical == 0 {
-            sample
-        } else if sample >= typical {
-            typical + ((sample - typical) >> TYPICAL_SHIFT)
-        } else {
-            typical - ((typical - sample) >> TYPICAL_SHIFT)
+        let next = match self.typical.load(Relaxed) {
+            0 => sample,
+            typical => step(typical, sample, TYPICAL_SHIFT, TYPICAL_SHIFT),
         };
         // Racing updates lose a sample now and then: fine for an average.
         self.typical.store(next.max(1), Relaxed);
@@ -103,12 +99,7 @@ impl CostTable {
         let sample = latency.clamp(1, VALUE_MAX);
         let old = slot.load(Relaxed);
         let value = if old != 0 && old >> VALUE_BITS == tag(key) {
-            let prev = old & VALUE_MAX;
-            if sample >= prev {
-                prev + ((sample - prev) >> UP_SHIFT)
-            } else {
-                prev - ((prev - sample) >> DOWN_SHIFT)
-            }
+            step(old & VALUE_MAX, sample, UP_SHIFT, DOWN_SHIFT)
         } else {
             sample
         };
@@ -135,6 +126,16 @@ impl CostTable {
 
     fn slot(&self, key: u64) -> &AtomicU64 {
         &self.slots[key as usize & self.mask]
+    }
+}
+
+/// `prev` moved towards `sample` by 1/2^`up` of the gap when the sample is higher, by
+/// 1/2^`down` when lower.
+fn step(prev: u64, sample: u64, up: u32, down: u32) -> u64 {
+    if sample >= prev {
+        prev + ((sample - prev) >> up)
+    } else {
+        prev - ((prev - sample) >> down)
     }
 }
 
