@@ -121,7 +121,10 @@ pub(crate) async fn serve(
         _ => ClientStream::Plain(client),
     };
     let proto = if client.is_plain() { "http" } else { "https" };
-    let info = ClientInfo::new(client_addr, proto);
+    let server = client
+        .local_addr()
+        .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+    let info = ClientInfo::new(client_addr, server, proto);
     let speaks_h2 = if let ClientStream::Tls(tls) = &client {
         tls.get_ref().1.alpn_protocol() == Some(b"h2")
     } else if thread.shared.opts.h2c && accepted {

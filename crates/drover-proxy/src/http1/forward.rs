@@ -17,20 +17,37 @@ pub struct ClientInfo {
     /// The same as an RFC 7239 node (`1.2.3.4` or `"[::1]"`).
     pub forwarded_node: String,
     pub proto: &'static str,
+    /// The address the client connected to, as a `Host` value (`127.0.0.1:8000`,
+    /// `[::1]:8443`; no port when it is the scheme's own): sent on for an HTTP/1.0
+    /// request that named no host, since the HTTP/1.1 request drover makes of it must
+    /// have one.
+    pub server_authority: String,
 }
 
 impl ClientInfo {
-    pub fn new(peer: std::net::SocketAddr, proto: &'static str) -> Self {
+    /// `server` is the connection's local address: where the client connected.
+    pub fn new(
+        peer: std::net::SocketAddr,
+        server: std::net::SocketAddr,
+        proto: &'static str,
+    ) -> Self {
         let ip = peer.ip().to_string();
         let forwarded_node = match peer.ip() {
             std::net::IpAddr::V4(_) => ip.clone(),
             std::net::IpAddr::V6(_) => format!("\"[{ip}]\""),
+        };
+        let default_port = if proto == "https" { 443 } else { 80 };
+        let server_authority = match (server.ip(), server.port()) {
+            (std::net::IpAddr::V4(v4), p) if p == default_port => v4.to_string(),
+            (std::net::IpAddr::V6(v6), p) if p == default_port => format!("[{v6}]"),
+            _ => server.to_string(),
         };
         ClientInfo {
             addr: peer,
             ip,
             forwarded_node,
             proto,
+            server_authority,
         }
     }
 }
@@ -97,6 +114,13 @@ pub(crate) fn write_backend_head(
         if !drop {
             put_header(out, name.as_bytes(), h.value);
         }
+    }
+    if host.is_none() {
+        // Only HTTP/1.0 may omit it (parsing refuses an HTTP/1.1 request without), and
+        // the request goes on as HTTP/1.1, which must name one: nginx and Node answer
+        // 400 to one that does not. nginx sends its upstream's name; the address the
+        // client reached is what the client would have named.
+        put_header(out, b"Host", client.server_authority.as_bytes());
     }
     out.extend_from_slice(b"X-Forwarded-For: ");
     if let Some(prev) = xff {

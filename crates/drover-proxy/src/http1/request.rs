@@ -256,7 +256,11 @@ mod tests {
     use crate::options::HashKey;
 
     fn client() -> ClientInfo {
-        ClientInfo::new("10.1.2.3:5555".parse().unwrap(), "http")
+        ClientInfo::new(
+            "10.1.2.3:5555".parse().unwrap(),
+            "10.9.8.7:8080".parse().unwrap(),
+            "http",
+        )
     }
 
     fn run(raw: &[u8]) -> Result<(RequestHead, String), BadRequest> {
@@ -315,6 +319,24 @@ mod tests {
             run(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
         assert_eq!(h.body, Some(BodyKind::Chunked));
         assert!(out.contains("Transfer-Encoding: chunked\r\n"));
+    }
+
+    #[test]
+    fn an_http10_request_without_host_goes_on_naming_the_address_the_client_reached() {
+        let (_, out) = run(b"GET /a HTTP/1.0\r\n\r\n").unwrap();
+        assert!(out.starts_with("GET /a HTTP/1.1\r\n"), "{out}");
+        assert!(out.contains("\r\nHost: 10.9.8.7:8080\r\n"), "{out}");
+        assert!(!out.contains("X-Forwarded-Host"), "{out}");
+        let (_, out) = run(b"GET /a HTTP/1.0\r\nHost: ex.com\r\n\r\n").unwrap();
+        assert_eq!(out.matches("Host: ").count(), 2, "{out}"); // Host, X-Forwarded-Host
+        assert!(out.contains("\r\nHost: ex.com\r\n"), "{out}");
+        let authority = |server: &str, proto| {
+            ClientInfo::new(client().addr, server.parse().unwrap(), proto).server_authority
+        };
+        assert_eq!(authority("10.0.0.1:80", "http"), "10.0.0.1");
+        assert_eq!(authority("10.0.0.1:80", "https"), "10.0.0.1:80");
+        assert_eq!(authority("[::1]:443", "https"), "[::1]");
+        assert_eq!(authority("[::1]:8443", "https"), "[::1]:8443");
     }
 
     #[test]

@@ -1,0 +1,75 @@
+//! HTTP/1.0 clients through drover to a backend that holds HTTP/1.1 to its rules.
+//!
+//! HTTP/1.0 lets a request name no host (`openssl s_time`, HAProxy's default
+//! `option httpchk`, old monitoring scripts). drover sends every request on as HTTP/1.1,
+//! to keep the backend connection for the next one, and HTTP/1.1 must name a host: Node
+//! (since 20) and nginx answer 400 to one that does not. So drover names the address the
+//! client reached, where nginx names its upstream.
+
+mod common;
+
+use common::proxy;
+use drover_testkit::{parse_status, raw_exchange};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Node's own HTTP server (it refuses an HTTP/1.1 request without Host): it answers the
+/// Host it was sent and how many connections it has accepted so far.
+const NODE_SERVER: &str = r#"
+let connections = 0;
+const server = require('http').createServer((req, res) => {
+  res.end(`host=${req.headers.host} connections=${connections}`);
+});
+server.on('connection', () => connections++);
+server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().port}`));
+"#;
+
+async fn node_server() -> (Child, SocketAddr) {
+    let mut child = Command::new("node")
+        .args(["-e", NODE_SERVER])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the server printed no port in time")
+        .unwrap()
+        .unwrap_or_default();
+    let port: u16 = line
+        .strip_prefix("listening ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// Twenty HTTP/1.0 requests without Host, each on a connection of its own, all answered
+/// by Node over one pooled backend connection; one that names a host keeps it.
+#[tokio::test]
+async fn http10_requests_without_host_reach_a_node_backend_over_one_kept_connection() {
+    let (_node, backend) = node_server().await;
+    let d = proxy(&[backend], &[]).await;
+    let mut last = String::new();
+    for i in 0..20 {
+        let answer = raw_exchange(d.addr(), b"GET / HTTP/1.0\r\n\r\n")
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        assert_eq!(parse_status(&answer), Some(200), "request {i}: {text}");
+        assert!(text.to_lowercase().contains("connection: close"), "{text}");
+        last = text;
+    }
+    let want = format!("host={} connections=1", d.addr());
+    assert!(
+        last.ends_with(&want),
+        "the backend saw another host, or a connection per request: {last}"
+    );
+    let answer = raw_exchange(d.addr(), b"GET / HTTP/1.0\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.ends_with("host=app.test connections=1"), "{text}");
+}
