@@ -201,6 +201,11 @@ EOF
   body="$(curl -sS --max-time 5 --cacert "$CERTS/ca.pem" "https://localhost:$port/" --resolve "localhost:$port:127.0.0.1")" ||
     { cat "$dir"/*.log >&2; die "$name does not answer over HTTPS"; }
   [[ "$body" == ok ]] || die "$name answered '$body', not 'ok'"
+  # And to the request s_time sends (HTTP/1.0, no Host): drover once forwarded it without
+  # a Host, the backend answered 400 and closed, and the handshake rows compared drover's
+  # 400s with the others' 200s.
+  body="$(printf 'GET / HTTP/1.0\r\n\r\n' | timeout 5 openssl s_client -connect "127.0.0.1:$port" -quiet 2>/dev/null | head -1 | tr -d '\r')" || true
+  [[ "$body" == "HTTP/1."?" 200 "* ]] || die "$name answered s_time's request with '$body', not 200"
 }
 stop_peer() { # name
   local pid=${PID[$1]} p i

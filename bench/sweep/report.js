@@ -130,7 +130,14 @@ if (lead.length) {
     const best = Math.min(...Object.entries(s.peers).filter(([p, v]) => !p.startsWith('drover') && v.p99Light).map(([, v]) => v.p99Light));
     return d && Number.isFinite(best) ? d / best : null;
   };
-  const floor = (s) => `heavy ${ms(s.params.heavy_us)} = ${Math.round((s.params.heavy_us * 1000) / s.peers.drover.p99) / 1000} of drover's p99`;
+  // No placement answers a heavy request sooner than its own cost, so where heavy
+  // requests are over 1 % the ratio cannot go below (heavy cost / the best peer's p99).
+  const floor = (s) => {
+    const best = Math.min(...Object.entries(s.peers).filter(([p, v]) => !p.startsWith('drover') && v.p99).map(([, v]) => v.p99));
+    const bound = s.params.heavy_us / best;
+    const reach = s.params.heavy_pct > 1 ? `; no placement below ${x(bound)}x${bound > 0.8 ? ': out of reach' : ''}` : '';
+    return `heavy ${ms(s.params.heavy_us)} = ${Math.round((s.params.heavy_us * 1000) / s.peers.drover.p99) / 1000} of drover's p99${reach}`;
+  };
   console.log(`    the same, light requests' p99:          ${lead.map((s) => `#${s.k} ${lightX(s) === null ? '-' : x(lightX(s)) + 'x'} (${floor(s)})`).join(', ')}`);
 }
 const withB = samples.filter((s) => s.b);

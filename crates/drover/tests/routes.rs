@@ -189,3 +189,45 @@ fn drover_check_names_an_ambiguous_route_and_a_balancer_nothing_reaches() {
         "{err}"
     );
 }
+
+/// An absolute-form target (`GET http://api.test/x`, which a server must accept) is
+/// routed by its own host, not by the Host field beside it, and the backend gets it in
+/// origin form with that host: routed by one name while the backend reads the other, a
+/// client could reach one app's backend asking for another's pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_form_target_is_routed_and_sent_by_its_own_host() {
+    let api = Backend::named("api").start().await;
+    let files = Backend::named("files").start().await;
+    let dir = temp_dir("routes-absolute");
+    let toml = config(
+        "  { host = [\"api.test\"], balancer = \"api\" },\n  { path_prefix = \"/static/\", strip_prefix = true, balancer = \"files\" },\n",
+        &format!("{}{}", pool("api", api.addr()), pool("files", files.addr())),
+    );
+    let (d, addr, _admin, _path) = proxy_config(&dir, &toml, "front").await;
+    let mut c = HttpClient::connect(addr).await.unwrap();
+
+    assert_eq!(
+        get(&mut c, "other.test", "http://api.test/x?y=1").await,
+        (200, "api".into())
+    );
+    let seen = api.last_request_head().unwrap();
+    assert_eq!(seen.target, "/x?y=1");
+    assert_eq!(seen.header_all("host"), [b"api.test"]);
+
+    assert_eq!(
+        get(&mut c, "api.test", "http://other.test/static/app.js").await,
+        (200, "files".into())
+    );
+    let seen = files.last_request_head().unwrap();
+    assert_eq!(seen.target, "/app.js");
+    assert_eq!(seen.header_all("host"), [b"other.test"]);
+    assert_eq!(api.hits(), 1, "routed by the Host field");
+
+    // A target that is neither a path nor an absolute http(s) URI: refused, naming why.
+    let r = c
+        .request("GET", "ftp://api.test/x", &[("host", "api.test")], None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400);
+    drop(d);
+}

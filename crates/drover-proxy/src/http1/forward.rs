@@ -55,6 +55,10 @@ impl ClientInfo {
 /// What parsing found that the forwarded head depends on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Forwarding<'a> {
+    /// The target in origin form (an absolute-form one's path and query).
+    pub target: &'a str,
+    /// A Host drover writes in place of the client's fields (see `request::parse`).
+    pub send_host: Option<&'a [u8]>,
     pub conn: ConnectionOptions,
     /// A protocol upgrade (WebSocket) goes through: keep `Upgrade`, say `Connection: upgrade`.
     pub upgrade: bool,
@@ -75,6 +79,8 @@ pub(crate) fn write_backend_head(
     client: &ClientInfo,
 ) {
     let Forwarding {
+        target,
+        send_host,
         conn,
         upgrade,
         host,
@@ -86,15 +92,14 @@ pub(crate) fn write_backend_head(
     out.clear();
     out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
     out.push(b' ');
-    let target = req.path.unwrap_or("/");
     // With a stripped prefix, the path from where it ended, in origin form.
-    let prefix = strip.map(|Strip { path_at, len }| {
-        let rest = &target[path_at + len..];
+    let prefix = strip.map(|Strip { len }| {
+        let rest = &target[len..];
         if !rest.starts_with('/') {
             out.push(b'/');
         }
         out.extend_from_slice(rest.as_bytes());
-        target[path_at..path_at + len].trim_end_matches('/')
+        target[..len].trim_end_matches('/')
     });
     if prefix.is_none() {
         out.extend_from_slice(target.as_bytes());
@@ -103,6 +108,7 @@ pub(crate) fn write_backend_head(
     for h in req.headers.iter() {
         let name = h.name;
         let drop = headers::is_hop_by_hop(name)
+            || (is(name, "host") && send_host.is_some())
             || is(name, "expect")
             || is(name, "x-forwarded-for")
             || is(name, "x-forwarded-proto")
@@ -115,12 +121,8 @@ pub(crate) fn write_backend_head(
             put_header(out, name.as_bytes(), h.value);
         }
     }
-    if host.is_none() {
-        // Only HTTP/1.0 may omit it (parsing refuses an HTTP/1.1 request without), and
-        // the request goes on as HTTP/1.1, which must name one: nginx and Node answer
-        // 400 to one that does not. nginx sends its upstream's name; the address the
-        // client reached is what the client would have named.
-        put_header(out, b"Host", client.server_authority.as_bytes());
+    if let Some(host) = send_host {
+        put_header(out, b"Host", host);
     }
     out.extend_from_slice(b"X-Forwarded-For: ");
     if let Some(prev) = xff {

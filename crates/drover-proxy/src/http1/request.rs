@@ -193,6 +193,23 @@ pub fn parse(
     if !http10 && host.is_none() {
         return Err(bad(400, "missing Host field"));
     }
+    // An absolute-form target names the host itself, and that name wins over the Host
+    // field, for routing and for the backend alike (RFC 9112 §3.2.2): routed by one name
+    // while the backend reads the other, `GET http://admin.internal/ HTTP/1.1` with
+    // `Host: www.example.com` would reach www's backend asking for admin's pages.
+    let absolute = AbsoluteTarget::parse(target)?;
+    let (target, host) = match &absolute {
+        Some(a) => (a.origin.as_str(), Some(a.authority().as_bytes())),
+        None => (target, host),
+    };
+    // The Host drover writes itself: the target's; or, for an HTTP/1.0 request that
+    // named none, the address the client reached, since the request goes on as
+    // HTTP/1.1, which must name one (nginx and Node answer 400 to one that does not).
+    let send_host = match (&absolute, host) {
+        (Some(_), host) => host,
+        (None, None) => Some(client.server_authority.as_bytes()),
+        (None, Some(_)) => None,
+    };
     let body = if te_seen {
         Some(BodyKind::Chunked)
     } else {
@@ -209,6 +226,8 @@ pub fn parse(
         Some(HttpPick::Listener) | None => (Routed::Listener, None),
     };
     let forwarding = Forwarding {
+        target,
+        send_host,
         conn,
         upgrade,
         host,
@@ -248,6 +267,44 @@ pub fn parse(
         grpc,
         routed,
     }))
+}
+
+/// A request target in absolute form (`http://example.com/a?b`), split into the
+/// authority and the origin form (`/a?b`) the backend is sent.
+struct AbsoluteTarget {
+    uri: http::Uri,
+    origin: String,
+}
+
+impl AbsoluteTarget {
+    /// `None` for the origin form (`/a`) and the asterisk form (`OPTIONS *`); a target
+    /// in neither and not an absolute `http` or `https` URI with a host is refused.
+    fn parse(target: &str) -> Result<Option<Self>, BadRequest> {
+        if target.starts_with('/') || target == "*" {
+            return Ok(None);
+        }
+        let invalid = bad(400, "request target is neither a path nor an absolute URI");
+        let uri: http::Uri = target.parse().map_err(|_| invalid)?;
+        let scheme_ok = uri
+            .scheme_str()
+            .is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"));
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+        if !scheme_ok || authority.is_empty() {
+            return Err(invalid);
+        }
+        if authority.contains('@') {
+            return Err(bad(400, "userinfo in the request target"));
+        }
+        let origin = match uri.query() {
+            Some(q) => format!("{}?{q}", uri.path()),
+            None => uri.path().to_owned(),
+        };
+        Ok(Some(AbsoluteTarget { uri, origin }))
+    }
+
+    fn authority(&self) -> &str {
+        self.uri.authority().map(|a| a.as_str()).unwrap_or("")
+    }
 }
 
 #[cfg(test)]
@@ -337,6 +394,50 @@ mod tests {
         assert_eq!(authority("10.0.0.1:80", "https"), "10.0.0.1:80");
         assert_eq!(authority("[::1]:443", "https"), "[::1]");
         assert_eq!(authority("[::1]:8443", "https"), "[::1]:8443");
+    }
+
+    #[test]
+    fn an_absolute_form_target_goes_on_in_origin_form_with_its_own_host() {
+        let (h, out) = run(
+            b"GET http://admin.test:81/a/b?c=d HTTP/1.1\r\nHost: www.test\r\nAccept: x\r\n\r\n",
+        )
+        .unwrap();
+        assert!(
+            out.starts_with("GET /a/b?c=d HTTP/1.1\r\nAccept: x\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("\r\nHost: admin.test:81\r\n"), "{out}");
+        assert!(out.contains("X-Forwarded-Host: admin.test:81\r\n"), "{out}");
+        assert!(!out.contains("www.test"), "{out}");
+        assert_eq!(h.cost_key, keys::cost_key("GET", "/a/b?c=d"));
+        for (target, origin) in [
+            ("HTTPS://a.test", "/"),
+            ("http://a.test?q", "/?q"),
+            ("http://a.test/x#f", "/x"),
+            ("http://[::1]:8080/x", "/x"),
+        ] {
+            let raw = format!("GET {target} HTTP/1.0\r\n\r\n");
+            let (_, out) = run(raw.as_bytes()).unwrap();
+            assert!(
+                out.starts_with(&format!("GET {origin} HTTP/1.1\r\n")),
+                "{target}: {out}"
+            );
+        }
+        let (_, out) = run(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        assert!(
+            out.starts_with("OPTIONS * HTTP/1.1\r\nHost: a\r\n"),
+            "{out}"
+        );
+        for target in [
+            "a/b",
+            "ftp://a.test/",
+            "http:///x",
+            "http://u@a.test/",
+            "http:/x",
+        ] {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert_eq!(status(raw.as_bytes()), 400, "{target}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Routes of an HTTP listener: which balancer serves a request, by its host (the
-//! `Host` field, or an absolute-form target's authority; HTTP/2's `:authority` arrives
-//! as `Host`) and its path, picked once per request as its head is parsed.
+//! `Host` field, or an absolute-form target's authority, which the request parser passes
+//! as the host with the target in origin form; HTTP/2's `:authority` arrives as `Host`)
+//! and its path, picked once per request as its head is parsed.
 //!
 //! The most specific route that matches wins, host first: a route listing the exact
 //! host, else a wildcard's, the longest suffix first (`Names`), else a route for any
@@ -54,12 +55,10 @@ struct Matcher {
     listener_default: bool,
 }
 
-/// How the backend's request target loses a route's prefix: the path starts at
-/// `path_at` in the client's target (after an absolute-form's authority), and its
-/// first `len` bytes go.
+/// How the backend's request target (origin form) loses a route's prefix: its first
+/// `len` bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Strip {
-    pub path_at: usize,
     pub len: usize,
 }
 
@@ -157,12 +156,11 @@ impl Matcher {
     }
 
     fn pick(&self, host: Option<&[u8]>, target: &str) -> HttpPick {
-        let (authority, path_at) = split_target(target);
-        let path = target[path_at..].split('?').next().unwrap_or("");
+        let path = target.split('?').next().unwrap_or("");
         let path = if path.is_empty() { "/" } else { path };
         let segment = first_segment(path);
         let mut buf = host_buf();
-        let name = authority.or(host).and_then(|h| normal_host(h, &mut buf));
+        let name = host.and_then(|h| normal_host(h, &mut buf));
         let by_host = name.into_iter().flat_map(|n| self.by_host.matches(n));
         for group in by_host.chain(std::iter::once(&self.any_host)) {
             let bucket = group.by_segment.get(segment).map_or(&[][..], Vec::as_slice);
@@ -170,7 +168,6 @@ impl Matcher {
                 let prefix = &self.prefixes[index];
                 if prefix_matches(path, &prefix.text) {
                     let strip = prefix.strip.then_some(Strip {
-                        path_at,
                         len: prefix.text.len(),
                     });
                     return HttpPick::Route { index, strip };
@@ -223,30 +220,6 @@ fn first_segment(path: &str) -> &str {
         .and_then(|rest| rest.find('/'))
         .map_or(path.len(), |i| i + 1);
     &path[..end]
-}
-
-/// An absolute-form target's authority (RFC 9112 §3.2.2: it stands for `Host`), and
-/// where the path starts; an origin-form target's path starts at 0.
-fn split_target(target: &str) -> (Option<&[u8]>, usize) {
-    let t = target.as_bytes();
-    let scheme = if t.len() >= 7 && t[..7].eq_ignore_ascii_case(b"http://") {
-        7
-    } else if t.len() >= 8 && t[..8].eq_ignore_ascii_case(b"https://") {
-        8
-    } else {
-        return (None, 0);
-    };
-    let end = t[scheme..]
-        .iter()
-        .position(|&b| b == b'/' || b == b'?')
-        .map_or(t.len(), |n| scheme + n);
-    let authority = &t[scheme..end];
-    // Userinfo (`user@host`) is no part of the host.
-    let host = match authority.iter().rposition(|&b| b == b'@') {
-        Some(at) => &authority[at + 1..],
-        None => authority,
-    };
-    (Some(host), end)
 }
 
 /// Whether `path` is under `prefix`, by whole segments unless the prefix ends in `/`.
@@ -325,15 +298,6 @@ mod tests {
                 strip: None
             }
         );
-        // An absolute-form target's authority stands for Host.
-        assert_eq!(
-            index(&t, "other.org", "http://api.example.com/v1/x"),
-            Some(0)
-        );
-        assert_eq!(
-            index(&t, "other.org", "HTTPS://u@api.example.com:8443?x"),
-            Some(1)
-        );
     }
 
     #[test]
@@ -356,14 +320,14 @@ mod tests {
     }
 
     #[test]
-    fn strips_from_where_the_path_starts() {
+    fn strips_the_prefix_from_the_path() {
         let t = table(&[(&[], "/api", true), (&[], "/static/", true)], false);
         let strip = |target: &str| match t.pick(Some(b"h"), target) {
             HttpPick::Route { strip, .. } => strip,
             other => panic!("{other:?}"),
         };
-        assert_eq!(strip("/api/users"), Some(Strip { path_at: 0, len: 4 }));
-        assert_eq!(strip("/static/a.css"), Some(Strip { path_at: 0, len: 8 }));
-        assert_eq!(strip("http://h/api?x"), Some(Strip { path_at: 8, len: 4 }));
+        assert_eq!(strip("/api/users"), Some(Strip { len: 4 }));
+        assert_eq!(strip("/static/a.css"), Some(Strip { len: 8 }));
+        assert_eq!(strip("/api?x"), Some(Strip { len: 4 }));
     }
 }

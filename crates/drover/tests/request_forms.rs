@@ -1,4 +1,6 @@
-//! HTTP/1.0 clients through drover to a backend that holds HTTP/1.1 to its rules.
+//! Request forms a client may send that the backend must see in its own: here, HTTP/1.0
+//! without Host, to a backend that holds HTTP/1.1 to its rules. (The absolute form,
+//! `GET http://host/path`: routes.rs, as it decides the route.)
 //!
 //! HTTP/1.0 lets a request name no host (`openssl s_time`, HAProxy's default
 //! `option httpchk`, old monitoring scripts). drover sends every request on as HTTP/1.1,
