@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 fn fixture(dir: &str, file: &str) -> PathBuf {
@@ -30,25 +29,9 @@ fn fixture(dir: &str, file: &str) -> PathBuf {
 
 /// A Node server of the fixtures, started with `args`, and the port it printed.
 async fn node_server(script: &Path, args: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Command::new("node")
-        .arg(script)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .expect("the server printed no port in time")
-        .unwrap()
-        .unwrap_or_default();
-    let port: u16 = line
-        .strip_prefix("listening ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+    let mut cmd = Command::new("node");
+    cmd.arg(script).args(args);
+    common::node_listening(cmd).await
 }
 
 /// Runs a fixture client and parses the JSON it prints.

@@ -13,8 +13,6 @@ mod common;
 use common::proxy;
 use drover_testkit::{parse_status, raw_exchange};
 use std::net::SocketAddr;
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Node's own HTTP server (it refuses an HTTP/1.1 request without Host): it answers the
@@ -29,23 +27,9 @@ server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().po
 "#;
 
 async fn node_server() -> (Child, SocketAddr) {
-    let mut child = Command::new("node")
-        .args(["-e", NODE_SERVER])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .expect("the server printed no port in time")
-        .unwrap()
-        .unwrap_or_default();
-    let port: u16 = line
-        .strip_prefix("listening ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+    let mut cmd = Command::new("node");
+    cmd.args(["-e", NODE_SERVER]);
+    common::node_listening(cmd).await
 }
 
 /// Twenty HTTP/1.0 requests without Host, each on a connection of its own, all answered

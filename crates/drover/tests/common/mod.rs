@@ -41,6 +41,31 @@ fn proxy_args(backends: &[SocketAddr], extra: &[&str]) -> Vec<String> {
 #[allow(unused_imports)] // each test file uses its own share
 pub use drover_testkit::{addrs, backends};
 
+/// A Node server started by `cmd` (killed on drop) that prints `listening PORT` first,
+/// and its address on 127.0.0.1.
+pub async fn node_listening(
+    mut cmd: tokio::process::Command,
+) -> (tokio::process::Child, SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the server printed no port in time")
+        .unwrap()
+        .unwrap_or_default();
+    let port: u16 = line
+        .strip_prefix("listening ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
 /// A fresh scratch directory for one test, unique per test process.
 pub fn temp_dir(tag: &str) -> PathBuf {
     // Under target/ (cargo's per-build scratch dir), so runs leave nothing in /tmp.
