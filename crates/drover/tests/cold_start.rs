@@ -89,7 +89,10 @@ async fn requests_sent_while_the_workers_start_wait_for_them() {
 }
 
 /// Both workers killed at once: until their replacements listen, 1.5 s later, no
-/// worker is in the pool; requests sent meanwhile wait for the replacements.
+/// worker is in the pool; requests sent meanwhile wait for the replacements. (Sent once
+/// drover has seen both ends: a request sent in the millisecond before, which both dying
+/// workers drop in turn, fails by design, as one that two workers dropped is more likely
+/// the request's doing; see `Conn::after_drop`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_sent_while_every_worker_restarts_wait_for_the_replacements() {
     let d = run(1500, &[]).await;
@@ -107,6 +110,15 @@ async fn requests_sent_while_every_worker_restarts_wait_for_the_replacements() {
             .unwrap();
         assert!(killed.success());
     }
+    let none_ready = wait_until_async(Duration::from_secs(5), || async {
+        ready_pids(admin).await.is_empty()
+    })
+    .await;
+    assert!(
+        none_ready,
+        "drover did not see the workers end\n{}",
+        d.stderr_text()
+    );
     let answers = burst(d.addr(), 20).await;
     let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
     assert!(
