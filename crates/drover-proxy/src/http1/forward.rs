@@ -17,11 +17,8 @@ pub struct ClientInfo {
     /// The same as an RFC 7239 node (`1.2.3.4` or `"[::1]"`).
     pub forwarded_node: String,
     pub proto: &'static str,
-    /// The address the client connected to, as a `Host` value (`127.0.0.1:8000`,
-    /// `[::1]:8443`; no port when it is the scheme's own): sent on for an HTTP/1.0
-    /// request that named no host, since the HTTP/1.1 request drover makes of it must
-    /// have one.
-    pub server_authority: String,
+    /// The address the client connected to (see `server_authority`).
+    pub server: std::net::SocketAddr,
 }
 
 impl ClientInfo {
@@ -36,18 +33,25 @@ impl ClientInfo {
             std::net::IpAddr::V4(_) => ip.clone(),
             std::net::IpAddr::V6(_) => format!("\"[{ip}]\""),
         };
-        let default_port = if proto == "https" { 443 } else { 80 };
-        let server_authority = match (server.ip(), server.port()) {
-            (std::net::IpAddr::V4(v4), p) if p == default_port => v4.to_string(),
-            (std::net::IpAddr::V6(v6), p) if p == default_port => format!("[{v6}]"),
-            _ => server.to_string(),
-        };
         ClientInfo {
             addr: peer,
             ip,
             forwarded_node,
             proto,
-            server_authority,
+            server,
+        }
+    }
+
+    /// The address the client connected to as a `Host` value (`127.0.0.1:8000`,
+    /// `[::1]:8443`; no port when it is the scheme's own): sent on for an HTTP/1.0
+    /// request that named no host, since the HTTP/1.1 request drover makes of it must
+    /// have one. Formatted only then: most requests name their host.
+    pub fn server_authority(&self) -> String {
+        let default_port = if self.proto == "https" { 443 } else { 80 };
+        match (self.server.ip(), self.server.port()) {
+            (std::net::IpAddr::V4(v4), p) if p == default_port => v4.to_string(),
+            (std::net::IpAddr::V6(v6), p) if p == default_port => format!("[{v6}]"),
+            _ => self.server.to_string(),
         }
     }
 }

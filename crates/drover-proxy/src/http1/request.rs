@@ -205,9 +205,13 @@ pub fn parse(
     // The Host drover writes itself: the target's; or, for an HTTP/1.0 request that
     // named none, the address the client reached, since the request goes on as
     // HTTP/1.1, which must name one (nginx and Node answer 400 to one that does not).
+    let server_authority;
     let send_host = match (&absolute, host) {
         (Some(_), host) => host,
-        (None, None) => Some(client.server_authority.as_bytes()),
+        (None, None) => {
+            server_authority = client.server_authority();
+            Some(server_authority.as_bytes())
+        }
         (None, Some(_)) => None,
     };
     let body = if te_seen {
@@ -388,7 +392,7 @@ mod tests {
         assert_eq!(out.matches("Host: ").count(), 2, "{out}"); // Host, X-Forwarded-Host
         assert!(out.contains("\r\nHost: ex.com\r\n"), "{out}");
         let authority = |server: &str, proto| {
-            ClientInfo::new(client().addr, server.parse().unwrap(), proto).server_authority
+            ClientInfo::new(client().addr, server.parse().unwrap(), proto).server_authority()
         };
         assert_eq!(authority("10.0.0.1:80", "http"), "10.0.0.1");
         assert_eq!(authority("10.0.0.1:80", "https"), "10.0.0.1:80");
