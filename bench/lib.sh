@@ -1,7 +1,10 @@
 # Shared by bench/run.sh and bench/cluster.sh: logging, building the binaries, ports,
 # per-process CPU and memory, the peer order of a round, and the measured capacity.
-# Source it after setting BENCH_DIR, ROOT and LOG_TAG.
+# Source it after setting BENCH_DIR and LOG_TAG (and ROOT, or it is BENCH_DIR/..).
 # shellcheck shell=bash
+
+# The repository root, for a script that did not set it (cargo builds there).
+ROOT="${ROOT:-$(cd "$BENCH_DIR/.." && pwd)}"
 
 log() { printf '[%s %s] %s\n' "${LOG_TAG:-bench}" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
