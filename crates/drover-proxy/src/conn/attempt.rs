@@ -526,7 +526,9 @@ impl Conn {
                     if self.upstream_is_private {
                         self.private_upstream = Some(Box::new((endpoint.addr(), up)));
                     } else {
-                        self.thread.upstreams.checkin(endpoint.addr(), up);
+                        self.thread
+                            .upstreams
+                            .checkin(endpoint.addr(), up, resp.keep_alive_timeout);
                     }
                 }
                 Attempt::Done(resp.client_keep_alive)

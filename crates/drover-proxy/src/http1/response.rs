@@ -44,6 +44,22 @@ pub struct ResponseHead {
     pub switching: bool,
     /// Utilisation from an `endpoint-load-metrics` header.
     pub load: Option<f64>,
+    /// How long the backend keeps this connection open while idle, from its
+    /// `Keep-Alive: timeout=N` header (seconds).
+    pub keep_alive_timeout: Option<u32>,
+}
+
+/// The `timeout` parameter of a `Keep-Alive` header (`timeout=5, max=1000`, RFC 2068
+/// §19.7.1): whole seconds; `None` when it is missing or not a number.
+fn keep_alive_timeout_of(value: &[u8]) -> Option<u32> {
+    value.split(|&b| b == b',').find_map(|param| {
+        let eq = param.iter().position(|&b| b == b'=')?;
+        let (name, n) = (param[..eq].trim_ascii(), param[eq + 1..].trim_ascii());
+        if !name.eq_ignore_ascii_case(b"timeout") {
+            return None;
+        }
+        std::str::from_utf8(n).ok()?.parse().ok()
+    })
 }
 
 /// The status line as drover re-writes it for the client.
@@ -145,6 +161,7 @@ pub fn parse(
     let mut chunked = false;
     let mut te_other = false;
     let mut load = None;
+    let mut keep_alive_timeout = None;
     for h in res.headers.iter() {
         if is(h.name, "content-length") {
             let n = headers::parse_content_length(h.value)
@@ -163,6 +180,8 @@ pub fn parse(
             conn.add(h.value);
         } else if is(h.name, orca::HEADER) {
             load = orca::parse_text(h.value).or(load);
+        } else if is(h.name, "keep-alive") {
+            keep_alive_timeout = keep_alive_timeout_of(h.value).or(keep_alive_timeout);
         }
     }
     if conn.names_end_to_end {
@@ -217,6 +236,7 @@ pub fn parse(
         informational,
         switching,
         load,
+        keep_alive_timeout,
     };
     out.clear();
     if informational && ex.http10_client {
@@ -269,6 +289,35 @@ mod tests {
         let mut out = Vec::new();
         let h = parse(raw, ex, None, &mut out)?.expect("complete");
         Ok((h, String::from_utf8(out).unwrap()))
+    }
+
+    #[test]
+    fn keep_alive_timeout_is_read_from_its_header() {
+        assert_eq!(keep_alive_timeout_of(b"timeout=5"), Some(5));
+        assert_eq!(keep_alive_timeout_of(b"max=100, Timeout = 300"), Some(300));
+        for bad in [
+            &b"timeout=-1"[..],
+            b"timeout=",
+            b"timeout=5s",
+            b"max=5",
+            b"",
+            b"timeout",
+        ] {
+            assert_eq!(
+                keep_alive_timeout_of(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let (h, _) = run(
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nContent-Length: 0\r\n\r\n",
+            &ex(),
+        )
+        .unwrap();
+        assert_eq!(h.keep_alive_timeout, Some(5));
+        let (h, _) = run(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &ex()).unwrap();
+        assert_eq!(h.keep_alive_timeout, None);
     }
 
     #[test]
