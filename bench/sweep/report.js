@@ -24,11 +24,16 @@ const median = (xs) => {
 
 // A drover's ratios to the best peer that is not a drover (the A/B peer `drover-b` of
 // DROVER_B_BIN / DROVER_B_FLAGS is measured beside the default, never against it).
+// A peer that failed requests sets no p99 bar while another did not: its p99 is over
+// the requests it answered, and failing fast shortens that tail (seed 3's sample 9:
+// HAProxy failed 155,418 requests, one round in 11 ms each, and its p99 read 0.5 x the
+// others'). Its throughput counts answered requests only, so it stays a reference.
 function ratios(s, self) {
   const d = s.peers[self];
   const others = Object.entries(s.peers).filter(([p, v]) => !p.startsWith('drover') && v.p99 !== null);
   if (!d || d.p99 === null || !others.length) return { p99x: Infinity, thrx: 0 }; // no result: as bad as it gets
-  const bestP99 = others.reduce((a, [p, v]) => (v.p99 < a[1] ? [p, v.p99] : a), ['', Infinity]);
+  const clean = others.filter(([, v]) => !v.errors);
+  const bestP99 = (clean.length ? clean : others).reduce((a, [p, v]) => (v.p99 < a[1] ? [p, v.p99] : a), ['', Infinity]);
   const bestThr = others.reduce((a, [p, v]) => (v.thr > a[1] ? [p, v.thr] : a), ['', -Infinity]);
   return { bestP99, bestThr, p99x: d.p99 / bestP99[1], thrx: bestThr[1] > 0 ? d.thr / bestThr[1] : 1 };
 }
