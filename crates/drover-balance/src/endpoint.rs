@@ -69,11 +69,11 @@ pub const MOSTLY_WAITING: f64 = 0.05;
 pub const WORK_SHARE_HISTORY: usize = 20;
 
 /// A pending request is overtaken, and from then on counted as waiting rather than
-/// working, once a request sent at least this much later has been answered first.
+/// working, once a request sent at least this much later, and at least that request's
+/// own latency later, has been answered first (`SendOrder::settled`).
 ///
-/// Why: a backend's CPU serves its requests in about the order they came (a Node
-/// worker's event loop reads its sockets in the order they became readable), so a
-/// request that later ones pass is not queued behind work: it waits on a timer, a
+/// Why: a backend's CPU serves its requests in about the order they came, so a request
+/// that many later ones pass is not queued behind work: it waits on a timer, a
 /// database, another service or its client. A long-poll is the common case. Counted as
 /// work, long-polls filled the learned limit of a saturated worker and no other request
 /// got in: 40 open long-polls beside CPU-bound traffic over `drover run -w 2` left 62
@@ -299,9 +299,11 @@ impl Endpoint {
             .saturating_sub(self.waiting_cost.load(Relaxed))
     }
 
-    /// No work of ours is pending here (overtaken requests wait and do not count).
+    /// No request of ours is pending here, overtaken ones included: they may wait where
+    /// drover cannot see, unread on a connection the backend has not accepted yet (see
+    /// `pending_score`).
     pub fn is_idle(&self) -> bool {
-        self.working() == 0
+        self.pending() == 0
     }
 
     /// Idle and not saturated by anyone else's work: as good as any other free endpoint
@@ -478,14 +480,15 @@ impl Endpoint {
     }
 
     /// The request `seq` (from `try_acquire`) is no longer pending: its response head
-    /// came (`answered`), or the exchange ended without one. An answer overtakes the
-    /// requests sent `OVERTAKEN_BY` or more before it that are still pending.
-    pub(crate) fn settle(&self, cost: Nanos, seq: u64, answered: bool) {
+    /// came at `answered_at`, or the exchange ended without one (`None`). An answer
+    /// overtakes the pending requests sent before it by at least its own latency (and
+    /// `OVERTAKEN_BY`; see `SendOrder::settled`).
+    pub(crate) fn settle(&self, cost: Nanos, seq: u64, answered_at: Option<Nanos>) {
         if seq != 0 {
             // The counts change under the lock: another thread's answer may overtake
             // this request at the same moment, and its increment must come first.
             let mut order = self.order();
-            let (overtaken, count, count_cost) = order.settled(seq, answered);
+            let (overtaken, count, count_cost) = order.settled(seq, answered_at);
             if overtaken {
                 self.waiting.fetch_sub(1, Relaxed);
                 self.waiting_cost.fetch_sub(cost.min(WORK_CAP), Relaxed);
@@ -506,7 +509,7 @@ impl Endpoint {
     /// The exchange is over; `settled` says whether `settle` already ran for it.
     pub(crate) fn release(&self, cost: Nanos, seq: u64, settled: bool) {
         if !settled {
-            self.settle(cost, seq, false);
+            self.settle(cost, seq, None);
         }
         self.in_flight.fetch_sub(1, Relaxed);
     }
@@ -721,8 +724,26 @@ impl Endpoint {
     /// every cost is alike, and the scores of busy endpoints were all equal: a coin flip settled each pick, and a burst of 100
     /// requests split 55/45 or worse about one time in three, where round-robin splits
     /// it 50/50 and finishes sooner. Against any measured cost (µs and more) the nanosecond is nothing.
-    pub fn pending_score(&self, now: Nanos) -> f64 {
-        (self.working_cost() as f64 + self.working() as f64) / self.effective_weight(now)
+    ///
+    /// An overtaken request (`waiting`) counts for at most `typical` (the cost of a
+    /// request of any route here, `PickContext::guess`). Overtaken is not proof of
+    /// waiting: a Node worker busy with CPU work accepts new connections a few per turn
+    /// of its event loop and serves the connections it already has first, so a request
+    /// that drover sent on a fresh connection at a cold start sat unread for a second
+    /// while later ones on older connections overtook it. Counted as nothing, 26 such
+    /// requests made their worker look idle, p2c sent it everything, and it held 38
+    /// requests against the other's 9 (`drover proxy` over two Node backends, 47
+    /// connections, 4.5 % of requests at 112 ms, the rest at 1.6 ms: p99 2.3 s against
+    /// nginx least_conn's 0.5 s). Counted at their full cost, long-polls would outweigh
+    /// hundreds of short requests (`WORK_CAP`); at `typical`, 20 of them weigh as 20
+    /// ordinary requests.
+    pub fn pending_score(&self, now: Nanos, typical: Nanos) -> f64 {
+        let waiting = self
+            .waiting_cost
+            .load(Relaxed)
+            .min(u64::from(self.waiting()).saturating_mul(typical));
+        (self.working_cost() as f64 + waiting as f64 + self.pending() as f64)
+            / self.effective_weight(now)
     }
 
     /// Reported load scales a score up; weight and slow start scale it down.
@@ -769,17 +790,31 @@ impl SendOrder {
         self.last
     }
 
-    /// Request `seq` is no longer pending. Returns whether it had been overtaken, and
-    /// the count and cost of the requests its answer overtakes now.
-    fn settled(&mut self, seq: u64, answered: bool) -> (bool, u32, Nanos) {
+    /// Request `seq` is no longer pending (answered at `answered_at`, or ended without
+    /// an answer). Returns whether it had been overtaken, and the count and cost of the
+    /// requests its answer overtakes now.
+    ///
+    /// An answer overtakes a request only if that one was sent before it by at least
+    /// the answer's own latency: the overtaken request has then waited more than twice
+    /// as long as a request that came later and got through. A request that queued
+    /// behind CPU work overtakes nothing by that rule: requests that wait in one
+    /// backend's queue come out in about any order (a Node worker reads its ready
+    /// sockets after a long handler in epoll's order, not the order they were sent),
+    /// and with only `OVERTAKEN_BY` as the margin, a queue of half a second counted
+    /// most of itself as waiting. That endpoint then looked idle, p2c sent it more, and
+    /// the more it queued, the idler it looked: two workers held 41 and 6 requests
+    /// (`drover proxy` over two Node backends, 47 connections of 1.6 ms requests and
+    /// 4.5 % of 112 ms, p99 2.3 s where nginx least_conn had 0.5 s).
+    fn settled(&mut self, seq: u64, answered_at: Option<Nanos>) -> (bool, u32, Nanos) {
         let Some((sent_at, _)) = self.pending.remove(&seq) else {
             return (false, 0, 0); // sent before the limit was learned: never tracked
         };
         let was_overtaken = seq < self.overtaken_below;
-        if !answered || was_overtaken {
+        let Some(now) = answered_at.filter(|_| !was_overtaken) else {
             return (was_overtaken, 0, 0);
-        }
-        let before = sent_at.saturating_sub(OVERTAKEN_BY);
+        };
+        let latency = now.saturating_sub(sent_at);
+        let before = sent_at.saturating_sub(OVERTAKEN_BY.max(latency));
         let (mut count, mut cost) = (0, 0);
         for (&place, &(at, c)) in self.pending.range(self.overtaken_below..) {
             if at >= before {
@@ -826,7 +861,7 @@ mod tests {
         assert_eq!(e.try_acquire(10, 1), None);
         assert_eq!(e.pending_cost(), 20);
         // A fixed cap counts until the exchange ends, even after the head came.
-        e.settle(10, 0, true);
+        e.settle(10, 0, Some(1));
         assert_eq!(e.try_acquire(10, 1), None);
         e.release(10, 0, true);
         assert_eq!(e.try_acquire(5, 1), Some((2, 0)));
@@ -1032,14 +1067,25 @@ mod tests {
         );
         // Nothing answered yet: nothing is known to wait.
         assert_eq!((e.working(), e.waiting()), (23, 0));
-        e.settle(MS, untracked, true);
+        e.settle(MS, untracked, Some(6 * MS));
         assert_eq!(e.waiting(), 0, "an untracked answer overtakes nothing");
-        e.settle(MS, quick, true);
-        assert_eq!((e.working(), e.waiting()), (21, 0));
-        e.settle(MS, later, true);
+        e.settle(MS, quick, Some(6 * MS));
+        assert_eq!(
+            (e.working(), e.waiting()),
+            (21, 0),
+            "answered 5.5 ms after it was sent, it overtakes nothing sent 0.5 ms before it"
+        );
+        e.settle(MS, later, Some(6 * MS));
         assert_eq!((e.working(), e.waiting()), (0, 20));
         assert_eq!(e.working_cost(), 0);
-        assert!(e.is_idle(), "only waiting requests: idle for placement");
+        assert!(
+            !e.is_idle(),
+            "waiting requests may still be queued unseen: not idle for placement"
+        );
+        // In the score each weighs at most the typical request's cost, here 0.1 ms.
+        let twenty_typical = 20.0 * 100_000.0 + 20.0;
+        assert_eq!(e.pending_score(6 * MS, 100_000), twenty_typical);
+        assert_eq!(e.pending_score(6 * MS, 0), 20.0, "nothing timed: the count");
         // The limit holds working requests only: four go in, the fifth waits in drover.
         let working: Vec<u64> = (0..4)
             .map(|_| e.try_acquire(20 * MS, 6 * MS).expect("below the limit").1)
@@ -1047,7 +1093,7 @@ mod tests {
         assert_eq!(e.working(), 4);
         assert!(!e.has_capacity(6 * MS));
         // A poll answered at last leaves the waiting count, not the working one.
-        e.settle(MS, polls[3], true);
+        e.settle(MS, polls[3], Some(7 * MS));
         assert_eq!((e.pending(), e.working(), e.waiting()), (23, 4, 19));
         // Requests that end without an answer overtake nothing.
         e.release(20 * MS, working[3], false);
@@ -1064,6 +1110,38 @@ mod tests {
         e.release(MS, polls[3], true);
         assert_eq!((e.in_flight(), e.pending(), e.waiting()), (0, 0, 0));
         assert_eq!((e.pending_cost(), e.working_cost()), (0, 0));
+    }
+
+    #[test]
+    fn requests_queued_behind_cpu_work_overtake_nothing_when_answered_out_of_order() {
+        const MS: Nanos = 1_000_000;
+        let e = ep();
+        e.set_adaptive(true);
+        // 40 requests of 2 ms sent 2 ms apart to a worker that runs a 100 ms request
+        // first: they queue, and come out in an order of their own, about 100 ms later.
+        let sent: Vec<u64> = (0..40)
+            .map(|i| e.try_acquire(2 * MS, 1 + 2 * MS * i).unwrap().1)
+            .collect();
+        let mut now = 180 * MS;
+        for i in (0..40).rev().step_by(2).chain((0..40).step_by(2)) {
+            now += MS;
+            e.settle(2 * MS, sent[i as usize], Some(now));
+            assert_eq!(e.waiting(), 0, "queued, not waiting: {i} answered at {now}");
+        }
+        // A request sent well after, answered quickly, overtakes what still waits.
+        let polls: Vec<u64> = (0..3)
+            .map(|i| e.try_acquire(MS, now + i).unwrap().1)
+            .collect();
+        let (_, quick) = e.try_acquire(MS, now + 10 * MS).unwrap();
+        e.settle(MS, quick, Some(now + 12 * MS));
+        assert_eq!((e.working(), e.waiting()), (0, 3));
+        for seq in polls {
+            e.release(MS, seq, false);
+        }
+        for seq in sent.into_iter().chain([quick]) {
+            e.release(MS, seq, true);
+        }
+        assert_eq!((e.in_flight(), e.pending(), e.waiting()), (0, 0, 0));
     }
 
     #[test]
@@ -1084,7 +1162,7 @@ mod tests {
                         // Answer the newest of a few, so older ones are overtaken.
                         if held.len() > 3 {
                             let (seq, cost) = held.pop_back().unwrap();
-                            e.settle(cost, seq, i % 3 != 0);
+                            e.settle(cost, seq, (i % 3 != 0).then_some(now));
                             e.release(cost, seq, true);
                             if i % 5 == 0 {
                                 let (seq, cost) = held.pop_front().unwrap();
@@ -1201,10 +1279,10 @@ mod tests {
             a.try_acquire(0, 1).unwrap();
         }
         b.try_acquire(0, 1).unwrap();
-        assert!(b.pending_score(1) < a.pending_score(1));
+        assert!(b.pending_score(1, 0) < a.pending_score(1, 0));
         // A measured cost outweighs any count.
         b.try_acquire(50_000, 1).unwrap();
-        assert!(a.pending_score(1) < b.pending_score(1));
+        assert!(a.pending_score(1, 0) < b.pending_score(1, 0));
     }
 
     #[test]

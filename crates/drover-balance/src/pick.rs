@@ -138,7 +138,7 @@ impl Pick {
             self.endpoint
                 .adapt_limit(now, latency, self.cost, self.pending_at_start);
         }
-        self.endpoint.settle(self.cost, self.seq, true);
+        self.endpoint.settle(self.cost, self.seq, Some(now));
     }
 }
 

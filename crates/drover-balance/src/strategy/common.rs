@@ -73,15 +73,16 @@ pub(crate) fn least_loaded<'s>(
         return None;
     }
     let (tail, head) = endpoints.split_at(start % endpoints.len());
-    least_loaded_of(head.iter().chain(tail).filter(|e| ctx.eligible(e)), ctx.now)
+    least_loaded_of(head.iter().chain(tail).filter(|e| ctx.eligible(e)), ctx)
 }
 
 /// The least loaded of `candidates` (all eligible), by the rule of `least_loaded`; `p2c`
 /// calls it with its two draws.
 pub(crate) fn least_loaded_of<'s>(
     candidates: impl IntoIterator<Item = &'s Arc<Endpoint>>,
-    now: crate::Nanos,
+    ctx: &PickContext<'_>,
 ) -> Option<&'s Arc<Endpoint>> {
+    let now = ctx.now;
     let mut idle: Option<&Arc<Endpoint>> = None;
     let mut idle_total = 0.0;
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
@@ -95,7 +96,7 @@ pub(crate) fn least_loaded_of<'s>(
                 idle = Some(e);
             }
         } else if idle.is_none() {
-            let s = e.pending_score(now);
+            let s = e.pending_score(now, ctx.guess);
             if best.is_none_or(|(_, b)| s < b) {
                 best = Some((e, s));
             }

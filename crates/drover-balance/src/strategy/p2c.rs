@@ -57,7 +57,7 @@ pub(crate) fn choose<'s>(
     let Some((a, b)) = pair else {
         return least_loaded(eps, ctx, random_start(n));
     };
-    least_loaded_of([&eps[a], &eps[b]], ctx.now)
+    least_loaded_of([&eps[a], &eps[b]], ctx)
 }
 
 /// A random eligible index other than `other`, or `None` when the draws run out.
