@@ -798,13 +798,11 @@ impl SendOrder {
     /// the answer's own latency: the overtaken request has then waited more than twice
     /// as long as a request that came later and got through. A request that queued
     /// behind CPU work overtakes nothing by that rule: requests that wait in one
-    /// backend's queue come out in about any order (a Node worker reads its ready
-    /// sockets after a long handler in epoll's order, not the order they were sent),
-    /// and with only `OVERTAKEN_BY` as the margin, a queue of half a second counted
-    /// most of itself as waiting. That endpoint then looked idle, p2c sent it more, and
-    /// the more it queued, the idler it looked: two workers held 41 and 6 requests
-    /// (`drover proxy` over two Node backends, 47 connections of 1.6 ms requests and
-    /// 4.5 % of 112 ms, p99 2.3 s where nginx least_conn had 0.5 s).
+    /// backend's queue come out in about any order (a Node worker reads the sockets
+    /// that became ready during a long handler in an order of its own), and with only
+    /// `OVERTAKEN_BY` as the margin, a queue of half a second could count most of
+    /// itself as waiting, its endpoint look idle, and p2c send it more
+    /// (`requests_queued_behind_cpu_work_overtake_nothing_when_answered_out_of_order`).
     fn settled(&mut self, seq: u64, answered_at: Option<Nanos>) -> (bool, u32, Nanos) {
         let Some((sent_at, _)) = self.pending.remove(&seq) else {
             return (false, 0, 0); // sent before the limit was learned: never tracked
