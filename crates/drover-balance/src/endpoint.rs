@@ -322,10 +322,19 @@ impl Endpoint {
     }
 
     /// A client connection was handed to it: from now on it also serves requests that
-    /// never pass through drover, for as long as it lives.
+    /// never pass through drover, for as long as it lives, unless its worker says it
+    /// serves none any more (`serves_no_clients`).
     pub fn note_handed_connection(&self) {
         if !self.serves_clients.load(Relaxed) {
             self.serves_clients.store(true, Relaxed);
+        }
+    }
+
+    /// Its worker counts the client connections it was handed, and none is left (they
+    /// closed, or came back): drover sees all its requests again.
+    pub fn serves_no_clients(&self) {
+        if self.serves_clients.load(Relaxed) {
+            self.serves_clients.store(false, Relaxed);
         }
     }
 

@@ -39,6 +39,9 @@ pub enum FromWorker {
     AllReturned,
     /// drover's preload answered a `ping`: the worker's event loop turns.
     Pong,
+    /// drover's preload counted the client connections the worker serves that drover
+    /// handed it (it says so whenever the number changes).
+    Clients(usize),
     /// Another of Node's internal messages, not the cluster's.
     OtherInternal,
     /// A message of the app's own (`process.send(...)`).
@@ -100,6 +103,10 @@ pub fn parse(line: &[u8]) -> FromWorker {
             Some("ready") => FromWorker::PreloadReady,
             Some("returned") => FromWorker::AllReturned,
             Some("pong") => FromWorker::Pong,
+            Some("clients") => match fields.get("n").and_then(Value::as_u64) {
+                Some(n) if n <= MAX_CLIENTS => FromWorker::Clients(n as usize),
+                _ => FromWorker::OtherInternal,
+            },
             _ => FromWorker::OtherInternal,
         },
         // Node's own rule for "internal": a `cmd` that starts with NODE_ and is longer.
@@ -107,6 +114,10 @@ pub fn parse(line: &[u8]) -> FromWorker {
         _ => FromWorker::App(value),
     }
 }
+
+/// More client connections than one process could hold open: a count above it is not
+/// the preload's, and is skipped.
+const MAX_CLIENTS: u64 = 1 << 24;
 
 /// The `cmd` of the messages between drover and its preload in a worker (preload.cjs).
 /// Node's rule makes it internal: the app's `message` listeners never see it.
@@ -124,6 +135,12 @@ fn drover_act(fields: &Map<String, Value>) -> Option<&str> {
 /// between two requests, and then to say so (`AllReturned`).
 pub(crate) fn give_connections_back() -> Value {
     json!({ "cmd": DROVER_CMD, "act": "return" })
+}
+
+/// Asks drover's preload to give back the client connections the worker serves, each
+/// between two requests, while the worker stays (it stops trying after a second).
+pub(crate) fn reclaim_connections() -> Value {
+    json!({ "cmd": DROVER_CMD, "act": "reclaim" })
 }
 
 /// Asks drover's preload whether the worker's event loop turns: it answers `pong` from
@@ -339,6 +356,20 @@ mod tests {
             parse(br#"{"cmd":"NODE_DROVER","act":"x"}"#),
             FromWorker::OtherInternal
         );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"clients","n":3}"#),
+            FromWorker::Clients(3)
+        );
+        // A count that is not one is skipped, not read as zero.
+        for bad in [
+            r#"{"cmd":"NODE_DROVER","act":"clients"}"#,
+            r#"{"cmd":"NODE_DROVER","act":"clients","n":-1}"#,
+            r#"{"cmd":"NODE_DROVER","act":"clients","n":1.5}"#,
+            r#"{"cmd":"NODE_DROVER","act":"clients","n":"2"}"#,
+            r#"{"cmd":"NODE_DROVER","act":"clients","n":99999999999}"#,
+        ] {
+            assert_eq!(parse(bad.as_bytes()), FromWorker::OtherInternal, "{bad}");
+        }
         assert_eq!(
             parse(br#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":{"cmd":"NODE_DROVER","act":"return"}}"#),
             FromWorker::Handle { returned: true }

@@ -10,10 +10,14 @@
 //    the worker (a reload, a scale-down): each HTTP connection drover handed to it goes
 //    back over the channel between two requests, and drover serves it from then on.
 //    Without this the worker's server closes them as it stops, and a request sent on
-//    one at that moment fails.
+//    one at that moment fails. drover also takes them back from a worker that stays
+//    (`reclaim`): it hands a connection to a worker of its own while the app has more
+//    workers than client connections, and places each request again once it has not.
+//    For that it must know how many client connections each worker serves: this says
+//    so (`clients`) whenever the number changes, at most once per turn of the loop.
 //
 // Nothing else of the app is touched; until drover asks, this only notes the app's
-// HTTP servers as their first connections arrive.
+// HTTP servers and counts client connections as they arrive and close.
 const script = process.argv[1] || '';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack)(-cli)?(\.[cm]?js)?$/.test(script) ||
@@ -43,11 +47,38 @@ function givesConnectionsBack() {
   // at PORT; clients handed over arrive at drover's listen address.
   const ownPort = Number(process.env.PORT);
   const servers = new Set();
+  // Client connections drover handed over and the worker still serves (not drover's
+  // own at PORT), and whether drover has heard the current number.
+  let clients = 0;
+  let told = 0;
+  let telling = false;
+  const givenBack = new WeakSet();
+  const tell = () => {
+    telling = false;
+    if (clients !== told) {
+      told = clients;
+      process.send({ cmd: 'NODE_DROVER', act: 'clients', n: clients });
+    }
+  };
+  const changed = (by) => {
+    clients += by;
+    if (!telling) {
+      telling = true;
+      setImmediate(tell);
+    }
+  };
   const noteServer = (message) => {
-    const server = message && message.socket && message.socket.server;
+    const socket = message && message.socket;
+    const server = socket && socket.server;
     // HTTP only: drover cannot carry on a TLS session (https.Server is not an
     // http.Server), and a raw TCP protocol has no point between requests.
     if (server instanceof http.Server) servers.add(server);
+    if (socket && socket.localPort !== ownPort) {
+      changed(1);
+      socket.once('close', () => {
+        if (!givenBack.has(socket)) changed(-1);
+      });
+    }
   };
   if (typeof diagnostics.subscribe === 'function') {
     diagnostics.subscribe('net.server.socket', noteServer);
@@ -55,6 +86,11 @@ function givesConnectionsBack() {
     diagnostics.channel('net.server.socket').subscribe(noteServer);
   }
   let returning = false;
+  // A reclaim gives back what it can for this many rounds of 5 ms, then stops: a
+  // connection held by a long request (a long-poll) stays, and drover asks again.
+  const RECLAIM_ROUNDS = 200;
+  let reclaimRounds = 0;
+  let giving = false;
   process.on('internalMessage', (message) => {
     // drover asks whether the event loop turns (a worker that waits on I/O answers at
     // once; one stuck in a busy loop, or stopped, cannot).
@@ -64,6 +100,10 @@ function givesConnectionsBack() {
     }
     if (message && message.cmd === 'NODE_DROVER' && message.act === 'return' && !returning) {
       returning = true;
+      if (!giving) giveAllBack();
+    }
+    if (message && message.cmd === 'NODE_DROVER' && message.act === 'reclaim' && !giving) {
+      reclaimRounds = 0;
       giveAllBack();
     }
   });
@@ -81,6 +121,7 @@ function givesConnectionsBack() {
   // the next one read, the last answer written out) goes back; the rest are looked at
   // again, until none is left.
   function giveAllBack() {
+    giving = true;
     let left = 0;
     for (const server of servers) {
       const list = connectionsOf(server);
@@ -99,9 +140,10 @@ function givesConnectionsBack() {
         }
       }
     }
-    if (left === 0) {
+    if (left === 0 || (!returning && ++reclaimRounds >= RECLAIM_ROUNDS)) {
+      giving = false;
       // Sent after every handle above: Node queues messages behind an unacked handle.
-      process.send({ cmd: 'NODE_DROVER', act: 'returned' });
+      if (returning) process.send({ cmd: 'NODE_DROVER', act: 'returned' });
     } else {
       setTimeout(giveAllBack, 5);
     }
@@ -122,6 +164,8 @@ function givesConnectionsBack() {
     // The socket forgets the handle, so destroying it (which frees the parser and
     // takes it off the server's list) leaves the descriptor open.
     socket._handle = null;
+    givenBack.add(socket);
+    changed(-1);
     socket.destroy();
     process.send({ cmd: 'NODE_DROVER', act: 'return' }, handle, () => handle.close());
   }

@@ -48,8 +48,12 @@ pub enum SessionEvent {
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
     /// A client connection the worker gave back, between two requests, when drover
-    /// asked (`Inbox::give_back_connections`): drover serves it from here on.
+    /// asked (`Inbox::give_back_connections`, `Inbox::reclaim`): drover serves it from
+    /// here on.
     Returned(TcpStream),
+    /// The worker now serves client connections drover handed it (`true`), or none any
+    /// more (`false`); said when that changes, as drover's preload counts them.
+    ServesClients(bool),
 }
 
 /// The server a worker's connections go to.
@@ -85,6 +89,8 @@ enum ToSession {
     Disconnect,
     /// Ask drover's preload in the worker to give back its client connections.
     GiveBack,
+    /// Ask drover's preload to give back its client connections and keep serving.
+    Reclaim,
     /// Ask drover's preload whether the worker's event loop turns (`Pong`).
     Ping,
 }
@@ -106,6 +112,9 @@ pub struct Inbox {
     all_returned: Arc<AtomicBool>,
     /// When the preload last answered a ping: milliseconds since `epoch` (0: never).
     pong_ms: Arc<AtomicU64>,
+    /// Client connections handed to the worker that it serves now: the preload's count,
+    /// plus those it acknowledged since it last counted.
+    clients: Arc<AtomicUsize>,
 }
 
 /// A worker with connections waiting that has taken up none for this long is stalled
@@ -147,7 +156,10 @@ impl Inbox {
             self.queued.fetch_sub(1, Relaxed);
             match back.0 {
                 ToSession::Connection(stream) => stream,
-                ToSession::Disconnect | ToSession::GiveBack | ToSession::Ping => {
+                ToSession::Disconnect
+                | ToSession::GiveBack
+                | ToSession::Reclaim
+                | ToSession::Ping => {
                     unreachable!("sent a connection")
                 }
             }
@@ -174,6 +186,23 @@ impl Inbox {
     /// (they arrive as `SessionEvent::Returned`); `all_given_back` says when it has.
     pub fn give_back_connections(&self) {
         let _ = self.tx.send(ToSession::GiveBack);
+    }
+
+    /// Client connections handed to the worker that it serves now; `None` when the
+    /// worker cannot say (drover's preload does not run in it).
+    pub fn clients(&self) -> Option<usize> {
+        self.preloaded
+            .load(Relaxed)
+            .then(|| self.clients.load(Relaxed))
+    }
+
+    /// Asks the worker to give back the client connections it serves, each between two
+    /// requests (they arrive as `SessionEvent::Returned`), and to go on serving what
+    /// drover sends it. Nothing happens without the preload.
+    pub fn reclaim(&self) {
+        if self.preloaded.load(Relaxed) {
+            let _ = self.tx.send(ToSession::Reclaim);
+        }
     }
 
     /// The worker gave back every client connection it could.
@@ -224,6 +253,10 @@ pub struct Session {
     /// when no connection is on its way, so it never sits between a handle's message
     /// and its acknowledgement.
     ping_due: bool,
+    /// drover asked for the worker's connections back while it stays (sent as the
+    /// ping is); `reclaimed`: it did at least once, so returned handles are taken.
+    reclaim_due: bool,
+    reclaimed: bool,
 }
 
 /// A request of drover's to the worker that waits until the connections given before
@@ -257,11 +290,14 @@ impl Session {
                 preloaded: Arc::new(AtomicBool::new(false)),
                 all_returned: Arc::new(AtomicBool::new(false)),
                 pong_ms: Arc::new(AtomicU64::new(0)),
+                clients: Arc::new(AtomicUsize::new(0)),
             },
             from_drover,
             disconnect: Ask::Unasked,
             give_back: Ask::Unasked,
             ping_due: false,
+            reclaim_due: false,
+            reclaimed: false,
         })
     }
 
@@ -312,6 +348,11 @@ impl Session {
                 self.channel.send(&message::give_connections_back()).await?;
                 self.give_back = Ask::Sent;
             }
+            if all_handed && self.reclaim_due {
+                self.channel.send(&message::reclaim_connections()).await?;
+                self.reclaim_due = false;
+                self.reclaimed = true;
+            }
             if all_handed && self.ping_due {
                 self.channel.send(&message::ping()).await?;
                 self.ping_due = false;
@@ -342,6 +383,7 @@ impl Session {
                         }
                     }
                     ToSession::Ping => self.ping_due = true,
+                    ToSession::Reclaim => self.reclaim_due = true,
                 },
                 accepted = accept(self.served.as_ref()), if accepting => {
                     match accepted {
@@ -374,6 +416,14 @@ impl Session {
             FromWorker::HandleAck => {
                 if let Some(done) = self.in_flight.pop_front() {
                     self.taken(&done.socket);
+                    if done.socket.given {
+                        // Counted at once, before the preload's next count says so: a
+                        // worker that just took one is not free for the next.
+                        let was = self.inbox.clients.fetch_add(1, Relaxed);
+                        if was == 0 && self.inbox.preloaded.load(Relaxed) {
+                            report(SessionEvent::ServesClients(true));
+                        }
+                    }
                 }
             }
             FromWorker::HandleNack => self.resend().await?,
@@ -381,7 +431,8 @@ impl Session {
                 // Claimed whether or not drover wants it: the next handle's descriptor
                 // must not be matched with this line.
                 let fd = self.channel.take_descriptor();
-                match (fd, returned && self.give_back == Ask::Sent) {
+                let asked = self.give_back == Ask::Sent || self.reclaimed;
+                match (fd, returned && asked) {
                     (Some(fd), true) => match client_connection(fd) {
                         Ok(stream) => report(SessionEvent::Returned(stream)),
                         Err(e) => tracing::warn!(
@@ -397,6 +448,12 @@ impl Session {
             }
             FromWorker::PreloadReady => self.inbox.preloaded.store(true, Relaxed),
             FromWorker::AllReturned => self.inbox.all_returned.store(true, Relaxed),
+            FromWorker::Clients(n) => {
+                let was = self.inbox.clients.swap(n, Relaxed);
+                if (was == 0) != (n == 0) {
+                    report(SessionEvent::ServesClients(n > 0));
+                }
+            }
             FromWorker::Pong => {
                 let now = self.inbox.epoch.elapsed().as_millis() as u64;
                 self.inbox.pong_ms.store(now.max(1), Relaxed);

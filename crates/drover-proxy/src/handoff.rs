@@ -13,6 +13,14 @@
 //! sees every worker's requests in flight, and a `kill -9` of a worker fails none of
 //! them (drover retries).
 //!
+//! While costs differ, `auto` still hands a keep-alive connection over when the app has
+//! a worker for it alone (`HandOver::OwnWorker`): more workers than client connections,
+//! and one that serves nothing else. Then no request waits behind another, and the hop
+//! is all that placing requests would add: a load test with 2 connections on 8 workers
+//! ran at half of Node cluster's req/s through drover's hop (`bench/sweep.sh --seed 4
+//! --only 3`). Once connections outnumber the workers, a new connection asks the
+//! workers for theirs back (`at_new_connection`), and each request is placed again.
+//!
 //! And back: a worker that retires gives its connections back between two requests
 //! (drover-node's preload), and the balancer serves them like new ones.
 
@@ -20,6 +28,7 @@ use crate::conn::ClientStream;
 use crate::options::Handoff;
 use crate::state::{BalancerState, ThreadCell};
 use drover_balance::clock;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -49,29 +58,77 @@ pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStrea
     {
         return Some(stream);
     }
-    match give(shared, stream) {
+    match give(shared, stream, HandOver::LeastBehind) {
         Ok(()) => None,
         Err(back) => back.into_plain().ok(),
     }
 }
 
+/// Which worker a connection handed over between two requests goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandOver {
+    /// The one least behind (costs alike, or `handoff` mode).
+    LeastBehind,
+    /// One that serves nothing else (see the module's notes).
+    OwnWorker,
+}
+
 /// Whether a proxied keep-alive connection, between two requests and with nothing of
-/// the next one read, should be offered to a worker.
-pub(crate) fn between_requests(shared: &BalancerState) -> bool {
+/// the next one read, should be offered to a worker, and to which.
+pub(crate) fn between_requests(shared: &BalancerState) -> Option<HandOver> {
     // Cheapest first: this runs after every proxied request of a keep-alive connection.
     // A worker would see the PROXY protocol sender as its client.
     let may = |shared: &BalancerState| {
         shared.opts.proxy_protocol.is_none() && shared.pool.handoffs().any()
     };
     match shared.opts.handoff {
-        Handoff::Never => false,
-        Handoff::Always => may(shared),
-        Handoff::WhenEven => may(shared) && shared.spread.is_even(clock::now()),
+        Handoff::Never => None,
+        Handoff::Always => may(shared).then_some(HandOver::LeastBehind),
+        Handoff::WhenEven if !may(shared) => None,
+        Handoff::WhenEven if shared.spread.is_even(clock::now()) => Some(HandOver::LeastBehind),
+        Handoff::WhenEven => has_worker_of_its_own(shared).then_some(HandOver::OwnWorker),
     }
 }
 
-/// Gives `stream` to the worker least behind; the stream back when none took it.
-pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), ClientStream> {
+/// Whether every client connection could have a worker of its own: the proxied ones
+/// (this one among them) and those workers serve, against the workers that count theirs.
+/// Never with an access log: a worker's requests would be missing from it, and the
+/// light traffic this is for is when someone reads it.
+fn has_worker_of_its_own(shared: &BalancerState) -> bool {
+    if shared.access_log.is_some() {
+        return false;
+    }
+    let proxied = shared.active.load(Relaxed);
+    // More connections than workers at all: no need to count what they serve.
+    if proxied > shared.pool.handoffs().taker_count() {
+        return false;
+    }
+    let o = shared.pool.handoff_occupancy();
+    proxied + o.clients <= o.workers
+}
+
+/// A new client connection, in `auto` mode while costs differ: once client connections
+/// outnumber the workers, those handed to workers of their own come back, so that each
+/// request is placed again.
+pub(crate) fn at_new_connection(shared: &BalancerState) {
+    if shared.opts.handoff != Handoff::WhenEven || !shared.pool.handoffs().any() {
+        return;
+    }
+    let o = shared.pool.handoff_occupancy();
+    if o.clients > 0
+        && shared.active.load(Relaxed) + o.clients > o.workers
+        && !shared.spread.is_even(clock::now())
+    {
+        shared.pool.handoffs().reclaim();
+    }
+}
+
+/// Gives `stream` to a worker (the one `to` says); the stream back when none took it.
+pub(crate) fn give(
+    shared: &BalancerState,
+    stream: TcpStream,
+    to: HandOver,
+) -> Result<(), ClientStream> {
     // Out of this thread's reactor: from here the worker's event loop owns it.
     let plain = match stream.into_std() {
         Ok(plain) => plain,
@@ -81,7 +138,11 @@ pub(crate) fn give(shared: &BalancerState, stream: TcpStream) -> Result<(), Clie
             return Ok(());
         }
     };
-    match shared.pool.hand_off(plain) {
+    let given = match to {
+        HandOver::LeastBehind => shared.pool.hand_off(plain),
+        HandOver::OwnWorker => shared.pool.hand_to_own(plain),
+    };
+    match given {
         Ok(_) => {
             shared.stats.record_handoff();
             Ok(())

@@ -10,9 +10,14 @@
 //! ready, draining, ejected) gets none. When none can take it, the caller serves the
 //! connection itself.
 //!
+//! A worker of its own (`hand_to_own`): while an app has more workers than client
+//! connections, a connection may go to a worker that serves nothing else, and nothing
+//! waits behind anything. Once connections outnumber the workers, `reclaim` asks for
+//! them back, and each request is placed again.
+//!
 //! The other way: a worker that retires (a reload, a scale-down) gives its connections
 //! back between two requests (`give_back`), and the balancer serves them from then on
-//! (`take_returned`).
+//! (`take_returned`); so does one asked to by `reclaim`.
 
 use arc_swap::ArcSwap;
 use drover_balance::{clock, Endpoint};
@@ -31,6 +36,20 @@ pub trait TakesConnections: Send + Sync {
     fn is_stalled(&self) -> bool;
     /// Gives it `stream`, or returns it when the worker can take no more.
     fn give(&self, stream: TcpStream) -> Result<(), TcpStream>;
+    /// Client connections given to it that it serves now; `None` when it cannot say.
+    fn clients(&self) -> Option<usize>;
+    /// Asks it to give back the client connections it serves, each between two
+    /// requests, and to go on serving.
+    fn reclaim(&self);
+}
+
+/// What the workers that count their client connections serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Occupancy {
+    /// Workers in the pool (available) that say how many client connections they serve.
+    pub workers: usize,
+    /// Client connections those workers serve.
+    pub clients: usize,
 }
 
 /// Past this many queued connections a worker is given no more, stalled or not: a
@@ -132,6 +151,67 @@ impl Handoffs {
         !self.takers.load().is_empty()
     }
 
+    /// How many endpoints take connections, in the pool or not.
+    pub fn taker_count(&self) -> usize {
+        self.takers.load().len()
+    }
+
+    /// What the workers that count their client connections serve now (see
+    /// `Occupancy`); workers out of the pool are left out.
+    pub fn occupancy(&self, find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>) -> Occupancy {
+        let now = clock::now();
+        let mut o = Occupancy::default();
+        for t in self.takers.load().iter() {
+            let Some(clients) = t.takes.clients() else {
+                continue;
+            };
+            o.clients += clients;
+            if find(t.addr).is_some_and(|ep| ep.is_available(now)) {
+                o.workers += 1;
+            }
+        }
+        o
+    }
+
+    /// Asks every worker that serves client connections to give them back.
+    pub fn reclaim(&self) {
+        for t in self.takers.load().iter() {
+            if t.takes.clients().is_some_and(|n| n > 0) {
+                t.takes.reclaim();
+            }
+        }
+    }
+
+    /// Gives `stream` to a worker of its own: one in the pool that serves no client
+    /// connection, has none on its way, and has no request of the balancer's in flight,
+    /// the one given the fewest so far. The address it went to, or the stream back when
+    /// there is none.
+    pub fn hand_to_own(
+        &self,
+        stream: TcpStream,
+        find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
+    ) -> Result<SocketAddr, TcpStream> {
+        let takers = self.takers.load();
+        let now = clock::now();
+        let best = takers
+            .iter()
+            .filter_map(|t| {
+                if t.takes.clients() != Some(0) || t.takes.queued() > 0 {
+                    return None;
+                }
+                let ep = find(t.addr)?;
+                (ep.is_available(now) && ep.in_flight() == 0).then_some((t, ep))
+            })
+            .min_by_key(|(t, _)| t.given.load(Relaxed));
+        let Some((taker, ep)) = best else {
+            return Err(stream);
+        };
+        taker.takes.give(stream)?;
+        taker.given.fetch_add(1, Relaxed);
+        ep.note_handed_connection();
+        Ok(taker.addr)
+    }
+
     /// Gives `stream` to the endpoint of `endpoints` least behind; the address it went
     /// to, or the stream back when none can take it.
     pub fn hand_off(
@@ -177,6 +257,9 @@ mod tests {
         queued: AtomicUsize,
         stalled: std::sync::atomic::AtomicBool,
         got: Mutex<Vec<TcpStream>>,
+        /// `usize::MAX`: cannot say.
+        clients: AtomicUsize,
+        reclaims: AtomicUsize,
     }
 
     impl TakesConnections for Fake {
@@ -190,6 +273,12 @@ mod tests {
             self.got.lock().unwrap().push(stream);
             Ok(())
         }
+        fn clients(&self) -> Option<usize> {
+            Some(self.clients.load(Relaxed)).filter(|&n| n != usize::MAX)
+        }
+        fn reclaim(&self) {
+            self.reclaims.fetch_add(1, Relaxed);
+        }
     }
 
     fn fake(queued: usize) -> Arc<Fake> {
@@ -197,6 +286,8 @@ mod tests {
             queued: AtomicUsize::new(queued),
             stalled: std::sync::atomic::AtomicBool::new(false),
             got: Mutex::new(Vec::new()),
+            clients: AtomicUsize::new(usize::MAX),
+            reclaims: AtomicUsize::new(0),
         })
     }
 
@@ -245,5 +336,64 @@ mod tests {
         fb.queued.store(0, Relaxed);
         assert_eq!(h.hand_off(stream(&l), |_| None).map_err(|_| ()), Err(()));
         assert_eq!(h.hand_off(stream(&l), find).unwrap(), b);
+    }
+
+    #[test]
+    fn a_worker_of_its_own_serves_nothing_else_and_is_asked_back() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addrs: Vec<SocketAddr> = (1..=3)
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
+        let eps: Vec<Arc<Endpoint>> = addrs.iter().map(|&a| Arc::new(Endpoint::new(a))).collect();
+        let find = |addr: SocketAddr| eps.iter().find(|e| e.addr() == addr).cloned();
+        let h = Handoffs::default();
+        let fakes: Vec<Arc<Fake>> = addrs.iter().map(|_| fake(0)).collect();
+        for (a, f) in addrs.iter().zip(&fakes) {
+            h.register(*a, f.clone());
+        }
+        // None can say what it serves: none is its own, and none is counted.
+        assert!(h.hand_to_own(stream(&l), find).is_err());
+        assert_eq!(h.occupancy(find), Occupancy::default());
+
+        for f in &fakes {
+            f.clients.store(0, Relaxed);
+        }
+        assert_eq!(
+            h.occupancy(find),
+            Occupancy {
+                workers: 3,
+                clients: 0
+            }
+        );
+        // The first serves a client, the second has a request of drover's in flight:
+        // only the third is free.
+        fakes[0].clients.store(1, Relaxed);
+        let ctx = drover_balance::PickContext {
+            now: clock::now(),
+            ..Default::default()
+        };
+        let pick = drover_balance::Pick::try_new(&eps[1], &ctx).unwrap();
+        assert_eq!(h.hand_to_own(stream(&l), find).unwrap(), addrs[2]);
+        assert!(eps[2].serves_clients());
+        // It has one on its way (not yet taken up): not free either.
+        fakes[2].queued.store(1, Relaxed);
+        assert!(h.hand_to_own(stream(&l), find).is_err());
+        drop(pick);
+        assert_eq!(h.hand_to_own(stream(&l), find).unwrap(), addrs[1]);
+        fakes[1].clients.store(1, Relaxed);
+        fakes[2].clients.store(1, Relaxed);
+        assert_eq!(
+            h.occupancy(find),
+            Occupancy {
+                workers: 3,
+                clients: 3
+            }
+        );
+
+        // Asked back: only the workers that serve clients hear it.
+        fakes[1].clients.store(0, Relaxed);
+        h.reclaim();
+        let asked: Vec<usize> = fakes.iter().map(|f| f.reclaims.load(Relaxed)).collect();
+        assert_eq!(asked, [1, 0, 1]);
     }
 }

@@ -294,6 +294,23 @@ impl Pool {
             .hand_off(stream, |addr| set.find(addr).cloned())
     }
 
+    /// Gives a client connection to a member that takes connections and serves nothing
+    /// else (see `Handoffs::hand_to_own`); the stream back when none is free.
+    pub fn hand_to_own(
+        &self,
+        stream: std::net::TcpStream,
+    ) -> Result<SocketAddr, std::net::TcpStream> {
+        let set = self.set.load();
+        self.handoffs
+            .hand_to_own(stream, |addr| set.find(addr).cloned())
+    }
+
+    /// What the members that take connections serve (see `Handoffs::occupancy`).
+    pub fn handoff_occupancy(&self) -> crate::Occupancy {
+        let set = self.set.load();
+        self.handoffs.occupancy(|addr| set.find(addr).cloned())
+    }
+
     pub fn find(&self, addr: SocketAddr) -> Option<Arc<Endpoint>> {
         self.set.load().find(addr).cloned()
     }

@@ -666,6 +666,15 @@ fn node_session(
                 tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
             }
             drover_node::SessionEvent::Returned(stream) => pool.handoffs().give_back(stream),
+            drover_node::SessionEvent::ServesClients(serves) => {
+                if let Some(ep) = pool.find(addr) {
+                    if serves {
+                        ep.note_handed_connection();
+                    } else {
+                        ep.serves_no_clients();
+                    }
+                }
+            }
         };
         if let Err(e) = session.run(report).await {
             tracing::debug!(app = %app, worker = id, error = %e, "Node cluster channel ended");
@@ -695,6 +704,14 @@ impl TakesConnections for NodeInbox {
 
     fn give(&self, stream: std::net::TcpStream) -> Result<(), std::net::TcpStream> {
         self.0.give(stream)
+    }
+
+    fn clients(&self) -> Option<usize> {
+        self.0.clients()
+    }
+
+    fn reclaim(&self) {
+        self.0.reclaim()
     }
 }
 

@@ -410,9 +410,11 @@ async fn a_restarted_worker_gets_its_share_of_sequential_requests() {
         d.stderr_text()
     );
 
-    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    // A new connection per request: a lone keep-alive connection would go to a worker
+    // of its own after two requests (`auto`), and the balancer would place no more.
     let mut by_worker: BTreeMap<String, usize> = BTreeMap::new();
     for _ in 0..200 {
+        let mut c = HttpClient::connect(d.addr()).await.unwrap();
         let r = c.get(path).await;
         assert_eq!(r.status, 200, "{}", r.text());
         *by_worker

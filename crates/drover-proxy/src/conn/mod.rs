@@ -83,6 +83,9 @@ pub(crate) async fn serve(
     let thread = cell.load_full();
     thread.shared.active.fetch_add(1, Relaxed);
     let _active = ActiveGuard(Arc::clone(&thread.shared.active));
+    if accepted {
+        handoff::at_new_connection(&thread.shared);
+    }
     let mut cbuf = Vec::new();
     let mut client_addr = peer;
     // The PROXY header and the TLS handshake share the header read timeout.
@@ -152,11 +155,11 @@ pub(crate) async fn serve(
                 }
                 return;
             }
-            Ended::HandOver => {
+            Ended::HandOver(to) => {
                 let shared = Arc::clone(&conn.thread.shared);
                 // `run` hands over plain connections only.
                 let given = match conn.client.into_plain() {
-                    Ok(plain) => handoff::give(&shared, plain),
+                    Ok(plain) => handoff::give(&shared, plain, to),
                     Err(tls) => Err(tls),
                 };
                 match given {
@@ -231,7 +234,7 @@ enum Ended {
     /// The connection is done (closed, failed, or drover is stopping).
     Closed,
     /// Between two requests, with nothing of the next one read: a worker may take it.
-    HandOver,
+    HandOver(handoff::HandOver),
 }
 
 struct Conn {
@@ -407,11 +410,10 @@ impl Conn {
                 self.ubuf = Vec::new();
                 self.out = Vec::new();
                 self.reqbody = Vec::new();
-                if self.requests >= self.hand_over_at
-                    && self.client.is_plain()
-                    && handoff::between_requests(&self.thread.shared)
-                {
-                    return Ended::HandOver;
+                if self.requests >= self.hand_over_at && self.client.is_plain() {
+                    if let Some(to) = handoff::between_requests(&self.thread.shared) {
+                        return Ended::HandOver(to);
+                    }
                 }
             }
         }
