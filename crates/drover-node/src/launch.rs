@@ -78,9 +78,16 @@ fn with_preload(preload: &Path, node_options: Option<&str>) -> String {
     }
 }
 
-/// Where `write_preload` puts the preload in `dir`.
+/// Where `write_preload` puts the preload in `dir`: a name of its own for each version
+/// of it. drovers of two versions on one machine share `dir`, and with one name the
+/// second to start replaced the first's preload, whose workers then loaded one that
+/// did not speak their drover's messages (no client counts: `auto` handed no connection
+/// to a worker of its own).
 pub fn preload_path(dir: &Path) -> PathBuf {
-    dir.join("node-cluster-worker.cjs")
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    PRELOAD.hash(&mut h);
+    dir.join(format!("node-cluster-worker-{:016x}.cjs", h.finish()))
 }
 
 /// Writes the preload into `dir` (created private to this user) and returns its path.
@@ -147,6 +154,12 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).unwrap(), PRELOAD);
         // Written again on the next start, over the old one.
         write_preload(&dir).unwrap();
+        // Another version's preload beside it is left as it is.
+        let other = dir.join("node-cluster-worker-0000000000000000.cjs");
+        fs::write(&other, "// another version").unwrap();
+        assert_eq!(write_preload(&dir).unwrap(), path);
+        assert_ne!(path, other);
+        assert_eq!(fs::read_to_string(&other).unwrap(), "// another version");
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
         let e = write_preload(&dir).unwrap_err();
         assert!(e.to_string().contains("mode 700"), "{e}");

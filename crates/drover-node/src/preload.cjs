@@ -52,16 +52,22 @@ function givesConnectionsBack() {
   let clients = 0;
   let told = 0;
   let telling = false;
+  // drover counts a connection once the worker acknowledges it, before this says so:
+  // after one arrives, the count goes even if it ended where it was (another closed
+  // in the same turn), or drover's would stay one too high.
+  let arrived = false;
   const givenBack = new WeakSet();
   const tell = () => {
     telling = false;
-    if (clients !== told) {
+    if (clients !== told || arrived) {
       told = clients;
+      arrived = false;
       process.send({ cmd: 'NODE_DROVER', act: 'clients', n: clients });
     }
   };
   const changed = (by) => {
     clients += by;
+    if (by > 0) arrived = true;
     if (!telling) {
       telling = true;
       setImmediate(tell);
