@@ -191,25 +191,13 @@ impl Handoffs {
         stream: TcpStream,
         find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
     ) -> Result<SocketAddr, TcpStream> {
-        let takers = self.takers.load();
-        let now = clock::now();
-        let best = takers
-            .iter()
-            .filter_map(|t| {
-                if t.takes.clients() != Some(0) || t.takes.queued() > 0 {
-                    return None;
-                }
-                let ep = find(t.addr)?;
-                (ep.is_available(now) && ep.in_flight() == 0).then_some((t, ep))
-            })
-            .min_by_key(|(t, _)| t.given.load(Relaxed));
-        let Some((taker, ep)) = best else {
-            return Err(stream);
-        };
-        taker.takes.give(stream)?;
-        taker.given.fetch_add(1, Relaxed);
-        ep.note_handed_connection();
-        Ok(taker.addr)
+        self.give_to_least(stream, find, |t, ep, now| {
+            let free = t.takes.clients() == Some(0)
+                && t.takes.queued() == 0
+                && ep.is_available(now)
+                && ep.in_flight() == 0;
+            free.then(|| (0, false, t.given.load(Relaxed)))
+        })
     }
 
     /// Gives `stream` to the endpoint of `endpoints` least behind; the address it went
@@ -219,21 +207,33 @@ impl Handoffs {
         stream: TcpStream,
         find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
     ) -> Result<SocketAddr, TcpStream> {
+        self.give_to_least(stream, find, |t, ep, now| {
+            if !ep.is_available(now) {
+                return None;
+            }
+            let queued = t.takes.queued();
+            if queued >= MAX_QUEUED || t.takes.is_stalled() {
+                return None;
+            }
+            let saturated = ep.reported_load(now) >= SATURATED;
+            Some((queued, saturated, t.given.load(Relaxed)))
+        })
+    }
+
+    /// Gives `stream` to the taker with the lowest `rank` (`None`: it may not take it).
+    fn give_to_least(
+        &self,
+        stream: TcpStream,
+        find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
+        rank: impl Fn(&Taker, &Endpoint, u64) -> Option<(usize, bool, u64)>,
+    ) -> Result<SocketAddr, TcpStream> {
         let takers = self.takers.load();
         let now = clock::now();
         let best = takers
             .iter()
             .filter_map(|t| {
                 let ep = find(t.addr)?;
-                if !ep.is_available(now) {
-                    return None;
-                }
-                let queued = t.takes.queued();
-                if queued >= MAX_QUEUED || t.takes.is_stalled() {
-                    return None;
-                }
-                let saturated = ep.reported_load(now) >= SATURATED;
-                Some(((queued, saturated, t.given.load(Relaxed)), (t, ep)))
+                Some((rank(t, &ep, now)?, (t, ep)))
             })
             .min_by_key(|(key, _)| *key)
             .map(|(_, best)| best);
