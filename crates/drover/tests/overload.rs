@@ -34,10 +34,11 @@ async fn run_workers(extra: &[&str]) -> DroverProcess {
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "node", &script]);
     let d = DroverProcess::spawn(bin(), &args).await;
-    // Both workers answer before the load starts.
+    // Both workers answer before the load starts. A new connection per request: a lone
+    // keep-alive connection goes to a worker of its own after two (`auto`).
     let mut seen = std::collections::BTreeSet::new();
-    let mut c = HttpClient::connect(d.addr()).await.unwrap();
     for _ in 0..200 {
+        let mut c = HttpClient::connect(d.addr()).await.unwrap();
         let r = c.get("/cpu?ms=0").await;
         seen.insert(r.header("x-worker").unwrap_or("").to_owned());
         if seen.len() == 2 {
