@@ -38,13 +38,15 @@
 //!
 //! Each release hands slots to the waiters at the head, in order, for as long as there
 //! is room. (A wake-up primitive would let a waiter that lost a race drop to the back,
-//! which is what makes tails long.)
+//! which is what makes tails long.) Room also opens with no release: a backend's CPU
+//! stops being saturated, so its learned limit is no longer in force, or its requests
+//! turn out to mostly wait. So while anyone waits, one task also looks every `RECHECK`.
 
 use crate::error::ProxyError;
 use drover_balance::{clock, Balancer, Endpoint, Nanos, NoPick, Pick, PickContext};
 use drover_registry::Pool;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -66,6 +68,17 @@ const BACKED_UP_FRACTION: u32 = 4;
 /// queue.
 const OLDEST_SCAN: usize = 16;
 
+/// How often a queue that nobody releases into looks again whether an endpoint has room
+/// (`Admission::keep_rechecking`): a little less than the supervisor's CPU sample period, so
+/// the queue moves within one sample of saturation ending.
+///
+/// Found stalled without it: 40 long-polls arrived at a cold start and saturated both
+/// workers for a moment; 16 short requests that came then queued behind their learned
+/// limits. Within 300 ms neither worker was saturated and no limit held, but the
+/// long-polls held every slot for 20 s and released none, so nothing dispatched the
+/// queue: the 16 waited until their clients gave up after 10 s.
+const RECHECK: Duration = Duration::from_millis(20);
+
 /// How many waiters pinned to a full endpoint one dispatch looks past, so a long queue
 /// of pinned requests (every request carries a sticky cookie) costs a bounded scan.
 const MAX_PINNED_SKIPS: usize = 32;
@@ -79,6 +92,9 @@ pub struct Admission {
     /// When the oldest waiter near the head joined (0: nobody waits), readable without
     /// the lock by the accept loop.
     oldest_joined: AtomicU64,
+    /// A task re-checks the queue every `RECHECK` (set and cleared under the queue's
+    /// lock, so a waiter that joins as it stops starts a new one).
+    rechecking: AtomicBool,
     max: usize,
     timeout: Duration,
 }
@@ -120,6 +136,7 @@ impl Admission {
             queue: Mutex::new(VecDeque::new()),
             waiting: AtomicUsize::new(0),
             oldest_joined: AtomicU64::new(0),
+            rechecking: AtomicBool::new(false),
             max,
             timeout,
         }
@@ -179,6 +196,9 @@ impl Admission {
                 },
             );
             self.note_length(&queue);
+            if !self.rechecking.swap(true, Relaxed) {
+                self.keep_rechecking();
+            }
         }
         // A slot may have freed between the pick above and joining the queue.
         self.dispatch();
@@ -201,6 +221,30 @@ impl Admission {
         // be none for long): their age must not keep the queue counting as backed up.
         self.dispatch();
         result
+    }
+
+    /// Dispatches the queue every `RECHECK` until it is empty: room that opens with no
+    /// release (saturation ends, a report expires, a reload raises `max_conns`) reaches
+    /// the waiters too. One task per queue, whatever its length; it holds the admission
+    /// weakly, so a reload that replaces it ends the task.
+    fn keep_rechecking(self: &Arc<Self>) {
+        let admission = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RECHECK).await;
+                let Some(admission) = admission.upgrade() else {
+                    return;
+                };
+                {
+                    let queue = admission.lock();
+                    if queue.is_empty() {
+                        admission.rechecking.store(false, Relaxed);
+                        return;
+                    }
+                }
+                admission.dispatch();
+            }
+        });
     }
 
     /// Whether a request waits while no endpoint is available, for one to come.
@@ -487,6 +531,55 @@ mod tests {
             1,
         );
         assert_eq!(waiter.await.unwrap(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_request_gets_room_that_opens_with_no_release() {
+        let options = drover_registry::PoolOptions::default();
+        let pool = Arc::new(Pool::new("t", &[(([127, 0, 0, 1], 9).into(), 1)], options));
+        let endpoint = pool.endpoints()[0].clone();
+        endpoint.set_adaptive(true);
+        let t0 = clock::now();
+        endpoint.report_load(t0, 1.0);
+        let admission = Arc::new(Admission::new(
+            Arc::new(drover_balance::strategy::LeastConn::new()),
+            pool,
+            usize::MAX,
+            Duration::from_secs(60),
+        ));
+        // Saturated: the learned limit holds requests of 20 ms at four.
+        let costly = PickContext {
+            cost: 20_000_000,
+            ..any_request()
+        };
+        let mut held = Vec::new();
+        for _ in 0..drover_balance::endpoint::LIMIT_INITIAL as usize {
+            held.push(admission.acquire(&costly).await.unwrap());
+        }
+        let waiter = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move {
+                let costly = PickContext {
+                    cost: 20_000_000,
+                    ..any_request()
+                };
+                admission.acquire(&costly).await.map(|_| ())
+            })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(admission.waiting(), 1);
+        // Its CPU reports low for `SATURATION_LINGER`: no limit holds, and nothing held
+        // is released.
+        endpoint.report_load(t0 + 1, 0.1);
+        endpoint.report_load(t0 + 1 + drover_balance::endpoint::SATURATION_LINGER, 0.1);
+        assert!(!endpoint.limit_in_force(t0 + 2 + drover_balance::endpoint::SATURATION_LINGER));
+        let placed = tokio::time::timeout(Duration::from_secs(1), waiter).await;
+        assert_eq!(placed.expect("placed without a release").unwrap(), Ok(()));
+        assert_eq!(admission.waiting(), 0);
+        drop(held);
+        // With the queue empty the re-checking task ends.
+        tokio::time::sleep(RECHECK * 2).await;
+        assert!(!admission.rechecking.load(Relaxed));
     }
 
     #[tokio::test(start_paused = true)]
