@@ -47,7 +47,7 @@ use drover_balance::{clock, Balancer, Endpoint, Nanos, NoPick, Pick, PickContext
 use drover_registry::Pool;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -228,17 +228,18 @@ impl Admission {
     /// the waiters too. One task per queue, whatever its length; it holds the admission
     /// weakly, so a reload that replaces it ends the task.
     fn keep_rechecking(self: &Arc<Self>) {
-        let admission = Arc::downgrade(self);
+        let mut task = RecheckTask(Arc::downgrade(self));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(RECHECK).await;
-                let Some(admission) = admission.upgrade() else {
+                let Some(admission) = task.0.upgrade() else {
                     return;
                 };
                 {
                     let queue = admission.lock();
                     if queue.is_empty() {
                         admission.rechecking.store(false, Relaxed);
+                        task.disarm();
                         return;
                     }
                 }
@@ -366,6 +367,26 @@ fn join_position(queue: &VecDeque<Waiter>, cost: Nanos, retry: bool) -> usize {
         at -= 1;
     }
     at
+}
+
+/// The re-checking task's hold on its admission. Dropped with the task while the queue
+/// still holds waiters (the serving thread that spawned it ended: a reload removed its
+/// listener, whose routes sent to this balancer), it lets the next waiter start another.
+struct RecheckTask(Weak<Admission>);
+
+impl RecheckTask {
+    /// It ends having cleared the flag under the queue's lock itself.
+    fn disarm(&mut self) {
+        self.0 = Weak::new();
+    }
+}
+
+impl Drop for RecheckTask {
+    fn drop(&mut self) {
+        if let Some(admission) = self.0.upgrade() {
+            admission.rechecking.store(false, Relaxed);
+        }
+    }
 }
 
 /// A `Pick` that, when released, hands its room to the next queued request.
@@ -580,6 +601,52 @@ mod tests {
         // With the queue empty the re-checking task ends.
         tokio::time::sleep(RECHECK * 2).await;
         assert!(!admission.rechecking.load(Relaxed));
+    }
+
+    #[test]
+    fn a_re_checking_task_that_ends_with_its_runtime_lets_another_start() {
+        let options = drover_registry::PoolOptions {
+            max_conns: 1,
+            ..Default::default()
+        };
+        let pool = Arc::new(Pool::new("t", &[(([127, 0, 0, 1], 9).into(), 1)], options));
+        let admission = Arc::new(Admission::new(
+            Arc::new(drover_balance::strategy::LeastConn::new()),
+            pool,
+            usize::MAX,
+            Duration::from_secs(60),
+        ));
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let held = runtime()
+            .block_on(admission.acquire(&any_request()))
+            .unwrap();
+        // A serving thread's runtime queues a request, then ends with it still queued.
+        let first = runtime();
+        first.block_on(async {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) });
+            tokio::task::yield_now().await;
+        });
+        assert!(admission.rechecking.load(Relaxed));
+        drop(first);
+        assert!(
+            !admission.rechecking.load(Relaxed),
+            "the task ended with its runtime"
+        );
+        // The next waiter, on another thread's runtime, starts another.
+        let second = runtime();
+        second.block_on(async {
+            let waiter = Arc::clone(&admission);
+            tokio::spawn(async move { waiter.acquire(&any_request()).await.map(|_| ()) });
+            tokio::task::yield_now().await;
+            assert!(admission.rechecking.load(Relaxed));
+        });
+        drop(held);
     }
 
     #[tokio::test(start_paused = true)]
