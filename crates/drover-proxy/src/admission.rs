@@ -483,13 +483,7 @@ mod tests {
             max_conns: 1,
             ..Default::default()
         };
-        let pool = Arc::new(Pool::new("t", &[(([127, 0, 0, 1], 9).into(), 1)], options));
-        let admission = Arc::new(Admission::new(
-            Arc::new(drover_balance::strategy::LeastConn::new()),
-            pool,
-            usize::MAX,
-            Duration::from_secs(4),
-        ));
+        let (_, admission) = one_endpoint(options, Duration::from_secs(4));
         let held = admission.acquire(&any_request()).await.unwrap();
         assert!(!admission.backed_up(clock::now()));
         let waiter = {
@@ -504,6 +498,29 @@ mod tests {
         drop(held);
         assert!(waiter.await.unwrap().is_ok());
         assert!(!admission.backed_up(joined + clock::nanos(Duration::from_secs(9))));
+    }
+
+    /// An admission over a pool of one endpoint, by least-conn, with no queue bound.
+    fn one_endpoint(
+        options: drover_registry::PoolOptions,
+        timeout: Duration,
+    ) -> (Arc<Pool>, Arc<Admission>) {
+        admission_over(&[(([127, 0, 0, 1], 9).into(), 1)], options, timeout)
+    }
+
+    fn admission_over(
+        members: &[(std::net::SocketAddr, u32)],
+        options: drover_registry::PoolOptions,
+        timeout: Duration,
+    ) -> (Arc<Pool>, Arc<Admission>) {
+        let pool = Arc::new(Pool::new("t", members, options));
+        let admission = Arc::new(Admission::new(
+            Arc::new(drover_balance::strategy::LeastConn::new()),
+            Arc::clone(&pool),
+            usize::MAX,
+            timeout,
+        ));
+        (pool, admission)
     }
 
     fn any_request() -> PickContext<'static> {
@@ -522,14 +539,7 @@ mod tests {
             expects_members,
             ..Default::default()
         };
-        let pool = Arc::new(Pool::new("t", &[], options));
-        let admission = Arc::new(Admission::new(
-            Arc::new(drover_balance::strategy::LeastConn::new()),
-            Arc::clone(&pool),
-            usize::MAX,
-            timeout,
-        ));
-        (pool, admission)
+        admission_over(&[], options, timeout)
     }
 
     #[tokio::test]
@@ -556,18 +566,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_queued_request_gets_room_that_opens_with_no_release() {
-        let options = drover_registry::PoolOptions::default();
-        let pool = Arc::new(Pool::new("t", &[(([127, 0, 0, 1], 9).into(), 1)], options));
+        let (pool, admission) = one_endpoint(Default::default(), Duration::from_secs(60));
         let endpoint = pool.endpoints()[0].clone();
         endpoint.set_adaptive(true);
         let t0 = clock::now();
         endpoint.report_load(t0, 1.0);
-        let admission = Arc::new(Admission::new(
-            Arc::new(drover_balance::strategy::LeastConn::new()),
-            pool,
-            usize::MAX,
-            Duration::from_secs(60),
-        ));
         // Saturated: the learned limit holds requests of 20 ms at four.
         let costly = PickContext {
             cost: 20_000_000,
@@ -609,13 +612,7 @@ mod tests {
             max_conns: 1,
             ..Default::default()
         };
-        let pool = Arc::new(Pool::new("t", &[(([127, 0, 0, 1], 9).into(), 1)], options));
-        let admission = Arc::new(Admission::new(
-            Arc::new(drover_balance::strategy::LeastConn::new()),
-            pool,
-            usize::MAX,
-            Duration::from_secs(60),
-        ));
+        let (_, admission) = one_endpoint(options, Duration::from_secs(60));
         let runtime = || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -626,13 +623,16 @@ mod tests {
             .block_on(admission.acquire(&any_request()))
             .unwrap();
         // A serving thread's runtime queues a request, then ends with it still queued.
+        let queue_one = |runtime: &tokio::runtime::Runtime| {
+            runtime.block_on(async {
+                let waiter = Arc::clone(&admission);
+                tokio::spawn(async move { waiter.acquire(&any_request()).await.map(|_| ()) });
+                tokio::task::yield_now().await;
+            });
+            admission.rechecking.load(Relaxed)
+        };
         let first = runtime();
-        first.block_on(async {
-            let admission = Arc::clone(&admission);
-            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) });
-            tokio::task::yield_now().await;
-        });
-        assert!(admission.rechecking.load(Relaxed));
+        assert!(queue_one(&first));
         drop(first);
         assert!(
             !admission.rechecking.load(Relaxed),
@@ -640,12 +640,7 @@ mod tests {
         );
         // The next waiter, on another thread's runtime, starts another.
         let second = runtime();
-        second.block_on(async {
-            let waiter = Arc::clone(&admission);
-            tokio::spawn(async move { waiter.acquire(&any_request()).await.map(|_| ()) });
-            tokio::task::yield_now().await;
-            assert!(admission.rechecking.load(Relaxed));
-        });
+        assert!(queue_one(&second));
         drop(held);
     }
 
