@@ -372,12 +372,19 @@ async fn a_grpc_backend_that_stops_gracefully_under_load_fails_no_call() {
     let d = h2c_proxy(&addrs, &[]).await;
     let target = d.addr().to_string();
     // 1,500 calls, 8 at a time, on one channel; G1 stops (SIGTERM: GOAWAY, then it
-    // finishes what it took and exits) a moment in, as a deploy stops a server.
+    // finishes what it took and exits) once it has taken calls, as a deploy stops a
+    // server. (Not after a fixed time: on a busy machine the client had not started
+    // calling 800 ms in, and G1 took none.)
     let load = tokio::spawn({
         let (client, target) = (client.clone(), target.clone());
         async move { node_client(&client, &[&target, "Name", "1500", "8"]).await }
     });
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (client_ref, g1) = (&client, &addrs[0].to_string());
+    let g1_took_calls = drover_testkit::wait_until_async(Duration::from_secs(20), || async move {
+        node_client(client_ref, &[g1, "Calls", "1"]).await[0]["reply"] != "0"
+    })
+    .await;
+    assert!(g1_took_calls, "G1 took no call");
     let pid = servers[0].0.id().unwrap();
     let term = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
