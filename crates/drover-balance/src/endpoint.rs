@@ -45,6 +45,16 @@ pub const SATURATION_ENDS: f64 = 0.75;
 /// (`bench/sweep.sh --only 6`). Twelve of `drover run`'s CPU samples.
 pub const SATURATION_LINGER: Nanos = 300_000_000;
 
+/// A busy endpoint's CPU is judged by the first report that comes at least this long
+/// after it became busy (see `holds_an_unjudged_burst`): `drover run` samples every
+/// 25 ms, so such a report's window lies wholly in the busy spell, with 25 ms for the
+/// worker to read what it was sent.
+pub const JUDGED_AFTER: Nanos = 50_000_000;
+
+/// ...and once it has been busy this long, it counts as judged whatever its reports say:
+/// a burst held back for a judgement that never comes (its reports stopped) must go on.
+pub const JUDGEMENT_WAIT_MAX: Nanos = 150_000_000;
+
 /// How often an endpoint's requests are judged CPU-bound or waiting (`mostly_waits`): the
 /// busy time measured over this window against the expected cost of the requests that
 /// finished in it. Four of `drover run`'s CPU samples.
@@ -143,6 +153,8 @@ pub struct Endpoint {
     /// load on the backend, so it leaves these.
     pending: AtomicU32,
     pending_cost: AtomicU64,
+    /// When `pending` last went from none to some (ns; see `holds_an_unjudged_burst`).
+    busy_since: AtomicU64,
     /// Of those, the requests overtaken by later ones (`OVERTAKEN_BY`) and their expected
     /// cost: they wait, so neither the learned limit nor the load score counts them.
     waiting: AtomicU32,
@@ -210,6 +222,7 @@ impl Endpoint {
             in_flight: AtomicU32::new(0),
             pending: AtomicU32::new(0),
             pending_cost: AtomicU64::new(0),
+            busy_since: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
             waiting_cost: AtomicU64::new(0),
             send_order: Mutex::new(SendOrder::default()),
@@ -398,10 +411,34 @@ impl Endpoint {
 
     /// Whether the learned limit holds requests back now (see `concurrency_cap`).
     pub fn limit_in_force(&self, now: Nanos) -> bool {
-        self.is_adaptive()
-            && self.is_saturated(now)
-            && !self.mostly_waits()
-            && !self.serves_clients()
+        self.limit_may_apply() && self.is_saturated(now)
+    }
+
+    /// Whether its learned limit holds requests back now and it has no room under it.
+    pub fn is_full_at_its_limit(&self, now: Nanos) -> bool {
+        self.max_conns() == 0 && self.limit_in_force(now) && !self.has_capacity(now)
+    }
+
+    /// Whether the learned limit would hold requests back here if its CPU read saturated.
+    fn limit_may_apply(&self) -> bool {
+        self.is_adaptive() && !self.mostly_waits() && !self.serves_clients()
+    }
+
+    /// Whether it holds a burst that no CPU report has judged yet: its learned limit
+    /// would apply if it were saturated, it is not (yet), it holds `LIMIT_INITIAL`
+    /// working requests or more, and its CPU is reported, but no report came
+    /// `JUDGED_AFTER` it became busy (for at most `JUDGEMENT_WAIT_MAX`). While a
+    /// sibling is full at its limit, strategies send it no more until a report judges it
+    /// (`strategy::common::claim`).
+    pub fn holds_an_unjudged_burst(&self, now: Nanos) -> bool {
+        let since = self.busy_since.load(Relaxed);
+        let reported = self.reported_at.load(Relaxed);
+        reported != 0
+            && now.saturating_sub(since) < JUDGEMENT_WAIT_MAX
+            && reported < since.saturating_add(JUDGED_AFTER)
+            && self.pending().saturating_sub(self.waiting()) >= LIMIT_INITIAL as u32
+            && self.limit_may_apply()
+            && !self.is_saturated(now)
     }
 
     /// Whether, in the last judged window, its busy time was under `MOSTLY_WAITING` of
@@ -438,6 +475,9 @@ impl Endpoint {
                         self.admits_pending(n, now).then_some(n + 1)
                     })
                     .ok()?;
+                if before == 0 {
+                    self.busy_since.store(now.max(1), Relaxed);
+                }
                 self.in_flight.fetch_add(1, Relaxed);
                 self.pending_cost.fetch_add(cost.min(WORK_CAP), Relaxed);
                 (before + 1).saturating_sub(self.waiting())
