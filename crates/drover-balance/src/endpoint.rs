@@ -416,7 +416,7 @@ impl Endpoint {
 
     /// Whether its learned limit holds requests back now and it has no room under it.
     pub fn is_full_at_its_limit(&self, now: Nanos) -> bool {
-        self.max_conns() == 0 && self.limit_in_force(now) && !self.has_capacity(now)
+        self.limit_in_force(now) && !self.has_capacity(now)
     }
 
     /// Whether the learned limit would hold requests back here if its CPU read saturated.

@@ -234,24 +234,30 @@ mod tests {
         use crate::endpoint::{JUDGED_AFTER, JUDGEMENT_WAIT_MAX, LIMIT_INITIAL};
         use crate::strategy::p2c::P2c;
         use crate::Balancer;
-        let s = set(2);
-        let (a, b) = (&s.endpoints()[0], &s.endpoints()[1]);
-        for e in [a, b] {
-            e.set_adaptive(true);
-            e.report_load(1, 0.1);
-        }
         // 150 ms calls: above the pipeline budget, so a limit is strict.
         let at = |now| PickContext {
             now,
             cost: 150_000_000,
             ..Default::default()
         };
-        // A read saturated first and holds its limit of working requests.
-        a.report_load(2, 1.0);
-        let _on_a: Vec<Pick> = (0..LIMIT_INITIAL as usize)
-            .map(|_| Pick::try_new(a, &at(3)).unwrap())
-            .collect();
-        assert!(a.limit_in_force(3) && !a.has_capacity(3));
+        // Two CPU-reported endpoints; A read saturated first and holds its limit of
+        // working requests.
+        let a_full_at_its_limit = || {
+            let s = set(2);
+            let a = s.endpoints()[0].clone();
+            for e in s.endpoints() {
+                e.set_adaptive(true);
+                e.report_load(1, 0.1);
+            }
+            a.report_load(2, 1.0);
+            let on_a: Vec<Pick> = (0..LIMIT_INITIAL as usize)
+                .map(|_| Pick::try_new(&a, &at(3)).unwrap())
+                .collect();
+            assert!(a.limit_in_force(3) && !a.has_capacity(3));
+            (s, on_a)
+        };
+        let (s, _on_a) = a_full_at_its_limit();
+        let b = &s.endpoints()[1];
         // B, not read since it got busy, takes as many, then waits for a report.
         let t = 4;
         let on_b: Vec<Pick> = (0..LIMIT_INITIAL as usize)
@@ -267,16 +273,7 @@ mod tests {
         let p = P2c::new().pick(&s, &at(t + JUDGED_AFTER)).unwrap();
         assert!(Arc::ptr_eq(p.endpoint(), b));
         // With no report at all, the hold ends after JUDGEMENT_WAIT_MAX.
-        let s = set(2);
-        let (a, b) = (&s.endpoints()[0], &s.endpoints()[1]);
-        for e in [a, b] {
-            e.set_adaptive(true);
-            e.report_load(1, 0.1);
-        }
-        a.report_load(2, 1.0);
-        let _on_a: Vec<Pick> = (0..LIMIT_INITIAL as usize)
-            .map(|_| Pick::try_new(a, &at(3)).unwrap())
-            .collect();
+        let (s, _on_a) = a_full_at_its_limit();
         let _on_b: Vec<Pick> = (0..LIMIT_INITIAL as usize)
             .map(|_| P2c::new().pick(&s, &at(t)).unwrap())
             .collect();
