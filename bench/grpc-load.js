@@ -10,9 +10,14 @@ const [target, mode, a, seconds, mix, seed] = process.argv.slice(2);
 const [lightUs, heavyUs, share] = mix.split(':').map(Number);
 const raw = { requestSerialize: (b) => b, requestDeserialize: (b) => b,
   responseSerialize: (b) => b, responseDeserialize: (b) => b };
+const method = (path) => ({ path, requestStream: false, responseStream: false, ...raw });
+// METHODS=2: heavy calls go to a method of their own (/bench.Work/Heavy), light ones to
+// /bench.Work/Call; otherwise every call is /bench.Work/Call, its cost in its payload.
 const Client = grpc.makeGenericClientConstructor({
-  Call: { path: '/bench.Work/Call', requestStream: false, responseStream: false, ...raw },
+  Call: method('/bench.Work/Call'),
+  Heavy: method('/bench.Work/Heavy'),
 });
+const heavyMethod = process.env.METHODS === '2' ? 'Heavy' : 'Call';
 const client = new Client(target, grpc.credentials.createInsecure());
 // A small seeded generator (mulberry32): the same seed, the same arrivals and mix.
 let state = Number(seed || 1) >>> 0;
@@ -29,7 +34,8 @@ const one = () => new Promise((resolve) => {
   const isHeavy = random() < share;
   const started = process.hrtime.bigint();
   const deadline = new Date(Date.now() + 30000);
-  client.Call(Buffer.from(String(isHeavy ? heavyUs : lightUs)), { deadline }, (err) => {
+  const call = isHeavy ? heavyMethod : 'Call';
+  client[call](Buffer.from(String(isHeavy ? heavyUs : lightUs)), { deadline }, (err) => {
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
     if (err) errors++;
     else (isHeavy ? heavy : light).push(ms);

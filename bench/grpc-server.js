@@ -9,20 +9,22 @@ const grpc = require('@grpc/grpc-js');
 const elu = process.argv[2] === 'report' ? require('../sdk/node').eventLoopUtilization : null;
 const raw = { requestSerialize: (b) => b, requestDeserialize: (b) => b,
   responseSerialize: (b) => b, responseDeserialize: (b) => b };
-const service = { call: { path: '/bench.Work/Call', requestStream: false, responseStream: false, ...raw } };
+// /bench.Work/Heavy does the same: with BENCH_METHODS=2, grpc.sh's client sends its heavy
+// calls there, as an app whose costly work has a method of its own.
+const method = (path) => ({ path, requestStream: false, responseStream: false, ...raw });
+const service = { call: method('/bench.Work/Call'), heavy: method('/bench.Work/Heavy') };
+const spin = (call, cb) => {
+  const until = process.hrtime.bigint() + BigInt(Number(call.request.toString()) || 0) * 1000n;
+  while (process.hrtime.bigint() < until);
+  if (elu) {
+    const md = new grpc.Metadata();
+    md.set('endpoint-load-metrics', `TEXT named_metrics.elu=${elu().toFixed(3)}`);
+    call.sendMetadata(md);
+  }
+  cb(null, Buffer.from('ok'));
+};
 const server = new grpc.Server();
-server.addService(service, {
-  call: (call, cb) => {
-    const until = process.hrtime.bigint() + BigInt(Number(call.request.toString()) || 0) * 1000n;
-    while (process.hrtime.bigint() < until);
-    if (elu) {
-      const md = new grpc.Metadata();
-      md.set('endpoint-load-metrics', `TEXT named_metrics.elu=${elu().toFixed(3)}`);
-      call.sendMetadata(md);
-    }
-    cb(null, Buffer.from('ok'));
-  },
-});
+server.addService(service, { call: spin, heavy: spin });
 server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => {
   if (err) throw err;
   console.log(`listening ${port}`);

@@ -20,7 +20,9 @@
 # BENCH_LOAD (0.75), BENCH_MIX ("1000:25000:0.05": light µs, heavy µs, heavy share),
 # BENCH_REPORT=1: the backends report their event-loop utilisation in each answer's
 # metadata (endpoint-load-metrics, as sdk/node does for HTTP), which drover reads and
-# nginx passes on. DROVER_B_BIN=/path/to/drover adds a peer `drover-b` running that
+# nginx passes on. BENCH_METHODS=2: heavy calls are a method of their own
+# (/bench.Work/Heavy), as in an app whose costly work has its own RPC; by default every
+# call is /bench.Work/Call with its cost in the payload. DROVER_B_BIN=/path/to/drover adds a peer `drover-b` running that
 # binary the same way (an A/B of two builds in one run).
 set -euo pipefail
 
@@ -48,6 +50,7 @@ if [[ ! -d "$GRPC_MODULES/node_modules/@grpc/grpc-js" ]]; then
   npm ci --prefix "$GRPC_MODULES" --no-audit --no-fund >&2
 fi
 export NODE_PATH="$GRPC_MODULES/node_modules"
+export METHODS="${BENCH_METHODS:-1}"
 scratch_and_cleanup grpc 1
 
 BACKENDS=()
@@ -139,8 +142,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-printf '\ngRPC, one channel, 3 backends (load reports: %s), mix %s, %s calls/s (%s of %s), %s rounds x %s s\n' \
-  "$([[ "${BENCH_REPORT:-0}" == 1 ]] && echo on || echo off)" "$MIX" "$RATE" "$LOAD" "$CAPACITY" "$ROUNDS" "$D"
+printf '\ngRPC, one channel, 3 backends (load reports: %s), mix %s, %s method(s), %s calls/s (%s of %s), %s rounds x %s s\n' \
+  "$([[ "${BENCH_REPORT:-0}" == 1 ]] && echo on || echo off)" "$MIX" "$METHODS" "$RATE" "$LOAD" "$CAPACITY" "$ROUNDS" "$D"
 printf '| peer | p50 ms | p99 ms | light p99 ms | errors | p99 of each round |\n|---|---:|---:|---:|---:|---|\n'
 for peer in "${PEERS[@]}"; do
   printf '| %s | %s | %s | %s | %s | %s|\n' "$peer" "$(echo "${P50[$peer]}" | median)" \
