@@ -47,6 +47,9 @@ pub enum SessionEvent {
     Serving { asked: i64, port: u16 },
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
+    /// The app listened on "any port" (`listen(0)`) and got a TCP socket of its own, on
+    /// `port`: drover leaves it to the app, and routes none of its clients there.
+    OwnPort { port: u16 },
     /// A client connection the worker gave back, between two requests, when drover
     /// asked (`Inbox::give_back_connections`, `Inbox::reclaim`): drover serves it from
     /// here on.
@@ -508,6 +511,12 @@ impl Session {
                         let body = message::answer(&query, 0);
                         let line = message::with_handle(self.next(body));
                         self.channel.send_with(&line, socket.as_fd()).await?;
+                        let tcp =
+                            matches!(query.address_type, AddressType::Tcp4 | AddressType::Tcp6);
+                        let bound = socket.local_addr().ok().and_then(|a| a.as_socket());
+                        if let (true, Some(bound)) = (tcp, bound) {
+                            report(SessionEvent::OwnPort { port: bound.port() });
+                        }
                         Ok(())
                     }
                     Err(e) => {

@@ -487,14 +487,33 @@ impl Proc {
         self.port.as_ref().map(Port::addr)
     }
 
-    /// Its PORT, when neither the program listened there nor a Node app asked drover to
-    /// serve it: the usual cause of a worker that never becomes ready.
-    fn never_listened(&self) -> Option<u16> {
+    /// Why it never became ready, when neither the program listened on its PORT nor a
+    /// Node app asked drover to serve it: the usual cause of a worker that is not ready
+    /// in time. A Node app whose only server listened on port 0 is told so: the port it
+    /// printed works, but drover routes no client there.
+    fn never_listened(&self) -> Option<String> {
         let port = self.port.as_ref()?.get();
         let session = self.node_session.as_ref()?;
         let listened = session.listened.load(std::sync::atomic::Ordering::Relaxed)
             || std::net::TcpStream::connect(self.port.as_ref()?.addr()).is_ok();
-        (!listened).then_some(port)
+        if listened {
+            return None;
+        }
+        Some(
+            match session.own_port.load(std::sync::atomic::Ordering::Relaxed) {
+                0 => format!(
+                    "it never listened on its PORT ({port}); a Node app may listen on any \
+                     port, any other program must listen on $PORT or take {{port}} in its \
+                     arguments"
+                ),
+                own => format!(
+                    "it never listened on its PORT ({port}): its server listened on port 0 \
+                     and got port {own} of its own, which drover leaves to the app (a helper \
+                     server); drover routes the first fixed port a worker listens on, so \
+                     listen on a port number (any: drover routes it) or on $PORT"
+                ),
+            },
+        )
     }
 
     /// Reads its RSS and CPU time now; returns the RSS just read. A reading that fails
@@ -645,6 +664,8 @@ fn node_session(
     let addr = port.addr();
     let listened = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let listened_here = listened.clone();
+    let own_port = Arc::new(std::sync::atomic::AtomicU16::new(0));
+    let own_port_here = own_port.clone();
     let takes: Arc<dyn TakesConnections> = Arc::new(NodeInbox(inbox.clone()));
     let task = tokio::spawn(async move {
         let report = |event| match event {
@@ -661,6 +682,15 @@ fn node_session(
                          behind its own listen address"
                     );
                 }
+            }
+            drover_node::SessionEvent::OwnPort { port } => {
+                // The first one: what a worker that never becomes ready is told about.
+                let _ = own_port_here.compare_exchange(
+                    0,
+                    port,
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             }
             drover_node::SessionEvent::Refused { reason } => {
                 tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
@@ -683,6 +713,7 @@ fn node_session(
     Ok(NodeSession {
         task,
         listened,
+        own_port,
         inbox,
         addr,
         pool: Arc::clone(&shared.pool),
@@ -721,6 +752,8 @@ struct NodeSession {
     task: JoinHandle<()>,
     /// The app's server is served at the worker's port.
     listened: Arc<std::sync::atomic::AtomicBool>,
+    /// The port the app's first `listen(0)` got, a socket of its own; 0 while none.
+    own_port: Arc<std::sync::atomic::AtomicU16>,
     inbox: drover_node::Inbox,
     addr: SocketAddr,
     pool: Arc<Pool>,
@@ -940,11 +973,7 @@ async fn run_once(
         proc.sample();
         let status = proc.worker.stop(proc.spec.stop_timeout).await;
         let detail = Some(match proc.never_listened() {
-            Some(port) => format!(
-                "{reason}: it never listened on its PORT ({port}); a Node app may listen on \
-                 any port, any other program must listen on $PORT or take {{port}} in its \
-                 arguments"
-            ),
+            Some(why) => format!("{reason}: {why}"),
             None => reason.to_string(),
         });
         shared

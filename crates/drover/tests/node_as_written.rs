@@ -305,6 +305,80 @@ ready_timeout = "1s"
 }
 
 #[tokio::test]
+async fn a_node_app_whose_only_server_listens_on_port_0_is_told_what_to_do() {
+    // Under Node's cluster module every worker would share one "random" port; drover
+    // leaves listen(0) to the app (a helper server), so this worker is never ready, and
+    // its restart record says why, with the port it got.
+    let dir = temp_dir("port-0");
+    std::fs::write(
+        dir.join("app.js"),
+        "const s = require('http').createServer((q, r) => r.end('ok'));\n\
+         s.listen(0, () => console.log('app listening on ' + s.address().port));\n",
+    )
+    .unwrap();
+    let file = dir.join("drover.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+[[balancer]]
+listen = "127.0.0.1:0"
+backends = ["app:web"]
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[app]]
+name = "web"
+command = ["node", {:?}]
+ready_timeout = "1s"
+"#,
+            dir.join("app.js").to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "-c", file.to_str().unwrap()]);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "listening on ").await;
+    let admin = admin_addr(&d).await;
+    let told = wait_until_async(Duration::from_secs(20), || async {
+        restart_records(&status(admin).await).iter().any(|r| {
+            r.detail.as_deref().is_some_and(|t| {
+                t.contains("never listened on its PORT")
+                    && t.contains("listened on port 0 and got port")
+            })
+        })
+    })
+    .await;
+    assert!(
+        told,
+        "{:?}\n{}",
+        restart_records(&status(admin).await),
+        d.stderr_text()
+    );
+    // The port it printed is in the record: the worker's own, which drover names.
+    let output = d.stdout_text() + &d.stderr_text();
+    let printed: Vec<String> = output
+        .lines()
+        .filter_map(|l| l.split("app listening on ").nth(1).map(str::to_string))
+        .collect();
+    let records = restart_records(&status(admin).await);
+    let names_a_printed_port = |t: &str| {
+        printed
+            .iter()
+            .any(|p| t.contains(&format!("got port {p} ")))
+    };
+    assert!(
+        records
+            .iter()
+            .any(|r| r.detail.as_deref().is_some_and(names_a_printed_port)),
+        "printed ports {printed:?}, records {records:?}"
+    );
+    drover_stops_cleanly("port 0", &d).await;
+}
+
+#[tokio::test]
 async fn a_hard_coded_port_app_is_killed_reloaded_and_scaled_under_load_without_a_failure() {
     let dir = as_written(".");
     let command = ["node".to_string(), "hard-coded.js".to_string()];
