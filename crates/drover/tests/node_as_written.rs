@@ -261,61 +261,13 @@ async fn a_unix_socket_listen_fails_with_the_reason() {
     drover_stops_cleanly("unix socket", &d).await;
 }
 
-#[tokio::test]
-async fn a_program_that_ignores_port_is_told_what_to_do() {
-    let dir = temp_dir("ignores-port");
-    let file = dir.join("drover.toml");
-    std::fs::write(
-        &file,
-        r#"
-[[balancer]]
-listen = "127.0.0.1:0"
-backends = ["app:web"]
-
-[admin]
-listen = "127.0.0.1:0"
-
-[[app]]
-name = "web"
-command = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "0"]
-ready_timeout = "1s"
-"#,
-    )
-    .unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["up", "-c", file.to_str().unwrap()]);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "listening on ").await;
-    let admin = admin_addr(&d).await;
-    let told = wait_until_async(Duration::from_secs(20), || async {
-        restart_records(&status(admin).await).iter().any(|r| {
-            r.detail
-                .as_deref()
-                .is_some_and(|t| t.contains("never listened on its PORT") && t.contains("{port}"))
-        })
-    })
-    .await;
-    assert!(
-        told,
-        "{:?}\n{}",
-        restart_records(&status(admin).await),
-        d.stderr_text()
-    );
-    drover_stops_cleanly("ignores PORT", &d).await;
-}
-
-#[tokio::test]
-async fn a_node_app_whose_only_server_listens_on_port_0_is_told_what_to_do() {
-    // Under Node's cluster module every worker would share one "random" port; drover
-    // leaves listen(0) to the app (a helper server), so this worker is never ready, and
-    // its restart record says why, with the port it got.
-    let dir = temp_dir("port-0");
-    std::fs::write(
-        dir.join("app.js"),
-        "const s = require('http').createServer((q, r) => r.end('ok'));\n\
-         s.listen(0, () => console.log('app listening on ' + s.address().port));\n",
-    )
-    .unwrap();
+/// `drover up` with one app of `command` (TOML array items) that may take 1 s to be
+/// ready; waits until a restart record's detail passes `told` and returns drover.
+async fn up_until_a_record_says(
+    dir: &Path,
+    command: &str,
+    told: impl Fn(&str) -> bool,
+) -> (ChildProcess, SocketAddr) {
     let file = dir.join("drover.toml");
     std::fs::write(
         &file,
@@ -330,10 +282,9 @@ listen = "127.0.0.1:0"
 
 [[app]]
 name = "web"
-command = ["node", {:?}]
+command = [{command}]
 ready_timeout = "1s"
-"#,
-            dir.join("app.js").to_str().unwrap()
+"#
         ),
     )
     .unwrap();
@@ -342,22 +293,51 @@ ready_timeout = "1s"
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "listening on ").await;
     let admin = admin_addr(&d).await;
-    let told = wait_until_async(Duration::from_secs(20), || async {
-        restart_records(&status(admin).await).iter().any(|r| {
-            r.detail.as_deref().is_some_and(|t| {
-                t.contains("never listened on its PORT")
-                    && t.contains("listened on port 0 and got port")
-            })
-        })
+    let said = wait_until_async(Duration::from_secs(20), || async {
+        restart_records(&status(admin).await)
+            .iter()
+            .any(|r| r.detail.as_deref().is_some_and(&told))
     })
     .await;
     assert!(
-        told,
+        said,
         "{:?}\n{}",
         restart_records(&status(admin).await),
         d.stderr_text()
     );
-    // The port it printed is in the record: the worker's own, which drover names.
+    (d, admin)
+}
+
+#[tokio::test]
+async fn a_program_that_ignores_port_is_told_what_to_do() {
+    let dir = temp_dir("ignores-port");
+    let (d, _) = up_until_a_record_says(
+        &dir,
+        r#""python3", "-m", "http.server", "--bind", "127.0.0.1", "0""#,
+        |t| t.contains("never listened on its PORT") && t.contains("{port}"),
+    )
+    .await;
+    drover_stops_cleanly("ignores PORT", &d).await;
+}
+
+#[tokio::test]
+async fn a_node_app_whose_only_server_listens_on_port_0_is_told_what_to_do() {
+    // Under Node's cluster module every worker would share one "random" port; drover
+    // leaves listen(0) to the app (a helper server), so this worker is never ready, and
+    // its restart record says why, with the port it got.
+    let dir = temp_dir("port-0");
+    let app = dir.join("app.js");
+    std::fs::write(
+        &app,
+        "const s = require('http').createServer((q, r) => r.end('ok'));\n\
+         s.listen(0, () => console.log('app listening on ' + s.address().port));\n",
+    )
+    .unwrap();
+    let (d, admin) = up_until_a_record_says(&dir, &format!(r#""node", {:?}"#, app), |t| {
+        t.contains("never listened on its PORT") && t.contains("listened on port 0 and got port")
+    })
+    .await;
+    // The port it printed is in a record: the worker's own, which drover names.
     let output = d.stdout_text() + &d.stderr_text();
     let printed: Vec<String> = output
         .lines()
