@@ -4,9 +4,10 @@
 //! A program run directly (`node app.js`, or through `sh -c`) gets Node's own variables:
 //! its start-up sets up the channel and the cluster worker before the app's code runs.
 //! A package manager (`npm start`) is a Node process itself and would take the channel,
-//! so its apps get drover's names for the same values and a preload (`NODE_OPTIONS
-//! --require`) that hands the channel to the first Node process below it that is not a
-//! package manager.
+//! and so is a runner that starts the app in a Node process of its own (`tsx app.ts`,
+//! TypeScript's usual runner: its loader goes into a child Node). Their apps get
+//! drover's names for the same values and a preload (`NODE_OPTIONS --require`) that
+//! hands the channel to the first Node process below them that is not such a runner.
 
 use std::fs;
 use std::io;
@@ -15,16 +16,20 @@ use std::path::{Path, PathBuf};
 
 const PRELOAD: &str = include_str!("preload.cjs");
 
-/// Programs that run an app's script in a Node process of their own.
-const PACKAGE_RUNNERS: [&str; 7] = ["npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack"];
+/// Programs that run an app's script in a Node process of their own (preload.cjs knows
+/// them by their scripts).
+const SCRIPT_RUNNERS: [&str; 8] = [
+    "npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack", "tsx",
+];
 
-/// Whether `program` (a path or a name) is a package manager that runs the app below it.
-pub fn is_package_runner(program: &str) -> bool {
+/// Whether `program` (a path or a name) is a Node program that runs the app in a Node
+/// process below it: a package manager, or tsx.
+pub fn is_script_runner(program: &str) -> bool {
     let name = Path::new(program)
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or(program);
-    PACKAGE_RUNNERS.contains(&name)
+    SCRIPT_RUNNERS.contains(&name)
 }
 
 /// The environment that makes a Node program a cluster worker on `channel_fd`: Node's
@@ -48,7 +53,7 @@ pub fn channel_env(
     env
 }
 
-/// The environment for a package manager's app: drover's names for the channel, and
+/// The environment for a script runner's app (npm's, tsx's): drover's names for the channel, and
 /// `node_options` (the worker's `NODE_OPTIONS`, if any) with the preload added.
 pub fn runner_env(
     worker_id: usize,
@@ -122,11 +127,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn package_runners_by_name_or_path() {
-        assert!(is_package_runner("npm"));
-        assert!(is_package_runner("/usr/bin/yarn"));
-        assert!(!is_package_runner("node"));
-        assert!(!is_package_runner("/opt/npm-tools/node"));
+    fn script_runners_by_name_or_path() {
+        assert!(is_script_runner("npm"));
+        assert!(is_script_runner("/usr/bin/yarn"));
+        assert!(is_script_runner("node_modules/.bin/tsx"));
+        assert!(!is_script_runner("node"));
+        assert!(!is_script_runner("/opt/npm-tools/node"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! the primary's side of that conversation, so an unmodified app runs as N workers.
 //!
 //! A worker started with `NODE_UNIQUE_ID` and `NODE_CHANNEL_FD` (see [`channel_env`]; a
-//! package manager's app through a preload, [`runner_env`]) becomes a cluster worker at
+//! package manager's or tsx's app through a preload, [`runner_env`]) becomes a cluster worker at
 //! startup. Its `listen(port)` then reaches
 //! [`Session::run`], which answers the way Node's own primary does in its round-robin
 //! mode: "listening" without a socket, with the address the app asked for. The
@@ -33,6 +33,6 @@ mod message;
 mod session;
 
 pub use channel::ChannelError;
-pub use launch::{channel_env, is_package_runner, preload_path, runner_env, write_preload};
+pub use launch::{channel_env, is_script_runner, preload_path, runner_env, write_preload};
 pub use message::{parse, AddressType, FromWorker, ServerQuery};
 pub use session::{Ended, Inbox, Session, SessionEvent};

@@ -33,8 +33,9 @@ pub enum FromWorker {
     /// preload giving a client connection back (`returned`), or anything else a worker
     /// sends with a handle. Node waits for `NODE_HANDLE_ACK` before its next one.
     Handle { returned: bool },
-    /// drover's preload runs in the worker and can give connections back.
-    PreloadReady,
+    /// drover's preload runs in the worker and can give connections back; `pid` is the
+    /// process it runs in (the app's own, below a runner such as npm), when it said.
+    PreloadReady { pid: Option<u32> },
     /// drover's preload gave back every connection it could.
     AllReturned,
     /// drover's preload answered a `ping`: the worker's event loop turns.
@@ -100,7 +101,13 @@ pub fn parse(line: &[u8]) -> FromWorker {
                     .is_some_and(|msg| drover_act(msg) == Some("return")),
         },
         Some(DROVER_CMD) => match drover_act(fields) {
-            Some("ready") => FromWorker::PreloadReady,
+            Some("ready") => FromWorker::PreloadReady {
+                pid: fields
+                    .get("pid")
+                    .and_then(Value::as_u64)
+                    .and_then(|p| u32::try_from(p).ok())
+                    .filter(|&p| p > 1),
+            },
             Some("returned") => FromWorker::AllReturned,
             Some("pong") => FromWorker::Pong,
             Some("clients") => match fields.get("n").and_then(Value::as_u64) {
@@ -342,8 +349,21 @@ mod tests {
     fn the_preloads_messages_and_handles() {
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"ready"}"#),
-            FromWorker::PreloadReady
+            FromWorker::PreloadReady { pid: None }
         );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"ready","pid":4242}"#),
+            FromWorker::PreloadReady { pid: Some(4242) }
+        );
+        // Not a process of its own: 0 and 1 (init), a negative, a float, too large.
+        for pid in ["0", "1", "-5", "4.5", "4294967296", "\"42\""] {
+            let line = format!(r#"{{"cmd":"NODE_DROVER","act":"ready","pid":{pid}}}"#);
+            assert_eq!(
+                parse(line.as_bytes()),
+                FromWorker::PreloadReady { pid: None },
+                "{pid}"
+            );
+        }
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"returned"}"#),
             FromWorker::AllReturned

@@ -1,10 +1,11 @@
 'use strict';
 // drover's preload, loaded into a worker's Node processes by NODE_OPTIONS. Two jobs:
 //
-// 1. Apps started by a package manager (`npm start`, `yarn start`, `pnpm start`): npm
-//    is itself a Node process, and Node takes NODE_CHANNEL_FD in the first process that
-//    starts, so drover passes the channel under its own names and this file makes the
-//    app's process the cluster worker, exactly as NODE_CHANNEL_FD and NODE_UNIQUE_ID
+// 1. Apps started by a package manager (`npm start`, `yarn start`, `pnpm start`) or by
+//    tsx (`tsx app.ts`, which runs the app in a child Node with its loader): npm and tsx
+//    are Node processes themselves, and Node takes NODE_CHANNEL_FD in the first process
+//    that starts, so drover passes the channel under its own names and this file makes
+//    the app's process the cluster worker, exactly as NODE_CHANNEL_FD and NODE_UNIQUE_ID
 //    would have.
 // 2. In a cluster worker of drover's, give client connections back when drover retires
 //    the worker (a reload, a scale-down): each HTTP connection drover handed to it goes
@@ -20,8 +21,8 @@
 // HTTP servers and counts client connections as they arrive and close.
 const script = process.argv[1] || '';
 const runner =
-  /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack)(-cli)?(\.[cm]?js)?$/.test(script) ||
-  /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack)[\\/]/.test(script);
+  /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
+  /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack|tsx)[\\/]/.test(script);
 const fd = Number(process.env.DROVER_NODE_CHANNEL_FD);
 if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   const id = process.env.DROVER_NODE_UNIQUE_ID;
@@ -113,7 +114,9 @@ function givesConnectionsBack() {
       giveAllBack();
     }
   });
-  process.send({ cmd: 'NODE_DROVER', act: 'ready' });
+  // With its pid: below a runner (npm, tsx, a shell) the app is not the process drover
+  // started, and drover reads the app's CPU and memory, and sees it exit, by this pid.
+  process.send({ cmd: 'NODE_DROVER', act: 'ready', pid: process.pid });
 
   // Node's list of a server's HTTP connections (what closeIdleConnections() uses).
   const connectionsOf = (server) => {

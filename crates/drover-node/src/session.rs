@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
@@ -115,6 +115,8 @@ pub struct Inbox {
     all_returned: Arc<AtomicBool>,
     /// When the preload last answered a ping: milliseconds since `epoch` (0: never).
     pong_ms: Arc<AtomicU64>,
+    /// The pid the preload runs in, as it said (0: not said).
+    app_pid: Arc<AtomicU32>,
     /// Client connections handed to the worker that it serves now: the preload's count,
     /// plus those it acknowledged since it last counted.
     clients: Arc<AtomicUsize>,
@@ -229,6 +231,13 @@ impl Inbox {
         let pong = self.pong_ms.load(Relaxed);
         pong != 0 && pong >= at_ms
     }
+
+    /// The process the app runs in, as drover's preload there said: the worker's own
+    /// pid for `node app.js`, another below a runner (`npm start`, `tsx`, `sh -c`).
+    /// `None` until it said (or without the preload).
+    pub fn app_pid(&self) -> Option<u32> {
+        Some(self.app_pid.load(Relaxed)).filter(|&p| p != 0)
+    }
 }
 
 /// drover as the cluster primary of one worker.
@@ -293,6 +302,7 @@ impl Session {
                 preloaded: Arc::new(AtomicBool::new(false)),
                 all_returned: Arc::new(AtomicBool::new(false)),
                 pong_ms: Arc::new(AtomicU64::new(0)),
+                app_pid: Arc::new(AtomicU32::new(0)),
                 clients: Arc::new(AtomicUsize::new(0)),
             },
             from_drover,
@@ -449,7 +459,12 @@ impl Session {
                 }
                 self.channel.send(&message::handle_ack()).await?;
             }
-            FromWorker::PreloadReady => self.inbox.preloaded.store(true, Relaxed),
+            FromWorker::PreloadReady { pid } => {
+                self.inbox.preloaded.store(true, Relaxed);
+                if let Some(pid) = pid {
+                    self.inbox.app_pid.store(pid, Relaxed);
+                }
+            }
             FromWorker::AllReturned => self.inbox.all_returned.store(true, Relaxed),
             FromWorker::Clients(n) => {
                 let was = self.inbox.clients.swap(n, Relaxed);
@@ -858,11 +873,21 @@ mod tests {
         let (client, server_side) = tcp_pair();
 
         assert!(!inbox.can_give_back());
-        send_with(&worker, r#"{"cmd":"NODE_DROVER","act":"ready"}"#, None);
+        assert_eq!(inbox.app_pid(), None);
+        send_with(
+            &worker,
+            r#"{"cmd":"NODE_DROVER","act":"ready","pid":4242}"#,
+            None,
+        );
         // Unasked, a connection is not taken: closed, and acked so Node sends on.
         send_with(&worker, RETURNED, Some(server_side.as_raw_fd()));
         assert_eq!(next_line(&mut reader)["cmd"], "NODE_HANDLE_ACK");
         assert!(inbox.can_give_back());
+        assert_eq!(
+            inbox.app_pid(),
+            Some(4242),
+            "the process the preload runs in"
+        );
 
         inbox.give_back_connections();
         assert_eq!(

@@ -52,6 +52,30 @@ pub fn is_stopped(pid: u32) -> bool {
         .is_some_and(|state| matches!(state, 'T' | 't'))
 }
 
+/// The process group `pid` is in (`stat`'s fifth field); `None` when it is gone.
+pub fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_group(&stat)
+}
+
+/// Whether process `pid` has ended: gone from `/proc`, or a zombie its parent has not
+/// reaped yet. `false` when `/proc` cannot tell (not mounted).
+pub fn has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => parse_stat_state(&stat).is_some_and(|state| matches!(state, 'Z' | 'X')),
+        Err(_) => std::path::Path::new("/proc/self/stat").exists(),
+    }
+}
+
+fn parse_stat_group(s: &str) -> Option<u32> {
+    // state, ppid, pgrp
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
 /// The state letter of `stat`, the first field after the `)` that ends the command name.
 fn parse_stat_state(s: &str) -> Option<char> {
     s[s.rfind(')')? + 1..]
@@ -117,6 +141,33 @@ mod tests {
         assert_eq!(parse_stat_state(stat), Some('S'));
         assert_eq!(parse_stat_state("1 (a) b) T 1"), Some('T'));
         assert_eq!(parse_stat_state("garbage"), None);
+        let in_group = "4243 (node app.js) S 4242 4242 4242 0 -1 4194560";
+        assert_eq!(parse_stat_group(in_group), Some(4242));
+        assert_eq!(parse_stat_group("4243 (x) S 1"), None);
+        assert_eq!(parse_stat_group("garbage"), None);
+    }
+
+    #[test]
+    fn a_child_reads_as_ended_once_it_exits_reaped_or_not() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(!has_ended(child.id()));
+        assert_eq!(
+            process_group(child.id()),
+            process_group(std::process::id()),
+            "a child stays in its parent's group"
+        );
+        child.kill().unwrap();
+        // Not reaped yet: a zombie.
+        let ended = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            has_ended(child.id())
+        });
+        assert!(ended);
+        child.wait().unwrap();
+        assert!(has_ended(child.id()));
     }
 
     #[test]

@@ -82,15 +82,15 @@ fn reserved() -> std::sync::MutexGuard<'static, BTreeSet<u16>> {
 /// shared mode's socket takes 3 too, and shared mode has no channel.
 const NODE_CHANNEL_FD: i32 = 3;
 
-/// The channel's descriptor below a package manager (`npm start`), which must reach the
-/// app through the package manager's own Node process and a shell. Node marks its
+/// The channel's descriptor below a script runner (`npm start`, `tsx app.ts`), which
+/// must reach the app through the runner's own Node process (and a shell, for npm). Node marks its
 /// descriptors close-on-exec at start-up (libuv's `uv_disable_stdio_inheritance`):
 /// 0 to 15 always, then on up to the first one not open. Past a gap, 100 is left alone
 /// and so inherited by what npm starts; 3 would not be.
 const RUNNER_CHANNEL_FD: i32 = 100;
 
-/// drover's Node preload (drover-node's preload.cjs): it makes a package manager's app
-/// (`npm start`) drover's cluster worker, and lets any Node worker give its client
+/// drover's Node preload (drover-node's preload.cjs): it makes a script runner's app
+/// (`npm start`, `tsx app.ts`) drover's cluster worker, and lets any Node worker give its client
 /// connections back when drover retires it. Written into a directory private to its
 /// user, and again whenever it is gone (a temp cleaner): every new Node worker loads
 /// it, and a missing one would stop them all from starting.
@@ -157,7 +157,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 .get("NODE_OPTIONS")
                 .cloned()
                 .or_else(|| std::env::var("NODE_OPTIONS").ok());
-            let (env, channel_fd) = if drover_node::is_package_runner(program) {
+            let (env, channel_fd) = if drover_node::is_script_runner(program) {
                 let preload = node_preload()?;
                 let env =
                     drover_node::runner_env(id, RUNNER_CHANNEL_FD, &preload, existing.as_deref());

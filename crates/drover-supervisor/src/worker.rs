@@ -479,6 +479,9 @@ struct Proc {
     last_cpu_seconds: Option<f64>,
     /// Proxy mode: drover as its Node cluster primary (idle for other programs).
     node_session: Option<NodeSession>,
+    /// The Node process below it that runs the app, when that is not the process drover
+    /// started: `npm start`, `tsx app.ts`, `sh -c 'node app.js'` (see `find_app`).
+    app_below: Option<u32>,
 }
 
 impl Proc {
@@ -516,10 +519,50 @@ impl Proc {
         )
     }
 
-    /// Reads its RSS and CPU time now; returns the RSS just read. A reading that fails
-    /// (it has exited; a zombie has no RSS) keeps the previous one for the record.
+    /// Notes the process its app runs in, once drover's preload there has said (it
+    /// does before the app's code runs, so before the worker is ready). Below a runner,
+    /// npm's or tsx's main thread is idle while the app's is saturated: drover reads the
+    /// app's CPU and memory, and sees it exit. Only a process in the worker's own group
+    /// is taken: one that left it is not the worker's to judge.
+    fn find_app(&mut self) {
+        if self.app_below.is_some() {
+            return;
+        }
+        let (Some(own), Some(said)) = (
+            self.pid,
+            self.node_session.as_ref().and_then(|s| s.inbox.app_pid()),
+        ) else {
+            return;
+        };
+        if said != own && cpu::process_group(said) == Some(own) {
+            self.app_below = Some(said);
+        }
+    }
+
+    /// The process whose main thread serves: the app's (`find_app`), or the worker's.
+    fn app_pid(&self) -> Option<u32> {
+        self.app_below.or(self.pid)
+    }
+
+    /// Why it must be stopped when the app's own process below a runner has ended while
+    /// the runner lives on (`tsx watch` starts the app again in a process that cannot
+    /// rejoin drover's channel; a script may go on): the worker would hold its port and
+    /// answer nothing.
+    fn app_ended(&self) -> Option<String> {
+        let app = self.app_below.filter(|&app| cpu::has_ended(app))?;
+        Some(format!(
+            "its app's Node process (pid {app}) ended while the program drover started (pid \
+             {}) kept running (a watch mode starting it again, or a runner waiting for a \
+             change): the app's process is the worker, so drover restarts it",
+            self.pid.map_or_else(|| "-".to_string(), |p| p.to_string()),
+        ))
+    }
+
+    /// Reads its RSS and CPU time now (the app's process, see `find_app`); returns the
+    /// RSS just read. A reading that fails (it has exited; a zombie has no RSS) keeps the
+    /// previous one for the record.
     fn sample(&mut self) -> Option<u64> {
-        let pid = self.pid?;
+        let pid = self.app_pid()?;
         let rss = memory::rss_bytes(pid);
         if rss.is_some() {
             self.last_rss = rss;
@@ -645,6 +688,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
         last_rss: None,
         last_cpu_seconds: None,
         node_session,
+        app_below: None,
     })
 }
 
@@ -1004,6 +1048,7 @@ async fn serve(
     replace: &mut mpsc::UnboundedReceiver<ReplaceRequest>,
 ) -> Life {
     let mut ready_at = Instant::now();
+    proc.find_app();
     // Kept across loop turns: recreating it on every event would reset its count of
     // failed checks.
     let mut unhealthy = Box::pin(watch_health(shared, id, &proc));
@@ -1015,14 +1060,7 @@ async fn serve(
     loop {
         let why = tokio::select! {
             status = proc.worker.child.wait() => {
-                // What it dropped may go again only if it did not end by its own doing.
-                tell_life(shared, &proc, life_after(&status));
-                // Out of the pool before anything else, so no new request goes to a corpse.
-                shared.leave_pool(id);
-                // Then what it started, before the replacement needs its port.
-                proc.worker.stop(proc.spec.stop_timeout).await;
-                shared.record_exit(id, &mut proc, &status, None).await;
-                return Life { end: exited(status), pid: proc.pid, served: ready_at.elapsed() };
+                return after_exit(shared, id, &mut proc, status, ready_at).await;
             }
             health::Unhealthy { reason, hung, permit } = &mut unhealthy => {
                 // drover ends it, so the GETs it holds go to another worker: those that
@@ -1064,6 +1102,22 @@ async fn serve(
             // Every worker is sampled, so its restart record has its last RSS and CPU
             // time; only one with `max_memory` is compared.
             _ = memory_poll.tick() => {
+                proc.find_app();
+                if let Some(reason) = proc.app_ended() {
+                    // A runner that ends with its app (npm, tsx) does so within moments:
+                    // that is its exit, with its own status.
+                    let wait = tokio::time::timeout(RUNNER_GRACE, proc.worker.child.wait());
+                    if let Ok(status) = wait.await {
+                        return after_exit(shared, id, &mut proc, status, ready_at).await;
+                    }
+                    // Like an exit: what it held may go again, as the app never read it.
+                    tell_life(shared, &proc, WorkerLife::Killed);
+                    shared.leave_pool(id);
+                    proc.sample();
+                    let status = proc.worker.stop(proc.spec.stop_timeout).await;
+                    shared.record_end(id, &mut proc, RestartReason::Exit, Some(reason.clone()), status).await;
+                    return Life { end: End::Killed(reason), pid: proc.pid, served: ready_at.elapsed() };
+                }
                 // Only a fresh reading counts: an exited process is not over anything.
                 match (proc.sample(), proc.spec.max_memory) {
                     (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
@@ -1098,6 +1152,7 @@ async fn serve(
             Replaced::Done(new) => {
                 proc = new;
                 ready_at = Instant::now();
+                proc.find_app();
                 unhealthy = Box::pin(watch_health(shared, id, &proc));
                 Ok(())
             }
@@ -1123,6 +1178,33 @@ async fn serve(
         }
     }
 }
+
+/// What follows a worker's exit (`status`): out of the pool, what it started stopped,
+/// its record kept.
+async fn after_exit(
+    shared: &AppState,
+    id: usize,
+    proc: &mut Proc,
+    status: std::io::Result<ExitStatus>,
+    ready_at: Instant,
+) -> Life {
+    // What it dropped may go again only if it did not end by its own doing.
+    tell_life(shared, proc, life_after(&status));
+    // Out of the pool before anything else, so no new request goes to a corpse.
+    shared.leave_pool(id);
+    // Then what it started, before the replacement needs its port.
+    proc.worker.stop(proc.spec.stop_timeout).await;
+    shared.record_exit(id, proc, &status, None).await;
+    Life {
+        end: exited(status),
+        pid: proc.pid,
+        served: ready_at.elapsed(),
+    }
+}
+
+/// How long a runner (npm, tsx, a shell) whose app's process ended has to end by
+/// itself before drover takes it for one that lives on (see `Proc::app_ended`).
+const RUNNER_GRACE: Duration = Duration::from_secs(1);
 
 enum Why {
     Asked(ReplaceRequest),
@@ -1302,7 +1384,7 @@ fn life_after(status: &std::io::Result<ExitStatus>) -> WorkerLife {
 /// Passes the worker's main-thread CPU use to its endpoint as its load, so the balancer
 /// knows when the worker is saturated (and, like any load report, sends it less).
 fn report_cpu(shared: &AppState, proc: &Proc, meter: &mut CpuMeter) {
-    let (Some(pid), Some(addr)) = (proc.pid, proc.addr()) else {
+    let (Some(pid), Some(addr)) = (proc.app_pid(), proc.addr()) else {
         return;
     };
     if let (Some(busy), Some(ep)) = (meter.sample(pid), shared.pool.find(addr)) {
@@ -1317,7 +1399,7 @@ fn watch_health<'a>(
     id: usize,
     proc: &Proc,
 ) -> impl std::future::Future<Output = health::Unhealthy> + 'a {
-    let (addr, pid, check) = (proc.addr(), proc.pid, proc.spec.health.clone());
+    let (addr, pid, check) = (proc.addr(), proc.app_pid(), proc.spec.health.clone());
     let event_loop = proc.node_session.as_ref().map(|s| s.inbox.clone());
     let probing = shared.probing(&proc.spec);
     let answers_in_batches = proc.spec.h2c;

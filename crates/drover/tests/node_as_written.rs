@@ -400,3 +400,76 @@ async fn a_hard_coded_port_app_is_killed_reloaded_and_scaled_under_load_without_
     .await;
     drover_stops_cleanly("kill, reload, scale", &d).await;
 }
+
+/// A TypeScript app as its author runs it, with tsx and no build step (`npm start`, whose
+/// script is `tsx server.ts`, and `npx tsx server.ts`), on a port fixed in its code.
+/// tsx is a Node process that runs the app in a Node process of its own below it: that
+/// one becomes drover's worker, through the preload. Before, tsx itself took the
+/// channel, its own IPC socket was refused, and every worker crash-looped.
+#[tokio::test]
+async fn a_typescript_app_run_by_tsx_runs_unchanged_as_three_workers() {
+    let dir = as_written("typescript");
+    assert!(
+        dir.join("node_modules/tsx").exists(),
+        "run `npm ci --prefix examples/as-written/typescript` (scripts/test does)"
+    );
+    for command in [&["npm", "start"][..], &["npx", "tsx", "server.ts"]] {
+        let who = command.join(" ");
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        let (d, _) = run(3, &command, &dir).await;
+        // The answering pids are the apps' below tsx, not the workers' (npm's, npx's);
+        // round-robin over 3 workers reaches each of them within a few requests.
+        let mut pids = BTreeSet::new();
+        for _ in 0..12 {
+            let r = get(d.addr(), "/").await;
+            let body = r.text();
+            assert!(
+                body.starts_with("Hello from TypeScript (pid "),
+                "{who}: {body}\n{}",
+                d.stderr_text()
+            );
+            pids.insert(body.trim().to_string());
+        }
+        assert_eq!(pids.len(), 3, "{who}: {pids:?}\n{}", d.stderr_text());
+        drover_stops_cleanly(&who, &d).await;
+    }
+}
+
+/// A runner that outlives its app (a watch mode waiting for a change, nodemon, a shell
+/// script that goes on): the app's Node process exits, the process drover started does
+/// not. drover knows the app's pid from its preload, sees it end, and restarts the
+/// worker, where it used to keep it in rotation with nothing behind its port.
+#[tokio::test]
+async fn a_worker_whose_app_process_ended_below_a_runner_is_restarted() {
+    let script = fixture("exits-on-request.js");
+    let command = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("node {script}; sleep 600"),
+    ];
+    let (d, admin) = run(2, &command, &temp_dir("app-ended")).await;
+    let r = get(d.addr(), "/exit").await;
+    assert!(r.text().starts_with("exiting"), "{}", r.text());
+    let said = wait_until_async(Duration::from_secs(20), || async {
+        restart_records(&status(admin).await).iter().any(|r| {
+            r.reason == "exit"
+                && r.detail.as_deref().is_some_and(|d| {
+                    d.contains("its app's Node process (pid ") && d.contains("kept running")
+                })
+        })
+    })
+    .await;
+    assert!(
+        said,
+        "{:?}\n{}",
+        restart_records(&status(admin).await),
+        d.stderr_text()
+    );
+    // Both workers serve again, and every request gets an answer.
+    wait_all_serving(&d, admin).await;
+    for _ in 0..6 {
+        let r = get(d.addr(), "/").await;
+        assert!(r.text().starts_with("Hello (pid "), "{}", r.text());
+    }
+    drover_stops_cleanly("sh -c 'node …; sleep 600'", &d).await;
+}

@@ -22,9 +22,18 @@ async fn run_workers() -> (DroverProcess, SocketAddr) {
     run_workers_with(&[]).await
 }
 
+fn server_js() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/saturation/server.js")
+        .display()
+        .to_string()
+}
+
 async fn run_workers_with(flags: &[&str]) -> (DroverProcess, SocketAddr) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/saturation/server.js");
-    let script = script.display().to_string();
+    run_command(flags, &["node", &server_js()]).await
+}
+
+async fn run_command(flags: &[&str], command: &[&str]) -> (DroverProcess, SocketAddr) {
     let args = [
         "run",
         "-w",
@@ -39,7 +48,8 @@ async fn run_workers_with(flags: &[&str]) -> (DroverProcess, SocketAddr) {
     let args: Vec<&str> = args
         .into_iter()
         .chain(flags.iter().copied())
-        .chain(["--", "node", &script])
+        .chain(["--"])
+        .chain(command.iter().copied())
         .collect();
     let d = DroverProcess::spawn(bin(), &args).await;
     let admin = admin_addr(&d).await;
@@ -142,6 +152,39 @@ async fn cpu_bound_workers_are_held_back_and_io_bound_ones_are_not() {
         }
     }
     assert!(released, "the limit lifts once the workers are idle");
+    stops_cleanly(d).await;
+}
+
+/// The app below a runner (`sh -c 'node server.js; exit'`, as below npm or tsx): the
+/// process drover started idles in `wait` while the app's event loop is saturated.
+/// drover reads the main thread of the app's process, which drover's preload there
+/// names, so both workers are seen saturated and limited. It read the shell's before:
+/// idle, and never a request held back (under `npm start`, LOAD read 0.00 at full CPU).
+#[tokio::test]
+async fn the_cpu_read_below_a_runner_is_the_apps_own() {
+    let shell = format!("node {}; exit", server_js());
+    let (d, admin) = run_command(&[], &["sh", "-c", &shell]).await;
+    worker_ports(admin).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu = steady_load(d.addr(), 16, "/cpu?ms=30", stop.clone());
+    let mut seen = false;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let s = status(admin).await;
+        seen = s.balancers[0]
+            .endpoints
+            .iter()
+            .all(|e| e.load >= 0.9 && e.limit_reason == "saturated");
+        if seen {
+            break;
+        }
+    }
+    let endpoints = status(admin).await.balancers[0].endpoints.clone();
+    assert_load_never_failed(&stop, cpu, 16, "below a shell").await;
+    assert!(
+        seen,
+        "both workers seen saturated within 6 s: {endpoints:?}"
+    );
     stops_cleanly(d).await;
 }
 
