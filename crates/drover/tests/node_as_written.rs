@@ -293,10 +293,19 @@ ready_timeout = "1s"
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "listening on ").await;
     let admin = admin_addr(&d).await;
+    wait_for_record(&d, admin, |r| r.detail.as_deref().is_some_and(&told)).await;
+    (d, admin)
+}
+
+/// Waits up to 20 s for a restart record that `matches`; fails with the records and
+/// drover's output.
+async fn wait_for_record(
+    d: &ChildProcess,
+    admin: SocketAddr,
+    matches: impl Fn(&drover_admin::RestartRow) -> bool,
+) {
     let said = wait_until_async(Duration::from_secs(20), || async {
-        restart_records(&status(admin).await)
-            .iter()
-            .any(|r| r.detail.as_deref().is_some_and(&told))
+        restart_records(&status(admin).await).iter().any(&matches)
     })
     .await;
     assert!(
@@ -305,7 +314,6 @@ ready_timeout = "1s"
         restart_records(&status(admin).await),
         d.stderr_text()
     );
-    (d, admin)
 }
 
 #[tokio::test]
@@ -450,21 +458,13 @@ async fn a_worker_whose_app_process_ended_below_a_runner_is_restarted() {
     let (d, admin) = run(2, &command, &temp_dir("app-ended")).await;
     let r = get(d.addr(), "/exit").await;
     assert!(r.text().starts_with("exiting"), "{}", r.text());
-    let said = wait_until_async(Duration::from_secs(20), || async {
-        restart_records(&status(admin).await).iter().any(|r| {
-            r.reason == "exit"
-                && r.detail.as_deref().is_some_and(|d| {
-                    d.contains("its app's Node process (pid ") && d.contains("kept running")
-                })
-        })
+    wait_for_record(&d, admin, |r| {
+        r.reason == "exit"
+            && r.detail.as_deref().is_some_and(|d| {
+                d.contains("its app's Node process (pid ") && d.contains("kept running")
+            })
     })
     .await;
-    assert!(
-        said,
-        "{:?}\n{}",
-        restart_records(&status(admin).await),
-        d.stderr_text()
-    );
     // Both workers serve again, and every request gets an answer.
     wait_all_serving(&d, admin).await;
     for _ in 0..6 {
