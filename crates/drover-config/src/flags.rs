@@ -15,9 +15,11 @@ pub struct RunArgs {
     #[arg(short, long, default_value = "auto")]
     pub workers: model::Workers,
 
-    /// Address to accept clients on.
-    #[arg(short, long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
-    pub listen: SocketAddr,
+    /// Address to accept clients on [default: for a Node app whose listen() names a
+    /// port (app.listen(3000)), that port, bound as Node's cluster module binds it;
+    /// otherwise 127.0.0.1:8000].
+    #[arg(short, long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
 
     /// How requests are spread over the workers [default: p2c].
     #[arg(short, long)]
@@ -950,7 +952,16 @@ pub struct RunConfig {
     /// `--admin` was given: the admin API must start. Otherwise it takes the default
     /// address if that is free (another drover may hold it).
     pub admin_asked: bool,
+    /// No `--listen`, and the command runs Node: the balancer (at `DEFAULT_RUN_LISTEN`
+    /// in `config`) starts once the first worker's `listen()` is heard, at the port it
+    /// names if it names one (`drover_supervisor::FirstListen`).
+    pub listen_follows_app: bool,
 }
+
+/// Where `drover run` accepts clients when no `--listen` says, and the app's own
+/// `listen()` names no port.
+pub const DEFAULT_RUN_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8000);
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, a socket per worker on the listen address).
@@ -1007,7 +1018,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if drover_supervisor::command_uses_port(&args.command) {
                 return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
             }
-            app.listen = Some(args.listen);
+            app.listen = Some(args.listen.unwrap_or(DEFAULT_RUN_LISTEN));
         }
         model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
@@ -1034,7 +1045,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             app.spec.h2c = args.backend_protocol == Some(drover_proxy::BackendProtocol::H2c);
             let mut balancer = model::BalancerConfig::new(
                 model::DEFAULT_BALANCER,
-                args.listen,
+                args.listen.unwrap_or(DEFAULT_RUN_LISTEN),
                 vec![model::BackendRef::App("app".into())],
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
@@ -1095,10 +1106,20 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     if let Some(b) = cfg.balancers.first() {
         origins = with_tls_flags(origins, b);
     }
+    // Node's cluster primary binds the port a worker's listen() names; so does drover
+    // when nothing else says where clients connect. A program that is not Node, or one
+    // a shell starts, has no listen() drover hears, and gets the default at once.
+    let listen_follows_app = args.listen.is_none()
+        && args.mode != model::Mode::Shared
+        && args
+            .command
+            .first()
+            .is_some_and(|program| drover_node::is_node_program(program));
     Ok(RunConfig {
         config: cfg,
         origins,
         admin_asked,
+        listen_follows_app,
     })
 }
 
@@ -1307,6 +1328,31 @@ mod tests {
             .args;
         let check = run_config(&r).unwrap().config.apps[0].spec.health.clone();
         assert_eq!(check, Some(drover_registry::HealthCheck::http("/health")));
+    }
+
+    #[test]
+    fn a_node_app_without_listen_is_served_where_its_listen_asks() {
+        let follows = |argv: &[&str]| {
+            let r = Run::try_parse_from(argv).unwrap().args;
+            run_config(&r).unwrap().listen_follows_app
+        };
+        assert!(follows(&["run", "--", "node", "app.js"]));
+        assert!(follows(&["run", "--", "/usr/bin/nodejs", "app.js"]));
+        assert!(follows(&["run", "--", "npm", "start"]));
+        assert!(!follows(&[
+            "run",
+            "-l",
+            "127.0.0.1:3000",
+            "--",
+            "node",
+            "app.js"
+        ]));
+        assert!(!follows(&[
+            "run", "--mode", "shared", "--", "node", "app.js"
+        ]));
+        // No listen() drover hears: the default, at once.
+        assert!(!follows(&["run", "--", "python3", "app.py"]));
+        assert!(!follows(&["run", "--", "sh", "-c", "node app.js"]));
     }
 
     #[test]

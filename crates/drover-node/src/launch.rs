@@ -32,6 +32,17 @@ pub fn is_script_runner(program: &str) -> bool {
     SCRIPT_RUNNERS.contains(&name)
 }
 
+/// Whether `program` (a path or a name) is Node itself (`node`, Debian's `nodejs`) or a
+/// script runner that starts the app in Node (see `is_script_runner`): its app's
+/// `listen()` then comes to drover as a question, with the port it names.
+pub fn is_node_program(program: &str) -> bool {
+    let name = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(program);
+    name == "node" || name == "nodejs" || is_script_runner(program)
+}
+
 /// The environment that makes a Node program a cluster worker on `channel_fd`: Node's
 /// own start-up reads (and removes) these, so a program that is not Node ignores them.
 /// With `preload`, `node_options` (the worker's `NODE_OPTIONS`, if any) gets it added:
@@ -133,6 +144,17 @@ mod tests {
         assert!(is_script_runner("node_modules/.bin/tsx"));
         assert!(!is_script_runner("node"));
         assert!(!is_script_runner("/opt/npm-tools/node"));
+    }
+
+    #[test]
+    fn node_programs_by_name_or_path() {
+        assert!(is_node_program("node"));
+        assert!(is_node_program("/usr/bin/nodejs"));
+        assert!(is_node_program("npm"));
+        assert!(is_node_program("node_modules/.bin/tsx"));
+        assert!(!is_node_program("python3"));
+        assert!(!is_node_program("sh"));
+        assert!(!is_node_program("/opt/node/bin/gunicorn"));
     }
 
     #[test]

@@ -33,6 +33,8 @@ mod message;
 mod session;
 
 pub use channel::ChannelError;
-pub use launch::{channel_env, is_script_runner, preload_path, runner_env, write_preload};
+pub use launch::{
+    channel_env, is_node_program, is_script_runner, preload_path, runner_env, write_preload,
+};
 pub use message::{parse, AddressType, FromWorker, ServerQuery};
 pub use session::{Ended, Inbox, Session, SessionEvent};

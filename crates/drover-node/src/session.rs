@@ -43,8 +43,13 @@ pub enum Ended {
 /// What a session reports as it goes, for drover's log and status.
 #[derive(Debug)]
 pub enum SessionEvent {
-    /// The app listens; it asked for `asked` and is served on drover's loopback `port`.
-    Serving { asked: i64, port: u16 },
+    /// The app listens; it asked for port `asked` at `address` (`None`: any address, as
+    /// `listen(3000)` asks) and is served on drover's loopback `port`.
+    Serving {
+        asked: i64,
+        address: Option<IpAddr>,
+        port: u16,
+    },
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
     /// The app listened on "any port" (`listen(0)`) and got a TCP socket of its own, on
@@ -590,6 +595,7 @@ impl Session {
             });
             report(SessionEvent::Serving {
                 asked: query.port,
+                address: asked_ip(&query),
                 port: self.port,
             });
             let body = message::answer(&query, 0);
@@ -613,6 +619,7 @@ impl Session {
         });
         report(SessionEvent::Serving {
             asked: query.port,
+            address: asked_ip(&query),
             port: self.port,
         });
         let body = message::listening_without_socket(&query);
@@ -775,6 +782,12 @@ fn bind_for(query: &ServerQuery) -> io::Result<Socket> {
     // then hangs in accept after the first connection).
     socket.set_nonblocking(true)?;
     Ok(socket)
+}
+
+/// The address the app named, as an IP (Node looks a host name up before it asks);
+/// `None` for any address, or for one that is not an IP.
+fn asked_ip(query: &ServerQuery) -> Option<IpAddr> {
+    query.address.as_deref().and_then(|a| a.parse().ok())
 }
 
 fn describe(query: &ServerQuery) -> String {

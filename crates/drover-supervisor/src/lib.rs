@@ -25,6 +25,7 @@
 //! ```
 
 pub mod cpu;
+mod first_listen;
 pub mod forensics;
 mod health;
 pub mod memory;
@@ -36,6 +37,7 @@ mod steer;
 mod supervisor;
 mod worker;
 
+pub use first_listen::FirstListen;
 pub use forensics::{
     signal_name, RestartCounts, RestartReason, RestartRecord, UnknownRestartReason,
     HISTORY_PER_APP, STDERR_LINE_MAX, STDERR_TAIL_LINES,

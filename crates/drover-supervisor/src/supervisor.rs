@@ -74,6 +74,12 @@ impl SlotTask {
 const READY_POLL: Duration = Duration::from_millis(20);
 
 impl Supervisor {
+    /// Where the app's first worker to serve listened; `None` until one does. Node
+    /// workers say so when their `listen()` is answered, before they are ready.
+    pub fn first_listen(&self) -> watch::Receiver<Option<crate::FirstListen>> {
+        self.shared.first_listen.subscribe()
+    }
+
     /// Validates `spec` and starts its workers on the current tokio runtime, forwarding
     /// their output to drover's stderr. Returns at once; workers join `pool` as they
     /// become ready (see `wait_ready`). Panics outside a tokio runtime.

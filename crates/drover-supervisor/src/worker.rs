@@ -9,6 +9,7 @@
 //! new requests, finishes the ones it holds, and only then is stopped.
 
 use crate::cpu::{self, CpuMeter};
+use crate::first_listen::{FirstListen, FirstListenCell};
 use crate::forensics::{RestartCounts, RestartHistory, RestartReason, RestartRecord, StderrTail};
 use crate::health;
 use crate::memory;
@@ -76,6 +77,8 @@ pub(crate) struct AppState {
     /// Starts a health probe's connection as an HTTP/2 stream, for specs whose workers
     /// speak only HTTP/2 (`AppSpec::h2c`); `None`: such specs are refused.
     pub http2_probe: Option<Arc<dyn WrapProbe>>,
+    /// Where the first worker to serve listened (`Supervisor::first_listen`).
+    pub first_listen: Arc<FirstListenCell>,
 }
 
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
@@ -249,6 +252,7 @@ impl AppState {
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
             http2_probe,
+            first_listen: Arc::new(FirstListenCell::new()),
         }
     }
 
@@ -711,10 +715,16 @@ fn node_session(
     let own_port = Arc::new(std::sync::atomic::AtomicU16::new(0));
     let own_port_here = own_port.clone();
     let takes: Arc<dyn TakesConnections> = Arc::new(NodeInbox(inbox.clone()));
+    let first_listen = Arc::clone(&shared.first_listen);
     let task = tokio::spawn(async move {
         let report = |event| match event {
-            drover_node::SessionEvent::Serving { asked, port } => {
+            drover_node::SessionEvent::Serving {
+                asked,
+                address,
+                port,
+            } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
+                first_listen.note(FirstListen::of_listen(asked, address, port));
                 // Taken up only by a balancer in handoff mode, and only once this
                 // worker is in its pool (ready).
                 pool.handoffs().register(addr, Arc::clone(&takes));
@@ -1435,6 +1445,8 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
         let _ = shared.steer();
         return;
     };
+    // A worker ready with no listen() heard (not Node) serves at its PORT.
+    shared.first_listen.note(FirstListen::OwnPort);
     shared.pool.insert(Source::Supervisor, addr, 1);
     if let Some(ep) = shared.pool.find(addr) {
         ep.set_worker_life(WorkerLife::Running);

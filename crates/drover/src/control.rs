@@ -79,6 +79,14 @@ impl Controller {
         }
     }
 
+    /// Serves `started` from now on, beside the others (`drover run`'s balancer, once
+    /// the app's first `listen()` says where).
+    pub fn add_balancer(&self, started: Arc<RunningBalancer>) {
+        let mut all = self.balancers.write().unwrap_or_else(|e| e.into_inner());
+        all.push(started);
+        wire_routes(&all);
+    }
+
     /// The balancers running now.
     pub fn balancers(&self) -> Vec<Arc<RunningBalancer>> {
         self.balancers

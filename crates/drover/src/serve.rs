@@ -3,6 +3,8 @@
 use crate::control::Controller;
 use crate::systemd;
 use drover_supervisor::Supervisor;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -12,10 +14,12 @@ use tracing::{info, warn};
 /// finish within the drain timeout, and return. Supervised apps are stopped after the
 /// balancers have drained, so no request is cut off by its worker going away.
 /// SIGHUP reloads (see `Controller::reload`); SIGUSR1 reopens every access log's file
-/// (logrotate's `postrotate`).
+/// (logrotate's `postrotate`). `late_start` (a balancer that starts once its app says
+/// where) runs beside; its error stops drover the same way, and is returned.
 pub async fn serve_until_signal(
     control: Arc<Controller>,
     apps: Vec<Arc<Supervisor>>,
+    mut late_start: Option<LateStart>,
 ) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -27,10 +31,18 @@ pub async fn serve_until_signal(
     let watchdog_every = systemd::watchdog_interval();
     let mut watchdog = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(3600)));
     let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+    let mut failed = None;
     let which = loop {
         tokio::select! {
             _ = term.recv() => break "SIGTERM",
             _ = int.recv() => break "SIGINT",
+            started = async { late_start.as_mut().expect("polled only while some").await }, if late_start.is_some() => {
+                late_start = None;
+                if let Err(e) = started {
+                    failed = Some(e);
+                    break "a failed start";
+                }
+            }
             _ = watchdog.tick(), if watchdog_every.is_some() => systemd::pet_watchdog(),
             _ = usr1.recv() => {
                 info!("SIGUSR1: reopening the access logs");
@@ -52,7 +64,10 @@ pub async fn serve_until_signal(
     ready.abort();
     systemd::stopping();
     info!("{which}: draining");
-    eprintln!("drover: {which} received, draining");
+    match &failed {
+        Some(_) => eprintln!("drover: a balancer could not start (below); draining"),
+        None => eprintln!("drover: {which} received, draining"),
+    }
     let balancers = control.balancers();
     for b in &balancers {
         b.proxy.begin_shutdown();
@@ -73,5 +88,11 @@ pub async fn serve_until_signal(
         app.shutdown().await;
     }
     eprintln!("drover: stopped");
-    Ok(())
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
+
+/// A start that waits on something the apps say (`up::where_the_app_listens`).
+pub type LateStart = Pin<Box<dyn Future<Output = Result<(), String>>>>;

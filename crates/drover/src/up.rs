@@ -6,12 +6,15 @@ use crate::serve;
 use crate::systemd;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
+use drover_config::model::BalancerConfig;
+use drover_config::plan::BalancerPlan;
 use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
 use drover_proxy::H2Probe;
 use drover_registry::{Pool, PoolOptions, WrapProbe};
-use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
+use drover_supervisor::{stderr_sink, FirstListen, SharedListener, Supervisor};
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -25,7 +28,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    run_config(cfg, &origins, Some(path), Admin::Required).await
+    run_config(cfg, &origins, Some(path), Admin::Required, false).await
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
@@ -38,7 +41,14 @@ pub async fn run_app(args: &RunArgs) -> Result<(), String> {
     } else {
         Admin::IfFree
     };
-    run_config(run.config, &run.origins, None, admin_mode).await
+    run_config(
+        run.config,
+        &run.origins,
+        None,
+        admin_mode,
+        run.listen_follows_app,
+    )
+    .await
 }
 
 /// Whether failing to bind the admin API stops the start-up.
@@ -52,12 +62,15 @@ pub(crate) enum Admin {
 
 /// Starts what `cfg` describes and serves until a signal. Errors about a setting that
 /// only fails now (a taken address, a missing program) say where `origins` has it.
-/// Nothing is left running after an error: what started is stopped again.
+/// Nothing is left running after an error: what started is stopped again. With
+/// `listen_follows_app` (`drover run` of a Node app without `--listen`), the first
+/// balancer starts once the app's first `listen()` is heard (`where_the_app_listens`).
 pub(crate) async fn run_config(
     cfg: Config,
     origins: &Origins,
     source: Option<&Path>,
     admin_mode: Admin,
+    listen_follows_app: bool,
 ) -> Result<(), String> {
     let Prepared { plans, specs } =
         preflight::prepare(&cfg, origins).map_err(|errors| errors.join("\nerror: "))?;
@@ -123,13 +136,19 @@ pub(crate) async fn run_config(
     // Balancers before workers: a balancer whose address is taken then stops the
     // start-up before any worker ran. Until workers are ready their pools are empty.
     let mut balancers: Vec<Arc<RunningBalancer>> = Vec::new();
+    let mut follows_app = None;
     for (i, (config, plan)) in cfg.balancers.iter().zip(plans).enumerate() {
         let pool = match &plan.app {
             Some(app) => Arc::clone(&pools[app]),
             None => balancers::static_pool(&plan),
         };
+        let key = format!("balancer[{i}].listen");
+        if i == 0 && listen_follows_app && !passed.contains_key(&key) {
+            follows_app = Some((config.clone(), plan, pool));
+            continue;
+        }
         let (name, listen) = (plan.proxy.name.clone(), plan.proxy.listen);
-        let socket = passed.remove(&format!("balancer[{i}].listen"));
+        let socket = passed.remove(&key);
         match RunningBalancer::start(
             config.clone(),
             plan,
@@ -198,6 +217,7 @@ pub(crate) async fn run_config(
         }
     }
     let token = cfg.admin.as_ref().and_then(|a| a.token.clone());
+    let discovery_cfg = cfg.clone();
     let controller = Arc::new(Controller::new(
         source.map(Path::to_path_buf),
         cfg,
@@ -219,7 +239,113 @@ pub(crate) async fn run_config(
         }
         None => None,
     };
-    serve::serve_until_signal(controller, apps).await
+    let late_start = match (follows_app, apps.first()) {
+        (Some((config, plan, pool)), Some(app)) => {
+            let follow = FollowApp {
+                config,
+                plan,
+                pool,
+                app: Arc::clone(app),
+                control: Arc::clone(&controller),
+                discovery: discovery_cfg,
+            };
+            Some(Box::pin(where_the_app_listens(follow)) as serve::LateStart)
+        }
+        _ => None,
+    };
+    serve::serve_until_signal(controller, apps, late_start).await
+}
+
+/// `drover run`'s balancer for a Node app, with no `--listen`: what it needs to start
+/// once the app's first worker listens.
+struct FollowApp {
+    config: BalancerConfig,
+    plan: BalancerPlan,
+    pool: Arc<Pool>,
+    app: Arc<Supervisor>,
+    control: Arc<Controller>,
+    /// The config the balancer's discovery settings come from.
+    discovery: Config,
+}
+
+/// Starts the balancer of `follow` where Node's cluster primary would listen for the
+/// app: at the port the first worker's `listen()` names (`listen(3000)` and
+/// `listen(process.argv[2] || 8000)` alike), on the address it names, or on `[::]`
+/// (then `0.0.0.0`, where the machine has no IPv6) for none; an app that listens on
+/// its `PORT` gets the default address. So clients reach the app where it says it
+/// listens, as under PM2. Until then a client is refused, as under Node's cluster
+/// module before its first worker listens. An address that cannot be bound stops drover.
+async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
+    let FollowApp {
+        mut config,
+        mut plan,
+        pool,
+        app,
+        control,
+        discovery,
+    } = follow;
+    let mut first = app.first_listen();
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
+        // The app stopped before any worker served: drover is shutting down.
+        return Ok(());
+    };
+    let default = config.listen;
+    let candidates = match seen {
+        Some(FirstListen::Asked(addr)) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
+            vec![addr, SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()))]
+        }
+        Some(FirstListen::Asked(addr)) => vec![addr],
+        _ => default.into_iter().collect(),
+    };
+    let asked = matches!(seen, Some(FirstListen::Asked(_)));
+    let name = plan.proxy.name.clone();
+    let mut failed = None;
+    for addr in candidates {
+        config.listen = Some(addr);
+        plan.proxy.listen = Some(addr);
+        let started = RunningBalancer::start(
+            config.clone(),
+            plan.clone(),
+            balancers::discovery(&discovery),
+            Arc::clone(&pool),
+            None,
+            None,
+        )
+        .await;
+        match started {
+            Ok(b) => {
+                if asked {
+                    eprintln!(
+                        "drover: the app listens on port {}: clients connect there, as under Node's cluster module and PM2 (-l ADDR to choose another address)",
+                        addr.port()
+                    );
+                }
+                control.add_balancer(Arc::new(b));
+                return Ok(());
+            }
+            // No IPv6 here: Node's primary falls back to IPv4 the same way.
+            Err(StartError::Bind(e))
+                if addr.is_ipv6() && e.kind() != std::io::ErrorKind::AddrInUse =>
+            {
+                failed = Some(format!("{addr}: {e}"));
+            }
+            Err(StartError::Bind(e)) => {
+                let whose = if asked {
+                    "the port the app's listen() names; pass -l ADDR to serve its clients elsewhere"
+                } else {
+                    "the default; pass -l ADDR"
+                };
+                return Err(format!(
+                    "balancer {name:?}: cannot listen on {addr} ({whose}): {e}"
+                ));
+            }
+            Err(e @ StartError::Dns(_)) => return Err(format!("balancer {name:?}: {e}")),
+        }
+    }
+    Err(format!(
+        "balancer {name:?}: cannot listen on {}",
+        failed.unwrap_or_else(|| "any address".into())
+    ))
 }
 
 /// The setting key of the admin API's listen address.

@@ -473,3 +473,93 @@ async fn a_worker_whose_app_process_ended_below_a_runner_is_restarted() {
     }
     drover_stops_cleanly("sh -c 'node …; sleep 600'", &d).await;
 }
+
+/// PM2 and Node's cluster module serve an app that says "listening on port N" at N.
+/// With no --listen, so does drover: its balancer binds the port the first worker's
+/// `listen()` names, as Node's primary binds it (any address, so IPv4 and IPv6 loopback
+/// both reach it), and every worker answers there. Before, it listened on
+/// 127.0.0.1:8000 only, and a client of port N was refused.
+#[tokio::test]
+async fn without_listen_clients_connect_at_the_port_the_app_names() {
+    let port = drover_testkit::free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", "--threads", "1"])
+        .args(["--strategy", "round-robin", "--", "node", "argv-port.js"])
+        .arg(port.to_string())
+        .current_dir(as_written("."));
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    assert_eq!(d.addr().port(), port, "{}", d.stderr_text());
+    assert!(d.addr().ip().is_unspecified(), "{}", d.stderr_text());
+    says("argv port", &d, &["clients connect there"]).await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let mut at = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+    if d.addr().is_ipv6() {
+        at.push(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)));
+    }
+    let pids: BTreeSet<String> = common::serving_pids(&status(admin).await)
+        .into_iter()
+        .map(|p| p.unwrap().to_string())
+        .collect();
+    for addr in at {
+        let mut answered = BTreeSet::new();
+        for _ in 0..30 {
+            let r = get(addr, "/pi?iterations=1000").await;
+            assert_eq!(r.status, 200, "{addr}: {}\n{}", r.text(), d.stderr_text());
+            let body = r.text();
+            answered.extend(pids.iter().filter(|p| body.contains(p.as_str())).cloned());
+        }
+        assert_eq!(answered, pids, "{addr}\n{}", d.stderr_text());
+    }
+    drover_stops_cleanly("argv port", &d).await;
+}
+
+/// The port the app names is taken (the app already runs outside drover, say): drover
+/// stops, saying which address and what to pass, and leaves no worker behind; under PM2
+/// every worker would crash-loop on EADDRINUSE.
+#[tokio::test]
+async fn without_listen_a_taken_app_port_stops_drover_with_the_reason() {
+    let holder = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let mut cmd = tokio::process::Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--admin",
+        "off",
+        "--",
+        "node",
+        "argv-port.js",
+    ])
+    .arg(port.to_string())
+    .current_dir(as_written("."))
+    .kill_on_drop(true);
+    for var in ["LISTEN_FDS", "LISTEN_PID", "DROVER_WORKER_ID", "PORT"] {
+        cmd.env_remove(var);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("drover stops within a minute")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            ":{port} (the port the app's listen() names; pass -l ADDR to serve its clients elsewhere)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("drover: stopped"), "{err}");
+    let left = Command::new("pgrep")
+        .args(["-f", &format!("argv-port.js {port}")])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "workers left: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    drop(holder);
+}
