@@ -67,6 +67,12 @@ pub fn has_ended(pid: u32) -> bool {
     }
 }
 
+/// Whether process `pid`, once in process group `group`, is gone from it: ended, or its
+/// pid now names a process of another group (the pid was reused).
+pub fn has_left_group(pid: u32, group: u32) -> bool {
+    has_ended(pid) || process_group(pid).is_some_and(|now| now != group)
+}
+
 fn parse_stat_group(s: &str) -> Option<u32> {
     // state, ppid, pgrp
     s[s.rfind(')')? + 1..]
@@ -158,6 +164,12 @@ mod tests {
             process_group(child.id()),
             process_group(std::process::id()),
             "a child stays in its parent's group"
+        );
+        let group = process_group(child.id()).unwrap();
+        assert!(!has_left_group(child.id(), group));
+        assert!(
+            has_left_group(child.id(), group + 1),
+            "a pid found in another group is not the process drover knew"
         );
         child.kill().unwrap();
         // Not reaped yet: a zombie.

@@ -553,7 +553,11 @@ impl Proc {
     /// rejoin drover's channel; a script may go on): the worker would hold its port and
     /// answer nothing.
     fn app_ended(&self) -> Option<String> {
-        let app = self.app_below.filter(|&app| cpu::has_ended(app))?;
+        // Each worker leads its own process group, where `find_app` found the app.
+        let group = self.pid?;
+        let app = self
+            .app_below
+            .filter(|&app| cpu::has_left_group(app, group))?;
         Some(format!(
             "its app's Node process (pid {app}) ended while the program drover started (pid \
              {}) kept running (a watch mode starting it again, or a runner waiting for a \
