@@ -258,7 +258,8 @@ struct Placed {
 /// Places the client at `peer` on a connected endpoint (see the module docs).
 async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> Placed {
     let hash_key = match shared.opts.hash_key {
-        Some(HashKey::ClientIp) => Some(peer.ip().to_string()),
+        // As the HTTP side names it (`ClientInfo`): an IPv4 client of a `[::]` listener too.
+        Some(HashKey::ClientIp) => Some(peer.ip().to_canonical().to_string()),
         // The config refuses other keys in TCP mode: there is no request to read them from.
         _ => None,
     };

@@ -28,6 +28,11 @@ impl ClientInfo {
         server: std::net::SocketAddr,
         proto: &'static str,
     ) -> Self {
+        // On a listener bound to `[::]` (dual-stack), an IPv4 client arrives as
+        // `::ffff:a.b.c.d`: it is named by its IPv4 address, as it connected.
+        let canonical =
+            |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+        let (peer, server) = (canonical(peer), canonical(server));
         let ip = peer.ip().to_string();
         let forwarded_node = match peer.ip() {
             std::net::IpAddr::V4(_) => ip.clone(),

@@ -398,6 +398,17 @@ mod tests {
         assert_eq!(authority("10.0.0.1:80", "https"), "10.0.0.1:80");
         assert_eq!(authority("[::1]:443", "https"), "[::1]");
         assert_eq!(authority("[::1]:8443", "https"), "[::1]:8443");
+        // An IPv4 client of a dual-stack `[::]` listener is named as it connected.
+        let mapped = ClientInfo::new(
+            "[::ffff:10.1.2.3]:5000".parse().unwrap(),
+            "[::ffff:127.0.0.1]:3000".parse().unwrap(),
+            "http",
+        );
+        assert_eq!(
+            (mapped.ip.as_str(), mapped.forwarded_node.as_str()),
+            ("10.1.2.3", "10.1.2.3")
+        );
+        assert_eq!(mapped.server_authority(), "127.0.0.1:3000");
     }
 
     #[test]
