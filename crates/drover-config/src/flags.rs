@@ -104,9 +104,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "PROTOCOL")]
     pub backend_protocol: Option<drover_proxy::BackendProtocol>,
 
-    /// The program and its arguments; "{port}" in an argument becomes each worker's
-    /// port (proxy mode).
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The program and its arguments, after `--` or after drover's own flags (as
+    /// `docker run` takes them: everything from the program on is the program's);
+    /// "{port}" in an argument becomes each worker's port (proxy mode).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -1111,8 +1112,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     // a shell starts, has no listen() drover hears, and gets the default at once.
     let listen_follows_app = args.listen.is_none()
         && args.mode != model::Mode::Shared
-        && args
-            .command
+        && drover_supervisor::with_interpreter(&args.command, None)
             .first()
             .is_some_and(|program| drover_node::is_node_program(program));
     Ok(RunConfig {
@@ -1353,6 +1353,25 @@ mod tests {
         // No listen() drover hears: the default, at once.
         assert!(!follows(&["run", "--", "python3", "app.py"]));
         assert!(!follows(&["run", "--", "sh", "-c", "node app.js"]));
+    }
+
+    #[test]
+    fn the_command_follows_drovers_flags_with_or_without_a_double_dash() {
+        let command = |argv: &[&str]| Run::try_parse_from(argv).unwrap().args.command;
+        assert_eq!(
+            command(&["run", "-w", "2", "--", "node", "app.js"]),
+            ["node", "app.js"]
+        );
+        // As `docker run` takes it: from the program on, every word is the program's.
+        assert_eq!(
+            command(&["run", "-w", "2", "node", "app.js", "-w", "5", "--x"]),
+            ["node", "app.js", "-w", "5", "--x"]
+        );
+        let r = Run::try_parse_from(["run", "-w", "2", "node", "app.js", "-w", "5"]).unwrap();
+        assert_eq!(r.args.workers, model::Workers::Count(2));
+        // A mistyped flag of drover's is still an error, not a program.
+        assert!(Run::try_parse_from(["run", "--wrokers", "2", "node", "app.js"]).is_err());
+        assert!(Run::try_parse_from(["run", "-w", "2"]).is_err());
     }
 
     #[test]

@@ -45,8 +45,9 @@ pub use forensics::{
 pub use health::NotReady;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
 pub use spec::{
-    check_workers, command_uses_port, command_with_port, AppSpec, Backoff, BackoffError, Mode,
-    ParseModeError, ProgramError, SpecError, Workers, MAX_WORKERS, PORT_PLACEHOLDER,
+    check_workers, command_uses_port, command_with_port, with_interpreter, AppSpec, Backoff,
+    BackoffError, Mode, ParseModeError, ProgramError, SpecError, Workers, MAX_WORKERS,
+    PORT_PLACEHOLDER,
 };
 pub use status::{WorkerState, WorkerStatus};
 pub use steer::SharedListener;

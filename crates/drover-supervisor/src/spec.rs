@@ -306,6 +306,7 @@ impl AppSpec {
     /// supervisor keeps, since its slots are a number and a reload compares numbers.
     pub(crate) fn resolved(mut self) -> AppSpec {
         self.workers = Workers::Count(self.workers.resolve());
+        self.command = with_interpreter(&self.command, self.cwd.as_deref());
         self
     }
 
@@ -385,7 +386,9 @@ impl AppSpec {
     /// "Executable" means a regular file with an execute bit; a file whose bits exclude
     /// drover's user still fails at spawn, as a crash loop.
     pub fn resolve_program(&self) -> Result<PathBuf, ProgramError> {
-        let program = self.command.first().map(String::as_str).unwrap_or("");
+        // A script named as the program runs under its interpreter (`resolved`).
+        let command = with_interpreter(&self.command, self.cwd.as_deref());
+        let program = command.first().map(String::as_str).unwrap_or("");
         if program.contains('/') {
             let path = match &self.cwd {
                 // Through components() to drop the "." of "./serve.sh" from the message.
@@ -434,6 +437,48 @@ impl AppSpec {
                 path: search.to_string_lossy().into_owned(),
             },
         })
+    }
+}
+
+/// The interpreter of a script by its extension: PM2's table (`lib/API/interpreter.json`),
+/// with Python 3's name as Debian has it, and no TypeScript (which needs a runner:
+/// `npx tsx app.ts`).
+const INTERPRETERS: [(&str, &str); 8] = [
+    ("js", "node"),
+    ("cjs", "node"),
+    ("mjs", "node"),
+    ("py", "python3"),
+    ("rb", "ruby"),
+    ("sh", "bash"),
+    ("php", "php"),
+    ("pl", "perl"),
+];
+
+/// `command` with an interpreter in front when its program is a script that cannot run
+/// by itself, as `pm2 start app.js` runs `node app.js`: a file (found from `cwd`) with an
+/// extension of `INTERPRETERS`, either without an execute bit, or named without a
+/// slash (exec would look for `app.js` in `PATH`, not here). Any other command is
+/// returned as it is.
+pub fn with_interpreter(command: &[String], cwd: Option<&Path>) -> Vec<String> {
+    let Some(program) = command.first() else {
+        return command.to_vec();
+    };
+    let path = match cwd {
+        Some(cwd) => cwd.join(program),
+        None => PathBuf::from(program),
+    };
+    let interpreter = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(|e| INTERPRETERS.iter().find(|(ext, _)| *ext == e))
+        .map(|(_, interpreter)| *interpreter);
+    match (interpreter, executable(&path)) {
+        (Some(interpreter), Some(runs)) if path.is_file() && (!runs || !program.contains('/')) => {
+            std::iter::once(interpreter.to_string())
+                .chain(command.iter().cloned())
+                .collect()
+        }
+        _ => command.to_vec(),
     }
 }
 
@@ -543,6 +588,43 @@ mod tests {
         assert_eq!(b.delay(9), Duration::from_millis(25_600));
         assert_eq!(b.delay(10), Duration::from_secs(30));
         assert_eq!(b.delay(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_script_named_as_the_program_gets_its_interpreter_as_under_pm2() {
+        let dir = std::env::temp_dir().join(format!("drover-interp-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        let write = |name: &str, mode: u32| {
+            let path = dir.join(name);
+            std::fs::write(&path, "x\n").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write("app.js", 0o644);
+        write("src/server.mjs", 0o644);
+        write("app.py", 0o644);
+        write("run.sh", 0o755);
+        write("app.ts", 0o644);
+        std::fs::create_dir_all(dir.join("dir.js")).unwrap();
+        let cmd = |words: &[&str]| -> Vec<String> {
+            let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+            with_interpreter(&words, Some(&dir))
+        };
+        assert_eq!(cmd(&["app.js", "3000"]), ["node", "app.js", "3000"]);
+        assert_eq!(cmd(&["./src/server.mjs"]), ["node", "./src/server.mjs"]);
+        assert_eq!(cmd(&["app.py"]), ["python3", "app.py"]);
+        // Named without a slash, exec would search PATH for it.
+        assert_eq!(cmd(&["run.sh"]), ["bash", "run.sh"]);
+        // Executable and named as a path: its own #! line runs it.
+        assert_eq!(cmd(&["./run.sh"]), ["./run.sh"]);
+        // Left as they are: no interpreter known, no such file, a directory, a program.
+        assert_eq!(cmd(&["app.ts"]), ["app.ts"]);
+        assert_eq!(cmd(&["missing.js"]), ["missing.js"]);
+        assert_eq!(cmd(&["dir.js"]), ["dir.js"]);
+        assert_eq!(cmd(&["node", "app.js"]), ["node", "app.js"]);
+        let mut spec = AppSpec::new("web", vec!["app.js".into()]);
+        spec.cwd = Some(dir.clone());
+        assert_eq!(spec.resolved().command, ["node", "app.js"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -563,3 +563,39 @@ async fn without_listen_a_taken_app_port_stops_drover_with_the_reason() {
     );
     drop(holder);
 }
+
+/// `pm2 start app.js -i 3` names the script alone; so may `drover run -w 3 app.js`,
+/// with no `--` and no `node`: a script that cannot run by itself gets the interpreter
+/// its extension names, as PM2 gives it (`app.py` runs under python3).
+#[tokio::test]
+async fn a_script_named_alone_runs_under_its_interpreter_as_under_pm2() {
+    let examples = as_written("..");
+    for (who, script, cwd) in [
+        ("node", "hard-coded.js", as_written(".")),
+        ("python", "pi-server.py", examples.clone()),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "run",
+            "-w",
+            "3",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .args(["--threads", "1", "--strategy", "round-robin", script])
+        .current_dir(cwd);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        wait_all_serving(&d, admin).await;
+        if who == "node" {
+            every_worker_answers(who, &d, admin).await;
+        } else {
+            let r = get(d.addr(), "/pi?iterations=1000").await;
+            assert_eq!(r.status, 200, "{who}: {}\n{}", r.text(), d.stderr_text());
+        }
+        drover_stops_cleanly(who, &d).await;
+    }
+}
