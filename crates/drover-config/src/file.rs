@@ -527,12 +527,12 @@ impl<'de> Deserialize<'de> for WorkerCount {
                 }
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Workers, E> {
-                if s == "auto" {
-                    Ok(Workers::Auto)
-                } else {
-                    Err(E::custom(format!(
+                // As on the command line; a count goes as a number (`workers = 4`).
+                match s.parse() {
+                    Ok(Workers::Count(_)) | Err(_) => Err(E::custom(format!(
                         "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
-                    )))
+                    ))),
+                    Ok(auto) => Ok(auto),
                 }
             }
         }

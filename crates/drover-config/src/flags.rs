@@ -11,7 +11,8 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Worker processes ("auto": one per core). Each gets PORT and DROVER_WORKER_ID.
+    /// Worker processes ("auto", or PM2's "max": one per core). Each gets PORT and
+    /// DROVER_WORKER_ID.
     #[arg(short, long, default_value = "auto")]
     pub workers: model::Workers,
 

@@ -33,9 +33,10 @@ pub enum Workers {
 impl std::str::FromStr for Workers {
     type Err = String;
 
-    /// `auto` or a count in 1..=MAX_WORKERS, as on the command line (`drover run -w 4`).
+    /// `auto` (or `max`, PM2's `-i max`) or a count in 1..=MAX_WORKERS, as on the command
+    /// line (`drover run -w 4`) and in a file (`workers = "auto"`).
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "auto" {
+        if s == "auto" || s == "max" {
             return Ok(Workers::Auto);
         }
         match s.parse::<usize>() {
@@ -576,6 +577,17 @@ impl std::error::Error for BackoffError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workers_parse_as_counts_or_one_per_core() {
+        assert_eq!("4".parse(), Ok(Workers::Count(4)));
+        assert_eq!("auto".parse(), Ok(Workers::Auto));
+        assert_eq!("max".parse(), Ok(Workers::Auto));
+        for bad in ["0", "1025", "-1", "all", ""] {
+            let e = bad.parse::<Workers>().unwrap_err();
+            assert!(e.contains("expected a number in 1..=1024"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn backoff_grows_and_caps() {
