@@ -285,9 +285,10 @@ async fn a_relative_program_is_looked_up_in_the_apps_cwd_and_must_be_executable(
     let app_dir = dir.join("app");
     std::fs::create_dir_all(&app_dir).unwrap();
     // Executable where drover runs, not executable in the app's cwd: the app's cwd
-    // decides, as it does for the spawn.
+    // decides, as it does for the spawn. No extension: a `serve.sh` that cannot run by
+    // itself runs under bash, as PM2 runs it (`with_interpreter`).
     for (d, mode) in [(&dir, 0o755), (&app_dir, 0o644)] {
-        let script = d.join("serve.sh");
+        let script = d.join("serve");
         std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
         let mut perms = std::fs::metadata(&script).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perms, mode);
@@ -297,7 +298,7 @@ async fn a_relative_program_is_looked_up_in_the_apps_cwd_and_must_be_executable(
     std::fs::write(
         &file,
         format!(
-            "[[app]]\nname = \"web\"\ncommand = [\"./serve.sh\"]\ncwd = \"{}\"\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
+            "[[app]]\nname = \"web\"\ncommand = [\"./serve\"]\ncwd = \"{}\"\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
             app_dir.display()
         ),
     )
@@ -305,7 +306,7 @@ async fn a_relative_program_is_looked_up_in_the_apps_cwd_and_must_be_executable(
     let out = run_to_end(&["up", "-c", file.to_str().unwrap()], &dir).await;
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
-    let expected = app_dir.join("serve.sh").display().to_string();
+    let expected = app_dir.join("serve").display().to_string();
     assert!(
         err.contains("\"web\"") && err.contains(&expected) && err.contains("not executable"),
         "{err}"
