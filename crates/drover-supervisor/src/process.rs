@@ -21,6 +21,7 @@ use command_fds::{CommandFdExt, FdMapping};
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -38,19 +39,38 @@ use tokio::time::Instant;
 static RESERVED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// A loopback port picked for one worker, released when dropped.
+///
+/// Until `release_hold`, a socket bound to it with `SO_REUSEADDR` (never listening)
+/// keeps it: the kernel then gives it to no other `bind(0)` and no outgoing
+/// connection, while a bind with `SO_REUSEADDR` (drover's own listener for a Node
+/// worker, libuv's, most servers') still succeeds and may listen. A Node worker's port
+/// is bound only when its app calls `listen()`, seconds after the pick under a
+/// TypeScript runner: without the hold, another program took it in that gap (CI saw
+/// `EADDRINUSE` there).
 #[derive(Debug)]
-pub(crate) struct Port(u16);
+pub(crate) struct Port {
+    port: u16,
+    hold: Option<Socket>,
+}
 
 impl Port {
     pub(crate) fn pick() -> io::Result<Port> {
         // A handful of tries: the kernel hands out ports in a wide range, so a repeat of
-        // one of ours is rare and two in a row rarer still.
+        // one of ours (released, its worker not yet bound) is rare, two in a row rarer.
         for _ in 0..16 {
-            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+            let hold = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+            hold.set_reuse_address(true)?;
+            hold.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())?;
+            let port = hold
                 .local_addr()?
-                .port();
+                .as_socket()
+                .map(|addr| addr.port())
+                .ok_or_else(|| io::Error::other("a TCP socket without an IP address"))?;
             if reserved().insert(port) {
-                return Ok(Port(port));
+                return Ok(Port {
+                    port,
+                    hold: Some(hold),
+                });
             }
         }
         Err(io::Error::new(
@@ -59,18 +79,24 @@ impl Port {
         ))
     }
 
+    /// Lets other sockets bind the port: for a program that binds it itself, which may
+    /// not set `SO_REUSEADDR` (Python's plain `socketserver.TCPServer` does not).
+    pub(crate) fn release_hold(&mut self) {
+        self.hold = None;
+    }
+
     pub(crate) fn get(&self) -> u16 {
-        self.0
+        self.port
     }
 
     pub(crate) fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.0))
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 }
 
 impl Drop for Port {
     fn drop(&mut self) {
-        reserved().remove(&self.0);
+        reserved().remove(&self.port);
     }
 }
 
@@ -445,5 +471,27 @@ mod tests {
         let first = ports[0].get();
         drop(ports);
         assert!(!reserved().contains(&first));
+    }
+
+    #[test]
+    fn a_held_port_is_free_only_to_a_listener_that_reuses_addresses() {
+        let mut port = Port::pick().unwrap();
+        let addr = port.addr();
+        // A plain bind (as a program that sets no SO_REUSEADDR) is refused while held.
+        // (Rust's TcpListener::bind sets SO_REUSEADDR, so a raw socket.)
+        let plain = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        assert_eq!(
+            plain.bind(&addr.into()).unwrap_err().kind(),
+            io::ErrorKind::AddrInUse,
+            "a held port is not free"
+        );
+        // drover's listener for a Node worker, and libuv's own, reuse addresses.
+        let reusing = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        reusing.set_reuse_address(true).unwrap();
+        reusing.bind(&addr.into()).unwrap();
+        reusing.listen(8).unwrap();
+        drop(reusing);
+        port.release_hold();
+        plain.bind(&addr.into()).expect("a released port is free");
     }
 }

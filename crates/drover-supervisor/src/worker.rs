@@ -669,7 +669,16 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
     let (port, listen) = match &socket {
         Some(socket) => (None, Listen::Socket(socket)),
         None => {
-            let port = Port::pick()?;
+            let mut port = Port::pick()?;
+            // Node's listen() asks drover, which binds the port (seconds later under a
+            // runner) with SO_REUSEADDR; any other program binds it itself.
+            let node = spec
+                .command
+                .first()
+                .is_some_and(|program| drover_node::is_node_program(program));
+            if !node {
+                port.release_hold();
+            }
             let listen = Listen::Port(port.get());
             (Some(port), listen)
         }
