@@ -12,8 +12,14 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Worker processes ("auto", or PM2's "max": one per core). Each gets PORT and
-    /// DROVER_WORKER_ID.
-    #[arg(short, long, default_value = "auto")]
+    /// DROVER_WORKER_ID (-i: PM2's name).
+    #[arg(
+        short,
+        long,
+        visible_short_alias = 'i',
+        visible_alias = "instances",
+        default_value = "auto"
+    )]
     pub workers: model::Workers,
 
     /// Address to accept clients on [default: for a Node app whose listen() names a
@@ -106,8 +112,10 @@ pub struct RunArgs {
     pub backend_protocol: Option<drover_proxy::BackendProtocol>,
 
     /// The program and its arguments, after `--` or after drover's own flags (as
-    /// `docker run` takes them: everything from the program on is the program's);
-    /// "{port}" in an argument becomes each worker's port (proxy mode).
+    /// `docker run` takes them: everything from the program on is the program's). A
+    /// script named alone takes PM2's order: `drover run app.js -i 4 -- --port 3000`,
+    /// drover's flags up to `--`, the app's after it. "{port}" in an argument becomes
+    /// each worker's port (proxy mode).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

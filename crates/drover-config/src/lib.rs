@@ -31,6 +31,7 @@ pub mod file;
 pub mod flags;
 pub mod model;
 pub mod plan;
+pub mod pm2_order;
 pub mod preflight;
 
 pub use exposure::{check_exposure, ExposureError};

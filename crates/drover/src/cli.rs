@@ -18,6 +18,51 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line, with `drover run`'s words after a script named alone read in
+    /// PM2's order (drover_config::pm2_order). Exits as clap does on a usage error.
+    pub fn from_args() -> Cli {
+        let Some(argv) = std::env::args_os()
+            .map(|a| a.into_string().ok())
+            .collect::<Option<Vec<String>>>()
+        else {
+            // Not UTF-8: no rearranging; clap names the word it cannot read.
+            return Cli::parse();
+        };
+        let cli = Cli::parse_from(&argv);
+        let Command::Run(args) = &cli.command else {
+            return cli;
+        };
+        let Some(pm2) = drover_config::pm2_order::rearranged(&argv, &args.command) else {
+            return cli;
+        };
+        let (reason, stray) = match Cli::try_parse_from(&pm2.argv) {
+            Ok(again) => match &again.command {
+                Command::Run(args) if args.command == pm2.command => return again,
+                // A word that no flag takes as its value became the program.
+                Command::Run(args) => (
+                    "no flag takes it as its value".to_string(),
+                    args.command.first().cloned(),
+                ),
+                _ => unreachable!("the same subcommand parses as the same subcommand"),
+            },
+            Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+            Err(e) => {
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let reason = first.trim_start_matches("error: ").trim_end_matches('.');
+                let stray = match e.get(clap::error::ContextKind::InvalidArg) {
+                    Some(clap::error::ContextValue::String(arg)) => Some(arg.clone()),
+                    _ => None,
+                };
+                (reason.to_string(), stray)
+            }
+        };
+        eprintln!("error: {}", pm2.refused(&reason, stray.as_deref()));
+        std::process::exit(2);
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Balance HTTP/1.1 requests over backends.
@@ -29,6 +74,7 @@ pub enum Command {
     /// that runs this file). Exits 0, or 1 with every error on stderr.
     Check(ConfigFileArgs),
     /// Run N workers of a program behind a balancer: drover run -w 4 -- node app.js
+    /// (or PM2's order: drover run app.js -i 4)
     Run(Box<RunArgs>),
     /// Talk to a running drover through its admin API: status, reload, scale, members.
     Ctl(CtlArgs),

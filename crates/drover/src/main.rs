@@ -9,12 +9,11 @@ mod serve;
 mod systemd;
 mod up;
 
-use clap::Parser;
 use cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_args();
     init_logging();
     raise_descriptor_limit();
     let result = match cli.command {

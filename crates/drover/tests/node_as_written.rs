@@ -599,3 +599,60 @@ async fn a_script_named_alone_runs_under_its_interpreter_as_under_pm2() {
         drover_stops_cleanly(who, &d).await;
     }
 }
+
+/// `pm2 start argv-port.js -i 3 -- PORT`, typed to drover: after a script named alone,
+/// the words up to `--` are drover's flags and those after it the app's, as PM2 reads
+/// them. Before, `-i 3 …` went to the app, which ran on the default number of workers.
+#[tokio::test]
+async fn after_a_script_named_alone_drovers_flags_come_first_and_the_apps_after_a_double_dash() {
+    let port = drover_testkit::free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "argv-port.js", "-i", "3", "--admin", "127.0.0.1:0"])
+        .args(["--threads", "1", "--strategy", "round-robin", "--"])
+        .arg(port.to_string())
+        .current_dir(as_written("."));
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    // The app got its argument: its listen() named the port, where drover serves.
+    assert_eq!(d.addr().port(), port, "{}", d.stderr_text());
+    let admin = admin_addr(&d).await;
+    let pids = wait_all_serving(&d, admin).await;
+    assert_eq!(pids.len(), 3, "-i 3 is drover's: {}", d.stderr_text());
+    every_worker_answers("pm2 order", &d, admin).await;
+    drover_stops_cleanly("pm2 order", &d).await;
+}
+
+/// A word after a script named alone that is not drover's (PM2 refuses it too): drover
+/// starts nothing and says how to give it to the app.
+#[tokio::test]
+async fn after_a_script_named_alone_a_word_not_drovers_is_refused_with_both_ways_to_pass_it() {
+    for (words, named) in [
+        (&["--port", "3000"][..], "unexpected argument '--port'"),
+        (&["8080"][..], "`8080` is not one"),
+    ] {
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(["run", "argv-port.js", "--admin", "off"])
+            .args(words)
+            .current_dir(as_written("."))
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(Duration::from_secs(20), cmd.output())
+            .await
+            .expect("drover exits at once")
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        let joined = words.join(" ");
+        assert!(err.contains(named), "{err}");
+        assert!(
+            err.contains(&format!("drover run argv-port.js --admin off -- {joined}")),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "drover run --admin off node argv-port.js {joined}"
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("starting"), "nothing starts: {err}");
+    }
+}

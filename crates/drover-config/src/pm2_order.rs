@@ -1,0 +1,176 @@
+//! PM2's order of words for a script named alone.
+//!
+//! `pm2 start app.js -i 4 -- --port 3000` reads the words after the script as PM2's own
+//! flags, up to a `--`, and gives the app those after it. `drover run` takes a command
+//! as `docker run` does (from the program on, every word is the program's), which a
+//! PM2 user's `drover run app.js -i 4` would turn into `node app.js -i 4` on the default
+//! number of workers. So where the program is a script named alone (one that gets an
+//! interpreter from its extension, `app.js`, not `node app.js`), its words are read in
+//! PM2's order. A command that starts with its interpreter, or one placed after `--`,
+//! keeps `docker run`'s reading.
+
+/// `argv` (drover's whole command line) rearranged for a second parse: the words after
+/// the script up to a `--` move before the program as drover's flags, and the words
+/// after that `--` become the script's arguments. `None` when the command is taken as
+/// written. `command` is what the first parse took as the program and its arguments,
+/// the tail of `argv`.
+pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
+    let (script, words) = command.split_first()?;
+    let before = argv.len().checked_sub(command.len())?;
+    if argv[before..] != *command || before == 0 || argv[before - 1] == "--" || words.is_empty() {
+        return None;
+    }
+    if drover_supervisor::with_interpreter(command, None).len() == command.len() {
+        return None;
+    }
+    let (flags, app_args) = match words.iter().position(|w| w == "--") {
+        Some(at) => (&words[..at], &words[at + 1..]),
+        None => (words, &[][..]),
+    };
+    let mut again = argv[..before].to_vec();
+    again.extend_from_slice(flags);
+    again.push("--".into());
+    again.push(script.clone());
+    again.extend_from_slice(app_args);
+    let mut command = vec![script.clone()];
+    command.extend_from_slice(app_args);
+    Some(Rearranged {
+        argv: again,
+        command,
+        flags: flags.to_vec(),
+    })
+}
+
+/// A command line in PM2's order, to be parsed again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rearranged {
+    pub argv: Vec<String>,
+    /// What the second parse must take as the program and its arguments.
+    pub command: Vec<String>,
+    /// The words read as drover's flags.
+    pub flags: Vec<String>,
+}
+
+impl Rearranged {
+    /// Why the words after the script are not all drover's flags: `reason` is the
+    /// parser's, `stray` the first word it did not take (an unknown flag, or a word
+    /// that no flag takes as its value). From that word on, the words are most likely
+    /// the app's, so the message shows the two ways to give them to it.
+    pub fn refused(&self, reason: &str, stray: Option<&str>) -> String {
+        let script = &self.command[0];
+        let words = self.flags.join(" ");
+        let read_as = format!(
+            "`{words}` after {script}: drover reads the words that follow a script named \
+             alone, up to a `--`, as its own flags, as `pm2 start {script} -i 4` does"
+        );
+        let at = stray.and_then(|stray| {
+            self.flags
+                .iter()
+                .position(|w| w == stray || w.starts_with(&format!("{stray}=")))
+        });
+        let Some(at) = at else {
+            return format!("{read_as}: {reason}");
+        };
+        let ours: String = self.flags[..at].iter().map(|w| format!(" {w}")).collect();
+        let theirs = self.flags[at..].join(" ");
+        let interpreter = drover_supervisor::with_interpreter(&self.command, None)
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        format!(
+            "{read_as}, and `{stray}` is not one ({reason}). Give the app its arguments \
+             after `--` (drover run {script}{ours} -- {theirs}), or name its interpreter \
+             first, and every word after it is the app's, as `docker run` takes a command \
+             (drover run{ours} {interpreter} {script} {theirs})",
+            stray = self.flags[at],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    /// A script in a temporary directory, named by its full path without an execute
+    /// bit (so it gets an interpreter); returns the directory, to keep it alive.
+    fn script(name: &str) -> (std::path::PathBuf, String) {
+        let dir =
+            std::env::temp_dir().join(format!("drover-pm2-order-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, "").unwrap();
+        (dir, path.to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn flags_after_a_script_are_drovers_and_words_after_a_double_dash_the_apps() {
+        let (_dir, app) = script("app.js");
+        let argv = words(&format!(
+            "drover run -l 127.0.0.1:0 {app} -i 4 -- --port 3000"
+        ));
+        let command = argv[4..].to_vec();
+        let r = rearranged(&argv, &command).unwrap();
+        assert_eq!(
+            r.argv,
+            words(&format!(
+                "drover run -l 127.0.0.1:0 -i 4 -- {app} --port 3000"
+            ))
+        );
+        assert_eq!(r.command, words(&format!("{app} --port 3000")));
+        assert_eq!(r.flags, words("-i 4"));
+        // Only arguments for the app: the `--` itself is not the app's.
+        let argv = words(&format!("drover run {app} -- 8080"));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(r.argv, words(&format!("drover run -- {app} 8080")));
+        assert!(r.flags.is_empty());
+    }
+
+    #[test]
+    fn a_command_with_its_interpreter_or_after_a_double_dash_is_taken_as_written() {
+        let (_dir, app) = script("server.js");
+        for line in [
+            format!("drover run node {app} -w 4"),
+            format!("drover run -w 2 -- {app} -w 4"),
+            format!("drover run -w 2 {app}"),
+            "drover run no-such-script.js -w 4".to_string(),
+        ] {
+            let argv = words(&line);
+            let at = argv
+                .iter()
+                .position(|w| w == "node" || w.ends_with(".js"))
+                .unwrap();
+            assert_eq!(rearranged(&argv, &argv[at..]), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_word_and_both_ways_to_give_the_rest_to_the_app() {
+        let (_dir, app) = script("api.py");
+        let argv = words(&format!("drover run {app} -i 2 --port=3000 -v"));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        let message = r.refused("unexpected argument '--port' found", Some("--port"));
+        assert!(
+            message.starts_with("`-i 2 --port=3000 -v` after "),
+            "{message}"
+        );
+        assert!(message.contains("`--port=3000` is not one"), "{message}");
+        assert!(
+            message.contains(&format!("drover run {app} -i 2 -- --port=3000 -v")),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("drover run -i 2 python3 {app} --port=3000 -v")),
+            "{message}"
+        );
+        // A bad value of drover's own flag: only the reason, no word is the app's.
+        let message = r.refused("invalid value 'x' for '--workers'", Some("x"));
+        assert!(
+            message.ends_with(": invalid value 'x' for '--workers'"),
+            "{message}"
+        );
+    }
+}
