@@ -69,6 +69,9 @@ struct Served {
     /// Node's name for the server, which `newconn` carries.
     key: String,
     asked: i64,
+    /// The address the app named, if it named one (where drover bound the app's
+    /// socket, for an app that listens on its `PORT`).
+    address: Option<IpAddr>,
     /// drover's listener on the worker's port, for an app that listens elsewhere; `None`
     /// when the app listens on its `PORT` itself (through a socket drover bound for it).
     listener: Option<tokio::net::TcpListener>,
@@ -570,6 +573,17 @@ impl Session {
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), ChannelError> {
         if let Some(served) = &self.served {
+            if query.port == served.asked && loopback_twins(served.address, asked_ip(&query)) {
+                // `localhost` names both loopbacks where /etc/hosts says so (Debian's
+                // does), and Fastify listens at every address of its host, `localhost`
+                // by default: the second is the same server to drover, which reaches
+                // the worker at its loopback port and serves clients at both.
+                tracing::debug!(
+                    port = query.port,
+                    "the app also listens at the other loopback"
+                );
+                return self.send(message::listening_without_socket(&query)).await;
+            }
             let reason = format!(
                 "listen() on port {} after port {}: drover routes one port per worker, the \
                  first it listens on, so the second is refused",
@@ -581,16 +595,28 @@ impl Session {
             // The app reads PORT: it gets a socket bound there, as its own bind would
             // give it, and accepts from the kernel with nothing of drover in between.
             // Connections can still be handed to it (`newconn` names this server too).
-            let socket = match bind_for(&query) {
+            // drover reaches the worker at 127.0.0.1:PORT: an app that names the IPv6
+            // loopback (`localhost` resolves to ::1 first on Debian) is served at the
+            // IPv4 one, loopback all the same; bound as asked, drover would never reach it.
+            let at = match asked_ip(&query) {
+                Some(IpAddr::V6(ip)) if ip.is_loopback() => ServerQuery {
+                    address: Some(Ipv4Addr::LOCALHOST.to_string()),
+                    address_type: AddressType::Tcp4,
+                    ..query.clone()
+                },
+                _ => query.clone(),
+            };
+            let socket = match bind_for(&at) {
                 Ok(socket) => socket,
                 Err(e) => {
-                    let reason = format!("bind {}: {e}", describe(&query));
+                    let reason = format!("bind {}: {e}", describe(&at));
                     return self.refuse(&query, errno_of(&e), reason, report).await;
                 }
             };
             self.served = Some(Served {
                 key: query.key.clone(),
                 asked: query.port,
+                address: asked_ip(&at),
                 listener: None,
             });
             report(SessionEvent::Serving {
@@ -615,6 +641,7 @@ impl Session {
         self.served = Some(Served {
             key: query.key.clone(),
             asked: query.port,
+            address: asked_ip(&query),
             listener: Some(listener),
         });
         report(SessionEvent::Serving {
@@ -788,6 +815,14 @@ fn bind_for(query: &ServerQuery) -> io::Result<Socket> {
 /// `None` for any address, or for one that is not an IP.
 fn asked_ip(query: &ServerQuery) -> Option<IpAddr> {
     query.address.as_deref().and_then(|a| a.parse().ok())
+}
+
+/// Whether two addresses a worker listened at on one port are both loopback, as
+/// `localhost`'s two are. Either may be the one drover bound in place of the other
+/// (the app asked for `::1` on its `PORT`), so Fastify, which listens next at each
+/// address of `localhost` but the one its server reports, may ask for the same again.
+fn loopback_twins(first: Option<IpAddr>, second: Option<IpAddr>) -> bool {
+    first.is_some_and(|a| a.is_loopback()) && second.is_some_and(|b| b.is_loopback())
 }
 
 fn describe(query: &ServerQuery) -> String {

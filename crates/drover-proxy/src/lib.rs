@@ -59,4 +59,4 @@ pub use options::{
     BackendProtocol, Handoff, HashKey, Limits, ParseHashKeyError, Protocol, ProxyOptions,
     QueueOptions, Timeouts,
 };
-pub use server::{Proxy, ReconfigureError};
+pub use server::{listener, Proxy, ReconfigureError};

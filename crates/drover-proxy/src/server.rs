@@ -33,6 +33,8 @@ use tracing::{debug, error, info, warn};
 pub struct Proxy {
     /// `None`: a balancer without a listener (`Proxy::unbound`).
     local_addr: Option<SocketAddr>,
+    /// Where else it accepts (`start_also`).
+    also_addrs: Vec<SocketAddr>,
     /// The address as configured (`:0` stays `:0`), to tell a changed one on reload.
     listen: Option<SocketAddr>,
     /// The settings in force; each serving thread's `ThreadCell` holds a state over it.
@@ -98,6 +100,20 @@ impl Proxy {
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
+        Proxy::start_also(opts, Vec::new(), pool, balancer)
+    }
+
+    /// As `start`, and every serving thread also accepts on each of `also`: listening
+    /// sockets bound elsewhere (`drover run` serves an app that listens at `localhost`
+    /// at both loopback addresses, as Node's cluster primary binds each address the
+    /// app's `listen()` calls name). Not kept across a reload's `reconfigure`, which
+    /// keeps the sockets it has.
+    pub fn start_also(
+        opts: ProxyOptions,
+        also: Vec<std::net::TcpListener>,
+        pool: Arc<Pool>,
+        balancer: Arc<dyn Balancer>,
+    ) -> io::Result<Proxy> {
         let threads = opts.threads.max(1);
         let Some(listen) = opts.listen else {
             return Err(io::Error::new(
@@ -112,7 +128,7 @@ impl Proxy {
         for _ in 1..threads {
             listeners.push(bind(local_addr, Bind::Join)?);
         }
-        Proxy::serve(opts, listeners, pool, balancer)
+        Proxy::serve(opts, listeners, also, pool, balancer)
     }
 
     /// Starts serving on `listener`, a listening socket bound elsewhere (one systemd
@@ -130,7 +146,7 @@ impl Proxy {
             listeners.push(listener.try_clone()?);
         }
         listeners.push(listener);
-        Proxy::serve(opts, listeners, pool, balancer)
+        Proxy::serve(opts, listeners, Vec::new(), pool, balancer)
     }
 
     /// A balancer without a listener: it serves only what other listeners' routes send
@@ -141,13 +157,15 @@ impl Proxy {
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
-        Proxy::serve(opts, Vec::new(), pool, balancer)
+        Proxy::serve(opts, Vec::new(), Vec::new(), pool, balancer)
     }
 
-    /// Serves on `listeners`, a serving thread each (none: `unbound`).
+    /// Serves on `listeners`, a serving thread each (none: `unbound`), each thread also
+    /// on every one of `also`.
     fn serve(
         opts: ProxyOptions,
         listeners: Vec<std::net::TcpListener>,
+        also: Vec<std::net::TcpListener>,
         pool: Arc<Pool>,
         balancer: Arc<dyn Balancer>,
     ) -> io::Result<Proxy> {
@@ -157,6 +175,10 @@ impl Proxy {
         };
         let listen = opts.listen;
         let local_addr = listeners.first().map(|l| l.local_addr()).transpose()?;
+        let also_addrs = also
+            .iter()
+            .map(std::net::TcpListener::local_addr)
+            .collect::<io::Result<Vec<_>>>()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let active = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(BalancerStats::default());
@@ -192,18 +214,23 @@ impl Proxy {
         let client_budget = descriptors::client_budget(descriptors::limit()?.0);
         let mut handles = Vec::new();
         for (i, (listener, cell)) in listeners.into_iter().zip(cells.iter()).enumerate() {
+            let mut listeners = vec![listener];
+            for other in &also {
+                listeners.push(other.try_clone()?);
+            }
             let (cell, shutdown, active) =
                 (Arc::clone(cell), shutdown.subscribe(), Arc::clone(&active));
             let name = shared.opts.name.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("drover-{name}-{i}"))
                 .spawn(move || {
-                    serve_thread(listener, name, cell, shutdown, active, client_budget, i)
+                    serve_thread(listeners, name, cell, shutdown, active, client_budget, i)
                 })?;
             handles.push(handle);
         }
         Ok(Proxy {
             local_addr,
+            also_addrs,
             listen,
             current: Arc::new(ArcSwap::new(shared)),
             cells,
@@ -315,6 +342,11 @@ impl Proxy {
     /// Where it listens; `None`: nowhere (`unbound`).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// Where else it accepts (`start_also`).
+    pub fn also_addrs(&self) -> &[SocketAddr] {
+        &self.also_addrs
     }
 
     pub fn name(&self) -> String {
@@ -439,6 +471,11 @@ enum Bind {
     Join,
 }
 
+/// A listening socket at `addr`, bound as a balancer binds its own: for `start_also`.
+pub fn listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    bind(addr, Bind::Alone)
+}
+
 fn bind(addr: SocketAddr, how: Bind) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
@@ -534,7 +571,7 @@ fn accept_failed(balancer: &str, e: &io::Error) {
 }
 
 fn serve_thread(
-    listener: std::net::TcpListener,
+    listeners: Vec<std::net::TcpListener>,
     name: String,
     cell: Arc<ThreadCell>,
     mut shutdown: watch::Receiver<bool>,
@@ -557,13 +594,18 @@ fn serve_thread(
         if index == 0 {
             tokio::spawn(watch_certificates(Arc::clone(&cell), shutdown.clone()));
         }
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
+        let listeners = match listeners
+            .into_iter()
+            .map(|l| l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)))
+            .collect::<io::Result<Vec<_>>>()
+        {
+            Ok(listeners) => listeners,
             Err(e) => {
                 error!("cannot register the listening socket: {e}");
                 return;
             }
         };
+        let mut turn = 0;
         // Idle backend connections are swept at a period that follows the idle timeout in
         // force; a reload that changes it takes effect at the next tick.
         let period = |cell: &ThreadCell| {
@@ -589,7 +631,7 @@ fn serve_thread(
             }
             tokio::select! {
                 _ = tokio::time::sleep(ACCEPT_PAUSE_POLL), if paused => {}
-                accepted = listener.accept(), if !paused => match accepted {
+                accepted = accept_any(&listeners, &mut turn), if !paused => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
                         let Some(stream) = handoff::at_accept(&cell, stream) else {
@@ -625,12 +667,31 @@ fn serve_thread(
                 _ = shutdown.changed() => break,
             }
         }
-        drop(listener);
+        drop(listeners);
         // Keep the event loop turning until this balancer's connections have finished.
         while active.load(Relaxed) > 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+}
+
+/// The next connection from any of `listeners`, asking each in turn from `turn` on, so
+/// a busy one does not starve the others.
+async fn accept_any(
+    listeners: &[tokio::net::TcpListener],
+    turn: &mut usize,
+) -> io::Result<(TcpStream, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        for k in 0..listeners.len() {
+            let i = (*turn + k) % listeners.len();
+            if let std::task::Poll::Ready(accepted) = listeners[i].poll_accept(cx) {
+                *turn = (i + 1) % listeners.len();
+                return std::task::Poll::Ready(accepted);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Serves here every connection given back and not yet taken: from its next request on,

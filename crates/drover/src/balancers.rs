@@ -139,20 +139,30 @@ impl std::fmt::Display for StartError {
     }
 }
 
+/// The sockets a balancer serves on.
+pub enum Sockets {
+    /// Its listen address, bound at start.
+    Bind,
+    /// A socket systemd passed, instead of binding.
+    Passed(std::net::TcpListener),
+    /// Its listen address, and these listening sockets bound elsewhere.
+    BindAlso(Vec<std::net::TcpListener>),
+}
+
 impl RunningBalancer {
     /// Starts `plan` (from `config`) over `pool`; a balancer it replaces (its address
     /// changed) hands over its runtime members. Must run inside the control runtime
     /// (health checks, DNS lookups, the etcd watch and the members' sweeper live
     /// there). In a supervised app's pool, the workers are checked by their
     /// supervisor; the health checks here probe the other members. It serves on
-    /// `passed` (a socket systemd passed) when given, else binds its listen address.
+    /// `sockets`.
     pub async fn start(
         config: BalancerConfig,
         plan: BalancerPlan,
         discovery: Discovery<'_>,
         pool: Arc<Pool>,
         replaces: Option<&RunningBalancer>,
-        passed: Option<std::net::TcpListener>,
+        sockets: Sockets,
     ) -> Result<RunningBalancer, StartError> {
         apply_pool_plan(&pool, &plan);
         let previous = replaces.map(|b| b.state().store.clone());
@@ -179,12 +189,15 @@ impl RunningBalancer {
             ""
         };
         let (opts, strategy_built) = (plan.proxy, plan.strategy.build());
-        let proxy = match passed {
-            Some(listener) => Proxy::start_on(opts, listener, Arc::clone(&pool), strategy_built),
-            None if opts.listen.is_none() => {
-                Proxy::unbound(opts, Arc::clone(&pool), strategy_built)
+        let proxy = match sockets {
+            Sockets::Passed(listener) => {
+                Proxy::start_on(opts, listener, Arc::clone(&pool), strategy_built)
             }
-            None => Proxy::start(opts, Arc::clone(&pool), strategy_built),
+            _ if opts.listen.is_none() => Proxy::unbound(opts, Arc::clone(&pool), strategy_built),
+            Sockets::Bind => Proxy::start(opts, Arc::clone(&pool), strategy_built),
+            Sockets::BindAlso(also) => {
+                Proxy::start_also(opts, also, Arc::clone(&pool), strategy_built)
+            }
         }
         .map_err(StartError::Bind)?;
         let over = match &plan.app {
@@ -193,9 +206,14 @@ impl RunningBalancer {
             None => format!("{} backends", plan.backends.len()),
         };
         // Scripts and tests read this line to learn the port when listening on :0.
+        let also: String = proxy
+            .also_addrs()
+            .iter()
+            .map(|addr| format!(" and {addr}"))
+            .collect();
         match proxy.local_addr() {
             Some(addr) => eprintln!(
-                "drover: balancer {name:?} listening on {addr} ({over}, strategy {strategy}{tcp})"
+                "drover: balancer {name:?} listening on {addr}{also} ({over}, strategy {strategy}{tcp})"
             ),
             None => eprintln!(
                 "drover: balancer {name:?} serving what routes send it ({over}, strategy {strategy}{tcp})"

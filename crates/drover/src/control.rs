@@ -1,6 +1,8 @@
 //! What the admin API and SIGHUP act on: the running apps and balancers.
 
-use crate::balancers::{app_of, discovery, static_pool, wire_routes, RunningBalancer, StartError};
+use crate::balancers::{
+    app_of, discovery, static_pool, wire_routes, RunningBalancer, Sockets, StartError,
+};
 use crate::systemd;
 use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
@@ -195,7 +197,7 @@ impl Controller {
                 replaces.as_deref(),
                 // systemd's sockets serve the balancers of the first start only; one a
                 // reload adds binds its address.
-                None,
+                Sockets::Bind,
             )
             .await;
             match start {

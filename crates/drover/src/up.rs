@@ -1,6 +1,6 @@
 //! `drover up` and `drover run`: apps, balancers and the admin API a config describes.
 
-use crate::balancers::{self, RunningBalancer, StartError};
+use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use crate::control::Controller;
 use crate::serve;
 use crate::systemd;
@@ -155,7 +155,7 @@ pub(crate) async fn run_config(
             balancers::discovery(&cfg),
             pool,
             None,
-            socket,
+            socket.map_or(Sockets::Bind, Sockets::Passed),
         )
         .await
         {
@@ -303,13 +303,25 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
     for addr in candidates {
         config.listen = Some(addr);
         plan.proxy.listen = Some(addr);
+        let sockets = match loopback_twin(addr).filter(|_| asked) {
+            Some(twin) => match drover_proxy::listener(twin) {
+                Ok(socket) => Sockets::BindAlso(vec![socket]),
+                // Where /etc/hosts gives `localhost` one address, an app that says
+                // "localhost" listens at that one only; so does drover then.
+                Err(e) => {
+                    tracing::info!("not serving the app's clients at {twin} too: {e}");
+                    Sockets::Bind
+                }
+            },
+            None => Sockets::Bind,
+        };
         let started = RunningBalancer::start(
             config.clone(),
             plan.clone(),
             balancers::discovery(&discovery),
             Arc::clone(&pool),
             None,
-            None,
+            sockets,
         )
         .await;
         match started {
@@ -346,6 +358,23 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
         "balancer {name:?}: cannot listen on {}",
         failed.unwrap_or_else(|| "any address".into())
     ))
+}
+
+/// The other address of `localhost` for an app that listens at one of them: where
+/// /etc/hosts names both (Debian's does), Node's `listen(3000, 'localhost')` binds the
+/// first it gets (`::1`), and Fastify, which listens at `localhost` by default, binds
+/// both. Loopback is loopback, so drover serves the app's clients at both: a client of
+/// `127.0.0.1:3000` (`ab`, `curl -4`) reaches it as a client of `[::1]:3000` does.
+fn loopback_twin(addr: SocketAddr) -> Option<SocketAddr> {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => {
+            Some(SocketAddr::from((Ipv6Addr::LOCALHOST, addr.port())))
+        }
+        IpAddr::V6(ip) if ip == Ipv6Addr::LOCALHOST => {
+            Some(SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())))
+        }
+        _ => None,
+    }
 }
 
 /// The setting key of the admin API's listen address.

@@ -656,3 +656,97 @@ async fn after_a_script_named_alone_a_word_not_drovers_is_refused_with_both_ways
         assert!(!err.contains("starting"), "nothing starts: {err}");
     }
 }
+
+/// Whether this machine has the IPv6 loopback (the tests of `localhost`'s two
+/// addresses need it).
+fn has_ipv6_loopback() -> bool {
+    std::net::TcpListener::bind("[::1]:0").is_ok()
+}
+
+/// An app that listens at `localhost` where it names both loopbacks (Fastify's
+/// default on Debian: ::1, then 127.0.0.1), on its PORT. drover reaches a worker at
+/// 127.0.0.1:PORT; before, the app's socket was bound at ::1 as asked, no worker ever
+/// became ready ("no healthy endpoint"), and its second listen() was logged as failed.
+#[tokio::test]
+async fn an_app_on_its_port_at_both_loopbacks_serves() {
+    if !has_ipv6_loopback() {
+        eprintln!("skipped: no IPv6 loopback here");
+        return;
+    }
+    let (d, admin) = run(
+        3,
+        &["node".into(), fixture("both-loopbacks.js")],
+        &temp_dir("both-loopbacks-port"),
+    )
+    .await;
+    every_worker_answers("both loopbacks, PORT", &d, admin).await;
+    says("both loopbacks, PORT", &d, &["listening at both loopbacks"]).await;
+    assert!(!d.stderr_text().contains("failed"), "{}", d.stderr_text());
+    drover_stops_cleanly("both loopbacks, PORT", &d).await;
+}
+
+/// The same app on a port of its own (from argv), with no --listen: under Node's
+/// cluster module its clients reach it at both loopbacks, and so under drover, whose
+/// balancer binds both. Before, it bound the first (::1), and a client of 127.0.0.1
+/// (`ab`, `curl -4`) was refused.
+#[tokio::test]
+async fn an_app_at_both_loopbacks_is_served_at_both() {
+    if !has_ipv6_loopback() {
+        eprintln!("skipped: no IPv6 loopback here");
+        return;
+    }
+    let port = drover_testkit::free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+        "--",
+    ])
+    .args(["node", &fixture("both-loopbacks.js"), &port.to_string()])
+    .current_dir(temp_dir("both-loopbacks-own-port"));
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    says(
+        "both loopbacks",
+        &d,
+        &[&format!("listening on [::1]:{port} and 127.0.0.1:{port}")],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    for ip in [
+        std::net::IpAddr::from([127, 0, 0, 1]),
+        std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ] {
+        let r = get(SocketAddr::new(ip, port), "/").await;
+        assert_eq!(r.status, 200, "{ip}: {}\n{}", r.text(), d.stderr_text());
+        assert!(r.text().contains("both loopbacks"), "{}", r.text());
+    }
+    says("both loopbacks", &d, &["listening at both loopbacks"]).await;
+    assert!(!d.stderr_text().contains("failed"), "{}", d.stderr_text());
+    drover_stops_cleanly("both loopbacks", &d).await;
+}
+
+/// Fastify as its guide writes it (an ES module, `listen({ port: 3000 })` at
+/// `localhost`), on the machine's Node (Fastify 5 needs Node 20).
+#[tokio::test]
+async fn fastify_as_its_guide_writes_it_runs_unchanged_as_three_workers() {
+    let fastify = as_written("fastify");
+    assert!(
+        fastify.join("node_modules/fastify").exists(),
+        "run `npm ci --prefix examples/as-written/fastify` (scripts/test does)"
+    );
+    let (d, admin) = run(3, &["node".into(), "app.js".into()], &fastify).await;
+    every_worker_answers("fastify", &d, admin).await;
+    assert!(
+        !d.stderr_text().contains("listen() failed"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("fastify", &d).await;
+}
