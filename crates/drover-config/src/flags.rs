@@ -22,6 +22,11 @@ pub struct RunArgs {
     )]
     pub workers: model::Workers,
 
+    /// The app's name, as `drover ctl status`, its output (`[NAME/0]`) and /metrics
+    /// show it (PM2's --name).
+    #[arg(long, default_value = "app", value_name = "NAME")]
+    pub name: String,
+
     /// Address to accept clients on [default: for a Node app whose listen() names a
     /// port (app.listen(3000)), that port, bound as Node's cluster module binds it;
     /// otherwise 127.0.0.1:8000].
@@ -44,7 +49,7 @@ pub struct RunArgs {
     pub mode: drover_supervisor::Mode,
 
     /// Replace a worker (gracefully) once its RSS exceeds this, e.g. 512M or 2G.
-    #[arg(long, value_name = "SIZE", value_parser = byte_size)]
+    #[arg(long, visible_alias = "max-memory-restart", value_name = "SIZE", value_parser = byte_size)]
     pub max_memory: Option<u64>,
 
     /// On reload, how long an old worker may take to finish its requests.
@@ -980,7 +985,10 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, FlagError> {
 }
 
 fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
-    let mut app = model::AppConfig::new("app", args.command.clone());
+    if !crate::is_valid_name(&args.name) {
+        return Err(format!("--name {:?}: {}", args.name, crate::NAME_RULE));
+    }
+    let mut app = model::AppConfig::new(&args.name, args.command.clone());
     app.spec.workers = args.workers;
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
@@ -1056,7 +1064,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             let mut balancer = model::BalancerConfig::new(
                 model::DEFAULT_BALANCER,
                 args.listen.unwrap_or(DEFAULT_RUN_LISTEN),
-                vec![model::BackendRef::App("app".into())],
+                vec![model::BackendRef::App(args.name.clone())],
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
             balancer.threads = Some(args.threads);
@@ -1381,6 +1389,25 @@ mod tests {
         // A mistyped flag of drover's is still an error, not a program.
         assert!(Run::try_parse_from(["run", "--wrokers", "2", "node", "app.js"]).is_err());
         assert!(Run::try_parse_from(["run", "-w", "2"]).is_err());
+    }
+
+    #[test]
+    fn pm2s_name_and_memory_flags_are_drover_runs() {
+        let r = Run::try_parse_from(["run", "--name", "api", "--max-memory-restart", "300M", "x"])
+            .unwrap();
+        let cfg = run_config(&r.args).unwrap();
+        assert_eq!(cfg.config.apps[0].spec.name, "api");
+        assert_eq!(cfg.config.apps[0].spec.max_memory, Some(300 << 20));
+        assert_eq!(
+            cfg.config.balancers[0].backends,
+            [model::BackendRef::App("api".into())]
+        );
+        let r = Run::try_parse_from(["run", "--name", "My API", "x"]).unwrap();
+        let Err(e) = run_config(&r.args) else {
+            panic!("a name with a space and capitals is refused")
+        };
+        let e = e.to_string();
+        assert!(e.starts_with("--name \"My API\": names are"), "{e}");
     }
 
     #[test]

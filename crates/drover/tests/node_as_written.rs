@@ -600,7 +600,8 @@ async fn a_script_named_alone_runs_under_its_interpreter_as_under_pm2() {
     }
 }
 
-/// `pm2 start argv-port.js -i 3 -- PORT`, typed to drover: after a script named alone,
+/// `pm2 start argv-port.js -i 3 --name api --max-memory-restart 300M -- PORT`, typed
+/// to drover: after a script named alone,
 /// the words up to `--` are drover's flags and those after it the app's, as PM2 reads
 /// them. Before, `-i 3 …` went to the app, which ran on the default number of workers.
 #[tokio::test]
@@ -608,6 +609,7 @@ async fn after_a_script_named_alone_drovers_flags_come_first_and_the_apps_after_
     let port = drover_testkit::free_port();
     let mut cmd = Command::new(bin());
     cmd.args(["run", "argv-port.js", "-i", "3", "--admin", "127.0.0.1:0"])
+        .args(["--name", "api", "--max-memory-restart", "300M"])
         .args(["--threads", "1", "--strategy", "round-robin", "--"])
         .arg(port.to_string())
         .current_dir(as_written("."));
@@ -618,6 +620,13 @@ async fn after_a_script_named_alone_drovers_flags_come_first_and_the_apps_after_
     let admin = admin_addr(&d).await;
     let pids = wait_all_serving(&d, admin).await;
     assert_eq!(pids.len(), 3, "-i 3 is drover's: {}", d.stderr_text());
+    // PM2's --name is drover's too (and --max-memory-restart, parsed above).
+    assert_eq!(
+        status(admin).await.apps[0].name,
+        "api",
+        "{}",
+        d.stderr_text()
+    );
     every_worker_answers("pm2 order", &d, admin).await;
     drover_stops_cleanly("pm2 order", &d).await;
 }
