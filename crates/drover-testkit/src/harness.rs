@@ -343,23 +343,40 @@ pub async fn spawn_backend_process_on(name: &str, addr: SocketAddr) -> ChildProc
     spawn_ready_line(cmd, "listening on ").await
 }
 
-/// A loopback TCP port the OS says is free now (bound, then let go), never the same one
-/// twice in this process: for peers that take no port 0 (systemd-socket-activate, a
-/// config written before its server starts).
+/// A TCP port that is free now on every address (bound, then let go), never the same
+/// one twice in this process: for peers that take no port 0 (systemd-socket-activate,
+/// a config written before its server starts, an app that listens on a port of its
+/// own).
+///
+/// Drawn at random below Linux's ephemeral range (32768-60999 by default), where
+/// neither `bind(0)` nor an outgoing connection takes ports: a port from `bind(0)`
+/// could be taken by any other process's connection before the peer binds it, and
+/// the tests open thousands.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a free loopback port")
-            .local_addr()
-            .expect("a bound socket's address")
-            .port();
+    const RANGE: std::ops::Range<u16> = 20_000..32_000;
+    use std::hash::{BuildHasher, Hasher};
+    for _ in 0..1000 {
+        let mut draw = std::collections::hash_map::RandomState::new().build_hasher();
+        draw.write_u32(std::process::id());
+        let span = u64::from(RANGE.end - RANGE.start);
+        let port = RANGE.start + u16::try_from(draw.finish() % span).expect("within the range");
         let mut given = lock(&GIVEN);
-        if !given.contains(&port) {
+        if given.contains(&port) {
+            continue;
+        }
+        // Dual-stack where there is IPv6 (`[::]` covers 0.0.0.0 too), else IPv4.
+        let free = match std::net::TcpListener::bind(("::", port)) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => false,
+            Err(_) => std::net::TcpListener::bind(("0.0.0.0", port)).is_ok(),
+        };
+        if free {
             given.push(port);
             return port;
         }
     }
+    panic!("no free TCP port in {RANGE:?}");
 }
 
 #[cfg(test)]
