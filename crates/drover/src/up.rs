@@ -306,8 +306,9 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
         let sockets = match loopback_twin(addr).filter(|_| asked) {
             Some(twin) => match drover_proxy::listener(twin) {
                 Ok(socket) => Sockets::BindAlso(vec![socket]),
-                // Where /etc/hosts gives `localhost` one address, an app that says
-                // "localhost" listens at that one only; so does drover then.
+                // No IPv6 here, or another program holds the other loopback's port:
+                // drover serves the address the app named, as Fastify goes on when
+                // its second address cannot be had.
                 Err(e) => {
                     tracing::info!("not serving the app's clients at {twin} too: {e}");
                     Sockets::Bind
