@@ -48,10 +48,10 @@ fn read_lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// An address where nothing listens.
+/// An address where nothing listens (below the range `bind(0)` hands out, so no other
+/// test's server takes it meanwhile).
 fn dead_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    SocketAddr::from(([127, 0, 0, 1], drover_testkit::free_port()))
 }
 
 /// A combined-format line taken apart as GoAccess and awk users do.

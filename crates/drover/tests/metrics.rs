@@ -277,10 +277,7 @@ async fn counters_and_histograms_match_the_traffic_sent_in_both_formats() {
 #[tokio::test]
 async fn a_dead_backend_shows_as_retries_failures_and_an_ejection() {
     let live = Backend::named("live").start().await;
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let dead = dead_addr();
     let (d, admin) = proxy_with_admin(&[dead, live.addr()], &[]).await;
     for _ in 0..20 {
         assert_eq!(
@@ -320,10 +317,7 @@ async fn a_dead_backend_shows_as_retries_failures_and_an_ejection() {
 #[tokio::test]
 async fn drovers_own_errors_are_counted_by_cause() {
     // No backend answers at all: every request gets drover's 502 or 503.
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let dead = dead_addr();
     let (d, admin) = proxy_with_admin(&[dead], &[]).await;
     for _ in 0..5 {
         let status = get_status(d.addr(), "/").await;
@@ -432,4 +426,11 @@ async fn workers_show_their_restarts_by_reason_exit_signal_memory_and_cpu() {
         assert!(s.sum("drover_worker_start_time_seconds", &[("worker", w)]) > 1.6e9);
     }
     drop(d);
+}
+
+/// An address nothing listens at. A port from `bind(0)`, let go, could be handed to the
+/// next `bind(0)` (another test's drover, whose answers and counts then mixed with
+/// this one's in CI); `free_port` draws below the range `bind(0)` hands out.
+fn dead_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], drover_testkit::free_port()))
 }

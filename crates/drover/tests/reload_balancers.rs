@@ -221,10 +221,7 @@ async fn a_reload_that_cannot_apply_changes_nothing_and_says_why() {
     drop(taken);
 
     // A listen address that changes moves the balancer; the old address drains.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let port = std::net::SocketAddr::from(([127, 0, 0, 1], drover_testkit::free_port()));
     let moved = file(&[a.addr()], "", "").replacen(
         "listen = \"127.0.0.1:0\"\nthreads",
         &format!("listen = \"{port}\"\nthreads"),
