@@ -149,6 +149,9 @@ pub(crate) enum Listen<'a> {
     Socket(&'a TcpListener),
 }
 
+/// PM2's name for a worker's number (`DROVER_WORKER_ID`).
+const PM2_INSTANCE_VAR: &str = "NODE_APP_INSTANCE";
+
 /// Spawns worker `id` of `spec`, with both output pipes captured, as the leader of a new
 /// process group.
 pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result<Worker> {
@@ -235,7 +238,15 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         }
     };
     cmd.env("DROVER_WORKER_ID", id.to_string())
-        .env("DROVER_APP", &spec.name)
+        .env("DROVER_APP", &spec.name);
+    // PM2 numbers an app's instances the same way (0..N-1, the same number again after
+    // a restart or a reload) in NODE_APP_INSTANCE, and apps written for it read that:
+    // only instance 0 runs the scheduled jobs, say. Unset, such an app runs them in no
+    // worker or in every one. A value the app's own `env` gives wins.
+    if !spec.env.contains_key(PM2_INSTANCE_VAR) {
+        cmd.env(PM2_INSTANCE_VAR, id.to_string());
+    }
+    cmd
         // systemd's channel to drover (`Type=notify`, the watchdog) is drover's alone: a
         // worker that speaks the protocol too would report readiness, or pet the
         // watchdog, for a drover that may be hung.

@@ -759,3 +759,66 @@ async fn fastify_as_its_guide_writes_it_runs_unchanged_as_three_workers() {
     );
     drover_stops_cleanly("fastify", &d).await;
 }
+
+/// Which process answers as which PM2 instance (`NODE_APP_INSTANCE`), over new connections
+/// until every one of `workers` has answered.
+async fn instances(d: &ChildProcess, workers: usize) -> std::collections::BTreeMap<String, u64> {
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..60 {
+        let r = get(d.addr(), "/").await;
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+        let body: serde_json::Value = serde_json::from_str(r.text().trim()).unwrap();
+        let instance = body["instance"].as_str().unwrap_or("unset").to_string();
+        seen.insert(instance, body["pid"].as_u64().unwrap());
+        if seen.len() == workers {
+            break;
+        }
+    }
+    seen
+}
+
+/// An app written for PM2's cluster mode reads its instance's number from
+/// `NODE_APP_INSTANCE` and starts its scheduled job in instance 0 only. drover numbers
+/// its workers the same way, 0..N-1, and a restarted worker gets its number again, so
+/// the job runs once. Before, the variable was unset: this app ran its job nowhere (and
+/// one that tests `!== undefined` first, everywhere).
+#[tokio::test]
+async fn an_app_written_for_pm2_gets_its_instance_number_and_runs_its_job_once() {
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", &fixture("pm2-instance.js"), "-i", "3"])
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--threads", "1", "--strategy", "round-robin"]);
+    clean_env(&mut cmd);
+    cmd.env_remove("NODE_APP_INSTANCE");
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let before = instances(&d, 3).await;
+    let numbers: Vec<&str> = before.keys().map(String::as_str).collect();
+    assert_eq!(numbers, ["0", "1", "2"], "{}", d.stderr_text());
+
+    let victim = before["1"];
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let replaced = wait_until_async(Duration::from_secs(30), || async {
+        let pids = common::serving_pids(&status(admin).await);
+        pids.len() == 3
+            && pids
+                .iter()
+                .all(|p| p.is_some_and(|p| u64::from(p) != victim))
+    })
+    .await;
+    assert!(replaced, "{}", d.stderr_text());
+    let after = instances(&d, 3).await;
+    let numbers: Vec<&str> = after.keys().map(String::as_str).collect();
+    assert_eq!(numbers, ["0", "1", "2"], "{}", d.stderr_text());
+    assert_ne!(after["1"], victim, "{}", d.stderr_text());
+    assert_eq!(after["0"], before["0"], "{}", d.stderr_text());
+
+    let jobs = d.stderr_text().matches("scheduled job started").count();
+    assert_eq!(jobs, 1, "{}", d.stderr_text());
+    drover_stops_cleanly("pm2 instance", &d).await;
+}
