@@ -15,7 +15,7 @@ pub struct Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppStatus {
     pub name: String,
-    /// "proxy" or "shared".
+    /// "auto", "proxy", "handoff", "shared" or "background".
     pub mode: String,
     pub command: Vec<String>,
     pub workers: Vec<WorkerRow>,

@@ -1092,6 +1092,11 @@ impl RawConfig {
             .filter(|a| a.spec.mode == Mode::Shared)
             .map(|a| a.spec.name.as_str())
             .collect();
+        let background_apps: HashSet<&str> = apps
+            .iter()
+            .filter(|a| a.spec.mode == Mode::Background)
+            .map(|a| a.spec.name.as_str())
+            .collect();
         let mut behind: BTreeMap<String, usize> = BTreeMap::new();
         for (i, raw) in self.balancer.into_iter().enumerate() {
             let backends_span = raw.get_ref().backends.span();
@@ -1184,6 +1189,16 @@ impl RawConfig {
                     backends_span,
                     format!("balancer[{i}].backends"),
                     format!("app {app:?} runs in shared mode: its workers accept on the app's own listen address, and no balancer can reach one of them"),
+                ));
+            }
+            if let Some(app) = b.backends.iter().find_map(|r| match r {
+                BackendRef::App(a) if background_apps.contains(a.as_str()) => Some(a),
+                _ => None,
+            }) {
+                return Err(ctx.at(
+                    backends_span,
+                    format!("balancer[{i}].backends"),
+                    format!("app {app:?} runs in background mode: its workers serve no port for a balancer to reach (give it mode = \"auto\" if it serves one)"),
                 ));
             }
             let mut b = b;
@@ -1444,6 +1459,20 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             "health checks need a port per worker, which mode = \"shared\" does not have",
         ));
     }
+    if let (Mode::Background, Some(h)) = (mode, &raw.health) {
+        return Err(ctx.at(
+            h.span(),
+            key("health"),
+            "health checks need a port per worker, and with mode = \"background\" the workers serve none",
+        ));
+    }
+    if mode == Mode::Background && drover_supervisor::command_uses_port(&command) {
+        return Err(ctx.at(
+            command_span.clone(),
+            key("command"),
+            "{port} needs a port per worker, and with mode = \"background\" the workers serve none",
+        ));
+    }
     if mode == Mode::Shared && drover_supervisor::command_uses_port(&command) {
         return Err(ctx.at(
             command_span,
@@ -1463,6 +1492,13 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
                 span,
                 key("listen"),
                 "mode = \"shared\" needs listen: the address drover binds for the workers",
+            ));
+        }
+        (Mode::Background, Some(l)) => {
+            return Err(ctx.at(
+                l.span(),
+                key("listen"),
+                "listen is for mode = \"shared\"; with mode = \"background\" the workers serve no port",
             ));
         }
         (Mode::Auto | Mode::Proxy | Mode::Handoff, Some(l)) => {
@@ -4441,6 +4477,43 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
             8,
             "balancer[0].backends",
             "runs in shared mode",
+        );
+    }
+
+    #[test]
+    fn background_apps_serve_no_port_and_no_balancer_names_them() {
+        let app = |extra: &str| {
+            format!("[[app]]\nname = \"mailer\"\ncommand = [\"node\", \"consumer.js\"]\n{extra}")
+        };
+        let c = ok(&app(
+            "mode = \"background\"\nworkers = 2\nmax_memory = \"256M\"\n",
+        ));
+        assert_eq!(c.apps[0].spec.mode, Mode::Background);
+        assert_eq!(c.apps[0].listen, None);
+        assert!(c.balancers.is_empty());
+        check(
+            &err(&app("mode = \"background\"\nhealth = { path = \"/h\" }\n")),
+            5,
+            "app[0].health",
+            "the workers serve none",
+        );
+        check(
+            &err(&app("mode = \"background\"\nlisten = \"127.0.0.1:8000\"\n")),
+            5,
+            "app[0].listen",
+            "with mode = \"background\" the workers serve no port",
+        );
+        check(
+            &err("[[app]]\nname = \"mailer\"\ncommand = [\"app\", \"--port={port}\"]\nmode = \"background\"\n"),
+            3,
+            "app[0].command",
+            "{port} needs a port per worker, and with mode = \"background\"",
+        );
+        check(
+            &err(&app("mode = \"background\"\n[[balancer]]\nlisten = \"127.0.0.1:8001\"\nbackends = [\"app:mailer\"]\n")),
+            7,
+            "balancer[0].backends",
+            "runs in background mode",
         );
     }
 

@@ -44,7 +44,9 @@ pub struct RunArgs {
     /// hands every new client connection to the Node worker least behind (other
     /// programs are proxied). "shared": each worker accepts on a socket of its own at
     /// --listen (LISTEN_FDS=1, fd 3), and drover places new connections by the
-    /// workers' load, with no proxy hop and no per-worker health checks.
+    /// workers' load, with no proxy hop and no per-worker health checks. "background":
+    /// the workers serve no port (a queue consumer, a scheduler): no balancer, no PORT;
+    /// each is restarted when it exits.
     #[arg(short, long, default_value_t)]
     pub mode: drover_supervisor::Mode,
 
@@ -973,6 +975,41 @@ pub struct RunConfig {
     pub listen_follows_app: bool,
 }
 
+/// The first of `args`' flags that only a balancer uses, if any was given: a background
+/// app has none.
+fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
+    let l = &args.limits;
+    let given = [
+        (args.listen.is_some(), "--listen"),
+        (args.strategy.is_some(), "--strategy"),
+        (l.max_conns != crate::ConnLimit::Auto, "--max-conns"),
+        (
+            l.queue_max != model::QueueConfig::default().max,
+            "--queue-max",
+        ),
+        (l.queue_timeout.is_some(), "--queue-timeout"),
+        (args.keys.hash_key.is_some(), "--hash-key"),
+        (
+            args.proxy_protocol.proxy_protocol_from.is_some(),
+            "--proxy-protocol-from",
+        ),
+        (args.health_path.is_some(), "--health-path"),
+        (args.health_grpc.is_some(), "--health-grpc"),
+        (!args.tls.tls_cert.is_empty(), "--tls-cert"),
+        (!args.tls.tls_key.is_empty(), "--tls-key"),
+        (
+            args.access_log.access_log != model::AccessLogFormat::Off,
+            "--access-log",
+        ),
+        (args.h2c, "--h2c"),
+        (args.backend_protocol.is_some(), "--backend-protocol"),
+    ];
+    given
+        .into_iter()
+        .find(|(set, _)| *set)
+        .map(|(_, flag)| flag)
+}
+
 /// Where `drover run` accepts clients when no `--listen` says, and the app's own
 /// `listen()` names no port.
 pub const DEFAULT_RUN_LISTEN: SocketAddr =
@@ -999,6 +1036,14 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         return Err("--send-proxy-protocol does not apply to drover run: drover checks and hands connections to its workers without a header, and a Node server reads none (use it with drover proxy, in front of backends that expect one)".into());
     }
     match args.mode {
+        model::Mode::Background => {
+            if let Some(flag) = balancer_flag(args) {
+                return Err(format!("{flag} does not apply to --mode background: its workers serve no port, and drover runs no balancer for them"));
+            }
+            if drover_supervisor::command_uses_port(&args.command) {
+                return Err("{port} in the command needs a port per worker, and in --mode background the workers serve none".into());
+            }
+        }
         model::Mode::Shared => {
             let l = &args.limits;
             if l.max_conns != crate::ConnLimit::Auto
@@ -1128,7 +1173,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     // when nothing else says where clients connect. A program that is not Node, or one
     // a shell starts, has no listen() drover hears, and gets the default at once.
     let listen_follows_app = args.listen.is_none()
-        && args.mode != model::Mode::Shared
+        && !matches!(args.mode, model::Mode::Shared | model::Mode::Background)
         && drover_supervisor::with_interpreter(&args.command, None)
             .first()
             .is_some_and(|program| drover_node::is_node_program(program));

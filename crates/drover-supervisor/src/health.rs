@@ -15,6 +15,7 @@
 //! shared dependency, a burst the busy rule misjudges) never takes them all away.
 
 use crate::cpu;
+use crate::spec::{Mode, BACKGROUND_SETTLE};
 use crate::status::WorkerState;
 use drover_registry::liveness::{self, Outcome, Progress};
 use drover_registry::{probe, probe_with, CheckKind, HealthCheck, Pool, ProbeError, Probing};
@@ -313,17 +314,24 @@ impl Quiet {
 /// short settle costs latency at worst, never a failed request.
 pub(crate) const SHARED_SETTLE: Duration = Duration::from_millis(300);
 
-/// Readiness for a worker of either mode: `addr` is its own port in proxy mode, `None`
-/// in shared mode.
+/// Readiness for a worker of any mode: `addr` is its own port in proxy mode, `None` in
+/// shared and background mode.
 pub(crate) async fn wait_ready_at(
     addr: Option<SocketAddr>,
     check: Option<&HealthCheck>,
     probing: &Probing,
     within: Duration,
+    mode: Mode,
 ) -> Result<(), NotReady> {
-    match addr {
-        Some(addr) => wait_ready(addr, check, probing, within).await,
-        None => {
+    match (addr, mode) {
+        (Some(addr), _) => wait_ready(addr, check, probing, within).await,
+        // Nothing to probe: a worker that has run this long is up (one that exits
+        // first failed to start, which the caller sees).
+        (None, Mode::Background) => {
+            tokio::time::sleep(BACKGROUND_SETTLE).await;
+            Ok(())
+        }
+        (None, _) => {
             tokio::time::sleep(SHARED_SETTLE.min(within)).await;
             Ok(())
         }

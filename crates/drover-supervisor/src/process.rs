@@ -147,6 +147,8 @@ pub(crate) enum Listen<'a> {
     /// systemd's socket activation does (`LISTEN_FDS=1`, `LISTEN_PID`,
     /// `LISTEN_FDNAMES`).
     Socket(&'a TcpListener),
+    /// Nothing to serve (background mode): no `PORT`, no channel.
+    Nothing,
 }
 
 /// PM2's name for a worker's number (`DROVER_WORKER_ID`).
@@ -160,7 +162,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     // validation refuses a `{port}` there, as there is none to put.
     let command = match listen {
         Listen::Port(port) => command_with_port(&spec.command, port),
-        Listen::Socket(_) => spec.command.clone(),
+        Listen::Socket(_) | Listen::Nothing => spec.command.clone(),
     };
     let (program, args) = command
         .split_first()
@@ -212,6 +214,15 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 }])
                 .map_err(|e| io::Error::other(e.to_string()))?;
             node_channel = Some(ours);
+            cmd
+        }
+        Listen::Nothing => {
+            let mut cmd = Command::new(program);
+            cmd.args(args)
+                .env_remove("LISTEN_FDS")
+                .env_remove("LISTEN_PID")
+                .env_remove("LISTEN_FDNAMES")
+                .envs(&spec.env);
             cmd
         }
         Listen::Socket(socket) => {

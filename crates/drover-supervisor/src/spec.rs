@@ -58,6 +58,10 @@ impl Workers {
     }
 }
 
+/// How long a background worker (`Mode::Background`, no port to probe) must run before it
+/// counts as up: PM2's `min_uptime` default. One that exits sooner failed to start.
+pub const BACKGROUND_SETTLE: Duration = Duration::from_secs(1);
+
 /// The text that, anywhere inside one of a command's arguments, becomes the worker's
 /// port at every start (`["python3", "-m", "http.server", "{port}"]`), for programs
 /// that take their port as a flag rather than from `PORT`.
@@ -104,11 +108,16 @@ pub enum SpecError {
     ZeroReadyTimeout,
     /// A health check in shared mode, where no worker has a port of its own.
     HealthInSharedMode,
+    /// A health check in background mode, where no worker serves a port.
+    HealthInBackground,
     /// The health check is invalid.
     Health(HealthCheckError),
     /// A `{port}` in the command's arguments in shared mode, where no worker has a port
     /// of its own to put there.
     PortInSharedMode,
+    /// A `{port}` in the command's arguments in background mode, where no worker serves
+    /// a port.
+    PortInBackground,
     /// `max_memory` is `Some(0)`.
     ZeroMaxMemory,
     /// The restart back-off is invalid.
@@ -132,10 +141,17 @@ impl fmt::Display for SpecError {
             SpecError::HealthInSharedMode => {
                 f.write_str("health checks need a port per worker, which shared mode does not have")
             }
+            SpecError::HealthInBackground => f.write_str(
+                "health checks need a port per worker, and in background mode the workers serve none",
+            ),
             SpecError::Health(e) => write!(f, "health: {e}"),
             SpecError::PortInSharedMode => write!(
                 f,
                 "command: {PORT_PLACEHOLDER} needs a port per worker, which shared mode does not have (each worker accepts on the socket drover gives it as fd 3)"
+            ),
+            SpecError::PortInBackground => write!(
+                f,
+                "command: {PORT_PLACEHOLDER} needs a port per worker, and in background mode the workers serve none"
             ),
             SpecError::ZeroMaxMemory => f.write_str("max_memory must be greater than 0"),
             SpecError::Restart(e) => write!(f, "restart: {e}"),
@@ -227,6 +243,11 @@ pub enum Mode {
     /// hop. No per-worker health checks or request-level balancing: drover does not see
     /// the requests.
     Shared,
+    /// The workers serve no port: a queue consumer, a scheduler, a bot, what PM2 runs as
+    /// a plain process. No `PORT`, no Node cluster channel, no balancer may name the app;
+    /// a worker is up once it has run for `BACKGROUND_SETTLE`, and is restarted when it
+    /// exits or outgrows `max_memory`.
+    Background,
 }
 
 impl Mode {
@@ -236,6 +257,7 @@ impl Mode {
             Mode::Proxy => "proxy",
             Mode::Handoff => "handoff",
             Mode::Shared => "shared",
+            Mode::Background => "background",
         }
     }
 }
@@ -249,6 +271,7 @@ impl std::str::FromStr for Mode {
             "proxy" => Ok(Mode::Proxy),
             "handoff" => Ok(Mode::Handoff),
             "shared" => Ok(Mode::Shared),
+            "background" => Ok(Mode::Background),
             _ => Err(ParseModeError {
                 given: s.to_string(),
             }),
@@ -256,7 +279,7 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// A mode other than "auto", "proxy", "handoff" or "shared".
+/// A mode other than "auto", "proxy", "handoff", "shared" or "background".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseModeError {
     pub given: String,
@@ -266,7 +289,7 @@ impl fmt::Display for ParseModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown mode {:?}: expected \"auto\", \"proxy\", \"handoff\" or \"shared\"",
+            "unknown mode {:?}: expected \"auto\", \"proxy\", \"handoff\", \"shared\" or \"background\"",
             self.given
         )
     }
@@ -326,16 +349,22 @@ impl AppSpec {
             return Err(SpecError::ZeroReadyTimeout);
         }
         if let Some(check) = &self.health {
-            if self.mode == Mode::Shared {
-                return Err(SpecError::HealthInSharedMode);
+            match self.mode {
+                Mode::Shared => return Err(SpecError::HealthInSharedMode),
+                Mode::Background => return Err(SpecError::HealthInBackground),
+                Mode::Auto | Mode::Proxy | Mode::Handoff => {}
             }
             check.validate().map_err(SpecError::Health)?;
             if matches!(check.kind, CheckKind::Grpc { .. }) && !self.h2c {
                 return Err(SpecError::GrpcCheckNeedsH2c);
             }
         }
-        if self.mode == Mode::Shared && command_uses_port(&self.command) {
-            return Err(SpecError::PortInSharedMode);
+        if command_uses_port(&self.command) {
+            match self.mode {
+                Mode::Shared => return Err(SpecError::PortInSharedMode),
+                Mode::Background => return Err(SpecError::PortInBackground),
+                Mode::Auto | Mode::Proxy | Mode::Handoff => {}
+            }
         }
         if self.max_memory == Some(0) {
             return Err(SpecError::ZeroMaxMemory);
@@ -807,9 +836,16 @@ mod tests {
         shared.mode = Mode::Proxy;
         shared.command = vec!["app".into(), "{port}".into()];
         assert_eq!(shared.validate(), Ok(()));
+        // Background workers serve no port: none to put there, none to check.
+        shared.mode = Mode::Background;
+        assert_eq!(shared.validate(), Err(SpecError::PortInBackground));
+        shared.command = vec!["app".into()];
+        assert_eq!(shared.validate(), Ok(()));
+        shared.health = Some(HealthCheck::default());
+        assert_eq!(shared.validate(), Err(SpecError::HealthInBackground));
         assert_eq!(
             "pool".parse::<Mode>().unwrap_err().to_string(),
-            "unknown mode \"pool\": expected \"auto\", \"proxy\", \"handoff\" or \"shared\""
+            "unknown mode \"pool\": expected \"auto\", \"proxy\", \"handoff\", \"shared\" or \"background\""
         );
     }
 }

@@ -15,7 +15,7 @@ use crate::health;
 use crate::memory;
 use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
-use crate::spec::{AppSpec, Workers};
+use crate::spec::{AppSpec, Mode, Workers};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SlotState, Steering, RESCUE_AFTER};
 use drover_balance::WorkerLife;
@@ -511,7 +511,8 @@ impl Proc {
                 0 => format!(
                     "it never listened on its PORT ({port}); a Node app may listen on any \
                      port, any other program must listen on $PORT or take {{port}} in its \
-                     arguments"
+                     arguments; an app that serves no port (a queue consumer, a scheduler) \
+                     runs with mode = \"background\" (--mode background)"
                 ),
                 own => format!(
                     "it never listened on its PORT ({port}): its server listened on port 0 \
@@ -668,6 +669,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
     };
     let (port, listen) = match &socket {
         Some(socket) => (None, Listen::Socket(socket)),
+        None if spec.mode == Mode::Background => (None, Listen::Nothing),
         None => {
             let mut port = Port::pick()?;
             // Node's listen() asks drover, which binds the port (seconds later under a
@@ -1022,6 +1024,7 @@ async fn run_once(
             proc.spec.health.as_ref(),
             &probing,
             ready_patience(proc.spec.ready_timeout, slow_starts),
+            proc.spec.mode,
         ) => r,
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.
@@ -1266,9 +1269,15 @@ async fn replace_proc(
     let (addr, spec) = (new.addr(), Arc::clone(&new.spec));
     let probing = shared.probing(&spec);
     let ready = async move {
-        health::wait_ready_at(addr, spec.health.as_ref(), &probing, spec.ready_timeout)
-            .await
-            .map_err(ReplaceError::NotReady)
+        health::wait_ready_at(
+            addr,
+            spec.health.as_ref(),
+            &probing,
+            spec.ready_timeout,
+            spec.mode,
+        )
+        .await
+        .map_err(ReplaceError::NotReady)
     };
     tokio::pin!(ready);
     let mut old_status = None;

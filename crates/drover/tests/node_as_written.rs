@@ -822,3 +822,94 @@ async fn an_app_written_for_pm2_gets_its_instance_number_and_runs_its_job_once()
     assert_eq!(jobs, 1, "{}", d.stderr_text());
     drover_stops_cleanly("pm2 instance", &d).await;
 }
+
+/// Whether the consumer's log has a line from instance `instance` in process `pid`.
+fn worked(log: &Path, instance: usize, pid: u32) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|t| t.lines().any(|l| l == format!("{instance} {pid}")))
+}
+
+/// A worker that serves no port (a queue consumer; PM2 runs it as `pm2 start
+/// consumer.js`) runs under `--mode background`: no balancer, no PORT, each worker up once
+/// it has run a second, and one killed is restarted with its instance number. Before,
+/// drover waited for it to listen, stopped it after 30 s and started it again, forever.
+/// The flags only a balancer uses are refused in that mode, naming the flag.
+#[tokio::test]
+async fn a_worker_that_serves_no_port_runs_in_background_mode_and_is_restarted() {
+    let log = temp_dir("background").join("ticks");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--mode",
+        "background",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .args(["--", "node", &fixture("queue-consumer.js")])
+    .arg(&log);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "admin API listening on ").await;
+    let admin = d.addr();
+    let pids: Vec<u32> = wait_all_serving(&d, admin)
+        .await
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    assert_eq!(pids.len(), 2, "{}", d.stderr_text());
+    let s = status(admin).await;
+    assert!(s.balancers.is_empty(), "{}", d.stderr_text());
+    assert!(
+        s.apps[0].workers.iter().all(|w| w.port.is_none()),
+        "{}",
+        d.stderr_text()
+    );
+    let both = wait_until_async(Duration::from_secs(10), || async {
+        worked(&log, 0, pids[0]) && worked(&log, 1, pids[1])
+    })
+    .await;
+    assert!(both, "{}", d.stderr_text());
+
+    let killed = Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let again = wait_until_async(Duration::from_secs(20), || async {
+        let now = common::serving_pids(&status(admin).await);
+        now.len() == 2 && now[0].is_some_and(|p| p != pids[0]) && now[1] == Some(pids[1])
+    })
+    .await;
+    assert!(again, "{}", d.stderr_text());
+    let new = common::serving_pids(&status(admin).await)[0].unwrap();
+    let works = wait_until_async(Duration::from_secs(10), || async { worked(&log, 0, new) }).await;
+    assert!(works, "{}", d.stderr_text());
+    let records = restart_records(&status(admin).await);
+    assert!(
+        records
+            .iter()
+            .any(|r| r.worker == 0 && r.pid == Some(pids[0])),
+        "{records:?}\n{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("background", &d).await;
+
+    for flag in [
+        &["--listen", "127.0.0.1:0"][..],
+        &["--health-path", "/health"][..],
+        &["--strategy", "least-conn"][..],
+    ] {
+        let out = Command::new(bin())
+            .args(["run", "--mode", "background", "--admin", "off"])
+            .args(flag)
+            .args(["--", "node", &fixture("queue-consumer.js"), "/dev/null"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag:?}: {err}");
+        assert!(
+            err.contains(&format!("{} does not apply to --mode background", flag[0])),
+            "{flag:?}: {err}"
+        );
+    }
+}
