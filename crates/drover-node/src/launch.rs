@@ -79,6 +79,13 @@ pub fn runner_env(
     ]
 }
 
+/// The environment for a Node program with no channel (a background worker): the
+/// preload alone, for what it does outside a cluster worker (a SIGTERM reaches an app
+/// that listens only to SIGINT, as PM2 stops it).
+pub fn preload_env(preload: &Path, node_options: Option<&str>) -> Vec<(String, String)> {
+    vec![("NODE_OPTIONS".into(), with_preload(preload, node_options))]
+}
+
 /// `node_options` with `--require preload` added.
 fn with_preload(preload: &Path, node_options: Option<&str>) -> String {
     // NODE_OPTIONS is split like a shell's words; a double-quoted path may hold spaces.

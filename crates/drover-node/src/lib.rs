@@ -34,7 +34,8 @@ mod session;
 
 pub use channel::ChannelError;
 pub use launch::{
-    channel_env, is_node_program, is_script_runner, preload_path, runner_env, write_preload,
+    channel_env, is_node_program, is_script_runner, preload_env, preload_path, runner_env,
+    write_preload,
 };
 pub use message::{parse, AddressType, FromWorker, ServerQuery};
 pub use session::{Ended, Inbox, Session, SessionEvent};

@@ -17,8 +17,15 @@
 //    For that it must know how many client connections each worker serves: this says
 //    so (`clients`) whenever the number changes, at most once per turn of the loop.
 //
+// 3. drover stops a worker with SIGTERM, as Docker, systemd and Kubernetes do; PM2 stops
+//    it with SIGINT, and apps written for PM2 shut down gracefully on SIGINT only
+//    (`process.on('SIGINT', ...)`: finish the job, close the database, exit). With no
+//    SIGTERM listener Node ends such an app at once. So while the app listens to SIGINT
+//    and not to SIGTERM, a SIGTERM goes to its SIGINT listeners.
+//
 // Nothing else of the app is touched; until drover asks, this only notes the app's
-// HTTP servers and counts client connections as they arrive and close.
+// HTTP servers, counts client connections as they arrive and close, and watches which
+// signals the app listens to.
 const script = process.argv[1] || '';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
@@ -39,6 +46,33 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
 
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
   givesConnectionsBack();
+}
+
+if (!runner) {
+  sigtermGoesToSigint();
+}
+
+function sigtermGoesToSigint() {
+  const bridge = () => process.emit('SIGINT', 'SIGINT');
+  // Listeners change one at a time, and 'newListener' comes before the change: look
+  // once the turn's changes are made.
+  let looking = false;
+  const look = () => {
+    looking = false;
+    const own = process.listeners('SIGTERM').filter((f) => f !== bridge).length;
+    const bridged = process.listeners('SIGTERM').includes(bridge);
+    const wanted = own === 0 && process.listenerCount('SIGINT') > 0;
+    if (wanted && !bridged) process.on('SIGTERM', bridge);
+    if (!wanted && bridged) process.removeListener('SIGTERM', bridge);
+  };
+  const changed = (event) => {
+    if ((event === 'SIGINT' || event === 'SIGTERM') && !looking) {
+      looking = true;
+      process.nextTick(look);
+    }
+  };
+  process.on('newListener', changed);
+  process.on('removeListener', changed);
 }
 
 function givesConnectionsBack() {

@@ -151,6 +151,15 @@ pub(crate) enum Listen<'a> {
     Nothing,
 }
 
+/// The `NODE_OPTIONS` a worker of `spec` starts with before drover adds its preload: the
+/// app's own, or drover's.
+fn node_options(spec: &AppSpec) -> Option<String> {
+    spec.env
+        .get("NODE_OPTIONS")
+        .cloned()
+        .or_else(|| std::env::var("NODE_OPTIONS").ok())
+}
+
 /// PM2's name for a worker's number (`DROVER_WORKER_ID`).
 const PM2_INSTANCE_VAR: &str = "NODE_APP_INSTANCE";
 
@@ -183,11 +192,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
             // A Node program becomes a cluster worker of drover's (drover-node): its
             // listen() on any port is served at PORT. Other programs ignore the channel.
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
-            let existing = spec
-                .env
-                .get("NODE_OPTIONS")
-                .cloned()
-                .or_else(|| std::env::var("NODE_OPTIONS").ok());
+            let existing = node_options(spec);
             let (env, channel_fd) = if drover_node::is_script_runner(program) {
                 let preload = node_preload()?;
                 let env =
@@ -223,6 +228,19 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 .env_remove("LISTEN_PID")
                 .env_remove("LISTEN_FDNAMES")
                 .envs(&spec.env);
+            // No channel, but the preload still lets drover's SIGTERM reach an app that
+            // stops on SIGINT only (PM2's signal).
+            if drover_node::is_node_program(program) {
+                match node_preload() {
+                    Ok(preload) => {
+                        cmd.envs(drover_node::preload_env(
+                            &preload,
+                            node_options(spec).as_deref(),
+                        ));
+                    }
+                    Err(e) => tracing::warn!("{e}; Node workers start without it"),
+                }
+            }
             cmd
         }
         Listen::Socket(socket) => {

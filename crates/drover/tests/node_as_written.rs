@@ -913,3 +913,28 @@ async fn a_worker_that_serves_no_port_runs_in_background_mode_and_is_restarted()
         );
     }
 }
+
+/// An app written for PM2 stops gracefully on SIGINT only, PM2's stop signal; drover
+/// stops workers with SIGTERM, which Node answers by ending at once when the app does
+/// not listen to it. The preload sends a SIGTERM to the app's SIGINT listeners then, so
+/// the app finishes its work, in a background worker and in a cluster worker alike.
+#[tokio::test]
+async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
+    for (who, flags, port) in [
+        ("background", &["--mode", "background"][..], None),
+        ("cluster worker", &["--listen", "127.0.0.1:0"][..], Some("3000")),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "1", "--admin", "127.0.0.1:0"])
+            .args(flags)
+            .args(["--", "node", &fixture("sigint-only.js")])
+            .args(port);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "admin API listening on ").await;
+        let pids = wait_all_serving(&d, d.addr()).await;
+        let pid = pids[0].unwrap();
+        drover_stops_cleanly(who, &d).await;
+        let said = format!("pid {pid} finished its work on SIGINT");
+        assert!(d.stderr_text().contains(&said), "{who}: {}", d.stderr_text());
+    }
+}
