@@ -132,6 +132,10 @@ impl std::error::Error for NoSuchApp {}
 pub struct BalancerStatus {
     pub name: String,
     pub listen: String,
+    /// Further addresses it accepts clients on: the other loopback of an app that
+    /// listens at `localhost` (`drover run`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_listen: Vec<String>,
     pub strategy: String,
     /// What its clients speak: "http", or "tcp" (connections relayed unread; an
     /// endpoint's in-flight count is then its open connections).
@@ -149,6 +153,16 @@ pub struct BalancerStatus {
     /// Its routes, in order: what each matches, and the balancer it sends to.
     #[serde(default)]
     pub routes: Vec<RouteRow>,
+}
+
+impl BalancerStatus {
+    /// Every address it accepts clients on, as status shows them: `A` or `A and B`.
+    pub fn shown_listen(&self) -> String {
+        std::iter::once(self.listen.as_str())
+            .chain(self.also_listen.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
 }
 
 /// One of a listener's routes.
@@ -304,7 +318,7 @@ impl Status {
             let on = if b.listen == "-" {
                 "no listener: what routes send it".to_string()
             } else {
-                format!("on {}", b.listen)
+                format!("on {}", b.shown_listen())
             };
             let _ = writeln!(
                 out,
@@ -543,6 +557,7 @@ mod tests {
             balancers: vec![BalancerStatus {
                 name: "default".into(),
                 listen: "127.0.0.1:8000".into(),
+                also_listen: vec!["[::1]:8000".into()],
                 strategy: "p2c".into(),
                 mode: "http".into(),
                 app: Some("pi".into()),
@@ -598,7 +613,9 @@ mod tests {
         let col = lines[1].find("LAST RESTART").unwrap();
         assert_eq!(&lines[2][col..col + 7], "memory ");
         assert_eq!(&lines[3][col..col + 2], "- ");
-        assert!(text.contains("balancer default on 127.0.0.1:8000 (p2c) over app pi"));
+        assert!(
+            text.contains("balancer default on 127.0.0.1:8000 and [::1]:8000 (p2c) over app pi")
+        );
         assert!(
             text.contains("  route host api.test path /v1 (stripped) -> api\n"),
             "{text}"

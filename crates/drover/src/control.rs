@@ -634,6 +634,12 @@ impl Control for Controller {
             .map(|(b, check_errors)| BalancerStatus {
                 name: b.name.clone(),
                 listen: shown_listen(b.listen),
+                also_listen: b
+                    .proxy
+                    .also_addrs()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
                 strategy: b.strategy(),
                 mode: b.mode(),
                 app: b.app(),

@@ -738,6 +738,11 @@ async fn an_app_at_both_loopbacks_is_served_at_both() {
     }
     says("both loopbacks", &d, &["listening at both loopbacks"]).await;
     assert!(!d.stderr_text().contains("failed"), "{}", d.stderr_text());
+    // Status names both addresses, as the start line does.
+    let (code, out, err) = ctl(admin, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    let both = format!("on [::1]:{port} and 127.0.0.1:{port}");
+    assert!(out.contains(&both), "{out}");
     drover_stops_cleanly("both loopbacks", &d).await;
 }
 
@@ -922,7 +927,11 @@ async fn a_worker_that_serves_no_port_runs_in_background_mode_and_is_restarted()
 async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
     for (who, flags, port) in [
         ("background", &["--mode", "background"][..], None),
-        ("cluster worker", &["--listen", "127.0.0.1:0"][..], Some("3000")),
+        (
+            "cluster worker",
+            &["--listen", "127.0.0.1:0"][..],
+            Some("3000"),
+        ),
     ] {
         let mut cmd = Command::new(bin());
         cmd.args(["run", "-w", "1", "--admin", "127.0.0.1:0"])
@@ -935,6 +944,10 @@ async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
         let pid = pids[0].unwrap();
         drover_stops_cleanly(who, &d).await;
         let said = format!("pid {pid} finished its work on SIGINT");
-        assert!(d.stderr_text().contains(&said), "{who}: {}", d.stderr_text());
+        assert!(
+            d.stderr_text().contains(&said),
+            "{who}: {}",
+            d.stderr_text()
+        );
     }
 }

@@ -369,7 +369,7 @@ impl State {
             let st = status.balancers.iter().find(|s| s.name == b.name);
             views.push(BalancerView {
                 name: b.name.clone(),
-                listen: st.map(|s| s.listen.clone()),
+                listen: st.map(crate::BalancerStatus::shown_listen),
                 strategy: st.map(|s| s.strategy.clone()),
                 app: st.and_then(|s| s.app.clone()),
                 routes: st.map_or_else(Vec::new, |s| {
@@ -636,6 +636,7 @@ mod tests {
             balancers: vec![BalancerStatus {
                 name: "web".into(),
                 listen: "127.0.0.1:8080".into(),
+                also_listen: Vec::new(),
                 strategy: "p2c".into(),
                 mode: "http".into(),
                 app: Some("web".into()),
