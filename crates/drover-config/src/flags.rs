@@ -12,15 +12,9 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Worker processes ("auto", or PM2's "max": one per core). Each gets PORT and
-    /// DROVER_WORKER_ID (-i: PM2's name).
-    #[arg(
-        short,
-        long,
-        visible_short_alias = 'i',
-        visible_alias = "instances",
-        default_value = "auto"
-    )]
-    pub workers: model::Workers,
+    /// DROVER_WORKER_ID (-i: PM2's name) [default: auto; 1 with --mode background].
+    #[arg(short, long, visible_short_alias = 'i', visible_alias = "instances")]
+    pub workers: Option<model::Workers>,
 
     /// The app's name, as `drover ctl status`, its output (`[NAME/0]`) and /metrics
     /// show it (PM2's --name).
@@ -975,6 +969,16 @@ pub struct RunConfig {
     pub listen_follows_app: bool,
 }
 
+/// How many workers `drover run` starts when `-w` does not say: one per core for an app
+/// that serves clients; one for a background app, as PM2 starts a plain process once (a
+/// scheduler run twice does its jobs twice).
+fn default_workers(mode: model::Mode) -> model::Workers {
+    match mode {
+        model::Mode::Background => model::Workers::Count(1),
+        _ => model::Workers::Auto,
+    }
+}
+
 /// The first of `args`' flags that only a balancer uses, if any was given: a background
 /// app has none.
 fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
@@ -1026,7 +1030,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         return Err(format!("--name {:?}: {}", args.name, crate::NAME_RULE));
     }
     let mut app = model::AppConfig::new(&args.name, args.command.clone());
-    app.spec.workers = args.workers;
+    app.spec.workers = args.workers.unwrap_or(default_workers(args.mode));
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
@@ -1385,6 +1389,28 @@ mod tests {
                 ..library
             }
         );
+        // A background app starts once unless -w says otherwise.
+        let workers = |argv: &[&str]| {
+            let r = Run::try_parse_from(argv).unwrap().args;
+            run_config(&r).unwrap().config.apps[0].spec.workers
+        };
+        assert_eq!(
+            workers(&["run", "--mode", "background", "--", "node", "cron.js"]),
+            model::Workers::Count(1)
+        );
+        assert_eq!(
+            workers(&[
+                "run",
+                "--mode",
+                "background",
+                "-w",
+                "3",
+                "--",
+                "node",
+                "consumer.js"
+            ]),
+            model::Workers::Count(3)
+        );
         let r = Run::try_parse_from(["run", "--health-path", "/health", "--", "x"])
             .unwrap()
             .args;
@@ -1430,7 +1456,7 @@ mod tests {
             ["node", "app.js", "-w", "5", "--x"]
         );
         let r = Run::try_parse_from(["run", "-w", "2", "node", "app.js", "-w", "5"]).unwrap();
-        assert_eq!(r.args.workers, model::Workers::Count(2));
+        assert_eq!(r.args.workers, Some(model::Workers::Count(2)));
         // A mistyped flag of drover's is still an error, not a program.
         assert!(Run::try_parse_from(["run", "--wrokers", "2", "node", "app.js"]).is_err());
         assert!(Run::try_parse_from(["run", "-w", "2"]).is_err());
