@@ -328,7 +328,7 @@ pub(crate) async fn wait_ready_at(
         // Nothing to probe: a worker that has run this long is up (one that exits
         // first failed to start, which the caller sees).
         (None, Mode::Background) => {
-            tokio::time::sleep(BACKGROUND_SETTLE).await;
+            tokio::time::sleep(BACKGROUND_SETTLE.min(within)).await;
             Ok(())
         }
         (None, _) => {
