@@ -49,11 +49,23 @@ async fn run_shared_with(workers: &str, extra: &[&str]) -> (DroverProcess, Socke
     args.extend_from_slice(extra);
     let d = DroverProcess::spawn(bin(), &args).await;
     let admin = admin_addr(&d).await;
-    let pids = wait_all_serving(&d, admin)
+    let pids: Vec<u32> = wait_all_serving(&d, admin)
         .await
         .into_iter()
         .map(Option::unwrap)
         .collect();
+    // "Ready" in shared mode is alive for a moment, not accepting: on a loaded machine
+    // Node may not have set its socket non-blocking yet, and drover moves nothing out of
+    // a socket whose accept could block its watcher. The tests stop and kill workers
+    // that accept, so they wait for each to say it does.
+    for pid in &pids {
+        let line = format!("(pid {pid}) listening");
+        assert!(
+            d.wait_for_line(&line, Duration::from_secs(20)).await.is_some(),
+            "no {line:?}\n{}",
+            d.stderr_text()
+        );
+    }
     (d, admin, pids)
 }
 
