@@ -61,7 +61,9 @@ async fn run_shared_with(workers: &str, extra: &[&str]) -> (DroverProcess, Socke
     for pid in &pids {
         let line = format!("(pid {pid}) listening");
         assert!(
-            d.wait_for_line(&line, Duration::from_secs(20)).await.is_some(),
+            d.wait_for_line(&line, Duration::from_secs(20))
+                .await
+                .is_some(),
             "no {line:?}\n{}",
             d.stderr_text()
         );
