@@ -112,11 +112,21 @@ pub struct RunArgs {
     #[arg(long, value_name = "PROTOCOL")]
     pub backend_protocol: Option<drover_proxy::BackendProtocol>,
 
+    /// With a PM2 ecosystem file: each app's `env_NAME` on top of its `env` (PM2's
+    /// --env).
+    #[arg(long = "env", value_name = "NAME")]
+    pub env_name: Option<String>,
+
+    /// With a PM2 ecosystem file: run only these of its apps (PM2's --only).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub only: Vec<String>,
+
     /// The program and its arguments, after `--` or after drover's own flags (as
     /// `docker run` takes them: everything from the program on is the program's). A
     /// script named alone takes PM2's order: `drover run app.js -i 4 -- --port 3000`,
     /// drover's flags up to `--`, the app's after it. "{port}" in an argument becomes
-    /// each worker's port (proxy mode).
+    /// each worker's port (proxy mode). A PM2 ecosystem file named alone
+    /// (ecosystem.config.js) runs the apps it describes, as `pm2 start` runs them.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -374,7 +384,7 @@ pub struct LimitArgs {
     pub queue_timeout: Option<Duration>,
 }
 
-fn byte_size(s: &str) -> Result<u64, String> {
+pub(crate) fn byte_size(s: &str) -> Result<u64, String> {
     match drover_units::byte_size(s).map_err(|e| e.to_string())? {
         0 => Err("must be greater than 0".into()),
         n => Ok(n),
@@ -963,10 +973,23 @@ pub struct RunConfig {
     /// `--admin` was given: the admin API must start. Otherwise it takes the default
     /// address if that is free (another drover may hold it).
     pub admin_asked: bool,
-    /// No `--listen`, and the command runs Node: the balancer (at `DEFAULT_RUN_LISTEN`
-    /// in `config`) starts once the first worker's `listen()` is heard, at the port it
-    /// names if it names one (`drover_supervisor::FirstListen`).
-    pub listen_follows_app: bool,
+    /// The balancers that start once their app's first worker's `listen()` is heard,
+    /// at the port it names if it names one (`drover_supervisor::FirstListen`); at
+    /// their `listen` in `config` otherwise. `drover run` of a Node app without
+    /// `--listen`, and every cluster-mode app of an ecosystem file.
+    pub follow: Vec<FollowListen>,
+    /// What the user should know of how drover read an ecosystem file: the keys it
+    /// does not apply. One line each.
+    pub notes: Vec<String>,
+}
+
+/// A balancer of `RunConfig::follow`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowListen {
+    /// Its index in `config.balancers`.
+    pub balancer: usize,
+    /// Where its `listen` came from, for an error that cannot bind it.
+    pub default_from: String,
 }
 
 /// How many workers `drover run` starts when `-w` does not say: one per core for an app
@@ -1026,6 +1049,19 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, FlagError> {
 }
 
 fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
+    if let [file] = &args.command[..] {
+        if crate::ecosystem::is_ecosystem_file(file) {
+            return ecosystem_run_config(args, file);
+        }
+    }
+    if args.env_name.is_some() || !args.only.is_empty() {
+        let flag = if args.env_name.is_some() {
+            "--env"
+        } else {
+            "--only"
+        };
+        return Err(format!("{flag} applies to a PM2 ecosystem file (drover run ecosystem.config.js {flag} NAME), and the command runs a program"));
+    }
     if !crate::is_valid_name(&args.name) {
         return Err(format!("--name {:?}: {}", args.name, crate::NAME_RULE));
     }
@@ -1142,22 +1178,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancers.push(balancer);
         }
     }
-    let (admin, admin_asked) = match args.admin {
-        Some(a) => (a.0, true),
-        None => (
-            Some(
-                model::DEFAULT_ADMIN_LISTEN
-                    .parse()
-                    .expect("the default admin address parses"),
-            ),
-            false,
-        ),
-    };
-    // The rule `drover up` applies to [admin], before any worker starts.
-    let admin = match admin {
-        Some(listen) => Some(args.admin_token.admin_at(listen)?),
-        None => None,
-    };
+    let (admin, admin_asked) = run_admin(args)?;
     let cfg = Config {
         admin,
         resolver: model::ResolverConfig::default(),
@@ -1181,11 +1202,118 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         && drover_supervisor::with_interpreter(&args.command, None)
             .first()
             .is_some_and(|program| drover_node::is_node_program(program));
+    let follow = listen_follows_app
+        .then(|| FollowListen {
+            balancer: 0,
+            default_from: "the default; pass -l ADDR".into(),
+        })
+        .into_iter()
+        .collect();
     Ok(RunConfig {
         config: cfg,
         origins,
         admin_asked,
-        listen_follows_app,
+        follow,
+        notes: Vec::new(),
+    })
+}
+
+/// `drover run`'s admin API: `--admin`, or the default address (then `false`: it need
+/// not start when another drover holds it).
+fn run_admin(args: &RunArgs) -> Result<(Option<model::AdminConfig>, bool), String> {
+    let (admin, admin_asked) = match args.admin {
+        Some(a) => (a.0, true),
+        None => (
+            Some(
+                model::DEFAULT_ADMIN_LISTEN
+                    .parse()
+                    .expect("the default admin address parses"),
+            ),
+            false,
+        ),
+    };
+    // The rule `drover up` applies to [admin], before any worker starts.
+    let admin = match admin {
+        Some(listen) => Some(args.admin_token.admin_at(listen)?),
+        None => None,
+    };
+    Ok((admin, admin_asked))
+}
+
+/// The first of `args`' flags that an ecosystem file's apps take from the file, if any
+/// was given. `-i` is not one: it sets every app's instances, as under PM2.
+fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
+    let app = app();
+    let given = [
+        (args.name != "app", "--name"),
+        (args.mode != drover_supervisor::Mode::default(), "--mode"),
+        (args.max_memory.is_some(), "--max-memory"),
+        (args.drain_timeout != app.drain_timeout, "--drain-timeout"),
+        (args.ready_timeout != app.ready_timeout, "--ready-timeout"),
+        (
+            args.proxy_protocol.send_proxy_protocol.is_some(),
+            "--send-proxy-protocol",
+        ),
+    ];
+    balancer_flag(args).or_else(|| {
+        given
+            .into_iter()
+            .find(|(set, _)| *set)
+            .map(|(_, flag)| flag)
+    })
+}
+
+/// `drover run ecosystem.config.js`: the apps of a PM2 ecosystem file, each cluster-mode
+/// app behind a balancer of its own name where its workers listen.
+fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String> {
+    if let Some(flag) = ecosystem_flag(args) {
+        return Err(format!("{flag} does not apply to an ecosystem file: drover takes each app's settings from {file}, as PM2 does"));
+    }
+    let conf = crate::ecosystem::evaluate(std::path::Path::new(file))?;
+    let options = crate::ecosystem::Options {
+        env: args.env_name.clone(),
+        only: args.only.clone(),
+        instances: args.workers,
+    };
+    let (apps, notes) =
+        crate::ecosystem::apps(file, &conf, &crate::ecosystem::base_dir(), &options)?;
+    let mut balancers = Vec::new();
+    let mut follow = Vec::new();
+    for eco in &apps {
+        let Some(clients) = &eco.clients else {
+            continue;
+        };
+        let name = &eco.app.spec.name;
+        let mut balancer = model::BalancerConfig::new(
+            name.clone(),
+            clients.default_listen,
+            vec![model::BackendRef::App(name.clone())],
+        );
+        balancer.threads = Some(args.threads);
+        balancer.handoff = model::handoff_for(
+            &[eco.app.spec.mode],
+            balancer.strategy,
+            balancer.backend_protocol,
+        );
+        follow.push(FollowListen {
+            balancer: balancers.len(),
+            default_from: clients.default_from.clone(),
+        });
+        balancers.push(balancer);
+    }
+    let (admin, admin_asked) = run_admin(args)?;
+    Ok(RunConfig {
+        config: Config {
+            admin,
+            resolver: model::ResolverConfig::default(),
+            etcd: None,
+            apps: apps.into_iter().map(|a| a.app).collect(),
+            balancers,
+        },
+        origins: crate::Origins::default().with_flag("admin.listen", "--admin"),
+        admin_asked,
+        follow,
+        notes,
     })
 }
 
@@ -1422,7 +1550,7 @@ mod tests {
     fn a_node_app_without_listen_is_served_where_its_listen_asks() {
         let follows = |argv: &[&str]| {
             let r = Run::try_parse_from(argv).unwrap().args;
-            run_config(&r).unwrap().listen_follows_app
+            !run_config(&r).unwrap().follow.is_empty()
         };
         assert!(follows(&["run", "--", "node", "app.js"]));
         assert!(follows(&["run", "--", "/usr/bin/nodejs", "app.js"]));

@@ -7,6 +7,8 @@
 //!   such step: its model holds the supervisor's own spec.
 //! - [`preflight`]: every balancer planned and each app's spec and program checked, with
 //!   every error at once: what `drover up`, `drover check` and a reload check first.
+//! - [`ecosystem`]: PM2's ecosystem file, evaluated by Node and mapped onto the same
+//!   model, for `drover run ecosystem.config.js`.
 //! - [`exposure`]: who may reach the admin API ([`check_exposure`]), the rule the file,
 //!   the flags and the admin server all apply.
 //!
@@ -26,6 +28,7 @@
 //! The result is a plain, typed [`Config`] with every default filled in; nothing
 //! downstream ever sees a `Raw*` type or an unvalidated value.
 
+pub mod ecosystem;
 pub mod exposure;
 pub mod file;
 pub mod flags;

@@ -6,8 +6,9 @@
 //! PM2 user's `drover run app.js -i 4` would turn into `node app.js -i 4` on the default
 //! number of workers. So where the program is a script named alone (one that gets an
 //! interpreter from its extension, `app.js`, not `node app.js`), its words are read in
-//! PM2's order. A command that starts with its interpreter, or one placed after `--`,
-//! keeps `docker run`'s reading.
+//! PM2's order, and so are the words after an ecosystem file (`drover run
+//! ecosystem.json --env production`). A command that starts with its interpreter, or
+//! one placed after `--`, keeps `docker run`'s reading.
 
 /// `argv` (drover's whole command line) rearranged for a second parse: the words after
 /// the script up to a `--` move before the program as drover's flags, and the words
@@ -20,7 +21,9 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
     if argv[before..] != *command || before == 0 || argv[before - 1] == "--" || words.is_empty() {
         return None;
     }
-    if drover_supervisor::with_interpreter(command, None).len() == command.len() {
+    if drover_supervisor::with_interpreter(command, None).len() == command.len()
+        && !crate::ecosystem::is_ecosystem_file(script)
+    {
         return None;
     }
     let (flags, app_args) = match words.iter().position(|w| w == "--") {

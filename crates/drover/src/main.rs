@@ -103,7 +103,7 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
         &origins,
         args.config.as_deref(),
         up::Admin::Required,
-        false,
+        &[],
     ))
 }
 

@@ -96,3 +96,24 @@ pub async fn serve_until_signal(
 
 /// A start that waits on something the apps say (`up::where_the_app_listens`).
 pub type LateStart = Pin<Box<dyn Future<Output = Result<(), String>>>>;
+
+/// The late starts of `starts` side by side: done when all are, failed at the first
+/// error. Hand-written (a dozen lines) rather than taking the `futures` crate for its
+/// `try_join_all`: it has no other use here.
+pub fn all(mut starts: Vec<LateStart>) -> LateStart {
+    Box::pin(std::future::poll_fn(move |cx| {
+        let mut i = 0;
+        while i < starts.len() {
+            match starts[i].as_mut().poll(cx) {
+                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Ready(Ok(())) => drop(starts.swap_remove(i)),
+                std::task::Poll::Pending => i += 1,
+            }
+        }
+        if starts.is_empty() {
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            std::task::Poll::Pending
+        }
+    }))
+}

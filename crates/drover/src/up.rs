@@ -21,6 +21,13 @@ use std::sync::Arc;
 /// Loads `path`, checks all of it, then starts apps and balancers; runs until a signal.
 /// Nothing starts when any part of the config is wrong.
 pub async fn up(path: &Path) -> Result<(), String> {
+    if config::ecosystem::is_ecosystem_file(&path.to_string_lossy()) {
+        return Err(format!(
+            "{}: a PM2 ecosystem file, not a drover.toml: run its apps with `drover run {}`",
+            path.display(),
+            path.display()
+        ));
+    }
     let (cfg, origins) = config::load_with_origins(path).map_err(|e| e.to_string())?;
     if cfg.apps.is_empty() && cfg.balancers.is_empty() {
         return Err(format!(
@@ -28,27 +35,23 @@ pub async fn up(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    run_config(cfg, &origins, Some(path), Admin::Required, false).await
+    run_config(cfg, &origins, Some(path), Admin::Required, &[]).await
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, a socket per worker on the listen address), from flags.
 pub async fn run_app(args: &RunArgs) -> Result<(), String> {
     let run = flags::run_config(args).map_err(|e| e.to_string())?;
+    for note in &run.notes {
+        eprintln!("drover: note: {note}");
+    }
     // Asked for: it must start. Not asked for: the default port, if it is free.
     let admin_mode = if run.admin_asked {
         Admin::Required
     } else {
         Admin::IfFree
     };
-    run_config(
-        run.config,
-        &run.origins,
-        None,
-        admin_mode,
-        run.listen_follows_app,
-    )
-    .await
+    run_config(run.config, &run.origins, None, admin_mode, &run.follow).await
 }
 
 /// Whether failing to bind the admin API stops the start-up.
@@ -62,15 +65,16 @@ pub(crate) enum Admin {
 
 /// Starts what `cfg` describes and serves until a signal. Errors about a setting that
 /// only fails now (a taken address, a missing program) say where `origins` has it.
-/// Nothing is left running after an error: what started is stopped again. With
-/// `listen_follows_app` (`drover run` of a Node app without `--listen`), the first
-/// balancer starts once the app's first `listen()` is heard (`where_the_app_listens`).
+/// Nothing is left running after an error: what started is stopped again. The
+/// balancers of `follow` (`drover run` of a Node app without `--listen`, an ecosystem
+/// file's cluster-mode apps) start once their app's first `listen()` is heard
+/// (`where_the_app_listens`).
 pub(crate) async fn run_config(
     cfg: Config,
     origins: &Origins,
     source: Option<&Path>,
     admin_mode: Admin,
-    listen_follows_app: bool,
+    follow: &[flags::FollowListen],
 ) -> Result<(), String> {
     let Prepared { plans, specs } =
         preflight::prepare(&cfg, origins).map_err(|errors| errors.join("\nerror: "))?;
@@ -136,16 +140,18 @@ pub(crate) async fn run_config(
     // Balancers before workers: a balancer whose address is taken then stops the
     // start-up before any worker ran. Until workers are ready their pools are empty.
     let mut balancers: Vec<Arc<RunningBalancer>> = Vec::new();
-    let mut follows_app = None;
+    let mut follows_app = Vec::new();
     for (i, (config, plan)) in cfg.balancers.iter().zip(plans).enumerate() {
         let pool = match &plan.app {
             Some(app) => Arc::clone(&pools[app]),
             None => balancers::static_pool(&plan),
         };
         let key = format!("balancer[{i}].listen");
-        if i == 0 && listen_follows_app && !passed.contains_key(&key) {
-            follows_app = Some((config.clone(), plan, pool));
-            continue;
+        if let Some(f) = follow.iter().find(|f| f.balancer == i) {
+            if !passed.contains_key(&key) {
+                follows_app.push((config.clone(), plan, pool, f.default_from.clone()));
+                continue;
+            }
         }
         let (name, listen) = (plan.proxy.name.clone(), plan.proxy.listen);
         let socket = passed.remove(&key);
@@ -239,20 +245,23 @@ pub(crate) async fn run_config(
         }
         None => None,
     };
-    let late_start = match (follows_app, apps.first()) {
-        (Some((config, plan, pool)), Some(app)) => {
-            let follow = FollowApp {
-                config,
-                plan,
-                pool,
-                app: Arc::clone(app),
-                control: Arc::clone(&controller),
-                discovery: discovery_cfg,
-            };
-            Some(Box::pin(where_the_app_listens(follow)) as serve::LateStart)
-        }
-        _ => None,
-    };
+    let mut late_starts = Vec::new();
+    for (config, plan, pool, default_from) in follows_app {
+        let Some(app) = apps.iter().find(|a| plan.app.as_deref() == Some(a.name())) else {
+            continue;
+        };
+        let follow = FollowApp {
+            config,
+            plan,
+            pool,
+            app: Arc::clone(app),
+            control: Arc::clone(&controller),
+            discovery: discovery_cfg.clone(),
+            default_from,
+        };
+        late_starts.push(Box::pin(where_the_app_listens(follow)) as serve::LateStart);
+    }
+    let late_start = (!late_starts.is_empty()).then(|| serve::all(late_starts));
     serve::serve_until_signal(controller, apps, late_start).await
 }
 
@@ -266,13 +275,16 @@ struct FollowApp {
     control: Arc<Controller>,
     /// The config the balancer's discovery settings come from.
     discovery: Config,
+    /// Where `config.listen` came from, for an error that cannot bind it.
+    default_from: String,
 }
 
 /// Starts the balancer of `follow` where Node's cluster primary would listen for the
 /// app: at the port the first worker's `listen()` names (`listen(3000)` and
 /// `listen(process.argv[2] || 8000)` alike), on the address it names, or on `[::]`
 /// (then `0.0.0.0`, where the machine has no IPv6) for none; an app that listens on
-/// its `PORT` gets the default address. So clients reach the app where it says it
+/// its `PORT` gets the balancer's own address (the default, or the `PORT` an ecosystem
+/// file gives the app; `[::]` falls back to `0.0.0.0` there too). So clients reach the app where it says it
 /// listens, as under PM2. Until then a client is refused, as under Node's cluster
 /// module before its first worker listens. An address that cannot be bound stops drover.
 async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
@@ -283,19 +295,22 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
         app,
         control,
         discovery,
+        default_from,
     } = follow;
     let mut first = app.first_listen();
     let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
         // The app stopped before any worker served: drover is shutting down.
         return Ok(());
     };
-    let default = config.listen;
-    let candidates = match seen {
-        Some(FirstListen::Asked(addr)) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
+    let chosen = match seen {
+        Some(FirstListen::Asked(addr)) => Some(addr),
+        _ => config.listen,
+    };
+    let candidates = match chosen {
+        Some(addr) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
             vec![addr, SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()))]
         }
-        Some(FirstListen::Asked(addr)) => vec![addr],
-        _ => default.into_iter().collect(),
+        other => other.into_iter().collect(),
     };
     let asked = matches!(seen, Some(FirstListen::Asked(_)));
     let name = plan.proxy.name.clone();
@@ -346,7 +361,7 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
                 let whose = if asked {
                     "the port the app's listen() names; pass -l ADDR to serve its clients elsewhere"
                 } else {
-                    "the default; pass -l ADDR"
+                    default_from.as_str()
                 };
                 return Err(format!(
                     "balancer {name:?}: cannot listen on {addr} ({whose}): {e}"

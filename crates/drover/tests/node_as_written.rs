@@ -951,3 +951,171 @@ async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
         );
     }
 }
+
+/// A PM2 user's deployment is an ecosystem file, started with `pm2 start
+/// ecosystem.config.js --env production`; `drover run` takes the same file and the same
+/// words. Its cluster-mode app is served where its workers' listen(PORT) says (the
+/// file's `env.PORT`), each worker with its instance number and the `env_production`
+/// layer; its fork-mode app runs as a background worker; keys drover does not apply
+/// (a log file) are named in a note, not refused. Before, `drover run` ran the file as
+/// an app: `node ecosystem.config.js` exits at once, and drover restarted it forever.
+#[tokio::test]
+async fn a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them() {
+    let dir = temp_dir("ecosystem");
+    let port = drover_testkit::free_port();
+    let ticks = dir.join("ticks");
+    std::fs::write(
+        dir.join("api.js"),
+        "require('http').createServer((req, res) => res.end(JSON.stringify({ pid: process.pid, instance: process.env.NODE_APP_INSTANCE, env: process.env.NODE_ENV }))).listen(process.env.PORT);\n",
+    )
+    .unwrap();
+    let file = format!(
+        r#"// As PM2's guide writes one.
+module.exports = {{
+  apps: [
+    {{
+      name: 'api',
+      script: './api.js',
+      instances: 2,
+      exec_mode: 'cluster',
+      out_file: './logs/api.log',
+      env: {{ PORT: {port}, NODE_ENV: 'development' }},
+      env_production: {{ NODE_ENV: 'production' }},
+    }},
+    {{ name: 'consumer', script: {consumer:?}, args: [{ticks:?}] }},
+  ],
+  deploy: {{ production: {{ user: 'node', host: 'example.com' }} }},
+}};
+"#,
+        consumer = fixture("queue-consumer.js"),
+        ticks = ticks.display().to_string(),
+    );
+    std::fs::write(dir.join("ecosystem.config.js"), file).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "ecosystem.config.js", "--env", "production"])
+        .args(["--admin", "127.0.0.1:0"])
+        .current_dir(&dir);
+    clean_env(&mut cmd);
+    cmd.env_remove("NODE_APP_INSTANCE").env_remove("NODE_ENV");
+    let d = spawn_ready_line(cmd, "\"api\" listening on ").await;
+    assert_eq!(d.addr().port(), port, "{}", d.stderr_text());
+    says(
+        "ecosystem",
+        &d,
+        &["apps[0] (api): out_file: drover prints every worker's output"],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let s = status(admin).await;
+    let names: Vec<&str> = s.apps.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["api", "consumer"], "{}", d.stderr_text());
+    let mut seen = BTreeSet::new();
+    for _ in 0..40 {
+        let r = get(SocketAddr::from(([127, 0, 0, 1], port)), "/").await;
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+        let body: serde_json::Value = serde_json::from_str(r.text().trim()).unwrap();
+        assert_eq!(body["env"], "production", "{}", d.stderr_text());
+        seen.insert(body["instance"].as_str().unwrap_or("unset").to_string());
+    }
+    let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
+    assert_eq!(seen, ["0", "1"], "{}", d.stderr_text());
+    let works = wait_until_async(Duration::from_secs(10), || async {
+        let s = status(admin).await;
+        let consumer = &s.apps[1];
+        assert_eq!(consumer.mode, "background", "{}", d.stderr_text());
+        consumer
+            .workers
+            .iter()
+            .filter_map(|w| w.pid)
+            .any(|pid| worked(&ticks, 0, pid))
+    })
+    .await;
+    assert!(works, "{}", d.stderr_text());
+    drover_stops_cleanly("ecosystem", &d).await;
+}
+
+/// An ecosystem file as an ES module (`export default`), and ones that cannot run: each
+/// error names the file and what is wrong, and nothing starts.
+#[tokio::test]
+async fn ecosystem_files_in_esm_run_and_bad_ones_are_refused_naming_why() {
+    let dir = temp_dir("ecosystem-esm");
+    let (port, env_port) = (drover_testkit::free_port(), drover_testkit::free_port());
+    std::fs::write(
+        dir.join("app.mjs"),
+        "import http from 'node:http';\nhttp.createServer((req, res) => res.end(`${process.pid}`)).listen(Number(process.argv[2]));\n",
+    )
+    .unwrap();
+    // The app listens on the port its argv names: clients connect there, whatever
+    // `port` (its PORT) says, as under PM2.
+    std::fs::write(
+        dir.join("ecosystem.config.mjs"),
+        format!("export default {{ apps: [{{ name: 'web', script: 'app.mjs', args: '{port}', instances: 2, port: {env_port} }}] }};\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "ecosystem.config.mjs", "--admin", "127.0.0.1:0"])
+        .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"web\" listening on ").await;
+    assert_eq!(d.addr().port(), port, "{}", d.stderr_text());
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let r = get(SocketAddr::from(([127, 0, 0, 1], port)), "/").await;
+    assert_eq!(r.status, 200, "{}", d.stderr_text());
+    drover_stops_cleanly("ecosystem esm", &d).await;
+
+    std::fs::write(
+        dir.join("throws.config.js"),
+        "throw new Error('DATABASE_URL is not set');\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("cut.config.js"),
+        "module.exports = { apps: [ { script: 'app.mjs' \n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("noscript.config.js"),
+        "module.exports = { apps: [{ name: 'web' }] };\n",
+    )
+    .unwrap();
+    for (args, needle) in [
+        (
+            &["throws.config.js"][..],
+            "throws.config.js: node could not evaluate it",
+        ),
+        (&["throws.config.js"][..], "DATABASE_URL is not set"),
+        (&["cut.config.js"][..], "SyntaxError"),
+        (
+            &["noscript.config.js"][..],
+            "noscript.config.js: apps[0]: no `script`",
+        ),
+        (&["gone.config.js"][..], "gone.config.js: no such file"),
+        (
+            &["ecosystem.config.mjs", "--listen", "127.0.0.1:0"][..],
+            "--listen does not apply to an ecosystem file",
+        ),
+        (
+            &["ecosystem.config.mjs", "--only", "api"][..],
+            "--only \"api\": ecosystem.config.mjs has no app of that name (it has web)",
+        ),
+        (&["ecosystem.yml"][..], "not YAML"),
+        (
+            &["--env", "production", "--", "node", "app.mjs"][..],
+            "--env applies to a PM2 ecosystem file",
+        ),
+    ] {
+        let out = Command::new(bin())
+            .arg("run")
+            .args(args)
+            .args(["--admin", "off"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {needle:?} in {err}");
+        assert!(!err.contains("starting"), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,1133 @@
+//! PM2's ecosystem file: the apps a PM2 user has already described, run as they are.
+//!
+//! `pm2 start ecosystem.config.js` is how most PM2 deployments start; `drover run
+//! ecosystem.config.js` takes the same file. It is JavaScript (`module.exports = { apps:
+//! [...] }`, or `export default` in an ES module), which reads `process.env` and
+//! computes values, so Node evaluates it ([`evaluate`]) and hands drover the result as
+//! JSON; a `.json` file is read as PM2 reads it, as a JavaScript expression. Each app's
+//! keys then map onto an [`AppConfig`] ([`apps`]): PM2's cluster mode becomes drover's
+//! default mode with a balancer where the app listens, as PM2's primary listens for it;
+//! fork mode, a plain process that binds what it binds itself (or no port at all),
+//! becomes background mode. Keys that only concern PM2's own machinery (log files,
+//! file watching, cron restarts) are reported as not applied, never an error, so a
+//! PM2 user's file runs as written.
+
+use crate::model::{self, AppConfig, Workers};
+use serde_json::{Map, Value};
+use std::net::{Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Whether `word` names an ecosystem file by PM2's rule (`Common.isConfigFile`): a name
+/// ending in `.config.js`, `.config.cjs` or `.config.mjs`, or a JSON or YAML file.
+pub fn is_ecosystem_file(word: &str) -> bool {
+    [
+        ".config.js",
+        ".config.cjs",
+        ".config.mjs",
+        ".json",
+        ".yml",
+        ".yaml",
+    ]
+    .iter()
+    .any(|ext| word.ends_with(ext))
+}
+
+/// What Node runs to read an ecosystem file named by its first argument: the module's
+/// export (its `default` in an ES module) or the JSON file's expression, printed as JSON
+/// after a marker line, so whatever the file itself prints on stdout is passed over.
+/// It exits once printed, so a file that starts a timer or a server cannot keep it
+/// alive, and gives up after 10 s of a file that never finishes (a top-level await).
+const EVALUATE_JS: &str = r#"
+const path = require('path'), fs = require('fs'), url = require('url');
+const file = path.resolve(process.argv[1]);
+setTimeout(() => { process.stderr.write('it did not finish within 10 s\n'); process.exit(3); }, 10000);
+(async () => {
+  let conf;
+  if (file.endsWith('.json')) {
+    conf = require('vm').runInThisContext('(' + fs.readFileSync(file, 'utf8') + ')', { filename: file });
+  } else {
+    const m = await import(url.pathToFileURL(file).href);
+    conf = m.default !== undefined ? m.default : Object.assign({}, m);
+  }
+  process.stdout.write('\n' + MARKER + '\n' + JSON.stringify(conf === undefined ? null : conf) + '\n');
+  process.exit(0);
+})().catch((e) => { process.stderr.write(String((e && e.stack) || e) + '\n'); process.exit(2); });
+"#;
+
+/// The line before the evaluated file's JSON on Node's stdout.
+const MARKER: &str = "--- drover: the ecosystem file as JSON ---";
+
+/// The value `path` exports, evaluated by `node` (the one on `PATH`, as `pm2` runs).
+pub fn evaluate(path: &Path) -> Result<Value, String> {
+    let shown = path.display();
+    if shown.to_string().ends_with(".yml") || shown.to_string().ends_with(".yaml") {
+        return Err(format!("{shown}: drover reads PM2's ecosystem files written in JavaScript or JSON, not YAML: write it as ecosystem.config.js (`module.exports = {{ apps: [...] }}`)"));
+    }
+    if !path.is_file() {
+        return Err(format!("{shown}: no such file"));
+    }
+    let script = EVALUATE_JS.replace("MARKER", &format!("{MARKER:?}"));
+    let out = Command::new("node")
+        .arg("-e")
+        .arg(script)
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!("{shown}: cannot run node to read it (an ecosystem file is JavaScript): {e}")
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = stdout
+        .rsplit_once(&format!("{MARKER}\n"))
+        .map(|(_, json)| json.trim());
+    match json {
+        Some(json) if out.status.success() => serde_json::from_str(json)
+            .map_err(|e| format!("{shown}: what it exports is not plain data: {e}")),
+        _ => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            // Node's own frames say nothing of the user's file.
+            let lines: Vec<&str> = stderr
+                .trim()
+                .lines()
+                .filter(|l| !l.trim().is_empty() && !l.contains("node:internal/"))
+                .take(12)
+                .collect();
+            Err(format!(
+                "{shown}: node could not evaluate it ({}):\n{}",
+                out.status,
+                lines.join("\n")
+            ))
+        }
+    }
+}
+
+/// How `drover run` reads the file: PM2's `--env NAME` and `--only A,B`.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Each app's `env_NAME` goes on top of its `env`.
+    pub env: Option<String>,
+    /// Only these apps run (by their names in the file).
+    pub only: Vec<String>,
+    /// Overrides every app's `instances` (PM2's `-i`).
+    pub instances: Option<Workers>,
+}
+
+/// One app of the file, as drover runs it.
+#[derive(Debug, Clone)]
+pub struct EcosystemApp {
+    pub app: AppConfig,
+    /// PM2's cluster mode: a balancer serves the app's clients where its workers'
+    /// `listen()` says, as PM2's primary does. `None`: fork mode (background).
+    pub clients: Option<Clients>,
+}
+
+/// Where a cluster-mode app's clients connect when its `listen()` names no port of its
+/// own (it listens on the `PORT` drover gives each worker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clients {
+    pub default_listen: SocketAddr,
+    /// Where `default_listen` came from, for an error that cannot bind it.
+    pub default_from: String,
+}
+
+/// The apps of an evaluated ecosystem file, and a note for every key drover does not
+/// apply. `file` names the file in messages; `base` is where relative `cwd`s start
+/// (drover's own directory, as PM2's).
+pub fn apps(
+    file: &str,
+    conf: &Value,
+    base: &Path,
+    options: &Options,
+) -> Result<(Vec<EcosystemApp>, Vec<String>), String> {
+    let list: Vec<&Value> = match conf {
+        Value::Object(o) => match o.get("apps") {
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(app @ Value::Object(_)) => vec![app],
+            Some(other) => {
+                return Err(format!(
+                    "{file}: apps is {}, not a list of apps",
+                    kind(other)
+                ))
+            }
+            None if o.contains_key("script") => vec![conf],
+            None => return Err(format!("{file}: no apps: it exports no `apps` list")),
+        },
+        Value::Array(a) => a.iter().collect(),
+        other => {
+            return Err(format!(
+                "{file}: it exports {}, not {{ apps: [...] }}",
+                kind(other)
+            ))
+        }
+    };
+    if list.is_empty() {
+        return Err(format!("{file}: no apps: its `apps` list is empty"));
+    }
+    let mut out: Vec<EcosystemApp> = Vec::new();
+    let mut notes = Vec::new();
+    let mut on_default = 0;
+    for (i, raw) in list.into_iter().enumerate() {
+        let Value::Object(raw) = raw else {
+            return Err(format!("{file}: apps[{i}] is {}, not an app", kind(raw)));
+        };
+        let keys = Keys::new(raw);
+        let mut one = App {
+            at: format!("{file}: apps[{i}]"),
+            keys,
+            notes: Vec::new(),
+        };
+        let Some(app) = one.map(base, options)? else {
+            notes.append(&mut one.notes);
+            continue;
+        };
+        if !options.only.is_empty() && !options.only.contains(&app.app.spec.name) {
+            continue;
+        }
+        if out.iter().any(|a| a.app.spec.name == app.app.spec.name) {
+            return Err(format!(
+                "{}: a second app named {:?}: drover runs each name once (give each app its own `name`)",
+                one.at, app.app.spec.name
+            ));
+        }
+        let mut app = app;
+        if let Some(clients) = app
+            .clients
+            .as_mut()
+            .filter(|c| c.default_from == DEFAULT_FROM)
+        {
+            // Apps that all listen on drover's PORT cannot all have the default: the
+            // next ones get the ports after it, as the start-up line says.
+            let port = crate::flags::DEFAULT_RUN_LISTEN
+                .port()
+                .saturating_add(on_default);
+            clients.default_listen.set_port(port);
+            on_default += 1;
+        }
+        notes.append(&mut one.notes);
+        out.push(app);
+    }
+    for name in &options.only {
+        if !out.iter().any(|a| &a.app.spec.name == name) {
+            return Err(format!(
+                "--only {name:?}: {file} has no app of that name (it has {})",
+                names(conf).join(", ")
+            ));
+        }
+    }
+    if let Some(env) = &options.env {
+        let key = format!("env_{env}");
+        let has = |v: &Value| v.as_object().is_some_and(|o| o.contains_key(&key));
+        let any = match conf.get("apps") {
+            Some(Value::Array(a)) => a.iter().any(has),
+            Some(app) => has(app),
+            None => conf.as_array().is_some_and(|a| a.iter().any(has)) || has(conf),
+        };
+        if !any {
+            notes.push(format!(
+                "{file}: --env {env}: no app has `{key}`; each runs with its `env`"
+            ));
+        }
+    }
+    Ok((out, notes))
+}
+
+/// What a cluster-mode app's clients get when neither its `listen()` nor its `env`
+/// names a port: `drover run`'s default.
+const DEFAULT_FROM: &str =
+    "drover run's default, as the app's env names no PORT; set `env: { PORT: ... }` in the file";
+
+/// The names of the apps in `conf`, for a message.
+fn names(conf: &Value) -> Vec<String> {
+    let list: Vec<&Value> = match conf.get("apps") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(app) => vec![app],
+        None => conf
+            .as_array()
+            .map(|a| a.iter().collect())
+            .unwrap_or_default(),
+    };
+    list.iter()
+        .filter_map(|app| {
+            app.get("name")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .or_else(|| app.get("script").and_then(Value::as_str).map(script_name))
+        })
+        .map(|n| drover_name(&n))
+        .collect()
+}
+
+/// A JSON value's kind, for a message.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An app's keys by PM2's canonical names: camelCase (`maxMemoryRestart`) and PM2's
+/// aliases (`exec`, `interpreter`, `out`...) read as the names they stand for.
+struct Keys {
+    keys: Vec<(String, String, Value)>,
+}
+
+impl Keys {
+    fn new(raw: &Map<String, Value>) -> Keys {
+        let keys = raw
+            .iter()
+            .map(|(written, v)| {
+                let snake = if written.starts_with("env_") {
+                    written.clone()
+                } else {
+                    snake_case(written)
+                };
+                let canonical = ALIASES
+                    .iter()
+                    .find(|(alias, _)| *alias == snake)
+                    .map_or(snake, |(_, key)| key.to_string());
+                (canonical, written.clone(), v.clone())
+            })
+            .collect();
+        Keys { keys }
+    }
+
+    /// The value of `key`, and the name it was written as; `None` for `undefined`.
+    fn get(&self, key: &str) -> Option<(&str, &Value)> {
+        self.keys
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, written, v)| (written.as_str(), v))
+    }
+}
+
+/// PM2's aliases (lib/API/schema.json), alias first.
+const ALIASES: [(&str, &str); 15] = [
+    ("exec", "script"),
+    ("interpreter", "exec_interpreter"),
+    ("interpreter_args", "node_args"),
+    ("out", "out_file"),
+    ("output", "out_file"),
+    ("out_log", "out_file"),
+    ("error", "error_file"),
+    ("err", "error_file"),
+    ("err_file", "error_file"),
+    ("err_log", "error_file"),
+    ("log", "log_file"),
+    ("pid", "pid_file"),
+    ("combine_logs", "merge_logs"),
+    ("cron", "cron_restart"),
+    ("user", "uid"),
+];
+
+fn snake_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Keys drover applies its own way, or that concern only PM2's machinery: accepted
+/// with no note (PM2's monitoring, its process list, versions).
+const NO_EFFECT: [&str; 27] = [
+    "namespace",
+    "vizion",
+    "exp_backoff_restart_delay",
+    "wait_ready",
+    "source_map_support",
+    "disable_source_map_support",
+    "force",
+    "username",
+    "windows_hide",
+    "pmx",
+    "automation",
+    "trace",
+    "disable_trace",
+    "v8",
+    "event_loop_inspector",
+    "deep_monitoring",
+    "io",
+    "filter_env",
+    "time",
+    "log_date_format",
+    "log_type",
+    "merge_logs",
+    "disable_logs",
+    "kill_retry_time",
+    "execute_command",
+    "write",
+    "install_url",
+];
+
+/// Keys that name PM2's log files: drover prints every worker's output on its own.
+const LOG_FILES: [&str; 4] = ["out_file", "error_file", "log_file", "pid_file"];
+
+/// One app's keys being mapped, with the notes on what is not applied.
+struct App {
+    at: String,
+    keys: Keys,
+    notes: Vec<String>,
+}
+
+impl App {
+    fn note(&mut self, what: String) {
+        self.notes.push(format!("{}: {what}", self.at));
+    }
+
+    fn error(&self, what: String) -> String {
+        format!("{}: {what}", self.at)
+    }
+
+    /// A string key's value; an error for another kind.
+    fn string(&self, key: &str) -> Result<Option<String>, String> {
+        match self.keys.get(key) {
+            None | Some((_, Value::Null)) => Ok(None),
+            Some((_, Value::String(s))) => Ok(Some(s.clone())),
+            Some((written, v)) => {
+                Err(self.error(format!("{written} is {}, not a string", kind(v))))
+            }
+        }
+    }
+
+    /// A list of words, given as a list or as one string PM2 splits.
+    fn words(&self, key: &str) -> Result<Vec<String>, String> {
+        match self.keys.get(key) {
+            None | Some((_, Value::Null)) => Ok(Vec::new()),
+            Some((_, Value::String(s))) => Ok(split_words(s)),
+            Some((written, Value::Array(items))) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    Value::Number(n) => Ok(n.to_string()),
+                    Value::Bool(b) => Ok(b.to_string()),
+                    other => {
+                        Err(self.error(format!("{written} holds {}, not a word", kind(other))))
+                    }
+                })
+                .collect(),
+            Some((written, v)) => {
+                Err(self.error(format!("{written} is {}, not a list or a string", kind(v))))
+            }
+        }
+    }
+
+    /// A time in milliseconds (PM2's unit), or a string such as "5s" or "2m".
+    fn millis(&self, key: &str) -> Result<Option<Duration>, String> {
+        match self.keys.get(key) {
+            None | Some((_, Value::Null)) => Ok(None),
+            Some((written, Value::Number(n))) => match n.as_f64() {
+                Some(ms) if ms >= 0.0 && ms.is_finite() => {
+                    Ok(Some(Duration::from_secs_f64(ms / 1000.0)))
+                }
+                _ => Err(self.error(format!(
+                    "{written} = {n}: a time in milliseconds, 0 or more"
+                ))),
+            },
+            Some((written, Value::String(s))) => {
+                let t = s.trim();
+                if let Ok(ms) = t.parse::<u64>() {
+                    return Ok(Some(Duration::from_millis(ms)));
+                }
+                drover_units::duration(t)
+                    .map(Some)
+                    .map_err(|e| self.error(format!("{written}: {e}")))
+            }
+            Some((written, v)) => Err(self.error(format!(
+                "{written} is {}, not a time in milliseconds",
+                kind(v)
+            ))),
+        }
+    }
+
+    /// The environment: `env`, with `env_NAME` on top when `--env NAME`, and `port` (PM2's
+    /// shortcut for `PORT`) on top of both.
+    fn env(
+        &self,
+        name: Option<&str>,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let mut env = std::collections::BTreeMap::new();
+        let mut layers = vec!["env".to_string()];
+        layers.extend(name.map(|n| format!("env_{n}")));
+        for layer in layers {
+            let vars = match self.keys.get(&layer) {
+                None | Some((_, Value::Null)) => continue,
+                Some((_, Value::Object(vars))) => vars,
+                Some((written, v)) => {
+                    return Err(self.error(format!(
+                        "{written} is {}, not an object of variables",
+                        kind(v)
+                    )))
+                }
+            };
+            for (var, v) in vars {
+                let value = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    Value::Bool(b) => b.to_string(),
+                    Value::Null => continue,
+                    other => {
+                        return Err(self.error(format!(
+                            "{layer}.{var} is {}: a variable's value is a string",
+                            kind(other)
+                        )))
+                    }
+                };
+                if var.is_empty() || var.contains('=') || var.contains('\0') || value.contains('\0')
+                {
+                    return Err(self.error(format!(
+                        "{layer}: {var:?} cannot be an environment variable"
+                    )));
+                }
+                env.insert(var.clone(), value);
+            }
+        }
+        match self.keys.get("port") {
+            None | Some((_, Value::Null)) => {}
+            Some((_, Value::Number(n))) => {
+                env.insert("PORT".into(), n.to_string());
+            }
+            Some((_, Value::String(s))) => {
+                env.insert("PORT".into(), s.clone());
+            }
+            Some((written, v)) => {
+                return Err(self.error(format!("{written} is {}, not a port", kind(v))))
+            }
+        }
+        Ok(env)
+    }
+
+    /// The app as drover runs it; `None` for one PM2 would not start (`autostart: false`).
+    fn map(&mut self, base: &Path, options: &Options) -> Result<Option<EcosystemApp>, String> {
+        let Some(script) = self.string("script")? else {
+            return Err(self.error(
+                "no `script`: the program or file PM2 would start (script: 'app.js')".into(),
+            ));
+        };
+        if script.trim().is_empty() {
+            return Err(self.error("`script` is empty".into()));
+        }
+        let written_name = self.string("name")?.unwrap_or_else(|| script_name(&script));
+        let name = drover_name(&written_name);
+        self.at = format!("{} ({written_name})", self.at);
+        if name != written_name {
+            self.note(format!(
+                "runs as {name:?} in drover (`drover ctl`, /metrics and its output's [NAME/ID] prefix): {}",
+                crate::NAME_RULE
+            ));
+        }
+        if self
+            .keys
+            .get("autostart")
+            .is_some_and(|(_, v)| v == &Value::Bool(false))
+        {
+            self.note("autostart is false: not started, as PM2 starts it not".into());
+            return Ok(None);
+        }
+
+        let cwd = match self.string("cwd")? {
+            Some(dir) => base.join(dir),
+            None => base.to_path_buf(),
+        };
+        let interpreter = self.string("exec_interpreter")?;
+        let interpreter_args = self.words("node_args")?;
+        let args = self.words("args")?;
+        let path: PathBuf = cwd
+            .join(&script)
+            .components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect();
+        // A word with no '/' and no extension that names no file here is a program on
+        // PATH, as PM2 runs `script: 'npm', args: 'start'`; anything else is a file.
+        let on_path = !path.exists() && !script.contains('/') && !script.contains('.');
+        if !on_path && !path.exists() {
+            return Err(self.error(format!(
+                "script {script:?}: no such file ({})",
+                path.display()
+            )));
+        }
+        let program = if on_path {
+            script.clone()
+        } else {
+            path.display().to_string()
+        };
+        let interpreter = match interpreter.as_deref() {
+            Some("none") => None,
+            Some(i) => Some(i.to_string()),
+            None if !path.is_file() => None,
+            None => {
+                let with =
+                    drover_supervisor::with_interpreter(std::slice::from_ref(&program), None);
+                match with.len() {
+                    2 => Some(with[0].clone()),
+                    // An executable of no known kind runs itself; PM2 runs the rest
+                    // under node.
+                    _ if is_executable(&path) => None,
+                    _ => Some("node".into()),
+                }
+            }
+        };
+        let mut command: Vec<String> = Vec::new();
+        match &interpreter {
+            Some(i) => {
+                command.push(i.clone());
+                command.extend(interpreter_args);
+            }
+            None if !interpreter_args.is_empty() => {
+                self.note(format!(
+                    "node_args: {script} runs with no interpreter to give them to; not applied"
+                ));
+            }
+            None => {}
+        }
+        command.push(program);
+        command.extend(args);
+
+        let runs_node = command
+            .first()
+            .is_some_and(|p| drover_node::is_node_program(p) || drover_node::is_script_runner(p));
+        let instances_given = self
+            .keys
+            .get("instances")
+            .is_some_and(|(_, v)| !v.is_null());
+        let cluster = match self.string("exec_mode")?.as_deref() {
+            Some("cluster" | "cluster_mode") => true,
+            Some("fork" | "fork_mode") => false,
+            Some(other) => {
+                return Err(self.error(format!(
+                    "exec_mode {other:?}: PM2's modes are \"cluster\" and \"fork\""
+                )))
+            }
+            // PM2's rule (Common.sink.determineExecMode): instances and a Node app make
+            // cluster mode; anything else runs as a plain process.
+            None => instances_given && runs_node,
+        };
+        if cluster && !runs_node {
+            return Err(self.error(format!(
+                "exec_mode cluster runs a Node app (PM2 starts each instance with node's cluster module), and this one runs {}: set exec_mode: 'fork'",
+                command[0]
+            )));
+        }
+        let workers = match options.instances {
+            Some(w) => w,
+            None => self.instances()?,
+        };
+
+        let mut app = AppConfig::new(name, command);
+        let spec = &mut app.spec;
+        spec.workers = workers;
+        spec.cwd = Some(cwd);
+        spec.env = self.env(options.env.as_deref())?;
+        spec.mode = if cluster {
+            model::Mode::default()
+        } else {
+            model::Mode::Background
+        };
+        if let Some((written, v)) = self.keys.get("max_memory_restart") {
+            let bytes = match v {
+                Value::Number(n) => n.as_u64().filter(|b| *b > 0),
+                Value::String(s) => crate::flags::byte_size(s).ok(),
+                _ => None,
+            };
+            spec.max_memory = Some(bytes.ok_or_else(|| {
+                self.error(format!(
+                    "{written} = {v}: a size such as \"300M\" or \"1G\", or a number of bytes"
+                ))
+            })?);
+        }
+        if let Some(t) = self.millis("kill_timeout")? {
+            spec.stop_timeout = t;
+        }
+        if let Some(t) = self.millis("listen_timeout")? {
+            if t.is_zero() {
+                return Err(self.error("listen_timeout must be more than 0".into()));
+            }
+            spec.ready_timeout = t;
+        }
+        if let Some(t) = self.millis("min_uptime")? {
+            spec.restart.min_uptime = t;
+        }
+        self.note_the_rest(&script);
+
+        let clients =
+            cluster.then(
+                || match spec.env.get("PORT").and_then(|p| p.parse::<u16>().ok()) {
+                    // PM2's primary listens where the app's listen(PORT) asks: every address.
+                    Some(port) if port > 0 => Clients {
+                        default_listen: SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)),
+                        default_from: "the PORT in the app's env".into(),
+                    },
+                    _ => Clients {
+                        default_listen: crate::flags::DEFAULT_RUN_LISTEN,
+                        default_from: DEFAULT_FROM.into(),
+                    },
+                },
+            );
+        Ok(Some(EcosystemApp { app, clients }))
+    }
+
+    /// `instances`: a count, 0 or "max" for one per core, -N for all cores but N.
+    fn instances(&self) -> Result<Workers, String> {
+        let Some((written, v)) = self.keys.get("instances").filter(|(_, v)| !v.is_null()) else {
+            return Ok(Workers::Count(1));
+        };
+        let n = match v {
+            Value::String(s) if s.trim() == "max" => return Ok(Workers::Auto),
+            Value::String(s) => s.trim().parse::<i64>().ok(),
+            Value::Number(n) => n.as_i64(),
+            _ => None,
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+        match n {
+            Some(0) => Ok(Workers::Auto),
+            Some(n) if n > 0 && n <= 1024 => Ok(Workers::Count(n as usize)),
+            Some(n) if n < 0 && n > -1024 => Ok(Workers::Count((cores + n).max(1) as usize)),
+            _ => Err(self.error(format!(
+                "{written} = {v}: a number of instances, \"max\" (one per core) or -N (all cores but N)"
+            ))),
+        }
+    }
+
+    /// Notes for the keys drover does not apply, once each.
+    fn note_the_rest(&mut self, script: &str) {
+        const USED: [&str; 14] = [
+            "name",
+            "script",
+            "args",
+            "exec_interpreter",
+            "node_args",
+            "instances",
+            "exec_mode",
+            "cwd",
+            "env",
+            "port",
+            "max_memory_restart",
+            "kill_timeout",
+            "listen_timeout",
+            "min_uptime",
+        ];
+        let keys: Vec<(String, String, Value)> = self.keys.keys.clone();
+        let mut logs = Vec::new();
+        for (key, written, v) in keys {
+            if USED.contains(&key.as_str())
+                || key.starts_with("env_")
+                || NO_EFFECT.contains(&key.as_str())
+            {
+                continue;
+            }
+            if LOG_FILES.contains(&key.as_str()) {
+                logs.push(written);
+                continue;
+            }
+            let why = match (key.as_str(), &v) {
+                ("autorestart" | "autostart" | "treekill", Value::Bool(true)) => continue,
+                ("watch", Value::Bool(false)) => continue,
+                ("shutdown_with_message" | "append_env_to_name", Value::Bool(false)) => continue,
+                ("instance_var", Value::String(s)) if s == "NODE_APP_INSTANCE" => continue,
+                ("autorestart", _) => "drover restarts every worker that exits (with back-off); a program meant to run once is not a worker",
+                ("watch" | "ignore_watch" | "watch_delay" | "watch_options", _) => {
+                    "drover does not restart on file changes: `drover ctl reload` replaces the workers with no failed request"
+                }
+                ("cron_restart", _) => "drover has no scheduled restarts: run `drover ctl reload` from cron",
+                ("max_restarts" | "restart_delay", _) => {
+                    "drover restarts a crashed worker with back-off (0.1 s doubling to 30 s) and reports a crash loop, for as long as it runs"
+                }
+                ("stop_exit_codes", _) => "drover restarts a worker whatever its exit code",
+                ("instance_var" | "increment_var", _) => {
+                    "each worker gets its number in NODE_APP_INSTANCE and DROVER_WORKER_ID"
+                }
+                ("uid" | "gid", _) => "drover runs its workers as its own user",
+                ("shutdown_with_message", _) => {
+                    "drover stops a worker with SIGTERM (passed to the app's SIGINT listeners)"
+                }
+                ("treekill", _) => "drover stops a worker's whole process group",
+                ("post_update" | "append_env_to_name" | "name_prefix", _) => "a PM2 feature drover has not",
+                _ => "not a key of PM2's that drover knows",
+            };
+            self.note(format!("{written}: {why}; not applied"));
+        }
+        if !logs.is_empty() {
+            self.note(format!(
+                "{}: drover prints every worker's output, each line prefixed [NAME/ID], on its own stdout and stderr (redirect them, or run under systemd's journal); not applied to {script}",
+                logs.join(", ")
+            ));
+        }
+    }
+}
+
+/// PM2's default name: the script's file name without its extension.
+fn script_name(script: &str) -> String {
+    let file = Path::new(script)
+        .file_name()
+        .map_or(script.to_string(), |f| f.to_string_lossy().into_owned());
+    match file.split_once('.') {
+        Some((stem, _)) if !stem.is_empty() => stem.to_string(),
+        _ => file,
+    }
+}
+
+/// A PM2 name as a drover name (`NAME_RULE`): lower case, and each run of other
+/// characters one '-' ("API Server" runs as "api-server").
+fn drover_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out = out.trim_matches('-');
+    let out: String = out.chars().take(64).collect();
+    if out.is_empty() {
+        "app".into()
+    } else {
+        out
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+/// A string of arguments split as PM2 splits one (lib/tools/Config.js): at white space,
+/// except inside quotes; a word quoted whole loses its quotes, and `--key="a b"` keeps
+/// them, as PM2 keeps them.
+fn split_words(s: &str) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut words = Vec::new();
+    let mut i = 0;
+    let to_space = |from: usize| {
+        (from..chars.len())
+            .find(|&j| chars[j].is_whitespace())
+            .unwrap_or(chars.len())
+    };
+    while i < chars.len() {
+        if chars[i].is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let q = chars[i];
+        if q == '"' || q == '\'' {
+            if let Some(close) = (i + 1..chars.len()).find(|&j| chars[j] == q) {
+                words.push(chars[i + 1..close].iter().collect());
+                i = close + 1;
+                continue;
+            }
+        }
+        let key_end = (i..chars.len())
+            .find(|&j| chars[j].is_whitespace() || matches!(chars[j], '"' | '\'' | '='))
+            .unwrap_or(chars.len());
+        if key_end > i && chars.get(key_end) == Some(&'=') {
+            if let Some(&q) = chars.get(key_end + 1).filter(|c| matches!(c, '"' | '\'')) {
+                if let Some(close) = (key_end + 2..chars.len()).find(|&j| chars[j] == q) {
+                    words.push(chars[i..=close].iter().collect());
+                    i = close + 1;
+                    continue;
+                }
+            }
+        }
+        let end = to_space(i);
+        words.push(chars[i..end].iter().collect());
+        i = end;
+    }
+    words.retain(|w: &String| !w.trim().is_empty());
+    words
+}
+
+/// The directory relative `cwd`s start from: drover's own.
+pub fn base_dir() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A directory with the scripts the tests' files name.
+    fn base() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("drover-ecosystem-{}", std::process::id()));
+        for file in [
+            "server.js",
+            "mailer.js",
+            "two.js",
+            "app.py",
+            "app.js",
+            "api/app.js",
+            "a.js",
+            "b.js",
+            "w.js",
+            "b/a.js",
+        ] {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
+        dir
+    }
+
+    fn at(file: &str) -> String {
+        base().join(file).display().to_string()
+    }
+
+    fn map(conf: Value, options: &Options) -> Result<(Vec<EcosystemApp>, Vec<String>), String> {
+        apps("ecosystem.config.js", &conf, &base(), options)
+    }
+
+    #[test]
+    fn pm2_names_for_ecosystem_files() {
+        for yes in [
+            "ecosystem.config.js",
+            "a/pm2.config.cjs",
+            "x.config.mjs",
+            "ecosystem.json",
+            "e.yml",
+        ] {
+            assert!(is_ecosystem_file(yes), "{yes}");
+        }
+        for no in ["app.js", "server.mjs", "config.js", "app.py"] {
+            assert!(!is_ecosystem_file(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn args_split_as_pm2_splits_them() {
+        assert_eq!(split_words("--port 3000  -v"), ["--port", "3000", "-v"]);
+        assert_eq!(split_words(r#"run "a b" 'c d'"#), ["run", "a b", "c d"]);
+        assert_eq!(split_words(r#"--name="a b" x"#), [r#"--name="a b""#, "x"]);
+        assert_eq!(split_words(r#""" x"#), ["x"]);
+        assert_eq!(split_words(r#"unclosed "a b"#), ["unclosed", "\"a", "b"]);
+    }
+
+    #[test]
+    fn cluster_and_fork_modes_follow_pm2s_rule() {
+        let conf = json!({"apps": [
+            {"name": "api", "script": "server.js", "instances": "max", "env": {"PORT": 3000, "DEBUG": false}},
+            {"name": "mailer", "script": "mailer.js"},
+            {"name": "two", "script": "two.js", "instances": 2, "exec_mode": "fork"},
+            {"name": "py", "script": "app.py", "interpreter": "python3", "args": "--port 5000"},
+            {"script": "npm", "args": "start", "exec_mode": "cluster", "instances": -1},
+        ]});
+        let (apps, notes) = map(conf, &Options::default()).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        let api = &apps[0];
+        assert_eq!(api.app.spec.mode, model::Mode::Auto);
+        assert_eq!(api.app.spec.workers, Workers::Auto);
+        assert_eq!(api.app.spec.command, ["node".to_string(), at("server.js")]);
+        assert_eq!(api.app.spec.env["PORT"], "3000");
+        assert_eq!(api.app.spec.env["DEBUG"], "false");
+        assert_eq!(
+            api.clients.as_ref().unwrap().default_listen,
+            "[::]:3000".parse().unwrap()
+        );
+        let mailer = &apps[1];
+        assert_eq!(mailer.app.spec.mode, model::Mode::Background);
+        assert_eq!(mailer.app.spec.workers, Workers::Count(1));
+        assert!(mailer.clients.is_none());
+        assert_eq!(apps[2].app.spec.mode, model::Mode::Background);
+        assert_eq!(apps[2].app.spec.workers, Workers::Count(2));
+        assert_eq!(
+            apps[3].app.spec.command,
+            [
+                "python3".to_string(),
+                at("app.py"),
+                "--port".into(),
+                "5000".into()
+            ]
+        );
+        assert_eq!(apps[3].app.spec.mode, model::Mode::Background);
+        let npm = &apps[4];
+        assert_eq!(npm.app.spec.name, "npm");
+        assert_eq!(npm.app.spec.command, ["npm", "start"]);
+        assert_eq!(npm.app.spec.mode, model::Mode::Auto);
+        assert_eq!(
+            npm.clients.as_ref().unwrap().default_listen,
+            crate::flags::DEFAULT_RUN_LISTEN
+        );
+    }
+
+    #[test]
+    fn env_layers_port_and_settings_map_onto_the_app() {
+        let conf = json!({"apps": [{
+            "name": "API Server", "script": "app.js", "instances": 2,
+            "env": {"NODE_ENV": "development", "PORT": 3000},
+            "env_production": {"NODE_ENV": "production"},
+            "port": 4000,
+            "maxMemoryRestart": "300M", "kill_timeout": 1600, "listen_timeout": "8s",
+            "min_uptime": 2000, "cwd": "api", "node_args": "--max-old-space-size=200",
+            "out_file": "/var/log/api.out", "error": "/var/log/api.err",
+            "watch": true, "max_restarts": 10, "merge_logs": true, "colour": 1,
+        }]});
+        let options = Options {
+            env: Some("production".into()),
+            ..Options::default()
+        };
+        let (apps, notes) = map(conf, &options).unwrap();
+        let spec = &apps[0].app.spec;
+        assert_eq!(spec.name, "api-server");
+        assert_eq!(spec.env["NODE_ENV"], "production");
+        assert_eq!(spec.env["PORT"], "4000");
+        assert_eq!(spec.max_memory, Some(300 << 20));
+        assert_eq!(spec.stop_timeout, Duration::from_millis(1600));
+        assert_eq!(spec.ready_timeout, Duration::from_secs(8));
+        assert_eq!(spec.restart.min_uptime, Duration::from_secs(2));
+        assert_eq!(spec.cwd, Some(base().join("api")));
+        assert_eq!(
+            spec.command,
+            [
+                "node".to_string(),
+                "--max-old-space-size=200".into(),
+                at("api/app.js")
+            ]
+        );
+        let text = notes.join("\n");
+        for needle in [
+            "apps[0] (API Server): runs as \"api-server\"",
+            "watch: drover does not restart on file changes",
+            "max_restarts: drover restarts a crashed worker",
+            "colour: not a key of PM2's that drover knows",
+            "error, out_file: drover prints every worker's output",
+        ] {
+            assert!(text.contains(needle), "{needle:?} in\n{text}");
+        }
+        assert!(!text.contains("merge_logs"), "{text}");
+    }
+
+    #[test]
+    fn only_and_instances_override() {
+        let conf = json!([
+            {"name": "api", "script": "a.js", "instances": 4},
+            {"name": "worker", "script": "w.js"},
+        ]);
+        let options = Options {
+            only: vec!["worker".into()],
+            instances: Some(Workers::Count(3)),
+            ..Options::default()
+        };
+        let (apps, _) = map(conf.clone(), &options).unwrap();
+        assert_eq!(apps.len(), 1);
+        assert_eq!(apps[0].app.spec.workers, Workers::Count(3));
+        let options = Options {
+            only: vec!["nope".into()],
+            ..Options::default()
+        };
+        let err = map(conf, &options).unwrap_err();
+        assert!(
+            err.contains(
+                "--only \"nope\": ecosystem.config.js has no app of that name (it has api, worker)"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_app_and_key() {
+        let cases = [
+            (json!(42), "it exports a number, not { apps: [...] }"),
+            (
+                json!({"apps": "api"}),
+                "apps is a string, not a list of apps",
+            ),
+            (json!({"apps": []}), "its `apps` list is empty"),
+            (json!({"deploy": {}}), "it exports no `apps` list"),
+            (json!({"apps": [{"name": "x"}]}), "apps[0]: no `script`"),
+            (
+                json!({"apps": [{"script": "a.js"}, 7]}),
+                "apps[1] is a number, not an app",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "instances": "many"}]}),
+                "apps[0] (a): instances = \"many\": a number of instances",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "exec_mode": "cluster-ish"}]}),
+                "exec_mode \"cluster-ish\"",
+            ),
+            (
+                json!({"apps": [{"script": "app.py", "interpreter": "python3", "exec_mode": "cluster"}]}),
+                "exec_mode cluster runs a Node app",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "env": {"A": {"b": 1}}}]}),
+                "env.A is an object",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "env": "PORT=1"}]}),
+                "env is a string, not an object",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "max_memory_restart": "lots"}]}),
+                "max_memory_restart = \"lots\"",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "kill_timeout": -5}]}),
+                "kill_timeout = -5",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "args": {"a": 1}}]}),
+                "args is an object",
+            ),
+            (
+                json!({"apps": [{"script": "a.js"}, {"script": "b/a.js"}]}),
+                "apps[1] (a): a second app named \"a\"",
+            ),
+            (
+                json!({"apps": [{"script": "gone.js"}]}),
+                "apps[0] (gone): script \"gone.js\": no such file",
+            ),
+        ];
+        for (conf, needle) in cases {
+            let err = map(conf.clone(), &Options::default()).unwrap_err();
+            assert!(err.contains(needle), "{conf}: {needle:?} in {err}");
+            assert!(err.starts_with("ecosystem.config.js"), "{err}");
+        }
+    }
+
+    #[test]
+    fn two_apps_on_drovers_port_get_defaults_of_their_own() {
+        let conf = json!({"apps": [
+            {"name": "a", "script": "a.js", "instances": 2},
+            {"name": "b", "script": "b.js", "instances": 2},
+        ]});
+        let (apps, _) = map(conf, &Options::default()).unwrap();
+        let at: Vec<SocketAddr> = apps
+            .iter()
+            .map(|a| a.clients.as_ref().unwrap().default_listen)
+            .collect();
+        assert_eq!(at[0], crate::flags::DEFAULT_RUN_LISTEN);
+        assert_ne!(at[0], at[1]);
+    }
+
+    #[test]
+    fn autostart_false_is_not_started_and_env_without_its_layer_is_noted() {
+        let conf = json!({"apps": [
+            {"name": "a", "script": "a.js"},
+            {"name": "b", "script": "b.js", "autostart": false},
+        ]});
+        let options = Options {
+            env: Some("staging".into()),
+            ..Options::default()
+        };
+        let (apps, notes) = map(conf, &options).unwrap();
+        assert_eq!(apps.len(), 1);
+        let text = notes.join("\n");
+        assert!(text.contains("apps[1] (b): autostart is false"), "{text}");
+        assert!(
+            text.contains("--env staging: no app has `env_staging`"),
+            "{text}"
+        );
+    }
+}
