@@ -114,6 +114,30 @@ pub struct Options {
     pub instances: Option<Workers>,
 }
 
+/// An ecosystem file and how `drover run` read it: what a reload reads again, as
+/// `pm2 reload ecosystem.config.js` reads the file again.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// As the user named it (messages show it so).
+    pub file: PathBuf,
+    /// Where relative `cwd`s start.
+    pub base: PathBuf,
+    pub options: Options,
+}
+
+impl Source {
+    /// The file's apps as it says now, with the notes on what drover does not apply.
+    pub fn read(&self) -> Result<(Vec<EcosystemApp>, Vec<String>), String> {
+        let conf = evaluate(&self.file)?;
+        apps(
+            &self.file.display().to_string(),
+            &conf,
+            &self.base,
+            &self.options,
+        )
+    }
+}
+
 /// One app of the file, as drover runs it.
 #[derive(Debug, Clone)]
 pub struct EcosystemApp {

@@ -981,6 +981,8 @@ pub struct RunConfig {
     /// What the user should know of how drover read an ecosystem file: the keys it
     /// does not apply. One line each.
     pub notes: Vec<String>,
+    /// The ecosystem file the apps came from, read again on a reload.
+    pub ecosystem: Option<crate::ecosystem::Source>,
 }
 
 /// A balancer of `RunConfig::follow`.
@@ -1215,6 +1217,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         admin_asked,
         follow,
         notes: Vec::new(),
+        ecosystem: None,
     })
 }
 
@@ -1269,14 +1272,16 @@ fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String>
     if let Some(flag) = ecosystem_flag(args) {
         return Err(format!("{flag} does not apply to an ecosystem file: drover takes each app's settings from {file}, as PM2 does"));
     }
-    let conf = crate::ecosystem::evaluate(std::path::Path::new(file))?;
-    let options = crate::ecosystem::Options {
-        env: args.env_name.clone(),
-        only: args.only.clone(),
-        instances: args.workers,
+    let source = crate::ecosystem::Source {
+        file: file.into(),
+        base: crate::ecosystem::base_dir(),
+        options: crate::ecosystem::Options {
+            env: args.env_name.clone(),
+            only: args.only.clone(),
+            instances: args.workers,
+        },
     };
-    let (apps, notes) =
-        crate::ecosystem::apps(file, &conf, &crate::ecosystem::base_dir(), &options)?;
+    let (apps, notes) = source.read()?;
     let mut balancers = Vec::new();
     let mut follow = Vec::new();
     for eco in &apps {
@@ -1314,6 +1319,7 @@ fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String>
         admin_asked,
         follow,
         notes,
+        ecosystem: Some(source),
     })
 }
 

@@ -31,6 +31,9 @@ enum Source {
     /// restarts the same commands and reads the balancers' files (certificates, backend
     /// CA and client certificate) again.
     Flags(Config),
+    /// `drover run ecosystem.config.js`: a reload reads the file again and applies
+    /// each app's settings, as `pm2 reload ecosystem.config.js` does.
+    Ecosystem(config::ecosystem::Source),
 }
 
 pub struct Controller {
@@ -81,6 +84,12 @@ impl Controller {
         }
     }
 
+    /// Reloads read `ecosystem` again (`drover run ecosystem.config.js`).
+    pub fn reading_ecosystem(mut self, ecosystem: config::ecosystem::Source) -> Controller {
+        self.source = Source::Ecosystem(ecosystem);
+        self
+    }
+
     /// Serves `started` from now on, beside the others (`drover run`'s balancer, once
     /// the app's first `listen()` says where).
     pub fn add_balancer(&self, started: Arc<RunningBalancer>) {
@@ -113,6 +122,7 @@ impl Controller {
                 self.reload_file(path, &mut running).await
             }
             (Source::Flags(flags), None) => self.reload_without_file(flags).await,
+            (Source::Ecosystem(file), None) => self.reload_ecosystem(file).await,
             _ => self.reload_apps(only).await,
         };
         systemd::reloaded(match &outcome {
@@ -120,6 +130,51 @@ impl Controller {
             Err(_) => "serving; the reload failed, nothing changed",
         });
         outcome
+    }
+
+    /// A reload of an ecosystem file's apps: the file read again, and every app's
+    /// rolling reload with what it says now (its env, arguments, instances...). The
+    /// balancers stay where the apps listen. Adding or removing an app, or moving one
+    /// between cluster and fork mode, needs a restart; then nothing changes.
+    async fn reload_ecosystem(
+        &self,
+        source: &config::ecosystem::Source,
+    ) -> Result<String, ControlError> {
+        let _one = self.reloading.lock().await;
+        let failed = |e: String| ControlError::Failed(format!("{e}; nothing was reloaded"));
+        let file = source.file.display();
+        let (next, _notes) = source.read().map_err(failed)?;
+        let now: std::collections::BTreeSet<&str> = self.apps.iter().map(|a| a.name()).collect();
+        let then: std::collections::BTreeSet<&str> =
+            next.iter().map(|a| a.app.spec.name.as_str()).collect();
+        if now != then {
+            return Err(failed(format!(
+                "{file}: its apps are now {then:?}, and drover runs {now:?}: restart drover to add or remove an app"
+            )));
+        }
+        for app in &self.apps {
+            let moved = next
+                .iter()
+                .any(|n| n.app.spec.name == app.name() && n.app.spec.mode != app.spec().mode);
+            if moved {
+                return Err(failed(format!(
+                    "{file}: app {:?} moved between cluster and fork mode: restart drover to apply that",
+                    app.name()
+                )));
+            }
+        }
+        let next = Config {
+            admin: None,
+            resolver: Default::default(),
+            etcd: None,
+            apps: next.into_iter().map(|a| a.app).collect(),
+            balancers: Vec::new(),
+        };
+        preflight::prepare(&next, &config::Origins::default())
+            .map_err(|errors| failed(errors.join("; ")))?;
+        let targets: Vec<&Arc<Supervisor>> = self.apps.iter().collect();
+        reload_all(specs_from(&targets, &next)).await?;
+        Ok(summary(&targets))
     }
 
     /// A reload of what started from flags: every app's rolling reload, and every

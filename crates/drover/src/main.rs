@@ -101,7 +101,9 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
     control_runtime()?.block_on(up::run_config(
         cfg,
         &origins,
-        args.config.as_deref(),
+        args.config
+            .as_deref()
+            .map_or(up::Reread::Nothing, up::Reread::File),
         up::Admin::Required,
         &[],
     ))

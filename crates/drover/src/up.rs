@@ -35,7 +35,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    run_config(cfg, &origins, Some(path), Admin::Required, &[]).await
+    run_config(cfg, &origins, Reread::File(path), Admin::Required, &[]).await
 }
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
@@ -51,7 +51,21 @@ pub async fn run_app(args: &RunArgs) -> Result<(), String> {
     } else {
         Admin::IfFree
     };
-    run_config(run.config, &run.origins, None, admin_mode, &run.follow).await
+    let source = match run.ecosystem {
+        Some(file) => Reread::Ecosystem(file),
+        None => Reread::Nothing,
+    };
+    run_config(run.config, &run.origins, source, admin_mode, &run.follow).await
+}
+
+/// What a reload reads again.
+pub(crate) enum Reread<'a> {
+    /// Nothing: the flags' config stays; the apps reload as they are.
+    Nothing,
+    /// The drover.toml the config came from.
+    File(&'a Path),
+    /// The PM2 ecosystem file the apps came from.
+    Ecosystem(config::ecosystem::Source),
 }
 
 /// Whether failing to bind the admin API stops the start-up.
@@ -72,7 +86,7 @@ pub(crate) enum Admin {
 pub(crate) async fn run_config(
     cfg: Config,
     origins: &Origins,
-    source: Option<&Path>,
+    source: Reread<'_>,
     admin_mode: Admin,
     follow: &[flags::FollowListen],
 ) -> Result<(), String> {
@@ -224,13 +238,15 @@ pub(crate) async fn run_config(
     }
     let token = cfg.admin.as_ref().and_then(|a| a.token.clone());
     let discovery_cfg = cfg.clone();
-    let controller = Arc::new(Controller::new(
-        source.map(Path::to_path_buf),
-        cfg,
-        apps.clone(),
-        pools,
-        balancers.clone(),
-    ));
+    let path = match &source {
+        Reread::File(path) => Some(path.to_path_buf()),
+        Reread::Nothing | Reread::Ecosystem(_) => None,
+    };
+    let mut controller = Controller::new(path, cfg, apps.clone(), pools, balancers.clone());
+    if let Reread::Ecosystem(file) = source {
+        controller = controller.reading_ecosystem(file);
+    }
+    let controller = Arc::new(controller);
     let _admin = match admin_listener {
         Some(listener) => {
             let server = match AdminServer::serve(listener, token, controller.clone()) {

@@ -957,8 +957,11 @@ async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
 /// words. Its cluster-mode app is served where its workers' listen(PORT) says (the
 /// file's `env.PORT`), each worker with its instance number and the `env_production`
 /// layer; its fork-mode app runs as a background worker; keys drover does not apply
-/// (a log file) are named in a note, not refused. Before, `drover run` ran the file as
-/// an app: `node ecosystem.config.js` exits at once, and drover restarted it forever.
+/// (a log file) are named in a note, not refused. A reload reads the file again, as
+/// `pm2 reload ecosystem.config.js` does: a new env and instance count apply under load
+/// with no failed request; an app added needs a restart and changes nothing. Before,
+/// `drover run` ran the file as an app: `node ecosystem.config.js` exits at once, and
+/// drover restarted it forever.
 #[tokio::test]
 async fn a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them() {
     let dir = temp_dir("ecosystem");
@@ -969,28 +972,30 @@ async fn a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them() {
         "require('http').createServer((req, res) => res.end(JSON.stringify({ pid: process.pid, instance: process.env.NODE_APP_INSTANCE, env: process.env.NODE_ENV }))).listen(process.env.PORT);\n",
     )
     .unwrap();
-    let file = format!(
-        r#"// As PM2's guide writes one.
+    let file = |instances: usize, production: &str, more: &str| {
+        format!(
+            r#"// As PM2's guide writes one.
 module.exports = {{
   apps: [
     {{
       name: 'api',
       script: './api.js',
-      instances: 2,
+      instances: {instances},
       exec_mode: 'cluster',
       out_file: './logs/api.log',
       env: {{ PORT: {port}, NODE_ENV: 'development' }},
-      env_production: {{ NODE_ENV: 'production' }},
+      env_production: {{ NODE_ENV: '{production}' }},
     }},
-    {{ name: 'consumer', script: {consumer:?}, args: [{ticks:?}] }},
+    {{ name: 'consumer', script: {consumer:?}, args: [{ticks:?}] }},{more}
   ],
   deploy: {{ production: {{ user: 'node', host: 'example.com' }} }},
 }};
 "#,
-        consumer = fixture("queue-consumer.js"),
-        ticks = ticks.display().to_string(),
-    );
-    std::fs::write(dir.join("ecosystem.config.js"), file).unwrap();
+            consumer = fixture("queue-consumer.js"),
+            ticks = ticks.display().to_string(),
+        )
+    };
+    std::fs::write(dir.join("ecosystem.config.js"), file(2, "production", "")).unwrap();
     let mut cmd = Command::new(bin());
     cmd.args(["run", "ecosystem.config.js", "--env", "production"])
         .args(["--admin", "127.0.0.1:0"])
@@ -1032,6 +1037,46 @@ module.exports = {{
     })
     .await;
     assert!(works, "{}", d.stderr_text());
+
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load = steady_load(addr, 4, "/", stop_load.clone());
+    std::fs::write(dir.join("ecosystem.config.js"), file(3, "release-2", "")).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let three = wait_until_async(Duration::from_secs(20), || async {
+        let s = status(admin).await;
+        s.apps[0].workers.len() == 3
+            && s.apps[0]
+                .workers
+                .iter()
+                .all(|w| w.pid.is_some() && w.state == "ready")
+    })
+    .await;
+    assert!(three, "{}", d.stderr_text());
+    let mut seen = BTreeSet::new();
+    for _ in 0..60 {
+        let r = get(addr, "/").await;
+        let body: serde_json::Value = serde_json::from_str(r.text().trim()).unwrap();
+        assert_eq!(body["env"], "release-2", "{}", d.stderr_text());
+        seen.insert(body["instance"].as_str().unwrap_or("unset").to_string());
+        if seen.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}\n{}", d.stderr_text());
+    assert_load_never_failed(&stop_load, load, 50, "while the file's apps reloaded").await;
+
+    let added = "\n    { name: 'extra', script: './api.js' },";
+    std::fs::write(dir.join("ecosystem.config.js"), file(3, "release-3", added)).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("restart drover to add or remove an app; nothing was reloaded"),
+        "{out}{err}"
+    );
+    let r = get(addr, "/").await;
+    assert!(r.text().contains("release-2"), "{}", r.text());
     drover_stops_cleanly("ecosystem", &d).await;
 }
 
