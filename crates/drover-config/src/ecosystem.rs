@@ -331,8 +331,10 @@ impl Keys {
 }
 
 /// PM2's aliases (lib/API/schema.json), alias first.
-const ALIASES: [(&str, &str); 15] = [
+const ALIASES: [(&str, &str); 17] = [
     ("exec", "script"),
+    ("command", "script"),
+    ("cmd", "script"),
     ("interpreter", "exec_interpreter"),
     ("interpreter_args", "node_args"),
     ("out", "out_file"),
@@ -566,6 +568,10 @@ impl App {
         let interpreter = self.string("exec_interpreter")?;
         let interpreter_args = self.words("node_args")?;
         let args = self.words("args")?;
+        let line = match cwd.join(&script).exists() {
+            true => None,
+            false => crate::pm2_order::command_string(std::slice::from_ref(&script)),
+        };
         let path: PathBuf = cwd
             .join(&script)
             .components()
@@ -574,7 +580,7 @@ impl App {
         // A word with no '/' and no extension that names no file here is a program on
         // PATH, as PM2 runs `script: 'npm', args: 'start'`; anything else is a file.
         let on_path = !path.exists() && !script.contains('/') && !script.contains('.');
-        if !on_path && !path.exists() {
+        if line.is_none() && !on_path && !path.exists() {
             return Err(self.error(format!(
                 "script {script:?}: no such file ({})",
                 path.display()
@@ -603,6 +609,8 @@ impl App {
         };
         let mut command: Vec<String> = Vec::new();
         match &interpreter {
+            // `script: 'npm run start'`, as PM2 runs it (see `command_string`).
+            _ if line.is_some() => {}
             Some(i) => {
                 command.push(i.clone());
                 command.extend(interpreter_args);
@@ -614,8 +622,22 @@ impl App {
             }
             None => {}
         }
-        command.push(program);
-        command.extend(args);
+        match line {
+            Some(line) if line[1] == "-c" => {
+                if !args.is_empty() {
+                    self.note("args: a script that is a shell command line takes none (PM2 drops them too); not applied".into());
+                }
+                command = line;
+            }
+            Some(line) => {
+                command = line;
+                command.extend(args);
+            }
+            None => {
+                command.push(program);
+                command.extend(args);
+            }
+        }
 
         let runs_node = command
             .first()
@@ -1028,6 +1050,28 @@ mod tests {
             assert!(text.contains(needle), "{needle:?} in\n{text}");
         }
         assert!(!text.contains("merge_logs"), "{text}");
+    }
+
+    #[test]
+    fn a_script_that_is_a_command_line_runs_as_pm2_runs_it() {
+        let conf = json!({"apps": [
+            {"name": "web", "script": "npm run start", "args": "--", "instances": 2},
+            {"name": "shell", "cmd": "cd api && node app.js", "args": "x"},
+        ]});
+        let (apps, notes) = map(conf, &Options::default()).unwrap();
+        assert_eq!(apps[0].app.spec.command, ["npm", "run", "start", "--"]);
+        assert_eq!(apps[0].app.spec.mode, model::Mode::Auto);
+        assert_eq!(
+            apps[1].app.spec.command[1..],
+            ["-c", "cd api && node app.js"]
+        );
+        assert_eq!(apps[1].app.spec.mode, model::Mode::Background);
+        assert!(
+            notes
+                .join("\n")
+                .contains("apps[1] (shell): args: a script that is a shell command line"),
+            "{notes:?}"
+        );
     }
 
     #[test]

@@ -1067,7 +1067,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     if !crate::is_valid_name(&args.name) {
         return Err(format!("--name {:?}: {}", args.name, crate::NAME_RULE));
     }
-    let mut app = model::AppConfig::new(&args.name, args.command.clone());
+    let command =
+        crate::pm2_order::command_string(&args.command).unwrap_or_else(|| args.command.clone());
+    let mut app = model::AppConfig::new(&args.name, command.clone());
     app.spec.workers = args.workers.unwrap_or(default_workers(args.mode));
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
@@ -1082,7 +1084,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if let Some(flag) = balancer_flag(args) {
                 return Err(format!("{flag} does not apply to --mode background: its workers serve no port, and drover runs no balancer for them"));
             }
-            if drover_supervisor::command_uses_port(&args.command) {
+            if drover_supervisor::command_uses_port(&command) {
                 return Err("{port} in the command needs a port per worker, and in --mode background the workers serve none".into());
             }
         }
@@ -1120,7 +1122,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.h2c || args.backend_protocol.is_some() {
                 return Err("--h2c and --backend-protocol do not apply to --mode shared: the workers accept the connections themselves".into());
             }
-            if drover_supervisor::command_uses_port(&args.command) {
+            if drover_supervisor::command_uses_port(&command) {
                 return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
             }
             app.listen = Some(args.listen.unwrap_or(DEFAULT_RUN_LISTEN));
@@ -1201,7 +1203,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     // a shell starts, has no listen() drover hears, and gets the default at once.
     let listen_follows_app = args.listen.is_none()
         && !matches!(args.mode, model::Mode::Shared | model::Mode::Background)
-        && drover_supervisor::with_interpreter(&args.command, None)
+        && drover_supervisor::with_interpreter(&command, None)
             .first()
             .is_some_and(|program| drover_node::is_node_program(program));
     let follow = listen_follows_app

@@ -21,12 +21,19 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
     if argv[before..] != *command || before == 0 || argv[before - 1] == "--" || words.is_empty() {
         return None;
     }
-    if drover_supervisor::with_interpreter(command, None).len() == command.len()
-        && !crate::ecosystem::is_ecosystem_file(script)
-    {
+    let named_alone = drover_supervisor::with_interpreter(command, None).len() != command.len()
+        || crate::ecosystem::is_ecosystem_file(script)
+        || command_string(std::slice::from_ref(script)).is_some();
+    let dash = words.iter().position(|w| w == "--");
+    // `pm2 start npm --name api -- start`: a program, then PM2's flags up to a `--`,
+    // then the program's words. Tried where the word after the program is a flag and
+    // a `--` follows; where those are not all drover's, the command is the program's,
+    // as `docker run` takes it (`drover run node --inspect -- app.js`).
+    let program_then_flags = dash.is_some_and(|at| at > 0) && words[0].starts_with('-');
+    if !named_alone && !program_then_flags {
         return None;
     }
-    let (flags, app_args) = match words.iter().position(|w| w == "--") {
+    let (flags, app_args) = match dash {
         Some(at) => (&words[..at], &words[at + 1..]),
         None => (words, &[][..]),
     };
@@ -41,7 +48,32 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
         argv: again,
         command,
         flags: flags.to_vec(),
+        strict: named_alone,
     })
+}
+
+/// `pm2 start "npm run dev"`: a command given as one word with white space in it (and
+/// no file of that name), as PM2 takes it. Plain words run directly, split at white
+/// space (so a runner such as npm is still seen as one); a line with shell syntax
+/// (quotes, `&&`, `|`, `$VAR`, a redirection) runs under `bash -c`, as PM2 runs it, or
+/// `sh -c` where there is no bash. `None` for any other command.
+pub fn command_string(command: &[String]) -> Option<Vec<String>> {
+    let [line] = command else {
+        return None;
+    };
+    if !line.trim().contains(char::is_whitespace) || std::path::Path::new(line).exists() {
+        return None;
+    }
+    const SHELL: &str = "|&;<>()$`\\\"'*?[]{}~#!=";
+    if line.contains(|c| SHELL.contains(c)) {
+        let shell = if std::path::Path::new("/bin/bash").exists() {
+            "bash"
+        } else {
+            "sh"
+        };
+        return Some(vec![shell.into(), "-c".into(), line.clone()]);
+    }
+    Some(line.split_whitespace().map(String::from).collect())
 }
 
 /// A command line in PM2's order, to be parsed again.
@@ -52,6 +84,10 @@ pub struct Rearranged {
     pub command: Vec<String>,
     /// The words read as drover's flags.
     pub flags: Vec<String>,
+    /// The program is a script named alone (or an ecosystem file, or a command line in
+    /// one word): words that are not drover's flags are refused. Otherwise (a program
+    /// with flags and a `--` after it) such words keep `docker run`'s reading.
+    pub strict: bool,
 }
 
 impl Rearranged {
@@ -148,6 +184,54 @@ mod tests {
                 .unwrap();
             assert_eq!(rearranged(&argv, &argv[at..]), None, "{line}");
         }
+    }
+
+    #[test]
+    fn a_program_with_flags_and_a_double_dash_is_tried_in_pm2s_order() {
+        let argv = words("drover run npm --name api -i 2 -- start");
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(r.argv, words("drover run --name api -i 2 -- npm start"));
+        assert_eq!(r.command, words("npm start"));
+        assert!(!r.strict);
+        for line in [
+            "drover run npm run build -- --watch",
+            "drover run npm start",
+            "drover run node --inspect app.js",
+            "drover run -- npm --name api -- start",
+        ] {
+            let argv = words(line);
+            let at = argv.iter().position(|w| w == "npm" || w == "node").unwrap();
+            assert_eq!(rearranged(&argv, &argv[at..]), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_command_line_in_one_word_runs_as_pm2_runs_it() {
+        let one = |s: &str| command_string(&[s.to_string()]);
+        assert_eq!(one("npm run dev"), Some(words("npm run dev")));
+        assert_eq!(one("  node  app.js 3000 "), Some(words("node app.js 3000")));
+        let shell = one("cd api && node app.js").unwrap();
+        assert_eq!(
+            shell[1..],
+            ["-c".to_string(), "cd api && node app.js".into()]
+        );
+        assert!(shell[0] == "bash" || shell[0] == "sh");
+        assert_eq!(one("PORT=3 node app.js").unwrap()[1], "-c");
+        assert_eq!(one("app.js"), None);
+        assert_eq!(command_string(&words("npm run dev")), None);
+        let (_dir, spaced) = script("my app.js");
+        assert_eq!(one(&spaced), None);
+        let argv = vec![
+            "drover".to_string(),
+            "run".into(),
+            "npm start".into(),
+            "-i".into(),
+            "2".into(),
+        ];
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(r.command, ["npm start"]);
+        assert_eq!(r.flags, words("-i 2"));
+        assert!(r.strict);
     }
 
     #[test]

@@ -39,6 +39,8 @@ impl Cli {
         let (reason, stray) = match Cli::try_parse_from(&pm2.argv) {
             Ok(again) => match &again.command {
                 Command::Run(args) if args.command == pm2.command => return again,
+                // A program's words that are not all drover's flags are its own.
+                _ if !pm2.strict => return cli,
                 // A word that no flag takes as its value became the program.
                 Command::Run(args) => (
                     "no flag takes it as its value".to_string(),
@@ -47,6 +49,7 @@ impl Cli {
                 _ => unreachable!("the same subcommand parses as the same subcommand"),
             },
             Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+            Err(_) if !pm2.strict => return cli,
             Err(e) => {
                 let text = e.render().to_string();
                 let first = text.lines().next().unwrap_or_default();

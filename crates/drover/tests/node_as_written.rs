@@ -1164,3 +1164,85 @@ async fn ecosystem_files_in_esm_run_and_bad_ones_are_refused_naming_why() {
         assert!(!err.contains("starting"), "{args:?}: {err}");
     }
 }
+
+/// PM2's other ways to name a program: `pm2 start npm --name web -i 2 -- start` (a
+/// program, PM2's flags, `--`, the program's words), and a command line in one word,
+/// `pm2 start "npm start" -i 2` (run directly when it is plain words, by bash when it
+/// has shell syntax). Before, drover gave npm `--name web -i 2 -- start`, and looked
+/// for a program named "npm start".
+#[tokio::test]
+async fn pm2s_program_and_command_line_forms_run_as_under_pm2() {
+    let dir = as_written(".");
+    let express = as_written("express");
+    let cases: [(&str, &[&str], &Path, &str); 3] = [
+        (
+            "npm then flags",
+            &["npm", "--name", "web", "-i", "2"],
+            &express,
+            "Hello World from Express",
+        ),
+        (
+            "one word",
+            &["npm start", "-i", "2", "--name", "web"],
+            &express,
+            "Hello World from Express",
+        ),
+        (
+            "shell line",
+            &["node hard-coded.js; exit", "-i", "2", "--name", "web"],
+            &dir,
+            "Hello from server1",
+        ),
+    ];
+    for (who, words, cwd, answer) in cases {
+        let mut cmd = Command::new(bin());
+        cmd.arg("run").args(words).args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ]);
+        if who == "npm then flags" {
+            cmd.args(["--", "start"]);
+        }
+        cmd.current_dir(cwd);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        wait_all_serving(&d, admin).await;
+        let s = status(admin).await;
+        assert_eq!(s.apps[0].name, "web", "{who}\n{}", d.stderr_text());
+        assert_eq!(s.apps[0].workers.len(), 2, "{who}\n{}", d.stderr_text());
+        for _ in 0..4 {
+            let r = get(d.addr(), "/").await;
+            assert!(
+                r.text().starts_with(answer),
+                "{who}: {}\n{}",
+                r.text(),
+                d.stderr_text()
+            );
+        }
+        drover_stops_cleanly(who, &d).await;
+    }
+    // A program's flags that are not drover's, before a `--`, stay the program's: here
+    // the program is not found, and the error says so.
+    let out = Command::new(bin())
+        .args([
+            "run",
+            "--admin",
+            "off",
+            "no-such-program",
+            "--inspect",
+            "--",
+            "x.js",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("no-such-program"), "{err}");
+    assert!(!err.contains("drover reads the words"), "{err}");
+}
