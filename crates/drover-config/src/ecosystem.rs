@@ -14,10 +14,11 @@
 
 use crate::model::{self, AppConfig, Workers};
 use serde_json::{Map, Value};
+use std::io::Read;
 use std::net::{Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Whether `word` names an ecosystem file by PM2's rule (`Common.isConfigFile`): a name
 /// ending in `.config.js`, `.config.cjs` or `.config.mjs`, or a JSON or YAML file.
@@ -38,11 +39,10 @@ pub fn is_ecosystem_file(word: &str) -> bool {
 /// export (its `default` in an ES module) or the JSON file's expression, printed as JSON
 /// after a marker line, so whatever the file itself prints on stdout is passed over.
 /// It exits once printed, so a file that starts a timer or a server cannot keep it
-/// alive, and gives up after 10 s of a file that never finishes (a top-level await).
+/// alive; one that never finishes is [`EVALUATE_LIMIT`]'s.
 const EVALUATE_JS: &str = r#"
 const path = require('path'), fs = require('fs'), url = require('url');
 const file = path.resolve(process.argv[1]);
-setTimeout(() => { process.stderr.write('it did not finish within 10 s\n'); process.exit(3); }, 10000);
 (async () => {
   let conf;
   if (file.endsWith('.json')) {
@@ -55,6 +55,11 @@ setTimeout(() => { process.stderr.write('it did not finish within 10 s\n'); proc
   process.exit(0);
 })().catch((e) => { process.stderr.write(String((e && e.stack) || e) + '\n'); process.exit(2); });
 "#;
+
+/// How long Node may take to evaluate a file. Past it Node is killed: a timer inside
+/// Node could not end a top-level `while (true)`, and that would hang drover's start
+/// and every reload.
+const EVALUATE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The line before the evaluated file's JSON on Node's stdout.
 const MARKER: &str = "--- drover: the ecosystem file as JSON ---";
@@ -69,15 +74,19 @@ pub fn evaluate(path: &Path) -> Result<Value, String> {
         return Err(format!("{shown}: no such file"));
     }
     let script = EVALUATE_JS.replace("MARKER", &format!("{MARKER:?}"));
-    let out = Command::new("node")
-        .arg("-e")
-        .arg(script)
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!("{shown}: cannot run node to read it (an ecosystem file is JavaScript): {e}")
-        })?;
+    let out = output_within(
+        Command::new("node").arg("-e").arg(script).arg(path),
+        EVALUATE_LIMIT,
+    )
+    .map_err(|e| {
+        format!("{shown}: cannot run node to read it (an ecosystem file is JavaScript): {e}")
+    })?
+    .ok_or_else(|| {
+        format!(
+            "{shown}: node did not finish evaluating it within {} s (a loop or a wait at its top level?)",
+            EVALUATE_LIMIT.as_secs()
+        )
+    })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json = stdout
         .rsplit_once(&format!("{MARKER}\n"))
@@ -101,6 +110,48 @@ pub fn evaluate(path: &Path) -> Result<Value, String> {
             ))
         }
     }
+}
+
+/// `cmd`'s output, as [`Command::output`] gives it, or `None` when it ran past `limit`
+/// (it is killed then). std has no wait with a deadline, so this polls; evaluating a
+/// file takes Node tens of milliseconds, and the polls cost nothing beside that.
+fn output_within(cmd: &mut Command, limit: Duration) -> std::io::Result<Option<Output>> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Read both pipes while waiting: a child that fills one would never exit.
+    fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok(status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    }))
 }
 
 /// How `drover run` reads the file: PM2's `--env NAME` and `--only A,B`.

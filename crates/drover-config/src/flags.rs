@@ -992,6 +992,9 @@ pub struct FollowListen {
     pub balancer: usize,
     /// Where its `listen` came from, for an error that cannot bind it.
     pub default_from: String,
+    /// How the user serves the app's clients at another address (`-l ADDR`), where
+    /// there is a way: an ecosystem file's app has none but its own `PORT`.
+    pub elsewhere: Option<String>,
 }
 
 /// How many workers `drover run` starts when `-w` does not say: one per core for an app
@@ -1210,6 +1213,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         .then(|| FollowListen {
             balancer: 0,
             default_from: "the default; pass -l ADDR".into(),
+            elsewhere: Some("-l ADDR".into()),
         })
         .into_iter()
         .collect();
@@ -1305,6 +1309,7 @@ fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String>
         follow.push(FollowListen {
             balancer: balancers.len(),
             default_from: clients.default_from.clone(),
+            elsewhere: None,
         });
         balancers.push(balancer);
     }

@@ -163,7 +163,7 @@ pub(crate) async fn run_config(
         let key = format!("balancer[{i}].listen");
         if let Some(f) = follow.iter().find(|f| f.balancer == i) {
             if !passed.contains_key(&key) {
-                follows_app.push((config.clone(), plan, pool, f.default_from.clone()));
+                follows_app.push((config.clone(), plan, pool, f.clone()));
                 continue;
             }
         }
@@ -262,7 +262,7 @@ pub(crate) async fn run_config(
         None => None,
     };
     let mut late_starts = Vec::new();
-    for (config, plan, pool, default_from) in follows_app {
+    for (config, plan, pool, listen) in follows_app {
         let Some(app) = apps.iter().find(|a| plan.app.as_deref() == Some(a.name())) else {
             continue;
         };
@@ -273,7 +273,7 @@ pub(crate) async fn run_config(
             app: Arc::clone(app),
             control: Arc::clone(&controller),
             discovery: discovery_cfg.clone(),
-            default_from,
+            listen,
         };
         late_starts.push(Box::pin(where_the_app_listens(follow)) as serve::LateStart);
     }
@@ -291,8 +291,8 @@ struct FollowApp {
     control: Arc<Controller>,
     /// The config the balancer's discovery settings come from.
     discovery: Config,
-    /// Where `config.listen` came from, for an error that cannot bind it.
-    default_from: String,
+    /// Where `config.listen` came from, and how to choose another address.
+    listen: flags::FollowListen,
 }
 
 /// Starts the balancer of `follow` where Node's cluster primary would listen for the
@@ -311,8 +311,15 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
         app,
         control,
         discovery,
-        default_from,
+        listen,
     } = follow;
+    let elsewhere = |what: &str| {
+        listen
+            .elsewhere
+            .as_ref()
+            .map(|how| format!("; pass {how} {what}"))
+            .unwrap_or_default()
+    };
     let mut first = app.first_listen();
     let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
         // The app stopped before any worker served: drover is shutting down.
@@ -360,8 +367,9 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
             Ok(b) => {
                 if asked {
                     eprintln!(
-                        "drover: the app listens on port {}: clients connect there, as under Node's cluster module and PM2 (-l ADDR to choose another address)",
-                        addr.port()
+                        "drover: the app listens on port {}: clients connect there, as under Node's cluster module and PM2{}",
+                        addr.port(),
+                        elsewhere("to choose another address")
                     );
                 }
                 control.add_balancer(Arc::new(b));
@@ -375,9 +383,12 @@ async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
             }
             Err(StartError::Bind(e)) => {
                 let whose = if asked {
-                    "the port the app's listen() names; pass -l ADDR to serve its clients elsewhere"
+                    format!(
+                        "the port the app's listen() names{}",
+                        elsewhere("to serve its clients elsewhere")
+                    )
                 } else {
-                    default_from.as_str()
+                    listen.default_from.clone()
                 };
                 return Err(format!(
                     "balancer {name:?}: cannot listen on {addr} ({whose}): {e}"

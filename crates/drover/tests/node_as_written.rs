@@ -1104,6 +1104,9 @@ async fn ecosystem_files_in_esm_run_and_bad_ones_are_refused_naming_why() {
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"web\" listening on ").await;
     assert_eq!(d.addr().port(), port, "{}", d.stderr_text());
+    says("ecosystem esm", &d, &["clients connect there"]).await;
+    // -l is refused with a file, so the line must not offer it.
+    assert!(!d.stderr_text().contains("-l ADDR"), "{}", d.stderr_text());
     let admin = admin_addr(&d).await;
     wait_all_serving(&d, admin).await;
     let r = get(SocketAddr::from(([127, 0, 0, 1], port)), "/").await;
@@ -1120,6 +1123,8 @@ async fn ecosystem_files_in_esm_run_and_bad_ones_are_refused_naming_why() {
         "module.exports = { apps: [ { script: 'app.mjs' \n",
     )
     .unwrap();
+    // Top-level code that never ends: drover gives up on it, naming the file.
+    std::fs::write(dir.join("spins.config.js"), "while (true) {}\n").unwrap();
     std::fs::write(
         dir.join("noscript.config.js"),
         "module.exports = { apps: [{ name: 'web' }] };\n",
@@ -1132,6 +1137,10 @@ async fn ecosystem_files_in_esm_run_and_bad_ones_are_refused_naming_why() {
         ),
         (&["throws.config.js"][..], "DATABASE_URL is not set"),
         (&["cut.config.js"][..], "SyntaxError"),
+        (
+            &["spins.config.js"][..],
+            "spins.config.js: node did not finish evaluating it within 10 s",
+        ),
         (
             &["noscript.config.js"][..],
             "noscript.config.js: apps[0]: no `script`",
