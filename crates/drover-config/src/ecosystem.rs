@@ -742,18 +742,7 @@ impl App {
                 ))
             })?);
         }
-        if let Some(t) = self.millis("kill_timeout")? {
-            spec.stop_timeout = t;
-        }
-        if let Some(t) = self.millis("listen_timeout")? {
-            if t.is_zero() {
-                return Err(self.error("listen_timeout must be more than 0".into()));
-            }
-            spec.ready_timeout = t;
-        }
-        if let Some(t) = self.millis("min_uptime")? {
-            spec.restart.min_uptime = t;
-        }
+        self.timings(spec)?;
         self.note_the_rest(&script);
 
         let clients =
@@ -793,6 +782,24 @@ impl App {
                 "{written} = {v}: a number of instances, \"max\" (one per core) or -N (all cores but N)"
             ))),
         }
+    }
+
+    /// `kill_timeout`, `listen_timeout` and `min_uptime` (PM2's milliseconds).
+    fn timings(&self, spec: &mut drover_supervisor::AppSpec) -> Result<(), String> {
+        if let Some(t) = self.millis("kill_timeout")? {
+            spec.stop_timeout = t;
+        }
+        if let Some(t) = self.millis("listen_timeout")? {
+            if t.is_zero() {
+                let written = self.keys.get("listen_timeout").map_or("", |(w, _)| w);
+                return Err(self.error(format!("{written} must be more than 0")));
+            }
+            spec.ready_timeout = t;
+        }
+        if let Some(t) = self.millis("min_uptime")? {
+            spec.restart.min_uptime = t;
+        }
+        Ok(())
     }
 
     /// Notes for the keys drover does not apply, once each.
@@ -860,6 +867,84 @@ impl App {
             ));
         }
     }
+}
+
+/// PM2's own flags on a `drover run` line (crate::pm2_order::Pm2Flag), applied to
+/// `app` as the ecosystem keys they stand for, as PM2 reads its flags into the same
+/// keys: `--kill-timeout`, `--listen-timeout`, `--interpreter`, `--node-args` and
+/// `--cwd` change how the app runs; the others are named in the notes returned, with
+/// why drover does not apply them, exactly as in a file.
+pub fn apply_pm2_flags(
+    app: &mut AppConfig,
+    flags: &[crate::pm2_order::Pm2Flag],
+) -> Result<Vec<String>, String> {
+    if let Some(f) = flags.iter().find(|f| f.value.is_null()) {
+        return Err(format!("{}: PM2's flag takes a value", f.written));
+    }
+    let keys = flags
+        .iter()
+        .filter(|f| !f.key.is_empty())
+        .map(|f| (f.key.to_string(), f.written.clone(), f.value.clone()))
+        .collect();
+    let mut a = App {
+        at: "PM2's flag".into(),
+        keys: Keys { keys },
+        notes: Vec::new(),
+    };
+    a.timings(&mut app.spec)?;
+    if let Some(dir) = a.string("cwd")? {
+        app.spec.cwd = Some(base_dir().join(dir));
+    }
+    let interpreter = a.string("exec_interpreter")?;
+    let interpreter_args = a.words("node_args")?;
+    let command = app.spec.command.clone();
+    let script = command[0].clone();
+    match interpreter.as_deref() {
+        // The program runs itself, as it would with no interpreter known for it.
+        Some("none") if interpreter_args.is_empty() => {}
+        Some("none") => a.note(format!(
+            "{}: {} runs with no interpreter to give them to; not applied",
+            flags_for(flags, "node_args"),
+            command[0]
+        )),
+        Some(i) => {
+            app.spec.command = [i.to_string()]
+                .into_iter()
+                .chain(interpreter_args)
+                .chain(command)
+                .collect();
+        }
+        None if interpreter_args.is_empty() => {}
+        None => {
+            let with = drover_supervisor::with_interpreter(&command, app.spec.cwd.as_deref());
+            let runs_node = drover_node::is_node_program(&command[0]);
+            if with.len() > command.len() || runs_node {
+                let (program, rest) = with.split_first().expect("a command has a program");
+                app.spec.command = std::iter::once(program.clone())
+                    .chain(interpreter_args)
+                    .chain(rest.iter().cloned())
+                    .collect();
+            } else {
+                a.note(format!(
+                    "{}: {} runs with no interpreter to give them to; not applied",
+                    flags_for(flags, "node_args"),
+                    command[0]
+                ));
+            }
+        }
+    }
+    a.note_the_rest(&script);
+    Ok(a.notes)
+}
+
+/// The flags as written that set `key`.
+fn flags_for(flags: &[crate::pm2_order::Pm2Flag], key: &str) -> String {
+    flags
+        .iter()
+        .filter(|f| f.key == key)
+        .map(|f| f.written.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// PM2's default name: the script's file name without its extension.
@@ -1123,6 +1208,92 @@ mod tests {
                 .contains("apps[1] (shell): args: a script that is a shell command line"),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn pm2s_flags_apply_as_the_keys_they_stand_for() {
+        let flag = |written: &str, key: &'static str, value: Value| crate::pm2_order::Pm2Flag {
+            written: written.into(),
+            key,
+            value,
+        };
+        let dir = std::env::temp_dir().join(format!("drover-pm2-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("app.js"), "").unwrap();
+        let cwd = dir.display().to_string();
+        let mut app = AppConfig::new("api", vec!["app.js".into(), "8080".into()]);
+        let notes = apply_pm2_flags(
+            &mut app,
+            &[
+                flag("-k 3000", "kill_timeout", json!("3000")),
+                flag("--listen-timeout 8s", "listen_timeout", json!("8s")),
+                flag(
+                    "--node-args=--inspect --no-warnings",
+                    "node_args",
+                    json!("--inspect --no-warnings"),
+                ),
+                flag("--cwd DIR", "cwd", json!(cwd)),
+                flag("--time", "time", json!(true)),
+                flag("--watch", "watch", json!(true)),
+                flag("--force", "", json!(true)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(app.spec.stop_timeout, Duration::from_secs(3));
+        assert_eq!(app.spec.ready_timeout, Duration::from_secs(8));
+        assert_eq!(app.spec.cwd, Some(dir.clone()));
+        assert_eq!(
+            app.spec.command,
+            ["node", "--inspect", "--no-warnings", "app.js", "8080"]
+        );
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with("PM2's flag: --watch: drover does not restart on file changes"),
+            "{notes:?}"
+        );
+
+        let mut app = AppConfig::new("api", vec!["app.py".into()]);
+        apply_pm2_flags(
+            &mut app,
+            &[flag(
+                "--interpreter python3.11",
+                "exec_interpreter",
+                json!("python3.11"),
+            )],
+        )
+        .unwrap();
+        assert_eq!(app.spec.command, ["python3.11", "app.py"]);
+        let mut app = AppConfig::new("api", vec!["./server".into()]);
+        let notes = apply_pm2_flags(
+            &mut app,
+            &[flag("--node-args -x", "node_args", json!("-x"))],
+        )
+        .unwrap();
+        assert_eq!(app.spec.command, ["./server"]);
+        assert!(
+            notes[0].contains("--node-args -x: ./server runs with no interpreter"),
+            "{notes:?}"
+        );
+        for (bad, needle) in [
+            (
+                flag("--kill-timeout", "kill_timeout", Value::Null),
+                "--kill-timeout: PM2's flag takes a value",
+            ),
+            (
+                flag("--kill-timeout soon", "kill_timeout", json!("soon")),
+                "PM2's flag: --kill-timeout soon: ",
+            ),
+            (
+                flag("--listen-timeout 0", "listen_timeout", json!("0")),
+                "--listen-timeout 0 must be more than 0",
+            ),
+        ] {
+            let mut app = AppConfig::new("api", vec!["app.js".into()]);
+            let before = app.spec.clone();
+            let e = apply_pm2_flags(&mut app, &[bad]).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+            assert_eq!(app.spec.stop_timeout, before.stop_timeout);
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub struct RunArgs {
 
     /// The app's name, as `drover ctl status`, its output (`[NAME/0]`) and /metrics
     /// show it (PM2's --name).
-    #[arg(long, default_value = "app", value_name = "NAME")]
+    #[arg(short, long, default_value = "app", value_name = "NAME")]
     pub name: String,
 
     /// Address to accept clients on [default: for a Node app whose listen() names a
@@ -129,6 +129,11 @@ pub struct RunArgs {
     /// (ecosystem.config.js) runs the apps it describes, as `pm2 start` runs them.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
+
+    /// PM2's own flags after a script named alone (`--kill-timeout 3000`, `--time`):
+    /// not parsed here, but taken out of the line in PM2's order (crate::pm2_order).
+    #[arg(skip)]
+    pub pm2_flags: Vec<crate::pm2_order::Pm2Flag>,
 }
 
 /// The admin API's token, the same for `proxy` and `run`.
@@ -1072,12 +1077,14 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     }
     let command =
         crate::pm2_order::command_string(&args.command).unwrap_or_else(|| args.command.clone());
-    let mut app = model::AppConfig::new(&args.name, command.clone());
+    let mut app = model::AppConfig::new(&args.name, command);
     app.spec.workers = args.workers.unwrap_or(default_workers(args.mode));
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
     app.spec.ready_timeout = args.ready_timeout;
+    let notes = crate::ecosystem::apply_pm2_flags(&mut app, &args.pm2_flags)?;
+    let command = app.spec.command.clone();
     let mut balancers = Vec::new();
     if args.proxy_protocol.send_proxy_protocol.is_some() {
         return Err("--send-proxy-protocol does not apply to drover run: drover checks and hands connections to its workers without a header, and a Node server reads none (use it with drover proxy, in front of backends that expect one)".into());
@@ -1222,7 +1229,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         origins,
         admin_asked,
         follow,
-        notes: Vec::new(),
+        notes,
         ecosystem: None,
     })
 }
@@ -1277,6 +1284,16 @@ fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
 fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String> {
     if let Some(flag) = ecosystem_flag(args) {
         return Err(format!("{flag} does not apply to an ecosystem file: drover takes each app's settings from {file}, as PM2 does"));
+    }
+    if let Some(flag) = args.pm2_flags.first() {
+        return Err(format!(
+            "{}: with an ecosystem file, give it in the file{}, as drover takes each app's settings from {file}",
+            flag.written,
+            match flag.key {
+                "" => String::new(),
+                key => format!(" (`{key}`)"),
+            }
+        ));
     }
     let source = crate::ecosystem::Source {
         file: file.into(),

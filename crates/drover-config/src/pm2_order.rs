@@ -37,8 +37,9 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
         Some(at) => (&words[..at], &words[at + 1..]),
         None => (words, &[][..]),
     };
+    let (flags, pm2) = pm2_flags(flags);
     let mut again = argv[..before].to_vec();
-    again.extend_from_slice(flags);
+    again.extend_from_slice(&flags);
     again.push("--".into());
     again.push(script.clone());
     again.extend_from_slice(app_args);
@@ -47,9 +48,140 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
     Some(Rearranged {
         argv: again,
         command,
-        flags: flags.to_vec(),
+        flags,
+        pm2,
         strict: named_alone,
     })
+}
+
+/// One of PM2's own flags on a `drover run` line, where drover has no flag of that
+/// name (`--kill-timeout 3000`, `--time`, `--watch`). PM2 reads each into a key of the
+/// app it starts, the key an ecosystem file would set, and drover takes it as that key
+/// (`crate::ecosystem::apply_pm2_flags`): applied, or named in a note saying why not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pm2Flag {
+    /// As written (`--kill-timeout 3000`), for notes and errors.
+    pub written: String,
+    /// The ecosystem key it sets (`kill_timeout`); empty for a flag that concerns
+    /// only PM2's command-line tool (`--force`, `--no-daemon`).
+    pub key: &'static str,
+    pub value: serde_json::Value,
+}
+
+/// What a PM2 flag takes after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Takes {
+    Value,
+    /// A value if the next word is not a flag (`--watch [paths]`).
+    MaybeValue,
+    /// Nothing: the key is `true`.
+    On,
+    /// Nothing: a `--no-KEY` flag, the key is `false`.
+    Off,
+}
+
+/// `pm2 start`'s flags (lib/binaries/CLI.js) that drover has none of its own for, with
+/// the ecosystem key each sets. Short forms only where the letter is not drover's
+/// (PM2's `-l`, `-s`, `-m`, `-w` and `-c` mean drover's listen, strategy, mode, workers
+/// and config). `--name`/`-n`, `-i`, `--env`, `--only` and `--max-memory-restart` are
+/// drover's flags too, and mean the same.
+const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 44] = [
+    ("kill-timeout", Some('k'), "kill_timeout", Takes::Value),
+    ("listen-timeout", None, "listen_timeout", Takes::Value),
+    ("node-args", None, "node_args", Takes::Value),
+    ("interpreter-args", None, "node_args", Takes::Value),
+    ("interpreter", None, "exec_interpreter", Takes::Value),
+    ("cwd", None, "cwd", Takes::Value),
+    ("output", Some('o'), "out_file", Takes::Value),
+    ("error", Some('e'), "error_file", Takes::Value),
+    ("log", None, "log_file", Takes::MaybeValue),
+    ("pid", Some('p'), "pid_file", Takes::Value),
+    ("time", None, "time", Takes::On),
+    ("log-date-format", None, "log_date_format", Takes::Value),
+    ("log-type", None, "log_type", Takes::Value),
+    ("merge-logs", None, "merge_logs", Takes::On),
+    ("disable-logs", None, "disable_logs", Takes::On),
+    ("watch", None, "watch", Takes::MaybeValue),
+    ("ignore-watch", None, "ignore_watch", Takes::Value),
+    ("watch-delay", None, "watch_delay", Takes::Value),
+    ("ext", None, "watch_options", Takes::Value),
+    ("no-autorestart", None, "autorestart", Takes::Off),
+    ("max-restarts", None, "max_restarts", Takes::MaybeValue),
+    ("restart-delay", None, "restart_delay", Takes::Value),
+    (
+        "exp-backoff-restart-delay",
+        None,
+        "exp_backoff_restart_delay",
+        Takes::Value,
+    ),
+    ("cron", None, "cron_restart", Takes::Value),
+    ("cron-restart", None, "cron_restart", Takes::Value),
+    ("stop-exit-codes", None, "stop_exit_codes", Takes::Value),
+    ("no-treekill", None, "treekill", Takes::Off),
+    (
+        "shutdown-with-message",
+        None,
+        "shutdown_with_message",
+        Takes::On,
+    ),
+    ("uid", None, "uid", Takes::Value),
+    ("gid", None, "gid", Takes::Value),
+    ("namespace", None, "namespace", Takes::Value),
+    ("wait-ready", None, "wait_ready", Takes::On),
+    ("source-map-support", None, "source_map_support", Takes::On),
+    (
+        "disable-source-map-support",
+        None,
+        "disable_source_map_support",
+        Takes::On,
+    ),
+    ("filter-env", None, "filter_env", Takes::MaybeValue),
+    ("execute-command", Some('x'), "execute_command", Takes::On),
+    ("no-pmx", None, "pmx", Takes::Off),
+    ("no-vizion", None, "vizion", Takes::Off),
+    ("no-automation", None, "automation", Takes::Off),
+    ("update-env", Some('a'), "", Takes::On),
+    ("force", Some('f'), "", Takes::On),
+    ("silent", None, "", Takes::On),
+    ("no-daemon", None, "", Takes::On),
+    ("no-color", None, "", Takes::On),
+];
+
+/// `flags` without PM2's own flags (and their values), and those flags as keys.
+fn pm2_flags(flags: &[String]) -> (Vec<String>, Vec<Pm2Flag>) {
+    let (mut kept, mut pm2) = (Vec::new(), Vec::new());
+    let mut words = flags.iter().peekable();
+    while let Some(word) = words.next() {
+        let (name, inline) = match word.split_once('=') {
+            Some((name, value)) if word.starts_with("--") => (name, Some(value)),
+            _ => (word.as_str(), None),
+        };
+        let known = PM2_FLAGS.iter().find(|(long, short, _, _)| {
+            name.strip_prefix("--") == Some(long)
+                || short.is_some_and(|c| name.len() == 2 && name == format!("-{c}"))
+        });
+        let Some(&(_, _, key, takes)) = known else {
+            kept.push(word.clone());
+            continue;
+        };
+        let next_is_value = words.peek().is_some_and(|w| !w.starts_with('-'));
+        let (written, value) = match (takes, inline) {
+            (Takes::Value | Takes::MaybeValue, Some(v)) => (word.clone(), v.into()),
+            (Takes::Value, None) | (Takes::MaybeValue, None) if next_is_value => {
+                let v = words.next().cloned().unwrap_or_default();
+                (format!("{word} {v}"), v.into())
+            }
+            (Takes::Value, None) => (word.clone(), serde_json::Value::Null),
+            (Takes::MaybeValue | Takes::On, _) => (word.clone(), true.into()),
+            (Takes::Off, _) => (word.clone(), false.into()),
+        };
+        pm2.push(Pm2Flag {
+            written,
+            key,
+            value,
+        });
+    }
+    (kept, pm2)
 }
 
 /// `pm2 start "npm run dev"`: a command given as one word with white space in it (and
@@ -84,6 +216,8 @@ pub struct Rearranged {
     pub command: Vec<String>,
     /// The words read as drover's flags.
     pub flags: Vec<String>,
+    /// PM2's own flags among the words, taken out of `flags`.
+    pub pm2: Vec<Pm2Flag>,
     /// The program is a script named alone (or an ecosystem file, or a command line in
     /// one word): words that are not drover's flags are refused. Otherwise (a program
     /// with flags and a `--` after it) such words keep `docker run`'s reading.
@@ -203,6 +337,42 @@ mod tests {
             let at = argv.iter().position(|w| w == "npm" || w == "node").unwrap();
             assert_eq!(rearranged(&argv, &argv[at..]), None, "{line}");
         }
+    }
+
+    #[test]
+    fn pm2s_own_flags_are_taken_out_with_their_values() {
+        let (_dir, app) = script("app.js");
+        let argv = words(&format!(
+            "drover run {app} -i 2 -k 3000 --node-args=--inspect --time -n api --watch --no-autorestart -o out.log --log -- --port 3000"
+        ));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(
+            r.argv,
+            words(&format!("drover run -i 2 -n api -- {app} --port 3000"))
+        );
+        assert_eq!(r.flags, words("-i 2 -n api"));
+        let got: Vec<(&str, &str, serde_json::Value)> = r
+            .pm2
+            .iter()
+            .map(|f| (f.written.as_str(), f.key, f.value.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("-k 3000", "kill_timeout", "3000".into()),
+                ("--node-args=--inspect", "node_args", "--inspect".into()),
+                ("--time", "time", true.into()),
+                ("--watch", "watch", true.into()),
+                ("--no-autorestart", "autorestart", false.into()),
+                ("-o out.log", "out_file", "out.log".into()),
+                ("--log", "log_file", true.into()),
+            ]
+        );
+        // A flag that needs a value and has none keeps a null, which is refused later.
+        let argv = words(&format!("drover run {app} --kill-timeout -i 2"));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(r.pm2[0].value, serde_json::Value::Null);
+        assert_eq!(r.flags, words("-i 2"));
     }
 
     #[test]

@@ -37,8 +37,11 @@ impl Cli {
             return cli;
         };
         let (reason, stray) = match Cli::try_parse_from(&pm2.argv) {
-            Ok(again) => match &again.command {
-                Command::Run(args) if args.command == pm2.command => return again,
+            Ok(mut again) => match &mut again.command {
+                Command::Run(args) if args.command == pm2.command => {
+                    args.pm2_flags = pm2.pm2;
+                    return again;
+                }
                 // A program's words that are not all drover's flags are its own.
                 _ if !pm2.strict => return cli,
                 // A word that no flag takes as its value became the program.

@@ -1255,3 +1255,108 @@ async fn pm2s_program_and_command_line_forms_run_as_under_pm2() {
     assert!(err.contains("no-such-program"), "{err}");
     assert!(!err.contains("drover reads the words"), "{err}");
 }
+
+/// `pm2 start app.js -i 2 --name api --kill-timeout 3000 --node-args=… --watch -o out.log`
+/// as a PM2 user writes it: PM2's own flags after the script apply as the keys they
+/// stand for (the app gets its node args), or are named in a note saying why not, and
+/// never become the app's arguments. Before, each was refused as a word meant for the
+/// app.
+#[tokio::test]
+async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
+    let dir = temp_dir("pm2-flags");
+    std::fs::write(
+        dir.join("app.js"),
+        "require('http').createServer((req, res) => res.end(JSON.stringify({ execArgv: process.execArgv, argv: process.argv.slice(2) }))).listen(process.env.PORT);\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "app.js",
+        "-i",
+        "2",
+        "-n",
+        "api",
+        "--kill-timeout",
+        "3000",
+    ])
+    .args([
+        "--node-args=--max-old-space-size=300 --no-warnings",
+        "--time",
+    ])
+    .args(["--watch", "-o", "out.log", "--merge-logs"])
+    .args([
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+    ])
+    .args(["--", "--port", "1"])
+    .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    says(
+        "pm2 flags",
+        &d,
+        &[
+            "note: PM2's flag: --watch: drover does not restart on file changes",
+            "note: PM2's flag: -o out.log: drover prints every worker's output",
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let s = status(admin).await;
+    assert_eq!(s.apps[0].name, "api", "{}", d.stderr_text());
+    assert_eq!(s.apps[0].workers.len(), 2, "{}", d.stderr_text());
+    let r = get(d.addr(), "/").await;
+    let body: serde_json::Value = serde_json::from_str(r.text().trim()).unwrap();
+    assert_eq!(
+        body["argv"],
+        serde_json::json!(["--port", "1"]),
+        "{}",
+        d.stderr_text()
+    );
+    let exec_argv = body["execArgv"].to_string();
+    assert!(
+        exec_argv.contains("--max-old-space-size=300") && exec_argv.contains("--no-warnings"),
+        "{exec_argv}\n{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("pm2 flags", &d).await;
+
+    // Bad values are refused, naming the flag; nothing starts.
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        "module.exports = { apps: [{ script: 'app.js' }] };\n",
+    )
+    .unwrap();
+    for (words, needle) in [
+        (
+            &["app.js", "--kill-timeout"][..],
+            "--kill-timeout: PM2's flag takes a value",
+        ),
+        (
+            &["app.js", "--listen-timeout", "0"][..],
+            "--listen-timeout 0 must be more than 0",
+        ),
+        (&["app.js", "-k", "soon"][..], "PM2's flag: -k soon: "),
+        (
+            &["ecosystem.config.js", "--kill-timeout", "3000"][..],
+            "--kill-timeout 3000: with an ecosystem file, give it in the file (`kill_timeout`)",
+        ),
+    ] {
+        let out = Command::new(bin())
+            .arg("run")
+            .args(words)
+            .args(["--admin", "off"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{words:?}: {err}");
+        assert!(err.contains(needle), "{words:?}: {err}");
+    }
+}
