@@ -417,11 +417,10 @@ fn snake_case(key: &str) -> String {
 
 /// Keys drover applies its own way, or that concern only PM2's machinery: accepted
 /// with no note (PM2's monitoring, its process list, versions).
-const NO_EFFECT: [&str; 27] = [
+const NO_EFFECT: [&str; 26] = [
     "namespace",
     "vizion",
     "exp_backoff_restart_delay",
-    "wait_ready",
     "source_map_support",
     "disable_source_map_support",
     "force",
@@ -743,6 +742,10 @@ impl App {
             })?);
         }
         self.timings(spec)?;
+        if spec.wait_ready && !cluster {
+            spec.wait_ready = false;
+            self.note("wait_ready: a fork-mode app runs in drover's background mode, which opens no cluster channel to send 'ready' on; it is up once it has run 1 s; not applied".into());
+        }
         self.note_the_rest(&script);
 
         let clients =
@@ -784,7 +787,8 @@ impl App {
         }
     }
 
-    /// `kill_timeout`, `listen_timeout` and `min_uptime` (PM2's milliseconds).
+    /// `kill_timeout`, `listen_timeout` and `min_uptime` (PM2's milliseconds), and
+    /// `wait_ready`: how a worker starts and stops.
     fn timings(&self, spec: &mut drover_supervisor::AppSpec) -> Result<(), String> {
         if let Some(t) = self.millis("kill_timeout")? {
             spec.stop_timeout = t;
@@ -799,12 +803,20 @@ impl App {
         if let Some(t) = self.millis("min_uptime")? {
             spec.restart.min_uptime = t;
         }
+        match self.keys.get("wait_ready") {
+            None | Some((_, Value::Null)) => {}
+            Some((_, Value::Bool(on))) => spec.wait_ready = *on,
+            Some((written, v)) => {
+                return Err(self.error(format!("{written} is {}, not true or false", kind(v))))
+            }
+        }
         Ok(())
     }
 
     /// Notes for the keys drover does not apply, once each.
     fn note_the_rest(&mut self, script: &str) {
-        const USED: [&str; 14] = [
+        const USED: [&str; 15] = [
+            "wait_ready",
             "name",
             "script",
             "args",
@@ -1152,7 +1164,8 @@ mod tests {
             "min_uptime": 2000, "cwd": "api", "node_args": "--max-old-space-size=200",
             "out_file": "/var/log/api.out", "error": "/var/log/api.err",
             "watch": true, "max_restarts": 10, "merge_logs": true, "colour": 1,
-        }]});
+            "wait_ready": true,
+        }, {"name": "consumer", "script": "mailer.js", "wait_ready": true}]});
         let options = Options {
             env: Some("production".into()),
             ..Options::default()
@@ -1167,6 +1180,8 @@ mod tests {
         assert_eq!(spec.ready_timeout, Duration::from_secs(8));
         assert_eq!(spec.restart.min_uptime, Duration::from_secs(2));
         assert_eq!(spec.cwd, Some(base().join("api")));
+        assert!(spec.wait_ready);
+        assert!(!apps[1].app.spec.wait_ready);
         assert_eq!(
             spec.command,
             [
@@ -1182,6 +1197,7 @@ mod tests {
             "max_restarts: drover restarts a crashed worker",
             "colour: not a key of PM2's that drover knows",
             "error, out_file: drover prints every worker's output",
+            "apps[1] (consumer): wait_ready: a fork-mode app runs in drover's background mode",
         ] {
             assert!(text.contains(needle), "{needle:?} in\n{text}");
         }

@@ -798,6 +798,7 @@ struct RawApp {
     stop_timeout: Option<PosDur>,
     drain_timeout: Option<PosDur>,
     max_memory: Option<Spanned<ByteSize>>,
+    wait_ready: Option<bool>,
     mode: Option<Spanned<String>>,
     listen: Option<Spanned<Addr>>,
 }
@@ -1532,6 +1533,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             stop_timeout: raw.stop_timeout.map_or(defaults.stop_timeout, |d| d.0),
             drain_timeout: raw.drain_timeout.map_or(defaults.drain_timeout, |d| d.0),
             max_memory,
+            wait_ready: raw.wait_ready.unwrap_or(defaults.wait_ready),
             mode,
             ..defaults
         },
@@ -3124,6 +3126,7 @@ env = { RUST_LOG = "info", "A.B" = "c" }
 health = { tcp = true, interval = "500ms", timeout = "250ms", rise = 1, fall = 5 }
 ready_timeout = "1m"
 stop_timeout = "3s"
+wait_ready = true
 
 [[balancer]]
 name = "web"
@@ -3171,6 +3174,7 @@ sticky = { cookie = "sid" }
         );
         assert_eq!(app.ready_timeout, Duration::from_secs(60));
         assert_eq!(app.stop_timeout, Duration::from_secs(3));
+        assert!(app.wait_ready);
 
         let b = &c.balancers[0];
         assert_eq!(b.name, "web");

@@ -58,6 +58,11 @@ pub struct RunArgs {
     #[arg(long, default_value = shown(app().ready_timeout), value_parser = drover_units::duration)]
     pub ready_timeout: Duration,
 
+    /// A Node worker gets clients once its app sends process.send('ready'), not as
+    /// soon as it listens (PM2's --wait-ready); by --ready-timeout it gets them anyway.
+    #[arg(long)]
+    pub wait_ready: bool,
+
     /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
     /// none with a warning when another drover holds that port].
     #[arg(long, value_name = "ADDR")]
@@ -1083,6 +1088,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
     app.spec.ready_timeout = args.ready_timeout;
+    app.spec.wait_ready = args.wait_ready;
     let notes = crate::ecosystem::apply_pm2_flags(&mut app, &args.pm2_flags)?;
     let command = app.spec.command.clone();
     let mut balancers = Vec::new();

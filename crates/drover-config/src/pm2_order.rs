@@ -83,9 +83,9 @@ enum Takes {
 /// `pm2 start`'s flags (lib/binaries/CLI.js) that drover has none of its own for, with
 /// the ecosystem key each sets. Short forms only where the letter is not drover's
 /// (PM2's `-l`, `-s`, `-m`, `-w` and `-c` mean drover's listen, strategy, mode, workers
-/// and config). `--name`/`-n`, `-i`, `--env`, `--only` and `--max-memory-restart` are
-/// drover's flags too, and mean the same.
-const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 44] = [
+/// and config). `--name`/`-n`, `-i`, `--env`, `--only`, `--max-memory-restart` and
+/// `--wait-ready` are drover's flags too, and mean the same.
+const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 43] = [
     ("kill-timeout", Some('k'), "kill_timeout", Takes::Value),
     ("listen-timeout", None, "listen_timeout", Takes::Value),
     ("node-args", None, "node_args", Takes::Value),
@@ -127,7 +127,6 @@ const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 44] = [
     ("uid", None, "uid", Takes::Value),
     ("gid", None, "gid", Takes::Value),
     ("namespace", None, "namespace", Takes::Value),
-    ("wait-ready", None, "wait_ready", Takes::On),
     ("source-map-support", None, "source_map_support", Takes::On),
     (
         "disable-source-map-support",

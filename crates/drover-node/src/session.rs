@@ -62,6 +62,9 @@ pub enum SessionEvent {
     /// The worker now serves client connections drover handed it (`true`), or none any
     /// more (`false`); said when that changes, as drover's preload counts them.
     ServesClients(bool),
+    /// The app sent `process.send('ready')`, as an app run by PM2 with `wait_ready`
+    /// does once it can take clients (its database connected, its caches warm).
+    AppReady,
 }
 
 /// The server a worker's connections go to.
@@ -505,6 +508,8 @@ impl Session {
                 }
             }
             FromWorker::Online | FromWorker::Listening { .. } | FromWorker::OtherInternal => {}
+            // PM2's `wait_ready`: the app says it can take clients (`process.send('ready')`).
+            FromWorker::App(Value::String(s)) if s == "ready" => report(SessionEvent::AppReady),
             FromWorker::App(value) => tracing::debug!(%value, "message from a Node worker"),
             FromWorker::Unreadable => {
                 if !std::mem::replace(&mut self.said_unreadable, true) {

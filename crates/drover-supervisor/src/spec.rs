@@ -124,6 +124,9 @@ pub enum SpecError {
     Restart(BackoffError),
     /// A gRPC health check of workers that do not speak HTTP/2 (`h2c` is off).
     GrpcCheckNeedsH2c,
+    /// `wait_ready` for workers that cannot send drover a message: not Node (`program`),
+    /// or in shared or background mode, which have no cluster channel.
+    WaitReadyNeedsNode { program: String, mode: Mode },
 }
 
 impl fmt::Display for SpecError {
@@ -158,6 +161,16 @@ impl fmt::Display for SpecError {
             SpecError::GrpcCheckNeedsH2c => f.write_str(
                 "health: the gRPC health protocol is spoken over HTTP/2, and these workers are reached in HTTP/1.1 (put the app behind a balancer with backend_protocol = \"h2c\")",
             ),
+            SpecError::WaitReadyNeedsNode { program, mode } => match mode {
+                Mode::Shared | Mode::Background => write!(
+                    f,
+                    "wait_ready: a worker says it is ready with process.send('ready') over Node's cluster channel, which {mode} mode does not open"
+                ),
+                _ => write!(
+                    f,
+                    "wait_ready: a worker says it is ready with process.send('ready') over Node's IPC channel, and {program} is not Node (drop wait_ready, or give the app a health path)"
+                ),
+            },
         }
     }
 }
@@ -210,6 +223,12 @@ pub struct AppSpec {
     /// Replace a worker (gracefully, like a reload) once its RSS exceeds this many bytes;
     /// `None` by default.
     pub max_memory: Option<u64>,
+    /// PM2's `wait_ready`: a Node worker gets clients only once its app has sent
+    /// `process.send('ready')` (its database connected, its caches warm), not as soon
+    /// as it listens. One that has not by `ready_timeout` gets them anyway, with a
+    /// warning, as under PM2: a `wait_ready` the code never answers must not restart
+    /// the app forever. Default `false`.
+    pub wait_ready: bool,
     /// How clients reach the workers; default `Mode::Auto`.
     pub mode: Mode,
     /// The wait before restarting a worker that crashed.
@@ -320,6 +339,7 @@ impl AppSpec {
             stop_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(30),
             max_memory: None,
+            wait_ready: false,
             mode: Mode::Auto,
             restart: Backoff::default(),
             h2c: false,
@@ -368,6 +388,18 @@ impl AppSpec {
         }
         if self.max_memory == Some(0) {
             return Err(SpecError::ZeroMaxMemory);
+        }
+        if self.wait_ready {
+            let command = with_interpreter(&self.command, self.cwd.as_deref());
+            let program = command.first().map_or("", String::as_str);
+            let node =
+                drover_node::is_node_program(program) || drover_node::is_script_runner(program);
+            if !node || matches!(self.mode, Mode::Shared | Mode::Background) {
+                return Err(SpecError::WaitReadyNeedsNode {
+                    program: program.to_string(),
+                    mode: self.mode,
+                });
+            }
         }
         self.restart.validate().map_err(SpecError::Restart)
     }
@@ -615,6 +647,28 @@ mod tests {
         for bad in ["0", "1025", "-1", "all", ""] {
             let e = bad.parse::<Workers>().unwrap_err();
             assert!(e.contains("expected a number in 1..=1024"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn wait_ready_needs_a_node_worker_with_a_cluster_channel() {
+        let spec = |command: &[&str], mode: Mode| AppSpec {
+            wait_ready: true,
+            mode,
+            ..AppSpec::new("api", command.iter().map(|w| w.to_string()).collect())
+        };
+        assert_eq!(spec(&["node", "app.js"], Mode::Auto).validate(), Ok(()));
+        assert_eq!(spec(&["npm", "start"], Mode::Proxy).validate(), Ok(()));
+        for (command, mode) in [
+            (&["python3", "app.py"][..], Mode::Auto),
+            (&["node", "app.js"][..], Mode::Background),
+            (&["node", "app.js"][..], Mode::Shared),
+        ] {
+            let e = spec(command, mode).validate().unwrap_err();
+            assert!(
+                matches!(e, SpecError::WaitReadyNeedsNode { .. }),
+                "{command:?} {mode}: {e}"
+            );
         }
     }
 

@@ -711,6 +711,60 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
     })
 }
 
+/// What a starting worker's readiness waits on (see `ready_for_clients`).
+struct ReadyWait {
+    addr: Option<SocketAddr>,
+    spec: Arc<AppSpec>,
+    /// Whether the app has sent `process.send('ready')`; `None` without a cluster
+    /// channel.
+    app_ready: Option<watch::Receiver<bool>>,
+    spawned: Instant,
+    app: Arc<str>,
+    id: usize,
+}
+
+impl Proc {
+    fn ready_wait(&self, app: &Arc<str>, id: usize) -> ReadyWait {
+        ReadyWait {
+            addr: self.addr(),
+            spec: Arc::clone(&self.spec),
+            app_ready: self.node_session.as_ref().map(|s| s.app_ready.clone()),
+            spawned: self.spawned,
+            app: Arc::clone(app),
+            id,
+        }
+    }
+}
+
+/// Readiness (`health::wait_ready_at`, within `within` of the spawn), and then, for an
+/// app with `wait_ready`, its `process.send('ready')` within what is left of `within`.
+/// An app that has not sent it by then gets clients anyway, as PM2 serves it after
+/// `listen_timeout`, with a warning: the worker listens, and a `wait_ready` its code
+/// never answers must not turn into a restart loop.
+async fn ready_for_clients(
+    wait: &ReadyWait,
+    probing: &Probing,
+    within: Duration,
+) -> Result<(), health::NotReady> {
+    let spec = &wait.spec;
+    health::wait_ready_at(wait.addr, spec.health.as_ref(), probing, within, spec.mode).await?;
+    let (true, Some(mut said)) = (spec.wait_ready, wait.app_ready.clone()) else {
+        return Ok(());
+    };
+    let left = within.saturating_sub(wait.spawned.elapsed());
+    if tokio::time::timeout(left, said.wait_for(|ready| *ready))
+        .await
+        .is_err()
+    {
+        let (app, id) = (&wait.app, wait.id);
+        tracing::warn!(
+            app = %app, worker = id,
+            "worker {app}/{id} listens but has not sent process.send('ready') within {within:?} (wait_ready): it gets clients anyway, as under PM2",
+        );
+    }
+    Ok(())
+}
+
 /// drover as the Node cluster primary of one worker (drover-node): whatever port the
 /// app's `listen()` names, its connections arrive at `port`. Ends when the worker's end
 /// of the channel closes, or when the `Proc` is dropped.
@@ -731,6 +785,7 @@ fn node_session(
     let own_port_here = own_port.clone();
     let takes: Arc<dyn TakesConnections> = Arc::new(NodeInbox(inbox.clone()));
     let first_listen = Arc::clone(&shared.first_listen);
+    let (said_ready, app_ready) = watch::channel(false);
     let task = tokio::spawn(async move {
         let report = |event| match event {
             drover_node::SessionEvent::Serving {
@@ -774,6 +829,9 @@ fn node_session(
                     }
                 }
             }
+            drover_node::SessionEvent::AppReady => {
+                said_ready.send_replace(true);
+            }
         };
         if let Err(e) = session.run(report).await {
             tracing::debug!(app = %app, worker = id, error = %e, "Node cluster channel ended");
@@ -786,6 +844,7 @@ fn node_session(
         inbox,
         addr,
         pool: Arc::clone(&shared.pool),
+        app_ready,
     })
 }
 
@@ -826,6 +885,8 @@ struct NodeSession {
     inbox: drover_node::Inbox,
     addr: SocketAddr,
     pool: Arc<Pool>,
+    /// The app has sent `process.send('ready')` (for `wait_ready`).
+    app_ready: watch::Receiver<bool>,
 }
 
 impl NodeSession {
@@ -1018,13 +1079,12 @@ async fn run_once(
 
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
     let probing = shared.probing(&proc.spec);
+    let wait = proc.ready_wait(&shared.app, id);
     let ready = tokio::select! {
-        r = health::wait_ready_at(
-            proc.addr(),
-            proc.spec.health.as_ref(),
+        r = ready_for_clients(
+            &wait,
             &probing,
             ready_patience(proc.spec.ready_timeout, slow_starts),
-            proc.spec.mode,
         ) => r,
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.
@@ -1266,18 +1326,12 @@ async fn replace_proc(
         }
     };
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
-    let (addr, spec) = (new.addr(), Arc::clone(&new.spec));
-    let probing = shared.probing(&spec);
+    let probing = shared.probing(&new.spec);
+    let wait = new.ready_wait(&shared.app, id);
     let ready = async move {
-        health::wait_ready_at(
-            addr,
-            spec.health.as_ref(),
-            &probing,
-            spec.ready_timeout,
-            spec.mode,
-        )
-        .await
-        .map_err(ReplaceError::NotReady)
+        ready_for_clients(&wait, &probing, wait.spec.ready_timeout)
+            .await
+            .map_err(ReplaceError::NotReady)
     };
     tokio::pin!(ready);
     let mut old_status = None;

@@ -1360,3 +1360,114 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         assert!(err.contains(needle), "{words:?}: {err}");
     }
 }
+
+/// PM2's `wait_ready`: an app that listens at once but warms up first (answering 503
+/// meanwhile) and then calls `process.send('ready')`. With `--wait-ready` a rolling
+/// reload under load fails no request: a new worker gets clients only once it said
+/// ready. Without it, the same reload sends clients to workers still warming up (503s),
+/// which shows the test can fail. An app whose code never sends 'ready' is served once
+/// `--ready-timeout` has passed, with a warning, and never restarted for it.
+#[tokio::test]
+async fn wait_ready_holds_clients_until_the_app_says_ready_as_under_pm2() {
+    let dir = temp_dir("wait-ready");
+    std::fs::write(
+        dir.join("warm.js"),
+        r#"let ready = false;
+require('http').createServer((req, res) => {
+  if (!ready) { res.statusCode = 503; return res.end('warming up\n'); }
+  res.end(`ok ${process.pid}\n`);
+}).listen(process.env.PORT, () => setTimeout(() => {
+  ready = true;
+  if (process.env.SAY_READY !== '0') process.send('ready');
+}, 2000));
+"#,
+    )
+    .unwrap();
+    let start = |flags: &[&str], say_ready: bool| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "2"])
+            .args(flags)
+            .args(["-l", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--threads", "1", "--", "node", "warm.js"])
+            .current_dir(&dir);
+        clean_env(&mut cmd);
+        cmd.env("SAY_READY", if say_ready { "1" } else { "0" });
+        spawn_ready_line(cmd, "\"default\" listening on ")
+    };
+    for wait_ready in [true, false] {
+        let who = if wait_ready {
+            "--wait-ready"
+        } else {
+            "without"
+        };
+        let flags: &[&str] = if wait_ready { &["--wait-ready"] } else { &[] };
+        let d = start(flags, true).await;
+        let admin = admin_addr(&d).await;
+        wait_all_serving(&d, admin).await;
+        let warm = wait_until_async(Duration::from_secs(10), || async {
+            get(d.addr(), "/").await.status == 200
+        })
+        .await;
+        assert!(warm, "{who}\n{}", d.stderr_text());
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = steady_load(d.addr(), 4, "/", stop.clone());
+        let (code, out, err) = ctl(admin, &["reload"]).await;
+        assert_eq!(code, 0, "{who}: {out}{err}\n{}", d.stderr_text());
+        if wait_ready {
+            assert_load_never_failed(&stop, load, 50, "in a reload with --wait-ready").await;
+        } else {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let mut failed = Vec::new();
+            for l in load {
+                failed.extend(l.await.unwrap().1);
+            }
+            assert!(
+                failed.iter().any(|f| f.starts_with("503")),
+                "without --wait-ready, clients should have met a warming worker: {failed:?}\n{}",
+                d.stderr_text()
+            );
+        }
+        drover_stops_cleanly(who, &d).await;
+    }
+
+    let d = start(&["--wait-ready", "--ready-timeout", "4s"], false).await;
+    says(
+        "never ready",
+        &d,
+        &["has not sent process.send('ready') within 4s (wait_ready): it gets clients anyway"],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let r = get(d.addr(), "/").await;
+    assert_eq!(r.status, 200, "{}", d.stderr_text());
+    let s = status(admin).await;
+    assert!(
+        s.apps[0].workers.iter().all(|w| w.restarts == 0),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("never ready", &d).await;
+
+    // Workers that cannot send it: refused at start, naming why; nothing starts.
+    for (words, needle) in [
+        (
+            &["--wait-ready", "--", "python3", "-m", "http.server", "{port}"][..],
+            "wait_ready: a worker says it is ready with process.send('ready') over Node's IPC channel, and python3 is not Node",
+        ),
+        (
+            &["--wait-ready", "--mode", "background", "--", "node", "warm.js"][..],
+            "which background mode does not open",
+        ),
+    ] {
+        let out = Command::new(bin())
+            .args(["run", "--admin", "off"])
+            .args(words)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{words:?}: {err}");
+        assert!(err.contains(needle), "{words:?}: {err}");
+    }
+}
