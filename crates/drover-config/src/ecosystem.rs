@@ -742,6 +742,13 @@ impl App {
             })?);
         }
         self.timings(spec)?;
+        if let Some(var) = self.string("increment_var")? {
+            if cluster && var == "PORT" {
+                self.note("increment_var: PORT: in cluster mode each worker's PORT is drover's own, and clients reach every instance at the app's one address; not applied".into());
+            } else {
+                spec.increment_var = Some(var);
+            }
+        }
         if spec.wait_ready && !cluster {
             spec.wait_ready = false;
             self.note("wait_ready: a fork-mode app runs in drover's background mode, which opens no cluster channel to send 'ready' on; it is up once it has run 1 s; not applied".into());
@@ -815,8 +822,9 @@ impl App {
 
     /// Notes for the keys drover does not apply, once each.
     fn note_the_rest(&mut self, script: &str) {
-        const USED: [&str; 15] = [
+        const USED: [&str; 16] = [
             "wait_ready",
+            "increment_var",
             "name",
             "script",
             "args",
@@ -859,7 +867,7 @@ impl App {
                     "drover restarts a crashed worker with back-off (0.1 s doubling to 30 s) and reports a crash loop, for as long as it runs"
                 }
                 ("stop_exit_codes", _) => "drover restarts a worker whatever its exit code",
-                ("instance_var" | "increment_var", _) => {
+                ("instance_var", _) => {
                     "each worker gets its number in NODE_APP_INSTANCE and DROVER_WORKER_ID"
                 }
                 ("uid" | "gid", _) => "drover runs its workers as its own user",

@@ -799,6 +799,7 @@ struct RawApp {
     drain_timeout: Option<PosDur>,
     max_memory: Option<Spanned<ByteSize>>,
     wait_ready: Option<bool>,
+    increment_var: Option<String>,
     mode: Option<Spanned<String>>,
     listen: Option<Spanned<Addr>>,
 }
@@ -1534,6 +1535,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             drain_timeout: raw.drain_timeout.map_or(defaults.drain_timeout, |d| d.0),
             max_memory,
             wait_ready: raw.wait_ready.unwrap_or(defaults.wait_ready),
+            increment_var: raw.increment_var,
             mode,
             ..defaults
         },

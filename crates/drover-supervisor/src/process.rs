@@ -275,6 +275,10 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     if !spec.env.contains_key(PM2_INSTANCE_VAR) {
         cmd.env(PM2_INSTANCE_VAR, id.to_string());
     }
+    // PM2's `increment_var` (`validate` keeps it off drover's own PORT).
+    if let Some((var, value)) = spec.incremented(id) {
+        cmd.env(var, value);
+    }
     cmd
         // systemd's channel to drover (`Type=notify`, the watchdog) is drover's alone: a
         // worker that speaks the protocol too would report readiness, or pet the

@@ -127,6 +127,10 @@ pub enum SpecError {
     /// `wait_ready` for workers that cannot send drover a message: not Node (`program`),
     /// or in shared or background mode, which have no cluster channel.
     WaitReadyNeedsNode { program: String, mode: Mode },
+    /// `increment_var` names no variable, or `PORT` where drover sets each worker's.
+    IncrementVar { var: String, mode: Mode },
+    /// `increment_var`'s starting value is not a whole number.
+    IncrementVarValue { var: String, value: String },
 }
 
 impl fmt::Display for SpecError {
@@ -160,6 +164,18 @@ impl fmt::Display for SpecError {
             SpecError::Restart(e) => write!(f, "restart: {e}"),
             SpecError::GrpcCheckNeedsH2c => f.write_str(
                 "health: the gRPC health protocol is spoken over HTTP/2, and these workers are reached in HTTP/1.1 (put the app behind a balancer with backend_protocol = \"h2c\")",
+            ),
+            SpecError::IncrementVar { var, mode } if var == "PORT" => write!(
+                f,
+                "increment_var: in {mode} mode each worker's PORT is drover's own loopback port (workers that bind PORT, PORT+1… themselves run in background mode)"
+            ),
+            SpecError::IncrementVar { var, .. } => write!(
+                f,
+                "increment_var {var:?}: the name of an environment variable (such as PORT)"
+            ),
+            SpecError::IncrementVarValue { var, value } => write!(
+                f,
+                "increment_var {var:?}: its value {value:?} is not a whole number to count up from"
             ),
             SpecError::WaitReadyNeedsNode { program, mode } => match mode {
                 Mode::Shared | Mode::Background => write!(
@@ -225,10 +241,16 @@ pub struct AppSpec {
     pub max_memory: Option<u64>,
     /// PM2's `wait_ready`: a Node worker gets clients only once its app has sent
     /// `process.send('ready')` (its database connected, its caches warm), not as soon
-    /// as it listens. One that has not by `ready_timeout` gets them anyway, with a
-    /// warning, as under PM2: a `wait_ready` the code never answers must not restart
-    /// the app forever. Default `false`.
+    /// as it listens. One that has not by `ready_timeout` (or after 3 s, while no other
+    /// worker of the app serves) gets them anyway, with a warning, as under PM2: a
+    /// `wait_ready` the code never answers must not restart the app forever, nor hold
+    /// back its only capacity. Default `false`.
     pub wait_ready: bool,
+    /// PM2's `increment_var`: this environment variable is the app's value (from
+    /// `env`, else drover's own environment, else 0) plus the worker's number, so
+    /// fork-mode instances of one app bind `PORT`, `PORT+1`… Not `PORT` where drover
+    /// gives each worker its own. Default `None`.
+    pub increment_var: Option<String>,
     /// How clients reach the workers; default `Mode::Auto`.
     pub mode: Mode,
     /// The wait before restarting a worker that crashed.
@@ -340,6 +362,7 @@ impl AppSpec {
             drain_timeout: Duration::from_secs(30),
             max_memory: None,
             wait_ready: false,
+            increment_var: None,
             mode: Mode::Auto,
             restart: Backoff::default(),
             h2c: false,
@@ -389,6 +412,16 @@ impl AppSpec {
         if self.max_memory == Some(0) {
             return Err(SpecError::ZeroMaxMemory);
         }
+        if let Some(var) = &self.increment_var {
+            let drovers_port = var == "PORT" && self.mode != Mode::Background;
+            if drovers_port || var.is_empty() || var.contains(['=', '\0']) {
+                return Err(SpecError::IncrementVar {
+                    var: var.clone(),
+                    mode: self.mode,
+                });
+            }
+            self.increment_base()?;
+        }
         if self.wait_ready {
             let command = with_interpreter(&self.command, self.cwd.as_deref());
             let program = command.first().map_or("", String::as_str);
@@ -402,6 +435,36 @@ impl AppSpec {
             }
         }
         self.restart.validate().map_err(SpecError::Restart)
+    }
+}
+
+impl AppSpec {
+    /// `increment_var`'s starting value: the app's `env`, else drover's own, else 0.
+    fn increment_base(&self) -> Result<i64, SpecError> {
+        let Some(var) = &self.increment_var else {
+            return Ok(0);
+        };
+        let value = match self.env.get(var) {
+            Some(v) => v.clone(),
+            None => std::env::var(var).unwrap_or_default(),
+        };
+        if value.trim().is_empty() {
+            return Ok(0);
+        }
+        value
+            .trim()
+            .parse()
+            .map_err(|_| SpecError::IncrementVarValue {
+                var: var.clone(),
+                value,
+            })
+    }
+
+    /// `increment_var` and its value for worker `id`, as PM2 counts its instances.
+    pub(crate) fn incremented(&self, id: usize) -> Option<(&str, String)> {
+        let var = self.increment_var.as_deref()?;
+        let base = self.increment_base().ok()?;
+        Some((var, (base + id as i64).to_string()))
     }
 }
 
@@ -669,6 +732,47 @@ mod tests {
                 matches!(e, SpecError::WaitReadyNeedsNode { .. }),
                 "{command:?} {mode}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn increment_var_counts_up_from_the_apps_value_as_pm2_does() {
+        let spec = |var: &str, mode: Mode, port: Option<&str>| {
+            let mut s = AppSpec {
+                increment_var: Some(var.to_string()),
+                mode,
+                ..AppSpec::new("api", vec!["node".into(), "api.js".into()])
+            };
+            if let Some(p) = port {
+                s.env.insert(var.to_string(), p.to_string());
+            }
+            s
+        };
+        let s = spec("PORT", Mode::Background, Some("4100"));
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(s.incremented(0), Some(("PORT", "4100".to_string())));
+        assert_eq!(s.incremented(3), Some(("PORT", "4103".to_string())));
+        let s = spec("DROVER_TEST_UNSET_VAR", Mode::Auto, None);
+        assert_eq!(
+            s.incremented(2),
+            Some(("DROVER_TEST_UNSET_VAR", "2".to_string()))
+        );
+        for (s, needle) in [
+            (
+                spec("PORT", Mode::Auto, Some("4100")),
+                "each worker's PORT is drover's own",
+            ),
+            (
+                spec("PORT", Mode::Background, Some("http")),
+                "its value \"http\" is not a whole number",
+            ),
+            (
+                spec("", Mode::Background, None),
+                "the name of an environment variable",
+            ),
+        ] {
+            let e = s.validate().unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
         }
     }
 

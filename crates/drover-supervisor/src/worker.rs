@@ -719,28 +719,40 @@ struct ReadyWait {
     /// channel.
     app_ready: Option<watch::Receiver<bool>>,
     spawned: Instant,
+    /// The app's pool: whether another worker serves while this one warms up.
+    pool: Arc<Pool>,
     app: Arc<str>,
     id: usize,
 }
 
 impl Proc {
-    fn ready_wait(&self, app: &Arc<str>, id: usize) -> ReadyWait {
+    fn ready_wait(&self, shared: &AppState, id: usize) -> ReadyWait {
         ReadyWait {
             addr: self.addr(),
             spec: Arc::clone(&self.spec),
             app_ready: self.node_session.as_ref().map(|s| s.app_ready.clone()),
             spawned: self.spawned,
-            app: Arc::clone(app),
+            pool: Arc::clone(&shared.pool),
+            app: Arc::clone(&shared.app),
             id,
         }
     }
 }
 
+/// How long a worker that listens but has not sent 'ready' (`wait_ready`) is held back
+/// while no other worker of its app serves: PM2's own wait for the message
+/// (`GRACEFUL_LISTEN_TIMEOUT`). Holding the app's only capacity for all of
+/// `ready_timeout` would make a `wait_ready` its code never answers an outage at every
+/// cold start and after every crash of all workers; while others serve, waiting costs
+/// no client anything.
+const LONE_READY_GRACE: Duration = Duration::from_secs(3);
+
 /// Readiness (`health::wait_ready_at`, within `within` of the spawn), and then, for an
-/// app with `wait_ready`, its `process.send('ready')` within what is left of `within`.
-/// An app that has not sent it by then gets clients anyway, as PM2 serves it after
-/// `listen_timeout`, with a warning: the worker listens, and a `wait_ready` its code
-/// never answers must not turn into a restart loop.
+/// app with `wait_ready`, its `process.send('ready')` within what is left of `within`,
+/// or `LONE_READY_GRACE` while no other worker of the app serves. An app that has not
+/// sent it by then gets clients anyway, as PM2 serves it after `listen_timeout`, with a
+/// warning: the worker listens, and a `wait_ready` its code never answers must not
+/// turn into a restart loop or an outage.
 async fn ready_for_clients(
     wait: &ReadyWait,
     probing: &Probing,
@@ -751,18 +763,34 @@ async fn ready_for_clients(
     let (true, Some(mut said)) = (spec.wait_ready, wait.app_ready.clone()) else {
         return Ok(());
     };
-    let left = within.saturating_sub(wait.spawned.elapsed());
-    if tokio::time::timeout(left, said.wait_for(|ready| *ready))
-        .await
-        .is_err()
-    {
-        let (app, id) = (&wait.app, wait.id);
-        tracing::warn!(
-            app = %app, worker = id,
-            "worker {app}/{id} listens but has not sent process.send('ready') within {within:?} (wait_ready): it gets clients anyway, as under PM2",
-        );
+    let (app, id) = (&wait.app, wait.id);
+    let listening = Instant::now();
+    let deadline = wait.spawned + within;
+    loop {
+        if *said.borrow_and_update() {
+            return Ok(());
+        }
+        if listening.elapsed() >= LONE_READY_GRACE && wait.pool.endpoints().is_empty() {
+            tracing::warn!(
+                app = %app, worker = id,
+                "worker {app}/{id} listens but has not sent process.send('ready') within {LONE_READY_GRACE:?} (wait_ready), and no other worker of {app} serves: it gets clients now, as under PM2",
+            );
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(
+                app = %app, worker = id,
+                "worker {app}/{id} listens but has not sent process.send('ready') within {within:?} (wait_ready): it gets clients anyway, as under PM2",
+            );
+            return Ok(());
+        }
+        // Woken by the message, or every 100 ms to look at the pool and the clock. A
+        // closed channel means the worker is going; its exit is the caller's to see.
+        let tick = Duration::from_millis(100);
+        if let Ok(Err(_)) = tokio::time::timeout(tick, said.changed()).await {
+            tokio::time::sleep(tick).await;
+        }
     }
-    Ok(())
 }
 
 /// drover as the Node cluster primary of one worker (drover-node): whatever port the
@@ -1079,7 +1107,7 @@ async fn run_once(
 
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
     let probing = shared.probing(&proc.spec);
-    let wait = proc.ready_wait(&shared.app, id);
+    let wait = proc.ready_wait(shared, id);
     let ready = tokio::select! {
         r = ready_for_clients(
             &wait,
@@ -1327,7 +1355,7 @@ async fn replace_proc(
     };
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
     let probing = shared.probing(&new.spec);
-    let wait = new.ready_wait(&shared.app, id);
+    let wait = new.ready_wait(shared, id);
     let ready = async move {
         ready_for_clients(&wait, &probing, wait.spec.ready_timeout)
             .await

@@ -1430,21 +1430,39 @@ require('http').createServer((req, res) => {
         drover_stops_cleanly(who, &d).await;
     }
 
-    let d = start(&["--wait-ready", "--ready-timeout", "4s"], false).await;
+    // Its code never sends 'ready'. At a cold start no other worker serves, so each is
+    // held back only PM2's 3 s; in a reload the old workers serve, and the new one
+    // waits all of --ready-timeout. Never a restart for it.
+    let d = start(&["--wait-ready", "--ready-timeout", "6s"], false).await;
     says(
         "never ready",
         &d,
-        &["has not sent process.send('ready') within 4s (wait_ready): it gets clients anyway"],
+        &["has not sent process.send('ready') within 3s (wait_ready), and no other worker of app serves: it gets clients now"],
     )
     .await;
     let admin = admin_addr(&d).await;
     wait_all_serving(&d, admin).await;
-    let r = get(d.addr(), "/").await;
-    assert_eq!(r.status, 200, "{}", d.stderr_text());
-    let s = status(admin).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 2, "/", stop.clone());
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    says(
+        "never ready",
+        &d,
+        &["has not sent process.send('ready') within 6s (wait_ready): it gets clients anyway"],
+    )
+    .await;
+    assert_load_never_failed(
+        &stop,
+        load,
+        50,
+        "in a reload of an app that never says ready",
+    )
+    .await;
+    let records = restart_records(&status(admin).await);
     assert!(
-        s.apps[0].workers.iter().all(|w| w.restarts == 0),
-        "{}",
+        records.iter().all(|r| r.reason == "reload"),
+        "{records:?}\n{}",
         d.stderr_text()
     );
     drover_stops_cleanly("never ready", &d).await;
@@ -1470,4 +1488,53 @@ require('http').createServer((req, res) => {
         assert!(!out.status.success(), "{words:?}: {err}");
         assert!(err.contains(needle), "{words:?}: {err}");
     }
+}
+
+/// PM2's `increment_var`: fork-mode instances of one app, each on its own port
+/// (`PORT`, `PORT+1`), as a PM2 user puts several processes behind their own nginx.
+/// Before, every instance got the same `PORT`, and all but one crash-looped on
+/// EADDRINUSE.
+#[tokio::test]
+async fn increment_var_gives_fork_mode_instances_ports_of_their_own_as_pm2_does() {
+    let dir = temp_dir("increment-var");
+    // Two ports in a row, both free.
+    let port = (0..100)
+        .map(|_| drover_testkit::free_port())
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok())
+        .expect("two free ports in a row");
+    std::fs::write(
+        dir.join("api.js"),
+        "require('http').createServer((req, res) => res.end(`${process.env.NODE_APP_INSTANCE} ${process.env.PORT}`)).listen(process.env.PORT, '127.0.0.1');\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        format!("module.exports = {{ apps: [{{ name: 'api', script: 'api.js', exec_mode: 'fork', instances: 2, increment_var: 'PORT', env: {{ PORT: {port} }} }}] }};\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "ecosystem.config.js", "--admin", "127.0.0.1:0"])
+        .current_dir(&dir);
+    clean_env(&mut cmd);
+    cmd.env_remove("PORT");
+    // No balancer for fork-mode apps: the admin API's line is the one with an address.
+    let d = spawn_ready_line(cmd, "admin API listening on ").await;
+    let admin = d.addr();
+    for (instance, p) in [(0, port), (1, port + 1)] {
+        let addr = SocketAddr::from(([127, 0, 0, 1], p));
+        let answered = wait_until_async(Duration::from_secs(10), || async {
+            common::examples::try_get(addr, "/")
+                .await
+                .is_ok_and(|r| r.text() == format!("{instance} {p}"))
+        })
+        .await;
+        assert!(answered, "instance {instance} at {p}\n{}", d.stderr_text());
+    }
+    let s = status(admin).await;
+    assert!(
+        s.apps[0].workers.iter().all(|w| w.restarts == 0),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("increment_var", &d).await;
 }
