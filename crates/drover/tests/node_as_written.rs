@@ -82,6 +82,21 @@ async fn every_worker_answers(who: &str, d: &ChildProcess, admin: SocketAddr) {
     );
 }
 
+/// `drover run --admin off WORDS` in `dir` fails before it starts anything, saying
+/// `needle`.
+fn run_is_refused(dir: &Path, words: &[&str], needle: &str) {
+    let out = Command::new(bin())
+        .args(["run", "--admin", "off"])
+        .args(words)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{words:?}: {err}");
+    assert!(err.contains(needle), "{words:?}: {needle:?} in {err}");
+    assert!(!err.contains("starting"), "{words:?}: {err}");
+}
+
 /// Waits for every line of `needles` in drover's output (its own log and the workers').
 async fn says(who: &str, d: &ChildProcess, needles: &[&str]) {
     for needle in needles {
@@ -1160,17 +1175,7 @@ async fn ecosystem_files_in_esm_run_and_bad_ones_are_refused_naming_why() {
             "--env applies to a PM2 ecosystem file",
         ),
     ] {
-        let out = Command::new(bin())
-            .arg("run")
-            .args(args)
-            .args(["--admin", "off"])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {needle:?} in {err}");
-        assert!(!err.contains("starting"), "{args:?}: {err}");
+        run_is_refused(&dir, args, needle);
     }
 }
 
@@ -1348,16 +1353,7 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
             "--kill-timeout 3000: with an ecosystem file, give it in the file (`kill_timeout`)",
         ),
     ] {
-        let out = Command::new(bin())
-            .arg("run")
-            .args(words)
-            .args(["--admin", "off"])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{words:?}: {err}");
-        assert!(err.contains(needle), "{words:?}: {err}");
+        run_is_refused(&dir, words, needle);
     }
 }
 
@@ -1366,7 +1362,8 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
 /// reload under load fails no request: a new worker gets clients only once it said
 /// ready. Without it, the same reload sends clients to workers still warming up (503s),
 /// which shows the test can fail. An app whose code never sends 'ready' is served once
-/// `--ready-timeout` has passed, with a warning, and never restarted for it.
+/// `--ready-timeout` has passed (3 s while no other worker serves), with a warning, and
+/// never restarted for it.
 #[tokio::test]
 async fn wait_ready_holds_clients_until_the_app_says_ready_as_under_pm2() {
     let dir = temp_dir("wait-ready");
@@ -1478,15 +1475,7 @@ require('http').createServer((req, res) => {
             "which background mode does not open",
         ),
     ] {
-        let out = Command::new(bin())
-            .args(["run", "--admin", "off"])
-            .args(words)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{words:?}: {err}");
-        assert!(err.contains(needle), "{words:?}: {err}");
+        run_is_refused(&dir, words, needle);
     }
 }
 
