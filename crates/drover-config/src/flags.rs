@@ -1272,6 +1272,7 @@ fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
         (args.max_memory.is_some(), "--max-memory"),
         (args.drain_timeout != app.drain_timeout, "--drain-timeout"),
         (args.ready_timeout != app.ready_timeout, "--ready-timeout"),
+        (args.wait_ready, "--wait-ready"),
         (
             args.proxy_protocol.send_proxy_protocol.is_some(),
             "--send-proxy-protocol",

@@ -1349,6 +1349,10 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         ),
         (&["app.js", "-k", "soon"][..], "PM2's flag: -k soon: "),
         (
+            &["ecosystem.config.js", "--wait-ready"][..],
+            "--wait-ready does not apply to an ecosystem file",
+        ),
+        (
             &["ecosystem.config.js", "--kill-timeout", "3000"][..],
             "--kill-timeout 3000: with an ecosystem file, give it in the file (`kill_timeout`)",
         ),
