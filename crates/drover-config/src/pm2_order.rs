@@ -82,8 +82,8 @@ enum Takes {
 
 /// `pm2 start`'s flags (lib/binaries/CLI.js) that drover has none of its own for, with
 /// the ecosystem key each sets. Short forms only where the letter is not drover's
-/// (PM2's `-l`, `-s`, `-m`, `-w` and `-c` mean drover's listen, strategy, mode, workers
-/// and config). `--name`/`-n`, `-i`, `--env`, `--only`, `--max-memory-restart` and
+/// (PM2's `-s`, `-m`, `-w` and `-c` mean drover's strategy, mode, workers and config;
+/// `-l` is PM2's log file only where no address follows it, see `pm2_flags`). `--name`/`-n`, `-i`, `--env`, `--only`, `--max-memory-restart` and
 /// `--wait-ready` are drover's flags too, and mean the same.
 const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 43] = [
     ("kill-timeout", Some('k'), "kill_timeout", Takes::Value),
@@ -155,6 +155,21 @@ fn pm2_flags(flags: &[String]) -> (Vec<String>, Vec<Pm2Flag>) {
             Some((name, value)) if word.starts_with("--") => (name, Some(value)),
             _ => (word.as_str(), None),
         };
+        // PM2's `-l [path]` (its log file) is drover's `-l ADDR`: one followed by no
+        // address is PM2's.
+        let an_address = |w: &&String| w.parse::<std::net::SocketAddr>().is_ok();
+        if word == "-l" && !words.peek().is_some_and(an_address) {
+            let (written, value) = match words.next_if(|w| !w.starts_with('-')) {
+                Some(path) => (format!("-l {path}"), path.as_str().into()),
+                None => ("-l".to_string(), true.into()),
+            };
+            pm2.push(Pm2Flag {
+                written,
+                key: "log_file",
+                value,
+            });
+            continue;
+        }
         let known = PM2_FLAGS.iter().find(|(long, short, _, _)| {
             name.strip_prefix("--") == Some(long)
                 || short.is_some_and(|c| name.len() == 2 && name == format!("-{c}"))
@@ -367,6 +382,22 @@ mod tests {
                 ("--log", "log_file", true.into()),
             ]
         );
+        // PM2's -l (its log file) where no address follows; drover's -l where one does.
+        let argv = words(&format!(
+            "drover run {app} -l app.log -l 127.0.0.1:0 -i 2 -l"
+        ));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(r.flags, words("-l 127.0.0.1:0 -i 2"));
+        let logs: Vec<(&str, serde_json::Value)> = r
+            .pm2
+            .iter()
+            .map(|f| (f.written.as_str(), f.value.clone()))
+            .collect();
+        assert_eq!(
+            logs,
+            [("-l app.log", "app.log".into()), ("-l", true.into())]
+        );
+        assert!(r.pm2.iter().all(|f| f.key == "log_file"));
         // A flag that needs a value and has none keeps a null, which is refused later.
         let argv = words(&format!("drover run {app} --kill-timeout -i 2"));
         let r = rearranged(&argv, &argv[2..]).unwrap();

@@ -1289,7 +1289,7 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         "--node-args=--max-old-space-size=300 --no-warnings",
         "--time",
     ])
-    .args(["--watch", "-o", "out.log", "--merge-logs"])
+    .args(["--watch", "-o", "out.log", "-l", "all.log", "--merge-logs"])
     .args([
         "-l",
         "127.0.0.1:0",
@@ -1307,7 +1307,7 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         &d,
         &[
             "note: PM2's flag: --watch: drover does not restart on file changes",
-            "note: PM2's flag: -o out.log: drover prints every worker's output",
+            "note: PM2's flag: -o out.log, -l all.log: drover prints every worker's output",
         ],
     )
     .await;
