@@ -156,8 +156,9 @@ fn pm2_flags(flags: &[String]) -> (Vec<String>, Vec<Pm2Flag>) {
             _ => (word.as_str(), None),
         };
         // PM2's `-l [path]` (its log file) is drover's `-l ADDR`: one followed by no
-        // address is PM2's.
-        let an_address = |w: &&String| w.parse::<std::net::SocketAddr>().is_ok();
+        // address is PM2's. A word with a `:` is meant as an address (`localhost:3000`
+        // gets drover's error naming what --listen takes), never a log file.
+        let an_address = |w: &&String| w.contains(':');
         if word == "-l" && !words.peek().is_some_and(an_address) {
             let (written, value) = match words.next_if(|w| !w.starts_with('-')) {
                 Some(path) => (format!("-l {path}"), path.as_str().into()),
@@ -398,6 +399,10 @@ mod tests {
             [("-l app.log", "app.log".into()), ("-l", true.into())]
         );
         assert!(r.pm2.iter().all(|f| f.key == "log_file"));
+        let argv = words(&format!("drover run {app} -l localhost:3000"));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert_eq!(r.flags, words("-l localhost:3000"));
+        assert!(r.pm2.is_empty());
         // A flag that needs a value and has none keeps a null, which is refused later.
         let argv = words(&format!("drover run {app} --kill-timeout -i 2"));
         let r = rearranged(&argv, &argv[2..]).unwrap();
