@@ -174,6 +174,9 @@ pub struct Source {
     /// Where relative `cwd`s start.
     pub base: PathBuf,
     pub options: Options,
+    /// Serving threads of each cluster-mode app's balancer (`drover run --threads`),
+    /// for the apps a reload starts too.
+    pub threads: usize,
 }
 
 impl Source {

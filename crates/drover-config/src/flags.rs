@@ -1310,33 +1310,10 @@ fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String>
             only: args.only.clone(),
             instances: args.workers,
         },
+        threads: args.threads,
     };
     let (apps, notes) = source.read()?;
-    let mut balancers = Vec::new();
-    let mut follow = Vec::new();
-    for eco in &apps {
-        let Some(clients) = &eco.clients else {
-            continue;
-        };
-        let name = &eco.app.spec.name;
-        let mut balancer = model::BalancerConfig::new(
-            name.clone(),
-            clients.default_listen,
-            vec![model::BackendRef::App(name.clone())],
-        );
-        balancer.threads = Some(args.threads);
-        balancer.handoff = model::handoff_for(
-            &[eco.app.spec.mode],
-            balancer.strategy,
-            balancer.backend_protocol,
-        );
-        follow.push(FollowListen {
-            balancer: balancers.len(),
-            default_from: clients.default_from.clone(),
-            elsewhere: None,
-        });
-        balancers.push(balancer);
-    }
+    let (balancers, follow) = ecosystem_balancers(&apps, args.threads);
     let (admin, admin_asked) = run_admin(args)?;
     Ok(RunConfig {
         config: Config {
@@ -1352,6 +1329,41 @@ fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String>
         notes,
         ecosystem: Some(source),
     })
+}
+
+/// The balancers of an ecosystem file's `apps`: each cluster-mode app behind one of its
+/// own name, started where its workers' `listen()` says (`follow`, by index into the
+/// balancers), with `threads` serving threads. At start, and for an app a reload adds.
+pub fn ecosystem_balancers(
+    apps: &[crate::ecosystem::EcosystemApp],
+    threads: usize,
+) -> (Vec<model::BalancerConfig>, Vec<FollowListen>) {
+    let mut balancers = Vec::new();
+    let mut follow = Vec::new();
+    for eco in apps {
+        let Some(clients) = &eco.clients else {
+            continue;
+        };
+        let name = &eco.app.spec.name;
+        let mut balancer = model::BalancerConfig::new(
+            name.clone(),
+            clients.default_listen,
+            vec![model::BackendRef::App(name.clone())],
+        );
+        balancer.threads = Some(threads);
+        balancer.handoff = model::handoff_for(
+            &[eco.app.spec.mode],
+            balancer.strategy,
+            balancer.backend_protocol,
+        );
+        follow.push(FollowListen {
+            balancer: balancers.len(),
+            default_from: clients.default_from.clone(),
+            elsewhere: None,
+        });
+        balancers.push(balancer);
+    }
+    (balancers, follow)
 }
 
 #[cfg(test)]

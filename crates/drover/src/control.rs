@@ -3,6 +3,7 @@
 use crate::balancers::{
     app_of, discovery, static_pool, wire_routes, RunningBalancer, Sockets, StartError,
 };
+use crate::follow::{where_the_app_listens, FollowApp};
 use crate::systemd;
 use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
@@ -40,9 +41,10 @@ pub struct Controller {
     source: Source,
     /// Serializes reloads when there is no config to lock.
     reloading: tokio::sync::Mutex<()>,
-    apps: Vec<Arc<Supervisor>>,
+    /// The supervised apps; a reload of an ecosystem file adds the ones it names anew.
+    apps: RwLock<Vec<Arc<Supervisor>>>,
     /// Each supervised app's pool, for a balancer a reload puts in front of it.
-    app_pools: BTreeMap<String, Arc<Pool>>,
+    app_pools: RwLock<BTreeMap<String, Arc<Pool>>>,
     balancers: RwLock<Vec<Arc<RunningBalancer>>>,
 }
 
@@ -78,8 +80,8 @@ impl Controller {
         Controller {
             source,
             reloading: tokio::sync::Mutex::new(()),
-            apps,
-            app_pools,
+            apps: RwLock::new(apps),
+            app_pools: RwLock::new(app_pools),
             balancers: RwLock::new(balancers),
         }
     }
@@ -96,6 +98,17 @@ impl Controller {
         let mut all = self.balancers.write().unwrap_or_else(|e| e.into_inner());
         all.push(started);
         wire_routes(&all);
+    }
+
+    /// The supervised apps running now.
+    pub fn apps(&self) -> Vec<Arc<Supervisor>> {
+        self.apps.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The pool of the supervised app `name`, if one runs.
+    fn app_pool(&self, name: &str) -> Option<Arc<Pool>> {
+        let pools = self.app_pools.read().unwrap_or_else(|e| e.into_inner());
+        pools.get(name).cloned()
     }
 
     /// The balancers running now.
@@ -132,10 +145,14 @@ impl Controller {
         outcome
     }
 
-    /// A reload of an ecosystem file's apps: the file read again, and every app's
-    /// rolling reload with what it says now (its env, arguments, instances...). The
-    /// balancers stay where the apps listen. Adding or removing an app, or moving one
-    /// between cluster and fork mode, needs a restart; then nothing changes.
+    /// A reload of an ecosystem file's apps, as `pm2 reload ecosystem.config.js` does
+    /// it: the file read again, every app it names and drover runs reloaded (rolling)
+    /// with what it says now (env, arguments, instances...), and an app it names anew
+    /// started, with its balancer where its workers listen. An app no longer in the file
+    /// runs on, untouched, as under PM2. Moving an app between cluster and fork mode
+    /// needs a restart. Nothing is half-applied: a new app that cannot start (or whose
+    /// workers never listen) is stopped again before any app reloads, and a failed
+    /// reload stops the new apps too.
     async fn reload_ecosystem(
         &self,
         source: &config::ecosystem::Source,
@@ -144,15 +161,8 @@ impl Controller {
         let failed = |e: String| ControlError::Failed(format!("{e}; nothing was reloaded"));
         let file = source.file.display();
         let (next, _notes) = source.read().map_err(failed)?;
-        let now: std::collections::BTreeSet<&str> = self.apps.iter().map(|a| a.name()).collect();
-        let then: std::collections::BTreeSet<&str> =
-            next.iter().map(|a| a.app.spec.name.as_str()).collect();
-        if now != then {
-            return Err(failed(format!(
-                "{file}: its apps are now {then:?}, and drover runs {now:?}: restart drover to add or remove an app"
-            )));
-        }
-        for app in &self.apps {
+        let running = self.apps();
+        for app in &running {
             let moved = next
                 .iter()
                 .any(|n| n.app.spec.name == app.name() && n.app.spec.mode != app.spec().mode);
@@ -163,18 +173,68 @@ impl Controller {
                 )));
             }
         }
+        let (named, added): (Vec<_>, Vec<_>) = next
+            .into_iter()
+            .partition(|n| running.iter().any(|a| a.name() == n.app.spec.name));
+        let left: Vec<&str> = running
+            .iter()
+            .map(|a| a.name())
+            .filter(|name| !named.iter().any(|n| n.app.spec.name == *name))
+            .collect();
         let next = Config {
             admin: None,
             resolver: Default::default(),
             etcd: None,
-            apps: next.into_iter().map(|a| a.app).collect(),
+            apps: named.into_iter().map(|a| a.app).collect(),
             balancers: Vec::new(),
         };
         preflight::prepare(&next, &config::Origins::default())
             .map_err(|errors| failed(errors.join("; ")))?;
-        let targets: Vec<&Arc<Supervisor>> = self.apps.iter().collect();
-        reload_all(specs_from(&targets, &next)).await?;
-        Ok(summary(&targets))
+        let (balancers, follow) = config::flags::ecosystem_balancers(&added, source.threads);
+        let new = Config {
+            apps: added.into_iter().map(|a| a.app).collect(),
+            balancers,
+            ..next.clone()
+        };
+        let prepared = preflight::prepare(&new, &config::Origins::default())
+            .map_err(|errors| failed(errors.join("; ")))?;
+        let started = start_new_apps(&new, prepared, &follow)
+            .await
+            .map_err(|e| failed(format!("{file}: {e}")))?;
+
+        let targets: Vec<&Arc<Supervisor>> = running
+            .iter()
+            .filter(|a| !left.contains(&a.name()))
+            .collect();
+        if let Err(e) = reload_all(specs_from(&targets, &next)).await {
+            started.stop().await;
+            return Err(e);
+        }
+        let mut said = vec![summary(&targets)];
+        for app in &started.apps {
+            said.push(format!(
+                "started {} ({} workers), as PM2 starts an app new to the file",
+                app.name(),
+                app.spec().workers.resolve()
+            ));
+        }
+        for name in &left {
+            said.push(format!(
+                "{name} is not in {file}: it runs on, as under PM2 (restart drover to stop it)"
+            ));
+        }
+        self.apps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(started.apps);
+        self.app_pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(started.pools);
+        for b in started.balancers {
+            self.add_balancer(b);
+        }
+        Ok(said.join("; "))
     }
 
     /// A reload of what started from flags: every app's rolling reload, and every
@@ -240,7 +300,7 @@ impl Controller {
             let pool = match replaces {
                 Some(old) => Arc::clone(&old.pool),
                 None => match app_of(config) {
-                    Some(app) => Arc::clone(&self.app_pools[app]),
+                    Some(app) => self.app_pool(app).expect("plan_balancers checked it"),
                     None => static_pool(plan),
                 },
             };
@@ -283,7 +343,8 @@ impl Controller {
         }
 
         // The apps' rolling reload, which undoes itself if it fails.
-        let targets: Vec<&Arc<Supervisor>> = self.apps.iter().collect();
+        let apps = self.apps();
+        let targets: Vec<&Arc<Supervisor>> = apps.iter().collect();
         if let Err(e) = reload_all(specs_from(&targets, &next)).await {
             for b in started.into_iter().flatten() {
                 b.proxy.begin_shutdown();
@@ -354,7 +415,7 @@ impl Controller {
                 // The file's validation and `reloadable` let only an app that runs here
                 // with a pool through; this keeps a mistake from being a panic.
                 if let Some(app) = app_of(config) {
-                    if !self.app_pools.contains_key(app) {
+                    if self.app_pool(app).is_none() {
                         return Err(format!(
                             "balancer {:?} balances over app {app:?}, which does not run",
                             config.name
@@ -409,8 +470,8 @@ impl Controller {
             self.app(name)?;
         }
         let _one = self.reloading.lock().await;
-        let targets: Vec<&Arc<Supervisor>> = self
-            .apps
+        let apps = self.apps();
+        let targets: Vec<&Arc<Supervisor>> = apps
             .iter()
             .filter(|a| only.as_deref().is_none_or(|n| a.name() == n))
             .collect();
@@ -436,17 +497,21 @@ impl Controller {
         Ok(summary(&targets))
     }
 
-    fn app(&self, name: &str) -> Result<&Arc<Supervisor>, ControlError> {
-        self.apps.iter().find(|a| a.name() == name).ok_or_else(|| {
-            ControlError::NotFound(format!(
-                "no app named {name:?} (apps: {})",
-                self.app_names()
-            ))
-        })
+    fn app(&self, name: &str) -> Result<Arc<Supervisor>, ControlError> {
+        self.apps()
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                ControlError::NotFound(format!(
+                    "no app named {name:?} (apps: {})",
+                    self.app_names()
+                ))
+            })
     }
 
     fn app_names(&self) -> String {
-        let known: Vec<&str> = self.apps.iter().map(|a| a.name()).collect();
+        let apps = self.apps();
+        let known: Vec<&str> = apps.iter().map(|a| a.name()).collect();
         if known.is_empty() {
             "none".to_string()
         } else {
@@ -462,9 +527,10 @@ impl Controller {
         name: Option<String>,
         workers: usize,
     ) -> Result<String, ControlError> {
-        let sup = match (&name, self.apps.as_slice()) {
+        let apps = self.apps();
+        let sup = match (&name, apps.as_slice()) {
             (Some(name), _) => self.app(name)?,
-            (None, [only]) => only,
+            (None, [only]) => Arc::clone(only),
             (None, []) => return Err(ControlError::NotFound("no apps to scale".into())),
             (None, _) => {
                 return Err(ControlError::Invalid(format!(
@@ -483,6 +549,95 @@ impl Controller {
             e => ControlError::Failed(e.to_string()),
         })
     }
+}
+
+/// The apps a reload started, not yet among the running ones.
+struct NewApps {
+    apps: Vec<Arc<Supervisor>>,
+    pools: BTreeMap<String, Arc<Pool>>,
+    balancers: Vec<Arc<RunningBalancer>>,
+}
+
+impl NewApps {
+    /// Undoes the start: nothing of it outlives a reload that failed.
+    async fn stop(self) {
+        for b in &self.balancers {
+            b.proxy.begin_shutdown();
+        }
+        for app in &self.apps {
+            app.shutdown().await;
+        }
+    }
+}
+
+/// Starts the apps of `new` (prepared as `prepared`), and the balancer of each `follow`
+/// where its app's workers listen; an app's workers have its `ready_timeout` to listen.
+/// On an error, what started is stopped again.
+async fn start_new_apps(
+    new: &Config,
+    prepared: preflight::Prepared,
+    follow: &[config::flags::FollowListen],
+) -> Result<NewApps, String> {
+    let preflight::Prepared { plans, specs } = prepared;
+    let mut started = NewApps {
+        apps: Vec::new(),
+        pools: BTreeMap::new(),
+        balancers: Vec::new(),
+    };
+    for plan in &plans {
+        if let Some(app) = &plan.app {
+            let pool = Pool::new(app.clone(), &plan.backends, plan.pool.clone());
+            started.pools.insert(app.clone(), Arc::new(pool));
+        }
+    }
+    for spec in specs {
+        let name = spec.name.clone();
+        let pool = started
+            .pools
+            .entry(name.clone())
+            .or_insert_with(|| Arc::new(Pool::new(name, &[], Default::default())))
+            .clone();
+        match crate::up::start_app(spec, pool) {
+            Ok(sup) => started.apps.push(Arc::new(sup)),
+            Err(e) => {
+                started.stop().await;
+                return Err(e);
+            }
+        }
+    }
+    for listen in follow {
+        let (config, plan) = (&new.balancers[listen.balancer], &plans[listen.balancer]);
+        let app = started
+            .apps
+            .iter()
+            .find(|a| plan.app.as_deref() == Some(a.name()))
+            .cloned()
+            .expect("each follow balancer balances an app of the file");
+        let wait = app.spec().ready_timeout;
+        let follow = FollowApp {
+            config: config.clone(),
+            plan: plan.clone(),
+            pool: Arc::clone(&started.pools[app.name()]),
+            app: Arc::clone(&app),
+            discovery: new.clone(),
+            listen: listen.clone(),
+        };
+        let why = match tokio::time::timeout(wait, where_the_app_listens(follow)).await {
+            Ok(Ok(Some(b))) => {
+                started.balancers.push(Arc::new(b));
+                continue;
+            }
+            Ok(Err(e)) => e,
+            Ok(Ok(None)) => format!("app {:?} stopped before it listened", app.name()),
+            Err(_) => format!(
+                "app {:?}: no worker listened within {wait:?} (its ready_timeout), so drover cannot tell where its clients connect",
+                app.name(),
+            ),
+        };
+        started.stop().await;
+        return Err(why);
+    }
+    Ok(started)
 }
 
 /// The file at `path` again, checked as `drover check` checks it (but for the
@@ -669,7 +824,7 @@ fn restart_row(r: RestartRecord) -> RestartRow {
 impl Control for Controller {
     fn status(&self) -> Status {
         let apps = self
-            .apps
+            .apps()
             .iter()
             .map(|sup| {
                 let spec = sup.spec();

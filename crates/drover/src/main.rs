@@ -5,6 +5,7 @@ mod check;
 mod cli;
 mod control;
 mod ctl;
+mod follow;
 mod serve;
 mod systemd;
 mod up;

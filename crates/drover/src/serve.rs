@@ -2,7 +2,6 @@
 
 use crate::control::Controller;
 use crate::systemd;
-use drover_supervisor::Supervisor;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,14 +17,13 @@ use tracing::{info, warn};
 /// where) runs beside; its error stops drover the same way, and is returned.
 pub async fn serve_until_signal(
     control: Arc<Controller>,
-    apps: Vec<Arc<Supervisor>>,
     mut late_start: Option<LateStart>,
 ) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
     // Every listener is bound by now; systemd hears READY=1 once the workers serve.
-    let ready = tokio::spawn(systemd::ready_when_serving(apps.clone()));
+    let ready = tokio::spawn(systemd::ready_when_serving(control.apps()));
     // Petted from this loop, the one that hears signals: if it hangs, systemd restarts
     // drover. Without a watchdog the timer never fires.
     let watchdog_every = systemd::watchdog_interval();
@@ -84,7 +82,8 @@ pub async fn serve_until_signal(
     // Every answered request's line is in its log's buffer now: write them all
     // before drover exits (a writer thread would be stopped mid-batch at exit).
     drover_proxy::access_log::flush_all();
-    for app in &apps {
+    // The apps running now: a reload may have started some since.
+    for app in &control.apps() {
         app.shutdown().await;
     }
     eprintln!("drover: stopped");
@@ -94,7 +93,7 @@ pub async fn serve_until_signal(
     }
 }
 
-/// A start that waits on something the apps say (`up::where_the_app_listens`).
+/// A start that waits on something the apps say (`follow::where_the_app_listens`).
 pub type LateStart = Pin<Box<dyn Future<Output = Result<(), String>>>>;
 
 /// The late starts of `starts` side by side: done when all are, failed at the first

@@ -2,19 +2,17 @@
 
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use crate::control::Controller;
+use crate::follow::{where_the_app_listens, FollowApp};
 use crate::serve;
 use crate::systemd;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
-use drover_config::model::BalancerConfig;
-use drover_config::plan::BalancerPlan;
 use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
 use drover_proxy::H2Probe;
 use drover_registry::{Pool, PoolOptions, WrapProbe};
-use drover_supervisor::{stderr_sink, FirstListen, SharedListener, Supervisor};
+use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -218,14 +216,7 @@ pub(crate) async fn run_config(
                         Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
                     })
                     .clone();
-                // Workers that speak only HTTP/2 (`h2c`) are probed with streams, as
-                // the balancer's requests reach them.
-                let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
-                Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
-                    .map_err(|e| e.to_string())
-                    .inspect(|_| {
-                        eprintln!("drover: app {name:?} starting {workers} workers");
-                    })
+                start_app(spec, pool)
             }
         };
         match started {
@@ -271,153 +262,35 @@ pub(crate) async fn run_config(
             plan,
             pool,
             app: Arc::clone(app),
-            control: Arc::clone(&controller),
             discovery: discovery_cfg.clone(),
             listen,
         };
-        late_starts.push(Box::pin(where_the_app_listens(follow)) as serve::LateStart);
+        let control = Arc::clone(&controller);
+        late_starts.push(Box::pin(async move {
+            if let Some(started) = where_the_app_listens(follow).await? {
+                control.add_balancer(Arc::new(started));
+            }
+            Ok(())
+        }) as serve::LateStart);
     }
     let late_start = (!late_starts.is_empty()).then(|| serve::all(late_starts));
-    serve::serve_until_signal(controller, apps, late_start).await
+    serve::serve_until_signal(controller, late_start).await
 }
 
-/// `drover run`'s balancer for a Node app, with no `--listen`: what it needs to start
-/// once the app's first worker listens.
-struct FollowApp {
-    config: BalancerConfig,
-    plan: BalancerPlan,
+/// Starts the workers of `spec`, a supervised app that is not in shared mode: each
+/// joins `pool` once ready. At start, and for an app a reload adds.
+pub(crate) fn start_app(
+    spec: drover_supervisor::AppSpec,
     pool: Arc<Pool>,
-    app: Arc<Supervisor>,
-    control: Arc<Controller>,
-    /// The config the balancer's discovery settings come from.
-    discovery: Config,
-    /// Where `config.listen` came from, and how to choose another address.
-    listen: flags::FollowListen,
-}
-
-/// Starts the balancer of `follow` where Node's cluster primary would listen for the
-/// app: at the port the first worker's `listen()` names (`listen(3000)` and
-/// `listen(process.argv[2] || 8000)` alike), on the address it names, or on `[::]`
-/// (then `0.0.0.0`, where the machine has no IPv6) for none; an app that listens on
-/// its `PORT` gets the balancer's own address (the default, or the `PORT` an ecosystem
-/// file gives the app; `[::]` falls back to `0.0.0.0` there too). So clients reach the app where it says it
-/// listens, as under PM2. Until then a client is refused, as under Node's cluster
-/// module before its first worker listens. An address that cannot be bound stops drover.
-async fn where_the_app_listens(follow: FollowApp) -> Result<(), String> {
-    let FollowApp {
-        mut config,
-        mut plan,
-        pool,
-        app,
-        control,
-        discovery,
-        listen,
-    } = follow;
-    let elsewhere = |what: &str| {
-        listen
-            .elsewhere
-            .as_ref()
-            .map(|how| format!("; pass {how} {what}"))
-            .unwrap_or_default()
-    };
-    let mut first = app.first_listen();
-    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
-        // The app stopped before any worker served: drover is shutting down.
-        return Ok(());
-    };
-    let chosen = match seen {
-        Some(FirstListen::Asked(addr)) => Some(addr),
-        _ => config.listen,
-    };
-    let candidates = match chosen {
-        Some(addr) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
-            vec![addr, SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()))]
-        }
-        other => other.into_iter().collect(),
-    };
-    let asked = matches!(seen, Some(FirstListen::Asked(_)));
-    let name = plan.proxy.name.clone();
-    let mut failed = None;
-    for addr in candidates {
-        config.listen = Some(addr);
-        plan.proxy.listen = Some(addr);
-        let sockets = match loopback_twin(addr).filter(|_| asked) {
-            Some(twin) => match drover_proxy::listener(twin) {
-                Ok(socket) => Sockets::BindAlso(vec![socket]),
-                // No IPv6 here, or another program holds the other loopback's port:
-                // drover serves the address the app named, as Fastify goes on when
-                // its second address cannot be had.
-                Err(e) => {
-                    tracing::info!("not serving the app's clients at {twin} too: {e}");
-                    Sockets::Bind
-                }
-            },
-            None => Sockets::Bind,
-        };
-        let started = RunningBalancer::start(
-            config.clone(),
-            plan.clone(),
-            balancers::discovery(&discovery),
-            Arc::clone(&pool),
-            None,
-            sockets,
-        )
-        .await;
-        match started {
-            Ok(b) => {
-                if asked {
-                    eprintln!(
-                        "drover: the app listens on port {}: clients connect there, as under Node's cluster module and PM2{}",
-                        addr.port(),
-                        elsewhere("to choose another address")
-                    );
-                }
-                control.add_balancer(Arc::new(b));
-                return Ok(());
-            }
-            // No IPv6 here: Node's primary falls back to IPv4 the same way.
-            Err(StartError::Bind(e))
-                if addr.is_ipv6() && e.kind() != std::io::ErrorKind::AddrInUse =>
-            {
-                failed = Some(format!("{addr}: {e}"));
-            }
-            Err(StartError::Bind(e)) => {
-                let whose = if asked {
-                    format!(
-                        "the port the app's listen() names{}",
-                        elsewhere("to serve its clients elsewhere")
-                    )
-                } else {
-                    listen.default_from.clone()
-                };
-                return Err(format!(
-                    "balancer {name:?}: cannot listen on {addr} ({whose}): {e}"
-                ));
-            }
-            Err(e @ StartError::Dns(_)) => return Err(format!("balancer {name:?}: {e}")),
-        }
-    }
-    Err(format!(
-        "balancer {name:?}: cannot listen on {}",
-        failed.unwrap_or_else(|| "any address".into())
-    ))
-}
-
-/// The other address of `localhost` for an app that listens at one of them: where
-/// /etc/hosts names both (Debian's does), Node's `listen(3000, 'localhost')` binds the
-/// first it gets (`::1`), and Fastify, which listens at `localhost` by default, binds
-/// both. Loopback is loopback, so drover serves the app's clients at both: a client of
-/// `127.0.0.1:3000` (`ab`, `curl -4`) reaches it as a client of `[::1]:3000` does.
-fn loopback_twin(addr: SocketAddr) -> Option<SocketAddr> {
-    match addr.ip() {
-        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => {
-            Some(SocketAddr::from((Ipv6Addr::LOCALHOST, addr.port())))
-        }
-        IpAddr::V6(ip) if ip == Ipv6Addr::LOCALHOST => {
-            Some(SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())))
-        }
-        _ => None,
-    }
+) -> Result<Supervisor, String> {
+    let (name, workers) = (spec.name.clone(), spec.workers.resolve());
+    // Workers that speak only HTTP/2 (`h2c`) are probed with streams, as the
+    // balancer's requests reach them.
+    let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
+    let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
+        .map_err(|e| e.to_string())?;
+    eprintln!("drover: app {name:?} starting {workers} workers");
+    Ok(sup)
 }
 
 /// The setting key of the admin API's listen address.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{admin_addr, bin, ctl, pi_server, status, stops_cleanly, temp_dir};
+use common::{admin_addr, alive, bin, ctl, pi_server, status, stops_cleanly, temp_dir};
 use drover_testkit::{wait_until, DroverProcess};
 use std::path::Path;
 use std::process::Output;
@@ -16,19 +16,6 @@ use std::time::Duration;
 /// How long a stopped process may take to disappear. Generous: the test only fails
 /// when it never does.
 const GONE_WITHIN: Duration = Duration::from_secs(10);
-
-/// A process is gone once /proc has no entry for it or it is a zombie (dead, waiting
-/// for a parent to reap it; in a container the reaper may be a shell that never does).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses and may hold
-        // spaces: read it after the last ')'.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
 
 async fn all_gone(pids: &[u32]) -> bool {
     wait_until(GONE_WITHIN, || pids.iter().all(|p| !alive(*p))).await

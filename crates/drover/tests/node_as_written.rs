@@ -12,8 +12,8 @@ mod common;
 
 use common::examples::{clean_env, drover_stops_cleanly, get};
 use common::{
-    admin_addr, assert_load_never_failed, bin, ctl, node_binaries, pi_server, restart_records,
-    status, steady_load, temp_dir, wait_all_serving,
+    admin_addr, alive, assert_load_never_failed, bin, ctl, node_binaries, pi_server,
+    restart_records, status, steady_load, temp_dir, wait_all_serving,
 };
 use drover_testkit::{spawn_ready_line, wait_until_async, ChildProcess};
 use std::collections::BTreeSet;
@@ -974,9 +974,11 @@ async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
 /// layer; its fork-mode app runs as a background worker; keys drover does not apply
 /// (a log file) are named in a note, not refused. A reload reads the file again, as
 /// `pm2 reload ecosystem.config.js` does: a new env and instance count apply under load
-/// with no failed request; an app added needs a restart and changes nothing. Before,
+/// with no failed request; an app new to the file starts, served where its workers
+/// listen, and an app taken out of it runs on, as PM2 leaves it. A new app that cannot
+/// serve (its port is taken) changes nothing, and its workers are stopped. Before,
 /// `drover run` ran the file as an app: `node ecosystem.config.js` exits at once, and
-/// drover restarted it forever.
+/// drover restarted it forever; then, a reload that added an app was refused.
 #[tokio::test]
 async fn a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them() {
     let dir = temp_dir("ecosystem");
@@ -987,7 +989,7 @@ async fn a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them() {
         "require('http').createServer((req, res) => res.end(JSON.stringify({ pid: process.pid, instance: process.env.NODE_APP_INSTANCE, env: process.env.NODE_ENV }))).listen(process.env.PORT);\n",
     )
     .unwrap();
-    let file = |instances: usize, production: &str, more: &str| {
+    let file = |instances: usize, production: &str, consumer: bool, more: &str| {
         format!(
             r#"// As PM2's guide writes one.
 module.exports = {{
@@ -1001,16 +1003,26 @@ module.exports = {{
       env: {{ PORT: {port}, NODE_ENV: 'development' }},
       env_production: {{ NODE_ENV: '{production}' }},
     }},
-    {{ name: 'consumer', script: {consumer:?}, args: [{ticks:?}] }},{more}
+    {consumer}{more}
   ],
   deploy: {{ production: {{ user: 'node', host: 'example.com' }} }},
 }};
 "#,
-            consumer = fixture("queue-consumer.js"),
-            ticks = ticks.display().to_string(),
+            consumer = match consumer {
+                true => format!(
+                    "{{ name: 'consumer', script: {:?}, args: [{:?}] }},",
+                    fixture("queue-consumer.js"),
+                    ticks.display().to_string()
+                ),
+                false => String::new(),
+            },
         )
     };
-    std::fs::write(dir.join("ecosystem.config.js"), file(2, "production", "")).unwrap();
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        file(2, "production", true, ""),
+    )
+    .unwrap();
     let mut cmd = Command::new(bin());
     cmd.args(["run", "ecosystem.config.js", "--env", "production"])
         .args(["--admin", "127.0.0.1:0"])
@@ -1056,7 +1068,11 @@ module.exports = {{
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let stop_load = Arc::new(AtomicBool::new(false));
     let load = steady_load(addr, 4, "/", stop_load.clone());
-    std::fs::write(dir.join("ecosystem.config.js"), file(3, "release-2", "")).unwrap();
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        file(3, "release-2", true, ""),
+    )
+    .unwrap();
     let (code, out, err) = ctl(admin, &["reload"]).await;
     assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
     let three = wait_until_async(Duration::from_secs(20), || async {
@@ -1082,17 +1098,106 @@ module.exports = {{
     assert_eq!(seen.len(), 3, "{seen:?}\n{}", d.stderr_text());
     assert_load_never_failed(&stop_load, load, 50, "while the file's apps reloaded").await;
 
-    let added = "\n    { name: 'extra', script: './api.js' },";
-    std::fs::write(dir.join("ecosystem.config.js"), file(3, "release-3", added)).unwrap();
+    // `pm2 reload` starts an app the file names anew ("Applications extra not running,
+    // starting...") and leaves alone one it no longer names. This one hard-codes its
+    // port, so drover learns where its clients connect from its workers' listen().
+    let extra_port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("extra.js"),
+        format!("require('http').createServer((req, res) => res.end('extra ' + process.env.NODE_APP_INSTANCE)).listen({extra_port});\n"),
+    )
+    .unwrap();
+    let extra =
+        "\n    { name: 'extra', script: './extra.js', instances: 2, exec_mode: 'cluster' },";
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        file(3, "release-3", false, extra),
+    )
+    .unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    for said in [
+        "started extra (2 workers)",
+        "consumer is not in ecosystem.config.js: it runs on",
+    ] {
+        assert!(out.contains(said), "{said:?} in {out}{err}");
+    }
+    let extra_addr = SocketAddr::from(([127, 0, 0, 1], extra_port));
+    let mut seen = BTreeSet::new();
+    for _ in 0..40 {
+        let r = get(extra_addr, "/").await;
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+        seen.insert(r.text());
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}\n{}", d.stderr_text());
+    assert!(get(addr, "/").await.text().contains("release-3"));
+    let s = status(admin).await;
+    let names: Vec<&str> = s.apps.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["api", "consumer", "extra"], "{}", d.stderr_text());
+    // It runs on: its ticks go on growing.
+    let ticked = || std::fs::read_to_string(&ticks).map_or(0, |t| t.lines().count());
+    let since = ticked();
+    let works = wait_until_async(Duration::from_secs(10), || async { ticked() > since + 2 }).await;
+    assert!(works, "the consumer left out of the file stopped working");
+
+    // A new app that cannot serve: its port is another program's. The reload says
+    // why, its workers stop, and nothing else changes.
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    std::fs::write(
+        dir.join("blocked.js"),
+        format!("require('http').createServer((req, res) => res.end('blocked')).listen({taken_port});\n"),
+    )
+    .unwrap();
+    let blocked = format!(
+        "{extra}\n    {{ name: 'blocked', script: './blocked.js', exec_mode: 'cluster' }},"
+    );
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        file(3, "release-4", false, &blocked),
+    )
+    .unwrap();
     let (code, out, err) = ctl(admin, &["reload"]).await;
     assert_ne!(code, 0, "{out}{err}");
+    for said in [
+        "balancer \"blocked\": cannot listen on",
+        "the port the app's listen() names",
+        "nothing was reloaded",
+    ] {
+        assert!(err.contains(said), "{said:?} in {out}{err}");
+    }
+    assert!(get(addr, "/").await.text().contains("release-3"));
+    let s = status(admin).await;
+    let names: Vec<&str> = s.apps.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["api", "consumer", "extra"], "{}", d.stderr_text());
+    let extra_pids: Vec<u32> = s.apps[2].workers.iter().filter_map(|w| w.pid).collect();
+    let blocked_pids = node_pids_running("blocked.js");
     assert!(
-        err.contains("restart drover to add or remove an app; nothing was reloaded"),
-        "{out}{err}"
+        blocked_pids.is_empty(),
+        "blocked's workers run on: {blocked_pids:?}"
     );
-    let r = get(addr, "/").await;
-    assert!(r.text().contains("release-2"), "{}", r.text());
+    drop(taken);
     drover_stops_cleanly("ecosystem", &d).await;
+    let outlived: Vec<&u32> = extra_pids.iter().filter(|p| alive(**p)).collect();
+    assert!(
+        outlived.is_empty(),
+        "the added app's workers outlived drover: {outlived:?}"
+    );
+}
+
+/// The pids of processes whose command line names `script`.
+fn node_pids_running(script: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(script) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
 }
 
 /// An ecosystem file as an ES module (`export default`), and ones that cannot run: each

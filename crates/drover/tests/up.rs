@@ -3,8 +3,8 @@
 mod common;
 
 use common::{
-    answering, app_config, assert_load_never_failed, bin, counted_load, members_list, pi_server,
-    port_worker, stops_cleanly, temp_dir, up_serving, worker_names,
+    alive, answering, app_config, assert_load_never_failed, bin, counted_load, members_list,
+    pi_server, port_worker, stops_cleanly, temp_dir, up_serving, worker_names,
 };
 use drover_testkit::{wait_until, wait_until_async, Backend, DroverProcess, HttpClient};
 use std::collections::BTreeSet;
@@ -18,11 +18,6 @@ fn field<'a>(json: &'a str, name: &str) -> Option<&'a str> {
     let rest = &json[at..];
     let end = rest.find([',', '}'])?;
     Some(rest[..end].trim().trim_matches('"'))
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }
 
 #[tokio::test]

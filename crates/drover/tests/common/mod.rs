@@ -530,3 +530,16 @@ pub async fn proxy_config(
         .unwrap_or_else(|| panic!("no listen line\n{}", d.stderr_text()));
     (d, addr, admin, path)
 }
+
+/// A process is gone once /proc has no entry for it or it is a zombie (dead, waiting
+/// for a parent to reap it; in a container the reaper may be a shell that never does).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold
+        // spaces: read it after the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,151 @@
+//! A balancer that starts where its app listens: `drover run` of a Node app without
+//! `--listen`, and an ecosystem file's cluster-mode apps, at start and when a reload
+//! adds one.
+
+use crate::balancers::{self, RunningBalancer, Sockets, StartError};
+use drover_config::flags;
+use drover_config::model::BalancerConfig;
+use drover_config::plan::BalancerPlan;
+use drover_config::Config;
+use drover_registry::Pool;
+use drover_supervisor::{FirstListen, Supervisor};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+/// `drover run`'s balancer for a Node app, with no `--listen`: what it needs to start
+/// once the app's first worker listens.
+pub(crate) struct FollowApp {
+    pub config: BalancerConfig,
+    pub plan: BalancerPlan,
+    pub pool: Arc<Pool>,
+    pub app: Arc<Supervisor>,
+    /// The config the balancer's discovery settings come from.
+    pub discovery: Config,
+    /// Where `config.listen` came from, and how to choose another address.
+    pub listen: flags::FollowListen,
+}
+
+/// Starts the balancer of `follow` where Node's cluster primary would listen for the
+/// app: at the port the first worker's `listen()` names (`listen(3000)` and
+/// `listen(process.argv[2] || 8000)` alike), on the address it names, or on `[::]`
+/// (then `0.0.0.0`, where the machine has no IPv6) for none; an app that listens on
+/// its `PORT` gets the balancer's own address (the default, or the `PORT` an ecosystem
+/// file gives the app; `[::]` falls back to `0.0.0.0` there too). So clients reach the app where it says it
+/// listens, as under PM2. Until then a client is refused, as under Node's cluster
+/// module before its first worker listens. An address that cannot be bound is an error;
+/// `None`: the app stopped before any worker listened (drover is shutting down).
+pub(crate) async fn where_the_app_listens(
+    follow: FollowApp,
+) -> Result<Option<RunningBalancer>, String> {
+    let FollowApp {
+        mut config,
+        mut plan,
+        pool,
+        app,
+        discovery,
+        listen,
+    } = follow;
+    let elsewhere = |what: &str| {
+        listen
+            .elsewhere
+            .as_ref()
+            .map(|how| format!("; pass {how} {what}"))
+            .unwrap_or_default()
+    };
+    let mut first = app.first_listen();
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
+        return Ok(None);
+    };
+    let chosen = match seen {
+        Some(FirstListen::Asked(addr)) => Some(addr),
+        _ => config.listen,
+    };
+    let candidates = match chosen {
+        Some(addr) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
+            vec![addr, SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()))]
+        }
+        other => other.into_iter().collect(),
+    };
+    let asked = matches!(seen, Some(FirstListen::Asked(_)));
+    let name = plan.proxy.name.clone();
+    let mut failed = None;
+    for addr in candidates {
+        config.listen = Some(addr);
+        plan.proxy.listen = Some(addr);
+        let sockets = match loopback_twin(addr).filter(|_| asked) {
+            Some(twin) => match drover_proxy::listener(twin) {
+                Ok(socket) => Sockets::BindAlso(vec![socket]),
+                // No IPv6 here, or another program holds the other loopback's port:
+                // drover serves the address the app named, as Fastify goes on when
+                // its second address cannot be had.
+                Err(e) => {
+                    tracing::info!("not serving the app's clients at {twin} too: {e}");
+                    Sockets::Bind
+                }
+            },
+            None => Sockets::Bind,
+        };
+        let started = RunningBalancer::start(
+            config.clone(),
+            plan.clone(),
+            balancers::discovery(&discovery),
+            Arc::clone(&pool),
+            None,
+            sockets,
+        )
+        .await;
+        match started {
+            Ok(b) => {
+                if asked {
+                    eprintln!(
+                        "drover: the app listens on port {}: clients connect there, as under Node's cluster module and PM2{}",
+                        addr.port(),
+                        elsewhere("to choose another address")
+                    );
+                }
+                return Ok(Some(b));
+            }
+            // No IPv6 here: Node's primary falls back to IPv4 the same way.
+            Err(StartError::Bind(e))
+                if addr.is_ipv6() && e.kind() != std::io::ErrorKind::AddrInUse =>
+            {
+                failed = Some(format!("{addr}: {e}"));
+            }
+            Err(StartError::Bind(e)) => {
+                let whose = if asked {
+                    format!(
+                        "the port the app's listen() names{}",
+                        elsewhere("to serve its clients elsewhere")
+                    )
+                } else {
+                    listen.default_from.clone()
+                };
+                return Err(format!(
+                    "balancer {name:?}: cannot listen on {addr} ({whose}): {e}"
+                ));
+            }
+            Err(e @ StartError::Dns(_)) => return Err(format!("balancer {name:?}: {e}")),
+        }
+    }
+    Err(format!(
+        "balancer {name:?}: cannot listen on {}",
+        failed.unwrap_or_else(|| "any address".into())
+    ))
+}
+
+/// The other address of `localhost` for an app that listens at one of them: where
+/// /etc/hosts names both (Debian's does), Node's `listen(3000, 'localhost')` binds the
+/// first it gets (`::1`), and Fastify, which listens at `localhost` by default, binds
+/// both. Loopback is loopback, so drover serves the app's clients at both: a client of
+/// `127.0.0.1:3000` (`ab`, `curl -4`) reaches it as a client of `[::1]:3000` does.
+fn loopback_twin(addr: SocketAddr) -> Option<SocketAddr> {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => {
+            Some(SocketAddr::from((Ipv6Addr::LOCALHOST, addr.port())))
+        }
+        IpAddr::V6(ip) if ip == Ipv6Addr::LOCALHOST => {
+            Some(SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())))
+        }
+        _ => None,
+    }
+}
