@@ -5,6 +5,7 @@ use crate::balancers::{
 };
 use crate::follow::{where_the_app_listens, FollowApp};
 use crate::systemd;
+use crate::up::Serving;
 use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
     RestartRow, Status, WorkerRow,
@@ -16,7 +17,7 @@ use drover_metrics::BalancerSnapshot;
 use drover_proxy::tls::Certificates;
 use drover_registry::Pool;
 use drover_supervisor::{
-    signal_name, RestartRecord, Supervisor, SupervisorError, WorkerStatus, Workers,
+    signal_name, RestartRecord, SharedListener, Supervisor, SupervisorError, WorkerStatus, Workers,
 };
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -120,10 +121,11 @@ impl Controller {
     }
 
     /// `drover ctl reload` and SIGHUP. With a config file and no app named, the whole
-    /// file applies: its balancers (new, removed, changed) and the apps' rolling reload.
+    /// file applies: its balancers (new, removed, changed), its apps (new ones start,
+    /// removed ones stop once their balancers drained) and the others' rolling reload.
     /// Either all of it applies or none: an invalid file, a change that needs a restart
     /// or an address that cannot be bound changes nothing, and a failed app reload is
-    /// rolled back before any balancer changes.
+    /// rolled back (and new apps stopped) before any balancer changes.
     /// Under systemd, RELOADING=1 before and READY=1 after, applied or not.
     pub async fn reload(&self, only: Option<String>) -> Result<String, ControlError> {
         systemd::reloading();
@@ -279,9 +281,49 @@ impl Controller {
 
     async fn reload_file(&self, path: &Path, running: &mut Config) -> Result<String, ControlError> {
         let next = read_next(path, running)?;
+        let failed = |what: String| {
+            ControlError::Failed(format!("{}: {what}; nothing was reloaded", path.display()))
+        };
+        let apps_now = self.apps();
+        let added: Vec<&config::AppConfig> = next
+            .apps
+            .iter()
+            .filter(|a| !apps_now.iter().any(|r| r.name() == a.spec.name))
+            .collect();
+        let removed: Vec<Arc<Supervisor>> = apps_now
+            .iter()
+            .filter(|r| !next.apps.iter().any(|a| a.spec.name == r.name()))
+            .cloned()
+            .collect();
+        // An app new to the file gets its pool from the balancer in front of it, as at
+        // start.
+        let mut plans_of_added = Vec::new();
+        for b in &next.balancers {
+            if app_of(b).is_some_and(|app| added.iter().any(|a| a.spec.name == app)) {
+                plans_of_added
+                    .push(BalancerPlan::from_config(b).map_err(|e| failed(e.to_string()))?);
+            }
+        }
+        let mut new_pools = crate::up::pools_of(&plans_of_added);
         let steps = self
-            .plan_balancers(&next)
+            .plan_balancers(&next, &new_pools)
             .map_err(|e| restart_needed(path, &e))?;
+
+        // A shared-mode app new to the file binds its address first, as the balancers
+        // do: a taken one stops the reload with nothing changed.
+        let mut shared_sockets = BTreeMap::new();
+        for (i, app) in next.apps.iter().enumerate() {
+            let (Some(listen), true) = (app.listen, added.contains(&app)) else {
+                continue;
+            };
+            let socket = SharedListener::bind(listen).map_err(|e| {
+                failed(format!(
+                    "app[{i}].listen: app {:?}: cannot listen on {listen}: {e}",
+                    app.spec.name
+                ))
+            })?;
+            shared_sockets.insert(app.spec.name.clone(), socket);
+        }
 
         // Bind every new address first: a taken one stops the reload with nothing
         // changed.
@@ -300,7 +342,10 @@ impl Controller {
             let pool = match replaces {
                 Some(old) => Arc::clone(&old.pool),
                 None => match app_of(config) {
-                    Some(app) => self.app_pool(app).expect("plan_balancers checked it"),
+                    Some(app) => self
+                        .app_pool(app)
+                        .or_else(|| new_pools.get(app).cloned())
+                        .expect("plan_balancers checked it"),
                     None => static_pool(plan),
                 },
             };
@@ -342,15 +387,43 @@ impl Controller {
             }
         }
 
-        // The apps' rolling reload, which undoes itself if it fails.
-        let apps = self.apps();
-        let targets: Vec<&Arc<Supervisor>> = apps.iter().collect();
-        if let Err(e) = reload_all(specs_from(&targets, &next)).await {
-            for b in started.into_iter().flatten() {
-                b.proxy.begin_shutdown();
+        // The apps new to the file start, behind their new balancers; then the rolling
+        // reload of the others, which undoes itself if it fails.
+        let mut new_apps = NewApps {
+            apps: Vec::new(),
+            pools: BTreeMap::new(),
+            balancers: started.iter().flatten().cloned().collect(),
+        };
+        for app in &added {
+            let name = &app.spec.name;
+            let serving = match shared_sockets.remove(name) {
+                Some(socket) => Serving::Shared(socket),
+                None => Serving::Pool(crate::up::app_pool(&mut new_pools, name)),
+            };
+            match crate::up::start_app(app.spec.clone(), serving) {
+                Ok(sup) => new_apps.apps.push(Arc::new(sup)),
+                Err(e) => {
+                    new_apps.stop().await;
+                    return Err(failed(format!("app {name:?}: {e}")));
+                }
             }
+        }
+        let targets: Vec<&Arc<Supervisor>> = apps_now
+            .iter()
+            .filter(|a| !removed.iter().any(|r| Arc::ptr_eq(a, r)))
+            .collect();
+        if let Err(e) = reload_all(specs_from(&targets, &next)).await {
+            new_apps.stop().await;
             return Err(e);
         }
+        self.apps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(new_apps.apps.iter().cloned());
+        self.app_pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(new_pools);
 
         // Nothing below can fail: the balancers change.
         let mut now: Vec<Arc<RunningBalancer>> = Vec::with_capacity(steps.len());
@@ -387,26 +460,62 @@ impl Controller {
             &mut *self.balancers.write().unwrap_or_else(|e| e.into_inner()),
             now.clone(),
         );
+        let mut gone = Vec::new();
         for b in old {
             if !now.iter().any(|n| Arc::ptr_eq(n, &b)) {
                 if !retired.iter().any(|r| Arc::ptr_eq(r, &b)) {
                     changed.push(format!("{} (removed)", b.name));
                 }
+                gone.push(Arc::clone(&b));
                 b.retire();
             }
         }
         *running = next;
-        let balancers = if changed.is_empty() {
+        let mut said = vec![summary(&targets)];
+        said.push(if changed.is_empty() {
             "no balancer changed".to_string()
         } else {
             format!("balancers changed: {}", changed.join(", "))
-        };
-        Ok(format!("{}; {balancers}", summary(&targets)))
+        });
+        for app in &new_apps.apps {
+            let workers = app.spec().workers.resolve();
+            said.push(format!("started {} ({workers} workers)", app.name()));
+        }
+        for app in &removed {
+            self.stop_removed(app, &gone).await;
+            said.push(format!("stopped {} (not in the file)", app.name()));
+        }
+        Ok(said.join("; "))
+    }
+
+    /// Stops `app`, which the file no longer names, once the balancers in front of it
+    /// (among `retired`, which the reload retired) have drained: no request in flight on
+    /// it is cut off. It stays among the apps until its workers are gone, so a SIGTERM
+    /// meanwhile stops them too.
+    async fn stop_removed(&self, app: &Arc<Supervisor>, retired: &[Arc<RunningBalancer>]) {
+        for b in retired {
+            if b.app().as_deref() == Some(app.name()) {
+                b.proxy.drained(b.drain_timeout()).await;
+            }
+        }
+        app.shutdown().await;
+        self.apps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|a| !Arc::ptr_eq(a, app));
+        self.app_pools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(app.name());
     }
 
     /// What to do with each balancer of `next`, checking everything that could refuse
     /// the reload before anything changes.
-    fn plan_balancers<'a>(&self, next: &'a Config) -> Result<Vec<Step<'a>>, String> {
+    fn plan_balancers<'a>(
+        &self,
+        next: &'a Config,
+        new_pools: &BTreeMap<String, Arc<Pool>>,
+    ) -> Result<Vec<Step<'a>>, String> {
         let current = self.balancers();
         let mut steps = Vec::new();
         for (index, config) in next.balancers.iter().enumerate() {
@@ -415,7 +524,7 @@ impl Controller {
                 // The file's validation and `reloadable` let only an app that runs here
                 // with a pool through; this keeps a mistake from being a panic.
                 if let Some(app) = app_of(config) {
-                    if self.app_pool(app).is_none() {
+                    if self.app_pool(app).is_none() && !new_pools.contains_key(app) {
                         return Err(format!(
                             "balancer {:?} balances over app {app:?}, which does not run",
                             config.name
@@ -484,6 +593,15 @@ impl Controller {
         };
         let mut running = running.lock().await;
         let next = read_next(path, &running)?;
+        for app in &targets {
+            if !next.apps.iter().any(|a| a.spec.name == app.name()) {
+                return Err(ControlError::Failed(format!(
+                    "{}: app {:?} is no longer in the file: reload the whole file (drover ctl reload) to stop it; nothing was reloaded",
+                    path.display(),
+                    app.name()
+                )));
+            }
+        }
         reload_all(specs_from(&targets, &next)).await?;
         // Only what was reloaded is now running: with `only`, the other apps keep their
         // old settings until they are reloaded too.
@@ -581,23 +699,12 @@ async fn start_new_apps(
     let preflight::Prepared { plans, specs } = prepared;
     let mut started = NewApps {
         apps: Vec::new(),
-        pools: BTreeMap::new(),
+        pools: crate::up::pools_of(&plans),
         balancers: Vec::new(),
     };
-    for plan in &plans {
-        if let Some(app) = &plan.app {
-            let pool = Pool::new(app.clone(), &plan.backends, plan.pool.clone());
-            started.pools.insert(app.clone(), Arc::new(pool));
-        }
-    }
     for spec in specs {
-        let name = spec.name.clone();
-        let pool = started
-            .pools
-            .entry(name.clone())
-            .or_insert_with(|| Arc::new(Pool::new(name, &[], Default::default())))
-            .clone();
-        match crate::up::start_app(spec, pool) {
+        let pool = crate::up::app_pool(&mut started.pools, &spec.name);
+        match crate::up::start_app(spec, crate::up::Serving::Pool(pool)) {
             Ok(sup) => started.apps.push(Arc::new(sup)),
             Err(e) => {
                 started.stop().await;
@@ -674,7 +781,7 @@ fn specs_from<'a>(
                 .apps
                 .iter()
                 .find(|a| a.spec.name == sup.name())
-                .expect("reloadable() checked the app names");
+                .expect("every app reloaded is in the file");
             (*sup, Some(cfg.spec.clone()))
         })
         .collect()
@@ -747,27 +854,17 @@ async fn apply(sup: &Supervisor, spec: Option<drover_supervisor::AppSpec>) -> Re
     Ok(())
 }
 
-/// What a reload can apply: app settings other than the mode and listen address (the
-/// worker count too), and balancers (checked by `plan_balancers`). Anything else is
-/// refused as a whole.
+/// What a reload can apply: apps added and removed, app settings other than the mode
+/// and listen address (the worker count too), and balancers (checked by
+/// `plan_balancers`). Anything else is refused as a whole.
 fn reloadable(running: &Config, next: &Config) -> Result<(), String> {
     if running.admin != next.admin {
         return Err("the [admin] table changed".into());
     }
-    let names = |c: &Config| {
-        c.apps
-            .iter()
-            .map(|a| a.spec.name.clone())
-            .collect::<Vec<_>>()
-    };
-    if names(running) != names(next) {
-        return Err(format!(
-            "the apps changed from {:?} to {:?}",
-            names(running),
-            names(next)
-        ));
-    }
-    for (old, new) in running.apps.iter().zip(&next.apps) {
+    for old in &running.apps {
+        let Some(new) = next.apps.iter().find(|a| a.spec.name == old.spec.name) else {
+            continue;
+        };
         if old.spec.mode != new.spec.mode || old.listen != new.listen {
             return Err(format!("app {:?}: mode or listen changed", old.spec.name));
         }

@@ -7,6 +7,7 @@ use crate::serve;
 use crate::systemd;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
+use drover_config::plan::BalancerPlan;
 use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
 use drover_proxy::H2Probe;
@@ -138,16 +139,8 @@ pub(crate) async fn run_config(
     };
 
     // An app's pool takes its balancing options, and its fixed backends, from the
-    // balancer in front of it (the config allows one).
-    let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
-    for plan in &plans {
-        if let Some(app) = &plan.app {
-            pools.insert(
-                app.clone(),
-                Arc::new(Pool::new(app.clone(), &plan.backends, plan.pool.clone())),
-            );
-        }
-    }
+    // balancer in front of it.
+    let mut pools = pools_of(&plans);
 
     // Balancers before workers: a balancer whose address is taken then stops the
     // start-up before any worker ran. Until workers are ready their pools are empty.
@@ -196,29 +189,11 @@ pub(crate) async fn run_config(
     balancers::wire_routes(&balancers);
     let mut apps = Vec::new();
     for spec in specs {
-        let (name, workers) = (spec.name.clone(), spec.workers.resolve());
-        let started = match shared_sockets.remove(&name) {
-            Some(socket) => {
-                let addr = socket.local_addr();
-                Supervisor::start_shared(spec, socket, stderr_sink())
-                    .map_err(|e| e.to_string())
-                    .inspect(|_| {
-                    // Scripts and tests read this line to learn the port when listening on :0.
-                    eprintln!(
-                        "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
-                    );
-                })
-            }
-            None => {
-                let pool = pools
-                    .entry(name.clone())
-                    .or_insert_with(|| {
-                        Arc::new(Pool::new(name.clone(), &[], PoolOptions::default()))
-                    })
-                    .clone();
-                start_app(spec, pool)
-            }
+        let serving = match shared_sockets.remove(&spec.name) {
+            Some(socket) => Serving::Shared(socket),
+            None => Serving::Pool(app_pool(&mut pools, &spec.name)),
         };
+        let started = start_app(spec, serving);
         match started {
             Ok(sup) => apps.push(Arc::new(sup)),
             Err(e) => {
@@ -277,20 +252,64 @@ pub(crate) async fn run_config(
     serve::serve_until_signal(controller, late_start).await
 }
 
-/// Starts the workers of `spec`, a supervised app that is not in shared mode: each
-/// joins `pool` once ready. At start, and for an app a reload adds.
+/// Where an app's workers take their clients from.
+pub(crate) enum Serving {
+    /// Each worker accepts on its own socket of this `SO_REUSEPORT` group (shared mode).
+    Shared(SharedListener),
+    /// Each worker joins this pool once ready; a balancer in front places the clients.
+    Pool(Arc<Pool>),
+}
+
+/// Starts the workers of `spec`, serving as `serving` says. At start, and for an app a
+/// reload adds.
 pub(crate) fn start_app(
     spec: drover_supervisor::AppSpec,
-    pool: Arc<Pool>,
+    serving: Serving,
 ) -> Result<Supervisor, String> {
     let (name, workers) = (spec.name.clone(), spec.workers.resolve());
-    // Workers that speak only HTTP/2 (`h2c`) are probed with streams, as the
-    // balancer's requests reach them.
-    let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
-    let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
-        .map_err(|e| e.to_string())?;
-    eprintln!("drover: app {name:?} starting {workers} workers");
-    Ok(sup)
+    match serving {
+        Serving::Shared(socket) => {
+            let addr = socket.local_addr();
+            let sup =
+                Supervisor::start_shared(spec, socket, stderr_sink()).map_err(|e| e.to_string())?;
+            // Scripts and tests read this line to learn the port when listening on :0.
+            eprintln!(
+                "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
+            );
+            Ok(sup)
+        }
+        Serving::Pool(pool) => {
+            // Workers that speak only HTTP/2 (`h2c`) are probed with streams, as the
+            // balancer's requests reach them.
+            let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
+            let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
+                .map_err(|e| e.to_string())?;
+            eprintln!("drover: app {name:?} starting {workers} workers");
+            Ok(sup)
+        }
+    }
+}
+
+/// The pool of app `name` in `pools`; a new one with the default options where no
+/// balancer in front of the app gave it its options.
+pub(crate) fn app_pool(pools: &mut BTreeMap<String, Arc<Pool>>, name: &str) -> Arc<Pool> {
+    let pool = pools
+        .entry(name.to_string())
+        .or_insert_with(|| Arc::new(Pool::new(name.to_string(), &[], PoolOptions::default())));
+    Arc::clone(pool)
+}
+
+/// The pools of the apps balancers of `plans` balance over, with each balancer's
+/// options and fixed backends (the config allows one balancer per app).
+pub(crate) fn pools_of(plans: &[BalancerPlan]) -> BTreeMap<String, Arc<Pool>> {
+    let mut pools = BTreeMap::new();
+    for plan in plans {
+        if let Some(app) = &plan.app {
+            let pool = Pool::new(app.clone(), &plan.backends, plan.pool.clone());
+            pools.insert(app.clone(), Arc::new(pool));
+        }
+    }
+    pools
 }
 
 /// The setting key of the admin API's listen address.

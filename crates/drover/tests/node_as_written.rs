@@ -1086,7 +1086,7 @@ module.exports = {{
     .await;
     assert!(three, "{}", d.stderr_text());
     let mut seen = BTreeSet::new();
-    for _ in 0..60 {
+    for _ in 0..300 {
         let r = get(addr, "/").await;
         let body: serde_json::Value = serde_json::from_str(r.text().trim()).unwrap();
         assert_eq!(body["env"], "release-2", "{}", d.stderr_text());

@@ -360,6 +360,104 @@ async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
     assert_eq!(extras().await, BTreeSet::from(["v2".to_string()]));
 }
 
+/// A drover.toml is what runs: a reload starts an `[[app]]` new to the file (with the
+/// balancer in front of it) and stops one taken out of it, once the balancer in front
+/// of it has drained, while the other app serves on with no failed request. An app
+/// that cannot start (its program is missing, its address is taken) changes nothing.
+/// Before, any change to the apps' names was refused with "the apps changed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_under_up_starts_an_app_new_to_the_file_and_stops_one_taken_out() {
+    let script = worker_script(&temp_dir("reload-up-apps-script"));
+    let web = web_config(&script, "", "workers = 2\n", "name = \"web\"\n");
+    let api = format!(
+        "\n[[app]]\nname = \"api\"\nworkers = 2\ncommand = [\"python3\", \"{script}\"]\nenv = {{ EXTRA = \"api\" }}\n\n[[balancer]]\nname = \"api\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:api\"]\n"
+    );
+    let (d, admin, file) = up_with("up-reload-apps", &web).await;
+    all_ready(admin, 2).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 4, "/", stop.clone());
+    let names = |s: &drover_admin::Status| -> Vec<String> {
+        s.apps.iter().map(|a| a.name.clone()).collect()
+    };
+
+    std::fs::write(&file, format!("{web}{api}")).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("started api (2 workers)"), "{out}");
+    let s = status(admin).await;
+    assert_eq!(names(&s), ["web", "api"]);
+    let api_addr: SocketAddr = s
+        .balancers
+        .iter()
+        .find(|b| b.name == "api")
+        .expect("the api balancer runs")
+        .listen
+        .parse()
+        .unwrap();
+    let mut api_pids = Vec::new();
+    for _ in 0..300 {
+        let s = status(admin).await;
+        let ws = &s.apps[1].workers;
+        if ws.len() == 2 && ws.iter().all(|w| w.state == "ready") {
+            api_pids = ws.iter().filter_map(|w| w.pid).collect();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(api_pids.len(), 2, "api's workers never became ready");
+    for _ in 0..10 {
+        let mut c = HttpClient::connect(api_addr).await.unwrap();
+        let r = c.request("GET", "/", &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("\"api\""), "{}", r.text());
+    }
+
+    // An app that cannot start changes nothing: a program that is not there, a
+    // shared-mode address another program holds.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for (bad, says) in [
+        (
+            "\n[[app]]\nname = \"ghost\"\ncommand = [\"no-such-program-here\"]\n".to_string(),
+            "no-such-program-here",
+        ),
+        (
+            format!(
+                "\n[[app]]\nname = \"ghost\"\nmode = \"shared\"\nlisten = \"{}\"\ncommand = [\"python3\", \"{script}\"]\n",
+                taken.local_addr().unwrap()
+            ),
+            "cannot listen on",
+        ),
+    ] {
+        std::fs::write(&file, format!("{web}{api}{bad}")).unwrap();
+        let (code, out, err) = ctl(admin, &["reload"]).await;
+        assert_ne!(code, 0, "{out}{err}");
+        assert!(err.contains(says) && err.contains("nothing was reloaded"), "{err}");
+        assert_eq!(names(&status(admin).await), ["web", "api"], "{err}");
+    }
+    drop(taken);
+
+    // Taken out of the file: its balancer drains and its workers stop.
+    std::fs::write(&file, &web).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("stopped api (not in the file)"), "{out}");
+    assert!(out.contains("api (removed)"), "{out}");
+    let s = status(admin).await;
+    assert_eq!(names(&s), ["web"]);
+    assert!(s.balancers.iter().all(|b| b.name != "api"));
+    let outlived: Vec<&u32> = api_pids.iter().filter(|p| common::alive(**p)).collect();
+    assert!(
+        outlived.is_empty(),
+        "api's workers outlived its removal: {outlived:?}"
+    );
+    assert!(
+        HttpClient::connect(api_addr).await.is_err(),
+        "api's address still answers"
+    );
+    assert_load_never_failed(&stop, load, 20, "while apps came and went").await;
+    stops_cleanly(d).await;
+}
+
 #[tokio::test]
 async fn shared_mode_serves_on_every_worker_through_one_address() {
     let (d, admin) = run_python("shared", "2", &["--mode", "shared"]).await;
