@@ -16,6 +16,7 @@ use crate::model::{self, AppConfig, Workers};
 use serde_json::{Map, Value};
 use std::io::Read;
 use std::net::{Ipv6Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -115,24 +116,20 @@ pub fn evaluate(path: &Path) -> Result<Value, String> {
 /// `cmd`'s output, as [`Command::output`] gives it, or `None` when it ran past `limit`
 /// (it is killed then). std has no wait with a deadline, so this polls; evaluating a
 /// file takes Node tens of milliseconds, and the polls cost nothing beside that.
+/// `cmd` runs in a process group of its own, which is killed once it has ended: a
+/// process the file started (a helper that inherited stdout) neither outlives the
+/// evaluation nor holds its pipes open. One that left the group (a new session) may
+/// keep them open: what was read by [`PIPES_GRACE`] after the end is the output then.
 fn output_within(cmd: &mut Command, limit: Duration) -> std::io::Result<Option<Output>> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()?;
-    // Read both pipes while waiting: a child that fills one would never exit.
-    fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    }
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let stdout = Drained::start(child.stdout.take());
+    let stderr = Drained::start(child.stderr.take());
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -145,13 +142,51 @@ fn output_within(cmd: &mut Command, limit: Duration) -> std::io::Result<Option<O
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
+    // No such group once every member has ended: nothing to do then.
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let closed_by = Instant::now() + PIPES_GRACE;
     Ok(status.map(|status| Output {
         status,
-        stdout,
-        stderr,
+        stdout: stdout.take(closed_by),
+        stderr: stderr.take(closed_by),
     }))
+}
+
+/// How long the pipes of an evaluation that ended may stay open before drover takes
+/// what they gave.
+const PIPES_GRACE: Duration = Duration::from_secs(1);
+
+/// A pipe read to its end in a thread of its own (a child that fills one pipe while
+/// nobody reads it would never exit), into a buffer that can be taken before the end.
+struct Drained {
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Drained {
+    fn start<R: Read + Send + 'static>(pipe: Option<R>) -> Drained {
+        let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = std::sync::Arc::clone(&bytes);
+        let reader = std::thread::spawn(move || {
+            let Some(mut pipe) = pipe else { return };
+            let mut chunk = [0u8; 8192];
+            while let Ok(n @ 1..) = pipe.read(&mut chunk) {
+                into.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]);
+            }
+        });
+        Drained { bytes, reader }
+    }
+
+    /// What was read: all of it once the pipe closed, or what came by `deadline`.
+    fn take(self, deadline: Instant) -> Vec<u8> {
+        while !self.reader.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *bytes)
+    }
 }
 
 /// How `drover run` reads the file: PM2's `--env NAME` and `--only A,B`.
@@ -1061,6 +1096,62 @@ pub fn base_dir() -> PathBuf {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A file that starts a process at its top level, which inherits Node's stdout:
+    /// before, drover waited for that pipe to close, so a helper that never ends held
+    /// drover's start (and every reload) for good. Now one in Node's process group is
+    /// killed once the evaluation ended, and one that left it (`detached: true`, a
+    /// session of its own) holds the pipes only `PIPES_GRACE` longer.
+    #[test]
+    fn a_process_the_file_starts_neither_holds_the_evaluation_nor_outlives_it() {
+        let dir =
+            std::env::temp_dir().join(format!("drover-ecosystem-helper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let alive = |pid: i32| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+                && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+        };
+        for detached in [false, true] {
+            let file = dir.join(format!("ecosystem-{detached}.config.js"));
+            let pids = dir.join(format!("pid-{detached}"));
+            std::fs::write(
+                &file,
+                format!(
+                    "const h = require('child_process').spawn(process.execPath, ['-e', 'setInterval(() => {{}}, 1000)'], {{ stdio: 'inherit', detached: {detached} }});\nrequire('fs').writeFileSync({:?}, String(h.pid));\nmodule.exports = {{ apps: [{{ name: 'a', script: 'a.js' }}] }};\n",
+                    pids.display().to_string()
+                ),
+            )
+            .unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let path = file.clone();
+            std::thread::spawn(move || tx.send(evaluate(&path)));
+            let read = rx
+                .recv_timeout(EVALUATE_LIMIT + Duration::from_secs(10))
+                .expect("the evaluation hung on its helper's pipe");
+            assert_eq!(
+                read.unwrap()["apps"][0]["name"],
+                "a",
+                "detached: {detached}"
+            );
+            let helper: i32 = std::fs::read_to_string(&pids)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            if detached {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(helper),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            } else {
+                assert!(
+                    !alive(helper),
+                    "the file's helper {helper} outlived its evaluation"
+                );
+            }
+        }
+    }
 
     /// A directory with the scripts the tests' files name.
     fn base() -> PathBuf {
