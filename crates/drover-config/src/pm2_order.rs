@@ -21,7 +21,10 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
     if argv[before..] != *command || before == 0 || argv[before - 1] == "--" || words.is_empty() {
         return None;
     }
-    let named_alone = drover_supervisor::with_interpreter(command, None).len() != command.len()
+    // `pm2 start app.js --cwd /srv/api`: the script is where the app runs.
+    let cwd = pm2_cwd(words);
+    let named_alone = drover_supervisor::with_interpreter(command, cwd.as_deref()).len()
+        != command.len()
         || crate::ecosystem::is_ecosystem_file(script)
         || command_string(std::slice::from_ref(script)).is_some();
     let dash = words.iter().position(|w| w == "--");
@@ -52,6 +55,20 @@ pub fn rearranged(argv: &[String], command: &[String]) -> Option<Rearranged> {
         pm2,
         strict: named_alone,
     })
+}
+
+/// The directory PM2's `--cwd DIR` (or `--cwd=DIR`) names among `words`, the words
+/// after a script, before any `--`.
+fn pm2_cwd(words: &[String]) -> Option<std::path::PathBuf> {
+    let flags = words.split(|w| w == "--").next().unwrap_or_default();
+    flags
+        .iter()
+        .enumerate()
+        .find_map(|(i, w)| match w.strip_prefix("--cwd") {
+            Some("") => flags.get(i + 1).map(Into::into),
+            Some(rest) => rest.strip_prefix('=').map(Into::into),
+            None => None,
+        })
 }
 
 /// One of PM2's own flags on a `drover run` line, where drover has no flag of that
@@ -315,6 +332,27 @@ mod tests {
         let r = rearranged(&argv, &argv[2..]).unwrap();
         assert_eq!(r.argv, words(&format!("drover run -- {app} 8080")));
         assert!(r.flags.is_empty());
+    }
+
+    /// `pm2 start app.js --cwd /srv/api -i 2`: the script is found under `--cwd`, as
+    /// PM2 finds it. Before, drover looked for it in its own directory, took the words
+    /// as a program's (`app.js --cwd ... -i 2`) and ran that.
+    #[test]
+    fn a_script_that_is_only_under_its_cwd_is_named_alone_too() {
+        let (dir, _) = script("only-there.js");
+        let dir = dir.display().to_string();
+        for line in [
+            format!("drover run only-there.js --cwd {dir} -i 2"),
+            format!("drover run only-there.js -i 2 --cwd={dir}"),
+        ] {
+            let argv = words(&line);
+            let r = rearranged(&argv, &argv[2..]).expect(&line);
+            assert_eq!(r.command, words("only-there.js"), "{line}");
+            assert!(r.strict, "{line}");
+        }
+        // Not a script under that directory either: the words stay the program's.
+        let argv = words(&format!("drover run elsewhere.js --cwd {dir} -i 2"));
+        assert_eq!(rearranged(&argv, &argv[2..]), None);
     }
 
     #[test]

@@ -1376,9 +1376,11 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
     let dir = temp_dir("pm2-flags");
     std::fs::write(
         dir.join("app.js"),
-        "require('http').createServer((req, res) => res.end(JSON.stringify({ execArgv: process.execArgv, argv: process.argv.slice(2) }))).listen(process.env.PORT);\n",
+        "require('http').createServer((req, res) => res.end(JSON.stringify({ execArgv: process.execArgv, argv: process.argv.slice(2), cwd: process.cwd() }))).listen(process.env.PORT);\n",
     )
     .unwrap();
+    // Run from another directory: the script is found under `--cwd`, as PM2 finds it.
+    let elsewhere = temp_dir("pm2-flags-elsewhere");
     let mut cmd = Command::new(bin());
     cmd.args([
         "run",
@@ -1390,6 +1392,7 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         "--kill-timeout",
         "3000",
     ])
+    .args(["--cwd", dir.to_str().unwrap()])
     .args([
         "--node-args=--max-old-space-size=300 --no-warnings",
         "--time",
@@ -1404,7 +1407,7 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         "1",
     ])
     .args(["--", "--port", "1"])
-    .current_dir(&dir);
+    .current_dir(&elsewhere);
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     says(
@@ -1426,6 +1429,12 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
     assert_eq!(
         body["argv"],
         serde_json::json!(["--port", "1"]),
+        "{}",
+        d.stderr_text()
+    );
+    assert_eq!(
+        body["cwd"].as_str().map(Path::new),
+        Some(dir.as_path()),
         "{}",
         d.stderr_text()
     );
