@@ -416,6 +416,69 @@ impl BalancerConfig {
             backend_protocol: drover_proxy::ProxyOptions::default().backend_protocol,
         }
     }
+
+    /// Makes this, the balancer in front of a Node app whose server does not speak
+    /// HTTP (it ends TLS itself, or speaks a protocol of its own), a TCP one that hands
+    /// each connection to a worker at accept, unread, as Node's cluster module hands
+    /// every connection; one that no worker can take then is relayed unread. `Err`:
+    /// the HTTP setting given for it, with why TCP mode has no use for it.
+    pub fn serve_unread(&mut self) -> Result<(), String> {
+        let d = BalancerConfig::new(
+            self.name.clone(),
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+            Vec::new(),
+        );
+        let (t, dt) = (&self.timeouts, &d.timeouts);
+        let health = self.health.as_ref().map(|h| &h.kind);
+        let given = [
+            ("timeouts.header_read", t.header_read != dt.header_read),
+            ("timeouts.request", t.request != dt.request),
+            ("timeouts.client", t.client != dt.client),
+            ("timeouts.body", t.body != dt.body),
+            (
+                "timeouts.body_min_rate",
+                t.body_min_rate != dt.body_min_rate,
+            ),
+            (
+                "health.path",
+                matches!(health, Some(CheckKind::Http { .. })),
+            ),
+            (
+                "health.grpc",
+                matches!(health, Some(CheckKind::Grpc { .. })),
+            ),
+            ("tls", self.tls.is_some()),
+            ("backend_tls", self.backend_tls.is_some()),
+            (
+                "backend_protocol",
+                self.backend_protocol != d.backend_protocol,
+            ),
+            ("redirect_to_https", self.redirect_to_https.is_some()),
+            ("h2c", self.h2c),
+        ];
+        if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+            let entry = HttpOnly::of(key);
+            return Err(format!(
+                "{}: {}",
+                entry.flag.unwrap_or(entry.key),
+                entry.why
+            ));
+        }
+        if let Some(why) = tcp_strategy_refusal(self.strategy, self.hash.as_ref()) {
+            return Err(why);
+        }
+        if let Some(why) = tcp_access_log_refusal(self.access_log.format, false) {
+            return Err(why);
+        }
+        self.mode = Protocol::Tcp;
+        if self.max_conns == ConnLimit::Auto {
+            // "auto" learns from request latency, which TCP mode does not see.
+            self.max_conns = ConnLimit::Fixed(0);
+        }
+        self.http2 = false;
+        self.handoff = drover_proxy::Handoff::Always;
+        Ok(())
+    }
 }
 
 impl AppConfig {

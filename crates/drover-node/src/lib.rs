@@ -37,5 +37,5 @@ pub use launch::{
     channel_env, is_node_program, is_script_runner, preload_env, preload_path, runner_env,
     write_preload,
 };
-pub use message::{parse, AddressType, FromWorker, ServerQuery};
+pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
 pub use session::{Ended, Inbox, Session, SessionEvent};

@@ -79,6 +79,35 @@ pub struct ServerQuery {
     pub key: String,
     /// Opaque data servers share through the primary (TLS ticket keys), passed back.
     pub data: Value,
+    /// What the server speaks, as drover's preload says (`droverServer`).
+    pub speaks: Speaks,
+}
+
+/// What a worker's server speaks to its clients, as drover's preload tells it from the
+/// server's class: a balancer that reads HTTP can serve only the first; the others get
+/// each connection unread (Node's cluster module hands every kind over alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Speaks {
+    /// `http.createServer`, Express, Fastify...; also what a listen said without the
+    /// preload's word is taken for (drover's own preload always says it).
+    #[default]
+    Http,
+    /// `https.createServer`, `tls.createServer`, `http2.createSecureServer`: the app
+    /// holds the certificate and ends TLS itself.
+    Tls,
+    /// `net.createServer` (a protocol of its own: Redis's, MQTT, a game's),
+    /// `http2.createServer` (cleartext HTTP/2).
+    Tcp,
+}
+
+impl std::fmt::Display for Speaks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Speaks::Http => "HTTP",
+            Speaks::Tls => "TLS (https.createServer or tls.createServer)",
+            Speaks::Tcp => "a TCP protocol of its own (net.createServer)",
+        })
+    }
 }
 
 /// Parses one line (without its newline).
@@ -233,6 +262,11 @@ fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
         address_type,
         key,
         data: fields.get("data").cloned().unwrap_or(Value::Null),
+        speaks: match fields.get("droverServer").and_then(Value::as_str) {
+            Some("tls") => Speaks::Tls,
+            Some("tcp") => Speaks::Tcp,
+            _ => Speaks::Http,
+        },
     })
 }
 
@@ -310,6 +344,26 @@ mod tests {
         assert_eq!(q.port, 3000);
         assert_eq!(q.address_type, AddressType::Tcp4);
         assert_eq!(q.key, "null:3000:4:undefined:0");
+        assert_eq!(q.speaks, Speaks::Http, "without the preload's word");
+    }
+
+    #[test]
+    fn what_a_server_speaks_is_the_preloads_word_and_leaves_the_key_alone() {
+        for (word, speaks) in [
+            ("http", Speaks::Http),
+            ("tls", Speaks::Tls),
+            ("tcp", Speaks::Tcp),
+            ("gopher", Speaks::Http),
+        ] {
+            let line = format!(
+                r#"{{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":8443,"addressType":4,"droverServer":"{word}","seq":1}}"#
+            );
+            let FromWorker::QueryServer(q) = parse(line.as_bytes()) else {
+                panic!("{:?}", parse(line.as_bytes()))
+            };
+            assert_eq!(q.speaks, speaks, "{word}");
+            assert_eq!(q.key, "null:8443:4:undefined:0", "{word}");
+        }
     }
 
     #[test]

@@ -23,9 +23,9 @@
 //    SIGTERM listener Node ends such an app at once. So while the app listens to SIGINT
 //    and not to SIGTERM, a SIGTERM goes to its SIGINT listeners.
 //
-// Nothing else of the app is touched; until drover asks, this only notes the app's
-// HTTP servers, counts client connections as they arrive and close, and watches which
-// signals the app listens to.
+// Nothing else of the app is touched; until drover asks, this only names what each of
+// the app's servers speaks, notes its HTTP servers, counts client connections as they
+// arrive and close, and watches which signals the app listens to.
 const script = process.argv[1] || '';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
@@ -45,11 +45,34 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
 }
 
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
+  saysWhatItServes();
   givesConnectionsBack();
 }
 
 if (!runner) {
   sigtermGoesToSigint();
+}
+
+// 4. A worker's listen() asks drover for the server (`queryServer`), as a cluster
+//    worker asks its primary; this adds what the server speaks, from its class, so
+//    drover places HTTP requests but hands a TLS server's connections (the app ends
+//    TLS itself: https.createServer) and a raw TCP protocol's (net.createServer) to the
+//    workers unread, as Node's own primary hands every connection.
+function saysWhatItServes() {
+  const cluster = require('cluster');
+  const getServer = cluster._getServer;
+  if (typeof getServer !== 'function') return;
+  const http = require('http');
+  const tls = require('tls');
+  const net = require('net');
+  cluster._getServer = function (server, options, cb) {
+    let speaks;
+    if (server instanceof http.Server) speaks = 'http';
+    else if (server instanceof tls.Server) speaks = 'tls';
+    else if (server instanceof net.Server) speaks = 'tcp';
+    const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
+    return getServer.call(this, server, asked, cb);
+  };
 }
 
 function sigtermGoesToSigint() {

@@ -44,11 +44,13 @@ pub enum Ended {
 #[derive(Debug)]
 pub enum SessionEvent {
     /// The app listens; it asked for port `asked` at `address` (`None`: any address, as
-    /// `listen(3000)` asks) and is served on drover's loopback `port`.
+    /// `listen(3000)` asks) and is served on drover's loopback `port`; its server
+    /// speaks `speaks`.
     Serving {
         asked: i64,
         address: Option<IpAddr>,
         port: u16,
+        speaks: crate::Speaks,
     },
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
@@ -628,6 +630,7 @@ impl Session {
                 asked: query.port,
                 address: asked_ip(&query),
                 port: self.port,
+                speaks: query.speaks,
             });
             let body = message::answer(&query, 0);
             let line = message::with_handle(self.next(body));
@@ -653,6 +656,7 @@ impl Session {
             asked: query.port,
             address: asked_ip(&query),
             port: self.port,
+            speaks: query.speaks,
         });
         let body = message::listening_without_socket(&query);
         self.send(body).await

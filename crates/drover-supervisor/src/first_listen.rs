@@ -2,31 +2,46 @@
 //! there: Node's cluster primary (and so PM2) binds the port a worker's `listen()`
 //! names, and an app that says "listening on port 3000" is then reached at 3000.
 
+use drover_node::Speaks;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use tokio::sync::watch;
 
-/// Where the first of an app's workers to serve listened.
+/// Where the first of an app's workers to serve listened, and what its server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FirstListen {
-    /// Its `listen()` named this port (fixed in its code, or taken from its argv) at this
-    /// address: `[::]` where it named none, the address Node's own primary binds for
-    /// `listen(3000)`.
-    Asked(SocketAddr),
-    /// It listened on its `PORT`, or became ready with no `listen()` drover heard (a
-    /// program that is not Node).
-    OwnPort,
+pub struct FirstListen {
+    /// `Some`: its `listen()` named this port (fixed in its code, or taken from its
+    /// argv) at this address: `[::]` where it named none, the address Node's own primary
+    /// binds for `listen(3000)`. `None`: it listened on its `PORT`, or became ready with
+    /// no `listen()` drover heard (a program that is not Node).
+    pub asked: Option<SocketAddr>,
+    /// What its server speaks: HTTP for a program that is not Node (drover cannot tell).
+    pub speaks: Speaks,
 }
 
 impl FirstListen {
     /// What a Node worker's `listen()` of port `asked` at `address` means, for a worker
     /// whose `PORT` is `own_port`.
-    pub(crate) fn of_listen(asked: i64, address: Option<IpAddr>, own_port: u16) -> FirstListen {
-        match u16::try_from(asked) {
-            Ok(port) if port != 0 && port != own_port => FirstListen::Asked(SocketAddr::new(
+    pub(crate) fn of_listen(
+        asked: i64,
+        address: Option<IpAddr>,
+        own_port: u16,
+        speaks: Speaks,
+    ) -> FirstListen {
+        let asked = match u16::try_from(asked) {
+            Ok(port) if port != 0 && port != own_port => Some(SocketAddr::new(
                 address.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
                 port,
             )),
-            _ => FirstListen::OwnPort,
+            _ => None,
+        };
+        FirstListen { asked, speaks }
+    }
+
+    /// A worker ready with no `listen()` drover heard.
+    pub fn own_port() -> FirstListen {
+        FirstListen {
+            asked: None,
+            speaks: Speaks::Http,
         }
     }
 }
@@ -63,31 +78,24 @@ mod tests {
 
     #[test]
     fn a_fixed_port_is_asked_for_and_port_names_the_workers_own() {
-        let any = FirstListen::of_listen(3000, None, 41000);
-        assert_eq!(any, FirstListen::Asked("[::]:3000".parse().unwrap()));
-        let local = FirstListen::of_listen(3000, Some(Ipv4Addr::LOCALHOST.into()), 41000);
-        assert_eq!(local, FirstListen::Asked("127.0.0.1:3000".parse().unwrap()));
-        assert_eq!(
-            FirstListen::of_listen(41000, None, 41000),
-            FirstListen::OwnPort
-        );
-        assert_eq!(FirstListen::of_listen(0, None, 41000), FirstListen::OwnPort);
-        assert_eq!(
-            FirstListen::of_listen(70000, None, 41000),
-            FirstListen::OwnPort
-        );
-        assert_eq!(
-            FirstListen::of_listen(-1, None, 41000),
-            FirstListen::OwnPort
-        );
+        let asked =
+            |port, address| FirstListen::of_listen(port, address, 41000, Speaks::Http).asked;
+        assert_eq!(asked(3000, None), Some("[::]:3000".parse().unwrap()));
+        let local = asked(3000, Some(Ipv4Addr::LOCALHOST.into()));
+        assert_eq!(local, Some("127.0.0.1:3000".parse().unwrap()));
+        for own in [41000, 0, 70000, -1] {
+            assert_eq!(asked(own, None), None, "{own}");
+        }
+        let tls = FirstListen::of_listen(3000, None, 41000, Speaks::Tls);
+        assert_eq!(tls.speaks, Speaks::Tls);
     }
 
     #[test]
     fn the_first_worker_to_serve_decides() {
         let cell = FirstListenCell::new();
         let seen = cell.subscribe();
-        cell.note(FirstListen::OwnPort);
-        cell.note(FirstListen::Asked("[::]:3000".parse().unwrap()));
-        assert_eq!(*seen.borrow(), Some(FirstListen::OwnPort));
+        cell.note(FirstListen::own_port());
+        cell.note(FirstListen::of_listen(3000, None, 41000, Speaks::Tcp));
+        assert_eq!(*seen.borrow(), Some(FirstListen::own_port()));
     }
 }

@@ -37,6 +37,7 @@ mod steer;
 mod supervisor;
 mod worker;
 
+pub use drover_node::Speaks;
 pub use first_listen::FirstListen;
 pub use forensics::{
     signal_name, RestartCounts, RestartReason, RestartRecord, UnknownRestartReason,

@@ -820,9 +820,10 @@ fn node_session(
                 asked,
                 address,
                 port,
+                speaks,
             } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
-                first_listen.note(FirstListen::of_listen(asked, address, port));
+                first_listen.note(FirstListen::of_listen(asked, address, port, speaks));
                 // Taken up only by a balancer in handoff mode, and only once this
                 // worker is in its pool (ready).
                 pool.handoffs().register(addr, Arc::clone(&takes));
@@ -1550,7 +1551,7 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
         return;
     };
     // A worker ready with no listen() heard (not Node) serves at its PORT.
-    shared.first_listen.note(FirstListen::OwnPort);
+    shared.first_listen.note(FirstListen::own_port());
     shared.pool.insert(Source::Supervisor, addr, 1);
     if let Some(ep) = shared.pool.find(addr) {
         ep.set_worker_life(WorkerLife::Running);

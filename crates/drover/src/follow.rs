@@ -4,11 +4,11 @@
 
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use drover_config::flags;
-use drover_config::model::BalancerConfig;
+use drover_config::model::{BalancerConfig, CheckKind};
 use drover_config::plan::BalancerPlan;
 use drover_config::Config;
 use drover_registry::Pool;
-use drover_supervisor::{FirstListen, Supervisor};
+use drover_supervisor::{FirstListen, Speaks, Supervisor};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -56,18 +56,40 @@ pub(crate) async fn where_the_app_listens(
     let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
         return Ok(None);
     };
-    let chosen = match seen {
-        Some(FirstListen::Asked(addr)) => Some(addr),
-        _ => config.listen,
-    };
+    let seen = seen.unwrap_or(FirstListen::own_port());
+    let chosen = seen.asked.or(config.listen);
     let candidates = match chosen {
         Some(addr) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
             vec![addr, SocketAddr::from((Ipv4Addr::UNSPECIFIED, addr.port()))]
         }
         other => other.into_iter().collect(),
     };
-    let asked = matches!(seen, Some(FirstListen::Asked(_)));
+    let asked = seen.asked.is_some();
     let name = plan.proxy.name.clone();
+    if seen.speaks != Speaks::Http {
+        // Node's cluster module hands every connection over alike; drover reads HTTP to
+        // place requests, which such a server's clients do not send.
+        let health = app.spec().health.as_ref().map(|h| h.kind.clone());
+        if let Some(CheckKind::Http { .. } | CheckKind::Grpc { .. }) = health {
+            return Err(format!(
+                "app {:?}: its server speaks {}, not HTTP, and its health check asks it for an HTTP answer (--health-path, health.path): drop the check (drover then checks that each worker listens and its event loop turns)",
+                app.name(),
+                seen.speaks
+            ));
+        }
+        config.serve_unread().map_err(|e| {
+            format!(
+                "app {:?}: its server speaks {}, not HTTP, so drover serves its clients in TCP mode, and {e}",
+                app.name(),
+                seen.speaks
+            )
+        })?;
+        plan = BalancerPlan::from_config(&config).map_err(|e| format!("balancer {name:?}: {e}"))?;
+        eprintln!(
+            "drover: the app's server speaks {}, not HTTP: drover hands each connection to a worker unread, as Node's cluster module does (TCP mode)",
+            seen.speaks
+        );
+    }
     let mut failed = None;
     for addr in candidates {
         config.listen = Some(addr);
@@ -147,5 +169,24 @@ fn loopback_twin(addr: SocketAddr) -> Option<SocketAddr> {
             Some(SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())))
         }
         _ => None,
+    }
+}
+
+/// The check beside a balancer that reads HTTP in front of `app` and was started before
+/// the app listened (`drover run --listen`, a drover.toml): once the first worker
+/// listens, an error (which stops drover) if its server speaks something else, whose
+/// clients would get drover's 400s.
+pub(crate) async fn speaks_http(app: Arc<Supervisor>, balancer: String) -> Result<(), String> {
+    let mut first = app.first_listen();
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
+        return Ok(());
+    };
+    match seen {
+        Some(seen) if seen.speaks != Speaks::Http => Err(format!(
+            "app {:?}: its server speaks {}, not HTTP, and balancer {balancer:?} reads HTTP requests: run it without --listen (clients then connect where the app listens, and drover hands each connection over unread, as Node's cluster module does), or put a mode = \"tcp\" balancer in front of it",
+            app.name(),
+            seen.speaks
+        )),
+        _ => Ok(()),
     }
 }

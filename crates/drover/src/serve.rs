@@ -63,7 +63,9 @@ pub async fn serve_until_signal(
     systemd::stopping();
     info!("{which}: draining");
     match &failed {
-        Some(_) => eprintln!("drover: a balancer could not start (below); draining"),
+        Some(_) => {
+            eprintln!("drover: a balancer could not start or serve its app (below); draining")
+        }
         None => eprintln!("drover: {which} received, draining"),
     }
     let balancers = control.balancers();

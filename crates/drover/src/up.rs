@@ -2,11 +2,12 @@
 
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use crate::control::Controller;
-use crate::follow::{where_the_app_listens, FollowApp};
+use crate::follow::{speaks_http, where_the_app_listens, FollowApp};
 use crate::serve;
 use crate::systemd;
 use drover_admin::AdminServer;
 use drover_config::flags::{self, RunArgs};
+use drover_config::model::Protocol;
 use drover_config::plan::BalancerPlan;
 use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
@@ -247,6 +248,17 @@ pub(crate) async fn run_config(
             }
             Ok(())
         }) as serve::LateStart);
+    }
+    // A balancer that reads HTTP, started before its app listened (`--listen`, a
+    // drover.toml): a server that speaks something else stops drover, saying why.
+    for b in &balancers {
+        let app = b
+            .app()
+            .and_then(|name| apps.iter().find(|a| a.name() == name));
+        if let (Some(app), Protocol::Http) = (app, b.config().mode) {
+            let check = speaks_http(Arc::clone(app), b.name.clone());
+            late_starts.push(Box::pin(check) as serve::LateStart);
+        }
     }
     let late_start = (!late_starts.is_empty()).then(|| serve::all(late_starts));
     serve::serve_until_signal(controller, late_start).await

@@ -530,6 +530,151 @@ async fn without_listen_clients_connect_at_the_port_the_app_names() {
     drover_stops_cleanly("argv port", &d).await;
 }
 
+/// Node's cluster module (and so PM2) hands over every connection of any server a
+/// worker listens on: an HTTPS server that holds its own certificate
+/// (`https.createServer({ key, cert }, app).listen(8443)`, as Node's docs write it) and
+/// a protocol of its own (`net.createServer`) run as N workers as they do HTTP. So does
+/// drover: its preload says what the server speaks, and for one that is not HTTP the
+/// balancer hands each connection to a worker at accept, unread (TCP mode), by load.
+/// Before, drover read the bytes as HTTP: a TLS handshake and "hi" got 400 Bad
+/// Request. With `--listen` (a balancer that reads HTTP, started before the app
+/// listened), drover stops, saying why and what to do.
+#[tokio::test]
+async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_written() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !common::pki::tools() {
+        return;
+    }
+    let pki = common::pki::Pki::new("tls-app");
+    let (cert, key) = pki.leaf(
+        "server",
+        "localhost",
+        &["localhost"],
+        common::pki::far_future(),
+    );
+    let dir = pki.dir.clone();
+    std::fs::copy(&cert, dir.join("cert.pem")).unwrap();
+    std::fs::copy(&key, dir.join("key.pem")).unwrap();
+    let (tls_port, tcp_port) = (drover_testkit::free_port(), drover_testkit::free_port());
+    std::fs::write(
+        dir.join("https-server.js"),
+        format!("const fs = require('fs');\nconst https = require('https');\nconst options = {{ key: fs.readFileSync('key.pem'), cert: fs.readFileSync('cert.pem') }};\nhttps.createServer(options, (req, res) => res.end('secure ' + process.pid)).listen({tls_port});\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("echo.js"),
+        format!("require('net').createServer((c) => c.on('data', (d) => c.write(process.pid + ' ' + d))).listen({tcp_port});\n"),
+    )
+    .unwrap();
+    let start = |script: &str| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", script])
+            .current_dir(&dir);
+        clean_env(&mut cmd);
+        spawn_ready_line(cmd, "\"default\" listening on ")
+    };
+
+    // A protocol of its own: 9 connections held open, each answered by the worker it
+    // went to, and handed over (no hop: drover counts each handoff).
+    let d = start("echo.js").await;
+    assert_eq!(d.addr().port(), tcp_port, "{}", d.stderr_text());
+    says(
+        "echo",
+        &d,
+        &["speaks a TCP protocol of its own (net.createServer), not HTTP"],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let mut held = Vec::new();
+    let mut pids = BTreeSet::new();
+    for i in 0..9 {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", tcp_port))
+            .await
+            .unwrap();
+        c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
+            .await
+            .expect("the echo answers")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+        let (pid, said) = answer.split_once(' ').unwrap_or_default();
+        assert_eq!(said, format!("hi {i}"), "{answer:?}\n{}", d.stderr_text());
+        pids.insert(pid.to_string());
+        held.push(c);
+    }
+    assert!(
+        pids.len() >= 2,
+        "9 connections went to {pids:?}\n{}",
+        d.stderr_text()
+    );
+    let handed = common::default_metric(admin, "drover_handoffs_total").await;
+    assert_eq!(handed, 9, "{}", d.stderr_text());
+    drop(held);
+    drover_stops_cleanly("echo", &d).await;
+
+    // TLS the app ends itself: curl verifies the app's own certificate.
+    let d = start("https-server.js").await;
+    assert_eq!(d.addr().port(), tls_port, "{}", d.stderr_text());
+    says(
+        "https",
+        &d,
+        &["speaks TLS (https.createServer or tls.createServer), not HTTP"],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    for _ in 0..6 {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&pki.ca_pem)
+            .arg(format!("https://localhost:{tls_port}/"))
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            body.starts_with("secure "),
+            "{body}{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            d.stderr_text()
+        );
+    }
+    assert!(common::default_metric(admin, "drover_handoffs_total").await >= 6);
+    drover_stops_cleanly("https", &d).await;
+
+    // What cannot apply to such a server stops drover, saying why: a balancer that
+    // reads HTTP in front of it, an HTTP health check, a flag only HTTP has.
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    for (flags, says) in [
+        (&["-l", "127.0.0.1:0"][..], "run it without --listen"),
+        (
+            &["--health-path", "/health"][..],
+            "its health check asks it for an HTTP answer",
+        ),
+        (
+            &["--tls-cert", cert, "--tls-key", key][..],
+            "--tls-cert: TCP mode relays bytes unread",
+        ),
+    ] {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg(bin())
+            .args(["run", "-w", "2", "--admin", "off"])
+            .args(flags)
+            .arg("https-server.js")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(
+            err.contains("its server speaks TLS") && err.contains(says),
+            "{flags:?}: {err}"
+        );
+    }
+}
+
 /// The port the app names is taken (the app already runs outside drover, say): drover
 /// stops, saying which address and what to pass, and leaves no worker behind; under PM2
 /// every worker would crash-loop on EADDRINUSE.
