@@ -95,8 +95,9 @@ pub enum Speaks {
     /// `https.createServer`, `tls.createServer`, `http2.createSecureServer`: the app
     /// holds the certificate and ends TLS itself.
     Tls,
-    /// `net.createServer` (a protocol of its own: Redis's, MQTT, a game's),
-    /// `http2.createServer` (cleartext HTTP/2).
+    /// `http2.createServer`: cleartext HTTP/2 (@grpc/grpc-js's insecure server).
+    H2c,
+    /// `net.createServer`: a protocol of its own (Redis's, MQTT, a game's).
     Tcp,
 }
 
@@ -105,6 +106,7 @@ impl std::fmt::Display for Speaks {
         f.write_str(match self {
             Speaks::Http => "HTTP",
             Speaks::Tls => "TLS (https.createServer or tls.createServer)",
+            Speaks::H2c => "cleartext HTTP/2 (http2.createServer)",
             Speaks::Tcp => "a TCP protocol of its own (net.createServer)",
         })
     }
@@ -264,6 +266,7 @@ fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
         data: fields.get("data").cloned().unwrap_or(Value::Null),
         speaks: match fields.get("droverServer").and_then(Value::as_str) {
             Some("tls") => Speaks::Tls,
+            Some("h2c") => Speaks::H2c,
             Some("tcp") => Speaks::Tcp,
             _ => Speaks::Http,
         },
@@ -352,6 +355,7 @@ mod tests {
         for (word, speaks) in [
             ("http", Speaks::Http),
             ("tls", Speaks::Tls),
+            ("h2c", Speaks::H2c),
             ("tcp", Speaks::Tcp),
             ("gopher", Speaks::Http),
         ] {

@@ -55,9 +55,10 @@ if (!runner) {
 
 // 4. A worker's listen() asks drover for the server (`queryServer`), as a cluster
 //    worker asks its primary; this adds what the server speaks, from its class, so
-//    drover places HTTP requests but hands a TLS server's connections (the app ends
-//    TLS itself: https.createServer) and a raw TCP protocol's (net.createServer) to the
-//    workers unread, as Node's own primary hands every connection.
+//    drover places HTTP requests (HTTP/2 ones too, when it speaks HTTP/2 to the
+//    workers) but hands a TLS server's connections (the app ends TLS itself:
+//    https.createServer) and a raw TCP protocol's (net.createServer) to the workers
+//    unread, as Node's own primary hands every connection.
 function saysWhatItServes() {
   const cluster = require('cluster');
   const getServer = cluster._getServer;
@@ -69,7 +70,10 @@ function saysWhatItServes() {
     let speaks;
     if (server instanceof http.Server) speaks = 'http';
     else if (server instanceof tls.Server) speaks = 'tls';
-    else if (server instanceof net.Server) speaks = 'tcp';
+    // http2.createServer (cleartext HTTP/2, as @grpc/grpc-js serves insecure calls)
+    // has no class of its own to test: its constructor's name says it.
+    else if (server instanceof net.Server)
+      speaks = server.constructor && server.constructor.name === 'Http2Server' ? 'h2c' : 'tcp';
     const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
     return getServer.call(this, server, asked, cb);
   };

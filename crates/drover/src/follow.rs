@@ -66,27 +66,27 @@ pub(crate) async fn where_the_app_listens(
     };
     let asked = seen.asked.is_some();
     let name = plan.proxy.name.clone();
-    if seen.speaks != Speaks::Http {
+    if !reads(&config, seen.speaks) {
         // Node's cluster module hands every connection over alike; drover reads HTTP to
         // place requests, which such a server's clients do not send.
         let health = app.spec().health.as_ref().map(|h| h.kind.clone());
         if let Some(CheckKind::Http { .. } | CheckKind::Grpc { .. }) = health {
             return Err(format!(
-                "app {:?}: its server speaks {}, not HTTP, and its health check asks it for an HTTP answer (--health-path, health.path): drop the check (drover then checks that each worker listens and its event loop turns)",
+                "app {:?}: its server speaks {}, not HTTP/1.1, and its health check asks it for an HTTP answer (--health-path, health.path): drop the check (drover then checks that each worker listens and its event loop turns)",
                 app.name(),
                 seen.speaks
             ));
         }
         config.serve_unread().map_err(|e| {
             format!(
-                "app {:?}: its server speaks {}, not HTTP, so drover serves its clients in TCP mode, and {e}",
+                "app {:?}: its server speaks {}, not HTTP/1.1, so drover serves its clients in TCP mode, and {e}",
                 app.name(),
                 seen.speaks
             )
         })?;
         plan = BalancerPlan::from_config(&config).map_err(|e| format!("balancer {name:?}: {e}"))?;
         eprintln!(
-            "drover: the app's server speaks {}, not HTTP: drover hands each connection to a worker unread, as Node's cluster module does (TCP mode)",
+            "drover: the app's server speaks {}, not HTTP/1.1: drover hands each connection to a worker unread, as Node's cluster module does (TCP mode)",
             seen.speaks
         );
     }
@@ -172,21 +172,44 @@ fn loopback_twin(addr: SocketAddr) -> Option<SocketAddr> {
     }
 }
 
+/// Whether a balancer in HTTP mode with `config`'s settings can speak to a worker whose
+/// server speaks `speaks`: HTTP/2 ones need `backend_protocol = "h2c"`, TLS ones
+/// `backend_tls`; a protocol of its own, never.
+fn reads(config: &BalancerConfig, speaks: Speaks) -> bool {
+    match speaks {
+        Speaks::Http => true,
+        Speaks::H2c => config.backend_protocol == drover_proxy::BackendProtocol::H2c,
+        Speaks::Tls => config.backend_tls.is_some(),
+        Speaks::Tcp => false,
+    }
+}
+
 /// The check beside a balancer that reads HTTP in front of `app` and was started before
 /// the app listened (`drover run --listen`, a drover.toml): once the first worker
-/// listens, an error (which stops drover) if its server speaks something else, whose
-/// clients would get drover's 400s.
-pub(crate) async fn speaks_http(app: Arc<Supervisor>, balancer: String) -> Result<(), String> {
+/// listens, an error (which stops drover) if its server speaks what the balancer cannot
+/// speak to it; its clients would get drover's 400s or 502s.
+pub(crate) async fn speaks_http(
+    app: Arc<Supervisor>,
+    balancer: Arc<RunningBalancer>,
+) -> Result<(), String> {
     let mut first = app.first_listen();
     let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
         return Ok(());
     };
-    match seen {
-        Some(seen) if seen.speaks != Speaks::Http => Err(format!(
-            "app {:?}: its server speaks {}, not HTTP, and balancer {balancer:?} reads HTTP requests: run it without --listen (clients then connect where the app listens, and drover hands each connection over unread, as Node's cluster module does), or put a mode = \"tcp\" balancer in front of it",
-            app.name(),
-            seen.speaks
-        )),
-        _ => Ok(()),
+    let Some(speaks) = seen.map(|s| s.speaks) else {
+        return Ok(());
+    };
+    if reads(&balancer.config(), speaks) {
+        return Ok(());
     }
+    let or = match speaks {
+        Speaks::H2c => "pass --backend-protocol h2c (backend_protocol = \"h2c\"), and drover places each of its streams",
+        Speaks::Tls => "give the balancer backend_tls, and drover speaks TLS to it",
+        _ => "put a mode = \"tcp\" balancer in front of it",
+    };
+    Err(format!(
+        "app {:?}: its server speaks {speaks}, not HTTP/1.1, and balancer {:?} reads HTTP requests and sends them on as HTTP/1.1: run it without --listen (clients then connect where the app listens, and drover hands each connection over unread, as Node's cluster module does), or {or}",
+        app.name(),
+        balancer.name,
+    ))
 }

@@ -256,7 +256,7 @@ pub(crate) async fn run_config(
             .app()
             .and_then(|name| apps.iter().find(|a| a.name() == name));
         if let (Some(app), Protocol::Http) = (app, b.config().mode) {
-            let check = speaks_http(Arc::clone(app), b.name.clone());
+            let check = speaks_http(Arc::clone(app), Arc::clone(b));
             late_starts.push(Box::pin(check) as serve::LateStart);
         }
     }

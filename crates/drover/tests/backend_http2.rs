@@ -675,6 +675,52 @@ async fn grpc_calls_to_drover_run_workers_spread_per_call() {
     assert!(e.contains("--mode shared"), "{e}");
 }
 
+/// A gRPC app run as PM2 runs it (`pm2 start server.js -i 2`), with none of drover's
+/// HTTP/2 flags: its server is cleartext HTTP/2 (`http2.createServer` inside grpc-js),
+/// which drover's preload says, so the balancer at the port it names hands each
+/// connection to a worker unread, as Node's cluster module does, and every call
+/// succeeds. Before, drover read the HTTP/2 preface as an HTTP/1.1 request and answered
+/// 400. With `--backend-protocol h2c` (the test above) drover places each call.
+#[tokio::test]
+async fn a_grpc_app_with_no_http2_flags_is_handed_its_connections_as_under_pm2() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let port = drover_testkit::free_port();
+    let at = format!("0.0.0.0:{port}");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0", "--", "node"])
+        .arg(&server)
+        .args(["", "5", &at]);
+    for var in ["LISTEN_FDS", "LISTEN_PID", "DROVER_WORKER_ID", "PORT"] {
+        cmd.env_remove(var);
+    }
+    let d = drover_testkit::spawn_ready_line(cmd, "\"default\" listening on ").await;
+    assert_eq!(d.addr().port(), port, "{}", d.stderr_text());
+    assert!(
+        d.stderr_text()
+            .contains("speaks cleartext HTTP/2 (http2.createServer)"),
+        "{}",
+        d.stderr_text()
+    );
+    let admin = admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    for _ in 0..4 {
+        let target = format!("127.0.0.1:{port}");
+        let answers = node_client(&client, &[&target, "Name", "20", "4"]).await;
+        assert!(
+            failed_calls(&answers).is_empty(),
+            "{answers}\n{}",
+            d.stderr_text()
+        );
+    }
+    assert!(common::default_metric(admin, "drover_handoffs_total").await >= 4);
+    d.signal("TERM").unwrap();
+    assert!(d
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .is_some_and(|s| s.success()));
+}
+
 /// `drover up` of a gRPC app as written (2 workers of the fixture server bound to
 /// 0.0.0.0:50051, each call `delay_ms`), with `health = { grpc = true }` probed every
 /// 200 ms (`timeout`, 2 failures in a row), behind an h2c balancer with `balancer_extra`:

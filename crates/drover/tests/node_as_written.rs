@@ -581,7 +581,7 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
     says(
         "echo",
         &d,
-        &["speaks a TCP protocol of its own (net.createServer), not HTTP"],
+        &["speaks a TCP protocol of its own (net.createServer), not HTTP/1.1"],
     )
     .await;
     let admin = admin_addr(&d).await;
@@ -620,7 +620,7 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
     says(
         "https",
         &d,
-        &["speaks TLS (https.createServer or tls.createServer), not HTTP"],
+        &["speaks TLS (https.createServer or tls.createServer), not HTTP/1.1"],
     )
     .await;
     let admin = admin_addr(&d).await;
