@@ -566,56 +566,67 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
         format!("require('net').createServer((c) => c.on('data', (d) => c.write(process.pid + ' ' + d))).listen({tcp_port});\n"),
     )
     .unwrap();
-    let start = |script: &str| {
+    let start = |node: &Path, script: &str| {
         let mut cmd = Command::new(bin());
-        cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", script])
+        cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", "--"])
+            .arg(node)
+            .arg(script)
             .current_dir(&dir);
         clean_env(&mut cmd);
         spawn_ready_line(cmd, "\"default\" listening on ")
     };
 
-    // A protocol of its own: 9 connections held open, each answered by the worker it
-    // went to, and handed over (no hop: drover counts each handoff).
-    let d = start("echo.js").await;
-    assert_eq!(d.addr().port(), tcp_port, "{}", d.stderr_text());
-    says(
-        "echo",
-        &d,
-        &["speaks a TCP protocol of its own (net.createServer), not HTTP/1.1"],
-    )
-    .await;
-    let admin = admin_addr(&d).await;
-    wait_all_serving(&d, admin).await;
-    let mut held = Vec::new();
-    let mut pids = BTreeSet::new();
-    for i in 0..9 {
-        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", tcp_port))
-            .await
-            .unwrap();
-        c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
-        let mut answer = vec![0u8; 64];
-        let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
-            .await
-            .expect("the echo answers")
-            .unwrap();
-        let answer = String::from_utf8_lossy(&answer[..n]).to_string();
-        let (pid, said) = answer.split_once(' ').unwrap_or_default();
-        assert_eq!(said, format!("hi {i}"), "{answer:?}\n{}", d.stderr_text());
-        pids.insert(pid.to_string());
-        held.push(c);
+    // A protocol of its own, under every Node here (the preload's word on what a
+    // server speaks must reach drover from Debian's Node 18 too): 9 connections held
+    // open, each answered by the worker it went to, and handed over (no hop: drover
+    // counts each handoff).
+    for (name, node) in node_binaries() {
+        let d = start(&node, "echo.js").await;
+        assert_eq!(d.addr().port(), tcp_port, "{name}: {}", d.stderr_text());
+        says(
+            &name,
+            &d,
+            &["speaks a TCP protocol of its own (net.createServer), not HTTP/1.1"],
+        )
+        .await;
+        let admin = admin_addr(&d).await;
+        wait_all_serving(&d, admin).await;
+        let mut held = Vec::new();
+        let mut pids = BTreeSet::new();
+        for i in 0..9 {
+            let mut c = tokio::net::TcpStream::connect(("127.0.0.1", tcp_port))
+                .await
+                .unwrap();
+            c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
+            let mut answer = vec![0u8; 64];
+            let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
+                .await
+                .expect("the echo answers")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+            let (pid, said) = answer.split_once(' ').unwrap_or_default();
+            assert_eq!(
+                said,
+                format!("hi {i}"),
+                "{name}: {answer:?}\n{}",
+                d.stderr_text()
+            );
+            pids.insert(pid.to_string());
+            held.push(c);
+        }
+        assert!(
+            pids.len() >= 2,
+            "{name}: 9 connections went to {pids:?}\n{}",
+            d.stderr_text()
+        );
+        let handed = common::default_metric(admin, "drover_handoffs_total").await;
+        assert_eq!(handed, 9, "{name}: {}", d.stderr_text());
+        drop(held);
+        drover_stops_cleanly(&name, &d).await;
     }
-    assert!(
-        pids.len() >= 2,
-        "9 connections went to {pids:?}\n{}",
-        d.stderr_text()
-    );
-    let handed = common::default_metric(admin, "drover_handoffs_total").await;
-    assert_eq!(handed, 9, "{}", d.stderr_text());
-    drop(held);
-    drover_stops_cleanly("echo", &d).await;
 
     // TLS the app ends itself: curl verifies the app's own certificate.
-    let d = start("https-server.js").await;
+    let d = start(Path::new("node"), "https-server.js").await;
     assert_eq!(d.addr().port(), tls_port, "{}", d.stderr_text());
     says(
         "https",
