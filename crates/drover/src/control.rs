@@ -162,7 +162,12 @@ impl Controller {
         let _one = self.reloading.lock().await;
         let failed = |e: String| ControlError::Failed(format!("{e}; nothing was reloaded"));
         let file = source.file.display();
-        let (next, _notes) = source.read().map_err(failed)?;
+        let (next, notes) = source.read().map_err(failed)?;
+        // What the file says that drover does not apply, as at start: a key added
+        // since is named too.
+        for note in &notes {
+            eprintln!("drover: note: {note}");
+        }
         let running = self.apps();
         for app in &running {
             let moved = next

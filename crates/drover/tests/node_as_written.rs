@@ -1264,7 +1264,7 @@ module.exports = {{
     )
     .unwrap();
     let extra =
-        "\n    { name: 'extra', script: './extra.js', instances: 2, exec_mode: 'cluster' },";
+        "\n    { name: 'extra', script: './extra.js', instances: 2, exec_mode: 'cluster', watch: true },";
     std::fs::write(
         dir.join("ecosystem.config.js"),
         file(3, "release-3", false, extra),
@@ -1278,6 +1278,8 @@ module.exports = {{
     ] {
         assert!(out.contains(said), "{said:?} in {out}{err}");
     }
+    // A key drover does not apply is named at a reload too, as at start.
+    says("ecosystem reload", &d, &["(extra): watch"]).await;
     let extra_addr = SocketAddr::from(([127, 0, 0, 1], extra_port));
     let mut seen = BTreeSet::new();
     for _ in 0..40 {
