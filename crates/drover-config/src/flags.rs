@@ -111,6 +111,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub h2c: bool,
 
+    /// Balance TCP connections, not HTTP requests: each goes to a worker at accept, its
+    /// bytes unread (a Node worker takes it and serves it directly; another program's
+    /// are relayed), for servers that end TLS themselves or speak a protocol of their
+    /// own (`mode = "tcp"`). A Node app's server is told apart without it, where no
+    /// --listen is given.
+    #[arg(long)]
+    pub tcp: bool,
+
     /// What requests go to the workers as: http1, or h2c for workers that speak HTTP/2
     /// in cleartext (gRPC servers): each request one stream, so the calls of one client
     /// connection spread over the workers [default: http1] (`backend_protocol`).
@@ -1045,6 +1053,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         ),
         (args.h2c, "--h2c"),
         (args.backend_protocol.is_some(), "--backend-protocol"),
+        (args.tcp, "--tcp"),
     ];
     given
         .into_iter()
@@ -1141,6 +1150,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if drover_supervisor::command_uses_port(&command) {
                 return Err("{port} in the command needs a port per worker, which --mode shared does not have: each worker accepts on the socket drover gives it as fd 3 (--listen)".into());
             }
+            if args.tcp {
+                return Err("--tcp does not apply to --mode shared: the workers accept the connections themselves, whatever they speak".into());
+            }
             app.listen = Some(args.listen.unwrap_or(DEFAULT_RUN_LISTEN));
         }
         model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
@@ -1194,6 +1206,22 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                     return Err("--h2c is HTTP/2 in cleartext; with --tls-cert, HTTP/2 is offered by ALPN: drop --h2c".into());
                 }
                 balancer.h2c = true;
+            }
+            if args.tcp {
+                if let Some(flag) = [
+                    (args.health_path.is_some(), "--health-path"),
+                    (args.health_grpc.is_some(), "--health-grpc"),
+                ]
+                .into_iter()
+                .find_map(|(given, flag)| given.then_some(flag))
+                {
+                    return Err(format!("{flag} does not apply to --tcp: a TCP worker may not speak HTTP (drover checks that each worker listens)"));
+                }
+                balancer.serve_unread().map_err(|e| format!("--tcp: {e}"))?;
+                if args.mode == model::Mode::Proxy {
+                    // Every connection relayed through drover, none handed over.
+                    balancer.handoff = drover_proxy::Handoff::Never;
+                }
             }
             balancers.push(balancer);
         }

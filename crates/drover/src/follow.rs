@@ -4,7 +4,7 @@
 
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use drover_config::flags;
-use drover_config::model::{BalancerConfig, CheckKind};
+use drover_config::model::{BalancerConfig, CheckKind, Protocol};
 use drover_config::plan::BalancerPlan;
 use drover_config::Config;
 use drover_registry::Pool;
@@ -66,7 +66,7 @@ pub(crate) async fn where_the_app_listens(
     };
     let asked = seen.asked.is_some();
     let name = plan.proxy.name.clone();
-    if !reads(&config, seen.speaks) {
+    if config.mode == Protocol::Http && !reads(&config, seen.speaks) {
         // Node's cluster module hands every connection over alike; drover reads HTTP to
         // place requests, which such a server's clients do not send.
         let health = app.spec().health.as_ref().map(|h| h.kind.clone());

@@ -686,6 +686,95 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
     }
 }
 
+/// `drover run --tcp`: TCP servers of any language balanced by connection, as HAProxy's
+/// `mode tcp` balances them, with `--listen` where clients connect. A program that is
+/// not Node has each connection relayed (held connections spread over the workers); a
+/// Node app's are handed to its workers. HTTP-only flags are refused with it.
+#[tokio::test]
+async fn run_tcp_balances_servers_of_any_language_by_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("run-tcp");
+    std::fs::write(
+        dir.join("echo.py"),
+        "import os, socketserver\nclass Echo(socketserver.BaseRequestHandler):\n    def handle(self):\n        data = self.request.recv(1024)\n        self.request.sendall(f'{os.getpid()} '.encode() + data)\n        self.request.recv(1024)\nclass Server(socketserver.ThreadingTCPServer):\n    allow_reuse_address = True\n    daemon_threads = True\nServer(('127.0.0.1', int(os.environ['PORT'])), Echo).serve_forever()\n",
+    )
+    .unwrap();
+    let node_port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("echo.js"),
+        format!("require('net').createServer((c) => c.on('data', (d) => c.write(process.pid + ' ' + d))).listen({node_port});\n"),
+    )
+    .unwrap();
+    for (program, handed) in [
+        (&["python3", "echo.py"][..], false),
+        (&["node", "echo.js"][..], true),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "run",
+            "--tcp",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--",
+        ])
+        .args(program)
+        .current_dir(&dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        wait_all_serving(&d, admin).await;
+        let mut held = Vec::new();
+        let mut pids = BTreeSet::new();
+        for i in 0..6 {
+            let mut c = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+            c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
+            let mut answer = vec![0u8; 64];
+            let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
+                .await
+                .expect("the echo answers")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&answer[..n]).to_string();
+            let (pid, said) = answer.split_once(' ').unwrap_or_default();
+            assert_eq!(
+                said,
+                format!("hi {i}"),
+                "{program:?}: {answer:?}\n{}",
+                d.stderr_text()
+            );
+            pids.insert(pid.to_string());
+            held.push(c);
+        }
+        assert_eq!(pids.len(), 2, "{program:?}: {pids:?}\n{}", d.stderr_text());
+        let handoffs = common::default_metric(admin, "drover_handoffs_total").await;
+        assert_eq!(handoffs > 0, handed, "{program:?}: {handoffs} handed over");
+        drop(held);
+        drover_stops_cleanly(&format!("{program:?}"), &d).await;
+    }
+    for (flags, says) in [
+        (
+            &["--health-path", "/h"][..],
+            "--health-path does not apply to --tcp",
+        ),
+        (
+            &["--mode", "shared"][..],
+            "--tcp does not apply to --mode shared",
+        ),
+        (
+            &["--h2c"][..],
+            "--tcp: --h2c: HTTP/2 is read frame by frame",
+        ),
+    ] {
+        let mut words = vec!["--tcp"];
+        words.extend_from_slice(flags);
+        words.extend_from_slice(&["--", "python3", "echo.py"]);
+        run_is_refused(&dir, &words, says);
+    }
+}
+
 /// The port the app names is taken (the app already runs outside drover, say): drover
 /// stops, saying which address and what to pass, and leaves no worker behind; under PM2
 /// every worker would crash-loop on EADDRINUSE.
