@@ -42,7 +42,8 @@ pub struct Controller {
     source: Source,
     /// Serializes reloads when there is no config to lock.
     reloading: tokio::sync::Mutex<()>,
-    /// The supervised apps; a reload of an ecosystem file adds the ones it names anew.
+    /// The supervised apps; a reload adds the ones its file names anew and (a
+    /// drover.toml) stops the ones it no longer names.
     apps: RwLock<Vec<Arc<Supervisor>>>,
     /// Each supervised app's pool, for a balancer a reload puts in front of it.
     app_pools: RwLock<BTreeMap<String, Arc<Pool>>>,
