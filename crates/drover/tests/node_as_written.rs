@@ -541,7 +541,6 @@ async fn without_listen_clients_connect_at_the_port_the_app_names() {
 /// listened), drover stops, saying why and what to do.
 #[tokio::test]
 async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_written() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if !common::pki::tools() {
         return;
     }
@@ -591,29 +590,7 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
         .await;
         let admin = admin_addr(&d).await;
         wait_all_serving(&d, admin).await;
-        let mut held = Vec::new();
-        let mut pids = BTreeSet::new();
-        for i in 0..9 {
-            let mut c = tokio::net::TcpStream::connect(("127.0.0.1", tcp_port))
-                .await
-                .unwrap();
-            c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
-            let mut answer = vec![0u8; 64];
-            let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
-                .await
-                .expect("the echo answers")
-                .unwrap();
-            let answer = String::from_utf8_lossy(&answer[..n]).to_string();
-            let (pid, said) = answer.split_once(' ').unwrap_or_default();
-            assert_eq!(
-                said,
-                format!("hi {i}"),
-                "{name}: {answer:?}\n{}",
-                d.stderr_text()
-            );
-            pids.insert(pid.to_string());
-            held.push(c);
-        }
+        let (held, pids) = echo_on_held_connections(("127.0.0.1", tcp_port), 9, &name, &d).await;
         assert!(
             pids.len() >= 2,
             "{name}: 9 connections went to {pids:?}\n{}",
@@ -686,13 +663,41 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
     }
 }
 
+/// `n` connections to an echo server (it answers "PID what-it-got") at `addr`, each
+/// answered and held open: the connections, and the pids that answered.
+async fn echo_on_held_connections(
+    addr: impl tokio::net::ToSocketAddrs + Copy,
+    n: usize,
+    who: &str,
+    d: &ChildProcess,
+) -> (Vec<tokio::net::TcpStream>, BTreeSet<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut held = Vec::new();
+    let mut pids = BTreeSet::new();
+    for i in 0..n {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
+            .await
+            .expect("the echo answers")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..read]).to_string();
+        let (pid, said) = answer.split_once(' ').unwrap_or_default();
+        let want = format!("hi {i}");
+        assert_eq!(said, want, "{who}: {answer:?}\n{}", d.stderr_text());
+        pids.insert(pid.to_string());
+        held.push(c);
+    }
+    (held, pids)
+}
+
 /// `drover run --tcp`: TCP servers of any language balanced by connection, as HAProxy's
 /// `mode tcp` balances them, with `--listen` where clients connect. A program that is
 /// not Node has each connection relayed (held connections spread over the workers); a
 /// Node app's are handed to its workers. HTTP-only flags are refused with it.
 #[tokio::test]
 async fn run_tcp_balances_servers_of_any_language_by_connection() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = temp_dir("run-tcp");
     std::fs::write(
         dir.join("echo.py"),
@@ -727,27 +732,8 @@ async fn run_tcp_balances_servers_of_any_language_by_connection() {
         let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
         let admin = admin_addr(&d).await;
         wait_all_serving(&d, admin).await;
-        let mut held = Vec::new();
-        let mut pids = BTreeSet::new();
-        for i in 0..6 {
-            let mut c = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
-            c.write_all(format!("hi {i}").as_bytes()).await.unwrap();
-            let mut answer = vec![0u8; 64];
-            let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut answer))
-                .await
-                .expect("the echo answers")
-                .unwrap();
-            let answer = String::from_utf8_lossy(&answer[..n]).to_string();
-            let (pid, said) = answer.split_once(' ').unwrap_or_default();
-            assert_eq!(
-                said,
-                format!("hi {i}"),
-                "{program:?}: {answer:?}\n{}",
-                d.stderr_text()
-            );
-            pids.insert(pid.to_string());
-            held.push(c);
-        }
+        let who = format!("{program:?}");
+        let (held, pids) = echo_on_held_connections(d.addr(), 6, &who, &d).await;
         assert_eq!(pids.len(), 2, "{program:?}: {pids:?}\n{}", d.stderr_text());
         let handoffs = common::default_metric(admin, "drover_handoffs_total").await;
         assert_eq!(handoffs > 0, handed, "{program:?}: {handoffs} handed over");
