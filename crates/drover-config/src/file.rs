@@ -1210,13 +1210,6 @@ impl RawConfig {
             });
             let beside_others = b.backends.len() > 1;
             if let Some(app) = app {
-                if app.spec.mode == Mode::Handoff && b.mode == Protocol::Tcp {
-                    return Err(ctx.at(
-                        backends_span,
-                        format!("balancer[{i}].backends"),
-                        format!("app {:?} runs in handoff mode, which hands HTTP connections between requests; a mode = \"tcp\" balancer relays each connection itself: use mode = \"proxy\"", app.spec.name),
-                    ));
-                }
                 if app.spec.mode == Mode::Handoff && b.backend_protocol.is_http2() {
                     return Err(ctx.at(
                         backends_span,
@@ -1239,11 +1232,26 @@ impl RawConfig {
                 Some(app) if !beside_others => vec![app.spec.mode],
                 _ => Vec::new(),
             };
-            // A TCP balancer relays every connection itself: none is handed over. Nor
-            // does a listener with routes (its next request may go elsewhere), or a
-            // balancer without one (the connections are the routing listener's).
-            if b.mode == Protocol::Http && b.routes.is_empty() && b.listen.is_some() {
-                b.handoff = crate::model::handoff_for(&modes, b.strategy, b.backend_protocol);
+            // A listener with routes hands nothing over (its next request may go
+            // elsewhere), nor does a balancer without one (the connections are the
+            // routing listener's). A TCP balancer in front of an app alone hands each
+            // connection to a Node worker at accept, unread, as `drover run --tcp`
+            // does (one no worker takes is relayed); hashed, it relays them all.
+            if b.routes.is_empty() && b.listen.is_some() {
+                b.handoff = match b.mode {
+                    Protocol::Http => {
+                        crate::model::handoff_for(&modes, b.strategy, b.backend_protocol)
+                    }
+                    Protocol::Tcp
+                        if b.strategy != Strategy::Hash
+                            && modes
+                                .iter()
+                                .any(|m| matches!(m, Mode::Auto | Mode::Handoff)) =>
+                    {
+                        drover_proxy::Handoff::Always
+                    }
+                    Protocol::Tcp => drover_proxy::Handoff::Never,
+                };
             }
             balancers.push(b);
         }

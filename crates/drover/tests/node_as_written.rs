@@ -740,6 +740,29 @@ async fn run_tcp_balances_servers_of_any_language_by_connection() {
         drop(held);
         drover_stops_cleanly(&format!("{program:?}"), &d).await;
     }
+    // A drover.toml's mode = "tcp" balancer in front of the Node app hands its
+    // connections over the same way.
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[[app]]\nname = \"echo\"\nworkers = 2\ncommand = [\"node\", {:?}]\n[[balancer]]\nname = \"echo\"\nlisten = \"127.0.0.1:0\"\nmode = \"tcp\"\nbackends = [\"app:echo\"]\n",
+        dir.join("echo.js").display().to_string()
+    );
+    std::fs::write(dir.join("drover.toml"), toml).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "-c", "drover.toml"]).current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"echo\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let (held, pids) = echo_on_held_connections(d.addr(), 6, "drover up", &d).await;
+    assert_eq!(pids.len(), 2, "{pids:?}\n{}", d.stderr_text());
+    let text = common::metrics_text(admin).await;
+    assert!(
+        text.contains("drover_handoffs_total{balancer=\"echo\"} 6"),
+        "{text}"
+    );
+    drop(held);
+    drover_stops_cleanly("drover up", &d).await;
+
     for (flags, says) in [
         (
             &["--health-path", "/h"][..],
