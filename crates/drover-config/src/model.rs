@@ -423,12 +423,7 @@ impl BalancerConfig {
     /// every connection; one that no worker can take then is relayed unread. `Err`:
     /// the HTTP setting given for it, with why TCP mode has no use for it.
     pub fn serve_unread(&mut self) -> Result<(), String> {
-        let d = BalancerConfig::new(
-            self.name.clone(),
-            SocketAddr::from(([0, 0, 0, 0], 0)),
-            Vec::new(),
-        );
-        let (t, dt) = (&self.timeouts, &d.timeouts);
+        let (t, dt) = (&self.timeouts, TimeoutConfig::default());
         let health = self.health.as_ref().map(|h| &h.kind);
         let given = [
             ("timeouts.header_read", t.header_read != dt.header_read),
@@ -451,7 +446,7 @@ impl BalancerConfig {
             ("backend_tls", self.backend_tls.is_some()),
             (
                 "backend_protocol",
-                self.backend_protocol != d.backend_protocol,
+                self.backend_protocol != drover_proxy::ProxyOptions::default().backend_protocol,
             ),
             ("redirect_to_https", self.redirect_to_https.is_some()),
             ("h2c", self.h2c),

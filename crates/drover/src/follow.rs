@@ -69,8 +69,10 @@ pub(crate) async fn where_the_app_listens(
     if config.mode == Protocol::Http && !reads(&config, seen.speaks) {
         // Node's cluster module hands every connection over alike; drover reads HTTP to
         // place requests, which such a server's clients do not send.
-        let health = app.spec().health.as_ref().map(|h| h.kind.clone());
-        if let Some(CheckKind::Http { .. } | CheckKind::Grpc { .. }) = health {
+        let spec = app.spec();
+        if let Some(CheckKind::Http { .. } | CheckKind::Grpc { .. }) =
+            spec.health.as_ref().map(|h| &h.kind)
+        {
             return Err(format!(
                 "app {:?}: its server speaks {}, not HTTP/1.1, and its health check asks it for an HTTP answer (--health-path, health.path): drop the check (drover then checks that each worker listens and its event loop turns)",
                 app.name(),
