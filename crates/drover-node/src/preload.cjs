@@ -1,5 +1,5 @@
 'use strict';
-// drover's preload, loaded into a worker's Node processes by NODE_OPTIONS. Two jobs:
+// drover's preload, loaded into a worker's Node processes by NODE_OPTIONS. Its jobs:
 //
 // 1. Apps started by a package manager (`npm start`, `yarn start`, `pnpm start`) or by
 //    tsx (`tsx app.ts`, which runs the app in a child Node with its loader): npm and tsx
