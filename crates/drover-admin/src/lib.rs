@@ -35,5 +35,5 @@ pub use members::{BalancerMembers, MemberList, MemberRow};
 pub use server::AdminServer;
 pub use status::{
     restarts_log, wall_clock, AppStatus, BalancerStatus, EndpointRow, NoSuchApp, RestartRow,
-    RouteRow, SourceRow, Status, WorkerRow,
+    RouteRow, SharedPortRow, SourceRow, Status, WorkerRow,
 };

@@ -22,6 +22,19 @@ pub struct AppStatus {
     /// Why its worker processes ended, the last few, oldest first.
     #[serde(default)]
     pub restarts: Vec<RestartRow>,
+    /// The ports its workers listen on after their first, which they share as under
+    /// Node's cluster module (a metrics or admin server of the app's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_ports: Vec<SharedPortRow>,
+}
+
+/// A port an app's workers share (see `AppStatus::shared_ports`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SharedPortRow {
+    /// `ADDR:PORT`, `*:PORT` for every address.
+    pub listen: String,
+    /// How many of the app's workers listen there now.
+    pub workers: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -308,6 +321,18 @@ impl Status {
                 ],
                 &rows,
             );
+            if !app.shared_ports.is_empty() {
+                let ports: Vec<String> = app
+                    .shared_ports
+                    .iter()
+                    .map(|p| format!("{} ({} workers)", p.listen, p.workers))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "also listens on {}: shared by its workers in turn, as under Node's cluster module",
+                    ports.join(", ")
+                );
+            }
             out.push('\n');
         }
         for b in &self.balancers {
@@ -553,6 +578,10 @@ mod tests {
                     },
                 ],
                 restarts: vec![],
+                shared_ports: vec![SharedPortRow {
+                    listen: "*:9100".into(),
+                    workers: 2,
+                }],
             }],
             balancers: vec![BalancerStatus {
                 name: "default".into(),
@@ -592,6 +621,10 @@ mod tests {
             }],
         };
         let text = status.to_table();
+        assert!(
+            text.contains("also listens on *:9100 (2 workers): shared by its workers in turn"),
+            "{text}"
+        );
         assert!(
             text.contains("  dns api.internal:80: failing, 2 members; timed out"),
             "{text}"
@@ -692,6 +725,7 @@ mod tests {
             command: vec!["x".into()],
             workers: vec![],
             restarts,
+            shared_ports: vec![],
         }
     }
 

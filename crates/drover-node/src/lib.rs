@@ -14,6 +14,11 @@
 //! connections then arrive as handles (`newconn`, an fd passed by `SCM_RIGHTS`): drover
 //! accepts them on the worker's own loopback port and hands each one over.
 //!
+//! A port the worker listens on after its first (a metrics server's) is bound once for
+//! all the app's workers and shared among them as Node's primary shares every port
+//! ([`SharedPorts`]): drover balances the first port by load, and hands the others'
+//! connections to each worker in turn.
+//!
 //! Retiring a worker that serves clients directly (a reload, a scale-down) would close
 //! their keep-alive connections, and a request sent at that moment would fail. So
 //! drover's preload in the worker ([`channel_env`]) gives each one back between two
@@ -31,6 +36,7 @@ pub mod fuzzing;
 mod launch;
 mod message;
 mod session;
+mod shared_ports;
 
 pub use channel::ChannelError;
 pub use launch::{
@@ -39,3 +45,4 @@ pub use launch::{
 };
 pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
 pub use session::{Ended, Inbox, Session, SessionEvent};
+pub use shared_ports::SharedPorts;

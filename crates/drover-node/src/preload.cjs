@@ -16,6 +16,9 @@
 //    workers than client connections, and places each request again once it has not.
 //    For that it must know how many client connections each worker serves: this says
 //    so (`clients`) whenever the number changes, at most once per turn of the loop.
+//    Only the servers on the app's first port count: drover balances that one; a port
+//    the app listens on after it (a metrics server's) its workers share as under Node's
+//    cluster module, and its connections stay where they are.
 //
 // 3. drover stops a worker with SIGTERM, as Docker, systemd and Kubernetes do; PM2 stops
 //    it with SIGINT, and apps written for PM2 shut down gracefully on SIGINT only
@@ -43,6 +46,11 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   require('cluster')._setupWorker();
   delete process.env.NODE_UNIQUE_ID;
 }
+
+// The servers on the first port the app listens on (the one drover balances; two at
+// `localhost`'s two loopbacks), filled in by saysWhatItServes.
+const balanced = new WeakSet();
+let balancedPort = 0;
 
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
   saysWhatItServes();
@@ -74,6 +82,12 @@ function saysWhatItServes() {
     // has no class of its own to test: its constructor's name says it.
     else if (server instanceof net.Server)
       speaks = server.constructor && server.constructor.name === 'Http2Server' ? 'h2c' : 'tcp';
+    const port = Number(options && options.port) || 0;
+    const tcp = options && (options.addressType === 4 || options.addressType === 6);
+    if (speaks && tcp && port > 0) {
+      if (balancedPort === 0) balancedPort = port;
+      if (port === balancedPort) balanced.add(server);
+    }
     const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
     return getServer.call(this, server, asked, cb);
   };
@@ -138,6 +152,7 @@ function givesConnectionsBack() {
   const noteServer = (message) => {
     const socket = message && message.socket;
     const server = socket && socket.server;
+    if (!server || !balanced.has(server)) return;
     // HTTP only: drover cannot carry on a TLS session (https.Server is not an
     // http.Server), and a raw TCP protocol has no point between requests.
     if (server instanceof http.Server) servers.add(server);

@@ -3,6 +3,7 @@
 
 use crate::channel::{Channel, ChannelError, Line};
 use crate::message::{self, AddressType, FromWorker, ServerQuery};
+use crate::shared_ports::{self, Joined, Place, SharedPorts, Taker};
 use serde_json::Value;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::collections::VecDeque;
@@ -32,6 +33,7 @@ const MAX_RESENDS: u32 = 3;
 /// libuv's errno values (negated errno), which the app's `listen()` raises.
 const UV_EADDRINUSE: i32 = -98;
 const UV_ENOTSUP: i32 = -95;
+const UV_EINVAL: i32 = -22;
 
 /// How a session ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,6 +53,14 @@ pub enum SessionEvent {
         address: Option<IpAddr>,
         port: u16,
         speaks: crate::Speaks,
+    },
+    /// The app listens on a port after its first (`asked`, at `address`): the app's
+    /// workers share it, as under Node's cluster module (see `SharedPorts`); `bound`:
+    /// this worker was the first to listen there, and drover bound it.
+    AlsoServing {
+        asked: u16,
+        address: Option<IpAddr>,
+        bound: bool,
     },
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
@@ -82,18 +92,41 @@ struct Served {
     listener: Option<tokio::net::TcpListener>,
 }
 
+/// A server on a port after the worker's first, shared with the app's other workers.
+struct AlsoServed {
+    place: Place,
+    /// Node's name for the server, which `newconn` carries.
+    key: String,
+}
+
 /// A connection sent and not yet acknowledged.
 struct InFlight {
+    /// The `newconn`'s own sequence number, which the worker's answer names.
+    seq: u64,
     message: Value,
     socket: Waiting,
     resends: u32,
 }
+
+/// Connections the worker has and has not yet said it took: drover keeps its copy, as
+/// Node's primary does, so that one the worker refuses (its server closed a moment
+/// before, or at `maxConnections`) goes to another worker. Past this many unanswered,
+/// the oldest copy is closed (a worker that never answers cannot make drover hold
+/// sockets without bound).
+const MAX_UNANSWERED: usize = 256;
+
+/// A retiring worker takes no more shared-port connections, and is asked to leave this
+/// long after the last one it took: Node's `server.close()` closes a connection with no
+/// request read yet (it is idle), so one taken up a moment before would be reset.
+const SHARED_GRACE: Duration = Duration::from_millis(200);
 
 /// A connection for the worker, and whether it came through the `Inbox` (and so counts
 /// in its `queued` until the worker takes it).
 struct Waiting {
     socket: TcpStream,
     given: bool,
+    /// A shared port's connection (`None`: the first port's).
+    shared: Option<Place>,
 }
 
 /// What drover tells a session from outside.
@@ -118,6 +151,8 @@ pub struct Inbox {
     tx: mpsc::UnboundedSender<ToSession>,
     queued: Arc<AtomicUsize>,
     given: Arc<AtomicBool>,
+    /// The worker listens on a port the app's workers share (`SharedPorts`).
+    shares: Arc<AtomicBool>,
     /// When the worker last took up a connection given to it, or was given one with
     /// none waiting: milliseconds since `epoch`.
     progress_ms: Arc<AtomicU64>,
@@ -187,6 +222,12 @@ impl Inbox {
     /// Whether the worker was ever given a connection this way.
     pub fn was_given(&self) -> bool {
         self.given.load(Relaxed)
+    }
+
+    /// Whether the worker listens on a port the app's workers share, whose clients it
+    /// then serves directly.
+    pub fn shares_ports(&self) -> bool {
+        self.shares.load(Relaxed)
     }
 
     /// Asks the worker to close its servers and leave once its connections end.
@@ -261,10 +302,21 @@ pub struct Session {
     port: u16,
     seq: u64,
     served: Option<Served>,
+    /// The servers on ports after the first, and the app's shared ports they join.
+    also: Vec<AlsoServed>,
+    shared_ports: SharedPorts,
+    /// This session among the takers of `shared_ports`.
+    id: u64,
+    to_me: mpsc::UnboundedSender<(Place, TcpStream)>,
+    shared_in: mpsc::UnboundedReceiver<(Place, TcpStream)>,
     waiting: VecDeque<Waiting>,
     /// Sent and not yet acknowledged, oldest first: the worker acknowledges in the
     /// order it receives them.
     in_flight: VecDeque<InFlight>,
+    /// Acknowledged and not yet answered, oldest first, by `newconn` seq.
+    unanswered: VecDeque<(u64, Waiting)>,
+    /// When the worker was last handed a shared port's connection.
+    shared_handed_at: Option<Instant>,
     said_unreadable: bool,
     inbox: Inbox,
     from_drover: mpsc::UnboundedReceiver<ToSession>,
@@ -294,22 +346,36 @@ enum Ask {
 }
 
 impl Session {
-    /// A session on drover's end of the channel; `port` is the worker's `PORT`.
-    pub fn new(channel: std::os::unix::net::UnixStream, port: u16) -> io::Result<Session> {
+    /// A session on drover's end of the channel; `port` is the worker's `PORT`;
+    /// `shared_ports` are the app's, which every worker of it joins.
+    pub fn new(
+        channel: std::os::unix::net::UnixStream,
+        port: u16,
+        shared_ports: SharedPorts,
+    ) -> io::Result<Session> {
         channel.set_nonblocking(true)?;
         let (tx, from_drover) = mpsc::unbounded_channel();
+        let (to_me, shared_in) = mpsc::unbounded_channel();
         Ok(Session {
             channel: Channel::new(UnixStream::from_std(channel)?),
             port,
             seq: 0,
             served: None,
+            also: Vec::new(),
+            shared_ports,
+            id: shared_ports::next_session(),
+            to_me,
+            shared_in,
             waiting: VecDeque::new(),
             in_flight: VecDeque::new(),
+            unanswered: VecDeque::new(),
+            shared_handed_at: None,
             said_unreadable: false,
             inbox: Inbox {
                 tx,
                 queued: Arc::new(AtomicUsize::new(0)),
                 given: Arc::new(AtomicBool::new(false)),
+                shares: Arc::new(AtomicBool::new(false)),
                 progress_ms: Arc::new(AtomicU64::new(0)),
                 epoch: Instant::now(),
                 preloaded: Arc::new(AtomicBool::new(false)),
@@ -338,6 +404,12 @@ impl Session {
         mut report: impl FnMut(SessionEvent),
     ) -> Result<Ended, ChannelError> {
         let ended = self.serve_worker(&mut report).await;
+        // A shared port's connections not taken up go to the app's other workers.
+        self.shared_ports.leave_all(self.id);
+        self.shared_in.close();
+        while let Ok((place, socket)) = self.shared_in.try_recv() {
+            self.shared_ports.deliver(place, socket);
+        }
         // The worker is gone (it exited, was killed, or closed its channel): client
         // connections given to it and not yet taken up go back to the balancer, whose
         // clients then see nothing of it. One sent and not acknowledged was not taken
@@ -348,7 +420,9 @@ impl Session {
             .chain(self.in_flight.drain(..).map(|f| f.socket));
         for waiting in unserved.collect::<Vec<_>>() {
             self.taken(&waiting);
-            if waiting.given {
+            if let Some(place) = waiting.shared {
+                self.shared_ports.deliver(place, waiting.socket);
+            } else if waiting.given {
                 report(SessionEvent::Returned(waiting.socket));
             }
         }
@@ -383,7 +457,18 @@ impl Session {
                 self.channel.send(&message::ping()).await?;
                 self.ping_due = false;
             }
-            if all_handed && self.disconnect == Ask::Due {
+            // Shared-port connections taken up just before may still wait for their
+            // first request to be read (see `SHARED_GRACE`).
+            let shared_settles = self
+                .shared_handed_at
+                .map(|at| at + SHARED_GRACE)
+                .filter(|&at| at > Instant::now());
+            let shared_unanswered = self.unanswered.iter().any(|(_, w)| w.shared.is_some());
+            if all_handed
+                && self.disconnect == Ask::Due
+                && shared_settles.is_none()
+                && !shared_unanswered
+            {
                 let mut body = serde_json::Map::new();
                 body.insert("act".into(), "disconnect".into());
                 self.send(body).await?;
@@ -397,10 +482,22 @@ impl Session {
                     }
                 }
                 Some(order) = self.from_drover.recv() => match order {
-                    ToSession::Connection(socket) => self.push(Waiting { socket, given: true }),
+                    ToSession::Connection(socket) => {
+                        self.push(Waiting { socket, given: true, shared: None })
+                    }
                     ToSession::Disconnect => {
                         if self.disconnect == Ask::Unasked {
                             self.disconnect = Ask::Due;
+                            // Its shared ports' new connections go to the other workers
+                            // from now on, those waiting here too.
+                            self.shared_ports.leave_all(self.id);
+                            let (shared, kept) = std::mem::take(&mut self.waiting)
+                                .into_iter()
+                                .partition(|w| w.shared.is_some());
+                            self.waiting = kept;
+                            for w in shared {
+                                self.push(w);
+                            }
                         }
                     }
                     ToSession::GiveBack => {
@@ -411,9 +508,14 @@ impl Session {
                     ToSession::Ping => self.ping_due = true,
                     ToSession::Reclaim => self.reclaim_due = true,
                 },
+                Some((place, socket)) = self.shared_in.recv() => {
+                    self.push(Waiting { socket, given: false, shared: Some(place) })
+                }
+                _ = tokio::time::sleep_until(shared_settles.unwrap_or_else(Instant::now).into()),
+                    if shared_settles.is_some() && self.disconnect == Ask::Due => {}
                 accepted = accept(self.served.as_ref()), if accepting => {
                     match accepted {
-                        Ok(socket) => self.push(Waiting { socket, given: false }),
+                        Ok(socket) => self.push(Waiting { socket, given: false, shared: None }),
                         // The client gave up before we accepted, or drover is short
                         // of descriptors: the next accept decides.
                         Err(e) => tracing::debug!(error = %e, "accept for a Node worker"),
@@ -449,6 +551,10 @@ impl Session {
                         if was == 0 && self.inbox.preloaded.load(Relaxed) {
                             report(SessionEvent::ServesClients(true));
                         }
+                    }
+                    self.unanswered.push_back((done.seq, done.socket));
+                    if self.unanswered.len() > MAX_UNANSWERED {
+                        self.unanswered.pop_front();
                     }
                 }
             }
@@ -494,19 +600,32 @@ impl Session {
                     // The app closed its server: refuse new connections, as its own
                     // closed port would, so the balancer fails over at once.
                     self.served = None;
-                    for dropped in std::mem::take(&mut self.waiting) {
+                    let (dropped, kept) = std::mem::take(&mut self.waiting)
+                        .into_iter()
+                        .partition(|w| w.shared.is_none());
+                    self.waiting = kept;
+                    for dropped in dropped {
                         self.taken(&dropped);
                     }
+                } else if let Some(i) = self.also.iter().position(|a| a.key == key) {
+                    // Its connections go to the app's other workers from now on.
+                    let closed = self.also.swap_remove(i);
+                    self.shared_ports.leave(closed.place, self.id);
                 }
             }
             FromWorker::ExitedAfterDisconnect { seq } => {
                 self.send(message::ack(seq)).await?;
             }
-            FromWorker::ConnectionAnswer { accepted, .. } => {
+            FromWorker::ConnectionAnswer { seq, accepted } => {
+                let Some(i) = self.unanswered.iter().position(|(s, _)| *s == seq) else {
+                    return Ok(());
+                };
+                let (_, refused) = self.unanswered.remove(i).expect("found");
                 if !accepted {
                     tracing::debug!(
                         "a Node worker refused a connection (server closed or at maxConnections)"
                     );
+                    self.elsewhere(refused, report);
                 }
             }
             FromWorker::Online | FromWorker::Listening { .. } | FromWorker::OtherInternal => {}
@@ -591,12 +710,7 @@ impl Session {
                 );
                 return self.send(message::listening_without_socket(&query)).await;
             }
-            let reason = format!(
-                "listen() on port {} after port {}: drover routes one port per worker, the \
-                 first it listens on, so the second is refused",
-                query.port, served.asked
-            );
-            return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
+            return self.also_serve(query, report).await;
         }
         if query.port == i64::from(self.port) {
             // The app reads PORT: it gets a socket bound there, as its own bind would
@@ -662,6 +776,48 @@ impl Session {
         self.send(body).await
     }
 
+    /// A port after the first: bound once for the app and shared by its workers.
+    async fn also_serve(
+        &mut self,
+        query: ServerQuery,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), ChannelError> {
+        let Ok(port) = u16::try_from(query.port) else {
+            let reason = format!("listen() on port {}: not a port", query.port);
+            return self.refuse(&query, UV_EINVAL, reason, report).await;
+        };
+        let place = (asked_ip(&query), port);
+        let taker = Taker {
+            session: self.id,
+            to: self.to_me.clone(),
+        };
+        match self.shared_ports.join(place, taker) {
+            Ok(joined) => {
+                self.inbox.shares.store(true, Relaxed);
+                self.also.retain(|a| a.place != place);
+                self.also.push(AlsoServed {
+                    place,
+                    key: query.key.clone(),
+                });
+                report(SessionEvent::AlsoServing {
+                    asked: port,
+                    address: place.0,
+                    bound: joined == Joined::Bound,
+                });
+                self.send(message::listening_without_socket(&query)).await
+            }
+            Err(e) => {
+                let first = self.served.as_ref().map_or(0, |s| s.asked);
+                let reason = format!(
+                    "listen() on {} after port {first}: drover binds such a port once, for \
+                     all of the app's workers to share, and could not: {e}",
+                    describe(&query)
+                );
+                self.refuse(&query, errno_of(&e), reason, report).await
+            }
+        }
+    }
+
     async fn refuse(
         &mut self,
         query: &ServerQuery,
@@ -676,10 +832,33 @@ impl Session {
     /// A connection waits for the worker; without a server (closed meanwhile) it is
     /// closed, as a closed port would refuse it.
     fn push(&mut self, waiting: Waiting) {
-        if self.served.is_some() {
-            self.waiting.push_back(waiting);
-        } else {
-            self.taken(&waiting);
+        match waiting.shared {
+            None if self.served.is_some() => self.waiting.push_back(waiting),
+            None => self.taken(&waiting),
+            Some(place)
+                if self.disconnect == Ask::Unasked
+                    && self.also.iter().any(|a| a.place == place) =>
+            {
+                self.waiting.push_back(waiting)
+            }
+            // Closed here meanwhile, or the worker retires: another worker of the app
+            // may serve it.
+            Some(place) => self.shared_ports.deliver(place, waiting.socket),
+        }
+    }
+
+    /// A connection the worker refused: a shared port's goes to another worker that
+    /// listens there, one the balancer handed over back to it (as when a worker is
+    /// gone); the balancer's own connection to the worker closes, and it retries.
+    fn elsewhere(&self, refused: Waiting, report: &mut impl FnMut(SessionEvent)) {
+        if let Some(place) = refused.shared {
+            self.shared_ports.deliver(place, refused.socket);
+        } else if refused.given {
+            let _ = self
+                .inbox
+                .clients
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+            report(SessionEvent::Returned(refused.socket));
         }
     }
 
@@ -692,16 +871,31 @@ impl Session {
     }
 
     async fn hand_over(&mut self, socket: Waiting) -> Result<(), ChannelError> {
-        let Some(served) = &self.served else {
+        let key = match socket.shared {
+            None => self.served.as_ref().map(|s| s.key.clone()),
+            Some(place) => self
+                .also
+                .iter()
+                .find(|a| a.place == place)
+                .map(|a| a.key.clone()),
+        };
+        let Some(key) = key else {
             self.taken(&socket);
+            if let Some(place) = socket.shared {
+                self.shared_ports.deliver(place, socket.socket);
+            }
             return Ok(());
         };
-        let body = message::new_connection(&served.key);
+        let body = message::new_connection(&key);
         let message = message::with_handle(self.next(body));
         self.channel
             .send_with(&message, socket.socket.as_fd())
             .await?;
+        if socket.shared.is_some() {
+            self.shared_handed_at = Some(Instant::now());
+        }
         self.in_flight.push_back(InFlight {
+            seq: self.seq,
             message,
             socket,
             resends: 0,
@@ -889,7 +1083,7 @@ mod tests {
 
     fn start() -> Started {
         let (ours, worker) = StdUnix::pair().unwrap();
-        let session = Session::new(ours, 1).unwrap();
+        let session = Session::new(ours, 1, SharedPorts::new()).unwrap();
         let inbox = session.inbox();
         let (events_tx, events) = mpsc::unbounded_channel();
         let task = tokio::spawn(session.run(move |e| {

@@ -80,6 +80,17 @@ impl Supervisor {
         self.shared.first_listen.subscribe()
     }
 
+    /// The ports a Node app's workers listen on after their first, which they share as
+    /// under Node's cluster module: (address, port, workers listening there).
+    pub fn shared_ports(&self) -> Vec<(Option<std::net::IpAddr>, u16, usize)> {
+        self.shared.shared_ports.ports()
+    }
+
+    /// Each shared port as it is bound (see `shared_ports`); ends with the app.
+    pub fn shared_ports_bound(&self) -> watch::Receiver<Vec<(Option<std::net::IpAddr>, u16)>> {
+        self.shared.shared_ports.bound()
+    }
+
     /// Validates `spec` and starts its workers on the current tokio runtime, forwarding
     /// their output to drover's stderr. Returns at once; workers join `pool` as they
     /// become ready (see `wait_ready`). Panics outside a tokio runtime.

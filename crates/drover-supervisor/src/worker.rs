@@ -79,6 +79,9 @@ pub(crate) struct AppState {
     pub http2_probe: Option<Arc<dyn WrapProbe>>,
     /// Where the first worker to serve listened (`Supervisor::first_listen`).
     pub first_listen: Arc<FirstListenCell>,
+    /// The ports a Node app's workers listen on after their first, which they share
+    /// as under Node's cluster module (`drover_node::SharedPorts`).
+    pub shared_ports: drover_node::SharedPorts,
 }
 
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
@@ -253,6 +256,7 @@ impl AppState {
             health_restarts: Arc::new(Semaphore::new(1)),
             http2_probe,
             first_listen: Arc::new(FirstListenCell::new()),
+            shared_ports: drover_node::SharedPorts::new(),
         }
     }
 
@@ -802,7 +806,7 @@ fn node_session(
     channel: std::os::unix::net::UnixStream,
     port: &Port,
 ) -> std::io::Result<NodeSession> {
-    let session = drover_node::Session::new(channel, port.get())?;
+    let session = drover_node::Session::new(channel, port.get(), shared.shared_ports.clone())?;
     let inbox = session.inbox();
     let app = Arc::clone(&shared.app);
     let pool = Arc::clone(&shared.pool);
@@ -844,6 +848,14 @@ fn node_session(
                     std::sync::atomic::Ordering::Relaxed,
                     std::sync::atomic::Ordering::Relaxed,
                 );
+            }
+            drover_node::SessionEvent::AlsoServing {
+                asked,
+                address,
+                bound,
+            } => {
+                // drover's user hears of the port once, from `Supervisor::shared_ports_bound`.
+                tracing::debug!(app = %app, worker = id, port = asked, ?address, bound, "the worker listens on a shared port");
             }
             drover_node::SessionEvent::Refused { reason } => {
                 tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");
@@ -919,11 +931,12 @@ struct NodeSession {
 }
 
 impl NodeSession {
-    /// Whether clients were handed to the worker directly: drover does not see their
-    /// requests, so draining it means asking it to close its server and waiting until it
-    /// has (it leaves the channel once its connections have ended).
+    /// Whether clients were handed to the worker directly (by the balancer, or on a
+    /// port its workers share): drover does not see their requests, so draining it means
+    /// asking it to close its servers and waiting until it has (it leaves the channel
+    /// once its connections have ended).
     fn serves_clients_directly(&self) -> bool {
-        self.inbox.was_given()
+        self.inbox.was_given() || self.inbox.shares_ports()
     }
 }
 

@@ -8,7 +8,7 @@ use crate::systemd;
 use crate::up::Serving;
 use drover_admin::{
     wall_clock, AppStatus, BalancerMembers, BalancerStatus, Control, ControlError, EndpointRow,
-    RestartRow, Status, WorkerRow,
+    RestartRow, SharedPortRow, Status, WorkerRow,
 };
 use drover_config::plan::BalancerPlan;
 use drover_config::preflight;
@@ -937,6 +937,17 @@ impl Control for Controller {
                     command: spec.command.clone(),
                     workers: sup.status().into_iter().map(worker_row).collect(),
                     restarts: sup.restarts().into_iter().map(restart_row).collect(),
+                    shared_ports: sup
+                        .shared_ports()
+                        .into_iter()
+                        .map(|(ip, port, workers)| SharedPortRow {
+                            listen: match ip {
+                                Some(ip) => std::net::SocketAddr::new(ip, port).to_string(),
+                                None => format!("*:{port}"),
+                            },
+                            workers,
+                        })
+                        .collect(),
                 }
             })
             .collect();

@@ -297,9 +297,33 @@ pub(crate) fn start_app(
             let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
                 .map_err(|e| e.to_string())?;
             eprintln!("drover: app {name:?} starting {workers} workers");
+            say_shared_ports(name, sup.shared_ports_bound());
             Ok(sup)
         }
     }
+}
+
+/// Tells the user of each port the app's workers listen on after their first, as it
+/// is bound: drover shares it among them (`drover_node::SharedPorts`).
+fn say_shared_ports(
+    app: String,
+    mut bound: tokio::sync::watch::Receiver<Vec<(Option<std::net::IpAddr>, u16)>>,
+) {
+    tokio::spawn(async move {
+        let mut said = 0;
+        while bound.changed().await.is_ok() {
+            let places = bound.borrow_and_update().clone();
+            for (ip, port) in places.iter().skip(said) {
+                let at = ip.map_or_else(|| "every address".to_string(), |ip| ip.to_string());
+                eprintln!(
+                    "drover: app {app:?} also listens on port {port} ({at}): its workers share \
+                     it as under Node's cluster module, each new connection to the next in \
+                     turn; drover balances by load the port it listened on first"
+                );
+            }
+            said = places.len();
+        }
+    });
 }
 
 /// The pool of app `name` in `pools`; a new one with the default options where no

@@ -4,9 +4,10 @@
 //! `node_binaries` (the machine's and Debian's 18), and every worker answers through
 //! drover's listen address: drover is their cluster primary (drover-node).
 //!
-//! Then what it takes from the app's listen() beyond one port (a helper on port 0, UDP),
-//! where it cannot apply and says so (a second port, a Unix socket, a program that is not
-//! Node and ignores PORT), and workers killed, reloaded and scaled under load.
+//! Then what it takes from the app's listen() beyond one port (a helper on port 0, UDP, a
+//! second port its workers share), where it cannot apply and says so (a Unix socket, a
+//! program that is not Node and ignores PORT), and workers killed, reloaded and scaled
+//! under load.
 
 mod common;
 
@@ -236,25 +237,137 @@ async fn a_listen_on_any_port_and_udp_get_sockets_of_their_own() {
     drover_stops_cleanly("any port", &d).await;
 }
 
+/// An app that listens on a second port (its metrics server's) runs as under Node's
+/// cluster module and PM2: drover balances the first port, and binds the second once for
+/// all workers, each new connection to the next in turn. A reload under load on the
+/// second port fails none of its requests: a connection the retiring worker refuses
+/// (its server closed a moment before) goes to another worker, as Node's primary sends it.
 #[tokio::test]
-async fn a_second_port_is_refused_clearly_and_the_first_still_serves() {
-    let (d, admin) = run(
-        2,
-        &["node".into(), fixture("two-ports.js")],
-        &temp_dir("two-ports"),
-    )
-    .await;
-    every_worker_answers("two ports", &d, admin).await;
+async fn a_second_port_is_shared_by_the_workers_as_under_node_cluster() {
+    for (label, node) in node_binaries() {
+        let second = drover_testkit::free_port();
+        let mut cmd = Command::new(bin());
+        cmd.args(
+            "run -w 3 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 --strategy round-robin --"
+                .split(' '),
+        )
+        .arg(&node)
+        .arg(fixture("two-ports.js"))
+        .current_dir(temp_dir("two-ports"));
+        clean_env(&mut cmd);
+        cmd.env("SECOND_PORT", second.to_string());
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        let pids: BTreeSet<String> = wait_all_serving(&d, admin)
+            .await
+            .into_iter()
+            .map(|p| p.unwrap().to_string())
+            .collect();
+        every_worker_answers(&label, &d, admin).await;
+        says(
+            &label,
+            &d,
+            &[&format!(
+                "also listens on port {second} (every address): its workers share it"
+            )],
+        )
+        .await;
+
+        let at = SocketAddr::from(([127, 0, 0, 1], second));
+        let mut answered = BTreeSet::new();
+        for _ in 0..9 {
+            let r = get(at, "/").await;
+            let body = r.text();
+            assert_eq!(r.status, 200, "{label}: {body}");
+            let pid = body
+                .strip_prefix("second port (pid ")
+                .and_then(|b| b.strip_suffix(")\n"))
+                .unwrap_or_else(|| panic!("{label}: {body}"));
+            answered.insert(pid.to_string());
+        }
+        assert_eq!(
+            answered, pids,
+            "{label}: each worker serves the second port"
+        );
+        let (_, table, _) = ctl(admin, &["status"]).await;
+        assert!(
+            table.contains(&format!(
+                "also listens on *:{second} (3 workers): shared by its workers in turn"
+            )),
+            "{label}: {table}"
+        );
+
+        // New connections to the second port while every worker is replaced.
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match common::examples::try_get(at, "/").await {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                    // Paced: the tests that run alongside need the cores too.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (ok, failed)
+            })
+        };
+        let (code, out, err) = ctl(admin, &["reload"]).await;
+        assert_eq!(code, 0, "{label}: {out}{err}\n{}", d.stderr_text());
+        let after: BTreeSet<String> = wait_all_serving(&d, admin)
+            .await
+            .into_iter()
+            .map(|p| p.unwrap().to_string())
+            .collect();
+        assert!(after.is_disjoint(&pids), "{label}: {after:?} {pids:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_load_never_failed(&stop, vec![load], 20, "on the second port during a reload").await;
+        let r = get(at, "/").await;
+        assert!(
+            after.iter().any(|p| r.text().contains(p.as_str())),
+            "{label}: {}",
+            r.text()
+        );
+        drover_stops_cleanly(&label, &d).await;
+        // Bound once for the app, closed with it.
+        assert!(
+            std::net::TcpListener::bind(at).is_ok(),
+            "{label}: port {second} still bound"
+        );
+    }
+}
+
+/// A second port drover cannot bind (another program has it) is the app's `listen()`
+/// error, with the reason in drover's log, and the first port still serves.
+#[tokio::test]
+async fn a_second_port_that_is_taken_is_refused_with_the_reason() {
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let second = taken.local_addr().unwrap().port();
+    let mut cmd = Command::new(bin());
+    cmd.args("run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 --".split(' '))
+        .arg("node")
+        .arg(fixture("two-ports.js"))
+        .current_dir(temp_dir("two-ports-taken"));
+    clean_env(&mut cmd);
+    cmd.env("SECOND_PORT", second.to_string());
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    every_worker_answers("taken second port", &d, admin).await;
     says(
-        "two ports",
+        "taken second port",
         &d,
         &[
-            "listen() on port 3001 after port 3000: drover routes one port per worker",
+            &format!("listen() on (any):{second} after port 3000: drover binds such a port once"),
+            "Address already in use",
             "second listen failed: EADDRINUSE",
         ],
     )
     .await;
-    drover_stops_cleanly("two ports", &d).await;
+    drover_stops_cleanly("taken second port", &d).await;
 }
 
 #[tokio::test]

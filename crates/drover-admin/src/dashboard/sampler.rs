@@ -632,6 +632,7 @@ mod tests {
                 command: vec!["w".into()],
                 workers,
                 restarts: Vec::new(),
+                shared_ports: Vec::new(),
             }],
             balancers: vec![BalancerStatus {
                 name: "web".into(),

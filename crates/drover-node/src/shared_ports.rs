@@ -1,0 +1,372 @@
+//! The ports a worker listens on after its first: a metrics server's `listen(9100)` next
+//! to the app's `listen(3000)`, an admin page, a second API. Under Node's cluster module
+//! (and PM2) every worker that asks for such a port shares one socket the primary bound,
+//! and each new connection goes to one of them in turn. drover balances an app's first
+//! port by load; the others it shares the same way Node does: bound once per app, each
+//! connection handed to the next worker that listens there, unread (so any protocol
+//! works), and none accepted while no worker listens (a reload's gap): those wait in the
+//! kernel's backlog, as under Node.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Where a shared port is bound: the address the app named (`None`: every address, as
+/// `listen(9100)` asks) and the port.
+pub(crate) type Place = (Option<IpAddr>, u16);
+
+/// A worker's session that listens on a shared port: where its connections go.
+#[derive(Clone)]
+pub(crate) struct Taker {
+    pub(crate) session: u64,
+    pub(crate) to: mpsc::UnboundedSender<(Place, TcpStream)>,
+}
+
+/// The shared ports of one app; cheap to clone. Each port's socket stays bound while the
+/// app runs (workers come and go on a reload), and closes with the last clone.
+#[derive(Clone)]
+pub struct SharedPorts {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ports: Mutex<HashMap<Place, Port>>,
+    /// Every place bound so far, in order: what drover tells its user.
+    bound: watch::Sender<Vec<Place>>,
+}
+
+impl Default for SharedPorts {
+    fn default() -> SharedPorts {
+        SharedPorts {
+            inner: Arc::new(Inner {
+                ports: Mutex::default(),
+                bound: watch::Sender::new(Vec::new()),
+            }),
+        }
+    }
+}
+
+/// Connections accepted just as the last worker there left (a reload's gap), kept for
+/// the next one to listen; past this many, closed.
+const MAX_PARKED: usize = 64;
+
+struct Port {
+    takers: Vec<Taker>,
+    parked: Vec<TcpStream>,
+    /// The taker the next connection goes to.
+    next: usize,
+    /// How many take connections: the accept loop waits while none do.
+    count: watch::Sender<usize>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let ports = self.ports.get_mut().unwrap_or_else(|e| e.into_inner());
+        for port in ports.values() {
+            port.accept.abort();
+        }
+    }
+}
+
+/// Whether a join bound the port (the first worker to listen there) or found it bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Joined {
+    Bound,
+    AlreadyBound,
+}
+
+/// Numbers sessions apart, for `leave`.
+static SESSIONS: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_session() -> u64 {
+    SESSIONS.fetch_add(1, Relaxed)
+}
+
+impl SharedPorts {
+    pub fn new() -> SharedPorts {
+        SharedPorts::default()
+    }
+
+    /// The ports bound now, each with how many workers listen there.
+    pub fn ports(&self) -> Vec<(Option<IpAddr>, u16, usize)> {
+        let ports = self.lock();
+        let mut all: Vec<_> = ports
+            .iter()
+            .map(|(&(ip, port), p)| (ip, port, p.takers.len()))
+            .collect();
+        all.sort_by_key(|&(ip, port, _)| (port, ip));
+        all
+    }
+
+    /// Every port bound so far (address, port), in order; changes as workers bind more.
+    /// Ends with the last clone of this.
+    pub fn bound(&self) -> watch::Receiver<Vec<(Option<IpAddr>, u16)>> {
+        self.inner.bound.subscribe()
+    }
+
+    /// `taker` listens at `place` from now on; binds it if no worker did before. Must
+    /// run inside a tokio runtime (the accept loop is a task).
+    pub(crate) fn join(&self, place: Place, taker: Taker) -> io::Result<Joined> {
+        let mut ports = self.lock();
+        if let Some(port) = ports.get_mut(&place) {
+            if !port.takers.iter().any(|t| t.session == taker.session) {
+                for stream in std::mem::take(&mut port.parked) {
+                    if let Err(back) = taker.to.send((place, stream)) {
+                        port.parked.push(back.0 .1);
+                    }
+                }
+                port.takers.push(taker);
+                port.count.send_replace(port.takers.len());
+            }
+            return Ok(Joined::AlreadyBound);
+        }
+        let listener = bind(place)?;
+        let (count, counted) = watch::channel(1);
+        let accept = tokio::spawn(accept_loop(
+            Arc::downgrade(&self.inner),
+            place,
+            listener,
+            counted,
+        ));
+        ports.insert(
+            place,
+            Port {
+                takers: vec![taker],
+                parked: Vec::new(),
+                next: 0,
+                count,
+                accept,
+            },
+        );
+        self.inner.bound.send_modify(|bound| bound.push(place));
+        Ok(Joined::Bound)
+    }
+
+    /// The session no longer listens at `place` (its server closed).
+    pub(crate) fn leave(&self, place: Place, session: u64) {
+        if let Some(port) = self.lock().get_mut(&place) {
+            port.takers.retain(|t| t.session != session);
+            port.count.send_replace(port.takers.len());
+        }
+    }
+
+    /// The session listens nowhere any more (its worker left).
+    pub(crate) fn leave_all(&self, session: u64) {
+        for port in self.lock().values_mut() {
+            port.takers.retain(|t| t.session != session);
+            port.count.send_replace(port.takers.len());
+        }
+    }
+
+    /// Sends `stream` to the next worker that listens at `place`; kept for the next to
+    /// listen there while none does.
+    pub(crate) fn deliver(&self, place: Place, stream: TcpStream) {
+        self.inner.deliver(place, stream)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Place, Port>> {
+        self.inner.lock()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Place, Port>> {
+        self.ports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deliver(&self, place: Place, mut stream: TcpStream) {
+        let mut ports = self.lock();
+        let Some(port) = ports.get_mut(&place) else {
+            return;
+        };
+        // In turn, as Node's round-robin primary; a taker whose session ended (its
+        // worker left between a join and now) is dropped and the next one tried.
+        while !port.takers.is_empty() {
+            let i = port.next % port.takers.len();
+            match port.takers[i].to.send((place, stream)) {
+                Ok(()) => {
+                    port.next = i + 1;
+                    return;
+                }
+                Err(back) => {
+                    stream = back.0 .1;
+                    port.takers.remove(i);
+                    port.count.send_replace(port.takers.len());
+                }
+            }
+        }
+        if port.parked.len() < MAX_PARKED {
+            port.parked.push(stream);
+        }
+    }
+}
+
+async fn accept_loop(
+    inner: Weak<Inner>,
+    place: Place,
+    listener: tokio::net::TcpListener,
+    mut counted: watch::Receiver<usize>,
+) {
+    loop {
+        // Nobody listens (between an old worker and its replacement): clients wait in
+        // the backlog, not in drover.
+        if counted.wait_for(|&n| n > 0).await.is_err() {
+            return;
+        }
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            // The last worker left while this waited: leave new clients in the backlog.
+            _ = counted.wait_for(|&n| n == 0) => continue,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // A client gone before its accept, or drover short of descriptors: the
+                // next accept decides, after a pause that lets descriptors free up.
+                tracing::debug!(error = %e, port = place.1, "accept on a shared port");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match stream.into_std() {
+            Ok(stream) => inner.deliver(place, stream),
+            Err(e) => tracing::debug!(error = %e, "a shared port's connection"),
+        }
+    }
+}
+
+/// A listening socket at `place`; every address is both IPv6 and IPv4 where the host
+/// has IPv6, as Node's `listen(port)` binds `::` and falls back to `0.0.0.0`.
+fn bind(place: Place) -> io::Result<tokio::net::TcpListener> {
+    let (ip, port) = place;
+    let socket = match ip {
+        Some(ip) => listening(SocketAddr::new(ip, port), false)?,
+        None => listening(
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
+            true,
+        )
+        .or_else(|_| {
+            listening(
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+                false,
+            )
+        })?,
+    };
+    tokio::net::TcpListener::from_std(std::net::TcpListener::from(socket))
+}
+
+fn listening(addr: SocketAddr, dual_stack: bool) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if dual_stack {
+        socket.set_only_v6(false)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    // Node's default backlog.
+    socket.listen(511)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use tokio::io::AsyncWriteExt;
+
+    fn taker(session: u64) -> (Taker, mpsc::UnboundedReceiver<(Place, TcpStream)>) {
+        let (to, from) = mpsc::unbounded_channel();
+        (Taker { session, to }, from)
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    async fn connect(port: u16) -> tokio::net::TcpStream {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn connections_go_to_the_workers_that_listen_in_turn_and_wait_while_none_does() {
+        let ports = SharedPorts::new();
+        let port = free_port();
+        let place = (Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), port);
+        let (a, mut to_a) = taker(1);
+        let (b, mut to_b) = taker(2);
+        assert_eq!(ports.join(place, a.clone()).unwrap(), Joined::Bound);
+        assert_eq!(ports.join(place, b).unwrap(), Joined::AlreadyBound);
+        assert_eq!(ports.join(place, a).unwrap(), Joined::AlreadyBound);
+        assert_eq!(ports.ports(), vec![(place.0, port, 2)]);
+        assert_eq!(*ports.bound().borrow(), vec![place]);
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(connect(port).await);
+        }
+        let mut got = [0, 0];
+        for _ in 0..4 {
+            tokio::select! {
+                Some((at, _)) = to_a.recv() => { assert_eq!(at, place); got[0] += 1 }
+                Some((at, _)) = to_b.recv() => { assert_eq!(at, place); got[1] += 1 }
+            }
+        }
+        assert_eq!(got, [2, 2]);
+
+        // Nobody listens: the connection waits in the backlog, then goes to the worker
+        // that joins.
+        ports.leave(place, 1);
+        ports.leave_all(2);
+        let mut waiting = connect(port).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(to_a.try_recv().is_err() && to_b.try_recv().is_err());
+        let (c, mut to_c) = taker(3);
+        assert_eq!(ports.join(place, c).unwrap(), Joined::AlreadyBound);
+        let (_, mut served) = to_c.recv().await.unwrap();
+        waiting.write_all(b"hi").await.unwrap();
+        served.set_nonblocking(false).unwrap();
+        let mut buf = [0; 2];
+        served.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"hi");
+    }
+
+    #[tokio::test]
+    async fn a_taker_that_is_gone_is_skipped_and_a_taken_port_is_an_error() {
+        let ports = SharedPorts::new();
+        let port = free_port();
+        let place = (Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), port);
+        let (gone, to_gone) = taker(1);
+        let (here, mut to_here) = taker(2);
+        ports.join(place, gone).unwrap();
+        ports.join(place, here).unwrap();
+        drop(to_gone);
+        let _client = connect(port).await;
+        let _client2 = connect(port).await;
+        assert!(to_here.recv().await.is_some());
+        assert!(to_here.recv().await.is_some());
+        assert_eq!(ports.ports(), vec![(place.0, port, 1)]);
+
+        let other = SharedPorts::new();
+        let err = other.join(place, taker(3).0).expect_err("port is taken");
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+
+        // The last clone gone, the port is free again.
+        drop(ports);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(other.join(place, taker(4).0).unwrap(), Joined::Bound);
+    }
+}
