@@ -780,6 +780,7 @@ impl App {
             })?);
         }
         self.timings(spec)?;
+        self.watching(spec)?;
         if let Some(var) = self.string("increment_var")? {
             if cluster && var == "PORT" {
                 self.note("increment_var: PORT: in cluster mode each worker's PORT is drover's own, and clients reach every instance at the app's one address; not applied".into());
@@ -858,9 +859,56 @@ impl App {
         Ok(())
     }
 
+    /// PM2's `watch` (true: the app's directory; a path; a list of paths),
+    /// `ignore_watch` (a name or relative path, or a list of them) and `watch_delay`
+    /// (milliseconds): the app is reloaded when its files change.
+    fn watching(&self, spec: &mut drover_supervisor::AppSpec) -> Result<(), String> {
+        let strings =
+            |written: &str, v: &Value, what: &str| -> Result<Vec<String>, String> {
+                match v {
+                    Value::String(s) => Ok(vec![s.clone()]),
+                    Value::Array(items) => items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| match item {
+                            Value::String(s) => Ok(s.clone()),
+                            other => Err(self
+                                .error(format!("{written}[{i}] is {}, not {what}", kind(other)))),
+                        })
+                        .collect(),
+                    other => Err(self.error(format!(
+                        "{written} is {}, not {what} or a list of them",
+                        kind(other)
+                    ))),
+                }
+            };
+        let paths = match self.keys.get("watch") {
+            None | Some((_, Value::Null | Value::Bool(false))) => return Ok(()),
+            Some((_, Value::Bool(true))) => vec![".".to_string()],
+            Some((_, Value::Array(items))) if items.is_empty() => vec![".".to_string()],
+            Some((written, v)) => strings(written, v, "true, false, a path")?,
+        };
+        let ignore = match self.keys.get("ignore_watch") {
+            None | Some((_, Value::Null)) => Vec::new(),
+            Some((written, v)) => strings(written, v, "a name or relative path")?,
+        };
+        let mut watch = drover_supervisor::watch::WatchSpec::new(
+            paths.into_iter().map(std::path::PathBuf::from).collect(),
+        );
+        watch.ignore = ignore;
+        if let Some(delay) = self.millis("watch_delay")? {
+            watch.delay = delay;
+        }
+        spec.watch = Some(watch);
+        Ok(())
+    }
+
     /// Notes for the keys drover does not apply, once each.
     fn note_the_rest(&mut self, script: &str) {
-        const USED: [&str; 16] = [
+        const USED: [&str; 19] = [
+            "watch",
+            "ignore_watch",
+            "watch_delay",
             "wait_ready",
             "increment_var",
             "name",
@@ -893,12 +941,11 @@ impl App {
             }
             let why = match (key.as_str(), &v) {
                 ("autorestart" | "autostart" | "treekill", Value::Bool(true)) => continue,
-                ("watch", Value::Bool(false)) => continue,
                 ("shutdown_with_message" | "append_env_to_name", Value::Bool(false)) => continue,
                 ("instance_var", Value::String(s)) if s == "NODE_APP_INSTANCE" => continue,
                 ("autorestart", _) => "drover restarts every worker that exits (with back-off); a program meant to run once is not a worker",
-                ("watch" | "ignore_watch" | "watch_delay" | "watch_options", _) => {
-                    "drover does not restart on file changes: `drover ctl reload` replaces the workers with no failed request"
+                ("watch_options", _) => {
+                    "drover watches with inotify and takes watch, ignore_watch and watch_delay; chokidar's options do not apply"
                 }
                 ("cron_restart", _) => "drover has no scheduled restarts: run `drover ctl reload` from cron",
                 ("max_restarts" | "restart_delay", _) => {
@@ -950,6 +997,7 @@ pub fn apply_pm2_flags(
         notes: Vec::new(),
     };
     a.timings(&mut app.spec)?;
+    a.watching(&mut app.spec)?;
     if let Some(dir) = a.string("cwd")? {
         app.spec.cwd = Some(base_dir().join(dir));
     }
@@ -1295,7 +1343,6 @@ mod tests {
         let text = notes.join("\n");
         for needle in [
             "apps[0] (API Server): runs as \"api-server\"",
-            "watch: drover does not restart on file changes",
             "max_restarts: drover restarts a crashed worker",
             "colour: not a key of PM2's that drover knows",
             "error, out_file: drover prints every worker's output",
@@ -1364,11 +1411,11 @@ mod tests {
             app.spec.command,
             ["node", "--inspect", "--no-warnings", "app.js", "8080"]
         );
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(
-            notes[0].starts_with("PM2's flag: --watch: drover does not restart on file changes"),
-            "{notes:?}"
+        assert_eq!(
+            app.spec.watch,
+            Some(drover_supervisor::watch::WatchSpec::new(vec![".".into()]))
         );
+        assert!(notes.is_empty(), "{notes:?}");
 
         let mut app = AppConfig::new("api", vec!["app.py".into()]);
         apply_pm2_flags(
@@ -1442,6 +1489,36 @@ mod tests {
     }
 
     #[test]
+    fn watch_ignore_watch_and_watch_delay_apply_as_pm2_reads_them() {
+        use drover_supervisor::watch::WatchSpec;
+        let conf = json!({"apps": [
+            {"name": "a", "script": "a.js", "watch": true},
+            {"name": "b", "script": "b.js", "watch": ["src", "config.json"], "ignore_watch": ["logs", "src/tmp"], "watch_delay": 250},
+            {"name": "c", "script": "w.js", "watch": "lib", "ignore_watch": "fixtures"},
+            {"name": "d", "script": "app.js", "watch": false, "ignore_watch": ["x"]},
+        ]});
+        let (apps, notes) = map(conf, &Options::default()).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(
+            apps[0].app.spec.watch,
+            Some(WatchSpec::new(vec![".".into()]))
+        );
+        let b = apps[1].app.spec.watch.clone().unwrap();
+        assert_eq!(
+            b.paths,
+            [PathBuf::from("src"), PathBuf::from("config.json")]
+        );
+        assert_eq!(b.ignore, ["logs", "src/tmp"]);
+        assert_eq!(b.delay, Duration::from_millis(250));
+        let c = apps[2].app.spec.watch.clone().unwrap();
+        assert_eq!(
+            (c.paths, c.ignore),
+            (vec![PathBuf::from("lib")], vec!["fixtures".to_string()])
+        );
+        assert_eq!(apps[3].app.spec.watch, None);
+    }
+
+    #[test]
     fn bad_files_are_refused_naming_the_app_and_key() {
         let cases = [
             (json!(42), "it exports a number, not { apps: [...] }"),
@@ -1495,6 +1572,22 @@ mod tests {
             (
                 json!({"apps": [{"script": "gone.js"}]}),
                 "apps[0] (gone): script \"gone.js\": no such file",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "watch": 1}]}),
+                "apps[0] (a): watch is a number, not true, false, a path or a list of them",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "watch": ["src", 2]}]}),
+                "watch[1] is a number, not true, false, a path",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "watch": true, "ignore_watch": {"a": 1}}]}),
+                "ignore_watch is an object, not a name or relative path",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "watch": true, "watch_delay": "soon"}]}),
+                "watch_delay: invalid duration \"soon\"",
             ),
         ];
         for (conf, needle) in cases {

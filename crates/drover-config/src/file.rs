@@ -540,6 +540,52 @@ impl<'de> Deserialize<'de> for WorkerCount {
     }
 }
 
+/// `watch = true` (the app's `cwd`), `watch = "src"` or `watch = ["src", "config"]`:
+/// the paths whose changes reload the app; `false` or an empty list, none.
+#[derive(Debug, Clone)]
+struct WatchPaths(Vec<PathBuf>);
+
+impl<'de> Deserialize<'de> for WatchPaths {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<PathBuf>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "true, false, a path or a list of paths")
+            }
+            fn visit_bool<E: de::Error>(self, on: bool) -> Result<Vec<PathBuf>, E> {
+                Ok(if on {
+                    vec![PathBuf::from(".")]
+                } else {
+                    Vec::new()
+                })
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<PathBuf>, E> {
+                if s.is_empty() {
+                    return Err(E::custom(
+                        "an empty path: expected true, false, a path or a list of paths",
+                    ));
+                }
+                Ok(vec![PathBuf::from(s)])
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Vec<PathBuf>, A::Error> {
+                let mut paths = Vec::new();
+                while let Some(path) = seq.next_element::<String>()? {
+                    if path.is_empty() {
+                        return Err(de::Error::custom("an empty path in the list"));
+                    }
+                    paths.push(PathBuf::from(path));
+                }
+                Ok(paths)
+            }
+        }
+        d.deserialize_any(V).map(WatchPaths)
+    }
+}
+
 /// `expect = 200` or `expect = "200-399"`: an inclusive status range.
 #[derive(Debug, Clone, Copy)]
 struct Expect(StatusRange);
@@ -802,6 +848,9 @@ struct RawApp {
     increment_var: Option<String>,
     mode: Option<Spanned<String>>,
     listen: Option<Spanned<Addr>>,
+    watch: Option<WatchPaths>,
+    ignore_watch: Option<Vec<String>>,
+    watch_delay: Option<PosDur>,
 }
 
 #[derive(Deserialize)]
@@ -1531,7 +1580,28 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
         Some(m) => Some(m.get_ref().0),
         None => None,
     };
+    let watching = raw.watch.as_ref().is_some_and(|w| !w.0.is_empty());
+    if !watching && (raw.ignore_watch.is_some() || raw.watch_delay.is_some()) {
+        let which = if raw.ignore_watch.is_some() {
+            "ignore_watch"
+        } else {
+            "watch_delay"
+        };
+        return Err(ctx.nowhere(
+            key(which),
+            format!("{which} applies to watched files, and the app watches none: add watch = true (its cwd) or watch = [\"PATH\", ...]"),
+        ));
+    }
     let defaults = AppSpec::new(raw.name.into_inner(), command);
+    let watch = raw.watch.filter(|paths| !paths.0.is_empty()).map(|paths| {
+        drover_supervisor::watch::WatchSpec {
+            paths: paths.0,
+            ignore: raw.ignore_watch.unwrap_or_default(),
+            delay: raw
+                .watch_delay
+                .map_or(drover_supervisor::watch::DEFAULT_WATCH_DELAY, |d| d.0),
+        }
+    });
     Ok(AppConfig {
         spec: AppSpec {
             workers: raw.workers.map_or(defaults.workers, |w| w.0),
@@ -1545,6 +1615,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             wait_ready: raw.wait_ready.unwrap_or(defaults.wait_ready),
             increment_var: raw.increment_var,
             mode,
+            watch,
             ..defaults
         },
         listen,
@@ -3137,6 +3208,9 @@ health = { tcp = true, interval = "500ms", timeout = "250ms", rise = 1, fall = 5
 ready_timeout = "1m"
 stop_timeout = "3s"
 wait_ready = true
+watch = ["src", "config.json"]
+ignore_watch = ["src/tmp"]
+watch_delay = "250ms"
 
 [[balancer]]
 name = "web"
@@ -3185,6 +3259,10 @@ sticky = { cookie = "sid" }
         assert_eq!(app.ready_timeout, Duration::from_secs(60));
         assert_eq!(app.stop_timeout, Duration::from_secs(3));
         assert!(app.wait_ready);
+        let watch = app.watch.as_ref().unwrap();
+        assert_eq!(watch.paths, [Path::new("src"), Path::new("config.json")]);
+        assert_eq!(watch.ignore, ["src/tmp"]);
+        assert_eq!(watch.delay, Duration::from_millis(250));
 
         let b = &c.balancers[0];
         assert_eq!(b.name, "web");
@@ -3338,6 +3416,35 @@ sticky = { cookie = "sid" }
 
         let e = err(&format!("{MINIMAL}timeouts = {{ connect = \"0s\" }}\n"));
         check(&e, 4, "balancer[0].timeouts.connect", "greater than 0");
+    }
+
+    #[test]
+    fn bad_watch_settings_are_named() {
+        let app = "[[app]]\nname = \"a\"\ncommand = [\"node\", \"a.js\"]\n";
+        let e = err(&format!("{app}watch = 3\n"));
+        assert_eq!(e.key, "app[0].watch", "{e}");
+        assert!(
+            e.to_string()
+                .contains("true, false, a path or a list of paths"),
+            "{e}"
+        );
+        let e = err(&format!("{app}watch = [\"src\", 1]\n"));
+        assert!(e.to_string().contains("app[0].watch"), "{e}");
+        let e = err(&format!("{app}ignore_watch = [\"logs\"]\n"));
+        assert!(
+            e.to_string()
+                .contains("app[0].ignore_watch: ignore_watch applies to watched files"),
+            "{e}"
+        );
+        let e = err(&format!("{app}watch = true\nwatch_delay = \"soon\"\n"));
+        assert!(e.to_string().contains("invalid duration \"soon\""), "{e}");
+        let c = ok(&format!("{app}watch = true\n"));
+        assert_eq!(
+            c.apps[0].spec.watch.as_ref().unwrap().paths,
+            [Path::new(".")]
+        );
+        let c = ok(&format!("{app}watch = false\n"));
+        assert_eq!(c.apps[0].spec.watch, None);
     }
 
     #[test]

@@ -63,6 +63,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub wait_ready: bool,
 
+    /// Reload the app (rolling, one worker at a time) when a file below its working
+    /// directory changes, as PM2's --watch restarts it; node_modules and dot names are
+    /// left alone.
+    #[arg(long)]
+    pub watch: bool,
+
     /// Admin API address for `drover ctl` ("off": none) [default: 127.0.0.1:9900, or
     /// none with a warning when another drover holds that port].
     #[arg(long, value_name = "ADDR")]
@@ -1098,6 +1104,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.drain_timeout = args.drain_timeout;
     app.spec.ready_timeout = args.ready_timeout;
     app.spec.wait_ready = args.wait_ready;
+    if args.watch {
+        app.spec.watch = Some(drover_supervisor::watch::WatchSpec::new(vec![".".into()]));
+    }
     let notes = crate::ecosystem::apply_pm2_flags(&mut app, &args.pm2_flags)?;
     let command = app.spec.command.clone();
     let mut balancers = Vec::new();
@@ -1301,6 +1310,7 @@ fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
         (args.drain_timeout != app.drain_timeout, "--drain-timeout"),
         (args.ready_timeout != app.ready_timeout, "--ready-timeout"),
         (args.wait_ready, "--wait-ready"),
+        (args.watch, "--watch"),
         (
             args.proxy_protocol.send_proxy_protocol.is_some(),
             "--send-proxy-protocol",

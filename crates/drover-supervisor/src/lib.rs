@@ -35,6 +35,7 @@ pub mod spec;
 pub mod status;
 mod steer;
 mod supervisor;
+pub mod watch;
 mod worker;
 
 pub use drover_node::Speaks;

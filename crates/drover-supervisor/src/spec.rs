@@ -260,6 +260,9 @@ pub struct AppSpec {
     /// it: the config turns it on for an app behind a balancer whose backend_protocol
     /// is "h2c" (`drover run --backend-protocol h2c`). Default `false`: HTTP/1.1.
     pub h2c: bool,
+    /// PM2's `watch`: the app is reloaded (rolling) when these files change. Default
+    /// `None`.
+    pub watch: Option<crate::watch::WatchSpec>,
 }
 
 /// How clients reach the workers.
@@ -366,6 +369,7 @@ impl AppSpec {
             mode: Mode::Auto,
             restart: Backoff::default(),
             h2c: false,
+            watch: None,
         }
     }
 

@@ -9,6 +9,7 @@ mod follow;
 mod serve;
 mod systemd;
 mod up;
+mod watching;
 
 use cli::{Cli, Command};
 use std::process::ExitCode;

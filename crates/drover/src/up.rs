@@ -111,6 +111,8 @@ pub(crate) async fn run_config(
             shared_sockets.insert(app.spec.name.clone(), socket);
         }
     }
+    // Watched before anything starts: a path that cannot be watched stops the start-up.
+    let watched = crate::watching::watch_files(cfg.apps.iter().map(|a| &a.spec))?;
     let admin_listener = match &cfg.admin {
         Some(_) if passed.contains_key(ADMIN_KEY) => {
             let listener = passed.remove(ADMIN_KEY).expect("looked up");
@@ -214,6 +216,7 @@ pub(crate) async fn run_config(
         controller = controller.reading_ecosystem(file);
     }
     let controller = Arc::new(controller);
+    crate::watching::reload_on_change(&controller, watched);
     let _admin = match admin_listener {
         Some(listener) => {
             let server = match AdminServer::serve(listener, token, controller.clone()) {

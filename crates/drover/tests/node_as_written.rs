@@ -1475,7 +1475,7 @@ module.exports = {{
     )
     .unwrap();
     let extra =
-        "\n    { name: 'extra', script: './extra.js', instances: 2, exec_mode: 'cluster', watch: true },";
+        "\n    { name: 'extra', script: './extra.js', instances: 2, exec_mode: 'cluster', cron_restart: '0 3 * * *' },";
     std::fs::write(
         dir.join("ecosystem.config.js"),
         file(3, "release-3", false, extra),
@@ -1490,7 +1490,7 @@ module.exports = {{
         assert!(out.contains(said), "{said:?} in {out}{err}");
     }
     // A key drover does not apply is named at a reload too, as at start.
-    says("ecosystem reload", &d, &["(extra): watch"]).await;
+    says("ecosystem reload", &d, &["(extra): cron_restart"]).await;
     let extra_addr = SocketAddr::from(([127, 0, 0, 1], extra_port));
     let mut seen = BTreeSet::new();
     for _ in 0..40 {
@@ -1735,9 +1735,74 @@ async fn pm2s_program_and_command_line_forms_run_as_under_pm2() {
     assert!(!err.contains("drover reads the words"), "{err}");
 }
 
+/// `drover run --watch`, as `pm2 start app.js --watch`: a saved file reloads the app,
+/// rolling, with no failed request under load (PM2 restarts it); a change below
+/// node_modules does not (PM2's default ignore).
+#[tokio::test]
+async fn watch_reloads_the_app_on_a_change_with_no_failed_request() {
+    let dir = temp_dir("watch");
+    let app = |v: &str| {
+        format!("require('http').createServer((req, res) => res.end('{v} ' + process.pid)).listen(process.env.PORT);\n")
+    };
+    std::fs::write(dir.join("app.js"), app("v1")).unwrap();
+    std::fs::create_dir_all(dir.join("node_modules/dep")).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(
+        "run --watch -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 -- node app.js"
+            .split(' '),
+    )
+    .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    let before = wait_all_serving(&d, admin).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = steady_load(d.addr(), 2, "/", stop.clone());
+
+    std::fs::write(dir.join("node_modules/dep/index.js"), "x").unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(common::serving_pids(&status(admin).await), before);
+    assert!(
+        !d.stderr_text().contains("changed; reloading"),
+        "{}",
+        d.stderr_text()
+    );
+
+    std::fs::write(dir.join("app.js"), app("v2")).unwrap();
+    says(
+        "watch",
+        &d,
+        &[
+            "app \"app\": app.js changed; reloading",
+            "app \"app\" reloaded after the change",
+        ],
+    )
+    .await;
+    let r = get(d.addr(), "/").await;
+    assert!(r.text().starts_with("v2 "), "{}", r.text());
+    assert_load_never_failed(&stop, load, 50, "while a file change reloaded the app").await;
+    drover_stops_cleanly("watch", &d).await;
+
+    // A watched path that is not there is refused at start, naming it; nothing runs.
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        "module.exports = { apps: [{ name: 'web', script: 'app.js', watch: ['src'] }] };\n",
+    )
+    .unwrap();
+    run_is_refused(
+        &dir,
+        &["ecosystem.config.js"],
+        &format!(
+            "app \"web\": cannot watch {}: No such file",
+            dir.join("src").display()
+        ),
+    );
+}
+
 /// `pm2 start app.js -i 2 --name api --kill-timeout 3000 --node-args=… --watch -o out.log`
 /// as a PM2 user writes it: PM2's own flags after the script apply as the keys they
-/// stand for (the app gets its node args), or are named in a note saying why not, and
+/// stand for (the app gets its node args; a file change reloads it), or are named in a
+/// note saying why not, and
 /// never become the app's arguments. Before, each was refused as a word meant for the
 /// app.
 #[tokio::test]
@@ -1782,10 +1847,7 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
     says(
         "pm2 flags",
         &d,
-        &[
-            "note: PM2's flag: --watch: drover does not restart on file changes",
-            "note: PM2's flag: -o out.log, -l all.log: drover prints every worker's output",
-        ],
+        &["note: PM2's flag: -o out.log, -l all.log: drover prints every worker's output"],
     )
     .await;
     let admin = admin_addr(&d).await;
@@ -1813,6 +1875,17 @@ async fn pm2s_own_flags_after_a_script_apply_or_are_noted() {
         "{exec_argv}\n{}",
         d.stderr_text()
     );
+    // --watch applies: a file written in the app's directory reloads it.
+    std::fs::write(dir.join("routes.js"), "// a new route\n").unwrap();
+    says(
+        "pm2 flags",
+        &d,
+        &[
+            "app \"api\": routes.js changed; reloading",
+            "app \"api\" reloaded after the change",
+        ],
+    )
+    .await;
     drover_stops_cleanly("pm2 flags", &d).await;
 
     // Bad values are refused, naming the flag; nothing starts.
