@@ -309,6 +309,9 @@ pub struct Session {
     id: u64,
     to_me: mpsc::UnboundedSender<(Place, TcpStream)>,
     shared_in: mpsc::UnboundedReceiver<(Place, TcpStream)>,
+    /// Shared-port connections here and not yet taken up by the worker, for
+    /// `SharedPorts` to place the next one (`Taker::pending`).
+    shared_pending: Arc<AtomicUsize>,
     waiting: VecDeque<Waiting>,
     /// Sent and not yet acknowledged, oldest first: the worker acknowledges in the
     /// order it receives them.
@@ -366,6 +369,7 @@ impl Session {
             id: shared_ports::next_session(),
             to_me,
             shared_in,
+            shared_pending: Arc::new(AtomicUsize::new(0)),
             waiting: VecDeque::new(),
             in_flight: VecDeque::new(),
             unanswered: VecDeque::new(),
@@ -436,6 +440,20 @@ impl Session {
         loop {
             while let Some(line) = self.channel.take_line() {
                 self.on_line(line, report).await?;
+            }
+            if !self.also.is_empty() {
+                let pending = self.waiting.iter().filter(|w| w.shared.is_some()).count()
+                    + self
+                        .in_flight
+                        .iter()
+                        .filter(|f| f.socket.shared.is_some())
+                        .count()
+                    + self
+                        .unanswered
+                        .iter()
+                        .filter(|(_, w)| w.shared.is_some())
+                        .count();
+                self.shared_pending.store(pending, Relaxed);
             }
             while self.in_flight.len() < MAX_UNACKNOWLEDGED {
                 let Some(socket) = self.waiting.pop_front() else {
@@ -790,6 +808,7 @@ impl Session {
         let taker = Taker {
             session: self.id,
             to: self.to_me.clone(),
+            pending: Arc::clone(&self.shared_pending),
         };
         match self.shared_ports.join(place, taker) {
             Ok(joined) => {

@@ -2,16 +2,18 @@
 //! to the app's `listen(3000)`, an admin page, a second API. Under Node's cluster module
 //! (and PM2) every worker that asks for such a port shares one socket the primary bound,
 //! and each new connection goes to one of them in turn. drover balances an app's first
-//! port by load; the others it shares the same way Node does: bound once per app, each
-//! connection handed to the next worker that listens there, unread (so any protocol
-//! works), and none accepted while no worker listens (a reload's gap): those wait in the
-//! kernel's backlog, as under Node.
+//! port by load; the others it shares as Node does: bound once per app, each connection
+//! handed unread (so any protocol works) to a worker that listens there, in turn among
+//! those with the fewest such connections not yet taken up (Node's primary hands one to
+//! each free worker in turn: a stalled worker gets no more than its share), and none
+//! accepted while no worker listens (a reload's gap): those wait in the kernel's
+//! backlog, as under Node.
 
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -25,6 +27,9 @@ pub(crate) type Place = (Option<IpAddr>, u16);
 pub(crate) struct Taker {
     pub(crate) session: u64,
     pub(crate) to: mpsc::UnboundedSender<(Place, TcpStream)>,
+    /// Connections sent to it and not yet taken up by its worker, as its session counts
+    /// them (and one more for each sent since it last did).
+    pub(crate) pending: Arc<AtomicUsize>,
 }
 
 /// The shared ports of one app; cheap to clone. Each port's socket stays bound while the
@@ -185,12 +190,18 @@ impl Inner {
         let Some(port) = ports.get_mut(&place) else {
             return;
         };
-        // In turn, as Node's round-robin primary; a taker whose session ended (its
-        // worker left between a join and now) is dropped and the next one tried.
+        // The fewest pending first, in turn among equals (Node's primary goes round its
+        // free workers); a taker whose session ended (its worker left between a join
+        // and now) is dropped and the next one tried.
         while !port.takers.is_empty() {
-            let i = port.next % port.takers.len();
+            let n = port.takers.len();
+            let i = (0..n)
+                .map(|k| (port.next + k) % n)
+                .min_by_key(|&i| port.takers[i].pending.load(Relaxed))
+                .expect("takers is not empty");
             match port.takers[i].to.send((place, stream)) {
                 Ok(()) => {
+                    port.takers[i].pending.fetch_add(1, Relaxed);
                     port.next = i + 1;
                     return;
                 }
@@ -285,7 +296,15 @@ mod tests {
 
     fn taker(session: u64) -> (Taker, mpsc::UnboundedReceiver<(Place, TcpStream)>) {
         let (to, from) = mpsc::unbounded_channel();
-        (Taker { session, to }, from)
+        let pending = Arc::new(AtomicUsize::new(0));
+        (
+            Taker {
+                session,
+                to,
+                pending,
+            },
+            from,
+        )
     }
 
     fn free_port() -> u16 {
@@ -326,6 +345,24 @@ mod tests {
             }
         }
         assert_eq!(got, [2, 2]);
+
+        // A worker with connections not taken up (busy, stalled) gets none while
+        // another has fewer.
+        let (c, mut to_c) = taker(3);
+        c.pending.store(5, Relaxed);
+        ports.join(place, c.clone()).unwrap();
+        let mut more = Vec::new();
+        for _ in 0..4 {
+            more.push(connect(port).await);
+        }
+        for _ in 0..4 {
+            tokio::select! {
+                Some(_) = to_a.recv() => {}
+                Some(_) = to_b.recv() => {}
+            }
+        }
+        assert!(to_c.try_recv().is_err());
+        ports.leave(place, 3);
 
         // Nobody listens: the connection waits in the backlog, then goes to the worker
         // that joins.
