@@ -320,8 +320,9 @@ fn say_shared_ports(
                 let at = ip.map_or_else(|| "every address".to_string(), |ip| ip.to_string());
                 eprintln!(
                     "drover: app {app:?} also listens on port {port} ({at}): its workers share \
-                     it as under Node's cluster module, each new connection to the next in \
-                     turn; drover balances by load the port it listened on first"
+                     it as under Node's cluster module, each new connection to the worker \
+                     with the fewest not yet taken up; drover balances by load the port it \
+                     listened on first"
                 );
             }
             said = places.len();
