@@ -22,8 +22,9 @@ pub struct AppStatus {
     /// Why its worker processes ended, the last few, oldest first.
     #[serde(default)]
     pub restarts: Vec<RestartRow>,
-    /// The ports its workers listen on after their first, which they share as under
-    /// Node's cluster module (a metrics or admin server of the app's own).
+    /// The ports its workers listen on after their first (a metrics or admin server of
+    /// the app's own) and its Unix sockets, which they share as under Node's cluster
+    /// module.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_ports: Vec<SharedPortRow>,
 }
@@ -31,7 +32,7 @@ pub struct AppStatus {
 /// A port an app's workers share (see `AppStatus::shared_ports`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SharedPortRow {
-    /// `ADDR:PORT`, `*:PORT` for every address.
+    /// `ADDR:PORT`, `*:PORT` for every address, `unix:PATH` for a Unix socket.
     pub listen: String,
     /// How many of the app's workers listen there now.
     pub workers: usize,
@@ -329,7 +330,7 @@ impl Status {
                     .collect();
                 let _ = writeln!(
                     out,
-                    "also listens on {}: shared by its workers in turn, as under Node's cluster module",
+                    "its workers share {}: each new connection to the one with the fewest not yet taken up, as under Node's cluster module",
                     ports.join(", ")
                 );
             }
@@ -622,7 +623,7 @@ mod tests {
         };
         let text = status.to_table();
         assert!(
-            text.contains("also listens on *:9100 (2 workers): shared by its workers in turn"),
+            text.contains("its workers share *:9100 (2 workers): each new connection to"),
             "{text}"
         );
         assert!(

@@ -64,6 +64,20 @@ pub fn channel_env(
     env
 }
 
+/// The Unix sockets drover holds for the app's workers to share, for its preload in a
+/// worker that starts now: an app that removes its socket's file before `listen()` (the
+/// usual guard against a stale one) removes nothing of them, and its clients never find
+/// the path empty. Nothing while drover holds none (the first workers: a stale file is
+/// the app's to remove).
+pub fn unix_sockets_env(held: &[PathBuf]) -> Option<(String, String)> {
+    if held.is_empty() {
+        return None;
+    }
+    let paths: Vec<_> = held.iter().map(|p| p.to_string_lossy()).collect();
+    let json = serde_json::to_string(&paths).expect("strings serialize");
+    Some(("DROVER_UNIX_SOCKETS".into(), json))
+}
+
 /// The environment for a script runner's app (npm's, tsx's): drover's names for the channel, and
 /// `node_options` (the worker's `NODE_OPTIONS`, if any) with the preload added.
 pub fn runner_env(

@@ -41,8 +41,8 @@ mod shared_ports;
 pub use channel::ChannelError;
 pub use launch::{
     channel_env, is_node_program, is_script_runner, preload_env, preload_path, runner_env,
-    write_preload,
+    unix_sockets_env, write_preload,
 };
 pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
 pub use session::{Ended, Inbox, Session, SessionEvent};
-pub use shared_ports::SharedPorts;
+pub use shared_ports::{Place, SharedPorts};

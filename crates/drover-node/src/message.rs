@@ -81,6 +81,9 @@ pub struct ServerQuery {
     pub data: Value,
     /// What the server speaks, as drover's preload says (`droverServer`).
     pub speaks: Speaks,
+    /// The worker's directory, which a relative Unix socket path is in, as drover's
+    /// preload says (`droverCwd`).
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// What a worker's server speaks to its clients, as drover's preload tells it from the
@@ -270,6 +273,10 @@ fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
             Some("tcp") => Speaks::Tcp,
             _ => Speaks::Http,
         },
+        cwd: fields
+            .get("droverCwd")
+            .and_then(Value::as_str)
+            .map(std::path::PathBuf::from),
     })
 }
 
@@ -286,6 +293,10 @@ pub(crate) fn cluster(seq: u64, mut body: Map<String, Value>) -> Value {
 /// asked for is the port it got (net.js `checkBindError`), so this must not be the
 /// loopback port where drover accepts.
 pub(crate) fn listening_without_socket(query: &ServerQuery) -> Map<String, Value> {
+    if query.address_type == AddressType::Pipe {
+        // Node's primary names no address for a Unix socket: the app knows its path.
+        return answer(query, 0);
+    }
     let ipv6 = query.address_type == AddressType::Tcp6;
     let address = query
         .address
@@ -382,6 +393,19 @@ mod tests {
         assert_eq!(kind(udp), AddressType::Udp4);
         assert_eq!(kind(pipe), AddressType::Pipe);
         assert_eq!(kind(fd), AddressType::Fd);
+    }
+
+    #[test]
+    fn a_unix_sockets_directory_is_the_preloads_word_and_its_answer_names_no_address() {
+        let line = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","address":"app.sock","port":-1,"addressType":-1,"index":0,"droverCwd":"/srv/app","seq":3}"#;
+        let FromWorker::QueryServer(q) = parse(line) else {
+            panic!()
+        };
+        assert_eq!(q.cwd.as_deref(), Some(std::path::Path::new("/srv/app")));
+        assert_eq!(q.key, "app.sock:-1:-1:undefined:0");
+        let answer = listening_without_socket(&q);
+        assert!(!answer.contains_key("sockname"), "{answer:?}");
+        assert_eq!(answer["errno"], 0);
     }
 
     #[test]

@@ -26,6 +26,13 @@
 //    SIGTERM listener Node ends such an app at once. So while the app listens to SIGINT
 //    and not to SIGTERM, a SIGTERM goes to its SIGINT listeners.
 //
+// 5. A Unix socket the app listens on is bound once by drover and shared by all of its
+//    workers. An app removes the socket's file before its listen() (the usual guard
+//    against a stale one left by a crash), and so every new worker of a reload would
+//    remove the one its other workers serve, and clients would find nothing there until
+//    drover bound it again. drover names the sockets it holds (DROVER_UNIX_SOCKETS), and
+//    removing one of those does nothing; any other file is removed as asked.
+//
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
 // arrive and close, and watches which signals the app listens to.
@@ -55,6 +62,7 @@ let balancedPort = 0;
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
   saysWhatItServes();
   givesConnectionsBack();
+  keepsSharedSockets();
 }
 
 if (!runner) {
@@ -62,7 +70,8 @@ if (!runner) {
 }
 
 // 4. A worker's listen() asks drover for the server (`queryServer`), as a cluster
-//    worker asks its primary; this adds what the server speaks, from its class, so
+//    worker asks its primary; this adds the worker's directory for a Unix socket's
+//    relative path, and what the server speaks, from its class, so
 //    drover places HTTP requests (HTTP/2 ones too, when it speaks HTTP/2 to the
 //    workers) but hands a TLS server's connections (the app ends TLS itself:
 //    https.createServer) and a raw TCP protocol's (net.createServer) to the workers
@@ -88,7 +97,11 @@ function saysWhatItServes() {
       if (balancedPort === 0) balancedPort = port;
       if (port === balancedPort) balanced.add(server);
     }
-    const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
+    let asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
+    // A Unix socket's path is the worker's own: drover binds it, from its directory.
+    if (options && options.addressType === -1) {
+      asked = Object.assign({}, asked, { droverCwd: process.cwd() });
+    }
     return getServer.call(this, server, asked, cb);
   };
 }
@@ -254,4 +267,59 @@ function givesConnectionsBack() {
     socket.destroy();
     process.send({ cmd: 'NODE_DROVER', act: 'return' }, handle, () => handle.close());
   }
+}
+
+function keepsSharedSockets() {
+  let held;
+  try {
+    held = JSON.parse(process.env.DROVER_UNIX_SOCKETS || '[]');
+  } catch (e) {
+    held = [];
+  }
+  delete process.env.DROVER_UNIX_SOCKETS;
+  if (!Array.isArray(held) || held.length === 0) return;
+  const fs = require('fs');
+  const path = require('path');
+  const kept = new Set(held);
+  const isKept = (p) => typeof p === 'string' && kept.has(path.resolve(p));
+  const unlinkSync = fs.unlinkSync;
+  const unlink = fs.unlink;
+  const rmSync = fs.rmSync;
+  const rm = fs.rm;
+  const promises = fs.promises;
+  const unlinkPromise = promises.unlink;
+  const rmPromise = promises.rm;
+  fs.unlinkSync = function (p) {
+    if (isKept(p)) return undefined;
+    return unlinkSync.apply(this, arguments);
+  };
+  fs.unlink = function (p, cb) {
+    if (isKept(p) && typeof cb === 'function') return process.nextTick(cb, null);
+    return unlink.apply(this, arguments);
+  };
+  if (typeof rmSync === 'function') {
+    fs.rmSync = function (p) {
+      if (isKept(p)) return undefined;
+      return rmSync.apply(this, arguments);
+    };
+  }
+  if (typeof rm === 'function') {
+    fs.rm = function (p) {
+      const cb = arguments[arguments.length - 1];
+      if (isKept(p) && typeof cb === 'function') return process.nextTick(cb, null);
+      return rm.apply(this, arguments);
+    };
+  }
+  promises.unlink = function (p) {
+    if (isKept(p)) return Promise.resolve();
+    return unlinkPromise.apply(this, arguments);
+  };
+  if (typeof rmPromise === 'function') {
+    promises.rm = function (p) {
+      if (isKept(p)) return Promise.resolve();
+      return rmPromise.apply(this, arguments);
+    };
+  }
+  // `import { unlinkSync } from 'fs'` in an ES module sees the same functions.
+  require('module').syncBuiltinESMExports();
 }

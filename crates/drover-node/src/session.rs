@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,15 +54,13 @@ pub enum SessionEvent {
         address: Option<IpAddr>,
         port: u16,
         speaks: crate::Speaks,
+        /// The Unix socket it listens on (`asked` is then -1), which its workers share.
+        unix: Option<PathBuf>,
     },
-    /// The app listens on a port after its first (`asked`, at `address`): the app's
+    /// The app listens at `place` (a port after its first, or a Unix socket): the app's
     /// workers share it, as under Node's cluster module (see `SharedPorts`); `bound`:
     /// this worker was the first to listen there, and drover bound it.
-    AlsoServing {
-        asked: u16,
-        address: Option<IpAddr>,
-        bound: bool,
-    },
+    AlsoServing { place: Place, bound: bool },
     /// A `listen()` drover cannot serve, and why (the app's `listen()` got an error).
     Refused { reason: String },
     /// The app listened on "any port" (`listen(0)`) and got a TCP socket of its own, on
@@ -123,7 +122,7 @@ const SHARED_GRACE: Duration = Duration::from_millis(200);
 /// A connection for the worker, and whether it came through the `Inbox` (and so counts
 /// in its `queued` until the worker takes it).
 struct Waiting {
-    socket: TcpStream,
+    socket: Socket,
     given: bool,
     /// A shared port's connection (`None`: the first port's).
     shared: Option<Place>,
@@ -307,8 +306,8 @@ pub struct Session {
     shared_ports: SharedPorts,
     /// This session among the takers of `shared_ports`.
     id: u64,
-    to_me: mpsc::UnboundedSender<(Place, TcpStream)>,
-    shared_in: mpsc::UnboundedReceiver<(Place, TcpStream)>,
+    to_me: mpsc::UnboundedSender<(Place, Socket)>,
+    shared_in: mpsc::UnboundedReceiver<(Place, Socket)>,
     /// Shared-port connections here and not yet taken up by the worker, for
     /// `SharedPorts` to place the next one (`Taker::pending`).
     shared_pending: Arc<AtomicUsize>,
@@ -427,7 +426,7 @@ impl Session {
             if let Some(place) = waiting.shared {
                 self.shared_ports.deliver(place, waiting.socket);
             } else if waiting.given {
-                report(SessionEvent::Returned(waiting.socket));
+                report(SessionEvent::Returned(TcpStream::from(waiting.socket)));
             }
         }
         ended
@@ -501,7 +500,7 @@ impl Session {
                 }
                 Some(order) = self.from_drover.recv() => match order {
                     ToSession::Connection(socket) => {
-                        self.push(Waiting { socket, given: true, shared: None })
+                        self.push(Waiting { socket: Socket::from(socket), given: true, shared: None })
                     }
                     ToSession::Disconnect => {
                         if self.disconnect == Ask::Unasked {
@@ -614,6 +613,11 @@ impl Session {
                 self.inbox.pong_ms.store(now.max(1), Relaxed);
             }
             FromWorker::Close { key } => {
+                if let Some(i) = self.also.iter().position(|a| a.key == key) {
+                    // Its connections go to the app's other workers from now on.
+                    let closed = self.also.swap_remove(i);
+                    self.shared_ports.leave(&closed.place, self.id);
+                }
                 if self.served.as_ref().is_some_and(|s| s.key == key) {
                     // The app closed its server: refuse new connections, as its own
                     // closed port would, so the balancer fails over at once.
@@ -625,10 +629,6 @@ impl Session {
                     for dropped in dropped {
                         self.taken(&dropped);
                     }
-                } else if let Some(i) = self.also.iter().position(|a| a.key == key) {
-                    // Its connections go to the app's other workers from now on.
-                    let closed = self.also.swap_remove(i);
-                    self.shared_ports.leave(closed.place, self.id);
                 }
             }
             FromWorker::ExitedAfterDisconnect { seq } => {
@@ -693,12 +693,15 @@ impl Session {
                 }
             }
             AddressType::Pipe => {
-                let reason = format!(
-                    "listen({:?}) asks for a Unix socket; drover balances TCP, so the app \
-                     must listen on a port (any port: drover routes it)",
-                    query.address.as_deref().unwrap_or("")
-                );
-                self.refuse(&query, UV_ENOTSUP, reason, report).await
+                let Some(path) = unix_path(&query) else {
+                    let reason = format!(
+                        "listen({:?}): a relative Unix socket path, and the worker did not \
+                         say its directory (drover's preload says it)",
+                        query.address.as_deref().unwrap_or("")
+                    );
+                    return self.refuse(&query, UV_EINVAL, reason, report).await;
+                };
+                self.serve_unix(query, path, report).await
             }
             AddressType::Fd => {
                 let reason = "listen({ fd }) asks for an inherited socket; under `drover run` the \
@@ -728,7 +731,15 @@ impl Session {
                 );
                 return self.send(message::listening_without_socket(&query)).await;
             }
-            return self.also_serve(query, report).await;
+            let Ok(port) = u16::try_from(query.port) else {
+                let reason = format!("listen() on port {}: not a port", query.port);
+                return self.refuse(&query, UV_EINVAL, reason, report).await;
+            };
+            let place = Place::Port {
+                address: asked_ip(&query),
+                port,
+            };
+            return self.also_serve(query, place, report).await;
         }
         if query.port == i64::from(self.port) {
             // The app reads PORT: it gets a socket bound there, as its own bind would
@@ -763,6 +774,7 @@ impl Session {
                 address: asked_ip(&query),
                 port: self.port,
                 speaks: query.speaks,
+                unix: None,
             });
             let body = message::answer(&query, 0);
             let line = message::with_handle(self.next(body));
@@ -771,67 +783,106 @@ impl Session {
         // Any other port: the worker cannot have it (every worker asks for the same
         // one), so it is told "listening there" and given each connection that arrives
         // at its PORT, where drover accepts them.
-        let listener = match loopback_listener(self.port) {
-            Ok(listener) => listener,
-            Err(e) => {
-                let reason = format!("drover could not listen on 127.0.0.1:{}: {e}", self.port);
-                return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
-            }
-        };
-        self.served = Some(Served {
-            key: query.key.clone(),
-            asked: query.port,
-            address: asked_ip(&query),
-            listener: Some(listener),
-        });
-        report(SessionEvent::Serving {
-            asked: query.port,
-            address: asked_ip(&query),
-            port: self.port,
-            speaks: query.speaks,
-        });
+        if let Err(reason) = self.serve_at_loopback(&query, None, report) {
+            return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
+        }
         let body = message::listening_without_socket(&query);
         self.send(body).await
     }
 
-    /// A port after the first: bound once for the app and shared by its workers.
+    /// drover accepts the connections of the app's first server at the worker's PORT
+    /// (its balancer's and health checks') and hands them over; `Err`: why it cannot.
+    fn serve_at_loopback(
+        &mut self,
+        query: &ServerQuery,
+        unix: Option<PathBuf>,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), String> {
+        let listener = loopback_listener(self.port)
+            .map_err(|e| format!("drover could not listen on 127.0.0.1:{}: {e}", self.port))?;
+        self.served = Some(Served {
+            key: query.key.clone(),
+            asked: query.port,
+            address: asked_ip(query),
+            listener: Some(listener),
+        });
+        report(SessionEvent::Serving {
+            asked: query.port,
+            address: asked_ip(query),
+            port: self.port,
+            speaks: query.speaks,
+            unix,
+        });
+        Ok(())
+    }
+
+    /// A Unix socket (`listen('/run/app.sock')`): bound once for the app and shared by
+    /// its workers, as Node's primary shares it. As the worker's first server it is
+    /// also served at the worker's PORT, as a fixed port is, so that drover's health
+    /// checks reach it, and its balancer where the user gives one an address (`-l`).
+    async fn serve_unix(
+        &mut self,
+        query: ServerQuery,
+        path: PathBuf,
+        report: &mut impl FnMut(SessionEvent),
+    ) -> Result<(), ChannelError> {
+        let place = Place::Path(path.clone());
+        if self.served.is_some() {
+            return self.also_serve(query, place, report).await;
+        }
+        if let Err(reason) = self.serve_at_loopback(&query, Some(path), report) {
+            return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
+        }
+        self.also_serve(query, place, report).await
+    }
+
+    /// A port after the first (or a Unix socket): bound once for the app and shared by
+    /// its workers.
     async fn also_serve(
         &mut self,
         query: ServerQuery,
+        place: Place,
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), ChannelError> {
-        let Ok(port) = u16::try_from(query.port) else {
-            let reason = format!("listen() on port {}: not a port", query.port);
-            return self.refuse(&query, UV_EINVAL, reason, report).await;
-        };
-        let place = (asked_ip(&query), port);
         let taker = Taker {
             session: self.id,
             to: self.to_me.clone(),
             pending: Arc::clone(&self.shared_pending),
         };
-        match self.shared_ports.join(place, taker) {
+        match self.shared_ports.join(place.clone(), taker) {
             Ok(joined) => {
                 self.inbox.shares.store(true, Relaxed);
                 self.also.retain(|a| a.place != place);
                 self.also.push(AlsoServed {
-                    place,
+                    place: place.clone(),
                     key: query.key.clone(),
                 });
                 report(SessionEvent::AlsoServing {
-                    asked: port,
-                    address: place.0,
+                    place,
                     bound: joined == Joined::Bound,
                 });
                 self.send(message::listening_without_socket(&query)).await
             }
             Err(e) => {
-                let first = self.served.as_ref().map_or(0, |s| s.asked);
-                let reason = format!(
-                    "listen() on {} after port {first}: drover binds such a port once, for \
-                     all of the app's workers to share, and could not: {e}",
-                    describe(&query)
-                );
+                let reason = match (&place, &self.served) {
+                    (Place::Path(path), Some(served)) if served.key == query.key => {
+                        // Its first server: it serves nowhere.
+                        self.served = None;
+                        format!(
+                            "listen({}): drover binds a Unix socket once, for all of the \
+                             app's workers to share, and could not: {e}",
+                            path.display()
+                        )
+                    }
+                    _ => {
+                        let first = self.served.as_ref().map_or(0, |s| s.asked);
+                        format!(
+                            "listen() on {} after port {first}: drover binds such a port \
+                             once, for all of the app's workers to share, and could not: {e}",
+                            describe(&query)
+                        )
+                    }
+                };
                 self.refuse(&query, errno_of(&e), reason, report).await
             }
         }
@@ -854,9 +905,9 @@ impl Session {
         match waiting.shared {
             None if self.served.is_some() => self.waiting.push_back(waiting),
             None => self.taken(&waiting),
-            Some(place)
+            Some(ref place)
                 if self.disconnect == Ask::Unasked
-                    && self.also.iter().any(|a| a.place == place) =>
+                    && self.also.iter().any(|a| a.place == *place) =>
             {
                 self.waiting.push_back(waiting)
             }
@@ -877,7 +928,7 @@ impl Session {
                 .inbox
                 .clients
                 .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
-            report(SessionEvent::Returned(refused.socket));
+            report(SessionEvent::Returned(TcpStream::from(refused.socket)));
         }
     }
 
@@ -890,12 +941,12 @@ impl Session {
     }
 
     async fn hand_over(&mut self, socket: Waiting) -> Result<(), ChannelError> {
-        let key = match socket.shared {
+        let key = match &socket.shared {
             None => self.served.as_ref().map(|s| s.key.clone()),
             Some(place) => self
                 .also
                 .iter()
-                .find(|a| a.place == place)
+                .find(|a| a.place == *place)
                 .map(|a| a.key.clone()),
         };
         let Some(key) = key else {
@@ -969,7 +1020,7 @@ fn client_connection(fd: std::os::fd::OwnedFd) -> io::Result<TcpStream> {
 }
 
 /// The next connection for `served`; never ready while the app has no server.
-async fn accept(served: Option<&Served>) -> io::Result<TcpStream> {
+async fn accept(served: Option<&Served>) -> io::Result<Socket> {
     let Some(served) = served else {
         return std::future::pending().await;
     };
@@ -978,7 +1029,7 @@ async fn accept(served: Option<&Served>) -> io::Result<TcpStream> {
     };
     let (socket, _) = listener.accept().await?;
     // The socket only passes through drover: out of the reactor, as a plain descriptor.
-    socket.into_std()
+    Ok(Socket::from(socket.into_std()?))
 }
 
 /// drover's listener on the worker's loopback port, where its balancer and health
@@ -1047,6 +1098,16 @@ fn loopback_twins(first: Option<IpAddr>, second: Option<IpAddr>) -> bool {
     first.is_some_and(|a| a.is_loopback()) && second.is_some_and(|b| b.is_loopback())
 }
 
+/// Where a Unix socket `listen()` asks to be: its path, in the worker's directory when
+/// relative; Linux's abstract names (a leading NUL) as they are.
+fn unix_path(query: &ServerQuery) -> Option<PathBuf> {
+    let address = PathBuf::from(query.address.as_deref()?);
+    if address.is_absolute() || address.as_os_str().as_encoded_bytes().first() == Some(&0) {
+        return Some(address);
+    }
+    Some(query.cwd.as_ref()?.join(address))
+}
+
 fn describe(query: &ServerQuery) -> String {
     format!(
         "{}:{}",
@@ -1066,6 +1127,32 @@ mod tests {
     use std::io::{BufRead, BufReader, IoSlice, Read, Write};
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream as StdUnix;
+
+    #[test]
+    fn a_unix_sockets_relative_path_is_in_the_workers_directory() {
+        let query = |address: &str, cwd: Option<&str>| ServerQuery {
+            seq: 1,
+            address: Some(address.to_string()),
+            port: -1,
+            address_type: AddressType::Pipe,
+            key: String::new(),
+            data: Value::Null,
+            speaks: crate::Speaks::Http,
+            cwd: cwd.map(PathBuf::from),
+        };
+        let at = |address, cwd| unix_path(&query(address, cwd));
+        assert_eq!(at("/run/app.sock", None), Some("/run/app.sock".into()));
+        assert_eq!(
+            at("app.sock", Some("/srv/app")),
+            Some("/srv/app/app.sock".into())
+        );
+        assert_eq!(
+            at("run/app.sock", Some("/srv")),
+            Some("/srv/run/app.sock".into())
+        );
+        assert_eq!(at("\0abstract", None), Some("\0abstract".into()));
+        assert_eq!(at("app.sock", None), None);
+    }
 
     /// The worker's end: sends a line with `fd` alongside, as Node does.
     fn send_with(worker: &StdUnix, line: &str, fd: Option<std::os::fd::RawFd>) {

@@ -38,7 +38,7 @@ mod supervisor;
 pub mod watch;
 mod worker;
 
-pub use drover_node::Speaks;
+pub use drover_node::{Place, Speaks};
 pub use first_listen::FirstListen;
 pub use forensics::{
     signal_name, RestartCounts, RestartReason, RestartRecord, UnknownRestartReason,

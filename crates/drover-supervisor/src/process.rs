@@ -141,8 +141,9 @@ fn node_preload() -> io::Result<PathBuf> {
 
 /// Where a new worker listens.
 pub(crate) enum Listen<'a> {
-    /// Its own loopback port, passed as `PORT`.
-    Port(u16),
+    /// Its own loopback port, passed as `PORT`, and the Unix sockets drover holds for
+    /// the app's workers to share (`drover_node::unix_sockets_env`).
+    Port(u16, Vec<std::path::PathBuf>),
     /// The slot's listening socket (shared mode, see `steer`), passed as fd 3 the way
     /// systemd's socket activation does (`LISTEN_FDS=1`, `LISTEN_PID`,
     /// `LISTEN_FDNAMES`).
@@ -170,7 +171,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     // gets its own port in the arguments too. Shared mode keeps the command as it is:
     // validation refuses a `{port}` there, as there is none to put.
     let command = match listen {
-        Listen::Port(port) => command_with_port(&spec.command, port),
+        Listen::Port(port, _) => command_with_port(&spec.command, port),
         Listen::Socket(_) | Listen::Nothing => spec.command.clone(),
     };
     let (program, args) = command
@@ -178,7 +179,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut node_channel = None;
     let mut cmd = match listen {
-        Listen::Port(port) => {
+        Listen::Port(port, unix_sockets) => {
             let mut cmd = Command::new(program);
             cmd.args(args)
                 // drover's own sockets, if systemd passed it any, are close-on-exec:
@@ -213,6 +214,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 (env, NODE_CHANNEL_FD)
             };
             cmd.envs(env)
+                .envs(drover_node::unix_sockets_env(&unix_sockets))
                 .fd_mappings(vec![FdMapping {
                     parent_fd: theirs.into(),
                     child_fd: channel_fd,

@@ -80,14 +80,14 @@ impl Supervisor {
         self.shared.first_listen.subscribe()
     }
 
-    /// The ports a Node app's workers listen on after their first, which they share as
-    /// under Node's cluster module: (address, port, workers listening there).
-    pub fn shared_ports(&self) -> Vec<(Option<std::net::IpAddr>, u16, usize)> {
+    /// The ports a Node app's workers listen on after their first, and its Unix sockets,
+    /// which they share as under Node's cluster module: (where, workers listening there).
+    pub fn shared_ports(&self) -> Vec<(drover_node::Place, usize)> {
         self.shared.shared_ports.ports()
     }
 
     /// Each shared port as it is bound (see `shared_ports`); ends with the app.
-    pub fn shared_ports_bound(&self) -> watch::Receiver<Vec<(Option<std::net::IpAddr>, u16)>> {
+    pub fn shared_ports_bound(&self) -> watch::Receiver<Vec<drover_node::Place>> {
         self.shared.shared_ports.bound()
     }
 

@@ -685,7 +685,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
             if !node {
                 port.release_hold();
             }
-            let listen = Listen::Port(port.get());
+            let listen = Listen::Port(port.get(), shared.shared_ports.unix_sockets());
             (Some(port), listen)
         }
     };
@@ -825,13 +825,15 @@ fn node_session(
                 address,
                 port,
                 speaks,
+                unix,
             } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
-                first_listen.note(FirstListen::of_listen(asked, address, port, speaks));
+                let at_unix = unix.is_some();
+                first_listen.note(FirstListen::of_listen(asked, address, port, speaks, unix));
                 // Taken up only by a balancer in handoff mode, and only once this
                 // worker is in its pool (ready).
                 pool.handoffs().register(addr, Arc::clone(&takes));
-                if asked != i64::from(port) {
+                if asked != i64::from(port) && !at_unix {
                     tracing::info!(
                         app = %app,
                         worker = id,
@@ -849,13 +851,9 @@ fn node_session(
                     std::sync::atomic::Ordering::Relaxed,
                 );
             }
-            drover_node::SessionEvent::AlsoServing {
-                asked,
-                address,
-                bound,
-            } => {
-                // drover's user hears of the port once, from `Supervisor::shared_ports_bound`.
-                tracing::debug!(app = %app, worker = id, port = asked, ?address, bound, "the worker listens on a shared port");
+            drover_node::SessionEvent::AlsoServing { place, bound } => {
+                // drover's user hears of the place once, from `Supervisor::shared_ports_bound`.
+                tracing::debug!(app = %app, worker = id, %place, bound, "the worker listens on a shared place");
             }
             drover_node::SessionEvent::Refused { reason } => {
                 tracing::error!(app = %app, worker = id, "the app's listen() failed: {reason}");

@@ -3,7 +3,7 @@
 use crate::balancers::{
     app_of, discovery, static_pool, wire_routes, RunningBalancer, Sockets, StartError,
 };
-use crate::follow::{where_the_app_listens, FollowApp};
+use crate::follow::{where_the_app_listens, FollowApp, Followed};
 use crate::systemd;
 use crate::up::Serving;
 use drover_admin::{
@@ -736,12 +736,13 @@ async fn start_new_apps(
             listen: listen.clone(),
         };
         let why = match tokio::time::timeout(wait, where_the_app_listens(follow)).await {
-            Ok(Ok(Some(b))) => {
-                started.balancers.push(Arc::new(b));
+            Ok(Ok(Followed::Balancer(b))) => {
+                started.balancers.push(Arc::from(b));
                 continue;
             }
+            Ok(Ok(Followed::UnixSocket)) => continue,
             Ok(Err(e)) => e,
-            Ok(Ok(None)) => format!("app {:?} stopped before it listened", app.name()),
+            Ok(Ok(Followed::Stopped)) => format!("app {:?} stopped before it listened", app.name()),
             Err(_) => format!(
                 "app {:?}: no worker listened within {wait:?} (its ready_timeout), so drover cannot tell where its clients connect",
                 app.name(),
@@ -940,11 +941,8 @@ impl Control for Controller {
                     shared_ports: sup
                         .shared_ports()
                         .into_iter()
-                        .map(|(ip, port, workers)| SharedPortRow {
-                            listen: match ip {
-                                Some(ip) => std::net::SocketAddr::new(ip, port).to_string(),
-                                None => format!("*:{port}"),
-                            },
+                        .map(|(place, workers)| SharedPortRow {
+                            listen: place.to_string(),
                             workers,
                         })
                         .collect(),

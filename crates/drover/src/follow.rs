@@ -12,6 +12,16 @@ use drover_supervisor::{FirstListen, Speaks, Supervisor};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
+/// What `where_the_app_listens` started.
+pub(crate) enum Followed {
+    /// The balancer, where the app listens.
+    Balancer(Box<RunningBalancer>),
+    /// None: the app listens on a Unix socket, which its workers share.
+    UnixSocket,
+    /// None: the app stopped before any worker listened (drover is shutting down).
+    Stopped,
+}
+
 /// `drover run`'s balancer for a Node app, with no `--listen`: what it needs to start
 /// once the app's first worker listens.
 pub(crate) struct FollowApp {
@@ -32,11 +42,10 @@ pub(crate) struct FollowApp {
 /// its `PORT` gets the balancer's own address (the default, or the `PORT` an ecosystem
 /// file gives the app; `[::]` falls back to `0.0.0.0` there too). So clients reach the app where it says it
 /// listens, as under PM2. Until then a client is refused, as under Node's cluster
-/// module before its first worker listens. An address that cannot be bound is an error;
-/// `None`: the app stopped before any worker listened (drover is shutting down).
-pub(crate) async fn where_the_app_listens(
-    follow: FollowApp,
-) -> Result<Option<RunningBalancer>, String> {
+/// module before its first worker listens. An address that cannot be bound is an error.
+/// An app that listens on a Unix socket gets none: its workers share the socket, as
+/// under Node's cluster module, and its clients (nginx in front) connect there.
+pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed, String> {
     let FollowApp {
         mut config,
         mut plan,
@@ -53,10 +62,17 @@ pub(crate) async fn where_the_app_listens(
             .unwrap_or_default()
     };
     let mut first = app.first_listen();
-    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
-        return Ok(None);
+    let Ok(seen) = first
+        .wait_for(Option::is_some)
+        .await
+        .map(|seen| seen.clone())
+    else {
+        return Ok(Followed::Stopped);
     };
     let seen = seen.unwrap_or(FirstListen::own_port());
+    if seen.unix.is_some() {
+        return Ok(Followed::UnixSocket);
+    }
     let chosen = seen.asked.or(config.listen);
     let candidates = match chosen {
         Some(addr) if addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) => {
@@ -127,7 +143,7 @@ pub(crate) async fn where_the_app_listens(
                         elsewhere("to choose another address")
                     );
                 }
-                return Ok(Some(b));
+                return Ok(Followed::Balancer(Box::new(b)));
             }
             // No IPv6 here: Node's primary falls back to IPv4 the same way.
             Err(StartError::Bind(e))
@@ -195,7 +211,11 @@ pub(crate) async fn speaks_http(
     balancer: Arc<RunningBalancer>,
 ) -> Result<(), String> {
     let mut first = app.first_listen();
-    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
+    let Ok(seen) = first
+        .wait_for(Option::is_some)
+        .await
+        .map(|seen| seen.clone())
+    else {
         return Ok(());
     };
     let Some(speaks) = seen.map(|s| s.speaks) else {

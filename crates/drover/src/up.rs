@@ -2,7 +2,7 @@
 
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use crate::control::Controller;
-use crate::follow::{speaks_http, where_the_app_listens, FollowApp};
+use crate::follow::{speaks_http, where_the_app_listens, FollowApp, Followed};
 use crate::serve;
 use crate::systemd;
 use drover_admin::AdminServer;
@@ -13,7 +13,7 @@ use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
 use drover_proxy::H2Probe;
 use drover_registry::{Pool, PoolOptions, WrapProbe};
-use drover_supervisor::{stderr_sink, SharedListener, Supervisor};
+use drover_supervisor::{stderr_sink, Place, SharedListener, Supervisor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -246,8 +246,8 @@ pub(crate) async fn run_config(
         };
         let control = Arc::clone(&controller);
         late_starts.push(Box::pin(async move {
-            if let Some(started) = where_the_app_listens(follow).await? {
-                control.add_balancer(Arc::new(started));
+            if let Followed::Balancer(started) = where_the_app_listens(follow).await? {
+                control.add_balancer(Arc::from(started));
             }
             Ok(())
         }) as serve::LateStart);
@@ -308,22 +308,30 @@ pub(crate) fn start_app(
 
 /// Tells the user of each port the app's workers listen on after their first, as it
 /// is bound: drover shares it among them (`drover_node::SharedPorts`).
-fn say_shared_ports(
-    app: String,
-    mut bound: tokio::sync::watch::Receiver<Vec<(Option<std::net::IpAddr>, u16)>>,
-) {
+fn say_shared_ports(app: String, mut bound: tokio::sync::watch::Receiver<Vec<Place>>) {
     tokio::spawn(async move {
         let mut said = 0;
         while bound.changed().await.is_ok() {
             let places = bound.borrow_and_update().clone();
-            for (ip, port) in places.iter().skip(said) {
-                let at = ip.map_or_else(|| "every address".to_string(), |ip| ip.to_string());
-                eprintln!(
-                    "drover: app {app:?} also listens on port {port} ({at}): its workers share \
-                     it as under Node's cluster module, each new connection to the worker \
-                     with the fewest not yet taken up; drover balances by load the port it \
-                     listened on first"
-                );
+            for place in places.iter().skip(said) {
+                match place {
+                    Place::Port { address, port } => {
+                        let at = address
+                            .map_or_else(|| "every address".to_string(), |ip| ip.to_string());
+                        eprintln!(
+                            "drover: app {app:?} also listens on port {port} ({at}): its workers \
+                             share it as under Node's cluster module, each new connection to the \
+                             worker with the fewest not yet taken up; drover balances by load the \
+                             port it listened on first"
+                        );
+                    }
+                    Place::Path(path) => eprintln!(
+                        "drover: app {app:?} listens on the Unix socket {}: drover binds it once \
+                         and its workers share it as under Node's cluster module, each new \
+                         connection to the worker with the fewest not yet taken up",
+                        path.display()
+                    ),
+                }
             }
             said = places.len();
         }

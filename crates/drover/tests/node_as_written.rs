@@ -5,8 +5,8 @@
 //! drover's listen address: drover is their cluster primary (drover-node).
 //!
 //! Then what it takes from the app's listen() beyond one port (a helper on port 0, UDP, a
-//! second port its workers share), where it cannot apply and says so (a Unix socket, a
-//! program that is not Node and ignores PORT), and workers killed, reloaded and scaled
+//! second port and a Unix socket its workers share), where it cannot apply and says so
+//! (a program that is not Node and ignores PORT), and workers killed, reloaded and scaled
 //! under load.
 
 mod common;
@@ -292,7 +292,7 @@ async fn a_second_port_is_shared_by_the_workers_as_under_node_cluster() {
         let (_, table, _) = ctl(admin, &["status"]).await;
         assert!(
             table.contains(&format!(
-                "also listens on *:{second} (3 workers): shared by its workers in turn"
+                "its workers share *:{second} (3 workers): each new"
             )),
             "{label}: {table}"
         );
@@ -370,23 +370,186 @@ async fn a_second_port_that_is_taken_is_refused_with_the_reason() {
     drover_stops_cleanly("taken second port", &d).await;
 }
 
+/// `GET /` over the Unix socket at `path`: the status and body, or why not.
+async fn get_over_unix(path: &Path) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(path)
+        .await
+        .map_err(|e| format!("connect {}: {e}", path.display()))?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+        .await
+        .map_err(|_| "no answer in 5 s".to_string())?
+        .map_err(|e| format!("read: {e}"))?;
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let status = answer
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not HTTP: {answer:?}"))?;
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    Ok((status, body.to_string()))
+}
+
+/// Asks over the Unix socket at `path` until every pid of `pids` answered.
+async fn every_worker_answers_at(who: &str, path: &Path, pids: &BTreeSet<String>) {
+    let mut answered = BTreeSet::new();
+    for _ in 0..30 {
+        let (status, body) = get_over_unix(path).await.unwrap();
+        assert_eq!(status, 200, "{who}: {body}");
+        answered.extend(pids.iter().filter(|p| body.contains(p.as_str())).cloned());
+        if answered == *pids {
+            return;
+        }
+    }
+    panic!("{who}: workers {pids:?}, answers from {answered:?}");
+}
+
+/// An app behind nginx listens on a Unix socket, as it would under PM2: drover binds the
+/// path once and its workers share it (Node's cluster module does the same), with no TCP
+/// balancer unless `--listen` asks for one. A new worker's removal of the "stale" file
+/// before its `listen()` removes nothing (under Node's cluster module and PM2 it removes
+/// the socket its other workers serve, for good): killed, reloaded and scaled under load,
+/// nothing fails, and the file is the same socket throughout. drover removes it as it
+/// stops, as Node's primary does.
 #[tokio::test]
-async fn a_unix_socket_listen_fails_with_the_reason() {
+async fn a_unix_socket_is_shared_by_the_workers_as_under_node_cluster() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    for (label, node) in node_binaries() {
+        let dir = temp_dir("unix-socket");
+        let path = dir.join("app.sock");
+        let mut cmd = Command::new(bin());
+        cmd.args("run -w 3 --admin 127.0.0.1:0 --threads 1 --".split(' '))
+            .arg(&node)
+            .arg(fixture("unix-socket.js"))
+            .arg("app.sock")
+            .current_dir(&dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "admin API listening on ").await;
+        let admin = admin_addr(&d).await;
+        let pids: BTreeSet<String> = wait_all_serving(&d, admin)
+            .await
+            .into_iter()
+            .map(|p| p.unwrap().to_string())
+            .collect();
+        says(
+            &label,
+            &d,
+            &[&format!(
+                "listens on the Unix socket {}: drover binds it once and its workers share it",
+                path.display()
+            )],
+        )
+        .await;
+        assert!(
+            !d.stderr_text().contains("listening on 0.0.0.0"),
+            "{label}: no TCP balancer\n{}",
+            d.stderr_text()
+        );
+        every_worker_answers_at(&label, &path, &pids).await;
+        let (_, table, _) = ctl(admin, &["status"]).await;
+        assert!(
+            table.contains(&format!(
+                "its workers share unix:{} (3 workers)",
+                path.display()
+            )),
+            "{label}: {table}"
+        );
+        let socket = std::fs::metadata(&path).unwrap();
+        assert!(socket.file_type().is_socket(), "{label}");
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = {
+            let (stop, path) = (stop.clone(), path.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match get_over_unix(&path).await {
+                        Ok((200, _)) => ok += 1,
+                        Ok((status, body)) => failed.push(format!("{status} {body}")),
+                        Err(e) => failed.push(e),
+                    }
+                    // Paced: the tests that run alongside need the cores too.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (ok, failed)
+            })
+        };
+        let victim = pids.iter().next().unwrap();
+        assert!(Command::new("kill")
+            .args(["-KILL", victim])
+            .status()
+            .unwrap()
+            .success());
+        wait_all_serving(&d, admin).await;
+        let (code, out, err) = ctl(admin, &["reload"]).await;
+        assert_eq!(code, 0, "{label}: {out}{err}\n{}", d.stderr_text());
+        let after: BTreeSet<String> = wait_all_serving(&d, admin)
+            .await
+            .into_iter()
+            .map(|p| p.unwrap().to_string())
+            .collect();
+        assert!(after.is_disjoint(&pids), "{label}: {after:?} {pids:?}");
+        let (code, out, err) = ctl(admin, &["scale", "4"]).await;
+        assert_eq!(code, 0, "{label}: {out}{err}\n{}", d.stderr_text());
+        let four = wait_until_async(Duration::from_secs(20), || async {
+            let pids = common::serving_pids(&status(admin).await);
+            pids.len() == 4 && pids.iter().all(Option::is_some)
+        })
+        .await;
+        assert!(four, "{label}: {}", d.stderr_text());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_load_never_failed(
+            &stop,
+            vec![load],
+            20,
+            "on the Unix socket while workers were killed, reloaded and scaled",
+        )
+        .await;
+        let now = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            (now.dev(), now.ino()),
+            (socket.dev(), socket.ino()),
+            "{label}: the workers that started later removed no socket of drover's"
+        );
+        drover_stops_cleanly(&label, &d).await;
+        assert!(!path.exists(), "{label}: {} left behind", path.display());
+    }
+}
+
+/// A Unix socket's path that drover cannot bind (a file is there, and the app leaves it)
+/// is the app's `listen()` error, with the reason in drover's log; the file is left as
+/// it was. `--listen` serves no worker then: none listens.
+#[tokio::test]
+async fn a_unix_socket_path_that_is_taken_is_refused_with_the_reason() {
+    let dir = temp_dir("unix-socket-taken");
+    let path = dir.join("app.sock");
+    std::fs::write(&path, "not a socket").unwrap();
     let mut cmd = Command::new(bin());
     cmd.args("run -w 1 --listen 127.0.0.1:0 --admin off -- node".split(' '))
-        .arg(fixture("unix-socket.js"));
+        .arg(fixture("unix-socket.js"))
+        .arg(&path)
+        .env("LEAVE_STALE", "1")
+        .current_dir(&dir);
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     says(
-        "unix socket",
+        "taken unix socket",
         &d,
         &[
-            "asks for a Unix socket; drover balances TCP",
-            "unix listen failed: ENOTSUP",
+            &format!(
+                "listen({}): drover binds a Unix socket once, for all of the app's workers to share, and could not: Address already in use",
+                path.display()
+            ),
+            "unix listen failed: EADDRINUSE",
         ],
     )
     .await;
-    drover_stops_cleanly("unix socket", &d).await;
+    drover_stops_cleanly("taken unix socket", &d).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "not a socket");
 }
 
 /// `drover up` with one app of `command` (TOML array items) that may take 1 s to be
