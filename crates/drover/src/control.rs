@@ -48,6 +48,8 @@ pub struct Controller {
     /// Each supervised app's pool, for a balancer a reload puts in front of it.
     app_pools: RwLock<BTreeMap<String, Arc<Pool>>>,
     balancers: RwLock<Vec<Arc<RunningBalancer>>>,
+    /// The apps whose files are watched (PM2's `watch`); a reload of a file changes them.
+    pub(crate) watches: crate::watching::Watches,
 }
 
 /// What a reload does with one balancer of the new file.
@@ -85,6 +87,7 @@ impl Controller {
             apps: RwLock::new(apps),
             app_pools: RwLock::new(app_pools),
             balancers: RwLock::new(balancers),
+            watches: Default::default(),
         }
     }
 
@@ -206,6 +209,11 @@ impl Controller {
         };
         let prepared = preflight::prepare(&new, &config::Origins::default())
             .map_err(|errors| failed(errors.join("; ")))?;
+        // The apps of the file: those that left it run on as they are, watched too.
+        let rewatch = self
+            .watches
+            .prepare(next.apps.iter().chain(&new.apps).map(|a| &a.spec), &[])
+            .map_err(|e| failed(format!("{file}: {e}")))?;
         let started = start_new_apps(&new, prepared, &follow)
             .await
             .map_err(|e| failed(format!("{file}: {e}")))?;
@@ -242,6 +250,7 @@ impl Controller {
         for b in started.balancers {
             self.add_balancer(b);
         }
+        self.watches.apply(rewatch);
         Ok(said.join("; "))
     }
 
@@ -311,6 +320,11 @@ impl Controller {
             }
         }
         let mut new_pools = crate::up::pools_of(&plans_of_added);
+        let gone: Vec<String> = removed.iter().map(|a| a.name().to_string()).collect();
+        let rewatch = self
+            .watches
+            .prepare(next.apps.iter().map(|a| &a.spec), &gone)
+            .map_err(failed)?;
         let steps = self
             .plan_balancers(&next, &new_pools)
             .map_err(|e| restart_needed(path, &e))?;
@@ -477,6 +491,7 @@ impl Controller {
             }
         }
         *running = next;
+        self.watches.apply(rewatch);
         let mut said = vec![summary(&targets)];
         said.push(if changed.is_empty() {
             "no balancer changed".to_string()

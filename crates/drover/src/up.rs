@@ -216,7 +216,7 @@ pub(crate) async fn run_config(
         controller = controller.reading_ecosystem(file);
     }
     let controller = Arc::new(controller);
-    crate::watching::reload_on_change(&controller, watched);
+    controller.watches.start(&controller, watched);
     let _admin = match admin_listener {
         Some(listener) => {
             let server = match AdminServer::serve(listener, token, controller.clone()) {

@@ -1,18 +1,94 @@
 //! PM2's `watch`, wired: each app whose spec says `watch` is reloaded (rolling, through
 //! the controller, as `drover ctl reload --app NAME` does) once its files change and
-//! have been quiet for the watch delay.
+//! have been quiet for the watch delay. A reload of drover's file that adds an app, or
+//! changes an app's watch settings, watches from then on as it says.
 
 use crate::control::Controller;
-use drover_supervisor::watch::FileWatcher;
+use drover_supervisor::watch::{FileWatcher, WatchSpec};
 use drover_supervisor::AppSpec;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use tokio::task::JoinHandle;
 
 /// The files of one app, watched from before it starts.
 pub(crate) struct AppFiles {
     app: String,
+    spec: WatchSpec,
     watcher: FileWatcher,
     cwd: PathBuf,
+}
+
+/// What a reload changes in what is watched: an app's files as its new settings say,
+/// or (`None`) no longer any.
+pub(crate) type Rewatch = Vec<(String, Option<AppFiles>)>;
+
+/// The apps whose files are watched now, each with its settings and the task that
+/// reloads it.
+#[derive(Default)]
+pub(crate) struct Watches {
+    control: OnceLock<Weak<Controller>>,
+    running: Mutex<BTreeMap<String, (WatchSpec, JoinHandle<()>)>>,
+}
+
+impl Watches {
+    /// From now on, each app of `watched` is reloaded through `control` after its files
+    /// change.
+    pub(crate) fn start(&self, control: &Arc<Controller>, watched: Vec<AppFiles>) {
+        let _ = self.control.set(Arc::downgrade(control));
+        self.apply(
+            watched
+                .into_iter()
+                .map(|f| (f.app.clone(), Some(f)))
+                .collect(),
+        );
+    }
+
+    /// What changes for the apps of `specs` (a reload's), their files watched already,
+    /// so that a path that cannot be watched fails the reload before anything changes.
+    /// `gone`: apps the reload stops, no longer watched.
+    pub(crate) fn prepare<'a>(
+        &self,
+        specs: impl IntoIterator<Item = &'a AppSpec>,
+        gone: &[String],
+    ) -> Result<Rewatch, String> {
+        let running = self.lock();
+        let now = |name: &str| running.get(name).map(|(spec, _)| spec);
+        let mut changes = Vec::new();
+        for spec in specs {
+            if now(&spec.name) == spec.watch.as_ref() {
+                continue;
+            }
+            let files = watch_files([spec])?.pop();
+            changes.push((spec.name.clone(), files));
+        }
+        for name in gone {
+            if now(name).is_some() {
+                changes.push((name.clone(), None));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Applies what `prepare` found (once the reload has applied the rest).
+    pub(crate) fn apply(&self, changes: Rewatch) {
+        let control = self.control.get().cloned().unwrap_or_default();
+        let mut running = self.lock();
+        for (app, files) in changes {
+            if let Some((_, task)) = running.remove(&app) {
+                task.abort();
+            }
+            if let Some(files) = files {
+                let spec = files.spec.clone();
+                let task = tokio::spawn(reload_each_change(control.clone(), files));
+                running.insert(app, (spec, task));
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (WatchSpec, JoinHandle<()>)>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Watches the files of every app of `specs` that asks for it, before any starts.
@@ -29,10 +105,11 @@ pub(crate) fn watch_files<'a>(
             Some(cwd) => cwd.clone(),
             None => std::env::current_dir().map_err(|e| format!("drover's directory: {e}"))?,
         };
-        let watcher = FileWatcher::new(watch, &cwd)
+        let watcher = FileWatcher::new(watch.clone(), &cwd)
             .map_err(|e| format!("app {:?}: cannot {e}", spec.name))?;
         watched.push(AppFiles {
             app: spec.name.clone(),
+            spec: watch,
             watcher,
             cwd,
         });
@@ -40,18 +117,12 @@ pub(crate) fn watch_files<'a>(
     Ok(watched)
 }
 
-/// From now on, each app of `watched` is reloaded after its files change.
-pub(crate) fn reload_on_change(control: &Arc<Controller>, watched: Vec<AppFiles>) {
-    for files in watched {
-        tokio::spawn(reload_each_change(Arc::downgrade(control), files));
-    }
-}
-
 async fn reload_each_change(control: Weak<Controller>, files: AppFiles) {
     let AppFiles {
         app,
         mut watcher,
         cwd,
+        ..
     } = files;
     loop {
         let changed = match watcher.changed().await {

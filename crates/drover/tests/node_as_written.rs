@@ -1962,6 +1962,82 @@ async fn watch_reloads_the_app_on_a_change_with_no_failed_request() {
     );
 }
 
+/// A reload watches as the ecosystem file now says, as `pm2 reload ecosystem.config.js`
+/// does: `watch` added to an app watches its files from then on, and taken out stops
+/// watching them; a watched path that is not there fails the reload with nothing
+/// changed. Before, watches were set at start only.
+#[tokio::test]
+async fn a_reload_watches_as_the_file_now_says() {
+    let dir = temp_dir("watch-reload");
+    let port = drover_testkit::free_port();
+    let app = |v: &str| {
+        format!("require('http').createServer((req, res) => res.end('{v} ' + process.pid)).listen(process.env.PORT);\n")
+    };
+    let file = |watch: &str| {
+        format!("module.exports = {{ apps: [{{ name: 'web', script: 'app.js', instances: 2, exec_mode: 'cluster', env: {{ PORT: {port} }}{watch} }}] }};\n")
+    };
+    std::fs::write(dir.join("app.js"), app("v1")).unwrap();
+    std::fs::write(dir.join("ecosystem.config.js"), file("")).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "ecosystem.config.js", "--admin", "127.0.0.1:0"])
+        .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"web\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    let reloads = |d: &ChildProcess| d.stderr_text().matches("changed; reloading").count();
+
+    // Not watched: a change does nothing.
+    std::fs::write(dir.join("app.js"), app("v2")).unwrap();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(reloads(&d), 0, "{}", d.stderr_text());
+    assert!(get(at, "/").await.text().starts_with("v1 "));
+
+    // A path that is not there: the reload fails, and the app runs on as it was.
+    let before = wait_all_serving(&d, admin).await;
+    std::fs::write(dir.join("ecosystem.config.js"), file(", watch: ['src']")).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains(&format!("cannot watch {}", dir.join("src").display()))
+            && err.contains("nothing was reloaded"),
+        "{err}"
+    );
+    assert_eq!(common::serving_pids(&status(admin).await), before);
+
+    // watch added: the reload applies it, and the next change reloads the app.
+    std::fs::write(dir.join("ecosystem.config.js"), file(", watch: true")).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    wait_all_serving(&d, admin).await;
+    assert!(get(at, "/").await.text().starts_with("v2 "));
+    std::fs::write(dir.join("app.js"), app("v3")).unwrap();
+    says(
+        "watch added by a reload",
+        &d,
+        &[
+            "app \"web\": app.js changed; reloading",
+            "app \"web\" reloaded after the change",
+        ],
+    )
+    .await;
+    assert!(get(at, "/").await.text().starts_with("v3 "));
+
+    // watch taken out: changes do nothing again.
+    std::fs::write(dir.join("ecosystem.config.js"), file("")).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    wait_all_serving(&d, admin).await;
+    let seen = reloads(&d);
+    std::fs::write(dir.join("app.js"), app("v4")).unwrap();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(reloads(&d), seen, "{}", d.stderr_text());
+    assert!(get(at, "/").await.text().starts_with("v3 "));
+    drover_stops_cleanly("watch reload", &d).await;
+}
+
 /// `pm2 start app.js -i 2 --name api --kill-timeout 3000 --node-args=… --watch -o out.log`
 /// as a PM2 user writes it: PM2's own flags after the script apply as the keys they
 /// stand for (the app gets its node args; a file change reloads it), or are named in a
