@@ -830,33 +830,37 @@ impl Session {
         if self.served.is_some() {
             return self.also_serve(query, place, report).await;
         }
+        // The path first: where drover cannot bind it, the worker serves nowhere, and no
+        // first listen is noted.
+        let bound = match self.join_shared(&query, place.clone()) {
+            Ok(joined) => joined == Joined::Bound,
+            Err(e) => {
+                let reason = format!(
+                    "listen({}): drover binds a Unix socket once, for all of the app's \
+                     workers to share, and could not: {e}",
+                    path.display()
+                );
+                return self.refuse(&query, errno_of(&e), reason, report).await;
+            }
+        };
         if let Err(reason) = self.serve_at_loopback(&query, Some(path), report) {
+            self.also.retain(|a| a.place != place);
+            self.shared_ports.leave(&place, self.id);
             return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
         }
-        self.also_serve(query, place, report).await
+        report(SessionEvent::AlsoServing { place, bound });
+        self.send(message::listening_without_socket(&query)).await
     }
 
-    /// A port after the first (or a Unix socket): bound once for the app and shared by
-    /// its workers.
+    /// A port after the first: bound once for the app and shared by its workers.
     async fn also_serve(
         &mut self,
         query: ServerQuery,
         place: Place,
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), ChannelError> {
-        let taker = Taker {
-            session: self.id,
-            to: self.to_me.clone(),
-            pending: Arc::clone(&self.shared_pending),
-        };
-        match self.shared_ports.join(place.clone(), taker) {
+        match self.join_shared(&query, place.clone()) {
             Ok(joined) => {
-                self.inbox.shares.store(true, Relaxed);
-                self.also.retain(|a| a.place != place);
-                self.also.push(AlsoServed {
-                    place: place.clone(),
-                    key: query.key.clone(),
-                });
                 report(SessionEvent::AlsoServing {
                     place,
                     bound: joined == Joined::Bound,
@@ -864,28 +868,40 @@ impl Session {
                 self.send(message::listening_without_socket(&query)).await
             }
             Err(e) => {
-                let reason = match (&place, &self.served) {
-                    (Place::Path(path), Some(served)) if served.key == query.key => {
-                        // Its first server: it serves nowhere.
-                        self.served = None;
-                        format!(
-                            "listen({}): drover binds a Unix socket once, for all of the \
-                             app's workers to share, and could not: {e}",
-                            path.display()
-                        )
-                    }
-                    _ => {
-                        let first = self.served.as_ref().map_or(0, |s| s.asked);
-                        format!(
-                            "listen() on {} after port {first}: drover binds such a port \
-                             once, for all of the app's workers to share, and could not: {e}",
-                            describe(&query)
-                        )
-                    }
+                let first = self.served.as_ref().map_or(0, |s| s.asked);
+                let reason = match &place {
+                    Place::Path(path) => format!(
+                        "listen({}) after port {first}: drover binds a Unix socket once, for \
+                         all of the app's workers to share, and could not: {e}",
+                        path.display()
+                    ),
+                    Place::Port { .. } => format!(
+                        "listen() on {} after port {first}: drover binds such a port once, \
+                         for all of the app's workers to share, and could not: {e}",
+                        describe(&query)
+                    ),
                 };
                 self.refuse(&query, errno_of(&e), reason, report).await
             }
         }
+    }
+
+    /// The worker's server `query` takes `place`'s connections from now on, with the
+    /// app's other workers there.
+    fn join_shared(&mut self, query: &ServerQuery, place: Place) -> io::Result<Joined> {
+        let taker = Taker {
+            session: self.id,
+            to: self.to_me.clone(),
+            pending: Arc::clone(&self.shared_pending),
+        };
+        let joined = self.shared_ports.join(place.clone(), taker)?;
+        self.inbox.shares.store(true, Relaxed);
+        self.also.retain(|a| a.place != place);
+        self.also.push(AlsoServed {
+            place,
+            key: query.key.clone(),
+        });
+        Ok(joined)
     }
 
     async fn refuse(
