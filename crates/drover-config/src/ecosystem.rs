@@ -822,12 +822,9 @@ impl App {
             Value::Number(n) => n.as_i64(),
             _ => None,
         };
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
-        match n {
-            Some(0) => Ok(Workers::Auto),
-            Some(n) if n > 0 && n <= 1024 => Ok(Workers::Count(n as usize)),
-            Some(n) if n < 0 && n > -1024 => Ok(Workers::Count((cores + n).max(1) as usize)),
-            _ => Err(self.error(format!(
+        match n.and_then(Workers::pm2_instances) {
+            Some(workers) => Ok(workers),
+            None => Err(self.error(format!(
                 "{written} = {v}: a number of instances, \"max\" (one per core) or -N (all cores but N)"
             ))),
         }

@@ -527,12 +527,13 @@ impl<'de> Deserialize<'de> for WorkerCount {
                 }
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Workers, E> {
-                // As on the command line; a count goes as a number (`workers = 4`).
-                match s.parse() {
-                    Ok(Workers::Count(_)) | Err(_) => Err(E::custom(format!(
+                // A count goes as a number (`workers = 4`); PM2's 0 and -N are the
+                // command line's and an ecosystem file's, not drover.toml's.
+                match s {
+                    "auto" | "max" => Ok(Workers::Auto),
+                    _ => Err(E::custom(format!(
                         "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
                     ))),
-                    Ok(auto) => Ok(auto),
                 }
             }
         }

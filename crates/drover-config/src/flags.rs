@@ -11,9 +11,16 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Worker processes ("auto", or PM2's "max": one per core). Each gets PORT and
-    /// DROVER_WORKER_ID (-i: PM2's name) [default: auto; 1 with --mode background].
-    #[arg(short, long, visible_short_alias = 'i', visible_alias = "instances")]
+    /// Worker processes ("auto", or PM2's "max" or 0: one per core; PM2's -N: all cores
+    /// but N). Each gets PORT and DROVER_WORKER_ID (-i: PM2's name) [default: auto; 1
+    /// with --mode background].
+    #[arg(
+        short,
+        long,
+        visible_short_alias = 'i',
+        visible_alias = "instances",
+        allow_negative_numbers = true
+    )]
     pub workers: Option<model::Workers>,
 
     /// The app's name, as `drover ctl status`, its output (`[NAME/0]`) and /metrics

@@ -34,16 +34,35 @@ impl std::str::FromStr for Workers {
     type Err = String;
 
     /// `auto` (or `max`, PM2's `-i max`) or a count in 1..=MAX_WORKERS, as on the command
-    /// line (`drover run -w 4`) and in a file (`workers = "auto"`).
+    /// line (`drover run -w 4`) and in a file (`workers = "auto"`); on the command line
+    /// also PM2's `-i 0` (one per core) and `-i -1` (all cores but one).
     fn from_str(s: &str) -> Result<Self, String> {
         if s == "auto" || s == "max" {
             return Ok(Workers::Auto);
         }
-        match s.parse::<usize>() {
-            Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(Workers::Count(n)),
-            _ => Err(format!(
-                "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS} or \"auto\""
+        match s.parse::<i64>().ok().and_then(Workers::pm2_instances) {
+            Some(workers) => Ok(workers),
+            None => Err(format!(
+                "invalid workers {s:?}: expected a number in 1..={MAX_WORKERS}, \"auto\" (or \
+                 PM2's \"max\" or 0: one per core), or -N (PM2's: all cores but N)"
             )),
+        }
+    }
+}
+
+impl Workers {
+    /// PM2's instance count (`-i N`, `instances: N`): N workers, 0 for one per core, and
+    /// -N for all cores but N (at least one). `None` past MAX_WORKERS either way.
+    pub fn pm2_instances(n: i64) -> Option<Workers> {
+        let max = MAX_WORKERS as i64;
+        match n {
+            0 => Some(Workers::Auto),
+            1.. if n <= max => Some(Workers::Count(n as usize)),
+            ..0 if n > -max => {
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as i64;
+                Some(Workers::Count((cores + n).max(1) as usize))
+            }
+            _ => None,
         }
     }
 }
@@ -711,7 +730,12 @@ mod tests {
         assert_eq!("4".parse(), Ok(Workers::Count(4)));
         assert_eq!("auto".parse(), Ok(Workers::Auto));
         assert_eq!("max".parse(), Ok(Workers::Auto));
-        for bad in ["0", "1025", "-1", "all", ""] {
+        // PM2's -i 0 and -i -N.
+        assert_eq!("0".parse(), Ok(Workers::Auto));
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        assert_eq!("-1".parse(), Ok(Workers::Count((cores - 1).max(1))));
+        assert_eq!("-64".parse(), Ok(Workers::Count(1)));
+        for bad in ["1025", "-1024", "all", "", "1.5"] {
             let e = bad.parse::<Workers>().unwrap_err();
             assert!(e.contains("expected a number in 1..=1024"), "{bad}: {e}");
         }

@@ -1176,6 +1176,28 @@ async fn after_a_script_named_alone_drovers_flags_come_first_and_the_apps_after_
     drover_stops_cleanly("pm2 order", &d).await;
 }
 
+/// PM2's instance counts on the command line: `pm2 start app.js -i 0` runs one worker per
+/// core and `-i -1` all cores but one (at least one). Before, drover refused both (0 is
+/// not a count, and `-1` read as a flag).
+#[tokio::test]
+async fn pm2s_instances_0_and_minus_n_are_read_as_pm2_reads_them() {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    for (given, workers) in [("0", cores), ("-1", (cores - 1).max(1))] {
+        let port = drover_testkit::free_port();
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "argv-port.js", "-i", given, "--admin", "127.0.0.1:0"])
+            .args(["--threads", "1", "--"])
+            .arg(port.to_string())
+            .current_dir(as_written("."));
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        let pids = wait_all_serving(&d, admin).await;
+        assert_eq!(pids.len(), workers, "-i {given}: {}", d.stderr_text());
+        drover_stops_cleanly(&format!("-i {given}"), &d).await;
+    }
+}
+
 /// A word after a script named alone that is not drover's (PM2 refuses it too): drover
 /// starts nothing and says how to give it to the app.
 #[tokio::test]
