@@ -957,6 +957,7 @@ impl App {
                     "drover stops a worker with SIGTERM (passed to the app's SIGINT listeners)"
                 }
                 ("treekill", _) => "drover stops a worker's whole process group",
+                ("autostart", _) => "drover starts the app it is given (PM2's --no-autostart only registers it in PM2's list)",
                 ("post_update" | "append_env_to_name" | "name_prefix", _) => "a PM2 feature drover has not",
                 _ => "not a key of PM2's that drover knows",
             };

@@ -102,7 +102,7 @@ enum Takes {
 /// (PM2's `-s`, `-m`, `-w` and `-c` mean drover's strategy, mode, workers and config;
 /// `-l` is PM2's log file only where no address follows it, see `pm2_flags`). `--name`/`-n`, `-i`, `--env`, `--only`, `--max-memory-restart` and
 /// `--wait-ready` are drover's flags too, and mean the same.
-const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 43] = [
+const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 56] = [
     ("kill-timeout", Some('k'), "kill_timeout", Takes::Value),
     ("listen-timeout", None, "listen_timeout", Takes::Value),
     ("node-args", None, "node_args", Takes::Value),
@@ -142,6 +142,7 @@ const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 43] = [
         Takes::On,
     ),
     ("uid", None, "uid", Takes::Value),
+    ("user", Some('u'), "uid", Takes::Value),
     ("gid", None, "gid", Takes::Value),
     ("namespace", None, "namespace", Takes::Value),
     ("source-map-support", None, "source_map_support", Takes::On),
@@ -156,11 +157,28 @@ const PM2_FLAGS: [(&str, Option<char>, &str, Takes); 43] = [
     ("no-pmx", None, "pmx", Takes::Off),
     ("no-vizion", None, "vizion", Takes::Off),
     ("no-automation", None, "automation", Takes::Off),
+    ("no-autostart", None, "autostart", Takes::Off),
+    ("trace", None, "trace", Takes::On),
+    ("disable-trace", None, "disable_trace", Takes::On),
+    ("v8", None, "v8", Takes::On),
+    (
+        "event-loop-inspector",
+        None,
+        "event_loop_inspector",
+        Takes::On,
+    ),
+    ("deep-monitoring", None, "deep_monitoring", Takes::On),
     ("update-env", Some('a'), "", Takes::On),
     ("force", Some('f'), "", Takes::On),
     ("silent", None, "", Takes::On),
     ("no-daemon", None, "", Takes::On),
     ("no-color", None, "", Takes::On),
+    ("attach", None, "", Takes::On),
+    ("mini-list", None, "", Takes::On),
+    ("parallel", None, "", Takes::Value),
+    ("wait-ip", None, "", Takes::On),
+    ("hp", None, "", Takes::Value),
+    ("service-name", None, "", Takes::Value),
 ];
 
 /// `flags` without PM2's own flags (and their values), and those flags as keys.
@@ -446,6 +464,27 @@ mod tests {
         let r = rearranged(&argv, &argv[2..]).unwrap();
         assert_eq!(r.pm2[0].value, serde_json::Value::Null);
         assert_eq!(r.flags, words("-i 2"));
+    }
+
+    /// Every option of `pm2 start` (lib/binaries/CLI.js) that is not drover's too is
+    /// taken as PM2's: none is left for drover to refuse as unknown.
+    #[test]
+    fn every_option_of_pm2_start_is_known() {
+        let (_dir, app) = script("app.js");
+        let options = "--ext js --interpreter node --interpreter-args x --node-args x -o a -e b \
+            --filter-env API_ --log-type json --log-date-format x --time --disable-logs -a -f \
+            --parallel 2 --shutdown-with-message -p x -k 1 --listen-timeout 1 --restart-delay 1 \
+            --exp-backoff-restart-delay 1 -x --max-restarts 1 -u root --user root --uid 0 \
+            --gid 0 --namespace n --hp /root --wait-ip --service-name s --cron c \
+            --cron-restart c --no-daemon --source-map-support --disable-source-map-support \
+            --merge-logs --watch --ignore-watch x --watch-delay 1 --no-color --no-vizion \
+            --no-autostart --no-autorestart --stop-exit-codes 0 --no-treekill --no-pmx \
+            --no-automation --trace --disable-trace --attach --v8 --event-loop-inspector \
+            --deep-monitoring --silent --mini-list --log";
+        let argv = words(&format!("drover run {app} {options}"));
+        let r = rearranged(&argv, &argv[2..]).unwrap();
+        assert!(r.flags.is_empty(), "left for drover: {:?}", r.flags);
+        assert_eq!(r.pm2.len(), 56);
     }
 
     #[test]
