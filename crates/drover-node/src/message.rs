@@ -81,9 +81,6 @@ pub struct ServerQuery {
     pub data: Value,
     /// What the server speaks, as drover's preload says (`droverServer`).
     pub speaks: Speaks,
-    /// The worker's directory, which a relative Unix socket path is in, as drover's
-    /// preload says (`droverCwd`).
-    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// What a worker's server speaks to its clients, as drover's preload tells it from the
@@ -273,10 +270,6 @@ fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
             Some("tcp") => Speaks::Tcp,
             _ => Speaks::Http,
         },
-        cwd: fields
-            .get("droverCwd")
-            .and_then(Value::as_str)
-            .map(std::path::PathBuf::from),
     })
 }
 
@@ -396,13 +389,12 @@ mod tests {
     }
 
     #[test]
-    fn a_unix_sockets_directory_is_the_preloads_word_and_its_answer_names_no_address() {
-        let line = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","address":"app.sock","port":-1,"addressType":-1,"index":0,"droverCwd":"/srv/app","seq":3}"#;
+    fn a_unix_sockets_answer_names_no_address() {
+        let line = br#"{"cmd":"NODE_CLUSTER","act":"queryServer","address":"/srv/app/app.sock","port":-1,"addressType":-1,"index":0,"seq":3}"#;
         let FromWorker::QueryServer(q) = parse(line) else {
             panic!()
         };
-        assert_eq!(q.cwd.as_deref(), Some(std::path::Path::new("/srv/app")));
-        assert_eq!(q.key, "app.sock:-1:-1:undefined:0");
+        assert_eq!(q.key, "/srv/app/app.sock:-1:-1:undefined:0");
         let answer = listening_without_socket(&q);
         assert!(!answer.contains_key("sockname"), "{answer:?}");
         assert_eq!(answer["errno"], 0);

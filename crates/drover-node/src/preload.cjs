@@ -70,8 +70,7 @@ if (!runner) {
 }
 
 // 4. A worker's listen() asks drover for the server (`queryServer`), as a cluster
-//    worker asks its primary; this adds the worker's directory for a Unix socket's
-//    relative path, and what the server speaks, from its class, so
+//    worker asks its primary; this adds what the server speaks, from its class, so
 //    drover places HTTP requests (HTTP/2 ones too, when it speaks HTTP/2 to the
 //    workers) but hands a TLS server's connections (the app ends TLS itself:
 //    https.createServer) and a raw TCP protocol's (net.createServer) to the workers
@@ -97,11 +96,7 @@ function saysWhatItServes() {
       if (balancedPort === 0) balancedPort = port;
       if (port === balancedPort) balanced.add(server);
     }
-    let asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
-    // A Unix socket's path is the worker's own: drover binds it, from its directory.
-    if (options && options.addressType === -1) {
-      asked = Object.assign({}, asked, { droverCwd: process.cwd() });
-    }
+    const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
     return getServer.call(this, server, asked, cb);
   };
 }

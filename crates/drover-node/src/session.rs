@@ -695,8 +695,8 @@ impl Session {
             AddressType::Pipe => {
                 let Some(path) = unix_path(&query) else {
                     let reason = format!(
-                        "listen({:?}): a relative Unix socket path, and the worker did not \
-                         say its directory (drover's preload says it)",
+                        "listen({:?}): not an absolute Unix socket path (Node's cluster \
+                         module resolves the app's own in the worker's directory)",
                         query.address.as_deref().unwrap_or("")
                     );
                     return self.refuse(&query, UV_EINVAL, reason, report).await;
@@ -1114,14 +1114,11 @@ fn loopback_twins(first: Option<IpAddr>, second: Option<IpAddr>) -> bool {
     first.is_some_and(|a| a.is_loopback()) && second.is_some_and(|b| b.is_loopback())
 }
 
-/// Where a Unix socket `listen()` asks to be: its path, in the worker's directory when
-/// relative; Linux's abstract names (a leading NUL) as they are.
+/// Where a Unix socket `listen()` asks to be: an absolute path, as Node's cluster module
+/// sends it (`path.resolve` in the worker, which also makes a Linux abstract name, a
+/// leading NUL, a path in the worker's directory, under Node's primary as here).
 fn unix_path(query: &ServerQuery) -> Option<PathBuf> {
-    let address = PathBuf::from(query.address.as_deref()?);
-    if address.is_absolute() || address.as_os_str().as_encoded_bytes().first() == Some(&0) {
-        return Some(address);
-    }
-    Some(query.cwd.as_ref()?.join(address))
+    Some(PathBuf::from(query.address.as_deref()?)).filter(|p| p.is_absolute())
 }
 
 fn describe(query: &ServerQuery) -> String {
@@ -1145,8 +1142,8 @@ mod tests {
     use std::os::unix::net::UnixStream as StdUnix;
 
     #[test]
-    fn a_unix_sockets_relative_path_is_in_the_workers_directory() {
-        let query = |address: &str, cwd: Option<&str>| ServerQuery {
+    fn a_unix_socket_is_where_nodes_cluster_module_resolved_it() {
+        let query = |address: &str| ServerQuery {
             seq: 1,
             address: Some(address.to_string()),
             port: -1,
@@ -1154,20 +1151,10 @@ mod tests {
             key: String::new(),
             data: Value::Null,
             speaks: crate::Speaks::Http,
-            cwd: cwd.map(PathBuf::from),
         };
-        let at = |address, cwd| unix_path(&query(address, cwd));
-        assert_eq!(at("/run/app.sock", None), Some("/run/app.sock".into()));
-        assert_eq!(
-            at("app.sock", Some("/srv/app")),
-            Some("/srv/app/app.sock".into())
-        );
-        assert_eq!(
-            at("run/app.sock", Some("/srv")),
-            Some("/srv/run/app.sock".into())
-        );
-        assert_eq!(at("\0abstract", None), Some("\0abstract".into()));
-        assert_eq!(at("app.sock", None), None);
+        let at = |address| unix_path(&query(address));
+        assert_eq!(at("/run/app.sock"), Some("/run/app.sock".into()));
+        assert_eq!(at("app.sock"), None);
     }
 
     /// The worker's end: sends a line with `fd` alongside, as Node does.
