@@ -831,8 +831,13 @@ fn node_session(
                 let at_unix = unix.is_some();
                 first_listen.note(FirstListen::of_listen(asked, address, port, speaks, unix));
                 // Taken up only by a balancer in handoff mode, and only once this
-                // worker is in its pool (ready).
-                pool.handoffs().register(addr, Arc::clone(&takes));
+                // worker is in its pool (ready). Not for an app whose first server is a
+                // Unix socket: its worker could not give a TCP client back on a reload
+                // (drover's preload gives back the first port's), so a balancer in
+                // front of it (`-l`) places each request.
+                if !at_unix {
+                    pool.handoffs().register(addr, Arc::clone(&takes));
+                }
                 if asked != i64::from(port) && !at_unix {
                     tracing::info!(
                         app = %app,
