@@ -111,6 +111,53 @@ async fn says(who: &str, d: &ChildProcess, needles: &[&str]) {
     }
 }
 
+/// The pids of the serving workers, once every worker serves.
+async fn serving(d: &ChildProcess, admin: SocketAddr) -> BTreeSet<String> {
+    wait_all_serving(d, admin)
+        .await
+        .into_iter()
+        .map(|p| p.unwrap().to_string())
+        .collect()
+}
+
+/// `drover ctl reload`, once every worker of `before` has been replaced; the new pids.
+async fn reloaded(
+    who: &str,
+    d: &ChildProcess,
+    admin: SocketAddr,
+    before: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{who}: {out}{err}\n{}", d.stderr_text());
+    let after = serving(d, admin).await;
+    assert!(after.is_disjoint(before), "{who}: {after:?} {before:?}");
+    after
+}
+
+/// Requests one at a time, each on a new connection, until `stop`: how many got a 200,
+/// and what the others got. Paced: the tests that run alongside need the cores too.
+fn paced_requests<F, Fut>(
+    stop: Arc<AtomicBool>,
+    ask: F,
+) -> tokio::task::JoinHandle<(usize, Vec<String>)>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(u16, String), String>> + Send,
+{
+    tokio::spawn(async move {
+        let (mut ok, mut failed) = (0, Vec::new());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match ask().await {
+                Ok((200, _)) => ok += 1,
+                Ok((status, body)) => failed.push(format!("{status} {body}")),
+                Err(e) => failed.push(e),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (ok, failed)
+    })
+}
+
 #[tokio::test]
 async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
     let dir = as_written(".");
@@ -258,11 +305,7 @@ async fn a_second_port_is_shared_by_the_workers_as_under_node_cluster() {
         cmd.env("SECOND_PORT", second.to_string());
         let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
         let admin = admin_addr(&d).await;
-        let pids: BTreeSet<String> = wait_all_serving(&d, admin)
-            .await
-            .into_iter()
-            .map(|p| p.unwrap().to_string())
-            .collect();
+        let pids = serving(&d, admin).await;
         every_worker_answers(&label, &d, admin).await;
         says(
             &label,
@@ -299,30 +342,13 @@ async fn a_second_port_is_shared_by_the_workers_as_under_node_cluster() {
 
         // New connections to the second port while every worker is replaced.
         let stop = Arc::new(AtomicBool::new(false));
-        let load = {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let (mut ok, mut failed) = (0, Vec::new());
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    match common::examples::try_get(at, "/").await {
-                        Ok(r) if r.status == 200 => ok += 1,
-                        Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
-                        Err(e) => failed.push(e.to_string()),
-                    }
-                    // Paced: the tests that run alongside need the cores too.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                (ok, failed)
-            })
-        };
-        let (code, out, err) = ctl(admin, &["reload"]).await;
-        assert_eq!(code, 0, "{label}: {out}{err}\n{}", d.stderr_text());
-        let after: BTreeSet<String> = wait_all_serving(&d, admin)
-            .await
-            .into_iter()
-            .map(|p| p.unwrap().to_string())
-            .collect();
-        assert!(after.is_disjoint(&pids), "{label}: {after:?} {pids:?}");
+        let load = paced_requests(stop.clone(), move || async move {
+            let r = common::examples::try_get(at, "/")
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((r.status, r.text()))
+        });
+        let after = reloaded(&label, &d, admin, &pids).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_load_never_failed(&stop, vec![load], 20, "on the second port during a reload").await;
         let r = get(at, "/").await;
@@ -430,11 +456,7 @@ async fn a_unix_socket_is_shared_by_the_workers_as_under_node_cluster() {
         clean_env(&mut cmd);
         let d = spawn_ready_line(cmd, "admin API listening on ").await;
         let admin = admin_addr(&d).await;
-        let pids: BTreeSet<String> = wait_all_serving(&d, admin)
-            .await
-            .into_iter()
-            .map(|p| p.unwrap().to_string())
-            .collect();
+        let pids = serving(&d, admin).await;
         says(
             &label,
             &d,
@@ -462,37 +484,20 @@ async fn a_unix_socket_is_shared_by_the_workers_as_under_node_cluster() {
         assert!(socket.file_type().is_socket(), "{label}");
 
         let stop = Arc::new(AtomicBool::new(false));
-        let load = {
-            let (stop, path) = (stop.clone(), path.clone());
-            tokio::spawn(async move {
-                let (mut ok, mut failed) = (0, Vec::new());
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    match get_over_unix(&path).await {
-                        Ok((200, _)) => ok += 1,
-                        Ok((status, body)) => failed.push(format!("{status} {body}")),
-                        Err(e) => failed.push(e),
-                    }
-                    // Paced: the tests that run alongside need the cores too.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                (ok, failed)
-            })
-        };
+        let at = path.clone();
+        let load = paced_requests(stop.clone(), move || {
+            let at = at.clone();
+            async move { get_over_unix(&at).await }
+        });
         let victim = pids.iter().next().unwrap();
         assert!(Command::new("kill")
             .args(["-KILL", victim])
             .status()
             .unwrap()
             .success());
-        wait_all_serving(&d, admin).await;
-        let (code, out, err) = ctl(admin, &["reload"]).await;
-        assert_eq!(code, 0, "{label}: {out}{err}\n{}", d.stderr_text());
-        let after: BTreeSet<String> = wait_all_serving(&d, admin)
-            .await
-            .into_iter()
-            .map(|p| p.unwrap().to_string())
-            .collect();
-        assert!(after.is_disjoint(&pids), "{label}: {after:?} {pids:?}");
+        // The replacement of the killed one is new too.
+        let before = serving(&d, admin).await.union(&pids).cloned().collect();
+        reloaded(&label, &d, admin, &before).await;
         let (code, out, err) = ctl(admin, &["scale", "4"]).await;
         assert_eq!(code, 0, "{label}: {out}{err}\n{}", d.stderr_text());
         let four = wait_until_async(Duration::from_secs(20), || async {
