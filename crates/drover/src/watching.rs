@@ -23,13 +23,16 @@ pub(crate) struct AppFiles {
 /// or (`None`) no longer any.
 pub(crate) type Rewatch = Vec<(String, Option<AppFiles>)>;
 
-/// The apps whose files are watched now, each with its settings and the task that
+/// The apps whose files are watched now, each with what it watches and the task that
 /// reloads it.
 #[derive(Default)]
 pub(crate) struct Watches {
     control: OnceLock<Weak<Controller>>,
-    running: Mutex<BTreeMap<String, (WatchSpec, JoinHandle<()>)>>,
+    running: Mutex<BTreeMap<String, (Watched, JoinHandle<()>)>>,
 }
+
+/// What an app's files are: its watch settings, relative to its directory.
+type Watched = (WatchSpec, PathBuf);
 
 impl Watches {
     /// From now on, each app of `watched` is reloaded through `control` after its files
@@ -53,10 +56,14 @@ impl Watches {
         gone: &[String],
     ) -> Result<Rewatch, String> {
         let running = self.lock();
-        let now = |name: &str| running.get(name).map(|(spec, _)| spec);
+        let now = |name: &str| running.get(name).map(|(watched, _)| watched.clone());
         let mut changes = Vec::new();
         for spec in specs {
-            if now(&spec.name) == spec.watch.as_ref() {
+            let wanted = match &spec.watch {
+                Some(watch) => Some((watch.clone(), app_dir(spec)?)),
+                None => None,
+            };
+            if now(&spec.name) == wanted {
                 continue;
             }
             let files = watch_files([spec])?.pop();
@@ -79,14 +86,14 @@ impl Watches {
                 task.abort();
             }
             if let Some(files) = files {
-                let spec = files.spec.clone();
+                let watched = (files.spec.clone(), files.cwd.clone());
                 let task = tokio::spawn(reload_each_change(control.clone(), files));
-                running.insert(app, (spec, task));
+                running.insert(app, (watched, task));
             }
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (WatchSpec, JoinHandle<()>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (Watched, JoinHandle<()>)>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -101,10 +108,7 @@ pub(crate) fn watch_files<'a>(
         let Some(watch) = spec.watch.clone() else {
             continue;
         };
-        let cwd = match &spec.cwd {
-            Some(cwd) => cwd.clone(),
-            None => std::env::current_dir().map_err(|e| format!("drover's directory: {e}"))?,
-        };
+        let cwd = app_dir(spec)?;
         let watcher = FileWatcher::new(watch.clone(), &cwd)
             .map_err(|e| format!("app {:?}: cannot {e}", spec.name))?;
         watched.push(AppFiles {
@@ -146,6 +150,14 @@ async fn reload_each_change(control: Weak<Controller>, files: AppFiles) {
             Ok(_) => eprintln!("drover: app {app:?} reloaded after the change"),
             Err(e) => eprintln!("drover: app {app:?}: the reload after the change failed: {e}"),
         }
+    }
+}
+
+/// The directory an app runs in, which its watch paths are relative to.
+fn app_dir(spec: &AppSpec) -> Result<PathBuf, String> {
+    match &spec.cwd {
+        Some(cwd) => Ok(cwd.clone()),
+        None => std::env::current_dir().map_err(|e| format!("drover's directory: {e}")),
     }
 }
 

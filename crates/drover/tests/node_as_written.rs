@@ -111,13 +111,21 @@ async fn says(who: &str, d: &ChildProcess, needles: &[&str]) {
     }
 }
 
-/// The pids of the serving workers, once every worker serves.
+/// The pids of the serving workers, from a status in which every worker serves.
 async fn serving(d: &ChildProcess, admin: SocketAddr) -> BTreeSet<String> {
-    wait_all_serving(d, admin)
-        .await
-        .into_iter()
-        .map(|p| p.unwrap().to_string())
-        .collect()
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let pids = common::serving_pids(&status(admin).await);
+        if !pids.is_empty() && pids.iter().all(Option::is_some) {
+            return pids.into_iter().flatten().map(|p| p.to_string()).collect();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every worker serves: {pids:?}\n{}",
+            d.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// `drover ctl reload`, once every worker of `before` has been replaced; the new pids.
@@ -495,6 +503,13 @@ async fn a_unix_socket_is_shared_by_the_workers_as_under_node_cluster() {
             .status()
             .unwrap()
             .success());
+        let replaced = wait_until_async(Duration::from_secs(20), || async {
+            let now = common::serving_pids(&status(admin).await);
+            now.iter()
+                .all(|p| p.is_some_and(|p| p.to_string() != *victim))
+        })
+        .await;
+        assert!(replaced, "{label}: {}", d.stderr_text());
         // The replacement of the killed one is new too.
         let before = serving(&d, admin).await.union(&pids).cloned().collect();
         reloaded(&label, &d, admin, &before).await;
@@ -2063,6 +2078,48 @@ async fn a_reload_watches_as_the_file_now_says() {
     assert_eq!(reloads(&d), seen, "{}", d.stderr_text());
     assert!(get(at, "/").await.text().starts_with("v3 "));
     drover_stops_cleanly("watch reload", &d).await;
+}
+
+/// The same for a drover.toml: `watch = true` added to an `[[app]]` and `drover ctl
+/// reload` watch its files from then on.
+#[tokio::test]
+async fn a_drover_toml_reload_watches_as_it_now_says() {
+    let dir = temp_dir("watch-reload-toml");
+    let app = |v: &str| {
+        format!("require('http').createServer((req, res) => res.end('{v} ' + process.pid)).listen(process.env.PORT);\n")
+    };
+    let toml = |watch: &str| {
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nworkers = 2\ncwd = {:?}\n{watch}",
+            dir.display().to_string()
+        )
+    };
+    std::fs::write(dir.join("app.js"), app("v1")).unwrap();
+    std::fs::create_dir_all(dir.join("conf")).unwrap();
+    let file = dir.join("conf/drover.toml");
+    std::fs::write(&file, toml("")).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "-c", file.to_str().unwrap()]);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    std::fs::write(&file, toml("watch = true\n")).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    wait_all_serving(&d, admin).await;
+    std::fs::write(dir.join("app.js"), app("v2")).unwrap();
+    says(
+        "drover.toml watch added by a reload",
+        &d,
+        &[
+            "app \"web\": app.js changed; reloading",
+            "app \"web\" reloaded after the change",
+        ],
+    )
+    .await;
+    assert!(get(d.addr(), "/").await.text().starts_with("v2 "));
+    drover_stops_cleanly("drover.toml watch reload", &d).await;
 }
 
 /// `pm2 start app.js -i 2 --name api --kill-timeout 3000 --node-args=… --watch -o out.log`
