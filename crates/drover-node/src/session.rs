@@ -54,8 +54,8 @@ pub enum SessionEvent {
         address: Option<IpAddr>,
         port: u16,
         speaks: crate::Speaks,
-        /// The Unix socket it listens on (`asked` is then -1), which its workers share.
-        unix: Option<PathBuf>,
+        /// It listens on a Unix socket (`asked` is then -1), which its workers share.
+        unix: bool,
     },
     /// The app listens at `place` (a port after its first, or a Unix socket): the app's
     /// workers share it, as under Node's cluster module (see `SharedPorts`); `bound`:
@@ -774,7 +774,7 @@ impl Session {
                 address: asked_ip(&query),
                 port: self.port,
                 speaks: query.speaks,
-                unix: None,
+                unix: false,
             });
             let body = message::answer(&query, 0);
             let line = message::with_handle(self.next(body));
@@ -783,7 +783,7 @@ impl Session {
         // Any other port: the worker cannot have it (every worker asks for the same
         // one), so it is told "listening there" and given each connection that arrives
         // at its PORT, where drover accepts them.
-        if let Err(reason) = self.serve_at_loopback(&query, None, report) {
+        if let Err(reason) = self.serve_at_loopback(&query, false, report) {
             return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
         }
         let body = message::listening_without_socket(&query);
@@ -795,7 +795,7 @@ impl Session {
     fn serve_at_loopback(
         &mut self,
         query: &ServerQuery,
-        unix: Option<PathBuf>,
+        unix: bool,
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), String> {
         let listener = loopback_listener(self.port)
@@ -826,7 +826,7 @@ impl Session {
         path: PathBuf,
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), ChannelError> {
-        let place = Place::Path(path.clone());
+        let place = Place::Path(path);
         if self.served.is_some() {
             return self.also_serve(query, place, report).await;
         }
@@ -835,15 +835,11 @@ impl Session {
         let bound = match self.join_shared(&query, place.clone()) {
             Ok(joined) => joined == Joined::Bound,
             Err(e) => {
-                let reason = format!(
-                    "listen({}): drover binds a Unix socket once, for all of the app's \
-                     workers to share, and could not: {e}",
-                    path.display()
-                );
+                let reason = self.not_shared(&query, &place, &e);
                 return self.refuse(&query, errno_of(&e), reason, report).await;
             }
         };
-        if let Err(reason) = self.serve_at_loopback(&query, Some(path), report) {
+        if let Err(reason) = self.serve_at_loopback(&query, true, report) {
             self.also.retain(|a| a.place != place);
             self.shared_ports.leave(&place, self.id);
             return self.refuse(&query, UV_EADDRINUSE, reason, report).await;
@@ -868,22 +864,27 @@ impl Session {
                 self.send(message::listening_without_socket(&query)).await
             }
             Err(e) => {
-                let first = self.served.as_ref().map_or(0, |s| s.asked);
-                let reason = match &place {
-                    Place::Path(path) => format!(
-                        "listen({}) after port {first}: drover binds a Unix socket once, for \
-                         all of the app's workers to share, and could not: {e}",
-                        path.display()
-                    ),
-                    Place::Port { .. } => format!(
-                        "listen() on {} after port {first}: drover binds such a port once, \
-                         for all of the app's workers to share, and could not: {e}",
-                        describe(&query)
-                    ),
-                };
+                let reason = self.not_shared(&query, &place, &e);
                 self.refuse(&query, errno_of(&e), reason, report).await
             }
         }
+    }
+
+    /// Why `place` could not be shared: the reason the app's `listen()` gets an error.
+    fn not_shared(&self, query: &ServerQuery, place: &Place, e: &io::Error) -> String {
+        let (asked, what) = match place {
+            Place::Path(path) => (format!("listen({})", path.display()), "a Unix socket"),
+            Place::Port { .. } => (format!("listen() on {}", describe(query)), "such a port"),
+        };
+        let after = match &self.served {
+            Some(first) if first.asked > 0 => format!(" after port {}", first.asked),
+            Some(_) => " after its first server".to_string(),
+            None => String::new(),
+        };
+        format!(
+            "{asked}{after}: drover binds {what} once, for all of the app's workers to share, \
+             and could not: {e}"
+        )
     }
 
     /// The worker's server `query` takes `place`'s connections from now on, with the

@@ -4,11 +4,10 @@
 
 use drover_node::Speaks;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
 use tokio::sync::watch;
 
 /// Where the first of an app's workers to serve listened, and what its server speaks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstListen {
     /// `Some`: its `listen()` named this port (fixed in its code, or taken from its
     /// argv) at this address: `[::]` where it named none, the address Node's own primary
@@ -17,9 +16,9 @@ pub struct FirstListen {
     pub asked: Option<SocketAddr>,
     /// What its server speaks: HTTP for a program that is not Node (drover cannot tell).
     pub speaks: Speaks,
-    /// `Some`: it listened on this Unix socket, which drover binds once and its workers
-    /// share (`drover_node::SharedPorts`), as Node's primary binds it.
-    pub unix: Option<PathBuf>,
+    /// It listened on a Unix socket, which drover binds once and its workers share
+    /// (`drover_node::SharedPorts`), as Node's primary binds it.
+    pub unix: bool,
 }
 
 impl FirstListen {
@@ -30,7 +29,7 @@ impl FirstListen {
         address: Option<IpAddr>,
         own_port: u16,
         speaks: Speaks,
-        unix: Option<PathBuf>,
+        unix: bool,
     ) -> FirstListen {
         let asked = match u16::try_from(asked) {
             Ok(port) if port != 0 && port != own_port => Some(SocketAddr::new(
@@ -51,7 +50,7 @@ impl FirstListen {
         FirstListen {
             asked: None,
             speaks: Speaks::Http,
-            unix: None,
+            unix: false,
         }
     }
 }
@@ -89,14 +88,14 @@ mod tests {
     #[test]
     fn a_fixed_port_is_asked_for_and_port_names_the_workers_own() {
         let asked =
-            |port, address| FirstListen::of_listen(port, address, 41000, Speaks::Http, None).asked;
+            |port, address| FirstListen::of_listen(port, address, 41000, Speaks::Http, false).asked;
         assert_eq!(asked(3000, None), Some("[::]:3000".parse().unwrap()));
         let local = asked(3000, Some(Ipv4Addr::LOCALHOST.into()));
         assert_eq!(local, Some("127.0.0.1:3000".parse().unwrap()));
         for own in [41000, 0, 70000, -1] {
             assert_eq!(asked(own, None), None, "{own}");
         }
-        let tls = FirstListen::of_listen(3000, None, 41000, Speaks::Tls, None);
+        let tls = FirstListen::of_listen(3000, None, 41000, Speaks::Tls, false);
         assert_eq!(tls.speaks, Speaks::Tls);
     }
 
@@ -105,7 +104,13 @@ mod tests {
         let cell = FirstListenCell::new();
         let seen = cell.subscribe();
         cell.note(FirstListen::own_port());
-        cell.note(FirstListen::of_listen(3000, None, 41000, Speaks::Tcp, None));
+        cell.note(FirstListen::of_listen(
+            3000,
+            None,
+            41000,
+            Speaks::Tcp,
+            false,
+        ));
         assert_eq!(*seen.borrow(), Some(FirstListen::own_port()));
     }
 }

@@ -828,17 +828,16 @@ fn node_session(
                 unix,
             } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
-                let at_unix = unix.is_some();
                 first_listen.note(FirstListen::of_listen(asked, address, port, speaks, unix));
                 // Taken up only by a balancer in handoff mode, and only once this
                 // worker is in its pool (ready). Not for an app whose first server is a
                 // Unix socket: its worker could not give a TCP client back on a reload
                 // (drover's preload gives back the first port's), so a balancer in
                 // front of it (`-l`) places each request.
-                if !at_unix {
+                if !unix {
                     pool.handoffs().register(addr, Arc::clone(&takes));
                 }
-                if asked != i64::from(port) && !at_unix {
+                if asked != i64::from(port) && !unix {
                     tracing::info!(
                         app = %app,
                         worker = id,

@@ -62,15 +62,11 @@ pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed,
             .unwrap_or_default()
     };
     let mut first = app.first_listen();
-    let Ok(seen) = first
-        .wait_for(Option::is_some)
-        .await
-        .map(|seen| seen.clone())
-    else {
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
         return Ok(Followed::Stopped);
     };
     let seen = seen.unwrap_or(FirstListen::own_port());
-    if seen.unix.is_some() {
+    if seen.unix {
         return Ok(Followed::UnixSocket);
     }
     let chosen = seen.asked.or(config.listen);
@@ -211,11 +207,7 @@ pub(crate) async fn speaks_http(
     balancer: Arc<RunningBalancer>,
 ) -> Result<(), String> {
     let mut first = app.first_listen();
-    let Ok(seen) = first
-        .wait_for(Option::is_some)
-        .await
-        .map(|seen| seen.clone())
-    else {
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
         return Ok(());
     };
     let Some(speaks) = seen.map(|s| s.speaks) else {

@@ -475,7 +475,8 @@ async fn a_unix_socket_is_shared_by_the_workers_as_under_node_cluster() {
         )
         .await;
         assert!(
-            !d.stderr_text().contains("listening on 0.0.0.0"),
+            !d.stderr_text()
+                .contains("balancer \"default\" listening on"),
             "{label}: no TCP balancer\n{}",
             d.stderr_text()
         );
