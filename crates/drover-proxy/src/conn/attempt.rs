@@ -107,7 +107,9 @@ impl Conn {
             endpoint.stats().record_request_duration(latency);
             return self.tunnel(up).await;
         }
-        self.relay_response(up, &resp, slot, request_sent).await
+        let long_lived = head.is_long_lived() || resp.event_stream;
+        self.relay_response(up, &resp, slot, request_sent, long_lived)
+            .await
     }
 
     /// Whether the request runs both ways at once (`duplex`): a gRPC call from an HTTP/2
@@ -180,7 +182,10 @@ impl Conn {
                 };
                 let latency = self.account_response(head, slot, &resp, answered);
                 self.outcome.upstream = Some(latency);
-                (self.relay_response(up, &resp, slot, true).await, false)
+                (
+                    self.relay_response(up, &resp, slot, true, true).await,
+                    false,
+                )
             };
             tokio::pin!(pump, answer);
             let mut pumped = false;
@@ -430,7 +435,7 @@ impl Conn {
         let client_timeout = self.opts().timeouts.client;
         loop {
             let resp = match self
-                .read_response_head(up, &ex, sticky_cookie.as_deref())
+                .read_response_head(up, &ex, sticky_cookie.as_deref(), head.is_long_lived())
                 .await
             {
                 Ok(resp) => resp,
@@ -462,6 +467,10 @@ impl Conn {
                     self.endpoint_failed(endpoint, Cause::BackendTimeout);
                     return Err(Attempt::Fail(ProxyError::Timeout));
                 }
+                Err(ReadHead::ClientLeft) => {
+                    debug!(client = %self.info.ip, "client left before a long-lived answer began");
+                    return Err(Attempt::Abort);
+                }
                 Err(ReadHead::Bad(why)) => {
                     self.endpoint_failed(endpoint, Cause::BadResponse);
                     warn!(endpoint = %endpoint.addr(), "invalid response: {why}");
@@ -491,29 +500,44 @@ impl Conn {
         resp: &ResponseHead,
         slot: &Slot,
         request_sent: bool,
+        long_lived: bool,
     ) -> Attempt {
         let timeouts = self.opts().timeouts;
         let endpoint = slot.pick().endpoint();
         let mut framer = Framer::new(resp.body, resp.dechunk);
-        let ends = Ends {
-            src: &mut up,
-            pending: &mut self.ubuf,
-            dst: &mut self.client,
-            out: &mut self.out,
-            read_timeout: timeouts.request,
-            write_timeout: timeouts.client,
-            pace: None,
-        };
         let mut written = 0;
-        let sent = body::relay(
-            &mut framer,
-            ends,
-            RESPONSE_BUFFER,
-            false,
-            std::future::pending(),
-            &mut written,
-        )
-        .await;
+        let sent = loop {
+            let ends = Ends {
+                src: &mut up,
+                pending: &mut self.ubuf,
+                dst: &mut self.client,
+                out: &mut self.out,
+                read_timeout: timeouts.request,
+                write_timeout: timeouts.client,
+                pace: None,
+            };
+            let sent = body::relay(
+                &mut framer,
+                ends,
+                RESPONSE_BUFFER,
+                false,
+                std::future::pending(),
+                &mut written,
+            )
+            .await;
+            match sent {
+                // A quiet gap in a long-lived answer is the app's (an event stream with
+                // no news): it goes on for as long as the client waits for it.
+                Err(BodyError::Timeout) if long_lived => {
+                    if self.client.has_left() {
+                        debug!(client = %self.info.ip, "client left a quiet long-lived answer");
+                        // As a write to a client that has gone would end it.
+                        break Err(BodyError::Write);
+                    }
+                }
+                sent => break sent,
+            }
+        };
         self.outcome.bytes += written;
         endpoint
             .stats()
@@ -550,6 +574,7 @@ impl Conn {
         up: &mut Upstream,
         ex: &Exchange,
         set_cookie: Option<&str>,
+        long_lived: bool,
     ) -> Result<ResponseHead, ReadHead> {
         let timeout = self.opts().timeouts.request;
         loop {
@@ -585,6 +610,10 @@ impl Conn {
                     })
                 }
                 Ok(_) => {}
+                Err(BodyError::Timeout) if long_lived && self.client.has_left() => {
+                    return Err(ReadHead::ClientLeft)
+                }
+                Err(BodyError::Timeout) if long_lived => {}
                 Err(BodyError::Timeout) => return Err(ReadHead::Timeout),
             }
         }
@@ -617,8 +646,13 @@ impl Conn {
 }
 
 enum ReadHead {
-    Closed { got_bytes: bool },
+    Closed {
+        got_bytes: bool,
+    },
     Timeout,
+    /// The client of a long-lived exchange left while its backend was quiet: no fault
+    /// of the backend's.
+    ClientLeft,
     Bad(&'static str),
 }
 

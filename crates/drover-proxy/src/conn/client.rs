@@ -51,6 +51,29 @@ impl ClientStream {
         }
     }
 
+    /// Whether the client has closed its end, or its connection broke: asked while a
+    /// long-lived exchange waits on a quiet backend, where no write would find out (as
+    /// nginx asks before it gives up on an upstream for its client). A TCP or TLS
+    /// client that half-closed has left too: HTTP/1.1 clients do not half-close to
+    /// wait for an answer. An HTTP/2 stream says so by its reset, watched for on its own
+    /// (`http2::serve_stream`).
+    pub(crate) fn has_left(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let tcp = match self {
+            ClientStream::Plain(s) => s,
+            ClientStream::Tls(s) => s.get_ref().0,
+            ClientStream::H2(_) => return false,
+        };
+        // Only POLLRDHUP (Linux's "the peer shut down its writing half", which nix does
+        // not name) is asked for, so any event at all says the client left: that one,
+        // or POLLHUP/POLLERR, which poll always reports. (nix's `revents` cannot show
+        // a flag it does not name.)
+        let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
+        let mut fds = [PollFd::new(tcp.as_fd(), rdhup)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+
     /// Waits for the first bytes of the next request and reads them into `buf`.
     /// `Ok(0)`: the client closed.
     ///

@@ -43,8 +43,21 @@ pub struct RequestHead {
     /// A gRPC call (`content-type: application/grpc...`): never sent to a backend in
     /// HTTP/1.1, which would drop the trailers its status rides in.
     pub grpc: bool,
+    /// The client subscribes to an event stream (`Accept: text/event-stream`, what every
+    /// `EventSource` sends): its answer may start, and go on, whenever the app has news.
+    pub event_stream: bool,
     /// Which balancer serves it, by the listener's routes.
     pub routed: Routed,
+}
+
+impl RequestHead {
+    /// Its answer may keep the client waiting as long as the app likes: an event stream,
+    /// or a gRPC call (a watch or a stream sends when it has something). Such an
+    /// exchange waits on a quiet backend for as long as its client stays, as it would
+    /// with the app alone; the request timeout still holds every other one.
+    pub fn is_long_lived(&self) -> bool {
+        self.event_stream || self.grpc
+    }
 }
 
 /// Which balancer a request goes to, by the listener's HTTP routes.
@@ -128,6 +141,7 @@ pub fn parse(
     let mut forwarded: Option<&[u8]> = None;
     let mut has_request_id = false;
     let mut grpc = false;
+    let mut event_stream = false;
     for h in req.headers.iter() {
         let name = h.name;
         if is(name, "content-length") {
@@ -176,6 +190,8 @@ pub fn parse(
                 .value
                 .get(..16)
                 .is_some_and(|v| v.eq_ignore_ascii_case(b"application/grpc"));
+        } else if is(name, "accept") {
+            event_stream |= memchr::memmem::find(h.value, b"text/event-stream").is_some();
         }
     }
     if conn.names_end_to_end {
@@ -269,6 +285,7 @@ pub fn parse(
         sticky,
         http2: false,
         grpc,
+        event_stream,
         routed,
     }))
 }
@@ -360,6 +377,21 @@ mod tests {
             assert!(!out.contains(gone), "{gone} in {out}");
         }
         assert!(out.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn an_event_stream_subscription_and_a_grpc_call_are_long_lived() {
+        let (h, _) =
+            run(b"GET /events HTTP/1.1\r\nHost: a\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+        assert!(h.event_stream && h.is_long_lived());
+        let (h, _) =
+            run(b"GET / HTTP/1.1\r\nHost: a\r\nAccept: text/html, text/event-stream;q=0.5\r\n\r\n")
+                .unwrap();
+        assert!(h.event_stream);
+        let (h, _) = run(b"POST /a.B/C HTTP/1.1\r\nHost: a\r\nContent-Type: application/grpc\r\nContent-Length: 0\r\n\r\n").unwrap();
+        assert!(!h.event_stream && h.is_long_lived());
+        let (h, _) = run(b"GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n").unwrap();
+        assert!(!h.is_long_lived());
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct ResponseHead {
     /// How long the backend keeps this connection open while idle, from its
     /// `Keep-Alive: timeout=N` header (seconds).
     pub keep_alive_timeout: Option<u32>,
+    /// `Content-Type: text/event-stream`: server-sent events, which come when the app
+    /// has news, with quiet gaps of any length between them.
+    pub event_stream: bool,
 }
 
 /// The `timeout` parameter of a `Keep-Alive` header (`timeout=5, max=1000`, RFC 2068
@@ -162,6 +165,7 @@ pub fn parse(
     let mut te_other = false;
     let mut load = None;
     let mut keep_alive_timeout = None;
+    let mut event_stream = false;
     for h in res.headers.iter() {
         if is(h.name, "content-length") {
             let n = headers::parse_content_length(h.value)
@@ -182,6 +186,11 @@ pub fn parse(
             load = orca::parse_text(h.value).or(load);
         } else if is(h.name, "keep-alive") {
             keep_alive_timeout = keep_alive_timeout_of(h.value).or(keep_alive_timeout);
+        } else if is(h.name, "content-type") {
+            event_stream = h
+                .value
+                .get(..17)
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"text/event-stream"));
         }
     }
     if conn.names_end_to_end {
@@ -237,6 +246,7 @@ pub fn parse(
         switching,
         load,
         keep_alive_timeout,
+        event_stream,
     };
     out.clear();
     if informational && ex.http10_client {
@@ -318,6 +328,23 @@ mod tests {
         assert_eq!(h.keep_alive_timeout, Some(5));
         let (h, _) = run(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", &ex()).unwrap();
         assert_eq!(h.keep_alive_timeout, None);
+    }
+
+    #[test]
+    fn an_event_stream_is_known_by_its_content_type() {
+        for (head, want) in [
+            (&b"Content-Type: text/event-stream\r\n"[..], true),
+            (b"content-type: Text/Event-Stream; charset=utf-8\r\n", true),
+            (b"Content-Type: text/plain\r\n", false),
+            (b"Content-Type: text/event\r\n", false),
+            (b"", false),
+        ] {
+            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n".to_vec();
+            raw.extend_from_slice(head);
+            raw.extend_from_slice(b"\r\n");
+            let (h, _) = run(&raw, &ex()).unwrap();
+            assert_eq!(h.event_stream, want, "{}", String::from_utf8_lossy(head));
+        }
     }
 
     #[test]

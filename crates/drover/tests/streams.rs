@@ -1,0 +1,149 @@
+//! Answers that take as long as the app likes: server-sent events. An `EventSource`
+//! subscription stays open for hours, and its app writes when it has news: minutes may
+//! pass with nothing sent, and Node sends no head at all before the first event unless
+//! the app flushes it. Node alone, Node's cluster module and PM2 wait for as long as the
+//! client does. A request timeout that cut such a stream after 30 quiet seconds (nginx's
+//! `proxy_read_timeout` does it after 60) broke apps that work without drover; every
+//! other answer still keeps to the timeout. gRPC calls are held the same way (see
+//! `backend_http2.rs` for their path).
+
+mod common;
+
+use common::proxy;
+use drover_testkit::{parse_status, raw_exchange_timeout};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// A Node app as SSE tutorials write one. `/events?gap=MS&count=N` sends N events, one
+/// every MS; with `flush=1` its head goes at once, else with the first event (Node holds
+/// a `writeHead` until the first write). `/slow?ms=MS` answers after MS; `/chunks?gap=MS`
+/// is a plain chunked body with a quiet gap in it; `/stats` counts open and closed
+/// streams (closed when the client's connection ends, as `req.on('close')` sees it).
+const SSE_APP: &str = r#"
+let open = 0, closed = 0;
+const server = require('http').createServer((req, res) => {
+  const url = new URL(req.url, 'http://x');
+  const n = (k, d) => Number(url.searchParams.get(k) ?? d);
+  if (url.pathname === '/stats') return res.end(JSON.stringify({ open, closed }));
+  if (url.pathname === '/slow') return setTimeout(() => res.end('late'), n('ms', 0));
+  if (url.pathname === '/chunks') {
+    res.write('first ');
+    return setTimeout(() => res.end('last'), n('gap', 0));
+  }
+  res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+  if (url.searchParams.get('flush') === '1') res.flushHeaders();
+  open++;
+  let sent = 0;
+  const timer = setInterval(() => {
+    res.write(`data: event ${++sent}\n\n`);
+    if (sent === n('count', 1)) { clearInterval(timer); res.end(); }
+  }, n('gap', 0));
+  req.on('close', () => { clearInterval(timer); open--; closed++; });
+});
+server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().port}`));
+"#;
+
+async fn sse_app() -> (Child, SocketAddr) {
+    let mut cmd = Command::new("node");
+    cmd.args(["-e", SSE_APP]);
+    common::node_listening(cmd).await
+}
+
+/// What a client gets for `path` (with `extra` header lines), read to the end.
+async fn exchange(addr: SocketAddr, path: &str, extra: &str) -> String {
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: app.test\r\n{extra}Connection: close\r\n\r\n");
+    let answer = raw_exchange_timeout(addr, request.as_bytes(), Duration::from_secs(15))
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+async fn stats(app: SocketAddr) -> serde_json::Value {
+    let answer = exchange(app, "/stats", "").await;
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
+/// With a request timeout of 1 s: an event stream whose first event (and head) comes
+/// after 1.5 s and whose events are 1.5 s apart is relayed whole, whether the client
+/// said it wants one (`Accept`, as every `EventSource` does) or the answer says it is
+/// one (`Content-Type`). A plain answer that late still gets 504, and a plain body that
+/// goes quiet as long is still cut: the timeout holds for everything else.
+#[tokio::test]
+async fn an_event_stream_outlasts_the_request_timeout_and_nothing_else_does() {
+    let (_app, app) = sse_app().await;
+    let d = proxy(&[app], &["--request-timeout", "1s"]).await;
+    let accept = "Accept: text/event-stream\r\n";
+    let (subscribed, declared, slow, chunks) = tokio::join!(
+        exchange(d.addr(), "/events?gap=1500&count=3", accept),
+        exchange(d.addr(), "/events?gap=1500&count=3&flush=1", ""),
+        exchange(d.addr(), "/slow?ms=2500", ""),
+        exchange(d.addr(), "/chunks?gap=2500", ""),
+    );
+    for (what, answer) in [("Accept", &subscribed), ("Content-Type", &declared)] {
+        assert_eq!(
+            parse_status(answer.as_bytes()),
+            Some(200),
+            "{what}: {answer}"
+        );
+        for i in 1..=3 {
+            assert!(
+                answer.contains(&format!("data: event {i}\n")),
+                "{what}: {answer}"
+            );
+        }
+        assert!(
+            answer.ends_with("0\r\n\r\n"),
+            "{what}: the stream was cut: {answer}"
+        );
+    }
+    assert_eq!(parse_status(slow.as_bytes()), Some(504), "{slow}");
+    assert_eq!(parse_status(chunks.as_bytes()), Some(200), "{chunks}");
+    assert!(
+        chunks.contains("first") && !chunks.contains("last"),
+        "a plain body quiet past the request timeout was not cut: {chunks}"
+    );
+}
+
+/// A client that leaves a quiet stream is let go, and the app hears of it (its
+/// `req.on('close')`), within about a request timeout: nothing is written on the stream
+/// that would find out, so drover asks the client's socket whenever the timeout passes.
+/// Until then the stream stays open across quiet gaps.
+#[tokio::test]
+async fn a_client_that_leaves_a_quiet_event_stream_frees_it_at_the_app() {
+    let (_app, app) = sse_app().await;
+    let d = proxy(&[app], &["--request-timeout", "1s"]).await;
+    let mut client = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+    client
+        .write_all(b"GET /events?gap=600000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
+        .await
+        .expect("no head")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head[..n]).into_owned();
+    assert_eq!(parse_status(head.as_bytes()), Some(200), "{head}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let s = stats(app).await;
+    assert_eq!(
+        (s["open"].as_u64(), s["closed"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    drop(client);
+    let mut last = serde_json::Value::Null;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = stats(app).await;
+        if last["closed"].as_u64() == Some(1) {
+            assert_eq!(last["open"].as_u64(), Some(0), "{last}");
+            return;
+        }
+    }
+    panic!("the app's stream stayed open 6 s after its client left: {last}");
+}
