@@ -72,14 +72,24 @@ pub async fn serve_until_signal(
     for b in &balancers {
         b.proxy.begin_shutdown();
     }
-    for b in &balancers {
-        if !b.proxy.drained(b.drain_timeout()).await {
-            warn!(
-                balancer = %b.proxy.name(),
-                open = b.proxy.connections(),
-                "drain timeout reached; closing remaining connections"
-            );
+    let drain = async {
+        for b in &balancers {
+            if !b.proxy.drained(b.drain_timeout()).await {
+                warn!(
+                    balancer = %b.proxy.name(),
+                    open = b.proxy.connections(),
+                    "drain timeout reached; closing remaining connections"
+                );
+            }
         }
+    };
+    // A second signal stops the wait, as a second Ctrl-C does for npm or docker
+    // compose: an event stream or a watch never ends by itself, and a user who pressed
+    // Ctrl-C twice does not want to wait out the drain timeout for one.
+    tokio::select! {
+        () = drain => {}
+        _ = term.recv() => eprintln!("drover: SIGTERM again: closing the remaining connections now"),
+        _ = int.recv() => eprintln!("drover: SIGINT again: closing the remaining connections now"),
     }
     // Every answered request's line is in its log's buffer now: write them all
     // before drover exits (a writer thread would be stopped mid-batch at exit).

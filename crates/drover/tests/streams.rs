@@ -147,3 +147,45 @@ async fn a_client_that_leaves_a_quiet_event_stream_frees_it_at_the_app() {
     }
     panic!("the app's stream stayed open 6 s after its client left: {last}");
 }
+
+/// An event stream never ends by itself, so a stop waits out the drain timeout for it;
+/// a second SIGINT (a second Ctrl-C) or SIGTERM stops the wait, and drover exits 0.
+#[tokio::test]
+async fn a_second_signal_ends_a_drain_that_an_event_stream_holds_open() {
+    let (_app, app) = sse_app().await;
+    for sig in ["INT", "TERM"] {
+        let d = proxy(&[app], &["--drain-timeout", "300s"]).await;
+        let mut client = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+        client
+            .write_all(b"GET /events?gap=600000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
+            .await
+            .expect("no head")
+            .unwrap();
+        assert_eq!(parse_status(&head[..n]), Some(200));
+        d.signal(sig).unwrap();
+        let draining = d
+            .wait_for_line("received, draining", Duration::from_secs(10))
+            .await;
+        assert!(draining.is_some(), "SIG{sig}: {}", d.stderr_text());
+        assert!(
+            d.wait_exit(Duration::from_secs(1)).await.is_none(),
+            "SIG{sig}: drover did not wait for the open stream"
+        );
+        d.signal(sig).unwrap();
+        let status = d.wait_exit(Duration::from_secs(20)).await;
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "SIG{sig} twice: {status:?}: {}",
+            d.stderr_text()
+        );
+        assert!(
+            d.stderr_text().contains(&format!("SIG{sig} again")),
+            "{}",
+            d.stderr_text()
+        );
+    }
+}
