@@ -87,8 +87,10 @@ pub struct Pick {
     /// Its place in the endpoint's send order (0: not tracked).
     seq: u64,
     started: Nanos,
-    /// The response head came (`observe` ran).
+    /// The response head came (`observe` ran), or the request waits (`stop_pending`).
     settled: AtomicBool,
+    /// `stop_pending` ran: the time to its answer is no cost of its route.
+    waits: AtomicBool,
 }
 
 impl Pick {
@@ -108,6 +110,7 @@ impl Pick {
             seq,
             started: ctx.now,
             settled: AtomicBool::new(false),
+            waits: AtomicBool::new(false),
         })
     }
 
@@ -139,6 +142,24 @@ impl Pick {
                 .adapt_limit(now, latency, self.cost, self.pending_at_start);
         }
         self.endpoint.settle(self.cost, self.seq, Some(now));
+    }
+
+    /// The request is known to wait, not work, however long its answer takes (an event
+    /// stream whose app sends its head with the first event): it stops counting as
+    /// pending work here, and its answer, when it comes, is no latency observation.
+    /// Counted until then, a few hundred such subscriptions weighed as as many ordinary
+    /// requests, and the endpoint holding a few more of them got none of the short ones.
+    pub fn stop_pending(&self) {
+        self.waits.store(true, Relaxed);
+        if !self.settled.swap(true, Relaxed) {
+            self.endpoint.settle(self.cost, self.seq, None);
+        }
+    }
+
+    /// Whether `stop_pending` ran: the request waited for news, so the time to its
+    /// answer says nothing of what its route costs.
+    pub fn waited(&self) -> bool {
+        self.waits.load(Relaxed)
     }
 }
 
@@ -191,6 +212,27 @@ mod tests {
         };
         let _pb = Pick::try_new(&b, &unknown).unwrap();
         assert_eq!(b.pending_cost(), b.rtt_estimate() as Nanos);
+    }
+
+    #[test]
+    fn a_request_known_to_wait_stops_counting_as_pending_work() {
+        let e = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        let ctx = PickContext {
+            now: 1,
+            cost: 700,
+            ..Default::default()
+        };
+        let rtt = e.rtt_estimate();
+        let p = Pick::try_new(&e, &ctx).unwrap();
+        p.stop_pending();
+        p.stop_pending();
+        assert!(p.waited());
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (1, 0, 0));
+        // Its answer, minutes later, teaches nothing.
+        p.observe(600_000_000_000);
+        assert_eq!(e.rtt_estimate(), rtt);
+        drop(p);
+        assert_eq!((e.in_flight(), e.pending(), e.pending_cost()), (0, 0, 0));
     }
 
     #[test]

@@ -148,6 +148,41 @@ async fn a_client_that_leaves_a_quiet_event_stream_frees_it_at_the_app() {
     panic!("the app's stream stayed open 6 s after its client left: {last}");
 }
 
+/// Subscriptions whose head waits for the first event hold their endpoint's slots, but
+/// once a request timeout has passed with their clients still there, drover counts them
+/// as waiting, not as pending work: otherwise hundreds of them weigh as hundreds of
+/// ordinary requests, and the endpoint holding a few more gets none of the short ones.
+#[tokio::test]
+async fn quiet_subscriptions_stop_counting_as_pending_work() {
+    let (_app, app) = sse_app().await;
+    let d = proxy(
+        &[app],
+        &["--request-timeout", "1s", "--admin", "127.0.0.1:0"],
+    )
+    .await;
+    let admin = common::admin_addr(&d).await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mut c = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+        c.write_all(b"GET /events?gap=600000 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
+            .await
+            .unwrap();
+        clients.push(c);
+    }
+    let mut last = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let s = common::status(admin).await;
+        let e = &s.balancers[0].endpoints[0];
+        if (e.in_flight, e.pending) == (3, 0) {
+            assert_eq!(stats(app).await["open"].as_u64(), Some(3));
+            return;
+        }
+        last = Some((e.in_flight, e.pending));
+    }
+    panic!("(in flight, pending) stayed {last:?}, not (3, 0)");
+}
+
 /// An event stream never ends by itself, so a stop waits out the drain timeout for it;
 /// a second SIGINT (a second Ctrl-C) or SIGTERM stops the wait, and drover exits 0.
 #[tokio::test]

@@ -44,13 +44,17 @@ impl Conn {
             status: resp.status,
             head_at: now,
         });
-        if slot.pick().was_alone() {
-            shared.costs.observe(head.cost_key, latency);
-        } else {
-            shared.costs.observe_beside_others(head.cost_key, latency);
+        // A subscription that waited for news (`Pick::stop_pending`) cost its app
+        // nothing all that time: learned as its route's cost, minutes of it would make
+        // the app's costs look uneven, and connections would stay proxied for it.
+        let waited = slot.pick().waited();
+        match (waited, slot.pick().was_alone()) {
+            (true, _) => {}
+            (false, true) => shared.costs.observe(head.cost_key, latency),
+            (false, false) => shared.costs.observe_beside_others(head.cost_key, latency),
         }
         // Only where a worker could take the connection (not a Python app's, say).
-        if shared.opts.handoff == Handoff::WhenEven && shared.pool.handoffs().any() {
+        if !waited && shared.opts.handoff == Handoff::WhenEven && shared.pool.handoffs().any() {
             let cost = shared.costs.estimate(head.cost_key).unwrap_or(latency);
             shared.spread.observe(now, cost);
         }

@@ -13,7 +13,7 @@ use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::http2::backend::H2Conn;
 use crate::options::BackendProtocol;
 use crate::upstream::{self, Upstream};
-use drover_balance::{clock, Endpoint};
+use drover_balance::{clock, Endpoint, Pick};
 use drover_metrics::Cause;
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
@@ -72,7 +72,7 @@ impl Conn {
                 .await;
             let answer = match sent {
                 Ok(sent) => self
-                    .final_response_head(&mut up, head, endpoint, reused, sent)
+                    .final_response_head(&mut up, head, slot, reused, sent)
                     .await
                     .map(|resp| (resp, sent)),
                 Err(attempt) => Err(attempt),
@@ -169,7 +169,7 @@ impl Conn {
             };
             let answer = async {
                 let resp = match self
-                    .final_response_head(&mut up, head, endpoint, reused, true)
+                    .final_response_head(&mut up, head, slot, reused, true)
                     .await
                 {
                     Ok(resp) => resp,
@@ -415,10 +415,11 @@ impl Conn {
         &mut self,
         up: &mut Upstream,
         head: &RequestHead,
-        endpoint: &Arc<Endpoint>,
+        slot: &Slot,
         reused: bool,
         request_sent: bool,
     ) -> Result<ResponseHead, Attempt> {
+        let endpoint = slot.pick().endpoint();
         self.ubuf.clear();
         let sticky_cookie = self
             .opts()
@@ -433,9 +434,10 @@ impl Conn {
             upgrade: head.upgrade,
         };
         let client_timeout = self.opts().timeouts.client;
+        let long_lived = head.is_long_lived().then(|| slot.pick());
         loop {
             let resp = match self
-                .read_response_head(up, &ex, sticky_cookie.as_deref(), head.is_long_lived())
+                .read_response_head(up, &ex, sticky_cookie.as_deref(), long_lived)
                 .await
             {
                 Ok(resp) => resp,
@@ -574,7 +576,7 @@ impl Conn {
         up: &mut Upstream,
         ex: &Exchange,
         set_cookie: Option<&str>,
-        long_lived: bool,
+        long_lived: Option<&Pick>,
     ) -> Result<ResponseHead, ReadHead> {
         let timeout = self.opts().timeouts.request;
         loop {
@@ -610,11 +612,13 @@ impl Conn {
                     })
                 }
                 Ok(_) => {}
-                Err(BodyError::Timeout) if long_lived && self.client.has_left() => {
-                    return Err(ReadHead::ClientLeft)
-                }
-                Err(BodyError::Timeout) if long_lived => {}
-                Err(BodyError::Timeout) => return Err(ReadHead::Timeout),
+                Err(BodyError::Timeout) => match long_lived {
+                    Some(_) if self.client.has_left() => return Err(ReadHead::ClientLeft),
+                    // Past a request timeout with its client still there, the answer
+                    // waits for news: the app is not working on it.
+                    Some(pick) => pick.stop_pending(),
+                    None => return Err(ReadHead::Timeout),
+                },
             }
         }
     }
