@@ -209,6 +209,28 @@ async fn each_stream_of_one_connection_is_placed_and_trailers_pass_both_ways() {
     assert_eq!(sessions, 3, "drover opened more connections than backends");
 }
 
+/// A watch (a server-streaming call that sends when it has news) and a unary call that
+/// takes its time both outlast the request timeout: a gRPC client sets its own deadline,
+/// and a call cut at drover's timeout broke apps that run without it (see streams.rs).
+#[tokio::test]
+async fn grpc_calls_quiet_past_the_request_timeout_arrive_whole() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let (_g, addr) = node_server(&server, &["G1", "1500"]).await;
+    let d = h2c_proxy(&[addr], &["--request-timeout", "1s"]).await;
+    let target = d.addr().to_string();
+    let (tick, name) = ([&target, "Tick", "3"], [&target, "Name", "1"]);
+    let (watch, unary) = tokio::join!(node_client(&client, &tick), node_client(&client, &name));
+    let got = watch[0]["got"].as_array().unwrap();
+    assert_eq!(
+        (watch[0]["code"].as_i64(), got.len()),
+        (Some(0), 3),
+        "{watch}"
+    );
+    assert_eq!(unary[0]["code"], 0, "{unary}");
+    assert_eq!(unary[0]["reply"], "G1", "{unary}");
+}
+
 #[tokio::test]
 async fn grpc_calls_on_one_channel_spread_by_load_and_keep_their_status() {
     let server = fixture("grpc", "server.js");
