@@ -61,6 +61,23 @@ async fn exchange(addr: SocketAddr, path: &str, extra: &str) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// A client subscribed to a quiet stream at `addr` (its head, flushed at once, read).
+async fn subscribed(addr: SocketAddr) -> tokio::net::TcpStream {
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"GET /events?gap=600000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
+        .await
+        .expect("no head")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head[..n]).into_owned();
+    assert_eq!(parse_status(head.as_bytes()), Some(200), "{head}");
+    client
+}
+
 async fn stats(app: SocketAddr) -> serde_json::Value {
     let answer = exchange(app, "/stats", "").await;
     let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
@@ -116,18 +133,7 @@ async fn an_event_stream_outlasts_the_request_timeout_and_nothing_else_does() {
 async fn a_client_that_leaves_a_quiet_event_stream_frees_it_at_the_app() {
     let (_app, app) = sse_app().await;
     let d = proxy(&[app], &["--request-timeout", "1s"]).await;
-    let mut client = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
-    client
-        .write_all(b"GET /events?gap=600000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = [0u8; 512];
-    let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
-        .await
-        .expect("no head")
-        .unwrap();
-    let head = String::from_utf8_lossy(&head[..n]).into_owned();
-    assert_eq!(parse_status(head.as_bytes()), Some(200), "{head}");
+    let client = subscribed(d.addr()).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let s = stats(app).await;
     assert_eq!(
@@ -190,17 +196,7 @@ async fn a_second_signal_ends_a_drain_that_an_event_stream_holds_open() {
     let (_app, app) = sse_app().await;
     for sig in ["INT", "TERM"] {
         let d = proxy(&[app], &["--drain-timeout", "300s"]).await;
-        let mut client = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
-        client
-            .write_all(b"GET /events?gap=600000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
-            .await
-            .unwrap();
-        let mut head = [0u8; 512];
-        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
-            .await
-            .expect("no head")
-            .unwrap();
-        assert_eq!(parse_status(&head[..n]), Some(200));
+        let _client = subscribed(d.addr()).await;
         d.signal(sig).unwrap();
         let draining = d
             .wait_for_line("received, draining", Duration::from_secs(10))
