@@ -1,10 +1,8 @@
 //! Issue 14, item 3: the live dashboard at `GET /` of the admin listener, through the
 //! real binary, real workers (the bundled Node pi server) and a real browser.
 //!
-//! The browser test drives headless Chromium (`/usr/bin/chromium`, Debian's package;
-//! `scripts/test` installs it) over the DevTools protocol, with the WebSocket client of
-//! drover-testkit. Without Chromium it is skipped, saying so, except under CI (env `CI`
-//! set), where that is a failure.
+//! The browser test drives headless Chromium (`common::browser`). Without Chromium it is
+//! skipped, saying so, except under CI (env `CI` set), where that is a failure.
 //!
 //! `DROVER_DASHBOARD_PNG=docs/dashboard.png cargo test -p drover --test dashboard
 //! browser` also writes the screenshot the README shows (after 30 s more of load, so
@@ -12,12 +10,12 @@
 
 mod common;
 
+use common::browser::{chromium_missing, Cdp, Chromium};
 use common::{admin_addr, bin, pi_server, steady_load, stops_cleanly, temp_dir};
-use drover_testkit::{ws_connect, DroverProcess, HttpClient, WsClient, WsMessage};
+use drover_testkit::{DroverProcess, HttpClient};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -241,192 +239,6 @@ async fn the_page_needs_no_token_and_the_stream_does() {
         assert_eq!(series[key].as_array().unwrap().len(), times.len(), "{key}");
     }
     stops_cleanly(d).await;
-}
-
-// ---- the browser --------------------------------------------------------------------
-
-/// Headless Chromium with its DevTools endpoint on a free port; killed (its whole
-/// process group) when dropped.
-struct Chromium {
-    child: tokio::process::Child,
-    devtools: SocketAddr,
-    browser_path: String,
-}
-
-impl Chromium {
-    async fn start(profile: &Path) -> Chromium {
-        let mut cmd = tokio::process::Command::new("/usr/bin/chromium");
-        cmd.args([
-            "--headless=new",
-            "--remote-debugging-port=0",
-            "--remote-debugging-address=127.0.0.1",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--disable-gpu",
-            "--disable-extensions",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--window-size=1400,1000",
-            // In a container (and as root) Chromium's sandbox cannot start.
-            "--no-sandbox",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("about:blank")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
-        let child = cmd.spawn().expect("start chromium");
-        // It writes its port and the browser's WebSocket path there once it listens.
-        let file = profile.join("DevToolsActivePort");
-        let ready = drover_testkit::wait_until(Duration::from_secs(30), || {
-            std::fs::read_to_string(&file).is_ok_and(|t| t.lines().count() >= 2)
-        })
-        .await;
-        assert!(ready, "chromium wrote no {}", file.display());
-        let text = std::fs::read_to_string(&file).unwrap();
-        let mut lines = text.lines();
-        let port: u16 = lines.next().unwrap().trim().parse().unwrap();
-        let browser_path = lines.next().unwrap().trim().to_string();
-        Chromium {
-            child,
-            devtools: SocketAddr::from(([127, 0, 0, 1], port)),
-            browser_path,
-        }
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .stderr(Stdio::null())
-                .status();
-        }
-        let _ = self.child.start_kill();
-    }
-}
-
-/// A DevTools-protocol client on one page (a flattened session of the browser's
-/// WebSocket), keeping every event it reads past.
-struct Cdp {
-    ws: WsClient,
-    next_id: u64,
-    session: Option<String>,
-    events: Vec<Value>,
-}
-
-impl Cdp {
-    async fn page(chromium: &Chromium) -> Cdp {
-        let ws = ws_connect(chromium.devtools, &chromium.browser_path)
-            .await
-            .expect("connect to chromium's DevTools");
-        let mut cdp = Cdp {
-            ws,
-            next_id: 0,
-            session: None,
-            events: Vec::new(),
-        };
-        let target = cdp
-            .call("Target.createTarget", json!({ "url": "about:blank" }))
-            .await;
-        let attached = cdp
-            .call(
-                "Target.attachToTarget",
-                json!({ "targetId": target["targetId"], "flatten": true }),
-            )
-            .await;
-        cdp.session = Some(attached["sessionId"].as_str().unwrap().to_string());
-        cdp
-    }
-
-    async fn call(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut msg = json!({ "id": id, "method": method, "params": params });
-        if let Some(s) = &self.session {
-            msg["sessionId"] = json!(s);
-        }
-        self.ws.send_text(&msg.to_string()).await.unwrap();
-        loop {
-            let text = match self.ws.recv().await.unwrap() {
-                WsMessage::Text(t) => t,
-                WsMessage::Close(code) => panic!("DevTools closed ({code:?})"),
-                _ => continue,
-            };
-            let reply: Value = serde_json::from_str(&text).unwrap();
-            if reply["id"] == json!(id) {
-                if let Some(e) = reply.get("error") {
-                    panic!("{method} failed: {e}");
-                }
-                return reply["result"].clone();
-            }
-            if reply.get("method").is_some() {
-                self.events.push(reply);
-            }
-        }
-    }
-
-    /// The value of a JavaScript expression in the page.
-    async fn eval(&mut self, expr: &str) -> Value {
-        let r = self
-            .call(
-                "Runtime.evaluate",
-                json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
-            )
-            .await;
-        if let Some(e) = r.get("exceptionDetails") {
-            panic!("{expr}: {e}");
-        }
-        r["result"]["value"].clone()
-    }
-
-    /// Polls `expr` until it is true, for at most `limit`; answers whether it became so.
-    /// An expression that throws (the page not parsed yet: an element still missing)
-    /// counts as not yet.
-    async fn until(&mut self, limit: Duration, expr: &str) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            let r = self
-                .call(
-                    "Runtime.evaluate",
-                    json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
-                )
-                .await;
-            if r.get("exceptionDetails").is_none() && r["result"]["value"] == json!(true) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Every URL the page asked for so far.
-    fn requested(&self) -> Vec<String> {
-        self.events
-            .iter()
-            .filter(|e| e["method"] == "Network.requestWillBeSent")
-            .filter_map(|e| e["params"]["request"]["url"].as_str().map(str::to_string))
-            .collect()
-    }
-}
-
-fn chromium_missing() -> bool {
-    if Path::new("/usr/bin/chromium").exists() {
-        return false;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "/usr/bin/chromium is missing; scripts/test installs it"
-    );
-    eprintln!("skipping the browser test: /usr/bin/chromium is missing (scripts/test installs it)");
-    true
 }
 
 /// The worker rows the page shows, as `[{worker, pid, restarts, state}]`.

@@ -16,17 +16,23 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
-/// A Node app as SSE tutorials write one. `/events?gap=MS&count=N` sends N events, one
+/// A Node app as SSE tutorials write one (on `PORT` under `drover run`). `/events?gap=MS&count=N` sends N events, one
 /// every MS; with `flush=1` its head goes at once, else with the first event (Node holds
 /// a `writeHead` until the first write). `/slow?ms=MS` answers after MS; `/chunks?gap=MS`
 /// is a plain chunked body with a quiet gap in it; `/stats` counts open and closed
-/// streams (closed when the client's connection ends, as `req.on('close')` sees it).
+/// streams (closed when the client's connection ends, as `req.on('close')` sees it);
+/// `/page` subscribes a browser's `EventSource` to three events 1.5 s apart.
 const SSE_APP: &str = r#"
 let open = 0, closed = 0;
 const server = require('http').createServer((req, res) => {
   const url = new URL(req.url, 'http://x');
   const n = (k, d) => Number(url.searchParams.get(k) ?? d);
   if (url.pathname === '/stats') return res.end(JSON.stringify({ open, closed }));
+  if (url.pathname === '/page') {
+    res.setHeader('Content-Type', 'text/html');
+    return res.end(`<script>window.got = [];
+      new EventSource('/events?gap=1500&count=3').onmessage = (e) => got.push(e.data);</script>`);
+  }
   if (url.pathname === '/slow') return setTimeout(() => res.end('late'), n('ms', 0));
   if (url.pathname === '/chunks') {
     res.write('first ');
@@ -42,7 +48,7 @@ const server = require('http').createServer((req, res) => {
   }, n('gap', 0));
   req.on('close', () => { clearInterval(timer); open--; closed++; });
 });
-server.listen(0, '127.0.0.1', () => console.log(`listening ${server.address().port}`));
+server.listen(process.env.PORT || 0, '127.0.0.1', () => console.log(`listening ${server.address().port}`));
 "#;
 
 async fn sse_app() -> (Child, SocketAddr) {
@@ -219,4 +225,43 @@ async fn a_second_signal_ends_a_drain_that_an_event_stream_holds_open() {
             d.stderr_text()
         );
     }
+}
+
+/// A browser's `EventSource` (headless Chromium) on a page of the app, supervised by
+/// `drover up` as 2 workers behind a balancer whose request timeout is 1 s: the first
+/// event, and the head with it, come after 1.5 s, the next two 1.5 s apart, and all
+/// three arrive on the one stream.
+#[tokio::test]
+async fn a_browsers_event_source_gets_every_event_through_drovers_workers() {
+    use common::browser::{chromium_missing, Cdp, Chromium};
+    if chromium_missing() {
+        return;
+    }
+    let dir = common::temp_dir("streams-browser");
+    let app = dir.join("sse.js");
+    std::fs::write(&app, SSE_APP).unwrap();
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\n\n[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\ntimeouts = {{ request = \"1s\" }}\n",
+        app.display()
+    );
+    let (d, _admin, _file) = common::up_serving("streams-browser-up", &toml).await;
+    let chromium = Chromium::start(&dir.join("chromium")).await;
+    let mut cdp = Cdp::page(&chromium).await;
+    let url = format!("http://{}/page", d.addr());
+    cdp.call("Page.navigate", serde_json::json!({ "url": url }))
+        .await;
+    let all = cdp
+        .until(
+            Duration::from_secs(20),
+            "window.got && window.got.length >= 3",
+        )
+        .await;
+    let got = cdp.eval("JSON.stringify(window.got)").await;
+    assert!(all, "the page got {got}: {}", d.stderr_text());
+    assert!(
+        got.as_str()
+            .unwrap()
+            .starts_with(r#"["event 1","event 2","event 3""#),
+        "{got}"
+    );
 }

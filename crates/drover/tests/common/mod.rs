@@ -1,6 +1,7 @@
 //! Shared set-up for tests that drive the real `drover` binary.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod examples;
 pub mod pki;
 
