@@ -111,6 +111,9 @@ pub struct RunArgs {
     pub limits: LimitArgs,
 
     #[command(flatten)]
+    pub timeouts: TimeoutArgs,
+
+    #[command(flatten)]
     pub proxy_protocol: ProxyProtocolArg,
 
     #[command(flatten)]
@@ -396,6 +399,157 @@ impl model::BalancerConfig {
     }
 }
 
+/// The timeouts of a balancer's exchanges (`timeouts` in a drover.toml), for `drover
+/// proxy` and `drover run` alike.
+#[derive(Args, Debug, Clone)]
+pub struct TimeoutArgs {
+    /// How long connecting to a backend may take. Long enough for one retransmitted
+    /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
+    #[arg(long, default_value = shown(balancer().timeouts.connect), value_parser = drover_units::duration)]
+    pub connect_timeout: Duration,
+
+    /// How long a client may take to send a request head (slow clients are cut off);
+    /// the PROXY protocol header and TLS handshake count in it. With --tcp, only the
+    /// PROXY header's (with --proxy-protocol-from).
+    #[arg(long, default_value = shown(balancer().timeouts.header_read), value_parser = drover_units::duration)]
+    pub header_timeout: Duration,
+
+    /// How long a backend may take to start answering.
+    #[arg(long, default_value = shown(balancer().timeouts.request), value_parser = drover_units::duration)]
+    pub request_timeout: Duration,
+
+    /// Idle keep-alive connections are closed after this (--tcp: a connection that
+    /// moved nothing either way).
+    #[arg(long, default_value = shown(balancer().timeouts.idle), value_parser = drover_units::duration)]
+    pub idle_timeout: Duration,
+
+    /// --tcp: once one side has finished sending, the other way is cut after this long
+    /// with nothing passing.
+    #[arg(long, default_value = shown(balancer().timeouts.half_close), value_parser = drover_units::positive_duration)]
+    pub half_close_timeout: Duration,
+
+    /// A client mid-request that sends or reads nothing for this long is cut off
+    /// (slow POST, slow read).
+    #[arg(long, default_value = shown(balancer().timeouts.client), value_parser = drover_units::duration)]
+    pub client_timeout: Duration,
+
+    /// Grace for a request body: all of it must arrive by this plus one second per
+    /// --body-min-rate bytes received, or the client gets 408.
+    #[arg(
+        long,
+        default_value = shown(balancer().timeouts.body),
+        allow_hyphen_values = true,
+        value_parser = drover_units::positive_duration
+    )]
+    pub body_timeout: Duration,
+
+    /// Bytes per second a request body must keep up past --body-timeout.
+    #[arg(
+        long,
+        value_name = "BYTES_PER_SEC",
+        default_value_t = balancer().timeouts.body_min_rate,
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub body_min_rate: u32,
+}
+
+impl TimeoutArgs {
+    pub fn config(&self) -> crate::TimeoutConfig {
+        crate::TimeoutConfig {
+            connect: self.connect_timeout,
+            header_read: self.header_timeout,
+            request: self.request_timeout,
+            idle: self.idle_timeout,
+            client: self.client_timeout,
+            body: self.body_timeout,
+            body_min_rate: self.body_min_rate,
+            half_close: self.half_close_timeout,
+        }
+    }
+
+    /// Each timeout flag, the `timeouts` key it sets, and whether it was given a value
+    /// other than its default (a default cannot be told from the same value typed).
+    fn given(&self) -> [(&'static str, &'static str, bool); 8] {
+        let d = balancer().timeouts;
+        [
+            (
+                "--connect-timeout",
+                "timeouts.connect",
+                self.connect_timeout != d.connect,
+            ),
+            (
+                "--header-timeout",
+                "timeouts.header_read",
+                self.header_timeout != d.header_read,
+            ),
+            (
+                "--request-timeout",
+                "timeouts.request",
+                self.request_timeout != d.request,
+            ),
+            (
+                "--idle-timeout",
+                "timeouts.idle",
+                self.idle_timeout != d.idle,
+            ),
+            (
+                "--half-close-timeout",
+                "timeouts.half_close",
+                self.half_close_timeout != d.half_close,
+            ),
+            (
+                "--client-timeout",
+                "timeouts.client",
+                self.client_timeout != d.client,
+            ),
+            (
+                "--body-timeout",
+                "timeouts.body",
+                self.body_timeout != d.body,
+            ),
+            (
+                "--body-min-rate",
+                "timeouts.body_min_rate",
+                self.body_min_rate != d.body_min_rate,
+            ),
+        ]
+    }
+
+    /// The first timeout flag given, if any.
+    fn first_given(&self) -> Option<&'static str> {
+        self.given().into_iter().find(|g| g.2).map(|g| g.0)
+    }
+
+    /// The first flag given that bounds an HTTP exchange only, by its `timeouts` key:
+    /// a TCP balancer has none of these (the header read bounds its PROXY header, when
+    /// it reads one).
+    fn http_only_given(&self, reads_proxy_header: bool) -> Option<&'static str> {
+        self.given()
+            .into_iter()
+            .filter(|g| match g.1 {
+                "timeouts.header_read" => !reads_proxy_header,
+                key => matches!(
+                    key,
+                    "timeouts.request"
+                        | "timeouts.client"
+                        | "timeouts.body"
+                        | "timeouts.body_min_rate"
+                ),
+            })
+            .find(|g| g.2)
+            .map(|g| g.1)
+    }
+
+    /// `--half-close-timeout` given without `--tcp`.
+    fn half_close_without_tcp(&self) -> Result<(), String> {
+        if self.half_close_timeout != balancer().timeouts.half_close {
+            return Err("--half-close-timeout applies to --tcp only".into());
+        }
+        Ok(())
+    }
+}
+
 /// Per-backend limits and drover's queue, the same for `proxy` and `run`.
 #[derive(Debug, Args)]
 pub struct LimitArgs {
@@ -559,55 +713,8 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub backend_tls: BackendTlsArgs,
 
-    /// How long connecting to a backend may take. Long enough for one retransmitted
-    /// SYN (1 s): a backend whose listen backlog overflowed drops the first one.
-    #[arg(long, default_value = shown(balancer().timeouts.connect), value_parser = drover_units::duration)]
-    pub connect_timeout: Duration,
-
-    /// How long a client may take to send a request head (slow clients are cut off);
-    /// the PROXY protocol header and TLS handshake count in it. With --tcp, only the
-    /// PROXY header's (with --proxy-protocol-from).
-    #[arg(long, default_value = shown(balancer().timeouts.header_read), value_parser = drover_units::duration)]
-    pub header_timeout: Duration,
-
-    /// How long a backend may take to start answering.
-    #[arg(long, default_value = shown(balancer().timeouts.request), value_parser = drover_units::duration)]
-    pub request_timeout: Duration,
-
-    /// Idle keep-alive connections are closed after this (--tcp: a connection that
-    /// moved nothing either way).
-    #[arg(long, default_value = shown(balancer().timeouts.idle), value_parser = drover_units::duration)]
-    pub idle_timeout: Duration,
-
-    /// --tcp: once one side has finished sending, the other way is cut after this long
-    /// with nothing passing.
-    #[arg(long, default_value = shown(balancer().timeouts.half_close), value_parser = drover_units::positive_duration)]
-    pub half_close_timeout: Duration,
-
-    /// A client mid-request that sends or reads nothing for this long is cut off
-    /// (slow POST, slow read).
-    #[arg(long, default_value = shown(balancer().timeouts.client), value_parser = drover_units::duration)]
-    pub client_timeout: Duration,
-
-    /// Grace for a request body: all of it must arrive by this plus one second per
-    /// --body-min-rate bytes received, or the client gets 408.
-    #[arg(
-        long,
-        default_value = shown(balancer().timeouts.body),
-        allow_hyphen_values = true,
-        value_parser = drover_units::positive_duration
-    )]
-    pub body_timeout: Duration,
-
-    /// Bytes per second a request body must keep up past --body-timeout.
-    #[arg(
-        long,
-        value_name = "BYTES_PER_SEC",
-        default_value_t = balancer().timeouts.body_min_rate,
-        allow_hyphen_values = true,
-        value_parser = clap::value_parser!(u32).range(1..)
-    )]
-    pub body_min_rate: u32,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
 
     /// Active HTTP health check path (e.g. /health).
     #[arg(long, value_name = "PATH", conflicts_with = "health_tcp")]
@@ -810,8 +917,8 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         if let Some(why) = model::tcp_strategy_refusal(a.strategy, a.keys.hash_key.as_ref()) {
             return Err(format!("--tcp: {why}"));
         }
-    } else if a.half_close_timeout != balancer().timeouts.half_close {
-        return Err("--half-close-timeout applies to --tcp only".into());
+    } else {
+        a.timeouts.half_close_without_tcp()?;
     }
     b.apply_strategy(a.strategy, &a.keys)?;
     b.retries = a.retries;
@@ -851,16 +958,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         }
         b.http2_max_streams = n;
     }
-    b.timeouts = crate::TimeoutConfig {
-        connect: a.connect_timeout,
-        header_read: a.header_timeout,
-        request: a.request_timeout,
-        idle: a.idle_timeout,
-        client: a.client_timeout,
-        body: a.body_timeout,
-        body_min_rate: a.body_min_rate,
-        half_close: a.half_close_timeout,
-    };
+    b.timeouts = a.timeouts.config();
     if let Some(service) = &a.health_grpc {
         if !b.backend_protocol.is_http2() {
             return Err(format!("--health-grpc: {}", model::GRPC_CHECK_NEEDS_HTTP2));
@@ -955,21 +1053,12 @@ fn escaped(s: &str) -> Result<Bytes, String> {
 /// `drover proxy --tcp` with a flag only HTTP has, given a value other than its default
 /// (a flag's default cannot be told from the same value typed).
 fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
-    let d = balancer();
+    // With a PROXY header to read, the header timeout bounds that read, as in HTTP mode.
+    let reads_proxy_header = a.proxy_protocol.proxy_protocol_from.is_some();
+    if let Some(key) = a.timeouts.http_only_given(reads_proxy_header) {
+        return Err(model::HttpOnly::of(key).in_flags());
+    }
     let given = [
-        // With a PROXY header to read, it bounds that read, as in HTTP mode.
-        (
-            "timeouts.header_read",
-            a.header_timeout != d.timeouts.header_read
-                && a.proxy_protocol.proxy_protocol_from.is_none(),
-        ),
-        ("timeouts.request", a.request_timeout != d.timeouts.request),
-        ("timeouts.client", a.client_timeout != d.timeouts.client),
-        ("timeouts.body", a.body_timeout != d.timeouts.body),
-        (
-            "timeouts.body_min_rate",
-            a.body_min_rate != d.timeouts.body_min_rate,
-        ),
         ("health.path", a.health_path.is_some()),
         ("health.grpc", a.health_grpc.is_some()),
         ("tls", !a.tls.tls_cert.is_empty()),
@@ -1072,6 +1161,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         .into_iter()
         .find(|(set, _)| *set)
         .map(|(_, flag)| flag)
+        .or_else(|| args.timeouts.first_given())
 }
 
 /// Where `drover run` accepts clients when no `--listen` says, and the app's own
@@ -1169,6 +1259,11 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.tcp {
                 return Err("--tcp does not apply to --mode shared: the workers accept the connections themselves, whatever they speak".into());
             }
+            if let Some(flag) = args.timeouts.first_given() {
+                return Err(format!(
+                    "{flag} does not apply to --mode shared: drover does not see the requests"
+                ));
+            }
             app.listen = Some(args.listen.unwrap_or(DEFAULT_RUN_LISTEN));
         }
         model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
@@ -1214,6 +1309,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.handoff =
                 model::handoff_for(&[args.mode], balancer.strategy, balancer.backend_protocol);
             balancer.apply_limits(&args.limits);
+            balancer.timeouts = args.timeouts.config();
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.apply_access_log(&args.access_log)?;
             balancer.tls = args.tls.settings()?;
@@ -1233,11 +1329,17 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 {
                     return Err(format!("{flag} does not apply to --tcp: a TCP worker may not speak HTTP (drover checks that each worker listens)"));
                 }
+                let reads_proxy_header = args.proxy_protocol.proxy_protocol_from.is_some();
+                if let Some(key) = args.timeouts.http_only_given(reads_proxy_header) {
+                    return Err(model::HttpOnly::of(key).in_flags());
+                }
                 balancer.serve_unread().map_err(|e| format!("--tcp: {e}"))?;
                 if args.mode == model::Mode::Proxy {
                     // Every connection relayed through drover, none handed over.
                     balancer.handoff = drover_proxy::Handoff::Never;
                 }
+            } else {
+                args.timeouts.half_close_without_tcp()?;
             }
             balancers.push(balancer);
         }

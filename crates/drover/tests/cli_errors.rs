@@ -141,6 +141,38 @@ async fn bad_flags_are_named() {
         "--health-path needs a port per worker",
     )
     .await;
+    // The timeouts of drover proxy, for drover run's balancer too, and only there.
+    fails(
+        &run(&["--mode", "shared", "--request-timeout", "5m"]),
+        "--request-timeout does not apply to --mode shared",
+    )
+    .await;
+    fails(
+        &[
+            "run",
+            "--admin",
+            "off",
+            "--mode",
+            "background",
+            "--client-timeout",
+            "1m",
+            "--",
+            "true",
+        ],
+        "--client-timeout does not apply to --mode background",
+    )
+    .await;
+    fails(
+        &run(&["--half-close-timeout", "5s"]),
+        "--half-close-timeout applies to --tcp only",
+    )
+    .await;
+    fails(
+        &run(&["--tcp", "--request-timeout", "5m"]),
+        "--request-timeout does not apply to --tcp",
+    )
+    .await;
+    fails(&run(&["--request-timeout", "soon"]), "--request-timeout").await;
     fails(&["ctl", "status", "--admin", "nowhere"], "--admin").await;
     fails(&["ctl", "restart"], "restart").await;
 }

@@ -227,6 +227,43 @@ async fn a_second_signal_ends_a_drain_that_an_event_stream_holds_open() {
     }
 }
 
+/// `drover run` takes `drover proxy`'s timeouts for its balancer: with
+/// `--request-timeout 1s` a plain answer after 2.5 s is a 504, and an event stream with
+/// 1.5 s between events arrives whole.
+#[tokio::test]
+async fn drover_run_takes_the_request_timeout_and_an_event_stream_outlasts_it() {
+    let app = common::temp_dir("streams-run").join("sse.js");
+    std::fs::write(&app, SSE_APP).unwrap();
+    let app = app.display().to_string();
+    let args = [
+        "run",
+        "-w",
+        "2",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--request-timeout",
+        "1s",
+        "--",
+        "node",
+        &app,
+    ];
+    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let accept = "Accept: text/event-stream\r\n";
+    let (slow, stream) = tokio::join!(
+        exchange(d.addr(), "/slow?ms=2500", ""),
+        exchange(d.addr(), "/events?gap=1500&count=2", accept),
+    );
+    assert_eq!(parse_status(slow.as_bytes()), Some(504), "{slow}");
+    assert!(
+        stream.contains("data: event 2\n") && stream.ends_with("0\r\n\r\n"),
+        "{stream}"
+    );
+}
+
 /// A browser's `EventSource` (headless Chromium) on a page of the app, supervised by
 /// `drover up` as 2 workers behind a balancer whose request timeout is 1 s: the first
 /// event, and the head with it, come after 1.5 s, the next two 1.5 s apart, and all
