@@ -184,6 +184,21 @@ pub struct Timeouts {
     pub half_close: Duration,
 }
 
+impl Timeouts {
+    /// How long an exchange waits on a backend that sends nothing: the request timeout;
+    /// for a long-lived one (an event stream, a gRPC call), which waits for as long as
+    /// its client stays, how often it asks whether the client has gone. That is at most
+    /// the client timeout, so a request timeout raised for slow reports does not keep a
+    /// departed subscriber's connections for as long.
+    pub fn quiet_backend(&self, long_lived: bool) -> Duration {
+        if long_lived {
+            self.request.min(self.client)
+        } else {
+            self.request
+        }
+    }
+}
+
 impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {

@@ -132,13 +132,22 @@ async fn an_event_stream_outlasts_the_request_timeout_and_nothing_else_does() {
 }
 
 /// A client that leaves a quiet stream is let go, and the app hears of it (its
-/// `req.on('close')`), within about a request timeout: nothing is written on the stream
-/// that would find out, so drover asks the client's socket whenever the timeout passes.
-/// Until then the stream stays open across quiet gaps.
+/// `req.on('close')`), within a request timeout, or a client timeout where that is
+/// shorter: nothing is written on the stream that would find out, so drover asks the
+/// client's socket that often. Until then the stream stays open across quiet gaps.
 #[tokio::test]
 async fn a_client_that_leaves_a_quiet_event_stream_frees_it_at_the_app() {
+    for timeouts in [
+        ["--request-timeout", "1s", "--client-timeout", "30s"],
+        ["--request-timeout", "10m", "--client-timeout", "1s"],
+    ] {
+        a_client_leaves_a_quiet_stream(&timeouts).await;
+    }
+}
+
+async fn a_client_leaves_a_quiet_stream(timeouts: &[&str]) {
     let (_app, app) = sse_app().await;
-    let d = proxy(&[app], &["--request-timeout", "1s"]).await;
+    let d = proxy(&[app], timeouts).await;
     let client = subscribed(d.addr()).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let s = stats(app).await;
@@ -157,7 +166,7 @@ async fn a_client_that_leaves_a_quiet_event_stream_frees_it_at_the_app() {
             return;
         }
     }
-    panic!("the app's stream stayed open 6 s after its client left: {last}");
+    panic!("{timeouts:?}: the app's stream stayed open 6 s after its client left: {last}");
 }
 
 /// Subscriptions whose head waits for the first event hold their endpoint's slots, but

@@ -514,7 +514,7 @@ impl Conn {
                 pending: &mut self.ubuf,
                 dst: &mut self.client,
                 out: &mut self.out,
-                read_timeout: timeouts.request,
+                read_timeout: timeouts.quiet_backend(long_lived),
                 write_timeout: timeouts.client,
                 pace: None,
             };
@@ -578,7 +578,7 @@ impl Conn {
         set_cookie: Option<&str>,
         long_lived: Option<&Pick>,
     ) -> Result<ResponseHead, ReadHead> {
-        let timeout = self.opts().timeouts.request;
+        let timeout = self.opts().timeouts.quiet_backend(long_lived.is_some());
         loop {
             if !self.ubuf.is_empty() {
                 // Shutdown may have begun while the backend worked: then this response
