@@ -767,6 +767,9 @@ impl App {
         } else {
             model::Mode::Background
         };
+        // Its balancer follows the app's listen(): the app reads this file's PORT (or
+        // the user's), not drover's, as under PM2.
+        spec.users_port = cluster;
         if let Some((written, v)) = self.keys.get("max_memory_restart") {
             let bytes = match v {
                 Value::Number(n) => n.as_u64().filter(|b| *b > 0),
@@ -783,7 +786,7 @@ impl App {
         self.watching(spec)?;
         if let Some(var) = self.string("increment_var")? {
             if cluster && var == "PORT" {
-                self.note("increment_var: PORT: in cluster mode each worker's PORT is drover's own, and clients reach every instance at the app's one address; not applied".into());
+                self.note("increment_var: PORT: in cluster mode the workers share the app's one PORT, as under PM2, and clients reach every instance there; not applied".into());
             } else {
                 spec.increment_var = Some(var);
             }

@@ -1344,6 +1344,17 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancers.push(balancer);
         }
     }
+    // Node's cluster primary binds the port a worker's listen() names; so does drover
+    // when nothing else says where clients connect. A program that is not Node, or one
+    // a shell starts, has no listen() drover hears, and gets the default at once.
+    let listen_follows_app = args.listen.is_none()
+        && !matches!(args.mode, model::Mode::Shared | model::Mode::Background)
+        && drover_supervisor::with_interpreter(&command, None)
+            .first()
+            .is_some_and(|program| drover_node::is_node_program(program));
+    // And then the app reads the user's PORT, not drover's, as under PM2: its
+    // `listen(process.env.PORT || 3000)` names 3000, where its clients connect.
+    app.spec.users_port = listen_follows_app;
     let (admin, admin_asked) = run_admin(args)?;
     let cfg = Config {
         admin,
@@ -1360,14 +1371,6 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     if let Some(b) = cfg.balancers.first() {
         origins = with_tls_flags(origins, b);
     }
-    // Node's cluster primary binds the port a worker's listen() names; so does drover
-    // when nothing else says where clients connect. A program that is not Node, or one
-    // a shell starts, has no listen() drover hears, and gets the default at once.
-    let listen_follows_app = args.listen.is_none()
-        && !matches!(args.mode, model::Mode::Shared | model::Mode::Background)
-        && drover_supervisor::with_interpreter(&command, None)
-            .first()
-            .is_some_and(|program| drover_node::is_node_program(program));
     let follow = listen_follows_app
         .then(|| FollowListen {
             balancer: 0,
@@ -1671,7 +1674,7 @@ mod tests {
         flags.threads = None;
         assert_eq!(flags, file.balancers[0]);
 
-        let r = Run::try_parse_from(["run", "--", "node", "app.js"])
+        let r = Run::try_parse_from(["run", "-l", "127.0.0.1:8000", "--", "node", "app.js"])
             .unwrap()
             .args;
         let run = run_config(&r).unwrap().config;
@@ -1744,9 +1747,14 @@ mod tests {
 
     #[test]
     fn a_node_app_without_listen_is_served_where_its_listen_asks() {
+        // Where the balancer follows the app, the app reads the user's PORT: its
+        // fallback (`PORT || 3000`) is the port it names.
         let follows = |argv: &[&str]| {
             let r = Run::try_parse_from(argv).unwrap().args;
-            !run_config(&r).unwrap().follow.is_empty()
+            let run = run_config(&r).unwrap();
+            let follows = !run.follow.is_empty();
+            assert_eq!(run.config.apps[0].spec.users_port, follows, "{argv:?}");
+            follows
         };
         assert!(follows(&["run", "--", "node", "app.js"]));
         assert!(follows(&["run", "--", "/usr/bin/nodejs", "app.js"]));

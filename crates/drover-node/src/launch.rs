@@ -93,6 +93,21 @@ pub fn runner_env(
     ]
 }
 
+/// Where drover reaches a worker: its own loopback `port`, as `DROVER_WORKER_PORT` (the
+/// preload tells drover's connections there from clients'). Where the app reads the
+/// user's `PORT` (`users_port`: `Some`, with the user's value if there is one), also
+/// `DROVER_APP_PORT`: the preload puts it back as `PORT` below a script runner (which
+/// has drover's, for what it starts may not be Node), and gives drover's port to a first
+/// `listen()` that names none (`listen(process.env.PORT)` with no `PORT`), which is then
+/// served at drover's address as before. An empty value is none.
+pub fn port_env(port: u16, users_port: Option<&Option<String>>) -> Vec<(String, String)> {
+    let mut env = vec![("DROVER_WORKER_PORT".into(), port.to_string())];
+    if let Some(users) = users_port {
+        env.push(("DROVER_APP_PORT".into(), users.clone().unwrap_or_default()));
+    }
+    env
+}
+
 /// The environment for a Node program with no channel (a background worker): the
 /// preload alone, for what it does outside a cluster worker (a SIGTERM reaches an app
 /// that listens only to SIGINT, as PM2 stops it).

@@ -40,8 +40,8 @@ mod shared_ports;
 
 pub use channel::ChannelError;
 pub use launch::{
-    channel_env, is_node_program, is_script_runner, preload_env, preload_path, runner_env,
-    unix_sockets_env, write_preload,
+    channel_env, is_node_program, is_script_runner, port_env, preload_env, preload_path,
+    runner_env, unix_sockets_env, write_preload,
 };
 pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
 pub use session::{Ended, Inbox, Session, SessionEvent};

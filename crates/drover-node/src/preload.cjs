@@ -33,6 +33,9 @@
 //    drover bound it again. drover names the sockets it holds (DROVER_UNIX_SOCKETS), and
 //    removing one of those does nothing; any other file is removed as asked.
 //
+// 6. Where drover serves the app at the port its listen() names, the app sees the
+//    user's PORT, not drover's (see below).
+//
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
 // arrive and close, and watches which signals the app listens to.
@@ -59,7 +62,30 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
 const balanced = new WeakSet();
 let balancedPort = 0;
 
+// 6. The worker's own port, where drover's balancer and health checks reach it. Where
+//    drover serves the app's clients at the port its listen() names (`drover run`
+//    without --listen), the app reads the user's PORT, not this one, as under PM2:
+//    `listen(process.env.PORT || 3000)` names 3000. A script runner passes drover's
+//    PORT on (what it starts may not be Node): the user's (none, usually) is put back
+//    here. A first listen() that names no port at all (`listen(process.env.PORT)`, no
+//    PORT) gets the worker's own, and is served at drover's address.
+const workerPort = Number(process.env.DROVER_WORKER_PORT) || Number(process.env.PORT) || 0;
+let portForNoPort = 0;
+if (!runner && require('cluster').isWorker) {
+  const usersPort = process.env.DROVER_APP_PORT;
+  delete process.env.DROVER_WORKER_PORT;
+  delete process.env.DROVER_APP_PORT;
+  if (usersPort !== undefined && workerPort > 0) {
+    if (Number(process.env.PORT) === workerPort) {
+      if (usersPort) process.env.PORT = usersPort;
+      else delete process.env.PORT;
+    }
+    portForNoPort = workerPort;
+  }
+}
+
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
+  if (portForNoPort) givesAListenWithNoPortTheWorkersOwn();
   saysWhatItServes();
   givesConnectionsBack();
   keepsSharedSockets();
@@ -101,6 +127,33 @@ function saysWhatItServes() {
   };
 }
 
+function givesAListenWithNoPortTheWorkersOwn() {
+  const net = require('net');
+  const listen = net.Server.prototype.listen;
+  // `Number(process.env.PORT)` and `parseInt` of none are NaN; Node would throw.
+  const none = (port) => port === undefined || port === null || Number.isNaN(port);
+  net.Server.prototype.listen = function (...args) {
+    if (portForNoPort && balancedPort === 0 && args.length > 0) {
+      const first = args[0];
+      if (none(first)) {
+        args[0] = portForNoPort;
+        portForNoPort = 0;
+      } else if (
+        typeof first === 'object' &&
+        'port' in first &&
+        none(first.port) &&
+        first.path == null &&
+        first.handle == null &&
+        first.fd == null
+      ) {
+        args[0] = Object.assign({}, first, { port: portForNoPort });
+        portForNoPort = 0;
+      }
+    }
+    return listen.apply(this, args);
+  };
+}
+
 function sigtermGoesToSigint() {
   const bridge = () => process.emit('SIGINT', 'SIGINT');
   // Listeners change one at a time, and 'newListener' comes before the change: look
@@ -128,8 +181,8 @@ function givesConnectionsBack() {
   const http = require('http');
   const diagnostics = require('diagnostics_channel');
   // drover's own connections to the worker (its balancer's, its health checks) arrive
-  // at PORT; clients handed over arrive at drover's listen address.
-  const ownPort = Number(process.env.PORT);
+  // at its own port; clients handed over arrive at drover's listen address.
+  const ownPort = workerPort;
   const servers = new Set();
   // Client connections drover handed over and the worker still serves (not drover's
   // own at PORT), and whether drover has heard the current number.

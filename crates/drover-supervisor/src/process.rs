@@ -188,16 +188,25 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 .env_remove("LISTEN_FDS")
                 .env_remove("LISTEN_PID")
                 .env_remove("LISTEN_FDNAMES")
-                .envs(&spec.env)
-                .env("PORT", port.to_string());
+                .envs(&spec.env);
             // A Node program becomes a cluster worker of drover's (drover-node): its
             // listen() on any port is served at PORT. Other programs ignore the channel.
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
             let existing = node_options(spec);
+            let users_port = spec.users_port.then(|| {
+                spec.env
+                    .get("PORT")
+                    .cloned()
+                    .or_else(|| std::env::var("PORT").ok())
+            });
             let (env, channel_fd) = if drover_node::is_script_runner(program) {
                 let preload = node_preload()?;
-                let env =
+                let mut env =
                     drover_node::runner_env(id, RUNNER_CHANNEL_FD, &preload, existing.as_deref());
+                // What the runner starts may not be Node, and needs drover's PORT; the
+                // preload gives the app's Node process the user's back.
+                env.extend(drover_node::port_env(port, users_port.as_ref()));
+                cmd.env("PORT", port.to_string());
                 (env, RUNNER_CHANNEL_FD)
             } else {
                 // Without the preload the worker runs as well; it just cannot give
@@ -205,12 +214,22 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 let preload = node_preload()
                     .map_err(|e| tracing::warn!("{e}; Node workers start without it"))
                     .ok();
-                let env = drover_node::channel_env(
+                let mut env = drover_node::channel_env(
                     id,
                     NODE_CHANNEL_FD,
                     preload.as_deref(),
                     existing.as_deref(),
                 );
+                // The user's PORT stays as it is (and `node --env-file`'s can still set
+                // it) for a Node app whose listen() says where clients connect; any
+                // other program listens on drover's. Without the preload nothing would
+                // give a `listen(process.env.PORT)` drover's port.
+                let node = drover_node::is_node_program(program) && preload.is_some();
+                let users_port = users_port.filter(|_| node);
+                env.extend(drover_node::port_env(port, users_port.as_ref()));
+                if users_port.is_none() {
+                    cmd.env("PORT", port.to_string());
+                }
                 (env, NODE_CHANNEL_FD)
             };
             cmd.envs(env)

@@ -282,6 +282,15 @@ pub struct AppSpec {
     /// PM2's `watch`: the app is reloaded (rolling) when these files change. Default
     /// `None`.
     pub watch: Option<crate::watch::WatchSpec>,
+    /// The app's Node process reads the user's own `PORT` (usually none), not drover's:
+    /// where a balancer's address follows the app's `listen()` (`drover run` of a Node
+    /// app without `--listen`, an ecosystem file's cluster-mode app), an app written
+    /// `listen(process.env.PORT || 3000)` then names 3000 and is served there, as under
+    /// `node app.js` and PM2. drover still reaches each worker at its own port, which
+    /// the worker gets as `DROVER_WORKER_PORT`, and as `PORT` in a script runner (`npm
+    /// start`: what it starts may not be Node), whose Node child the preload gives the
+    /// user's back. Default `false`: `PORT` is drover's.
+    pub users_port: bool,
 }
 
 /// How clients reach the workers.
@@ -389,6 +398,7 @@ impl AppSpec {
             restart: Backoff::default(),
             h2c: false,
             watch: None,
+            users_port: false,
         }
     }
 

@@ -827,6 +827,149 @@ async fn without_listen_clients_connect_at_the_port_the_app_names() {
     drover_stops_cleanly("argv port", &d).await;
 }
 
+/// `drover run -w 2` of `command` in `cwd` with no --listen, with `PORT` in drover's
+/// environment if given, once every worker serves; drover and its admin address.
+async fn run_without_listen(
+    command: &[String],
+    cwd: &Path,
+    users_port: Option<u16>,
+) -> (ChildProcess, SocketAddr) {
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0", "--threads", "1"])
+        .args(["--strategy", "round-robin", "--"])
+        .args(command)
+        .current_dir(cwd);
+    clean_env(&mut cmd);
+    if let Some(port) = users_port {
+        cmd.env("PORT", port.to_string());
+    }
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    (d, admin)
+}
+
+/// Asks `/` at `at` on new connections until both workers (their apps' pids, below a
+/// runner too) have answered.
+async fn both_answer(who: &str, d: &ChildProcess, at: SocketAddr) {
+    let mut pids = BTreeSet::new();
+    for _ in 0..12 {
+        let r = get(at, "/").await;
+        assert_eq!(r.status, 200, "{who}: {}\n{}", r.text(), d.stderr_text());
+        let body = r.text();
+        let pid = body.split(',').next().unwrap_or_default().to_string();
+        pids.insert(pid);
+    }
+    assert_eq!(pids.len(), 2, "{who}: {pids:?}\n{}", d.stderr_text());
+}
+
+/// An app that reads `PORT` with a fallback (`process.env.PORT || 3000`, as Express's
+/// generator, Next.js and NestJS write it), run with no --listen: under `node app.js`
+/// and PM2 it listens on its fallback, or on the user's `PORT`, and clients connect
+/// there. So under drover: the app sees the user's `PORT` (none here), not drover's
+/// loopback port for the worker, whether Node runs it directly (on every Node here), a
+/// runner starts it (`npm start`, whose child gets drover's `PORT`, for what it starts
+/// may not be Node, and the preload gives the app the user's back), or `node
+/// --env-file` sets it. Before, every such app saw drover's port and was served at
+/// 127.0.0.1:8000, and `--env-file`'s PORT was ignored. An app with no fallback at all
+/// (`listen(Number(process.env.PORT))`, `listen({ port: process.env.PORT })`), which
+/// Node alone cannot run without a PORT, still gets the worker's port and is served at
+/// drover's default address, 127.0.0.1:8000 (which must be free, as for tests/readme.rs).
+#[tokio::test]
+async fn an_app_that_reads_port_sees_the_users_and_is_served_where_it_listens() {
+    let dir = temp_dir("users-port");
+    let app = fixture("port-or-argv.js");
+    let sees = |who: &str, body: &str, port: Option<u16>| {
+        let seen = match port {
+            Some(p) => format!("\"PORT\":\"{p}\""),
+            None => "\"PORT\":null".to_string(),
+        };
+        assert!(body.contains(&seen), "{who}: {seen} in {body}");
+    };
+    let mut cases: Vec<(String, Vec<String>, Option<u16>, u16)> = Vec::new();
+    for (name, node) in node_binaries() {
+        let fallback = drover_testkit::free_port();
+        let command = vec![
+            node.display().to_string(),
+            app.clone(),
+            fallback.to_string(),
+        ];
+        cases.push((format!("{name}: its fallback"), command, None, fallback));
+    }
+    let users = drover_testkit::free_port();
+    let ignored = drover_testkit::free_port();
+    cases.push((
+        "the user's PORT".into(),
+        vec!["node".into(), app.clone(), ignored.to_string()],
+        Some(users),
+        users,
+    ));
+    let npm = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("package.json"),
+        format!(
+            r#"{{"name": "users-port", "version": "1.0.0", "scripts": {{"start": "node {app} {npm}"}}}}"#
+        ),
+    )
+    .unwrap();
+    cases.push((
+        "npm start".into(),
+        vec!["npm".into(), "start".into()],
+        None,
+        npm,
+    ));
+    for (who, command, users_port, port) in cases {
+        let (d, _) = run_without_listen(&command, &dir, users_port).await;
+        assert_eq!(d.addr().port(), port, "{who}: {}", d.stderr_text());
+        assert!(d.addr().ip().is_unspecified(), "{who}: {}", d.stderr_text());
+        says(&who, &d, &["clients connect there"]).await;
+        let at = SocketAddr::from(([127, 0, 0, 1], port));
+        both_answer(&who, &d, at).await;
+        sees(&who, &get(at, "/").await.text(), users_port);
+        drover_stops_cleanly(&who, &d).await;
+    }
+
+    // `node --env-file` (Node 20.6 and later: the machine's own) sets PORT from the file.
+    let from_file = drover_testkit::free_port();
+    std::fs::write(dir.join(".env"), format!("PORT={from_file}\n")).unwrap();
+    let command = ["node", "--env-file=.env", &app, "1"].map(String::from);
+    let (d, _) = run_without_listen(&command, &dir, None).await;
+    assert_eq!(
+        d.addr().port(),
+        from_file,
+        "--env-file: {}",
+        d.stderr_text()
+    );
+    both_answer("--env-file", &d, d.addr()).await;
+    sees(
+        "--env-file",
+        &get(d.addr(), "/").await.text(),
+        Some(from_file),
+    );
+    drover_stops_cleanly("--env-file", &d).await;
+
+    // No fallback: the worker's own port, and drover's default address.
+    for form in ["number", "object"] {
+        let who = format!("listen() of no port ({form})");
+        let command = ["node", &fixture("port-only.js"), form].map(String::from);
+        let (d, admin) = run_without_listen(&command, &dir, None).await;
+        let default = SocketAddr::from(([127, 0, 0, 1], 8000));
+        assert_eq!(d.addr(), default, "{who}: {}", d.stderr_text());
+        both_answer(&who, &d, default).await;
+        let ports: BTreeSet<String> = status(admin).await.apps[0]
+            .workers
+            .iter()
+            .filter_map(|w| w.port.map(|p| format!("\"port\":{p}")))
+            .collect();
+        let body = get(default, "/").await.text();
+        assert!(
+            ports.iter().any(|p| body.contains(p.as_str())),
+            "{who}: one of {ports:?} in {body}"
+        );
+        drover_stops_cleanly(&who, &d).await;
+    }
+}
+
 /// Node's cluster module (and so PM2) hands over every connection of any server a
 /// worker listens on: an HTTPS server that holds its own certificate
 /// (`https.createServer({ key, cert }, app).listen(8443)`, as Node's docs write it) and
