@@ -1278,6 +1278,10 @@ mod tests {
             api.clients.as_ref().unwrap().default_listen,
             "[::]:3000".parse().unwrap()
         );
+        // A cluster-mode app reads that PORT itself, as under PM2; a fork-mode one its
+        // env's as written (background mode gives none of drover's).
+        assert!(api.app.spec.users_port);
+        assert!(!apps[1].app.spec.users_port);
         let mailer = &apps[1];
         assert_eq!(mailer.app.spec.mode, model::Mode::Background);
         assert_eq!(mailer.app.spec.workers, Workers::Count(1));
