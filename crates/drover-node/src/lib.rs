@@ -33,12 +33,14 @@
 mod channel;
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspector;
 mod launch;
 mod message;
 mod session;
 mod shared_ports;
 
 pub use channel::ChannelError;
+pub use inspector::with_inspector_port;
 pub use launch::{
     channel_env, is_node_program, is_script_runner, port_env, preload_env, preload_path,
     runner_env, unix_sockets_env, write_preload,

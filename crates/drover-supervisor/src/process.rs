@@ -161,6 +161,10 @@ fn node_options(spec: &AppSpec) -> Option<String> {
         .or_else(|| std::env::var("NODE_OPTIONS").ok())
 }
 
+/// Workers started with Node's inspector so far, in every app: each gets the port after
+/// the last one's (`drover_node::with_inspector_port`).
+static INSPECTORS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// PM2's name for a worker's number (`DROVER_WORKER_ID`).
 const PM2_INSTANCE_VAR: &str = "NODE_APP_INSTANCE";
 
@@ -174,6 +178,11 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         Listen::Port(port, _) => command_with_port(&spec.command, port),
         Listen::Socket(_) | Listen::Nothing => spec.command.clone(),
     };
+    // N workers of `node --inspect app.js` would all ask for one inspector port.
+    let command = drover_node::with_inspector_port(&command, || {
+        INSPECTORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    })
+    .unwrap_or(command);
     let (program, args) = command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;

@@ -970,6 +970,53 @@ async fn an_app_that_reads_port_sees_the_users_and_is_served_where_it_listens() 
     }
 }
 
+/// `node --inspect app.js` as N workers: under Node's cluster module (and PM2) each
+/// worker's inspector gets the port after the last one's (9230, 9231, …: every fork one
+/// more), so each can be debugged. Before, every drover worker asked for the same port,
+/// and all but one logged `Starting inspector on 127.0.0.1:9229 failed: address already
+/// in use`. A reload's new workers get the next ports, while the old ones still hold
+/// theirs.
+#[tokio::test]
+async fn every_worker_gets_an_inspector_port_of_its_own_as_under_node_cluster() {
+    let base = drover_testkit::free_port();
+    let inspect = format!("--inspect=127.0.0.1:{base}");
+    let app = fixture("port-or-argv.js");
+    let (d, admin) = run(2, &["node".into(), inspect, app], &temp_dir("inspect")).await;
+    let inspector_answers = |nth: u16| async move {
+        let at = SocketAddr::from(([127, 0, 0, 1], base + nth));
+        wait_until_async(Duration::from_secs(10), || async {
+            common::examples::try_get(at, "/json/version")
+                .await
+                .is_ok_and(|r| r.status == 200 && r.text().contains("Protocol-Version"))
+        })
+        .await
+    };
+    for nth in [1, 2] {
+        assert!(
+            inspector_answers(nth).await,
+            "no inspector at {}\n{}",
+            base + nth,
+            d.stderr_text()
+        );
+    }
+    let before = serving(&d, admin).await;
+    reloaded("inspect", &d, admin, &before).await;
+    for nth in [3, 4] {
+        assert!(
+            inspector_answers(nth).await,
+            "no inspector at {} after the reload\n{}",
+            base + nth,
+            d.stderr_text()
+        );
+    }
+    assert!(
+        !d.stderr_text().contains("Starting inspector"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("inspect", &d).await;
+}
+
 /// Node's cluster module (and so PM2) hands over every connection of any server a
 /// worker listens on: an HTTPS server that holds its own certificate
 /// (`https.createServer({ key, cert }, app).listen(8443)`, as Node's docs write it) and
