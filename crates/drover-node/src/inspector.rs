@@ -9,21 +9,6 @@
 /// Node's default inspector port.
 const DEFAULT_INSPECT_PORT: u16 = 9229;
 
-/// Options of `node` that take the next word as their value, so that word is not the
-/// script: the ones seen before a script in practice.
-const TAKES_A_VALUE: [&str; 10] = [
-    "-r",
-    "--require",
-    "--import",
-    "--loader",
-    "--experimental-loader",
-    "--env-file",
-    "--title",
-    "-C",
-    "--conditions",
-    "--input-type",
-];
-
 /// `command` (a `node` command line) with `--inspect-port=PORT` added after its last
 /// inspector option: `PORT` is the inspector's port it asked for (9229 unless
 /// `--inspect=[HOST:]PORT` or `--inspect-port` says) plus `nth()`, which counts the
@@ -31,55 +16,31 @@ const TAKES_A_VALUE: [&str; 10] = [
 /// counts its forks. `None` (and `nth` not called) when the command opens no inspector
 /// before its script, or is not `node`.
 pub fn with_inspector_port(command: &[String], nth: impl FnOnce() -> u32) -> Option<Vec<String>> {
-    let (program, args) = command.split_first()?;
-    if !is_node(program) {
-        return None;
-    }
     let mut last = None;
     let mut base = DEFAULT_INSPECT_PORT;
-    let mut value_next = false;
-    for (i, arg) in args.iter().enumerate() {
-        if value_next {
-            value_next = false;
-            continue;
-        }
-        if arg == "--" || !arg.starts_with('-') {
-            break;
-        }
+    for (i, arg) in crate::node_command::options_before_script(command)? {
         let (name, value) = match arg.split_once('=') {
             Some((name, value)) => (name, Some(value)),
-            None => (arg.as_str(), None),
+            None => (arg, None),
         };
-        match name {
-            "--inspect" | "--inspect-brk" | "--inspect-wait" | "--inspect-port"
-            | "--debug-port" => {
-                if let Some(port) = value.and_then(port_of) {
-                    base = port;
-                }
-                // `--inspect-port` alone opens nothing; after an option that does, ours
-                // goes after it, so that ours is the last.
-                let opens = !matches!(name, "--inspect-port" | "--debug-port");
-                if opens || last.is_some() {
-                    last = Some(i);
-                }
+        if let "--inspect" | "--inspect-brk" | "--inspect-wait" | "--inspect-port"
+        | "--debug-port" = name
+        {
+            if let Some(port) = value.and_then(port_of) {
+                base = port;
             }
-            _ if value.is_none() && TAKES_A_VALUE.contains(&name) => value_next = true,
-            _ => {}
+            // `--inspect-port` alone opens nothing; after an option that does, ours
+            // goes after it, so that ours is the last.
+            let opens = !matches!(name, "--inspect-port" | "--debug-port");
+            if opens || last.is_some() {
+                last = Some(i);
+            }
         }
     }
-    let at = last? + 1;
     let port = offset(base, nth());
     let mut out = command.to_vec();
-    out.insert(at + 1, format!("--inspect-port={port}"));
+    out.insert(last? + 1, format!("--inspect-port={port}"));
     Some(out)
-}
-
-fn is_node(program: &str) -> bool {
-    let name = std::path::Path::new(program)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or(program);
-    name == "node" || name == "nodejs"
 }
 
 /// The port of an inspector option's value: `PORT`, `HOST:PORT` or `[IPv6]:PORT`.

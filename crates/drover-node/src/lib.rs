@@ -36,6 +36,7 @@ pub mod fuzzing;
 mod inspector;
 mod launch;
 mod message;
+mod node_command;
 mod session;
 mod shared_ports;
 
@@ -46,5 +47,6 @@ pub use launch::{
     runner_env, unix_sockets_env, write_preload,
 };
 pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
+pub use node_command::watch_mode_option;
 pub use session::{Ended, Inbox, Session, SessionEvent};
 pub use shared_ports::{Place, SharedPorts};

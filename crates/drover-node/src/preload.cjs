@@ -55,6 +55,17 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   require('child_process')._forkChild(fd, 'json');
   require('cluster')._setupWorker();
   delete process.env.NODE_UNIQUE_ID;
+  // A runner's `node --watch app.js` (`npm run dev`): Node's watch process learns what to
+  // watch from the app over the app's IPC channel, which is drover's now, and so never
+  // restarts it. (drover refuses `node --watch` it starts itself.)
+  if (process.env.WATCH_REPORT_DEPENDENCIES) {
+    console.error(
+      'drover: this app runs under `node --watch`, which cannot restart it under drover ' +
+        "(Node's watch needs the app's IPC channel, and the app is drover's cluster worker); " +
+        'drover run --watch reloads the workers one at a time, with no failed request, ' +
+        'when a file changes: drover run --watch -- node app.js',
+    );
+  }
 }
 
 // The servers on the first port the app listens on (the one drover balances; two at

@@ -150,6 +150,9 @@ pub enum SpecError {
     IncrementVar { var: String, mode: Mode },
     /// `increment_var`'s starting value is not a whole number.
     IncrementVarValue { var: String, value: String },
+    /// `node --watch` (`option`) in a mode that serves clients: Node runs the app in a
+    /// child process of its own, which would bind the app's port itself, past drover.
+    NodeWatchMode { option: String },
 }
 
 impl fmt::Display for SpecError {
@@ -195,6 +198,10 @@ impl fmt::Display for SpecError {
             SpecError::IncrementVarValue { var, value } => write!(
                 f,
                 "increment_var {var:?}: its value {value:?} is not a whole number to count up from"
+            ),
+            SpecError::NodeWatchMode { option } => write!(
+                f,
+                "command: node {option} runs the app in a child process of its own, which drover cannot make its worker (it would bind the app's port itself, past drover); drover's own watch reloads the workers one at a time, with no failed request, when a file changes: drover run --watch -- node app.js (in a drover.toml, watch = true)"
             ),
             SpecError::WaitReadyNeedsNode { program, mode } => match mode {
                 Mode::Shared | Mode::Background => write!(
@@ -444,6 +451,11 @@ impl AppSpec {
         }
         if self.max_memory == Some(0) {
             return Err(SpecError::ZeroMaxMemory);
+        }
+        if self.mode != Mode::Background {
+            if let Some(option) = drover_node::watch_mode_option(&self.command) {
+                return Err(SpecError::NodeWatchMode { option });
+            }
         }
         if let Some(var) = &self.increment_var {
             let drovers_port = var == "PORT" && self.mode != Mode::Background;
@@ -1039,6 +1051,16 @@ mod tests {
         assert_eq!(shared.validate(), Ok(()));
         shared.health = Some(HealthCheck::default());
         assert_eq!(shared.validate(), Err(SpecError::HealthInBackground));
+
+        // Node's watch mode serves past drover; a background worker serves nothing.
+        let mut watch = AppSpec::new("w", ["node", "--watch", "app.js"].map(String::from).into());
+        for mode in [Mode::Auto, Mode::Proxy, Mode::Handoff, Mode::Shared] {
+            watch.mode = mode;
+            let option = "--watch".to_string();
+            assert_eq!(watch.validate(), Err(SpecError::NodeWatchMode { option }));
+        }
+        watch.mode = Mode::Background;
+        assert_eq!(watch.validate(), Ok(()));
         assert_eq!(
             "pool".parse::<Mode>().unwrap_err().to_string(),
             "unknown mode \"pool\": expected \"auto\", \"proxy\", \"handoff\", \"shared\" or \"background\""

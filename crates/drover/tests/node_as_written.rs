@@ -1017,6 +1017,39 @@ async fn every_worker_gets_an_inspector_port_of_its_own_as_under_node_cluster() 
     drover_stops_cleanly("inspect", &d).await;
 }
 
+/// `node --watch app.js` runs the app in a child of Node's own watch process. Started
+/// by drover, that child was no worker of drover's: the first bound the app's port
+/// itself, past drover, and the others failed with EADDRINUSE; it is refused, naming
+/// drover's own watch. Below a runner (`npm run dev`) the child is drover's worker and
+/// serves, but Node's watch never restarts it (it learns what to watch over the app's
+/// IPC channel, which is drover's): each worker says so.
+#[tokio::test]
+async fn node_watch_mode_is_refused_or_named_and_drovers_watch_offered() {
+    let dir = temp_dir("node-watch");
+    let app = fixture("port-or-argv.js");
+    for option in ["--watch", "--watch-path=."] {
+        run_is_refused(
+            &dir,
+            &["-w", "2", "--", "node", option, &app],
+            &format!("node {option} runs the app in a child process of its own"),
+        );
+    }
+    run_is_refused(&dir, &["--", "node", "--watch", &app], "drover run --watch");
+    std::fs::write(
+        dir.join("package.json"),
+        format!(
+            r#"{{"name": "dev", "version": "1.0.0", "scripts": {{"dev": "node --watch {app}"}}}}"#
+        ),
+    )
+    .unwrap();
+    let command = ["npm", "run", "dev"].map(String::from);
+    let (d, _) = run(2, &command, &dir).await;
+    both_answer("npm run dev", &d, d.addr()).await;
+    let said = "drover: this app runs under `node --watch`, which cannot restart it";
+    says("npm run dev", &d, &[said]).await;
+    drover_stops_cleanly("npm run dev", &d).await;
+}
+
 /// Node's cluster module (and so PM2) hands over every connection of any server a
 /// worker listens on: an HTTPS server that holds its own certificate
 /// (`https.createServer({ key, cert }, app).listen(8443)`, as Node's docs write it) and
