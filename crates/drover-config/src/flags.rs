@@ -671,10 +671,10 @@ pub struct ProxyArgs {
     #[arg(long, default_value = model::DEFAULT_BALANCER, conflicts_with = "config")]
     pub name: String,
 
-    /// Admin API address (status, `drover ctl`, members joining at runtime); none unless
-    /// given. With --config, the file's [admin] table says it.
+    /// Admin API address (status, `drover ctl`, members joining at runtime), or "off";
+    /// none unless given. With --config, the file's [admin] table says it.
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<AdminListen>,
 
     #[command(flatten)]
     pub admin_token: AdminTokenArg,
@@ -849,7 +849,7 @@ pub fn proxy_config(a: &ProxyArgs) -> Result<Config, FlagError> {
 }
 
 fn proxy_config_text(a: &ProxyArgs) -> Result<Config, String> {
-    let admin = match a.admin {
+    let admin = match a.admin.and_then(|admin| admin.0) {
         Some(listen) => Some(a.admin_token.admin_at(listen)?),
         None => None,
     };
@@ -885,7 +885,8 @@ pub fn proxy_balancer(a: &ProxyArgs) -> Result<model::BalancerConfig, FlagError>
 
 fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     let listen = a.listen.ok_or("--listen is required without --config")?;
-    if a.backend.is_empty() && a.admin.is_none() && a.redirect_to_https.is_none() {
+    let admin = a.admin.and_then(|admin| admin.0);
+    if a.backend.is_empty() && admin.is_none() && a.redirect_to_https.is_none() {
         return Err(
             "at least one --backend is required (or --admin, for members that register at runtime)"
                 .into(),
@@ -1537,6 +1538,31 @@ mod tests {
         let mut argv = vec!["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"];
         argv.extend_from_slice(extra);
         proxy_balancer(&Proxy::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn admin_off_is_no_admin_api_for_proxy_as_for_run() {
+        let config = |argv: &[&str]| proxy_config(&Proxy::try_parse_from(argv).unwrap().args);
+        let off = config(&[
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--admin",
+            "off",
+        ]);
+        assert_eq!(off.unwrap().admin, None);
+        let at = config(&["proxy", "-l", "127.0.0.1:0", "--admin", "127.0.0.1:0"]);
+        assert!(at.unwrap().admin.is_some());
+        // Off, it takes no members at runtime: a backend is needed.
+        let none = config(&["proxy", "-l", "127.0.0.1:0", "--admin", "off"]).unwrap_err();
+        assert!(
+            none.to_string().contains("at least one --backend"),
+            "{none}"
+        );
+        let bad = Proxy::try_parse_from(["proxy", "-l", "127.0.0.1:0", "--admin", "of"]);
+        assert!(bad.is_err_and(|e| e.to_string().contains("or \"off\"")));
     }
 
     #[test]
