@@ -35,6 +35,7 @@
 //
 // 6. Where drover serves the app at the port its listen() names, the app sees the
 //    user's PORT, not drover's (see below).
+// 7. A listen() with `exclusive: true` asks drover too (see below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -96,7 +97,7 @@ if (!runner && require('cluster').isWorker) {
 }
 
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
-  if (portForNoPort) givesAListenWithNoPortTheWorkersOwn();
+  listensThroughDrover();
   saysWhatItServes();
   givesConnectionsBack();
   keepsSharedSockets();
@@ -138,26 +139,35 @@ function saysWhatItServes() {
   };
 }
 
-function givesAListenWithNoPortTheWorkersOwn() {
+// 7. A listen() is drover's question in a worker. `exclusive: true` makes a cluster
+//    worker bind the port itself, past its primary (Node's own cluster module then has
+//    every worker but the first fail with EADDRINUSE, and so does PM2): under drover
+//    the first worker served clients past drover and the others crash-looped. drover is
+//    the one process that binds, so the option is dropped.
+function listensThroughDrover() {
   const net = require('net');
   const listen = net.Server.prototype.listen;
   // `Number(process.env.PORT)` and `parseInt` of none are NaN; Node would throw.
   const none = (port) => port === undefined || port === null || Number.isNaN(port);
   net.Server.prototype.listen = function (...args) {
+    const first = args[0];
+    const options = first !== null && typeof first === 'object' && !first._handle;
+    if (options && first.exclusive) {
+      args[0] = Object.assign({}, first, { exclusive: false });
+    }
     if (portForNoPort && balancedPort === 0 && args.length > 0) {
-      const first = args[0];
       if (none(first)) {
         args[0] = portForNoPort;
         portForNoPort = 0;
       } else if (
-        typeof first === 'object' &&
+        options &&
         'port' in first &&
         none(first.port) &&
         first.path == null &&
         first.handle == null &&
         first.fd == null
       ) {
-        args[0] = Object.assign({}, first, { port: portForNoPort });
+        args[0] = Object.assign({}, args[0], { port: portForNoPort });
         portForNoPort = 0;
       }
     }

@@ -970,6 +970,31 @@ async fn an_app_that_reads_port_sees_the_users_and_is_served_where_it_listens() 
     }
 }
 
+/// `listen({ port, exclusive: true })` makes a cluster worker bind the port itself,
+/// past its primary: under Node's cluster module and PM2 every worker but the first
+/// fails with EADDRINUSE, and under drover the first served clients past drover while
+/// the others crash-looped. drover's preload drops the option (drover is the one
+/// process that binds), and every worker serves through drover.
+#[tokio::test]
+async fn a_listen_with_exclusive_asks_drover_like_any_other() {
+    let port = drover_testkit::free_port();
+    let command = ["node", &fixture("exclusive.js"), &port.to_string()].map(String::from);
+    let (d, _) = run_without_listen(&command, &temp_dir("exclusive"), None).await;
+    assert_eq!(
+        d.addr(),
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "{}",
+        d.stderr_text()
+    );
+    both_answer("exclusive", &d, d.addr()).await;
+    assert!(
+        !d.stderr_text().contains("EADDRINUSE"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("exclusive", &d).await;
+}
+
 /// `node --inspect app.js` as N workers: under Node's cluster module (and PM2) each
 /// worker's inspector gets the port after the last one's (9230, 9231, …: every fork one
 /// more), so each can be debugged. Before, every drover worker asked for the same port,
