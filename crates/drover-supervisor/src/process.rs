@@ -328,7 +328,11 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         cmd.current_dir(dir);
     }
     die_with_drover(&mut cmd);
+    // Named before drover, as PID 1, could take it for an orphan to reap.
+    let mut spawned = crate::orphans::spawned();
     let child = cmd.spawn()?;
+    spawned.extend(child.id());
+    drop(spawned);
     let group = child.id().map(|pid| Pid::from_raw(pid as i32));
     // `cmd`, and with it the worker's end of the channel, is dropped on return: the
     // worker then holds the only copy, so its exit is the channel's end.
@@ -458,6 +462,9 @@ impl Drop for Worker {
     /// away): SIGKILL to the group, so nothing of it is left behind; `kill_on_drop`
     /// kills and reaps the worker itself.
     fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            crate::orphans::forget(pid);
+        }
         if let (Some(group), false) = (self.group, self.stopped) {
             // While the worker is unreaped or its group has members, the id cannot
             // belong to anyone else.

@@ -375,3 +375,79 @@ async fn run_names_the_listen_flag_when_its_address_is_taken_and_starts_nothing(
     );
     assert!(!marker.exists(), "a worker started: {err}");
 }
+
+/// The zombies among the children of process `pid` (from the host's /proc).
+fn zombie_children(pid: u32) -> Vec<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat"))
+                .ok()
+                .and_then(|s| Some(s.rsplit_once(')')?.1.split_whitespace().next()? == "Z"))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// drover as a container's first process (PID 1 of a PID namespace, as `docker run`
+/// starts its command): every process whose parent ends is re-parented to it, and stays
+/// a zombie until drover reaps it. Each worker here leaves one such process (a `sleep`
+/// its shell started in a subshell that exited). Before, they stayed: two per start,
+/// two more per reload, for as long as drover ran, until the container's process table
+/// filled. Now drover reaps them, and still reaps its own workers as before (a reload
+/// replaces both, and each new one serves).
+#[tokio::test]
+async fn as_a_containers_first_process_drover_reaps_what_its_workers_leave() {
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(bin())
+        .args([
+            "run",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .args(["--", "sh", "-c"])
+        .arg("(sleep 0.2 &); exec python3 -m http.server \"$PORT\" --bind 127.0.0.1");
+    let d = drover_testkit::spawn_ready_line(cmd, "\"default\" listening on ").await;
+    // unshare's one child is drover, PID 1 inside.
+    let unshare = d.pid();
+    let drover: u32 = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("drover below unshare: {e}\n{}", d.stderr_text()));
+    let admin = admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    common::wait_all_serving(&d, admin).await;
+    let r = common::examples::get(d.addr(), "/").await;
+    assert_eq!(r.status, 200, "{}", d.stderr_text());
+    // Each of the 4 workers started left a sleep behind; none stays a zombie.
+    let none_left = wait_until(GONE_WITHIN, || zombie_children(drover).is_empty()).await;
+    assert!(
+        none_left,
+        "zombies of drover (PID 1): {:?}\n{}",
+        zombie_children(drover),
+        d.stderr_text()
+    );
+    // SIGTERM to drover itself (unshare passes none on); unshare exits as it does.
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &drover.to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = d.wait_exit(GONE_WITHIN).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        d.stderr_text()
+    );
+}
