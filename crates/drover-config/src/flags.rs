@@ -1165,10 +1165,36 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         .or_else(|| args.timeouts.first_given())
 }
 
-/// Where `drover run` accepts clients when no `--listen` says, and the app's own
-/// `listen()` names no port.
+/// Where `drover run` accepts clients when no `--listen` says, nor `PORT`, nor the
+/// app's own `listen()`.
 pub const DEFAULT_RUN_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8000);
+
+/// Where `drover run` accepts clients, and what said so (for an error that cannot bind
+/// it): `--listen`; else the `PORT` of drover's environment (`users_port`), on every
+/// IPv4 address, as the platforms that set it (Heroku, Cloud Run, Render, Fly) route
+/// clients to it and `node app.js` would listen there; else `DEFAULT_RUN_LISTEN`. A
+/// Node app's own `listen()` may still name another port (see `FollowListen`).
+fn run_listen(
+    listen: Option<SocketAddr>,
+    users_port: Option<&str>,
+) -> Result<(SocketAddr, &'static str), String> {
+    if let Some(listen) = listen {
+        return Ok((listen, "--listen"));
+    }
+    match users_port.map(str::trim).filter(|p| !p.is_empty()) {
+        None => Ok((DEFAULT_RUN_LISTEN, "--listen")),
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => Ok((
+                SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)),
+                "PORT (drover's environment)",
+            )),
+            _ => Err(format!(
+                "PORT={port:?} in drover's environment is not a port (1-65535), and clients would connect there: set a port, unset PORT, or pass -l ADDR"
+            )),
+        },
+    }
+}
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, a socket per worker on the listen address).
@@ -1195,6 +1221,12 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     }
     let command =
         crate::pm2_order::command_string(&args.command).unwrap_or_else(|| args.command.clone());
+    let background = args.mode == model::Mode::Background;
+    let (listen, listen_from) = match background {
+        // No clients: the app's env has PORT as written.
+        true => (DEFAULT_RUN_LISTEN, "--listen"),
+        false => run_listen(args.listen, std::env::var("PORT").ok().as_deref())?,
+    };
     let mut app = model::AppConfig::new(&args.name, command);
     app.spec.workers = args.workers.unwrap_or(default_workers(args.mode));
     app.spec.mode = args.mode;
@@ -1265,7 +1297,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                     "{flag} does not apply to --mode shared: drover does not see the requests"
                 ));
             }
-            app.listen = Some(args.listen.unwrap_or(DEFAULT_RUN_LISTEN));
+            app.listen = Some(listen);
         }
         model::Mode::Auto | model::Mode::Proxy | model::Mode::Handoff => {
             if let Some(path) = &args.health_path {
@@ -1292,7 +1324,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             app.spec.h2c = args.backend_protocol == Some(drover_proxy::BackendProtocol::H2c);
             let mut balancer = model::BalancerConfig::new(
                 model::DEFAULT_BALANCER,
-                args.listen.unwrap_or(DEFAULT_RUN_LISTEN),
+                listen,
                 vec![model::BackendRef::App(args.name.clone())],
             );
             balancer.apply_strategy(args.strategy.unwrap_or_default(), &args.keys)?;
@@ -1365,8 +1397,8 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         balancers,
     };
     let mut origins = crate::Origins::default()
-        .with_flag("app[0].listen", "--listen")
-        .with_flag("balancer[0].listen", "--listen")
+        .with_flag("app[0].listen", listen_from)
+        .with_flag("balancer[0].listen", listen_from)
         .with_flag("balancer[0].access_log.path", "--access-log-path")
         .with_flag("admin.listen", "--admin");
     if let Some(b) = cfg.balancers.first() {
@@ -1375,7 +1407,10 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     let follow = listen_follows_app
         .then(|| FollowListen {
             balancer: 0,
-            default_from: "the default; pass -l ADDR".into(),
+            default_from: match listen_from {
+                "--listen" => "the default; pass -l ADDR".into(),
+                from => format!("{from}; pass -l ADDR"),
+            },
             elsewhere: Some("-l ADDR".into()),
         })
         .into_iter()
@@ -1538,6 +1573,32 @@ mod tests {
         let mut argv = vec!["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"];
         argv.extend_from_slice(extra);
         proxy_balancer(&Proxy::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn without_listen_clients_connect_at_the_port_drovers_environment_names() {
+        let at = |listen: Option<&str>, port: Option<&str>| {
+            run_listen(listen.map(|l| l.parse().unwrap()), port)
+                .map(|(a, from)| (a.to_string(), from))
+        };
+        assert_eq!(at(None, None).unwrap().0, "127.0.0.1:8000");
+        assert_eq!(at(None, Some(" ")).unwrap().0, "127.0.0.1:8000");
+        assert_eq!(
+            at(None, Some("8080")).unwrap(),
+            ("0.0.0.0:8080".into(), "PORT (drover's environment)")
+        );
+        // -l wins.
+        assert_eq!(
+            at(Some("127.0.0.1:9000"), Some("8080")).unwrap(),
+            ("127.0.0.1:9000".into(), "--listen")
+        );
+        for bad in ["http", "0", "70000", "-1"] {
+            let e = at(None, Some(bad)).unwrap_err();
+            assert!(
+                e.contains(&format!("PORT={bad:?}")) && e.contains("-l ADDR"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

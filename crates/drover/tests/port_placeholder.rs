@@ -232,3 +232,56 @@ async fn shared_mode_refuses_a_port_in_the_command() {
     )
     .await;
 }
+
+/// `PORT` in drover's environment, as Heroku, Cloud Run, Render and Fly set it for the
+/// one process they run, and route clients to: with no `-l`, drover's balancer listens
+/// there (every IPv4 address), and each worker still gets a port of its own. Before,
+/// drover listened on 127.0.0.1:8000 and the platform found nothing at its PORT. A
+/// `PORT` that is not a port is refused, naming it.
+#[tokio::test]
+async fn without_listen_run_serves_at_the_port_in_its_environment() {
+    let site = site("port-env");
+    let port = drover_testkit::free_port();
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0", "--"])
+        .args([
+            "python3",
+            "-m",
+            "http.server",
+            "{port}",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(["--directory", &site])
+        .env("PORT", port.to_string());
+    let d = drover_testkit::spawn_ready_line(cmd, "\"default\" listening on ").await;
+    assert_eq!(
+        d.addr(),
+        SocketAddr::from(([0, 0, 0, 0], port)),
+        "{}",
+        d.stderr_text()
+    );
+    let admin = admin_addr(&d).await;
+    let ports: Vec<u16> = workers(&d, admin).await.iter().map(|w| w.2).collect();
+    assert!(!ports.contains(&port), "{ports:?}");
+    let (code, body) = get(SocketAddr::from(([127, 0, 0, 1], port)), "/hello.txt").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "hello\n"),
+        "{}",
+        d.stderr_text()
+    );
+    stops_cleanly(d).await;
+
+    let out = std::process::Command::new(bin())
+        .args(["run", "--admin", "off", "--", "python3", "app.py"])
+        .env("PORT", "http")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("PORT=\"http\" in drover's environment is not a port"),
+        "{err}"
+    );
+}
