@@ -9,13 +9,15 @@
 //!
 //! drover's own workers are reaped by tokio, which waits for each by its pid; reaping
 //! one first would take its exit status away. So this reaps only the zombies that are
-//! not workers drover started (`Spawned`), one pid at a time, never `waitpid(-1)`.
+//! not workers drover started (`SPAWNED`), one pid at a time, never `waitpid(-1)`, and
+//! only once they have been zombies for a second: a child that drover waits for
+//! otherwise (`node -e` reading an ecosystem file) is reaped by its waiter at once.
 
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The pids of the workers drover started and has not dropped. A spawn holds the lock
 /// from the fork until its pid is in, so a scan never sees a worker that is not.
@@ -23,7 +25,10 @@ static SPAWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
 /// How often the reaper looks even without a SIGCHLD (signals of a burst of exits
 /// merge into one).
-const SCAN_EVERY: Duration = Duration::from_secs(5);
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a zombie is left to a waiter of drover's own before the reaper takes it.
+const LEFT_FOR: Duration = Duration::from_secs(1);
 
 /// The set of spawned workers, locked (a panic while it was held leaves it usable: it
 /// holds plain pids).
@@ -37,7 +42,7 @@ pub(crate) fn forget(pid: u32) {
 }
 
 /// When drover is PID 1, starts reaping the zombies re-parented to it, on every
-/// SIGCHLD and every few seconds, for as long as the runtime runs. Elsewhere their
+/// SIGCHLD and every second, for as long as the runtime runs. Elsewhere their
 /// parent is the system's init, which reaps them: nothing to do.
 pub fn reap_orphans_as_init() {
     if std::process::id() != 1 {
@@ -49,8 +54,10 @@ pub fn reap_orphans_as_init() {
                 tracing::warn!("cannot watch for SIGCHLD ({e}); reaping every {SCAN_EVERY:?}")
             })
             .ok();
+        let mut seen = BTreeMap::new();
         loop {
-            let reaped = reap_orphans();
+            let zombies = zombie_children(std::process::id());
+            let reaped = reap(aged(&mut seen, zombies, Instant::now()));
             if reaped > 0 {
                 tracing::debug!(reaped, "reaped processes re-parented to drover (PID 1)");
             }
@@ -64,9 +71,14 @@ pub fn reap_orphans_as_init() {
     });
 }
 
-/// Reaps each zombie child of drover that is not one of its workers; how many.
-fn reap_orphans() -> usize {
-    reap(zombie_children(std::process::id()))
+/// Of `zombies`, the ones `seen` (when each was first seen) has known for `LEFT_FOR`;
+/// `seen` keeps the others.
+fn aged(seen: &mut BTreeMap<u32, Instant>, zombies: Vec<u32>, now: Instant) -> Vec<u32> {
+    seen.retain(|pid, _| zombies.contains(pid));
+    zombies
+        .into_iter()
+        .filter(|pid| now.duration_since(*seen.entry(*pid).or_insert(now)) >= LEFT_FOR)
+        .collect()
 }
 
 /// Reaps each of `zombies` that is not one of drover's workers; how many.
@@ -130,6 +142,12 @@ mod tests {
             .filter(|p| ids.contains(p));
         assert_eq!(reap(zombies.collect()), 1);
         assert!(!zombie_children(ours).contains(&left.id()));
+        // A zombie is left to a waiter for a second.
+        let mut seen = BTreeMap::new();
+        let t0 = Instant::now();
+        assert!(aged(&mut seen, vec![7, 8], t0).is_empty());
+        assert_eq!(aged(&mut seen, vec![8, 9], t0 + LEFT_FOR), [8]);
+        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), [8, 9]);
         // The spawned one is still its waiter's to reap.
         assert!(spawned_one.wait().unwrap().success());
         forget(spawned_one.id());
