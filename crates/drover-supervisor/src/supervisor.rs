@@ -670,22 +670,67 @@ pub enum Undone {
     },
 }
 
+/// Workers `0..upto` in words (`upto` ≥ 1): "worker 0", "workers 0-2".
+fn first_workers(upto: usize) -> String {
+    match upto {
+        0 | 1 => "worker 0".into(),
+        n => format!("workers 0-{}", n - 1),
+    }
+}
+
 impl fmt::Display for Undone {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Undone::NothingChanged => f.write_str("nothing was changed"),
-            Undone::PartlyRestarted { upto } => {
-                write!(f, "workers 0..{upto} were restarted, the rest were not")
+            Undone::PartlyRestarted { upto: 0 } => {
+                f.write_str("no worker was restarted: each runs what it ran before")
             }
-            Undone::RolledBack { upto } => write!(f, "workers 0..{upto} rolled back: ok"),
+            Undone::PartlyRestarted { upto: 1 } => {
+                f.write_str("worker 0 was restarted, the others were not")
+            }
+            Undone::PartlyRestarted { upto } => write!(
+                f,
+                "{} were restarted, the others were not",
+                first_workers(*upto)
+            ),
+            Undone::RolledBack { upto } => {
+                write!(f, "{} rolled back: ok", first_workers(*upto))
+            }
             Undone::RollbackFailed {
                 upto,
                 worker,
                 source,
             } => write!(
                 f,
-                "workers 0..{upto} rolled back: rollback failed at worker {worker}: {source}"
+                "{} rolled back: rollback failed at worker {worker}: {source}",
+                first_workers(*upto)
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_failed_reload_undid_reads_as_worker_numbers() {
+        let says = |u: Undone| u.to_string();
+        assert_eq!(
+            says(Undone::PartlyRestarted { upto: 0 }),
+            "no worker was restarted: each runs what it ran before"
+        );
+        assert_eq!(
+            says(Undone::PartlyRestarted { upto: 1 }),
+            "worker 0 was restarted, the others were not"
+        );
+        assert_eq!(
+            says(Undone::PartlyRestarted { upto: 3 }),
+            "workers 0-2 were restarted, the others were not"
+        );
+        assert_eq!(
+            says(Undone::RolledBack { upto: 1 }),
+            "worker 0 rolled back: ok"
+        );
     }
 }
