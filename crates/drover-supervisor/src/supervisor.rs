@@ -715,22 +715,22 @@ mod tests {
 
     #[test]
     fn what_a_failed_reload_undid_reads_as_worker_numbers() {
-        let says = |u: Undone| u.to_string();
-        assert_eq!(
-            says(Undone::PartlyRestarted { upto: 0 }),
-            "no worker was restarted: each runs what it ran before"
-        );
-        assert_eq!(
-            says(Undone::PartlyRestarted { upto: 1 }),
-            "worker 0 was restarted, the others were not"
-        );
-        assert_eq!(
-            says(Undone::PartlyRestarted { upto: 3 }),
-            "workers 0-2 were restarted, the others were not"
-        );
-        assert_eq!(
-            says(Undone::RolledBack { upto: 1 }),
-            "worker 0 rolled back: ok"
-        );
+        for (undone, says) in [
+            (
+                Undone::PartlyRestarted { upto: 0 },
+                "no worker was restarted: each runs what it ran before",
+            ),
+            (
+                Undone::PartlyRestarted { upto: 1 },
+                "worker 0 was restarted, the others were not",
+            ),
+            (
+                Undone::PartlyRestarted { upto: 3 },
+                "workers 0-2 were restarted, the others were not",
+            ),
+            (Undone::RolledBack { upto: 1 }, "worker 0 rolled back: ok"),
+        ] {
+            assert_eq!(undone.to_string(), says);
+        }
     }
 }
