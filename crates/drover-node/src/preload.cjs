@@ -46,6 +46,24 @@ const runner =
   /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack|tsx)[\\/]/.test(script);
 const fd = Number(process.env.DROVER_NODE_CHANNEL_FD);
 if (script && !runner && Number.isInteger(fd) && fd >= 0) {
+  // A runner's `node --watch app.js` (`npm run dev`): Node's watch process restarts the
+  // app in a new process on a change, which would join drover's channel as a second app
+  // of the worker, on the port the first still held. (drover refuses `node --watch` it
+  // starts itself.) It stops, saying why, and takes Node's watch process with it.
+  if (process.env.WATCH_REPORT_DEPENDENCIES) {
+    console.error(
+      'drover: this app runs under `node --watch`, which restarts it in a new process that ' +
+        "cannot be drover's worker; run it without --watch: drover run --watch reloads the " +
+        'workers one at a time, with no failed request, when a file changes ' +
+        '(drover run --watch -- node app.js)',
+    );
+    try {
+      process.kill(process.ppid, 'SIGTERM');
+    } catch (e) {
+      // Gone already.
+    }
+    process.exit(1);
+  }
   const id = process.env.DROVER_NODE_UNIQUE_ID;
   // Gone before the app's code runs: what it starts in turn is not drover's worker.
   delete process.env.DROVER_NODE_CHANNEL_FD;
@@ -56,17 +74,6 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   require('child_process')._forkChild(fd, 'json');
   require('cluster')._setupWorker();
   delete process.env.NODE_UNIQUE_ID;
-  // A runner's `node --watch app.js` (`npm run dev`): Node's watch process learns what to
-  // watch from the app over the app's IPC channel, which is drover's now, and so never
-  // restarts it. (drover refuses `node --watch` it starts itself.)
-  if (process.env.WATCH_REPORT_DEPENDENCIES) {
-    console.error(
-      'drover: this app runs under `node --watch`, which cannot restart it under drover ' +
-        "(Node's watch needs the app's IPC channel, and the app is drover's cluster worker); " +
-        'drover run --watch reloads the workers one at a time, with no failed request, ' +
-        'when a file changes: drover run --watch -- node app.js',
-    );
-  }
 }
 
 // The servers on the first port the app listens on (the one drover balances; two at

@@ -1045,9 +1045,11 @@ async fn every_worker_gets_an_inspector_port_of_its_own_as_under_node_cluster() 
 /// `node --watch app.js` runs the app in a child of Node's own watch process. Started
 /// by drover, that child was no worker of drover's: the first bound the app's port
 /// itself, past drover, and the others failed with EADDRINUSE; it is refused, naming
-/// drover's own watch. Below a runner (`npm run dev`) the child is drover's worker and
-/// serves, but Node's watch never restarts it (it learns what to watch over the app's
-/// IPC channel, which is drover's): each worker says so.
+/// drover's own watch. Below a runner (`npm run dev`) drover cannot see the option:
+/// the child became drover's worker, and the one Node's watch restarted after a change
+/// joined the same worker's channel as a second app, on the port the first still held
+/// (requests failed). Each such worker now stops at once, saying why and naming
+/// drover's own watch.
 #[tokio::test]
 async fn node_watch_mode_is_refused_or_named_and_drovers_watch_offered() {
     let dir = temp_dir("node-watch");
@@ -1067,11 +1069,35 @@ async fn node_watch_mode_is_refused_or_named_and_drovers_watch_offered() {
         ),
     )
     .unwrap();
-    let command = ["npm", "run", "dev"].map(String::from);
-    let (d, _) = run(2, &command, &dir).await;
-    both_answer("npm run dev", &d, d.addr()).await;
-    let said = "drover: this app runs under `node --watch`, which cannot restart it";
-    says("npm run dev", &d, &[said]).await;
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .args(["--", "npm", "run", "dev"])
+    .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let said = "drover: this app runs under `node --watch`, which restarts it in a new process";
+    says(
+        "npm run dev",
+        &d,
+        &[said, "drover run --watch -- node app.js"],
+    )
+    .await;
+    // No worker serves: none runs an app that could answer past drover.
+    let admin = admin_addr(&d).await;
+    let serving = common::serving_pids(&status(admin).await);
+    assert!(
+        serving.iter().all(Option::is_none),
+        "{serving:?}\n{}",
+        d.stderr_text()
+    );
     drover_stops_cleanly("npm run dev", &d).await;
 }
 
