@@ -36,11 +36,16 @@ pub fn is_script_runner(program: &str) -> bool {
 /// script runner that starts the app in Node (see `is_script_runner`): its app's
 /// `listen()` then comes to drover as a question, with the port it names.
 pub fn is_node_program(program: &str) -> bool {
+    is_node_itself(program) || is_script_runner(program)
+}
+
+/// Whether `program` (a path or a name) is Node itself: `node`, or Debian's `nodejs`.
+pub(crate) fn is_node_itself(program: &str) -> bool {
     let name = Path::new(program)
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or(program);
-    name == "node" || name == "nodejs" || is_script_runner(program)
+    name == "node" || name == "nodejs"
 }
 
 /// The environment that makes a Node program a cluster worker on `channel_fd`: Node's

@@ -21,11 +21,7 @@ const TAKES_A_VALUE: [&str; 11] = [
 /// the program is Node itself (`node`, Debian's `nodejs`); `None` for any other program.
 pub(crate) fn options_before_script(command: &[String]) -> Option<Vec<(usize, &str)>> {
     let (program, args) = command.split_first()?;
-    let name = std::path::Path::new(program)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or(program);
-    if name != "node" && name != "nodejs" {
+    if !crate::launch::is_node_itself(program) {
         return None;
     }
     let mut options = Vec::new();
