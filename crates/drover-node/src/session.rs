@@ -975,9 +975,17 @@ impl Session {
         };
         let body = message::new_connection(&key);
         let message = message::with_handle(self.next(body));
-        self.channel
+        if let Err(e) = self
+            .channel
             .send_with(&message, socket.socket.as_fd())
-            .await?;
+            .await
+        {
+            // The worker is gone (killed a moment before drover read the end of its
+            // channel): the connection waits again, and `run` sends it where those the
+            // worker never took up go.
+            self.waiting.push_front(socket);
+            return Err(e.into());
+        }
         if socket.shared.is_some() {
             self.shared_handed_at = Some(Instant::now());
         }
@@ -1002,10 +1010,13 @@ impl Session {
             return Ok(());
         }
         in_flight.resends += 1;
-        self.channel
+        let sent = self
+            .channel
             .send_with(&in_flight.message, in_flight.socket.socket.as_fd())
-            .await?;
+            .await;
+        // Kept either way: one not sent goes where those never taken up go (`run`).
         self.in_flight.push_back(in_flight);
+        sent?;
         Ok(())
     }
 
@@ -1311,5 +1322,39 @@ mod tests {
         task.await.unwrap().unwrap();
         assert!(events.recv().await.is_some(), "the connection came back");
         assert_eq!(inbox.queued(), 0);
+    }
+
+    /// A worker killed a moment before (drover has not read the end of its channel yet)
+    /// cannot be sent a connection: the send fails, and the connection is not lost with
+    /// it. It goes back, as one the worker never took up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_that_could_not_be_sent_to_the_worker_goes_back() {
+        let Started {
+            worker,
+            mut reader,
+            inbox,
+            mut events,
+            task,
+        } = start();
+        send_with(
+            &worker,
+            r#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#,
+            None,
+        );
+        assert_eq!(next_line(&mut reader)["errno"], 0);
+        // Nothing sent to the worker arrives from now on; its end is still open.
+        worker.shutdown(std::net::Shutdown::Read).unwrap();
+        let (client, server_side) = tcp_pair();
+        inbox.give(server_side).unwrap();
+        let ended = task.await.unwrap();
+        assert!(ended.is_err(), "the send failed: {ended:?}");
+        let mut returned = events.recv().await.expect("the connection came back");
+        (&client).write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        returned.set_nonblocking(false).unwrap();
+        returned.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        assert_eq!(inbox.queued(), 0);
+        drop(worker);
     }
 }
