@@ -404,6 +404,93 @@ async fn a_second_port_that_is_taken_is_refused_with_the_reason() {
     drover_stops_cleanly("taken second port", &d).await;
 }
 
+/// `head` (a request, `Connection: close`) to `addr` from the loopback address `from`
+/// (any 127.x address is this host's): the whole answer.
+async fn ask_from(from: [u8; 4], addr: SocketAddr, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind((std::net::Ipv4Addr::from(from), 0).into())
+        .unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("an answer in 10 s")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Under Node's cluster module and PM2 an app's `req.socket.remoteAddress` is its
+/// client's, and what keys on it works: here express-rate-limit as its README writes it
+/// (5 requests per client). A request drover places comes on drover's own connection to
+/// the worker, and every client looked like 127.0.0.1: one client's 5 requests made
+/// every other client's first one a 429. The app sees each client's address and the
+/// forwarding fields as the client sent them (drover's own element taken off, so the
+/// rate limiter does not warn of an untrusted proxy), a WebSocket-style upgrade too.
+#[tokio::test]
+async fn a_request_drover_places_shows_the_app_its_clients_address_as_under_node_cluster() {
+    let dir = fixture("rate-limit");
+    let dir = Path::new(&dir);
+    assert!(
+        dir.join("node_modules/express-rate-limit").exists(),
+        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/rate-limit` \
+         (scripts/test does)"
+    );
+    for (label, node) in node_binaries() {
+        // One worker: the limiter counts in the worker's memory, as under PM2.
+        let mut cmd = Command::new(bin());
+        cmd.args("run -w 1 --listen 127.0.0.1:0 --admin off --mode proxy --".split(' '))
+            .arg(&node)
+            .arg("app.js")
+            .current_dir(dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        says(&label, &d, &["listening on port 3000"]).await;
+        let get = "GET / HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n";
+        for n in 1..=5 {
+            let answer = ask_from([127, 0, 0, 5], d.addr(), get).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 200")
+                    && answer.contains(
+                        "ip 127.0.0.5 socket 127.0.0.5 IPv4 x-forwarded-for - forwarded - raw 0 "
+                    ),
+                "{label}: request {n}: {answer}\n{}",
+                d.stderr_text()
+            );
+        }
+        let answer = ask_from([127, 0, 0, 5], d.addr(), get).await;
+        assert!(answer.starts_with("HTTP/1.1 429"), "{label}: {answer}");
+        // Another client has a count of its own; the fields it sent reach the app as sent.
+        let forwarded = "GET / HTTP/1.1\r\nHost: app\r\nX-Forwarded-For: 9.9.9.9\r\n\
+                         Forwarded: for=9.9.9.9\r\nConnection: close\r\n\r\n";
+        let answer = ask_from([127, 0, 0, 6], d.addr(), forwarded).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200")
+                && answer.contains(
+                    "ip 127.0.0.6 socket 127.0.0.6 IPv4 x-forwarded-for 9.9.9.9 \
+                     forwarded for=9.9.9.9 raw 2 "
+                ),
+            "{label}: {answer}\n{}",
+            d.stderr_text()
+        );
+        let upgrade = "GET / HTTP/1.1\r\nHost: app\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n";
+        let answer = ask_from([127, 0, 0, 7], d.addr(), upgrade).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 101") && answer.contains("upgraded 127.0.0.7\n"),
+            "{label}: {answer}\n{}",
+            d.stderr_text()
+        );
+        assert!(
+            !d.stderr_text().contains("ERR_ERL_"),
+            "{label}: express-rate-limit warned\n{}",
+            d.stderr_text()
+        );
+        drover_stops_cleanly(&label, &d).await;
+    }
+}
+
 /// `GET /` over the Unix socket at `path`: the status and body, or why not.
 async fn get_over_unix(path: &Path) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
