@@ -1229,6 +1229,16 @@ mod tests {
         (client, server_side)
     }
 
+    /// The app listens on 3000: drover serves it at its port and hands connections over.
+    fn listens_on_3000(worker: &StdUnix, reader: &mut BufReader<StdUnix>) {
+        send_with(
+            worker,
+            r#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#,
+            None,
+        );
+        assert_eq!(next_line(reader)["errno"], 0);
+    }
+
     const RETURNED: &str =
         r#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":{"cmd":"NODE_DROVER","act":"return"}}"#;
 
@@ -1306,13 +1316,7 @@ mod tests {
             mut events,
             task,
         } = start();
-        // The app listens on 3000: drover serves it at its port and hands over.
-        send_with(
-            &worker,
-            r#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#,
-            None,
-        );
-        assert_eq!(next_line(&mut reader)["errno"], 0);
+        listens_on_3000(&worker, &mut reader);
         let (_client, server_side) = tcp_pair();
         inbox.give(server_side).unwrap();
         // Sent (a newconn with the socket), never acknowledged: then the worker dies.
@@ -1336,12 +1340,7 @@ mod tests {
             mut events,
             task,
         } = start();
-        send_with(
-            &worker,
-            r#"{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"backlog":511,"seq":1}"#,
-            None,
-        );
-        assert_eq!(next_line(&mut reader)["errno"], 0);
+        listens_on_3000(&worker, &mut reader);
         // Nothing sent to the worker arrives from now on; its end is still open.
         worker.shutdown(std::net::Shutdown::Read).unwrap();
         let (client, server_side) = tcp_pair();
