@@ -145,7 +145,8 @@ impl Pick {
     }
 
     /// The request is known to wait, not work, however long its answer takes (an event
-    /// stream whose app sends its head with the first event): it stops counting as
+    /// stream whose app sends its head with the first event, a long-poll that has been
+    /// quiet past a request timeout, or a client timeout where there is none): it stops counting as
     /// pending work here, and its answer, when it comes, is no latency observation.
     /// Counted until then, a few hundred such subscriptions weighed as as many ordinary
     /// requests, and the endpoint holding a few more of them got none of the short ones.

@@ -309,6 +309,29 @@ impl<'de> Deserialize<'de> for PosDur {
     }
 }
 
+/// A duration above zero, or `"off"` (`None`): `timeouts.request`.
+#[derive(Debug, Clone, Copy)]
+struct PosDurOrOff(Option<Duration>);
+
+impl<'de> Deserialize<'de> for PosDurOrOff {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OrOff;
+        impl Visitor<'_> for OrOff {
+            type Value = Option<Duration>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration string such as \"30s\" or \"2m\", or \"off\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                drover_units::timeout_or_off(s).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                DurVisitor.visit_i64(n).map(Some)
+            }
+        }
+        d.deserialize_any(OrOff).map(PosDurOrOff)
+    }
+}
+
 /// An integer in `LO..=HI`; the bounds are named in the error.
 #[derive(Debug, Clone, Copy)]
 struct Bounded<const LO: i64, const HI: i64>(i64);
@@ -1000,7 +1023,7 @@ struct RawTimeouts {
     connect: Option<PosDur>,
     // Spanned: a TCP balancer refuses these, pointing at them.
     header_read: Option<Spanned<PosDur>>,
-    request: Option<Spanned<PosDur>>,
+    request: Option<Spanned<PosDurOrOff>>,
     idle: Option<PosDur>,
     client: Option<Spanned<PosDur>>,
     body: Option<Spanned<PosDur>>,
@@ -2409,7 +2432,9 @@ fn validate_balancer(
             &mut b.timeouts.header_read,
             t.header_read.map(Spanned::into_inner),
         );
-        set(&mut b.timeouts.request, t.request.map(Spanned::into_inner));
+        if let Some(request) = t.request {
+            b.timeouts.request = request.into_inner().0;
+        }
         set(&mut b.timeouts.idle, t.idle);
         set(&mut b.timeouts.client, t.client.map(Spanned::into_inner));
         set(&mut b.timeouts.body, t.body.map(Spanned::into_inner));
@@ -3292,7 +3317,7 @@ sticky = { cookie = "sid" }
                 timeout: Some(Duration::from_millis(100))
             }
         );
-        assert_eq!(b.timeouts.request, Duration::from_secs(120));
+        assert_eq!(b.timeouts.request, Some(Duration::from_secs(120)));
         assert_eq!(
             b.health,
             Some(HealthCheck {
@@ -3417,6 +3442,26 @@ sticky = { cookie = "sid" }
 
         let e = err(&format!("{MINIMAL}timeouts = {{ connect = \"0s\" }}\n"));
         check(&e, 4, "balancer[0].timeouts.connect", "greater than 0");
+
+        // The request timeout alone may be "off"; nothing else is a word.
+        let e = err(&format!("{MINIMAL}timeouts = {{ connect = \"off\" }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].timeouts.connect",
+            "invalid duration \"off\"",
+        );
+        for (bad, says) in [
+            ("\"none\"", "invalid duration \"none\""),
+            ("\"0s\"", "greater than 0, or \"off\""),
+            ("30", "\"30s\""),
+            ("false", "or \"off\""),
+        ] {
+            let e = err(&format!("{MINIMAL}timeouts = {{ request = {bad} }}\n"));
+            check(&e, 4, "balancer[0].timeouts.request", says);
+        }
+        let off = ok(&format!("{MINIMAL}timeouts = {{ request = \"off\" }}\n"));
+        assert_eq!(off.balancers[0].timeouts.request, None);
     }
 
     #[test]

@@ -414,9 +414,16 @@ pub struct TimeoutArgs {
     #[arg(long, default_value = shown(balancer().timeouts.header_read), value_parser = drover_units::duration)]
     pub header_timeout: Duration,
 
-    /// How long a backend may take to start answering.
-    #[arg(long, default_value = shown(balancer().timeouts.request), value_parser = drover_units::duration)]
-    pub request_timeout: Duration,
+    /// How long a backend may take to start answering, and to send more of its
+    /// answer, or "off": for as long as the client waits, as with the app alone
+    /// [default: 30s; drover run: off]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_hyphen_values = true,
+        value_parser = request_timeout
+    )]
+    pub request_timeout: Option<RequestTimeout>,
 
     /// Idle keep-alive connections are closed after this (--tcp: a connection that
     /// moved nothing either way).
@@ -454,12 +461,25 @@ pub struct TimeoutArgs {
     pub body_min_rate: u32,
 }
 
+/// `--request-timeout`: a duration, or `None` for "off".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestTimeout(pub Option<Duration>);
+
+fn request_timeout(s: &str) -> Result<RequestTimeout, String> {
+    drover_units::timeout_or_off(s)
+        .map(RequestTimeout)
+        .map_err(|e| e.to_string())
+}
+
 impl TimeoutArgs {
-    pub fn config(&self) -> crate::TimeoutConfig {
+    /// The timeouts, with `request` where no flag says otherwise: a drover.toml
+    /// balancer's for `drover proxy`, "off" for `drover run`, where drover stands in
+    /// for Node's cluster primary or PM2, which bound no answer's time.
+    pub fn config(&self, request: Option<Duration>) -> crate::TimeoutConfig {
         crate::TimeoutConfig {
             connect: self.connect_timeout,
             header_read: self.header_timeout,
-            request: self.request_timeout,
+            request: self.request_timeout.map_or(request, |given| given.0),
             idle: self.idle_timeout,
             client: self.client_timeout,
             body: self.body_timeout,
@@ -486,7 +506,7 @@ impl TimeoutArgs {
             (
                 "--request-timeout",
                 "timeouts.request",
-                self.request_timeout != d.request,
+                self.request_timeout.is_some(),
             ),
             (
                 "--idle-timeout",
@@ -959,7 +979,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         }
         b.http2_max_streams = n;
     }
-    b.timeouts = a.timeouts.config();
+    b.timeouts = a.timeouts.config(balancer().timeouts.request);
     if let Some(service) = &a.health_grpc {
         if !b.backend_protocol.is_http2() {
             return Err(format!("--health-grpc: {}", model::GRPC_CHECK_NEEDS_HTTP2));
@@ -1342,7 +1362,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.handoff =
                 model::handoff_for(&[args.mode], balancer.strategy, balancer.backend_protocol);
             balancer.apply_limits(&args.limits);
-            balancer.timeouts = args.timeouts.config();
+            balancer.timeouts = args.timeouts.config(None);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.apply_access_log(&args.access_log)?;
             balancer.tls = args.tls.settings()?;
@@ -1537,6 +1557,8 @@ pub fn ecosystem_balancers(
             vec![model::BackendRef::App(name.clone())],
         );
         balancer.threads = Some(threads);
+        // PM2 bounds no answer's time: nor does drover in its place.
+        balancer.timeouts.request = None;
         balancer.handoff = model::handoff_for(
             &[eco.app.spec.mode],
             balancer.strategy,
@@ -1774,7 +1796,23 @@ mod tests {
         assert_eq!(run.apps, file.apps);
         let mut balancer = run.balancers[0].clone();
         balancer.threads = None;
+        // But for the request timeout: off, as under Node's cluster module and PM2,
+        // which bound no answer's time; a drover.toml's balancer, as nginx's, has one.
+        assert_eq!(balancer.timeouts.request, None);
+        assert_eq!(
+            file.balancers[0].timeouts.request,
+            Some(drover_proxy::DEFAULT_REQUEST_TIMEOUT)
+        );
+        balancer.timeouts.request = file.balancers[0].timeouts.request;
         assert_eq!(balancer, file.balancers[0]);
+        let timed = |flag: &str| {
+            let r = Run::try_parse_from(["run", "--request-timeout", flag, "--", "x"])
+                .unwrap()
+                .args;
+            run_config(&r).unwrap().config.balancers[0].timeouts.request
+        };
+        assert_eq!(timed("45s"), Some(Duration::from_secs(45)));
+        assert_eq!(timed("off"), None);
 
         // The model's defaults are the library's.
         let plan = crate::plan::BalancerPlan::from_config(&file.balancers[0]).unwrap();

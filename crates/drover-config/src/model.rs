@@ -427,7 +427,11 @@ impl BalancerConfig {
         let health = self.health.as_ref().map(|h| &h.kind);
         let given = [
             ("timeouts.header_read", t.header_read != dt.header_read),
-            ("timeouts.request", t.request != dt.request),
+            // Off (`drover run`'s default) bounds nothing that TCP mode would lack.
+            (
+                "timeouts.request",
+                t.request.is_some() && t.request != dt.request,
+            ),
             ("timeouts.client", t.client != dt.client),
             ("timeouts.body", t.body != dt.body),
             (
@@ -525,7 +529,7 @@ pub struct QueueConfig {
     /// Most requests waiting at once; default unlimited.
     pub max: QueueMax,
     /// Longest a request waits before getting a 503; `None` (default) = the request
-    /// timeout.
+    /// timeout, or 30s where that is off.
     pub timeout: Option<Duration>,
 }
 
@@ -546,8 +550,9 @@ pub struct TimeoutConfig {
     /// Receiving a client's request head; default 10s.
     pub header_read: Duration,
     /// The longest wait for a backend's response head, and between reads of any body;
-    /// default 30s.
-    pub request: Duration,
+    /// `None` ("off"): for as long as the client waits. Default 30s; `drover run` and
+    /// PM2 ecosystem files: off, as under Node's cluster module and PM2.
+    pub request: Option<Duration>,
     /// An idle keep-alive connection, client or backend side; default 60s.
     pub idle: Duration,
     /// A client mid-request sending or reading nothing; default 30s.

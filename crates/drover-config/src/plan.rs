@@ -203,8 +203,14 @@ impl BalancerPlan {
                 queue: QueueOptions {
                     max: b.queue.max.as_usize(),
                     // A request that waits here would have waited inside a busy backend
-                    // anyway; by default it may wait as long as a backend may take.
-                    timeout: b.queue.timeout.unwrap_or(b.timeouts.request),
+                    // anyway; by default it may wait as long as a backend may take, and
+                    // with no bound on that, as long as one may by default: past
+                    // capacity, the queue must still shed.
+                    timeout: b.queue.timeout.unwrap_or(
+                        b.timeouts
+                            .request
+                            .unwrap_or(drover_proxy::DEFAULT_REQUEST_TIMEOUT),
+                    ),
                 },
                 hash_key: b.hash.clone(),
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),

@@ -57,6 +57,6 @@ pub use error::ProxyError;
 pub use http2::backend::H2Probe;
 pub use options::{
     BackendProtocol, Handoff, HashKey, Limits, ParseHashKeyError, Protocol, ProxyOptions,
-    QueueOptions, Timeouts,
+    QueueOptions, Timeouts, DEFAULT_REQUEST_TIMEOUT,
 };
 pub use server::{listener, Proxy, ReconfigureError};

@@ -164,7 +164,11 @@ pub struct Timeouts {
     /// bounds the PROXY header and, with SNI routes, the ClientHello (together).
     pub header_read: Duration,
     /// Longest wait for a backend's response head, and between reads of any body.
-    pub request: Duration,
+    /// `None` ("off"): a quiet backend is waited on for as long as the client stays,
+    /// as with the app alone (Node's cluster module and PM2 bound no answer's time);
+    /// `drover run`'s default, where the supervisor, not a timeout, finds a hung
+    /// worker. A long-poll of 45 s, or a report that takes minutes, got a 504 at 30 s.
+    pub request: Option<Duration>,
     /// Keep-alive connections (client and backend side) idle longer than this are closed.
     pub idle: Duration,
     /// A client in the middle of a request that sends nothing (of its body) or reads
@@ -185,19 +189,38 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// How long an exchange waits on a backend that sends nothing: the request timeout;
-    /// for a long-lived one (an event stream, a gRPC call), which waits for as long as
-    /// its client stays, how often it asks whether the client has gone. That is at most
-    /// the client timeout, so a request timeout raised for slow reports does not keep a
-    /// departed subscriber's connections for as long.
+    /// How long an exchange waits on a backend that sends nothing before it acts: the
+    /// request timeout; for one that waits for as long as its client stays (a
+    /// long-lived one, such as an event stream or a gRPC call, or any one with the
+    /// request timeout off), how often it asks whether the client has gone. That is at
+    /// most the client timeout, so a request timeout raised for slow reports does not
+    /// keep a departed subscriber's connections for as long.
     pub fn quiet_backend(&self, long_lived: bool) -> Duration {
-        if long_lived {
-            self.request.min(self.client)
-        } else {
-            self.request
+        match self.request {
+            Some(request) if long_lived => request.min(self.client),
+            Some(request) => request,
+            None => self.client,
         }
     }
+
+    /// Whether an exchange waits on a quiet backend for as long as its client stays,
+    /// rather than failing with a 504 after the request timeout.
+    pub fn waits_while_client_stays(&self, long_lived: bool) -> bool {
+        long_lived || self.request.is_none()
+    }
+
+    /// How long writing to a backend that reads nothing may take: the request timeout,
+    /// or with it off the client timeout (a backend that stopped reading a body is
+    /// stuck whether or not its answers may take long).
+    pub fn backend_write(&self) -> Duration {
+        self.request.unwrap_or(self.client)
+    }
 }
+
+/// The request timeout of `drover proxy` and of a drover.toml's balancers (nginx's
+/// `proxy_read_timeout` is 60 s, HAProxy's examples' `timeout server` 30–50 s); also
+/// how long a request may wait in drover's queue when the request timeout is off.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for Timeouts {
     fn default() -> Self {
@@ -206,7 +229,7 @@ impl Default for Timeouts {
             // overflowed drops the first, and a 1 s timeout turned that into an ejection.
             connect: Duration::from_secs(5),
             header_read: Duration::from_secs(10),
-            request: Duration::from_secs(30),
+            request: Some(DEFAULT_REQUEST_TIMEOUT),
             idle: Duration::from_secs(60),
             client: Duration::from_secs(30),
             // 500 B/s: a slow mobile upload (1 KiB/s) that makes progress is never cut;

@@ -73,7 +73,7 @@ async fn errors_name_their_cause() {
     // 504: the backend is too slow.
     let b = backends(1).await;
     let d = proxy(&addrs(&b), Strategy::default(), |o| {
-        o.timeouts.request = Duration::from_millis(200);
+        o.timeouts.request = Some(Duration::from_millis(200));
     });
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     let r = c.get("/delay/2000").await;

@@ -196,7 +196,7 @@ async fn an_early_answer_reaches_the_client_while_it_still_uploads() {
         }
     });
     let d = proxy(&[backend], Strategy::default(), |o| {
-        o.timeouts.request = Duration::from_secs(20);
+        o.timeouts.request = Some(Duration::from_secs(20));
     });
     let s = TcpStream::connect(d.addr()).await.unwrap();
     let (mut rd, mut wr) = s.into_split();

@@ -47,6 +47,16 @@ pub fn positive_duration(s: &str) -> Result<Duration, UnitError> {
     }
 }
 
+/// A timeout above zero, or `off` (`None`): no limit of its own.
+pub fn timeout_or_off(s: &str) -> Result<Option<Duration>, UnitError> {
+    if s.trim() == "off" {
+        return Ok(None);
+    }
+    positive_duration(s)
+        .map(Some)
+        .map_err(|e| UnitError(format!("{e}, or \"off\"")))
+}
+
 /// A size in bytes: a whole number, or a number with a unit: `512M`, `512MB`, `512MiB`,
 /// `1.5G`, `800k`. Binary units (as `ps` and `top` show RSS), so `M` and `MB` both mean
 /// MiB. Hand-written: the unit list is short, and a crate would bring its own idea of
@@ -106,6 +116,19 @@ mod tests {
         assert!(err("5x").contains("expected e.g. \"250ms\""));
         assert!(err("-1s").contains("invalid duration"));
         assert!(err("").contains("invalid duration"));
+        assert_eq!(timeout_or_off("off").unwrap(), None);
+        assert_eq!(
+            timeout_or_off("2m").unwrap(),
+            Some(Duration::from_secs(120))
+        );
+        assert!(timeout_or_off("0s")
+            .unwrap_err()
+            .to_string()
+            .ends_with("must be greater than 0, or \"off\""));
+        assert!(timeout_or_off("none")
+            .unwrap_err()
+            .to_string()
+            .contains("or \"off\""));
         assert!(positive_duration("0s")
             .unwrap_err()
             .to_string()

@@ -64,7 +64,10 @@ async fn bad_flags_are_named() {
     .await;
     for bad in ["0s", "-1s", "soon"] {
         fails(&with(&["--body-timeout", bad]), "--body-timeout").await;
+        fails(&with(&["--request-timeout", bad]), "--request-timeout").await;
     }
+    // The request timeout alone may be "off".
+    fails(&with(&["--connect-timeout", "off"]), "--connect-timeout").await;
     for bad in ["0", "-5", "fast", "1.5"] {
         fails(&with(&["--body-min-rate", bad]), "--body-min-rate").await;
     }
@@ -173,6 +176,10 @@ async fn bad_flags_are_named() {
     )
     .await;
     fails(&run(&["--request-timeout", "soon"]), "--request-timeout").await;
+    // A request timeout is a duration above zero or "off", and only it may be off.
+    for bad in ["0s", "none", "-1s"] {
+        fails(&run(&["--request-timeout", bad]), "or \"off\"").await;
+    }
     fails(&["ctl", "status", "--admin", "nowhere"], "--admin").await;
     fails(&["ctl", "restart"], "restart").await;
 }

@@ -20,20 +20,24 @@ use tokio::process::{Child, Command};
 /// every MS; with `flush=1` its head goes at once, else with the first event (Node holds
 /// a `writeHead` until the first write). `/slow?ms=MS` answers after MS; `/chunks?gap=MS`
 /// is a plain chunked body with a quiet gap in it; `/stats` counts open and closed
-/// streams (closed when the client's connection ends, as `req.on('close')` sees it);
+/// streams (closed when the client's connection ends, as `req.on('close')` sees it), and
+/// `/slow` answers whose client left first (`left`);
 /// `/page` subscribes a browser's `EventSource` to three events 1.5 s apart.
 const SSE_APP: &str = r#"
-let open = 0, closed = 0;
+let open = 0, closed = 0, left = 0;
 const server = require('http').createServer((req, res) => {
   const url = new URL(req.url, 'http://x');
   const n = (k, d) => Number(url.searchParams.get(k) ?? d);
-  if (url.pathname === '/stats') return res.end(JSON.stringify({ open, closed }));
+  if (url.pathname === '/stats') return res.end(JSON.stringify({ open, closed, left }));
   if (url.pathname === '/page') {
     res.setHeader('Content-Type', 'text/html');
     return res.end(`<script>window.got = [];
       new EventSource('/events?gap=1500&count=3').onmessage = (e) => got.push(e.data);</script>`);
   }
-  if (url.pathname === '/slow') return setTimeout(() => res.end('late'), n('ms', 0));
+  if (url.pathname === '/slow') {
+    const timer = setTimeout(() => res.end('late'), n('ms', 0));
+    return req.on('close', () => { if (!res.writableEnded) { clearTimeout(timer); left++; } });
+  }
   if (url.pathname === '/chunks') {
     res.write('first ');
     return setTimeout(() => res.end('last'), n('gap', 0));
@@ -270,6 +274,70 @@ async fn drover_run_takes_the_request_timeout_and_an_event_stream_outlasts_it() 
     assert!(
         stream.contains("data: event 2\n") && stream.ends_with("0\r\n\r\n"),
         "{stream}"
+    );
+}
+
+/// `drover run -w 1 EXTRA -- node sse.js`, every worker serving.
+async fn run_sse(label: &str, extra: &[&str]) -> drover_testkit::DroverProcess {
+    let app = common::temp_dir(label).join("sse.js");
+    std::fs::write(&app, SSE_APP).unwrap();
+    let app = app.display().to_string();
+    let mut args = vec![
+        "run",
+        "-w",
+        "1",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "node", &app]);
+    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    d
+}
+
+/// Under `drover run` an answer may take as long as the app likes, as under Node's
+/// cluster module and PM2, which bound none: a long-poll, a report or an export that
+/// answered after 30 s got a 504 from drover alone. The wait asks at each quiet
+/// interval (the client timeout, here 500 ms) whether its client is still there. A
+/// client that leaves is let go at once, not at the next interval (30 s by default):
+/// the app hears of it (`req.on('close')`) while its answer is still on its way, as it
+/// would without drover, and can keep what it would have sent for the next poll.
+#[tokio::test]
+async fn under_drover_run_an_answer_waits_as_long_as_its_client_stays() {
+    let d = run_sse(
+        "streams-run-off",
+        &["--request-timeout", "off", "--client-timeout", "500ms"],
+    )
+    .await;
+    let slow = exchange(d.addr(), "/slow?ms=2500", "").await;
+    assert_eq!(parse_status(slow.as_bytes()), Some(200), "{slow}");
+    assert!(slow.ends_with("late"), "{slow}");
+
+    // drover run's defaults: no request timeout, and a 30 s client timeout.
+    let d = run_sse("streams-run-default", &[]).await;
+    let mut client = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+    client
+        .write_all(b"GET /slow?ms=600000 HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(stats(d.addr()).await["left"].as_u64(), Some(0));
+    drop(client);
+    let mut last = serde_json::Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = stats(d.addr()).await;
+        if last["left"].as_u64() == Some(1) {
+            return;
+        }
+    }
+    panic!(
+        "the app's answer was still awaited 10 s after its client left: {last}\n{}",
+        d.stderr_text()
     );
 }
 

@@ -136,7 +136,7 @@ impl Conn {
             Ok(up) => up,
             Err(attempt) => return attempt,
         };
-        let timeout = self.opts().timeouts.request;
+        let timeout = self.opts().timeouts.backend_write();
         let opened = body::write_all(&mut up, &self.out, timeout).await.is_ok();
         let (body, client) = match (&mut up, self.client.h2()) {
             (Upstream::H2(stream), Some(client)) if opened => (stream.take_body(), client.clone()),
@@ -330,7 +330,7 @@ impl Conn {
     ) -> Result<bool, Attempt> {
         let timeouts = self.opts().timeouts;
         if head.body.is_none() {
-            if body::write_all(up, &self.out, timeouts.request)
+            if body::write_all(up, &self.out, timeouts.backend_write())
                 .await
                 .is_err()
             {
@@ -404,7 +404,7 @@ impl Conn {
             dst,
             out: &mut self.out,
             read_timeout: timeouts.client,
-            write_timeout: timeouts.request,
+            write_timeout: timeouts.backend_write(),
             pace,
         };
         body::relay(framer, ends, REQUEST_BUFFER, true, answered, &mut 0).await
@@ -434,10 +434,10 @@ impl Conn {
             upgrade: head.upgrade,
         };
         let client_timeout = self.opts().timeouts.client;
-        let long_lived = head.is_long_lived().then(|| slot.pick());
+        let long_lived = head.is_long_lived();
         loop {
             let resp = match self
-                .read_response_head(up, &ex, sticky_cookie.as_deref(), long_lived)
+                .read_response_head(up, &ex, sticky_cookie.as_deref(), slot.pick(), long_lived)
                 .await
             {
                 Ok(resp) => resp,
@@ -470,7 +470,7 @@ impl Conn {
                     return Err(Attempt::Fail(ProxyError::Timeout));
                 }
                 Err(ReadHead::ClientLeft) => {
-                    debug!(client = %self.info.ip, "client left before a long-lived answer began");
+                    debug!(client = %self.info.ip, "client left before the answer it waited for began");
                     return Err(Attempt::Abort);
                 }
                 Err(ReadHead::Bad(why)) => {
@@ -530,7 +530,7 @@ impl Conn {
             match sent {
                 // A quiet gap in a long-lived answer is the app's (an event stream with
                 // no news): it goes on for as long as the client waits for it.
-                Err(BodyError::Timeout) if long_lived => {
+                Err(BodyError::Timeout) if timeouts.waits_while_client_stays(long_lived) => {
                     if self.client.has_left() {
                         debug!(client = %self.info.ip, "client left a quiet long-lived answer");
                         // As a write to a client that has gone would end it.
@@ -576,9 +576,12 @@ impl Conn {
         up: &mut Upstream,
         ex: &Exchange,
         set_cookie: Option<&str>,
-        long_lived: Option<&Pick>,
+        pick: &Pick,
+        long_lived: bool,
     ) -> Result<ResponseHead, ReadHead> {
-        let timeout = self.opts().timeouts.quiet_backend(long_lived.is_some());
+        let timeouts = self.opts().timeouts;
+        let timeout = timeouts.quiet_backend(long_lived);
+        let waits = timeouts.waits_while_client_stays(long_lived);
         loop {
             if !self.ubuf.is_empty() {
                 // Shutdown may have begun while the backend worked: then this response
@@ -598,7 +601,17 @@ impl Conn {
                     Err(bad) => return Err(ReadHead::Bad(bad.0)),
                 }
             }
-            match body::read_some(up, &mut self.ubuf, timeout).await {
+            let read = body::read_some(up, &mut self.ubuf, timeout);
+            let read = if waits {
+                tokio::select! {
+                    biased;
+                    read = read => read,
+                    () = self.client.left() => return Err(ReadHead::ClientLeft),
+                }
+            } else {
+                read.await
+            };
+            match read {
                 Ok(0)
                 | Err(
                     BodyError::Read
@@ -612,13 +625,15 @@ impl Conn {
                     })
                 }
                 Ok(_) => {}
-                Err(BodyError::Timeout) => match long_lived {
-                    Some(_) if self.client.has_left() => return Err(ReadHead::ClientLeft),
-                    // Past a request timeout with its client still there, the answer
-                    // waits for news: the app is not working on it.
-                    Some(pick) => pick.stop_pending(),
-                    None => return Err(ReadHead::Timeout),
-                },
+                Err(BodyError::Timeout) if !waits => return Err(ReadHead::Timeout),
+                Err(BodyError::Timeout) if self.client.has_left() => {
+                    return Err(ReadHead::ClientLeft)
+                }
+                // Past a quiet interval with its client still there, the answer waits
+                // for news (an event stream, a long-poll): the app is not working on
+                // it, or the worker's CPU says so. Still pending, an endless loop's
+                // request would keep an `h2c` worker "busy" (`works_on_a_batch`).
+                Err(BodyError::Timeout) => pick.stop_pending(),
             }
         }
     }

@@ -74,6 +74,24 @@ impl ClientStream {
         matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
     }
 
+    /// Resolves when the client closes its end or its connection breaks, while an
+    /// exchange waits for as long as its client stays: its backend connection then
+    /// closes at once, as nginx closes its upstream's, so the app sees the client go
+    /// (a long-poll's message kept for the next poll, not written to a departed one).
+    /// It peeks, so nothing is taken. Bytes that arrive instead (a pipelined request,
+    /// a TLS record) leave it to `has_left`, asked at each quiet interval; so does an
+    /// HTTP/2 stream, whose reset is watched for on its own.
+    pub(crate) async fn left(&self) {
+        let tcp = match self {
+            ClientStream::Plain(s) => s,
+            ClientStream::Tls(s) => s.get_ref().0,
+            ClientStream::H2(_) => return std::future::pending().await,
+        };
+        if let Ok(1..) = tcp.peek(&mut [0u8; 1]).await {
+            std::future::pending().await
+        }
+    }
+
     /// Waits for the first bytes of the next request and reads them into `buf`.
     /// `Ok(0)`: the client closed.
     ///
