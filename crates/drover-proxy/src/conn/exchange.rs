@@ -234,7 +234,6 @@ impl Conn {
                 hash_key: head.hash_key.as_deref(),
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
-                previous: self.served_by.as_ref(),
             };
             let slot = match shared.admission.acquire(&ctx).await {
                 Ok(slot) => slot,
@@ -253,7 +252,6 @@ impl Conn {
                 Attempt::Done(keep) => {
                     // The backend is done: free its slot before the client takes the rest.
                     drop(slot);
-                    self.served_by = Some(Arc::clone(&endpoint));
                     self.outcome.endpoint = Some(endpoint);
                     let tail = std::mem::take(&mut self.out);
                     let sent = body::write_all(&mut self.client, &tail, client_timeout).await;
