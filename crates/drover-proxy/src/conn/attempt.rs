@@ -16,6 +16,7 @@ use crate::upstream::{self, Upstream};
 use drover_balance::{clock, Endpoint, Pick};
 use drover_metrics::Cause;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, warn};
 
@@ -582,6 +583,9 @@ impl Conn {
         let timeouts = self.opts().timeouts;
         let timeout = timeouts.quiet_backend(long_lived);
         let waits = timeouts.waits_while_client_stays(long_lived);
+        // Watching the client costs a syscall (a peek) per request, and most answers
+        // come well within a second: so an answer is waited on for that long first.
+        let mut watch_client = false;
         loop {
             if !self.ubuf.is_empty() {
                 // Shutdown may have begun while the backend worked: then this response
@@ -601,8 +605,13 @@ impl Conn {
                     Err(bad) => return Err(ReadHead::Bad(bad.0)),
                 }
             }
-            let read = body::read_some(up, &mut self.ubuf, timeout);
-            let read = if waits {
+            let quiet = if waits && !watch_client {
+                timeout.min(WATCH_CLIENT_AFTER)
+            } else {
+                timeout
+            };
+            let read = body::read_some(up, &mut self.ubuf, quiet);
+            let read = if watch_client {
                 tokio::select! {
                     biased;
                     read = read => read,
@@ -626,6 +635,9 @@ impl Conn {
                 }
                 Ok(_) => {}
                 Err(BodyError::Timeout) if !waits => return Err(ReadHead::Timeout),
+                Err(BodyError::Timeout) if !watch_client && quiet < timeout => {
+                    watch_client = true;
+                }
                 Err(BodyError::Timeout) if self.client.has_left() => {
                     return Err(ReadHead::ClientLeft)
                 }
@@ -633,7 +645,10 @@ impl Conn {
                 // for news (an event stream, a long-poll): the app is not working on
                 // it, or the worker's CPU says so. Still pending, an endless loop's
                 // request would keep an `h2c` worker "busy" (`works_on_a_batch`).
-                Err(BodyError::Timeout) => pick.stop_pending(),
+                Err(BodyError::Timeout) => {
+                    watch_client = true;
+                    pick.stop_pending();
+                }
             }
         }
     }
@@ -663,6 +678,10 @@ impl Conn {
         Attempt::Done(false)
     }
 }
+
+/// How long an answer that may wait as long as its client stays is waited on before
+/// drover starts watching for the client to leave.
+const WATCH_CLIENT_AFTER: Duration = Duration::from_secs(1);
 
 enum ReadHead {
     Closed {
