@@ -1310,6 +1310,7 @@ impl RawConfig {
             // routing listener's). A TCP balancer in front of an app alone hands each
             // connection to a Node worker at accept, unread, as `drover run --tcp`
             // does (one no worker takes is relayed); hashed, it relays them all.
+            b.connection_affinity = !modes.is_empty();
             if b.routes.is_empty() && b.listen.is_some() {
                 b.handoff = match b.mode {
                     Protocol::Http => {
@@ -4200,8 +4201,11 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         // Beside other backends every request is placed by the balancer: a connection
         // handed to a worker would never reach them.
         assert_eq!(b.handoff, drover_proxy::Handoff::Never);
+        // So is each of a connection's requests, as a proxy's.
+        assert!(!b.connection_affinity);
         let alone = ok("[[app]]\nname = \"web\"\ncommand = [\"x\"]\n[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"app:web\"]\n");
         assert_eq!(alone.balancers[0].handoff, drover_proxy::Handoff::WhenEven);
+        assert!(alone.balancers[0].connection_affinity);
 
         let plan = crate::plan::BalancerPlan::from_config(b).unwrap();
         assert_eq!(plan.app.as_deref(), Some("web"));

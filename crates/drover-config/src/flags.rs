@@ -1361,6 +1361,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             }
             balancer.handoff =
                 model::handoff_for(&[args.mode], balancer.strategy, balancer.backend_protocol);
+            balancer.connection_affinity = true;
             balancer.apply_limits(&args.limits);
             balancer.timeouts = args.timeouts.config(None);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
@@ -1559,6 +1560,7 @@ pub fn ecosystem_balancers(
         balancer.threads = Some(threads);
         // PM2 bounds no answer's time: nor does drover in its place.
         balancer.timeouts.request = None;
+        balancer.connection_affinity = true;
         balancer.handoff = model::handoff_for(
             &[eco.app.spec.mode],
             balancer.strategy,
@@ -1782,6 +1784,8 @@ mod tests {
         assert_eq!(flags.threads, Some(default_threads()));
         flags.threads = None;
         assert_eq!(flags, file.balancers[0]);
+        // A proxy spreads one connection's requests, as nginx and HAProxy do.
+        assert!(!flags.connection_affinity);
 
         let r = Run::try_parse_from(["run", "-l", "127.0.0.1:8000", "--", "node", "app.js"])
             .unwrap()
@@ -1805,6 +1809,8 @@ mod tests {
         );
         balancer.timeouts.request = file.balancers[0].timeouts.request;
         assert_eq!(balancer, file.balancers[0]);
+        // In front of the workers, as Node's cluster module, a connection stays on one.
+        assert!(balancer.connection_affinity);
         let timed = |flag: &str| {
             let r = Run::try_parse_from(["run", "--request-timeout", flag, "--", "x"])
                 .unwrap()

@@ -113,6 +113,10 @@ pub struct BalancerConfig {
     /// When client connections go to workers that serve them directly: set from the
     /// mode of the app behind it ("auto": `WhenEven`, "handoff": `Always`).
     pub handoff: drover_proxy::Handoff,
+    /// A connection's requests stay on the worker that served its last one while it is
+    /// free: set in front of one supervised app alone (`drover run`, an ecosystem file's
+    /// app, `backends = ["app:NAME"]`), whose workers stand in for Node cluster's.
+    pub connection_affinity: bool,
     /// `proxy_protocol = { trusted = [...] }`: every connection must come from one of
     /// these senders and start with a PROXY protocol header naming the client; `None`
     /// (default): no header is read.
@@ -402,6 +406,7 @@ impl BalancerConfig {
             drain_timeout: DRAIN_TIMEOUT,
             threads: None,
             handoff: drover_proxy::Handoff::Never,
+            connection_affinity: false,
             proxy_protocol: None,
             send_proxy_protocol: None,
             access_log: AccessLogConfig::default(),

@@ -215,6 +215,7 @@ impl BalancerPlan {
                 hash_key: b.hash.clone(),
                 sticky_cookie: b.sticky.as_ref().map(|s| s.cookie.clone()),
                 handoff: b.handoff,
+                connection_affinity: b.connection_affinity,
                 proxy_protocol: b.proxy_protocol.clone(),
                 send_proxy_protocol: b.send_proxy_protocol,
                 access_log: b.access_log.clone(),

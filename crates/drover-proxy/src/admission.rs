@@ -291,6 +291,7 @@ impl Admission {
                 hash_key: waiter.hash_key.as_deref(),
                 sticky: waiter.sticky.as_deref(),
                 exclude: &waiter.exclude,
+                previous: None,
             };
             let result = match self.balancer.pick(&set, &ctx) {
                 Ok(pick) => Ok(self.slot(pick)),
@@ -531,6 +532,7 @@ mod tests {
             hash_key: None,
             sticky: None,
             exclude: &[],
+            previous: None,
         }
     }
 

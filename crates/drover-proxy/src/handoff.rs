@@ -58,7 +58,7 @@ pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStrea
     {
         return Some(stream);
     }
-    match give(shared, stream, HandOver::LeastBehind) {
+    match give(shared, stream, HandOver::LeastBehind, None) {
         Ok(()) => None,
         Err(back) => back.into_plain().ok(),
     }
@@ -123,11 +123,13 @@ pub(crate) fn at_new_connection(shared: &BalancerState) {
     }
 }
 
-/// Gives `stream` to a worker (the one `to` says); the stream back when none took it.
+/// Gives `stream` to a worker (the one `to` says, `served_by` where it may: the one
+/// that answered its last request); the stream back when none took it.
 pub(crate) fn give(
     shared: &BalancerState,
     stream: TcpStream,
     to: HandOver,
+    served_by: Option<std::net::SocketAddr>,
 ) -> Result<(), ClientStream> {
     // Out of this thread's reactor: from here the worker's event loop owns it.
     let plain = match stream.into_std() {
@@ -139,8 +141,8 @@ pub(crate) fn give(
         }
     };
     let given = match to {
-        HandOver::LeastBehind => shared.pool.hand_off(plain),
-        HandOver::OwnWorker => shared.pool.hand_to_own(plain),
+        HandOver::LeastBehind => shared.pool.hand_off(plain, served_by),
+        HandOver::OwnWorker => shared.pool.hand_to_own(plain, served_by),
     };
     match given {
         Ok(_) => {

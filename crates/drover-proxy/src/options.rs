@@ -28,6 +28,13 @@ pub struct ProxyOptions {
     /// (`Pool::hand_off`: a Node worker under `drover run`), which then serves them with
     /// no drover in between.
     pub handoff: Handoff,
+    /// A keep-alive connection's next request goes to the endpoint that answered its
+    /// last one while that one has nothing pending, and so does the connection when it
+    /// is handed over (`connection_affinity`): for workers that stand in for Node
+    /// cluster's, which never move a connection, so an app that keeps a client's state
+    /// in memory (a session) finds it. Off for `drover proxy`, which spreads one
+    /// connection's requests as nginx and HAProxy do.
+    pub connection_affinity: bool,
     /// Read a PROXY protocol header (v1 or v2) from these senders, and refuse every
     /// other connection (`proxy_protocol`); `None`: none is expected. Connections are
     /// then never handed to a worker, which would see the sender's address, not the
@@ -139,6 +146,7 @@ impl Default for ProxyOptions {
             sticky_cookie: None,
             max_idle_per_endpoint: 64,
             handoff: Handoff::Never,
+            connection_affinity: false,
             proxy_protocol: None,
             send_proxy_protocol: None,
             access_log: crate::access_log::Settings::default(),

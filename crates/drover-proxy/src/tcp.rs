@@ -278,6 +278,7 @@ async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> P
             hash_key: hash_key.as_deref().map(str::as_bytes),
             sticky: None,
             exclude: &tried,
+            previous: None,
         };
         let asked = Instant::now();
         let acquired = shared.admission.acquire(&ctx).await;

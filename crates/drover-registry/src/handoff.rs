@@ -184,14 +184,15 @@ impl Handoffs {
 
     /// Gives `stream` to a worker of its own: one in the pool that serves no client
     /// connection, has none on its way, and has no request of the balancer's in flight,
-    /// the one given the fewest so far. The address it went to, or the stream back when
-    /// there is none.
+    /// `prefer` if it is one, else the one given the fewest so far. The address it went
+    /// to, or the stream back when there is none.
     pub fn hand_to_own(
         &self,
         stream: TcpStream,
+        prefer: Option<SocketAddr>,
         find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
     ) -> Result<SocketAddr, TcpStream> {
-        self.give_to_least(stream, find, |t, ep, now| {
+        self.give_to_least(stream, prefer, find, |t, ep, now| {
             let free = t.takes.clients() == Some(0)
                 && t.takes.queued() == 0
                 && ep.is_available(now)
@@ -200,14 +201,16 @@ impl Handoffs {
         })
     }
 
-    /// Gives `stream` to the endpoint of `endpoints` least behind; the address it went
-    /// to, or the stream back when none can take it.
+    /// Gives `stream` to the endpoint of `endpoints` least behind, `prefer` among those
+    /// as far behind as it; the address it went to, or the stream back when none can
+    /// take it.
     pub fn hand_off(
         &self,
         stream: TcpStream,
+        prefer: Option<SocketAddr>,
         find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
     ) -> Result<SocketAddr, TcpStream> {
-        self.give_to_least(stream, find, |t, ep, now| {
+        self.give_to_least(stream, prefer, find, |t, ep, now| {
             if !ep.is_available(now) {
                 return None;
             }
@@ -220,10 +223,16 @@ impl Handoffs {
         })
     }
 
-    /// Gives `stream` to the taker with the lowest `rank` (`None`: it may not take it).
+    /// Gives `stream` to the taker with the lowest `rank` (`None`: it may not take it);
+    /// of those ranked alike but for how many they were given, `prefer`: the worker that
+    /// served the connection's last request, where the app may keep its client's state
+    /// (an in-memory session), as it would under Node's cluster module, which never
+    /// moves a connection. Handed to another idle worker, one browser tab's connection
+    /// found its login gone on every page after it.
     fn give_to_least(
         &self,
         stream: TcpStream,
+        prefer: Option<SocketAddr>,
         find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
         rank: impl Fn(&Taker, &Endpoint, u64) -> Option<(usize, bool, u64)>,
     ) -> Result<SocketAddr, TcpStream> {
@@ -233,7 +242,9 @@ impl Handoffs {
             .iter()
             .filter_map(|t| {
                 let ep = find(t.addr)?;
-                Some((rank(t, &ep, now)?, (t, ep)))
+                let (behind, saturated, given) = rank(t, &ep, now)?;
+                let elsewhere = prefer != Some(t.addr);
+                Some(((behind, saturated, elsewhere, given), (t, ep)))
             })
             .min_by_key(|(key, _)| *key)
             .map(|(_, best)| best);
@@ -310,7 +321,7 @@ mod tests {
         h.register(b, fb.clone());
         assert!(!eps[0].serves_clients());
         for _ in 0..10 {
-            h.hand_off(stream(&l), find).unwrap();
+            h.hand_off(stream(&l), None, find).unwrap();
         }
         assert_eq!(fa.got.lock().unwrap().len(), 5);
         assert_eq!(fb.got.lock().unwrap().len(), 5);
@@ -320,22 +331,55 @@ mod tests {
         // a's event loop is busy: it has not taken up what it was given.
         fa.queued.store(1, Relaxed);
         for _ in 0..6 {
-            assert_eq!(h.hand_off(stream(&l), find).unwrap(), b);
+            assert_eq!(h.hand_off(stream(&l), None, find).unwrap(), b);
         }
         // Both far behind, or stalled: the caller keeps the connection.
         fa.queued.store(MAX_QUEUED, Relaxed);
         fb.queued.store(MAX_QUEUED, Relaxed);
-        assert!(h.hand_off(stream(&l), find).is_err());
+        assert!(h.hand_off(stream(&l), None, find).is_err());
         fa.queued.store(1, Relaxed);
         fa.stalled.store(true, Relaxed);
-        assert!(h.hand_off(stream(&l), find).is_err());
+        assert!(h.hand_off(stream(&l), None, find).is_err());
         fa.stalled.store(false, Relaxed);
 
         // Out of the pool: none.
         h.unregister(a);
         fb.queued.store(0, Relaxed);
-        assert_eq!(h.hand_off(stream(&l), |_| None).map_err(|_| ()), Err(()));
-        assert_eq!(h.hand_off(stream(&l), find).unwrap(), b);
+        assert_eq!(
+            h.hand_off(stream(&l), None, |_| None).map_err(|_| ()),
+            Err(())
+        );
+        assert_eq!(h.hand_off(stream(&l), None, find).unwrap(), b);
+    }
+
+    #[test]
+    fn a_connection_goes_back_to_the_worker_that_served_it_unless_that_one_is_behind() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        );
+        let eps = [Arc::new(Endpoint::new(a)), Arc::new(Endpoint::new(b))];
+        let find = |addr: SocketAddr| eps.iter().find(|e| e.addr() == addr).cloned();
+        let h = Handoffs::default();
+        let (fa, fb) = (fake(0), fake(0));
+        h.register(a, fa.clone());
+        h.register(b, fb.clone());
+        // b served the connection's last request: it gets it, however many it has.
+        for _ in 0..4 {
+            assert_eq!(h.hand_off(stream(&l), Some(b), find).unwrap(), b);
+        }
+        // Unless it is behind: then the other one.
+        fb.queued.store(1, Relaxed);
+        assert_eq!(h.hand_off(stream(&l), Some(b), find).unwrap(), a);
+        // A worker of its own likewise, when the one that served it is free.
+        let own = Handoffs::default();
+        let (fa, fb) = (fake(0), fake(0));
+        fa.clients.store(0, Relaxed);
+        fb.clients.store(0, Relaxed);
+        own.register(a, fa);
+        own.register(b, fb);
+        assert_eq!(own.hand_to_own(stream(&l), Some(b), find).unwrap(), b);
     }
 
     #[test]
@@ -352,7 +396,7 @@ mod tests {
             h.register(*a, f.clone());
         }
         // None can say what it serves: none is its own, and none is counted.
-        assert!(h.hand_to_own(stream(&l), find).is_err());
+        assert!(h.hand_to_own(stream(&l), None, find).is_err());
         assert_eq!(h.occupancy(find), Occupancy::default());
 
         for f in &fakes {
@@ -373,13 +417,13 @@ mod tests {
             ..Default::default()
         };
         let pick = drover_balance::Pick::try_new(&eps[1], &ctx).unwrap();
-        assert_eq!(h.hand_to_own(stream(&l), find).unwrap(), addrs[2]);
+        assert_eq!(h.hand_to_own(stream(&l), None, find).unwrap(), addrs[2]);
         assert!(eps[2].serves_clients());
         // It has one on its way (not yet taken up): not free either.
         fakes[2].queued.store(1, Relaxed);
-        assert!(h.hand_to_own(stream(&l), find).is_err());
+        assert!(h.hand_to_own(stream(&l), None, find).is_err());
         drop(pick);
-        assert_eq!(h.hand_to_own(stream(&l), find).unwrap(), addrs[1]);
+        assert_eq!(h.hand_to_own(stream(&l), None, find).unwrap(), addrs[1]);
         fakes[1].clients.store(1, Relaxed);
         fakes[2].clients.store(1, Relaxed);
         assert_eq!(

@@ -288,10 +288,14 @@ impl Pool {
 
     /// Gives a client connection to the member that takes connections and is least
     /// behind (see `handoff`); the stream back when none can take it.
-    pub fn hand_off(&self, stream: std::net::TcpStream) -> Result<SocketAddr, std::net::TcpStream> {
+    pub fn hand_off(
+        &self,
+        stream: std::net::TcpStream,
+        prefer: Option<SocketAddr>,
+    ) -> Result<SocketAddr, std::net::TcpStream> {
         let set = self.set.load();
         self.handoffs
-            .hand_off(stream, |addr| set.find(addr).cloned())
+            .hand_off(stream, prefer, |addr| set.find(addr).cloned())
     }
 
     /// Gives a client connection to a member that takes connections and serves nothing
@@ -299,10 +303,11 @@ impl Pool {
     pub fn hand_to_own(
         &self,
         stream: std::net::TcpStream,
+        prefer: Option<SocketAddr>,
     ) -> Result<SocketAddr, std::net::TcpStream> {
         let set = self.set.load();
         self.handoffs
-            .hand_to_own(stream, |addr| set.find(addr).cloned())
+            .hand_to_own(stream, prefer, |addr| set.find(addr).cloned())
     }
 
     /// What the members that take connections serve (see `Handoffs::occupancy`).

@@ -491,6 +491,60 @@ async fn a_request_drover_places_shows_the_app_its_clients_address_as_under_node
     }
 }
 
+/// An app that keeps its sessions in the worker's memory (express-session's default
+/// store) works under Node's cluster module for a browser tab's keep-alive connection:
+/// the worker that accepted it answers all its requests. Under drover's default mode the
+/// request after a login was placed on whichever worker was free, and the connection
+/// then handed to either: in five tabs, one to every page of two of them answered
+/// "who are you?". The worker that served a connection's last request now serves its
+/// next one, and takes it when it is handed over, while it is free.
+#[tokio::test]
+async fn a_browser_tabs_connection_keeps_its_in_memory_session_as_under_node_cluster() {
+    let dir = fixture("sessions");
+    let dir = Path::new(&dir);
+    assert!(
+        dir.join("node_modules/express-session").exists(),
+        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/sessions` \
+         (scripts/test does)"
+    );
+    // "auto" hands the connection over after its first requests; "proxy" places each.
+    for mode in ["auto", "proxy"] {
+        let mut cmd = Command::new(bin());
+        cmd.args("run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --mode".split(' '))
+            .args([mode, "--", "node", "app.js"])
+            .current_dir(dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        wait_all_serving(&d, admin).await;
+        for tab in 0..5 {
+            let mut client = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
+            let login = client.request("POST", "/login", &[], None).await.unwrap();
+            assert_eq!(login.status, 302, "{mode}, tab {tab}: {}", login.text());
+            let cookie = login
+                .header("set-cookie")
+                .and_then(|c| c.split(';').next())
+                .unwrap_or_else(|| panic!("{mode}, tab {tab}: no session cookie"))
+                .to_owned();
+            for page in 0..20 {
+                let me = client
+                    .request("GET", "/me", &[("cookie", &cookie)], None)
+                    .await
+                    .unwrap();
+                assert!(
+                    me.status == 200 && me.text().starts_with("hello ann"),
+                    "--mode {mode}, tab {tab}, page {page}: {} {}\n{}",
+                    me.status,
+                    me.text(),
+                    d.stderr_text()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        drover_stops_cleanly("sessions", &d).await;
+    }
+}
+
 /// `GET /` over the Unix socket at `path`: the status and body, or why not.
 async fn get_over_unix(path: &Path) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

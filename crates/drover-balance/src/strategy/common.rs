@@ -114,6 +114,15 @@ pub(crate) fn least_loaded_of<'s>(
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
     for e in candidates {
         if e.is_free(now) {
+            // Free, the endpoint that served this connection's last request is as good
+            // as any other free one, and it may hold what the app keeps of this client
+            // (an in-memory session, as express-session's default store keeps it): Node's
+            // cluster module never moves a connection. Drawn among the free ones, one
+            // browser tab's pages after its login were placed on the other worker,
+            // logged out. Under load nothing is free and the score decides.
+            if ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) {
+                return Some(e);
+            }
             // Weighted reservoir sampling: each idle endpoint ends up chosen with
             // probability share / total, in one pass.
             let share = e.idle_share(now);

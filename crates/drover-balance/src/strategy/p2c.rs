@@ -105,6 +105,26 @@ mod tests {
     }
 
     #[test]
+    fn a_connections_next_request_goes_where_its_last_went_while_that_one_is_free() {
+        let s = set_of(&[1, 1, 1]);
+        let previous = &s.endpoints()[2];
+        let again = PickContext {
+            previous: Some(previous),
+            ..ctx()
+        };
+        for _ in 0..20 {
+            let p = P2c::new().pick(&s, &again).unwrap();
+            assert_eq!(index_of(&s, &p), 2);
+        }
+        // Busy with another request: the connection's next one goes to a free endpoint.
+        let _held = Pick::try_new(previous, &ctx()).unwrap();
+        for _ in 0..20 {
+            let p = P2c::new().pick(&s, &again).unwrap();
+            assert_ne!(index_of(&s, &p), 2);
+        }
+    }
+
+    #[test]
     fn a_cheap_request_finds_the_one_endpoint_without_expensive_work_in_a_pool_of_eight() {
         // Seven endpoints each hold an expensive request, one holds a cheap one. Two
         // random draws would miss that one three times in four.

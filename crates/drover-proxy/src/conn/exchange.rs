@@ -234,6 +234,7 @@ impl Conn {
                 hash_key: head.hash_key.as_deref(),
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
+                previous: self.served_by.as_ref(),
             };
             let slot = match shared.admission.acquire(&ctx).await {
                 Ok(slot) => slot,
@@ -252,6 +253,9 @@ impl Conn {
                 Attempt::Done(keep) => {
                     // The backend is done: free its slot before the client takes the rest.
                     drop(slot);
+                    if shared.opts.connection_affinity {
+                        self.served_by = Some(Arc::clone(&endpoint));
+                    }
                     self.outcome.endpoint = Some(endpoint);
                     let tail = std::mem::take(&mut self.out);
                     let sent = body::write_all(&mut self.client, &tail, client_timeout).await;

@@ -158,8 +158,9 @@ pub(crate) async fn serve(
             Ended::HandOver(to) => {
                 let shared = Arc::clone(&conn.thread.shared);
                 // `run` hands over plain connections only.
+                let served_by = conn.served_by.as_ref().map(|e| e.addr());
                 let given = match conn.client.into_plain() {
-                    Ok(plain) => handoff::give(&shared, plain, to),
+                    Ok(plain) => handoff::give(&shared, plain, to, served_by),
                     Err(tls) => Err(tls),
                 };
                 match given {
@@ -276,6 +277,9 @@ struct Conn {
     /// An endpoint took the request under way and closed on it with no answer: the
     /// next one to do so is its last (see `Conn::after_drop`).
     dropped: bool,
+    /// The endpoint that answered this connection's last request: its next one, and a
+    /// hand-over, go there again while it is free (`PickContext::previous`).
+    served_by: Option<Arc<Endpoint>>,
 }
 
 impl Outcome {
@@ -352,6 +356,7 @@ impl Conn {
             upstream_is_private: false,
             cut: false,
             dropped: false,
+            served_by: None,
         }
     }
 
