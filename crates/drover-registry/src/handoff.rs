@@ -224,11 +224,12 @@ impl Handoffs {
     }
 
     /// Gives `stream` to the taker with the lowest `rank` (`None`: it may not take it);
-    /// of those ranked alike but for how many they were given, `prefer`: the worker that
-    /// served the connection's last request, where the app may keep its client's state
-    /// (an in-memory session), as it would under Node's cluster module, which never
-    /// moves a connection. Handed to another idle worker, one browser tab's connection
-    /// found its login gone on every page after it.
+    /// of those as far behind, `prefer`: the worker that served the connection's last
+    /// request, where the app may keep its client's state (an in-memory session), as it
+    /// would under Node's cluster module, which never moves a connection. Handed to
+    /// another idle worker, one browser tab's connection found its login gone on every
+    /// page after it; handed elsewhere while its worker's CPU read saturated (from that
+    /// very request), on one page in a hundred.
     fn give_to_least(
         &self,
         stream: TcpStream,
@@ -244,7 +245,7 @@ impl Handoffs {
                 let ep = find(t.addr)?;
                 let (behind, saturated, given) = rank(t, &ep, now)?;
                 let elsewhere = prefer != Some(t.addr);
-                Some(((behind, saturated, elsewhere, given), (t, ep)))
+                Some(((behind, elsewhere, saturated, given), (t, ep)))
             })
             .min_by_key(|(key, _)| *key)
             .map(|(_, best)| best);
@@ -365,10 +366,14 @@ mod tests {
         let (fa, fb) = (fake(0), fake(0));
         h.register(a, fa.clone());
         h.register(b, fb.clone());
-        // b served the connection's last request: it gets it, however many it has.
+        // b served the connection's last request: it gets it, however many it has,
+        // and while its CPU reads saturated.
         for _ in 0..4 {
             assert_eq!(h.hand_off(stream(&l), Some(b), find).unwrap(), b);
         }
+        eps[1].report_load(clock::now(), 1.0);
+        assert_eq!(h.hand_off(stream(&l), Some(b), find).unwrap(), b);
+        assert_eq!(h.hand_off(stream(&l), None, find).unwrap(), a);
         // Unless it is behind: then the other one.
         fb.queued.store(1, Relaxed);
         assert_eq!(h.hand_off(stream(&l), Some(b), find).unwrap(), a);

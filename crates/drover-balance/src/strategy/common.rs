@@ -113,16 +113,18 @@ pub(crate) fn least_loaded_of<'s>(
     let mut idle_total = 0.0;
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
     for e in candidates {
+        // With nothing pending, the endpoint that served this connection's last request
+        // is as good as any other idle one, and it may hold what the app keeps of this
+        // client (an in-memory session, as express-session's default store keeps it):
+        // Node's cluster module never moves a connection. Drawn among the idle ones, one
+        // browser tab's pages after its login were placed on the other worker, logged
+        // out. Its CPU may read saturated, from that very request (a first request's
+        // compiling), and that moved one page in a hundred. Under load nothing is idle
+        // and the score decides.
+        if e.is_idle() && ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) {
+            return Some(e);
+        }
         if e.is_free(now) {
-            // Free, the endpoint that served this connection's last request is as good
-            // as any other free one, and it may hold what the app keeps of this client
-            // (an in-memory session, as express-session's default store keeps it): Node's
-            // cluster module never moves a connection. Drawn among the free ones, one
-            // browser tab's pages after its login were placed on the other worker,
-            // logged out. Under load nothing is free and the score decides.
-            if ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) {
-                return Some(e);
-            }
             // Weighted reservoir sampling: each idle endpoint ends up chosen with
             // probability share / total, in one pass.
             let share = e.idle_share(now);

@@ -105,13 +105,20 @@ mod tests {
     }
 
     #[test]
-    fn a_connections_next_request_goes_where_its_last_went_while_that_one_is_free() {
+    fn a_connections_next_request_goes_where_its_last_went_while_that_one_is_idle() {
         let s = set_of(&[1, 1, 1]);
         let previous = &s.endpoints()[2];
         let again = PickContext {
             previous: Some(previous),
             ..ctx()
         };
+        for _ in 0..20 {
+            let p = P2c::new().pick(&s, &again).unwrap();
+            assert_eq!(index_of(&s, &p), 2);
+        }
+        // Its CPU reads saturated (from that last request, say), nothing pending: still.
+        previous.report_load(1, 1.0);
+        assert!(previous.is_saturated(1) && previous.is_idle());
         for _ in 0..20 {
             let p = P2c::new().pick(&s, &again).unwrap();
             assert_eq!(index_of(&s, &p), 2);
