@@ -545,6 +545,69 @@ async fn a_browser_tabs_connection_keeps_its_in_memory_session_as_under_node_clu
     }
 }
 
+/// The usual production set-up: nginx ends TLS and says so in `X-Forwarded-Proto`
+/// (and the host the client asked for in `X-Forwarded-Host`); behind it, PM2 or Node's
+/// cluster module pass both on as they came, and an Express app with `trust proxy` sees
+/// `req.secure`. drover replaced them with its own view (plain HTTP, its own address):
+/// the app sent every request to HTTPS again, a redirect loop in the browser, and a
+/// secure session cookie was never set. A loopback or private client is taken for such
+/// a proxy; a public one cannot claim HTTPS (`http1::request` tests that).
+#[tokio::test]
+async fn behind_a_proxy_that_ends_tls_the_app_hears_how_its_client_came_as_under_pm2() {
+    let dir = fixture("sessions");
+    let dir = Path::new(&dir);
+    assert!(
+        dir.join("node_modules/express-session").exists(),
+        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/sessions` \
+         (scripts/test does)"
+    );
+    // "auto" places a connection's first requests and hands it over; "proxy" places all.
+    for mode in ["auto", "proxy"] {
+        let mut cmd = Command::new(bin());
+        cmd.args("run -w 2 --listen 127.0.0.1:0 --admin off --mode".split(' '))
+            .args([mode, "--", "node", "app.js"])
+            .current_dir(dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        says(mode, &d, &["listening on port 3000"]).await;
+        // What nginx sends with `proxy_set_header X-Forwarded-Proto $scheme;` and
+        // `X-Forwarded-Host $host;`, on one keep-alive connection.
+        let mut front = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
+        for n in 0..6 {
+            let r = front
+                .request(
+                    "GET",
+                    "/account",
+                    &[
+                        ("x-forwarded-proto", "https"),
+                        ("x-forwarded-host", "shop.example"),
+                        ("x-forwarded-for", "203.0.113.9"),
+                    ],
+                    None,
+                )
+                .await
+                .unwrap();
+            assert!(
+                r.status == 200 && r.text().starts_with("account over https://shop.example "),
+                "--mode {mode}, request {n}: {} {:?} {}\n{}",
+                r.status,
+                r.header("location"),
+                r.text(),
+                d.stderr_text()
+            );
+        }
+        // A client that came over plain HTTP is sent to HTTPS, by the app.
+        let mut plain = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
+        let r = plain.get("/account").await;
+        assert_eq!(
+            (r.status, r.header("location")),
+            (301, Some("https://127.0.0.1/account")),
+            "--mode {mode}"
+        );
+        drover_stops_cleanly(mode, &d).await;
+    }
+}
+
 /// `GET /` over the Unix socket at `path`: the status and body, or why not.
 async fn get_over_unix(path: &Path) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -19,6 +19,12 @@ pub struct ClientInfo {
     pub proto: &'static str,
     /// The address the client connected to (see `server_authority`).
     pub server: std::net::SocketAddr,
+    /// The client's own `X-Forwarded-Proto` and `X-Forwarded-Host` go on unchanged: it
+    /// is on a loopback or private address, so taken for a proxy in front (nginx on the
+    /// same machine, a cloud load balancer that terminates TLS), as Express's
+    /// `trust proxy` preset "loopback, linklocal, uniquelocal" and Rails' default trusted
+    /// proxies take it. From a public address drover writes its own.
+    pub keeps_forwarded: bool,
 }
 
 impl ClientInfo {
@@ -44,6 +50,7 @@ impl ClientInfo {
             forwarded_node,
             proto,
             server,
+            keeps_forwarded: is_local_or_private(peer.ip()),
         }
     }
 
@@ -57,6 +64,17 @@ impl ClientInfo {
             (std::net::IpAddr::V4(v4), p) if p == default_port => v4.to_string(),
             (std::net::IpAddr::V6(v6), p) if p == default_port => format!("[{v6}]"),
             _ => self.server.to_string(),
+        }
+    }
+}
+
+/// Loopback, private (RFC 1918, IPv6 unique local) or link-local: a proxy in front of
+/// drover is on one of these.
+fn is_local_or_private(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_private() || v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.is_unique_local() || v6.is_unicast_link_local()
         }
     }
 }
@@ -75,6 +93,10 @@ pub(crate) struct Forwarding<'a> {
     /// The client's own `X-Forwarded-For` and `Forwarded`, which drover's extend.
     pub xff: Option<&'a [u8]>,
     pub forwarded: Option<&'a [u8]>,
+    /// The client's own `X-Forwarded-Proto` and `X-Forwarded-Host` (one field each),
+    /// passed on when `ClientInfo::keeps_forwarded`.
+    pub proto: Option<&'a [u8]>,
+    pub forwarded_host: Option<&'a [u8]>,
     pub has_request_id: bool,
     /// The prefix of the path the route that picked the balancer strips (`routes`).
     pub strip: Option<Strip>,
@@ -95,9 +117,17 @@ pub(crate) fn write_backend_head(
         host,
         xff,
         forwarded,
+        proto,
+        forwarded_host,
         has_request_id,
         strip,
     } = *f;
+    // A proxy in front said how its client came, and to which host: an app behind both
+    // (Express's `req.secure`, `req.hostname` with `trust proxy`) must hear it, or its
+    // redirect to HTTPS loops and its secure cookies are never set.
+    let keeps = client.keeps_forwarded;
+    let forwarded_host = forwarded_host.filter(|_| keeps).or(host);
+    let proto = proto.filter(|_| keeps).unwrap_or(client.proto.as_bytes());
     out.clear();
     out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
     out.push(b' ');
@@ -133,10 +163,8 @@ pub(crate) fn write_backend_head(
     if let Some(host) = send_host {
         put_header(out, b"Host", host);
     }
-    out.extend_from_slice(b"X-Forwarded-Proto: ");
-    out.extend_from_slice(client.proto.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if let Some(host) = host {
+    put_header(out, b"X-Forwarded-Proto", proto);
+    if let Some(host) = forwarded_host {
         put_header(out, b"X-Forwarded-Host", host);
     }
     if let Some(prefix) = prefix {

@@ -139,6 +139,9 @@ pub fn parse(
     let mut expect_continue = false;
     let mut xff: Option<&[u8]> = None;
     let mut forwarded: Option<&[u8]> = None;
+    // `Some(None)`: more than one field, which drover replaces with its own.
+    let mut proto: Option<Option<&[u8]>> = None;
+    let mut forwarded_host: Option<Option<&[u8]>> = None;
     let mut has_request_id = false;
     let mut grpc = false;
     let mut event_stream = false;
@@ -183,6 +186,10 @@ pub fn parse(
                 return Err(bad(400, "more than one Forwarded field"));
             }
             forwarded = Some(h.value);
+        } else if is(name, "x-forwarded-proto") {
+            proto = Some(proto.is_none().then_some(h.value));
+        } else if is(name, "x-forwarded-host") {
+            forwarded_host = Some(forwarded_host.is_none().then_some(h.value));
         } else if is(name, "x-request-id") {
             has_request_id = true;
         } else if is(name, "content-type") {
@@ -253,6 +260,8 @@ pub fn parse(
         host,
         xff,
         forwarded,
+        proto: proto.flatten(),
+        forwarded_host: forwarded_host.flatten(),
         has_request_id,
         strip,
     };
@@ -342,11 +351,15 @@ mod tests {
     }
 
     fn run(raw: &[u8]) -> Result<(RequestHead, String), BadRequest> {
+        run_from(&client(), raw)
+    }
+
+    fn run_from(client: &ClientInfo, raw: &[u8]) -> Result<(RequestHead, String), BadRequest> {
         let mut out = Vec::new();
         match parse(
             raw,
             &Limits::default(),
-            &client(),
+            client,
             &KeySpec::default(),
             None,
             &mut out,
@@ -354,6 +367,67 @@ mod tests {
             Parsed::Complete(h) => Ok((h, String::from_utf8(out).unwrap())),
             Parsed::Partial => panic!("partial"),
         }
+    }
+
+    #[test]
+    fn a_proxy_in_front_says_how_its_client_came_and_a_client_cannot() {
+        let raw = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: shop.example\r\n\r\n";
+        let from = |peer: &str, proto| {
+            let client = ClientInfo::new(
+                peer.parse().unwrap(),
+                "10.9.8.7:8000".parse().unwrap(),
+                proto,
+            );
+            run_from(&client, raw).unwrap().1
+        };
+        let once = |out: &str, field: &str| out.matches(field).count() == 1;
+        // nginx on the same machine, a load balancer on the private network: an app
+        // behind both must hear that its client came over HTTPS to shop.example.
+        for front in [
+            "127.0.0.1:5555",
+            "10.1.2.3:5555",
+            "172.20.0.9:5555",
+            "192.168.1.2:5555",
+            "169.254.1.1:5555",
+            "[::1]:5555",
+            "[fd00::1]:5555",
+            "[fe80::1]:5555",
+            "[::ffff:10.1.2.3]:5555",
+        ] {
+            let out = from(front, "http");
+            assert!(
+                out.contains("X-Forwarded-Proto: https\r\n")
+                    && out.contains("X-Forwarded-Host: shop.example\r\n")
+                    && once(&out, "X-Forwarded-Proto")
+                    && once(&out, "X-Forwarded-Host"),
+                "{front}: {out}"
+            );
+        }
+        // A client on a public address says nothing of how it came: drover does.
+        for client in [
+            "203.0.113.7:5555",
+            "[2001:db8::1]:5555",
+            "[::ffff:8.8.8.8]:5555",
+        ] {
+            let out = from(client, "http");
+            assert!(
+                out.contains("X-Forwarded-Proto: http\r\n")
+                    && out.contains("X-Forwarded-Host: 127.0.0.1:8000\r\n")
+                    && !out.contains("https")
+                    && !out.contains("shop.example"),
+                "{client}: {out}"
+            );
+            assert!(from(client, "https").contains("X-Forwarded-Proto: https\r\n"));
+        }
+        // Two fields are no one answer: drover writes its own.
+        let (_, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: b\r\nX-Forwarded-Host: c\r\n\r\n").unwrap();
+        assert!(
+            out.contains("X-Forwarded-Proto: http\r\n")
+                && out.contains("X-Forwarded-Host: a\r\n")
+                && once(&out, "X-Forwarded-Proto")
+                && once(&out, "X-Forwarded-Host"),
+            "{out}"
+        );
     }
 
     fn status(raw: &[u8]) -> u16 {
@@ -369,11 +443,12 @@ mod tests {
         assert!(h.keep_alive && h.idempotent && h.body.is_none());
         assert!(out.starts_with("GET /a?b HTTP/1.1\r\nHost: ex.com\r\nAccept: */*\r\n"));
         assert!(out.contains("X-Forwarded-For: 1.1.1.1, 10.1.2.3\r\n"));
-        assert!(out.contains("X-Forwarded-Proto: http\r\n"));
+        // From a private address: a proxy in front, which said how its client came.
+        assert!(out.contains("X-Forwarded-Proto: https\r\n"));
         assert!(out.contains("X-Forwarded-Host: ex.com\r\n"));
         assert!(out.contains("Forwarded: for=10.1.2.3;host=\"ex.com\";proto=http\r\n"));
         assert!(out.contains("x-request-id: "));
-        for gone in ["Connection", "X-Drop", "Keep-Alive", "https"] {
+        for gone in ["Connection", "X-Drop", "Keep-Alive"] {
             assert!(!out.contains(gone), "{gone} in {out}");
         }
         assert!(out.ends_with("\r\n\r\n"));
