@@ -307,19 +307,22 @@ mod tests {
         TcpStream::connect(l.local_addr().unwrap()).unwrap()
     }
 
+    /// Two endpoints, each a registered taker that has taken up all it was given.
+    fn two_takers() -> ([Arc<Endpoint>; 2], Handoffs, Arc<Fake>, Arc<Fake>) {
+        let eps = [1, 2].map(|p| Arc::new(Endpoint::new(SocketAddr::from(([127, 0, 0, 1], p)))));
+        let h = Handoffs::default();
+        let (fa, fb) = (fake(0), fake(0));
+        h.register(eps[0].addr(), fa.clone());
+        h.register(eps[1].addr(), fb.clone());
+        (eps, h, fa, fb)
+    }
+
     #[test]
     fn equal_workers_alternate_and_a_worker_behind_gets_none() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let (a, b): (SocketAddr, SocketAddr) = (
-            "127.0.0.1:1".parse().unwrap(),
-            "127.0.0.1:2".parse().unwrap(),
-        );
-        let eps = [Arc::new(Endpoint::new(a)), Arc::new(Endpoint::new(b))];
+        let (eps, h, fa, fb) = two_takers();
+        let (a, b) = (eps[0].addr(), eps[1].addr());
         let find = |addr: SocketAddr| eps.iter().find(|e| e.addr() == addr).cloned();
-        let h = Handoffs::default();
-        let (fa, fb) = (fake(0), fake(0));
-        h.register(a, fa.clone());
-        h.register(b, fb.clone());
         assert!(!eps[0].serves_clients());
         for _ in 0..10 {
             h.hand_off(stream(&l), None, find).unwrap();
@@ -356,16 +359,9 @@ mod tests {
     #[test]
     fn a_connection_goes_back_to_the_worker_that_served_it_unless_that_one_is_behind() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let (a, b): (SocketAddr, SocketAddr) = (
-            "127.0.0.1:1".parse().unwrap(),
-            "127.0.0.1:2".parse().unwrap(),
-        );
-        let eps = [Arc::new(Endpoint::new(a)), Arc::new(Endpoint::new(b))];
+        let (eps, h, _, fb) = two_takers();
+        let (a, b) = (eps[0].addr(), eps[1].addr());
         let find = |addr: SocketAddr| eps.iter().find(|e| e.addr() == addr).cloned();
-        let h = Handoffs::default();
-        let (fa, fb) = (fake(0), fake(0));
-        h.register(a, fa.clone());
-        h.register(b, fb.clone());
         // b served the connection's last request: it gets it, however many it has,
         // and while its CPU reads saturated.
         for _ in 0..4 {

@@ -491,6 +491,27 @@ async fn a_request_drover_places_shows_the_app_its_clients_address_as_under_node
     }
 }
 
+/// `drover run -w 2 --mode MODE` of the express-session fixture (`npm ci` installs it),
+/// once both workers serve.
+async fn run_sessions_app(mode: &str) -> ChildProcess {
+    let dir = fixture("sessions");
+    let dir = Path::new(&dir);
+    assert!(
+        dir.join("node_modules/express-session").exists(),
+        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/sessions` \
+         (scripts/test does)"
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args("run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --mode".split(' '))
+        .args([mode, "--", "node", "app.js"])
+        .current_dir(dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    d
+}
+
 /// An app that keeps its sessions in the worker's memory (express-session's default
 /// store) works under Node's cluster module for a browser tab's keep-alive connection:
 /// the worker that accepted it answers all its requests. Under drover's default mode the
@@ -500,23 +521,9 @@ async fn a_request_drover_places_shows_the_app_its_clients_address_as_under_node
 /// next one, and takes it when it is handed over, while it is free.
 #[tokio::test]
 async fn a_browser_tabs_connection_keeps_its_in_memory_session_as_under_node_cluster() {
-    let dir = fixture("sessions");
-    let dir = Path::new(&dir);
-    assert!(
-        dir.join("node_modules/express-session").exists(),
-        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/sessions` \
-         (scripts/test does)"
-    );
     // "auto" hands the connection over after its first requests; "proxy" places each.
     for mode in ["auto", "proxy"] {
-        let mut cmd = Command::new(bin());
-        cmd.args("run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --mode".split(' '))
-            .args([mode, "--", "node", "app.js"])
-            .current_dir(dir);
-        clean_env(&mut cmd);
-        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-        let admin = admin_addr(&d).await;
-        wait_all_serving(&d, admin).await;
+        let d = run_sessions_app(mode).await;
         for tab in 0..5 {
             let mut client = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
             let login = client.request("POST", "/login", &[], None).await.unwrap();
@@ -554,22 +561,9 @@ async fn a_browser_tabs_connection_keeps_its_in_memory_session_as_under_node_clu
 /// a proxy; a public one cannot claim HTTPS (`http1::request` tests that).
 #[tokio::test]
 async fn behind_a_proxy_that_ends_tls_the_app_hears_how_its_client_came_as_under_pm2() {
-    let dir = fixture("sessions");
-    let dir = Path::new(&dir);
-    assert!(
-        dir.join("node_modules/express-session").exists(),
-        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/sessions` \
-         (scripts/test does)"
-    );
     // "auto" places a connection's first requests and hands it over; "proxy" places all.
     for mode in ["auto", "proxy"] {
-        let mut cmd = Command::new(bin());
-        cmd.args("run -w 2 --listen 127.0.0.1:0 --admin off --mode".split(' '))
-            .args([mode, "--", "node", "app.js"])
-            .current_dir(dir);
-        clean_env(&mut cmd);
-        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-        says(mode, &d, &["listening on port 3000"]).await;
+        let d = run_sessions_app(mode).await;
         // What nginx sends with `proxy_set_header X-Forwarded-Proto $scheme;` and
         // `X-Forwarded-Host $host;`, on one keep-alive connection.
         let mut front = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
