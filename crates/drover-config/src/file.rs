@@ -914,6 +914,7 @@ struct RawBalancer {
     sticky: Option<Spanned<RawSticky>>,
     proxy_protocol: Option<Spanned<RawProxyProtocol>>,
     send_proxy_protocol: Option<Spanned<String>>,
+    forwarded_headers: Option<Spanned<RawTrusted>>,
     limits: Option<Spanned<RawLimits>>,
     drain_timeout: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
@@ -1055,6 +1056,14 @@ struct RawSticky {
 #[serde(deny_unknown_fields)]
 struct RawProxyProtocol {
     /// Addresses and CIDR ranges allowed to send a header.
+    trusted: Spanned<Vec<Spanned<String>>>,
+}
+
+/// `forwarded_headers = { trusted = [...] }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTrusted {
+    /// Addresses and CIDR ranges whose forwarding fields go on as sent.
     trusted: Spanned<Vec<Spanned<String>>>,
 }
 
@@ -2086,6 +2095,10 @@ fn validate_balancer(
                 raw.proxy_protocol.as_ref().map(Spanned::span),
             ),
             (
+                "forwarded_headers",
+                raw.forwarded_headers.as_ref().map(Spanned::span),
+            ),
+            (
                 "redirect_to_https",
                 raw.redirect_to_https.as_ref().map(Spanned::span),
             ),
@@ -2197,6 +2210,9 @@ fn validate_balancer(
         if let Some(l) = &raw.limits {
             return Err(http_only(l.span(), "limits"));
         }
+        if let Some(f) = &raw.forwarded_headers {
+            return Err(http_only(f.span(), "forwarded_headers"));
+        }
         if let Some(m) = raw
             .max_conns
             .as_ref()
@@ -2240,28 +2256,31 @@ fn validate_balancer(
         ));
     }
 
-    if let Some(pp) = raw.proxy_protocol {
-        let trusted = pp.into_inner().trusted;
+    // `trusted = [...]` under `table`: the senders, or an error naming the entry.
+    let trusted_senders = |trusted: Spanned<Vec<Spanned<String>>>, table: &str| {
         if trusted.get_ref().is_empty() {
             return Err(ctx.at(
                 trusted.span(),
-                key("proxy_protocol.trusted"),
+                key(&format!("{table}.trusted")),
                 "no sender to trust: list the addresses or CIDR ranges of the balancers in front, e.g. [\"10.0.0.0/8\"]",
             ));
         }
         let mut ranges = Vec::new();
         for (j, entry) in trusted.into_inner().into_iter().enumerate() {
-            let range =
-                drover_proxy::proxy_protocol::parse_range(entry.get_ref()).map_err(|e| {
-                    ctx.at(
-                        entry.span(),
-                        key(&format!("proxy_protocol.trusted[{j}]")),
-                        e,
-                    )
-                })?;
+            let range = drover_proxy::proxy_protocol::parse_range(entry.get_ref())
+                .map_err(|e| ctx.at(entry.span(), key(&format!("{table}.trusted[{j}]")), e))?;
             ranges.push(range);
         }
-        b.proxy_protocol = Some(TrustedSenders::new(ranges));
+        Ok(TrustedSenders::new(ranges))
+    };
+    if let Some(pp) = raw.proxy_protocol {
+        b.proxy_protocol = Some(trusted_senders(pp.into_inner().trusted, "proxy_protocol")?);
+    }
+    if let Some(f) = raw.forwarded_headers {
+        b.forwarded_headers = Some(trusted_senders(
+            f.into_inner().trusted,
+            "forwarded_headers",
+        )?);
     }
 
     if let Some(routes) = &raw.routes {
@@ -4010,6 +4029,19 @@ sticky = { cookie = "sid" }
         // Without it, an empty pool still needs an [admin] table.
         let e = err(&plain.replace("redirect_to_https = 8443\n", ""));
         check(&e, 3, "balancer[0].backends", "must not be empty");
+    }
+
+    #[test]
+    fn forwarded_headers_trust_the_listed_senders_in_place_of_private_addresses() {
+        assert_eq!(ok(MINIMAL).balancers[0].forwarded_headers, None);
+        let c = ok(&format!(
+            "{MINIMAL}forwarded_headers = {{ trusted = [\"173.245.48.0/20\", \"127.0.0.1\"] }}\n"
+        ));
+        let trusted = c.balancers[0].forwarded_headers.clone().unwrap();
+        assert!(trusted.trusts("173.245.48.9".parse().unwrap()));
+        assert!(!trusted.trusts("10.2.3.4".parse().unwrap()));
+        let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
+        assert_eq!(plan.proxy.forwarded_headers_from, Some(trusted));
     }
 
     #[test]

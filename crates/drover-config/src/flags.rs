@@ -193,7 +193,8 @@ impl AdminTokenArg {
     }
 }
 
-/// Who may send a PROXY protocol header, the same for `proxy` and `run`.
+/// Whom drover takes for a proxy in front (a PROXY protocol header, forwarding fields),
+/// and whether it sends a header on; the same for `proxy` and `run`.
 #[derive(Debug, Args)]
 pub struct ProxyProtocolArg {
     /// Read a PROXY protocol header (v1 or v2) from these senders, comma-separated
@@ -206,6 +207,12 @@ pub struct ProxyProtocolArg {
     /// that expect one (nginx `listen ... proxy_protocol`, HAProxy `accept-proxy`).
     #[arg(long, value_name = "VERSION")]
     pub send_proxy_protocol: Option<model::SendVersion>,
+    /// Pass on X-Forwarded-Proto and X-Forwarded-Host as these senders write them
+    /// (comma-separated addresses or CIDR ranges; 0.0.0.0/0,::/0 for everyone, as nginx
+    /// passes them), and write drover's own for everyone else [default: loopback and
+    /// private addresses, where a proxy in front is]
+    #[arg(long, value_name = "ADDRS")]
+    pub forwarded_headers_from: Option<model::TrustedSenders>,
 }
 
 /// HTTPS on the listener, the same for `proxy` and `run` (`tls` in a drover.toml).
@@ -946,6 +953,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     b.apply_limits(&a.limits);
     b.proxy_protocol = a.proxy_protocol.proxy_protocol_from.clone();
     b.send_proxy_protocol = a.proxy_protocol.send_proxy_protocol;
+    b.forwarded_headers = a.proxy_protocol.forwarded_headers_from.clone();
     b.apply_access_log(&a.access_log)?;
     b.tls = a.tls.settings()?;
     b.backend_tls = a.backend_tls.settings()?;
@@ -1092,6 +1100,10 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
         ("http2", a.http2.is_some()),
         ("h2c", a.h2c),
         ("http2_max_streams", a.http2_max_streams.is_some()),
+        (
+            "forwarded_headers",
+            a.proxy_protocol.forwarded_headers_from.is_some(),
+        ),
     ];
     if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
         return Err(model::HttpOnly::of(key).in_flags());
@@ -1165,6 +1177,10 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         (
             args.proxy_protocol.proxy_protocol_from.is_some(),
             "--proxy-protocol-from",
+        ),
+        (
+            args.proxy_protocol.forwarded_headers_from.is_some(),
+            "--forwarded-headers-from",
         ),
         (args.health_path.is_some(), "--health-path"),
         (args.health_grpc.is_some(), "--health-grpc"),
@@ -1287,6 +1303,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.proxy_protocol.proxy_protocol_from.is_some() {
                 return Err("--proxy-protocol-from does not apply to --mode shared: the workers accept the connections themselves".into());
             }
+            if args.proxy_protocol.forwarded_headers_from.is_some() {
+                return Err("--forwarded-headers-from does not apply to --mode shared: the workers read their clients' requests themselves".into());
+            }
             if args.health_path.is_some() || args.health_grpc.is_some() {
                 let flag = if args.health_path.is_some() {
                     "--health-path"
@@ -1365,6 +1384,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             balancer.apply_limits(&args.limits);
             balancer.timeouts = args.timeouts.config(None);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
+            balancer.forwarded_headers = args.proxy_protocol.forwarded_headers_from.clone();
             balancer.apply_access_log(&args.access_log)?;
             balancer.tls = args.tls.settings()?;
             if args.h2c {
@@ -1764,6 +1784,13 @@ mod tests {
         assert_eq!(behind.timeouts.header_read, Duration::from_secs(2));
         let logged = proxy(&["--tcp", "--access-log", "json"]).unwrap();
         assert_eq!(logged.access_log.format, model::AccessLogFormat::Json);
+        // Whose forwarding fields go on as sent: an HTTP balancer's setting.
+        let cloudflare = proxy(&["--forwarded-headers-from", "173.245.48.0/20,::/0"]).unwrap();
+        assert_eq!(
+            cloudflare.forwarded_headers,
+            Some("173.245.48.0/20,::/0".parse().unwrap())
+        );
+        assert_eq!(proxy(&[]).unwrap().forwarded_headers, None);
     }
 
     /// Each default has one definition, in the library where it has one: `drover proxy`

@@ -125,6 +125,10 @@ pub struct BalancerConfig {
     /// protocol header naming the client (HAProxy's `send-proxy`, `send-proxy-v2`);
     /// `None` (default): none. Not for a balancer in front of an app.
     pub send_proxy_protocol: Option<SendVersion>,
+    /// `forwarded_headers = { trusted = [...] }`: the senders whose `X-Forwarded-Proto`
+    /// and `X-Forwarded-Host` go on as sent; `None` (default): loopback and private
+    /// addresses (a proxy in front).
+    pub forwarded_headers: Option<TrustedSenders>,
     /// `access_log`: a line per answered request; off by default. The library's own
     /// settings, so each default has one definition.
     pub access_log: AccessLogConfig,
@@ -282,6 +286,11 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "HTTP/2 is read frame by frame, and TCP mode reads nothing",
     },
     HttpOnly {
+        key: "forwarded_headers",
+        flag: Some("--forwarded-headers-from"),
+        why: "TCP mode reads no header and writes none",
+    },
+    HttpOnly {
         key: "max_conns",
         flag: Some("--max-conns"),
         why: "\"auto\" learns from request latency; give a number of connections per endpoint, or 0 (no limit)",
@@ -409,6 +418,7 @@ impl BalancerConfig {
             connection_affinity: false,
             proxy_protocol: None,
             send_proxy_protocol: None,
+            forwarded_headers: None,
             access_log: AccessLogConfig::default(),
             mode: Protocol::Http,
             tls: None,
@@ -459,6 +469,7 @@ impl BalancerConfig {
             ),
             ("redirect_to_https", self.redirect_to_https.is_some()),
             ("h2c", self.h2c),
+            ("forwarded_headers", self.forwarded_headers.is_some()),
         ];
         if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
             let entry = HttpOnly::of(key);

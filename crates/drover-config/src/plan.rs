@@ -218,6 +218,7 @@ impl BalancerPlan {
                 connection_affinity: b.connection_affinity,
                 proxy_protocol: b.proxy_protocol.clone(),
                 send_proxy_protocol: b.send_proxy_protocol,
+                forwarded_headers_from: b.forwarded_headers.clone(),
                 access_log: b.access_log.clone(),
                 protocol: b.mode,
                 tls,

@@ -45,6 +45,10 @@ pub struct ProxyOptions {
     /// one client's requests only: it is kept for that client's next request, never
     /// shared with another client.
     pub send_proxy_protocol: Option<SendVersion>,
+    /// Whose `X-Forwarded-Proto` and `X-Forwarded-Host` go on as sent
+    /// (`forwarded_headers`); `None`: a client on a loopback or private address's (see
+    /// `ClientInfo::keeps_forwarded`). Everyone else's are replaced by drover's own.
+    pub forwarded_headers_from: Option<TrustedSenders>,
     /// A line per answered request (`access_log`); off by default.
     pub access_log: crate::access_log::Settings,
     /// What the listener speaks: HTTP/1.1, or plain TCP relayed as it comes (`tcp.rs`).
@@ -149,6 +153,7 @@ impl Default for ProxyOptions {
             connection_affinity: false,
             proxy_protocol: None,
             send_proxy_protocol: None,
+            forwarded_headers_from: None,
             access_log: crate::access_log::Settings::default(),
             protocol: Protocol::Http,
             tls: None,

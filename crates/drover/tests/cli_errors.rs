@@ -94,6 +94,18 @@ async fn bad_flags_are_named() {
     )
     .await;
     fails(
+        &with(&["--tcp", "--forwarded-headers-from", "10.0.0.0/8"]),
+        "--forwarded-headers-from does not apply to --tcp",
+    )
+    .await;
+    // Senders to trust: addresses or CIDR ranges, at least one.
+    fails(
+        &with(&["--forwarded-headers-from", "10.0.0.0/33"]),
+        "--forwarded-headers-from",
+    )
+    .await;
+    fails(&with(&["--forwarded-headers-from", ","]), "no address").await;
+    fails(
         &with(&["--tcp", "--strategy", "peak-ewma"]),
         "strategy \"peak-ewma\" ranks endpoints by request latency",
     )
@@ -173,6 +185,11 @@ async fn bad_flags_are_named() {
     fails(
         &run(&["--tcp", "--request-timeout", "5m"]),
         "--request-timeout does not apply to --tcp",
+    )
+    .await;
+    fails(
+        &run(&["--tcp", "--forwarded-headers-from", "127.0.0.1"]),
+        "--forwarded-headers-from",
     )
     .await;
     fails(&run(&["--request-timeout", "soon"]), "--request-timeout").await;

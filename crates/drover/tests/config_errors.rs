@@ -263,6 +263,24 @@ fn bad_proxy_protocol_senders() {
         &["balancer[0].proxy_protocol", "from"],
     );
     assert_config_error(
+        "forwarded-headers-range",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nforwarded_headers = { trusted = [\"127.0.0.1\", \"proxy.internal\"] }\n",
+        4,
+        &["balancer[0].forwarded_headers.trusted[1]", "proxy.internal"],
+    );
+    assert_config_error(
+        "forwarded-headers-empty",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nforwarded_headers = { trusted = [] }\n",
+        4,
+        &["balancer[0].forwarded_headers.trusted", "no sender to trust"],
+    );
+    assert_config_error(
+        "forwarded-headers-key",
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nforwarded_headers = { trusted_ips = [\"127.0.0.1\"] }\n",
+        4,
+        &["balancer[0].forwarded_headers", "trusted_ips"],
+    );
+    assert_config_error(
         "send-proxy-protocol-version",
         "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:9001\"]\nsend_proxy_protocol = \"v3\"\n",
         4,
@@ -306,6 +324,15 @@ fn tcp_mode_refuses_what_only_http_has() {
         &format!("{tcp}health = {{ path = \"/health\" }}\n"),
         5,
         &["balancer[0].health.path", "tcp = true"],
+    );
+    assert_config_error(
+        "tcp-mode-forwarded-headers",
+        &format!("{tcp}forwarded_headers = {{ trusted = [\"10.0.0.0/8\"] }}\n"),
+        5,
+        &[
+            "balancer[0].forwarded_headers",
+            "does not apply to mode = \"tcp\"",
+        ],
     );
     assert_config_error(
         "http-mode-half-close",

@@ -491,9 +491,9 @@ async fn a_request_drover_places_shows_the_app_its_clients_address_as_under_node
     }
 }
 
-/// `drover run -w 2 --mode MODE` of the express-session fixture (`npm ci` installs it),
-/// once both workers serve.
-async fn run_sessions_app(mode: &str) -> ChildProcess {
+/// `drover run -w 2 --mode MODE EXTRA…` of the express-session fixture (`npm ci`
+/// installs it), once both workers serve.
+async fn run_sessions_app(mode: &str, extra: &[&str]) -> ChildProcess {
     let dir = fixture("sessions");
     let dir = Path::new(&dir);
     assert!(
@@ -503,7 +503,9 @@ async fn run_sessions_app(mode: &str) -> ChildProcess {
     );
     let mut cmd = Command::new(bin());
     cmd.args("run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --mode".split(' '))
-        .args([mode, "--", "node", "app.js"])
+        .arg(mode)
+        .args(extra)
+        .args(["--", "node", "app.js"])
         .current_dir(dir);
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
@@ -523,7 +525,7 @@ async fn run_sessions_app(mode: &str) -> ChildProcess {
 async fn a_browser_tabs_connection_keeps_its_in_memory_session_as_under_node_cluster() {
     // "auto" hands the connection over after its first requests; "proxy" places each.
     for mode in ["auto", "proxy"] {
-        let d = run_sessions_app(mode).await;
+        let d = run_sessions_app(mode, &[]).await;
         for tab in 0..5 {
             let mut client = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
             let login = client.request("POST", "/login", &[], None).await.unwrap();
@@ -563,7 +565,7 @@ async fn a_browser_tabs_connection_keeps_its_in_memory_session_as_under_node_clu
 async fn behind_a_proxy_that_ends_tls_the_app_hears_how_its_client_came_as_under_pm2() {
     // "auto" places a connection's first requests and hands it over; "proxy" places all.
     for mode in ["auto", "proxy"] {
-        let d = run_sessions_app(mode).await;
+        let d = run_sessions_app(mode, &[]).await;
         // What nginx sends with `proxy_set_header X-Forwarded-Proto $scheme;` and
         // `X-Forwarded-Host $host;`, on one keep-alive connection.
         let mut front = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
@@ -600,6 +602,22 @@ async fn behind_a_proxy_that_ends_tls_the_app_hears_how_its_client_came_as_under
         );
         drover_stops_cleanly(mode, &d).await;
     }
+    // Told which proxy is in front, drover keeps that one's fields only: another client,
+    // loopback too, cannot claim HTTPS.
+    let d = run_sessions_app("proxy", &["--forwarded-headers-from", "127.0.0.5"]).await;
+    let claim = "GET /account HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-Proto: https\r\n\
+                 X-Forwarded-Host: shop.example\r\nConnection: close\r\n\r\n";
+    let answer = ask_from([127, 0, 0, 5], d.addr(), claim).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("account over https://shop.example "),
+        "from the proxy named: {answer}"
+    );
+    let answer = ask_from([127, 0, 0, 6], d.addr(), claim).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 301") && answer.contains("https://127.0.0.1/account"),
+        "from another address: {answer}"
+    );
+    drover_stops_cleanly("forwarded-headers-from", &d).await;
 }
 
 /// `GET /` over the Unix socket at `path`: the status and body, or why not.

@@ -127,7 +127,10 @@ pub(crate) async fn serve(
     let server = client
         .local_addr()
         .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
-    let info = ClientInfo::new(client_addr, server, proto);
+    let mut info = ClientInfo::new(client_addr, server, proto);
+    if let Some(trusted) = &thread.shared.opts.forwarded_headers_from {
+        info.keeps_forwarded = trusted.trusts(info.addr.ip());
+    }
     let speaks_h2 = if let ClientStream::Tls(tls) = &client {
         tls.get_ref().1.alpn_protocol() == Some(b"h2")
     } else if thread.shared.opts.h2c && accepted {

@@ -23,7 +23,8 @@ pub struct ClientInfo {
     /// is on a loopback or private address, so taken for a proxy in front (nginx on the
     /// same machine, a cloud load balancer that terminates TLS), as Express's
     /// `trust proxy` preset "loopback, linklocal, uniquelocal" and Rails' default trusted
-    /// proxies take it. From a public address drover writes its own.
+    /// proxies take it. From a public address drover writes its own. A balancer's
+    /// `forwarded_headers` list replaces this rule (`ProxyOptions::forwarded_headers_from`).
     pub keeps_forwarded: bool,
 }
 
