@@ -3144,6 +3144,20 @@ mod tests {
             "balancer[2].h2c",
             "h2c is a listener's setting",
         );
+        // Whose forwarding fields to keep is the routing listener's to say.
+        let t = http_routed(
+            "  { path_prefix = \"/a\", balancer = \"api\" },\n  { balancer = \"web\" },\n",
+        )
+        .replace(
+            "backends = [\"127.0.0.1:9002\"]\n",
+            "backends = [\"127.0.0.1:9002\"]\nforwarded_headers = { trusted = [\"10.0.0.0/8\"] }\n",
+        );
+        check(
+            &err(&t),
+            15,
+            "balancer[2].forwarded_headers",
+            "forwarded_headers is a listener's setting",
+        );
         let t = http_routed(
             "  { path_prefix = \"/a\", balancer = \"api\" },\n  { balancer = \"web\" },\n",
         )
