@@ -26,7 +26,7 @@ pub struct PickContext<'a> {
     /// Endpoints already tried for this request (retries go elsewhere when they can).
     pub exclude: &'a [Arc<Endpoint>],
     /// The endpoint that served the last request of this client connection: taken
-    /// again while it is free (see `strategy::common::least_loaded_of`).
+    /// again while it has nothing pending (see `strategy::common::least_loaded_of`).
     pub previous: Option<&'a Arc<Endpoint>>,
 }
 

@@ -113,8 +113,8 @@ pub struct BalancerConfig {
     /// When client connections go to workers that serve them directly: set from the
     /// mode of the app behind it ("auto": `WhenEven`, "handoff": `Always`).
     pub handoff: drover_proxy::Handoff,
-    /// A connection's requests stay on the worker that served its last one while it is
-    /// free: set in front of one supervised app alone (`drover run`, an ecosystem file's
+    /// A connection's requests stay on the worker that served its last one while it has
+    /// nothing pending: set in front of one supervised app alone (`drover run`, an ecosystem file's
     /// app, `backends = ["app:NAME"]`), whose workers stand in for Node cluster's.
     pub connection_affinity: bool,
     /// `proxy_protocol = { trusted = [...] }`: every connection must come from one of

@@ -281,7 +281,7 @@ struct Conn {
     /// next one to do so is its last (see `Conn::after_drop`).
     dropped: bool,
     /// The endpoint that answered this connection's last request: its next one, and a
-    /// hand-over, go there again while it is free (`PickContext::previous`).
+    /// hand-over, go there again while it has nothing pending (`PickContext::previous`).
     served_by: Option<Arc<Endpoint>>,
 }
 
