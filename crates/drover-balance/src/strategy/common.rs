@@ -120,8 +120,9 @@ pub(crate) fn least_loaded_of<'s>(
         // browser tab's pages after its login were placed on the other worker, logged
         // out. Its CPU may read saturated, from that very request (a first request's
         // compiling), and that moved one page in a hundred. Under load nothing is idle
-        // and the score decides.
-        if e.is_idle() && ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) {
+        // and the score decides. (The pointer first: most picks have no previous, and
+        // need no load of a pending count for it.)
+        if ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) && e.is_idle() {
             return Some(e);
         }
         if e.is_free(now) {
