@@ -770,6 +770,8 @@ impl App {
         // Its balancer follows the app's listen(): the app reads this file's PORT (or
         // the user's), not drover's, as under PM2.
         spec.users_port = cluster;
+        // Its balancer's limits are the defaults (`ecosystem_balancers`).
+        spec.head_limit = cluster.then(|| model::LimitsConfig::default().max_header_bytes);
         if let Some((written, v)) = self.keys.get("max_memory_restart") {
             let bytes = match v {
                 Value::Number(n) => n.as_u64().filter(|b| *b > 0),

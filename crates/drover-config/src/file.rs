@@ -1070,9 +1070,9 @@ struct RawTrusted {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
-    max_header_bytes: Option<Bounded<1024, 1_048_576>>,
+    max_header_bytes: Option<Bounded<{ HEAD_BYTES_RANGE.0 as i64 }, { HEAD_BYTES_RANGE.1 as i64 }>>,
     max_uri_bytes: Option<Bounded<256, 1_048_576>>,
-    max_headers: Option<Bounded<1, 1000>>,
+    max_headers: Option<Bounded<1, 10_000>>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1345,6 +1345,10 @@ impl RawConfig {
             app.spec.h2c = behind.get(&app.spec.name).is_some_and(|&b| {
                 balancers[b].backend_protocol == drover_proxy::BackendProtocol::H2c
             });
+            app.spec.head_limit = behind
+                .get(&app.spec.name)
+                .filter(|&&b| balancers[b].mode == Protocol::Http)
+                .map(|&b| balancers[b].limits.max_header_bytes);
             if let (Some(span), false) = (&app_grpc_spans[i], app.spec.h2c) {
                 return Err(ctx.at(
                     span.clone(),
@@ -3748,7 +3752,7 @@ sticky = { cookie = "sid" }
             (
                 "limits = { max_headers = 10 }",
                 "balancer[0].limits",
-                "request heads",
+                "request head to bound",
             ),
             (
                 "timeouts = { header_read = \"1s\" }",
@@ -4304,7 +4308,7 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         let e = err(&format!("{MINIMAL}retries = \"2\"\n"));
         check(&e, 4, "balancer[0].retries", "an integer in 0..=10");
         let e = err(&format!("{MINIMAL}limits = {{ max_headers = 0 }}\n"));
-        check(&e, 4, "balancer[0].limits.max_headers", "1..=1000");
+        check(&e, 4, "balancer[0].limits.max_headers", "1..=10000");
         let e = err(&format!("{MINIMAL}threads = 0\n"));
         check(&e, 4, "balancer[0].threads", "1..=1024");
         let e = err(&format!("{MINIMAL}queue = {{ max = \"lots\" }}\n"));

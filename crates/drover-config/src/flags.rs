@@ -594,6 +594,22 @@ pub struct LimitArgs {
     /// How long a request may wait in the queue [default: the request timeout].
     #[arg(long, value_parser = drover_units::duration)]
     pub queue_timeout: Option<Duration>,
+
+    /// The largest request head a client may send, its target included, e.g. 65536 or
+    /// 64KiB: over it a 431 (a 414 for the target) [default: 16KiB, as Node's http
+    /// server] (`limits.max_header_bytes` and `max_uri_bytes`).
+    #[arg(long, value_name = "BYTES", value_parser = head_bytes)]
+    pub max_header_bytes: Option<usize>,
+}
+
+/// `--max-header-bytes`: a size within drover.toml's bounds for `limits.max_header_bytes`.
+fn head_bytes(s: &str) -> Result<usize, String> {
+    let n = drover_units::byte_size(s).map_err(|e| e.to_string())?;
+    let (lo, hi) = model::HEAD_BYTES_RANGE;
+    usize::try_from(n)
+        .ok()
+        .filter(|n| (lo..=hi).contains(n))
+        .ok_or_else(|| format!("{n} bytes is out of range: expected {lo}..={hi} (1KiB to 1MiB)"))
 }
 
 pub(crate) fn byte_size(s: &str) -> Result<u64, String> {
@@ -859,13 +875,18 @@ impl model::BalancerConfig {
         Ok(())
     }
 
-    /// The `--max-conns`, `--queue-max` and `--queue-timeout` flags.
+    /// The `--max-conns`, `--queue-max`, `--queue-timeout` and `--max-header-bytes` flags.
     pub(crate) fn apply_limits(&mut self, a: &LimitArgs) {
         self.max_conns = a.max_conns;
         self.queue = model::QueueConfig {
             max: a.queue_max,
             timeout: a.queue_timeout,
         };
+        if let Some(n) = a.max_header_bytes {
+            // One number, as Node's --max-http-header-size: the target is part of the head.
+            self.limits.max_header_bytes = n;
+            self.limits.max_uri_bytes = n;
+        }
     }
 }
 
@@ -1104,6 +1125,7 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             "forwarded_headers",
             a.proxy_protocol.forwarded_headers_from.is_some(),
         ),
+        ("limits", a.limits.max_header_bytes.is_some()),
     ];
     if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
         return Err(model::HttpOnly::of(key).in_flags());
@@ -1173,6 +1195,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
             "--queue-max",
         ),
         (l.queue_timeout.is_some(), "--queue-timeout"),
+        (l.max_header_bytes.is_some(), "--max-header-bytes"),
         (args.keys.hash_key.is_some(), "--hash-key"),
         (
             args.proxy_protocol.proxy_protocol_from.is_some(),
@@ -1293,9 +1316,10 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if l.max_conns != crate::ConnLimit::Auto
                 || l.queue_max != model::QueueConfig::default().max
                 || l.queue_timeout.is_some()
+                || l.max_header_bytes.is_some()
                 || args.keys.hash_key.is_some()
             {
-                return Err("--max-conns, --queue-max, --queue-timeout and --hash-key do not apply to --mode shared: drover does not see the requests".into());
+                return Err("--max-conns, --queue-max, --queue-timeout, --max-header-bytes and --hash-key do not apply to --mode shared: drover does not see the requests".into());
             }
             if args.strategy.is_some() {
                 return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
@@ -1414,6 +1438,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 }
             } else {
                 args.timeouts.half_close_without_tcp()?;
+                app.spec.head_limit = Some(balancer.limits.max_header_bytes);
             }
             balancers.push(balancer);
         }
@@ -1686,6 +1711,30 @@ mod tests {
     }
 
     #[test]
+    fn max_header_bytes_bounds_the_head_and_its_target_as_the_files_limits() {
+        let flags = proxy(&["--max-header-bytes", "64KiB"]).unwrap();
+        let file = crate::parse(
+            "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\n\
+             limits = { max_header_bytes = 65536, max_uri_bytes = 65536 }\n",
+            "drover.toml",
+        )
+        .unwrap();
+        assert_eq!(flags.limits, file.balancers[0].limits);
+        let r = Run::try_parse_from(["run", "--max-header-bytes", "32768", "--", "node", "a.js"])
+            .unwrap()
+            .args;
+        let limits = &run_config(&r).unwrap().config.balancers[0].limits;
+        assert_eq!(
+            (limits.max_header_bytes, limits.max_uri_bytes),
+            (32768, 32768)
+        );
+        assert_eq!(
+            limits.max_headers,
+            model::LimitsConfig::default().max_headers
+        );
+    }
+
+    #[test]
     fn a_tcp_check_sends_and_expects_escaped_bytes() {
         let b = proxy(&[
             "--tcp",
@@ -1748,6 +1797,10 @@ mod tests {
             (
                 &["--health-path", "/h"],
                 "--health-path does not apply to --tcp",
+            ),
+            (
+                &["--max-header-bytes", "64KiB"],
+                "--max-header-bytes does not apply to --tcp",
             ),
             (
                 &["--access-log", "combined"],
@@ -1865,12 +1918,13 @@ mod tests {
         };
         assert_eq!(plan.pool.passive, passive);
         // `drover run`'s app, and so the file's, is the library's spec, but for
-        // `-w auto`.
+        // `-w auto` and the head limit of the balancer in front.
         let library = drover_supervisor::AppSpec::new("app", vec!["node".into(), "app.js".into()]);
         assert_eq!(
             run.apps[0].spec,
             drover_supervisor::AppSpec {
                 workers: model::Workers::Auto,
+                head_limit: Some(proxy.limits.max_header_bytes),
                 ..library
             }
         );

@@ -237,8 +237,8 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
     },
     HttpOnly {
         key: "limits",
-        flag: None,
-        why: "they bound HTTP request heads, which TCP mode does not read",
+        flag: Some("--max-header-bytes"),
+        why: "TCP mode reads no HTTP request head to bound",
     },
     HttpOnly {
         key: "health.path",
@@ -470,6 +470,7 @@ impl BalancerConfig {
             ("redirect_to_https", self.redirect_to_https.is_some()),
             ("h2c", self.h2c),
             ("forwarded_headers", self.forwarded_headers.is_some()),
+            ("limits", self.limits != LimitsConfig::default()),
         ];
         if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
             let entry = HttpOnly::of(key);
@@ -624,14 +625,17 @@ impl Default for PassiveConfig {
     }
 }
 
+/// The bounds of `limits.max_header_bytes` and `--max-header-bytes`.
+pub const HEAD_BYTES_RANGE: (usize, usize) = (1024, 1_048_576);
+
 /// `limits`: bounds on what a client may send; requests over them get 4xx.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitsConfig {
     /// Whole request head, 1024..=1048576 bytes; default 16384.
     pub max_header_bytes: usize,
-    /// Request target, 256..=1048576 bytes; default 8192.
+    /// Request target, 256..=1048576 bytes; default 16384.
     pub max_uri_bytes: usize,
-    /// Number of header fields, 1..=1000; default 100.
+    /// Number of header fields, 1..=10000; default 2000.
     pub max_headers: usize,
 }
 

@@ -83,6 +83,12 @@ pub fn unix_sockets_env(held: &[PathBuf]) -> Option<(String, String)> {
     Some(("DROVER_UNIX_SOCKETS".into(), json))
 }
 
+/// The largest request head drover reads for the app's workers, for its preload: an
+/// app server that reads larger ones (`maxHeaderSize`) is told that drover refuses them.
+pub fn head_limit_env(limit: Option<usize>) -> Option<(String, String)> {
+    limit.map(|n| ("DROVER_HEAD_LIMIT".into(), n.to_string()))
+}
+
 /// The environment for a script runner's app (npm's, tsx's): drover's names for the channel, and
 /// `node_options` (the worker's `NODE_OPTIONS`, if any) with the preload added.
 pub fn runner_env(

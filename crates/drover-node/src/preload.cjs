@@ -37,6 +37,7 @@
 //    user's PORT, not drover's (see below).
 // 7. A listen() with `exclusive: true` asks drover too (see below).
 // 8. A request drover placed shows the client's address, not drover's (see below).
+// 9. An app server that reads larger request heads than drover is told so (see below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -146,6 +147,7 @@ function saysWhatItServes() {
       if (port === balancedPort) {
         balanced.add(server);
         if (speaks === 'http') seesItsClients(server);
+        if (speaks === 'http') saysIfItReadsLargerHeads(server);
       }
     }
     const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
@@ -489,4 +491,24 @@ function keepsSharedSockets() {
   }
   // `import { unlinkSync } from 'fs'` in an ES module sees the same functions.
   require('module').syncBuiltinESMExports();
+}
+
+// 9. drover reads each request head before the app does, and answers one over its limit
+//    (DROVER_HEAD_LIMIT: 16 KiB, as Node's own, unless the user raised it) with a 431.
+//    An app may raise Node's (`maxHeaderSize`, `--max-http-header-size`) for large
+//    cookies or tokens; under PM2 such a request is answered, under drover it would be
+//    refused with no word in the app's log. So the first such server says it, once.
+const headLimit = Number(process.env.DROVER_HEAD_LIMIT) || 0;
+let toldHeadLimit = false;
+function saysIfItReadsLargerHeads(server) {
+  if (!headLimit || toldHeadLimit) return;
+  const nodes = server.maxHeaderSize || require('http').maxHeaderSize;
+  if (!(nodes > headLimit)) return;
+  toldHeadLimit = true;
+  console.error(
+    `drover: this app's server reads request heads of up to ${nodes} bytes (maxHeaderSize ` +
+      `or --max-http-header-size), and drover answers heads over ${headLimit} bytes with ` +
+      `a 431 before the app sees them: run drover with --max-header-bytes ${nodes} ` +
+      `(limits.max_header_bytes in drover.toml)`,
+  );
 }

@@ -267,9 +267,12 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
+            // Node's http server refuses a head over 16 KiB, and HAProxy's buffer is as
+            // large. The target has no bound of its own in either: a URL that an app
+            // served under Node or PM2 is not refused here (nginx's 8 KiB is stricter).
             max_header_bytes: 16 * 1024,
-            max_uri_bytes: 8 * 1024,
-            max_headers: 100,
+            max_uri_bytes: 16 * 1024,
+            max_headers: crate::http1::FIELDS_NODE_KEEPS,
         }
     }
 }

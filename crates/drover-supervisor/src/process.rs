@@ -243,6 +243,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
             };
             cmd.envs(env)
                 .envs(drover_node::unix_sockets_env(&unix_sockets))
+                .envs(drover_node::head_limit_env(spec.head_limit))
                 .fd_mappings(vec![FdMapping {
                     parent_fd: theirs.into(),
                     child_fd: channel_fd,

@@ -289,6 +289,12 @@ pub struct AppSpec {
     /// PM2's `watch`: the app is reloaded (rolling) when these files change. Default
     /// `None`.
     pub watch: Option<crate::watch::WatchSpec>,
+    /// The largest request head the HTTP balancer in front of the app reads (its
+    /// `limits.max_header_bytes`). A Node worker's preload says so when the app's own
+    /// server takes larger ones (`maxHeaderSize`, `--max-http-header-size`), which
+    /// drover would refuse with a 431. No key sets it: the config does, for an app
+    /// behind an HTTP balancer. Default `None`.
+    pub head_limit: Option<usize>,
     /// The app's Node process reads the user's own `PORT` (usually none), not drover's:
     /// where a balancer's address follows the app's `listen()` (`drover run` of a Node
     /// app without `--listen`, an ecosystem file's cluster-mode app), an app written
@@ -404,6 +410,7 @@ impl AppSpec {
             mode: Mode::Auto,
             restart: Backoff::default(),
             h2c: false,
+            head_limit: None,
             watch: None,
             users_port: false,
         }

@@ -192,6 +192,19 @@ async fn bad_flags_are_named() {
         "--forwarded-headers-from",
     )
     .await;
+    fails(
+        &run(&["--tcp", "--max-header-bytes", "64KiB"]),
+        "--max-header-bytes",
+    )
+    .await;
+    fails(
+        &run(&["--mode", "shared", "--max-header-bytes", "64KiB"]),
+        "--max-header-bytes",
+    )
+    .await;
+    for bad in ["1000", "2MiB", "0", "lots", "16x"] {
+        fails(&run(&["--max-header-bytes", bad]), "--max-header-bytes").await;
+    }
     fails(&run(&["--request-timeout", "soon"]), "--request-timeout").await;
     // A request timeout is a duration above zero or "off", and only it may be off.
     for bad in ["0s", "none", "-1s"] {

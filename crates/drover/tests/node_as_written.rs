@@ -514,6 +514,133 @@ async fn run_sessions_app(mode: &str, extra: &[&str]) -> ChildProcess {
     d
 }
 
+/// Heads as large as the app's own Node takes and sends pass through drover, as under
+/// PM2 or Node's cluster module, where Node alone reads them: a 15 KB query string (drover
+/// refused targets over 8 KiB, as nginx), 300 request fields and an answer with 150
+/// cookies (drover refused over 100 and 128 fields, with a 431 and a 502). Each is asked
+/// on a new connection, which drover reads under both modes.
+#[tokio::test]
+async fn heads_as_large_as_nodes_own_pass_drover_run_as_under_pm2() {
+    let dir = temp_dir("big-heads");
+    for mode in ["auto", "proxy"] {
+        let mut cmd = Command::new(bin());
+        cmd.args("run -w 2 --listen 127.0.0.1:0 --admin off --mode".split(' '))
+            .arg(mode)
+            .args(["--", "node", &fixture("big-heads.js")])
+            .current_dir(&dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let at = d.addr();
+        let ask = |head: String| async move {
+            let reply =
+                drover_testkit::raw_exchange_timeout(at, head.as_bytes(), Duration::from_secs(10))
+                    .await
+                    .unwrap();
+            String::from_utf8_lossy(&reply).into_owned()
+        };
+        let target = format!("/?q={}", "u".repeat(15_000));
+        let reply = ask(format!(
+            "GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        ))
+        .await;
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.contains("target 15004 "),
+            "{mode}, a 15 KB target: {}",
+            &reply[..reply.len().min(300)]
+        );
+        let fields: String = (0..300).map(|i| format!("X-F{i}: {i}\r\n")).collect();
+        let reply = ask(format!(
+            "GET / HTTP/1.1\r\nHost: a\r\n{fields}Connection: close\r\n\r\n"
+        ))
+        .await;
+        let fields_seen: usize = reply
+            .rsplit("fields ")
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && fields_seen >= 302,
+            "{mode}, 300 fields: {}",
+            &reply[..reply.len().min(300)]
+        );
+        let reply =
+            ask("GET /?cookies=150 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".into()).await;
+        let cookies = reply
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("set-cookie: c"))
+            .count();
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && cookies == 150,
+            "{mode}, 150 cookies: {cookies} in {}",
+            &reply[..reply.len().min(300)]
+        );
+        drover_stops_cleanly(mode, &d).await;
+    }
+}
+
+/// An app that raised Node's 16 KiB head limit (`maxHeaderSize`, or
+/// `--max-http-header-size`) for a large cookie is told, in drover's output, that drover
+/// answers such heads with a 431 and which flag lets them through; with that flag
+/// drover passes the cookie on to the app, as PM2 does.
+#[tokio::test]
+async fn an_app_that_reads_larger_heads_is_told_and_served_with_max_header_bytes() {
+    let dir = temp_dir("large-heads");
+    let start = |words: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.args("run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0".split(' '))
+            .args(words)
+            .current_dir(&dir);
+        clean_env(&mut cmd);
+        async move {
+            let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+            let admin = admin_addr(&d).await;
+            wait_all_serving(&d, admin).await;
+            d
+        }
+    };
+    let fixture = fixture("big-heads.js");
+    let cookie = |at: SocketAddr| async move {
+        let head = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nCookie: token={}\r\nConnection: close\r\n\r\n",
+            "t".repeat(30_000)
+        );
+        let reply =
+            drover_testkit::raw_exchange_timeout(at, head.as_bytes(), Duration::from_secs(10))
+                .await
+                .unwrap();
+        drover_testkit::parse_status(&reply)
+    };
+    for (who, words) in [
+        ("maxHeaderSize", vec!["--", "node", &fixture, "large"]),
+        (
+            "--max-http-header-size",
+            vec!["--", "node", "--max-http-header-size=65536", &fixture],
+        ),
+    ] {
+        let d = start(&words).await;
+        says(who, &d, &["run drover with --max-header-bytes 65536"]).await;
+        assert_eq!(cookie(d.addr()).await, Some(431), "{who}");
+        drover_stops_cleanly(who, &d).await;
+    }
+    let d = start(&[
+        "--max-header-bytes",
+        "64KiB",
+        "--",
+        "node",
+        &fixture,
+        "large",
+    ])
+    .await;
+    assert_eq!(cookie(d.addr()).await, Some(200), "with --max-header-bytes");
+    // Both workers' servers listen by now: neither said a word.
+    assert!(
+        !d.stderr_text().contains("--max-header-bytes"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("with --max-header-bytes", &d).await;
+}
+
 /// An app that keeps its sessions in the worker's memory (express-session's default
 /// store) works under Node's cluster module for a browser tab's keep-alive connection:
 /// the worker that accepted it answers all its requests. Under drover's default mode the

@@ -13,9 +13,76 @@ pub mod redirect;
 pub mod request;
 pub mod response;
 
-/// Header slots httparse may fill in a request or response head;
-/// `Limits::max_headers` may only lower it for requests.
+/// Header slots on the stack for parsing a head: enough for nearly every request and
+/// response, cheap to clear per request. A head with more fields is parsed again in
+/// slots on the heap (`HeadSlots`).
 pub const HEADER_SLOTS: usize = 128;
+
+/// The fields of one head that Node's http server and client keep (`maxHeadersCount`):
+/// a head that an app's own Node accepts, drover accepts (`Limits::max_headers` for
+/// requests; responses always).
+pub const FIELDS_NODE_KEEPS: usize = 2000;
+
+/// Where httparse puts a head's fields: `HEADER_SLOTS` on the stack, and only for a head
+/// with more fields than that, as many as it has lines (up to the caller's `most`) on
+/// the heap.
+pub struct HeadSlots<'b> {
+    stack: [httparse::Header<'b>; HEADER_SLOTS],
+    heap: Vec<httparse::Header<'b>>,
+}
+
+impl<'b> HeadSlots<'b> {
+    pub fn new() -> Self {
+        HeadSlots {
+            stack: [httparse::EMPTY_HEADER; HEADER_SLOTS],
+            heap: Vec::new(),
+        }
+    }
+
+    /// `buf` parsed as a request head of at most `most` fields.
+    pub fn request<'h>(
+        &'h mut self,
+        buf: &'b [u8],
+        most: usize,
+    ) -> (httparse::Result<usize>, httparse::Request<'h, 'b>) {
+        let mut req = httparse::Request::new(&mut self.stack[..most.clamp(1, HEADER_SLOTS)]);
+        let first = req.parse(buf);
+        if matches!(first, Err(httparse::Error::TooManyHeaders)) && most > HEADER_SLOTS {
+            self.heap = vec![httparse::EMPTY_HEADER; lines_in(buf).min(most)];
+            let mut req = httparse::Request::new(&mut self.heap);
+            return (req.parse(buf), req);
+        }
+        (first, req)
+    }
+
+    /// `buf` parsed as a response head of at most `most` fields.
+    pub fn response<'h>(
+        &'h mut self,
+        buf: &'b [u8],
+        most: usize,
+    ) -> (httparse::Result<usize>, httparse::Response<'h, 'b>) {
+        let mut res = httparse::Response::new(&mut self.stack[..most.clamp(1, HEADER_SLOTS)]);
+        let first = res.parse(buf);
+        if matches!(first, Err(httparse::Error::TooManyHeaders)) && most > HEADER_SLOTS {
+            self.heap = vec![httparse::EMPTY_HEADER; lines_in(buf).min(most)];
+            let mut res = httparse::Response::new(&mut self.heap);
+            return (res.parse(buf), res);
+        }
+        (first, res)
+    }
+}
+
+impl Default for HeadSlots<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An upper bound on the fields of the head at the start of `buf`: its line count (a
+/// field takes a line; the head's end may lie further on, in what is not read yet).
+fn lines_in(buf: &[u8]) -> usize {
+    memchr::memchr_iter(b'\n', buf).count() + 1
+}
 
 /// How the length of a message body is known (RFC 9112 §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

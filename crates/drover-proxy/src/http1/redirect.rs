@@ -2,7 +2,7 @@
 //! same host and target over HTTPS, as nginx's `return 301 https://$host$request_uri`
 //! (308 keeps the method and body, where a 301 lets clients turn a POST into a GET).
 
-use super::HEADER_SLOTS;
+use super::HeadSlots;
 use std::io::Write;
 
 /// Writes the redirect for the request whose head, as drover would forward it, is
@@ -15,9 +15,9 @@ pub fn write(
     close: bool,
 ) -> Result<(), &'static str> {
     // The forwarded head carries a few fields of drover's own beside the client's.
-    let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS + 8];
-    let mut req = httparse::Request::new(&mut slots);
-    if !matches!(req.parse(backend_head), Ok(httparse::Status::Complete(_))) {
+    let mut slots = HeadSlots::new();
+    let (parsed, req) = slots.request(backend_head, usize::MAX);
+    if !matches!(parsed, Ok(httparse::Status::Complete(_))) {
         return Err("request head not understood");
     }
     let target = req.path.unwrap_or("/");

@@ -5,7 +5,7 @@
 use super::forward::{self, ClientInfo, Forwarding};
 use super::headers::{self, is, ConnectionOptions};
 use super::keys::{self, KeySpec};
-use super::{find_bare_lf, BodyKind, HEADER_SLOTS};
+use super::{find_bare_lf, BodyKind, HeadSlots};
 use crate::options::Limits;
 use crate::routes::{HttpPick, HttpRoutes};
 
@@ -88,14 +88,15 @@ pub fn parse(
     routes: Option<&HttpRoutes>,
     backend_head: &mut Vec<u8>,
 ) -> Result<Parsed, BadRequest> {
-    let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
-    let slots = &mut slots[..limits.max_headers.clamp(1, HEADER_SLOTS)];
-    let mut req = httparse::Request::new(slots);
-    let head_len = match req.parse(buf) {
+    let mut slots = HeadSlots::new();
+    let (parsed, req) = slots.request(buf, limits.max_headers);
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
+            // A request line alone past either limit is a long target, as in nginx.
             let in_request_line = memchr::memchr(b'\n', buf).is_none();
-            if in_request_line && buf.len() > limits.max_uri_bytes + 64 {
+            let line_limit = (limits.max_uri_bytes + 64).min(limits.max_header_bytes);
+            if in_request_line && buf.len() > line_limit {
                 return Err(bad(414, "request target too long"));
             }
             if buf.len() > limits.max_header_bytes {
@@ -112,6 +113,10 @@ pub fn parse(
         Err(httparse::Error::HeaderValue) => return Err(bad(400, "invalid byte in header value")),
         Err(_) => return Err(bad(400, "malformed request head")),
     };
+    let target = req.path.unwrap_or("");
+    if target.len() > limits.max_uri_bytes {
+        return Err(bad(414, "request target too long"));
+    }
     if head_len > limits.max_header_bytes {
         return Err(bad(431, "request header section too large"));
     }
@@ -122,10 +127,6 @@ pub fn parse(
         ));
     }
     let method = req.method.unwrap_or("");
-    let target = req.path.unwrap_or("");
-    if target.len() > limits.max_uri_bytes {
-        return Err(bad(414, "request target too long"));
-    }
     if method == "CONNECT" {
         return Err(bad(405, "CONNECT is not supported by a reverse proxy"));
     }
@@ -340,6 +341,7 @@ impl AbsoluteTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http1::FIELDS_NODE_KEEPS;
     use crate::options::HashKey;
 
     fn client() -> ClientInfo {
@@ -648,6 +650,68 @@ mod tests {
         let many = b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n";
         assert_eq!(go(many, &mut out).unwrap_err().status, 431);
         assert_eq!(go(b"GET / HTTP/1.1\r\nHost: a\r\n", &mut out), Ok(true));
+    }
+
+    #[test]
+    fn a_head_that_nodes_http_server_accepts_is_accepted_by_default() {
+        let go = |raw: &str| {
+            let mut out = Vec::new();
+            match parse(
+                raw.as_bytes(),
+                &Limits::default(),
+                &client(),
+                &KeySpec::default(),
+                None,
+                &mut out,
+            ) {
+                Ok(Parsed::Complete(_)) => 200,
+                Ok(Parsed::Partial) => 0,
+                Err(e) => e.status,
+            }
+        };
+        // A 15 KB query string, as Node serves it (nginx's 8 KiB refuses it).
+        let target = format!("/search?q={}", "u".repeat(15_000));
+        assert_eq!(
+            go(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")),
+            200
+        );
+        // Fields past the stack's slots are parsed again on the heap, all of them kept.
+        let fields = |n: usize| {
+            (0..n)
+                .map(|i| format!("X-F{i}: {i}\r\n"))
+                .collect::<String>()
+        };
+        let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", fields(300));
+        let mut out = Vec::new();
+        let Ok(Parsed::Complete(_)) = parse(
+            head.as_bytes(),
+            &Limits::default(),
+            &client(),
+            &KeySpec::default(),
+            None,
+            &mut out,
+        ) else {
+            panic!("300 fields refused")
+        };
+        let sent = String::from_utf8(out).unwrap();
+        assert!(
+            sent.contains("X-F0: 0\r\n") && sent.contains("X-F299: 299\r\n"),
+            "{sent}"
+        );
+        // Over Node's count, or a field cut off mid-way through the heap's slots.
+        let over = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\n{}\r\n",
+            fields(FIELDS_NODE_KEEPS)
+        );
+        assert_eq!(go(&over), 431);
+        let partial = format!("GET / HTTP/1.1\r\nHost: a\r\n{}", fields(200));
+        assert_eq!(go(&partial), 0);
+        // Still 16 KiB of head at most, as Node.
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nCookie: {}\r\n\r\n",
+            "c".repeat(16_400)
+        );
+        assert_eq!(go(&big), 431);
     }
 
     #[test]

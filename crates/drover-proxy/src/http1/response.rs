@@ -3,7 +3,7 @@
 
 use super::chunked::ChunkedScanner;
 use super::headers::{self, is, put_header, ConnectionOptions};
-use super::{find_bare_lf, BodyKind, HEADER_SLOTS};
+use super::{find_bare_lf, BodyKind, HeadSlots, FIELDS_NODE_KEEPS};
 use crate::orca;
 use std::io::Write;
 
@@ -139,9 +139,9 @@ pub fn parse(
     set_cookie: Option<&[u8]>,
     out: &mut Vec<u8>,
 ) -> Result<Option<ResponseHead>, BadResponse> {
-    let mut slots = [httparse::EMPTY_HEADER; HEADER_SLOTS];
-    let mut res = httparse::Response::new(&mut slots);
-    let head_len = match res.parse(buf) {
+    let mut slots = HeadSlots::new();
+    let (parsed, res) = slots.response(buf, FIELDS_NODE_KEEPS);
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD => {
             return Err(BadResponse("response head too large"))
@@ -416,6 +416,28 @@ mod tests {
             out.contains("Upgrade: h2c\r\n") && !out.contains("X-A"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn an_answer_with_as_many_fields_as_node_sends_goes_on_whole() {
+        // 150 cookies, as an app's Node sends them to the client under PM2.
+        let cookies: String = (0..150)
+            .map(|i| format!("Set-Cookie: c{i}=v\r\n"))
+            .collect();
+        let raw = format!("HTTP/1.1 200 OK\r\n{cookies}Content-Length: 0\r\n\r\n");
+        let (_, out) = run(raw.as_bytes(), &ex()).expect("150 fields refused");
+        assert_eq!(
+            out.matches("set-cookie: ").count() + out.matches("Set-Cookie: ").count(),
+            150
+        );
+        let fields: String = (0..FIELDS_NODE_KEEPS)
+            .map(|i| format!("X-{i}: v\r\n"))
+            .collect();
+        let raw = format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 0\r\n\r\n");
+        assert!(matches!(
+            run(raw.as_bytes(), &ex()),
+            Err(BadResponse("too many response header fields"))
+        ));
     }
 
     #[test]

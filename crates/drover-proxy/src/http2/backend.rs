@@ -613,9 +613,9 @@ fn to_h2_request(
     https: bool,
     endpoint: SocketAddr,
 ) -> io::Result<(http::Request<()>, RequestBody)> {
-    let mut slots = [httparse::EMPTY_HEADER; crate::http1::HEADER_SLOTS];
-    let mut parsed = httparse::Request::new(&mut slots);
-    match parsed.parse(head) {
+    let mut slots = crate::http1::HeadSlots::new();
+    let (result, parsed) = slots.request(head, usize::MAX);
+    match result {
         Ok(httparse::Status::Complete(_)) => {}
         _ => return Err(invalid("request head")),
     }

@@ -198,10 +198,10 @@ impl StreamState {
 /// drover's HTTP/1.1 response head as an HTTP/2 one, without the fields HTTP/2
 /// forbids; its Content-Length, and whether its body is chunked.
 fn to_h2_head(head: &[u8]) -> io::Result<(http::Response<()>, Option<u64>, bool)> {
-    let mut slots = [httparse::EMPTY_HEADER; crate::http1::HEADER_SLOTS];
-    let mut parsed = httparse::Response::new(&mut slots);
+    let mut slots = crate::http1::HeadSlots::new();
+    let (result, parsed) = slots.response(head, usize::MAX);
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    match parsed.parse(head) {
+    match result {
         Ok(httparse::Status::Complete(_)) => {}
         _ => return Err(bad("response head")),
     }
