@@ -227,3 +227,35 @@ pub(crate) async fn speaks_http(
         balancer.name,
     ))
 }
+
+/// The note beside balancers in front of `app` that were started before it listened
+/// (`drover run --listen`, a drover.toml), once its first worker listens: where its
+/// `listen()` names a port of its own (`listen(3000)`, not its `PORT`) at which no
+/// balancer of drover's listens (`served`: their ports), nothing serves that port. An
+/// app that calls itself there (server-side rendering that fetches
+/// `http://localhost:3000/api`) then gets "connection refused", where under PM2 and
+/// Node's cluster module the primary serves the port the app named.
+pub(crate) async fn says_if_its_own_port_is_unserved(
+    app: Arc<Supervisor>,
+    served: Vec<SocketAddr>,
+    front: String,
+) -> Result<(), String> {
+    let mut first = app.first_listen();
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
+        return Ok(());
+    };
+    let Some(asked) = seen.and_then(|s| s.asked) else {
+        return Ok(());
+    };
+    if served.iter().any(|addr| addr.port() == asked.port()) {
+        return Ok(());
+    }
+    let at: Vec<String> = served.iter().map(ToString::to_string).collect();
+    let port = asked.port();
+    eprintln!(
+        "drover: app {:?} listens on port {port} (its own choice, not its PORT), and its clients connect at {}: nothing serves port {port}, so a call the app makes to itself there (http://localhost:{port}/...) is refused, where PM2 serves it. To serve it: drover run without --listen (clients then connect at port {port}), or in drover.toml a balancer with listen = \"{asked}\", backends = [] and routes = [{{ path_prefix = \"/\", balancer = {front:?} }}]",
+        app.name(),
+        at.join(", "),
+    );
+    Ok(())
+}

@@ -2,7 +2,9 @@
 
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use crate::control::Controller;
-use crate::follow::{speaks_http, where_the_app_listens, FollowApp, Followed};
+use crate::follow::{
+    says_if_its_own_port_is_unserved, speaks_http, where_the_app_listens, FollowApp, Followed,
+};
 use crate::serve;
 use crate::systemd;
 use drover_admin::AdminServer;
@@ -263,6 +265,21 @@ pub(crate) async fn run_config(
         if let (Some(app), Protocol::Http) = (app, b.config().mode) {
             let check = speaks_http(Arc::clone(app), Arc::clone(b));
             late_starts.push(Box::pin(check) as serve::LateStart);
+        }
+    }
+    // An app that names a port of its own behind balancers listening elsewhere.
+    let served: Vec<std::net::SocketAddr> = balancers.iter().filter_map(|b| b.listen).collect();
+    for app in &apps {
+        let front = balancers
+            .iter()
+            .find(|b| b.app().as_deref() == Some(app.name()));
+        if let Some(front) = front {
+            let note = says_if_its_own_port_is_unserved(
+                Arc::clone(app),
+                served.clone(),
+                front.name.clone(),
+            );
+            late_starts.push(Box::pin(note) as serve::LateStart);
         }
     }
     let late_start = (!late_starts.is_empty()).then(|| serve::all(late_starts));

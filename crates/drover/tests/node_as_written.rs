@@ -578,6 +578,34 @@ async fn heads_as_large_as_nodes_own_pass_drover_run_as_under_pm2() {
     }
 }
 
+/// With `--listen`, an app whose `listen()` names a port of its own (3000) is served at
+/// drover's address only, and nothing serves 3000: an app that calls itself there
+/// (server-side rendering fetching `http://localhost:3000/api`, which works under PM2)
+/// gets "connection refused". drover says so, and how to serve the port; an app on its
+/// `PORT` hears nothing.
+#[tokio::test]
+async fn with_listen_an_app_that_names_its_own_port_is_told_that_nothing_serves_it() {
+    let (d, _) = run(2, &["node".into(), fixture("big-heads.js")], Path::new(".")).await;
+    says(
+        "listen(3000)",
+        &d,
+        &[
+            "app \"app\" listens on port 3000 (its own choice, not its PORT)",
+            "drover run without --listen",
+        ],
+    )
+    .await;
+    drover_stops_cleanly("listen(3000)", &d).await;
+    let (d, _) = run(2, &["node".into(), fixture("port-only.js")], Path::new(".")).await;
+    get(d.addr(), "/").await;
+    assert!(
+        !d.stderr_text().contains("nothing serves port"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("listen(PORT)", &d).await;
+}
+
 /// An app that raised Node's 16 KiB head limit (`maxHeaderSize`, or
 /// `--max-http-header-size`) for a large cookie is told, in drover's output, that drover
 /// answers such heads with a 431 and which flag lets them through; with that flag
