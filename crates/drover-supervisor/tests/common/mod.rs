@@ -120,8 +120,9 @@ pub type Lines = Arc<Mutex<Vec<(Stream, String)>>>;
 pub fn collecting_sink() -> (LineSink, Lines) {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let keep = Arc::clone(&lines);
-    let sink: LineSink = Arc::new(move |line: LogLine<'_>| {
-        keep.lock().unwrap().push((line.stream, line.to_string()));
+    let sink: LineSink = Arc::new(move |lines: &[LogLine<'_>]| {
+        let mut keep = keep.lock().unwrap();
+        keep.extend(lines.iter().map(|line| (line.stream, line.to_string())));
     });
     (sink, lines)
 }
