@@ -45,14 +45,7 @@ impl<'b> HeadSlots<'b> {
         buf: &'b [u8],
         most: usize,
     ) -> (httparse::Result<usize>, httparse::Request<'h, 'b>) {
-        let mut req = httparse::Request::new(&mut self.stack[..most.clamp(1, HEADER_SLOTS)]);
-        let first = req.parse(buf);
-        if matches!(first, Err(httparse::Error::TooManyHeaders)) && most > HEADER_SLOTS {
-            self.heap = vec![httparse::EMPTY_HEADER; lines_in(buf).min(most)];
-            let mut req = httparse::Request::new(&mut self.heap);
-            return (req.parse(buf), req);
-        }
-        (first, req)
+        self.parse(buf, most, httparse::Request::new, httparse::Request::parse)
     }
 
     /// `buf` parsed as a response head of at most `most` fields.
@@ -61,14 +54,31 @@ impl<'b> HeadSlots<'b> {
         buf: &'b [u8],
         most: usize,
     ) -> (httparse::Result<usize>, httparse::Response<'h, 'b>) {
-        let mut res = httparse::Response::new(&mut self.stack[..most.clamp(1, HEADER_SLOTS)]);
-        let first = res.parse(buf);
+        self.parse(
+            buf,
+            most,
+            httparse::Response::new,
+            httparse::Response::parse,
+        )
+    }
+
+    /// `buf` parsed by `parse` into the head `new` makes, in the stack's slots and, when
+    /// the head has more fields than those, again in the heap's.
+    fn parse<'h, H>(
+        &'h mut self,
+        buf: &'b [u8],
+        most: usize,
+        new: fn(&'h mut [httparse::Header<'b>]) -> H,
+        parse: fn(&mut H, &'b [u8]) -> httparse::Result<usize>,
+    ) -> (httparse::Result<usize>, H) {
+        let mut head = new(&mut self.stack[..most.clamp(1, HEADER_SLOTS)]);
+        let first = parse(&mut head, buf);
         if matches!(first, Err(httparse::Error::TooManyHeaders)) && most > HEADER_SLOTS {
             self.heap = vec![httparse::EMPTY_HEADER; lines_in(buf).min(most)];
-            let mut res = httparse::Response::new(&mut self.heap);
-            return (res.parse(buf), res);
+            let mut head = new(&mut self.heap);
+            return (parse(&mut head, buf), head);
         }
-        (first, res)
+        (first, head)
     }
 }
 
