@@ -81,6 +81,11 @@ pub struct ServerQuery {
     pub data: Value,
     /// What the server speaks, as drover's preload says (`droverServer`).
     pub speaks: Speaks,
+    /// drover's preload says the server is a port probe (`droverProbe`): a plain net
+    /// server with nothing to take its connections, which get-port, detect-port and
+    /// portfinder open and close at once to see that a port is free (react-router-serve,
+    /// remix-serve). The app's real server listens next, and says what it speaks.
+    pub probe: bool,
 }
 
 /// What a worker's server speaks to its clients, as drover's preload tells it from the
@@ -270,6 +275,7 @@ fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
             Some("tcp") => Speaks::Tcp,
             _ => Speaks::Http,
         },
+        probe: fields.get("droverProbe") == Some(&Value::Bool(true)),
     })
 }
 
@@ -371,6 +377,26 @@ mod tests {
             };
             assert_eq!(q.speaks, speaks, "{word}");
             assert_eq!(q.key, "null:8443:4:undefined:0", "{word}");
+            assert!(!q.probe, "{word}");
+        }
+    }
+
+    #[test]
+    fn a_port_probe_is_the_preloads_word_true_alone() {
+        for (word, probe) in [
+            ("true", true),
+            ("false", false),
+            ("1", false),
+            (r#""yes""#, false),
+        ] {
+            let line = format!(
+                r#"{{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"droverServer":"tcp","droverProbe":{word},"seq":1}}"#
+            );
+            let FromWorker::QueryServer(q) = parse(line.as_bytes()) else {
+                panic!("{:?}", parse(line.as_bytes()))
+            };
+            assert_eq!(q.probe, probe, "{word}");
+            assert_eq!(q.key, "null:3000:4:undefined:0", "{word}");
         }
     }
 

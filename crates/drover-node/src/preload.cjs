@@ -38,6 +38,8 @@
 // 7. A listen() with `exclusive: true` asks drover too (see below).
 // 8. A request drover placed shows the client's address, not drover's (see below).
 // 9. An app server that reads larger request heads than drover is told so (see below).
+// 10. A worker that handles drover's SIGTERM leaves when its own shutdown is done, as it
+//    would alone (see below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -142,6 +144,15 @@ function saysWhatItServes() {
       speaks = server.constructor && server.constructor.name === 'Http2Server' ? 'h2c' : 'tcp';
     const port = Number(options && options.port) || 0;
     const tcp = options && (options.addressType === 4 || options.addressType === 6);
+    // A plain net server with nothing to take its connections is a port probe: get-port,
+    // detect-port and portfinder listen and close at once to see that a port is free
+    // (react-router-serve and remix-serve do before their own listen()). Taken for the
+    // app's server, it made drover hand the app's HTTP clients over unread (TCP mode).
+    const probe = speaks === 'tcp' && server.listenerCount('connection') === 0;
+    if (probe) {
+      const asked = Object.assign({}, options, { droverServer: speaks, droverProbe: true });
+      return getServer.call(this, server, asked, cb);
+    }
     if (speaks && tcp && port > 0) {
       if (balancedPort === 0) balancedPort = port;
       if (port === balancedPort) {
@@ -277,16 +288,32 @@ function takesDroversFields(req, net) {
 
 function sigtermGoesToSigint() {
   const bridge = () => process.emit('SIGINT', 'SIGINT');
+  // 10. Once drover's SIGTERM has come, the channel no longer keeps the process alive.
+  //    An app that handles the signal usually closes its server and lets Node exit
+  //    when nothing is left to do (Express's guide: `server.close()`, no exit()). Alone,
+  //    or under PM2 without the channel, it then exits; as a cluster worker its channel
+  //    held it until drover's SIGKILL, stop_timeout later, on every stop and reload.
+  //    Node's own primary disconnects the channel to stop a worker, and a worker whose
+  //    channel ends exits at once, its handler's work cut short: this lets that work end.
+  const leave = () => {
+    if (process.channel) process.channel.unref();
+  };
   // Listeners change one at a time, and 'newListener' comes before the change: look
   // once the turn's changes are made.
   let looking = false;
   const look = () => {
     looking = false;
-    const own = process.listeners('SIGTERM').filter((f) => f !== bridge).length;
-    const bridged = process.listeners('SIGTERM').includes(bridge);
+    const listeners = process.listeners('SIGTERM');
+    const own = listeners.filter((f) => f !== bridge && f !== leave).length;
+    const bridged = listeners.includes(bridge);
     const wanted = own === 0 && process.listenerCount('SIGINT') > 0;
     if (wanted && !bridged) process.on('SIGTERM', bridge);
     if (!wanted && bridged) process.removeListener('SIGTERM', bridge);
+    // Only beside a listener of the app's: alone, it would keep SIGTERM from ending it.
+    const handled = own > 0 || wanted;
+    const leaving = listeners.includes(leave);
+    if (handled && !leaving) process.prependListener('SIGTERM', leave);
+    if (!handled && leaving) process.removeListener('SIGTERM', leave);
   };
   const changed = (event) => {
     if ((event === 'SIGINT' || event === 'SIGTERM') && !looking) {

@@ -719,6 +719,12 @@ impl Session {
         query: ServerQuery,
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), ChannelError> {
+        if query.probe {
+            // Not the app's server (see `ServerQuery::probe`): told "listening", and
+            // nothing is bound, so that nothing (a readiness check at the worker's
+            // port) takes it for one. The server that follows is the app's.
+            return self.send(message::listening_without_socket(&query)).await;
+        }
         if let Some(served) = &self.served {
             if query.port == served.asked && loopback_twins(served.address, asked_ip(&query)) {
                 // `localhost` names both loopbacks where /etc/hosts says so (Debian's
@@ -1163,6 +1169,7 @@ mod tests {
             key: String::new(),
             data: Value::Null,
             speaks: crate::Speaks::Http,
+            probe: false,
         };
         let at = |address| unix_path(&query(address));
         assert_eq!(at("/run/app.sock"), Some("/run/app.sock".into()));

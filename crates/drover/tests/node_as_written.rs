@@ -2185,6 +2185,97 @@ async fn an_app_that_stops_on_sigint_only_stops_gracefully() {
     }
 }
 
+/// An app that shuts down as Express's guide shows: on SIGTERM it closes its server and
+/// lets Node exit once nothing is left (no `process.exit()`). Alone it exits at once.
+/// As drover's cluster worker its IPC channel held it until drover's SIGKILL,
+/// `stop_timeout` (10 s) later, on every reload, scale-down and stop: a reload of 4
+/// workers took over 40 s, and each ended as "signal 9". Now each worker leaves once its
+/// server has closed, under every Node here: a reload under load fails nothing and
+/// records exit code 0 for the old workers, and drover stops with no SIGKILL.
+#[tokio::test]
+async fn an_app_that_closes_its_server_on_sigterm_leaves_once_it_has_closed() {
+    for (name, node) in node_binaries() {
+        let port = drover_testkit::free_port();
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0", "--"])
+            .arg(&node)
+            .arg(fixture("closes-on-sigterm.js"))
+            .arg(port.to_string());
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        let before = serving(&d, admin).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let at = d.addr();
+        let load = paced_requests(stop.clone(), move || async move {
+            let r = common::examples::try_get(at, "/")
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((r.status, r.text()))
+        });
+        reloaded(&name, &d, admin, &before).await;
+        let retired = |r: &drover_admin::RestartRow| {
+            r.reason == "reload" && r.pid.is_some_and(|p| before.contains(&p.to_string()))
+        };
+        let both = wait_until_async(Duration::from_secs(20), || async {
+            restart_records(&status(admin).await)
+                .iter()
+                .filter(|r| retired(r))
+                .count()
+                == 2
+        })
+        .await;
+        let records = restart_records(&status(admin).await);
+        assert!(both, "{name}: {records:?}\n{}", d.stderr_text());
+        for r in records.iter().filter(|r| retired(r)) {
+            assert_eq!(
+                (r.exit_code, r.signal),
+                (Some(0), None),
+                "{name}: {r:?}\n{}",
+                d.stderr_text()
+            );
+        }
+        assert_load_never_failed(&stop, vec![load], 20, "during a reload").await;
+        drover_stops_cleanly(&name, &d).await;
+        let text = d.stderr_text();
+        assert_eq!(
+            text.matches(": HTTP server closed").count(),
+            4,
+            "{name}: each worker's server closed\n{text}"
+        );
+        assert!(!text.contains("did not exit within"), "{name}: {text}");
+    }
+}
+
+/// react-router-serve and remix-serve see that their port is free before they listen
+/// (get-port): a plain net server listens there and closes, and the app's HTTP server
+/// listens next. drover took the probe for the app's server and balanced the app as a
+/// TCP protocol of its own, handing its HTTP clients over unread. Now the server that
+/// follows the probe decides, under every Node here: the app is balanced as HTTP.
+#[tokio::test]
+async fn an_app_that_probes_its_port_first_is_balanced_as_the_server_that_follows() {
+    for (name, node) in node_binaries() {
+        let port = drover_testkit::free_port();
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", "--"])
+            .arg(&node)
+            .arg(fixture("probes-its-port.js"))
+            .arg(port.to_string());
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        assert_eq!(d.addr().port(), port, "{name}: {}", d.stderr_text());
+        let admin = admin_addr(&d).await;
+        serving(&d, admin).await;
+        every_worker_answers(&name, &d, admin).await;
+        let text = d.stderr_text();
+        assert!(
+            text.contains("strategy p2c)") && !text.contains("speaks a TCP protocol"),
+            "{name}: balanced as HTTP\n{text}"
+        );
+        drover_stops_cleanly(&name, &d).await;
+    }
+}
+
 /// A PM2 user's deployment is an ecosystem file, started with `pm2 start
 /// ecosystem.config.js --env production`; `drover run` takes the same file and the same
 /// words. Its cluster-mode app is served where its workers' listen(PORT) says (the
