@@ -295,8 +295,12 @@ function sigtermGoesToSigint() {
   //    held it until drover's SIGKILL, stop_timeout later, on every stop and reload.
   //    Node's own primary disconnects the channel to stop a worker, and a worker whose
   //    channel ends exits at once, its handler's work cut short: this lets that work end.
+  //    Only a cluster worker's channel (drover's; or that of an app's own cluster
+  //    primary, which drover stops with it): a process the app forks
+  //    (child_process.fork) runs this file too, and its channel to the app stays as is.
+  const clusterWorker = require('cluster').isWorker;
   const leave = () => {
-    if (process.channel) process.channel.unref();
+    if (clusterWorker && process.channel) process.channel.unref();
   };
   // Listeners change one at a time, and 'newListener' comes before the change: look
   // once the turn's changes are made.
