@@ -43,6 +43,9 @@ pub enum FromWorker {
     /// drover's preload counted the client connections the worker serves that drover
     /// handed it (it says so whenever the number changes).
     Clients(usize),
+    /// drover's preload saw the app ask Node's cluster module whether it is the primary
+    /// (`cluster.isPrimary`, `isMaster`): as drover's worker it is not.
+    AskedPrimary,
     /// Another of Node's internal messages, not the cluster's.
     OtherInternal,
     /// A message of the app's own (`process.send(...)`).
@@ -146,6 +149,7 @@ pub fn parse(line: &[u8]) -> FromWorker {
             },
             Some("returned") => FromWorker::AllReturned,
             Some("pong") => FromWorker::Pong,
+            Some("asked-primary") => FromWorker::AskedPrimary,
             Some("clients") => match fields.get("n").and_then(Value::as_u64) {
                 Some(n) if n <= MAX_CLIENTS => FromWorker::Clients(n as usize),
                 _ => FromWorker::OtherInternal,
@@ -471,6 +475,10 @@ mod tests {
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"pong"}"#),
             FromWorker::Pong
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"asked-primary"}"#),
+            FromWorker::AskedPrimary
         );
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"x"}"#),

@@ -40,6 +40,8 @@
 // 9. An app server that reads larger request heads than drover is told so (see below).
 // 10. A worker that handles drover's SIGTERM leaves when its own shutdown is done, as it
 //    would alone (see below).
+// 11. An app that asks whether it is the cluster's primary is named so to drover (see
+//    below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -115,6 +117,7 @@ if (!runner && require('cluster').isWorker && typeof process.send === 'function'
   saysWhatItServes();
   givesConnectionsBack();
   keepsSharedSockets();
+  saysWhenItAsksIfPrimary();
 }
 
 if (!runner) {
@@ -542,4 +545,37 @@ function saysIfItReadsLargerHeads(server) {
       `a 431 before the app sees them: run drover with --max-header-bytes ${nodes} ` +
       `(limits.max_header_bytes in drover.toml)`,
   );
+}
+
+// 11. An app that runs Node's cluster module itself asks whether it is the primary
+//    (`cluster.isPrimary`, `isMaster`); as drover's worker it is not, and it runs its
+//    worker code. Where that code never listens, because the app's own primary would
+//    have passed it connections (@socket.io/sticky's setupMaster), the worker is never
+//    ready, and drover's word on it names this cause and the way out: so drover hears
+//    of the app's first question. Node's own reads (net's and dgram's listen()) are not
+//    the app's.
+function saysWhenItAsksIfPrimary() {
+  const cluster = require('cluster');
+  let said = false;
+  for (const name of ['isPrimary', 'isMaster']) {
+    let value = cluster[name];
+    Object.defineProperty(cluster, name, {
+      configurable: true,
+      enumerable: true,
+      get() {
+        if (!said) {
+          // [0] "Error", [1] this getter, [2] the reader.
+          const reader = String(new Error().stack).split('\n')[2] || '';
+          if (!/[( ]node:/.test(reader)) {
+            said = true;
+            process.send({ cmd: 'NODE_DROVER', act: 'asked-primary' });
+          }
+        }
+        return value;
+      },
+      set(v) {
+        value = v;
+      },
+    });
+  }
 }

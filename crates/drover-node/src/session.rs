@@ -167,6 +167,8 @@ pub struct Inbox {
     /// Client connections handed to the worker that it serves now: the preload's count,
     /// plus those it acknowledged since it last counted.
     clients: Arc<AtomicUsize>,
+    /// The app asked whether it is the cluster's primary (`FromWorker::AskedPrimary`).
+    asked_primary: Arc<AtomicBool>,
 }
 
 /// A worker with connections waiting that has taken up none for this long is stalled
@@ -252,6 +254,12 @@ impl Inbox {
         self.preloaded
             .load(Relaxed)
             .then(|| self.clients.load(Relaxed))
+    }
+
+    /// Whether the app asked Node's cluster module if it is the primary: an app that
+    /// runs a primary of its own, which as drover's worker it is not.
+    pub fn asked_primary(&self) -> bool {
+        self.asked_primary.load(Relaxed)
     }
 
     /// Asks the worker to give back the client connections it serves, each between two
@@ -386,6 +394,7 @@ impl Session {
                 pong_ms: Arc::new(AtomicU64::new(0)),
                 app_pid: Arc::new(AtomicU32::new(0)),
                 clients: Arc::new(AtomicUsize::new(0)),
+                asked_primary: Arc::new(AtomicBool::new(false)),
             },
             from_drover,
             disconnect: Ask::Unasked,
@@ -602,6 +611,7 @@ impl Session {
                 }
             }
             FromWorker::AllReturned => self.inbox.all_returned.store(true, Relaxed),
+            FromWorker::AskedPrimary => self.inbox.asked_primary.store(true, Relaxed),
             FromWorker::Clients(n) => {
                 let was = self.inbox.clients.swap(n, Relaxed);
                 if (was == 0) != (n == 0) {

@@ -512,6 +512,17 @@ impl Proc {
         }
         Some(
             match session.own_port.load(std::sync::atomic::Ordering::Relaxed) {
+                0 if session.inbox.asked_primary() => format!(
+                    "it never listened on its PORT ({port}) nor on a port of its own: it \
+                     asked Node's cluster module whether it is the primary \
+                     (cluster.isPrimary or isMaster), and as drover's worker it is not. An \
+                     app whose own primary listens and passes connections to its workers \
+                     (sticky sessions: @socket.io/sticky's setupMaster) runs as one \
+                     process with --mode background (mode = \"background\"; PM2's fork \
+                     mode), which starts its primary as `node app.js` does; or leave out \
+                     its primary, and drover's workers serve the app (--strategy sticky \
+                     keeps each socket.io session on one worker)"
+                ),
                 0 => format!(
                     "it never listened on its PORT ({port}); a Node app may listen on any \
                      port, any other program must listen on $PORT or take {{port}} in its \
@@ -1146,14 +1157,22 @@ async fn run_once(
     if let Err(reason) = ready {
         proc.sample();
         let status = proc.worker.stop(proc.spec.stop_timeout).await;
-        let detail = Some(match proc.never_listened() {
+        // The log says why too: a worker that never listened is the usual first
+        // experience of an app drover cannot serve as it is.
+        let detail = match proc.never_listened() {
             Some(why) => format!("{reason}: {why}"),
             None => reason.to_string(),
-        });
+        };
         shared
-            .record_end(id, &mut proc, RestartReason::StartFailed, detail, status)
+            .record_end(
+                id,
+                &mut proc,
+                RestartReason::StartFailed,
+                Some(detail.clone()),
+                status,
+            )
             .await;
-        return life(End::NotReady(reason.to_string()), Duration::ZERO);
+        return life(End::NotReady(detail), Duration::ZERO);
     }
     if is_stopping(stop) {
         let status = shutdown_proc(shared, id, &mut proc).await;

@@ -1011,6 +1011,59 @@ async fn a_program_that_ignores_port_is_told_what_to_do() {
     drover_stops_cleanly("ignores PORT", &d).await;
 }
 
+/// socket.io's guide runs Node's cluster module itself with @socket.io/sticky: the
+/// app's primary listens and passes connections to its workers, which listen on no
+/// port. As drover's worker the app is no primary, its worker code never listens, and
+/// the worker was restarted for "not ready (connection refused)" with no word of why.
+/// Now the record and the log name the cause (the app asked `cluster.isPrimary`) and
+/// the way out; and the way out works: `--mode background` starts the app as `node
+/// app.js` does (PM2's fork mode), its primary serves its port, and both of its
+/// workers answer.
+#[tokio::test]
+async fn an_app_with_a_primary_of_its_own_is_told_to_run_in_background_mode_and_serves_there() {
+    let port = drover_testkit::free_port();
+    let told = "asked Node's cluster module whether it is the primary";
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "1",
+        "--ready-timeout",
+        "1s",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .args(["--", "node", &fixture("own-primary.js"), &port.to_string()]);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "admin API listening on ").await;
+    wait_for_record(&d, d.addr(), |r| {
+        r.detail
+            .as_deref()
+            .is_some_and(|t| t.contains(told) && t.contains("--mode background"))
+    })
+    .await;
+    says("own primary", &d, &[told]).await;
+    drover_stops_cleanly("own primary", &d).await;
+
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--mode", "background", "--admin", "127.0.0.1:0"])
+        .args(["--", "node", &fixture("own-primary.js"), &port.to_string()]);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "admin API listening on ").await;
+    says("background", &d, &[&format!("listening on {port}")]).await;
+    let mut workers = BTreeSet::new();
+    for _ in 0..6 {
+        let r = common::examples::try_get(SocketAddr::from(([127, 0, 0, 1], port)), "/")
+            .await
+            .unwrap_or_else(|e| panic!("GET /: {e}\n{}", d.stderr_text()));
+        assert_eq!(r.status, 200, "{}", d.stderr_text());
+        workers.insert(r.text());
+    }
+    assert_eq!(workers.len(), 2, "{workers:?}\n{}", d.stderr_text());
+    drover_stops_cleanly("background", &d).await;
+    assert!(!d.stderr_text().contains(told), "{}", d.stderr_text());
+}
+
 #[tokio::test]
 async fn a_node_app_whose_only_server_listens_on_port_0_is_told_what_to_do() {
     // Under Node's cluster module every worker would share one "random" port; drover
