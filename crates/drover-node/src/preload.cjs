@@ -88,6 +88,8 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
 const balanced = new WeakSet();
 // Of those, the HTTP servers whose requests show their client's address (8.).
 const balancedHttp = new WeakSet();
+// The same, to go through (10.).
+const balancedHttpServers = new Set();
 let balancedPort = 0;
 
 // 6. The worker's own port, where drover's balancer and health checks reach it. Where
@@ -161,6 +163,7 @@ function saysWhatItServes() {
       if (port === balancedPort) {
         balanced.add(server);
         if (speaks === 'http') seesItsClients(server);
+        if (speaks === 'http') balancedHttpServers.add(server);
         if (speaks === 'http') saysIfItReadsLargerHeads(server);
       }
     }
@@ -301,9 +304,16 @@ function sigtermGoesToSigint() {
   //    Only a cluster worker's channel (drover's; or that of an app's own cluster
   //    primary, which drover stops with it): a process the app forks
   //    (child_process.fork) runs this file too, and its channel to the app stays as is.
+  //    drover's own idle keep-alive connections to the worker close too, as Node 19
+  //    and later close idle connections in server.close(): Node 18's close() waited
+  //    for them to time out, and each worker stopped 5 s late. (drover sends a worker
+  //    it stops nothing more, and gave back the clients it handed it.)
   const clusterWorker = require('cluster').isWorker;
   const leave = () => {
     if (clusterWorker && process.channel) process.channel.unref();
+    for (const server of balancedHttpServers) {
+      if (typeof server.closeIdleConnections === 'function') server.closeIdleConnections();
+    }
   };
   // Listeners change one at a time, and 'newListener' comes before the change: look
   // once the turn's changes are made.
