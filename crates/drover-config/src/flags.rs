@@ -1450,7 +1450,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         && !matches!(args.mode, model::Mode::Shared | model::Mode::Background)
         && drover_supervisor::with_interpreter(&command, None)
             .first()
-            .is_some_and(|program| drover_node::is_node_program(program));
+            .is_some_and(|program| drover_node::runs_in_node(program, None));
     // And then the app reads the user's PORT, not drover's, as under PM2: its
     // `listen(process.env.PORT || 3000)` names 3000, where its clients connect.
     app.spec.users_port = listen_follows_app;

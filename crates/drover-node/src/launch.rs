@@ -39,6 +39,55 @@ pub fn is_node_program(program: &str) -> bool {
     is_node_itself(program) || is_script_runner(program)
 }
 
+/// Whether `program` runs in Node: Node itself, a script runner (`is_node_program`), or
+/// a script whose `#!` line runs Node, as every npm package's command does
+/// (`ts-node app.ts`, `next start -p 3000`, `react-router-serve build/server/index.js`,
+/// from `node_modules/.bin` or a global install). Its app's `listen()` then comes to
+/// drover as a question, with the port it names, as `node app.js`'s does. A name with no
+/// slash is looked for on drover's PATH, a relative path in `cwd` (the app's directory;
+/// `None`: drover's own).
+pub fn runs_in_node(program: &str, cwd: Option<&Path>) -> bool {
+    is_node_program(program) || program_file(program, cwd).is_some_and(|p| starts_node(&p))
+}
+
+/// Where `program` is, as its start would find it.
+fn program_file(program: &str, cwd: Option<&Path>) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Some(match cwd {
+            Some(cwd) => cwd.join(program),
+            None => PathBuf::from(program),
+        });
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Whether the file at `path` begins with a `#!` line that runs Node: `#!/usr/bin/node`,
+/// `#!/usr/bin/env node`, `#!/usr/bin/env -S node --flag`.
+fn starts_node(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let Ok(n) = fs::File::open(path).and_then(|mut f| f.read(&mut head)) else {
+        return false;
+    };
+    let Some(line) = head[..n].strip_prefix(b"#!") else {
+        return false;
+    };
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    let Ok(line) = std::str::from_utf8(line) else {
+        return false;
+    };
+    let mut words = line.split_whitespace();
+    match words.next() {
+        Some(first) if is_node_itself(first) => true,
+        Some(first) if Path::new(first).file_name() == Some("env".as_ref()) => words
+            .find(|w| !w.starts_with('-') && !w.contains('='))
+            .is_some_and(is_node_itself),
+        _ => false,
+    }
+}
+
 /// Whether `program` (a path or a name) is Node itself: `node`, or Debian's `nodejs`.
 pub(crate) fn is_node_itself(program: &str) -> bool {
     let name = Path::new(program)
@@ -202,6 +251,55 @@ mod tests {
         assert!(!is_node_program("python3"));
         assert!(!is_node_program("sh"));
         assert!(!is_node_program("/opt/node/bin/gunicorn"));
+    }
+
+    #[test]
+    fn a_script_runs_in_node_when_its_first_line_says_so() {
+        let dir = std::env::temp_dir().join(format!("drover-shebang-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        for (name, head, node) in [
+            (
+                "env-node",
+                &b"#!/usr/bin/env node\nrequire('./app')\n"[..],
+                true,
+            ),
+            ("usr-bin-node", b"#!/usr/bin/node\n", true),
+            (
+                "nodejs",
+                b"#! /usr/bin/nodejs --max-old-space-size=100\n",
+                true,
+            ),
+            (
+                "env-s",
+                b"#!/usr/bin/env -S node --enable-source-maps\n",
+                true,
+            ),
+            (
+                "env-var",
+                b"#!/usr/bin/env NODE_ENV=production node\n",
+                true,
+            ),
+            ("sh", b"#!/bin/sh\nexec node app.js\n", false),
+            ("python", b"#!/usr/bin/env python3\n", false),
+            ("env-nodemon", b"#!/usr/bin/env nodemon\n", false),
+            ("elf", b"\x7fELF\x02\x01\x01\0", false),
+            ("empty", b"", false),
+            ("no-line", b"#!", false),
+        ] {
+            fs::write(dir.join(name), head).unwrap();
+            let path = dir.join(name);
+            assert_eq!(runs_in_node(path.to_str().unwrap(), None), node, "{name}");
+            // A relative path is the app's directory's.
+            assert_eq!(
+                runs_in_node(&format!("./{name}"), Some(&dir)),
+                node,
+                "./{name}"
+            );
+        }
+        assert!(!runs_in_node("./missing", Some(&dir)));
+        assert!(runs_in_node("node", None) && runs_in_node("npm", None));
+        assert!(!runs_in_node("sh", None));
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

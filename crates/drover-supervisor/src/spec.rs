@@ -477,8 +477,7 @@ impl AppSpec {
         if self.wait_ready {
             let command = with_interpreter(&self.command, self.cwd.as_deref());
             let program = command.first().map_or("", String::as_str);
-            let node =
-                drover_node::is_node_program(program) || drover_node::is_script_runner(program);
+            let node = drover_node::runs_in_node(program, self.cwd.as_deref());
             if !node || matches!(self.mode, Mode::Shared | Mode::Background) {
                 return Err(SpecError::WaitReadyNeedsNode {
                     program: program.to_string(),

@@ -692,7 +692,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
             let node = spec
                 .command
                 .first()
-                .is_some_and(|program| drover_node::is_node_program(program));
+                .is_some_and(|program| drover_node::runs_in_node(program, spec.cwd.as_deref()));
             if !node {
                 port.release_hold();
             }

@@ -1011,6 +1011,40 @@ async fn a_program_that_ignores_port_is_told_what_to_do() {
     drover_stops_cleanly("ignores PORT", &d).await;
 }
 
+/// A command an npm package installs (`ts-node app.ts`, `next start -p 3000`,
+/// `react-router-serve`): a script whose `#!` line runs Node, started by its path or by
+/// its name on PATH. drover took it for a program that is not Node: it served the app at
+/// 127.0.0.1:8000 at once, and said that nothing served the port the app names. Now it
+/// runs in Node as `node app.js` does: served at the port its listen() names, by every
+/// worker, as under PM2.
+#[tokio::test]
+async fn a_command_whose_first_line_runs_node_is_served_where_its_app_listens() {
+    let bin_dir = PathBuf::from(fixture("bin"));
+    for by_name in [false, true] {
+        let port = drover_testkit::free_port();
+        let program = if by_name {
+            "hello-cli".to_string()
+        } else {
+            bin_dir.join("hello-cli").display().to_string()
+        };
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", "--"])
+            .arg(&program)
+            .arg(port.to_string());
+        clean_env(&mut cmd);
+        if by_name {
+            let path = std::env::var("PATH").unwrap_or_default();
+            cmd.env("PATH", format!("{}:{path}", bin_dir.display()));
+        }
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        assert_eq!(d.addr().port(), port, "{program}: {}", d.stderr_text());
+        let admin = admin_addr(&d).await;
+        serving(&d, admin).await;
+        every_worker_answers(&program, &d, admin).await;
+        drover_stops_cleanly(&program, &d).await;
+    }
+}
+
 /// socket.io's guide runs Node's cluster module itself with @socket.io/sticky: the
 /// app's primary listens and passes connections to its workers, which listen on no
 /// port. As drover's worker the app is no primary, its worker code never listens, and
