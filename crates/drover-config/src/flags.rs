@@ -1448,9 +1448,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     // a shell starts, has no listen() drover hears, and gets the default at once.
     let listen_follows_app = args.listen.is_none()
         && !matches!(args.mode, model::Mode::Shared | model::Mode::Background)
-        && drover_supervisor::with_interpreter(&command, None)
-            .first()
-            .is_some_and(|program| drover_node::runs_in_node(program, None));
+        && app.spec.runs_in_node();
     // And then the app reads the user's PORT, not drover's, as under PM2: its
     // `listen(process.env.PORT || 3000)` names 3000, where its clients connect.
     app.spec.users_port = listen_follows_app;

@@ -39,33 +39,11 @@ pub fn is_node_program(program: &str) -> bool {
     is_node_itself(program) || is_script_runner(program)
 }
 
-/// Whether `program` runs in Node: Node itself, a script runner (`is_node_program`), or
-/// a script whose `#!` line runs Node, as every npm package's command does
-/// (`ts-node app.ts`, `next start -p 3000`, `react-router-serve build/server/index.js`,
-/// from `node_modules/.bin` or a global install). Its app's `listen()` then comes to
-/// drover as a question, with the port it names, as `node app.js`'s does. A name with no
-/// slash is looked for on drover's PATH, a relative path in `cwd` (the app's directory;
-/// `None`: drover's own).
-pub fn runs_in_node(program: &str, cwd: Option<&Path>) -> bool {
-    is_node_program(program) || program_file(program, cwd).is_some_and(|p| starts_node(&p))
-}
-
-/// Where `program` is, as its start would find it.
-fn program_file(program: &str, cwd: Option<&Path>) -> Option<PathBuf> {
-    if program.contains('/') {
-        return Some(match cwd {
-            Some(cwd) => cwd.join(program),
-            None => PathBuf::from(program),
-        });
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-}
-
 /// Whether the file at `path` begins with a `#!` line that runs Node: `#!/usr/bin/node`,
-/// `#!/usr/bin/env node`, `#!/usr/bin/env -S node --flag`.
-fn starts_node(path: &Path) -> bool {
+/// `#!/usr/bin/env node`, `#!/usr/bin/env -S node --flag`. Every npm package's command
+/// is such a script (`ts-node`, `next`, `react-router-serve` in `node_modules/.bin`), so
+/// its app's `listen()` comes to drover as a question, as `node app.js`'s does.
+pub fn starts_node(path: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 256];
     let Ok(n) = fs::File::open(path).and_then(|mut f| f.read(&mut head)) else {
@@ -254,7 +232,7 @@ mod tests {
     }
 
     #[test]
-    fn a_script_runs_in_node_when_its_first_line_says_so() {
+    fn a_script_starts_node_when_its_first_line_says_so() {
         let dir = std::env::temp_dir().join(format!("drover-shebang-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         for (name, head, node) in [
@@ -287,18 +265,9 @@ mod tests {
             ("no-line", b"#!", false),
         ] {
             fs::write(dir.join(name), head).unwrap();
-            let path = dir.join(name);
-            assert_eq!(runs_in_node(path.to_str().unwrap(), None), node, "{name}");
-            // A relative path is the app's directory's.
-            assert_eq!(
-                runs_in_node(&format!("./{name}"), Some(&dir)),
-                node,
-                "./{name}"
-            );
+            assert_eq!(starts_node(&dir.join(name)), node, "{name}");
         }
-        assert!(!runs_in_node("./missing", Some(&dir)));
-        assert!(runs_in_node("node", None) && runs_in_node("npm", None));
-        assert!(!runs_in_node("sh", None));
+        assert!(!starts_node(&dir.join("missing")));
         fs::remove_dir_all(&dir).unwrap();
     }
 

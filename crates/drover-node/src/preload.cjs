@@ -45,8 +45,9 @@
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
-// arrive and close, gives a request drover placed its client's address (8.), and
-// watches which signals the app listens to.
+// arrive and close, gives a request drover placed its client's address (8.), watches
+// which signals the app listens to, and notes the app's first read of
+// cluster.isPrimary (11.).
 const script = process.argv[1] || '';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||

@@ -233,8 +233,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 // it) for a Node app whose listen() says where clients connect; any
                 // other program listens on drover's. Without the preload nothing would
                 // give a `listen(process.env.PORT)` drover's port.
-                let node =
-                    drover_node::runs_in_node(program, spec.cwd.as_deref()) && preload.is_some();
+                let node = spec.runs_in_node() && preload.is_some();
                 let users_port = users_port.filter(|_| node);
                 env.extend(drover_node::port_env(port, users_port.as_ref()));
                 if users_port.is_none() {
@@ -262,7 +261,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 .envs(&spec.env);
             // No channel, but the preload still lets drover's SIGTERM reach an app that
             // stops on SIGINT only (PM2's signal).
-            if drover_node::runs_in_node(program, spec.cwd.as_deref()) {
+            if spec.runs_in_node() {
                 match node_preload() {
                     Ok(preload) => {
                         cmd.envs(drover_node::preload_env(

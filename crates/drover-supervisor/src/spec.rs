@@ -474,16 +474,13 @@ impl AppSpec {
             }
             self.increment_base()?;
         }
-        if self.wait_ready {
+        let no_channel = matches!(self.mode, Mode::Shared | Mode::Background);
+        if self.wait_ready && (no_channel || !self.runs_in_node()) {
             let command = with_interpreter(&self.command, self.cwd.as_deref());
-            let program = command.first().map_or("", String::as_str);
-            let node = drover_node::runs_in_node(program, self.cwd.as_deref());
-            if !node || matches!(self.mode, Mode::Shared | Mode::Background) {
-                return Err(SpecError::WaitReadyNeedsNode {
-                    program: program.to_string(),
-                    mode: self.mode,
-                });
-            }
+            return Err(SpecError::WaitReadyNeedsNode {
+                program: command.first().cloned().unwrap_or_default(),
+                mode: self.mode,
+            });
         }
         self.restart.validate().map_err(SpecError::Restart)
     }
@@ -553,6 +550,19 @@ impl std::error::Error for ProgramError {}
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 impl AppSpec {
+    /// Whether the worker's program runs in Node: Node itself or a script runner by its
+    /// name (`node`, `npm`), or a program whose `#!` line runs Node, found as the spawn
+    /// will find it (`ts-node app.ts`, `next start -p 3000`, `react-router-serve`, from
+    /// `node_modules/.bin` or PATH). Its app's `listen()` then asks drover where to listen.
+    pub fn runs_in_node(&self) -> bool {
+        let command = with_interpreter(&self.command, self.cwd.as_deref());
+        let program = command.first().map_or("", String::as_str);
+        drover_node::is_node_program(program)
+            || self
+                .resolve_program()
+                .is_ok_and(|path| drover_node::starts_node(&path))
+    }
+
     /// Finds the program the spawn will run, the way `execvp` does: a name with a slash
     /// is a path (a relative one from the app's `cwd`, where the worker starts); a bare
     /// name is searched in `PATH` (the app's own `env` PATH when it sets one, as std's
@@ -879,6 +889,41 @@ mod tests {
         let mut spec = AppSpec::new("web", vec!["app.js".into()]);
         spec.cwd = Some(dir.clone());
         assert_eq!(spec.resolved().command, ["node", "app.js"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_program_runs_in_node_by_its_name_or_its_first_line_found_as_spawned() {
+        let dir = std::env::temp_dir().join(format!("drover-node-spec-{}", std::process::id()));
+        let bin = dir.join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (name, head) in [
+            ("ts-node", "#!/usr/bin/env node\n"),
+            ("serve", "#!/bin/sh\n"),
+        ] {
+            std::fs::write(bin.join(name), head).unwrap();
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let spec = |cmd: &[&str]| {
+            let mut s = AppSpec::new("web", cmd.iter().map(|w| w.to_string()).collect());
+            s.cwd = Some(dir.clone());
+            s.env
+                .insert("PATH".into(), "node_modules/.bin:/usr/bin:/bin".into());
+            s
+        };
+        // By its path from the app's directory, and by its name on the app's PATH.
+        assert!(spec(&["./node_modules/.bin/ts-node", "app.ts"]).runs_in_node());
+        assert!(spec(&["ts-node", "app.ts"]).runs_in_node());
+        assert!(!spec(&["./node_modules/.bin/serve"]).runs_in_node());
+        assert!(!spec(&["serve"]).runs_in_node());
+        assert!(!spec(&["./missing"]).runs_in_node());
+        // By name, whether or not it is installed; a script by its interpreter.
+        assert!(spec(&["node", "app.js"]).runs_in_node());
+        assert!(spec(&["npm", "start"]).runs_in_node());
+        std::fs::write(dir.join("app.js"), "").unwrap();
+        assert!(spec(&["app.js"]).runs_in_node());
+        assert!(!spec(&["sh", "-c", "node app.js"]).runs_in_node());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

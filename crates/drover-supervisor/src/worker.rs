@@ -689,11 +689,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
             let mut port = Port::pick()?;
             // Node's listen() asks drover, which binds the port (seconds later under a
             // runner) with SO_REUSEADDR; any other program binds it itself.
-            let node = spec
-                .command
-                .first()
-                .is_some_and(|program| drover_node::runs_in_node(program, spec.cwd.as_deref()));
-            if !node {
+            if !spec.runs_in_node() {
                 port.release_hold();
             }
             let listen = Listen::Port(port.get(), shared.shared_ports.unix_sockets());
