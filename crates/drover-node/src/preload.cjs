@@ -140,7 +140,15 @@ function saysWhatItServes() {
   const http = require('http');
   const tls = require('tls');
   const net = require('net');
+  // The question goes at the next tick, after the code that called listen() has run
+  // (questions keep their order: nextTick is first in, first out). An app may attach its
+  // server's connection handler just after listen() (`server.listen(port);
+  // server.on('connection', ...)`), and only then can the server be told from a port
+  // probe. Node's own listen() asks its primary and returns; its callback comes later.
   cluster._getServer = function (server, options, cb) {
+    process.nextTick(() => ask.call(this, server, options, cb));
+  };
+  function ask(server, options, cb) {
     let speaks;
     if (server instanceof http.Server) speaks = 'http';
     else if (server instanceof tls.Server) speaks = 'tls';
@@ -170,7 +178,7 @@ function saysWhatItServes() {
     }
     const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
     return getServer.call(this, server, asked, cb);
-  };
+  }
 }
 
 // 7. A listen() is drover's question in a worker. `exclusive: true` makes a cluster

@@ -1594,6 +1594,13 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
         format!("require('net').createServer((c) => c.on('data', (d) => c.write(process.pid + ' ' + d))).listen({tcp_port});\n"),
     )
     .unwrap();
+    // The same, written with its handler attached after listen(): until the handler is
+    // there it looks like a port probe (get-port's plain net server), which serves nothing.
+    std::fs::write(
+        dir.join("echo-attached-after-listen.js"),
+        format!("const server = require('net').createServer();\nserver.listen({tcp_port});\nserver.on('connection', (c) => c.on('data', (d) => c.write(process.pid + ' ' + d)));\n"),
+    )
+    .unwrap();
     let start = |node: &Path, script: &str| {
         let mut cmd = Command::new(bin());
         cmd.args(["run", "-w", "3", "--admin", "127.0.0.1:0", "--"])
@@ -1608,8 +1615,16 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
     // server speaks must reach drover from Debian's Node 18 too): 9 connections held
     // open, each answered by the worker it went to, and handed over (no hop: drover
     // counts each handoff).
-    for (name, node) in node_binaries() {
-        let d = start(&node, "echo.js").await;
+    let written = node_binaries()
+        .into_iter()
+        .map(|(name, node)| (name, node, "echo.js"))
+        .chain([(
+            "after listen()".to_string(),
+            PathBuf::from("node"),
+            "echo-attached-after-listen.js",
+        )]);
+    for (name, node, script) in written {
+        let d = start(&node, script).await;
         assert_eq!(d.addr().port(), tcp_port, "{name}: {}", d.stderr_text());
         says(
             &name,
