@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 const PRELOAD: &str = include_str!("preload.cjs");
 
 /// Programs that run an app's script in a Node process of their own (preload.cjs knows
-/// them by their scripts).
-const SCRIPT_RUNNERS: [&str; 8] = [
-    "npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack", "tsx",
+/// them by their scripts): package managers, tsx, and NestJS's CLI (`nest start` builds
+/// the app and runs `node dist/main` below it).
+const SCRIPT_RUNNERS: [&str; 9] = [
+    "npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack", "tsx", "nest",
 ];
 
 /// Whether `program` (a path or a name) is a Node program that runs the app in a Node
-/// process below it: a package manager, or tsx.
+/// process below it: a package manager, tsx, or NestJS's CLI.
 pub fn is_script_runner(program: &str) -> bool {
     let name = Path::new(program)
         .file_name()
@@ -216,6 +217,7 @@ mod tests {
         assert!(is_script_runner("npm"));
         assert!(is_script_runner("/usr/bin/yarn"));
         assert!(is_script_runner("node_modules/.bin/tsx"));
+        assert!(is_script_runner("node_modules/.bin/nest"));
         assert!(!is_script_runner("node"));
         assert!(!is_script_runner("/opt/npm-tools/node"));
     }

@@ -193,7 +193,17 @@ impl Drop for ChildProcess {
 /// group) and waits up to 10 s for an output line on either stream that
 /// contains `marker` followed by a socket address. Panics with all
 /// captured output if the line never comes or the process exits first.
-pub async fn spawn_ready_line(mut cmd: Command, marker: &str) -> ChildProcess {
+pub async fn spawn_ready_line(cmd: Command, marker: &str) -> ChildProcess {
+    spawn_ready_line_within(cmd, marker, READY_TIMEOUT).await
+}
+
+/// [`spawn_ready_line`], waiting up to `timeout`: for a program that builds
+/// its app before it listens.
+pub async fn spawn_ready_line_within(
+    mut cmd: Command,
+    marker: &str,
+    timeout: Duration,
+) -> ChildProcess {
     let program = format!("{:?}", cmd.get_program());
     let mut child = cmd
         .stdin(Stdio::null())
@@ -217,7 +227,7 @@ pub async fn spawn_ready_line(mut cmd: Command, marker: &str) -> ChildProcess {
         stdout,
         stderr,
     };
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     loop {
         let text = format!("{}{}", process.stdout_text(), process.stderr_text());
         if let Some(addr) = addr_after(&text, marker) {
@@ -230,7 +240,7 @@ pub async fn spawn_ready_line(mut cmd: Command, marker: &str) -> ChildProcess {
             sleep(Duration::from_millis(100)).await;
             let why = match exited {
                 Some(status) => format!("exited ({status})"),
-                None => format!("printed no {marker:?}ADDR line within {READY_TIMEOUT:?}"),
+                None => format!("printed no {marker:?}ADDR line within {timeout:?}"),
             };
             panic!(
                 "{program} {why}\n--- stdout ---\n{}\n--- stderr ---\n{}",

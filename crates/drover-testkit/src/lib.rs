@@ -36,8 +36,8 @@ pub use client::{
 };
 pub use harness::{
     addr_after, addrs_after, free_port, spawn_backend_process, spawn_backend_process_on,
-    spawn_ready_line, testkit_backend_bin, wait_until, wait_until_async, ChildProcess,
-    DroverProcess,
+    spawn_ready_line, spawn_ready_line_within, testkit_backend_bin, wait_until, wait_until_async,
+    ChildProcess, DroverProcess,
 };
 pub use http::{chunked_body, HeaderList, RequestHead};
 pub use ws::accept_key as ws_accept_key;

@@ -1213,6 +1213,68 @@ async fn a_typescript_app_run_by_tsx_runs_unchanged_as_three_workers() {
     }
 }
 
+/// A NestJS app as its scaffold starts it: `npm start` is `nest start`, whose CLI builds
+/// the app (tsc) and runs `node dist/main` in a Node process of its own, as tsx does.
+/// Before, the CLI's process took drover's channel and its app bound port 3000 past
+/// drover: one worker's app served every client, and the other's failed with
+/// EADDRINUSE. Now the CLI passes the channel on, and each worker's app serves.
+#[tokio::test]
+async fn a_nest_app_started_by_its_cli_runs_unchanged_as_two_workers() {
+    let dir = as_written("nest");
+    assert!(
+        dir.join("node_modules/@nestjs/cli").exists(),
+        "run `npm ci --prefix examples/as-written/nest` (scripts/test does)"
+    );
+    for command in [
+        &["npm", "start"][..],
+        &["./node_modules/.bin/nest", "start"],
+    ] {
+        let who = command.join(" ");
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        // As its users run it: no --listen, at the PORT its scaffold reads. Each worker
+        // builds the app (tsc) before it listens: on a loaded machine, tens of seconds.
+        let port = drover_testkit::free_port();
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0", "--threads", "1"])
+            .args(["--strategy", "round-robin", "--"])
+            .args(&command)
+            .current_dir(&dir);
+        clean_env(&mut cmd);
+        cmd.env("PORT", port.to_string());
+        let built = Duration::from_secs(90);
+        let d =
+            drover_testkit::spawn_ready_line_within(cmd, "\"default\" listening on ", built).await;
+        let admin = admin_addr(&d).await;
+        let ready = drover_testkit::wait_until_async(built, || async {
+            common::serving_pids(&status(admin).await)
+                .iter()
+                .all(Option::is_some)
+        })
+        .await;
+        assert!(ready, "{who}: {}", d.stderr_text());
+        assert_eq!(d.addr().port(), port, "{who}: {}", d.stderr_text());
+        let at = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut pids = BTreeSet::new();
+        for _ in 0..12 {
+            let r = get(at, "/").await;
+            let body = r.text();
+            assert!(
+                body.starts_with("Hello from Nest (pid "),
+                "{who}: {body}\n{}",
+                d.stderr_text()
+            );
+            pids.insert(body.trim().to_string());
+        }
+        assert_eq!(pids.len(), 2, "{who}: {pids:?}\n{}", d.stderr_text());
+        assert!(
+            !d.stderr_text().contains("EADDRINUSE"),
+            "{who}: {}",
+            d.stderr_text()
+        );
+        drover_stops_cleanly(&who, &d).await;
+    }
+}
+
 /// A runner that outlives its app (a watch mode waiting for a change, nodemon, a shell
 /// script that goes on): the app's Node process exits, the process drover started does
 /// not. drover knows the app's pid from its preload, sees it end, and restarts the
