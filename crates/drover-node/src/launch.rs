@@ -17,20 +17,38 @@ use std::path::{Path, PathBuf};
 const PRELOAD: &str = include_str!("preload.cjs");
 
 /// Programs that run an app's script in a Node process of their own (preload.cjs knows
-/// them by their scripts): package managers, tsx, and NestJS's CLI (`nest start` builds
-/// the app and runs `node dist/main` below it).
-const SCRIPT_RUNNERS: [&str; 9] = [
-    "npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack", "tsx", "nest",
+/// them by their scripts): package managers and tsx.
+const SCRIPT_RUNNERS: [&str; 8] = [
+    "npm", "npx", "yarn", "yarnpkg", "pnpm", "pnpx", "corepack", "tsx",
 ];
 
-/// Whether `program` (a path or a name) is a Node program that runs the app in a Node
-/// process below it: a package manager, tsx, or NestJS's CLI.
-pub fn is_script_runner(program: &str) -> bool {
-    let name = Path::new(program)
+/// Node commands that run the command they are given in a process of their own, as a
+/// runner does: NestJS's CLI (`nest start` builds the app and runs `node dist/main`),
+/// and the wrappers that set the app's environment first, common in `npm start` scripts
+/// (`cross-env NODE_ENV=production node app.js`, dotenv-cli's `dotenv -e .env -- node
+/// app.js`, `env-cmd`). Their names are not Node's alone (python-dotenv's command is
+/// `dotenv` too), so each counts only where its file's `#!` line runs Node
+/// (`starts_node`). preload.cjs knows them by their scripts too.
+const NODE_WRAPPERS: [&str; 5] = ["nest", "cross-env", "cross-env-shell", "dotenv", "env-cmd"];
+
+/// The file name of `program` (a path or a name).
+fn program_name(program: &str) -> &str {
+    Path::new(program)
         .file_name()
         .and_then(|n| n.to_str())
-        .unwrap_or(program);
-    SCRIPT_RUNNERS.contains(&name)
+        .unwrap_or(program)
+}
+
+/// Whether `program` (a path or a name) is a Node program that runs the app in a Node
+/// process below it: a package manager, or tsx.
+pub fn is_script_runner(program: &str) -> bool {
+    SCRIPT_RUNNERS.contains(&program_name(program))
+}
+
+/// Whether `program` (a path or a name) is named as a Node command that runs the app
+/// below it (`NODE_WRAPPERS`); it is one where its file's `#!` line runs Node.
+pub fn is_node_wrapper_name(program: &str) -> bool {
+    NODE_WRAPPERS.contains(&program_name(program))
 }
 
 /// Whether `program` (a path or a name) is Node itself (`node`, Debian's `nodejs`) or a
@@ -217,7 +235,10 @@ mod tests {
         assert!(is_script_runner("npm"));
         assert!(is_script_runner("/usr/bin/yarn"));
         assert!(is_script_runner("node_modules/.bin/tsx"));
-        assert!(is_script_runner("node_modules/.bin/nest"));
+        assert!(!is_script_runner("node_modules/.bin/nest"));
+        assert!(is_node_wrapper_name("node_modules/.bin/nest"));
+        assert!(is_node_wrapper_name("cross-env") && is_node_wrapper_name("/usr/bin/dotenv"));
+        assert!(!is_node_wrapper_name("npm") && !is_node_wrapper_name("node"));
         assert!(!is_script_runner("node"));
         assert!(!is_script_runner("/opt/npm-tools/node"));
     }

@@ -208,7 +208,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                     .cloned()
                     .or_else(|| std::env::var("PORT").ok())
             });
-            let (env, channel_fd) = if drover_node::is_script_runner(program) {
+            let (env, channel_fd) = if spec.runs_app_below() {
                 let preload = node_preload()?;
                 let mut env =
                     drover_node::runner_env(id, RUNNER_CHANNEL_FD, &preload, existing.as_deref());

@@ -563,6 +563,20 @@ impl AppSpec {
                 .is_ok_and(|path| drover_node::starts_node(&path))
     }
 
+    /// Whether the worker's program is a Node program that runs the app in a Node process
+    /// below it: a package manager or tsx by its name, or a Node command that runs the
+    /// command it is given (`nest start`, `cross-env NODE_ENV=production node app.js`),
+    /// by its name and its `#!` line. drover's channel then goes past it to the app.
+    pub fn runs_app_below(&self) -> bool {
+        let command = with_interpreter(&self.command, self.cwd.as_deref());
+        let program = command.first().map_or("", String::as_str);
+        drover_node::is_script_runner(program)
+            || (drover_node::is_node_wrapper_name(program)
+                && self
+                    .resolve_program()
+                    .is_ok_and(|path| drover_node::starts_node(&path)))
+    }
+
     /// Finds the program the spawn will run, the way `execvp` does: a name with a slash
     /// is a path (a relative one from the app's `cwd`, where the worker starts); a bare
     /// name is searched in `PATH` (the app's own `env` PATH when it sets one, as std's
@@ -900,6 +914,9 @@ mod tests {
         for (name, head) in [
             ("ts-node", "#!/usr/bin/env node\n"),
             ("serve", "#!/bin/sh\n"),
+            ("cross-env", "#!/usr/bin/env node\n"),
+            // python-dotenv's command, by the name of dotenv-cli's.
+            ("dotenv", "#!/usr/bin/python3\n"),
         ] {
             std::fs::write(bin.join(name), head).unwrap();
             std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
@@ -924,6 +941,14 @@ mod tests {
         std::fs::write(dir.join("app.js"), "").unwrap();
         assert!(spec(&["app.js"]).runs_in_node());
         assert!(!spec(&["sh", "-c", "node app.js"]).runs_in_node());
+        // Which of them run the app in a Node process below them: drover's channel goes
+        // past them to it.
+        assert!(spec(&["npm", "start"]).runs_app_below());
+        assert!(spec(&["cross-env", "NODE_ENV=production", "node", "app.js"]).runs_app_below());
+        assert!(!spec(&["dotenv", "run", "python3", "app.py"]).runs_app_below());
+        assert!(!spec(&["dotenv", "run", "python3", "app.py"]).runs_in_node());
+        assert!(!spec(&["ts-node", "app.ts"]).runs_app_below());
+        assert!(!spec(&["node", "app.js"]).runs_app_below());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

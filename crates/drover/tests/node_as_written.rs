@@ -1275,6 +1275,54 @@ async fn a_nest_app_started_by_its_cli_runs_unchanged_as_two_workers() {
     }
 }
 
+/// An `npm start` that sets the app's environment through a Node wrapper, which runs
+/// `node server.js` below it: `cross-env NODE_ENV=production node server.js`, dotenv-cli's
+/// `dotenv -e .env -- node server.js`, `env-cmd -f .env node server.js`. Before, the
+/// wrapper's process took drover's channel and the app bound its port past drover: one
+/// worker's app served every client, and the other's failed with EADDRINUSE.
+#[tokio::test]
+async fn an_app_started_through_an_environment_wrapper_runs_as_written() {
+    let dir = PathBuf::from(fixture("env-wrappers"));
+    assert!(
+        dir.join("node_modules/cross-env").exists(),
+        "run `npm ci --prefix crates/drover/tests/fixtures/node_as_written/env-wrappers` (scripts/test does)"
+    );
+    for (command, says) in [
+        (&["npm", "start"][..], "production -"),
+        (&["npm", "run", "start:dotenv"], "- hello from .env"),
+        (&["npm", "run", "start:env-cmd"], "- hello from .env"),
+        (
+            &[
+                "./node_modules/.bin/cross-env",
+                "NODE_ENV=production",
+                "node",
+                "server.js",
+            ],
+            "production -",
+        ),
+    ] {
+        let who = command.join(" ");
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        let port = drover_testkit::free_port();
+        let (d, _) = run_without_listen(&command, &dir, Some(port)).await;
+        assert_eq!(d.addr().port(), port, "{who}: {}", d.stderr_text());
+        let at = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut pids = BTreeSet::new();
+        for _ in 0..12 {
+            let body = get(at, "/").await.text();
+            assert!(body.starts_with(says), "{who}: {body}\n{}", d.stderr_text());
+            pids.insert(body.trim().to_string());
+        }
+        assert_eq!(pids.len(), 2, "{who}: {pids:?}\n{}", d.stderr_text());
+        assert!(
+            !d.stderr_text().contains("EADDRINUSE"),
+            "{who}: {}",
+            d.stderr_text()
+        );
+        drover_stops_cleanly(&who, &d).await;
+    }
+}
+
 /// A runner that outlives its app (a watch mode waiting for a change, nodemon, a shell
 /// script that goes on): the app's Node process exits, the process drover started does
 /// not. drover knows the app's pid from its preload, sees it end, and restarts the
