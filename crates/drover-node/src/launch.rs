@@ -24,12 +24,24 @@ const SCRIPT_RUNNERS: [&str; 8] = [
 
 /// Node commands that run the command they are given in a process of their own, as a
 /// runner does: NestJS's CLI (`nest start` builds the app and runs `node dist/main`),
-/// and the wrappers that set the app's environment first, common in `npm start` scripts
+/// the wrappers that set the app's environment first, common in `npm start` scripts
 /// (`cross-env NODE_ENV=production node app.js`, dotenv-cli's `dotenv -e .env -- node
-/// app.js`, `env-cmd`). Their names are not Node's alone (python-dotenv's command is
-/// `dotenv` too), so each counts only where its file's `#!` line runs Node
-/// (`starts_node`). preload.cjs knows them by their scripts too.
-const NODE_WRAPPERS: [&str; 5] = ["nest", "cross-env", "cross-env-shell", "dotenv", "env-cmd"];
+/// app.js`, `env-cmd`, `dotenvx run`), and npm-run-all's `run-s build serve`. Their
+/// names are not Node's alone (python-dotenv's command is `dotenv` too), so each counts
+/// only where its file's `#!` line runs Node (`starts_node`). preload.cjs knows them by
+/// their scripts too.
+const NODE_WRAPPERS: [&str; 10] = [
+    "nest",
+    "cross-env",
+    "cross-env-shell",
+    "dotenv",
+    "env-cmd",
+    "dotenvx",
+    "run-s",
+    "run-p",
+    "npm-run-all",
+    "npm-run-all2",
+];
 
 /// The file name of `program` (a path or a name).
 fn program_name(program: &str) -> &str {

@@ -50,16 +50,20 @@
 // cluster.isPrimary (11.).
 const script = process.argv[1] || '';
 // NestJS's CLI (`nest start`, a Nest app's `npm start`) builds the app and runs
-// `node dist/main` in a process of its own, as tsx does; cross-env, dotenv-cli's `dotenv`
-// and env-cmd set the environment and run the command they are given below them
-// (`cross-env NODE_ENV=production node app.js` in an `npm start` script). They are known
-// by their packages' paths or their commands' (`node_modules/.bin/nest`, a global
-// `bin/cross-env`), not by a file name alone: an app's own file may be called nest.js.
+// `node dist/main` in a process of its own, as tsx does; cross-env, dotenv-cli's
+// `dotenv`, env-cmd and dotenvx set the environment and run the command they are given
+// below them (`cross-env NODE_ENV=production node app.js` in an `npm start` script), and
+// npm-run-all's run-s and run-p run npm scripts. They are known by their packages'
+// paths or their commands' (`node_modules/.bin/nest`, a global `bin/cross-env`), not by
+// a file name alone: an app's own file may be called nest.js. (drover's NODE_WRAPPERS
+// names the same commands.)
+const wrappers = 'nest|cross-env|cross-env-shell|dotenv|env-cmd|dotenvx|run-s|run-p|npm-run-all2?';
+const wrapperPackages = '@nestjs[\\\\/]cli|cross-env|dotenv-cli|env-cmd|@dotenvx[\\\\/]dotenvx|npm-run-all2?';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
   /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack|tsx)[\\/]/.test(script) ||
-  /[\\/]node_modules[\\/](@nestjs[\\/]cli|cross-env|dotenv-cli|env-cmd)[\\/]/.test(script) ||
-  /[\\/]\.?bin[\\/](nest|cross-env|cross-env-shell|dotenv|env-cmd)$/.test(script);
+  new RegExp(`[\\\\/]node_modules[\\\\/](${wrapperPackages})[\\\\/]`).test(script) ||
+  new RegExp(`[\\\\/]\\.?bin[\\\\/](${wrappers})$`).test(script);
 const fd = Number(process.env.DROVER_NODE_CHANNEL_FD);
 if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   // A runner's `node --watch app.js` (`npm run dev`): Node's watch process restarts the
