@@ -42,6 +42,8 @@
 //    would alone (see below).
 // 11. An app that asks whether it is the cluster's primary is named so to drover (see
 //    below).
+// 12. A Node process that drover's worker started, whose port is taken, says why (see
+//    below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -58,7 +60,8 @@ const script = process.argv[1] || '';
 // a file name alone: an app's own file may be called nest.js. (drover's NODE_WRAPPERS
 // names the same commands.)
 const wrappers = 'nest|cross-env|cross-env-shell|dotenv|env-cmd|dotenvx|run-s|run-p|npm-run-all2?';
-const wrapperPackages = '@nestjs[\\\\/]cli|cross-env|dotenv-cli|env-cmd|@dotenvx[\\\\/]dotenvx|npm-run-all2?';
+const wrapperPackages =
+  '@nestjs[\\\\/]cli|cross-env|dotenv-cli|env-cmd|@dotenvx[\\\\/]dotenvx|npm-run-all2?';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
   /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack|tsx)[\\/]/.test(script) ||
@@ -133,6 +136,10 @@ if (!runner && require('cluster').isWorker && typeof process.send === 'function'
   givesConnectionsBack();
   keepsSharedSockets();
   saysWhenItAsksIfPrimary();
+  // For the processes it starts (12.).
+  process.env.DROVER_WORKER_APP_PID = String(process.pid);
+} else if (process.env.DROVER_WORKER_APP_PID) {
+  saysWhyItsPortIsTaken(process.env.DROVER_WORKER_APP_PID);
 }
 
 if (!runner) {
@@ -609,4 +616,34 @@ function saysWhenItAsksIfPrimary() {
       },
     });
   }
+}
+
+// 12. A process that drover's worker starts is not drover's worker: its listen() binds
+//    the port itself, as a process a cluster worker starts does. Where the worker is a
+//    Node program that runs the app below it and drover does not know it for one (a
+//    wrapper of its own, `node wrap.js server.js`), each worker's copy of the app binds
+//    the app's port, and all but the first fail with EADDRINUSE; so does a helper each
+//    worker's app starts on a fixed port. Such a failure, where nothing handles it, says
+//    so, once, before Node throws it as it would have.
+function saysWhyItsPortIsTaken(workerPid) {
+  const net = require('net');
+  const emit = net.Server.prototype.emit;
+  let said = false;
+  net.Server.prototype.emit = function (event, err) {
+    // Only where Node throws it: an app that handles it (tries the next port) is fine.
+    const unhandled = event === 'error' && this.listenerCount('error') === 0;
+    if (unhandled && !said && err && err.code === 'EADDRINUSE') {
+      said = true;
+      console.error(
+        `drover: this process (pid ${process.pid}) cannot listen on port ${err.port}, which ` +
+          `another process holds. drover's worker (pid ${workerPid}) started it, so its ` +
+          `listen() binds the port itself, past drover, and each worker's copy does. If ` +
+          `the worker's program runs your app in a Node process of its own, start the app ` +
+          `itself (drover run -- node app.js) or through npm, yarn, pnpm, npx, tsx, nest, ` +
+          `cross-env, dotenv, env-cmd, dotenvx or npm-run-all, which drover passes its ` +
+          `channel past`,
+      );
+    }
+    return emit.apply(this, arguments);
+  };
 }

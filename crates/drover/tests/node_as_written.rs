@@ -1327,6 +1327,36 @@ async fn an_app_started_through_an_environment_wrapper_runs_as_written() {
     }
 }
 
+/// A Node wrapper drover does not know (`node wrap.js server.js`, which runs the app in a
+/// Node process of its own) keeps drover's channel, and each worker's copy of the app
+/// binds its port itself; all but the first fail with EADDRINUSE. The app's process says
+/// why, and what to run instead. Before, only Node's EADDRINUSE was printed, and the
+/// worker whose app did bind was said to have "never listened on its PORT".
+#[tokio::test]
+async fn an_app_below_a_node_wrapper_drover_does_not_know_says_why_its_port_is_taken() {
+    let port = drover_testkit::free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0", "--", "node"])
+        .args([
+            fixture("wrap.js"),
+            fixture("port-or-argv.js"),
+            port.to_string(),
+        ]);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "admin API listening on ").await;
+    says(
+        "unknown wrapper",
+        &d,
+        &[
+            &format!("cannot listen on port {port}, which another process holds"),
+            "drover's worker (pid ",
+            "start the app itself (drover run -- node app.js)",
+        ],
+    )
+    .await;
+    drover_stops_cleanly("unknown wrapper", &d).await;
+}
+
 /// A runner that outlives its app (a watch mode waiting for a change, nodemon, a shell
 /// script that goes on): the app's Node process exits, the process drover started does
 /// not. drover knows the app's pid from its preload, sees it end, and restarts the
