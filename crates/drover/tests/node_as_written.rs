@@ -1252,25 +1252,7 @@ async fn a_nest_app_started_by_its_cli_runs_unchanged_as_two_workers() {
         })
         .await;
         assert!(ready, "{who}: {}", d.stderr_text());
-        assert_eq!(d.addr().port(), port, "{who}: {}", d.stderr_text());
-        let at = SocketAddr::from(([127, 0, 0, 1], port));
-        let mut pids = BTreeSet::new();
-        for _ in 0..12 {
-            let r = get(at, "/").await;
-            let body = r.text();
-            assert!(
-                body.starts_with("Hello from Nest (pid "),
-                "{who}: {body}\n{}",
-                d.stderr_text()
-            );
-            pids.insert(body.trim().to_string());
-        }
-        assert_eq!(pids.len(), 2, "{who}: {pids:?}\n{}", d.stderr_text());
-        assert!(
-            !d.stderr_text().contains("EADDRINUSE"),
-            "{who}: {}",
-            d.stderr_text()
-        );
+        both_apps_answer_at(&who, &d, port, "Hello from Nest (pid ").await;
         drover_stops_cleanly(&who, &d).await;
     }
 }
@@ -1309,22 +1291,29 @@ async fn an_app_started_through_an_environment_wrapper_runs_as_written() {
         let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
         let port = drover_testkit::free_port();
         let (d, _) = run_without_listen(&command, &dir, Some(port)).await;
-        assert_eq!(d.addr().port(), port, "{who}: {}", d.stderr_text());
-        let at = SocketAddr::from(([127, 0, 0, 1], port));
-        let mut pids = BTreeSet::new();
-        for _ in 0..12 {
-            let body = get(at, "/").await.text();
-            assert!(body.starts_with(says), "{who}: {body}\n{}", d.stderr_text());
-            pids.insert(body.trim().to_string());
-        }
-        assert_eq!(pids.len(), 2, "{who}: {pids:?}\n{}", d.stderr_text());
-        assert!(
-            !d.stderr_text().contains("EADDRINUSE"),
-            "{who}: {}",
-            d.stderr_text()
-        );
+        both_apps_answer_at(&who, &d, port, says).await;
         drover_stops_cleanly(&who, &d).await;
     }
+}
+
+/// drover serves at `port` (the app's own, no --listen), and both workers' apps answer
+/// there, below whatever runs them (each answer starts with `says` and names its pid),
+/// with no EADDRINUSE from an app that bound the port past drover.
+async fn both_apps_answer_at(who: &str, d: &ChildProcess, port: u16, says: &str) {
+    assert_eq!(d.addr().port(), port, "{who}: {}", d.stderr_text());
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut answers = BTreeSet::new();
+    for _ in 0..12 {
+        let body = get(at, "/").await.text();
+        assert!(body.starts_with(says), "{who}: {body}\n{}", d.stderr_text());
+        answers.insert(body.trim().to_string());
+    }
+    assert_eq!(answers.len(), 2, "{who}: {answers:?}\n{}", d.stderr_text());
+    assert!(
+        !d.stderr_text().contains("EADDRINUSE"),
+        "{who}: {}",
+        d.stderr_text()
+    );
 }
 
 /// A Node wrapper drover does not know (`node wrap.js server.js`, which runs the app in a
