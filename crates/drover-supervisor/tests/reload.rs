@@ -246,7 +246,15 @@ async fn a_worker_over_max_memory_is_replaced_without_a_gap() {
     assert!(eventually(Duration::from_secs(5), || !process_exists(first)).await);
     // A replacement is not a crash.
     assert_eq!(sup.status()[0].crash_streak, 0);
-    // Its restart record says why, with the RSS that was over the limit.
+    // Its restart record says why, with the RSS that was over the limit. It is written
+    // once the old worker's stop has returned, a moment after its process is gone.
+    assert!(
+        eventually(Duration::from_secs(5), || sup
+            .restarts()
+            .iter()
+            .any(|r| r.pid == Some(first)))
+        .await
+    );
     let records = sup.restarts();
     let record = records
         .iter()
