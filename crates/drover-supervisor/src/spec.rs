@@ -476,9 +476,8 @@ impl AppSpec {
         }
         let no_channel = matches!(self.mode, Mode::Shared | Mode::Background);
         if self.wait_ready && (no_channel || !self.runs_in_node()) {
-            let command = with_interpreter(&self.command, self.cwd.as_deref());
             return Err(SpecError::WaitReadyNeedsNode {
-                program: command.first().cloned().unwrap_or_default(),
+                program: self.program(),
                 mode: self.mode,
             });
         }
@@ -550,14 +549,20 @@ impl std::error::Error for ProgramError {}
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 impl AppSpec {
+    /// The program the spawn runs: the command's first word, or a script's interpreter
+    /// (`resolved`: `app.js` runs as `node app.js`); empty for an empty command.
+    fn program(&self) -> String {
+        let command = with_interpreter(&self.command, self.cwd.as_deref());
+        command.into_iter().next().unwrap_or_default()
+    }
+
     /// Whether the worker's program runs in Node: Node itself or a script runner by its
     /// name (`node`, `npm`), or a program whose `#!` line runs Node, found as the spawn
     /// will find it (`ts-node app.ts`, `next start -p 3000`, `react-router-serve`, from
     /// `node_modules/.bin` or PATH). Its app's `listen()` then asks drover where to listen.
     pub fn runs_in_node(&self) -> bool {
-        let command = with_interpreter(&self.command, self.cwd.as_deref());
-        let program = command.first().map_or("", String::as_str);
-        drover_node::is_node_program(program)
+        let program = self.program();
+        drover_node::is_node_program(&program)
             || self
                 .resolve_program()
                 .is_ok_and(|path| drover_node::starts_node(&path))
@@ -568,10 +573,9 @@ impl AppSpec {
     /// command it is given (`nest start`, `cross-env NODE_ENV=production node app.js`),
     /// by its name and its `#!` line. drover's channel then goes past it to the app.
     pub fn runs_app_below(&self) -> bool {
-        let command = with_interpreter(&self.command, self.cwd.as_deref());
-        let program = command.first().map_or("", String::as_str);
-        drover_node::is_script_runner(program)
-            || (drover_node::is_node_wrapper_name(program)
+        let program = self.program();
+        drover_node::is_script_runner(&program)
+            || (drover_node::is_node_wrapper_name(&program)
                 && self
                     .resolve_program()
                     .is_ok_and(|path| drover_node::starts_node(&path)))
@@ -586,9 +590,8 @@ impl AppSpec {
     /// "Executable" means a regular file with an execute bit; a file whose bits exclude
     /// drover's user still fails at spawn, as a crash loop.
     pub fn resolve_program(&self) -> Result<PathBuf, ProgramError> {
-        // A script named as the program runs under its interpreter (`resolved`).
-        let command = with_interpreter(&self.command, self.cwd.as_deref());
-        let program = command.first().map(String::as_str).unwrap_or("");
+        let program = self.program();
+        let program = program.as_str();
         if program.contains('/') {
             let path = match &self.cwd {
                 // Through components() to drop the "." of "./serve.sh" from the message.
