@@ -193,6 +193,10 @@ struct EtcdState {
     state: Mutex<State>,
     /// The revision the view has been brought up to.
     applied: tokio::sync::watch::Sender<i64>,
+    /// Wakes a watcher waiting out its back-off when a request of this balancer's
+    /// (a registration, a heartbeat) got an answer: etcd is back, so the view need
+    /// not lag behind the writes for the rest of a back-off of up to `backoff_max`.
+    answered: tokio::sync::Notify,
 }
 
 /// Runtime members kept in etcd under a prefix, feeding `pool` as `Source::Etcd`.
@@ -259,6 +263,7 @@ impl EtcdMembers {
                 listed: false,
             }),
             applied,
+            answered: tokio::sync::Notify::new(),
         });
         let task = tokio::spawn(watch_loop(Arc::clone(&shared))).abort_handle();
         Arc::new(EtcdMembers { shared, task })
@@ -623,7 +628,12 @@ impl EtcdState {
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, Option<etcd_client::Error>> {
         match tokio::time::timeout(self.options.op_timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
+            Ok(Ok(v)) => {
+                // Only a watcher already waiting wakes (no permit is stored): the
+                // watch session's own answers must not cut its next back-off short.
+                self.answered.notify_waiters();
+                Ok(v)
+            }
             Ok(Err(e)) => Err(Some(e)),
             Err(_) => Err(None),
         }
@@ -897,7 +907,12 @@ async fn watch_loop(shared: Arc<EtcdState>) {
                 tracing::debug!(pool = %shared.pool.name(), error = %why, "etcd watch failed");
                 shared.set_connected(false, Some(why));
                 shared.forget_client();
-                tokio::time::sleep(jitter(step)).await;
+                tokio::select! {
+                    () = tokio::time::sleep(jitter(step)) => {}
+                    () = shared.answered.notified() => {
+                        tracing::debug!(pool = %shared.pool.name(), "etcd answered a request; watching again now");
+                    }
+                }
                 step = (step * 2).min(shared.options.backoff_max);
             }
         }

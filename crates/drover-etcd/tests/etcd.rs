@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use drover_balance::{clock, Pick, PickContext};
+use drover_etcd::{EtcdMembers, EtcdOptions};
 use drover_registry::{MemberError, MemberState, MemberStore, Registration, Source};
 use std::sync::Arc;
 use std::time::Duration;
@@ -259,6 +260,46 @@ async fn while_etcd_is_away_the_pools_keep_their_members_and_writes_are_refused(
             0,
             "resumed the watch, no second listing"
         );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_answered_after_an_outage_brings_the_watch_back_before_its_back_off_ends() {
+    bounded(40, async {
+        let mut etcd = Etcd::start().await;
+        let pool_a = pool(&[]);
+        // A back-off of 20 s at once: without the wake-up, the watcher would sleep 10 to
+        // 20 s after its first failure, long after etcd and the write are back.
+        let a = EtcdMembers::start_with(
+            vec![etcd.url()],
+            PREFIX.to_string(),
+            Arc::clone(&pool_a),
+            EtcdOptions {
+                backoff_min: Duration::from_secs(20),
+                backoff_max: Duration::from_secs(20),
+                ..options()
+            },
+        );
+        assert!(connected(&a).await);
+        etcd.kill();
+        assert!(eventually(SOON, || !a.status().connected).await);
+        etcd.restart().await;
+        let written = std::time::Instant::now();
+        // The first write may meet etcd still electing itself leader.
+        let mut registered = false;
+        while !registered && written.elapsed() < SOON {
+            registered = a.register("m1".into(), reg(7301, None)).await.is_ok();
+        }
+        assert!(registered, "etcd took no write after it came back");
+        assert!(
+            eventually(Duration::from_secs(3), || addrs(&pool_a)
+                == vec![addr(7301)])
+            .await,
+            "the watcher slept on after its own write was answered: {:?}",
+            a.status()
+        );
+        assert!(a.status().connected);
     })
     .await;
 }
