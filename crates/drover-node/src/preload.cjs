@@ -59,9 +59,9 @@ const script = process.argv[1] || '';
 // paths or their commands' (`node_modules/.bin/nest`, a global `bin/cross-env`), not by
 // a file name alone: an app's own file may be called nest.js. (drover's NODE_WRAPPERS
 // names the same commands.)
-const wrappers = 'nest|cross-env|cross-env-shell|dotenv|env-cmd|dotenvx|run-s|run-p|npm-run-all2?';
+const wrappers = 'nest|nodemon|cross-env|cross-env-shell|dotenv|env-cmd|dotenvx|run-s|run-p|npm-run-all2?';
 const wrapperPackages =
-  '@nestjs[\\\\/]cli|cross-env|dotenv-cli|env-cmd|@dotenvx[\\\\/]dotenvx|npm-run-all2?';
+  '@nestjs[\\\\/]cli|nodemon|cross-env|dotenv-cli|env-cmd|@dotenvx[\\\\/]dotenvx|npm-run-all2?';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
   /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack|tsx)[\\/]/.test(script) ||
@@ -640,7 +640,7 @@ function saysWhyItsPortIsTaken(workerPid) {
           `listen() binds the port itself, past drover, and each worker's copy does. If ` +
           `the worker's program runs your app in a Node process of its own, start the app ` +
           `itself (drover run -- node app.js) or through npm, yarn, pnpm, npx, tsx, nest, ` +
-          `cross-env, dotenv, env-cmd, dotenvx or npm-run-all, which drover passes its ` +
+          `nodemon, cross-env, dotenv, env-cmd, dotenvx or npm-run-all, which drover passes its ` +
           `channel past`,
       );
     }

@@ -1260,7 +1260,8 @@ async fn a_nest_app_started_by_its_cli_runs_unchanged_as_two_workers() {
 /// An `npm start` that sets the app's environment through a Node wrapper, which runs
 /// `node server.js` below it: `cross-env NODE_ENV=production node server.js`, dotenv-cli's
 /// `dotenv -e .env -- node server.js`, `env-cmd -f .env node server.js`, `dotenvx run`;
-/// or that runs npm scripts in order with npm-run-all (`run-s build serve`). Before, the
+/// or that runs npm scripts in order with npm-run-all (`run-s build serve`), or watches
+/// the app's files with nodemon (`nodemon server.js`). Before, the
 /// wrapper's process took drover's channel and the app bound its port past drover: one
 /// worker's app served every client, and the other's failed with EADDRINUSE.
 #[tokio::test]
@@ -1277,6 +1278,10 @@ async fn an_app_started_through_an_environment_wrapper_runs_as_written() {
         (&["npm", "run", "start:dotenvx"], "- hello from .env"),
         // npm-run-all's `run-s greet serve`: a script, then the app's.
         (&["npm", "run", "start:run-s"], "- - (pid"),
+        // nodemon forks the app with an IPC channel of its own: the app's process
+        // takes drover's channel beside it.
+        (&["npm", "run", "start:nodemon"], "- - (pid"),
+        (&["./node_modules/.bin/nodemon", "server.js"], "- - (pid"),
         (
             &[
                 "./node_modules/.bin/cross-env",
