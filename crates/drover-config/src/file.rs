@@ -846,6 +846,8 @@ struct RawResolver {
 #[serde(deny_unknown_fields)]
 struct RawEtcd {
     endpoints: Spanned<Vec<Spanned<String>>>,
+    /// `{ ca, cert, key, server_name }`, as a balancer's `backend_tls`.
+    tls: Option<Spanned<RawBackendTls>>,
 }
 
 #[derive(Deserialize)]
@@ -1110,7 +1112,27 @@ impl RawConfig {
             None => ResolverConfig::default(),
         };
         let etcd = match self.etcd {
-            Some(e) => Some(validate_etcd(e, ctx)?),
+            Some(e) => {
+                let span = e.span();
+                let tls = e.get_ref().tls.as_ref();
+                let table = tls.map_or(span, |t| t.span());
+                let at = |f: Option<&Spanned<String>>| f.map_or(table.clone(), |f| f.span());
+                let tls = tls.map(|t| t.get_ref());
+                origin(at(tls.and_then(|t| t.ca.as_ref())), "etcd.tls.ca".into());
+                origin(
+                    at(tls.and_then(|t| t.cert.as_ref())),
+                    "etcd.tls.cert".into(),
+                );
+                // A key left out is the cert's file: its errors point at the cert.
+                let key = tls.and_then(|t| t.key.as_ref().or(t.cert.as_ref()));
+                origin(at(key), "etcd.tls.key".into());
+                origin(
+                    at(tls.and_then(|t| t.server_name.as_ref())),
+                    "etcd.tls.server_name".into(),
+                );
+                origin(table.clone(), "etcd.tls".into());
+                Some(validate_etcd(e, ctx)?)
+            }
             None => None,
         };
 
@@ -1396,7 +1418,8 @@ fn nameserver_text(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{text:?} is not an IP address or IP:PORT"))
 }
 
-/// An etcd client URL as `[etcd] endpoints` and `--etcd` take it: `http://HOST:PORT`.
+/// An etcd client URL as `[etcd] endpoints` and `--etcd` take it: `http://HOST:PORT`,
+/// or `https://HOST:PORT` for etcd over TLS.
 pub fn check_etcd_endpoint(url: &str) -> Result<(), ValueError> {
     check_etcd_endpoint_text(url).map_err(ValueError)
 }
@@ -1404,15 +1427,37 @@ pub fn check_etcd_endpoint(url: &str) -> Result<(), ValueError> {
 fn check_etcd_endpoint_text(url: &str) -> Result<(), String> {
     let ok = url
         .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
         .and_then(|rest| rest.rsplit_once(':'))
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
     if ok {
         Ok(())
     } else {
         Err(format!(
-            "{url:?} is not a client URL such as \"http://127.0.0.1:2379\""
+            "{url:?} is not a client URL such as \"http://127.0.0.1:2379\" or \"https://10.0.0.5:2379\""
         ))
     }
+}
+
+/// The endpoints' kind: all `https://` (TLS), or all `http://`. `tls_given`: TLS
+/// settings were given, which `http://` endpoints would ignore.
+pub fn etcd_endpoints_use_tls(endpoints: &[String], tls_given: bool) -> Result<bool, String> {
+    let https = endpoints
+        .iter()
+        .filter(|e| e.starts_with("https://"))
+        .count();
+    if https > 0 && https < endpoints.len() {
+        return Err(
+            "endpoints mix http:// and https://: an etcd cluster serves its clients one way".into(),
+        );
+    }
+    let tls = https > 0;
+    if tls_given && !tls {
+        return Err(
+            "TLS settings for http:// endpoints, which speak no TLS: write https:// URLs".into(),
+        );
+    }
+    Ok(tls)
 }
 
 fn validate_resolver(
@@ -1454,7 +1499,10 @@ fn validate_resolver(
 }
 
 fn validate_etcd(raw: Spanned<RawEtcd>, ctx: &Ctx<'_>) -> Result<EtcdConfig, ConfigError> {
-    let list = raw.into_inner().endpoints;
+    let RawEtcd {
+        endpoints: list,
+        tls: raw_tls,
+    } = raw.into_inner();
     let list_span = list.span();
     let list = list.into_inner();
     if list.is_empty() {
@@ -1472,7 +1520,28 @@ fn validate_etcd(raw: Spanned<RawEtcd>, ctx: &Ctx<'_>) -> Result<EtcdConfig, Con
             .map_err(|e| ctx.at(at, format!("etcd.endpoints[{j}]"), e))?;
         endpoints.push(url);
     }
-    Ok(EtcdConfig { endpoints })
+    let given = raw_tls.as_ref().map(|t| t.span());
+    let uses_tls = etcd_endpoints_use_tls(&endpoints, given.is_some()).map_err(|e| {
+        ctx.at(
+            given.clone().unwrap_or(list_span.clone()),
+            if given.is_some() {
+                "etcd.tls"
+            } else {
+                "etcd.endpoints"
+            },
+            e,
+        )
+    })?;
+    let tls = match raw_tls {
+        // The same checks as a balancer's backend_tls, under this table's keys.
+        Some(t) => Some(validate_backend_tls(
+            t,
+            &|k: &str| format!("etcd.{}", k.replacen("backend_tls", "tls", 1)),
+            ctx,
+        )?),
+        None => uses_tls.then(BackendTlsConfig::default),
+    };
+    Ok(EtcdConfig { endpoints, tls })
 }
 
 fn validate_admin(raw: Spanned<RawAdmin>, ctx: &Ctx<'_>) -> Result<AdminConfig, ConfigError> {

@@ -706,9 +706,23 @@ pub struct ProxyArgs {
     pub resolver: Vec<String>,
 
     /// etcd client URL for etcd: backends and for members registered here (repeat for
-    /// more), e.g. http://127.0.0.1:2379.
+    /// more), e.g. http://127.0.0.1:2379, or https://10.0.0.5:2379 for etcd over TLS.
     #[arg(long, value_name = "URL", conflicts_with = "config")]
     pub etcd: Vec<String>,
+
+    /// Verify etcd's certificate against the CA certificates in this PEM file instead
+    /// of the system's (https:// --etcd URLs; etcdctl's --cacert).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub etcd_ca: Option<PathBuf>,
+
+    /// A client certificate (PEM) shown to etcd, for a cluster started with
+    /// --client-cert-auth (https:// --etcd URLs; etcdctl's --cert).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --etcd-cert [default: in --etcd-cert's file].
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
 
     /// The balancer's name, as the members API and `drover ctl` use it.
     #[arg(long, default_value = model::DEFAULT_BALANCER, conflicts_with = "config")]
@@ -913,8 +927,24 @@ fn proxy_config_text(a: &ProxyArgs) -> Result<Config, String> {
     for url in &a.etcd {
         crate::check_etcd_endpoint(url).map_err(|e| format!("--etcd: {e}"))?;
     }
+    let tls_given = a.etcd_ca.is_some() || a.etcd_cert.is_some();
+    let uses_tls = crate::etcd_endpoints_use_tls(&a.etcd, tls_given).map_err(|e| {
+        if a.etcd.is_empty() {
+            "--etcd-ca and --etcd-cert need --etcd https://HOST:PORT".to_string()
+        } else {
+            format!("--etcd: {e}")
+        }
+    })?;
     let etcd = (!a.etcd.is_empty()).then(|| crate::EtcdConfig {
         endpoints: a.etcd.clone(),
+        tls: uses_tls.then(|| model::BackendTlsConfig {
+            ca: a.etcd_ca.clone(),
+            client_cert: a.etcd_cert.as_ref().map(|cert| model::TlsCertFiles {
+                cert: cert.clone(),
+                key: a.etcd_key.clone().unwrap_or_else(|| cert.clone()),
+            }),
+            ..model::BackendTlsConfig::default()
+        }),
     });
     Ok(crate::Config {
         admin,

@@ -39,7 +39,7 @@ pub mod preflight;
 
 pub use exposure::{check_exposure, ExposureError};
 pub use file::{
-    backend_from_flag, check_etcd_endpoint, is_valid_name, load, load_with_origins, nameserver,
-    parse, ConfigError, Origins, NAME_RULE,
+    backend_from_flag, check_etcd_endpoint, etcd_endpoints_use_tls, is_valid_name, load,
+    load_with_origins, nameserver, parse, ConfigError, Origins, NAME_RULE,
 };
 pub use model::*;

@@ -35,8 +35,13 @@ pub type ResolverConfig = drover_dns::ResolverSettings;
 /// `[etcd]`: where the shared membership is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
-    /// Client URLs, `http://HOST:PORT`, tried in turn.
+    /// Client URLs, `http://HOST:PORT` or `https://HOST:PORT` (all of one kind), tried
+    /// in turn.
     pub endpoints: Vec<String>,
+    /// With `https://` endpoints: how etcd's certificate is verified and the client
+    /// certificate shown to it (`[etcd] tls`, `--etcd-ca`, `--etcd-cert`,
+    /// `--etcd-key`); the system's trust store and no client certificate by default.
+    pub tls: Option<BackendTlsConfig>,
 }
 
 /// The most streams `http2_max_streams` may allow (flags and files alike): each open

@@ -51,6 +51,11 @@ pub enum PlanError {
         balancer: String,
         source: drover_proxy::backend_tls::Error,
     },
+    /// A file of `[etcd] tls` (`--etcd-ca`, `--etcd-cert`, `--etcd-key`), or the
+    /// system's trust store.
+    EtcdTls {
+        source: drover_proxy::backend_tls::Error,
+    },
 }
 
 impl PlanError {
@@ -74,6 +79,10 @@ impl PlanError {
                 "balancer[{index}].backend_tls.{}",
                 source.part.as_str()
             )),
+            PlanError::EtcdTls { source } if source.path.as_os_str().is_empty() => {
+                Some("etcd.tls".into())
+            }
+            PlanError::EtcdTls { source } => Some(format!("etcd.tls.{}", source.part.as_str())),
             PlanError::Health { .. } => None,
         }
     }
@@ -91,6 +100,7 @@ impl std::fmt::Display for PlanError {
             PlanError::BackendTls { balancer, source } => {
                 write!(f, "balancer {balancer:?}: backend_tls: {source}")
             }
+            PlanError::EtcdTls { source } => write!(f, "etcd: tls: {source}"),
         }
     }
 }
@@ -101,6 +111,7 @@ impl std::error::Error for PlanError {
             PlanError::Health { source, .. } => Some(source),
             PlanError::Tls { source, .. } => Some(source),
             PlanError::BackendTls { source, .. } => Some(source),
+            PlanError::EtcdTls { source } => Some(source),
         }
     }
 }
@@ -254,6 +265,18 @@ impl BalancerPlan {
             drain_timeout: b.drain_timeout,
         })
     }
+}
+
+/// The TLS of `[etcd]`'s `https://` endpoints (`EtcdConfig::tls`), read and checked:
+/// the CA file (or the system's trust store) and the client certificate and key,
+/// offering HTTP/2 by ALPN as gRPC needs. Read at start and at each reload, and again
+/// by the etcd client at each new connection.
+pub fn load_etcd_tls(
+    settings: &config::BackendTlsConfig,
+) -> Result<BackendTlsConnector, PlanError> {
+    BackendTlsConnector::load(settings)
+        .map(BackendTlsConnector::for_http2)
+        .map_err(|source| PlanError::EtcdTls { source })
 }
 
 /// The host name of `backends` when every one is `dns:HOST:PORT` of one HOST.

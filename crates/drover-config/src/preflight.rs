@@ -44,6 +44,14 @@ pub fn prepare(cfg: &Config, origins: &Origins) -> Result<Prepared, Vec<String>>
             errors.push(origins.error(&key, message));
         }
     }
+    if let Some(tls) = cfg.etcd.as_ref().and_then(|e| e.tls.as_ref()) {
+        if let Err(e) = crate::plan::load_etcd_tls(tls) {
+            errors.push(match e.key(0) {
+                Some(key) => origins.error(&key, e.to_string()),
+                None => e.to_string(),
+            });
+        }
+    }
     let mut specs = Vec::with_capacity(cfg.apps.len());
     for (i, a) in cfg.apps.iter().enumerate() {
         let spec = a.spec.clone();

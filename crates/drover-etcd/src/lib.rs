@@ -33,6 +33,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+mod tls;
+pub use tls::{host_port, EtcdTls, LoadTls, TlsClient};
+
 /// The value stored under `{prefix}/members/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberValue {
@@ -127,6 +130,8 @@ pub struct EtcdOptions {
     /// How long a write waits for this balancer's watcher to apply it, so that the
     /// answer and a `list()` right after it agree with etcd.
     pub settle: Duration,
+    /// For `https://` endpoints: the TLS files, read at each new connection.
+    pub tls: Option<EtcdTls>,
 }
 
 impl Default for EtcdOptions {
@@ -136,6 +141,7 @@ impl Default for EtcdOptions {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             settle: Duration::from_secs(1),
+            tls: None,
         }
     }
 }
@@ -228,8 +234,8 @@ impl EtcdMembers {
     /// is not a URL) is retried in the background and shows in `status()`.
     ///
     /// `endpoints` are etcd client URLs (`http://127.0.0.1:2379`); plain `host:port`
-    /// works too. No TLS: etcd-client is built without it, so `https://` endpoints fail
-    /// (and show in `status()`). Panics outside a tokio runtime.
+    /// works too. `https://` endpoints need `EtcdOptions::tls` (see `start_with`).
+    /// Panics outside a tokio runtime.
     pub fn start(endpoints: Vec<String>, prefix: String, pool: Arc<Pool>) -> Arc<EtcdMembers> {
         EtcdMembers::start_with(endpoints, prefix, pool, EtcdOptions::default())
     }
@@ -598,15 +604,44 @@ impl EtcdState {
         {
             return Ok(client);
         }
-        let options = ConnectOptions::new()
-            .with_connect_timeout(self.options.op_timeout)
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true);
-        let client = self
-            .call(Client::connect(self.endpoints.clone(), Some(options)))
-            .await?;
+        let client = match &self.options.tls {
+            None => {
+                let options = ConnectOptions::new()
+                    .with_connect_timeout(self.options.op_timeout)
+                    .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE)
+                    .with_keep_alive_while_idle(true);
+                self.call(Client::connect(self.endpoints.clone(), Some(options)))
+                    .await?
+            }
+            Some(tls) => {
+                let channel = self.tls_channel(tls)?;
+                self.call(Client::from_channel(channel, None)).await?
+            }
+        };
         let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
         Ok(slot.get_or_insert(client).clone())
+    }
+
+    /// A gRPC channel to the `https://` endpoints, over connections made with the TLS
+    /// files as they are now. It connects on its first request.
+    fn tls_channel(&self, tls: &EtcdTls) -> Result<etcd_client::Channel, MemberError> {
+        let client = (tls.0)().map_err(MemberError::Unavailable)?;
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| tls::host_port(e))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(MemberError::Unavailable)?;
+        let first = self.endpoints.first().cloned().unwrap_or_default();
+        let endpoint = tonic::transport::Endpoint::from_shared(first)
+            .map_err(|e| MemberError::Unavailable(format!("etcd endpoint: {e}")))?
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .keep_alive_timeout(KEEP_ALIVE)
+            .keep_alive_while_idle(true);
+        let connector = tls::Connector::new(endpoints, client, self.options.op_timeout);
+        Ok(etcd_client::Channel::Tonic(
+            endpoint.connect_with_connector_lazy(connector),
+        ))
     }
 
     fn forget_client(&self) {
@@ -863,11 +898,29 @@ const GRPC_DEADLINE_EXCEEDED: i32 = 4;
 const GRPC_NOT_FOUND: i32 = 5;
 const GRPC_UNAVAILABLE: i32 = 14;
 
+/// HTTP/2 pings on the channel to etcd, and how long one may go unanswered: a
+/// connection whose peer vanished (its machine, not its process) is found this soon.
+const KEEP_ALIVE: Duration = Duration::from_secs(2);
+
 fn describe(e: &etcd_client::Error) -> String {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => format!("{:?}: {}", s.code(), s.message()),
-        e => e.to_string(),
+    let (mut text, mut source) = match e {
+        etcd_client::Error::GRpcStatus(s) => (
+            format!("{:?}: {}", s.code(), s.message()),
+            std::error::Error::source(s),
+        ),
+        e => (e.to_string(), std::error::Error::source(e)),
+    };
+    // A transport error's own text is "transport error"; why (a refused connection, a
+    // certificate etcd's name is not in, a client certificate etcd wants) is in its
+    // sources.
+    while let Some(inner) = source {
+        let more = inner.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = inner.source();
     }
+    text
 }
 
 /// How one watch session ended.

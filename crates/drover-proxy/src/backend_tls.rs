@@ -188,6 +188,17 @@ impl Connector {
         &self.settings
     }
 
+    /// The rustls configuration each handshake uses (for a client of another protocol
+    /// that makes its own connections: the etcd watcher's gRPC channel).
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        Arc::clone(&self.config)
+    }
+
+    /// `server_name`, parsed; `None`: the peer's own address or host name is verified.
+    pub fn server_name(&self) -> Option<&ServerName<'static>> {
+        self.server_name.as_ref()
+    }
+
     /// The TLS handshake on a new connection to `addr`, done by `deadline` (the one its
     /// connect had: a backend that stalls mid-handshake holds the request no longer
     /// than one that never accepts).

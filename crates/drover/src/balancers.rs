@@ -4,7 +4,7 @@
 use drover_config::plan::BalancerPlan;
 use drover_config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
 use drover_dns::{DnsSource, DnsTarget};
-use drover_etcd::EtcdMembers;
+use drover_etcd::{EtcdMembers, EtcdOptions, EtcdTls, TlsClient};
 use drover_metrics::BalancerSnapshot;
 use drover_proxy::routes::{HttpRoute, HttpRoutes, Route, Routes, SniRoutes};
 use drover_proxy::{H2Probe, Proxy, ReconfigureError};
@@ -54,7 +54,7 @@ enum Store {
     Local(Arc<Members>),
     Etcd {
         prefix: String,
-        endpoints: Vec<String>,
+        cluster: EtcdConfig,
         members: Arc<EtcdMembers>,
     },
 }
@@ -72,17 +72,21 @@ impl Store {
                 Some(
                     same @ Store::Etcd {
                         prefix: p,
-                        endpoints: e,
+                        cluster: c,
                         ..
                     },
-                ) if p == prefix && *e == cluster.endpoints => same.clone(),
+                ) if p == prefix && c == cluster => same.clone(),
                 _ => Store::Etcd {
                     prefix: prefix.clone(),
-                    endpoints: cluster.endpoints.clone(),
-                    members: EtcdMembers::start(
+                    cluster: cluster.clone(),
+                    members: EtcdMembers::start_with(
                         cluster.endpoints.clone(),
                         prefix.clone(),
                         Arc::clone(pool),
+                        EtcdOptions {
+                            tls: cluster.tls.as_ref().map(etcd_tls),
+                            ..EtcdOptions::default()
+                        },
                     ),
                 },
             },
@@ -573,6 +577,19 @@ pub fn wire_routes(all: &[Arc<RunningBalancer>]) {
         };
         b.proxy.set_routes(Some(routes));
     }
+}
+
+/// The etcd client's TLS: the files of `settings`, read at each new connection (the
+/// start and each reload have checked them; a file replaced since is read as it is).
+fn etcd_tls(settings: &drover_config::BackendTlsConfig) -> EtcdTls {
+    let settings = settings.clone();
+    EtcdTls(Arc::new(move || {
+        let c = drover_config::plan::load_etcd_tls(&settings).map_err(|e| e.to_string())?;
+        Ok(TlsClient {
+            config: c.client_config(),
+            server_name: c.server_name().cloned(),
+        })
+    }))
 }
 
 /// The discovery settings of a config.

@@ -537,6 +537,9 @@ impl Controller {
         next: &'a Config,
         new_pools: &BTreeMap<String, Arc<Pool>>,
     ) -> Result<Vec<Step<'a>>, String> {
+        if let Some(tls) = next.etcd.as_ref().and_then(|e| e.tls.as_ref()) {
+            drover_config::plan::load_etcd_tls(tls).map_err(|e| e.to_string())?;
+        }
         let current = self.balancers();
         let mut steps = Vec::new();
         for (index, config) in next.balancers.iter().enumerate() {

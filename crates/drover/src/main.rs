@@ -73,7 +73,17 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
             let mut origins = drover_config::Origins::default()
                 .with_flag("balancer[0].listen", "--listen")
                 .with_flag("balancer[0].access_log.path", "--access-log-path")
-                .with_flag("admin.listen", "--admin");
+                .with_flag("admin.listen", "--admin")
+                .with_flag("etcd.tls.ca", "--etcd-ca")
+                .with_flag("etcd.tls.cert", "--etcd-cert")
+                .with_flag(
+                    "etcd.tls.key",
+                    if args.etcd_key.is_some() {
+                        "--etcd-key"
+                    } else {
+                        "--etcd-cert"
+                    },
+                );
             if let Some(b) = cfg.balancers.first() {
                 origins = drover_config::flags::with_tls_flags(origins, b);
             }

@@ -212,6 +212,7 @@ pub fn options() -> EtcdOptions {
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_millis(400),
         settle: Duration::from_secs(1),
+        tls: None,
     }
 }
 
