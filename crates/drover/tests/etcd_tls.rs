@@ -49,23 +49,7 @@ fn arg(path: &Path) -> &str {
 
 /// `drover proxy` over the etcd prefix, with `tls` flags.
 async fn balancer(url: &str, tls: &[&str]) -> (DroverProcess, std::net::SocketAddr) {
-    let mut args = vec![
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--threads",
-        "1",
-        "--admin",
-        "127.0.0.1:0",
-        "--backend",
-        PREFIX,
-        "--etcd",
-        url,
-    ];
-    args.extend_from_slice(tls);
-    let d = DroverProcess::spawn(bin(), &args).await;
-    let admin = admin_addr(&d).await;
-    (d, admin)
+    common::proxy_with_admin(&[&["--backend", PREFIX, "--etcd", url], tls].concat()).await
 }
 
 /// The etcd source's row of the balancer's status: (ok, members, detail).
@@ -217,61 +201,37 @@ async fn bad_etcd_tls_settings_are_refused_at_start_naming_them() {
     let (cert, _) = pki.leaf("client", "drover", &[], far_future());
     let (_, other_key) = pki.leaf("other", "other", &[], far_future());
     let https = "https://127.0.0.1:2379";
-    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+    let (ca, client_cert, wrong_key) = (arg(&pki.ca_pem), arg(&cert), arg(&other_key));
+    let http = "http://127.0.0.1:2379";
+    let cases: [(&[&str], &[&str]); 5] = [
         (
-            vec![
-                "--etcd".into(),
-                https.into(),
-                "--etcd-ca".into(),
-                arg(&missing).into(),
-            ],
-            vec!["--etcd-ca", "missing-ca.pem"],
+            &["--etcd", https, "--etcd-ca", arg(&missing)],
+            &["--etcd-ca", "missing-ca.pem"],
         ),
         (
-            vec![
-                "--etcd".into(),
-                https.into(),
-                "--etcd-ca".into(),
-                arg(&not_pem).into(),
-            ],
-            vec!["--etcd-ca", "not-pem.pem"],
+            &["--etcd", https, "--etcd-ca", arg(&not_pem)],
+            &["--etcd-ca", "not-pem.pem"],
         ),
         // A key that is not the certificate's.
         (
-            vec![
-                "--etcd".into(),
-                https.into(),
-                "--etcd-cert".into(),
-                arg(&cert).into(),
-                "--etcd-key".into(),
-                arg(&other_key).into(),
+            &[
+                "--etcd",
+                https,
+                "--etcd-cert",
+                client_cert,
+                "--etcd-key",
+                wrong_key,
             ],
-            vec!["--etcd-key", "other.key"],
+            &["--etcd-key", "other.key"],
         ),
         // TLS files for an etcd that speaks no TLS.
-        (
-            vec![
-                "--etcd".into(),
-                "http://127.0.0.1:2379".into(),
-                "--etcd-ca".into(),
-                arg(&pki.ca_pem).into(),
-            ],
-            vec!["--etcd", "https://"],
-        ),
-        (
-            vec![
-                "--etcd".into(),
-                "http://127.0.0.1:2379".into(),
-                "--etcd".into(),
-                https.into(),
-            ],
-            vec!["--etcd", "mix"],
-        ),
+        (&["--etcd", http, "--etcd-ca", ca], &["--etcd", "https://"]),
+        (&["--etcd", http, "--etcd", https], &["--etcd", "mix"]),
     ];
     for (flags, says) in cases {
         let out = tokio::process::Command::new(bin())
             .args(["proxy", "--listen", "127.0.0.1:0", "--backend", PREFIX])
-            .args(&flags)
+            .args(flags)
             .output()
             .await
             .unwrap();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{admin_addr, bin, ctl};
+use common::{bin, ctl};
 use drover_admin::{MemberList, MemberRow};
 use drover_testkit::{wait_until_async, Backend, DroverProcess, HttpClient};
 use std::net::SocketAddr;
@@ -12,21 +12,7 @@ use std::time::{Duration, Instant};
 
 /// `drover proxy --name web` with no static backends and an admin API, plus `extra`.
 async fn members_proxy(extra: &[&str]) -> (DroverProcess, SocketAddr) {
-    let mut args = vec![
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--threads",
-        "1",
-        "--name",
-        "web",
-        "--admin",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let d = DroverProcess::spawn(bin(), &args).await;
-    let admin = admin_addr(&d).await;
-    (d, admin)
+    common::proxy_with_admin(&[&["--name", "web"], extra].concat()).await
 }
 
 /// One admin API request with an optional JSON body: status and body.

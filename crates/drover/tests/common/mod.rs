@@ -311,6 +311,24 @@ pub async fn admin_addr(d: &DroverProcess) -> SocketAddr {
         .unwrap_or_else(|| panic!("no admin line\n{}", d.stderr_text()))
 }
 
+/// `drover proxy` on 127.0.0.1:0, one thread, with an admin API on 127.0.0.1:0, plus
+/// `extra` flags; and the admin API's address.
+pub async fn proxy_with_admin(extra: &[&str]) -> (DroverProcess, SocketAddr) {
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let d = DroverProcess::spawn(bin(), &args).await;
+    let admin = admin_addr(&d).await;
+    (d, admin)
+}
+
 /// SIGTERM drains and exits 0.
 pub async fn stops_cleanly(d: DroverProcess) {
     d.signal("TERM").unwrap();
