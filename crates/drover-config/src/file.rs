@@ -2262,9 +2262,6 @@ fn validate_balancer(
         if let Some(tls) = &raw.tls {
             return Err(http_only(tls.span(), "tls"));
         }
-        if let Some(tls) = &raw.backend_tls {
-            return Err(http_only(tls.span(), "backend_tls"));
-        }
         if let Some(p) = &raw.backend_protocol {
             return Err(http_only(p.span(), "backend_protocol"));
         }
@@ -3963,15 +3960,11 @@ sticky = { cookie = "sid" }
             "balancer[0].backend_tls",
             "does not apply to the workers of app \"pi\"",
         );
-        let e = err(&format!(
+        // A TCP balancer encrypts what it relays towards its backends too.
+        let c = ok(&format!(
             "{MINIMAL}mode = \"tcp\"\nmax_conns = 0\nbackend_tls = {{}}\n"
         ));
-        check(
-            &e,
-            6,
-            "balancer[0].backend_tls",
-            "does not apply to mode = \"tcp\"",
-        );
+        assert!(c.balancers[0].backend_tls.is_some());
     }
 
     #[test]

@@ -261,11 +261,6 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "TCP mode relays bytes unread, TLS included (passthrough): it does not terminate TLS yet",
     },
     HttpOnly {
-        key: "backend_tls",
-        flag: Some("--backend-tls"),
-        why: "TCP mode relays the client's bytes unread; encrypting them again towards the backends is not built yet (use mode = \"http\")",
-    },
-    HttpOnly {
         key: "backend_protocol",
         flag: Some("--backend-protocol"),
         why: "TCP mode relays the client's bytes unread, whatever protocol they are",
@@ -467,7 +462,6 @@ impl BalancerConfig {
                 matches!(health, Some(CheckKind::Grpc { .. })),
             ),
             ("tls", self.tls.is_some()),
-            ("backend_tls", self.backend_tls.is_some()),
             (
                 "backend_protocol",
                 self.backend_protocol != drover_proxy::ProxyOptions::default().backend_protocol,

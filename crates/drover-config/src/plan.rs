@@ -174,7 +174,9 @@ impl BalancerPlan {
                         source,
                     }
                 })?;
-                Some(Arc::new(if b.backend_protocol == BackendProtocol::H2 {
+                Some(Arc::new(if b.mode == drover_proxy::Protocol::Tcp {
+                    connector.for_tcp()
+                } else if b.backend_protocol == BackendProtocol::H2 {
                     connector.for_http2()
                 } else {
                     connector

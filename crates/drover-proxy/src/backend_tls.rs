@@ -184,6 +184,15 @@ impl Connector {
         self
     }
 
+    /// The same, offering no protocol by ALPN: for a TCP balancer, which relays the
+    /// client's bytes unread, whatever protocol they are.
+    pub fn for_tcp(mut self) -> Connector {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = Vec::new();
+        self.config = Arc::new(config);
+        self
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }

@@ -12,6 +12,11 @@
 //! balancer sends, as in HTTP mode (`proxy_protocol::read_client`), and the client it
 //! names is the one hashed, named on to the backend and logged.
 //!
+//! With `backend_tls`, each backend connection is a TLS session (no ALPN: the
+//! protocol is the client's), as HAProxy's `server … ssl` in `mode tcp`: the client's
+//! bytes are relayed in the clear to drover and encrypted towards the backend. A failed
+//! handshake counts as a failed connect, and the connection goes to another endpoint.
+//!
 //! The relay keeps both directions in one task, each reading only once its last bytes
 //! were written (backpressure: a slow reader holds at most one buffer of the other
 //! side's data in drover), with a buffer only while bytes flow (an idle connection
@@ -38,6 +43,7 @@ use crate::routes::{Pick, Routes};
 use crate::state::{BalancerState, ClientConnection, ThreadCell};
 use crate::tls::client_hello;
 use crate::upstream;
+use crate::upstream::Upstream;
 use drover_balance::{clock, Endpoint, PickContext};
 use drover_metrics::{BalancerStats, Cause, SniUnrouted};
 use drover_registry::WarnLimit;
@@ -46,7 +52,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -58,6 +64,10 @@ const CONNECTION_COST: u64 = 1;
 /// Bytes read at once from one side. Held only while bytes flow: a read that finds
 /// nothing gives it back.
 const RELAY_BUFFER: usize = 64 * 1024;
+
+/// Bytes read at once from one side of a connection relayed to a TLS backend: one TLS
+/// record's worth of plaintext.
+const TLS_RELAY_BUFFER: usize = 16 * 1024;
 
 /// Warnings about connections that no endpoint took (every TCP balancer shares it).
 static UNSERVED_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
@@ -163,7 +173,12 @@ pub(crate) async fn serve(
     let relayed = match pass_early(&mut backend, &early, &shared.opts.timeouts).await {
         Ok(()) => {
             shared.stats.record_tcp_bytes_in(early.len() as u64);
-            let mut relayed = relay(&client, &backend, &shared.opts.timeouts, &shared.stats).await;
+            let timeouts = &shared.opts.timeouts;
+            let mut relayed = match backend {
+                Upstream::Plain(backend) => relay(&client, &backend, timeouts, &shared.stats).await,
+                // `backend_tls`; HTTP/2 is never spoken in TCP mode.
+                backend => relay_io(&mut client, backend, timeouts, &shared.stats).await,
+            };
             relayed.received += early.len() as u64;
             relayed
         }
@@ -221,7 +236,11 @@ impl Line {
 
 /// Writes the client's bytes that arrived with its PROXY header to `backend`, before
 /// the relay reads more: bounded by the idle timeout, as any relayed write is.
-async fn pass_early(backend: &mut TcpStream, early: &[u8], timeouts: &Timeouts) -> io::Result<()> {
+async fn pass_early(
+    backend: &mut (impl AsyncWrite + Unpin),
+    early: &[u8],
+    timeouts: &Timeouts,
+) -> io::Result<()> {
     if early.is_empty() {
         return Ok(());
     }
@@ -245,9 +264,9 @@ impl Drop for Open {
 
 /// Where a client connection went (or why nowhere), and what placing it took.
 struct Placed {
-    /// A connected endpoint, with the slot that counts the connection against it; or
-    /// the cause (counted) of a connection no endpoint took.
-    outcome: Result<(TcpStream, Slot), Cause>,
+    /// A connected endpoint (over TLS with `backend_tls`), with the slot that counts the
+    /// connection against it; or the cause (counted) of a connection no endpoint took.
+    outcome: Result<(Upstream, Slot), Cause>,
     /// Waited for a slot under `max_conns`, over every try.
     queue: Duration,
     /// The connect (and PROXY header sent) of the endpoint that took it.
@@ -292,18 +311,22 @@ async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> P
         let timeout = shared.opts.timeouts.connect;
         let connecting = Instant::now();
         attempts += 1;
-        let connected =
-            upstream::connect_endpoint(&endpoint, &shared.pool, timeout, slot.pick().started())
-                .await;
-        // `send_proxy_protocol`: the backend learns the client before its first byte.
-        let connected = match (connected, shared.opts.send_proxy_protocol) {
-            (Ok(mut stream), Some(version)) => {
-                upstream::send_proxy_header(&mut stream, &endpoint, version, peer, local)
-                    .await
-                    .map(|()| stream)
-            }
-            (connected, _) => connected,
-        };
+        // `send_proxy_protocol`: the backend learns the client before its first byte;
+        // `backend_tls`: the handshake, within the same connect timeout, and a failed
+        // one held against the endpoint as a failed connect.
+        let connected = upstream::connect_upstream(
+            &endpoint,
+            &shared.pool,
+            &shared.stats,
+            timeout,
+            slot.pick().started(),
+            shared
+                .opts
+                .send_proxy_protocol
+                .map(|version| (version, peer, local)),
+            shared.opts.backend_tls.as_deref(),
+        )
+        .await;
         match connected {
             Ok(stream) => {
                 shared.pool.on_success(&endpoint, clock::now());
@@ -400,41 +423,87 @@ pub(crate) async fn relay(
     timeouts: &Timeouts,
     stats: &BalancerStats,
 ) -> Relayed {
-    // Atomics only to be `Sync` (the task is spawned): one thread touches them.
-    let (received, sent) = (AtomicU64::new(0), AtomicU64::new(0));
-    let ended = relay_counted(
-        client,
-        backend,
-        timeouts,
-        |n| {
-            stats.record_tcp_bytes_in(n);
-            received.fetch_add(n, Relaxed);
-        },
-        |n| {
-            stats.record_tcp_bytes_out(n);
-            sent.fetch_add(n, Relaxed);
-        },
-    )
-    .await;
-    Relayed {
-        ended,
-        received: received.into_inner(),
-        sent: sent.into_inner(),
-    }
-}
-
-async fn relay_counted(
-    client: &TcpStream,
-    backend: &TcpStream,
-    timeouts: &Timeouts,
-    count_in: impl Fn(u64),
-    count_out: impl Fn(u64),
-) -> Ended {
+    let counts = Counts::new(stats);
     let start = Instant::now();
     // Nanoseconds since `start` of the last bytes moved (or end passed on) either way.
     let last = AtomicU64::new(0);
-    let up = pipe(client, backend, &last, start, count_in);
-    let down = pipe(backend, client, &last, start, count_out);
+    let up = pipe(client, backend, &last, start, |n| counts.received(n));
+    let down = pipe(backend, client, &last, start, |n| counts.sent(n));
+    let ended = relay_until_done(up, down, &last, start, timeouts).await;
+    counts.relayed(ended)
+}
+
+/// As [`relay`], with a backend that is not a plain socket: a TLS session
+/// (`backend_tls`). Each direction reads into a buffer of its own, a TLS record's
+/// worth, held for the connection's life (rustls buffers the session's bytes anyway);
+/// the backend's end passed on is TLS's close_notify, then the socket's.
+async fn relay_io(
+    client: &mut TcpStream,
+    backend: impl AsyncRead + AsyncWrite + Unpin,
+    timeouts: &Timeouts,
+    stats: &BalancerStats,
+) -> Relayed {
+    let counts = Counts::new(stats);
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let (mut client_read, mut client_write) = client.split();
+    let (mut backend_read, mut backend_write) = tokio::io::split(backend);
+    let up = pipe_io(&mut client_read, &mut backend_write, &last, start, |n| {
+        counts.received(n)
+    });
+    let down = pipe_io(&mut backend_read, &mut client_write, &last, start, |n| {
+        counts.sent(n)
+    });
+    let ended = relay_until_done(up, down, &last, start, timeouts).await;
+    counts.relayed(ended)
+}
+
+/// Bytes relayed each way, counted for the balancer and for the connection's line.
+struct Counts<'a> {
+    stats: &'a BalancerStats,
+    // Atomics only to be `Sync` (the task is spawned): one thread touches them.
+    received: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl<'a> Counts<'a> {
+    fn new(stats: &'a BalancerStats) -> Self {
+        Counts {
+            stats,
+            received: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    fn received(&self, n: u64) {
+        self.stats.record_tcp_bytes_in(n);
+        self.received.fetch_add(n, Relaxed);
+    }
+
+    fn sent(&self, n: u64) {
+        self.stats.record_tcp_bytes_out(n);
+        self.sent.fetch_add(n, Relaxed);
+    }
+
+    fn relayed(self, ended: Ended) -> Relayed {
+        Relayed {
+            ended,
+            received: self.received.into_inner(),
+            sent: self.sent.into_inner(),
+        }
+    }
+}
+
+/// Runs both directions until both are done, one fails, or a timeout cuts the
+/// connection: the idle timeout while both flow, the half-close timeout once one is
+/// done, each from the last bytes moved (`last`, nanoseconds since `start`).
+async fn relay_until_done(
+    up: impl std::future::Future<Output = io::Result<()>>,
+    down: impl std::future::Future<Output = io::Result<()>>,
+    last: &AtomicU64,
+    start: Instant,
+    timeouts: &Timeouts,
+) -> Ended {
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (false, false);
     loop {
@@ -472,6 +541,30 @@ async fn relay_counted(
         if up_done && down_done {
             return Ended::Done;
         }
+    }
+}
+
+/// [`pipe`] for streams that are not plain sockets (a TLS session): reads into one
+/// buffer of `TLS_RELAY_BUFFER`, writes it all, and passes the end on with `shutdown`.
+async fn pipe_io(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+    last: &AtomicU64,
+    start: Instant,
+    count: impl Fn(u64),
+) -> io::Result<()> {
+    let moved = || last.store(start.elapsed().as_nanos() as u64, Relaxed);
+    let mut buf = vec![0u8; TLS_RELAY_BUFFER];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            moved();
+            return to.shutdown().await;
+        }
+        to.write_all(&buf[..n]).await?;
+        to.flush().await?;
+        count(n as u64);
+        moved();
     }
 }
 

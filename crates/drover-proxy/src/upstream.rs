@@ -255,19 +255,9 @@ static CONNECT_FAILURES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 /// Warnings about drover's own shortages on connect, shared by every connection.
 static CONNECT_SHORTAGE: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
-/// A new connection to `endpoint`, bound to it since `bound` (for the connect
-/// histogram). A failure is held against the endpoint's passive health in `pool`,
-/// unless it was drover's own shortage (`ProxyError::LocalResources`).
-pub async fn connect_endpoint(
-    endpoint: &Arc<Endpoint>,
-    pool: &Pool,
-    timeout: Duration,
-    bound: Nanos,
-) -> Result<TcpStream, ProxyError> {
-    connect_endpoint_by(endpoint, pool, tokio::time::Instant::now() + timeout, bound).await
-}
-
-/// [`connect_endpoint`] by `deadline`.
+/// A new connection to `endpoint` by `deadline`, bound to it since `bound` (for the
+/// connect histogram). A failure is held against the endpoint's passive health in
+/// `pool`, unless it was drover's own shortage (`ProxyError::LocalResources`).
 async fn connect_endpoint_by(
     endpoint: &Arc<Endpoint>,
     pool: &Pool,

@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::pki::{far_future, Pki};
 use common::{admin_addr, bin, metrics_text, proxy, status, temp_dir};
 use drover_testkit::{wait_until_async, DroverProcess};
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -228,17 +229,46 @@ struct Redis {
 
 impl Redis {
     fn start(server: &Path, cli: &Path, dir: &Path) -> Redis {
+        Redis::start_with(server, cli, dir, None)
+    }
+
+    /// With `tls` (its certificate, key and the CA its clients are told to trust), it
+    /// takes TLS connections only (`--port 0 --tls-port`), and no client certificate.
+    fn start_with(server: &Path, cli: &Path, dir: &Path, tls: Option<[&Path; 3]>) -> Redis {
         let port = dead_port().port();
-        let child = Command::new(server)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new(server);
+        match tls {
+            None => cmd.args(["--port", &port.to_string()]),
+            Some([cert, key, ca]) => cmd
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key)
+                .arg("--tls-ca-cert-file")
+                .arg(ca)
+                .args(["--tls-auth-clients", "no"]),
+        };
+        let child = cmd
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(dir)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start redis-server");
         let redis = Redis { child, port };
+        let ping: Vec<String> = match tls {
+            None => vec!["PING".into()],
+            Some([_, _, ca]) => vec![
+                "--tls".into(),
+                "--cacert".into(),
+                ca.display().to_string(),
+                "PING".into(),
+            ],
+        };
+        let ping: Vec<&str> = ping.iter().map(String::as_str).collect();
         let started = std::time::Instant::now();
-        while !String::from_utf8_lossy(&redis_cli_output(cli, redis.addr(), &["PING"], None).stdout)
+        while !String::from_utf8_lossy(&redis_cli_output(cli, redis.addr(), &ping, None).stdout)
             .contains("PONG")
         {
             assert!(started.elapsed() < PATIENCE, "redis-server did not start");
@@ -411,6 +441,110 @@ async fn redis_benchmark_through_drover_has_no_error_and_connections_spread() {
 // ---------------------------------------------------------------------------------------
 // Connect retries, half-close, idle timeout
 // ---------------------------------------------------------------------------------------
+
+/// `backend_tls` on a TCP balancer (HAProxy's `server … ssl` in `mode tcp`): plain
+/// redis-cli and redis-benchmark, talking to drover, reach a redis-server that takes
+/// only TLS. Beside it, a redis-server whose certificate another CA signed: a health
+/// check over TLS (PING, +PONG) fails it, and without health checks a connection
+/// placed on it fails its handshake as a connect fails, and goes to the other one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_lets_plain_clients_reach_backends_that_take_only_tls() {
+    let Some((server, benchmark, cli)) = redis_tools() else {
+        return;
+    };
+    let dir = temp_dir("tcp-redis-tls");
+    let pki = Pki::new("tcp-redis-tls-ca");
+    let other = Pki::new("tcp-redis-tls-other-ca");
+    let (cert, key) = pki.leaf("redis", "redis", &["127.0.0.1"], far_future());
+    let (other_cert, other_key) = other.leaf("redis", "redis", &["127.0.0.1"], far_future());
+    let trusted = Redis::start_with(&server, &cli, &dir, Some([&cert, &key, &pki.ca_pem]));
+    let untrusted = Redis::start_with(
+        &server,
+        &cli,
+        &dir,
+        Some([&other_cert, &other_key, &other.ca_pem]),
+    );
+    let backends = [trusted.addr(), untrusted.addr()];
+    let ca = pki.ca_pem.to_str().unwrap();
+    let tls = [
+        "--backend-tls",
+        "--backend-ca",
+        ca,
+        "--strategy",
+        "round-robin",
+    ];
+
+    let checked = [
+        "--health-tcp",
+        "--health-send",
+        "PING\\r\\n",
+        "--health-receive",
+        "+PONG",
+        "--health-interval",
+        "200ms",
+    ];
+    let (d, admin) = tcp_proxy(&backends, &[&tls[..], &checked[..]].concat()).await;
+    let sorted = wait_until_async(PATIENCE, || async {
+        let s = status(admin).await;
+        let healthy = |addr: SocketAddr| {
+            s.balancers[0]
+                .endpoints
+                .iter()
+                .any(|e| e.addr == addr.to_string() && e.healthy)
+        };
+        healthy(trusted.addr()) && !healthy(untrusted.addr())
+    })
+    .await;
+    assert!(
+        sorted,
+        "{:?}\n{}",
+        status(admin).await.balancers[0].endpoints,
+        d.stderr_text()
+    );
+    assert_eq!(
+        redis_cli(&cli, d.addr(), &["SET", "k", "through-tls"], None).trim(),
+        "OK"
+    );
+    for _ in 0..4 {
+        assert_eq!(
+            redis_cli(&cli, d.addr(), &["GET", "k"], None).trim(),
+            "through-tls"
+        );
+    }
+    let out = Command::new(&benchmark)
+        .args(["-h", "127.0.0.1", "-p", &d.addr().port().to_string()])
+        .args(["-t", "set,get", "-n", "1000", "-c", "10", "-q"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !text.to_lowercase().contains("error"),
+        "{text}"
+    );
+    assert!(text.contains("SET") && text.contains("GET"), "{text}");
+
+    // No health checks: each connection placed on the untrusted one goes on to the
+    // trusted one, and the failed handshakes are counted by why.
+    let (plain, plain_admin) = tcp_proxy(&backends, &tls).await;
+    for _ in 0..6 {
+        assert_eq!(
+            redis_cli(&cli, plain.addr(), &["PING"], None).trim(),
+            "PONG"
+        );
+    }
+    let failures = metric_lines(plain_admin, "drover_backend_tls_failures_total").await;
+    assert!(
+        failures.iter().any(|l| !l.ends_with(" 0")),
+        "{failures:?}\n{}",
+        plain.stderr_text()
+    );
+    drop(d);
+    drop(plain);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_backend_is_skipped_by_a_connect_retry() {
