@@ -423,14 +423,10 @@ pub(crate) async fn relay(
     timeouts: &Timeouts,
     stats: &BalancerStats,
 ) -> Relayed {
-    let counts = Counts::new(stats);
-    let start = Instant::now();
-    // Nanoseconds since `start` of the last bytes moved (or end passed on) either way.
-    let last = AtomicU64::new(0);
-    let up = pipe(client, backend, &last, start, |n| counts.received(n));
-    let down = pipe(backend, client, &last, start, |n| counts.sent(n));
-    let ended = relay_until_done(up, down, &last, start, timeouts).await;
-    counts.relayed(ended)
+    let p = Progress::new(stats);
+    let up = pipe(client, backend, &p.last, p.start, |n| p.received(n));
+    let down = pipe(backend, client, &p.last, p.start, |n| p.sent(n));
+    p.until_done(up, down, timeouts).await
 }
 
 /// As [`relay`], with a backend that is not a plain socket: a TLS session
@@ -443,35 +439,61 @@ async fn relay_io(
     timeouts: &Timeouts,
     stats: &BalancerStats,
 ) -> Relayed {
-    let counts = Counts::new(stats);
-    let start = Instant::now();
-    let last = AtomicU64::new(0);
+    let p = Progress::new(stats);
     let (mut client_read, mut client_write) = client.split();
     let (mut backend_read, mut backend_write) = tokio::io::split(backend);
-    let up = pipe_io(&mut client_read, &mut backend_write, &last, start, |n| {
-        counts.received(n)
-    });
-    let down = pipe_io(&mut backend_read, &mut client_write, &last, start, |n| {
-        counts.sent(n)
-    });
-    let ended = relay_until_done(up, down, &last, start, timeouts).await;
-    counts.relayed(ended)
+    let up = pipe_io(
+        &mut client_read,
+        &mut backend_write,
+        &p.last,
+        p.start,
+        |n| p.received(n),
+    );
+    let down = pipe_io(
+        &mut backend_read,
+        &mut client_write,
+        &p.last,
+        p.start,
+        |n| p.sent(n),
+    );
+    p.until_done(up, down, timeouts).await
 }
 
-/// Bytes relayed each way, counted for the balancer and for the connection's line.
-struct Counts<'a> {
+/// A relayed connection's progress: bytes each way, counted for the balancer and for
+/// the connection's line, and when bytes last moved.
+struct Progress<'a> {
     stats: &'a BalancerStats,
     // Atomics only to be `Sync` (the task is spawned): one thread touches them.
     received: AtomicU64,
     sent: AtomicU64,
+    start: Instant,
+    /// Nanoseconds since `start` of the last bytes moved (or end passed on) either way.
+    last: AtomicU64,
 }
 
-impl<'a> Counts<'a> {
+impl<'a> Progress<'a> {
     fn new(stats: &'a BalancerStats) -> Self {
-        Counts {
+        Progress {
             stats,
             received: AtomicU64::new(0),
             sent: AtomicU64::new(0),
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs the two directions to their end (`relay_until_done`), and says how it went.
+    async fn until_done(
+        &self,
+        up: impl std::future::Future<Output = io::Result<()>>,
+        down: impl std::future::Future<Output = io::Result<()>>,
+        timeouts: &Timeouts,
+    ) -> Relayed {
+        let ended = relay_until_done(up, down, &self.last, self.start, timeouts).await;
+        Relayed {
+            ended,
+            received: self.received.load(Relaxed),
+            sent: self.sent.load(Relaxed),
         }
     }
 
@@ -483,14 +505,6 @@ impl<'a> Counts<'a> {
     fn sent(&self, n: u64) {
         self.stats.record_tcp_bytes_out(n);
         self.sent.fetch_add(n, Relaxed);
-    }
-
-    fn relayed(self, ended: Ended) -> Relayed {
-        Relayed {
-            ended,
-            received: self.received.into_inner(),
-            sent: self.sent.into_inner(),
-        }
     }
 }
 

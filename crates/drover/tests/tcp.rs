@@ -221,6 +221,17 @@ fn redis_tools() -> Option<(PathBuf, PathBuf, PathBuf)> {
     }
 }
 
+/// A health check as redis asks to be checked: PING, +PONG.
+const REDIS_CHECK: [&str; 7] = [
+    "--health-tcp",
+    "--health-send",
+    "PING\\r\\n",
+    "--health-receive",
+    "+PONG",
+    "--health-interval",
+    "200ms",
+];
+
 /// A redis-server on a free port, without persistence; killed on drop.
 struct Redis {
     child: std::process::Child,
@@ -342,20 +353,9 @@ async fn redis_benchmark_through_drover_has_no_error_and_connections_spread() {
     let dir = temp_dir("tcp-redis");
     let redis: Vec<Redis> = (0..3).map(|_| Redis::start(&server, &cli, &dir)).collect();
     let addrs: Vec<SocketAddr> = redis.iter().map(Redis::addr).collect();
-    // Checked as redis asks to be: PING, +PONG.
     let (d, admin) = tcp_proxy(
         &addrs,
-        &[
-            "--strategy",
-            "least-conn",
-            "--health-tcp",
-            "--health-send",
-            "PING\\r\\n",
-            "--health-receive",
-            "+PONG",
-            "--health-interval",
-            "200ms",
-        ],
+        &[&["--strategy", "least-conn"][..], &REDIS_CHECK[..]].concat(),
     )
     .await;
     let before: Vec<u64> = redis.iter().map(|r| r.connections_received(&cli)).collect();
@@ -473,17 +473,7 @@ async fn backend_tls_lets_plain_clients_reach_backends_that_take_only_tls() {
         "--strategy",
         "round-robin",
     ];
-
-    let checked = [
-        "--health-tcp",
-        "--health-send",
-        "PING\\r\\n",
-        "--health-receive",
-        "+PONG",
-        "--health-interval",
-        "200ms",
-    ];
-    let (d, admin) = tcp_proxy(&backends, &[&tls[..], &checked[..]].concat()).await;
+    let (d, admin) = tcp_proxy(&backends, &[&tls[..], &REDIS_CHECK[..]].concat()).await;
     let sorted = wait_until_async(PATIENCE, || async {
         let s = status(admin).await;
         let healthy = |addr: SocketAddr| {
@@ -1066,18 +1056,11 @@ async fn a_send_and_receive_check_takes_out_a_backend_that_answers_wrong() {
     let (d, admin) = tcp_proxy(
         &[wrong, right],
         &[
-            "--health-tcp",
-            "--health-send",
-            "PING\\r\\n",
-            "--health-receive",
-            "+PONG",
-            "--health-interval",
-            "100ms",
-            "--health-timeout",
-            "200ms",
-            "--fall",
-            "1",
-        ],
+            &REDIS_CHECK[..5],
+            &["--health-interval", "100ms", "--health-timeout", "200ms"],
+            &["--fall", "1"],
+        ]
+        .concat(),
     )
     .await;
     wait_down(admin, wrong).await;
