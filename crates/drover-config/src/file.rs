@@ -2259,9 +2259,6 @@ fn validate_balancer(
             };
             return Err(ctx.at(at, key(k), why));
         }
-        if let Some(tls) = &raw.tls {
-            return Err(http_only(tls.span(), "tls"));
-        }
         if let Some(p) = &raw.backend_protocol {
             return Err(http_only(p.span(), "backend_protocol"));
         }
@@ -2295,13 +2292,17 @@ fn validate_balancer(
         }
         if let Some(t) = &raw.timeouts {
             let spans = [
-                // With a PROXY header or a ClientHello to read, it bounds that read, as
-                // in HTTP mode.
+                // With a PROXY header, a handshake or a ClientHello to read, it bounds
+                // that, as in HTTP mode.
                 (
                     "timeouts.header_read",
                     t.header_read
                         .as_ref()
-                        .filter(|_| raw.proxy_protocol.is_none() && raw.routes.is_none())
+                        .filter(|_| {
+                            raw.proxy_protocol.is_none()
+                                && raw.tls.is_none()
+                                && raw.routes.is_none()
+                        })
                         .map(Spanned::span),
                 ),
                 ("timeouts.request", t.request.as_ref().map(Spanned::span)),
@@ -3846,11 +3847,6 @@ sticky = { cookie = "sid" }
                 "no request body",
             ),
             (
-                "tls = { cert = \"a.pem\" }",
-                "balancer[0].tls",
-                "relays bytes unread",
-            ),
-            (
                 "redirect_to_https = 443",
                 "balancer[0].redirect_to_https",
                 "HTTP request",
@@ -3869,6 +3865,20 @@ sticky = { cookie = "sid" }
             "balancer[0].timeouts.half_close",
             "applies to mode = \"tcp\" only",
         );
+    }
+
+    #[test]
+    fn mode_tcp_takes_tls_and_a_header_read_that_bounds_its_handshake() {
+        let tcp = format!(
+            "{MINIMAL}mode = \"tcp\"\ntls = {{ cert = \"a.pem\", key = \"a.key\" }}\ntimeouts = {{ header_read = \"2s\" }}\n"
+        );
+        let b = &ok(&tcp).balancers[0];
+        assert_eq!(b.mode, Protocol::Tcp);
+        assert_eq!(
+            b.tls.as_ref().map(|t| t.certs[0].cert.clone()),
+            Some(PathBuf::from("a.pem"))
+        );
+        assert_eq!(b.timeouts.header_read, Duration::from_secs(2));
     }
 
     #[test]

@@ -549,13 +549,13 @@ impl TimeoutArgs {
     }
 
     /// The first flag given that bounds an HTTP exchange only, by its `timeouts` key:
-    /// a TCP balancer has none of these (the header read bounds its PROXY header, when
-    /// it reads one).
-    fn http_only_given(&self, reads_proxy_header: bool) -> Option<&'static str> {
+    /// a TCP balancer has none of these (the header read bounds its PROXY header or
+    /// its TLS handshake, when it has one: `reads_first`).
+    fn http_only_given(&self, reads_first: bool) -> Option<&'static str> {
         self.given()
             .into_iter()
             .filter(|g| match g.1 {
-                "timeouts.header_read" => !reads_proxy_header,
+                "timeouts.header_read" => !reads_first,
                 key => matches!(
                     key,
                     "timeouts.request"
@@ -1133,15 +1133,15 @@ fn escaped(s: &str) -> Result<Bytes, String> {
 /// `drover proxy --tcp` with a flag only HTTP has, given a value other than its default
 /// (a flag's default cannot be told from the same value typed).
 fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
-    // With a PROXY header to read, the header timeout bounds that read, as in HTTP mode.
-    let reads_proxy_header = a.proxy_protocol.proxy_protocol_from.is_some();
-    if let Some(key) = a.timeouts.http_only_given(reads_proxy_header) {
+    // With a PROXY header to read or a handshake to make, the header timeout bounds
+    // that, as in HTTP mode.
+    let reads_first = a.proxy_protocol.proxy_protocol_from.is_some() || !a.tls.tls_cert.is_empty();
+    if let Some(key) = a.timeouts.http_only_given(reads_first) {
         return Err(model::HttpOnly::of(key).in_flags());
     }
     let given = [
         ("health.path", a.health_path.is_some()),
         ("health.grpc", a.health_grpc.is_some()),
-        ("tls", !a.tls.tls_cert.is_empty()),
         ("backend_protocol", a.backend_tls.backend_protocol.is_some()),
         ("redirect_to_https", a.redirect_to_https.is_some()),
         ("http2", a.http2.is_some()),
@@ -1453,8 +1453,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 {
                     return Err(format!("{flag} does not apply to --tcp: a TCP worker may not speak HTTP (drover checks that each worker listens)"));
                 }
-                let reads_proxy_header = args.proxy_protocol.proxy_protocol_from.is_some();
-                if let Some(key) = args.timeouts.http_only_given(reads_proxy_header) {
+                let reads_first =
+                    args.proxy_protocol.proxy_protocol_from.is_some() || balancer.tls.is_some();
+                if let Some(key) = args.timeouts.http_only_given(reads_first) {
                     return Err(model::HttpOnly::of(key).in_flags());
                 }
                 balancer.serve_unread().map_err(|e| format!("--tcp: {e}"))?;

@@ -218,7 +218,7 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
     HttpOnly {
         key: "timeouts.header_read",
         flag: Some("--header-timeout"),
-        why: "there is no request head to read (timeouts.idle bounds a silent client); with proxy_protocol it bounds the PROXY header, with routes the TLS ClientHello",
+        why: "there is no request head to read (timeouts.idle bounds a silent client); with proxy_protocol it bounds the PROXY header, with tls the handshake, with routes the TLS ClientHello",
     },
     HttpOnly {
         key: "timeouts.request",
@@ -254,11 +254,6 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         key: "health.grpc",
         flag: Some("--health-grpc"),
         why: "the gRPC health protocol is spoken over HTTP/2, and TCP mode speaks none: use tcp = true (--health-tcp), a connect check",
-    },
-    HttpOnly {
-        key: "tls",
-        flag: Some("--tls-cert"),
-        why: "TCP mode relays bytes unread, TLS included (passthrough): it does not terminate TLS yet",
     },
     HttpOnly {
         key: "backend_protocol",
@@ -441,7 +436,11 @@ impl BalancerConfig {
         let (t, dt) = (&self.timeouts, TimeoutConfig::default());
         let health = self.health.as_ref().map(|h| &h.kind);
         let given = [
-            ("timeouts.header_read", t.header_read != dt.header_read),
+            // With a handshake to make, it bounds that, as in HTTP mode.
+            (
+                "timeouts.header_read",
+                t.header_read != dt.header_read && self.tls.is_none(),
+            ),
             // Off (`drover run`'s default) bounds nothing that TCP mode would lack.
             (
                 "timeouts.request",
@@ -461,7 +460,6 @@ impl BalancerConfig {
                 "health.grpc",
                 matches!(health, Some(CheckKind::Grpc { .. })),
             ),
-            ("tls", self.tls.is_some()),
             (
                 "backend_protocol",
                 self.backend_protocol != drover_proxy::ProxyOptions::default().backend_protocol,

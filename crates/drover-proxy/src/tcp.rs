@@ -17,6 +17,12 @@
 //! bytes are relayed in the clear to drover and encrypted towards the backend. A failed
 //! handshake counts as a failed connect, and the connection goes to another endpoint.
 //!
+//! With `tls`, the listener ends the client's TLS (as HAProxy's `bind … ssl crt` in
+//! `mode tcp`): the handshake comes first, after a PROXY header, within the header read
+//! timeout, with the same certificates, SNI choice, tickets and reloads as an HTTPS
+//! listener, and no ALPN; what the session carries is relayed, to a plain backend or
+//! over `backend_tls` again.
+//!
 //! The relay keeps both directions in one task, each reading only once its last bytes
 //! were written (backpressure: a slow reader holds at most one buffer of the other
 //! side's data in drover), with a buffer only while bytes flow (an idle connection
@@ -28,7 +34,7 @@
 //! With SNI routes (`routes/`), the connection's ClientHello is read first, within
 //! the header read timeout, and its name picks the balancer that places and relays it
 //! with its own settings, counts and access log; the hello's bytes go to the backend
-//! first. A connection no route takes is closed, and counted on the listener's
+//! first. On a TLS listener, the name the session was made for picks it. A connection no route takes is closed, and counted on the listener's
 //! balancer (`drover_tcp_sni_unrouted`).
 //!
 //! A reload applies to connections accepted after it; a connection keeps the settings
@@ -36,12 +42,13 @@
 
 use crate::access_log::ConnectionRecord;
 use crate::admission::Slot;
+use crate::conn::ClientStream;
 use crate::error::ProxyError;
 use crate::options::{HashKey, Timeouts};
 use crate::proxy_protocol;
 use crate::routes::{Pick, Routes};
 use crate::state::{BalancerState, ClientConnection, ThreadCell};
-use crate::tls::client_hello;
+use crate::tls::{self, client_hello};
 use crate::upstream;
 use crate::upstream::Upstream;
 use drover_balance::{clock, Endpoint, PickContext};
@@ -105,16 +112,49 @@ pub(crate) async fn serve(
             None => return,
         }
     }
+    // A TLS listener (`tls`) ends the client's TLS here, within the header read
+    // timeout from accept (shared with the PROXY header, as in HTTP mode); what is
+    // relayed is what the session carries.
+    let mut client = match listener.tls.load_full() {
+        Some(certs) => {
+            let deadline = accepted + listener.opts.timeouts.header_read;
+            let inside = tls::Inside::Bytes;
+            // Boxed, as in HTTP mode: a handshake's state would size every connection's
+            // future.
+            match Box::pin(tls::handshake(&certs, client, &mut early, deadline, inside)).await {
+                Ok(session) => {
+                    listener.stats.record_tls_handshake();
+                    ClientStream::Tls(Box::new(session))
+                }
+                Err(why) => {
+                    listener.stats.record_tls_failure(why);
+                    debug!(balancer = %listener.opts.name, %peer, reason = why.as_str(), "TLS handshake failed: closed");
+                    return;
+                }
+            }
+        }
+        None => ClientStream::Plain(client),
+    };
     // With routes, the balancer whose pool, settings and counts serve the connection
-    // is the one its ClientHello's name picks (`routes/`); the hello's bytes go to
-    // the backend first, as the PROXY header's followers do.
+    // is the one its ClientHello's name picks (`routes/`). Passed through, the hello is
+    // read undecrypted and its bytes go to the backend first, as the PROXY header's
+    // followers do; on a TLS listener, the name is the session's.
     let routes = listener.routes.load_full();
     let shared = match routes.as_deref() {
         // HTTP routes are for HTTP listeners (the config's rule).
         None | Some(Routes::Http(_)) => Arc::clone(listener),
         Some(Routes::Sni(routes)) => {
-            let deadline = accepted + listener.opts.timeouts.header_read;
-            let name = client_hello::server_name(&mut client, &mut early, deadline).await;
+            let name = match &mut client {
+                ClientStream::Tls(session) => {
+                    Ok(session.get_ref().1.server_name().map(str::to_owned))
+                }
+                ClientStream::Plain(tcp) => {
+                    let deadline = accepted + listener.opts.timeouts.header_read;
+                    client_hello::server_name(tcp, &mut early, deadline).await
+                }
+                // TCP mode reads no HTTP/2.
+                ClientStream::H2(_) => Err(SniUnrouted::NotTls),
+            };
             let picked = match &name {
                 Ok(name) => match routes.pick(name.as_deref()) {
                     Pick::Route(target) => Ok(target.current.load_full()),
@@ -174,10 +214,13 @@ pub(crate) async fn serve(
         Ok(()) => {
             shared.stats.record_tcp_bytes_in(early.len() as u64);
             let timeouts = &shared.opts.timeouts;
-            let mut relayed = match backend {
-                Upstream::Plain(backend) => relay(&client, &backend, timeouts, &shared.stats).await,
-                // `backend_tls`; HTTP/2 is never spoken in TCP mode.
-                backend => relay_io(&mut client, backend, timeouts, &shared.stats).await,
+            let mut relayed = match (client, backend) {
+                (ClientStream::Plain(client), Upstream::Plain(backend)) => {
+                    relay(&client, &backend, timeouts, &shared.stats).await
+                }
+                // TLS on either side (`tls`, `backend_tls`); HTTP/2 is never spoken
+                // in TCP mode.
+                (client, backend) => relay_io(client, backend, timeouts, &shared.stats).await,
             };
             relayed.received += early.len() as u64;
             relayed
@@ -429,18 +472,19 @@ pub(crate) async fn relay(
     p.until_done(up, down, timeouts).await
 }
 
-/// As [`relay`], with a backend that is not a plain socket: a TLS session
-/// (`backend_tls`). Each direction reads into a buffer of its own, a TLS record's
-/// worth, held for the connection's life (rustls buffers the session's bytes anyway);
-/// the backend's end passed on is TLS's close_notify, then the socket's.
+/// As [`relay`], where a side is not a plain socket: a TLS session, the client's
+/// (`tls`) or the backend's (`backend_tls`). Each direction reads into a buffer of its
+/// own, a TLS record's worth, held for the connection's life (rustls buffers the
+/// session's bytes anyway); an end passed on to a TLS side is TLS's close_notify, then
+/// the socket's.
 async fn relay_io(
-    client: &mut TcpStream,
+    client: impl AsyncRead + AsyncWrite + Unpin,
     backend: impl AsyncRead + AsyncWrite + Unpin,
     timeouts: &Timeouts,
     stats: &BalancerStats,
 ) -> Relayed {
     let p = Progress::new(stats);
-    let (mut client_read, mut client_write) = client.split();
+    let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut backend_read, mut backend_write) = tokio::io::split(backend);
     let up = pipe_io(
         &mut client_read,

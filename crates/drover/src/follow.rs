@@ -91,6 +91,15 @@ pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed,
                 seen.speaks
             ));
         }
+        if seen.speaks == Speaks::Tls && config.tls.is_some() {
+            // TCP mode would end the clients' TLS at drover and relay plain bytes to a
+            // server that waits for a ClientHello.
+            return Err(format!(
+                "app {:?}: its server speaks {}, not HTTP/1.1, and ends TLS itself with its own certificate; drover would end the clients' TLS first (--tls-cert, tls) and hand it plain bytes: drop --tls-cert, or serve plain HTTP from the app",
+                app.name(),
+                seen.speaks
+            ));
+        }
         config.serve_unread().map_err(|e| {
             format!(
                 "app {:?}: its server speaks {}, not HTTP/1.1, so drover serves its clients in TCP mode, and {e}",
@@ -99,10 +108,17 @@ pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed,
             )
         })?;
         plan = BalancerPlan::from_config(&config).map_err(|e| format!("balancer {name:?}: {e}"))?;
-        eprintln!(
-            "drover: the app's server speaks {}, not HTTP/1.1: drover hands each connection to a worker unread, as Node's cluster module does (TCP mode)",
-            seen.speaks
-        );
+        if config.tls.is_some() {
+            eprintln!(
+                "drover: the app's server speaks {}, not HTTP/1.1: drover ends the clients' TLS (--tls-cert, tls) and relays what each session carries to a worker (TCP mode)",
+                seen.speaks
+            );
+        } else {
+            eprintln!(
+                "drover: the app's server speaks {}, not HTTP/1.1: drover hands each connection to a worker unread, as Node's cluster module does (TCP mode)",
+                seen.speaks
+            );
+        }
     }
     let mut failed = None;
     for addr in candidates {

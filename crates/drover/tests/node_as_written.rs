@@ -1813,9 +1813,72 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
     assert!(common::default_metric(admin, "drover_handoffs_total").await >= 6);
     drover_stops_cleanly("https", &d).await;
 
-    // What cannot apply to such a server stops drover, saying why: a balancer that
-    // reads HTTP in front of it, an HTTP health check, a flag only HTTP has.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Its own protocol behind drover's TLS (`--tls-cert`), as HAProxy's `bind … ssl`
+    // in `mode tcp`: drover ends the clients' TLS and relays what each session carries
+    // to a worker (a session's keys are drover's: it cannot be handed over).
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-w", "2", "--admin", "127.0.0.1:0"])
+        .args([
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--",
+            "node",
+            "echo.js",
+        ])
+        .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    says("echo behind TLS", &d, &["drover ends the clients' TLS"]).await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pki.ca_der()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let mut held = Vec::new();
+    let mut pids = BTreeSet::new();
+    for _ in 0..6 {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", tcp_port))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut s = connector.connect(name, tcp).await.unwrap();
+        s.write_all(b"hi").await.unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("an answer through TLS")
+            .unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let (pid, said) = got.split_once(' ').unwrap_or(("", ""));
+        assert_eq!(said, "hi", "{got:?}\n{}", d.stderr_text());
+        pids.insert(pid.to_string());
+        held.push(s);
+    }
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_eq!(
+        common::default_metric(admin, "drover_handoffs_total").await,
+        0
+    );
+    assert_eq!(
+        common::default_metric(admin, "drover_tls_handshakes_total").await,
+        6
+    );
+    drop(held);
+    drover_stops_cleanly("echo behind TLS", &d).await;
+
+    // What cannot apply to such a server stops drover, saying why: a balancer that
+    // reads HTTP in front of it, an HTTP health check, TLS ended by drover in front of
+    // TLS the app ends.
     for (flags, says) in [
         (&["-l", "127.0.0.1:0"][..], "run it without --listen"),
         (
@@ -1824,7 +1887,7 @@ async fn a_server_that_ends_tls_itself_or_speaks_its_own_protocol_runs_as_writte
         ),
         (
             &["--tls-cert", cert, "--tls-key", key][..],
-            "--tls-cert: TCP mode relays bytes unread",
+            "ends TLS itself with its own certificate; drover would end the clients' TLS first",
         ),
     ] {
         let out = Command::new("timeout")

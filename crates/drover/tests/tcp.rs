@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::pki::{far_future, Pki};
+use common::pki::{far_future, tools, Pki};
 use common::{admin_addr, bin, metrics_text, proxy, status, temp_dir};
 use drover_testkit::{wait_until_async, DroverProcess};
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -534,6 +534,107 @@ async fn backend_tls_lets_plain_clients_reach_backends_that_take_only_tls() {
     );
     drop(d);
     drop(plain);
+}
+
+/// `tls` on a TCP balancer (HAProxy's `bind … ssl crt` in `mode tcp`): redis-cli and
+/// redis-benchmark speak TLS to drover, which relays what the sessions carry to a plain
+/// redis-server, and over TLS again to one that takes only TLS (with `backend_tls`).
+/// No ALPN is agreed, even with a client that offers one; a client that speaks no TLS
+/// is closed with no answer, and one that stalls its handshake is cut by the header
+/// read timeout; each is counted by why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_on_a_tcp_balancer_ends_the_clients_tls_and_relays_what_it_carries() {
+    let Some((server, benchmark, cli)) = redis_tools() else {
+        return;
+    };
+    if !tools() {
+        return;
+    }
+    let dir = temp_dir("tcp-tls-front");
+    let pki = Pki::new("tcp-tls-front-ca");
+    let (cert, key) = pki.leaf("front", "drover-front", &["127.0.0.1"], far_future());
+    let (redis_cert, redis_key) = pki.leaf("redis", "redis", &["127.0.0.1"], far_future());
+    let plain = Redis::start(&server, &cli, &dir);
+    let tls = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--header-timeout",
+        "1s",
+    ];
+    let (d, admin) = tcp_proxy(&[plain.addr()], &tls).await;
+    let ca = pki.ca_pem.to_str().unwrap();
+    let over_tls = ["--tls", "--cacert", ca];
+    let set = [&over_tls[..], &["SET", "k", "over-tls"]].concat();
+    assert_eq!(redis_cli(&cli, d.addr(), &set, None).trim(), "OK");
+    assert_eq!(plain.cli(&cli, &["GET", "k"]).trim(), "over-tls");
+    let out = Command::new(&benchmark)
+        .args(["-h", "127.0.0.1", "-p", &d.addr().port().to_string()])
+        .args(over_tls)
+        .args(["-t", "set,get", "-n", "1000", "-c", "10", "-q"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !text.to_lowercase().contains("error"),
+        "{text}"
+    );
+    assert!(text.contains("SET") && text.contains("GET"), "{text}");
+    assert!(metric(admin, "drover_tls_handshakes_total", "").await >= 21);
+
+    // drover's certificate is the one shown, and an offered ALPN is not taken up: the
+    // bytes inside are the client's protocol, unread.
+    let shown = Command::new("openssl")
+        .args(["s_client", "-connect", &d.addr().to_string()])
+        .args(["-alpn", "h2,http/1.1", "-CAfile", ca])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("CN = drover-front"), "{shown}");
+    assert!(shown.contains("No ALPN negotiated"), "{shown}");
+    assert!(shown.contains("Verify return code: 0 (ok)"), "{shown}");
+
+    // Plain redis to the TLS port: closed with no answer (an HTTP 400 would be noise
+    // in a protocol the client may not speak), and counted.
+    let mut s = TcpStream::connect(d.addr()).await.unwrap();
+    s.write_all(b"PING\r\n").await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, s.read_to_end(&mut got)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+    let failures = "drover_tls_handshake_failures_total";
+    assert_eq!(metric(admin, failures, ",reason=\"not-tls\"").await, 1);
+    // A client that connects and says nothing is cut at the header read timeout.
+    let mut stalled = TcpStream::connect(d.addr()).await.unwrap();
+    let read = tokio::time::timeout(PATIENCE, stalled.read_to_end(&mut got)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert_eq!(metric(admin, failures, ",reason=\"timeout\"").await, 1);
+    assert_eq!(open_connections(admin).await, 0);
+
+    // TLS both ways: ended at drover, begun again towards a redis that takes only TLS.
+    let only_tls = Redis::start_with(
+        &server,
+        &cli,
+        &dir,
+        Some([&redis_cert, &redis_key, &pki.ca_pem]),
+    );
+    let both = [&tls[..], &["--backend-tls", "--backend-ca", ca]].concat();
+    let (twice, _) = tcp_proxy(&[only_tls.addr()], &both).await;
+    let set = [&over_tls[..], &["SET", "k", "tls-both-ways"]].concat();
+    assert_eq!(redis_cli(&cli, twice.addr(), &set, None).trim(), "OK");
+    let get = [&over_tls[..], &["GET", "k"]].concat();
+    assert_eq!(
+        redis_cli(&cli, twice.addr(), &get, None).trim(),
+        "tls-both-ways"
+    );
+    drop(d);
+    drop(twice);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,11 +5,11 @@
 //! Exact names, the most specific wildcard, the listener's own backends as the
 //! default, a hello without SNI, a hello sent a byte at a time; garbage, a stalled
 //! client and no route closed and counted; each pool's metrics; a reload that changes
-//! the map.
+//! the map. A listener with `tls` ends the TLS itself and routes by the session's name.
 
 mod common;
 
-use common::pki::{tools, Pki};
+use common::pki::{far_future, tools, Pki};
 use common::{bin, ctl, metrics_text, proxy_config, temp_dir};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -63,6 +63,33 @@ async fn backend(pki: &Pki, name: &'static str, names: &[&str]) -> SocketAddr {
                 );
                 let _ = tls.write_all(answer.as_bytes()).await;
                 let _ = tls.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// An HTTP server in the clear on 127.0.0.1:0, answering every request with `name`.
+async fn plain_backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}",
+                    name.len()
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.shutdown().await;
             });
         }
     });
@@ -249,6 +276,66 @@ async fn connections_go_to_the_pool_their_sni_names_and_a_reload_changes_the_map
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(curl(&pki, "api.example.com", addr), Ok("web".into()));
     assert_eq!(curl(&pki, "x.v2.example.com", addr), Ok("api".into()));
+    drop(d);
+}
+
+/// A TCP listener with `tls` ends the clients' TLS itself and routes each session by
+/// the name it was made for: drover's certificate for that name is the one shown, and
+/// the bytes inside go in the clear to the route's pool. A session without SNI gets the
+/// first certificate and the listener's own backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_listener_routes_each_session_by_its_name_and_relays_it_in_the_clear() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tcp-sni-terminated");
+    let (api_cert, api_key) =
+        pki.leaf("front-api", "front-api", &["api.example.com"], far_future());
+    let (web_cert, web_key) = pki.leaf("front-web", "front-web", &["*.example.com"], far_future());
+    let api = plain_backend("api").await;
+    let web = plain_backend("web").await;
+    let fallback = plain_backend("fallback").await;
+    let front = format!(
+        "backends = [\"{fallback}\"]\n\
+         tls = {{ certs = [{{ cert = \"{}\", key = \"{}\" }}, {{ cert = \"{}\", key = \"{}\" }}] }}\n\
+         routes = [\n  {{ sni = [\"api.example.com\"], balancer = \"api\" }},\n  {{ sni = [\"*.example.com\"], balancer = \"web\" }},\n]\n",
+        api_cert.display(),
+        api_key.display(),
+        web_cert.display(),
+        web_key.display()
+    );
+    let (d, addr, admin, _path) = proxy_config(&pki.dir, &config(&front, api, web), "front").await;
+    assert_eq!(curl(&pki, "api.example.com", addr), Ok("api".into()));
+    assert_eq!(curl(&pki, "www.example.com", addr), Ok("web".into()));
+    assert_eq!(
+        served_cn(addr, Some("api.example.com")).as_deref(),
+        Some("front-api")
+    );
+    assert_eq!(
+        served_cn(addr, Some("www.example.com")).as_deref(),
+        Some("front-web")
+    );
+    assert_eq!(served_cn(addr, None).as_deref(), Some("front-api"));
+    wait_metric(admin, "front", "drover_tls_handshakes_total", "", 5).await;
+    let connections = "drover_tcp_connections_total";
+    wait_metric(admin, "api", connections, "", 2).await;
+    wait_metric(admin, "web", connections, "", 2).await;
+    wait_metric(admin, "front", connections, "", 1).await;
+
+    // A renewed certificate is served once its files change, with no reload, as on an
+    // HTTPS listener.
+    pki.leaf(
+        "front-api",
+        "front-api-renewed",
+        &["api.example.com"],
+        far_future(),
+    );
+    let renewed = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
+        served_cn(addr, Some("api.example.com")).as_deref() == Some("front-api-renewed")
+    })
+    .await;
+    assert!(renewed, "{}", d.stderr_text());
+    assert_eq!(curl(&pki, "api.example.com", addr), Ok("api".into()));
     drop(d);
 }
 

@@ -99,17 +99,13 @@ pub(crate) async fn serve(
             None => return,
         }
     }
-    let offer_h2 = thread.shared.opts.http2;
+    let inside = tls::Inside::http(thread.shared.opts.http2);
     let mut client = match thread.shared.tls.load_full() {
         Some(certs) if accepted => {
             let stats = &thread.shared.stats;
             // Boxed: a handshake's state (rustls's, ~1 KiB) would otherwise size every
             // connection's future, plain ones included.
-            match Box::pin(tls::handshake(
-                &certs, client, &mut cbuf, deadline, offer_h2,
-            ))
-            .await
-            {
+            match Box::pin(tls::handshake(&certs, client, &mut cbuf, deadline, inside)).await {
                 Ok(tls) => {
                     stats.record_tls_handshake();
                     ClientStream::Tls(Box::new(tls))

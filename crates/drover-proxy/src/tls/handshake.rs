@@ -1,6 +1,6 @@
 //! The server side of a client's TLS handshake, bounded in time, with why it failed.
 
-use super::Certificates;
+use super::{Certificates, Inside};
 use crate::http1::error_page;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,16 +21,18 @@ const PLAIN_ANSWER_LINGER: Duration = Duration::from_secs(1);
 /// timeout: a client that connects and never says hello holds a connection no longer
 /// than one that never sends its request head). `buf` holds what was already read from
 /// the stream (what followed a PROXY protocol header), which the handshake reads first;
-/// it is empty on return. ALPN offers `h2` when `http2` (the caller reads what was
+/// it is empty on return. ALPN offers what `inside` says (the caller reads what was
 /// agreed from the stream).
 ///
-/// Plain HTTP sent to the port gets a 400 saying so, as nginx does, before it closes.
+/// On an HTTP listener, plain HTTP sent to the port gets a 400 saying so, as nginx
+/// does, before it closes; a TCP listener's client gets no answer in a protocol it may
+/// not speak.
 pub async fn handshake(
     certs: &Certificates,
     mut stream: TcpStream,
     buf: &mut Vec<u8>,
     deadline: Instant,
-    http2: bool,
+    inside: Inside,
 ) -> Result<TlsStream<TcpStream>, Failure> {
     if buf.is_empty() {
         buf.reserve(512);
@@ -41,14 +43,16 @@ pub async fn handshake(
         }
     }
     if buf[0] != HANDSHAKE_RECORD {
-        answer_plain(&mut stream, deadline).await;
+        if inside != Inside::Bytes {
+            answer_plain(&mut stream, deadline).await;
+        }
         return Err(Failure::NotTls);
     }
     // The bytes already read go to the handshake first; processed here, so that the
     // handshake writes its answer before it waits for more.
     let mut fed = Ok(());
     let acceptor =
-        tokio_rustls::TlsAcceptor::from(std::sync::Arc::clone(certs.server_config(http2)));
+        tokio_rustls::TlsAcceptor::from(std::sync::Arc::clone(certs.server_config(inside)));
     let accept = acceptor.accept_with(stream, |conn| {
         let mut rest = &buf[..];
         while !rest.is_empty() && fed.is_ok() {

@@ -21,6 +21,31 @@ mod sni;
 pub mod watch;
 
 pub use handshake::{handshake, Failure};
+
+/// What a TLS listener serves inside its sessions: what ALPN offers, and how a client
+/// that speaks no TLS at all is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inside {
+    /// HTTP/1.1 only (`http2 = false`): ALPN `http/1.1`.
+    Http1,
+    /// HTTP/2 or HTTP/1.1: ALPN `h2`, then `http/1.1`.
+    Http2,
+    /// A TCP balancer's relayed bytes, whose protocol is the client's and the
+    /// backend's: no ALPN (as HAProxy's `bind … ssl` in `mode tcp` without `alpn`),
+    /// and a client that sends no ClientHello is closed unanswered.
+    Bytes,
+}
+
+impl Inside {
+    /// An HTTP listener's, offering HTTP/2 when `http2`.
+    pub fn http(http2: bool) -> Inside {
+        if http2 {
+            Inside::Http2
+        } else {
+            Inside::Http1
+        }
+    }
+}
 use watch::Stamp;
 
 use rustls::crypto::CryptoProvider;
@@ -168,6 +193,8 @@ pub struct Certificates {
     config_h2: Arc<ServerConfig>,
     /// ALPN `http/1.1` only (`http2 = false`): the same certificates and ticketer.
     config: Arc<ServerConfig>,
+    /// No ALPN (`Inside::Bytes`): the same certificates and ticketer.
+    config_bytes: Arc<ServerConfig>,
     info: Vec<CertInfo>,
     /// The files they were read from, to read again when they change (`watch`).
     settings: Settings,
@@ -231,9 +258,12 @@ impl Certificates {
         // (h2 first) wins, as in nginx and HAProxy.
         let mut config_h2 = config.clone();
         config_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let mut config_bytes = config.clone();
+        config_bytes.alpn_protocols = Vec::new();
         Ok(Certificates {
             config_h2: Arc::new(config_h2),
             config: Arc::new(config),
+            config_bytes: Arc::new(config_bytes),
             info,
             settings: settings.clone(),
             stamps,
@@ -259,12 +289,12 @@ impl Certificates {
         self.info.iter().filter(move |c| c.not_after <= limit)
     }
 
-    /// The handshake's configuration: offering `h2` by ALPN when `http2`.
-    pub(crate) fn server_config(&self, http2: bool) -> &Arc<ServerConfig> {
-        if http2 {
-            &self.config_h2
-        } else {
-            &self.config
+    /// The handshake's configuration for what the listener serves inside.
+    pub(crate) fn server_config(&self, inside: Inside) -> &Arc<ServerConfig> {
+        match inside {
+            Inside::Http2 => &self.config_h2,
+            Inside::Http1 => &self.config,
+            Inside::Bytes => &self.config_bytes,
         }
     }
 }
