@@ -848,6 +848,10 @@ struct RawEtcd {
     endpoints: Spanned<Vec<Spanned<String>>>,
     /// `{ ca, cert, key, server_name }`, as a balancer's `backend_tls`.
     tls: Option<Spanned<RawBackendTls>>,
+    user: Option<Spanned<String>>,
+    password_file: Option<Spanned<String>>,
+    /// Refused with a message of its own: the password goes in `password_file`.
+    password: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -1115,7 +1119,7 @@ impl RawConfig {
             Some(e) => {
                 let span = e.span();
                 let tls = e.get_ref().tls.as_ref();
-                let table = tls.map_or(span, |t| t.span());
+                let table = tls.map_or(span.clone(), |t| t.span());
                 let at = |f: Option<&Spanned<String>>| f.map_or(table.clone(), |f| f.span());
                 let tls = tls.map(|t| t.get_ref());
                 origin(at(tls.and_then(|t| t.ca.as_ref())), "etcd.tls.ca".into());
@@ -1131,6 +1135,11 @@ impl RawConfig {
                     "etcd.tls.server_name".into(),
                 );
                 origin(table.clone(), "etcd.tls".into());
+                let password_file = e.get_ref().password_file.as_ref();
+                origin(
+                    password_file.map_or(span, Spanned::span),
+                    "etcd.password_file".into(),
+                );
                 Some(validate_etcd(e, ctx)?)
             }
             None => None,
@@ -1502,7 +1511,43 @@ fn validate_etcd(raw: Spanned<RawEtcd>, ctx: &Ctx<'_>) -> Result<EtcdConfig, Con
     let RawEtcd {
         endpoints: list,
         tls: raw_tls,
+        user,
+        password_file,
+        password,
     } = raw.into_inner();
+    if let Some(p) = password {
+        return Err(ctx.at(
+            p.span(),
+            "etcd.password",
+            "keep the password out of drover.toml (it is often world-readable, or committed): write it to a file only drover may read, and give password_file = \"PATH\"",
+        ));
+    }
+    let auth =
+        match (user, password_file) {
+            (None, None) => None,
+            (Some(u), None) => return Err(ctx.at(
+                u.span(),
+                "etcd.user",
+                "a user needs its password: give password_file = \"PATH\", a file that holds it",
+            )),
+            (None, Some(f)) => return Err(ctx.at(
+                f.span(),
+                "etcd.password_file",
+                "a password needs its user: give user = \"NAME\", the etcd user drover logs in as",
+            )),
+            (Some(u), Some(f)) => {
+                if u.get_ref().is_empty() {
+                    return Err(ctx.at(u.span(), "etcd.user", "empty user name"));
+                }
+                if f.get_ref().is_empty() {
+                    return Err(ctx.at(f.span(), "etcd.password_file", "empty path"));
+                }
+                Some(EtcdAuthConfig {
+                    user: u.into_inner(),
+                    password_file: PathBuf::from(f.into_inner()),
+                })
+            }
+        };
     let list_span = list.span();
     let list = list.into_inner();
     if list.is_empty() {
@@ -1541,7 +1586,11 @@ fn validate_etcd(raw: Spanned<RawEtcd>, ctx: &Ctx<'_>) -> Result<EtcdConfig, Con
         )?),
         None => uses_tls.then(BackendTlsConfig::default),
     };
-    Ok(EtcdConfig { endpoints, tls })
+    Ok(EtcdConfig {
+        endpoints,
+        tls,
+        auth,
+    })
 }
 
 fn validate_admin(raw: Spanned<RawAdmin>, ctx: &Ctx<'_>) -> Result<AdminConfig, ConfigError> {

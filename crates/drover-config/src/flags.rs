@@ -724,6 +724,26 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "FILE", requires = "etcd_cert")]
     pub etcd_key: Option<PathBuf>,
 
+    /// The etcd user drover logs in as, on a cluster with authentication on
+    /// (etcdctl's --user); its password is in --etcd-password-file.
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "config",
+        requires = "etcd_password_file"
+    )]
+    pub etcd_user: Option<String>,
+
+    /// A file that holds the password of --etcd-user (one trailing newline is not part
+    /// of it), read at start, at each reload and at each login.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "config",
+        requires = "etcd_user"
+    )]
+    pub etcd_password_file: Option<PathBuf>,
+
     /// The balancer's name, as the members API and `drover ctl` use it.
     #[arg(long, default_value = model::DEFAULT_BALANCER, conflicts_with = "config")]
     pub name: String,
@@ -935,6 +955,14 @@ fn proxy_config_text(a: &ProxyArgs) -> Result<Config, String> {
             format!("--etcd: {e}")
         }
     })?;
+    if a.etcd.is_empty() && a.etcd_user.is_some() {
+        return Err(
+            "--etcd-user and --etcd-password-file need --etcd URL, the cluster's client URL".into(),
+        );
+    }
+    if a.etcd_user.as_deref() == Some("") {
+        return Err("--etcd-user: empty user name".into());
+    }
     let etcd = (!a.etcd.is_empty()).then(|| crate::EtcdConfig {
         endpoints: a.etcd.clone(),
         tls: uses_tls.then(|| model::BackendTlsConfig {
@@ -945,6 +973,14 @@ fn proxy_config_text(a: &ProxyArgs) -> Result<Config, String> {
             }),
             ..model::BackendTlsConfig::default()
         }),
+        auth: a
+            .etcd_user
+            .as_ref()
+            .zip(a.etcd_password_file.as_ref())
+            .map(|(user, file)| model::EtcdAuthConfig {
+                user: user.clone(),
+                password_file: file.clone(),
+            }),
     });
     Ok(crate::Config {
         admin,

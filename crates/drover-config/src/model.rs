@@ -42,6 +42,19 @@ pub struct EtcdConfig {
     /// certificate shown to it (`[etcd] tls`, `--etcd-ca`, `--etcd-cert`,
     /// `--etcd-key`); the system's trust store and no client certificate by default.
     pub tls: Option<BackendTlsConfig>,
+    /// For a cluster with authentication on (`[etcd] user`, `password_file`;
+    /// `--etcd-user`, `--etcd-password-file`): none by default.
+    pub auth: Option<EtcdAuthConfig>,
+}
+
+/// The etcd user drover logs in as, and the file that holds its password (never the
+/// password itself: a drover.toml is often world-readable or committed). The file is
+/// read at start, at each reload, and at each login; one trailing newline is not part
+/// of the password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdAuthConfig {
+    pub user: String,
+    pub password_file: std::path::PathBuf,
 }
 
 /// The most streams `http2_max_streams` may allow (flags and files alike): each open

@@ -8,6 +8,7 @@ use drover_proxy::tls::Certificates;
 use drover_proxy::{BackendProtocol, Limits, ProxyOptions, QueueOptions, Timeouts};
 use drover_registry::{HealthCheck, PassivePolicy, PoolOptions};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -56,6 +57,8 @@ pub enum PlanError {
     EtcdTls {
         source: drover_proxy::backend_tls::Error,
     },
+    /// `[etcd] password_file` (`--etcd-password-file`): unreadable, or empty.
+    EtcdPassword { path: PathBuf, why: String },
 }
 
 impl PlanError {
@@ -83,6 +86,7 @@ impl PlanError {
                 Some("etcd.tls".into())
             }
             PlanError::EtcdTls { source } => Some(format!("etcd.tls.{}", source.part.as_str())),
+            PlanError::EtcdPassword { .. } => Some("etcd.password_file".into()),
             PlanError::Health { .. } => None,
         }
     }
@@ -101,6 +105,9 @@ impl std::fmt::Display for PlanError {
                 write!(f, "balancer {balancer:?}: backend_tls: {source}")
             }
             PlanError::EtcdTls { source } => write!(f, "etcd: tls: {source}"),
+            PlanError::EtcdPassword { path, why } => {
+                write!(f, "etcd: password_file {}: {why}", path.display())
+            }
         }
     }
 }
@@ -112,6 +119,7 @@ impl std::error::Error for PlanError {
             PlanError::Tls { source, .. } => Some(source),
             PlanError::BackendTls { source, .. } => Some(source),
             PlanError::EtcdTls { source } => Some(source),
+            PlanError::EtcdPassword { .. } => None,
         }
     }
 }
@@ -279,6 +287,28 @@ pub fn load_etcd_tls(
     BackendTlsConnector::load(settings)
         .map(BackendTlsConnector::for_http2)
         .map_err(|source| PlanError::EtcdTls { source })
+}
+
+/// The password of `[etcd]`'s user, read from its file: at start, at each reload, and
+/// by the etcd client at each login. One trailing newline (`echo` writes one) is not
+/// part of it; an empty password is refused (etcd refuses to log in with one).
+pub fn read_etcd_password(auth: &config::EtcdAuthConfig) -> Result<String, PlanError> {
+    let fail = |why: String| PlanError::EtcdPassword {
+        path: auth.password_file.clone(),
+        why,
+    };
+    let text = std::fs::read_to_string(&auth.password_file).map_err(|e| fail(e.to_string()))?;
+    let password = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text);
+    if password.is_empty() {
+        return Err(fail(format!(
+            "the file is empty: write the password of etcd user {:?} in it",
+            auth.user
+        )));
+    }
+    Ok(password.to_string())
 }
 
 /// The host name of `backends` when every one is `dns:HOST:PORT` of one HOST.

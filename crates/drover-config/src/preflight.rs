@@ -52,6 +52,11 @@ pub fn prepare(cfg: &Config, origins: &Origins) -> Result<Prepared, Vec<String>>
             });
         }
     }
+    if let Some(auth) = cfg.etcd.as_ref().and_then(|e| e.auth.as_ref()) {
+        if let Err(e) = crate::plan::read_etcd_password(auth) {
+            errors.push(origins.error("etcd.password_file", e.to_string()));
+        }
+    }
     let mut specs = Vec::with_capacity(cfg.apps.len());
     for (i, a) in cfg.apps.iter().enumerate() {
         let spec = a.spec.clone();

@@ -14,6 +14,10 @@
 //! lists again and applies only the difference (the pool keeps the `Arc<Endpoint>` of
 //! every address that stays). While etcd is out of reach the pool keeps the last view
 //! ("fail static") and the task reconnects with exponential back-off and jitter.
+//!
+//! Over TLS (`tls`), the channel's connections are made with rustls here; with
+//! authentication on (`auth`), drover logs in as a user and logs in again when its
+//! token lapses.
 
 use drover_balance::{clock, Endpoint};
 use drover_registry::members::{check_id, check_load};
@@ -30,10 +34,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+mod auth;
 mod tls;
+pub use auth::{EtcdAuth, LoadPassword};
 pub use tls::{host_port, EtcdTls, LoadTls, TlsClient};
 
 /// The value stored under `{prefix}/members/{id}`.
@@ -132,6 +139,9 @@ pub struct EtcdOptions {
     pub settle: Duration,
     /// For `https://` endpoints: the TLS files, read at each new connection.
     pub tls: Option<EtcdTls>,
+    /// For a cluster with authentication on: the user drover logs in as, and its
+    /// password, read at each login.
+    pub auth: Option<EtcdAuth>,
 }
 
 impl Default for EtcdOptions {
@@ -142,6 +152,7 @@ impl Default for EtcdOptions {
             backoff_max: Duration::from_secs(5),
             settle: Duration::from_secs(1),
             tls: None,
+            auth: None,
         }
     }
 }
@@ -203,6 +214,9 @@ struct EtcdState {
     /// (a registration, a heartbeat) got an answer: etcd is back, so the view need
     /// not lag behind the writes for the rest of a back-off of up to `backoff_max`.
     answered: tokio::sync::Notify,
+    /// A request met a lapsed login token (`auth`): the client was dropped, so the next
+    /// one logs in again, and the member operation that met it is tried once more.
+    token_lapsed: AtomicBool,
 }
 
 /// Runtime members kept in etcd under a prefix, feeding `pool` as `Source::Etcd`.
@@ -270,6 +284,7 @@ impl EtcdMembers {
             }),
             applied,
             answered: tokio::sync::Notify::new(),
+            token_lapsed: AtomicBool::new(false),
         });
         let task = tokio::spawn(watch_loop(Arc::clone(&shared))).abort_handle();
         Arc::new(EtcdMembers { shared, task })
@@ -518,6 +533,25 @@ impl EtcdMembers {
         Ok(view)
     }
 
+    /// Runs a member operation, and once more when it met a lapsed login token: the
+    /// client it used was dropped, so the second logs in again. Each operation reads
+    /// etcd before it writes (and writes by comparison), so a second run redoes nothing
+    /// the first did.
+    async fn logged_in<T, F, Fut>(&self, op: F) -> Result<T, MemberError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, MemberError>>,
+    {
+        let first = op().await;
+        if matches!(first, Err(MemberError::Unavailable(_)))
+            && self.shared.token_lapsed.swap(false, Ordering::Relaxed)
+        {
+            tracing::debug!(pool = %self.shared.pool.name(), "etcd login token lapsed; logging in again");
+            return op().await;
+        }
+        first
+    }
+
     fn list_now(&self) -> Vec<MemberView> {
         let sh = &self.shared;
         let now = Instant::now();
@@ -551,15 +585,24 @@ fn ttl_left(state: &State, id: &str, lease: i64, now: Instant) -> Option<Duratio
 
 impl MemberStore for EtcdMembers {
     fn register(&self, id: String, registration: Registration) -> MemberFuture<'_, Registered> {
-        Box::pin(async move { self.register_inner(&id, registration).await })
+        Box::pin(self.logged_in(move || {
+            let (id, registration) = (id.clone(), registration.clone());
+            async move { self.register_inner(&id, registration).await }
+        }))
     }
 
     fn heartbeat(&self, id: String, load: Option<f64>) -> MemberFuture<'_, MemberView> {
-        Box::pin(async move { self.heartbeat_inner(&id, load).await })
+        Box::pin(self.logged_in(move || {
+            let id = id.clone();
+            async move { self.heartbeat_inner(&id, load).await }
+        }))
     }
 
     fn drain(&self, id: String) -> MemberFuture<'_, MemberView> {
-        Box::pin(async move { self.drain_inner(&id).await })
+        Box::pin(self.logged_in(move || {
+            let id = id.clone();
+            async move { self.drain_inner(&id).await }
+        }))
     }
 
     fn list(&self) -> Vec<MemberView> {
@@ -604,9 +647,16 @@ impl EtcdState {
         {
             return Ok(client);
         }
+        // Logged in as the client is made (etcd-client's `ConnectOptions::with_user`),
+        // with the password as it is now.
+        let mut options = ConnectOptions::new();
+        if let Some(auth) = &self.options.auth {
+            let password = (auth.password)().map_err(MemberError::Unavailable)?;
+            options = options.with_user(auth.user.clone(), password);
+        }
         let client = match &self.options.tls {
             None => {
-                let options = ConnectOptions::new()
+                let options = options
                     .with_connect_timeout(self.options.op_timeout)
                     .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE)
                     .with_keep_alive_while_idle(true);
@@ -615,7 +665,8 @@ impl EtcdState {
             }
             Some(tls) => {
                 let channel = self.tls_channel(tls)?;
-                self.call(Client::from_channel(channel, None)).await?
+                self.call(Client::from_channel(channel, Some(options)))
+                    .await?
             }
         };
         let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
@@ -680,6 +731,13 @@ impl EtcdState {
         let transport = match &e {
             None => true,
             Some(etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_)) => true,
+            // A lapsed login token: the next client logs in again.
+            Some(etcd_client::Error::GRpcStatus(s))
+                if i32::from(s.code()) == GRPC_UNAUTHENTICATED =>
+            {
+                self.token_lapsed.store(true, Ordering::Relaxed);
+                true
+            }
             Some(etcd_client::Error::GRpcStatus(s)) => {
                 matches!(
                     i32::from(s.code()),
@@ -897,6 +955,7 @@ const GRPC_UNKNOWN: i32 = 2;
 const GRPC_DEADLINE_EXCEEDED: i32 = 4;
 const GRPC_NOT_FOUND: i32 = 5;
 const GRPC_UNAVAILABLE: i32 = 14;
+const GRPC_UNAUTHENTICATED: i32 = 16;
 
 /// HTTP/2 pings on the channel to etcd, and how long one may go unanswered: a
 /// connection whose peer vanished (its machine, not its process) is found this soon.

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use drover_balance::{clock, Pick, PickContext};
-use drover_etcd::{EtcdMembers, EtcdOptions};
+use drover_etcd::{EtcdAuth, EtcdMembers, EtcdOptions};
 use drover_registry::{MemberError, MemberState, MemberStore, Registration, Source};
 use std::sync::Arc;
 use std::time::Duration;
@@ -599,6 +599,88 @@ async fn an_etcd_whose_revision_went_back_is_listed_again() {
             addrs(&pool_a)
         );
         assert_eq!(a.status().relists, 1);
+    })
+    .await;
+}
+
+/// etcd with authentication on (`etcdctl auth enable`): a balancer that logs in as a
+/// user whose role may read and write the prefix registers and watches members; one
+/// with a wrong password says so in its status, and its registration is refused with
+/// nothing written; a login token that lapsed (etcd's `--auth-token-ttl`) is renewed by
+/// logging in again, and the operation that met it goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_a_user_logs_in_a_wrong_password_is_refused_and_a_lapsed_token_renewed() {
+    bounded(60, async {
+        let etcd = Etcd::start_with(&["--auth-token-ttl", "1"]).await;
+        let mut root = etcd.client().await;
+        root.user_add("root", "root-password", None).await.unwrap();
+        root.user_grant_role("root", "root").await.unwrap();
+        root.role_add("pool").await.unwrap();
+        let perm = etcd_client::Permission::read_write(PREFIX).with_prefix();
+        root.role_grant_permission("pool", perm).await.unwrap();
+        root.user_add("drover", "s3cret", None).await.unwrap();
+        root.user_grant_role("drover", "pool").await.unwrap();
+        root.auth_enable().await.unwrap();
+        let as_user = |password: &'static str| EtcdOptions {
+            auth: Some(EtcdAuth {
+                user: "drover".into(),
+                password: Arc::new(move || Ok(password.to_string())),
+            }),
+            ..options()
+        };
+        let url = vec![etcd.url()];
+        let (pool_a, pool_b) = (pool(&[]), pool(&[]));
+        let a = EtcdMembers::start_with(
+            url.clone(),
+            PREFIX.into(),
+            Arc::clone(&pool_a),
+            as_user("s3cret"),
+        );
+        let wrong = EtcdMembers::start_with(
+            url.clone(),
+            PREFIX.into(),
+            Arc::clone(&pool_b),
+            as_user("guess"),
+        );
+        assert!(connected(&a).await, "{:?}", a.status());
+        a.register("be-1".into(), reg(7101, Some(30)))
+            .await
+            .unwrap();
+        assert_eq!(addrs(&pool_a), [addr(7101)]);
+
+        let refused = eventually(SOON, || {
+            wrong
+                .status()
+                .last_error
+                .is_some_and(|e| e.contains("authentication failed"))
+        })
+        .await;
+        assert!(refused, "{:?}", wrong.status());
+        assert!(!wrong.status().connected);
+        let e = wrong
+            .register("be-2".into(), reg(7102, Some(30)))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("authentication failed"), "{e}");
+        assert!(addrs(&pool_b).is_empty());
+
+        // Unused for longer than its TTL, the token lapses; the next registration meets
+        // it, logs in again and goes through.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        a.register("be-3".into(), reg(7103, Some(30)))
+            .await
+            .unwrap();
+        assert!(eventually(SOON, || addrs(&pool_a).len() == 2).await);
+        let mut logged_in = etcd_client::Client::connect(
+            [etcd.url()],
+            Some(etcd_client::ConnectOptions::new().with_user("root", "root-password")),
+        )
+        .await
+        .unwrap();
+        let mut stored = keys(&mut logged_in).await;
+        stored.sort();
+        assert_eq!(stored.len(), 2, "{stored:?}");
+        assert!(stored.iter().all(|k| !k.ends_with("be-2")), "{stored:?}");
     })
     .await;
 }

@@ -34,8 +34,9 @@
 //! With SNI routes (`routes/`), the connection's ClientHello is read first, within
 //! the header read timeout, and its name picks the balancer that places and relays it
 //! with its own settings, counts and access log; the hello's bytes go to the backend
-//! first. On a TLS listener, the name the session was made for picks it. A connection no route takes is closed, and counted on the listener's
-//! balancer (`drover_tcp_sni_unrouted`).
+//! first. On a TLS listener, the name the session was made for picks it. A connection
+//! no route takes is closed, and counted on the listener's balancer
+//! (`drover_tcp_sni_unrouted`).
 //!
 //! A reload applies to connections accepted after it; a connection keeps the settings
 //! it was placed with until it ends, and shutdown waits for it up to the drain timeout.

@@ -4,7 +4,7 @@
 use drover_config::plan::BalancerPlan;
 use drover_config::{BackendRef, BalancerConfig, EtcdConfig, ResolverConfig};
 use drover_dns::{DnsSource, DnsTarget};
-use drover_etcd::{EtcdMembers, EtcdOptions, EtcdTls, TlsClient};
+use drover_etcd::{EtcdAuth, EtcdMembers, EtcdOptions, EtcdTls, TlsClient};
 use drover_metrics::BalancerSnapshot;
 use drover_proxy::routes::{HttpRoute, HttpRoutes, Route, Routes, SniRoutes};
 use drover_proxy::{H2Probe, Proxy, ReconfigureError};
@@ -85,6 +85,7 @@ impl Store {
                         Arc::clone(pool),
                         EtcdOptions {
                             tls: cluster.tls.as_ref().map(etcd_tls),
+                            auth: cluster.auth.as_ref().map(etcd_auth),
                             ..EtcdOptions::default()
                         },
                     ),
@@ -590,6 +591,18 @@ fn etcd_tls(settings: &drover_config::BackendTlsConfig) -> EtcdTls {
             server_name: c.server_name().cloned(),
         })
     }))
+}
+
+/// The etcd client's login: the user, and its password read from the file at each
+/// login (the start and each reload have read it; a password changed since is used).
+fn etcd_auth(settings: &drover_config::EtcdAuthConfig) -> EtcdAuth {
+    let settings = settings.clone();
+    EtcdAuth {
+        user: settings.user.clone(),
+        password: Arc::new(move || {
+            drover_config::plan::read_etcd_password(&settings).map_err(|e| e.to_string())
+        }),
+    }
 }
 
 /// The discovery settings of a config.

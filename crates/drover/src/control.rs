@@ -540,6 +540,9 @@ impl Controller {
         if let Some(tls) = next.etcd.as_ref().and_then(|e| e.tls.as_ref()) {
             drover_config::plan::load_etcd_tls(tls).map_err(|e| e.to_string())?;
         }
+        if let Some(auth) = next.etcd.as_ref().and_then(|e| e.auth.as_ref()) {
+            drover_config::plan::read_etcd_password(auth).map_err(|e| e.to_string())?;
+        }
         let current = self.balancers();
         let mut steps = Vec::new();
         for (index, config) in next.balancers.iter().enumerate() {

@@ -75,6 +75,7 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
                 .with_flag("balancer[0].access_log.path", "--access-log-path")
                 .with_flag("admin.listen", "--admin")
                 .with_flag("etcd.tls.ca", "--etcd-ca")
+                .with_flag("etcd.password_file", "--etcd-password-file")
                 .with_flag("etcd.tls.cert", "--etcd-cert")
                 .with_flag(
                     "etcd.tls.key",

@@ -39,19 +39,26 @@ pub struct Etcd {
     pub dir: PathBuf,
     pub client_port: u16,
     pub peer_port: u16,
+    /// Flags of its own, after the ports' (`--auth-token-ttl 1`).
+    extra: Vec<String>,
 }
 
 impl Etcd {
     pub async fn start() -> Etcd {
-        Etcd::start_inner(free_port(), false).await
+        Etcd::start_inner(free_port(), false, &[]).await
     }
 
     /// An etcd serving clients on `client_port`.
     pub async fn start_on(client_port: u16) -> Etcd {
-        Etcd::start_inner(client_port, true).await
+        Etcd::start_inner(client_port, true, &[]).await
     }
 
-    async fn start_inner(client_port: u16, fixed_port: bool) -> Etcd {
+    /// An etcd started with `extra` flags too.
+    pub async fn start_with(extra: &[&str]) -> Etcd {
+        Etcd::start_inner(free_port(), false, extra).await
+    }
+
+    async fn start_inner(client_port: u16, fixed_port: bool, extra: &[&str]) -> Etcd {
         static N: AtomicU32 = AtomicU32::new(0);
         if Command::new("etcd")
             .arg("--version")
@@ -76,6 +83,7 @@ impl Etcd {
             dir,
             client_port,
             peer_port: free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         // A port the OS called free may be taken again before etcd binds it (by a
         // connection's ephemeral port): then try other ports.
@@ -125,6 +133,7 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("t={peer}")])
             .args(["--initial-cluster-state", "new"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -213,6 +222,7 @@ pub fn options() -> EtcdOptions {
         backoff_max: Duration::from_millis(400),
         settle: Duration::from_secs(1),
         tls: None,
+        auth: None,
     }
 }
 
