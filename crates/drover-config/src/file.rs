@@ -955,6 +955,8 @@ struct RawTls {
     cert: Option<Spanned<String>>,
     key: Option<Spanned<String>>,
     certs: Option<Spanned<Vec<Spanned<RawCert>>>>,
+    /// A TCP listener's ALPN protocols.
+    alpn: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`; `{}` verifies
@@ -2663,7 +2665,7 @@ fn validate_balancer(
         b.http2_max_streams = n.get_ref().as_u32();
     }
     if let Some(tls) = raw.tls {
-        b.tls = Some(validate_tls(tls, &key, ctx)?);
+        b.tls = Some(validate_tls(tls, &key, tcp, ctx)?);
     }
     if let Some(tls) = raw.backend_tls {
         if let Some(BackendRef::App(app)) =
@@ -2769,10 +2771,27 @@ fn validate_balancer(
 fn validate_tls(
     raw: Spanned<RawTls>,
     key: &dyn Fn(&str) -> String,
+    tcp: bool,
     ctx: &Ctx<'_>,
 ) -> Result<TlsConfig, ConfigError> {
     let span = raw.span();
-    let tls = raw.into_inner();
+    let mut tls = raw.into_inner();
+    let mut alpn = Vec::new();
+    if let Some(list) = tls.alpn.take() {
+        if !tcp {
+            return Err(ctx.at(
+                list.span(),
+                key("tls.alpn"),
+                "an HTTP listener offers h2 and http/1.1 by ALPN as http2 says: alpn is for mode = \"tcp\"",
+            ));
+        }
+        for (j, p) in list.into_inner().into_iter().enumerate() {
+            if let Some(why) = drover_proxy::tls::alpn_refusal(p.get_ref()) {
+                return Err(ctx.at(p.span(), key(&format!("tls.alpn[{j}]")), why));
+            }
+            alpn.push(p.into_inner());
+        }
+    }
     match (&tls.cert, &tls.key, &tls.certs) {
         (Some(_), _, Some(certs)) => {
             return Err(ctx.at(
@@ -2821,7 +2840,7 @@ fn validate_tls(
             key: PathBuf::from(private.get_ref()),
         });
     }
-    Ok(TlsConfig { certs })
+    Ok(TlsConfig { certs, alpn })
 }
 
 /// `backend_tls`: no empty path, a key only with its cert, a server name that is one,
@@ -3928,6 +3947,32 @@ sticky = { cookie = "sid" }
             Some(PathBuf::from("a.pem"))
         );
         assert_eq!(b.timeouts.header_read, Duration::from_secs(2));
+        assert!(b.tls.as_ref().is_some_and(|t| t.alpn.is_empty()));
+
+        // ALPN: for a TCP listener only, each name checked.
+        let alpn = |mode: &str, list: &str| {
+            format!("{MINIMAL}mode = \"{mode}\"\ntls = {{ cert = \"a.pem\", alpn = {list} }}\n")
+        };
+        let b = &ok(&alpn("tcp", "[\"h2\", \"http/1.1\"]")).balancers[0];
+        assert_eq!(b.tls.as_ref().unwrap().alpn, ["h2", "http/1.1"]);
+        check(
+            &err(&alpn("http", "[\"h2\"]")),
+            5,
+            "balancer[0].tls.alpn",
+            "alpn is for mode = \"tcp\"",
+        );
+        check(
+            &err(&alpn("tcp", "[\"h2\", \"my proto\"]")),
+            5,
+            "balancer[0].tls.alpn[1]",
+            "only visible ASCII",
+        );
+        check(
+            &err(&alpn("tcp", "[\"\"]")),
+            5,
+            "balancer[0].tls.alpn[0]",
+            "1 to 255 characters",
+        );
     }
 
     #[test]

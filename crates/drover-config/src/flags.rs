@@ -227,9 +227,27 @@ pub struct TlsArgs {
     /// The private key (PEM) of the --tls-cert given in the same position.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Vec<PathBuf>,
+
+    /// With --tcp: the protocols agreed by ALPN, in order of preference, e.g.
+    /// h2,http/1.1 (HAProxy's `bind … ssl alpn`) [default: none].
+    #[arg(
+        long,
+        value_name = "PROTO,...",
+        value_delimiter = ',',
+        requires = "tls_cert"
+    )]
+    pub tls_alpn: Vec<String>,
 }
 
 impl TlsArgs {
+    /// `--tls-alpn` given without `--tcp`.
+    fn alpn_without_tcp(&self) -> Result<(), String> {
+        if self.tls_alpn.is_empty() {
+            return Ok(());
+        }
+        Err("--tls-alpn applies to --tcp: an HTTP listener offers h2 and http/1.1 by ALPN as --http2 says".into())
+    }
+
     /// The model's settings; `None` without --tls-cert.
     fn settings(&self) -> Result<Option<model::TlsConfig>, String> {
         if self.tls_cert.len() != self.tls_key.len() {
@@ -242,7 +260,15 @@ impl TlsArgs {
         if self.tls_cert.is_empty() {
             return Ok(None);
         }
+        if let Some(why) = self
+            .tls_alpn
+            .iter()
+            .find_map(|p| drover_proxy::tls::alpn_refusal(p))
+        {
+            return Err(format!("--tls-alpn: {why}"));
+        }
         Ok(Some(model::TlsConfig {
+            alpn: self.tls_alpn.clone(),
             certs: self
                 .tls_cert
                 .iter()
@@ -1034,6 +1060,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
         }
     } else {
         a.timeouts.half_close_without_tcp()?;
+        a.tls.alpn_without_tcp()?;
     }
     b.apply_strategy(a.strategy, &a.keys)?;
     b.retries = a.retries;
@@ -1501,6 +1528,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 }
             } else {
                 args.timeouts.half_close_without_tcp()?;
+                args.tls.alpn_without_tcp()?;
                 app.spec.head_limit = Some(balancer.limits.max_header_bytes);
             }
             balancers.push(balancer);
@@ -2182,6 +2210,36 @@ mod tests {
         // A key needs its certificate; skipping verification reads no CA.
         assert!(parse(&["--backend-key", "k.pem"]).is_err());
         assert!(parse(&["--backend-ca", "ca.pem", "--backend-insecure-skip-verify"]).is_err());
+    }
+
+    #[test]
+    fn tls_alpn_is_for_tcp_listeners_and_checks_each_name() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["proxy", "-l", "127.0.0.1:80", "-b", "127.0.0.1:1"];
+            all.extend_from_slice(args);
+            Proxy::try_parse_from(all).map(|p| p.args)
+        };
+        let tls = ["--tls-cert", "a.pem", "--tls-key", "a.key"];
+        let tcp = |more: &[&'static str]| [&["--tcp"][..], &tls[..], more].concat();
+        let b = proxy_balancer(&parse(&tcp(&["--tls-alpn", "h2,http/1.1"])).unwrap()).unwrap();
+        assert_eq!(b.tls.unwrap().alpn, ["h2", "http/1.1"]);
+        let e = proxy_balancer(&parse(&tcp(&["--tls-alpn", "h2,my proto"])).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--tls-alpn") && e.contains("visible ASCII"),
+            "{e}"
+        );
+        let http = [&tls[..], &["--tls-alpn", "h2"]].concat();
+        let e = proxy_balancer(&parse(&http).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--tls-alpn applies to --tcp"), "{e}");
+        // Without a certificate there is no TLS to agree on anything.
+        let e = parse(&["--tcp", "--tls-alpn", "h2"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--tls-cert"), "{e}");
     }
 
     #[test]

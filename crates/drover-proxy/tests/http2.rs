@@ -245,6 +245,7 @@ fn tls(pki: &Pki) -> Arc<drover_proxy::tls::Certificates> {
             cert: pki.cert.clone(),
             key: pki.key.clone(),
         }],
+        alpn: Vec::new(),
     };
     Arc::new(
         drover_proxy::tls::Certificates::load(&settings, std::time::SystemTime::now()).unwrap(),

@@ -637,6 +637,79 @@ async fn tls_on_a_tcp_balancer_ends_the_clients_tls_and_relays_what_it_carries()
     drop(twice);
 }
 
+/// `--tls-alpn` on a TCP balancer (HAProxy's `bind … ssl alpn`): curl, which speaks
+/// HTTP/2 over TLS only when ALPN agrees to it, reaches through drover's TLS a backend
+/// that speaks HTTP/2 in the clear (another drover, with `--h2c`); a client that offers
+/// only protocols not listed fails its handshake, and one that offers none is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_alpn_lets_http2_clients_reach_a_cleartext_http2_backend() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tcp-tls-alpn");
+    let (cert, key) = pki.leaf("front", "localhost", &["localhost"], far_future());
+    let web = drover_testkit::backends(1).await;
+    let h2c = proxy(&[web[0].addr()], &["--h2c"]).await;
+    let tls = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--tls-alpn",
+        "h2,http/1.1",
+    ];
+    let (d, admin) = tcp_proxy(&[h2c.addr()], &tls).await;
+    let port = d.addr().port();
+    let curl = |version: &str| {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                version,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version} %{http_code}",
+            ])
+            .arg("--cacert")
+            .arg(&pki.ca_pem)
+            .arg("--resolve")
+            .arg(format!("localhost:{port}:127.0.0.1"))
+            .arg(format!("https://localhost:{port}/"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    assert_eq!(curl("--http2"), "2 200", "{}", d.stderr_text());
+    // ALPN agrees to http/1.1 when that is all the client offers: the h2c listener
+    // serves HTTP/1.1 too.
+    assert_eq!(curl("--http1.1"), "1.1 200");
+    let s_client = |alpn: Option<&str>| {
+        let mut cmd = Command::new("openssl");
+        cmd.args(["s_client", "-connect", &d.addr().to_string()])
+            .args(["-servername", "localhost", "-CAfile"])
+            .arg(&pki.ca_pem);
+        if let Some(alpn) = alpn {
+            cmd.args(["-alpn", alpn]);
+        }
+        let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let agreed = s_client(Some("mqtt,h2"));
+    assert!(agreed.contains("ALPN protocol: h2"), "{agreed}");
+    let refused = s_client(Some("mqtt"));
+    assert!(
+        refused.to_lowercase().contains("no application protocol"),
+        "{refused}"
+    );
+    let none = s_client(None);
+    assert!(none.contains("No ALPN negotiated"), "{none}");
+    assert!(none.contains("Verify return code: 0 (ok)"), "{none}");
+    let failures = metric_lines(admin, "drover_tls_handshake_failures_total").await;
+    assert!(failures.iter().any(|l| !l.ends_with(" 0")), "{failures:?}");
+    drop(d);
+    drop(h2c);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_backend_is_skipped_by_a_connect_retry() {
     let (dead, live) = (dead_port(), echo().await);

@@ -64,6 +64,10 @@ pub async fn handshake(
     });
     buf.clear();
     if let Err(e) = fed {
+        // The handshake failed on what was read already; running it on sends the
+        // client rustls's alert for why (no shared ALPN protocol, no shared cipher),
+        // as OpenSSL's peers do, rather than a bare close.
+        let _ = timeout_at(deadline, accept).await;
         return Err(reason(&e));
     }
     match timeout_at(deadline, accept).await {

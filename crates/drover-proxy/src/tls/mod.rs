@@ -31,8 +31,9 @@ pub enum Inside {
     /// HTTP/2 or HTTP/1.1: ALPN `h2`, then `http/1.1`.
     Http2,
     /// A TCP balancer's relayed bytes, whose protocol is the client's and the
-    /// backend's: no ALPN (as HAProxy's `bind … ssl` in `mode tcp` without `alpn`),
-    /// and a client that sends no ClientHello is closed unanswered.
+    /// backend's: ALPN offers only what `Settings::alpn` lists (none by default, as
+    /// HAProxy's `bind … ssl` in `mode tcp` without `alpn`), and a client that sends no
+    /// ClientHello is closed unanswered.
     Bytes,
 }
 
@@ -78,6 +79,25 @@ pub const EXPIRY_WARNING: Duration = drover_metrics::CertificateExpiry::WARNING;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub certs: Vec<CertFiles>,
+    /// The protocols a TCP listener agrees to by ALPN, in its order of preference
+    /// (`Inside::Bytes`; HAProxy's `bind … ssl alpn`), for a client that will not speak
+    /// without one (an HTTP/2 or gRPC client in front of a backend that speaks it in
+    /// the clear). Empty: none offered. An HTTP listener's come from `http2`.
+    pub alpn: Vec<String>,
+}
+
+/// Why `name` cannot be offered by ALPN, or `None`: a protocol ID is 1 to 255 bytes
+/// (RFC 7301); drover takes visible ASCII (`h2`, `http/1.1`, `mqtt`), as written in
+/// IANA's registry.
+pub fn alpn_refusal(name: &str) -> Option<String> {
+    if name.is_empty() || name.len() > 255 {
+        return Some(format!(
+            "ALPN protocol {name:?}: give 1 to 255 characters, e.g. \"h2\" or \"http/1.1\""
+        ));
+    }
+    (!name.bytes().all(|b| b.is_ascii_graphic())).then(|| {
+        format!("ALPN protocol {name:?}: only visible ASCII (no spaces), as \"h2\" or \"http/1.1\"")
+    })
 }
 
 /// One certificate chain (PEM, the server's certificate first) and its private key
@@ -193,7 +213,8 @@ pub struct Certificates {
     config_h2: Arc<ServerConfig>,
     /// ALPN `http/1.1` only (`http2 = false`): the same certificates and ticketer.
     config: Arc<ServerConfig>,
-    /// No ALPN (`Inside::Bytes`): the same certificates and ticketer.
+    /// A TCP listener's (`Inside::Bytes`): its own ALPN list (`Settings::alpn`), the
+    /// same certificates and ticketer.
     config_bytes: Arc<ServerConfig>,
     info: Vec<CertInfo>,
     /// The files they were read from, to read again when they change (`watch`).
@@ -259,7 +280,11 @@ impl Certificates {
         let mut config_h2 = config.clone();
         config_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let mut config_bytes = config.clone();
-        config_bytes.alpn_protocols = Vec::new();
+        config_bytes.alpn_protocols = settings
+            .alpn
+            .iter()
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
         Ok(Certificates {
             config_h2: Arc::new(config_h2),
             config: Arc::new(config),
@@ -459,7 +484,13 @@ mod tests {
     }
 
     fn load(certs: Vec<CertFiles>) -> Result<Certificates, Error> {
-        Certificates::load(&Settings { certs }, SystemTime::now())
+        Certificates::load(
+            &Settings {
+                certs,
+                alpn: Vec::new(),
+            },
+            SystemTime::now(),
+        )
     }
 
     #[test]
@@ -572,7 +603,13 @@ mod tests {
             &old.cert,
             "expired on Jan  1 00:00:00 2001",
         );
-        let none = Certificates::load(&Settings { certs: Vec::new() }, SystemTime::now());
+        let none = Certificates::load(
+            &Settings {
+                certs: Vec::new(),
+                alpn: Vec::new(),
+            },
+            SystemTime::now(),
+        );
         assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
     }
 
