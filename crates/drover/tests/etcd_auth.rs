@@ -9,8 +9,8 @@
 
 mod common;
 
-use common::{bin, ctl, status, stops_cleanly, temp_dir};
-use drover_testkit::{ChildProcess, DroverProcess, HttpClient};
+use common::{bin, body_through, ctl, etcd_source, stops_cleanly, temp_dir};
+use drover_testkit::{ChildProcess, DroverProcess};
 use std::path::Path;
 use std::time::Duration;
 
@@ -50,24 +50,6 @@ async fn auth_etcd(dir: &Path) -> (ChildProcess, String) {
 
 fn arg(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// The etcd source's row of the balancer's status: (ok, members, detail).
-async fn etcd_source(admin: std::net::SocketAddr) -> (bool, usize, String) {
-    let s = status(admin).await;
-    let row = s.balancers[0]
-        .sources
-        .iter()
-        .find(|r| r.kind == "etcd")
-        .expect("an etcd source")
-        .clone();
-    (row.ok, row.members, row.detail)
-}
-
-async fn body_through(d: &DroverProcess) -> Option<String> {
-    let mut c = HttpClient::connect(d.addr()).await.ok()?;
-    let r = c.request("GET", "/", &[], None).await.ok()?;
-    (r.status == 200).then(|| r.text())
 }
 
 #[tokio::test]

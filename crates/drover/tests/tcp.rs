@@ -345,6 +345,27 @@ fn redis_cli_output(
     child.wait_with_output().unwrap()
 }
 
+/// `redis-benchmark -t set,get -n 1000 -c 10` through `to` (with `extra` flags, as
+/// `--tls`), which must report both tests and no error.
+fn set_and_get_without_error(benchmark: &Path, to: SocketAddr, extra: &[&str]) {
+    let out = Command::new(benchmark)
+        .args(["-h", "127.0.0.1", "-p", &to.port().to_string()])
+        .args(extra)
+        .args(["-t", "set,get", "-n", "1000", "-c", "10", "-q"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !text.to_lowercase().contains("error"),
+        "{text}"
+    );
+    assert!(text.contains("SET") && text.contains("GET"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_benchmark_through_drover_has_no_error_and_connections_spread() {
     let Some((server, benchmark, cli)) = redis_tools() else {
@@ -501,21 +522,7 @@ async fn backend_tls_lets_plain_clients_reach_backends_that_take_only_tls() {
             "through-tls"
         );
     }
-    let out = Command::new(&benchmark)
-        .args(["-h", "127.0.0.1", "-p", &d.addr().port().to_string()])
-        .args(["-t", "set,get", "-n", "1000", "-c", "10", "-q"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && !text.to_lowercase().contains("error"),
-        "{text}"
-    );
-    assert!(text.contains("SET") && text.contains("GET"), "{text}");
+    set_and_get_without_error(&benchmark, d.addr(), &[]);
 
     // No health checks: each connection placed on the untrusted one goes on to the
     // trusted one, and the failed handshakes are counted by why.
@@ -569,22 +576,7 @@ async fn tls_on_a_tcp_balancer_ends_the_clients_tls_and_relays_what_it_carries()
     let set = [&over_tls[..], &["SET", "k", "over-tls"]].concat();
     assert_eq!(redis_cli(&cli, d.addr(), &set, None).trim(), "OK");
     assert_eq!(plain.cli(&cli, &["GET", "k"]).trim(), "over-tls");
-    let out = Command::new(&benchmark)
-        .args(["-h", "127.0.0.1", "-p", &d.addr().port().to_string()])
-        .args(over_tls)
-        .args(["-t", "set,get", "-n", "1000", "-c", "10", "-q"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && !text.to_lowercase().contains("error"),
-        "{text}"
-    );
-    assert!(text.contains("SET") && text.contains("GET"), "{text}");
+    set_and_get_without_error(&benchmark, d.addr(), &over_tls);
     assert!(metric(admin, "drover_tls_handshakes_total", "").await >= 21);
 
     // drover's certificate is the one shown, and an offered ALPN is not taken up: the

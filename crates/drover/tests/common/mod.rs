@@ -562,3 +562,22 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// The etcd source's row of the first balancer's status: (ok, members, detail).
+pub async fn etcd_source(admin: SocketAddr) -> (bool, usize, String) {
+    let s = status(admin).await;
+    let row = s.balancers[0]
+        .sources
+        .iter()
+        .find(|r| r.kind == "etcd")
+        .expect("an etcd source")
+        .clone();
+    (row.ok, row.members, row.detail)
+}
+
+/// The body of a GET / through `d`, when it answers 200.
+pub async fn body_through(d: &DroverProcess) -> Option<String> {
+    let mut c = HttpClient::connect(d.addr()).await.ok()?;
+    let r = c.request("GET", "/", &[], None).await.ok()?;
+    (r.status == 200).then(|| r.text())
+}
