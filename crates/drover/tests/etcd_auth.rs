@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{bin, body_through, ctl, etcd_source, stops_cleanly, temp_dir};
+use common::{bin, ctl, etcd_source, serves_within_10s, stops_cleanly, temp_dir};
 use drover_testkit::{ChildProcess, DroverProcess};
 use std::path::Path;
 use std::time::Duration;
@@ -99,18 +99,7 @@ async fn balancers_log_in_to_an_etcd_with_auth_on_and_a_wrong_password_is_refuse
     let (code, out, err) = add("be-1", 0).await;
     assert_eq!(code, 0, "{out}{err}\n{}", a.stderr_text());
     for (d, admin) in [(&a, admin_a), (&b, admin_b)] {
-        let served = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
-            body_through(d)
-                .await
-                .is_some_and(|body| body.contains("b0"))
-        })
-        .await;
-        assert!(
-            served,
-            "the member registered at A is not served: {:?}\n{}",
-            etcd_source(admin).await,
-            d.stderr_text()
-        );
+        serves_within_10s(d, admin, "b0").await;
     }
 
     // Unused for longer than etcd's --auth-token-ttl, A's login token has lapsed: the

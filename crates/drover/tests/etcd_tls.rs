@@ -9,7 +9,9 @@
 mod common;
 
 use common::pki::{far_future, Pki};
-use common::{admin_addr, bin, body_through, ctl, etcd_source, stops_cleanly, temp_dir};
+use common::{
+    admin_addr, bin, body_through, ctl, etcd_source, serves_within_10s, stops_cleanly, temp_dir,
+};
 use drover_testkit::{ChildProcess, DroverProcess};
 use std::path::Path;
 use std::time::Duration;
@@ -99,18 +101,7 @@ async fn balancers_share_members_through_an_etcd_that_speaks_only_tls() {
     .await;
     assert_eq!(code, 0, "{out}{err}\n{}", a.stderr_text());
     for (d, admin) in [(&a, admin_a), (&b, admin_b)] {
-        let served = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
-            body_through(d)
-                .await
-                .is_some_and(|body| body.contains("b0"))
-        })
-        .await;
-        assert!(
-            served,
-            "the member registered at A is not served: {:?}\n{}",
-            etcd_source(admin).await,
-            d.stderr_text()
-        );
+        serves_within_10s(d, admin, "b0").await;
         let (ok, members, detail) = etcd_source(admin).await;
         assert!(ok && members == 1, "{ok} {members} {detail}");
     }

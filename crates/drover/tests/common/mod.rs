@@ -581,3 +581,18 @@ pub async fn body_through(d: &DroverProcess) -> Option<String> {
     let r = c.request("GET", "/", &[], None).await.ok()?;
     (r.status == 200).then(|| r.text())
 }
+
+/// Waits (10 s at most) until a GET / through `d` answers with `body` in it: the member
+/// registered elsewhere is served here. Fails showing the etcd source's row.
+pub async fn serves_within_10s(d: &DroverProcess, admin: SocketAddr, body: &str) {
+    let served = drover_testkit::wait_until_async(std::time::Duration::from_secs(10), || async {
+        body_through(d).await.is_some_and(|got| got.contains(body))
+    })
+    .await;
+    assert!(
+        served,
+        "the member registered at another balancer is not served: {:?}\n{}",
+        etcd_source(admin).await,
+        d.stderr_text()
+    );
+}
