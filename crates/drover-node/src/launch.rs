@@ -27,14 +27,17 @@ const SCRIPT_RUNNERS: [&str; 8] = [
 /// the wrappers that set the app's environment first, common in `npm start` scripts
 /// (`cross-env NODE_ENV=production node app.js`, dotenv-cli's `dotenv -e .env -- node
 /// app.js`, `env-cmd`, `dotenvx run`), npm-run-all's `run-s build serve`, and nodemon
-/// (`"start": "nodemon app.js"` in many a tutorial's package.json), which forks the app
-/// with an IPC channel of its own and restarts it when a file changes. Their
+/// (`"start": "nodemon app.js"` in many a tutorial's package.json) and ts-node-dev
+/// (`"dev": "ts-node-dev --respawn src/index.ts"`, `tsnd` for short), which fork the app
+/// with an IPC channel of their own and restart it when a file changes. Their
 /// names are not Node's alone (python-dotenv's command is `dotenv` too), so each counts
 /// only where its file's `#!` line runs Node (`starts_node`). preload.cjs knows them by
 /// their scripts too.
-const NODE_WRAPPERS: [&str; 11] = [
+const NODE_WRAPPERS: [&str; 13] = [
     "nest",
     "nodemon",
+    "ts-node-dev",
+    "tsnd",
     "cross-env",
     "cross-env-shell",
     "dotenv",
@@ -253,6 +256,8 @@ mod tests {
         assert!(!is_script_runner("node_modules/.bin/nest"));
         assert!(is_node_wrapper_name("node_modules/.bin/nest"));
         assert!(is_node_wrapper_name("/usr/local/bin/nodemon"));
+        assert!(is_node_wrapper_name("node_modules/.bin/ts-node-dev"));
+        assert!(is_node_wrapper_name("tsnd"));
         assert!(is_node_wrapper_name("cross-env") && is_node_wrapper_name("/usr/bin/dotenv"));
         assert!(!is_node_wrapper_name("npm") && !is_node_wrapper_name("node"));
         assert!(!is_script_runner("node"));

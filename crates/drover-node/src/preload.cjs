@@ -55,17 +55,21 @@ const script = process.argv[1] || '';
 // `node dist/main` in a process of its own, as tsx does; cross-env, dotenv-cli's
 // `dotenv`, env-cmd and dotenvx set the environment and run the command they are given
 // below them (`cross-env NODE_ENV=production node app.js` in an `npm start` script), and
-// npm-run-all's run-s and run-p run npm scripts. They are known by their packages'
+// npm-run-all's run-s and run-p run npm scripts; nodemon and ts-node-dev (`tsnd`) fork
+// the app to restart it on a change. They are known by their packages'
 // paths or their commands' (`node_modules/.bin/nest`, a global `bin/cross-env`), not by
 // a file name alone: an app's own file may be called nest.js. (drover's NODE_WRAPPERS
 // names the same commands.)
-const wrappers = 'nest|nodemon|cross-env|cross-env-shell|dotenv|env-cmd|dotenvx|run-s|run-p|npm-run-all2?';
+const wrappers = 'nest|nodemon|ts-node-dev|tsnd|cross-env|cross-env-shell|dotenv|env-cmd|dotenvx|run-s|run-p|npm-run-all2?';
 const wrapperPackages =
   '@nestjs[\\\\/]cli|nodemon|cross-env|dotenv-cli|env-cmd|@dotenvx[\\\\/]dotenvx|npm-run-all2?';
 const runner =
   /[\\/](npm|npx|yarn|yarnpkg|pnpm|pnpx|corepack|tsx)(-cli)?(\.[cm]?js)?$/.test(script) ||
   /[\\/]node_modules[\\/](npm|yarn|pnpm|corepack|tsx)[\\/]/.test(script) ||
   new RegExp(`[\\\\/]node_modules[\\\\/](${wrapperPackages})[\\\\/]`).test(script) ||
+  // ts-node-dev's command, not its package: the app's process below it runs the
+  // package's lib/wrap.js, and is the worker.
+  /[\\/]node_modules[\\/]ts-node-dev[\\/]lib[\\/]bin\.js$/.test(script) ||
   new RegExp(`[\\\\/]\\.?bin[\\\\/](${wrappers})$`).test(script);
 const fd = Number(process.env.DROVER_NODE_CHANNEL_FD);
 if (script && !runner && Number.isInteger(fd) && fd >= 0) {
@@ -94,9 +98,39 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   process.env.NODE_UNIQUE_ID = id;
   // What Node's own start-up does with NODE_CHANNEL_FD and NODE_UNIQUE_ID
   // (lib/internal/process/pre_execution.js), in the same order.
+  // A wrapper that forked this process (nodemon, ts-node-dev) gave it an IPC channel of
+  // its own, which Node set up as process.send before this ran; drover's replaces it.
+  const wrapperSend = typeof process.send === 'function' ? process._send : null;
   require('child_process')._forkChild(fd, 'json');
   require('cluster')._setupWorker();
   delete process.env.NODE_UNIQUE_ID;
+  if (wrapperSend) keepWrappersMessages(wrapperSend);
+}
+
+// ts-node-dev's process below it (lib/wrap.js) asks its parent, over the parent's
+// channel, to compile each TypeScript file it requires, and waits for the file: sent to
+// drover, the question went unanswered and the app never started. Its messages (node-dev's
+// protocol: `cmd: 'NODE_DEV'`, and `compile`) go to the wrapper's channel; everything else
+// (cluster's, drover's, an app's `process.send('ready')`) to drover's, as before.
+function keepWrappersMessages(wrapperSend) {
+  const droverSend = process.send;
+  process.send = function send(message, ...rest) {
+    const wrappers =
+      message !== null &&
+      typeof message === 'object' &&
+      (message.cmd === 'NODE_DEV' || 'compile' in message);
+    if (!wrappers) return droverSend.call(this, message, ...rest);
+    // Handles drover's channel is sending queue what comes after them, on its channel;
+    // none are ever sent on the wrapper's.
+    const queue = this._handleQueue;
+    this._handleQueue = null;
+    try {
+      const callback = rest.find((a) => typeof a === 'function');
+      return wrapperSend.call(this, message, undefined, {}, callback);
+    } finally {
+      this._handleQueue = queue;
+    }
+  };
 }
 
 // The servers on the first port the app listens on (the one drover balances; two at
@@ -640,8 +674,8 @@ function saysWhyItsPortIsTaken(workerPid) {
           `listen() binds the port itself, past drover, and each worker's copy does. If ` +
           `the worker's program runs your app in a Node process of its own, start the app ` +
           `itself (drover run -- node app.js) or through npm, yarn, pnpm, npx, tsx, nest, ` +
-          `nodemon, cross-env, dotenv, env-cmd, dotenvx or npm-run-all, which drover passes its ` +
-          `channel past`,
+          `nodemon, ts-node-dev, cross-env, dotenv, env-cmd, dotenvx or npm-run-all, which ` +
+          `drover passes its channel past`,
       );
     }
     return emit.apply(this, arguments);

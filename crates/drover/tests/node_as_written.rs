@@ -1213,6 +1213,70 @@ async fn a_typescript_app_run_by_tsx_runs_unchanged_as_three_workers() {
     }
 }
 
+/// The same TypeScript app in development, as its `npm run dev` runs it: `ts-node-dev
+/// --respawn --transpile-only server.ts`, and type-checked through its short name
+/// (`tsnd server.ts`). ts-node-dev is a Node wrapper: it forks the app's process with an
+/// IPC channel of its own, over which that process asks it to compile each TypeScript
+/// file and then waits for the file. Before, ts-node-dev took drover's channel, and each
+/// worker's app bound port 3000 past drover; once it passed the channel on, the app's
+/// compile questions went to drover, unanswered, and no worker ever listened.
+#[tokio::test]
+async fn a_typescript_app_run_by_ts_node_dev_runs_unchanged_as_two_workers() {
+    let dir = as_written("typescript");
+    assert!(
+        dir.join("node_modules/ts-node-dev").exists(),
+        "run `npm ci --prefix examples/as-written/typescript` (scripts/test does)"
+    );
+    for command in [
+        &["npm", "run", "dev"][..],
+        &["./node_modules/.bin/tsnd", "server.ts"],
+    ] {
+        let who = command.join(" ");
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "run",
+            "-w",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .args(["--threads", "1", "--strategy", "round-robin", "--"])
+        .args(command)
+        .current_dir(&dir);
+        clean_env(&mut cmd);
+        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+        let admin = admin_addr(&d).await;
+        // Each worker compiles the app (type-checks it, under tsnd) before it listens:
+        // on a loaded machine, tens of seconds.
+        let ready = drover_testkit::wait_until_async(Duration::from_secs(90), || async {
+            common::serving_pids(&status(admin).await)
+                .iter()
+                .all(Option::is_some)
+        })
+        .await;
+        assert!(ready, "{who}: {}", d.stderr_text());
+        let mut pids = BTreeSet::new();
+        for _ in 0..8 {
+            let body = get(d.addr(), "/").await.text();
+            assert!(
+                body.starts_with("Hello from TypeScript (pid "),
+                "{who}: {body}\n{}",
+                d.stderr_text()
+            );
+            pids.insert(body.trim().to_string());
+        }
+        assert_eq!(pids.len(), 2, "{who}: {pids:?}\n{}", d.stderr_text());
+        assert!(
+            !d.stderr_text().contains("EADDRINUSE"),
+            "{who}: {}",
+            d.stderr_text()
+        );
+        drover_stops_cleanly(&who, &d).await;
+    }
+}
+
 /// A NestJS app as its scaffold starts it: `npm start` is `nest start`, whose CLI builds
 /// the app (tsc) and runs `node dist/main` in a Node process of its own, as tsx does.
 /// Before, the CLI's process took drover's channel and its app bound port 3000 past
