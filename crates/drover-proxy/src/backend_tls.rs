@@ -11,7 +11,10 @@
 //!   endpoint's IP address, checked against the certificate's IP SANs (no SNI is sent
 //!   for an IP, as RFC 6066 says).
 //! - **A client certificate** (`cert`, `key`) for backends that require one (mTLS).
-//! - **ALPN** `http/1.1`: drover speaks HTTP/1.1 to backends.
+//! - **ALPN** `http/1.1`: drover speaks HTTP/1.1 to backends (`h2` with
+//!   `backend_protocol = "h2"`). A TCP balancer offers none, unless it ended its
+//!   client's TLS with a protocol agreed by ALPN (`tls.alpn`): then it offers the
+//!   backend that protocol, as the client's bytes speak it (`Connector::offering`).
 //!
 //! rustls with aws-lc-rs, as the listeners; the PEM parsing and the file errors are
 //! theirs (`tls::load_one`), so a bad file reads the same wherever it was given.
@@ -27,7 +30,7 @@ use rustls_pki_types::pem::PemObject;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
@@ -109,6 +112,9 @@ pub struct Connector {
     config: Arc<ClientConfig>,
     server_name: Option<ServerName<'static>>,
     settings: Settings,
+    /// A TCP balancer's: the same connector offering one protocol by ALPN, made the
+    /// first time a client agreed on it (a listener's `tls.alpn` names a few at most).
+    offering: Mutex<Vec<(Vec<u8>, Arc<Connector>)>>,
 }
 
 impl fmt::Debug for Connector {
@@ -172,6 +178,7 @@ impl Connector {
             config: Arc::new(config),
             server_name,
             settings: settings.clone(),
+            offering: Mutex::default(),
         })
     }
 
@@ -191,6 +198,27 @@ impl Connector {
         config.alpn_protocols = Vec::new();
         self.config = Arc::new(config);
         self
+    }
+
+    /// The same, offering `protocol` by ALPN: for a TCP balancer whose client agreed on
+    /// it with drover (`tls.alpn`). The client's bytes speak it, so the backend must
+    /// too: an HTTP/2 or gRPC server over TLS takes only sessions that agreed on `h2`.
+    /// The sessions it resumes are this connector's (one store).
+    pub fn offering(&self, protocol: &[u8]) -> Arc<Connector> {
+        let mut offering = self.offering.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, connector)) = offering.iter().find(|(p, _)| p == protocol) {
+            return Arc::clone(connector);
+        }
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = vec![protocol.to_vec()];
+        let connector = Arc::new(Connector {
+            config: Arc::new(config),
+            server_name: self.server_name.clone(),
+            settings: self.settings.clone(),
+            offering: Mutex::default(),
+        });
+        offering.push((protocol.to_vec(), Arc::clone(&connector)));
+        connector
     }
 
     pub fn settings(&self) -> &Settings {
@@ -429,6 +457,23 @@ mod tests {
             e.to_string().contains("\"not a name\" is not a DNS name"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_tcp_connector_offers_each_agreed_protocol_from_one_made_connector() {
+        let tcp = Connector::load(&Settings {
+            insecure_skip_verify: true,
+            ..Settings::default()
+        })
+        .unwrap()
+        .for_tcp();
+        assert!(tcp.config.alpn_protocols.is_empty());
+        let h2 = tcp.offering(b"h2");
+        assert_eq!(h2.config.alpn_protocols, [b"h2".to_vec()]);
+        assert!(Arc::ptr_eq(&h2, &tcp.offering(b"h2")));
+        let mqtt = tcp.offering(b"mqtt");
+        assert_eq!(mqtt.config.alpn_protocols, [b"mqtt".to_vec()]);
+        assert!(tcp.config.alpn_protocols.is_empty());
     }
 
     #[test]

@@ -12,16 +12,18 @@
 //! balancer sends, as in HTTP mode (`proxy_protocol::read_client`), and the client it
 //! names is the one hashed, named on to the backend and logged.
 //!
-//! With `backend_tls`, each backend connection is a TLS session (no ALPN: the
-//! protocol is the client's), as HAProxy's `server … ssl` in `mode tcp`: the client's
-//! bytes are relayed in the clear to drover and encrypted towards the backend. A failed
-//! handshake counts as a failed connect, and the connection goes to another endpoint.
+//! With `backend_tls`, each backend connection is a TLS session, as HAProxy's `server …
+//! ssl` in `mode tcp`: the client's bytes are relayed in the clear to drover and
+//! encrypted towards the backend. A failed handshake counts as a failed connect, and
+//! the connection goes to another endpoint.
 //!
 //! With `tls`, the listener ends the client's TLS (as HAProxy's `bind … ssl crt` in
 //! `mode tcp`): the handshake comes first, after a PROXY header, within the header read
 //! timeout, with the same certificates, SNI choice, tickets and reloads as an HTTPS
-//! listener, and no ALPN; what the session carries is relayed, to a plain backend or
-//! over `backend_tls` again.
+//! listener, and ALPN only as `tls.alpn` lists; what the session carries is relayed, to
+//! a plain backend or over `backend_tls` again. The backend is offered by ALPN the
+//! protocol the client agreed on, which its bytes speak (an HTTP/2 or gRPC server over
+//! TLS takes only sessions that agreed on `h2`), and none when it agreed on none.
 //!
 //! The relay keeps both directions in one task, each reading only once its last bytes
 //! were written (backpressure: a slow reader holds at most one buffer of the other
@@ -188,7 +190,13 @@ pub(crate) async fn serve(
         .local_addr()
         .or_else(|e| listener.opts.listen.ok_or(e));
     let local = local.unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    let placed = place(shared, peer, local).await;
+    // The protocol the client agreed on with drover by ALPN (`tls.alpn`), which its
+    // bytes speak: offered on to a TLS backend.
+    let alpn = match &client {
+        ClientStream::Tls(session) => session.get_ref().1.alpn_protocol().map(<[u8]>::to_vec),
+        _ => None,
+    };
+    let placed = place(shared, peer, local, alpn.as_deref()).await;
     let mut line = Line {
         accepted,
         client: peer,
@@ -319,7 +327,15 @@ struct Placed {
 }
 
 /// Places the client at `peer` on a connected endpoint (see the module docs).
-async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> Placed {
+async fn place(
+    shared: &BalancerState,
+    peer: SocketAddr,
+    local: SocketAddr,
+    alpn: Option<&[u8]>,
+) -> Placed {
+    // `backend_tls`, offering the client's protocol when it agreed on one.
+    let offered = alpn.and_then(|p| shared.opts.backend_tls.as_deref().map(|c| c.offering(p)));
+    let backend_tls = offered.as_deref().or(shared.opts.backend_tls.as_deref());
     let hash_key = match shared.opts.hash_key {
         // As the HTTP side names it (`ClientInfo`): an IPv4 client of a `[::]` listener too.
         Some(HashKey::ClientIp) => Some(peer.ip().to_canonical().to_string()),
@@ -368,7 +384,7 @@ async fn place(shared: &BalancerState, peer: SocketAddr, local: SocketAddr) -> P
                 .opts
                 .send_proxy_protocol
                 .map(|version| (version, peer, local)),
-            shared.opts.backend_tls.as_deref(),
+            backend_tls,
         )
         .await;
         match connected {

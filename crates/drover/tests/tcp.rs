@@ -702,6 +702,74 @@ async fn tls_alpn_lets_http2_clients_reach_a_cleartext_http2_backend() {
     drop(h2c);
 }
 
+/// An HTTP/2 server over TLS that takes only sessions agreed on `h2` (Node's
+/// `http2.createSecureServer` without `allowHTTP1`, as a gRPC server over TLS), behind a
+/// TCP balancer that ends its clients' TLS with `--tls-alpn h2,http/1.1` and speaks TLS
+/// again to its backend. The backend is offered by ALPN what the client agreed on with
+/// drover. Before, it was offered nothing: the client's HTTP/2 reached a session with
+/// no protocol, which Node drops (`unknownProtocol`), and curl failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_alpn_agreed_with_a_client_is_offered_to_a_tls_backend() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tcp-tls-alpn-backend");
+    let (cert, key) = pki.leaf("front", "localhost", &["localhost"], far_future());
+    let (back_cert, back_key) = pki.leaf("back", "backend", &["backend"], far_future());
+    let script = r#"
+        const fs = require('fs');
+        const http2 = require('http2');
+        const [cert, key] = process.argv.slice(1);
+        const server = http2.createSecureServer({ cert: fs.readFileSync(cert), key: fs.readFileSync(key) });
+        server.on('stream', (stream) => {
+          stream.respond({ ':status': 200 });
+          stream.end(`h2 backend, alpn ${stream.session.alpnProtocol}`);
+        });
+        server.listen(0, '127.0.0.1', () => console.log(`listening on 127.0.0.1:${server.address().port}`));
+    "#;
+    let mut node = Command::new("node");
+    node.args(["-e", script]).arg(&back_cert).arg(&back_key);
+    let backend = drover_testkit::spawn_ready_line(node, "listening on ").await;
+    let flags = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--tls-alpn",
+        "h2,http/1.1",
+        "--backend-ca",
+        pki.ca_pem.to_str().unwrap(),
+        "--backend-server-name",
+        "backend",
+    ];
+    let (d, admin) = tcp_proxy(&[backend.addr()], &flags).await;
+    let port = d.addr().port();
+    let out = Command::new("curl")
+        .args(["-sS", "--http2", "-w", " %{http_version} %{http_code}"])
+        .arg("--cacert")
+        .arg(&pki.ca_pem)
+        .arg("--resolve")
+        .arg(format!("localhost:{port}:127.0.0.1"))
+        .arg(format!("https://localhost:{port}/"))
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        said,
+        "h2 backend, alpn h2 2 200",
+        "{}\n{}",
+        d.stderr_text(),
+        backend.stderr_text()
+    );
+    assert_eq!(
+        metric(admin, "drover_tcp_connections_total", "").await,
+        1,
+        "{}",
+        d.stderr_text()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_backend_is_skipped_by_a_connect_retry() {
     let (dead, live) = (dead_port(), echo().await);
