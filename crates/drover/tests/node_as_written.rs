@@ -44,6 +44,17 @@ fn fixture(file: &str) -> String {
 /// `drover run -w WORKERS` of `command` in `cwd`, round-robin (so a few requests reach
 /// every worker), once every worker serves. Returns drover and its admin address.
 async fn run(workers: usize, command: &[String], cwd: &Path) -> (ChildProcess, SocketAddr) {
+    run_within(workers, command, cwd, Duration::from_secs(20)).await
+}
+
+/// [`run`], waiting up to `limit` for every worker to serve: for apps compiled or built
+/// before they listen.
+async fn run_within(
+    workers: usize,
+    command: &[String],
+    cwd: &Path,
+    limit: Duration,
+) -> (ChildProcess, SocketAddr) {
     let mut cmd = Command::new(bin());
     cmd.args(["run", "-w", &workers.to_string()])
         .args(
@@ -55,7 +66,7 @@ async fn run(workers: usize, command: &[String], cwd: &Path) -> (ChildProcess, S
     clean_env(&mut cmd);
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     let admin = admin_addr(&d).await;
-    wait_all_serving(&d, admin).await;
+    common::wait_all_serving_within(&d, admin, limit).await;
     (d, admin)
 }
 
@@ -1232,31 +1243,10 @@ async fn a_typescript_app_run_by_ts_node_dev_runs_unchanged_as_two_workers() {
         &["./node_modules/.bin/tsnd", "server.ts"],
     ] {
         let who = command.join(" ");
-        let mut cmd = Command::new(bin());
-        cmd.args([
-            "run",
-            "-w",
-            "2",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-        ])
-        .args(["--threads", "1", "--strategy", "round-robin", "--"])
-        .args(command)
-        .current_dir(&dir);
-        clean_env(&mut cmd);
-        let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-        let admin = admin_addr(&d).await;
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
         // Each worker compiles the app (type-checks it, under tsnd) before it listens:
         // on a loaded machine, tens of seconds.
-        let ready = drover_testkit::wait_until_async(Duration::from_secs(90), || async {
-            common::serving_pids(&status(admin).await)
-                .iter()
-                .all(Option::is_some)
-        })
-        .await;
-        assert!(ready, "{who}: {}", d.stderr_text());
+        let (d, _) = run_within(2, &command, &dir, Duration::from_secs(90)).await;
         let mut pids = BTreeSet::new();
         for _ in 0..8 {
             let body = get(d.addr(), "/").await.text();
@@ -1309,13 +1299,7 @@ async fn a_nest_app_started_by_its_cli_runs_unchanged_as_two_workers() {
         let d =
             drover_testkit::spawn_ready_line_within(cmd, "\"default\" listening on ", built).await;
         let admin = admin_addr(&d).await;
-        let ready = drover_testkit::wait_until_async(built, || async {
-            common::serving_pids(&status(admin).await)
-                .iter()
-                .all(Option::is_some)
-        })
-        .await;
-        assert!(ready, "{who}: {}", d.stderr_text());
+        common::wait_all_serving_within(&d, admin, built).await;
         both_apps_answer_at(&who, &d, port, "Hello from Nest (pid ").await;
         drover_stops_cleanly(&who, &d).await;
     }

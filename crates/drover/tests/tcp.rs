@@ -166,6 +166,22 @@ async fn read_from(from: &str, to: SocketAddr) -> String {
     got
 }
 
+/// What `curl -sS ARGS https://localhost:PORT/` prints (its output, then its errors),
+/// with `localhost` at 127.0.0.1 and `pki`'s CA trusted: drover's TLS at `port`.
+fn curl_localhost(pki: &Pki, port: u16, args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .arg("-sS")
+        .args(args)
+        .arg("--cacert")
+        .arg(&pki.ca_pem)
+        .arg("--resolve")
+        .arg(format!("localhost:{port}:127.0.0.1"))
+        .arg(format!("https://localhost:{port}/"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 /// A sample of the default balancer's `name`, with `labels` after the balancer's.
 async fn metric(admin: SocketAddr, name: &str, labels: &str) -> u64 {
     let text = metrics_text(admin).await;
@@ -653,23 +669,14 @@ async fn tls_alpn_lets_http2_clients_reach_a_cleartext_http2_backend() {
     let (d, admin) = tcp_proxy(&[h2c.addr()], &tls).await;
     let port = d.addr().port();
     let curl = |version: &str| {
-        let out = Command::new("curl")
-            .args([
-                "-sS",
-                version,
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_version} %{http_code}",
-            ])
-            .arg("--cacert")
-            .arg(&pki.ca_pem)
-            .arg("--resolve")
-            .arg(format!("localhost:{port}:127.0.0.1"))
-            .arg(format!("https://localhost:{port}/"))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+        let args = [
+            version,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+        ];
+        curl_localhost(&pki, port, &args)
     };
     assert_eq!(curl("--http2"), "2 200", "{}", d.stderr_text());
     // ALPN agrees to http/1.1 when that is all the client offers: the h2c listener
@@ -744,17 +751,11 @@ async fn tls_alpn_agreed_with_a_client_is_offered_to_a_tls_backend() {
     ];
     let (d, admin) = tcp_proxy(&[backend.addr()], &flags).await;
     let port = d.addr().port();
-    let out = Command::new("curl")
-        .args(["-sS", "--http2", "-w", " %{http_version} %{http_code}"])
-        .arg("--cacert")
-        .arg(&pki.ca_pem)
-        .arg("--resolve")
-        .arg(format!("localhost:{port}:127.0.0.1"))
-        .arg(format!("https://localhost:{port}/"))
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = curl_localhost(
+        &pki,
+        port,
+        &["--http2", "-w", " %{http_version} %{http_code}"],
+    );
     assert_eq!(
         said,
         "h2 backend, alpn h2 2 200",

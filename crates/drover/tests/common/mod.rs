@@ -388,7 +388,17 @@ pub fn serving_pids(s: &drover_admin::Status) -> Vec<Option<u32>> {
 
 /// Waits until every worker of the first app serves; their pids.
 pub async fn wait_all_serving(d: &DroverProcess, admin: SocketAddr) -> Vec<Option<u32>> {
-    let ready = drover_testkit::wait_until_async(std::time::Duration::from_secs(20), || async {
+    wait_all_serving_within(d, admin, std::time::Duration::from_secs(20)).await
+}
+
+/// [`wait_all_serving`], waiting up to `limit`: for apps built or compiled before they
+/// listen (tens of seconds on a loaded machine).
+pub async fn wait_all_serving_within(
+    d: &DroverProcess,
+    admin: SocketAddr,
+    limit: std::time::Duration,
+) -> Vec<Option<u32>> {
+    let ready = drover_testkit::wait_until_async(limit, || async {
         serving_pids(&status(admin).await)
             .iter()
             .all(Option::is_some)
