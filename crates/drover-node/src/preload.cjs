@@ -96,11 +96,11 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   delete process.env.DROVER_NODE_CHANNEL_FD;
   delete process.env.DROVER_NODE_UNIQUE_ID;
   process.env.NODE_UNIQUE_ID = id;
-  // What Node's own start-up does with NODE_CHANNEL_FD and NODE_UNIQUE_ID
-  // (lib/internal/process/pre_execution.js), in the same order.
   // A wrapper that forked this process (nodemon, ts-node-dev) gave it an IPC channel of
   // its own, which Node set up as process.send before this ran; drover's replaces it.
   const wrapperSend = typeof process.send === 'function' ? process._send : null;
+  // What Node's own start-up does with NODE_CHANNEL_FD and NODE_UNIQUE_ID
+  // (lib/internal/process/pre_execution.js), in the same order.
   require('child_process')._forkChild(fd, 'json');
   require('cluster')._setupWorker();
   delete process.env.NODE_UNIQUE_ID;
