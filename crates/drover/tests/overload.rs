@@ -108,9 +108,11 @@ async fn every_request_waits_its_turn_by_default() {
     let r = loadtest(d.addr()).await;
     assert_eq!(r.completed, u64::from(REQUESTS), "{}", r.text);
     assert_eq!(r.errors, 0, "requests were refused:\n{}", r.text);
-    // Past capacity is not a backend failure: nothing was ejected on the way.
+    // Past capacity is not a backend failure: nothing was ejected on the way. (A connect
+    // that failed names its ejection, `ejected_for=None` when there was none: CI once
+    // saw one connect to a worker time out at this load, with nothing ejected.)
     assert!(
-        d.lines_containing("ejected").is_empty(),
+        d.lines_containing("ejected for").is_empty(),
         "{}",
         d.stderr_text()
     );
