@@ -500,15 +500,22 @@ struct KeepAliveRun {
     failed: Vec<String>,
 }
 
+/// One `KeepAliveLoad` at a time in this binary. Its clients send flat out; two of them
+/// (with a reload's worker start-ups) on 2 cores stall each other's workers for tens of
+/// ms, a stall reads to `auto` as a heavy request, and CI once saw no hand-over in 60 s.
+static ONE_FLAT_OUT_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Four keep-alive clients of one drover, until `stop`.
 struct KeepAliveLoad {
     stop: Arc<AtomicBool>,
     clients: Vec<tokio::task::JoinHandle<KeepAliveRun>>,
+    _alone: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl KeepAliveLoad {
     /// Starts the clients and waits until drover has handed their connections over.
     async fn handed_over(d: &ChildProcess, admin: SocketAddr) -> KeepAliveLoad {
+        let alone = ONE_FLAT_OUT_LOAD.lock().await;
         let stop = Arc::new(AtomicBool::new(false));
         let clients = (0..4)
             .map(|_| tokio::spawn(keep_alive_client(d.addr(), stop.clone())))
@@ -520,7 +527,11 @@ impl KeepAliveLoad {
         })
         .await;
         assert!(handed, "{}", d.stderr_text());
-        KeepAliveLoad { stop, clients }
+        KeepAliveLoad {
+            stop,
+            clients,
+            _alone: alone,
+        }
     }
 
     /// Stops the clients: what they saw, together.
