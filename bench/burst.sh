@@ -8,6 +8,7 @@
 #
 #   bash bench/burst.sh                 # 3 rounds, alternating order (~4 min here)
 #   ROUNDS=1 bash bench/burst.sh
+#   POINTS=20000000 bash bench/burst.sh  # a slower day: past 30 s of queued work
 #
 # Per system and round: failed requests (any non-2xx or transport error), worker
 # restarts (drover: `drover ctl restarts --json`; cluster: worker exits it logged), p50,
@@ -17,7 +18,8 @@ set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$BENCH_DIR/.." && pwd)"
 ROUNDS="${ROUNDS:-3}"
-N=200 C=100 POINTS=10000000
+N=200 C=100
+POINTS="${POINTS:-10000000}"
 APP="$ROOT/examples/pi-server.js"
 LOG_TAG=burst
 # shellcheck source=bench/lib.sh

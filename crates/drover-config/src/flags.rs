@@ -617,7 +617,8 @@ pub struct LimitArgs {
     #[arg(long, default_value_t = balancer().queue.max)]
     pub queue_max: crate::QueueMax,
 
-    /// How long a request may wait in the queue [default: the request timeout].
+    /// How long a request may wait in the queue [default: the request timeout]; up to
+    /// twice that while the queue drains towards it.
     #[arg(long, value_parser = drover_units::duration)]
     pub queue_timeout: Option<Duration>,
 

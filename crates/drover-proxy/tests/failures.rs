@@ -190,6 +190,38 @@ async fn busy_endpoints_queue_requests_in_drover() {
     assert_eq!(b[0].hits(), 4);
 }
 
+/// A burst that is still being served past the queue timeout: 10 requests of 400 ms at
+/// once, one at a time, are 4 s of work, and the last two would wait past the 3 s
+/// timeout. The queue moves all along, and fewer wait ahead of them than left it, so
+/// they stay (twice the timeout at most) and every request is served, as Node's cluster
+/// module serves them. (A 400 ms request may take up to 600 ms here and all still pass.)
+#[tokio::test]
+async fn a_burst_that_drains_is_served_past_the_queue_timeout() {
+    let b = backends(1).await;
+    let d = proxy_with_pool(
+        &addrs(&b),
+        Strategy::default(),
+        |o| o.queue.timeout = Duration::from_secs(3),
+        |p| p.max_conns = 1,
+    );
+    let addr = d.addr();
+    let burst: Vec<_> = (0..10)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                c.set_timeout(Duration::from_secs(30));
+                let r = c.get("/delay/400").await;
+                (r.status, r.header("drover-error").map(str::to_owned))
+            })
+        })
+        .collect();
+    for request in burst {
+        assert_eq!(request.await.unwrap(), (200, None));
+    }
+    assert_eq!(b[0].max_in_flight(), 1);
+    assert_eq!(b[0].hits(), 10);
+}
+
 /// Sends `schedule` (wait this many ms, then send this path, each on its own
 /// connection) through a proxy whose one backend takes one request at a time, after
 /// teaching it the cost of each `learn` route; returns the order the backend served

@@ -46,8 +46,10 @@ async fn burst(addr: SocketAddr, n: usize, path: &str) -> Vec<u16> {
 /// a request took 0.55–0.65 s on CI's machine on 2026-12-01, so a round of 100 was
 /// 30 s of work for 2 workers, as long as the queue timeout (30 s under `drover run`),
 /// and its last requests got a 503 `queue-timeout` (Node's cluster module has no queue
-/// timeout; HAProxy's `timeout queue` sheds them as drover does). 12 s is still 6 probe
-/// intervals with each probe waiting behind seconds of work.
+/// timeout). A queue that moves now keeps such waiters up to twice its timeout
+/// (drover-proxy's admission.rs, tested there and by `bench/burst.sh`); this test is
+/// about liveness and keeps to 12 s, still 6 probe intervals with each probe waiting
+/// behind seconds of work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_cpu_heavy_requests_restarts_no_worker_and_fails_no_request() {
     let pi = pi_server();
