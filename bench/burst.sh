@@ -9,6 +9,7 @@
 #   bash bench/burst.sh                 # 3 rounds, alternating order (~4 min here)
 #   ROUNDS=1 bash bench/burst.sh
 #   POINTS=20000000 bash bench/burst.sh  # a slower day: past 30 s of queued work
+#   NEW_CONN=1 N=400 bash bench/burst.sh  # as ab sends it: a new connection per request
 #
 # Per system and round: failed requests (any non-2xx or transport error), worker
 # restarts (drover: `drover ctl restarts --json`; cluster: worker exits it logged), p50,
@@ -18,7 +19,11 @@ set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$BENCH_DIR/.." && pwd)"
 ROUNDS="${ROUNDS:-3}"
-N=200 C=100
+N="${N:-200}" C=100
+# ab without -k opens a connection per request; past a quarter of the queue timeout
+# drover leaves new connections in the listen backlog, which changes who goes first.
+CONN_HEADER=()
+[[ "${NEW_CONN:-0}" == 1 ]] && CONN_HEADER=(-H "Connection: close")
 POINTS="${POINTS:-10000000}"
 APP="$ROOT/examples/pi-server.js"
 LOG_TAG=burst
@@ -39,7 +44,7 @@ run_one() { # system round -> one JSON line on stdout
     [[ "$("$LOADGEN" bench -n 8 -c 2 --json "http://127.0.0.1:$port/health" 2>/dev/null)" == *'"ok":8,'* ]] && break
     sleep 0.1
   done
-  "$LOADGEN" bench -n "$N" -c "$C" -d 600s --timeout 300s --json \
+  "$LOADGEN" bench -n "$N" -c "$C" -d 600s --timeout 300s --json "${CONN_HEADER[@]}" \
     "http://127.0.0.1:$port/pi?iterations=$POINTS" >"$TMP/out" 2>"$TMP/err" || true
   if [[ "$sys" == drover ]]; then
     restarts="$("$DROVER" ctl --admin "127.0.0.1:$admin" restarts --json 2>/dev/null |
@@ -61,7 +66,7 @@ run_one() { # system round -> one JSON line on stdout
 }
 
 : >"$TMP/results.jsonl"
-log "$N requests of $POINTS points, $C at a time, $ROUNDS round(s); drover: $DROVER"
+log "$N requests of $POINTS points, $C at a time${NEW_CONN:+, a new connection each}, $ROUNDS round(s); drover: $DROVER"
 for ((r = 1; r <= ROUNDS; r++)); do
   order="drover cluster"
   ((r % 2 == 0)) && order="cluster drover"

@@ -18,6 +18,14 @@
 //! passing, expensive ones pile up behind each other, and the tail grows two- to
 //! three-fold. A bound on passes keeps most of the first and none of the second.
 //!
+//! Turns go by when a request came, not when drover read it: a connection that waited
+//! in the kernel's listen backlog (see `backed_up`) joins ahead of waiters that came
+//! after it (`acquire_in_turn`). Each serving thread has a listening socket of its own,
+//! and when accepting resumed each drained its backlog as a block: under `ab -c 100` of
+//! 0.3 s CPU requests on 2 workers, connections that had waited in one socket's backlog
+//! were served ~8 s after later ones from the other's, p99 20-24 s where Node's cluster
+//! module's was 16-17 s (drover's own with no pause 16 s; by turns 14.7-16.7 s in 4 runs).
+//!
 //! A retry (a request whose endpoint failed it safely, a worker killed mid-request)
 //! joins ahead of every first attempt, behind earlier retries only, and may exceed
 //! `--queue-max`: it has waited once already, and under overload it would otherwise
@@ -74,6 +82,11 @@ pub const MAX_PASSES: u32 = 8;
 /// early enough that the waiters already in drover are served before they time out.
 const BACKED_UP_FRACTION: u32 = 4;
 
+/// How many waiters at the tail a request that came before them may go ahead of: a
+/// bounded scan under the queue's lock, well past the few hundred connections one
+/// socket's backlog gives at once.
+const MAX_TURN_SCAN: usize = 4096;
+
 /// How many waiters at the head are looked at for the oldest one. Passes and retries
 /// put younger waiters ahead of older ones, but boundedly (`MAX_PASSES`, retries), so
 /// the oldest is near the head; a bounded look keeps the lock short however long the
@@ -124,6 +137,8 @@ struct Waiter {
     guess: Nanos,
     /// When it joined the queue.
     joined: Nanos,
+    /// When the request came (`acquire_in_turn`): its turn.
+    came: Nanos,
     /// A retry: it joins ahead of first attempts (see the module docs).
     retry: bool,
     /// Later requests that joined ahead of this one.
@@ -175,6 +190,17 @@ impl Admission {
 
     /// Picks an endpoint, waiting in the queue while all are busy.
     pub async fn acquire(self: &Arc<Self>, ctx: &PickContext<'_>) -> Result<Slot, ProxyError> {
+        self.acquire_in_turn(ctx, || ctx.now).await
+    }
+
+    /// As `acquire`, for a request that came at `came()`, perhaps long before drover
+    /// read it (its connection waited in the listen backlog): it joins the queue ahead
+    /// of the waiters that came after it. `came` is asked only if the request queues.
+    pub async fn acquire_in_turn(
+        self: &Arc<Self>,
+        ctx: &PickContext<'_>,
+        came: impl FnOnce() -> Nanos,
+    ) -> Result<Slot, ProxyError> {
         // While others wait, a newcomer queues behind them instead of taking the slot
         // that is about to be handed to the first of them.
         if self.waiting() == 0 {
@@ -191,14 +217,16 @@ impl Admission {
         // below, one that came up before by the dispatch after joining.
         let mut up = self.pool.watch_up();
         let (reply, mut answer) = oneshot::channel();
+        let came = came();
         let joined_at = {
             let mut queue = self.lock();
             let retry = !ctx.exclude.is_empty();
             if queue.len() >= self.max && !retry {
                 return Err(ProxyError::QueueFull);
             }
-            let at = join_position(&queue, ctx.cost, retry);
-            for ahead in queue.range_mut(at..) {
+            let at = join_position(&queue, ctx.cost, retry, came);
+            // Only those that came first were passed; the rest it was ahead of anyway.
+            for ahead in queue.range_mut(at..).filter(|w| w.came <= came) {
                 ahead.passed += 1;
             }
             let joined_at = QueueMark {
@@ -212,6 +240,7 @@ impl Admission {
                     cost: ctx.cost,
                     guess: ctx.guess,
                     joined: clock::now().max(1),
+                    came,
                     retry,
                     passed: 0,
                     hash_key: ctx.hash_key.map(<[u8]>::to_vec),
@@ -399,24 +428,23 @@ struct QueueMark {
     departures: u64,
 }
 
-/// Where a request of `cost` joins: behind the last waiter it may not pass. A retry
-/// passes every first attempt and no other retry. A first attempt passes waiters at the
-/// tail that cost more than `PASS_RATIO` times as much and have been passed fewer than
-/// `MAX_PASSES` times, and never a retry. An unknown cost (0) passes nobody.
-fn join_position(queue: &VecDeque<Waiter>, cost: Nanos, retry: bool) -> usize {
+/// Where a request of `cost` that came at `came` joins: behind the last waiter it may
+/// not pass. A retry passes every first attempt and no other retry. A first attempt goes
+/// ahead of the waiters at the tail that came after it (at most `MAX_TURN_SCAN`), and
+/// passes those that cost more than `PASS_RATIO` times as much and have been passed
+/// fewer than `MAX_PASSES` times; never a retry. An unknown cost (0) passes nobody.
+fn join_position(queue: &VecDeque<Waiter>, cost: Nanos, retry: bool, came: Nanos) -> usize {
     if retry {
         return queue.iter().take_while(|w| w.retry).count();
     }
     let mut at = queue.len();
-    if cost == 0 {
-        return at;
-    }
-    while at > 0 {
+    let stop = at.saturating_sub(MAX_TURN_SCAN);
+    while at > stop {
         let ahead = &queue[at - 1];
-        if ahead.retry
-            || ahead.passed >= MAX_PASSES
-            || ahead.cost <= cost.saturating_mul(PASS_RATIO)
-        {
+        let came_later = ahead.came > came;
+        let passes =
+            cost != 0 && ahead.passed < MAX_PASSES && ahead.cost > cost.saturating_mul(PASS_RATIO);
+        if ahead.retry || !(came_later || passes) {
             break;
         }
         at -= 1;
@@ -486,6 +514,7 @@ mod tests {
             cost,
             guess: 0,
             joined: 1,
+            came: 1,
             retry: false,
             passed,
             hash_key: None,
@@ -504,32 +533,32 @@ mod tests {
         // [cheap, expensive, expensive]: a cheap newcomer passes both expensive ones
         // but not the cheap one at the head.
         assert_eq!(
-            join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10, false),
+            join_position(&queue(&[(10, 0), (1000, 0), (1000, 0)]), 10, false, 1),
             1
         );
         // A newcomer of similar cost (within PASS_RATIO) keeps its place in line.
-        assert_eq!(join_position(&queue(&[(1000, 0)]), 400, false), 1);
-        assert_eq!(join_position(&queue(&[(1000, 0)]), 249, false), 0);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 400, false, 1), 1);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 249, false, 1), 0);
         // An expensive one in the middle shields the ones ahead of it only by its place:
         // the newcomer stops at the first waiter it may not pass.
         assert_eq!(
-            join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10, false),
+            join_position(&queue(&[(1000, 0), (10, 0), (1000, 0)]), 10, false, 1),
             2
         );
-        assert_eq!(join_position(&VecDeque::new(), 10, false), 0);
+        assert_eq!(join_position(&VecDeque::new(), 10, false, 1), 0);
     }
 
     #[test]
     fn a_retry_joins_ahead_of_first_attempts_behind_earlier_retries() {
         let mut q = queue(&[(10, 0), (10, 0), (1000, 0)]);
-        assert_eq!(join_position(&q, 10, true), 0);
-        assert_eq!(join_position(&q, 0, true), 0);
+        assert_eq!(join_position(&q, 10, true, 1), 0);
+        assert_eq!(join_position(&q, 0, true, 1), 0);
         q[0].retry = true;
-        assert_eq!(join_position(&q, 1000, true), 1);
+        assert_eq!(join_position(&q, 1000, true, 1), 1);
         // First attempts never pass a retry, however cheap.
         let mut q = queue(&[(1000, 0), (1000, 0)]);
         q[1].retry = true;
-        assert_eq!(join_position(&q, 10, false), 2);
+        assert_eq!(join_position(&q, 10, false, 1), 2);
     }
 
     #[tokio::test]
@@ -797,12 +826,31 @@ mod tests {
     }
 
     #[test]
+    fn a_request_that_came_first_goes_ahead_of_those_that_came_later() {
+        let mut q = queue(&[(1000, 0), (1000, 0), (1000, 0)]);
+        for (w, came) in q.iter_mut().zip([10, 30, 40]) {
+            w.came = came;
+        }
+        // It came at 20: behind the one of 10, ahead of those of 30 and 40, at any cost.
+        assert_eq!(join_position(&q, 1000, false, 20), 1);
+        assert_eq!(join_position(&q, 0, false, 20), 1);
+        assert_eq!(join_position(&q, 1000, false, 50), 3);
+        // Never ahead of a retry, however late it came.
+        q[0].retry = true;
+        q[0].came = 100;
+        assert_eq!(join_position(&q, 1000, false, 5), 1);
+    }
+
+    #[test]
     fn passes_are_bounded_and_unknown_costs_pass_nobody() {
-        assert_eq!(join_position(&queue(&[(1000, MAX_PASSES)]), 10, false), 1);
         assert_eq!(
-            join_position(&queue(&[(1000, MAX_PASSES - 1)]), 10, false),
+            join_position(&queue(&[(1000, MAX_PASSES)]), 10, false, 1),
+            1
+        );
+        assert_eq!(
+            join_position(&queue(&[(1000, MAX_PASSES - 1)]), 10, false, 1),
             0
         );
-        assert_eq!(join_position(&queue(&[(1000, 0)]), 0, false), 1);
+        assert_eq!(join_position(&queue(&[(1000, 0)]), 0, false, 1), 1);
     }
 }

@@ -222,6 +222,59 @@ async fn a_burst_that_drains_is_served_past_the_queue_timeout() {
     assert_eq!(b[0].hits(), 10);
 }
 
+/// A request whose connection waited in the listen backlog while the queue was backed
+/// up keeps its turn: it is served before a request that came after it on a connection
+/// drover had already accepted. (The queue timeout is 4 s, so accepting pauses once a
+/// request has waited 1 s.)
+#[tokio::test]
+async fn a_request_held_in_the_listen_backlog_keeps_its_turn_in_the_queue() {
+    let b = backends(1).await;
+    let d = proxy_with_pool(
+        &addrs(&b),
+        Strategy::default(),
+        |o| o.queue.timeout = Duration::from_secs(4),
+        |p| p.max_conns = 1,
+    );
+    let addr = d.addr();
+    let get = |path: &'static str| {
+        tokio::spawn(async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            c.set_timeout(Duration::from_secs(20));
+            c.get(path).await.status
+        })
+    };
+    // 0 s: one request holds the backend until 2.5 s; a keep-alive connection is
+    // accepted, idle; another request waits in the queue.
+    let hog = get("/delay/2500");
+    assert!(wait_until(Duration::from_secs(10), || b[0].in_flight() == 1).await);
+    let mut later = HttpClient::connect(addr).await.unwrap();
+    later.set_timeout(Duration::from_secs(20));
+    let queued = get("/delay/300");
+    assert!(wait_until(Duration::from_secs(10), || d.queue_depth() == 1).await);
+    // 1.3 s: the queue is backed up. One more connection is accepted before the accept
+    // loop looks again; the next, at 1.5 s, waits in the backlog.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let _woken = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = get("/came-first");
+    // 1.8 s: the accepted connection sends its request; drover reads it at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = later.get("/came-second").await.status;
+    for status in [
+        hog.await.unwrap(),
+        queued.await.unwrap(),
+        first.await.unwrap(),
+        second,
+    ] {
+        assert_eq!(status, 200);
+    }
+    let order: Vec<String> = b[0].request_heads().into_iter().map(|h| h.target).collect();
+    assert_eq!(
+        order,
+        ["/delay/2500", "/delay/300", "/came-first", "/came-second"]
+    );
+}
+
 /// Sends `schedule` (wait this many ms, then send this path, each on its own
 /// connection) through a proxy whose one backend takes one request at a time, after
 /// teaching it the cost of each `learn` route; returns the order the backend served

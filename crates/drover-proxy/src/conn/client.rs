@@ -74,6 +74,22 @@ impl ClientStream {
         matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
     }
 
+    /// How long ago the kernel last received data from the client, to the millisecond
+    /// (`TCP_INFO`'s `last_data_recv`); `None` for an HTTP/2 stream or where the kernel
+    /// will not say. For a connection's first request it says when the request came,
+    /// however long the connection then waited in the listen backlog.
+    pub(crate) fn data_received_ago(&self) -> Option<std::time::Duration> {
+        let tcp = match self {
+            ClientStream::Plain(s) => s,
+            ClientStream::Tls(s) => s.get_ref().0,
+            ClientStream::H2(_) => return None,
+        };
+        let times = nix::sys::socket::getsockopt(tcp, TcpTimes).ok()?;
+        Some(std::time::Duration::from_millis(
+            times.last_data_recv.into(),
+        ))
+    }
+
     /// Resolves when the client closes its end or its connection breaks, while an
     /// exchange waits for as long as its client stays: its backend connection then
     /// closes at once, as nginx closes its upstream's, so the app sees the client go
@@ -194,3 +210,31 @@ impl AsyncWrite for ClientStream {
         }
     }
 }
+
+/// The start of Linux's `struct tcp_info`, up to its times. Only this prefix is asked
+/// for, so the kernel (which copies `min(asked, its size)`) fills all of it on every
+/// version since 2.6: nix checks that it did.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TcpTimesInfo {
+    state_and_flags: [u8; 8],
+    /// rto, ato, snd_mss, rcv_mss, unacked, sacked, lost, retrans, fackets.
+    counters: [u32; 9],
+    last_data_sent: u32,
+    last_ack_sent: u32,
+    /// Milliseconds since the last data segment came from the peer.
+    last_data_recv: u32,
+}
+
+// `getsockopt(TCP_INFO)` through nix's own macro for socket options nix lacks: nix
+// writes and checks the call (the only unsafe part), and `TcpTimesInfo` is plain
+// integers, valid for any bytes the kernel writes.
+use nix::{getsockopt_impl, libc, sockopt_impl};
+sockopt_impl!(
+    /// `TCP_INFO`, cut to `TcpTimesInfo`.
+    TcpTimes,
+    GetOnly,
+    libc::SOL_TCP,
+    libc::TCP_INFO,
+    TcpTimesInfo
+);
