@@ -9,7 +9,7 @@
 use crate::clock::Nanos;
 use crate::worker_life::{LifeCell, WorkerLife};
 use drover_metrics::EndpointStats;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -456,17 +456,43 @@ impl Endpoint {
 
     /// Whether one more request may go in, `pending` being sent and unanswered: the
     /// learned limit counts the working ones only (overtaken requests wait).
+    ///
+    /// The pipeline budget trusts the working requests' costs, so it does not apply
+    /// while one of them that was counted at a guess (its route not timed yet) has been
+    /// pending longer than the whole budget: that guess was wrong. A burst at a cold
+    /// start put 50 requests of 300 ms on each of two Node workers, each counted at the
+    /// cost of the health checks timed before it (0.5 ms). With 10 left (3 s of work) they
+    /// read as 5 ms, and the budget let the queue's next requests in beside them. The
+    /// worker served those first (a Node worker serves a kept connection before sockets
+    /// that wait their turn), they overtook the burst's last ones, and those waited until
+    /// the queue ran dry: 18-20 s where the burst's work was done in 15.
     fn admits_pending(&self, pending: u32, now: Nanos) -> bool {
         let cap = self.concurrency_cap(now);
         cap == 0
             || pending.saturating_sub(self.waiting()) < cap
-            || self.working_cost() < PIPELINE_BUDGET
+            || (self.working_cost() < PIPELINE_BUDGET
+                && !self
+                    .order()
+                    .holds_a_stale_guess(now.saturating_sub(PIPELINE_BUDGET)))
+    }
+
+    /// `try_acquire_as` for a request of no known route whose cost is its route's.
+    #[cfg(test)]
+    pub(crate) fn try_acquire(&self, cost: Nanos, now: Nanos) -> Option<(u32, u64)> {
+        self.try_acquire_as(cost, false, 0, now)
     }
 
     /// Takes a slot unless the endpoint is at its cap; returns the working count
     /// including this one, and the request's place in the send order (0: not tracked).
-    /// Only `Pick` calls it.
-    pub(crate) fn try_acquire(&self, cost: Nanos, now: Nanos) -> Option<(u32, u64)> {
+    /// `guessed`: its cost is a guess (`PickContext::guess`, or the latency estimate),
+    /// not its route's; `route`: `PickContext::route`. Only `Pick` calls it.
+    pub(crate) fn try_acquire_as(
+        &self,
+        cost: Nanos,
+        guessed: bool,
+        route: u64,
+        now: Nanos,
+    ) -> Option<(u32, u64)> {
         let working = match self.max_conns() {
             0 => {
                 let before = self
@@ -493,7 +519,7 @@ impl Endpoint {
         // Only a learned limit needs to tell working from waiting; a fixed `max_conns`
         // counts everything in flight, as nginx and HAProxy do.
         let seq = if self.is_adaptive() {
-            self.order().sent(now, cost.min(WORK_CAP))
+            self.order().sent(now, cost.min(WORK_CAP), guessed, route)
         } else {
             0
         };
@@ -821,22 +847,49 @@ impl WorkHistory {
 }
 
 /// The pending requests of an endpoint with a learned limit, by the order they were
-/// sent, with when and at what expected cost (capped at `WORK_CAP`).
+/// sent, with when, at what expected cost (capped at `WORK_CAP`) and of which route.
 #[derive(Debug, Default)]
 struct SendOrder {
     /// The last place given; places start at 1 (0 means untracked).
     last: u64,
-    pending: BTreeMap<u64, (Nanos, Nanos)>,
-    /// Every pending request placed before this one has been overtaken.
-    overtaken_below: u64,
+    /// Those no later answer has overtaken, by place.
+    pending: BTreeMap<u64, Sent>,
+    /// The places of those overtaken (counted in `Endpoint::waiting`).
+    overtaken: BTreeSet<u64>,
+}
+
+/// One pending request in a `SendOrder`.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Nanos,
+    cost: Nanos,
+    /// Its cost is a guess, not its route's estimate.
+    guessed: bool,
+    /// Its route (`CostTable::key`); 0: not known.
+    route: u64,
 }
 
 impl SendOrder {
     /// A request sent at `now`: its place.
-    fn sent(&mut self, now: Nanos, cost: Nanos) -> u64 {
+    fn sent(&mut self, now: Nanos, cost: Nanos, guessed: bool, route: u64) -> u64 {
         self.last += 1;
-        self.pending.insert(self.last, (now, cost));
+        let sent = Sent {
+            at: now,
+            cost,
+            guessed,
+            route,
+        };
+        self.pending.insert(self.last, sent);
         self.last
+    }
+
+    /// Whether a working (not overtaken) request counted at a guess was sent before
+    /// `before`. Only those sent before it are looked at: few, while the budget holds.
+    fn holds_a_stale_guess(&self, before: Nanos) -> bool {
+        self.pending
+            .values()
+            .take_while(|s| s.at < before)
+            .any(|s| s.guessed)
     }
 
     /// Request `seq` is no longer pending (answered at `answered_at`, or ended without
@@ -852,26 +905,42 @@ impl SendOrder {
     /// `OVERTAKEN_BY` as the margin, a queue of half a second could count most of
     /// itself as waiting, its endpoint look idle, and p2c send it more
     /// (`requests_queued_behind_cpu_work_overtake_nothing_when_answered_out_of_order`).
+    ///
+    /// Nor does an answer overtake a request of its own route: both asked for the same
+    /// work, so the earlier one is queued, not waiting on something else. A Node worker
+    /// busy with CPU work serves a request that came on a kept connection before those
+    /// that wait unread on connections it accepted later: at a cold start drover opens
+    /// a connection per request of a burst, and the queue's next requests, sent on the
+    /// connections the burst's first answers freed, came out first. Counted as waiting,
+    /// the burst's last requests let more of the queue in beside them, which passed them
+    /// again, and they were answered only when the queue ran dry: 18-20 s where the
+    /// burst's work was done in 15 (`bench/burst.sh` with `NEW_CONN=1`).
     fn settled(&mut self, seq: u64, answered_at: Option<Nanos>) -> (bool, u32, Nanos) {
-        let Some((sent_at, _)) = self.pending.remove(&seq) else {
+        if self.overtaken.remove(&seq) {
+            return (true, 0, 0);
+        }
+        let Some(answer) = self.pending.remove(&seq) else {
             return (false, 0, 0); // sent before the limit was learned: never tracked
         };
-        let was_overtaken = seq < self.overtaken_below;
-        let Some(now) = answered_at.filter(|_| !was_overtaken) else {
-            return (was_overtaken, 0, 0);
+        let Some(now) = answered_at else {
+            return (false, 0, 0);
         };
-        let latency = now.saturating_sub(sent_at);
-        let before = sent_at.saturating_sub(OVERTAKEN_BY.max(latency));
+        let latency = now.saturating_sub(answer.at);
+        let before = answer.at.saturating_sub(OVERTAKEN_BY.max(latency));
+        let passed: Vec<(u64, Nanos)> = self
+            .pending
+            .iter()
+            .take_while(|(_, s)| s.at < before)
+            .filter(|(_, s)| answer.route == 0 || s.route != answer.route)
+            .map(|(&place, s)| (place, s.cost))
+            .collect();
         let (mut count, mut cost) = (0, 0);
-        for (&place, &(at, c)) in self.pending.range(self.overtaken_below..) {
-            if at >= before {
-                self.overtaken_below = place;
-                return (false, count, cost);
-            }
+        for (place, c) in passed {
+            self.pending.remove(&place);
+            self.overtaken.insert(place);
             count += 1;
             cost += c;
         }
-        self.overtaken_below = self.last + 1;
         (false, count, cost)
     }
 }

@@ -19,6 +19,10 @@ pub struct PickContext<'a> {
     /// call as 300 ms on A and 1 ms (the default) on B, and a burst of 100 calls went 1
     /// to A and 99 to B.
     pub guess: Nanos,
+    /// The request's route (`CostTable::key`: method and target), 0 when not known: a
+    /// later request of the same route answered first does not make an earlier one count
+    /// as waiting (see `Endpoint::settle`).
+    pub route: u64,
     /// Key for `hash`: the header, cookie, client IP or path the balancer hashes on.
     pub hash_key: Option<&'a [u8]>,
     /// Endpoint id from a sticky cookie.
@@ -104,7 +108,8 @@ impl Pick {
             (0, guess) => guess,
             (cost, _) => cost,
         };
-        let (pending_at_start, seq) = endpoint.try_acquire(cost, ctx.now)?;
+        let (pending_at_start, seq) =
+            endpoint.try_acquire_as(cost, ctx.cost == 0, ctx.route, ctx.now)?;
         Some(Pick {
             endpoint: Arc::clone(endpoint),
             cost,
@@ -177,6 +182,7 @@ impl Drop for Pick {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::PIPELINE_BUDGET;
 
     #[test]
     fn drop_releases_the_slot_and_cost() {
@@ -216,6 +222,70 @@ mod tests {
         };
         let _pb = Pick::try_new(&b, &unknown).unwrap();
         assert_eq!(b.pending_cost(), b.rtt_estimate() as Nanos);
+    }
+
+    #[test]
+    fn requests_counted_at_a_guess_do_not_fit_the_pipeline_budget_once_it_proved_wrong() {
+        const MS: Nanos = 1_000_000;
+        let e = Arc::new(Endpoint::new("127.0.0.1:1".parse().unwrap()));
+        e.set_adaptive(true);
+        // A burst at a cold start, its route not timed: each counts at the guess, what
+        // the health checks cost.
+        let cold = PickContext {
+            now: 1,
+            guess: MS / 2,
+            ..Default::default()
+        };
+        let burst: Vec<Pick> = (0..50).map(|_| Pick::try_new(&e, &cold).unwrap()).collect();
+        e.report_load(2, 1.0);
+        let at = |now| PickContext {
+            now,
+            cost: 300 * MS,
+            ..Default::default()
+        };
+        assert!(
+            Pick::try_new(&e, &at(3)).is_none(),
+            "saturated, over its limit"
+        );
+        // Nine left: 4.5 ms at the guess, under the budget, yet 2.7 s of work. Within
+        // the budget's time the guess may still be right...
+        let mut left = burst;
+        for p in left.drain(9..) {
+            p.observe(4);
+        }
+        assert!(e.working_cost() < PIPELINE_BUDGET);
+        let early = Pick::try_new(&e, &at(PIPELINE_BUDGET / 2)).expect("within the budget");
+        drop(early);
+        // ...but pending for longer than the whole budget, it was wrong.
+        let late = 3_000 * MS;
+        e.report_load(late, 1.0);
+        assert!(
+            Pick::try_new(&e, &at(late)).is_none(),
+            "the guess proved wrong"
+        );
+        // Below the learned limit the request goes in, as any does.
+        for p in left.drain(1..) {
+            p.observe(late);
+        }
+        let next = Pick::try_new(&e, &at(late)).expect("below the limit");
+        drop((left, next));
+        // Requests of timed routes fill the budget, however long they are pending.
+        let cheap = PickContext {
+            now: late,
+            cost: MS,
+            ..Default::default()
+        };
+        let held: Vec<Pick> = (0..9).map(|_| Pick::try_new(&e, &cheap).unwrap()).collect();
+        e.report_load(late + 100 * MS, 1.0);
+        assert!(Pick::try_new(
+            &e,
+            &PickContext {
+                now: late + 100 * MS,
+                ..cheap
+            }
+        )
+        .is_some());
+        drop(held);
     }
 
     #[test]

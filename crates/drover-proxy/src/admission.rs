@@ -135,6 +135,8 @@ struct Waiter {
     cost: Nanos,
     /// `PickContext::guess`.
     guess: Nanos,
+    /// `PickContext::route`.
+    route: u64,
     /// When it joined the queue.
     joined: Nanos,
     /// When the request came (`acquire_in_turn`): its turn.
@@ -239,6 +241,7 @@ impl Admission {
                     ticket: joined_at.ticket,
                     cost: ctx.cost,
                     guess: ctx.guess,
+                    route: ctx.route,
                     joined: clock::now().max(1),
                     came,
                     retry,
@@ -363,6 +366,7 @@ impl Admission {
                 now: clock::now(),
                 cost: waiter.cost,
                 guess: waiter.guess,
+                route: waiter.route,
                 hash_key: waiter.hash_key.as_deref(),
                 sticky: waiter.sticky.as_deref(),
                 exclude: &waiter.exclude,
@@ -513,6 +517,7 @@ mod tests {
             ticket: 0,
             cost,
             guess: 0,
+            route: 0,
             joined: 1,
             came: 1,
             retry: false,
@@ -613,6 +618,7 @@ mod tests {
             now: clock::now(),
             cost: 0,
             guess: 0,
+            route: 0,
             hash_key: None,
             sticky: None,
             exclude: &[],

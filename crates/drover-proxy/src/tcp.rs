@@ -354,6 +354,7 @@ async fn place(
             now: clock::now(),
             cost: CONNECTION_COST,
             guess: 0,
+            route: 0,
             hash_key: hash_key.as_deref().map(str::as_bytes),
             sticky: None,
             exclude: &tried,

@@ -249,6 +249,7 @@ impl Conn {
                 now: asked,
                 cost,
                 guess,
+                route: head.cost_key,
                 hash_key: head.hash_key.as_deref(),
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
