@@ -858,6 +858,9 @@ struct SendOrder {
     overtaken: BTreeSet<u64>,
 }
 
+/// How many pending requests one look at a `SendOrder` walks past without a change.
+const SCAN_LIMIT: usize = 64;
+
 /// One pending request in a `SendOrder`.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
@@ -884,10 +887,12 @@ impl SendOrder {
     }
 
     /// Whether a working (not overtaken) request counted at a guess was sent before
-    /// `before`. Only those sent before it are looked at: few, while the budget holds.
+    /// `before`. Only the oldest `SCAN_LIMIT` are looked at: the budget is for a few
+    /// cheap requests, and this runs on every pick above the limit.
     fn holds_a_stale_guess(&self, before: Nanos) -> bool {
         self.pending
             .values()
+            .take(SCAN_LIMIT)
             .take_while(|s| s.at < before)
             .any(|s| s.guessed)
     }
@@ -927,19 +932,30 @@ impl SendOrder {
         };
         let latency = now.saturating_sub(answer.at);
         let before = answer.at.saturating_sub(OVERTAKEN_BY.max(latency));
-        let passed: Vec<(u64, Nanos)> = self
-            .pending
-            .iter()
-            .take_while(|(_, s)| s.at < before)
-            .filter(|(_, s)| answer.route == 0 || s.route != answer.route)
-            .map(|(&place, s)| (place, s.cost))
-            .collect();
+        // Requests of its own route stay where they are, so each answer walks past them
+        // again: past at most `SCAN_LIMIT` of them (thousands of long-polls of one route
+        // would otherwise be walked on every answer). Answers of other routes still
+        // overtake what lies beyond.
+        let (mut passed, mut own_route) = (Vec::new(), 0);
         let (mut count, mut cost) = (0, 0);
-        for (place, c) in passed {
+        for (&place, s) in &self.pending {
+            if s.at >= before {
+                break;
+            }
+            if answer.route != 0 && s.route == answer.route {
+                own_route += 1;
+                if own_route > SCAN_LIMIT {
+                    break;
+                }
+                continue;
+            }
+            passed.push(place);
+            count += 1;
+            cost += s.cost;
+        }
+        for place in passed {
             self.pending.remove(&place);
             self.overtaken.insert(place);
-            count += 1;
-            cost += c;
         }
         (false, count, cost)
     }
@@ -1158,6 +1174,33 @@ mod tests {
         let t = saturated_serving(&e, t, 1, 0, 0);
         assert!(!e.mostly_waits());
         assert_eq!(e.concurrency_cap(t), LIMIT_INITIAL as u32);
+    }
+
+    #[test]
+    fn an_answer_overtakes_requests_of_other_routes_only() {
+        const MS: Nanos = 1_000_000;
+        const POLL: u64 = 1;
+        const CPU: u64 = 2;
+        let e = ep();
+        e.set_adaptive(true);
+        // A burst of one route, then a long-poll of another, sent within 2 ms.
+        let burst: Vec<u64> = (0..5)
+            .map(|i| e.try_acquire_as(MS, false, CPU, 1 + i).unwrap().1)
+            .collect();
+        let (_, poll) = e.try_acquire_as(MS, false, POLL, 2 * MS).unwrap();
+        // A request of the burst's route, sent a second later and answered in 1 ms,
+        // came out first: the burst is queued for the same work, the poll waits.
+        let (_, later) = e.try_acquire_as(MS, false, CPU, 1_000 * MS).unwrap();
+        e.settle(MS, later, Some(1_001 * MS));
+        assert_eq!((e.working(), e.waiting()), (5, 1));
+        // Of no known route, an answer overtakes any.
+        let (_, unknown) = e.try_acquire_as(MS, false, 0, 1_000 * MS).unwrap();
+        e.settle(MS, unknown, Some(1_001 * MS));
+        assert_eq!((e.working(), e.waiting()), (0, 6));
+        for seq in burst.into_iter().chain([poll]) {
+            e.release(MS, seq, false);
+        }
+        assert_eq!((e.pending(), e.waiting(), e.working_cost()), (0, 0, 0));
     }
 
     #[test]
