@@ -25,6 +25,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -55,6 +56,44 @@ pub(crate) struct Port {
 
 impl Port {
     pub(crate) fn pick() -> io::Result<Port> {
+        match worker_ports() {
+            Some(range) => Port::pick_in(range),
+            None => Port::pick_ephemeral(),
+        }
+    }
+
+    /// A random free port of `range` (outside the kernel's ephemeral range). It is
+    /// first bound without `SO_REUSEADDR`, which fails on any socket bound there
+    /// (another drover's hold, a listener, a connection in `TIME_WAIT`), and marked
+    /// reusable after, so the worker's own bind succeeds.
+    fn pick_in(range: RangeInclusive<u16>) -> io::Result<Port> {
+        for _ in 0..64 {
+            let port = fastrand::u16(range.clone());
+            if reserved().contains(&port) {
+                continue;
+            }
+            let hold = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+            match hold.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into()) {
+                Ok(()) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EADDRINUSE | libc::EACCES)) => {
+                    continue
+                }
+                Err(e) => return Err(e),
+            }
+            hold.set_reuse_address(true)?;
+            if reserved().insert(port) {
+                return Ok(Port {
+                    port,
+                    hold: Some(hold),
+                });
+            }
+        }
+        // A range crowded with other listeners: the kernel's pick still works.
+        Port::pick_ephemeral()
+    }
+
+    /// A port the kernel picks (`bind(0)`), from its ephemeral range.
+    fn pick_ephemeral() -> io::Result<Port> {
         // A handful of tries: the kernel hands out ports in a wide range, so a repeat of
         // one of ours (released, its worker not yet bound) is rare, two in a row rarer.
         for _ in 0..16 {
@@ -97,6 +136,56 @@ impl Port {
 impl Drop for Port {
     fn drop(&mut self) {
         reserved().remove(&self.port);
+    }
+}
+
+/// Where workers' ports come from: Nomad's dynamic port range, below Linux's default
+/// ephemeral range (32768-60999). A port the kernel picks (`bind(0)`) is one that
+/// every outgoing connection and every other program's `bind(0)` on the machine may
+/// take as well, and a program that binds its port itself gets it only after drover
+/// lets go of it (`Port::release_hold`): in that gap a test's other listener once took
+/// a worker's port, and drover's readiness probe found that listener instead. Outside
+/// the ephemeral range, only a program that names the port can take it.
+const WORKER_PORTS: RangeInclusive<u16> = 20000..=32000;
+
+/// `WORKER_PORTS`, less the machine's ephemeral range (`ip_local_port_range`), when
+/// at least `MIN_WORKER_PORTS` are left: else `None`, and the kernel picks.
+fn worker_ports() -> Option<RangeInclusive<u16>> {
+    static RANGE: OnceLock<Option<RangeInclusive<u16>>> = OnceLock::new();
+    RANGE
+        .get_or_init(|| {
+            let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                .ok()
+                .and_then(|text| parse_port_range(&text))
+                .unwrap_or(32768..=60999);
+            ports_outside(&WORKER_PORTS, &ephemeral)
+        })
+        .clone()
+}
+
+/// Fewer free ports than this, and two drovers' picks would meet too often.
+const MIN_WORKER_PORTS: u16 = 1000;
+
+/// The larger part of `ours` outside `theirs`, if it has `MIN_WORKER_PORTS`.
+fn ports_outside(
+    ours: &RangeInclusive<u16>,
+    theirs: &RangeInclusive<u16>,
+) -> Option<RangeInclusive<u16>> {
+    let below = *ours.start()..=(*ours.end()).min(theirs.start().saturating_sub(1));
+    let above = (*ours.start()).max(theirs.end().saturating_add(1))..=*ours.end();
+    let size = |r: &RangeInclusive<u16>| r.end().saturating_sub(*r.start());
+    [below, above]
+        .into_iter()
+        .filter(|r| r.start() <= r.end() && size(r) >= MIN_WORKER_PORTS)
+        .max_by_key(size)
+}
+
+/// `ip_local_port_range`: "LOW HIGH".
+fn parse_port_range(text: &str) -> Option<RangeInclusive<u16>> {
+    let mut words = text.split_whitespace().map(str::parse::<u16>);
+    match (words.next(), words.next()) {
+        (Some(Ok(low)), Some(Ok(high))) if low <= high => Some(low..=high),
+        _ => None,
     }
 }
 
@@ -553,6 +642,63 @@ mod tests {
         let first = ports[0].get();
         drop(ports);
         assert!(!reserved().contains(&first));
+    }
+
+    #[test]
+    fn workers_ports_come_from_outside_the_ephemeral_range() {
+        let range = worker_ports().expect("this machine's ephemeral range leaves room");
+        let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|text| parse_port_range(&text))
+            .unwrap();
+        let ports: Vec<Port> = (0..20).map(|_| Port::pick().unwrap()).collect();
+        for port in &ports {
+            assert!(
+                range.contains(&port.get()),
+                "{} not in {range:?}",
+                port.get()
+            );
+            assert!(
+                !ephemeral.contains(&port.get()),
+                "{} is ephemeral",
+                port.get()
+            );
+        }
+        // A port in use (a listener, here) is never picked.
+        let listeners: Vec<TcpListener> = ports
+            .iter()
+            .map(|p| TcpListener::bind(p.addr()).unwrap())
+            .collect();
+        drop(ports);
+        let taken: BTreeSet<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        for _ in 0..200 {
+            let port = Port::pick().unwrap();
+            assert!(!taken.contains(&port.get()), "picked {} in use", port.get());
+        }
+    }
+
+    #[test]
+    fn worker_ports_leave_out_the_ephemeral_range() {
+        assert_eq!(
+            ports_outside(&(20000..=32000), &(32768..=60999)),
+            Some(20000..=32000)
+        );
+        assert_eq!(
+            ports_outside(&(20000..=32000), &(30000..=60999)),
+            Some(20000..=29999)
+        );
+        assert_eq!(
+            ports_outside(&(20000..=32000), &(10000..=25000)),
+            Some(25001..=32000)
+        );
+        assert_eq!(ports_outside(&(20000..=32000), &(1024..=65535)), None);
+        assert_eq!(ports_outside(&(20000..=32000), &(20500..=31500)), None);
+        assert_eq!(parse_port_range("32768\t60999\n"), Some(32768..=60999));
+        assert_eq!(parse_port_range("60999 32768"), None);
+        assert_eq!(parse_port_range("x"), None);
     }
 
     #[test]
