@@ -21,7 +21,7 @@ pub struct PickContext<'a> {
     pub guess: Nanos,
     /// The request's route (`CostTable::key`: method and target), 0 when not known: a
     /// later request of the same route answered first does not make an earlier one count
-    /// as waiting (see `Endpoint::settle`).
+    /// as waiting (see `SendOrder::settled` in endpoint.rs).
     pub route: u64,
     /// Key for `hash`: the header, cookie, client IP or path the balancer hashes on.
     pub hash_key: Option<&'a [u8]>,
@@ -108,12 +108,13 @@ impl Pick {
             (0, guess) => guess,
             (cost, _) => cost,
         };
+        let cost_known = ctx.cost != 0;
         let (pending_at_start, seq) =
-            endpoint.try_acquire_as(cost, ctx.cost == 0, ctx.route, ctx.now)?;
+            endpoint.try_acquire_as(cost, !cost_known, ctx.route, ctx.now)?;
         Some(Pick {
             endpoint: Arc::clone(endpoint),
             cost,
-            cost_known: ctx.cost != 0,
+            cost_known,
             pending_at_start,
             seq,
             started: ctx.now,
