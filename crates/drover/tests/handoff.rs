@@ -329,6 +329,53 @@ async fn handed_over_when_alike(node: &str, extra: &[&str]) {
 }
 
 #[tokio::test]
+async fn by_default_a_few_cheap_requests_first_do_not_keep_one_route_of_waits_placed() {
+    let (d, admin) = run_app(&[], "node", 2, &[]).await;
+    // A load test's readiness checks: a few cheap requests...
+    for _ in 0..8 {
+        ask(d.addr(), "/").await.unwrap();
+    }
+    // ...then its load, one route of 20 ms waits from 32 keep-alive clients. Those
+    // requests are the app's traffic, not a heavy route beside "/": they cost alike
+    // after about 1,000 of them. Before, the typical cost the checks had set rose once
+    // per 0.5 s, and the route read as heavy for 2 s (3,000 requests here).
+    const BOUND: usize = 2_500;
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..32)
+        .map(|_| {
+            let (served, stop, addr) = (served.clone(), stop.clone(), d.addr());
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                while !stop.load(Ordering::Relaxed) && served.load(Ordering::Relaxed) < BOUND {
+                    let r = c.get("/wait?ms=20").await;
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    served.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut handed_at = None;
+    while served.load(Ordering::Relaxed) < BOUND {
+        if handoffs_total(admin).await > 0 {
+            handed_at = Some(served.load(Ordering::Relaxed));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert!(
+        handed_at.is_some(),
+        "no connection handed over in {BOUND} requests of one route\n{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("default mode", &d).await;
+}
+
+#[tokio::test]
 async fn by_default_requests_are_placed_one_by_one_while_some_cost_far_more() {
     let (d, _) = run_app(&[], "node", 2, &[]).await;
     let addr = d.addr();

@@ -56,7 +56,7 @@ impl Conn {
         // Only where a worker could take the connection (not a Python app's, say).
         if !waited && shared.opts.handoff == Handoff::WhenEven && shared.pool.handoffs().any() {
             let cost = shared.costs.estimate(head.cost_key).unwrap_or(latency);
-            shared.spread.observe(now, cost);
+            shared.spread.observe(now, head.cost_key, cost);
         }
         if let Some(load) = resp.load {
             endpoint.report_load(now, load);
