@@ -428,12 +428,16 @@ impl Endpoint {
     /// would apply if it were saturated, it is not (yet), it holds `LIMIT_INITIAL`
     /// working requests or more, and its CPU is reported, but no report came
     /// `JUDGED_AFTER` it became busy (for at most `JUDGEMENT_WAIT_MAX`). While a
-    /// sibling is full at its limit, strategies send it no more until a report judges it
-    /// (`strategy::common::claim`).
+    /// sibling is full at its limit or on its way, strategies send it no more until a
+    /// report judges it (`strategy::common::claim`).
+    ///
+    /// A worker a supervisor runs counts as reported before its first report, which
+    /// comes a CPU sample or two after it joined: a burst that came with it was
+    /// otherwise never held.
     pub fn holds_an_unjudged_burst(&self, now: Nanos) -> bool {
         let since = self.busy_since.load(Relaxed);
         let reported = self.reported_at.load(Relaxed);
-        reported != 0
+        (reported != 0 || self.worker_life().is_some())
             && now.saturating_sub(since) < JUDGEMENT_WAIT_MAX
             && reported < since.saturating_add(JUDGED_AFTER)
             && self.pending().saturating_sub(self.waiting()) >= LIMIT_INITIAL as u32

@@ -14,6 +14,9 @@ pub struct EndpointSet {
     /// The largest weight when the snapshot was made (the pool swaps in a new snapshot
     /// when a weight changes), for draws that accept in proportion to weight.
     max_weight: u32,
+    /// How many members the pool's supervisor runs or is starting (0: nobody says; a
+    /// pool of fixed backends). More than `endpoints` while a worker is on its way.
+    expected: usize,
 }
 
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
@@ -24,7 +27,28 @@ impl EndpointSet {
             max_weight: endpoints.iter().map(|e| e.weight()).max().unwrap_or(1),
             endpoints,
             generation: GENERATIONS.fetch_add(1, Relaxed),
+            expected: 0,
         }
+    }
+
+    /// The same snapshot, saying that `expected` members are meant to serve in it.
+    pub fn expecting(self, expected: usize) -> Self {
+        EndpointSet { expected, ..self }
+    }
+
+    /// This snapshot's members and generation (tables derived from them stay valid),
+    /// expecting `expected` members.
+    pub fn now_expecting(&self, expected: usize) -> Self {
+        EndpointSet {
+            endpoints: self.endpoints.clone(),
+            expected,
+            ..*self
+        }
+    }
+
+    /// How many expected members are not here yet: workers starting, or restarting.
+    pub fn awaited(&self) -> usize {
+        self.expected.saturating_sub(self.endpoints.len())
     }
 
     /// The largest endpoint weight in the snapshot (1 when empty).

@@ -11,6 +11,7 @@ use drover_balance::{clock, Endpoint, EndpointSet, Nanos};
 use drover_metrics::{Ejection, EndpointSnapshot};
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -209,6 +210,8 @@ pub struct Pool {
     up: watch::Sender<()>,
     /// Endpoints that take client connections themselves (see `handoff`).
     handoffs: crate::Handoffs,
+    /// How many members a supervisor runs here (`expect_members`); 0 for other pools.
+    expected: AtomicUsize,
 }
 
 impl Pool {
@@ -224,6 +227,7 @@ impl Pool {
             sources: Mutex::new(BTreeMap::from([(Source::Static, addrs.clone())])),
             up: watch::Sender::new(()),
             handoffs: crate::Handoffs::default(),
+            expected: AtomicUsize::new(0),
         };
         let endpoints = addrs
             .into_iter()
@@ -262,6 +266,17 @@ impl Pool {
     /// The current membership as an owned `Arc`, for code that keeps it across awaits.
     pub fn load_full(&self) -> Arc<EndpointSet> {
         self.set.load_full()
+    }
+
+    /// Says how many members the pool's supervisor runs (its worker count), so that while
+    /// fewer are here a burst is not all placed on the ones that started first (see
+    /// `EndpointSet::awaited`).
+    pub fn expect_members(&self, n: usize) {
+        let _writer = self.lock_sources();
+        if self.expected.swap(n, Relaxed) != n {
+            let set = self.set.load();
+            self.set.store(Arc::new(set.now_expecting(n)));
+        }
     }
 
     /// Wakes when an endpoint may have become available: one joined, or rose
@@ -401,7 +416,9 @@ impl Pool {
                 .zip(&endpoints)
                 .any(|(a, b)| !Arc::ptr_eq(a, b));
         if reordered || weights_changed {
-            self.set.store(Arc::new(EndpointSet::new(endpoints)));
+            let expected = self.expected.load(Relaxed);
+            self.set
+                .store(Arc::new(EndpointSet::new(endpoints).expecting(expected)));
         }
         if !change.added.is_empty() {
             self.endpoint_up();

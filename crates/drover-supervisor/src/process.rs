@@ -154,10 +154,7 @@ fn worker_ports() -> Option<RangeInclusive<u16>> {
     static RANGE: OnceLock<Option<RangeInclusive<u16>>> = OnceLock::new();
     RANGE
         .get_or_init(|| {
-            let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-                .ok()
-                .and_then(|text| parse_port_range(&text))
-                .unwrap_or(32768..=60999);
+            let ephemeral = ephemeral_ports().unwrap_or(32768..=60999);
             ports_outside(&WORKER_PORTS, &ephemeral)
         })
         .clone()
@@ -178,6 +175,12 @@ fn ports_outside(
         .into_iter()
         .filter(|r| r.start() <= r.end() && size(r) >= MIN_WORKER_PORTS)
         .max_by_key(size)
+}
+
+/// The machine's ephemeral range, where `bind(0)` and outgoing connections take ports.
+fn ephemeral_ports() -> Option<RangeInclusive<u16>> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    parse_port_range(&text)
 }
 
 /// `ip_local_port_range`: "LOW HIGH".
@@ -647,10 +650,7 @@ mod tests {
     #[test]
     fn workers_ports_come_from_outside_the_ephemeral_range() {
         let range = worker_ports().expect("this machine's ephemeral range leaves room");
-        let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|text| parse_port_range(&text))
-            .unwrap();
+        let ephemeral = ephemeral_ports().unwrap();
         let ports: Vec<Port> = (0..20).map(|_| Port::pick().unwrap()).collect();
         for port in &ports {
             assert!(

@@ -188,6 +188,7 @@ impl Supervisor {
                 .map_err(|source| SupervisorError::Steering { app, source })?;
         }
         // After the watcher: a failure before this point leaves nothing running.
+        shared.pool.expect_members(workers);
         let tasks = (0..workers)
             .map(|id| SlotTask::start(&shared, id))
             .collect();
@@ -298,6 +299,7 @@ impl Supervisor {
                 });
             }
             let from = slots.tasks.len();
+            self.shared.pool.expect_members(workers);
             for _ in from..workers {
                 let id = self.shared.add_slot();
                 slots.tasks.push(SlotTask::start(&self.shared, id));
@@ -306,6 +308,7 @@ impl Supervisor {
         };
         if workers > from {
             if let Err(stuck) = self.wait_new_ready(from..workers).await {
+                self.shared.pool.expect_members(from);
                 self.retire_down_to(from).await;
                 return Err(SupervisorError::ScaleFailed {
                     app: app.to_string(),

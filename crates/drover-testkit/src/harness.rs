@@ -362,7 +362,7 @@ pub async fn spawn_backend_process_on(name: &str, addr: SocketAddr) -> ChildProc
 /// neither `bind(0)` nor an outgoing connection takes ports: a port from `bind(0)`
 /// could be taken by any other process's connection before the peer binds it, and
 /// the tests open thousands. Below drover's own range for its workers' ports
-/// (20000-32000) too, so the drovers under test never take one.
+/// (drover-supervisor's `WORKER_PORTS`) too, so the drovers under test never take one.
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     const RANGE: std::ops::Range<u16> = 10_000..20_000;

@@ -12,19 +12,20 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-/// The fixture, started with `delay_ms` before it listens.
-fn slow_starter(delay_ms: u32) -> [String; 2] {
+/// The fixture, started with `delays` (ms, one for all workers or one per worker,
+/// comma-separated) before it listens.
+fn slow_starter(delays: &str) -> [String; 2] {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/cold_start/server.js")
         .display()
         .to_string();
-    [script, delay_ms.to_string()]
+    [script, delays.to_owned()]
 }
 
-/// `drover run -w 2 EXTRA -- node server.js DELAY_MS`, returned once drover's balancer
+/// `drover run -w 2 EXTRA -- node server.js DELAYS`, returned once drover's balancer
 /// listens (its workers are still starting then).
-async fn run(delay_ms: u32, extra: &[&str]) -> DroverProcess {
-    let [script, delay] = slow_starter(delay_ms);
+async fn run(delays: &str, extra: &[&str]) -> DroverProcess {
+    let [script, delay] = slow_starter(delays);
     let mut args = vec![
         "run",
         "-w",
@@ -39,19 +40,37 @@ async fn run(delay_ms: u32, extra: &[&str]) -> DroverProcess {
     DroverProcess::spawn(bin(), &args).await
 }
 
-/// `n` GETs at once, each on its own connection; each answer's status and
+/// `n` GETs of `/` at once, each on its own connection; each answer's status and
 /// `drover-error` (status 0: no answer).
 async fn burst(addr: SocketAddr, n: usize) -> Vec<(u16, Option<String>)> {
+    burst_of(addr, n, "/")
+        .await
+        .into_iter()
+        .map(|(status, error, _)| (status, error))
+        .collect()
+}
+
+/// `n` GETs of `path` at once, each on its own connection; each answer's status,
+/// `drover-error` and `x-pid` (the worker's; status 0: no answer).
+async fn burst_of(
+    addr: SocketAddr,
+    n: usize,
+    path: &'static str,
+) -> Vec<(u16, Option<String>, Option<u32>)> {
     let tasks: Vec<_> = (0..n)
         .map(|_| {
             tokio::spawn(async move {
                 let Ok(mut c) = HttpClient::connect(addr).await else {
-                    return (0, None);
+                    return (0, None, None);
                 };
                 c.set_timeout(Duration::from_secs(60));
-                match c.request("GET", "/", &[], None).await {
-                    Ok(r) => (r.status, r.header("drover-error").map(str::to_owned)),
-                    Err(_) => (0, None),
+                match c.request("GET", path, &[], None).await {
+                    Ok(r) => (
+                        r.status,
+                        r.header("drover-error").map(str::to_owned),
+                        r.header("x-pid").and_then(|p| p.parse().ok()),
+                    ),
+                    Err(_) => (0, None, None),
                 }
             })
         })
@@ -77,7 +96,7 @@ async fn ready_pids(admin: SocketAddr) -> Vec<u32> {
 /// listens; drover used to answer every one of them `503 no-healthy-endpoint` at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_sent_while_the_workers_start_wait_for_them() {
-    let d = run(1500, &[]).await;
+    let d = run("1500", &[]).await;
     let answers = burst(d.addr(), 20).await;
     let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
     assert!(
@@ -95,7 +114,7 @@ async fn requests_sent_while_the_workers_start_wait_for_them() {
 /// the request's doing; see `Conn::after_drop`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_sent_while_every_worker_restarts_wait_for_the_replacements() {
-    let d = run(1500, &[]).await;
+    let d = run("1500", &[]).await;
     let admin = admin_addr(&d).await;
     let serving = wait_until_async(Duration::from_secs(20), || async {
         ready_pids(admin).await.len() == 2
@@ -134,12 +153,43 @@ async fn requests_sent_while_every_worker_restarts_wait_for_the_replacements() {
     );
 }
 
+/// A burst that comes while one worker of two is ready (a client that started with
+/// drover, a deploy): all of it used to go to that worker within milliseconds, as the
+/// only endpoint there was, and the second worker, ready a moment later, got none of
+/// it while the first worked through every request in turn. Node's cluster module hands
+/// a worker busy with CPU work no more connections, so the second gets its share there.
+/// Now the first takes a few and the rest wait in drover's queue while the second is
+/// on its way (it is not, and they go to the first, if the first turns out to be idle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_while_one_worker_is_ready_waits_for_the_other_instead_of_all_going_to_it() {
+    // Worker 0 listens at once, worker 1 after 1.5 s.
+    let d = run("0,1500", &[]).await;
+    let admin = admin_addr(&d).await;
+    let first = wait_until_async(Duration::from_secs(20), || async {
+        !ready_pids(admin).await.is_empty()
+    })
+    .await;
+    assert!(first, "{}", d.stderr_text());
+    let early = ready_pids(admin).await;
+    assert_eq!(early.len(), 1, "both ready at once: {early:?}");
+    // 24 requests of 150 ms of CPU at once: 3.6 s of work, 1.8 s on two workers.
+    let answers = burst_of(d.addr(), 24, "/work?ms=150").await;
+    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(failed.is_empty(), "{failed:?}\n{}", d.stderr_text());
+    let on_late = answers.iter().filter(|a| a.2 != Some(early[0])).count();
+    assert!(
+        on_late >= 3,
+        "the worker ready second served {on_late} of 24\n{}",
+        d.stderr_text()
+    );
+}
+
 /// Workers that never listen: the wait ends at the queue timeout with a 503 that says
 /// why, and drover keeps serving (here: answering) rather than holding requests forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_for_workers_that_never_start_get_a_503_after_the_queue_timeout() {
     // Ten minutes: longer than the test runs.
-    let d = run(600_000, &["--queue-timeout", "1s"]).await;
+    let d = run("600000", &["--queue-timeout", "1s"]).await;
     for round in 0..2 {
         let answers = burst(d.addr(), 10).await;
         for a in &answers {
@@ -160,7 +210,7 @@ async fn requests_for_workers_that_never_start_get_a_503_after_the_queue_timeout
 /// 1.5 s boot) serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves() {
-    let d = run(1500, &["--ready-timeout", "1s"]).await;
+    let d = run("1500", &["--ready-timeout", "1s"]).await;
     let admin = admin_addr(&d).await;
     let answers = burst(d.addr(), 10).await;
     let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
@@ -189,7 +239,7 @@ async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves
 
 #[tokio::test]
 async fn a_zero_ready_timeout_is_refused_by_name() {
-    let [script, delay] = slow_starter(0);
+    let [script, delay] = slow_starter("0");
     let out = tokio::process::Command::new(bin())
         .args([
             "run",
