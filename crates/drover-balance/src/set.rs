@@ -14,9 +14,9 @@ pub struct EndpointSet {
     /// The largest weight when the snapshot was made (the pool swaps in a new snapshot
     /// when a weight changes), for draws that accept in proportion to weight.
     max_weight: u32,
-    /// How many members the pool's supervisor runs or is starting (0: nobody says; a
-    /// pool of fixed backends). More than `endpoints` while a worker is on its way.
-    expected: usize,
+    /// How many of the members a supervisor runs here are not in the snapshot: workers
+    /// starting or restarting (0 for a pool nothing supervises).
+    awaited: usize,
 }
 
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
@@ -27,28 +27,29 @@ impl EndpointSet {
             max_weight: endpoints.iter().map(|e| e.weight()).max().unwrap_or(1),
             endpoints,
             generation: GENERATIONS.fetch_add(1, Relaxed),
-            expected: 0,
+            awaited: 0,
         }
     }
 
-    /// The same snapshot, saying that `expected` members are meant to serve in it.
-    pub fn expecting(self, expected: usize) -> Self {
-        EndpointSet { expected, ..self }
+    /// The same snapshot, saying that `awaited` more members are on their way.
+    pub fn awaiting(self, awaited: usize) -> Self {
+        EndpointSet { awaited, ..self }
     }
 
     /// This snapshot's members and generation (tables derived from them stay valid),
-    /// expecting `expected` members.
-    pub fn now_expecting(&self, expected: usize) -> Self {
+    /// with `awaited` more members on their way.
+    pub fn now_awaiting(&self, awaited: usize) -> Self {
         EndpointSet {
             endpoints: self.endpoints.clone(),
-            expected,
+            awaited,
             ..*self
         }
     }
 
-    /// How many expected members are not here yet: workers starting, or restarting.
+    /// How many members a supervisor runs here are not in it yet: workers starting, or
+    /// restarting.
     pub fn awaited(&self) -> usize {
-        self.expected.saturating_sub(self.endpoints.len())
+        self.awaited
     }
 
     /// The largest endpoint weight in the snapshot (1 when empty).

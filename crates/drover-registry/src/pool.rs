@@ -272,11 +272,18 @@ impl Pool {
     /// fewer are here a burst is not all placed on the ones that started first (see
     /// `EndpointSet::awaited`).
     pub fn expect_members(&self, n: usize) {
-        let _writer = self.lock_sources();
+        let sources = self.lock_sources();
         if self.expected.swap(n, Relaxed) != n {
             let set = self.set.load();
-            self.set.store(Arc::new(set.now_expecting(n)));
+            self.set
+                .store(Arc::new(set.now_awaiting(self.awaited(&sources))));
         }
+    }
+
+    /// How many of the members a supervisor runs are not among `sources`' yet.
+    fn awaited(&self, sources: &BTreeMap<Source, Vec<(SocketAddr, u32)>>) -> usize {
+        let supervised = sources.get(&Source::Supervisor).map_or(0, Vec::len);
+        self.expected.load(Relaxed).saturating_sub(supervised)
     }
 
     /// Wakes when an endpoint may have become available: one joined, or rose
@@ -416,9 +423,9 @@ impl Pool {
                 .zip(&endpoints)
                 .any(|(a, b)| !Arc::ptr_eq(a, b));
         if reordered || weights_changed {
-            let expected = self.expected.load(Relaxed);
+            let awaited = self.awaited(sources);
             self.set
-                .store(Arc::new(EndpointSet::new(endpoints).expecting(expected)));
+                .store(Arc::new(EndpointSet::new(endpoints).awaiting(awaited)));
         }
         if !change.added.is_empty() {
             self.endpoint_up();

@@ -220,3 +220,30 @@ fn endpoints_not_from_a_source_leave_out_every_address_it_names() {
     assert_eq!(others, [addr(1), addr(4)]);
     assert_eq!(pool.endpoints_not_from(Source::Etcd).len(), 4);
 }
+
+#[test]
+fn the_set_counts_the_supervised_members_not_here_yet() {
+    // A fixed backend beside an app's workers, as `backends = ["app:web", "10.0.0.5:80"]`.
+    let pool = Pool::new("web", &[(addr(1), 1)], PoolOptions::default());
+    assert_eq!(pool.snapshot().awaited(), 0, "nothing supervised");
+    pool.expect_members(2);
+    assert_eq!(pool.snapshot().awaited(), 2);
+    pool.insert(Source::Supervisor, addr(2), 1);
+    assert_eq!(
+        pool.snapshot().awaited(),
+        1,
+        "the fixed backend is no worker"
+    );
+    let generation = pool.snapshot().generation();
+    pool.expect_members(3);
+    assert_eq!(pool.snapshot().awaited(), 2);
+    assert_eq!(pool.snapshot().generation(), generation, "the same members");
+    pool.insert(Source::Supervisor, addr(3), 1);
+    pool.insert(Source::Supervisor, addr(4), 1);
+    assert_eq!(pool.snapshot().awaited(), 0);
+    // A worker that ends leaves the pool until its replacement joins.
+    pool.remove(Source::Supervisor, addr(3));
+    assert_eq!(pool.snapshot().awaited(), 1);
+    pool.expect_members(2);
+    assert_eq!(pool.snapshot().awaited(), 0);
+}

@@ -336,7 +336,7 @@ mod tests {
             ..Default::default()
         };
         // The first of two workers is the only endpoint yet (a cold start).
-        let s = set(1).expecting(2);
+        let s = set(1).awaiting(1);
         assert_eq!(s.awaited(), 1);
         let a = &s.endpoints()[0];
         a.set_adaptive(true);
@@ -354,7 +354,7 @@ mod tests {
         assert!(P2c::new().pick(&s, &at(2 + JUDGED_AFTER)).is_ok());
         drop(on_a);
         // A worker with no CPU report yet (it just joined) holds a burst as well.
-        let s = set(1).expecting(2);
+        let s = set(1).awaiting(1);
         let a = &s.endpoints()[0];
         a.set_adaptive(true);
         a.set_worker_life(crate::WorkerLife::Running);
@@ -364,7 +364,7 @@ mod tests {
         assert!(P2c::new().pick(&s, &at(3)).is_err());
         drop(on_a);
         // With every expected member here, nothing waits for a report.
-        let s = set(2).expecting(2);
+        let s = set(2);
         assert_eq!(s.awaited(), 0);
         let a = &s.endpoints()[0];
         a.set_adaptive(true);
