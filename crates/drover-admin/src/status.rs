@@ -247,6 +247,10 @@ pub struct EndpointRow {
     /// Peak-EWMA latency estimate.
     pub rtt_ms: f64,
     pub weight: u32,
+    /// The share of its weight slow start gives it now, in (0, 1]; 1 when it is not
+    /// ramping (it joined a pool that had served for a while, or came back).
+    #[serde(default = "full_share")]
+    pub ramp: f64,
     pub ejections: u32,
     /// Why its last active health check failed, while its checks keep failing (a
     /// certificate that does not verify: `TLS handshake failed: unknown-issuer (...)`);
@@ -255,7 +259,20 @@ pub struct EndpointRow {
     pub check_error: Option<String>,
 }
 
+fn full_share() -> f64 {
+    1.0
+}
+
 impl EndpointRow {
+    /// The WEIGHT column: the weight, and the share of it slow start gives now.
+    fn weight_cell(&self) -> String {
+        if self.ramp < 1.0 {
+            format!("{} (slow start {:.0}%)", self.weight, self.ramp * 100.0)
+        } else {
+            self.weight.to_string()
+        }
+    }
+
     /// The LIMIT column: the limit in force, and what it counts or why none is, so it
     /// never seems to contradict IN-FLIGHT. A learned limit counts PENDING (requests
     /// awaiting their response head) less those that wait, and holds only while the
@@ -375,7 +392,7 @@ impl Status {
                         format!("{:.2}", e.load),
                         e.limit_cell(),
                         format!("{:.2}", e.rtt_ms),
-                        e.weight.to_string(),
+                        e.weight_cell(),
                         e.ejections.to_string(),
                     ]
                 })
@@ -605,6 +622,7 @@ mod tests {
                     learned_limit: 0,
                     rtt_ms: 1.234,
                     weight: 1,
+                    ramp: 0.4,
                     ejections: 1,
                     check_error: None,
                 }],
@@ -659,6 +677,7 @@ mod tests {
             text.contains("LOAD  LIMIT") && text.contains("0.95  2 "),
             "{text}"
         );
+        assert!(text.contains("1 (slow start 40%)  1\n"), "{text}");
     }
 
     #[test]
@@ -676,6 +695,7 @@ mod tests {
             learned_limit: learned,
             rtt_ms: 1.0,
             weight: 1,
+            ramp: 1.0,
             ejections: 0,
             check_error: None,
         };

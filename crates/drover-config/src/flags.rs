@@ -59,6 +59,12 @@ pub struct RunArgs {
     #[arg(long, default_value = shown(app().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 
+    /// A worker that joins workers that have served (a replacement, a scale-up, a
+    /// reload's new ones) ramps its share up over this long (0s: off); at a fresh start
+    /// none does [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = drover_units::duration)]
+    pub slow_start: Option<Duration>,
+
     /// How long a starting worker has to listen (and pass --health-path) before it is
     /// stopped and started again; each start in a row that ran out of it doubles the
     /// next one's, up to 16 times (a slow start is not a failed one).
@@ -1297,6 +1303,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         ),
         (args.health_path.is_some(), "--health-path"),
         (args.health_grpc.is_some(), "--health-grpc"),
+        (args.slow_start.is_some(), "--slow-start"),
         (!args.tls.tls_cert.is_empty(), "--tls-cert"),
         (!args.tls.tls_key.is_empty(), "--tls-key"),
         (
@@ -1414,6 +1421,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.strategy.is_some() {
                 return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
             }
+            if args.slow_start.is_some() {
+                return Err("--slow-start does not apply to --mode shared: drover places connections by the workers' load, not by weights".into());
+            }
             if args.proxy_protocol.proxy_protocol_from.is_some() {
                 return Err("--proxy-protocol-from does not apply to --mode shared: the workers accept the connections themselves".into());
             }
@@ -1496,6 +1506,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 model::handoff_for(&[args.mode], balancer.strategy, balancer.backend_protocol);
             balancer.connection_affinity = true;
             balancer.apply_limits(&args.limits);
+            if let Some(slow_start) = args.slow_start {
+                balancer.slow_start = slow_start;
+            }
             balancer.timeouts = args.timeouts.config(None);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.forwarded_headers = args.proxy_protocol.forwarded_headers_from.clone();
@@ -2094,6 +2107,53 @@ mod tests {
         // A mistyped flag of drover's is still an error, not a program.
         assert!(Run::try_parse_from(["run", "--wrokers", "2", "node", "app.js"]).is_err());
         assert!(Run::try_parse_from(["run", "-w", "2"]).is_err());
+    }
+
+    #[test]
+    fn run_takes_slow_start_for_its_balancer_and_refuses_it_where_none_runs() {
+        let slow_start = |argv: &[&str]| {
+            let r = Run::try_parse_from(argv).unwrap();
+            run_config(&r.args).map(|c| c.config.balancers[0].slow_start)
+        };
+        assert_eq!(
+            slow_start(&["run", "--", "node", "app.js"]).unwrap(),
+            model::SLOW_START
+        );
+        assert_eq!(
+            slow_start(&["run", "--slow-start", "30s", "--", "node", "app.js"]).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            slow_start(&["run", "--slow-start", "0s", "--", "node", "app.js"]).unwrap(),
+            Duration::ZERO
+        );
+        let Err(e) = Run::try_parse_from(["run", "--slow-start", "soon", "--", "node", "app.js"])
+        else {
+            panic!("--slow-start soon is refused")
+        };
+        let e = e.to_string();
+        assert!(e.contains("--slow-start"), "{e}");
+        for mode in ["shared", "background"] {
+            let r = Run::try_parse_from([
+                "run",
+                "--mode",
+                mode,
+                "--slow-start",
+                "5s",
+                "--",
+                "node",
+                "app.js",
+            ])
+            .unwrap();
+            let Err(e) = run_config(&r.args) else {
+                panic!("--slow-start with --mode {mode} is refused")
+            };
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&format!("--slow-start does not apply to --mode {mode}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

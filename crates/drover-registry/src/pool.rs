@@ -11,7 +11,7 @@ use drover_balance::{clock, Endpoint, EndpointSet, Nanos};
 use drover_metrics::{Ejection, EndpointSnapshot};
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -20,7 +20,8 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolOptions {
     /// Slow start for endpoints that join a running pool and for endpoints that active
-    /// checks bring back up: their share ramps up over this long. Zero disables it.
+    /// checks bring back up: their share ramps up over this long (one that joins, over
+    /// at most as long as the pool has had members). Zero disables it.
     pub slow_start: Duration,
     /// Concurrency limit applied to every endpoint (0 = none). Above it the balancer
     /// queues requests in drover instead of inside a busy backend.
@@ -212,6 +213,9 @@ pub struct Pool {
     handoffs: crate::Handoffs,
     /// How many members a supervisor runs here (`expect_members`); 0 for other pools.
     expected: AtomicUsize,
+    /// When the pool first had a member (0 until then): how long the others may have
+    /// been warming up when one joins (see `new_endpoint`).
+    serving_since: AtomicU64,
 }
 
 impl Pool {
@@ -228,6 +232,7 @@ impl Pool {
             up: watch::Sender::new(()),
             handoffs: crate::Handoffs::default(),
             expected: AtomicUsize::new(0),
+            serving_since: AtomicU64::new(if addrs.is_empty() { 0 } else { clock::now() }),
         };
         let endpoints = addrs
             .into_iter()
@@ -346,8 +351,8 @@ impl Pool {
     /// order; the pool then serves the union of all sources.
     ///
     /// Addresses that stay keep their `Arc<Endpoint>` (and so their load and health
-    /// state); only their weight is updated. New addresses start slow start when
-    /// `slow_start` is set. Removed endpoints live on while requests hold them. When
+    /// state); only their weight is updated. New addresses slow-start when
+    /// `slow_start` is set (see `new_endpoint`). Removed endpoints live on while requests hold them. When
     /// neither addresses nor weights change, the snapshot is kept, so strategies that
     /// cache tables per generation (Maglev) do not rebuild them for nothing.
     pub fn set_source(&self, source: Source, members: &[(SocketAddr, u32)]) -> MembershipChange {
@@ -392,6 +397,12 @@ impl Pool {
         let members = dedup(&all);
         let now = clock::now();
 
+        if !members.is_empty() {
+            // Only the first member sets it; compare_exchange keeps an earlier time.
+            let _ = self
+                .serving_since
+                .compare_exchange(0, now, Relaxed, Relaxed);
+        }
         let mut change = MembershipChange::default();
         let mut weights_changed = false;
         let endpoints: Vec<Arc<Endpoint>> = members
@@ -558,13 +569,18 @@ impl Pool {
         self.options.load().passive.on_success(ep, now);
     }
 
-    /// `ramp_from`: when the endpoint joins a running pool, slow start begins then.
-    fn new_endpoint(
-        &self,
-        addr: SocketAddr,
-        weight: u32,
-        ramp_from: Option<Nanos>,
-    ) -> Arc<Endpoint> {
+    /// `joined`: when the endpoint joins a running pool; it slow-starts from then.
+    ///
+    /// Slow start protects a cold member from a share of traffic that warm members
+    /// carry. So a member ramps only over as long as the pool has had members, at most
+    /// `slow_start`: at a fresh start no one is warmer than anyone (HAProxy applies
+    /// `slowstart` at boot to no server, for the same reason), and a worker that joins
+    /// 1 s after the first ramps over that 1 s, not for 10 s at half its sibling's share.
+    /// A member that joins a pool that has served longer than `slow_start`, a
+    /// replacement or a scale-up, ramps over all of it. (A member that comes back from an
+    /// ejection or failed checks always ramps over all of it: it failed, the others did
+    /// not.)
+    fn new_endpoint(&self, addr: SocketAddr, weight: u32, joined: Option<Nanos>) -> Arc<Endpoint> {
         let ep = Endpoint::with_weight(addr, weight);
         let options = self.options.load();
         ep.set_max_conns(options.max_conns);
@@ -572,16 +588,17 @@ impl Pool {
         if options.initially_unhealthy {
             // Active checks start the ramp when it rises, so none is needed here.
             ep.set_healthy(false);
-        } else if let Some(now) = ramp_from {
-            if !options.slow_start.is_zero() {
-                ep.start_ramp(now, clock::nanos(options.slow_start));
+        } else if let Some(now) = joined {
+            let served = now.saturating_sub(self.serving_since.load(Relaxed));
+            let len = clock::nanos(options.slow_start).min(served);
+            if len > 0 {
+                ep.start_ramp(now, len);
             }
         }
         Arc::new(ep)
     }
 }
 
-/// Drops repeated addresses, keeping the first.
 /// One endpoint's state at `now`.
 fn endpoint_status(e: &Endpoint, now: Nanos) -> EndpointStatus {
     let until = e.ejected_until();
@@ -620,6 +637,7 @@ fn counted(ep: &Endpoint, ejected: Option<Duration>, why: Ejection) -> Option<Du
     ejected
 }
 
+/// Drops repeated addresses, keeping the first.
 fn dedup(members: &[(SocketAddr, u32)]) -> Vec<(SocketAddr, u32)> {
     let mut seen = HashSet::with_capacity(members.len());
     members

@@ -62,10 +62,35 @@ fn only_endpoints_joining_a_running_pool_slow_start() {
     let pool = Pool::new("web", &[(addr(1), 1)], slow_start_opts());
     let now = clock::now();
     assert_eq!(pool.find(addr(1)).unwrap().ramp(now), 1.0);
+    // The pool has served for a while: the newcomer ramps over that while.
+    std::thread::sleep(Duration::from_millis(300));
     pool.set_source(Source::Static, &[(addr(1), 1), (addr(2), 1)]);
     let now = clock::now();
     assert_eq!(pool.find(addr(1)).unwrap().ramp(now), 1.0);
     assert!(pool.find(addr(2)).unwrap().ramp(now) < 0.2);
+}
+
+/// At a fresh start (a supervisor's workers joining an empty pool one by one) no member
+/// is warmer than another: the first does not ramp, and one that joins later ramps for
+/// no longer than the pool has had members, not for the whole `slow_start`.
+#[test]
+fn a_member_ramps_no_longer_than_the_pool_has_had_members() {
+    let pool = Pool::new("app", &[], slow_start_opts());
+    pool.insert(Source::Supervisor, addr(1), 1);
+    assert_eq!(pool.find(addr(1)).unwrap().ramp(clock::now()), 1.0);
+
+    std::thread::sleep(Duration::from_millis(200));
+    pool.insert(Source::Supervisor, addr(2), 1);
+    let joined = clock::now();
+    let late = pool.find(addr(2)).unwrap();
+    assert!(
+        late.ramp(joined) < 0.2,
+        "it joined a pool that served 200 ms"
+    );
+    // Its ramp lasts about those 200 ms (and at most a little more), not 30 s.
+    let ramp_len = 400_000_000;
+    assert_eq!(late.ramp(joined + ramp_len), 1.0);
+    assert_eq!(pool.find(addr(1)).unwrap().ramp(joined), 1.0);
 }
 
 #[test]

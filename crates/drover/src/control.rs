@@ -1004,6 +1004,7 @@ impl Control for Controller {
                         waiting: e.waiting,
                         rtt_ms: e.rtt_ns as f64 / 1e6,
                         weight: e.weight,
+                        ramp: e.ramp,
                         ejections: e.ejections,
                         check_error: check_errors.get(&e.addr).cloned(),
                     })

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{admin_addr, bin, status};
+use common::{admin_addr, bin, ctl, status};
 use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -180,6 +180,70 @@ async fn a_burst_while_one_worker_is_ready_waits_for_the_other_instead_of_all_go
     assert!(
         on_late >= 3,
         "the worker ready second served {on_late} of 24\n{}",
+        d.stderr_text()
+    );
+}
+
+/// Slow start keeps a cold worker from the share that warm ones carry. At a fresh start
+/// no worker is warmer than another, so none ramps: each used to start at a tenth of
+/// its share for the whole `--slow-start`, so one ready a moment after its sibling
+/// counted half as much for seconds. (HAProxy applies `slowstart` at boot to no server.)
+/// A replacement after a crash joins workers that have served, and ramps; `ctl status`
+/// says so in its WEIGHT column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_of_a_fresh_start_take_their_full_share_and_a_replacement_ramps() {
+    let d = run("0", &["--slow-start", "20s"]).await;
+    let admin = admin_addr(&d).await;
+    let serving = wait_until_async(Duration::from_secs(20), || async {
+        ready_pids(admin).await.len() == 2
+    })
+    .await;
+    assert!(serving, "{}", d.stderr_text());
+    // The second ramps at most over the moment between the two joining, not for 20 s.
+    let full = wait_until_async(Duration::from_secs(5), || async {
+        let s = status(admin).await;
+        let ramps: Vec<f64> = s.balancers[0].endpoints.iter().map(|e| e.ramp).collect();
+        ramps.len() == 2 && ramps.iter().all(|&r| r == 1.0)
+    })
+    .await;
+    let (_, table, _) = ctl(admin, &["status"]).await;
+    assert!(full, "workers of a fresh start still ramp\n{table}");
+
+    // The pool has served for 3 s when a worker dies: its replacement ramps over 3 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = ready_pids(admin).await;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &before[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let last_table = std::sync::Mutex::new(String::new());
+    let ramps = wait_until_async(Duration::from_secs(15), || {
+        let (last_table, before) = (&last_table, &before);
+        async move {
+            let s = status(admin).await;
+            let Some(port) = s.apps[0]
+                .workers
+                .iter()
+                .find(|w| w.state == "ready" && w.pid.is_some_and(|p| !before.contains(&p)))
+                .and_then(|w| w.port)
+            else {
+                return false;
+            };
+            let (_, table, _) = ctl(admin, &["status"]).await;
+            let row = format!("127.0.0.1:{port} ");
+            let found = table
+                .lines()
+                .any(|l| l.contains(&row) && l.contains("(slow start "));
+            *last_table.lock().unwrap() = table;
+            found
+        }
+    })
+    .await;
+    assert!(
+        ramps,
+        "the replacement does not slow-start\n{}\n{}",
+        last_table.lock().unwrap(),
         d.stderr_text()
     );
 }
