@@ -57,7 +57,7 @@ pub(crate) fn claim<'s>(
 /// drover), and it took all 100 in 8 ms; the second joined 0.4 s later and got only
 /// what the queue held after that, while the first's last requests waited 45 s inside
 /// it, over twice the 19 s of Node cluster's slowest (`NEW_CONN=1 N=400
-/// POINTS=20000000 bash bench/burst.sh`, in 3 of 4 runs). Node's cluster module hands a
+/// POINTS=20000000 bash bench/burst.sh`, in 6 of 8 runs). Node's cluster module hands a
 /// worker its next connection only once it has taken the last, which a worker busy
 /// with CPU work does not, so the second worker got its half there.
 fn waits_for_judgement(set: &EndpointSet, e: &Arc<Endpoint>, now: Nanos) -> bool {
