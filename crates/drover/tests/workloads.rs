@@ -384,14 +384,18 @@ async fn a_restarted_worker_gets_its_share_of_sequential_requests() {
         .status()
         .unwrap();
     assert!(killed.success(), "kill -9 {victim_pid} failed");
-    // Wait for its replacement: same worker id, a new pid, ready, and in the pool.
+    // Wait for its replacement: same worker id, a new pid, ready, in the pool, and past
+    // its slow start. (A replacement joins a worker that has served, so it ramps, over
+    // as long as the pool had served when it joined: a few seconds here. While it ramps
+    // it gets less by design; it used to get nearly as much only because the survivor
+    // was still ramping from the fresh start too.)
     let mut replaced = false;
     for _ in 0..300 {
         let s = status(admin).await;
         let available = s.balancers[0]
             .endpoints
             .iter()
-            .filter(|e| e.available)
+            .filter(|e| e.available && e.ramp == 1.0)
             .count();
         replaced = available == 2
             && s.apps[0].workers.iter().any(|w| {
