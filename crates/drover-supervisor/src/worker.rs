@@ -50,6 +50,18 @@ const STDERR_EOF_WAIT: Duration = Duration::from_secs(1);
 /// coarse at this length.
 const CPU_POLL: Duration = Duration::from_millis(25);
 
+/// The next instant on a grid of `period` that every worker of the process shares, so
+/// that their CPU reads come due together on one timer wake-up instead of one each
+/// (workers start a few ms apart, and each read is due 40 times a second).
+fn on_shared_grid(period: Duration) -> tokio::time::Instant {
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
+    let period_ns = period.as_nanos().max(1);
+    let since_ns = epoch.elapsed().as_nanos();
+    let next_ns = (since_ns / period_ns + 1) * period_ns;
+    epoch + Duration::from_nanos(u64::try_from(next_ns).unwrap_or(u64::MAX))
+}
+
 /// How often a draining worker's in-flight count is looked at.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
@@ -1199,8 +1211,9 @@ async fn serve(
     let mut unhealthy = Box::pin(watch_health(shared, id, &proc));
     let mut memory_poll = tokio::time::interval(MEMORY_POLL);
     memory_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut cpu_poll = tokio::time::interval(CPU_POLL);
-    cpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut cpu_poll = tokio::time::interval_at(on_shared_grid(CPU_POLL), CPU_POLL);
+    // Skip, not Delay: a late tick does not move the next ones off the shared grid.
+    cpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut cpu = CpuMeter::default();
     loop {
         let why = tokio::select! {
