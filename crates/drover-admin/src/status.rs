@@ -267,7 +267,9 @@ impl EndpointRow {
     /// The WEIGHT column: the weight, and the share of it slow start gives now.
     fn weight_cell(&self) -> String {
         if self.ramp < 1.0 {
-            format!("{} (slow start {:.0}%)", self.weight, self.ramp * 100.0)
+            // Rounded down: a ramp in its last half percent is not yet "100%".
+            let percent = (self.ramp * 100.0).floor();
+            format!("{} (slow start {percent:.0}%)", self.weight)
         } else {
             self.weight.to_string()
         }
@@ -701,6 +703,14 @@ mod tests {
         };
         let row = |limit, reason: &str, learned| waiting_row(limit, reason, learned, 0);
         assert_eq!(row(4, "saturated", 4).limit_cell(), "4 (saturated)");
+        // The WEIGHT column of the same rows: a ramp not yet over never reads 100%.
+        let ramped = |ramp| EndpointRow {
+            ramp,
+            ..row(4, "saturated", 4)
+        };
+        assert_eq!(ramped(1.0).weight_cell(), "1");
+        assert_eq!(ramped(0.4).weight_cell(), "1 (slow start 40%)");
+        assert_eq!(ramped(0.997).weight_cell(), "1 (slow start 99%)");
         // Long-polls above the limit: they wait, and the limit does not count them.
         assert_eq!(
             waiting_row(4, "saturated", 4, 30).limit_cell(),

@@ -41,13 +41,13 @@ const STDERR_EOF_WAIT: Duration = Duration::from_secs(1);
 
 /// How often a serving worker's CPU use is read and passed to its endpoint as its load
 /// (see `cpu`): often enough that a burst of CPU-bound work is seen within a few dozen of
-/// its requests, rarely enough to cost nothing (one small `/proc` read, about 0.1 % of a
-/// core per worker). At 100 ms, a burst's first quarter second went out before any
-/// worker read saturated, each request on a connection of its own, and a sweep sample of
-/// 7 workers on 2 cores read p99 392-500 ms where the peers read 211-266 ms; at 25 ms,
-/// 179-211 ms (`bench/sweep.sh --only 6`, bench/README.md). `schedstat` counts
-/// nanoseconds, so a 25 ms window is exact; only the fallback to `stat`'s 10 ms ticks is
-/// coarse at this length.
+/// its requests, rarely enough to cost nothing (one `pread` of a `/proc` file kept open,
+/// well under 0.1 % of a core per worker). At 100 ms, a burst's first quarter second
+/// went out before any worker read saturated, each request on a connection of its own,
+/// and a sweep sample of 7 workers on 2 cores read p99 392-500 ms where the peers read
+/// 211-266 ms; at 25 ms, 179-211 ms (`bench/sweep.sh --only 6`, bench/README.md).
+/// `schedstat` counts nanoseconds, so a 25 ms window is exact; only the fallback to
+/// `stat`'s 10 ms ticks is coarse at this length.
 const CPU_POLL: Duration = Duration::from_millis(25);
 
 /// The next instant on a grid of `period` that every worker of the process shares, so
