@@ -120,6 +120,31 @@ measured_capacity() { # raw.jsonl min_workers
   ' "$1" "$2"
 }
 
+# PM2 for bench/cluster.sh and bench/deploy.sh: a pm2 on PATH, else one npm-installed into
+# bench/.cache (kept between runs). Sets PM2 and PM2_VERSION; false when there is none.
+PM2_VERSION=""
+find_pm2() {
+  local cache="$BENCH_DIR/.cache"
+  if command -v pm2 >/dev/null; then
+    PM2="$(command -v pm2)"
+  elif [[ -x "$cache/node_modules/.bin/pm2" ]]; then
+    PM2="$cache/node_modules/.bin/pm2"
+  elif [[ "${BENCH_NO_INSTALL:-0}" == 1 ]]; then
+    return 1
+  else
+    command -v npm >/dev/null || return 1
+    log "installing pm2 with npm into $cache"
+    mkdir -p "$cache"
+    # Nothing in the cache belongs in git.
+    [[ -f "$cache/.gitignore" ]] || echo '*' >"$cache/.gitignore"
+    npm install --prefix "$cache" --no-save --no-audit --no-fund --loglevel=error pm2@7 >&2 || return 1
+    PM2="$cache/node_modules/.bin/pm2"
+  fi
+  # Read the version from the package: any pm2 command would start a daemon.
+  PM2_VERSION="$(node -e 'const p=require("path"),fs=require("fs");
+    console.log(require(path.join(path.dirname(fs.realpathSync(process.argv[1])), "..", "package.json")).version)' "$PM2" 2>/dev/null || echo unknown)"
+}
+
 # The tools bench/run.sh and bench/matrix.sh need: installs nginx, HAProxy, wrk, Node,
 # curl and taskset with apt-get when missing (unless BENCH_NO_INSTALL=1), sets NGINX and
 # HAPROXY, raises the open-file limit (HAProxy sizes its own from maxconn; io-c1000 of the
