@@ -19,18 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// `drover up` of the liveness fixture, two workers, with quick health checks (see
-/// `liveness_config`).
-async fn up_two_workers(sick_file: &Path) -> (DroverProcess, SocketAddr) {
+/// `liveness_config`). `tag` names the test's own directory: tests run at once in one
+/// process, and one that shared another's would remove its drover.toml before drover
+/// read it (every sick file is named `sick`, so its name could not tell them apart).
+async fn up_two_workers(tag: &str, sick_file: &Path) -> (DroverProcess, SocketAddr) {
     let env = format!(
         "env = {{ SICK_FILE = \"{}\", SLOW_FILE = \"{}.slow\" }}\n",
         sick_file.display(),
         sick_file.display()
     );
-    let tag = format!(
-        "liveness-{}",
-        sick_file.file_name().unwrap().to_string_lossy()
-    );
-    let (d, admin, _) = up_serving(&tag, &liveness_config(2, &env)).await;
+    let (d, admin, _) = up_serving(&format!("liveness-{tag}"), &liveness_config(2, &env)).await;
     (d, admin)
 }
 
@@ -80,7 +78,7 @@ async fn spin_one_worker(addr: SocketAddr) -> tokio::task::JoinHandle<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serves() {
-    let (d, admin) = up_two_workers(&no_sick_file("spin")).await;
+    let (d, admin) = up_two_workers("spin", &no_sick_file("spin")).await;
     let before = serving_pids(&status(admin).await);
     let stop = Arc::new(AtomicBool::new(false));
     let load = common::steady_load(d.addr(), 2, "/", Arc::clone(&stop));
@@ -112,7 +110,7 @@ async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serv
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_worker_is_killed_and_replaced_while_the_other_serves() {
-    let (d, admin) = up_two_workers(&no_sick_file("stop")).await;
+    let (d, admin) = up_two_workers("stop", &no_sick_file("stop")).await;
     let before = serving_pids(&status(admin).await);
     let stop = Arc::new(AtomicBool::new(false));
     let load = common::steady_load(d.addr(), 2, "/", Arc::clone(&stop));
@@ -148,7 +146,7 @@ async fn a_stopped_worker_is_killed_and_replaced_while_the_other_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_waiting_on_a_slow_dependency_are_not_restarted() {
     let sick = no_sick_file("slow-dependency");
-    let (d, admin) = up_two_workers(&sick).await;
+    let (d, admin) = up_two_workers("slow-dependency", &sick).await;
     let slow = PathBuf::from(format!("{}.slow", sick.display()));
     let stop = Arc::new(AtomicBool::new(false));
     let load = common::steady_load(d.addr(), 4, "/", Arc::clone(&stop));
@@ -185,7 +183,7 @@ async fn workers_waiting_on_a_slow_dependency_are_not_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_failing_their_checks_at_once_are_restarted_one_at_a_time() {
     let sick = no_sick_file("both");
-    let (d, admin) = up_two_workers(&sick).await;
+    let (d, admin) = up_two_workers("both", &sick).await;
     let before = serving_pids(&status(admin).await);
     let stop = Arc::new(AtomicBool::new(false));
     let load = common::steady_load(d.addr(), 2, "/", Arc::clone(&stop));
