@@ -12,7 +12,17 @@ use drover_metrics::EndpointStats;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Told when an endpoint that had no request pending gets one, or is handed a client
+/// connection: what a watcher that sleeps while its endpoint idles waits for. The
+/// supervisor reads an idle worker's CPU once a second instead of 40 times, and a
+/// burst's first request brings the fast reads back (see drover-supervisor's
+/// `cpu_watch`). Called on the request path, only when pending goes from none to some:
+/// it must cost next to nothing when no one sleeps.
+pub trait WorkArrives: Send + Sync + std::fmt::Debug {
+    fn work_arrived(&self);
+}
 
 /// Latency assumed for an endpoint that has not answered yet: low enough that a new
 /// endpoint is tried, high enough that one request does not make it look idle forever.
@@ -204,6 +214,8 @@ pub struct Endpoint {
     life: LifeCell,
     /// What requests to it counted (for /metrics and the dashboard).
     stats: EndpointStats,
+    /// Who is told when work arrives after none (`watch_work`).
+    work_watch: OnceLock<Arc<dyn WorkArrives>>,
 }
 
 impl Endpoint {
@@ -247,6 +259,7 @@ impl Endpoint {
             ejections: AtomicU32::new(0),
             life: LifeCell::default(),
             stats: EndpointStats::default(),
+            work_watch: OnceLock::new(),
         }
     }
 
@@ -340,6 +353,20 @@ impl Endpoint {
     pub fn note_handed_connection(&self) {
         if !self.serves_clients.load(Relaxed) {
             self.serves_clients.store(true, Relaxed);
+        }
+        self.work_arrived();
+    }
+
+    /// Tells `watch` whenever a request becomes pending here while none was, and when a
+    /// client connection is handed over. One watcher, set once: an endpoint that comes
+    /// back under the same address belongs to the same app.
+    pub fn watch_work(&self, watch: Arc<dyn WorkArrives>) {
+        let _ = self.work_watch.set(watch);
+    }
+
+    fn work_arrived(&self) {
+        if let Some(watch) = self.work_watch.get() {
+            watch.work_arrived();
         }
     }
 
@@ -507,6 +534,7 @@ impl Endpoint {
                     .ok()?;
                 if before == 0 {
                     self.busy_since.store(now.max(1), Relaxed);
+                    self.work_arrived();
                 }
                 self.in_flight.fetch_add(1, Relaxed);
                 self.pending_cost.fetch_add(cost.min(WORK_CAP), Relaxed);
@@ -517,7 +545,11 @@ impl Endpoint {
                     .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
                     .ok()?;
                 self.pending_cost.fetch_add(cost.min(WORK_CAP), Relaxed);
-                self.pending.fetch_add(1, Relaxed) + 1
+                let before = self.pending.fetch_add(1, Relaxed);
+                if before == 0 {
+                    self.work_arrived();
+                }
+                before + 1
             }
         };
         // Only a learned limit needs to tell working from waiting; a fixed `max_conns`
@@ -1002,6 +1034,40 @@ mod tests {
         e.release(10, 0, true);
         assert_eq!(e.try_acquire(5, 1), Some((2, 0)));
         assert_eq!((e.in_flight(), e.pending()), (2, 2));
+    }
+
+    #[derive(Debug, Default)]
+    struct CountArrivals(AtomicU32);
+
+    impl WorkArrives for CountArrivals {
+        fn work_arrived(&self) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_watcher_hears_of_work_only_when_it_follows_none() {
+        for max_conns in [0, 4] {
+            let e = ep();
+            e.set_max_conns(max_conns);
+            let watch = Arc::new(CountArrivals::default());
+            e.watch_work(watch.clone());
+            let heard = || watch.0.load(Relaxed);
+            let (_, a) = e.try_acquire(10, 1).unwrap();
+            let (_, b) = e.try_acquire(10, 1).unwrap();
+            assert_eq!(heard(), 1, "the second request came while one was pending");
+            e.release(10, a, false);
+            e.release(10, b, false);
+            let (_, c) = e.try_acquire(10, 2).unwrap();
+            assert_eq!(heard(), 2, "work after none, again");
+            e.release(10, c, false);
+            e.note_handed_connection();
+            assert_eq!(
+                heard(),
+                3,
+                "a handed connection is work drover does not see"
+            );
+        }
     }
 
     #[test]

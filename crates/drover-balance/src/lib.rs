@@ -16,7 +16,7 @@ pub mod worker_life;
 
 pub use clock::Nanos;
 pub use cost::CostTable;
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, WorkArrives};
 pub use pick::{NoPick, Pick, PickContext};
 pub use set::EndpointSet;
 pub use spread::CostSpread;

@@ -29,7 +29,9 @@ pub const ID_MAX_LEN: usize = 128;
 pub const META_MAX_KEYS: usize = 32;
 pub const META_MAX_LEN: usize = 256;
 
-/// How often lapsed TTLs and finished drains are looked for.
+/// How often lapsed TTLs and finished drains are looked for, while there are any to
+/// look for: with no member that has a TTL or drains, the sweeper sleeps until one
+/// registers or drains, so an idle balancer is not woken ten times a second.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// What a member asks for when it registers.
@@ -259,6 +261,15 @@ pub struct Members {
     pool: Arc<Pool>,
     source: Source,
     table: Mutex<BTreeMap<String, Member>>,
+    /// Wakes a sleeping sweeper: a member registered or began to drain, or the
+    /// `Members` is gone.
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        self.changed.notify_one();
+    }
 }
 
 impl fmt::Debug for Members {
@@ -276,6 +287,7 @@ impl Members {
             pool,
             source,
             table: Mutex::new(BTreeMap::new()),
+            changed: Arc::default(),
         })
     }
 
@@ -291,6 +303,17 @@ impl Members {
             let mut tick = tokio::time::interval(SWEEP_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                let Some(members) = weak.upgrade() else {
+                    return;
+                };
+                if !members.has_sweeping_to_do() {
+                    // `notify_one` keeps a wake-up that comes before this waits.
+                    let changed = Arc::clone(&members.changed);
+                    drop(members);
+                    changed.notified().await;
+                    continue;
+                }
+                drop(members);
                 tick.tick().await;
                 let Some(members) = weak.upgrade() else {
                     return;
@@ -298,6 +321,13 @@ impl Members {
                 members.sweep_at(Instant::now());
             }
         })
+    }
+
+    /// Whether a sweep could remove anything: a member with a TTL, or one draining.
+    fn has_sweeping_to_do(&self) -> bool {
+        self.lock()
+            .values()
+            .any(|m| m.deadline.is_some() || m.state != MemberState::Active)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Member>> {
@@ -362,6 +392,7 @@ impl Members {
             tracing::info!(pool = %self.pool.name(), member = id, %addr, "member registered");
         }
         let member = self.view(id, &table[id], now);
+        self.changed.notify_one();
         Ok(Registered {
             created: previous.is_none(),
             member,
@@ -410,6 +441,8 @@ impl Members {
         if view.in_flight == 0 {
             table.remove(id);
             view.state = MemberState::Removed;
+        } else {
+            self.changed.notify_one();
         }
         Ok(view)
     }

@@ -193,3 +193,40 @@ async fn the_sweeper_removes_lapsed_members_on_its_own() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(sweeper.is_finished(), "the sweeper ends with its Members");
 }
+
+#[tokio::test]
+async fn a_sweeper_with_nothing_to_sweep_sleeps_until_a_member_with_a_ttl_registers() {
+    let (pool, members) = setup();
+    let sweeper = members.spawn_sweeper();
+    // Nothing has a TTL: the sweeper sleeps, and must still hear of what comes later.
+    members
+        .register_at("fixed", reg(3, None), Instant::now())
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    members.register_at("a", reg(2, Some(1)), t0).unwrap();
+    while pool_addrs(&pool).contains(&addr(2)) && t0.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = t0.elapsed();
+    assert!(
+        !pool_addrs(&pool).contains(&addr(2)),
+        "still there after {took:?}"
+    );
+    assert!(
+        pool_addrs(&pool).contains(&addr(3)),
+        "a member with no TTL stays"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "removed before its TTL: {took:?}"
+    );
+    // Asleep again (only "fixed" is left), it still ends with its Members.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(members);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        sweeper.is_finished(),
+        "the sleeping sweeper ends with its Members"
+    );
+}

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod cpu;
+mod cpu_watch;
 mod first_listen;
 pub mod forensics;
 mod health;

@@ -8,7 +8,8 @@
 //! serves; the new one joins the pool before the old one leaves it; the old one gets no
 //! new requests, finishes the ones it holds, and only then is stopped.
 
-use crate::cpu::{self, CpuMeter};
+use crate::cpu;
+use crate::cpu_watch::{grid_interval, CpuWake, CpuWatch};
 use crate::first_listen::{FirstListen, FirstListenCell};
 use crate::forensics::{RestartCounts, RestartHistory, RestartReason, RestartRecord, StderrTail};
 use crate::health;
@@ -38,29 +39,6 @@ const MEMORY_POLL: Duration = Duration::from_secs(1);
 /// process group is gone by then, so the pipe is at EOF as soon as what is buffered is
 /// read; only a process that left the group and kept the pipe makes this wait in full.
 const STDERR_EOF_WAIT: Duration = Duration::from_secs(1);
-
-/// How often a serving worker's CPU use is read and passed to its endpoint as its load
-/// (see `cpu`): often enough that a burst of CPU-bound work is seen within a few dozen of
-/// its requests, rarely enough to cost nothing (one `pread` of a `/proc` file kept open,
-/// well under 0.1 % of a core per worker). At 100 ms, a burst's first quarter second
-/// went out before any worker read saturated, each request on a connection of its own,
-/// and a sweep sample of 7 workers on 2 cores read p99 392-500 ms where the peers read
-/// 211-266 ms; at 25 ms, 179-211 ms (`bench/sweep.sh --only 6`, bench/README.md).
-/// `schedstat` counts nanoseconds, so a 25 ms window is exact; only the fallback to
-/// `stat`'s 10 ms ticks is coarse at this length.
-const CPU_POLL: Duration = Duration::from_millis(25);
-
-/// The next instant on a grid of `period` that every worker of the process shares, so
-/// that their CPU reads come due together on one timer wake-up instead of one each
-/// (workers start a few ms apart, and each read is due 40 times a second).
-fn on_shared_grid(period: Duration) -> tokio::time::Instant {
-    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
-    let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
-    let period_ns = period.as_nanos().max(1);
-    let since_ns = epoch.elapsed().as_nanos();
-    let next_ns = (since_ns / period_ns + 1) * period_ns;
-    epoch + Duration::from_nanos(u64::try_from(next_ns).unwrap_or(u64::MAX))
-}
 
 /// How often a draining worker's in-flight count is looked at.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
@@ -94,6 +72,9 @@ pub(crate) struct AppState {
     /// The ports a Node app's workers listen on after their first, which they share
     /// as under Node's cluster module (`drover_node::SharedPorts`).
     pub shared_ports: drover_node::SharedPorts,
+    /// Brings the workers' CPU reads back to their fast pace when the app gets work
+    /// after idling (see `cpu_watch`).
+    cpu_wake: Arc<CpuWake>,
 }
 
 /// One slot, locked: all of an app's slots share a lock (they are touched rarely and
@@ -269,6 +250,7 @@ impl AppState {
             http2_probe,
             first_listen: Arc::new(FirstListenCell::new()),
             shared_ports: drover_node::SharedPorts::new(),
+            cpu_wake: Arc::default(),
         }
     }
 
@@ -1209,13 +1191,12 @@ async fn serve(
     // Kept across loop turns: recreating it on every event would reset its count of
     // failed checks.
     let mut unhealthy = Box::pin(watch_health(shared, id, &proc));
-    let mut memory_poll = tokio::time::interval(MEMORY_POLL);
-    memory_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut cpu_poll = tokio::time::interval_at(on_shared_grid(CPU_POLL), CPU_POLL);
-    // Skip, not Delay: a late tick does not move the next ones off the shared grid.
-    cpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut cpu = CpuMeter::default();
+    // On the grid the CPU reads share, so an idle app's workers, read only here, wake
+    // drover once a second in all.
+    let mut memory_poll = grid_interval(MEMORY_POLL);
+    let mut cpu = CpuWatch::new(Arc::clone(&shared.cpu_wake));
     loop {
+        let read_slowly = cpu.is_slow();
         let why = tokio::select! {
             status = proc.worker.child.wait() => {
                 return after_exit(shared, id, &mut proc, status, ready_at).await;
@@ -1253,14 +1234,23 @@ async fn serve(
                 return Life { end: End::Shutdown, pid: proc.pid, served: ready_at.elapsed() };
             }
             Some(reply) = replace.recv() => Why::Asked(reply),
-            _ = cpu_poll.tick(), if proc.addr().is_some() => {
-                report_cpu(shared, &proc, &mut cpu);
+            _ = cpu.fast_read_due(), if proc.addr().is_some() && !read_slowly => {
+                if let Some(pid) = proc.app_pid() {
+                    cpu.read_fast(pid, own_endpoint(shared, &proc).as_deref());
+                }
+                continue;
+            }
+            _ = shared.cpu_wake.notified(), if read_slowly => {
+                cpu.go_fast();
                 continue;
             }
             // Every worker is sampled, so its restart record has its last RSS and CPU
             // time; only one with `max_memory` is compared.
             _ = memory_poll.tick() => {
                 proc.find_app();
+                if let (Some(pid), true) = (proc.app_pid(), proc.addr().is_some()) {
+                    cpu.read_slow(pid, own_endpoint(shared, &proc).as_deref());
+                }
                 if let Some(reason) = proc.app_ended() {
                     // A runner that ends with its app (npm, tsx) does so within moments:
                     // that is its exit, with its own status.
@@ -1539,15 +1529,9 @@ fn life_after(status: &std::io::Result<ExitStatus>) -> WorkerLife {
     }
 }
 
-/// Passes the worker's main-thread CPU use to its endpoint as its load, so the balancer
-/// knows when the worker is saturated (and, like any load report, sends it less).
-fn report_cpu(shared: &AppState, proc: &Proc, meter: &mut CpuMeter) {
-    let (Some(pid), Some(addr)) = (proc.app_pid(), proc.addr()) else {
-        return;
-    };
-    if let (Some(busy), Some(ep)) = (meter.sample(pid), shared.pool.find(addr)) {
-        ep.report_load(drover_balance::clock::now(), busy.min(1.0));
-    }
+/// The endpoint of a serving worker's own port; `None` in shared mode.
+fn own_endpoint(shared: &AppState, proc: &Proc) -> Option<Arc<drover_balance::Endpoint>> {
+    shared.pool.find(proc.addr()?)
 }
 
 /// Watches a serving process's health (see `health::until_unhealthy`); never resolves
@@ -1597,6 +1581,7 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
     shared.first_listen.note(FirstListen::own_port());
     shared.pool.insert(Source::Supervisor, addr, 1);
     if let Some(ep) = shared.pool.find(addr) {
+        ep.watch_work(Arc::clone(&shared.cpu_wake) as Arc<dyn drover_balance::WorkArrives>);
         ep.set_worker_life(WorkerLife::Running);
     }
     // We just saw it serve, so it is healthy even in a pool whose members start
