@@ -10,11 +10,13 @@
 #   ROUNDS=1 bash bench/burst.sh
 #   POINTS=20000000 bash bench/burst.sh  # a slower day: past 30 s of queued work
 #   NEW_CONN=1 N=400 bash bench/burst.sh  # as ab sends it: a new connection per request
+#   QUIET=3 bash bench/burst.sh         # the burst after 3 s of nothing (the first of a day)
 #
 # Per system and round: failed requests (any non-2xx or transport error), worker
 # restarts (drover: `drover ctl restarts --json`; cluster: worker exits it logged), p50,
 # p99 and max; then the medians and drover's p99 / cluster's p99 (target: 0 failed,
-# 0 restarts, p99 <= 1.0 x cluster's). BENCH_SKIP_BUILD=1 skips cargo build.
+# 0 restarts, p99 <= 1.0 x cluster's). BENCH_SKIP_BUILD=1 skips cargo build; DROVER_BIN
+# measures another binary.
 set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$BENCH_DIR/.." && pwd)"
@@ -25,11 +27,14 @@ N="${N:-200}" C=100
 CONN_HEADER=()
 [[ "${NEW_CONN:-0}" == 1 ]] && CONN_HEADER=(-H "Connection: close")
 POINTS="${POINTS:-10000000}"
+QUIET="${QUIET:-0}"
+[[ "$QUIET" =~ ^[0-9]+$ ]] || { echo "burst.sh: QUIET must be a whole number of seconds, not \"$QUIET\"" >&2; exit 2; }
 APP="$ROOT/examples/pi-server.js"
 LOG_TAG=burst
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch burst
+if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 
 run_one() { # system round -> one JSON line on stdout
   local sys=$1 round=$2 port admin restarts i
@@ -44,6 +49,7 @@ run_one() { # system round -> one JSON line on stdout
     [[ "$("$LOADGEN" bench -n 8 -c 2 --json "http://127.0.0.1:$port/health" 2>/dev/null)" == *'"ok":8,'* ]] && break
     sleep 0.1
   done
+  sleep "$QUIET"
   "$LOADGEN" bench -n "$N" -c "$C" -d 600s --timeout 300s --json "${CONN_HEADER[@]}" \
     "http://127.0.0.1:$port/pi?iterations=$POINTS" >"$TMP/out" 2>"$TMP/err" || true
   if [[ "$sys" == drover ]]; then
@@ -66,7 +72,7 @@ run_one() { # system round -> one JSON line on stdout
 }
 
 : >"$TMP/results.jsonl"
-log "$N requests of $POINTS points, $C at a time${NEW_CONN:+, a new connection each}, $ROUNDS round(s); drover: $DROVER"
+log "$N requests of $POINTS points, $C at a time${NEW_CONN:+, a new connection each}, ${QUIET} s after ready, $ROUNDS round(s); drover: $DROVER"
 for ((r = 1; r <= ROUNDS; r++)); do
   order="drover cluster"
   ((r % 2 == 0)) && order="cluster drover"
