@@ -34,7 +34,6 @@ LOG_TAG=burst
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch burst
-if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 
 run_one() { # system round -> one JSON line on stdout
   local sys=$1 round=$2 port admin restarts i

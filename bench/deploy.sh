@@ -31,7 +31,6 @@ LOG_TAG=deploy
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch deploy
-if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 export STARTUP_MS PM2_HOME="$TMP/pm2"
 PM2=""
 find_pm2 || die "no pm2, and it could not be installed with npm"

@@ -28,7 +28,6 @@ LOG_TAG=grpc-burst
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch grpc-burst
-if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 SYSTEMS=(drover cluster)
 if [[ -n "${DROVER_B_BIN:-}" ]]; then
   cp "$DROVER_B_BIN" "$TMP/drover-b"

@@ -28,7 +28,6 @@ LOG_TAG=idle-cpu
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch idle-cpu
-if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 SYSTEMS=(drover node-cluster pm2)
 if [[ -n "${DROVER_B_BIN:-}" ]]; then
   cp "$DROVER_B_BIN" "$TMP/drover-b"

@@ -25,7 +25,6 @@ LOG_TAG=late-worker
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch late-worker
-if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 SYSTEMS=(drover)
 if [[ -n "${DROVER_B_BIN:-}" ]]; then
   cp "$DROVER_B_BIN" "$TMP/drover-b"

@@ -290,13 +290,15 @@ cleanup_scratch() {
 # cluster primary) as the leader of a process group of its own, stopped with its
 # workers on exit and on Ctrl-C. Job control, not setsid: a session of its own would
 # be a CPU share of its own under sched_autogroup (see examples/seeds/README.md).
+# DROVER_BIN, when set, is the drover copied in instead of the one built (it is the
+# load generator too).
 # start_system and stop_system must run at the top level, not in a pipeline: in a
 # subshell job control is off and no group is made.
 system_scratch() { # name
   scratch_and_cleanup "$1" 2
   set -m
   build_binaries
-  cp "$DROVER" "$TMP/drover"
+  cp "${DROVER_BIN:-$DROVER}" "$TMP/drover"
   DROVER="$TMP/drover" LOADGEN="$TMP/drover"
   SYS_PID=""
   trap 'rc=$?; stop_system; (exit $rc); cleanup_scratch' EXIT

@@ -28,7 +28,6 @@ LOG_TAG=long-polls
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch long-polls
-if [[ -n "${DROVER_BIN:-}" ]]; then cp "$DROVER_BIN" "$TMP/drover"; fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 run_one() { # system round -> one JSON line on stdout
