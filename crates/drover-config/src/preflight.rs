@@ -7,6 +7,7 @@
 use crate::file::Origins;
 use crate::model::Config;
 use crate::plan::BalancerPlan;
+use drover_supervisor::listening::{listening_sockets, socket_inodes};
 use drover_supervisor::AppSpec;
 use std::net::SocketAddr;
 
@@ -336,15 +337,20 @@ impl SocketHolder {
 /// from /proc/net/tcp and tcp6, then the process with a descriptor on it. `None` when
 /// nothing listens there, or when the holder's descriptors cannot be read (another
 /// user's process, without root: systemd's, when `drover check` runs unprivileged).
-///
-/// By hand rather than with the procfs crate: two files and a directory walk, where
-/// procfs would bring a dozen crates to the binary for this one check.
 pub fn listening_holder(addr: SocketAddr) -> Option<SocketHolder> {
-    let inodes = listening_inodes(addr);
+    let inodes: Vec<u64> = listening_sockets()
+        .into_iter()
+        .filter(|s| {
+            s.addr.port() == addr.port()
+                && (s.addr.ip().to_canonical() == addr.ip().to_canonical()
+                    || s.addr.ip().is_unspecified()
+                    || addr.ip().is_unspecified())
+        })
+        .map(|s| s.inode)
+        .collect();
     if inodes.is_empty() {
         return None;
     }
-    let targets: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -353,14 +359,8 @@ pub fn listening_holder(addr: SocketAddr) -> Option<SocketHolder> {
         else {
             continue;
         };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path())
-                .is_ok_and(|l| targets.iter().any(|t| l.as_os_str() == t.as_str()))
-        });
-        if holds {
+        let held = socket_inodes(pid);
+        if inodes.iter().any(|i| held.contains(i)) {
             let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
             return Some(SocketHolder {
                 pid,
@@ -369,54 +369,6 @@ pub fn listening_holder(addr: SocketAddr) -> Option<SocketHolder> {
         }
     }
     None
-}
-
-/// The inodes of the listening sockets that would take `addr`'s connections.
-fn listening_inodes(addr: SocketAddr) -> Vec<u64> {
-    let mut inodes = Vec::new();
-    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(file) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
-            let (Some(local), Some(&"0A"), Some(inode)) =
-                (fields.get(1), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            let Some(bound) = proc_net_addr(local) else {
-                continue;
-            };
-            let takes = bound.port() == addr.port()
-                && (bound.ip().to_canonical() == addr.ip().to_canonical()
-                    || bound.ip().is_unspecified()
-                    || addr.ip().is_unspecified());
-            if let (true, Ok(inode)) = (takes, inode.parse()) {
-                inodes.push(inode);
-            }
-        }
-    }
-    inodes
-}
-
-/// An address as /proc/net/tcp writes it: the address's 32-bit words in hex, each as
-/// the machine's byte order reads it, a colon, the port in hex.
-fn proc_net_addr(text: &str) -> Option<SocketAddr> {
-    let (ip, port) = text.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let mut bytes = Vec::with_capacity(16);
-    for i in (0..ip.len()).step_by(8) {
-        let word = u32::from_str_radix(ip.get(i..i + 8)?, 16).ok()?;
-        bytes.extend_from_slice(&word.to_ne_bytes());
-    }
-    let ip = match bytes.len() {
-        4 => std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
-        16 => std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod cpu_watch;
 mod first_listen;
 pub mod forensics;
 mod health;
+pub mod listening;
 pub mod memory;
 mod orphans;
 pub mod output;

@@ -1195,6 +1195,7 @@ async fn serve(
     // drover once a second in all.
     let mut memory_poll = grid_interval(MEMORY_POLL);
     let mut cpu = CpuWatch::new(Arc::clone(&shared.cpu_wake));
+    let mut own_port_looks = OwnPortLooks::new(shared);
     loop {
         let read_slowly = cpu.is_slow();
         let why = tokio::select! {
@@ -1248,6 +1249,7 @@ async fn serve(
             // time; only one with `max_memory` is compared.
             _ = memory_poll.tick() => {
                 proc.find_app();
+                own_port_looks.look(shared, id, &proc, ready_at);
                 if let (Some(pid), true) = (proc.app_pid(), proc.addr().is_some()) {
                     cpu.read_slow(pid, own_endpoint(shared, &proc).as_deref());
                 }
@@ -1526,6 +1528,57 @@ fn life_after(status: &std::io::Result<ExitStatus>) -> WorkerLife {
         },
         // Reaped elsewhere: nothing says it was its doing.
         Err(_) => WorkerLife::Killed,
+    }
+}
+
+/// Shared mode: whether a worker serves the socket drover passed it as fd 3, or listens
+/// on a port of its own, as an app that reads `PORT` (unset in this mode) or names a
+/// port does. Such a worker never accepts from its socket: what the program places
+/// there waits until the client gives up. drover cannot serve the app elsewhere in this
+/// mode, but it can say so, with the way out. Looked at 1, 2, 4, 8 and 16 s after the
+/// worker is ready (an app may listen late), and no more: /proc/net/tcp lists every
+/// connection, so reading it is for rare looks.
+struct OwnPortLooks {
+    /// The shared socket's address; `None` outside shared mode: nothing to look at.
+    shared: Option<SocketAddr>,
+    next: Duration,
+}
+
+impl OwnPortLooks {
+    const FIRST: Duration = Duration::from_secs(1);
+    const LAST: Duration = Duration::from_secs(16);
+
+    fn new(shared: &AppState) -> OwnPortLooks {
+        OwnPortLooks {
+            shared: shared.steer.as_ref().map(Steering::local_addr),
+            next: Self::FIRST,
+        }
+    }
+
+    fn look(&mut self, shared: &AppState, id: usize, proc: &Proc, ready_at: Instant) {
+        let (Some(socket), Some(pid)) = (self.shared, proc.app_pid()) else {
+            return;
+        };
+        if self.next > Self::LAST || ready_at.elapsed() < self.next {
+            return;
+        }
+        self.next *= 2;
+        let held = crate::listening::socket_inodes(pid);
+        let own: Vec<String> = crate::listening::listening_sockets()
+            .into_iter()
+            .filter(|s| held.contains(&s.inode) && s.addr.port() != socket.port())
+            .map(|s| s.addr.to_string())
+            .collect();
+        if own.is_empty() {
+            return;
+        }
+        self.next = Self::LAST * 2;
+        let app = &shared.app;
+        tracing::error!(
+            app = %app, worker = id, ?pid,
+            "worker {app}/{id} listens on {} itself, not on the socket drover passed it as fd 3 (LISTEN_FDS=1): in shared mode clients reach only that socket, and what waits there is never served. Serve it (Node: server.listen({{ fd: 3 }}); Python: socket.socket(fileno=3)), or run the app without --mode shared: drover then serves it where it listens",
+            own.join(", "),
+        );
     }
 }
 

@@ -330,3 +330,57 @@ async fn a_reload_and_a_scale_down_under_load_lose_no_connection() {
         .0;
     assert_eq!(per.len(), 3, "every worker gets new connections: {per:?}");
 }
+
+/// An app as written reads `PORT`, which shared mode does not set, and listens on a port
+/// of its own: drover says so, naming the port and the way out, where before the
+/// clients' connections waited on a socket no one accepted from, with nothing said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
+    let own_port = drover_testkit::free_port().to_string();
+    let app = "require('http').createServer((q, s) => s.end('x')).listen(Number(process.env.PORT || process.argv[1]), '127.0.0.1')";
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "1",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--mode",
+            "shared",
+            "--",
+            "node",
+            "-e",
+            app,
+            &own_port,
+        ],
+    )
+    .await;
+    let said = d
+        .wait_for_line(
+            "not on the socket drover passed it as fd 3",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|| panic!("nothing said; drover's output:\n{}", d.stderr_text()));
+    assert!(said.contains(&format!("127.0.0.1:{own_port}")), "{said}");
+    assert!(said.contains("without --mode shared"), "{said}");
+    assert_eq!(
+        d.lines_containing("listens on").len(),
+        1,
+        "said once:\n{}",
+        d.stderr_text()
+    );
+
+    // A worker that serves fd 3 is not named.
+    let (ok, _, _) = run_shared("1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        ok.lines_containing("not on the socket drover passed it")
+            .is_empty(),
+        "{}",
+        ok.stderr_text()
+    );
+}

@@ -1,0 +1,96 @@
+//! Listening TCP sockets as /proc tells (Linux): which there are, and which a process
+//! holds a descriptor on.
+//!
+//! By hand rather than with the procfs crate: two files and one directory, where procfs
+//! would bring a dozen crates to the binary for this.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+
+/// One listening socket of this network namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    pub addr: SocketAddr,
+    pub inode: u64,
+}
+
+/// Every listening TCP socket of this network namespace, from /proc/net/tcp and tcp6;
+/// empty where /proc is not there. The files list every connection too, so this is for
+/// rare looks, not a poll.
+pub fn listening_sockets() -> Vec<Listening> {
+    let mut found = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+            let (Some(local), Some(&"0A"), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if let (Some(addr), Ok(inode)) = (proc_net_addr(local), inode.parse()) {
+                found.push(Listening { addr, inode });
+            }
+        }
+    }
+    found
+}
+
+/// The inodes of the sockets process `pid` has descriptors on; empty when its
+/// descriptors cannot be read (gone, or another user's without root).
+pub fn socket_inodes(pid: u32) -> BTreeSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return BTreeSet::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_str()?;
+            link.strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// An address as /proc/net/tcp writes it: the address's 32-bit words in hex, each as
+/// the machine's byte order reads it, a colon, the port in hex.
+fn proc_net_addr(text: &str) -> Option<SocketAddr> {
+    let (ip, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for i in (0..ip.len()).step_by(8) {
+        let word = u32::from_str_radix(ip.get(i..i + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
+        16 => IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_holds_the_socket_it_listens_on() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mine = socket_inodes(std::process::id());
+        let it = listening_sockets()
+            .into_iter()
+            .find(|s| s.addr == addr)
+            .expect("listed");
+        assert!(mine.contains(&it.inode), "{it:?} not among {mine:?}");
+        drop(l);
+        assert!(!listening_sockets().iter().any(|s| s.addr == addr));
+        assert!(socket_inodes(u32::MAX).is_empty());
+    }
+}
