@@ -29,9 +29,8 @@ async fn run_shared(workers: &str) -> (DroverProcess, SocketAddr, Vec<u32>) {
     run_shared_with(workers, &[]).await
 }
 
-/// `run_shared` with `extra` arguments for the server.
-async fn run_shared_with(workers: &str, extra: &[&str]) -> (DroverProcess, SocketAddr, Vec<u32>) {
-    let server = server();
+/// `drover run -w WORKERS --mode shared` of `command`, on ports of its own.
+fn shared_run<'a>(workers: &'a str, command: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "run",
         "-w",
@@ -43,9 +42,15 @@ async fn run_shared_with(workers: &str, extra: &[&str]) -> (DroverProcess, Socke
         "--mode",
         "shared",
         "--",
-        "node",
-        &server,
     ];
+    args.extend_from_slice(command);
+    args
+}
+
+/// `run_shared` with `extra` arguments for the server.
+async fn run_shared_with(workers: &str, extra: &[&str]) -> (DroverProcess, SocketAddr, Vec<u32>) {
+    let server = server();
+    let mut args = shared_run(workers, &["node", &server]);
     args.extend_from_slice(extra);
     let d = DroverProcess::spawn(bin(), &args).await;
     let admin = admin_addr(&d).await;
@@ -338,26 +343,7 @@ async fn a_reload_and_a_scale_down_under_load_lose_no_connection() {
 async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
     let own_port = drover_testkit::free_port().to_string();
     let app = "require('http').createServer((q, s) => s.end('x')).listen(Number(process.env.PORT || process.argv[1]), '127.0.0.1')";
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "1",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--mode",
-            "shared",
-            "--",
-            "node",
-            "-e",
-            app,
-            &own_port,
-        ],
-    )
-    .await;
+    let d = DroverProcess::spawn(bin(), &shared_run("1", &["node", "-e", app, &own_port])).await;
     let said = d
         .wait_for_line(
             "not on the socket drover passed it as fd 3",
