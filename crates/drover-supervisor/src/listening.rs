@@ -57,6 +57,21 @@ pub fn socket_inodes(pid: u32) -> BTreeSet<u64> {
         .collect()
 }
 
+/// The inodes of the sockets held by any process of process group `group`: a worker
+/// and whatever it started (a runner's app, `npm start`'s node), which each worker's own
+/// group holds. Walks /proc: for rare looks.
+pub fn group_socket_inodes(group: u32) -> BTreeSet<u64> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| crate::cpu::process_group(pid) == Some(group))
+        .flat_map(socket_inodes)
+        .collect()
+}
+
 /// An address as /proc/net/tcp writes it: the address's 32-bit words in hex, each as
 /// the machine's byte order reads it, a colon, the port in hex.
 fn proc_net_addr(text: &str) -> Option<SocketAddr> {
@@ -89,6 +104,8 @@ mod tests {
             .find(|s| s.addr == addr)
             .expect("listed");
         assert!(mine.contains(&it.inode), "{it:?} not among {mine:?}");
+        let group = crate::cpu::process_group(std::process::id()).unwrap();
+        assert!(group_socket_inodes(group).contains(&it.inode));
         drop(l);
         assert!(!listening_sockets().iter().any(|s| s.addr == addr));
         assert!(socket_inodes(u32::MAX).is_empty());

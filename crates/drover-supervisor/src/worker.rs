@@ -1556,14 +1556,15 @@ impl OwnPortLooks {
     }
 
     fn look(&mut self, shared: &AppState, id: usize, proc: &Proc, ready_at: Instant) {
-        let (Some(socket), Some(pid)) = (self.shared, proc.app_pid()) else {
+        // The worker leads a process group of its own: the app may be below a runner.
+        let (Some(socket), Some(pid)) = (self.shared, proc.pid) else {
             return;
         };
         if self.next > Self::LAST || ready_at.elapsed() < self.next {
             return;
         }
         self.next *= 2;
-        let held = crate::listening::socket_inodes(pid);
+        let held = crate::listening::group_socket_inodes(pid);
         let own: Vec<String> = crate::listening::listening_sockets()
             .into_iter()
             .filter(|s| held.contains(&s.inode) && s.addr.port() != socket.port())

@@ -337,13 +337,23 @@ async fn a_reload_and_a_scale_down_under_load_lose_no_connection() {
 }
 
 /// An app as written reads `PORT`, which shared mode does not set, and listens on a port
-/// of its own: drover says so, naming the port and the way out, where before the
+/// of its own, here below a runner: drover says so, naming the port and the way out, where before the
 /// clients' connections waited on a socket no one accepted from, with nothing said.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
     let own_port = drover_testkit::free_port().to_string();
     let app = "require('http').createServer((q, s) => s.end('x')).listen(Number(process.env.PORT || process.argv[1]), '127.0.0.1')";
-    let d = DroverProcess::spawn(bin(), &shared_run("1", &["node", "-e", app, &own_port])).await;
+    // Below a runner, as `npm start` runs it: the shell forks node (`; exit` keeps it
+    // from exec'ing), so the port is held by a process below the worker's.
+    let runner = [
+        "sh",
+        "-c",
+        "node -e \"$1\" \"$2\"; exit $?",
+        "sh",
+        app,
+        &own_port,
+    ];
+    let d = DroverProcess::spawn(bin(), &shared_run("1", &runner)).await;
     let said = d
         .wait_for_line(
             "not on the socket drover passed it as fd 3",
