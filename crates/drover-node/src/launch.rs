@@ -190,6 +190,19 @@ pub fn preload_env(preload: &Path, node_options: Option<&str>) -> Vec<(String, S
     vec![("NODE_OPTIONS".into(), with_preload(preload, node_options))]
 }
 
+/// The environment for a Node program in shared mode: the preload, and where it finds
+/// the listening socket drover passed (`socket_fd`), which the app's first `listen()`
+/// then serves whatever port it names.
+pub fn shared_socket_env(
+    socket_fd: i32,
+    preload: &Path,
+    node_options: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut env = preload_env(preload, node_options);
+    env.push(("DROVER_SHARED_FD".into(), socket_fd.to_string()));
+    env
+}
+
 /// `node_options` with `--require preload` added.
 fn with_preload(preload: &Path, node_options: Option<&str>) -> String {
     // NODE_OPTIONS is split like a shell's words; a double-quoted path may hold spaces.

@@ -44,6 +44,8 @@
 //    below).
 // 12. A Node process that drover's worker started, whose port is taken, says why (see
 //    below).
+// 13. In shared mode, the app's first listen() serves the socket drover passed it (see
+//    below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -178,6 +180,19 @@ if (!runner && require('cluster').isWorker && typeof process.send === 'function'
 
 if (!runner) {
   sigtermGoesToSigint();
+}
+
+// 13. Shared mode (`drover run --mode shared`): drover binds a listening socket for each
+//    worker and passes it open, as fd 3 (`LISTEN_FDS`, as systemd's socket activation
+//    does), or as fd 100 below a script runner, whose Node closes 3 for what it starts.
+//    The app's first listen() on a TCP port, whatever port it names, serves that socket,
+//    as it serves drover's port in the other modes, and the app runs as written. A
+//    listen() on that descriptor itself (an app that reads LISTEN_FDS) is left as it is.
+if (!runner && process.env.DROVER_SHARED_FD) {
+  const sharedFd = Number(process.env.DROVER_SHARED_FD);
+  // The app's own processes (a child it forks) are not the worker.
+  delete process.env.DROVER_SHARED_FD;
+  if (Number.isInteger(sharedFd) && sharedFd >= 0) servesSharedSocket(sharedFd);
 }
 
 // 4. A worker's listen() asks drover for the server (`queryServer`), as a cluster
@@ -650,6 +665,57 @@ function saysWhenItAsksIfPrimary() {
       },
     });
   }
+}
+
+// 13. (See above.)
+function servesSharedSocket(fd) {
+  const net = require('net');
+  const listen = net.Server.prototype.listen;
+  // Node's own reading of listen()'s arguments (18 to 24 have it): a port, host and
+  // callback, or options, or a path, or a handle. Without it the app listens where it
+  // says, and drover's look names the port.
+  const normalize = net._normalizeArgs;
+  if (typeof normalize !== 'function') return;
+  let served = null;
+  let appsPort = 0;
+  net.Server.prototype.listen = function (...args) {
+    if (served === null) {
+      const [options, cb] = normalize(args);
+      const elsewhere =
+        options.path != null || options.fd != null || options.handle != null || options._handle;
+      // `listen()`, `listen(cb)` and `listen(null)` are a TCP port too (an unused one).
+      const tcp =
+        'port' in options || args.length === 0 || typeof args[0] === 'function' || args[0] == null;
+      if (options.fd === fd) served = this;
+      if (!elsewhere && tcp) {
+        served = this;
+        appsPort = Number(options.port) || 0;
+        const shared = options.signal ? { fd, signal: options.signal } : { fd };
+        return cb ? listen.call(this, shared, cb) : listen.call(this, shared);
+      }
+    }
+    return listen.apply(this, args);
+  };
+  // A second port is the app's own: every worker's copy binds it, and all but the first
+  // fail. Where nothing handles that, it says why, once, before Node throws it.
+  const emit = net.Server.prototype.emit;
+  let said = false;
+  net.Server.prototype.emit = function (event, err) {
+    const unhandled = event === 'error' && this !== served && this.listenerCount('error') === 0;
+    if (unhandled && !said && err && err.code === 'EADDRINUSE') {
+      said = true;
+      const named = appsPort ? ` (it named port ${appsPort})` : '';
+      console.error(
+        `drover: this process (pid ${process.pid}) cannot listen on port ${err.port}, which ` +
+          `another process holds. In shared mode (drover run --mode shared) drover passes each ` +
+          `worker one listening socket, which the app's first listen() serves${named}; a ` +
+          `second port is bound by each worker's copy of the app itself, and all but the ` +
+          `first fail. Run the app without --mode shared: drover then serves every port ` +
+          `it listens on, as Node's cluster module does`,
+      );
+    }
+    return emit.apply(this, arguments);
+  };
 }
 
 // 12. A process that drover's worker starts is not drover's worker: its listen() binds

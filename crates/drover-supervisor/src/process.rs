@@ -197,8 +197,12 @@ fn reserved() -> std::sync::MutexGuard<'static, BTreeSet<u16>> {
 }
 
 /// The worker's descriptor for the Node cluster channel. 3, as the first free one:
-/// shared mode's socket takes 3 too, and shared mode has no channel.
+/// shared mode's socket takes 3 too (`SHARED_SOCKET_FD`), and shared mode has no channel.
 const NODE_CHANNEL_FD: i32 = 3;
+
+/// Where a shared-mode worker finds its listening socket, as under systemd's socket
+/// activation (`LISTEN_FDS=1`: the first descriptor after stdio).
+const SHARED_SOCKET_FD: i32 = 3;
 
 /// The channel's descriptor below a script runner (`npm start`, `tsx app.ts`), which
 /// must reach the app through the runner's own Node process (and a shell, for npm). Node marks its
@@ -380,12 +384,39 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 .env("LISTEN_FDS", "1")
                 .env("LISTEN_FDNAMES", "http")
                 .env_remove("PORT");
-            let fd = socket.try_clone()?.into();
-            cmd.fd_mappings(vec![FdMapping {
-                parent_fd: fd,
-                child_fd: 3,
-            }])
-            .map_err(|e| io::Error::other(e.to_string()))?;
+            let mut fds = vec![FdMapping {
+                parent_fd: socket.try_clone()?.into(),
+                child_fd: SHARED_SOCKET_FD,
+            }];
+            // A Node app serves the socket from its first listen(), whatever port that
+            // names (drover-node's preload): it runs as written. Below a script runner
+            // the socket goes past the runner as the channel does in the other modes.
+            if spec.runs_in_node() {
+                match node_preload() {
+                    Ok(preload) => {
+                        let below = spec.runs_app_below();
+                        let app_fd = if below {
+                            RUNNER_CHANNEL_FD
+                        } else {
+                            SHARED_SOCKET_FD
+                        };
+                        if below {
+                            fds.push(FdMapping {
+                                parent_fd: socket.try_clone()?.into(),
+                                child_fd: RUNNER_CHANNEL_FD,
+                            });
+                        }
+                        cmd.envs(drover_node::shared_socket_env(
+                            app_fd,
+                            &preload,
+                            node_options(spec).as_deref(),
+                        ));
+                    }
+                    Err(e) => tracing::warn!("{e}; Node workers start without it"),
+                }
+            }
+            cmd.fd_mappings(fds)
+                .map_err(|e| io::Error::other(e.to_string()))?;
             cmd
         }
     };

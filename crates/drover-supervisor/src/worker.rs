@@ -1577,7 +1577,7 @@ impl OwnPortLooks {
         let app = &shared.app;
         tracing::error!(
             app = %app, worker = id, ?pid,
-            "worker {app}/{id} listens on {} itself, not on the socket drover passed it as fd 3 (LISTEN_FDS=1): in shared mode clients reach only that socket, and what waits there is never served. Serve it (Node: server.listen({{ fd: 3 }}); Python: socket.socket(fileno=3)), or run the app without --mode shared: drover then serves it where it listens",
+            "worker {app}/{id} listens on {} itself: in shared mode clients reach only the socket drover passed it as fd 3 (LISTEN_FDS=1), where a worker that does not accept leaves them waiting, and each worker's copy of the app binds any other port itself, so all but one fail. Serve that socket (Node: server.listen({{ fd: 3 }}), which drover's preload makes of a Node app's first listen(); Python: socket.socket(fileno=3)), or run the app without --mode shared: drover then serves every port where the app listens",
             own.join(", "),
         );
     }

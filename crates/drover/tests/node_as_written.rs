@@ -3503,3 +3503,122 @@ async fn increment_var_gives_fork_mode_instances_ports_of_their_own_as_pm2_does(
     );
     drover_stops_cleanly("increment_var", &d).await;
 }
+
+/// `drover run --mode shared -w WORKERS` of `command` in `cwd`, once every worker serves:
+/// no balancer, each worker accepts on a socket of its own that drover passes it.
+async fn run_shared(workers: usize, command: &[String], cwd: &Path) -> (ChildProcess, SocketAddr) {
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "--mode", "shared", "-w", &workers.to_string()])
+        .args("--listen 127.0.0.1:0 --admin 127.0.0.1:0 --".split(' '))
+        .args(command)
+        .current_dir(cwd);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"app\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    serving(&d, admin).await;
+    (d, admin)
+}
+
+/// Shared mode passes each worker a listening socket (fd 3, as systemd does), and an app
+/// as written listens on a port of its own instead: before, its workers bound 3000 (all
+/// but one crash-looped) and clients' connections waited on drover's sockets, unserved.
+/// drover's preload makes the app's first listen() serve the socket, whatever port it
+/// names, on every Node, below npm too, and every worker answers at drover's address.
+/// A second port cannot be shared in this mode: the output says why, and what to run.
+#[tokio::test]
+async fn apps_as_written_serve_drovers_sockets_in_shared_mode_on_every_node() {
+    let dir = as_written(".");
+    let express = as_written("express");
+    assert!(
+        express.join("node_modules/express").exists(),
+        "run `npm ci --prefix examples/as-written/express` (scripts/test does)"
+    );
+    for (name, node) in node_binaries() {
+        let node = node.display().to_string();
+        let cases: [(&str, Vec<String>, &Path); 4] = [
+            (
+                "port from argv",
+                vec![node.clone(), "argv-port.js".into(), "4001".into()],
+                &dir,
+            ),
+            (
+                "hard-coded port",
+                vec![node.clone(), "hard-coded.js".into()],
+                &dir,
+            ),
+            (
+                "ES module, fixed host and port",
+                vec![node.clone(), "esm.mjs".into()],
+                &dir,
+            ),
+            (
+                "Express app.listen(3000)",
+                vec![node.clone(), "app.js".into()],
+                &express,
+            ),
+        ];
+        for (what, command, cwd) in cases {
+            let who = format!("shared mode, {name}: {what}");
+            let (d, admin) = run_shared(3, &command, cwd).await;
+            every_worker_answers(&who, &d, admin).await;
+            // Nothing listens on a port of its own: the looks would name it.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert!(
+                !d.stderr_text().contains("listens on") && !d.stderr_text().contains("EADDRINUSE"),
+                "{who}:\n{}",
+                d.stderr_text()
+            );
+            drover_stops_cleanly(&who, &d).await;
+        }
+    }
+
+    // `npm start`: npm's Node closes fd 3 for what it starts; the app below finds the
+    // socket past it. (The answers name the app's pids, below npm's.)
+    let npm = vec!["npm".to_string(), "start".to_string()];
+    let (d, _) = run_shared(2, &npm, &express).await;
+    let mut answered = BTreeSet::new();
+    for _ in 0..30 {
+        let r = get(d.addr(), "/").await;
+        let body = r.text();
+        assert!(
+            body.starts_with("Hello World from Express (pid "),
+            "{body}\n{}",
+            d.stderr_text()
+        );
+        answered.insert(body);
+        if answered.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(answered.len(), 2, "{answered:?}\n{}", d.stderr_text());
+    drover_stops_cleanly("shared mode, npm start", &d).await;
+
+    // A second port that nothing handles a failure of: every worker's copy binds it.
+    let second = drover_testkit::free_port();
+    let app = format!(
+        "const http = require('http');\
+         http.createServer((q, s) => s.end(`first ${{process.pid}}`)).listen(3000);\
+         http.createServer((q, s) => s.end('metrics')).listen({second});"
+    );
+    let command = vec!["node".to_string(), "-e".to_string(), app];
+    let mut cmd = Command::new(bin());
+    cmd.args("run --mode shared -w 2 --listen 127.0.0.1:0 --admin off --".split(' '))
+        .args(&command);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"app\" listening on ").await;
+    says(
+        "second port",
+        &d,
+        &[
+            &format!("cannot listen on port {second}, which another process holds"),
+            "(it named port 3000)",
+            "Run the app without --mode shared",
+            &format!("listens on [::]:{second} itself"),
+        ],
+    )
+    .await;
+    // The first port still serves.
+    let r = get(d.addr(), "/").await;
+    assert!(r.text().starts_with("first "), "{}", r.text());
+    drover_stops_cleanly("second port", &d).await;
+}

@@ -336,9 +336,11 @@ async fn a_reload_and_a_scale_down_under_load_lose_no_connection() {
     assert_eq!(per.len(), 3, "every worker gets new connections: {per:?}");
 }
 
-/// An app as written reads `PORT`, which shared mode does not set, and listens on a port
-/// of its own, here below a runner: drover says so, naming the port and the way out, where before the
-/// clients' connections waited on a socket no one accepted from, with nothing said.
+/// An app that reads `PORT`, which shared mode does not set, listens on a port of its own
+/// here: it runs below a shell, so drover does not start it as Node, and its preload
+/// (which serves the socket from a Node app's first listen()) is not there. drover says
+/// so, naming the port and the way out, where before the clients' connections waited on
+/// a socket no one accepted from, with nothing said.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
     let own_port = drover_testkit::free_port().to_string();
@@ -356,7 +358,7 @@ async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
     let d = DroverProcess::spawn(bin(), &shared_run("1", &runner)).await;
     let said = d
         .wait_for_line(
-            "not on the socket drover passed it as fd 3",
+            "in shared mode clients reach only the socket drover passed it as fd 3",
             Duration::from_secs(30),
         )
         .await
@@ -374,7 +376,7 @@ async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
     let (ok, _, _) = run_shared("1").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        ok.lines_containing("not on the socket drover passed it")
+        ok.lines_containing("clients reach only the socket drover passed it")
             .is_empty(),
         "{}",
         ok.stderr_text()
