@@ -135,6 +135,11 @@ function keepWrappersMessages(wrapperSend) {
   };
 }
 
+// The server on drover's socket (13.), once the app listens; what sigtermGoesToSigint
+// does to look again at who hears SIGTERM.
+let sharedServer = null;
+let lookAtSignals = () => {};
+
 // The servers on the first port the app listens on (the one drover balances; two at
 // `localhost`'s two loopbacks), filled in by saysWhatItServes.
 const balanced = new WeakSet();
@@ -386,6 +391,8 @@ function sigtermGoesToSigint() {
   //    for them to time out, and each worker stopped 5 s late. (drover sends a worker
   //    it stops nothing more, and gave back the clients it handed it.)
   const clusterWorker = require('cluster').isWorker;
+  // 13. In shared mode, with nothing of the app's own to hear the signal (below).
+  const drain = () => drainsSharedServer(drain);
   const leave = () => {
     if (clusterWorker && process.channel) process.channel.unref();
     for (const server of balancedHttpServers) {
@@ -398,11 +405,15 @@ function sigtermGoesToSigint() {
   const look = () => {
     looking = false;
     const listeners = process.listeners('SIGTERM');
-    const own = listeners.filter((f) => f !== bridge && f !== leave).length;
+    const own = listeners.filter((f) => f !== bridge && f !== leave && f !== drain).length;
     const bridged = listeners.includes(bridge);
     const wanted = own === 0 && process.listenerCount('SIGINT') > 0;
     if (wanted && !bridged) process.on('SIGTERM', bridge);
     if (!wanted && bridged) process.removeListener('SIGTERM', bridge);
+    const drains = sharedServer !== null && own === 0 && !wanted;
+    const draining = listeners.includes(drain);
+    if (drains && !draining) process.on('SIGTERM', drain);
+    if (!drains && draining) process.removeListener('SIGTERM', drain);
     // Only beside a listener of the app's: alone, it would keep SIGTERM from ending it.
     const handled = own > 0 || wanted;
     const leaving = listeners.includes(leave);
@@ -417,6 +428,7 @@ function sigtermGoesToSigint() {
   };
   process.on('newListener', changed);
   process.on('removeListener', changed);
+  lookAtSignals = () => changed('SIGTERM');
 }
 
 function givesConnectionsBack() {
@@ -689,6 +701,8 @@ function servesSharedSocket(fd) {
       if (options.fd === fd) served = this;
       if (!elsewhere && tcp) {
         served = this;
+        sharedServer = this;
+        lookAtSignals();
         appsPort = Number(options.port) || 0;
         const shared = options.signal ? { fd, signal: options.signal } : { fd };
         return cb ? listen.call(this, shared, cb) : listen.call(this, shared);
@@ -716,6 +730,65 @@ function servesSharedSocket(fd) {
     }
     return emit.apply(this, arguments);
   };
+}
+
+// 13. drover stops a shared-mode worker (a reload, a scale-down, its shutdown) with
+//    SIGTERM, and an app that does not handle it would end at once: every keep-alive
+//    client of the worker then lost the request it had just sent (wrk counted 11 over a
+//    reload and a scale-down). In the other modes the worker gives such connections back
+//    to drover between two requests (2.); here there is no channel to give them on, so
+//    the worker drains them first, as Node's cluster module disconnects a worker: it
+//    stops accepting (drover keeps the socket, and what waits in its queue is the next
+//    worker's), answers each request still to come on a connection with `Connection:
+//    close`, and closes a connection that has sent nothing for a second. Then it ends
+//    by the SIGTERM, as it would have. Only while the app has no SIGTERM or SIGINT
+//    handler of its own: an app's own shutdown is its own. drover's stop_timeout bounds
+//    it, as always.
+const IDLE_BEFORE_CLOSE_MS = 1000;
+function drainsSharedServer(listener) {
+  const server = sharedServer;
+  // Once: the SIGTERM it ends by is the default's.
+  sharedServer = null;
+  process.removeListener('SIGTERM', listener);
+  const end = () => process.kill(process.pid, 'SIGTERM');
+  const key = Object.getOwnPropertySymbols(server).find(
+    (s) => s.description === 'http.server.connections',
+  );
+  const list = key ? server[key] : null;
+  // Not HTTP (a TLS server, a raw protocol): nothing tells its clients to go.
+  if (!list) return end();
+  // net's close, not http's: Node 19 and later close every idle connection in http's,
+  // and a request a client sends at that moment is lost.
+  require('net').Server.prototype.close.call(server);
+  server.prependListener('request', (req, res) => {
+    res.shouldKeepAlive = false;
+  });
+  const idleSince = new Map();
+  const round = () => {
+    const now = Date.now();
+    const idle = new Set(list.idle().map((parser) => parser.socket));
+    let left = 0;
+    for (const parser of list.all()) {
+      const socket = parser.socket;
+      if (!socket || socket.destroyed) continue;
+      left++;
+      const answering = socket._httpMessage;
+      if (answering && !answering.headersSent) answering.shouldKeepAlive = false;
+      if (!idle.has(socket) || answering || socket.writableLength > 0) {
+        idleSince.delete(socket);
+        continue;
+      }
+      const seen = idleSince.get(socket);
+      if (!seen || seen.bytes !== socket.bytesRead) {
+        idleSince.set(socket, { at: now, bytes: socket.bytesRead });
+      } else if (now - seen.at >= IDLE_BEFORE_CLOSE_MS) {
+        socket.destroy();
+      }
+    }
+    if (left === 0) end();
+    else setTimeout(round, 50);
+  };
+  round();
 }
 
 // 12. A process that drover's worker starts is not drover's worker: its listen() binds
