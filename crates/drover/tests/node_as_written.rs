@@ -177,6 +177,38 @@ where
     })
 }
 
+/// The apps of examples/as-written that listen on a port they name, run by `node`: (what
+/// each is, its command, where it runs).
+fn apps_naming_their_port(
+    node: &str,
+    dir: &Path,
+    express: &Path,
+) -> [(&'static str, Vec<String>, PathBuf); 4] {
+    let node = node.to_string();
+    [
+        (
+            "port from argv, given",
+            vec![node.clone(), "argv-port.js".into(), "4001".into()],
+            dir.to_path_buf(),
+        ),
+        (
+            "hard-coded port",
+            vec![node.clone(), "hard-coded.js".into()],
+            dir.to_path_buf(),
+        ),
+        (
+            "ES module, fixed host and port",
+            vec![node.clone(), "esm.mjs".into()],
+            dir.to_path_buf(),
+        ),
+        (
+            "Express app.listen(3000)",
+            vec![node, "app.js".into()],
+            express.to_path_buf(),
+        ),
+    ]
+}
+
 #[tokio::test]
 async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
     let dir = as_written(".");
@@ -187,37 +219,18 @@ async fn apps_as_written_run_unchanged_as_three_workers_on_every_node() {
     );
     for (name, node) in node_binaries() {
         let node = node.display().to_string();
-        let cases: [(&str, Vec<String>, &Path); 6] = [
+        let mut cases = vec![
             (
                 "port from argv, its default",
                 vec![node.clone(), "argv-port.js".into()],
-                &dir,
+                dir.clone(),
             ),
-            (
-                "port from argv, given",
-                vec![node.clone(), "argv-port.js".into(), "4001".into()],
-                &dir,
-            ),
-            (
-                "hard-coded port",
-                vec![node.clone(), "hard-coded.js".into()],
-                &dir,
-            ),
-            (
-                "ES module, fixed host and port",
-                vec![node.clone(), "esm.mjs".into()],
-                &dir,
-            ),
-            (
-                "Express app.listen(3000)",
-                vec![node.clone(), "app.js".into()],
-                &express,
-            ),
-            ("reads PORT", vec![node.clone(), pi_server()], &dir),
+            ("reads PORT", vec![node.clone(), pi_server()], dir.clone()),
         ];
+        cases.extend(apps_naming_their_port(&node, &dir, &express));
         for (what, command, cwd) in cases {
             let who = format!("{name}: {what}");
-            let (d, admin) = run(3, &command, cwd).await;
+            let (d, admin) = run(3, &command, &cwd).await;
             every_worker_answers(&who, &d, admin).await;
             drover_stops_cleanly(&who, &d).await;
         }
@@ -3565,31 +3578,9 @@ async fn apps_as_written_serve_drovers_sockets_in_shared_mode_on_every_node() {
     );
     for (name, node) in node_binaries() {
         let node = node.display().to_string();
-        let cases: [(&str, Vec<String>, &Path); 4] = [
-            (
-                "port from argv",
-                vec![node.clone(), "argv-port.js".into(), "4001".into()],
-                &dir,
-            ),
-            (
-                "hard-coded port",
-                vec![node.clone(), "hard-coded.js".into()],
-                &dir,
-            ),
-            (
-                "ES module, fixed host and port",
-                vec![node.clone(), "esm.mjs".into()],
-                &dir,
-            ),
-            (
-                "Express app.listen(3000)",
-                vec![node.clone(), "app.js".into()],
-                &express,
-            ),
-        ];
-        for (what, command, cwd) in cases {
+        for (what, command, cwd) in apps_naming_their_port(&node, &dir, &express) {
             let who = format!("shared mode, {name}: {what}");
-            let (d, admin) = run_shared(3, &command, cwd).await;
+            let (d, admin) = run_shared(3, &command, &cwd).await;
             every_worker_answers_in_time(&who, &d, admin).await;
             // Nothing listens on a port of its own: the looks would name it.
             tokio::time::sleep(Duration::from_millis(1500)).await;
