@@ -28,6 +28,8 @@ use crate::conn::ClientStream;
 use crate::options::Handoff;
 use crate::state::{BalancerState, ThreadCell};
 use drover_balance::clock;
+use drover_registry::OwnWorker;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -36,11 +38,44 @@ use tracing::debug;
 /// A proxied connection is offered to a worker once it has carried this many requests:
 /// then it is one the client reuses. After one, many clients close it (HTTP/1.1
 /// clients that open a connection per request but do not say so).
-pub(crate) const HAND_OVER_AFTER_REQUESTS: u32 = 2;
+const HAND_OVER_AFTER_REQUESTS: u32 = 2;
 
 /// After a proxied connection could not be handed over (every worker behind), it is
 /// offered again after this many more requests.
-pub(crate) const RETRY_AFTER_REQUESTS: u32 = 64;
+const RETRY_AFTER_REQUESTS: u32 = 64;
+
+/// A connection offered a worker of its own goes to the worker that served its last
+/// request alone (`OwnWorker::Only`), tried this many times a request apart, before any
+/// free worker may take it. The app may keep this client's state there (an in-memory
+/// session), and a worker says late that a client left: on 2 busy cores, a browser tab's
+/// connection, offered right after its login, went to another worker because the one that
+/// served the login had not yet said the previous tab was gone, and its pages answered
+/// "who are you?" (4 runs of 12 of the test of that name, run 4 at a time). A worker
+/// that truly serves another client gives the connection up after these tries.
+const TRIES_WHERE_SERVED: u32 = 4;
+
+/// When a proxied keep-alive connection is next offered to a worker.
+#[derive(Debug)]
+pub(crate) struct Offers {
+    /// Once it has carried this many requests.
+    due_at: u32,
+    /// Offers so far to the worker that served it alone.
+    where_served: u32,
+}
+
+impl Offers {
+    pub(crate) fn new() -> Self {
+        Offers {
+            due_at: HAND_OVER_AFTER_REQUESTS,
+            where_served: 0,
+        }
+    }
+
+    /// Whether a connection that has carried `requests` is offered now.
+    pub(crate) fn are_due(&self, requests: u32) -> bool {
+        requests >= self.due_at
+    }
+}
 
 /// A new connection: `None` when a worker took it; the stream back to serve here.
 pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStream> {
@@ -58,7 +93,7 @@ pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStrea
     {
         return Some(stream);
     }
-    match give(shared, stream, HandOver::LeastBehind, None) {
+    match give(shared, stream, Give::LeastBehind { prefer: None }) {
         Ok(()) => None,
         Err(back) => back.into_plain().ok(),
     }
@@ -123,14 +158,53 @@ pub(crate) fn at_new_connection(shared: &BalancerState) {
     }
 }
 
-/// Gives `stream` to a worker (the one `to` says, `served_by` where it may: the one
-/// that answered its last request); the stream back when none took it.
-pub(crate) fn give(
+/// Offers a proxied connection, between two requests, to a worker (the one `to` says,
+/// `served_by` where it may: the one that answered its last request). The stream back
+/// when none took it, to serve here until `offers` are due again.
+pub(crate) fn offer(
     shared: &BalancerState,
     stream: TcpStream,
     to: HandOver,
-    served_by: Option<std::net::SocketAddr>,
+    served_by: Option<SocketAddr>,
+    offers: &mut Offers,
+    requests: u32,
 ) -> Result<(), ClientStream> {
+    let only_where_served = match served_by {
+        Some(addr) if to == HandOver::OwnWorker && offers.where_served < TRIES_WHERE_SERVED => {
+            offers.where_served += 1;
+            Some(addr)
+        }
+        _ => None,
+    };
+    let given = match (to, only_where_served) {
+        (HandOver::LeastBehind, _) => give(shared, stream, Give::LeastBehind { prefer: served_by }),
+        (HandOver::OwnWorker, Some(addr)) => give(shared, stream, Give::Own(OwnWorker::Only(addr))),
+        (HandOver::OwnWorker, None) => give(
+            shared,
+            stream,
+            Give::Own(OwnWorker::AnyFree { prefer: served_by }),
+        ),
+    };
+    if given.is_err() {
+        offers.due_at = requests.saturating_add(if only_where_served.is_some() {
+            1
+        } else {
+            RETRY_AFTER_REQUESTS
+        });
+    }
+    given
+}
+
+/// Which worker `give` gives a connection to.
+enum Give {
+    /// The one least behind, `prefer` among those as far behind.
+    LeastBehind { prefer: Option<SocketAddr> },
+    /// One that serves nothing else.
+    Own(OwnWorker),
+}
+
+/// Gives `stream` to a worker; the stream back when none took it.
+fn give(shared: &BalancerState, stream: TcpStream, to: Give) -> Result<(), ClientStream> {
     // Out of this thread's reactor: from here the worker's event loop owns it.
     let plain = match stream.into_std() {
         Ok(plain) => plain,
@@ -141,8 +215,8 @@ pub(crate) fn give(
         }
     };
     let given = match to {
-        HandOver::LeastBehind => shared.pool.hand_off(plain, served_by),
-        HandOver::OwnWorker => shared.pool.hand_to_own(plain, served_by),
+        Give::LeastBehind { prefer } => shared.pool.hand_off(plain, prefer),
+        Give::Own(own) => shared.pool.hand_to_own(plain, own),
     };
     match given {
         Ok(_) => {

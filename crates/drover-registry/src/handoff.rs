@@ -52,6 +52,16 @@ pub struct Occupancy {
     pub clients: usize,
 }
 
+/// Which free worker `Handoffs::hand_to_own` gives a connection to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnWorker {
+    /// The one given the fewest so far; `prefer` (the worker that served the
+    /// connection's last request) if it is free.
+    AnyFree { prefer: Option<SocketAddr> },
+    /// This one if it is free; none else.
+    Only(SocketAddr),
+}
+
 /// Past this many queued connections a worker is given no more, stalled or not: a
 /// burst (a load test opening its connections at once) is taken up within a turn or
 /// two of the workers' event loops; this bounds what one worker can be left holding.
@@ -183,16 +193,23 @@ impl Handoffs {
     }
 
     /// Gives `stream` to a worker of its own: one in the pool that serves no client
-    /// connection, has none on its way, and has no request of the balancer's in flight,
-    /// `prefer` if it is one, else the one given the fewest so far. The address it went
-    /// to, or the stream back when there is none.
+    /// connection, has none on its way, and has no request of the balancer's in flight;
+    /// of those, the one `to` says. The address it went to, or the stream back when
+    /// there is none.
     pub fn hand_to_own(
         &self,
         stream: TcpStream,
-        prefer: Option<SocketAddr>,
+        to: OwnWorker,
         find: impl Fn(SocketAddr) -> Option<Arc<Endpoint>>,
     ) -> Result<SocketAddr, TcpStream> {
+        let (prefer, only) = match to {
+            OwnWorker::AnyFree { prefer } => (prefer, None),
+            OwnWorker::Only(addr) => (Some(addr), Some(addr)),
+        };
         self.give_to_least(stream, prefer, find, |t, ep, now| {
+            if only.is_some_and(|addr| addr != t.addr) {
+                return None;
+            }
             let free = t.takes.clients() == Some(0)
                 && t.takes.queued() == 0
                 && ep.is_available(now)
@@ -262,6 +279,7 @@ impl Handoffs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    const ANY: OwnWorker = OwnWorker::AnyFree { prefer: None };
     use std::net::TcpListener;
     use std::sync::atomic::AtomicUsize;
 
@@ -379,8 +397,29 @@ mod tests {
         fa.clients.store(0, Relaxed);
         fb.clients.store(0, Relaxed);
         own.register(a, fa);
-        own.register(b, fb);
-        assert_eq!(own.hand_to_own(stream(&l), Some(b), find).unwrap(), b);
+        own.register(b, fb.clone());
+        assert_eq!(
+            own.hand_to_own(stream(&l), OwnWorker::AnyFree { prefer: Some(b) }, find)
+                .unwrap(),
+            b
+        );
+        // When it is not free (it says it serves a client, maybe one already gone),
+        // `Only` leaves the connection where it is, and `AnyFree` gives it to another.
+        fb.clients.store(1, Relaxed);
+        assert!(own
+            .hand_to_own(stream(&l), OwnWorker::Only(b), find)
+            .is_err());
+        assert_eq!(
+            own.hand_to_own(stream(&l), OwnWorker::AnyFree { prefer: Some(b) }, find)
+                .unwrap(),
+            a
+        );
+        fb.clients.store(0, Relaxed);
+        assert_eq!(
+            own.hand_to_own(stream(&l), OwnWorker::Only(b), find)
+                .unwrap(),
+            b
+        );
     }
 
     #[test]
@@ -397,7 +436,7 @@ mod tests {
             h.register(*a, f.clone());
         }
         // None can say what it serves: none is its own, and none is counted.
-        assert!(h.hand_to_own(stream(&l), None, find).is_err());
+        assert!(h.hand_to_own(stream(&l), ANY, find).is_err());
         assert_eq!(h.occupancy(find), Occupancy::default());
 
         for f in &fakes {
@@ -418,13 +457,13 @@ mod tests {
             ..Default::default()
         };
         let pick = drover_balance::Pick::try_new(&eps[1], &ctx).unwrap();
-        assert_eq!(h.hand_to_own(stream(&l), None, find).unwrap(), addrs[2]);
+        assert_eq!(h.hand_to_own(stream(&l), ANY, find).unwrap(), addrs[2]);
         assert!(eps[2].serves_clients());
         // It has one on its way (not yet taken up): not free either.
         fakes[2].queued.store(1, Relaxed);
-        assert!(h.hand_to_own(stream(&l), None, find).is_err());
+        assert!(h.hand_to_own(stream(&l), ANY, find).is_err());
         drop(pick);
-        assert_eq!(h.hand_to_own(stream(&l), None, find).unwrap(), addrs[1]);
+        assert_eq!(h.hand_to_own(stream(&l), ANY, find).unwrap(), addrs[1]);
         fakes[1].clients.store(1, Relaxed);
         fakes[2].clients.store(1, Relaxed);
         assert_eq!(

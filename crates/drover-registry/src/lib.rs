@@ -31,7 +31,7 @@ pub use active::{
     spawn_active_checks_with, ActiveChecks, CheckKind, CheckReport, HealthCheck, HealthCheckError,
     ProbeError, ProbeStream, Probing, WrapFuture, WrapProbe,
 };
-pub use handoff::{Handoffs, Occupancy, TakesConnections};
+pub use handoff::{Handoffs, Occupancy, OwnWorker, TakesConnections};
 pub use liveness::{Outcome, Progress};
 pub use local::{is_local_shortage, WarnLimit};
 pub use members::{

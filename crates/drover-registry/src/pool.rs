@@ -330,11 +330,11 @@ impl Pool {
     pub fn hand_to_own(
         &self,
         stream: std::net::TcpStream,
-        prefer: Option<SocketAddr>,
+        to: crate::OwnWorker,
     ) -> Result<SocketAddr, std::net::TcpStream> {
         let set = self.set.load();
         self.handoffs
-            .hand_to_own(stream, prefer, |addr| set.find(addr).cloned())
+            .hand_to_own(stream, to, |addr| set.find(addr).cloned())
     }
 
     /// What the members that take connections serve (see `Handoffs::occupancy`).

@@ -159,16 +159,20 @@ pub(crate) async fn serve(
                 // `run` hands over plain connections only.
                 let served_by = conn.served_by.as_ref().map(|e| e.addr());
                 let given = match conn.client.into_plain() {
-                    Ok(plain) => handoff::give(&shared, plain, to, served_by),
+                    Ok(plain) => handoff::offer(
+                        &shared,
+                        plain,
+                        to,
+                        served_by,
+                        &mut conn.offers,
+                        conn.requests,
+                    ),
                     Err(tls) => Err(tls),
                 };
                 match given {
                     Ok(()) => return,
-                    Err(back) => {
-                        // Every worker is behind: serve it here a while longer.
-                        conn.client = back;
-                        conn.hand_over_at = conn.requests + handoff::RETRY_AFTER_REQUESTS;
-                    }
+                    // No worker took it: serve it here a while longer.
+                    Err(back) => conn.client = back,
                 }
             }
         }
@@ -258,8 +262,8 @@ struct Conn {
     reqbody: Vec<u8>,
     /// Requests served on this connection.
     requests: u32,
-    /// From this many requests on, it may be handed to a worker (`handoff`).
-    hand_over_at: u32,
+    /// When it is next offered to a worker (`handoff`).
+    offers: handoff::Offers,
     /// How the request under way was answered, for its access log line: plain stores
     /// as it goes, read only when the log is on.
     outcome: Outcome,
@@ -349,7 +353,7 @@ impl Conn {
             out: Vec::new(),
             reqbody: Vec::new(),
             requests: 0,
-            hand_over_at: handoff::HAND_OVER_AFTER_REQUESTS,
+            offers: handoff::Offers::new(),
             outcome: Outcome::default(),
             private_upstream: None,
             upstream_is_private: false,
@@ -414,7 +418,7 @@ impl Conn {
                 self.ubuf = Vec::new();
                 self.out = Vec::new();
                 self.reqbody = Vec::new();
-                if self.requests >= self.hand_over_at && self.client.is_plain() {
+                if self.offers.are_due(self.requests) && self.client.is_plain() {
                     if let Some(to) = handoff::between_requests(&self.thread.shared) {
                         return Ended::HandOver(to);
                     }
