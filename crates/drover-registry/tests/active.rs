@@ -185,6 +185,30 @@ async fn a_hung_backend_times_out_and_goes_down() {
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
+/// Several backends that stop answering at once (busy with another balancer's load
+/// while this one carries none) stay up: taking them all down is the outage. One that
+/// refuses or answers badly meanwhile still goes down, and so does a hung one once
+/// another answers.
+#[tokio::test]
+async fn timeouts_on_every_endpoint_at_once_take_none_down() {
+    let a = Backend::start(OK).await;
+    let b = Backend::start(OK).await;
+    let bad = Backend::start(ERROR).await;
+    let pool = pool_of(&[a.addr, b.addr, bad.addr], PoolOptions::default());
+    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("bad down", || !healthy(&pool, bad.addr)).await;
+    // Every endpoint still up times out: ten rounds, and neither goes down.
+    a.set(HANG);
+    b.set(HANG);
+    let hits = a.hits();
+    wait_until("ten rounds", || a.hits() >= hits + 10).await;
+    assert!(healthy(&pool, a.addr) && healthy(&pool, b.addr));
+    // Once one answers again, the other's timeouts are its own.
+    b.set(OK);
+    wait_until("hung down", || !healthy(&pool, a.addr)).await;
+    assert!(healthy(&pool, b.addr));
+}
+
 #[tokio::test]
 async fn a_closed_port_goes_down() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
