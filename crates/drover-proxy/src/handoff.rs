@@ -169,28 +169,21 @@ pub(crate) fn offer(
     offers: &mut Offers,
     requests: u32,
 ) -> Result<(), ClientStream> {
-    let only_where_served = match served_by {
-        Some(addr) if to == HandOver::OwnWorker && offers.where_served < TRIES_WHERE_SERVED => {
+    let give_to = match (to, served_by) {
+        (HandOver::LeastBehind, prefer) => Give::LeastBehind { prefer },
+        (HandOver::OwnWorker, Some(addr)) if offers.where_served < TRIES_WHERE_SERVED => {
             offers.where_served += 1;
-            Some(addr)
+            Give::Own(OwnWorker::Only(addr))
         }
-        _ => None,
+        (HandOver::OwnWorker, prefer) => Give::Own(OwnWorker::AnyFree { prefer }),
     };
-    let given = match (to, only_where_served) {
-        (HandOver::LeastBehind, _) => give(shared, stream, Give::LeastBehind { prefer: served_by }),
-        (HandOver::OwnWorker, Some(addr)) => give(shared, stream, Give::Own(OwnWorker::Only(addr))),
-        (HandOver::OwnWorker, None) => give(
-            shared,
-            stream,
-            Give::Own(OwnWorker::AnyFree { prefer: served_by }),
-        ),
+    let retry_after = match give_to {
+        Give::Own(OwnWorker::Only(_)) => 1,
+        _ => RETRY_AFTER_REQUESTS,
     };
+    let given = give(shared, stream, give_to);
     if given.is_err() {
-        offers.due_at = requests.saturating_add(if only_where_served.is_some() {
-            1
-        } else {
-            RETRY_AFTER_REQUESTS
-        });
+        offers.due_at = requests.saturating_add(retry_after);
     }
     given
 }

@@ -294,10 +294,7 @@ fn is_timeout(result: &Result<(), ProbeError>) -> bool {
 /// failures, such timeouts take away all capacity at once; a lone endpoint, or one of
 /// several while another answers, still goes down on them.
 fn is_common_timeout(results: &[(Arc<Endpoint>, Result<(), ProbeError>, u64)]) -> bool {
-    let mut up = results
-        .iter()
-        .filter(|(ep, _, _)| ep.is_healthy())
-        .peekable();
+    let mut up = results.iter().filter(|(ep, _, _)| ep.is_healthy());
     up.clone().nth(1).is_some() && up.all(|(_, result, _)| is_timeout(result))
 }
 
