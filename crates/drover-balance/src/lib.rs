@@ -17,7 +17,7 @@ pub mod worker_life;
 pub use clock::Nanos;
 pub use cost::CostTable;
 pub use endpoint::{Endpoint, WorkArrives};
-pub use pick::{NoPick, Pick, PickContext};
+pub use pick::{NoPick, Pick, PickContext, Pooled};
 pub use set::EndpointSet;
 pub use spread::CostSpread;
 pub use strategy::Strategy;

@@ -32,6 +32,21 @@ pub struct PickContext<'a> {
     /// The endpoint that served the last request of this client connection: taken
     /// again while it has nothing pending (see `strategy::common::least_loaded_of`).
     pub previous: Option<&'a Arc<Endpoint>>,
+    /// The idle backend connections the picking thread holds, when it keeps any: a
+    /// busy endpoint reached through one of them is preferred over a slightly less
+    /// loaded one that needs a new connection (see `strategy::common::least_loaded_of`).
+    pub pooled: Option<&'a dyn Pooled>,
+}
+
+/// Which endpoints a pick could reach on a connection already open and idle.
+pub trait Pooled: Sync {
+    fn has_idle(&self, endpoint: &Endpoint) -> bool;
+}
+
+impl std::fmt::Debug for dyn Pooled + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pooled")
+    }
 }
 
 impl PickContext<'_> {

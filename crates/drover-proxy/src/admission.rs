@@ -371,6 +371,9 @@ impl Admission {
                 sticky: waiter.sticky.as_deref(),
                 exclude: &waiter.exclude,
                 previous: None,
+                // Placed by whichever thread freed the room, whose idle connections are
+                // not the waiter's: a queued request goes where room opened.
+                pooled: None,
             };
             let result = match self.balancer.pick(&set, &ctx) {
                 Ok(pick) => Ok(self.slot(pick)),
@@ -623,6 +626,7 @@ mod tests {
             sticky: None,
             exclude: &[],
             previous: None,
+            pooled: None,
         }
     }
 

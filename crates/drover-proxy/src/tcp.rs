@@ -359,6 +359,7 @@ async fn place(
             sticky: None,
             exclude: &tried,
             previous: None,
+            pooled: None,
         };
         let asked = Instant::now();
         let acquired = shared.admission.acquire(&ctx).await;

@@ -5,7 +5,7 @@
 
 use crate::backend_tls::Connector;
 use crate::error::ProxyError;
-use drover_balance::{clock, Endpoint, Nanos};
+use drover_balance::{clock, Endpoint, Nanos, Pooled};
 use drover_metrics::Cause;
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use std::collections::HashMap;
@@ -196,6 +196,15 @@ impl Upstreams {
         None
     }
 
+    /// Whether an idle connection to `addr` is kept and not yet past its reuse time (a
+    /// guess, without the syscall `checkout` makes: the backend may have closed it).
+    fn has_idle(&self, addr: SocketAddr) -> bool {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.get(&addr)
+            .and_then(|conns| conns.last())
+            .is_some_and(|c| Instant::now() < c.until)
+    }
+
     /// Keeps `stream` for reuse. `keep_alive_timeout` is what its backend said of how
     /// long it keeps an idle connection (seconds), if it did.
     pub fn checkin(&self, addr: SocketAddr, stream: Upstream, keep_alive_timeout: Option<u32>) {
@@ -227,6 +236,12 @@ impl Upstreams {
             conns.retain(|c| now < c.until);
             !conns.is_empty()
         });
+    }
+}
+
+impl Pooled for Upstreams {
+    fn has_idle(&self, endpoint: &Endpoint) -> bool {
+        Upstreams::has_idle(self, endpoint.addr())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::clock::Nanos;
 use crate::endpoint::Endpoint;
-use crate::pick::{no_pick_reason, NoPick, Pick, PickContext};
+use crate::pick::{no_pick_reason, NoPick, Pick, PickContext, Pooled};
 use crate::set::EndpointSet;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -113,8 +113,30 @@ pub(crate) fn least_loaded<'s>(
     least_loaded_of(head.iter().chain(tail).filter(|e| ctx.eligible(e)), ctx)
 }
 
+/// A busy endpoint this thread holds no idle connection to counts its pending work this
+/// many times (see `least_loaded_of`).
+///
+/// Why: a new connection to a busy backend waits longer than its pending work. A Node
+/// server busy with CPU work accepts about one connection per turn of its event loop
+/// and reads a new connection's request a turn after that, while it serves every
+/// connection it already reads each turn. With 94 requests in each of 4 Node backends
+/// (a turn of ~0.3 s), 8 connections opened at once to one of them were answered 4.2 to
+/// 5.5 s later, and 8 opened 3 s before their requests in 0.19 s. Balancing by pending
+/// work alone moves each endpoint's share up and down, and each rise past what the
+/// thread's pool holds opened connections into such a wait: `drover proxy` over 4 Node
+/// backends, 375 keep-alive clients (`bench/sweep.sh --seed 13 --only 10`), opened ~1
+/// connection a second per backend under steady load, and requests that took one
+/// waited up to 10 s; p99 3.2-8.5 s against HAProxy leastconn's 0.66-0.79 s, which keeps
+/// each backend's count, and so its connections, steady. Twice the pending work is one
+/// turn more, the least a new connection costs.
+pub const NEW_CONNECTION_FACTOR: f64 = 2.0;
+
 /// The least loaded of `candidates` (all eligible), by the rule of `least_loaded`; `p2c`
 /// calls it with its two draws.
+///
+/// Among busy endpoints, one the picking thread holds an idle connection to (`pooled`)
+/// is taken over a less loaded one it would have to connect to anew, unless the latter
+/// has less than 1 / `NEW_CONNECTION_FACTOR` of its pending work.
 pub(crate) fn least_loaded_of<'s>(
     candidates: impl IntoIterator<Item = &'s Arc<Endpoint>>,
     ctx: &PickContext<'_>,
@@ -123,6 +145,8 @@ pub(crate) fn least_loaded_of<'s>(
     let mut idle: Option<&Arc<Endpoint>> = None;
     let mut idle_total = 0.0;
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
+    // The least loaded busy endpoint reached on an idle connection, when `best` is not.
+    let mut best_pooled: Option<(&Arc<Endpoint>, f64)> = None;
     for e in candidates {
         // With nothing pending, the endpoint that served this connection's last request
         // is as good as any other idle one, and it may hold what the app keeps of this
@@ -146,12 +170,23 @@ pub(crate) fn least_loaded_of<'s>(
             }
         } else if idle.is_none() {
             let s = e.pending_score(now, ctx.guess);
+            // A connection lookup only for a score that could win with it.
+            let worth_a_look = |b: Option<(&Arc<Endpoint>, f64)>| {
+                b.is_none_or(|(_, b)| s < b * NEW_CONNECTION_FACTOR)
+            };
+            let pooled = |p: &dyn Pooled| worth_a_look(best) && p.has_idle(e);
+            if ctx.pooled.is_some_and(pooled) && best_pooled.is_none_or(|(_, b)| s < b) {
+                best_pooled = Some((e, s));
+            }
             if best.is_none_or(|(_, b)| s < b) {
                 best = Some((e, s));
             }
         }
     }
-    idle.or(best.map(|(e, _)| e))
+    idle.or(match (best, best_pooled) {
+        (Some((_, b)), Some((p, s))) if s <= b * NEW_CONNECTION_FACTOR => Some(p),
+        _ => best.map(|(e, _)| e),
+    })
 }
 
 /// The next eligible index in rotation, from a shared counter.

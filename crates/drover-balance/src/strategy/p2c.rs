@@ -3,7 +3,8 @@
 //! and takes the less loaded of those. Less loaded means: an idle one (nothing pending;
 //! two idle ones by a weighted coin), else the one with less pending work (the learned
 //! cost of the requests awaiting an answer, scaled by its weight; see
-//! `Endpoint::pending_score`).
+//! `Endpoint::pending_score`), where a busy endpoint the picking thread would have to
+//! open a new connection to counts its work twice (`common::NEW_CONNECTION_FACTOR`).
 //!
 //! Why scan: with unequal costs, a few expensive requests occupy most of a small pool.
 //! Two random draws then often land on two busy endpoints and put a cheap request behind
@@ -101,6 +102,71 @@ mod tests {
         for _ in 0..10 {
             let p = P2c::new().pick(&s, &ctx()).unwrap();
             assert_eq!(index_of(&s, &p), 2);
+        }
+    }
+
+    /// Idle connections of one picking thread, by endpoint index.
+    struct PooledAt(Vec<std::net::SocketAddr>);
+
+    impl crate::Pooled for PooledAt {
+        fn has_idle(&self, endpoint: &Endpoint) -> bool {
+            self.0.contains(&endpoint.addr())
+        }
+    }
+
+    #[test]
+    fn a_busy_endpoint_on_an_idle_connection_wins_unless_another_holds_under_half_its_work() {
+        use crate::strategy::common::NEW_CONNECTION_FACTOR;
+        let s = set_of(&[1, 1, 1]);
+        let work = |ms: u64| PickContext {
+            cost: ms * 1_000_000,
+            ..ctx()
+        };
+        // Every endpoint busy: 0 with 10 ms of work, 1 with 6 ms, 2 with 30 ms.
+        let _held = [(0, 10), (1, 6), (2, 30)]
+            .map(|(i, ms)| Pick::try_new(&s.endpoints()[i], &work(ms)).unwrap());
+        let pooled = PooledAt(vec![s.endpoints()[0].addr(), s.endpoints()[2].addr()]);
+        let from_pool = PickContext {
+            pooled: Some(&pooled),
+            ..ctx()
+        };
+        // 1 has the least work but no idle connection; 0 has one and under twice 1's work.
+        const { assert!(10.0 <= 6.0 * NEW_CONNECTION_FACTOR) };
+        for _ in 0..10 {
+            assert_eq!(index_of(&s, &P2c::new().pick(&s, &from_pool).unwrap()), 0);
+            assert_eq!(index_of(&s, &P2c::new().pick(&s, &ctx()).unwrap()), 1);
+        }
+        // Only 2 is pooled, at five times 1's work: a new connection to 1 it is.
+        let far = PooledAt(vec![s.endpoints()[2].addr()]);
+        let from_far = PickContext {
+            pooled: Some(&far),
+            ..ctx()
+        };
+        for _ in 0..10 {
+            assert_eq!(index_of(&s, &P2c::new().pick(&s, &from_far).unwrap()), 1);
+        }
+        // The least loaded is pooled itself: it wins as before.
+        let near = PooledAt(vec![s.endpoints()[1].addr(), s.endpoints()[0].addr()]);
+        let from_near = PickContext {
+            pooled: Some(&near),
+            ..ctx()
+        };
+        for _ in 0..10 {
+            assert_eq!(index_of(&s, &P2c::new().pick(&s, &from_near).unwrap()), 1);
+        }
+    }
+
+    #[test]
+    fn an_idle_endpoint_wins_over_a_busy_one_on_an_idle_connection() {
+        let s = set_of(&[1, 1]);
+        let _held = Pick::try_new(&s.endpoints()[0], &ctx()).unwrap();
+        let pooled = PooledAt(vec![s.endpoints()[0].addr()]);
+        let from_pool = PickContext {
+            pooled: Some(&pooled),
+            ..ctx()
+        };
+        for _ in 0..10 {
+            assert_eq!(index_of(&s, &P2c::new().pick(&s, &from_pool).unwrap()), 1);
         }
     }
 

@@ -9,7 +9,7 @@ use crate::http1::error_page;
 use crate::http1::redirect;
 use crate::http1::request::{RequestHead, Routed};
 use crate::http1::BodyKind;
-use drover_balance::{clock, Endpoint, Nanos, PickContext};
+use drover_balance::{clock, Endpoint, Nanos, PickContext, Pooled};
 use drover_registry::WarnLimit;
 use std::sync::Arc;
 use std::time::Duration;
@@ -254,6 +254,9 @@ impl Conn {
                 sticky: head.sticky.as_deref(),
                 exclude: &tried,
                 previous: self.served_by.as_ref(),
+                pooled: (!self.opts().backend_protocol.is_http2()
+                    && self.opts().send_proxy_protocol.is_none())
+                .then_some(&self.thread.upstreams as &dyn Pooled),
             };
             let slot = match shared
                 .admission
