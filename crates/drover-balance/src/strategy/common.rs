@@ -3,7 +3,7 @@
 
 use crate::clock::Nanos;
 use crate::endpoint::Endpoint;
-use crate::pick::{no_pick_reason, NoPick, Pick, PickContext, Pooled};
+use crate::pick::{no_pick_reason, NoPick, Pick, PickContext};
 use crate::set::EndpointSet;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -170,12 +170,10 @@ pub(crate) fn least_loaded_of<'s>(
             }
         } else if idle.is_none() {
             let s = e.pending_score(now, ctx.guess);
-            // A connection lookup only for a score that could win with it.
-            let worth_a_look = |b: Option<(&Arc<Endpoint>, f64)>| {
-                b.is_none_or(|(_, b)| s < b * NEW_CONNECTION_FACTOR)
-            };
-            let pooled = |p: &dyn Pooled| worth_a_look(best) && p.has_idle(e);
-            if ctx.pooled.is_some_and(pooled) && best_pooled.is_none_or(|(_, b)| s < b) {
+            // The pool is looked up only for a score that could win with it.
+            let could_win = best_pooled.is_none_or(|(_, p)| s < p)
+                && best.is_none_or(|(_, b)| s < b * NEW_CONNECTION_FACTOR);
+            if could_win && ctx.pooled.is_some_and(|p| p.has_idle(e)) {
                 best_pooled = Some((e, s));
             }
             if best.is_none_or(|(_, b)| s < b) {
