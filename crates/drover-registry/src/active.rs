@@ -21,8 +21,8 @@
 use crate::liveness::{self, Outcome, Progress};
 use crate::pool::{Pool, Source};
 pub use crate::probe::{
-    probe, probe_sending, probe_with, CheckKind, ProbeError, ProbeStream, Probing, WrapFuture,
-    WrapProbe,
+    probe, probe_sending, probe_with, CheckKind, ProbeError, ProbeStream, Prober, Probing,
+    WrapFuture, WrapProbe,
 };
 use drover_balance::{clock, Endpoint};
 use std::collections::HashMap;
@@ -216,21 +216,32 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, probing: Arc<Probing>, reports
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Each endpoint's completed responses at its last probe (see `liveness`).
     let mut progress: HashMap<SocketAddr, Progress> = HashMap::new();
+    // Each endpoint's prober, with the connection it keeps; taken by its probe each
+    // round and given back, so an endpoint that left the pool drops its own.
+    let mut probers: HashMap<SocketAddr, Prober> = HashMap::new();
     loop {
         ticker.tick().await;
         let endpoints = pool.endpoints_not_from(Source::Supervisor);
         let mut probes = JoinSet::new();
         for ep in &endpoints {
             let (ep, check, probing) = (Arc::clone(ep), Arc::clone(&check), Arc::clone(&probing));
+            let mut prober = probers.remove(&ep.addr()).unwrap_or_default();
             probes.spawn(async move {
-                let result = probe_with(ep.addr(), &probing, &check.kind, check.timeout).await;
+                let result = prober
+                    .probe(ep.addr(), &probing, &check.kind, check.timeout)
+                    .await;
                 // Read after the probe: what completed while it waited counts.
                 let completed = ep.stats().responses_total();
-                (ep, result, completed)
+                ((ep, result, completed), prober)
             });
         }
         // A probe task only fails by panicking, which it does not.
-        let results: Vec<_> = probes.join_all().await;
+        let (results, kept): (Vec<_>, Vec<_>) = probes.join_all().await.into_iter().unzip();
+        probers = results
+            .iter()
+            .map(|(ep, _, _)| ep.addr())
+            .zip(kept)
+            .collect();
         let common_timeout = is_common_timeout(&results);
         if common_timeout {
             if let Some(held_back) = COMMON_TIMEOUT.check_now() {

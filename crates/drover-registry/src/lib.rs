@@ -18,6 +18,7 @@
 pub mod active;
 pub mod grpc_health;
 pub mod handoff;
+mod http_probe;
 pub mod liveness;
 pub mod local;
 pub mod members;
@@ -29,7 +30,7 @@ pub mod status;
 pub use active::{
     probe, probe_sending, probe_with, spawn_active_checks, spawn_active_checks_sending,
     spawn_active_checks_with, ActiveChecks, CheckKind, CheckReport, HealthCheck, HealthCheckError,
-    ProbeError, ProbeStream, Probing, WrapFuture, WrapProbe,
+    ProbeError, ProbeStream, Prober, Probing, WrapFuture, WrapProbe,
 };
 pub use handoff::{Handoffs, Occupancy, OwnWorker, TakesConnections};
 pub use liveness::{Outcome, Progress};

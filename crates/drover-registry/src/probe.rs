@@ -28,6 +28,12 @@ pub type WrapFuture<'a> =
 /// which lives in drover-proxy. Its error is the reason a failed probe reports.
 pub trait WrapProbe: Send + Sync {
     fn wrap<'a>(&'a self, tcp: TcpStream, addr: SocketAddr, deadline: Instant) -> WrapFuture<'a>;
+
+    /// Whether a wrapped connection can carry the next probe once one is answered (TLS
+    /// can); one that carries a single exchange (an HTTP/2 stream) says no.
+    fn keeps_connection(&self) -> bool {
+        true
+    }
 }
 
 /// How each probe's connection starts: `preamble` written first (a PROXY protocol
@@ -129,14 +135,11 @@ impl fmt::Display for ProbeError {
 
 impl std::error::Error for ProbeError {}
 
-/// The longest status line a probe reads before calling the answer malformed.
-const MAX_STATUS_LINE: usize = 4096;
-
 /// How much of a TCP exchange's answer is searched for the expected bytes.
 const MAX_ANSWER: usize = 4096;
 
-/// One probe of `addr`, bounded by `timeout` as a whole. Public so the supervisor can use
-/// it for worker readiness.
+/// One probe of `addr`, bounded by `timeout` as a whole, on a connection of its own.
+/// Public so the supervisor can use it for worker readiness.
 pub async fn probe(
     addr: SocketAddr,
     kind: &CheckKind,
@@ -166,19 +169,59 @@ pub async fn probe_with(
     kind: &CheckKind,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    let deadline = Instant::now() + timeout;
-    match tokio::time::timeout_at(deadline, probe_unbounded(addr, probing, kind, deadline)).await {
+    bounded(timeout, probe_unbounded(addr, probing, kind, timeout, None)).await
+}
+
+/// One endpoint's probes in turn. An HTTP check keeps its connection for the next
+/// probe when the answer allows it (see `http_probe`), so a busy server answers the
+/// probe as it answers requests, not after its listen queue. Other checks open a
+/// connection each: a TCP check is about the connect.
+#[derive(Default)]
+pub struct Prober {
+    kept: Option<Box<dyn ProbeStream>>,
+}
+
+impl fmt::Debug for Prober {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prober")
+            .field("kept", &self.kept.is_some())
+            .finish()
+    }
+}
+
+impl Prober {
+    /// One probe of `addr`, bounded by `timeout` as a whole. A probe that times out
+    /// gives its connection up: a late answer must not be read as the next one's.
+    pub async fn probe(
+        &mut self,
+        addr: SocketAddr,
+        probing: &Probing,
+        kind: &CheckKind,
+        timeout: Duration,
+    ) -> Result<(), ProbeError> {
+        let reuse = matches!(kind, CheckKind::Http { .. })
+            && probing.wrap.as_ref().is_none_or(|w| w.keeps_connection());
+        let kept = reuse.then_some(&mut self.kept);
+        bounded(timeout, probe_unbounded(addr, probing, kind, timeout, kept)).await
+    }
+}
+
+async fn bounded(
+    timeout: Duration,
+    probe: impl Future<Output = Result<(), ProbeError>>,
+) -> Result<(), ProbeError> {
+    match tokio::time::timeout(timeout, probe).await {
         Ok(result) => result,
         Err(_) => Err(ProbeError::Timeout(timeout)),
     }
 }
 
-async fn probe_unbounded(
+/// A new connection to `addr`, started as `probing` says, by `deadline`.
+async fn connect(
     addr: SocketAddr,
     probing: &Probing,
-    kind: &CheckKind,
     deadline: Instant,
-) -> Result<(), ProbeError> {
+) -> Result<Box<dyn ProbeStream>, ProbeError> {
     let mut tcp = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
         io::ErrorKind::ConnectionRefused => ProbeError::Refused,
         _ if crate::local::is_local_shortage(&e) => ProbeError::LocalShortage(e),
@@ -189,34 +232,83 @@ async fn probe_unbounded(
             .await
             .map_err(ProbeError::Io)?;
     }
-    let mut stream: Box<dyn ProbeStream> = match &probing.wrap {
+    match &probing.wrap {
         Some(wrap) => wrap
             .wrap(tcp, addr, deadline)
             .await
-            .map_err(|why| ProbeError::Tls(Box::new(why)))?,
-        None => Box::new(tcp),
-    };
+            .map_err(|why| ProbeError::Tls(Box::new(why))),
+        None => Ok(Box::new(tcp)),
+    }
+}
+
+/// One probe. `kept`: an HTTP check's connection slot, taken for this probe and filled
+/// again only when the answer leaves the connection fit for the next one.
+async fn probe_unbounded(
+    addr: SocketAddr,
+    probing: &Probing,
+    kind: &CheckKind,
+    timeout: Duration,
+    kept: Option<&mut Option<Box<dyn ProbeStream>>>,
+) -> Result<(), ProbeError> {
+    let deadline = Instant::now() + timeout;
     let (path, expect) = match kind {
-        CheckKind::Tcp => return Ok(()),
-        CheckKind::TcpExchange { send, receive } => {
-            return exchange(&mut stream, send, receive).await
-        }
-        CheckKind::Grpc { service } => return grpc_check(&mut stream, service, addr).await,
         CheckKind::Http { path, expect } => (path, expect),
+        CheckKind::Tcp => return connect(addr, probing, deadline).await.map(drop),
+        CheckKind::TcpExchange { send, receive } => {
+            let mut stream = connect(addr, probing, deadline).await?;
+            return exchange(&mut stream, send, receive).await;
+        }
+        CheckKind::Grpc { service } => {
+            let mut stream = connect(addr, probing, deadline).await?;
+            return grpc_check(&mut stream, service, addr).await;
+        }
     };
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: drover-health\r\nConnection: close\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(ProbeError::Io)?;
-    let status = read_status(&mut stream).await?;
-    if expect.contains(status) {
+    let keep = kept.is_some();
+    let request = crate::http_probe::request(path, addr, keep);
+    let (mut reused, slot) = match kept {
+        Some(slot) => (slot.take().and_then(still_open), Some(slot)),
+        None => (None, None),
+    };
+    let answer = loop {
+        let (mut stream, was_reused) = match reused.take() {
+            Some(stream) => (stream, true),
+            None => (connect(addr, probing, deadline).await?, false),
+        };
+        let asked = match stream.write_all(request.as_bytes()).await {
+            Ok(()) => crate::http_probe::read_answer(&mut stream, keep).await,
+            Err(e) => Err(ProbeError::Io(e)),
+        };
+        match asked {
+            // The backend closed the kept connection as the probe went out (its idle
+            // timeout): ask again on a new one, as a pooled request would.
+            Err(ProbeError::Closed | ProbeError::Io(_)) if was_reused => continue,
+            Err(e) => return Err(e),
+            Ok(answer) => {
+                if let Some(slot) = slot {
+                    *slot = answer.reusable.then_some(stream);
+                }
+                break answer;
+            }
+        }
+    };
+    if expect.contains(answer.status) {
         Ok(())
     } else {
-        Err(ProbeError::Status(status))
+        Err(ProbeError::Status(answer.status))
     }
+}
+
+/// Whether a kept connection is still open and silent: the backend closes an idle one
+/// after its keep-alive timeout (Node's: 5 s), and says nothing unasked on a live one.
+/// The connection back when it is.
+fn still_open(mut stream: Box<dyn ProbeStream>) -> Option<Box<dyn ProbeStream>> {
+    let mut byte = [0u8; 1];
+    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let silent = Pin::new(&mut *stream)
+        .poll_read(&mut cx, &mut buf)
+        .is_pending();
+    silent.then_some(stream)
 }
 
 /// One call of the gRPC health service, its answer read to the stream's end (a few
@@ -279,58 +371,4 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin + ?Sized>(
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Reads until the status line is complete and returns its code. Only the status line
-/// is parsed: headers and body do not matter to a health check.
-async fn read_status<S: AsyncRead + Unpin + ?Sized>(stream: &mut S) -> Result<u16, ProbeError> {
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 512];
-    loop {
-        if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-            return parse_status_line(&buf[..=end]);
-        }
-        if buf.len() > MAX_STATUS_LINE {
-            return Err(ProbeError::Malformed);
-        }
-        let n = stream.read(&mut chunk).await.map_err(ProbeError::Io)?;
-        if n == 0 {
-            return Err(ProbeError::Closed);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Parses one status line ending in `\n`. With no room for headers, httparse stops after
-/// the status line and reports `Partial`; the code is filled in by then.
-fn parse_status_line(line: &[u8]) -> Result<u16, ProbeError> {
-    let mut response = httparse::Response::new(&mut []);
-    match response.parse(line) {
-        Ok(_) => response.code.ok_or(ProbeError::Malformed),
-        Err(_) => Err(ProbeError::Malformed),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_line_parsing() {
-        assert_eq!(parse_status_line(b"HTTP/1.1 200 OK\r\n").unwrap(), 200);
-        assert_eq!(parse_status_line(b"HTTP/1.0 503 Busy\n").unwrap(), 503);
-        assert_eq!(parse_status_line(b"HTTP/1.1 204\r\n").unwrap(), 204);
-        assert!(matches!(
-            parse_status_line(b"garbage\r\n"),
-            Err(ProbeError::Malformed)
-        ));
-        assert!(matches!(
-            parse_status_line(b"HTTP/1.1 2x0 OK\r\n"),
-            Err(ProbeError::Malformed)
-        ));
-        assert!(matches!(
-            parse_status_line(b"SSH-2.0-OpenSSH\r\n"),
-            Err(ProbeError::Malformed)
-        ));
-    }
 }

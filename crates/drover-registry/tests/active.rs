@@ -167,7 +167,7 @@ async fn the_request_is_a_plain_http11_get() {
     assert_eq!(
         req,
         format!(
-            "GET /health HTTP/1.1\r\nHost: {}\r\nUser-Agent: drover-health\r\nConnection: close\r\n\r\n",
+            "GET /health HTTP/1.1\r\nHost: {}\r\nUser-Agent: drover-health\r\n\r\n",
             backend.addr
         )
     );
@@ -300,6 +300,110 @@ async fn supervised_workers_are_left_to_their_supervisor() {
     assert!(
         fixed.hits() <= probed + 1,
         "a worker's address was probed on"
+    );
+}
+
+/// A backend that answers every request on a connection, alternating a sized and a
+/// chunked body, until the connection's `last`-th request: that one it reads and
+/// closes the connection on unanswered, as a server whose idle timeout ends the
+/// connection just as a request arrives. It counts connections and answers.
+struct KeepingBackend {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    answers: Arc<AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KeepingBackend {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl KeepingBackend {
+    async fn start(last: usize) -> KeepingBackend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let answers = Arc::new(AtomicUsize::new(0));
+        let (c, a) = (connections.clone(), answers.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                c.fetch_add(1, SeqCst);
+                tokio::spawn(keep_answering(conn, last, a.clone()));
+            }
+        });
+        KeepingBackend {
+            addr,
+            connections,
+            answers,
+            accept,
+        }
+    }
+}
+
+async fn keep_answering(mut conn: TcpStream, last: usize, answers: Arc<AtomicUsize>) {
+    let mut buf = [0u8; 1024];
+    for n in 1.. {
+        let mut req = Vec::new();
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(k) => req.extend_from_slice(&buf[..k]),
+            }
+        }
+        if n == last {
+            return;
+        }
+        let answer: &[u8] = if n % 2 == 1 {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        } else {
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+        };
+        if conn.write_all(answer).await.is_err() {
+            return;
+        }
+        answers.fetch_add(1, SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn an_http_check_keeps_its_connection_from_probe_to_probe() {
+    let backend = KeepingBackend::start(usize::MAX).await;
+    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("ten probes answered", || backend.answers.load(SeqCst) >= 10).await;
+    assert_eq!(
+        backend.connections.load(SeqCst),
+        1,
+        "a connection per probe"
+    );
+    assert!(healthy(&pool, backend.addr));
+    assert!(checks.report().iter().all(|r| r.failures == 0));
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_backend_closes_as_the_probe_arrives_is_replaced() {
+    // Each connection answers one probe and closes on the next unanswered: every probe
+    // after the first meets a connection that closes under it.
+    let backend = KeepingBackend::start(2).await;
+    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("ten probes answered", || backend.answers.load(SeqCst) >= 10).await;
+    assert!(backend.connections.load(SeqCst) >= 10);
+    assert!(healthy(&pool, backend.addr));
+    let report = checks.report();
+    assert!(
+        report
+            .iter()
+            .all(|r| r.failures == 0 && r.last_error.is_none()),
+        "{report:?}"
+    );
+    // A one-off probe (readiness) asks for the connection to close, and passes.
+    assert!(
+        probe(backend.addr, &CheckKind::http("/"), Duration::from_secs(1))
+            .await
+            .is_ok()
     );
 }
 

@@ -18,7 +18,9 @@ use crate::cpu;
 use crate::spec::{Mode, BACKGROUND_SETTLE};
 use crate::status::WorkerState;
 use drover_registry::liveness::{self, Outcome, Progress};
-use drover_registry::{probe, probe_with, CheckKind, HealthCheck, Pool, ProbeError, Probing};
+use drover_registry::{
+    probe, probe_with, CheckKind, HealthCheck, Pool, ProbeError, Prober, Probing,
+};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -177,13 +179,17 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     // The main thread's busy time at the last probe (for `works_on_a_batch`).
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
+    // The worker's probes share a kept connection, as its clients' requests do.
+    let mut prober = Prober::default();
     loop {
         ticker.tick().await;
         let asked_at = Instant::now();
         if let Some(event_loop) = w.event_loop {
             event_loop.ping();
         }
-        let result = probe_with(w.addr, w.probing, &w.check.kind, w.check.timeout).await;
+        let result = prober
+            .probe(w.addr, w.probing, &w.check.kind, w.check.timeout)
+            .await;
         // A Node worker whose event loop answered drover's ping while the probe got no
         // answer is waiting (its `/health` waits on the same slow database as its
         // requests), not hung: a restart would fail the requests it holds and make the

@@ -29,12 +29,13 @@ async fn node_server(keep_alive_ms: u32) -> (Child, SocketAddr) {
 
 /// What the backend answers through drover.
 async fn connections_seen(at: SocketAddr) -> String {
-    let answer = raw_exchange(
-        at,
-        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-    )
-    .await
-    .unwrap();
+    answer_through(at, "/").await
+}
+
+/// The body of `GET path` through drover, which must be a 200.
+async fn answer_through(at: SocketAddr, path: &str) -> String {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let answer = raw_exchange(at, request.as_bytes()).await.unwrap();
     let text = String::from_utf8_lossy(&answer).into_owned();
     assert_eq!(parse_status(&answer), Some(200), "{text}");
     text.rsplit("\r\n\r\n")
@@ -158,4 +159,87 @@ async fn steady_load_goes_out_on_the_backend_connections_drover_holds() {
         new <= 24,
         "{new} new backend connections in 6 s of steady load through drover"
     );
+}
+
+/// A Node server (on `PORT`, else any port) that answers `/seen` with the connections it
+/// has accepted and the `/health` probes it has answered.
+const NODE_PROBED_SERVER: &str = r#"
+let connections = 0, probes = 0;
+const server = require('http').createServer((req, res) => {
+  if (req.url === '/health') probes++;
+  res.end(req.url === '/seen' ? `connections=${connections} probes=${probes}` : 'ok');
+});
+server.on('connection', () => connections++);
+server.listen(Number(process.env.PORT || 0), '127.0.0.1', () => console.log(`listening ${server.address().port}`));
+"#;
+
+/// `(connections, probes)` the server behind `at` has seen, asked through drover (whose
+/// own backend connection is one of them).
+async fn probes_seen(at: SocketAddr) -> (u64, u64) {
+    let seen = answer_through(at, "/seen").await;
+    let number = |key: &str| -> u64 {
+        seen.split(' ')
+            .find_map(|kv| kv.strip_prefix(key))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {seen:?}"))
+    };
+    (number("connections="), number("probes="))
+}
+
+/// Waits for 15 more probes of the server behind `at` and asserts they opened at most
+/// one connection, where a connection per probe waited behind a busy server's listen
+/// queue (see `drover_registry::http_probe`). Counted from the first answer on, so the
+/// connections of a worker's readiness checks and of drover's requests are not.
+async fn assert_probes_share_a_connection(at: SocketAddr, what: &str) {
+    let (connections_before, probes_before) = probes_seen(at).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (connections, probes) = probes_seen(at).await;
+        if probes >= probes_before + 15 {
+            let opened = connections - connections_before;
+            assert!(
+                opened <= 1,
+                "{what}: {} probes opened {opened} connections",
+                probes - probes_before
+            );
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {} probes in 20 s",
+            probes - probes_before
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn health_probes_keep_their_connection_from_probe_to_probe() {
+    let health = [
+        "--health-path",
+        "/health",
+        "--health-interval",
+        "100ms",
+        "--health-timeout",
+        "1s",
+    ];
+    let mut cmd = Command::new("node");
+    cmd.args(["-e", NODE_PROBED_SERVER]);
+    let (_server, backend) = common::node_listening(cmd).await;
+    let d = proxy(&[backend], &health).await;
+    assert_probes_share_a_connection(d.addr(), "drover proxy").await;
+
+    // The liveness probes of the workers drover runs.
+    let dir = common::temp_dir("probed-worker-js");
+    let worker = dir.join("server.js");
+    std::fs::write(&worker, NODE_PROBED_SERVER).unwrap();
+    let toml = format!(
+        "[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 1\n\
+         health = {{ path = \"/health\", interval = \"100ms\", timeout = \"1s\" }}\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        worker.display()
+    );
+    let (d, _, _) = common::up_serving("probed-worker", &toml).await;
+    assert_probes_share_a_connection(d.addr(), "drover up").await;
 }

@@ -253,6 +253,11 @@ impl drover_registry::WrapProbe for H2Probe {
             Ok(Box::new(stream) as Box<dyn drover_registry::ProbeStream>)
         })
     }
+
+    /// A probe's "connection" is one stream: it ends with its answer.
+    fn keeps_connection(&self) -> bool {
+        false
+    }
 }
 
 /// The request side of a stream.
