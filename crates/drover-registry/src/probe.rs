@@ -1,7 +1,8 @@
 //! One probe of an endpoint: a TCP connect (with bytes to send and bytes the answer must
-//! contain, for a service that is not HTTP), or `GET path` and its status line. Active
-//! checks run it on a timer; the supervisor runs it for a worker's readiness and
-//! liveness.
+//! contain, for a service that is not HTTP), or `GET path` and its status. Active checks
+//! run it on a timer and the supervisor for a worker's liveness, each through a
+//! `Prober`, whose HTTP checks keep their connection from one probe to the next; a
+//! worker's readiness is a probe on a connection of its own.
 
 use crate::status::StatusRange;
 use std::fmt;
