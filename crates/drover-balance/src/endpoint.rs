@@ -446,6 +446,18 @@ impl Endpoint {
         self.limit_in_force(now) && !self.has_capacity(now)
     }
 
+    /// Whether its CPU reads saturated by work (its requests do not mostly wait), yet no
+    /// learned limit holds drover's requests back, because it serves client connections
+    /// of its own (`concurrency_cap`). Beside siblings that are full at their limits it
+    /// is then the only endpoint with room, and strategies keep it level with them
+    /// (`strategy::common::claim`).
+    pub fn is_saturated_but_lifted(&self, now: Nanos) -> bool {
+        self.serves_clients()
+            && self.is_adaptive()
+            && !self.mostly_waits()
+            && self.is_saturated(now)
+    }
+
     /// Whether the learned limit would hold requests back here if its CPU read saturated.
     fn limit_may_apply(&self) -> bool {
         self.is_adaptive() && !self.mostly_waits() && !self.serves_clients()
