@@ -19,8 +19,8 @@ const CLAIM_ATTEMPTS: usize = 4;
 /// An endpoint that holds a burst its CPU reports have not judged yet is not claimed
 /// while a sibling is full at its learned limit, or on its way (`waits_for_judgement`);
 /// nor is one whose limit is lifted for the client connections it serves and that holds
-/// more work than its limited siblings (`above_its_held_siblings`). Either way the request waits in drover's queue and goes
-/// wherever room opens first.
+/// more work than its limited siblings (`above_its_held_siblings`). Either way the
+/// request waits in drover's queue and goes wherever room opens first.
 pub(crate) fn claim<'s>(
     set: &'s EndpointSet,
     ctx: &PickContext<'_>,
