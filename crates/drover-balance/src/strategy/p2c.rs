@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn an_idle_endpoint_wins_over_a_busy_one_on_an_idle_connection() {
         let s = set_of(&[1, 1]);
-        let held = Pick::try_new(&s.endpoints()[0], &ctx()).unwrap();
+        let _held = Pick::try_new(&s.endpoints()[0], &ctx()).unwrap();
         assert_eq!(picked_with_idle_at(&s, &[0]), 1);
     }
 
