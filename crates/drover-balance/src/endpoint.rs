@@ -143,9 +143,9 @@ pub const PIPELINE_BUDGET: Nanos = 10_000_000;
 /// traffic it needs to warm up.
 const MIN_RAMP: f64 = 0.1;
 
-/// Endpoints picked while idle, counted over the process: the clock of `idle_turn`. One
-/// counter, not one per balancer: only differences between endpoints of one set are ever
-/// compared, and it moves only on picks of idle endpoints.
+/// Endpoints picked while idle, counted over the process (`Endpoint::idle_picked`). One
+/// counter, not one per balancer: it only orders the picks of one set's endpoints, and
+/// it moves only on picks of idle endpoints.
 static IDLE_PICKS: AtomicU64 = AtomicU64::new(0);
 
 /// One backend.
@@ -170,8 +170,7 @@ pub struct Endpoint {
     pending_cost: AtomicU64,
     /// When `pending` last went from none to some (ns; see `holds_an_unjudged_burst`).
     busy_since: AtomicU64,
-    /// `IDLE_PICKS` when it was last chosen as an idle endpoint (0: never; see
-    /// `idle_turn`).
+    /// `IDLE_PICKS` when it was last picked while idle (0: never; see `idle_picked`).
     idle_picked: AtomicU64,
     /// Of those, the requests overtaken by later ones (`OVERTAKEN_BY`) and their expected
     /// cost: they wait, so neither the learned limit nor the load score counts them.
@@ -825,23 +824,14 @@ impl Endpoint {
         self.effective_weight(now) / (1.0 + self.reported_load(now))
     }
 
-    /// How strongly it is due among idle endpoints: the idle picks (of any endpoint)
-    /// since it was last picked while idle, up to `clock` (`idle_clock`, read once per
-    /// choice), times its `idle_share`. Strategies take the most due idle endpoint and
-    /// then call `picked_while_idle`: equal shares take turns in order of their last
-    /// use, and a share of 3 comes due three times as often as a share of 1. One never
-    /// picked is the most due.
-    pub fn idle_turn(&self, now: Nanos, clock: u64) -> f64 {
-        let since = clock.saturating_sub(self.idle_picked.load(Relaxed));
-        (since as f64 + 1.0) * self.idle_share(now)
+    /// `IDLE_PICKS` when it was last picked while idle (0: never): among idle endpoints
+    /// of equal share, strategies take the one with the lowest, so they take turns in
+    /// the order of their last use (`strategy::common::least_loaded_of`).
+    pub fn idle_picked(&self) -> u64 {
+        self.idle_picked.load(Relaxed)
     }
 
-    /// The clock `idle_turn` counts from.
-    pub fn idle_clock() -> u64 {
-        IDLE_PICKS.load(Relaxed)
-    }
-
-    /// It was picked while idle (see `idle_turn`).
+    /// It was picked while idle (see `idle_picked`).
     pub fn picked_while_idle(&self) {
         self.idle_picked
             .store(IDLE_PICKS.fetch_add(1, Relaxed) + 1, Relaxed);

@@ -1,8 +1,8 @@
 //! `p2c`: drover's default. In pools of up to 16 endpoints it scans every one and takes
 //! the least loaded; in larger pools it draws two at random (the power of two choices)
 //! and takes the less loaded of those. Less loaded means: an idle one (nothing pending;
-//! idle ones take turns by weight, `Endpoint::idle_turn`), else the one with less
-//! pending work (the learned
+//! idle ones of equal weight take turns, unequal ones are drawn by a weighted coin),
+//! else the one with less pending work (the learned
 //! cost of the requests awaiting an answer, scaled by its weight; see
 //! `Endpoint::pending_score`), where a busy endpoint the picking thread would have to
 //! open a new connection to counts its work twice (`common::NEW_CONNECTION_FACTOR`).
