@@ -143,11 +143,6 @@ pub const PIPELINE_BUDGET: Nanos = 10_000_000;
 /// traffic it needs to warm up.
 const MIN_RAMP: f64 = 0.1;
 
-/// Endpoints picked while idle, counted over the process (`Endpoint::idle_picked`). One
-/// counter, not one per balancer: it only orders the picks of one set's endpoints, and
-/// it moves only on picks of idle endpoints.
-static IDLE_PICKS: AtomicU64 = AtomicU64::new(0);
-
 /// One backend.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -170,8 +165,6 @@ pub struct Endpoint {
     pending_cost: AtomicU64,
     /// When `pending` last went from none to some (ns; see `holds_an_unjudged_burst`).
     busy_since: AtomicU64,
-    /// `IDLE_PICKS` when it was last picked while idle (0: never; see `idle_picked`).
-    idle_picked: AtomicU64,
     /// Of those, the requests overtaken by later ones (`OVERTAKEN_BY`) and their expected
     /// cost: they wait, so neither the learned limit nor the load score counts them.
     waiting: AtomicU32,
@@ -242,7 +235,6 @@ impl Endpoint {
             pending: AtomicU32::new(0),
             pending_cost: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
-            idle_picked: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
             waiting_cost: AtomicU64::new(0),
             send_order: Mutex::new(SendOrder::default()),
@@ -824,19 +816,6 @@ impl Endpoint {
         self.effective_weight(now) / (1.0 + self.reported_load(now))
     }
 
-    /// `IDLE_PICKS` when it was last picked while idle (0: never): among idle endpoints
-    /// of equal share, strategies take the one with the lowest, so they take turns in
-    /// the order of their last use (`strategy::common::least_loaded_of`).
-    pub fn idle_picked(&self) -> u64 {
-        self.idle_picked.load(Relaxed)
-    }
-
-    /// It was picked while idle (see `idle_picked`).
-    pub fn picked_while_idle(&self) {
-        self.idle_picked
-            .store(IDLE_PICKS.fetch_add(1, Relaxed) + 1, Relaxed);
-    }
-
     /// The load score `peak-ewma` ranks by; lower is better.
     ///
     /// Outstanding work is the expected cost of the requests still waiting for an answer
@@ -865,10 +844,9 @@ impl Endpoint {
     /// Each pending request also counts 1 ns, which breaks ties by count. A request of a
     /// route drover has not timed counts the same on every endpoint
     /// (`PickContext::guess`), and before anything was timed (a burst at a cold start)
-    /// every cost is alike, and the scores of busy endpoints were all equal: a coin flip
-    /// settled each pick, and a burst of 100 requests split 55/45 or worse about one time
-    /// in three, where round-robin splits it 50/50 and finishes sooner. Against any
-    /// measured cost (µs and more) the nanosecond is nothing.
+    /// every cost is alike, and the scores of busy endpoints were all equal: a coin flip settled each pick, and a burst of 100
+    /// requests split 55/45 or worse about one time in three, where round-robin splits
+    /// it 50/50 and finishes sooner. Against any measured cost (µs and more) the nanosecond is nothing.
     ///
     /// An overtaken request (`waiting`) counts for at most `typical` (the cost of a
     /// request of any route here, `PickContext::guess`). Overtaken is not proof of

@@ -171,18 +171,6 @@ pub const NEW_CONNECTION_FACTOR: f64 = 2.0;
 /// The least loaded of `candidates` (all eligible), by the rule of `least_loaded`; `p2c`
 /// calls it with its two draws.
 ///
-/// Among idle endpoints of the same weight (after slow start), the one picked while idle
-/// longest ago (`Endpoint::idle_picked`): they take turns in the order of their last
-/// use, as nginx's and HAProxy's ties rotate. Unequal weights are drawn by a coin
-/// weighted by `Endpoint::idle_share`, which keeps each share exact. (Reported load is
-/// left out of "the same": `drover run`'s workers all report their CPU, and it is never
-/// equal.) Drawn at random, a third of the picks of 2 clients over 4 Node
-/// backends on 2 cores went to the backend that had just answered, and the others to
-/// one idle for a random while; requests of 3.3 ms took 4.8-4.9 ms on average through
-/// drover where nginx's rotation took 4.3-4.4 ms, and 2 closed-loop clients on new
-/// connections got 0.93 x nginx's throughput (`bench/sweep.sh --seed 16 --only 16`).
-/// Taking turns, the same clients got 4.4 ms and 407-415 req/s, against 380-390 drawn.
-///
 /// Among busy endpoints, one the picking thread holds an idle connection to (`pooled`)
 /// is taken over a less loaded one it would have to connect to anew, unless the latter
 /// has less than 1 / `NEW_CONNECTION_FACTOR` of its pending work.
@@ -191,14 +179,8 @@ pub(crate) fn least_loaded_of<'s>(
     ctx: &PickContext<'_>,
 ) -> Option<&'s Arc<Endpoint>> {
     let now = ctx.now;
-    // Among idle endpoints: one drawn by share (weighted reservoir sampling: each ends
-    // up chosen with probability share / total, in one pass), and the one picked while
-    // idle longest ago, taken instead when every idle weight is the same.
     let mut idle: Option<&Arc<Endpoint>> = None;
     let mut idle_total = 0.0;
-    let mut oldest: Option<(&Arc<Endpoint>, u64)> = None;
-    let mut first_weight = None;
-    let mut weights_alike = true;
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
     // The least loaded busy endpoint reached on an idle connection, when `best` is not.
     let mut best_pooled: Option<(&Arc<Endpoint>, f64)> = None;
@@ -216,16 +198,12 @@ pub(crate) fn least_loaded_of<'s>(
             return Some(e);
         }
         if e.is_free(now) {
+            // Weighted reservoir sampling: each idle endpoint ends up chosen with
+            // probability share / total, in one pass.
             let share = e.idle_share(now);
             idle_total += share;
             if idle.is_none() || fastrand::f64() * idle_total < share {
                 idle = Some(e);
-            }
-            let weight = e.effective_weight(now);
-            weights_alike &= *first_weight.get_or_insert(weight) == weight;
-            let picked = e.idle_picked();
-            if oldest.is_none_or(|(_, p)| picked < p) {
-                oldest = Some((e, picked));
             }
         } else if idle.is_none() {
             let s = e.pending_score(now, ctx.guess);
@@ -240,18 +218,10 @@ pub(crate) fn least_loaded_of<'s>(
             }
         }
     }
-    if let Some(drawn) = idle {
-        let e = match oldest {
-            Some((e, _)) if weights_alike => e,
-            _ => drawn,
-        };
-        e.picked_while_idle();
-        return Some(e);
-    }
-    match (best, best_pooled) {
+    idle.or(match (best, best_pooled) {
         (Some((_, b)), Some((p, s))) if s <= b * NEW_CONNECTION_FACTOR => Some(p),
         _ => best.map(|(e, _)| e),
-    }
+    })
 }
 
 /// The next eligible index in rotation, from a shared counter.
