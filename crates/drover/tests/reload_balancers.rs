@@ -7,14 +7,14 @@
 mod common;
 
 use common::{
-    admin_addr, answering, app_config, bin, ctl, names, port_worker, stops_cleanly, temp_dir,
-    up_serving, worker_names,
+    admin_addr, answering, app_config, bin, ctl, names, new_connection_load, port_worker,
+    stops_cleanly, temp_dir, up_serving, worker_names,
 };
 use drover_testkit::{Backend, DroverProcess, HttpClient};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,36 +49,6 @@ fn listen_of(d: &DroverProcess, name: &str) -> SocketAddr {
         .unwrap_or_else(|| panic!("no listen line for {name}\n{}", d.stderr_text()))
 }
 
-/// Clients on new connections, one request each, until `stop`: (ok, failures).
-fn new_connection_load(
-    addr: SocketAddr,
-    clients: usize,
-    stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
-    (0..clients)
-        .map(|_| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let (mut ok, mut failed) = (0, Vec::new());
-                while !stop.load(Ordering::Relaxed) {
-                    let r = match HttpClient::connect(addr).await {
-                        Ok(mut c) => c.request("GET", "/delay/5", &[], None).await,
-                        Err(e) => Err(e),
-                    };
-                    match r {
-                        Ok(r) if r.status == 200 => ok += 1,
-                        Ok(r) => {
-                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
-                        }
-                        Err(e) => failed.push(e.to_string()),
-                    }
-                }
-                (ok, failed)
-            })
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_reloads_under_load_change_balancers_and_fail_no_request() {
     let a = Backend::named("a").start().await;
@@ -97,7 +67,7 @@ async fn five_reloads_under_load_change_balancers_and_fail_no_request() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = common::steady_load(web, 3, "/delay/5", stop.clone());
-    load.extend(new_connection_load(web, 2, stop.clone()));
+    load.extend(new_connection_load(web, 2, "/delay/5", stop.clone()));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // Five versions: backends, strategy, limits, timeouts and health checks change,

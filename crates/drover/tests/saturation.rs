@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    admin_addr, assert_load_never_failed, assert_served_more, bin, counted_load, status,
-    steady_load, stops_cleanly,
+    admin_addr, assert_load_never_failed, assert_served_more, bin, counted_load,
+    new_connection_load, status, steady_load, stops_cleanly,
 };
 use drover_testkit::{DroverProcess, HttpClient};
 use std::net::SocketAddr;
@@ -448,38 +448,6 @@ async fn a_burst_at_a_cold_start_is_answered_before_the_requests_queued_behind_i
     stops_cleanly(d).await;
 }
 
-/// Keeps `conns` clients busy with GETs of `path`, each on a new connection that carries
-/// that one request: drover places every one, and hands none of them to a worker.
-fn one_request_per_connection(
-    addr: SocketAddr,
-    conns: usize,
-    path: &'static str,
-    stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
-    (0..conns)
-        .map(|_| {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let (mut ok, mut failed) = (0, Vec::new());
-                while !stop.load(Ordering::Relaxed) {
-                    let answer = match HttpClient::connect(addr).await {
-                        Ok(mut c) => c.request("GET", path, &[], None).await,
-                        Err(e) => Err(e),
-                    };
-                    match answer {
-                        Ok(r) if r.status == 200 => ok += 1,
-                        Ok(r) => {
-                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
-                        }
-                        Err(e) => failed.push(e.to_string()),
-                    }
-                }
-                (ok, failed)
-            })
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_worker_serving_a_handed_connection_is_kept_level_with_its_limited_sibling() {
     let (d, admin) = run_workers().await;
@@ -489,7 +457,7 @@ async fn a_worker_serving_a_handed_connection_is_kept_level_with_its_limited_sib
     // Requests of 3 ms, each on a new connection, until the app's costs read alike; then
     // a keep-alive client's connection is handed to one worker (the least behind).
     let stop_placed = Arc::new(AtomicBool::new(false));
-    let mut placed = one_request_per_connection(addr, 4, "/cpu?ms=3", stop_placed.clone());
+    let mut placed = new_connection_load(addr, 4, "/cpu?ms=3", stop_placed.clone());
     let stop_kept = Arc::new(AtomicBool::new(false));
     let kept = steady_load(addr, 1, "/cpu?ms=3", stop_kept.clone());
     let mut handed = 0;
@@ -511,7 +479,7 @@ async fn a_worker_serving_a_handed_connection_is_kept_level_with_its_limited_sib
     // with the handed connection was the only one with room and took the whole queue
     // (a burst at 2.8 x capacity: 191 requests at one of 4 workers while the others
     // held one each, and it worked through them alone).
-    placed.extend(one_request_per_connection(
+    placed.extend(new_connection_load(
         addr,
         40,
         "/cpu?ms=3",

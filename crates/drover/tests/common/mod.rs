@@ -215,6 +215,39 @@ pub fn counted_load(
         .collect()
 }
 
+/// Keeps `clients` clients busy with GETs of `path` until `stop`, each request on a new
+/// connection that carries only it (so drover places every one, and hands none to a
+/// worker); returns how many succeeded and every failure.
+pub fn new_connection_load(
+    addr: SocketAddr,
+    clients: usize,
+    path: &'static str,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
+    (0..clients)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    let answer = match HttpClient::connect(addr).await {
+                        Ok(mut c) => c.request("GET", path, &[], None).await,
+                        Err(e) => Err(e),
+                    };
+                    match answer {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        Ok(r) => {
+                            failed.push(format!("{} {:?}", r.status, r.header("drover-error")))
+                        }
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
 /// Waits (up to 10 s) until a `counted_load` has had `more` answers beyond those in
 /// `served` now: the load flows through whatever serves at this point. Panics naming
 /// `what` otherwise.
