@@ -177,6 +177,10 @@ pub struct Endpoint {
     /// Backend-reported utilisation (f64 bits, 1.0 = saturated) and when it came.
     reported_load: AtomicU64,
     reported_at: AtomicU64,
+    /// Where its last turn among idle endpoints ended (f64 bits, a pool's virtual time),
+    /// and when it took it (a count of the pool's turns; see `idle_turns`).
+    last_idle_turn: AtomicU64,
+    last_idle_turn_taken: AtomicU64,
     /// Saturation with hysteresis: set at `SATURATED`, cleared below `SATURATION_ENDS`
     /// held for `SATURATION_LINGER`.
     saturated: AtomicBool,
@@ -242,6 +246,8 @@ impl Endpoint {
             rtt_stamp: AtomicU64::new(0),
             reported_load: AtomicU64::new(0),
             reported_at: AtomicU64::new(0),
+            last_idle_turn: AtomicU64::new(0),
+            last_idle_turn_taken: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
             low_since: AtomicU64::new(0),
             serves_clients: AtomicBool::new(false),
@@ -814,6 +820,20 @@ impl Endpoint {
     /// the load it reports (other balancers' traffic, or its own background work).
     pub fn idle_share(&self, now: Nanos) -> f64 {
         self.effective_weight(now) / (1.0 + self.reported_load(now))
+    }
+
+    /// Where its last turn among idle endpoints ended, and when it took it (see
+    /// `idle_turns`).
+    pub fn last_idle_turn(&self) -> (f64, u64) {
+        (
+            f64::from_bits(self.last_idle_turn.load(Relaxed)),
+            self.last_idle_turn_taken.load(Relaxed),
+        )
+    }
+
+    pub fn set_last_idle_turn(&self, end: f64, taken: u64) {
+        self.last_idle_turn.store(end.to_bits(), Relaxed);
+        self.last_idle_turn_taken.store(taken, Relaxed);
     }
 
     /// The load score `peak-ewma` ranks by; lower is better.

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod cost;
 pub mod endpoint;
 pub mod hashing;
+pub mod idle_turns;
 pub mod pick;
 pub mod set;
 pub mod spread;

@@ -1,6 +1,7 @@
 //! An immutable snapshot of the endpoints a balancer chooses from.
 
 use crate::endpoint::Endpoint;
+use crate::idle_turns::IdleTurns;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -17,6 +18,9 @@ pub struct EndpointSet {
     /// How many of the members a supervisor runs here are not in the snapshot: workers
     /// starting or restarting (0 for a pool nothing supervises).
     awaited: usize,
+    /// Whose turn it is among the idle members; shared with the snapshots before and
+    /// after it, so a change of membership does not restart the turns.
+    idle_turns: Arc<IdleTurns>,
 }
 
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
@@ -28,6 +32,7 @@ impl EndpointSet {
             endpoints,
             generation: GENERATIONS.fetch_add(1, Relaxed),
             awaited: 0,
+            idle_turns: Arc::default(),
         }
     }
 
@@ -41,8 +46,20 @@ impl EndpointSet {
     pub fn now_awaiting(&self, awaited: usize) -> Self {
         EndpointSet {
             endpoints: self.endpoints.clone(),
+            generation: self.generation,
+            max_weight: self.max_weight,
             awaited,
-            ..*self
+            idle_turns: self.idle_turns.clone(),
+        }
+    }
+
+    /// The same snapshot, taking turns among idle members where `previous` left off
+    /// (see `idle_turns`): with turns restarted, a member added now would take one
+    /// turn after another until it caught up with the others.
+    pub fn taking_turns_after(self, previous: &EndpointSet) -> Self {
+        EndpointSet {
+            idle_turns: previous.idle_turns.clone(),
+            ..self
         }
     }
 
@@ -50,6 +67,11 @@ impl EndpointSet {
     /// restarting.
     pub fn awaited(&self) -> usize {
         self.awaited
+    }
+
+    /// Whose turn it is among the idle members (see `idle_turns`).
+    pub fn idle_turns(&self) -> &IdleTurns {
+        &self.idle_turns
     }
 
     /// The largest endpoint weight in the snapshot (1 when empty).

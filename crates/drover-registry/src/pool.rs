@@ -435,8 +435,11 @@ impl Pool {
                 .any(|(a, b)| !Arc::ptr_eq(a, b));
         if reordered || weights_changed {
             let awaited = self.awaited(sources);
-            self.set
-                .store(Arc::new(EndpointSet::new(endpoints).awaiting(awaited)));
+            self.set.store(Arc::new(
+                EndpointSet::new(endpoints)
+                    .awaiting(awaited)
+                    .taking_turns_after(&current),
+            ));
         }
         if !change.added.is_empty() {
             self.endpoint_up();

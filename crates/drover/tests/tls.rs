@@ -1086,10 +1086,10 @@ async fn drover_run_serves_tls_and_hands_no_tls_connection_to_a_worker() {
     common::wait_all_serving(&d, admin).await;
     let client = client_config(pki.ca_der());
     let mut pids = std::collections::BTreeSet::new();
-    // Light traffic: each connection's first request goes to a worker drawn at random
-    // among the idle ones, and its next ones stay there. With 6 connections all 6 drew
-    // the same worker about once in 32 runs (1 of 16 here, and once in CI); with 16,
-    // once in 30,000.
+    // Light traffic: each connection's first request goes to the idle worker whose turn
+    // it is, and its next ones stay there. (When idle workers were drawn at random, 6
+    // connections all drew the same worker about once in 32 runs; 16 connections keep
+    // this test from leaning on the order of turns.)
     for _ in 0..CONNECTIONS {
         let mut s = tls_connect(d.addr(), "a.test", &client).await.unwrap();
         for _ in 0..5 {

@@ -322,7 +322,7 @@ fn spread_problem(seen: &[String], names: &[&str], what: &str) -> Option<String>
 
 /// Issue 10, failure 4: with sequential traffic every backend is idle at each pick, and
 /// the old tie-break (lowest latency estimate) sent nearly everything to one of them.
-/// Idle backends are tied and chosen at random, so every backend gets its share.
+/// Idle backends take turns, so every backend gets its share.
 #[tokio::test]
 async fn light_sequential_traffic_reaches_every_backend() {
     let b = backends(3).await;
@@ -425,7 +425,7 @@ async fn a_restarted_worker_gets_its_share_of_sequential_requests() {
             .entry(r.header("x-worker").unwrap_or("?").to_owned())
             .or_insert(0) += 1;
     }
-    // Idle workers are tied and drawn at random, so each gets about half; the
+    // Idle workers take turns, so each gets about half; the
     // replacement must get at least 1/(2N), and so must the survivor (a replacement that
     // takes everything is the same fault the other way round).
     let replacement = by_worker.get(&victim.id.to_string()).copied().unwrap_or(0);

@@ -3,6 +3,7 @@
 
 use crate::clock::Nanos;
 use crate::endpoint::{Endpoint, PIPELINE_BUDGET};
+use crate::idle_turns::{IdleTurns, Turn};
 use crate::pick::{no_pick_reason, NoPick, Pick, PickContext};
 use crate::set::EndpointSet;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -128,26 +129,29 @@ pub(crate) fn least_by<'s>(
     best.map(|(e, _)| e)
 }
 
-/// The eligible endpoint with the least load: a free one (idle, not saturated) if any,
-/// drawn at random by `Endpoint::idle_share`, else the one with the least pending work
-/// (`Endpoint::pending_score`).
+/// The eligible endpoint of `set` with the least load: a free one (idle, not saturated)
+/// if any, whichever's turn it is (`idle_turns`, by `Endpoint::idle_share`), else the one
+/// with the least pending work (`Endpoint::pending_score`).
 ///
 /// Free endpoints are not ranked by their latency estimates: with nothing pending those
 /// differ by noise (a GC pause, a cold cache), and ranking by them sent light traffic
 /// (one request at a time) to one endpoint only, which then was the only one whose
-/// estimate was ever refreshed. A restarted worker was never tried. Drawing among idle
-/// endpoints spreads light traffic by weight, as round-robin would, and keeps samples
-/// coming from every endpoint; under load nothing is idle and the score decides.
+/// estimate was ever refreshed. A restarted worker was never tried. Taking turns among
+/// idle endpoints spreads light traffic by weight, as weighted round-robin does, and
+/// keeps samples coming from every endpoint; under load nothing is idle and the score
+/// decides.
 pub(crate) fn least_loaded<'s>(
-    endpoints: &'s [Arc<Endpoint>],
+    set: &'s EndpointSet,
     ctx: &PickContext<'_>,
     start: usize,
 ) -> Option<&'s Arc<Endpoint>> {
+    let endpoints = set.endpoints();
     if endpoints.is_empty() {
         return None;
     }
     let (tail, head) = endpoints.split_at(start % endpoints.len());
-    least_loaded_of(head.iter().chain(tail).filter(|e| ctx.eligible(e)), ctx)
+    let candidates = head.iter().chain(tail).filter(|e| ctx.eligible(e));
+    least_loaded_of(candidates, set.idle_turns(), ctx)
 }
 
 /// A busy endpoint this thread holds no idle connection to counts its pending work this
@@ -168,19 +172,21 @@ pub(crate) fn least_loaded<'s>(
 /// turn more, the least a new connection costs.
 pub const NEW_CONNECTION_FACTOR: f64 = 2.0;
 
-/// The least loaded of `candidates` (all eligible), by the rule of `least_loaded`; `p2c`
-/// calls it with its two draws.
+/// The least loaded of `candidates` (all eligible), by the rule of `least_loaded`, idle
+/// ones taking `turns`; `p2c` calls it with its two draws.
 ///
 /// Among busy endpoints, one the picking thread holds an idle connection to (`pooled`)
 /// is taken over a less loaded one it would have to connect to anew, unless the latter
 /// has less than 1 / `NEW_CONNECTION_FACTOR` of its pending work.
 pub(crate) fn least_loaded_of<'s>(
     candidates: impl IntoIterator<Item = &'s Arc<Endpoint>>,
+    turns: &IdleTurns,
     ctx: &PickContext<'_>,
 ) -> Option<&'s Arc<Endpoint>> {
     let now = ctx.now;
-    let mut idle: Option<&Arc<Endpoint>> = None;
-    let mut idle_total = 0.0;
+    let mut idle: Option<(&Arc<Endpoint>, Turn)> = None;
+    // The earliest start among the idle endpoints not (or no longer) chosen.
+    let mut others_start = f64::INFINITY;
     let mut best: Option<(&Arc<Endpoint>, f64)> = None;
     // The least loaded busy endpoint reached on an idle connection, when `best` is not.
     let mut best_pooled: Option<(&Arc<Endpoint>, f64)> = None;
@@ -193,17 +199,23 @@ pub(crate) fn least_loaded_of<'s>(
         // out. Its CPU may read saturated, from that very request (a first request's
         // compiling), and that moved one page in a hundred. Under load nothing is idle
         // and the score decides. (The pointer first: most picks have no previous, and
-        // need no load of a pending count for it.)
+        // need no load of a pending count for it.) It counts as its turn.
         if ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) && e.is_idle() {
+            turns.take_out_of_turn(e, turns.next(e, e.idle_share(now)));
             return Some(e);
         }
         if e.is_free(now) {
-            // Weighted reservoir sampling: each idle endpoint ends up chosen with
-            // probability share / total, in one pass.
-            let share = e.idle_share(now);
-            idle_total += share;
-            if idle.is_none() || fastrand::f64() * idle_total < share {
-                idle = Some(e);
+            let turn = turns.next(e, e.idle_share(now));
+            match idle {
+                Some((_, first)) if !turn.is_before(&first) => {
+                    others_start = others_start.min(turn.start());
+                }
+                _ => {
+                    if let Some((_, passed)) = idle {
+                        others_start = others_start.min(passed.start());
+                    }
+                    idle = Some((e, turn));
+                }
             }
         } else if idle.is_none() {
             let s = e.pending_score(now, ctx.guess);
@@ -218,10 +230,14 @@ pub(crate) fn least_loaded_of<'s>(
             }
         }
     }
-    idle.or(match (best, best_pooled) {
+    if let Some((e, turn)) = idle {
+        turns.take(e, turn, others_start);
+        return Some(e);
+    }
+    match (best, best_pooled) {
         (Some((_, b)), Some((p, s))) if s <= b * NEW_CONNECTION_FACTOR => Some(p),
         _ => best.map(|(e, _)| e),
-    })
+    }
 }
 
 /// The next eligible index in rotation, from a shared counter.

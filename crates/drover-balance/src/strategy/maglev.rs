@@ -80,7 +80,7 @@ impl Balancer for Maglev {
     fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
         let eps = set.endpoints();
         let Some(key) = ctx.hash_key else {
-            return claim(set, ctx, || p2c::choose(eps, ctx));
+            return claim(set, ctx, || p2c::choose(set, ctx));
         };
         if eps.is_empty() {
             return Err(no_pick_reason(eps, ctx));
@@ -92,7 +92,7 @@ impl Balancer for Maglev {
         // another endpoint only when its own is down, never because of load.
         match table.probe(h, |i| ctx.usable(&eps[i])) {
             Some(i) => Pick::try_new(&eps[i], ctx).ok_or(NoPick::AllBusy),
-            None => claim(set, ctx, || p2c::choose(eps, ctx)),
+            None => claim(set, ctx, || p2c::choose(set, ctx)),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `p2c`: drover's default. In pools of up to 16 endpoints it scans every one and takes
 //! the least loaded; in larger pools it draws two at random (the power of two choices)
 //! and takes the less loaded of those. Less loaded means: an idle one (nothing pending;
-//! two idle ones by a weighted coin), else the one with less pending work (the learned
+//! idle ones take turns by weight, see `idle_turns`), else the one with less pending work (the learned
 //! cost of the requests awaiting an answer, scaled by its weight; see
 //! `Endpoint::pending_score`), where a busy endpoint the picking thread would have to
 //! open a new connection to counts its work twice (`common::NEW_CONNECTION_FACTOR`).
@@ -46,19 +46,17 @@ impl P2c {
 }
 
 /// The p2c choice, shared by `hash` and `sticky` as their fallback.
-pub(crate) fn choose<'s>(
-    eps: &'s [Arc<Endpoint>],
-    ctx: &PickContext<'_>,
-) -> Option<&'s Arc<Endpoint>> {
+pub(crate) fn choose<'s>(set: &'s EndpointSet, ctx: &PickContext<'_>) -> Option<&'s Arc<Endpoint>> {
+    let eps = set.endpoints();
     let n = eps.len();
     if n <= FULL_SCAN_MAX {
-        return least_loaded(eps, ctx, random_start(n));
+        return least_loaded(set, ctx, random_start(n));
     }
     let pair = draw(eps, ctx, None).and_then(|a| Some((a, draw(eps, ctx, Some(a))?)));
     let Some((a, b)) = pair else {
-        return least_loaded(eps, ctx, random_start(n));
+        return least_loaded(set, ctx, random_start(n));
     };
-    least_loaded_of([&eps[a], &eps[b]], ctx)
+    least_loaded_of([&eps[a], &eps[b]], set.idle_turns(), ctx)
 }
 
 /// A random eligible index other than `other`, or `None` when the draws run out.
@@ -75,7 +73,7 @@ fn draw(eps: &[Arc<Endpoint>], ctx: &PickContext<'_>, other: Option<usize>) -> O
 
 impl Balancer for P2c {
     fn pick(&self, set: &EndpointSet, ctx: &PickContext<'_>) -> Result<Pick, NoPick> {
-        claim(set, ctx, || choose(set.endpoints(), ctx))
+        claim(set, ctx, || choose(set, ctx))
     }
 }
 

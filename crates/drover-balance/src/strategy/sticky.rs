@@ -58,7 +58,7 @@ impl Balancer for Sticky {
         match pinned.filter(|e| ctx.usable(e)) {
             // Full is not down: the request waits for its endpoint (`AllBusy` queues it).
             Some(e) => Pick::try_new(e, ctx).ok_or(NoPick::AllBusy),
-            None => claim(set, ctx, || p2c::choose(set.endpoints(), ctx)),
+            None => claim(set, ctx, || p2c::choose(set, ctx)),
         }
     }
 }
