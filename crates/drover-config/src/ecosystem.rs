@@ -1155,9 +1155,11 @@ mod tests {
     /// session of its own) holds the pipes only `PIPES_GRACE` longer.
     #[test]
     fn a_process_the_file_starts_neither_holds_the_evaluation_nor_outlives_it() {
-        let dir =
-            std::env::temp_dir().join(format!("drover-ecosystem-helper-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("drover-ecosystem-helper-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let alive = |pid: i32| {
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
                 && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -1204,9 +1206,18 @@ mod tests {
         }
     }
 
+    thread_local! {
+        /// This test's `base()`: each test runs on a thread of its own, and the directory
+        /// goes when the thread ends.
+        static BASE: tempfile::TempDir = tempfile::Builder::new()
+            .prefix("drover-ecosystem-")
+            .tempdir()
+            .unwrap();
+    }
+
     /// A directory with the scripts the tests' files name.
     fn base() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("drover-ecosystem-{}", std::process::id()));
+        let dir = BASE.with(|d| d.path().to_path_buf());
         for file in [
             "server.js",
             "mailer.js",
@@ -1389,8 +1400,11 @@ mod tests {
             key,
             value,
         };
-        let dir = std::env::temp_dir().join(format!("drover-pm2-flags-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("drover-pm2-flags-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path().to_path_buf();
         std::fs::write(dir.join("app.js"), "").unwrap();
         let cwd = dir.display().to_string();
         let mut app = AppConfig::new("api", vec!["app.js".into(), "8080".into()]);

@@ -319,12 +319,13 @@ mod tests {
     }
 
     /// A script in a temporary directory, named by its full path without an execute
-    /// bit (so it gets an interpreter); returns the directory, to keep it alive.
-    fn script(name: &str) -> (std::path::PathBuf, String) {
-        let dir =
-            std::env::temp_dir().join(format!("drover-pm2-order-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+    /// bit (so it gets an interpreter); returns the directory, removed when dropped.
+    fn script(name: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("drover-pm2-order-{name}-"))
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join(name);
         std::fs::write(&path, "").unwrap();
         (dir, path.to_string_lossy().into_owned())
     }
@@ -358,7 +359,7 @@ mod tests {
     #[test]
     fn a_script_that_is_only_under_its_cwd_is_named_alone_too() {
         let (dir, _) = script("only-there.js");
-        let dir = dir.display().to_string();
+        let dir = dir.path().display().to_string();
         for line in [
             format!("drover run only-there.js --cwd {dir} -i 2"),
             format!("drover run only-there.js -i 2 --cwd={dir}"),

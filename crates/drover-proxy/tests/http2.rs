@@ -141,8 +141,8 @@ fn get(addr: SocketAddr, path: &str) -> http::Request<()> {
 #[tokio::test]
 async fn h2c_with_prior_knowledge_and_http1_on_the_same_port() {
     let b = backends(1).await;
-    let log = std::env::temp_dir().join(format!("drover-h2-log-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&log);
+    let scratch = tempfile::tempdir().unwrap();
+    let log = scratch.path().join("access.jsonl");
     let d = start(&b, |o| {
         o.access_log.format = drover_proxy::access_log::Format::Json;
         o.access_log.path = log.display().to_string();
@@ -206,11 +206,16 @@ struct Pki {
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    /// Where the files are, removed with the `Pki`.
+    _dir: tempfile::TempDir,
 }
 
 fn pki(tag: &str) -> Pki {
-    let dir = std::env::temp_dir().join(format!("drover-h2-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("drover-h2-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     params
@@ -232,6 +237,7 @@ fn pki(tag: &str) -> Pki {
         ca: dir.join("ca.pem"),
         cert: dir.join("localhost.pem"),
         key: dir.join("localhost.key"),
+        _dir: scratch,
     };
     std::fs::write(&files.ca, ca.pem()).unwrap();
     std::fs::write(&files.cert, cert.pem()).unwrap();

@@ -457,12 +457,12 @@ fn cert_info(der: &CertificateDer<'_>, path: &Path) -> Result<CertInfo, String> 
 mod tests {
     use super::*;
 
-    /// A scratch directory of this test process.
-    fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("drover-tls-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch directory of this test, removed when it ends.
+    fn dir(tag: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("drover-tls-{tag}-"))
+            .tempdir()
+            .unwrap()
     }
 
     /// A self-signed certificate for `names`, valid until `until` (a year), written as
@@ -495,10 +495,11 @@ mod tests {
 
     #[test]
     fn loads_names_and_expiry() {
-        let d = dir("ok");
-        let a = cert(&d, "a", &["a.test", "*.w.test"], 2100);
+        let scratch = dir("ok");
+        let d = scratch.path();
+        let a = cert(d, "a", &["a.test", "*.w.test"], 2100);
         let combined = d.join("combined.pem");
-        let b = cert(&d, "b", &["B.test"], 2101);
+        let b = cert(d, "b", &["B.test"], 2101);
         let text =
             std::fs::read_to_string(&b.cert).unwrap() + &std::fs::read_to_string(&b.key).unwrap();
         std::fs::write(&combined, text).unwrap();
@@ -525,10 +526,11 @@ mod tests {
 
     #[test]
     fn each_bad_file_is_named_with_why() {
-        let d = dir("bad");
-        let good = cert(&d, "good", &["good.test"], 2100);
-        let other = cert(&d, "other", &["other.test"], 2100);
-        let old = cert(&d, "old", &["old.test"], 2001);
+        let scratch = dir("bad");
+        let d = scratch.path();
+        let good = cert(d, "good", &["good.test"], 2100);
+        let other = cert(d, "other", &["other.test"], 2100);
+        let old = cert(d, "old", &["old.test"], 2001);
         let not_pem = d.join("not.pem");
         std::fs::write(&not_pem, "hello, I am not a certificate\n").unwrap();
         let broken = d.join("broken.pem");
@@ -620,13 +622,14 @@ mod tests {
 
     #[test]
     fn changed_files_are_read_once_settled_and_a_bad_change_is_not_retried_until_it_changes() {
-        let d = dir("watch");
-        let a = cert(&d, "a", &["a.test"], 2100);
+        let scratch = dir("watch");
+        let d = scratch.path();
+        let a = cert(d, "a", &["a.test"], 2100);
         let certs = load(vec![a.clone()]).unwrap();
         let mut watch = watch::Watch::default();
         assert!(watch.look(&certs).is_none(), "nothing changed");
 
-        let b = cert(&d, "b", &["b.test"], 2100);
+        let b = cert(d, "b", &["b.test"], 2100);
         replace(&b.cert, &a.cert);
         // The certificate changed and its key not yet: not read while settling.
         assert!(watch.look(&certs).is_none(), "read before it settled");
@@ -643,7 +646,7 @@ mod tests {
         assert_eq!((e.part, e.path.as_path()), (Part::Cert, a.cert.as_path()));
         assert!(watch.look(&read).is_none(), "tried again unchanged");
         assert!(watch.look(&read).is_none(), "tried again unchanged");
-        let c = cert(&d, "c", &["c.test"], 2100);
+        let c = cert(d, "c", &["c.test"], 2100);
         replace(&c.cert, &a.cert);
         replace(&c.key, &a.key);
         assert!(watch.look(&read).is_none());
