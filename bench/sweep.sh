@@ -219,7 +219,7 @@ start_sample() { # mode workers health
       [[ "$("$LOADGEN" bench -n $((4 * w)) -c "$w" --json "http://127.0.0.1:${PORT[$peer]}/" 2>/dev/null)" == *"\"ok\":$((4 * w)),"* ]] && break
       sleep 0.1
     done
-    ((i < 150)) || die "$peer did not answer within 15 s: $(tail -5 "$SDIR"/*.log)"
+    ((i < 150)) || die "$peer did not answer within 15 s: $(tail -n 5 "$SDIR"/*.log)"
   done
 }
 
