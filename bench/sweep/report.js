@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The sweep's report: `node bench/sweep/report.js RAW.jsonl [--sample K]`.
+// The sweep's report: `node bench/sweep/report.js RAW.jsonl [RERUNS.jsonl] [--sample K | --missed]`.
 // Per sample, each peer's median over rounds of throughput and p99, and drover's ratios
 // to the best other peer (p99: lower is better; throughput: higher is better); then the
 // worst sample and the issue's targets (issue 20):
@@ -7,12 +7,26 @@
 //   * throughput >= 0.95 x the best peer's on every sample
 //   * mixed open-loop (Poisson) samples at 50-75 % of capacity under `drover run`, where
 //     drover knows the load: p99 <= 0.8 x the best peer's
-// With --sample K only that sample's line (the progress line of bench/sweep.sh).
+// With --sample K only that sample's line (the progress line of bench/sweep.sh); with
+// --missed only the numbers of the samples that missed a target (for `--confirm`). With a
+// second file (the reruns of `sweep.sh --confirm`), each sample in it is taken from it
+// instead, marked "rerun", and the targets are given for that combination.
 'use strict';
 const fs = require('fs');
-const file = process.argv[2];
-const only = process.argv[3] === '--sample' ? Number(process.argv[4]) : null;
-const recs = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+let only = null;
+let missedOnly = false;
+const files = [];
+for (let i = 2; i < process.argv.length; i++) {
+  if (process.argv[i] === '--sample') only = Number(process.argv[++i]);
+  else if (process.argv[i] === '--missed') missedOnly = true;
+  else files.push(process.argv[i]);
+}
+const read = (f) => fs.readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const perFile = files.map(read);
+// A sample's records come from the last file that has it.
+const from = new Map();
+perFile.forEach((rs, i) => rs.forEach((r) => from.set(r.sample, i)));
+const recs = perFile.flatMap((rs, i) => rs.filter((r) => from.get(r.sample) === i));
 const PEERS = ['drover', 'nginx-lc', 'haproxy-lc', 'node-cluster', 'drover-b'];
 
 const median = (xs) => {
@@ -59,6 +73,7 @@ for (const s of bySample.values()) {
       requests: ok.reduce((a, x) => a + x.requests, 0),
     };
   }
+  s.rerun = from.get(s.k) > 0;
   Object.assign(s, ratios(s, 'drover'));
   if (s.peers['drover-b']) s.b = ratios(s, 'drover-b');
   samples.push(s);
@@ -83,7 +98,17 @@ function line(s) {
   });
   const flag = s.p99x > 1.5 || s.thrx < 0.95 ? ' <<' : s.p99x > 1.05 ? ' <' : '';
   const b = s.b ? ` | b: p99 ${x(s.b.p99x)}x thr ${x(s.b.thrx)}x` : '';
-  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}${b}`;
+  const rerun = s.rerun ? ' (rerun)' : '';
+  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}${b}${rerun}`;
+}
+
+// The samples under drover run with Poisson arrivals at 50-75 % of capacity: where the
+// default must lead (p99 <= 0.8 x).
+const leads = (s) => s.params.mode === 'run' && s.params.arrivals === 'poisson' && s.params.load >= 0.5 && s.params.load <= 0.75;
+const missed = (s) => s.p99x > 1.05 || s.thrx < 0.95 || (leads(s) && s.p99x > 0.8);
+if (missedOnly) {
+  console.log(samples.filter(missed).map((s) => s.k).join(' '));
+  process.exit(0);
 }
 
 if (only !== null) {
@@ -93,6 +118,8 @@ if (only !== null) {
 }
 
 console.log(`\nsweep: seed ${samples[0]?.seed}, ${samples.length} samples (peers: thr = 2xx/s, p99; each the median over rounds; E = errors)`);
+const reruns = samples.filter((s) => s.rerun);
+if (reruns.length) console.log(`samples ${reruns.map((s) => s.k).join(', ')}: their reruns (${files.slice(1).join(', ')}); the rest as first measured (${files[0]})`);
 console.log('  # mode  workers heavy  light x ratio  arrivals      conn       health  capacity/s | per peer | drover / best other peer');
 for (const s of samples) console.log(line(s));
 
@@ -118,11 +145,11 @@ if (worstThr !== worst) detail(worstThr, 'lowest throughput ratio');
 const within = samples.filter((s) => s.p99x <= 1.05).length;
 const maxP99x = worst.p99x;
 const lowThr = samples.filter((s) => s.thrx < 0.95);
-const lead = samples.filter((s) => s.params.mode === 'run' && s.params.arrivals === 'poisson' && s.params.load >= 0.5 && s.params.load <= 0.75);
+const lead = samples.filter(leads);
 const leadOk = lead.filter((s) => s.p99x <= 0.8);
 const pf = (b) => (b ? 'PASS' : 'MISS');
 const pct = (a, b) => `${Math.round((a / b) * 100)} %`;
-console.log('\ntargets (issue 20), drover default vs the best other peer on the same sample:');
+console.log(`\ntargets (issue 20), drover default vs the best other peer on the same sample${reruns.length ? ', missed samples as rerun' : ''}:`);
 console.log(`  p99 <= 1.05 x on >= 90 % of samples:      ${within}/${n} = ${pct(within, n)}  ${pf(within >= 0.9 * n)}`);
 console.log(`  p99 never above 1.5 x:                     max ${x(maxP99x)} x (sample ${worst.k})  ${pf(maxP99x <= 1.5)}`);
 console.log(`  throughput >= 0.95 x on every sample:      ${n - lowThr.length}/${n}, lowest ${x(worstThr.thrx)} x (sample ${worstThr.k})  ${pf(!lowThr.length)}`);
