@@ -2,7 +2,7 @@
 
 mod dnsmasq;
 
-use dnsmasq::{free_port, Dnsmasq, TempDir};
+use dnsmasq::{free_port, temp_dir, Dnsmasq};
 use drover_dns::{DnsSource, DnsTarget, LookupError, ResolverSettings};
 use drover_registry::{Pool, PoolOptions, Source};
 use std::collections::BTreeSet;
@@ -80,7 +80,7 @@ async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 #[test]
 fn a_records_follow_changes_and_keep_endpoint_state() {
     run(async {
-        let dir = TempDir::new();
+        let dir = temp_dir();
         let mut dns = Dnsmasq::start(
             dir.path(),
             free_port(),
@@ -131,7 +131,7 @@ fn a_records_follow_changes_and_keep_endpoint_state() {
 #[test]
 fn srv_records_give_ports_and_weights_of_the_lowest_priority() {
     run(async {
-        let dir = TempDir::new();
+        let dir = temp_dir();
         let dns = Dnsmasq::start(
             dir.path(),
             free_port(),
@@ -185,7 +185,7 @@ fn srv_records_give_ports_and_weights_of_the_lowest_priority() {
 #[test]
 fn a_dead_server_keeps_the_last_answer_and_a_restarted_one_is_followed() {
     run(async {
-        let dir = TempDir::new();
+        let dir = temp_dir();
         let port = free_port();
         let dns = Dnsmasq::start(
             dir.path(),
@@ -234,7 +234,7 @@ fn a_dead_server_keeps_the_last_answer_and_a_restarted_one_is_followed() {
 #[test]
 fn a_name_missing_at_start_is_reported_and_retried_while_others_resolve() {
     run(async {
-        let dir = TempDir::new();
+        let dir = temp_dir();
         let mut dns = Dnsmasq::start(dir.path(), free_port(), "127.0.0.11 api.test\n", 1, &[]);
         let pool = empty_pool();
         let source = DnsSource::start(
@@ -273,7 +273,7 @@ fn a_name_missing_at_start_is_reported_and_retried_while_others_resolve() {
 #[test]
 fn ttls_are_clamped_to_the_bounds() {
     run(async {
-        let dir = TempDir::new();
+        let dir = temp_dir();
         // Hosts-file answers carry TTL 0; long.test carries an hour.
         let dns = Dnsmasq::start(
             dir.path(),

@@ -4,28 +4,15 @@
 //! Finer-grained cases live in drover-config's unit tests; these check that the binary
 //! surfaces the loader's errors unchanged.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A scratch directory unique to this test process and case, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(case: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "drover-config-errors-{}-{case}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("create scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory for one case, removed when dropped.
+fn scratch(case: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("drover-config-errors-{case}-"))
+        .tempdir()
+        .expect("create scratch dir")
 }
 
 struct Outcome {
@@ -37,8 +24,8 @@ struct Outcome {
 /// stderr. A valid config would make drover serve forever, so the run is killed after a
 /// deadline rather than hanging the test suite.
 fn run_with_config(case: &str, file_name: &str, text: Option<&str>) -> Outcome {
-    let scratch = Scratch::new(case);
-    let path = scratch.0.join(file_name);
+    let scratch = scratch(case);
+    let path = scratch.path().join(file_name);
     if let Some(text) = text {
         std::fs::write(&path, text).expect("write config");
     }
@@ -72,8 +59,8 @@ fn run_with_config(case: &str, file_name: &str, text: Option<&str>) -> Outcome {
 
 /// `drover check -c <dir>/<file_name>` on `text`: what `drover check` says of the same file.
 fn check_config(case: &str, file_name: &str, text: Option<&str>) -> Outcome {
-    let scratch = Scratch::new(&format!("check-{case}"));
-    let path = scratch.0.join(file_name);
+    let scratch = scratch(&format!("check-{case}"));
+    let path = scratch.path().join(file_name);
     if let Some(text) = text {
         std::fs::write(&path, text).expect("write config");
     }
