@@ -99,7 +99,7 @@ impl IdleTurns {
     /// turn, and an endpoint that missed turns starts no earlier. Concurrent pickers may
     /// race here: a lost update costs one turn's spacing, not a share.
     pub fn take(&self, e: &Endpoint, turn: Turn, others_start: f64) {
-        self.take_out_of_turn(e, turn);
+        self.record(e, turn.end.min(self.clock() + turn.stride));
         let clock = others_start.min(turn.end);
         if clock > self.clock() {
             self.clock.store(clock.to_bits(), Relaxed);
@@ -107,11 +107,25 @@ impl IdleTurns {
     }
 
     /// `e` takes `turn` without the others' turns being known (a connection's next
-    /// request goes where its last went): it counts against `e`'s share, and the clock
-    /// stays.
+    /// request goes where its last went): it counts as `e`'s turn of the round under
+    /// way, and the clock stays.
+    ///
+    /// At most one turn ahead of the clock: each such request counted a full turn once,
+    /// and a keep-alive client's run of them pushed its endpoint's turns thousands of
+    /// picks ahead of the others'. After a reload under 4 keep-alive clients, a worker
+    /// in slow start (a tenth of its share, so ten times the stride) served one of them
+    /// alone, and then was passed over by the next 300 new connections, one at a time,
+    /// while it stood idle (`a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them`, 4 of
+    /// 12 runs, 3 at a time). A client's own connection is its traffic, not a debt
+    /// that new clients must repay.
     pub fn take_out_of_turn(&self, e: &Endpoint, turn: Turn) {
+        self.record(e, turn.end.min(self.clock() + turn.stride));
+    }
+
+    /// `e`'s last turn, taken now, ends at `end`.
+    fn record(&self, e: &Endpoint, end: f64) {
         let taken = self.taken.fetch_add(1, Relaxed) + 1;
-        e.set_last_idle_turn(turn.end, taken);
+        e.set_last_idle_turn(end, taken);
     }
 }
 
@@ -209,6 +223,28 @@ mod tests {
                 clock.take(&eps[i], turn, others.fold(f64::INFINITY, f64::min));
                 just_answered = busy;
                 busy = Some(i);
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_of_requests_out_of_turn_counts_as_one_turn() {
+        // At its full share, and in slow start (a tenth of it: one turn is ten rounds).
+        for (share, rounds) in [(1.0, 1), (0.1, 10)] {
+            let clock = IdleTurns::default();
+            let eps: Vec<_> = (1..=3).map(endpoint).collect();
+            turns(&clock, &eps, &[1.0; 3], 30);
+            // Endpoint 0 serves a keep-alive client's 1,000 requests while the others
+            // stand idle.
+            for _ in 0..1_000 {
+                clock.take_out_of_turn(&eps[0], clock.next(&eps[0], share));
+            }
+            // Its share back, it waits out that one turn, then takes its turns again.
+            let order = turns(&clock, &eps, &[1.0; 3], 60);
+            let back = order.iter().position(|&k| k == 0);
+            assert!(back.is_some_and(|i| i <= 2 * rounds), "{share}: {order:?}");
+            for window in order[back.unwrap() + 1..].chunks_exact(3) {
+                assert_eq!(window.iter().filter(|&&k| k == 0).count(), 1, "{order:?}");
             }
         }
     }
