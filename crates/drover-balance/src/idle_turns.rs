@@ -99,7 +99,7 @@ impl IdleTurns {
     /// turn, and an endpoint that missed turns starts no earlier. Concurrent pickers may
     /// race here: a lost update costs one turn's spacing, not a share.
     pub fn take(&self, e: &Endpoint, turn: Turn, others_start: f64) {
-        self.record(e, turn.end.min(self.clock() + turn.stride));
+        self.record(e, turn.end);
         let clock = others_start.min(turn.end);
         if clock > self.clock() {
             self.clock.store(clock.to_bits(), Relaxed);

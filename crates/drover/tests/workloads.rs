@@ -17,7 +17,7 @@ use common::{addrs, admin_addr, backends, bin, pi_server, proxy, status};
 use drover_admin::WorkerRow;
 use drover_testkit::{spawn_ready_line, wait_until, Backend, ChildProcess, DroverProcess};
 use drover_testkit::{HttpClient, Response};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -435,6 +435,42 @@ async fn a_restarted_worker_gets_its_share_of_sequential_requests() {
         "the replacement of worker {} and the survivor should each get at least 1/4 of \
          200 sequential requests; requests per worker: {by_worker:?}",
         victim.id
+    );
+}
+
+/// Under `drover run` a keep-alive connection's next request goes to the worker that
+/// answered its last (Node's cluster module never moves a connection), and each such
+/// request counted a turn of that worker's among idle ones. One client's run of 400
+/// requests put that worker 400 turns behind, and the next 800 new connections, one at
+/// a time, went to the other two while it stood idle (the same after a reload made the
+/// CI run of `a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them` fail). The run now
+/// counts as one turn.
+#[tokio::test]
+async fn a_keep_alive_clients_run_does_not_keep_new_connections_from_its_worker() {
+    let server = pi_server();
+    let (d, admin) = run("3", &["--mode", "proxy"], &["node", &server]).await;
+    all_ready(&d, admin, 3).await;
+    let worker = |r: Response| {
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
+        r.header("x-worker").unwrap_or("?").to_owned()
+    };
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let mut one_conn = BTreeSet::new();
+    for _ in 0..400 {
+        one_conn.insert(worker(c.get("/").await));
+    }
+    assert_eq!(one_conn.len(), 1, "one connection stays on one worker");
+    drop(c);
+    let mut new_conns = BTreeMap::new();
+    for _ in 0..30 {
+        let mut c = HttpClient::connect(d.addr()).await.unwrap();
+        *new_conns.entry(worker(c.get("/").await)).or_insert(0) += 1;
+    }
+    assert_eq!(
+        new_conns.len(),
+        3,
+        "30 new connections one at a time, after one client's 400 requests on {one_conn:?}, \
+         should reach all 3 idle workers: {new_conns:?}"
     );
 }
 
