@@ -2864,7 +2864,7 @@ module.exports = {{
     let names: Vec<&str> = s.apps.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(names, ["api", "consumer", "extra"], "{}", d.stderr_text());
     let extra_pids: Vec<u32> = s.apps[2].workers.iter().filter_map(|w| w.pid).collect();
-    let blocked_pids = node_pids_running("blocked.js");
+    let blocked_pids = node_pids_running(&dir, "blocked.js");
     assert!(
         blocked_pids.is_empty(),
         "blocked's workers run on: {blocked_pids:?}"
@@ -2878,15 +2878,21 @@ module.exports = {{
     );
 }
 
-/// The pids of processes whose command line names `script`.
-fn node_pids_running(script: &str) -> Vec<u32> {
+/// The pids of processes running in `dir` whose command line names `script`: another
+/// run of the same test, at the same time, has its own directory.
+fn node_pids_running(dir: &Path, script: &str) -> Vec<u32> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(script) && alive(pid) {
+        let cwd = std::fs::read_link(entry.path().join("cwd")).ok();
+        if String::from_utf8_lossy(&cmdline).contains(script)
+            && cwd.as_deref() == Some(dir.as_path())
+            && alive(pid)
+        {
             pids.push(pid);
         }
     }
