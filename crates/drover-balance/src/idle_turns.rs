@@ -119,7 +119,8 @@ impl IdleTurns {
     /// 12 runs, 3 at a time). A client's own connection is its traffic, not a debt
     /// that new clients must repay.
     pub fn take_out_of_turn(&self, e: &Endpoint, turn: Turn) {
-        self.record(e, turn.end.min(self.clock() + turn.stride));
+        // The turn starts at the clock: `turn` starts there or later.
+        self.record(e, self.clock() + turn.stride);
     }
 
     /// `e`'s last turn, taken now, ends at `end`.
