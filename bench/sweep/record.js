@@ -11,6 +11,14 @@
 //        in ms/s): in a closed loop with mixed costs, req/s depends on which requests a
 //        peer served, and a peer that lets heavy requests wait serves more light ones;
 //        work is what the workers did, whatever the mix
+//   Lines `before {...}` are the results of the `overload` load that ran just before the
+//   measurement (bench/sweep.sh, before()): its requests waited in the backlog that the
+//   measurement starts with, so p99, max and errors are over them too; thr, work and the
+//   workers' shares are the measurement's alone.
+//   reached, even  how many workers answered (by x-backend), and the smallest worker's
+//        share of the answers x the sample's workers (1 = even, 0 = a worker got none):
+//        not a target, since load-aware placement gives a busy worker less, but a worker
+//        left out while a peer reached them all is a placement bug (bench/README.md)
 'use strict';
 const fs = require('fs');
 const meta = JSON.parse(process.argv[2]);
@@ -20,24 +28,29 @@ for (const kv of process.argv[3].split(' ')) {
   const v = kv.slice(i + 1);
   params[kv.slice(0, i)] = v !== '' && !Number.isNaN(Number(v)) ? Number(v) : v;
 }
-const runs = fs.readFileSync(0, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+const lines = fs.readFileSync(0, 'utf8').split('\n');
+const runs = lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+const beforeRuns = lines.filter((l) => l.startsWith('before {')).map((l) => JSON.parse(l.slice('before '.length)));
 const sum = (f) => runs.reduce((a, r) => a + f(r), 0);
 let result = null;
 if (runs.length) {
   const open = runs[0].mode === 'open';
   const ok = sum((r) => r.ok);
   const requests = sum((r) => r.requests);
-  let p99 = runs[0].latency_us.p99;
-  if (runs.length > 1) {
+  // The requests whose latency and errors count: the measurement's and its before's.
+  const all = [...runs, ...beforeRuns];
+  const sumAll = (f) => all.reduce((a, r) => a + f(r), 0);
+  let p99 = all[0].latency_us.p99;
+  if (all.length > 1) {
     // Smallest latency v at which at least 99 % of all requests are <= v.
     const below = (r, v) => {
       let pct = 0;
       for (const s of r.spectrum) if (s.latency_us <= v) pct = s.percentile;
       return (pct / 100) * r.latency_us.count;
     };
-    const cands = [...new Set(runs.flatMap((r) => r.spectrum.map((s) => s.latency_us)))].sort((a, b) => a - b);
-    const total = sum((r) => r.latency_us.count);
-    p99 = cands.find((v) => sum((r) => below(r, v)) >= 0.99 * total) ?? Math.max(...runs.map((r) => r.latency_us.max));
+    const cands = [...new Set(all.flatMap((r) => r.spectrum.map((s) => s.latency_us)))].sort((a, b) => a - b);
+    const total = sumAll((r) => r.latency_us.count);
+    p99 = cands.find((v) => sumAll((r) => below(r, v)) >= 0.99 * total) ?? Math.max(...all.map((r) => r.latency_us.max));
   }
   const costMs = (path) => {
     const m = /[?&](us|ms)=([0-9.]+)/.exec(path);
@@ -54,20 +67,29 @@ if (runs.length) {
     p99Light = light.latency_us.p99;
   }
   const errors = {};
-  for (const r of runs) for (const [k, v] of Object.entries(r.errors)) errors[k] = (errors[k] || 0) + v;
+  for (const r of all) for (const [k, v] of Object.entries(r.errors)) errors[k] = (errors[k] || 0) + v;
+  const counts = {};
+  for (const r of runs) for (const [k, v] of Object.entries(r.header_counts?.values || {})) counts[k] = (counts[k] || 0) + v;
+  const answered = Object.values(counts);
+  const total = answered.reduce((a, v) => a + v, 0);
+  const reached = answered.length;
+  const even = total && reached >= params.workers ? Math.round((Math.min(...answered) / total) * params.workers * 100) / 100 : 0;
   result = {
     thr: Math.round((ok / sum((r) => (open ? r.duration_s : r.elapsed_s))) * 10) / 10,
     work: Math.round(work / sum((r) => (open ? r.duration_s : r.elapsed_s))),
     p50: runs.length === 1 ? runs[0].latency_us.p50 : null,
     p99,
     p99_light: p99Light,
-    max: Math.max(...runs.map((r) => r.latency_us.max)),
+    max: Math.max(...all.map((r) => r.latency_us.max)),
     requests,
     ok,
-    errors_total: sum((r) => r.errors_total),
+    errors_total: sumAll((r) => r.errors_total),
+    before_requests: beforeRuns.length ? beforeRuns.reduce((a, r) => a + r.requests, 0) : undefined,
     errors,
     connections_opened: sum((r) => r.connections_opened),
     phases: runs.length,
+    reached,
+    even,
   };
 }
 console.log(JSON.stringify({ ...meta, params, result }));

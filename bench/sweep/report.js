@@ -73,9 +73,15 @@ for (const s of bySample.values()) {
       p99Light: median(ok.map((x) => x.p99_light ?? null)),
       errors: ok.reduce((a, x) => a + x.errors_total, 0) + (results.length - ok.length),
       requests: ok.reduce((a, x) => a + x.requests, 0),
+      // Workers answering, in the round that reached fewest (records before `reached` have none).
+      reached: ok.some((x) => x.reached === undefined) ? null : Math.min(...ok.map((x) => x.reached)),
+      even: median(ok.map((x) => x.even ?? null)),
     };
   }
   s.rerun = from.get(s.k) > 0;
+  // drover left a worker without a request in some round while a peer reached every one.
+  const w = s.params.workers;
+  s.leftOut = (s.peers.drover?.reached ?? w) < w && Object.entries(s.peers).some(([p, v]) => !p.startsWith('drover') && v.reached >= w);
   Object.assign(s, ratios(s, 'drover'));
   if (s.peers['drover-b']) s.b = ratios(s, 'drover-b');
   samples.push(s);
@@ -89,7 +95,7 @@ function describe(s) {
   const p = s.params;
   return `${String(s.k).padStart(3)} ${p.mode.padEnd(5)} w${p.workers} heavy ${String(p.heavy_pct).padStart(4)}% ` +
     `${(ms(p.light_us) + ' x' + p.ratio).padEnd(12)} ${load(p).padEnd(13)} ${p.conn === 'new' ? 'new-conn ' : 'keep-alive'} hc-${p.health.padEnd(3)} ` +
-    `cap ${String(s.capacity || '-').padStart(5)}`;
+    `cap ${String(s.capacity || '-').padStart(5)}${p.before && p.before !== 'none' ? ` after ${p.before}` : ''}`;
 }
 function line(s) {
   const cells = PEERS.map((peer) => {
@@ -101,13 +107,14 @@ function line(s) {
   const flag = s.p99x > TARGET.p99Max || s.thrx < TARGET.thr ? ' <<' : s.p99x > TARGET.p99 ? ' <' : '';
   const b = s.b ? ` | b: p99 ${x(s.b.p99x)}x thr ${x(s.b.thrx)}x` : '';
   const rerun = s.rerun ? ' (rerun)' : '';
-  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}${b}${rerun}`;
+  const left = s.leftOut ? ` | drover reached ${s.peers.drover.reached}/${s.params.workers} workers` : '';
+  return `${describe(s)} | ${cells.join(' ')} | p99 ${x(s.p99x)}x thr ${x(s.thrx)}x${flag}${b}${rerun}${left}`;
 }
 
 // The samples under drover run with Poisson arrivals at 50-75 % of capacity: where the
 // default must lead (p99 <= TARGET.lead).
 const leads = (s) => s.params.mode === 'run' && s.params.arrivals === 'poisson' && s.params.load >= 0.5 && s.params.load <= 0.75;
-const missed = (s) => s.p99x > TARGET.p99 || s.thrx < TARGET.thr || (leads(s) && s.p99x > TARGET.lead);
+const missed = (s) => s.p99x > TARGET.p99 || s.thrx < TARGET.thr || (leads(s) && s.p99x > TARGET.lead) || s.leftOut;
 if (missedOnly) {
   console.log(samples.filter(missed).map((s) => s.k).join(' '));
   process.exit(0);
@@ -137,7 +144,8 @@ function detail(s, why) {
   for (const [peer, v] of Object.entries(s.peers)) {
     const each = s.runs[peer].map((r) => (r ? `${Math.round(r.thr)}/s ${ms(r.p99)}` : 'no result')).join(', ');
     const work = v.work === null ? '' : `  work ${String(v.work).padStart(5)} ms/s`;
-    console.log(`  ${peer.padEnd(13)} ${String(Math.round(v.thr)).padStart(6)} 2xx/s  p99 ${ms(v.p99).padStart(8)}${work}  errors ${v.errors}   rounds: ${each}`);
+    const spread = v.reached === null ? '' : `  workers ${v.reached}/${s.params.workers} even ${v.even === null ? '-' : v.even.toFixed(2)}`;
+    console.log(`  ${peer.padEnd(13)} ${String(Math.round(v.thr)).padStart(6)} 2xx/s  p99 ${ms(v.p99).padStart(8)}${work}${spread}  errors ${v.errors}   rounds: ${each}`);
   }
   console.log(`  drover: p99 ${x(s.p99x)} x ${s.bestP99?.[0]}'s, throughput ${x(s.thrx)} x ${s.bestThr?.[0]}'s`);
 }
@@ -182,6 +190,8 @@ if (withB.length) {
   console.log(`  drover-b: p99 <= ${TARGET.p99} x on ${bw}/${withB.length}, max ${x(bmax.b.p99x)} x (sample ${bmax.k}), ` +
     `throughput >= ${TARGET.thr} x on ${withB.filter((s) => s.b.thrx >= TARGET.thr).length}/${withB.length}, lowest ${x(bmin.b.thrx)} x (sample ${bmin.k})`);
 }
+const left = samples.filter((s) => s.leftOut);
+console.log(`  workers drover left without a request where a peer reached all: ${left.length ? left.map((s) => `#${s.k}`).join(', ') : 'none'}`);
 const errs = samples.filter((s) => Object.values(s.peers).some((v) => v.errors));
 if (errs.length) console.log(`  samples with errors: ${errs.map((s) => `#${s.k} (${Object.entries(s.peers).filter(([, v]) => v.errors).map(([p, v]) => `${p} ${v.errors}`).join(', ')})`).join('; ')}`);
 else console.log('  no errors on any peer');

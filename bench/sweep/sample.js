@@ -14,6 +14,15 @@
 //             | closed (1..500 connections, log-uniform)
 //   conn      keepalive | new (a new connection per request: Connection: close)
 //   health    on | off (active health checks where the peer has them)
+//   before    what the peer served just before the measurement, the same for every peer
+//             (drawn last, so the samples of a seed drawn before it are unchanged):
+//               none        nothing since the warm-up (half of the samples)
+//               one-client  one keep-alive connection in a closed loop: under drover run
+//                           every request of it stays on one worker, as under cluster
+//               overload    an open loop at 2 x capacity, measured from it at once: the
+//                           measurement starts with the backlog it left
+//               heavy-only  only the mix's heavy requests, a closed loop of 2 per worker:
+//                           whatever a peer learnt of the costs is wrong when the mix comes
 // The heavy cost is capped at HEAVY_MAX_US (default 250 ms): a 5 ms light request x 1000
 // would be a 5 s request, which a measurement of a few seconds cannot hold.
 'use strict';
@@ -47,6 +56,7 @@ s.conns = s.arrivals === 'closed' ? Math.round(logUni(1, 500)) : 0;
 s.load = s.arrivals === 'poisson' ? Math.round(uni(0.25, 0.9) * 100) / 100 : s.arrivals === 'burst' ? Math.round(uni(1, 3) * 100) / 100 : 0;
 s.conn = pick(['keepalive', 'new']);
 s.health = pick(['on', 'off']);
+s.before = pick(['none', 'none', 'none', 'one-client', 'overload', 'heavy-only']);
 // The mix for drover bench: weights in tenths of a percent.
 const hw = Math.round(s.heavy_pct * 10);
 s.mix = `${1000 - hw}:/cpu?us=${s.light_us},${hw}:/cpu?us=${s.heavy_us}`;
