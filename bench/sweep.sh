@@ -7,6 +7,10 @@
 #   mode run:   drover run -w N and Node's cluster module (each supervising its own N
 #               workers), and nginx / HAProxy over N node backends
 #
+# A sample may have a `before` load (sample.js): what every peer serves just ahead of each
+# of its measurements (one keep-alive client, an overload, heavy requests only), so a
+# change of phase is sampled too, not only steady loads.
+#
 # Each sample's capacity is measured in the same run (closed-loop saturation through every
 # peer, the median), and its open-loop rates are fractions of it, never a fixed req/s.
 #
@@ -54,7 +58,7 @@ while (($#)); do
     --rounds) ROUNDS=$2; shift ;;
     --heavy-max-ms) HEAVY_MAX_MS=$2; shift ;;
     --confirm) CONFIRM=1 ;;
-    -h | --help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "sweep.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -237,8 +241,9 @@ bench() { # peer extra-args...
   local peer=$1
   shift
   local close=()
-  [[ "${P[conn]}" == new ]] && close=(-H "Connection: close")
-  # MIX=... bench ...: another mix than the sample's (the heavy-only before).
+  [[ "${P[conn]}" == new && -z "${KEEP_ALIVE:-}" ]] && close=(-H "Connection: close")
+  # MIX=... bench ...: another mix than the sample's (the heavy-only before);
+  # KEEP_ALIVE=1 bench ...: keep-alive whatever the sample's connections (one-client).
   "$LOADGEN" bench --mix "${MIX:-${P[mix]}}" --timeout 30s --seed "$SEED" "${close[@]}" \
     --count-header x-backend --json "$@" "http://127.0.0.1:${PORT[$peer]}/" 2>>"$SDIR/loadgen.err" || true
 }
@@ -285,7 +290,7 @@ before() { # peer
   : >"$SDIR/before.out"
   case "${P[before]:-none}" in
     none) ;;
-    one-client) bench "$peer" -c 1 -d "${BEFORE_D}s" >/dev/null ;;
+    one-client) KEEP_ALIVE=1 bench "$peer" -c 1 -d "${BEFORE_D}s" >/dev/null ;;
     heavy-only) MIX="1:/cpu?us=${P[heavy_us]}" bench "$peer" -c $((2 * P[workers])) -d "${BEFORE_D}s" >/dev/null ;;
     overload)
       rate="$(awk -v c="$CAPACITY" -v x="$OVERLOAD_X" 'BEGIN{printf "%.1f", c*x}')"
