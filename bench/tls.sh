@@ -20,6 +20,15 @@
 #              process's first resumes the session of its first from a TLS 1.3 ticket
 #              (PSK with (EC)DHE). The count of resumed ones ('r' in s_time's output) is
 #              recorded; a measurement where fewer than 90 % resumed is marked.
+#   resumed-h2load  resumed handshakes from a client fast enough to keep the proxy's core
+#              busy: `h2load --h1 -H 'Connection: close' -c BENCH_H2LOAD_CLIENTS (32) -n
+#              BENCH_H2LOAD_REQUESTS (30000)`. h2load opens a new connection for each
+#              request once the server has closed the last one (drover's
+#              drover_tls_handshakes_total grew by 3,000 for 3,000 such requests), and it
+#              resumes the session of its first ones from their tickets (nginx logged
+#              $ssl_session_reused "r" for 196 of 200; it has no option to turn that off),
+#              so this is the resumed row with a faster client: connections/s and CPU ms
+#              per 1,000.
 #   idle       memory per idle TLS connection: a fresh peer, BENCH_CONNS (2,000) HTTPS
 #              connections that each complete a handshake and one keep-alive GET / and
 #              then stay open and idle (bench/idle/client.js --tls); (RSS after - RSS
@@ -30,9 +39,11 @@
 # each other peer.
 #
 # Environment (all optional): BENCH_ROUNDS (3), BENCH_DURATION (10), BENCH_CONNS (2000),
-# BENCH_HANDSHAKE_CLIENTS (8), BENCH_KEEPALIVE_CONNS (50), BENCH_KEY (ec: ECDSA P-256;
-# rsa: RSA-2048), BENCH_TLS_VERSION (1.3; 1.2 applies to the full, resumed and idle rows:
-# wrk always negotiates 1.3), BENCH_PEERS ("drover haproxy nginx"), BENCH_SKIP_BUILD=1,
+# BENCH_HANDSHAKE_CLIENTS (8), BENCH_H2LOAD_CLIENTS (32), BENCH_H2LOAD_REQUESTS (30000),
+# BENCH_KEEPALIVE_CONNS (50), BENCH_KEY (ec: ECDSA P-256; rsa: RSA-2048), BENCH_TLS_VERSION
+# (1.3; 1.2 applies to the full, resumed and idle rows: wrk and h2load negotiate 1.3),
+# BENCH_PEERS ("drover haproxy nginx"), BENCH_SCENARIOS ("keepalive full resumed-h2load
+# resumed idle"), BENCH_SKIP_BUILD=1,
 # BENCH_NO_INSTALL=1, PROXY_CPU (last core), LOADGEN_CPU (0; the backend and the clients
 # share it).
 set -euo pipefail
@@ -43,6 +54,8 @@ ROUNDS="${BENCH_ROUNDS:-3}"
 D="${BENCH_DURATION:-10}"
 N="${BENCH_CONNS:-2000}"
 HS_CLIENTS="${BENCH_HANDSHAKE_CLIENTS:-8}"
+H2LOAD_CLIENTS="${BENCH_H2LOAD_CLIENTS:-32}"
+H2LOAD_REQUESTS="${BENCH_H2LOAD_REQUESTS:-30000}"
 KA_CONNS="${BENCH_KEEPALIVE_CONNS:-50}"
 KEY_KIND="${BENCH_KEY:-ec}"
 TLS_VERSION="${BENCH_TLS_VERSION:-1.3}"
@@ -55,6 +68,8 @@ source "$BENCH_DIR/lib.sh"
 check_run_length "$D" "$ROUNDS"
 [[ "$N" =~ ^[0-9]+$ && "$N" -ge 1 ]] || die "BENCH_CONNS must be a positive integer"
 [[ "$HS_CLIENTS" =~ ^[0-9]+$ && "$HS_CLIENTS" -ge 1 ]] || die "BENCH_HANDSHAKE_CLIENTS must be a positive integer"
+[[ "$H2LOAD_CLIENTS" =~ ^[0-9]+$ && "$H2LOAD_CLIENTS" -ge 1 ]] || die "BENCH_H2LOAD_CLIENTS must be a positive integer"
+[[ "$H2LOAD_REQUESTS" =~ ^[0-9]+$ && "$H2LOAD_REQUESTS" -ge "$H2LOAD_CLIENTS" ]] || die "BENCH_H2LOAD_REQUESTS must be a whole number >= BENCH_H2LOAD_CLIENTS"
 [[ "$KEY_KIND" == ec || "$KEY_KIND" == rsa ]] || die "BENCH_KEY is ec or rsa"
 case "$TLS_VERSION" in
   1.3) S_TIME_VERSION=-tls1_3 ;;
@@ -64,6 +79,11 @@ esac
 scratch_and_cleanup tls-bench 1
 setup_proxy_bench
 command -v openssl >/dev/null || die "openssl (the CLI) is needed: certificates and s_time"
+if ! command -v h2load >/dev/null && [[ -z "${BENCH_NO_INSTALL:-}" ]]; then
+  log "installing nghttp2-client (h2load) with apt-get"
+  (apt-get update -qq && apt-get install -y -qq nghttp2-client) >/dev/null 2>&1 || true
+fi
+command -v h2load >/dev/null || die "h2load (Debian: nghttp2-client) is needed for the resumed-h2load row"
 NEED_FDS=$((N + 1024))
 if (($(ulimit -n) < NEED_FDS)); then
   ulimit -Hn "$NEED_FDS" 2>/dev/null || true
@@ -297,6 +317,27 @@ measure_handshakes() { # round peer scenario(full|resumed)
   log "round $1 $2 $3: $rate conn/s ($conns in ${wall}s; $full full, $resumed resumed), proxy CPU $(cpu_s $((after - before))) s"
   ((errs == 0)) || log "round $1 $2 $3: $errs s_time process(es) counted nothing: $(tail -3 "$TMP/stime-0.out")"
 }
+measure_h2load_resumed() { # round peer
+  local before after out line rate count failed wall
+  before="$(cpu_total "${PID[$2]}")"
+  # -n, not -D: h2load 1.52 with -D and reconnecting HTTP/1.1 clients never returned
+  # after its duration (it spun at full CPU until killed).
+  out="$("${PIN_LOAD[@]}" timeout 120 h2load --h1 -t1 -c "$H2LOAD_CLIENTS" -n "$H2LOAD_REQUESTS" \
+    -H 'Connection: close' "https://127.0.0.1:${PORT[$2]}/" 2>&1)" || true
+  after="$(cpu_total "${PID[$2]}")"
+  # "finished in 1.29s, 4634.91 req/s, ..." and "requests: T total, S started, D done,
+  # OK succeeded, F failed, E errored, TO timeout"
+  rate="$(sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p' <<<"$out")"
+  wall="$(sed -n 's/^finished in \([0-9.]*\)\(m\{0,1\}\)s,.*/\1 \2/p' <<<"$out" | awk '{printf "%.3f", $2 == "m" ? $1 / 1000 : $1}')"
+  line="$(grep '^requests:' <<<"$out" || true)"
+  count="$(sed -n 's/.* \([0-9]*\) succeeded.*/\1/p' <<<"$line")"
+  failed="$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")"
+  [[ -n "$rate" && -n "$count" && -n "$wall" ]] || { log "round $1 $2 resumed-h2load: no result: $(tail -3 <<<"$out")"; rate=0 count=0 failed=1 wall=0; }
+  record "$1" "$2" resumed-h2load "$rate" "$count" "$(cpu_s $((after - before)))" "${failed:-0}" \
+    "{\"clients\":$H2LOAD_CLIENTS,\"wall_s\":$wall}"
+  log "round $1 $2 resumed-h2load: $rate conn/s ($count requests in ${wall}s), ${failed:-?} failed, proxy CPU $(cpu_s $((after - before))) s"
+}
+
 peer_rss_kb() { # name: the peer's processes, summed
   local p sum=0
   for p in "${PID[$1]}" "${KIDS[@]}"; do sum=$((sum + $(rss_kb "$p"))); done
@@ -345,12 +386,14 @@ done
 for ((round = 1; round <= ROUNDS; round++)); do
   read -r -a order <<<"$(order_for_round "$round")"
   log "round $round/$ROUNDS: ${order[*]}"
-  for scen in keepalive full resumed idle; do
+  for scen in ${BENCH_SCENARIOS:-keepalive full resumed-h2load resumed idle}; do
     for peer in "${order[@]}"; do
       case "$scen" in
         keepalive) measure_keepalive "$round" "$peer" ;;
         full | resumed) measure_handshakes "$round" "$peer" "$scen" ;;
+        resumed-h2load) measure_h2load_resumed "$round" "$peer" ;;
         idle) measure_idle "$round" "$peer" ;;
+        *) die "unknown scenario $scen (keepalive full resumed-h2load resumed idle)" ;;
       esac
       sleep 1 # let TIME_WAIT and the backend settle between peers
     done
