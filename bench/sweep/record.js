@@ -17,8 +17,8 @@
 //   workers' shares are the measurement's alone.
 //   reached, even  how many workers answered (by x-backend), and the smallest worker's
 //        share of the answers x the sample's workers (1 = even, 0 = a worker got none):
-//        not a target, since load-aware placement gives a busy worker less, but a worker
-//        left out while a peer reached them all is a placement bug (bench/README.md)
+//        not a target, since load-aware placement gives a busy worker less; the report
+//        flags a worker drover left out while a peer reached them all (bench/README.md)
 'use strict';
 const fs = require('fs');
 const meta = JSON.parse(process.argv[2]);
@@ -71,9 +71,9 @@ if (runs.length) {
   const counts = {};
   for (const r of runs) for (const [k, v] of Object.entries(r.header_counts?.values || {})) counts[k] = (counts[k] || 0) + v;
   const answered = Object.values(counts);
-  const total = answered.reduce((a, v) => a + v, 0);
+  const answeredAll = answered.reduce((a, v) => a + v, 0);
   const reached = answered.length;
-  const even = total && reached >= params.workers ? Math.round((Math.min(...answered) / total) * params.workers * 100) / 100 : 0;
+  const even = answeredAll && reached >= params.workers ? Math.round((Math.min(...answered) / answeredAll) * params.workers * 100) / 100 : 0;
   result = {
     thr: Math.round((ok / sum((r) => (open ? r.duration_s : r.elapsed_s))) * 10) / 10,
     work: Math.round(work / sum((r) => (open ? r.duration_s : r.elapsed_s))),
