@@ -75,6 +75,11 @@ impl Turn {
     }
 }
 
+/// How far apart the turns of an endpoint with `share` lie.
+fn stride(share: f64) -> f64 {
+    1.0 / share.max(MIN_SHARE)
+}
+
 impl IdleTurns {
     fn clock(&self) -> f64 {
         f64::from_bits(self.clock.load(Relaxed))
@@ -84,7 +89,7 @@ impl IdleTurns {
     pub fn next(&self, e: &Endpoint, share: f64) -> Turn {
         let (last_end, last_taken) = e.last_idle_turn();
         let start = last_end.max(self.clock());
-        let stride = 1.0 / share.max(MIN_SHARE);
+        let stride = stride(share);
         Turn {
             start,
             end: start + stride,
@@ -118,9 +123,9 @@ impl IdleTurns {
     /// while it stood idle (`a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them`, 4 of
     /// 12 runs, 3 at a time). A client's own connection is its traffic, not a debt
     /// that new clients must repay.
-    pub fn take_out_of_turn(&self, e: &Endpoint, turn: Turn) {
-        // The turn starts at the clock: `turn` starts there or later.
-        self.record(e, self.clock() + turn.stride);
+    pub fn take_out_of_turn(&self, e: &Endpoint, share: f64) {
+        // The turn starts at the clock, wherever its last one ended.
+        self.record(e, self.clock() + stride(share));
     }
 
     /// `e`'s last turn, taken now, ends at `end`.
@@ -238,7 +243,7 @@ mod tests {
             // Endpoint 0 serves a keep-alive client's 1,000 requests while the others
             // stand idle.
             for _ in 0..1_000 {
-                clock.take_out_of_turn(&eps[0], clock.next(&eps[0], share));
+                clock.take_out_of_turn(&eps[0], share);
             }
             // Its share back, it waits out that one turn, then takes its turns again.
             let order = turns(&clock, &eps, &[1.0; 3], 60);

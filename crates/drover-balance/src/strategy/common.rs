@@ -201,7 +201,7 @@ pub(crate) fn least_loaded_of<'s>(
         // and the score decides. (The pointer first: most picks have no previous, and
         // need no load of a pending count for it.) It counts as its turn.
         if ctx.previous.is_some_and(|p| Arc::ptr_eq(p, e)) && e.is_idle() {
-            turns.take_out_of_turn(e, turns.next(e, e.idle_share(now)));
+            turns.take_out_of_turn(e, e.idle_share(now));
             return Some(e);
         }
         if e.is_free(now) {
