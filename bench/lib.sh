@@ -267,6 +267,7 @@ start_nginx_ok_backend() { # dir pin port...
 
 # A scratch directory in TMP and the PIDS array, both cleaned up on exit: the processes
 # get SIGTERM, GRACE seconds (for drover to drain and stop its workers), then SIGKILL.
+# AFTER_CLEANUP, when a script sets it, is a command run once they are gone.
 scratch_and_cleanup() { # name grace
   TMP="$(mktemp -d "/tmp/drover-$1.XXXXXX")"
   PIDS=()
@@ -280,6 +281,7 @@ cleanup_scratch() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   sleep "$CLEANUP_GRACE"
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  ${AFTER_CLEANUP:-}
   rm -rf "$TMP"
   exit "$rc"
 }

@@ -6,6 +6,8 @@
 #
 #   bash bench/tls.sh                                    # 3 rounds, 10 s per measurement
 #   BENCH_ROUNDS=1 BENCH_DURATION=3 BENCH_CONNS=500 bash bench/tls.sh   # smoke (~1 min)
+#   BENCH_PROXY_QUOTA=10 BENCH_SCENARIOS="full resumed-h2load resumed" bash bench/tls.sh
+#                                                        # handshakes under one CPU budget
 #
 # Scenarios (TLS 1.3, X25519 from the client's first key share, the client's first
 # cipher suite, TLS_AES_256_GCM_SHA384, on every peer; the table's head says what was
@@ -45,7 +47,14 @@
 # BENCH_PEERS ("drover haproxy nginx"), BENCH_SCENARIOS ("keepalive full resumed-h2load
 # resumed idle"), BENCH_SKIP_BUILD=1,
 # BENCH_NO_INSTALL=1, PROXY_CPU (last core), LOADGEN_CPU (0; the backend and the clients
-# share it).
+# share it), BENCH_PROXY_QUOTA (unset; a percentage of one core, e.g. 25).
+#
+# BENCH_PROXY_QUOTA: every proxy runs in a cgroup of its own (v1 `cpu` or v2 `cpu.max`; root
+# needed) whose CFS quota is that share of one core per 10 ms period, as a container's CPU
+# limit is. On 2 cores the clients cannot keep a whole core's proxy busy with handshakes
+# (the client's half of a handshake costs more than the server's), so the rates measure
+# the clients; under a quota they saturate every peer, and each rate is what the same CPU
+# budget serves. The table's "busy" column then reads about the quota.
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -78,6 +87,37 @@ case "$TLS_VERSION" in
 esac
 scratch_and_cleanup tls-bench 1
 setup_proxy_bench
+QUOTA="${BENCH_PROXY_QUOTA:-}"
+CGROUPS=()
+if [[ -n "$QUOTA" ]]; then
+  [[ "$QUOTA" =~ ^[0-9]+$ && "$QUOTA" -ge 1 && "$QUOTA" -le 100 ]] || die "BENCH_PROXY_QUOTA must be a whole percentage of one core, 1-100"
+  if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
+    CG_KIND=v1 CG_ROOT=/sys/fs/cgroup/cpu
+  elif [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    CG_KIND=v2 CG_ROOT=/sys/fs/cgroup
+  else
+    die "BENCH_PROXY_QUOTA needs a writable cgroup cpu controller (/sys/fs/cgroup/cpu or cgroup v2 with cpu)"
+  fi
+fi
+# new_quota_cgroup NAME: a cgroup limited to QUOTA % of one core; prints its directory.
+new_quota_cgroup() {
+  local dir="$CG_ROOT/drover-tls-bench-$$-$1" period=10000
+  mkdir "$dir" || die "cannot make cgroup $dir"
+  if [[ "$CG_KIND" == v1 ]]; then
+    echo "$period" >"$dir/cpu.cfs_period_us"
+    echo $((period * QUOTA / 100)) >"$dir/cpu.cfs_quota_us"
+  else
+    echo "$((period * QUOTA / 100)) $period" >"$dir/cpu.max"
+  fi
+  echo "$dir"
+}
+remove_quota_cgroups() {
+  local dir i
+  for dir in "${CGROUPS[@]}"; do
+    for ((i = 0; i < 40; i++)); do rmdir "$dir" 2>/dev/null && break; sleep 0.05; done
+  done
+}
+AFTER_CLEANUP=remove_quota_cgroups
 command -v openssl >/dev/null || die "openssl (the CLI) is needed: certificates and s_time"
 if ! command -v h2load >/dev/null && [[ -z "${BENCH_NO_INSTALL:-}" ]]; then
   log "installing nghttp2-client (h2load) with apt-get"
@@ -138,9 +178,19 @@ start_peer() { # name mode
   dir="$TMP/peer-$RUN_N-$1-$2"
   port="$(quick_port)"
   mkdir -p "$dir/tmp"
+  # In its quota's cgroup from its first instruction: the shell joins it, then execs.
+  local in_quota=()
+  if [[ -n "$QUOTA" ]]; then
+    local cg
+    cg="$(new_quota_cgroup "$RUN_N-$name")"
+    [[ -d "$cg" ]] || die "no cgroup for $name"
+    CGROUPS+=("$cg")
+    # shellcheck disable=SC2016 # $$ and $0 are the inner shell's
+    in_quota=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg")
+  fi
   case "$name" in
     drover)
-      "${PIN_PROXY[@]}" "$TMP/drover" proxy --listen "127.0.0.1:$port" --threads 1 \
+      "${in_quota[@]}" "${PIN_PROXY[@]}" "$TMP/drover" proxy --listen "127.0.0.1:$port" --threads 1 \
         --backend "127.0.0.1:$BE_PORT" --tls-cert "$CERTS/chain.pem" --tls-key "$CERTS/server.key" \
         --idle-timeout "${IDLE_S}s" --header-timeout "${IDLE_S}s" \
         >"$dir/stdout.log" 2>"$dir/stderr.log" &
@@ -166,7 +216,7 @@ frontend fe
 backend be
   server be1 127.0.0.1:$BE_PORT
 EOF
-      "${PIN_PROXY[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/stderr.log" 2>&1 &
+      "${in_quota[@]}" "${PIN_PROXY[@]}" "$HAPROXY" -db -f "$dir/haproxy.cfg" >"$dir/stderr.log" 2>&1 &
       ;;
     nginx)
       {
@@ -199,7 +249,7 @@ EOF
 }
 EOF
       } >"$dir/nginx.conf"
-      "${PIN_PROXY[@]}" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/stderr.log" &
+      "${in_quota[@]}" "${PIN_PROXY[@]}" "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/stderr.log" &
       ;;
     *) die "unknown peer $name (drover, haproxy, nginx)" ;;
   esac
@@ -401,5 +451,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 
 # ------------------------------------------------------------------ report
-node "$BENCH_DIR/tls-report.js" "$RAW" "proxies on core $PROXY_CPU, load and backend on core $LOADGEN_CPU; $KEY_KIND key; ${NEGOTIATED% }"
+QUOTA_NOTE=""
+[[ -n "$QUOTA" ]] && QUOTA_NOTE=" (each limited to $QUOTA % of it by a CFS quota)"
+node "$BENCH_DIR/tls-report.js" "$RAW" "proxies on core $PROXY_CPU$QUOTA_NOTE, load and backend on core $LOADGEN_CPU; $KEY_KIND key; ${NEGOTIATED% }"
 log "raw records: $RAW"
