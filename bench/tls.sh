@@ -93,10 +93,11 @@ if [[ -n "$QUOTA" ]]; then
   [[ "$QUOTA" =~ ^[0-9]+$ && "$QUOTA" -ge 1 && "$QUOTA" -le 100 ]] || die "BENCH_PROXY_QUOTA must be a whole percentage of one core, 1-100"
   if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
     CG_KIND=v1 CG_ROOT=/sys/fs/cgroup/cpu
-  elif [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+  elif [[ -w /sys/fs/cgroup/cgroup.procs ]] && grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+    # v2: a child has cpu.max only where the parent hands the controller down.
     CG_KIND=v2 CG_ROOT=/sys/fs/cgroup
   else
-    die "BENCH_PROXY_QUOTA needs a writable cgroup cpu controller (/sys/fs/cgroup/cpu or cgroup v2 with cpu)"
+    die "BENCH_PROXY_QUOTA needs a writable cgroup cpu controller: /sys/fs/cgroup/cpu (v1), or v2 with cpu in /sys/fs/cgroup/cgroup.subtree_control (echo +cpu > it)"
   fi
 fi
 # new_quota_cgroup NAME: a cgroup limited to QUOTA % of one core; prints its directory.
