@@ -26,23 +26,48 @@ pub enum Outcome {
     Failed,
 }
 
-/// Follows an endpoint's completed responses from one probe to the next.
+/// Follows an endpoint's completed responses, and drover's own requests waiting on it,
+/// from one probe to the next.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
     seen: u64,
+    waited: bool,
+}
+
+/// What an endpoint's requests did between two probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// A request to it completed.
+    pub advanced: bool,
+    /// Requests of drover's waited on it through the whole interval (some were pending
+    /// at both looks) and none completed: drover's own evidence of a hang, which no load
+    /// elsewhere explains away.
+    pub stuck: bool,
 }
 
 impl Progress {
     /// Starts from `completed`, the endpoint's count of responses now.
     pub fn new(completed: u64) -> Progress {
-        Progress { seen: completed }
+        Progress {
+            seen: completed,
+            waited: false,
+        }
     }
 
-    /// Whether the count grew since the last call (or `new`); remembers `completed`.
+    /// Whether the count grew since the last look (or `new`); remembers `completed`, for
+    /// a caller that does not follow pending requests (the supervisor's checks).
     pub fn advanced(&mut self, completed: u64) -> bool {
-        let grew = completed > self.seen;
+        self.look(completed, 0).advanced
+    }
+
+    /// What happened since the last look (or `new`), given the endpoint's count of
+    /// responses and its requests pending now; remembers both.
+    pub fn look(&mut self, completed: u64, pending: u32) -> Interval {
+        let advanced = completed > self.seen;
+        let stuck = !advanced && self.waited && pending > 0;
         self.seen = completed;
-        grew
+        self.waited = pending > 0;
+        Interval { advanced, stuck }
     }
 }
 
@@ -100,11 +125,25 @@ mod tests {
     #[test]
     fn progress_is_growth_since_the_last_look() {
         let mut p = Progress::new(10);
-        assert!(!p.advanced(10));
-        assert!(p.advanced(11));
-        assert!(!p.advanced(11));
+        assert!(!p.look(10, 0).advanced);
+        assert!(p.look(11, 0).advanced);
+        assert!(!p.look(11, 0).advanced);
         // A smaller count (a new endpoint at a reused address) is no progress.
-        assert!(!p.advanced(3));
-        assert!(p.advanced(4));
+        assert!(!p.look(3, 0).advanced);
+        assert!(p.look(4, 0).advanced);
+    }
+
+    #[test]
+    fn stuck_is_pending_through_a_whole_interval_with_nothing_done() {
+        let mut p = Progress::new(0);
+        // Pending now, but not at the last look: they may have just been sent.
+        assert!(!p.look(0, 3).stuck);
+        // Pending at both looks, nothing completed: stuck.
+        assert!(p.look(0, 1).stuck);
+        // Something completed: not stuck, whatever is pending.
+        assert!(!p.look(1, 5).stuck);
+        // Nothing pending now: not stuck.
+        assert!(!p.look(1, 0).stuck);
+        assert!(!p.look(1, 2).stuck);
     }
 }

@@ -175,14 +175,88 @@ async fn the_request_is_a_plain_http11_get() {
 }
 
 #[tokio::test]
-async fn a_hung_backend_times_out_and_goes_down() {
+async fn a_hung_backend_times_out_and_goes_down_while_another_answers() {
     let backend = Backend::start(HANG).await;
-    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let good = Backend::start(OK).await;
+    let pool = pool_of(&[backend.addr, good.addr], PoolOptions::default());
     let started = Instant::now();
-    let _checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
     wait_until("down", || !healthy(&pool, backend.addr)).await;
     // Three rounds, each cut off at the 100 ms timeout.
     assert!(started.elapsed() >= Duration::from_millis(300));
+    let report = checks.report();
+    let hung = report.iter().find(|r| r.addr == backend.addr).unwrap();
+    assert!(hung.down_on_no_answer && !hung.held_up, "{hung:?}");
+}
+
+/// A lone endpoint that stops answering stays in rotation (nginx never marks a lone
+/// server down): taking it down turns a slow answer into no answer at all. Its report
+/// says why it is kept; a refused connect or a bad status still takes it down.
+#[tokio::test]
+async fn a_lone_endpoint_is_not_taken_down_for_timeouts_alone() {
+    let backend = Backend::start(HANG).await;
+    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("held up", || {
+        checks.report().first().is_some_and(|r| r.held_up)
+    })
+    .await;
+    let hits = backend.hits();
+    wait_until("five more rounds", || backend.hits() >= hits + 5).await;
+    assert!(healthy(&pool, backend.addr));
+    let r = &checks.report()[0];
+    assert!(r.failures >= 3, "{r:?}");
+    let why = r.last_error.as_deref().unwrap();
+    assert!(why.starts_with("timeout after 100ms"), "{why}");
+    assert!(
+        why.contains("kept in rotation: checks that get no answer take down at most 0 of 1 endpoints (half, rounded down), and 0 are down on them"),
+        "{why}"
+    );
+    backend.set(ERROR);
+    wait_until("down on a bad status", || !healthy(&pool, backend.addr)).await;
+    assert!(!checks.report()[0].held_up);
+}
+
+/// Checks that get no answer take down at most half the endpoints (rounded down); the
+/// rest stay in rotation, held. An endpoint down for a bad answer does not count, so
+/// when one of those down on timeouts starts answering badly, a held one may go down.
+#[tokio::test]
+async fn timeouts_take_down_at_most_half_the_endpoints() {
+    let hung: Vec<Backend> = vec![
+        Backend::start(HANG).await,
+        Backend::start(HANG).await,
+        Backend::start(HANG).await,
+    ];
+    let good = Backend::start(OK).await;
+    let mut addrs: Vec<SocketAddr> = hung.iter().map(|b| b.addr).collect();
+    addrs.push(good.addr);
+    let pool = pool_of(&addrs, PoolOptions::default());
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    let down = |pool: &Pool| hung.iter().filter(|b| !healthy(pool, b.addr)).count();
+    wait_until("two down, one held", || {
+        down(&pool) == 2 && checks.report().iter().any(|r| r.held_up)
+    })
+    .await;
+    let hits = good.hits();
+    wait_until("five more rounds", || good.hits() >= hits + 5).await;
+    assert_eq!(down(&pool), 2);
+    assert!(healthy(&pool, good.addr));
+    let held = checks.report().into_iter().find(|r| r.held_up).unwrap();
+    assert!(healthy(&pool, held.addr));
+    let why = held.last_error.unwrap();
+    assert!(
+        why.contains(
+            "take down at most 2 of 4 endpoints (half, rounded down), and 2 are down on them"
+        ),
+        "{why}"
+    );
+    // One of the two down starts answering 500: down for that now, which frees its place.
+    let first_down = hung.iter().find(|b| !healthy(&pool, b.addr)).unwrap();
+    first_down.set(ERROR);
+    wait_until("the held one down", || !healthy(&pool, held.addr)).await;
+    assert_eq!(down(&pool), 3);
+    assert!(healthy(&pool, good.addr));
+    assert!(checks.report().iter().all(|r| !r.held_up));
 }
 
 /// Several backends that stop answering at once (busy with another balancer's load

@@ -125,6 +125,146 @@ async fn hung_backend_is_taken_out_by_the_active_check_and_returns() {
     assert!(back, "b0 never came back after passing checks");
 }
 
+/// Health checks that get no answer take down at most half the backends: with 3 of 4
+/// silent on `/health` (busy with load drover cannot see, or hung), two go down and the
+/// third stays in rotation, its log line saying why.
+#[tokio::test]
+async fn silent_checks_take_down_at_most_half_the_backends() {
+    let b = backends(4).await;
+    let d = proxy(
+        &addrs(&b),
+        &[
+            "--strategy",
+            "round-robin",
+            "--health-path",
+            "/health",
+            "--health-interval",
+            "100ms",
+            "--health-timeout",
+            "100ms",
+            "--fall",
+            "2",
+        ],
+    )
+    .await;
+    for silent in &b[..3] {
+        silent.set_hang_health(true);
+    }
+    let logged = |d: &drover_testkit::DroverProcess, what: &str, addr: std::net::SocketAddr| {
+        d.stderr_text()
+            .lines()
+            .any(|l| l.contains(what) && l.contains(&addr.to_string()))
+    };
+    let settled = wait_until(Duration::from_secs(5), || {
+        let down = b[..3]
+            .iter()
+            .filter(|s| logged(&d, "endpoint down", s.addr()))
+            .count();
+        let held = b[..3]
+            .iter()
+            .filter(|s| logged(&d, "kept in rotation", s.addr()))
+            .count();
+        down == 2 && held == 1
+    })
+    .await;
+    assert!(settled, "{}", d.stderr_text());
+    let held = b[..3]
+        .iter()
+        .find(|s| logged(&d, "kept in rotation", s.addr()))
+        .unwrap();
+    assert!(
+        d.stderr_text().contains(
+            "take down at most 2 of 4 endpoints (half, rounded down), and 2 are down on them"
+        ),
+        "{}",
+        d.stderr_text()
+    );
+    for s in &b {
+        s.reset_stats();
+    }
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..20 {
+        assert_eq!(c.get("/").await.status, 200);
+    }
+    // Round-robin over the two in rotation: the held one and the one that answers.
+    assert_eq!(held.hits_except_health(), 10);
+    assert_eq!(b[3].hits_except_health(), 10);
+}
+
+/// Backends that are truly hung (stopped) all go down, past the half that checks with
+/// no answer may take: drover's own requests wait on them and none completes, which no
+/// load elsewhere explains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_backends_with_requests_stuck_on_them_all_go_down() {
+    let mut b = Vec::new();
+    for name in ["s0", "s1", "s2", "s3"] {
+        b.push(spawn_backend_process(name).await);
+    }
+    let addrs: Vec<_> = b.iter().map(|p| p.addr()).collect();
+    let d = proxy(
+        &addrs,
+        &[
+            "--strategy",
+            "round-robin",
+            "--health-path",
+            "/health",
+            "--health-interval",
+            "100ms",
+            "--health-timeout",
+            "100ms",
+            "--fall",
+            "2",
+            "--request-timeout",
+            "2s",
+        ],
+    )
+    .await;
+    let signal = |sig: &str, p: &drover_testkit::ChildProcess| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &p.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {}", p.pid());
+    };
+    for stopped in &b[..3] {
+        signal("-STOP", stopped);
+    }
+    // Clients keep sending, so requests wait on every stopped backend.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (addr, done) = (d.addr(), done.clone());
+        clients.push(tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(mut c) = HttpClient::connect(addr).await {
+                    let _ = c.request("GET", "/", &[], None).await;
+                }
+            }
+        }));
+    }
+    let logged = |what: &str, addr: std::net::SocketAddr| {
+        d.stderr_text()
+            .lines()
+            .any(|l| l.contains(what) && l.contains(&addr.to_string()))
+    };
+    let all_down = wait_until(Duration::from_secs(10), || {
+        addrs[..3].iter().all(|a| logged("endpoint down", *a))
+    })
+    .await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in clients {
+        let _ = c.await;
+    }
+    assert!(all_down, "{}", d.stderr_text());
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..8 {
+        assert_eq!(c.get("/").await.header("x-backend"), Some("s3"));
+    }
+    for stopped in &b[..3] {
+        signal("-CONT", stopped);
+    }
+}
+
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let b = backends(1).await;
