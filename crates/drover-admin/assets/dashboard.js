@@ -329,6 +329,7 @@ const limitText = (e) =>
     : e.limit_reason === 'not-saturated' ? '- (not saturated)'
       : e.limit_reason === 'mostly-waits' ? '- (requests wait)'
       : e.limit_reason === 'serves-clients' ? '- (handed connections)'
+      : e.limit_reason === 'probation' ? e.limit + ' (checks get no answer)'
       : e.limit ? String(e.limit) : '-';
 
 function endpointTable(c, b) {

@@ -230,7 +230,8 @@ pub struct EndpointRow {
     /// CPU is saturated), "not-saturated" (a limit is learned but not in force),
     /// "mostly-waits" (saturated, but its requests mostly wait on I/O rather than work:
     /// none in force), "serves-clients" (none in force: client connections were handed
-    /// to the worker, which serves requests drover does not count), "off".
+    /// to the worker, which serves requests drover does not count), "probation" (one
+    /// request at a time: its health checks get no answer, yet it was kept), "off".
     #[serde(default)]
     pub limit_reason: String,
     /// The learned limit, also while it is not in force; 0 when none is learned.
@@ -288,6 +289,7 @@ impl EndpointRow {
             ("not-saturated", _) => format!("- (not saturated, {})", self.learned_limit),
             ("mostly-waits", _) => format!("- (requests wait, {})", self.learned_limit),
             ("serves-clients", _) => "- (handed connections)".to_string(),
+            ("probation", n) => format!("{n} (checks get no answer)"),
             (_, 0) => "-".to_string(),
             (_, n) => n.to_string(),
         }
@@ -727,6 +729,10 @@ mod tests {
         assert_eq!(
             row(0, "serves-clients", 4).limit_cell(),
             "- (handed connections)"
+        );
+        assert_eq!(
+            row(1, "probation", 4).limit_cell(),
+            "1 (checks get no answer)"
         );
         assert_eq!(row(8, "max-conns", 0).limit_cell(), "8");
         assert_eq!(row(0, "off", 0).limit_cell(), "-");

@@ -139,6 +139,9 @@ const GROWTH: f64 = 4.0;
 /// requests of sample 10 keep drover's lead there (0.27 x the best peer's p99).
 pub const PIPELINE_BUDGET: Nanos = 10_000_000;
 
+/// Requests in flight on an endpoint on probation (`Endpoint::set_on_probation`).
+pub const PROBATION_CAP: u32 = 1;
+
 /// The least share a ramping endpoint gets, so slow start never starves it of the
 /// traffic it needs to warm up.
 const MIN_RAMP: f64 = 0.1;
@@ -206,6 +209,8 @@ pub struct Endpoint {
     work_history: Mutex<WorkHistory>,
     /// Active health checks' verdict.
     healthy: AtomicBool,
+    /// Kept in rotation while its checks get no answer (see `set_on_probation`).
+    on_probation: AtomicBool,
     /// Passive ejection: not picked before this time.
     ejected_until: AtomicU64,
     /// Slow start: share ramps from `ramp_start` over `ramp_len`.
@@ -258,6 +263,7 @@ impl Endpoint {
             judged_at: AtomicU64::new(0),
             work_history: Mutex::new(WorkHistory::default()),
             healthy: AtomicBool::new(true),
+            on_probation: AtomicBool::new(false),
             ejected_until: AtomicU64::new(0),
             ramp_start: AtomicU64::new(0),
             ramp_len: AtomicU64::new(0),
@@ -436,6 +442,9 @@ impl Endpoint {
     /// them handed over, held drover's requests to one at a time per worker while its
     /// queue waits reached a second.
     pub fn concurrency_cap(&self, now: Nanos) -> u32 {
+        if self.is_on_probation() {
+            return PROBATION_CAP;
+        }
         match self.max_conns() {
             0 if self.limit_in_force(now) => self.learned_limit() as u32,
             max => max,
@@ -497,9 +506,18 @@ impl Endpoint {
     }
 
     pub fn has_capacity(&self, now: Nanos) -> bool {
-        match self.max_conns() {
+        match self.in_flight_cap() {
             0 => self.admits_pending(self.pending(), now),
             max => self.in_flight() < max,
+        }
+    }
+
+    /// The cap on requests in flight: a fixed `max_conns`, or `PROBATION_CAP` while on
+    /// probation; 0 when none (a learned limit, on pending requests, may apply).
+    fn in_flight_cap(&self) -> u32 {
+        match (self.is_on_probation(), self.max_conns()) {
+            (true, _) => PROBATION_CAP,
+            (false, max) => max,
         }
     }
 
@@ -542,7 +560,7 @@ impl Endpoint {
         route: u64,
         now: Nanos,
     ) -> Option<(u32, u64)> {
-        let working = match self.max_conns() {
+        let working = match self.in_flight_cap() {
             0 => {
                 let before = self
                     .pending
@@ -753,6 +771,19 @@ impl Endpoint {
 
     pub fn set_healthy(&self, healthy: bool) {
         self.healthy.store(healthy, Relaxed);
+    }
+
+    /// On probation: its health checks failed `fall` times with no answer, yet it stays
+    /// in rotation (a slow answer may be load drover cannot see), so it takes one request
+    /// at a time until a check passes or a request completes. A truly hung backend then
+    /// holds one of drover's requests, not as many as the load-aware strategies would
+    /// send to a backend whose stuck requests read as waiting, not working.
+    pub fn set_on_probation(&self, on: bool) {
+        self.on_probation.store(on, Relaxed);
+    }
+
+    pub fn is_on_probation(&self) -> bool {
+        self.on_probation.load(Relaxed)
     }
 
     /// Passive ejection: keep the endpoint out of rotation until `until`.
@@ -1066,6 +1097,26 @@ mod tests {
         e.release(10, 0, true);
         assert_eq!(e.try_acquire(5, 1), Some((2, 0)));
         assert_eq!((e.in_flight(), e.pending()), (2, 2));
+    }
+
+    #[test]
+    fn probation_takes_one_request_at_a_time_whatever_else_allows() {
+        for max_conns in [0, 8] {
+            let e = ep();
+            e.set_max_conns(max_conns);
+            e.set_on_probation(true);
+            assert_eq!(e.concurrency_cap(1), PROBATION_CAP);
+            assert_eq!(e.try_acquire(10, 1), Some((1, 0)));
+            // The pipeline budget (a learned limit's) and `max_conns` would both admit more.
+            assert!(!e.has_capacity(1));
+            assert_eq!(e.try_acquire(10, 1), None);
+            e.release(10, 0, false);
+            assert!(e.has_capacity(1));
+            assert_eq!(e.try_acquire(10, 1), Some((1, 0)));
+            e.set_on_probation(false);
+            assert!(e.has_capacity(1));
+            assert!(e.try_acquire(10, 1).is_some());
+        }
     }
 
     #[derive(Debug, Default)]

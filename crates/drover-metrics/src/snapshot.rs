@@ -25,7 +25,7 @@ pub struct EndpointSnapshot {
     /// The concurrency cap in force (learned or configured); 0 = none.
     pub limit: u64,
     /// Why `limit` is what it is: "max-conns", "saturated", "not-saturated",
-    /// "mostly-waits", "serves-clients" or "off"
+    /// "mostly-waits", "serves-clients", "probation" or "off"
     /// (see `drover_registry::LimitReason`).
     #[serde(default)]
     pub limit_reason: String,

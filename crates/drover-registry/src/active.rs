@@ -129,6 +129,7 @@ impl std::error::Error for HealthCheckError {}
 pub struct ActiveChecks {
     task: JoinHandle<()>,
     reports: Reports,
+    pool: Arc<Pool>,
 }
 
 impl ActiveChecks {
@@ -153,6 +154,13 @@ impl ActiveChecks {
 impl Drop for ActiveChecks {
     fn drop(&mut self) {
         self.task.abort();
+        // Probation is these checks' doing; with them gone (a reload that turns them
+        // off) nothing would ever lift it.
+        for r in lock(&self.reports).values().filter(|r| r.held_up) {
+            if let Some(ep) = self.pool.find(r.addr) {
+                ep.set_on_probation(false);
+            }
+        }
     }
 }
 
@@ -187,8 +195,14 @@ pub fn spawn_active_checks_with(
 ) -> ActiveChecks {
     let reports = Reports::default();
     ActiveChecks {
-        task: tokio::spawn(run(pool, check, Arc::new(probing), Arc::clone(&reports))),
+        task: tokio::spawn(run(
+            Arc::clone(&pool),
+            check,
+            Arc::new(probing),
+            Arc::clone(&reports),
+        )),
         reports,
+        pool,
     }
 }
 
@@ -267,11 +281,16 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, probing: Arc<Probing>, reports
                 .entry(ep.addr())
                 .or_insert_with(|| Progress::new(completed))
                 .look(completed, pending);
-            if common_timeout && is_timeout(&result) && !interval.stuck {
+            // Stuck requests do not overrule this: with every backend's queue longer
+            // than the interval (another balancer's load), drover's own few requests wait
+            // on each, and counting them would be the outage this rule prevents.
+            if common_timeout && is_timeout(&result) {
                 continue;
             }
             let result = match liveness::judge(&result, interval.advanced) {
                 Outcome::Busy => {
+                    // A request completed there: it serves, whatever its checks say.
+                    ep.set_on_probation(false);
                     tracing::debug!(
                         pool = %pool.name(),
                         endpoint = %ep.addr(),
@@ -327,8 +346,8 @@ fn is_timeout(result: &Result<(), ProbeError>) -> bool {
 /// under 375 connections: drover, idle meanwhile, took all four down at once and
 /// answered its next round with 164,948 `503`s where the others failed none. Counted as
 /// failures, such timeouts take away all capacity at once; one of several while another
-/// answers still goes down on them, within `NoAnswerBudget`, and so does one on which
-/// drover's own requests are stuck (`Interval::stuck`).
+/// answers still goes down on them, within `NoAnswerBudget` or past it when drover's
+/// own requests are stuck on it (`Interval::stuck`).
 fn is_common_timeout(results: &[Probed]) -> bool {
     let mut up = results.iter().filter(|(ep, _, _)| ep.is_healthy());
     up.clone().nth(1).is_some() && up.all(|(_, result, _)| is_timeout(result))
@@ -402,6 +421,7 @@ fn apply(
             s.passes = s.passes.saturating_add(1);
             s.failures = 0;
             s.held_up = false;
+            ep.set_on_probation(false);
             if !ep.is_healthy() && s.passes >= check.rise {
                 ep.set_healthy(true);
                 let slow_start = pool.options().slow_start;
@@ -440,6 +460,7 @@ fn apply(
                 tracing::debug!(endpoint = %ep.addr(), "health check failed: {e}");
             } else if e.is_no_answer() && !interval.stuck && !no_answer_budget.take() {
                 s.held_up = true;
+                ep.set_on_probation(true);
                 let why = format!(
                     "{e}; kept in rotation: checks that get no answer take down at most {} of {} endpoints (half, rounded down), and {} are down on them",
                     no_answer_budget.most(),
@@ -458,6 +479,7 @@ fn apply(
                 s.last_error = Some(why);
             } else {
                 ep.set_healthy(false);
+                ep.set_on_probation(false);
                 s.down_on_no_answer = e.is_no_answer();
                 tracing::warn!(
                     pool = %pool.name(),

@@ -165,11 +165,16 @@ pub enum LimitReason {
     ServesClients,
     /// No limit (`max_conns` 0 and no learning).
     Off,
+    /// One request at a time: its health checks get no answer, yet it was kept in
+    /// rotation (`Endpoint::set_on_probation`).
+    Probation,
 }
 
 impl LimitReason {
     fn of(e: &Endpoint, now: Nanos) -> LimitReason {
-        if e.max_conns() > 0 {
+        if e.is_on_probation() {
+            LimitReason::Probation
+        } else if e.max_conns() > 0 {
             LimitReason::MaxConns
         } else if !e.is_adaptive() {
             LimitReason::Off
@@ -193,6 +198,7 @@ impl LimitReason {
             LimitReason::ServesClients => "serves-clients",
             LimitReason::MostlyWaits => "mostly-waits",
             LimitReason::Off => "off",
+            LimitReason::Probation => "probation",
         }
     }
 }

@@ -212,9 +212,30 @@ async fn a_lone_endpoint_is_not_taken_down_for_timeouts_alone() {
         why.contains("kept in rotation: checks that get no answer take down at most 0 of 1 endpoints (half, rounded down), and 0 are down on them"),
         "{why}"
     );
+    let ep = pool.find(backend.addr).unwrap();
+    assert!(ep.is_on_probation());
     backend.set(ERROR);
     wait_until("down on a bad status", || !healthy(&pool, backend.addr)).await;
     assert!(!checks.report()[0].held_up);
+    assert!(!ep.is_on_probation(), "down is down, not on probation");
+}
+
+/// A check that passes ends probation; so does stopping the checks (a reload that turns
+/// them off), which would otherwise leave the endpoint at one request for good.
+#[tokio::test]
+async fn probation_ends_when_a_check_passes_or_the_checks_stop() {
+    let backend = Backend::start(HANG).await;
+    let pool = pool_of(&[backend.addr], PoolOptions::default());
+    let ep = pool.find(backend.addr).unwrap();
+    let checks = spawn_active_checks(pool.clone(), check(CheckKind::http("/")));
+    wait_until("on probation", || ep.is_on_probation()).await;
+    backend.set(OK);
+    wait_until("off probation", || !ep.is_on_probation()).await;
+    assert!(healthy(&pool, backend.addr));
+    backend.set(HANG);
+    wait_until("on probation again", || ep.is_on_probation()).await;
+    drop(checks);
+    assert!(!ep.is_on_probation());
 }
 
 /// Checks that get no answer take down at most half the endpoints (rounded down); the
@@ -243,6 +264,9 @@ async fn timeouts_take_down_at_most_half_the_endpoints() {
     assert!(healthy(&pool, good.addr));
     let held = checks.report().into_iter().find(|r| r.held_up).unwrap();
     assert!(healthy(&pool, held.addr));
+    // Kept, but one request at a time: a hung one then holds one request, not many.
+    assert!(pool.find(held.addr).unwrap().is_on_probation());
+    assert!(!pool.find(good.addr).unwrap().is_on_probation());
     let why = held.last_error.unwrap();
     assert!(
         why.contains(

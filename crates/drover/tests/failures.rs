@@ -191,6 +191,54 @@ async fn silent_checks_take_down_at_most_half_the_backends() {
     assert_eq!(b[3].hits_except_health(), 10);
 }
 
+/// `drover ctl status` says why a backend whose checks get no answer is kept, and that it
+/// takes one request at a time meanwhile (a lone backend: checks that get no answer take
+/// down none of one).
+#[tokio::test]
+async fn ctl_status_shows_a_kept_backend_on_probation() {
+    let b = backends(1).await;
+    let backend = b[0].addr().to_string();
+    let (d, admin) = common::proxy_with_admin(&[
+        "--backend",
+        &backend,
+        "--health-path",
+        "/health",
+        "--health-interval",
+        "100ms",
+        "--health-timeout",
+        "100ms",
+        "--fall",
+        "2",
+    ])
+    .await;
+    b[0].set_hang_health(true);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let table = loop {
+        let (code, table, err) = common::ctl(admin, &["status"]).await;
+        assert_eq!(code, 0, "{err}");
+        if table.contains("kept in rotation") || std::time::Instant::now() > deadline {
+            break table;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&backend))
+        .unwrap_or_else(|| panic!("no row for {backend}:\n{table}\n{}", d.stderr_text()));
+    assert!(row.contains(" up "), "{row}");
+    assert!(row.contains("1 (checks get no answer)"), "{table}");
+    assert!(
+        table.contains(&format!(
+            "{backend}: health check failing: timeout after 100ms; kept in rotation: checks that get no answer take down at most 0 of 1 endpoints"
+        )),
+        "{table}"
+    );
+    // Served meanwhile, one at a time.
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    assert_eq!(c.get("/").await.status, 200);
+    b[0].set_hang_health(false);
+}
+
 /// Backends that are truly hung (stopped) all go down, past the half that checks with
 /// no answer may take: drover's own requests wait on them and none completes, which no
 /// load elsewhere explains.
