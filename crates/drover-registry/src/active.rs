@@ -215,8 +215,8 @@ pub struct CheckReport {
     /// Why the last failed probe failed (kept after passes, so "why was it down" stays
     /// answerable).
     pub last_error: Option<String>,
-    /// Whether the checks took it down on probes that got no answer (timeouts, broken
-    /// connections): those count against `NoAnswerBudget`.
+    /// Whether the checks took it down on probes that got no answer in time (timeouts;
+    /// a reset or a close is an answer): those count against `NoAnswerBudget`.
     pub down_on_no_answer: bool,
     /// Whether it failed `fall` checks in a row with no answer but was kept in rotation,
     /// since half the endpoints are down on no answer already (`NoAnswerBudget`).
@@ -453,12 +453,14 @@ fn apply(
             s.passes = 0;
             s.held_up = false;
             s.last_error = Some(e.to_string());
+            // Only silence is held: a reset or a close is the backend's own doing.
+            let silent = matches!(e, ProbeError::Timeout(_));
             if !ep.is_healthy() {
                 // Down already: what it says now is why it stays down.
-                s.down_on_no_answer = e.is_no_answer();
+                s.down_on_no_answer = silent;
             } else if s.failures < check.fall {
                 tracing::debug!(endpoint = %ep.addr(), "health check failed: {e}");
-            } else if e.is_no_answer() && !interval.stuck && !no_answer_budget.take() {
+            } else if silent && !interval.stuck && !no_answer_budget.take() {
                 s.held_up = true;
                 ep.set_on_probation(true);
                 let why = format!(
@@ -480,7 +482,7 @@ fn apply(
             } else {
                 ep.set_healthy(false);
                 ep.set_on_probation(false);
-                s.down_on_no_answer = e.is_no_answer();
+                s.down_on_no_answer = silent;
                 tracing::warn!(
                     pool = %pool.name(),
                     endpoint = %ep.addr(),
