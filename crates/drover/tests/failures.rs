@@ -8,6 +8,18 @@ use common::{addrs, backends, proxy};
 use drover_testkit::{spawn_backend_process, wait_until, HttpClient};
 use std::time::Duration;
 
+/// HTTP checks of `/health` every 100 ms, 100 ms to answer, down after 2 failures.
+const FAST_CHECKS: &[&str] = &[
+    "--health-path",
+    "/health",
+    "--health-interval",
+    "100ms",
+    "--health-timeout",
+    "100ms",
+    "--fall",
+    "2",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_backend_under_load_fails_no_get() {
     let b0 = spawn_backend_process("k0").await;
@@ -75,20 +87,7 @@ async fn hung_backend_is_taken_out_by_the_active_check_and_returns() {
     let b = backends(2).await;
     let d = proxy(
         &addrs(&b),
-        &[
-            "--strategy",
-            "round-robin",
-            "--health-path",
-            "/health",
-            "--health-interval",
-            "100ms",
-            "--health-timeout",
-            "100ms",
-            "--fall",
-            "2",
-            "--rise",
-            "2",
-        ],
+        &[&["--strategy", "round-robin", "--rise", "2"], FAST_CHECKS].concat(),
     )
     .await;
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
@@ -133,18 +132,7 @@ async fn silent_checks_take_down_at_most_half_the_backends() {
     let b = backends(4).await;
     let d = proxy(
         &addrs(&b),
-        &[
-            "--strategy",
-            "round-robin",
-            "--health-path",
-            "/health",
-            "--health-interval",
-            "100ms",
-            "--health-timeout",
-            "100ms",
-            "--fall",
-            "2",
-        ],
+        &[&["--strategy", "round-robin"], FAST_CHECKS].concat(),
     )
     .await;
     for silent in &b[..3] {
@@ -198,19 +186,8 @@ async fn silent_checks_take_down_at_most_half_the_backends() {
 async fn ctl_status_shows_a_kept_backend_on_probation() {
     let b = backends(1).await;
     let backend = b[0].addr().to_string();
-    let (d, admin) = common::proxy_with_admin(&[
-        "--backend",
-        &backend,
-        "--health-path",
-        "/health",
-        "--health-interval",
-        "100ms",
-        "--health-timeout",
-        "100ms",
-        "--fall",
-        "2",
-    ])
-    .await;
+    let (d, admin) =
+        common::proxy_with_admin(&[&["--backend", backend.as_str()], FAST_CHECKS].concat()).await;
     b[0].set_hang_health(true);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let table = loop {
@@ -252,19 +229,10 @@ async fn stopped_backends_with_requests_stuck_on_them_all_go_down() {
     let d = proxy(
         &addrs,
         &[
-            "--strategy",
-            "round-robin",
-            "--health-path",
-            "/health",
-            "--health-interval",
-            "100ms",
-            "--health-timeout",
-            "100ms",
-            "--fall",
-            "2",
-            "--request-timeout",
-            "2s",
-        ],
+            &["--strategy", "round-robin", "--request-timeout", "2s"],
+            FAST_CHECKS,
+        ]
+        .concat(),
     )
     .await;
     let signal = |sig: &str, p: &drover_testkit::ChildProcess| {
