@@ -211,6 +211,8 @@ pub struct Endpoint {
     healthy: AtomicBool,
     /// Kept in rotation while its checks get no answer (see `set_on_probation`).
     on_probation: AtomicBool,
+    /// Down because its checks got no answer (see `set_hung`).
+    hung: AtomicBool,
     /// Passive ejection: not picked before this time.
     ejected_until: AtomicU64,
     /// Slow start: share ramps from `ramp_start` over `ramp_len`.
@@ -264,6 +266,7 @@ impl Endpoint {
             work_history: Mutex::new(WorkHistory::default()),
             healthy: AtomicBool::new(true),
             on_probation: AtomicBool::new(false),
+            hung: AtomicBool::new(false),
             ejected_until: AtomicU64::new(0),
             ramp_start: AtomicU64::new(0),
             ramp_len: AtomicU64::new(0),
@@ -769,8 +772,25 @@ impl Endpoint {
         self.healthy.load(Relaxed)
     }
 
+    /// Up again, it is no longer hung (`set_hung`).
     pub fn set_healthy(&self, healthy: bool) {
         self.healthy.store(healthy, Relaxed);
+        if healthy {
+            self.hung.store(false, Relaxed);
+        }
+    }
+
+    /// Hung: down because its health checks got no answer (a stopped or deadlocked
+    /// process, not one that answers "unhealthy"). A request waiting on it with no byte
+    /// of answer that may be sent twice then goes to another endpoint instead of waiting
+    /// out the request timeout. One whose checks answer with a bad status is not hung:
+    /// it may still finish what it holds, as an app that fails its checks to drain does.
+    pub fn set_hung(&self, hung: bool) {
+        self.hung.store(hung, Relaxed);
+    }
+
+    pub fn is_hung(&self) -> bool {
+        self.hung.load(Relaxed)
     }
 
     /// On probation: its health checks failed `fall` times with no answer, yet it stays
@@ -1117,6 +1137,18 @@ mod tests {
             assert!(e.has_capacity(1));
             assert!(e.try_acquire(10, 1).is_some());
         }
+    }
+
+    #[test]
+    fn an_endpoint_back_up_is_no_longer_hung() {
+        let e = ep();
+        e.set_healthy(false);
+        e.set_hung(true);
+        assert!(e.is_hung());
+        e.set_healthy(false);
+        assert!(e.is_hung());
+        e.set_healthy(true);
+        assert!(!e.is_hung());
     }
 
     #[derive(Debug, Default)]

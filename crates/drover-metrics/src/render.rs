@@ -10,12 +10,13 @@ use crate::stats::{
 };
 
 /// The causes that are an endpoint's failures (the rest are drover's or the queue's).
-const ENDPOINT_FAILURES: [Cause; 6] = [
+const ENDPOINT_FAILURES: [Cause; 7] = [
     Cause::ConnectFailed,
     Cause::BackendClosed,
     Cause::BackendCrashed,
     Cause::BadResponse,
     Cause::BackendTimeout,
+    Cause::BackendHung,
     Cause::BackendTls,
 ];
 

@@ -34,6 +34,10 @@ pub enum Cause {
     BackendCrashed,
     BadResponse,
     BackendTimeout,
+    /// The backend's health checks got no answer while the request waited on it (it is
+    /// hung): a request that may go twice goes to another endpoint (a retry), and fails
+    /// with this when it has no retry left.
+    BackendHung,
     /// The TLS handshake with a backend failed (`backend_tls`): its certificate did not
     /// verify, it asked for a client certificate, or it does not speak TLS.
     BackendTls,
@@ -41,7 +45,7 @@ pub enum Cause {
 
 impl Cause {
     /// How many causes there are: the length of every array indexed by cause.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     pub const ALL: [Cause; Cause::COUNT] = [
         Cause::NoHealthyEndpoint,
@@ -53,6 +57,7 @@ impl Cause {
         Cause::BackendCrashed,
         Cause::BadResponse,
         Cause::BackendTimeout,
+        Cause::BackendHung,
         Cause::BackendTls,
     ];
 
@@ -67,6 +72,7 @@ impl Cause {
             Cause::BackendCrashed => "backend-crashed",
             Cause::BadResponse => "bad-response",
             Cause::BackendTimeout => "backend-timeout",
+            Cause::BackendHung => "backend-hung",
             Cause::BackendTls => "backend-tls",
         }
     }

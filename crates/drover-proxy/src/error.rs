@@ -25,6 +25,9 @@ pub enum ProxyError {
     BadResponse(&'static str),
     /// The backend did not answer within the request timeout.
     Timeout,
+    /// The backend's health checks got no answer while the request waited on it
+    /// (`Endpoint::set_hung`), and the request could not go to another endpoint.
+    BackendHung,
     /// The TLS handshake with the backend failed (`backend_tls`), and why.
     BackendTls(crate::backend_tls::Failure),
 }
@@ -41,7 +44,7 @@ impl ProxyError {
             | ProxyError::BackendCrashed
             | ProxyError::BadResponse(_)
             | ProxyError::BackendTls(_) => 502,
-            ProxyError::Timeout => 504,
+            ProxyError::Timeout | ProxyError::BackendHung => 504,
         }
     }
 
@@ -63,6 +66,7 @@ impl ProxyError {
             ProxyError::BackendCrashed => Cause::BackendCrashed,
             ProxyError::BadResponse(_) => Cause::BadResponse,
             ProxyError::Timeout => Cause::BackendTimeout,
+            ProxyError::BackendHung => Cause::BackendHung,
             ProxyError::BackendTls(_) => Cause::BackendTls,
         }
     }
@@ -79,6 +83,7 @@ impl ProxyError {
             ProxyError::BackendCrashed => "backend-crashed",
             ProxyError::BadResponse(_) => "bad-response",
             ProxyError::Timeout => "backend-timeout",
+            ProxyError::BackendHung => "backend-hung",
             ProxyError::BackendTls(_) => "backend-tls",
         }
     }
@@ -105,6 +110,10 @@ impl fmt::Display for ProxyError {
             ),
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
             ProxyError::Timeout => f.write_str("the backend did not respond in time"),
+            ProxyError::BackendHung => f.write_str(
+                "the backend stopped answering (its health checks get no answer) \
+                 while the request waited on it",
+            ),
             ProxyError::BackendTls(why) => {
                 write!(f, "TLS to the backend failed: {why} ({})", why.as_str())
             }
@@ -128,6 +137,7 @@ mod tests {
             ProxyError::BackendCrashed,
             ProxyError::BadResponse("x"),
             ProxyError::Timeout,
+            ProxyError::BackendHung,
             ProxyError::BackendTls(crate::backend_tls::Failure::UnknownIssuer),
         ] {
             assert_eq!(e.metric_cause().as_str(), e.cause());

@@ -215,9 +215,6 @@ pub struct CheckReport {
     /// Why the last failed probe failed (kept after passes, so "why was it down" stays
     /// answerable).
     pub last_error: Option<String>,
-    /// Whether the checks took it down on probes that got no answer in time (timeouts;
-    /// a reset or a close is an answer): those count against `NoAnswerBudget`.
-    pub down_on_no_answer: bool,
     /// Whether it failed `fall` checks in a row with no answer but was kept in rotation,
     /// since half the endpoints are down on no answer already (`NoAnswerBudget`).
     pub held_up: bool,
@@ -265,7 +262,7 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, probing: Arc<Probing>, reports
             .map(|(ep, _, _)| ep.addr())
             .zip(kept)
             .collect();
-        let mut no_answer_budget = NoAnswerBudget::new(&endpoints, &lock(&reports));
+        let mut no_answer_budget = NoAnswerBudget::new(&endpoints);
         let common_timeout = is_common_timeout(&results);
         if common_timeout {
             if let Some(held_back) = COMMON_TIMEOUT.check_now() {
@@ -306,7 +303,6 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, probing: Arc<Probing>, reports
                 passes: 0,
                 failures: 0,
                 last_error: None,
-                down_on_no_answer: false,
                 held_up: false,
             });
             apply(
@@ -372,11 +368,12 @@ struct NoAnswerBudget {
 }
 
 impl NoAnswerBudget {
-    fn new(endpoints: &[Arc<Endpoint>], reports: &HashMap<SocketAddr, CheckReport>) -> Self {
+    fn new(endpoints: &[Arc<Endpoint>]) -> Self {
+        // Hung: down on probes that got no answer in time (timeouts; a reset or a close
+        // is an answer).
         let down = endpoints
             .iter()
-            .filter(|ep| !ep.is_healthy())
-            .filter(|ep| reports.get(&ep.addr()).is_some_and(|r| r.down_on_no_answer))
+            .filter(|ep| !ep.is_healthy() && ep.is_hung())
             .count();
         NoAnswerBudget {
             checked: endpoints.len(),
@@ -457,7 +454,7 @@ fn apply(
             let silent = matches!(e, ProbeError::Timeout(_));
             if !ep.is_healthy() {
                 // Down already: what it says now is why it stays down.
-                s.down_on_no_answer = silent;
+                ep.set_hung(silent);
             } else if s.failures < check.fall {
                 tracing::debug!(endpoint = %ep.addr(), "health check failed: {e}");
             } else if silent && !interval.stuck && !no_answer_budget.take() {
@@ -482,7 +479,7 @@ fn apply(
             } else {
                 ep.set_healthy(false);
                 ep.set_on_probation(false);
-                s.down_on_no_answer = silent;
+                ep.set_hung(silent);
                 tracing::warn!(
                     pool = %pool.name(),
                     endpoint = %ep.addr(),

@@ -148,6 +148,8 @@ async fn http_500_goes_down_after_fall_and_back_up_after_rise_with_slow_start() 
     assert_eq!(report[0].addr, backend.addr);
     assert!(report[0].failures >= 3);
     assert_eq!(report[0].last_error.as_deref(), Some("status 500"));
+    // It answers: what it holds may still finish, so its requests stay with it.
+    assert!(!pool.find(backend.addr).unwrap().is_hung());
 
     backend.set(OK);
     let hits = backend.hits();
@@ -186,7 +188,9 @@ async fn a_hung_backend_times_out_and_goes_down_while_another_answers() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     let report = checks.report();
     let hung = report.iter().find(|r| r.addr == backend.addr).unwrap();
-    assert!(hung.down_on_no_answer && !hung.held_up, "{hung:?}");
+    assert!(!hung.held_up, "{hung:?}");
+    assert!(pool.find(backend.addr).unwrap().is_hung());
+    assert!(!pool.find(good.addr).unwrap().is_hung());
 }
 
 /// A lone endpoint that stops answering stays in rotation (nginx never marks a lone

@@ -281,6 +281,87 @@ async fn stopped_backends_with_requests_stuck_on_them_all_go_down() {
     }
 }
 
+/// GETs that wait on a backend its checks then find hung (a stopped process) go to
+/// another backend as soon as it is found so, instead of waiting out the request timeout
+/// (nginx's `proxy_next_upstream timeout`, without the wait); a POST is not sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_waiting_on_a_backend_found_hung_go_to_another() {
+    let stopped = spawn_backend_process("s0").await;
+    let serving = spawn_backend_process("s1").await;
+    let (stopped_addr, serving_addr) = (stopped.addr().to_string(), serving.addr().to_string());
+    let (d, admin) = common::proxy_with_admin(
+        &[
+            &["--backend", &stopped_addr, "--backend", &serving_addr],
+            &["--strategy", "round-robin", "--request-timeout", "8s"],
+            FAST_CHECKS,
+        ]
+        .concat(),
+    )
+    .await;
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &stopped.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {}", stopped.pid());
+    };
+    signal("-STOP");
+    // Each on its own connection, at once: round-robin puts half on the stopped backend
+    // before its checks have failed `fall` times.
+    let mut clients = Vec::new();
+    for i in 0..8 {
+        let addr = d.addr();
+        clients.push(tokio::spawn(async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            let (method, body) = if i == 0 {
+                ("POST", Some(&b"x"[..]))
+            } else {
+                ("GET", None)
+            };
+            let r = c.request(method, "/", &[], body).await.unwrap();
+            let header = |name| r.header(name).map(str::to_owned);
+            (
+                method,
+                r.status,
+                header("x-backend"),
+                header("drover-error"),
+            )
+        }));
+    }
+    let mut answers = Vec::new();
+    for c in clients {
+        answers.push(c.await.unwrap());
+    }
+    signal("-CONT");
+    let log = d.stderr_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("endpoint down") && l.contains(&stopped_addr)),
+        "{log}"
+    );
+    for (method, status, backend, error) in &answers {
+        if *method == "GET" {
+            assert_eq!(
+                (*status, backend.as_deref()),
+                (200, Some("s1")),
+                "{answers:?}"
+            );
+        } else if backend.as_deref() != Some("s1") {
+            // On the stopped backend, a POST waits out the request timeout: it may not go twice.
+            assert_eq!(
+                (*status, error.as_deref()),
+                (504, Some("backend-timeout")),
+                "{answers:?}"
+            );
+        }
+    }
+    let metrics = common::metrics_text(admin).await;
+    assert!(
+        metrics.contains(r#"drover_retries_total{balancer="default",cause="backend-hung"}"#),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let b = backends(1).await;

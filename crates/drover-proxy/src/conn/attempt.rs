@@ -98,7 +98,7 @@ impl Conn {
                 // no retry and keeping its slot. Only what is safe to send twice comes
                 // here (see `backend_failed`). Without this, a GET met one stale
                 // connection on each of two workers in a burst and got a 502.
-                Err(Attempt::Retry(_)) if reused => fresh = true,
+                Err(Attempt::Retry(e)) if reused && e != ProxyError::BackendHung => fresh = true,
                 Err(attempt) => return attempt,
             }
         };
@@ -436,9 +436,18 @@ impl Conn {
         };
         let client_timeout = self.opts().timeouts.client;
         let long_lived = head.is_long_lived();
+        // What may be sent twice, until a byte of an answer comes (a 1xx included).
+        let mut may_go_again = head.idempotent && head.body.is_none();
         loop {
             let resp = match self
-                .read_response_head(up, &ex, sticky_cookie.as_deref(), slot.pick(), long_lived)
+                .read_response_head(
+                    up,
+                    &ex,
+                    sticky_cookie.as_deref(),
+                    slot.pick(),
+                    long_lived,
+                    may_go_again,
+                )
                 .await
             {
                 Ok(resp) => resp,
@@ -470,6 +479,10 @@ impl Conn {
                     self.endpoint_failed(endpoint, Cause::BackendTimeout);
                     return Err(Attempt::Fail(ProxyError::Timeout));
                 }
+                Err(ReadHead::Hung) => {
+                    let e = ProxyError::BackendHung;
+                    return Err(self.backend_failed(endpoint, reused, e, true));
+                }
                 Err(ReadHead::ClientLeft) => {
                     debug!(client = %self.info.ip, "client left before the answer it waited for began");
                     return Err(Attempt::Abort);
@@ -490,6 +503,7 @@ impl Conn {
             {
                 return Err(Attempt::Abort);
             }
+            may_go_again = false;
             self.ubuf.drain(..resp.head_len);
         }
     }
@@ -572,6 +586,8 @@ impl Conn {
         }
     }
 
+    /// Waits for the response head. One that `may_go_again` looks at its endpoint every
+    /// `LOOK_AT_ENDPOINT` while nothing comes: found hung, it leaves (`ReadHead::Hung`).
     async fn read_response_head(
         &mut self,
         up: &mut Upstream,
@@ -579,6 +595,7 @@ impl Conn {
         set_cookie: Option<&str>,
         pick: &Pick,
         long_lived: bool,
+        may_go_again: bool,
     ) -> Result<ResponseHead, ReadHead> {
         let timeouts = self.opts().timeouts;
         let timeout = timeouts.quiet_backend(long_lived);
@@ -586,6 +603,8 @@ impl Conn {
         // Watching the client costs a syscall (a peek) per request, and most answers
         // come well within a second: so an answer is waited on for that long first.
         let mut watch_client = false;
+        // How long the backend has been quiet in the current wait, cut into looks.
+        let mut quiet_for = Duration::ZERO;
         loop {
             if !self.ubuf.is_empty() {
                 // Shutdown may have begun while the backend worked: then this response
@@ -610,7 +629,11 @@ impl Conn {
             } else {
                 timeout
             };
-            let read = body::read_some(up, &mut self.ubuf, quiet);
+            let mut look = quiet.saturating_sub(quiet_for);
+            if may_go_again {
+                look = look.min(LOOK_AT_ENDPOINT);
+            }
+            let read = body::read_some(up, &mut self.ubuf, look);
             let read = if watch_client {
                 tokio::select! {
                     biased;
@@ -633,21 +656,32 @@ impl Conn {
                         got_bytes: !self.ubuf.is_empty(),
                     })
                 }
-                Ok(_) => {}
-                Err(BodyError::Timeout) if !waits => return Err(ReadHead::Timeout),
-                Err(BodyError::Timeout) if !watch_client && quiet < timeout => {
-                    watch_client = true;
-                }
-                Err(BodyError::Timeout) if self.client.has_left() => {
-                    return Err(ReadHead::ClientLeft)
-                }
-                // Past a quiet interval with its client still there, the answer waits
-                // for news (an event stream, a long-poll): the app is not working on
-                // it, or the worker's CPU says so. Still pending, an endless loop's
-                // request would keep an `h2c` worker "busy" (`works_on_a_batch`).
+                Ok(_) => quiet_for = Duration::ZERO,
                 Err(BodyError::Timeout) => {
-                    watch_client = true;
-                    pick.stop_pending();
+                    if may_go_again && self.ubuf.is_empty() && pick.endpoint().is_hung() {
+                        return Err(ReadHead::Hung);
+                    }
+                    quiet_for += look;
+                    if quiet_for < quiet {
+                        continue;
+                    }
+                    quiet_for = Duration::ZERO;
+                    if !waits {
+                        return Err(ReadHead::Timeout);
+                    }
+                    if !watch_client && quiet < timeout {
+                        watch_client = true;
+                    } else if self.client.has_left() {
+                        return Err(ReadHead::ClientLeft);
+                    } else {
+                        // Past a quiet interval with its client still there, the answer
+                        // waits for news (an event stream, a long-poll): the app is not
+                        // working on it, or the worker's CPU says so. Still pending, an
+                        // endless loop's request would keep an `h2c` worker "busy"
+                        // (`works_on_a_batch`).
+                        watch_client = true;
+                        pick.stop_pending();
+                    }
                 }
             }
         }
@@ -683,6 +717,10 @@ impl Conn {
 /// drover starts watching for the client to leave.
 const WATCH_CLIENT_AFTER: Duration = Duration::from_secs(1);
 
+/// How often a request that may go again, waiting for an answer, looks whether its
+/// endpoint was found hung. Active checks take a second or more to find it so.
+const LOOK_AT_ENDPOINT: Duration = Duration::from_secs(1);
+
 enum ReadHead {
     Closed {
         got_bytes: bool,
@@ -691,6 +729,9 @@ enum ReadHead {
     /// The client of a long-lived exchange left while its backend was quiet: no fault
     /// of the backend's.
     ClientLeft,
+    /// Its endpoint was found hung (`Endpoint::is_hung`) while nothing came: a request
+    /// that may go again leaves it.
+    Hung,
     Bad(&'static str),
 }
 
