@@ -65,6 +65,13 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
         }
     }
     e.counter(
+        "drover_queue_abandoned",
+        "Requests whose client closed its connection while they waited in the queue; never sent to a backend.",
+    );
+    for b in bs {
+        e.sample_u64(&[("balancer", &b.name)], b.counts.queue_abandoned);
+    }
+    e.counter(
         "drover_retries",
         "Requests sent again to another endpoint, by what went wrong.",
     );

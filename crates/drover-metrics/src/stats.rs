@@ -114,6 +114,7 @@ struct BalancerCounters {
     retries: [AtomicU64; Cause::COUNT],
     handoffs: AtomicU64,
     returned: AtomicU64,
+    queue_abandoned: AtomicU64,
     /// TCP mode: connections relayed to an endpoint, and the bytes each way.
     tcp_connections: AtomicU64,
     tcp_bytes_in: AtomicU64,
@@ -396,6 +397,12 @@ impl BalancerStats {
         self.counters.local().returned.fetch_add(1, Relaxed);
     }
 
+    /// A request whose client left while it waited in the queue: never sent to a
+    /// backend, and not answered (nginx logs such a request as 499, HAProxy as `CQ`).
+    pub fn record_queue_abandoned(&self) {
+        self.counters.local().queue_abandoned.fetch_add(1, Relaxed);
+    }
+
     /// A connection closed unserved for its PROXY protocol header (or its lack of one).
     pub fn record_proxy_refusal(&self, why: ProxyRefusal) {
         self.proxy_refused[why as usize].fetch_add(1, Relaxed);
@@ -488,6 +495,7 @@ impl BalancerStats {
             add(&mut s.retries, &c.retries);
             s.handoffs += c.handoffs.load(Relaxed);
             s.returned += c.returned.load(Relaxed);
+            s.queue_abandoned += c.queue_abandoned.load(Relaxed);
             s.tcp_connections += c.tcp_connections.load(Relaxed);
             s.tcp_bytes_in += c.tcp_bytes_in.load(Relaxed);
             s.tcp_bytes_out += c.tcp_bytes_out.load(Relaxed);
@@ -624,6 +632,9 @@ pub struct BalancerCounts {
     /// Client connections a retiring worker gave back.
     #[serde(default)]
     pub returned: u64,
+    /// Requests whose client left while they waited in the queue.
+    #[serde(default)]
+    pub queue_abandoned: u64,
     /// Connections closed for their PROXY protocol header, by `ProxyRefusal`.
     #[serde(default)]
     pub proxy_refused: [u64; 2],

@@ -98,14 +98,38 @@ impl ClientStream {
     /// a TLS record) leave it to `has_left`, asked at each quiet interval; so does an
     /// HTTP/2 stream, whose reset is watched for on its own.
     pub(crate) async fn left(&self) {
+        if !self.ends_before_more_bytes().await {
+            std::future::pending().await
+        }
+    }
+
+    /// Resolves once the client has gone, for a request that waits in drover's queue:
+    /// at once when it closes or resets its connection; when bytes came before its end
+    /// (a pipelined request, a TLS close_notify), at the next look (`has_left`), every
+    /// `look_every`. An HTTP/2 stream never resolves here: its reset is watched for on
+    /// its own.
+    pub(crate) async fn gone(&self, look_every: std::time::Duration) {
+        if self.ends_before_more_bytes().await {
+            return;
+        }
+        loop {
+            tokio::time::sleep(look_every).await;
+            if self.has_left() {
+                return;
+            }
+        }
+    }
+
+    /// Waits for the client's next bytes or its end, taking nothing: `true` for an end
+    /// (a close or a broken connection), `false` when bytes came first. Never resolves
+    /// for an HTTP/2 stream.
+    async fn ends_before_more_bytes(&self) -> bool {
         let tcp = match self {
             ClientStream::Plain(s) => s,
             ClientStream::Tls(s) => s.get_ref().0,
             ClientStream::H2(_) => return std::future::pending().await,
         };
-        if let Ok(1..) = tcp.peek(&mut [0u8; 1]).await {
-            std::future::pending().await
-        }
+        !matches!(tcp.peek(&mut [0u8; 1]).await, Ok(1..))
     }
 
     /// Waits for the first bytes of the next request and reads them into `buf`.
