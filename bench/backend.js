@@ -10,7 +10,9 @@
 'use strict';
 const http = require('http');
 
-const port = Number(process.argv[2] || process.env.PORT || 0);
+// A port in argv, else PORT (under Node's cluster module, argv[2] is the app's own path).
+const argPort = Number(process.argv[2]);
+const port = Number.isInteger(argPort) && argPort > 0 ? argPort : Number(process.env.PORT || 0);
 const cheapNs = BigInt(Math.round(Number(process.env.CHEAP_US ?? 20) * 1e3));
 const expensiveNs = BigInt(Math.round(Number(process.env.EXPENSIVE_MS ?? 10) * 1e6));
 const id = process.env.BACKEND_ID || String(port);

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Sustained overload with clients that give up (issue 20): `drover run -w 2` and Node's
+# cluster module (bench/node-cluster.js) side by side, each serving bench/backend.js's
+# CPU-bound /expensive (20 ms of CPU a request), an open loop at twice the capacity
+# measured in the same run, every client giving up after 1 s (the request's connection
+# closes, as a browser's or an app's timeout does).
+#
+#   bash bench/impatient.sh                          # 2 rounds of 12 s, alternating order (~2 min)
+#   DROVER_B_BIN=/path/to/old/drover bash bench/impatient.sh   # a second drover beside
+#   IMPATIENT_TIMEOUT=5s IMPATIENT_OVERLOAD=1.5 bash bench/impatient.sh
+#
+# Capacity: per system, a 3 s closed loop of 8 keep-alive connections; the median of the
+# systems. Then per round and system: `drover bench --rate` at IMPATIENT_OVERLOAD x that
+# for IMPATIENT_SECONDS, --timeout IMPATIENT_TIMEOUT. Prints, per run, the requests
+# answered in time, what that is of the capacity, their p50, and the workers' CPU: the
+# share of it spent on answers a client took ("useful"), the rest on requests whose
+# clients had gone. BENCH_SKIP_BUILD=1 uses the built binary; DROVER_BIN another one.
+set -euo pipefail
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$BENCH_DIR/.." && pwd)"
+ROUNDS="${ROUNDS:-2}"
+LOAD_S="${IMPATIENT_SECONDS:-12}"
+TIMEOUT="${IMPATIENT_TIMEOUT:-1s}"
+OVERLOAD="${IMPATIENT_OVERLOAD:-2}"
+COST_MS=20
+LOG_TAG=impatient
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
+system_scratch impatient
+SYSTEMS=(drover cluster)
+if [[ -n "${DROVER_B_BIN:-}" ]]; then
+  cp "$DROVER_B_BIN" "$TMP/drover-b"
+  SYSTEMS=(drover drover-b cluster)
+fi
+export EXPENSIVE_MS=$COST_MS
+
+start_app() { # system -> SYS_PID, SYS_PORT: the app under it, both workers ready
+  SYS_PORT="$(quick_port)"
+  case "$1" in
+    drover) start_system "$TMP/$1.log" "$DROVER" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$BENCH_DIR/backend.js" ;;
+    drover-b) start_system "$TMP/$1.log" "$TMP/drover-b" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$BENCH_DIR/backend.js" ;;
+    cluster) start_system "$TMP/$1.log" env WORKERS=2 PORT="$SYS_PORT" node "$BENCH_DIR/node-cluster.js" "$BENCH_DIR/backend.js" ;;
+  esac
+  local i
+  for ((i = 0; i < 300; i++)); do
+    (($(pgrep -c -P "$SYS_PID" node || true) >= 2)) &&
+      [[ "$("$LOADGEN" bench -n 8 -c 2 --json "http://127.0.0.1:$SYS_PORT/" 2>/dev/null)" == *'"ok":8,'* ]] && return 0
+    sleep 0.1
+  done
+  die "$1 did not start: $(tail -5 "$TMP/$1.log")"
+}
+
+workers_cpu_ticks() { # the CPU ticks (utime + stime) of SYS_PID's node children
+  local pid total=0
+  for pid in $(pgrep -P "$SYS_PID" node || true); do
+    read -r -a f <"/proc/$pid/stat" || continue
+    total=$((total + f[13] + f[14]))
+  done
+  echo "$total"
+}
+
+# ---------------------------------------------------------------- capacity, same run
+CAPS=()
+for sys in "${SYSTEMS[@]}"; do
+  start_app "$sys"
+  out="$("$LOADGEN" bench -c 8 -d 3s --json "http://127.0.0.1:$SYS_PORT/expensive" 2>/dev/null || true)"
+  [[ "$out" =~ \"ok\":([0-9]+) ]] && CAPS+=("$((BASH_REMATCH[1] / 3))")
+  log "capacity through $sys: ${CAPS[-1]:-?} req/s"
+  stop_system
+done
+((${#CAPS[@]} == ${#SYSTEMS[@]})) || die "no capacity measured"
+CAP="$(printf '%s\n' "${CAPS[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+RATE="$(awk -v c="$CAP" -v o="$OVERLOAD" 'BEGIN {printf "%d", c * o}')"
+log "open loop at $RATE req/s ($OVERLOAD x $CAP) for ${LOAD_S}s, clients give up after $TIMEOUT; $ROUNDS round(s)"
+TICK="$(getconf CLK_TCK)"
+
+run_one() { # system round -> one JSON line
+  start_app "$1"
+  local before after
+  before="$(workers_cpu_ticks)"
+  "$LOADGEN" bench --rate "$RATE" -d "${LOAD_S}s" --timeout "$TIMEOUT" --json \
+    "http://127.0.0.1:$SYS_PORT/expensive" >"$TMP/out.bench" 2>/dev/null || true
+  after="$(workers_cpu_ticks)"
+  node -e 'const [s, r, cpu, cap, cost] = process.argv.slice(1);
+    const t = require("fs").readFileSync(0, "utf8").split("\n").filter((l) => l.startsWith("{")).pop();
+    const x = JSON.parse(t); const secs = x.duration_s;
+    const useful = x.ok * +cost / 1000;
+    console.log(JSON.stringify({ system: s, round: +r, sent: x.requests + x.errors.connect + x.errors.timeout + x.errors.io,
+      ok: x.ok, ok_per_s: +(x.ok / secs).toFixed(1), of_capacity: +(x.ok / secs / +cap).toFixed(2),
+      p50_ms: Math.round(x.latency_us.p50 / 1000), timeouts: x.errors.timeout,
+      workers_cpu_s: +(+cpu).toFixed(1), useful: +Math.min(1, useful / +cpu).toFixed(2) }))' \
+    "$1" "$2" "$(awk -v a="$before" -v b="$after" -v t="$TICK" 'BEGIN {print (b - a) / t}')" "$CAP" "$COST_MS" <"$TMP/out.bench"
+  stop_system
+}
+alternate_rounds "$TMP/results.jsonl" "${SYSTEMS[@]}"
+
+node - "$TMP/results.jsonl" <<'EOF'
+const rows = require('fs').readFileSync(process.argv[2], 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+console.log('\n| system | round | sent | answered in time | per s | of capacity | p50 ms | workers CPU s | useful |');
+console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+for (const x of rows) {
+  console.log(`| ${x.system} | ${x.round} | ${x.sent} | ${x.ok} | ${x.ok_per_s} | ${x.of_capacity} | ${x.p50_ms} | ${x.workers_cpu_s} | ${x.useful} |`);
+}
+const med = (xs) => { const s = xs.slice().sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+const systems = [...new Set(rows.map((x) => x.system))];
+console.log('\nmedian answered in time, of capacity: ' + systems.map((s) => `${s} ${med(rows.filter((x) => x.system === s).map((x) => x.of_capacity))}`).join(', '));
+EOF
