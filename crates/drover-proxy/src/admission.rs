@@ -66,6 +66,7 @@
 
 use crate::error::ProxyError;
 use drover_balance::{clock, Balancer, Endpoint, Nanos, NoPick, Pick, PickContext};
+use drover_metrics::BalancerStats;
 use drover_registry::Pool;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -145,6 +146,8 @@ pub struct Admission {
     /// When a client last left while its request waited here (0: never): while that
     /// was within `NEWEST_FIRST_HOLD`, the newest waiters go first.
     client_left_at: AtomicU64,
+    /// The balancer's counts: a waiter whose client left is one.
+    stats: Arc<BalancerStats>,
     max: usize,
     timeout: Duration,
 }
@@ -185,6 +188,7 @@ impl Admission {
         pool: Arc<Pool>,
         max: usize,
         timeout: Duration,
+        stats: Arc<BalancerStats>,
     ) -> Self {
         Admission {
             balancer,
@@ -196,6 +200,7 @@ impl Admission {
             joins: AtomicU64::new(0),
             departures: AtomicU64::new(0),
             client_left_at: AtomicU64::new(0),
+            stats,
             max,
             timeout,
         }
@@ -205,10 +210,11 @@ impl Admission {
         self.waiting.load(Relaxed)
     }
 
-    /// A client left while its request waited here (its connection closed): its
-    /// waiter goes at the next dispatch, and for `NEWEST_FIRST_HOLD` the newest
-    /// waiters go first.
-    pub fn note_client_left(&self) {
+    /// A request dropped while it waited (`Departure`): counted, and for
+    /// `NEWEST_FIRST_HOLD` the newest waiters go first. Its waiter leaves the queue at
+    /// the next dispatch that reaches it.
+    fn client_left(&self) {
+        self.stats.record_queue_abandoned();
         self.client_left_at.store(clock::now().max(1), Relaxed);
     }
 
@@ -294,6 +300,11 @@ impl Admission {
             }
             joined_at
         };
+        // Dropped while it waits (this future is), the request's client has left.
+        let mut departure = Departure {
+            admission: self,
+            waiting: true,
+        };
         // A slot may have freed between the pick above and joining the queue.
         self.dispatch();
         let expired = tokio::time::sleep(self.timeout);
@@ -301,7 +312,10 @@ impl Admission {
         let mut extended = false;
         loop {
             tokio::select! {
-                result = &mut answer => return result.unwrap_or(Err(ProxyError::QueueTimeout)),
+                result = &mut answer => {
+                    departure.waiting = false;
+                    return result.unwrap_or(Err(ProxyError::QueueTimeout));
+                }
                 // No release may come while no endpoint is available: an endpoint that
                 // joins or rises dispatches the queue. (Every waiter wakes; the first
                 // places as many as there is room for, the rest find nothing to do.)
@@ -315,6 +329,7 @@ impl Admission {
                 }
             }
         }
+        departure.waiting = false;
         // A slot sent just as the timeout fired is still ours to use.
         answer.close();
         let result = answer.try_recv().unwrap_or_else(|_| Err(self.timed_out()));
@@ -527,6 +542,24 @@ fn join_position(queue: &VecDeque<Waiter>, cost: Nanos, retry: bool, came: Nanos
     at
 }
 
+/// A request in the queue, as seen from its own wait: dropped while still `waiting`,
+/// its request was dropped with it, which only its client's leaving does (a closed
+/// connection, seen by `conn::exchange`; a reset HTTP/2 stream, by
+/// `http2::serve_stream`). drover's own answers (a slot, the queue timeout) end the
+/// wait first.
+struct Departure<'a> {
+    admission: &'a Admission,
+    waiting: bool,
+}
+
+impl Drop for Departure<'_> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.admission.client_left();
+        }
+    }
+}
+
 /// The re-checking task's hold on its admission. Dropped with the task while the queue
 /// still holds waiters (the serving thread that spawned it ended: a reload removed its
 /// listener, whose routes sent to this balancer), it lets the next waiter start another.
@@ -701,6 +734,7 @@ mod tests {
             Arc::clone(&pool),
             usize::MAX,
             timeout,
+            Arc::new(BalancerStats::default()),
         ));
         (pool, admission)
     }

@@ -80,6 +80,7 @@ impl BalancerState {
                 Arc::clone(&pool),
                 opts.queue.max,
                 opts.queue.timeout,
+                Arc::clone(&stats),
             )),
             costs: CostTable::new(),
             spread: CostSpread::new(),

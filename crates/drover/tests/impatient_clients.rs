@@ -41,16 +41,22 @@ fn targets(b: &drover_testkit::Backend) -> Vec<String> {
         .collect()
 }
 
-/// `drover proxy` with one slot on one backend, and its admin address.
-async fn one_slot(b: &drover_testkit::Backend) -> (drover_testkit::DroverProcess, SocketAddr) {
+/// `drover proxy` with one slot on one backend (and `extra` flags), and its admin
+/// address.
+async fn one_slot(
+    b: &drover_testkit::Backend,
+    extra: &[&str],
+) -> (drover_testkit::DroverProcess, SocketAddr) {
     let backend = b.addr().to_string();
-    proxy_with_admin(&["--backend", &backend, "--max-conns", "1"]).await
+    let mut args = vec!["--backend", &backend, "--max-conns", "1"];
+    args.extend_from_slice(extra);
+    proxy_with_admin(&args).await
 }
 
 #[tokio::test]
 async fn a_request_whose_client_left_the_queue_never_reaches_the_backend() {
     let b = drover_testkit::Backend::start().await;
-    let (d, admin) = one_slot(&b).await;
+    let (d, admin) = one_slot(&b, &[]).await;
     let hold = send(d.addr(), &format!("/delay/{HOLD_MS}?hold")).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let leaver = send(d.addr(), "/delay/1?left").await;
@@ -75,7 +81,7 @@ async fn a_request_whose_client_left_the_queue_never_reaches_the_backend() {
 #[tokio::test]
 async fn while_clients_leave_the_queue_the_newest_waiters_go_first() {
     let b = drover_testkit::Backend::start().await;
-    let (d, _admin) = one_slot(&b).await;
+    let (d, _admin) = one_slot(&b, &[]).await;
     let hold = send(d.addr(), &format!("/delay/{HOLD_MS}?hold")).await;
     let mut waiting = Vec::new();
     for n in 1..=2 {
@@ -113,7 +119,7 @@ async fn while_clients_leave_the_queue_the_newest_waiters_go_first() {
 #[tokio::test]
 async fn patient_clients_are_served_first_come_first_served() {
     let b = drover_testkit::Backend::start().await;
-    let (d, _admin) = one_slot(&b).await;
+    let (d, _admin) = one_slot(&b, &[]).await;
     let hold = send(d.addr(), &format!("/delay/{HOLD_MS}?hold")).await;
     let mut waiting = Vec::new();
     for n in 1..=3 {
@@ -132,6 +138,43 @@ async fn patient_clients_are_served_first_come_first_served() {
             "/delay/1?n=2",
             "/delay/1?n=3"
         ]
+    );
+    stops_cleanly(d).await;
+}
+
+#[tokio::test]
+async fn an_http2_request_whose_client_gave_up_never_reaches_the_backend() {
+    let b = drover_testkit::Backend::start().await;
+    let (d, admin) = one_slot(&b, &["--h2c"]).await;
+    let hold = send(d.addr(), &format!("/delay/{HOLD_MS}?hold")).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // curl over cleartext HTTP/2, giving up after 300 ms while its stream waits.
+    let gave_up = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--http2-prior-knowledge",
+            "-m",
+            "0.3",
+            "-o",
+            "/dev/null",
+        ])
+        .arg(format!("http://{}/delay/1?left", d.addr()))
+        .kill_on_drop(true)
+        .status()
+        .await
+        .expect("curl runs");
+    assert!(!gave_up.success(), "curl should have timed out");
+    let stayer = send(d.addr(), "/delay/1?stayed").await;
+    assert_eq!(status_of(hold).await, Some(200));
+    assert_eq!(status_of(stayer).await, Some(200));
+    assert_eq!(
+        targets(&b),
+        ["/delay/800?hold", "/delay/1?stayed"],
+        "the stream whose client gave up while it waited was sent on"
+    );
+    assert_eq!(
+        common::default_metric(admin, "drover_queue_abandoned_total").await,
+        1
     );
     stops_cleanly(d).await;
 }

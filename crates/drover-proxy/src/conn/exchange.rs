@@ -273,14 +273,14 @@ impl Conn {
             // A client that leaves while its request waits takes the request with it:
             // sent on to a backend, it would spend capacity that the waiters behind it
             // need (under overload with clients that time out, most of it: see
-            // `LOOK_AT_CLIENT`). The look costs nothing unless the request waits.
+            // `LOOK_AT_CLIENT`). The look costs nothing unless the request waits. The
+            // queue counts the departure (an HTTP/2 stream's reset drops the exchange
+            // the same way: see `http2::serve_stream`).
             let acquired = tokio::select! {
                 biased;
                 acquired = shared.admission.acquire_in_turn(&ctx, || self.came(arrived)) => acquired,
                 () = self.client.gone(LOOK_AT_CLIENT) => {
                     debug!(client = %self.info.ip, "client left while its request waited in the queue");
-                    shared.stats.record_queue_abandoned();
-                    shared.admission.note_client_left();
                     return false;
                 }
             };
