@@ -8,6 +8,11 @@
 #   bash bench/impatient.sh                          # 2 rounds of 12 s, alternating order (~2 min)
 #   DROVER_B_BIN=/path/to/old/drover bash bench/impatient.sh   # a second drover beside
 #   IMPATIENT_TIMEOUT=5s IMPATIENT_OVERLOAD=1.5 bash bench/impatient.sh
+#   IMPATIENT_MODE=proxy bash bench/impatient.sh     # drover proxy, HAProxy, nginx
+#
+# IMPATIENT_MODE=proxy: two Node processes of bench/backend.js, and in front of them,
+# one at a time, `drover proxy` (its defaults), HAProxy (balance leastconn, no per-server
+# maxconn: its default, so no queue of its own) and nginx (least_conn, keep-alive).
 #
 # Capacity: per system, a 3 s closed loop of 8 keep-alive connections; the median of the
 # systems. Then per round and system: `drover bench --rate` at IMPATIENT_OVERLOAD x that
@@ -23,19 +28,86 @@ LOAD_S="${IMPATIENT_SECONDS:-12}"
 TIMEOUT="${IMPATIENT_TIMEOUT:-1s}"
 OVERLOAD="${IMPATIENT_OVERLOAD:-2}"
 COST_MS=20
+MODE="${IMPATIENT_MODE:-run}"
+[[ "$MODE" == run || "$MODE" == proxy ]] || { echo "IMPATIENT_MODE must be run or proxy" >&2; exit 2; }
 LOG_TAG=impatient
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch impatient
-SYSTEMS=(drover cluster)
+OTHERS=(cluster)
+[[ "$MODE" == proxy ]] && OTHERS=(haproxy nginx)
+SYSTEMS=(drover "${OTHERS[@]}")
 if [[ -n "${DROVER_B_BIN:-}" ]]; then
   cp "$DROVER_B_BIN" "$TMP/drover-b"
-  SYSTEMS=(drover drover-b cluster)
+  SYSTEMS=(drover drover-b "${OTHERS[@]}")
 fi
 export EXPENSIVE_MS=$COST_MS
+BACKEND_PIDS=()
+[[ "$MODE" == proxy ]] && setup_proxy_bench
+
+# Two fresh backends per run: a Node backend goes on running the requests it read after
+# their clients (and the proxy's connections) have gone, so one kept from the run before
+# would still be busy with its backlog.
+start_backends() { # -> BACKEND_PORTS, BACKEND_PIDS
+  local i p
+  BACKEND_PORTS=() BACKEND_PIDS=()
+  for i in 1 2; do
+    p="$(quick_port)"
+    node "$BENCH_DIR/backend.js" "$p" >/dev/null 2>&1 &
+    PIDS+=($!) BACKEND_PIDS+=($!)
+    wait_port "$p" $! 10 || die "backend $p did not start"
+    BACKEND_PORTS+=("$p")
+  done
+}
+stop_backends() {
+  ((${#BACKEND_PIDS[@]})) || return 0
+  kill -9 "${BACKEND_PIDS[@]}" 2>/dev/null || true
+  wait "${BACKEND_PIDS[@]}" 2>/dev/null || true
+  BACKEND_PIDS=()
+}
+
+start_proxy() { # system -> SYS_PID, SYS_PORT: a proxy in front of BACKEND_PORTS
+  local p bin=$DROVER
+  case "$1" in
+    drover | drover-b)
+      [[ "$1" == drover-b ]] && bin="$TMP/drover-b"
+      local args=(proxy --listen "127.0.0.1:$SYS_PORT")
+      for p in "${BACKEND_PORTS[@]}"; do args+=(--backend "127.0.0.1:$p"); done
+      start_system "$TMP/$1.log" "$bin" "${args[@]}"
+      ;;
+    haproxy)
+      {
+        haproxy_preamble 8000 "$SYS_PORT"
+        echo "  balance leastconn"
+        for p in "${BACKEND_PORTS[@]}"; do echo "  server s$p 127.0.0.1:$p"; done
+      } >"$TMP/haproxy.cfg"
+      start_system "$TMP/$1.log" "$HAPROXY" -f "$TMP/haproxy.cfg"
+      ;;
+    nginx)
+      mkdir -p "$TMP/nginx/tmp"
+      {
+        nginx_preamble "$TMP/nginx" 8000
+        echo "  upstream be { least_conn; keepalive 64;"
+        for p in "${BACKEND_PORTS[@]}"; do echo "    server 127.0.0.1:$p;"; done
+        echo "  }"
+        echo "  server { listen 127.0.0.1:$SYS_PORT backlog=4096;"
+        echo '    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }'
+        echo "  }"
+        echo "}"
+      } >"$TMP/nginx/nginx.conf"
+      start_system "$TMP/$1.log" "$NGINX" -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$TMP/nginx/nginx.conf"
+      ;;
+  esac
+}
 
 start_app() { # system -> SYS_PID, SYS_PORT: the app under it, both workers ready
   SYS_PORT="$(quick_port)"
+  if [[ "$MODE" == proxy ]]; then
+    start_backends
+    start_proxy "$1"
+    wait_port "$SYS_PORT" "$SYS_PID" 10 || die "$1 did not start: $(tail -5 "$TMP/$1.log")"
+    return 0
+  fi
   case "$1" in
     drover) start_system "$TMP/$1.log" "$DROVER" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$BENCH_DIR/backend.js" ;;
     drover-b) start_system "$TMP/$1.log" "$TMP/drover-b" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$BENCH_DIR/backend.js" ;;
@@ -50,9 +122,10 @@ start_app() { # system -> SYS_PID, SYS_PORT: the app under it, both workers read
   die "$1 did not start: $(tail -5 "$TMP/$1.log")"
 }
 
-workers_cpu_ticks() { # the CPU ticks (utime + stime) of SYS_PID's node children
-  local pid total=0
-  for pid in $(pgrep -P "$SYS_PID" node || true); do
+workers_cpu_ticks() { # the CPU ticks (utime + stime) of the node backends or workers
+  local pid total=0 pids=("${BACKEND_PIDS[@]}")
+  ((${#pids[@]})) || mapfile -t pids < <(pgrep -P "$SYS_PID" node || true)
+  for pid in "${pids[@]}"; do
     read -r -a f <"/proc/$pid/stat" || continue
     total=$((total + f[13] + f[14]))
   done
@@ -67,6 +140,7 @@ for sys in "${SYSTEMS[@]}"; do
   [[ "$out" =~ \"ok\":([0-9]+) ]] && CAPS+=("$((BASH_REMATCH[1] / 3))")
   log "capacity through $sys: ${CAPS[-1]:-?} req/s"
   stop_system
+  stop_backends
 done
 ((${#CAPS[@]} == ${#SYSTEMS[@]})) || die "no capacity measured"
 CAP="$(printf '%s\n' "${CAPS[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
@@ -91,6 +165,7 @@ run_one() { # system round -> one JSON line
       workers_cpu_s: +(+cpu).toFixed(1), useful: +Math.min(1, useful / +cpu).toFixed(2) }))' \
     "$1" "$2" "$(awk -v a="$before" -v b="$after" -v t="$TICK" 'BEGIN {print (b - a) / t}')" "$CAP" "$COST_MS" <"$TMP/out.bench"
   stop_system
+  stop_backends
 }
 alternate_rounds "$TMP/results.jsonl" "${SYSTEMS[@]}"
 
