@@ -41,13 +41,7 @@ start_app() { # system -> SYS_PID, SYS_PORT: the app under it, both workers read
     drover) start_system "$TMP/$1.log" "$DROVER" run -w 2 -l "127.0.0.1:$SYS_PORT" --admin off -- node "$APP" ;;
     cluster) start_system "$TMP/$1.log" env PORT="$SYS_PORT" WORKERS=2 node "$BENCH_DIR/node-cluster.js" "$APP" ;;
   esac
-  local i
-  for ((i = 0; i < 300; i++)); do
-    (($(pgrep -c -P "$SYS_PID" node || true) >= 2)) &&
-      [[ "$("$LOADGEN" bench -n 8 -c 2 --json "http://127.0.0.1:$SYS_PORT/" 2>/dev/null)" == *'"ok":8,'* ]] && return 0
-    sleep 0.1
-  done
-  die "$1 did not start: $(tail -5 "$TMP/$1.log")"
+  two_workers_serve "$1"
 }
 # ---------------------------------------------------------------- capacity, same run
 CAPS=()

@@ -333,6 +333,17 @@ alternate_rounds() { # file system...
     done
   done
 }
+# Waits (30 s at most) until SYS_PID has two node children and 8 GETs of / on SYS_PORT
+# are answered; dies naming SYSTEM, with its log's tail, if not.
+two_workers_serve() { # system
+  local i
+  for ((i = 0; i < 300; i++)); do
+    (($(pgrep -c -P "$SYS_PID" node || true) >= 2)) &&
+      [[ "$("$LOADGEN" bench -n 8 -c 2 --json "http://127.0.0.1:$SYS_PORT/" 2>/dev/null)" == *'"ok":8,'* ]] && return 0
+    sleep 0.1
+  done
+  die "$1 did not start: $(tail -5 "$TMP/$1.log")"
+}
 stop_system() {
   [[ -n "$SYS_PID" ]] || return 0
   local i
