@@ -9,9 +9,10 @@
 //! it (a client closed its connection while its request waited, within the last
 //! `NEWEST_FIRST_HOLD`), the newest waiters go first: see that constant for why. And a
 //! request joins ahead of queued requests whose learned cost is more than `PASS_RATIO`
-//! times its own, passing each of them at most `MAX_PASSES` times. So a cheap request that arrives while two
-//! expensive ones wait for a busy endpoint no longer waits for both to be served, and an
-//! expensive one waits for a few cheap ones more at most, and never starves.
+//! times its own, passing each of them at most `MAX_PASSES` times. So a cheap request
+//! that arrives while two expensive ones wait for a busy endpoint no longer waits for
+//! both to be served, and an expensive one waits for a few cheap ones more at most, and
+//! never starves.
 //!
 //! Why bounded passes rather than a deadline per request (measured: "Queue order" in
 //! bench/README.md): in bursts that drain, priority to short jobs cuts their wait a lot
@@ -499,11 +500,6 @@ struct QueueMark {
     departures: u64,
 }
 
-/// Where a request of `cost` that came at `came` joins: behind the last waiter it may
-/// not pass. A retry passes every first attempt and no other retry. A first attempt goes
-/// ahead of the waiters at the tail that came after it (at most `MAX_TURN_SCAN`), and
-/// passes those that cost more than `PASS_RATIO` times as much and have been passed
-/// fewer than `MAX_PASSES` times; never a retry. An unknown cost (0) passes nobody.
 /// Where in the queue the waiter served after `skipped` others is. First come first
 /// served: the head on. Newest first: the retries at the head (each has waited once
 /// already), then from the tail. An index past the end: nobody is left.
@@ -523,6 +519,11 @@ fn service_index(queue: &VecDeque<Waiter>, skipped: usize, newest_first: bool) -
         .unwrap_or(usize::MAX)
 }
 
+/// Where a request of `cost` that came at `came` joins: behind the last waiter it may
+/// not pass. A retry passes every first attempt and no other retry. A first attempt goes
+/// ahead of the waiters at the tail that came after it (at most `MAX_TURN_SCAN`), and
+/// passes those that cost more than `PASS_RATIO` times as much and have been passed
+/// fewer than `MAX_PASSES` times; never a retry. An unknown cost (0) passes nobody.
 fn join_position(queue: &VecDeque<Waiter>, cost: Nanos, retry: bool, came: Nanos) -> usize {
     if retry {
         return queue.iter().take_while(|w| w.retry).count();
