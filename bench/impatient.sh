@@ -9,10 +9,15 @@
 #   DROVER_B_BIN=/path/to/old/drover bash bench/impatient.sh   # a second drover beside
 #   IMPATIENT_TIMEOUT=5s IMPATIENT_OVERLOAD=1.5 bash bench/impatient.sh
 #   IMPATIENT_MODE=proxy bash bench/impatient.sh     # drover proxy, HAProxy, nginx
+#   IMPATIENT_MODE=proxy IMPATIENT_MAX_CONNS=1 bash bench/impatient.sh  # queues in the proxies
 #
 # IMPATIENT_MODE=proxy: two Node processes of bench/backend.js, and in front of them,
 # one at a time, `drover proxy` (its defaults), HAProxy (balance leastconn, no per-server
 # maxconn: its default, so no queue of its own) and nginx (least_conn, keep-alive).
+# IMPATIENT_MAX_CONNS=N gives drover `--max-conns N` and HAProxy `maxconn N` on each
+# server, so both hold the rest in their queues (nginx has no queue outside nginx Plus,
+# and is left as it is). IMPATIENT_ABORTONCLOSE=1 adds HAProxy's `option abortonclose`
+# (requests whose client closed are dropped from its queue).
 #
 # Capacity: per system, a 3 s closed loop of 8 keep-alive connections; the median of the
 # systems. Then per round and system: `drover bench --rate` at IMPATIENT_OVERLOAD x that
@@ -29,6 +34,7 @@ TIMEOUT="${IMPATIENT_TIMEOUT:-1s}"
 OVERLOAD="${IMPATIENT_OVERLOAD:-2}"
 COST_MS=20
 MODE="${IMPATIENT_MODE:-run}"
+MAX_CONNS="${IMPATIENT_MAX_CONNS:-}"
 [[ "$MODE" == run || "$MODE" == proxy ]] || { echo "IMPATIENT_MODE must be run or proxy" >&2; exit 2; }
 LOG_TAG=impatient
 # shellcheck source=bench/lib.sh
@@ -73,13 +79,15 @@ start_proxy() { # system -> SYS_PID, SYS_PORT: a proxy in front of BACKEND_PORTS
       [[ "$1" == drover-b ]] && bin="$TMP/drover-b"
       local args=(proxy --listen "127.0.0.1:$SYS_PORT")
       for p in "${BACKEND_PORTS[@]}"; do args+=(--backend "127.0.0.1:$p"); done
+      [[ -n "$MAX_CONNS" ]] && args+=(--max-conns "$MAX_CONNS")
       start_system "$TMP/$1.log" "$bin" "${args[@]}"
       ;;
     haproxy)
       {
         haproxy_preamble 8000 "$SYS_PORT"
         echo "  balance leastconn"
-        for p in "${BACKEND_PORTS[@]}"; do echo "  server s$p 127.0.0.1:$p"; done
+        [[ "${IMPATIENT_ABORTONCLOSE:-0}" == 1 ]] && echo "  option abortonclose"
+        for p in "${BACKEND_PORTS[@]}"; do echo "  server s$p 127.0.0.1:$p${MAX_CONNS:+ maxconn $MAX_CONNS}"; done
       } >"$TMP/haproxy.cfg"
       start_system "$TMP/$1.log" "$HAPROXY" -f "$TMP/haproxy.cfg"
       ;;
