@@ -178,3 +178,32 @@ async fn an_http2_request_whose_client_gave_up_never_reaches_the_backend() {
     );
     stops_cleanly(d).await;
 }
+
+#[tokio::test]
+async fn a_client_that_sent_more_and_left_is_seen_at_the_next_look() {
+    let b = drover_testkit::Backend::start().await;
+    let (d, admin) = one_slot(&b, &[]).await;
+    // Held past the once-a-second look (`LOOK_AT_CLIENT`).
+    let hold = send(d.addr(), "/delay/2000?hold").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut leaver = send(d.addr(), "/delay/1?left").await;
+    // The start of a pipelined request, after drover has read the first: its close
+    // then sits behind bytes a peek sees first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    leaver.write_all(b"GET /next").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(leaver);
+    let stayer = send(d.addr(), "/delay/1?stayed").await;
+    assert_eq!(status_of(hold).await, Some(200));
+    assert_eq!(status_of(stayer).await, Some(200));
+    assert_eq!(
+        targets(&b),
+        ["/delay/2000?hold", "/delay/1?stayed"],
+        "the request whose client sent more and then closed its connection was sent on"
+    );
+    assert_eq!(
+        common::default_metric(admin, "drover_queue_abandoned_total").await,
+        1
+    );
+    stops_cleanly(d).await;
+}
