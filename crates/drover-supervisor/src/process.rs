@@ -9,9 +9,11 @@
 //!
 //! Workers die with drover: through the explicit stop on shutdown, `Drop` (SIGKILL to
 //! the group, when a task holding a worker is dropped), and, when drover itself is
-//! killed with SIGKILL (nothing of drover runs then), Linux's parent-death signal, set
-//! in each worker before it execs (`die_with_drover`); that one reaches the worker
-//! only, not what it started.
+//! killed with SIGKILL (nothing of drover runs then), through the kernel, armed in each
+//! worker before it execs (`die_with_drover`): Linux's parent-death signal for the
+//! worker, and for what it started (the app below `sh -c` or `npm start`, which keeps
+//! drover's shared listening socket) the worker's lifeline, a pipe whose only writer
+//! is drover.
 //!
 //! Being in its own group, a worker does not get the terminal's Ctrl-C: SIGINT reaches
 //! drover alone, which drains the balancers and then stops the workers' groups.
@@ -211,6 +213,10 @@ const SHARED_SOCKET_FD: i32 = 3;
 /// and so inherited by what npm starts; 3 would not be.
 const RUNNER_CHANNEL_FD: i32 = 100;
 
+/// The worker's end of its lifeline (`die_with_drover`): past the gap as well, so a
+/// Node runner does not close it on its app's exec either.
+const LIFELINE_FD: i32 = 101;
+
 /// drover's Node preload (drover-node's preload.cjs): it makes a script runner's app
 /// (`npm start`, `tsx app.ts`) drover's cluster worker, and lets any Node worker give its client
 /// connections back when drover retires it. Written into a directory private to its
@@ -283,6 +289,8 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut node_channel = None;
+    // What the worker inherits at fixed numbers (a channel, a socket, its lifeline).
+    let mut fds = Vec::new();
     let mut cmd = match listen {
         Listen::Port(port, unix_sockets) => {
             let mut cmd = Command::new(program);
@@ -339,12 +347,11 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
             };
             cmd.envs(env)
                 .envs(drover_node::unix_sockets_env(&unix_sockets))
-                .envs(drover_node::head_limit_env(spec.head_limit))
-                .fd_mappings(vec![FdMapping {
-                    parent_fd: theirs.into(),
-                    child_fd: channel_fd,
-                }])
-                .map_err(|e| io::Error::other(e.to_string()))?;
+                .envs(drover_node::head_limit_env(spec.head_limit));
+            fds.push(FdMapping {
+                parent_fd: theirs.into(),
+                child_fd: channel_fd,
+            });
             node_channel = Some(ours);
             cmd
         }
@@ -384,10 +391,10 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                 .env("LISTEN_FDS", "1")
                 .env("LISTEN_FDNAMES", "http")
                 .env_remove("PORT");
-            let mut fds = vec![FdMapping {
+            fds.push(FdMapping {
                 parent_fd: socket.try_clone()?.into(),
                 child_fd: SHARED_SOCKET_FD,
-            }];
+            });
             // A Node app serves the socket from its first listen(), whatever port that
             // names (drover-node's preload): it runs as written. Below a script runner
             // the socket goes past the runner as the channel does in the other modes.
@@ -415,8 +422,6 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                     Err(e) => tracing::warn!("{e}; Node workers start without it"),
                 }
             }
-            cmd.fd_mappings(fds)
-                .map_err(|e| io::Error::other(e.to_string()))?;
             cmd
         }
     };
@@ -451,6 +456,15 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
+    // The worker reads, drover writes (never: only its end closing counts).
+    let (worker_end, lifeline) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    fds.push(FdMapping {
+        parent_fd: worker_end,
+        child_fd: LIFELINE_FD,
+    });
+    cmd.fd_mappings(fds)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    // After `fd_mappings`, whose hook (run first) puts the lifeline at its number.
     die_with_drover(&mut cmd);
     // Named before drover, as PID 1, could take it for an orphan to reap.
     let mut spawned = crate::orphans::spawned();
@@ -465,16 +479,34 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         group,
         stopped: false,
         node_channel,
+        _lifeline: lifeline,
     })
 }
 
-/// Makes the kernel SIGKILL the worker when drover dies, however drover dies.
+/// Makes the kernel SIGKILL the worker, and every process of its group, when drover
+/// dies, however drover dies.
 ///
-/// The one `unsafe` block in drover. The need: "children die with drover" must hold
-/// even for `kill -9 drover` (an OOM kill, a crashed container init), which no code in
-/// drover survives to handle; without this, every worker of a killed drover keeps its
-/// port and CPU until someone finds it. `PR_SET_PDEATHSIG` has to be set by the child
-/// itself, between fork and exec, and std only offers that spot through `pre_exec`.
+/// `unsafe`, for a need: "children die with drover" must hold even for `kill -9
+/// drover` (an OOM kill, a crashed container init), which no code in drover survives
+/// to handle; without this, every worker of a killed drover keeps its
+/// port and CPU until someone finds it, and a shared-mode app below a shell or a
+/// runner keeps drover's own listening address: the next drover cannot bind it.
+///
+/// Two signals, as each reaches what the other cannot:
+/// - `PR_SET_PDEATHSIG` reaches the worker alone (a fork clears it).
+/// - The lifeline reaches its whole group: the read end of a pipe whose only writer
+///   is drover, at `LIFELINE_FD`, in async mode (`O_ASYNC`) with the group as owner
+///   and SIGKILL as its signal (`F_SETSIG`). When drover is gone, so is the last
+///   writer, and the kernel signals the owner (pipe_release's `kill_fasync`). drover
+///   holds its end until the group is stopped (`Worker::_lifeline`), so its own stops
+///   never fire it early.
+///
+/// Both have to be set by the child itself, between fork and exec (the group's id is
+/// the child's pid), and std only offers that spot through `pre_exec`.
+/// Linux's fcntl(2) command naming the signal an async descriptor sends (in
+/// <fcntl.h> since Linux 2.2; the libc crate leaves it out for glibc).
+const F_SETSIG: libc::c_int = 10;
+
 #[allow(unsafe_code)]
 fn die_with_drover(cmd: &mut Command) {
     use nix::sys::prctl::set_pdeathsig;
@@ -482,12 +514,23 @@ fn die_with_drover(cmd: &mut Command) {
     use nix::unistd::{getppid, Pid};
     let drover = Pid::this();
     // SAFETY: the closure runs in the forked child, where only async-signal-safe calls
-    // are sound. It calls prctl(2) and getppid(2) through nix, which are plain syscalls,
-    // and builds an io::Error from an errno, which does not allocate. It touches no lock
+    // are sound. It calls prctl(2), getppid(2), getpid(2) and fcntl(2), plain syscalls
+    // (the first two through nix), on a descriptor `fd_mappings` has put in place, and
+    // builds an io::Error from an errno, which does not allocate. It touches no lock
     // and no memory shared with other threads of drover.
     unsafe {
         cmd.pre_exec(move || {
             set_pdeathsig(Signal::SIGKILL).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+            let group = -libc::getpid();
+            for (command, arg) in [
+                (libc::F_SETOWN, group),
+                (F_SETSIG, libc::SIGKILL),
+                (libc::F_SETFL, libc::O_ASYNC),
+            ] {
+                if libc::fcntl(LIFELINE_FD, command, arg) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             // drover may have died between fork and prctl, before the signal was armed.
             if getppid() != drover {
                 return Err(io::Error::from_raw_os_error(
@@ -510,6 +553,9 @@ pub(crate) struct Worker {
     stopped: bool,
     /// drover's end of the Node cluster channel (proxy mode), until `worker.rs` takes it.
     pub(crate) node_channel: Option<std::os::unix::net::UnixStream>,
+    /// The only writer of the group's lifeline (`die_with_drover`). Dropped with the
+    /// worker, after the group is stopped or SIGKILLed.
+    _lifeline: std::os::fd::OwnedFd,
 }
 
 /// How often `stop` looks whether the group is empty once the worker has exited.

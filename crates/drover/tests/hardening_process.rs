@@ -110,6 +110,29 @@ async fn ctrl_c_stops_every_worker_and_what_it_started() {
 }
 
 #[tokio::test]
+async fn what_workers_started_dies_with_a_sigkilled_drover() {
+    let (d, admin, file) = run_forking("proc-kill9", "2").await;
+    let kids = wait_children(&file, 2, &d).await;
+    let mains: Vec<u32> = worker_pids(&status(admin).await)
+        .into_iter()
+        .flatten()
+        .collect();
+    // drover alone, as the OOM killer would: nothing of drover runs to stop anything.
+    // The workers had the parent-death signal before; their children (the `sleep`s,
+    // which the workers' groups share) were left running until the lifeline.
+    d.kill();
+    d.wait_exit(Duration::from_secs(5))
+        .await
+        .expect("drover survived SIGKILL");
+    let pids: Vec<u32> = kids.iter().map(|k| k.1).chain(mains).collect();
+    assert!(
+        all_gone(&pids).await,
+        "outlived a SIGKILLed drover: {:?}",
+        pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
 async fn a_shell_wrappers_server_does_not_keep_the_port_after_drover_stops() {
     let dir = temp_dir("proc-wrap");
     let file = dir.join("children");

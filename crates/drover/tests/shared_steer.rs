@@ -382,3 +382,55 @@ async fn a_worker_that_listens_on_its_own_port_in_shared_mode_is_named() {
         ok.stderr_text()
     );
 }
+
+/// A shared-mode app below a shell (as `npm start` runs it) holds drover's listening
+/// socket. When drover is killed (OOM, `kill -9`), it must not keep serving there:
+/// drover restarted by its service manager could not bind its address, and the old
+/// app's code would answer the clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_drover_leaves_its_address_to_the_next_one() {
+    // Serves fd 3 as it is (the test server reads LISTEN_PID, which names the shell).
+    let app = "require('http').createServer((q, s) => { s.setHeader('x-pid', process.pid); s.end('ok'); }).listen({ fd: 3 })";
+    let below_a_shell = ["sh", "-c", "node -e \"$1\"; exit $?", "sh", app];
+    let d = DroverProcess::spawn(bin(), &shared_run("2", &below_a_shell)).await;
+    let addr = d.addr();
+    let first = answer_within(addr, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", d.stderr_text()));
+    d.kill();
+    d.wait_exit(Duration::from_secs(5))
+        .await
+        .expect("drover survived SIGKILL");
+    // The next drover, at the same address (spawn panics, with its output, if it
+    // cannot listen there).
+    let listen = addr.to_string();
+    let server = server();
+    let mut args = shared_run("1", &["node", &server]);
+    args[4] = &listen;
+    let next = DroverProcess::spawn(bin(), &args).await;
+    let after = answer_within(addr, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", next.stderr_text()));
+    assert_ne!(
+        after.pid, first.pid,
+        "the killed drover's app still answers at {addr}"
+    );
+}
+
+/// The first answer at `addr` on a new connection, asking again until `limit`.
+async fn answer_within(addr: SocketAddr, limit: Duration) -> Result<Answer, String> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let asked = match HttpClient::connect(addr).await {
+            Ok(mut c) => ask(&mut c, "/").await,
+            Err(e) => Err(e.to_string()),
+        };
+        match asked {
+            Ok(a) => return Ok(a),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!("no answer at {addr}: {e}"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
