@@ -64,12 +64,6 @@ pub(crate) struct AppState {
     /// ready, so health restarts of one app go one at a time (Kubernetes'
     /// `maxUnavailable: 1`). Workers that exit by themselves need none.
     pub health_restarts: Arc<Semaphore>,
-    /// One permit: the worker replaced for its memory holds it until its old process
-    /// is gone. Workers of one app leak alike and cross `max_memory` in the same
-    /// second; replaced at once, every old process still held its memory while every
-    /// new one started (twice the app's memory at its peak, and N cold starts on a
-    /// machine under load). One at a time, as Kubernetes' `maxSurge: 1` does.
-    memory_replacements: Arc<Semaphore>,
     /// Starts a health probe's connection as an HTTP/2 stream, for specs whose workers
     /// speak only HTTP/2 (`AppSpec::h2c`); `None`: such specs are refused.
     pub http2_probe: Option<Arc<dyn WrapProbe>>,
@@ -253,7 +247,6 @@ impl AppState {
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
-            memory_replacements: Arc::new(Semaphore::new(1)),
             http2_probe,
             first_listen: Arc::new(FirstListenCell::new()),
             shared_ports: drover_node::SharedPorts::new(),
@@ -1277,28 +1270,21 @@ async fn serve(
                 }
                 // Only a fresh reading counts: an exited process is not over anything.
                 match (proc.sample(), proc.spec.max_memory) {
-                    (Some(rss), Some(max)) if rss > max => {
-                        match Arc::clone(&shared.memory_replacements).try_acquire_owned() {
-                            Ok(turn) => Why::Memory(rss, turn),
-                            // Another worker of the app is being replaced for its
-                            // memory; this one looks again at the next poll.
-                            Err(_) => continue,
-                        }
-                    }
+                    (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
                     _ => continue,
                 }
             }
         };
-        let (reply, cause, turn) = match why {
+        let (reply, cause) = match why {
             Why::Asked(reply) => {
                 if proc.generation == shared.current().1 {
                     let _ = reply.send(Ok(()));
                     continue;
                 }
                 let cause = (RestartReason::Reload, "rolling reload".to_string());
-                (Some(reply), cause, None)
+                (Some(reply), cause)
             }
-            Why::Memory(rss, turn) => {
+            Why::Memory(rss) => {
                 let over = format!(
                     "uses {} MiB, over max_memory {} MiB",
                     rss >> 20,
@@ -1308,12 +1294,10 @@ async fn serve(
                     app = %shared.app, worker = id, pid = ?proc.pid,
                     "worker {}/{id} {over}; replacing it", shared.app,
                 );
-                (None, (RestartReason::Memory, over), Some(turn))
+                (None, (RestartReason::Memory, over))
             }
         };
         let outcome = replace_proc(shared, id, proc, stop, cause).await;
-        // The old process has been stopped (or was kept): the next may go.
-        drop(turn);
         let result = match outcome {
             Replaced::Done(new) => {
                 proc = new;
@@ -1374,8 +1358,7 @@ const RUNNER_GRACE: Duration = Duration::from_secs(1);
 
 enum Why {
     Asked(ReplaceRequest),
-    /// Its RSS, and the app's turn to replace a worker for its memory.
-    Memory(u64, OwnedSemaphorePermit),
+    Memory(u64),
 }
 
 /// How a replacement went.

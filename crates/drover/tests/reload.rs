@@ -644,64 +644,6 @@ async fn max_memory_replaces_a_worker_gracefully() {
     );
 }
 
-/// Workers of one app leak alike, so they cross `max_memory` in the same second. Each
-/// is replaced as above, but one at a time: before, all were replaced at once, and
-/// every old process held its memory while every new one started. Here every worker
-/// is always over (1 MiB), so replacements follow one another for as long as the test
-/// looks: drover's live children never number more than the workers and one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_over_max_memory_together_are_replaced_one_at_a_time() {
-    let (d, admin) = run_python("memory-turns", "3", &["-t", "1", "--max-memory", "1M"]).await;
-    all_ready(admin, 3).await;
-    let mut most = 0;
-    let mut seen = BTreeSet::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let memory_records = |s: &drover_admin::Status| {
-        common::restart_records(s)
-            .into_iter()
-            .filter(|r| r.reason == "memory")
-            .count()
-    };
-    while memory_records(&status(admin).await) < 4 && std::time::Instant::now() < deadline {
-        for _ in 0..20 {
-            let children = live_children(d.pid());
-            most = most.max(children.len());
-            seen.extend(children);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    let s = status(admin).await;
-    assert!(
-        memory_records(&s) >= 4,
-        "replacements stopped: {:#?}\n{}",
-        common::restart_records(&s),
-        d.stderr_text()
-    );
-    assert!(
-        most <= 4,
-        "{most} workers at once, over 3 workers and 1 replacement ({} seen)\n{}",
-        seen.len(),
-        d.stderr_text()
-    );
-}
-
-/// The processes whose parent is `pid`, zombies left out.
-fn live_children(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|child| {
-            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-            // pid (comm) state ppid ...: the comm may hold spaces, so read after its ')'.
-            let mut rest = stat.rsplit_once(')').map_or("", |r| r.1).split_whitespace();
-            let state = rest.next();
-            let ppid = rest.next().and_then(|p| p.parse::<u32>().ok());
-            state != Some("Z") && ppid == Some(pid)
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn workers_die_with_drover_even_on_sigkill() {
     let (d, admin) = run_python("sigkill", "2", &["-t", "1"]).await;
