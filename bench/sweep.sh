@@ -32,6 +32,8 @@
 # sample's backends, the ones nginx and HAProxy use, in `run` samples too), any of them,
 # add a peer `drover-b` beside the default; the report prints its ratios too, and
 # neither drover counts as the other's peer.
+# SWEEP_CLIENT_TIMEOUT (30s): how long each client waits for an answer before it gives
+# up and closes its connection (1s: clients as impatient as bench/impatient.sh's).
 # SWEEP_PROBE=1: drover (and drover-b) serve their admin API, and after each of their
 # measurements (and before it) its /metrics and `ctl status` are kept beside the raw records
 # (bench/results/sweep-probe-STAMP/sSAMPLE-rROUND-PEER-before.txt, -after.txt), to
@@ -244,7 +246,7 @@ bench() { # peer extra-args...
   [[ "${P[conn]}" == new && -z "${KEEP_ALIVE:-}" ]] && close=(-H "Connection: close")
   # MIX=... bench ...: another mix than the sample's (the heavy-only before);
   # KEEP_ALIVE=1 bench ...: keep-alive whatever the sample's connections (one-client).
-  "$LOADGEN" bench --mix "${MIX:-${P[mix]}}" --timeout 30s --seed "$SEED" "${close[@]}" \
+  "$LOADGEN" bench --mix "${MIX:-${P[mix]}}" --timeout "${SWEEP_CLIENT_TIMEOUT:-30s}" --seed "$SEED" "${close[@]}" \
     --count-header x-backend --json "$@" "http://127.0.0.1:${PORT[$peer]}/" 2>>"$SDIR/loadgen.err" || true
 }
 
