@@ -483,14 +483,18 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     })
 }
 
+/// Linux's fcntl(2) command naming the signal an async descriptor sends (in
+/// <fcntl.h> since Linux 2.2; the libc crate leaves it out for glibc).
+const F_SETSIG: libc::c_int = 10;
+
 /// Makes the kernel SIGKILL the worker, and every process of its group, when drover
 /// dies, however drover dies.
 ///
 /// `unsafe`, for a need: "children die with drover" must hold even for `kill -9
 /// drover` (an OOM kill, a crashed container init), which no code in drover survives
-/// to handle; without this, every worker of a killed drover keeps its
-/// port and CPU until someone finds it, and a shared-mode app below a shell or a
-/// runner keeps drover's own listening address: the next drover cannot bind it.
+/// to handle; without this, every worker of a killed drover keeps its port and CPU
+/// until someone finds it, and a shared-mode app below a shell or a runner keeps
+/// drover's own listening address: the next drover cannot bind it.
 ///
 /// Two signals, as each reaches what the other cannot:
 /// - `PR_SET_PDEATHSIG` reaches the worker alone (a fork clears it).
@@ -503,10 +507,6 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
 ///
 /// Both have to be set by the child itself, between fork and exec (the group's id is
 /// the child's pid), and std only offers that spot through `pre_exec`.
-/// Linux's fcntl(2) command naming the signal an async descriptor sends (in
-/// <fcntl.h> since Linux 2.2; the libc crate leaves it out for glibc).
-const F_SETSIG: libc::c_int = 10;
-
 #[allow(unsafe_code)]
 fn die_with_drover(cmd: &mut Command) {
     use nix::sys::prctl::set_pdeathsig;
