@@ -84,14 +84,19 @@ fn worker_pids(s: &drover_admin::Status) -> Vec<Option<u32>> {
     s.apps[0].workers.iter().map(|w| w.pid).collect()
 }
 
+/// `run_forking` with 2 workers, once both have started their child: drover, and the
+/// pids of the workers and of their children.
+async fn two_forking_workers(tag: &str) -> (DroverProcess, Vec<u32>) {
+    let (d, admin, file) = run_forking(tag, "2").await;
+    let kids = wait_children(&file, 2, &d).await;
+    let mains = worker_pids(&status(admin).await).into_iter().flatten();
+    let pids = kids.iter().map(|k| k.1).chain(mains).collect();
+    (d, pids)
+}
+
 #[tokio::test]
 async fn ctrl_c_stops_every_worker_and_what_it_started() {
-    let (d, admin, file) = run_forking("proc-int", "2").await;
-    let kids = wait_children(&file, 2, &d).await;
-    let mains: Vec<u32> = worker_pids(&status(admin).await)
-        .into_iter()
-        .flatten()
-        .collect();
+    let (d, pids) = two_forking_workers("proc-int").await;
     // Ctrl-C at a terminal reaches drover's process group only; the workers, in groups
     // of their own, hear of it through drover.
     d.signal("INT").unwrap();
@@ -101,7 +106,6 @@ async fn ctrl_c_stops_every_worker_and_what_it_started() {
         "{exit:?}\n{}",
         d.stderr_text()
     );
-    let pids: Vec<u32> = kids.iter().map(|k| k.1).chain(mains).collect();
     assert!(
         all_gone(&pids).await,
         "still running after drover stopped: {:?}",
@@ -111,12 +115,7 @@ async fn ctrl_c_stops_every_worker_and_what_it_started() {
 
 #[tokio::test]
 async fn what_workers_started_dies_with_a_sigkilled_drover() {
-    let (d, admin, file) = run_forking("proc-kill9", "2").await;
-    let kids = wait_children(&file, 2, &d).await;
-    let mains: Vec<u32> = worker_pids(&status(admin).await)
-        .into_iter()
-        .flatten()
-        .collect();
+    let (d, pids) = two_forking_workers("proc-kill9").await;
     // drover alone, as the OOM killer would: nothing of drover runs to stop anything.
     // The workers had the parent-death signal before; their children (the `sleep`s,
     // which the workers' groups share) were left running until the lifeline.
@@ -124,7 +123,6 @@ async fn what_workers_started_dies_with_a_sigkilled_drover() {
     d.wait_exit(Duration::from_secs(5))
         .await
         .expect("drover survived SIGKILL");
-    let pids: Vec<u32> = kids.iter().map(|k| k.1).chain(mains).collect();
     assert!(
         all_gone(&pids).await,
         "outlived a SIGKILLed drover: {:?}",

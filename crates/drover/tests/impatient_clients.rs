@@ -41,6 +41,37 @@ fn targets(b: &drover_testkit::Backend) -> Vec<String> {
         .collect()
 }
 
+/// The held request and every patient one were answered.
+async fn all_answered(hold: TcpStream, waiting: Vec<TcpStream>) {
+    assert_eq!(status_of(hold).await, Some(200));
+    for s in waiting {
+        assert_eq!(
+            status_of(s).await,
+            Some(200),
+            "a patient client was not served"
+        );
+    }
+}
+
+/// The held request and the patient one (`/delay/1?stayed`) were answered, only they
+/// reached the backend (`what` says otherwise), and the queue counted one departure.
+async fn only_the_stayer_went_on(
+    b: &drover_testkit::Backend,
+    admin: SocketAddr,
+    hold: TcpStream,
+    stayer: TcpStream,
+    held: &str,
+    what: &str,
+) {
+    assert_eq!(status_of(hold).await, Some(200));
+    assert_eq!(status_of(stayer).await, Some(200));
+    assert_eq!(targets(b), [held, "/delay/1?stayed"], "{what}");
+    assert_eq!(
+        common::default_metric(admin, "drover_queue_abandoned_total").await,
+        1
+    );
+}
+
 /// `drover proxy` with one slot on one backend (and `extra` flags), and its admin
 /// address.
 async fn one_slot(
@@ -64,17 +95,15 @@ async fn a_request_whose_client_left_the_queue_never_reaches_the_backend() {
     let stayer = send(d.addr(), "/delay/1?stayed").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(leaver);
-    assert_eq!(status_of(hold).await, Some(200));
-    assert_eq!(status_of(stayer).await, Some(200));
-    assert_eq!(
-        targets(&b),
-        ["/delay/800?hold", "/delay/1?stayed"],
-        "the request whose client closed its connection while it waited was sent on"
-    );
-    assert_eq!(
-        common::default_metric(admin, "drover_queue_abandoned_total").await,
-        1
-    );
+    only_the_stayer_went_on(
+        &b,
+        admin,
+        hold,
+        stayer,
+        "/delay/800?hold",
+        "the request whose client closed its connection while it waited was sent on",
+    )
+    .await;
     stops_cleanly(d).await;
 }
 
@@ -95,14 +124,7 @@ async fn while_clients_leave_the_queue_the_newest_waiters_go_first() {
     drop(leaver);
     tokio::time::sleep(Duration::from_millis(80)).await;
     waiting.push(send(d.addr(), "/delay/1?n=3").await);
-    assert_eq!(status_of(hold).await, Some(200));
-    for s in waiting {
-        assert_eq!(
-            status_of(s).await,
-            Some(200),
-            "a patient client was not served"
-        );
-    }
+    all_answered(hold, waiting).await;
     assert_eq!(
         targets(&b),
         [
@@ -126,10 +148,7 @@ async fn patient_clients_are_served_first_come_first_served() {
         tokio::time::sleep(Duration::from_millis(80)).await;
         waiting.push(send(d.addr(), &format!("/delay/1?n={n}")).await);
     }
-    assert_eq!(status_of(hold).await, Some(200));
-    for s in waiting {
-        assert_eq!(status_of(s).await, Some(200));
-    }
+    all_answered(hold, waiting).await;
     assert_eq!(
         targets(&b),
         [
@@ -165,17 +184,15 @@ async fn an_http2_request_whose_client_gave_up_never_reaches_the_backend() {
         .expect("curl runs");
     assert!(!gave_up.success(), "curl should have timed out");
     let stayer = send(d.addr(), "/delay/1?stayed").await;
-    assert_eq!(status_of(hold).await, Some(200));
-    assert_eq!(status_of(stayer).await, Some(200));
-    assert_eq!(
-        targets(&b),
-        ["/delay/800?hold", "/delay/1?stayed"],
-        "the stream whose client gave up while it waited was sent on"
-    );
-    assert_eq!(
-        common::default_metric(admin, "drover_queue_abandoned_total").await,
-        1
-    );
+    only_the_stayer_went_on(
+        &b,
+        admin,
+        hold,
+        stayer,
+        "/delay/800?hold",
+        "the stream whose client gave up while it waited was sent on",
+    )
+    .await;
     stops_cleanly(d).await;
 }
 
@@ -194,16 +211,14 @@ async fn a_client_that_sent_more_and_left_is_seen_at_the_next_look() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(leaver);
     let stayer = send(d.addr(), "/delay/1?stayed").await;
-    assert_eq!(status_of(hold).await, Some(200));
-    assert_eq!(status_of(stayer).await, Some(200));
-    assert_eq!(
-        targets(&b),
-        ["/delay/2000?hold", "/delay/1?stayed"],
-        "the request whose client sent more and then closed its connection was sent on"
-    );
-    assert_eq!(
-        common::default_metric(admin, "drover_queue_abandoned_total").await,
-        1
-    );
+    only_the_stayer_went_on(
+        &b,
+        admin,
+        hold,
+        stayer,
+        "/delay/2000?hold",
+        "the request whose client sent more and then closed its connection was sent on",
+    )
+    .await;
     stops_cleanly(d).await;
 }
