@@ -64,6 +64,8 @@ pub(crate) struct AppState {
     /// ready, so health restarts of one app go one at a time (Kubernetes'
     /// `maxUnavailable: 1`). Workers that exit by themselves need none.
     pub health_restarts: Arc<Semaphore>,
+    /// Replacements for `max_memory` take turns (`memory::MemoryTurns`).
+    memory_turns: memory::MemoryTurns,
     /// Starts a health probe's connection as an HTTP/2 stream, for specs whose workers
     /// speak only HTTP/2 (`AppSpec::h2c`); `None`: such specs are refused.
     pub http2_probe: Option<Arc<dyn WrapProbe>>,
@@ -247,6 +249,7 @@ impl AppState {
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
+            memory_turns: memory::MemoryTurns::new(),
             http2_probe,
             first_listen: Arc::new(FirstListenCell::new()),
             shared_ports: drover_node::SharedPorts::new(),
@@ -1196,6 +1199,8 @@ async fn serve(
     let mut memory_poll = grid_interval(MEMORY_POLL);
     let mut cpu = CpuWatch::new(Arc::clone(&shared.cpu_wake));
     let mut own_port_looks = OwnPortLooks::new(shared);
+    // Its place in the app's line to be replaced for its memory, while over it.
+    let mut memory_turn: Option<memory::TurnWait> = None;
     loop {
         let read_slowly = cpu.is_slow();
         let why = tokio::select! {
@@ -1235,6 +1240,14 @@ async fn serve(
                 return Life { end: End::Shutdown, pid: proc.pid, served: ready_at.elapsed() };
             }
             Some(reply) = replace.recv() => Why::Asked(reply),
+            turn = async { memory_turn.as_mut()?.await }, if memory_turn.is_some() => {
+                memory_turn = None;
+                // A reload may have replaced the process it waited for.
+                match (proc.sample(), proc.spec.max_memory) {
+                    (Some(rss), Some(max)) if rss > max => Why::Memory(rss, turn),
+                    _ => continue,
+                }
+            }
             _ = cpu.fast_read_due(), if proc.addr().is_some() && !read_slowly => {
                 if let Some(pid) = proc.app_pid() {
                     cpu.read_fast(pid, own_endpoint(shared, &proc).as_deref());
@@ -1270,21 +1283,31 @@ async fn serve(
                 }
                 // Only a fresh reading counts: an exited process is not over anything.
                 match (proc.sample(), proc.spec.max_memory) {
-                    (Some(rss), Some(max)) if rss > max => Why::Memory(rss),
-                    _ => continue,
+                    (Some(rss), Some(max)) if rss > max => {
+                        if !memory::past_overshoot(rss, max) {
+                            memory_turn.get_or_insert_with(|| shared.memory_turns.wait());
+                            continue;
+                        }
+                        memory_turn = None;
+                        Why::Memory(rss, None)
+                    }
+                    _ => {
+                        memory_turn = None;
+                        continue;
+                    }
                 }
             }
         };
-        let (reply, cause) = match why {
+        let (reply, cause, turn) = match why {
             Why::Asked(reply) => {
                 if proc.generation == shared.current().1 {
                     let _ = reply.send(Ok(()));
                     continue;
                 }
                 let cause = (RestartReason::Reload, "rolling reload".to_string());
-                (Some(reply), cause)
+                (Some(reply), cause, None)
             }
-            Why::Memory(rss) => {
+            Why::Memory(rss, turn) => {
                 let over = format!(
                     "uses {} MiB, over max_memory {} MiB",
                     rss >> 20,
@@ -1294,10 +1317,12 @@ async fn serve(
                     app = %shared.app, worker = id, pid = ?proc.pid,
                     "worker {}/{id} {over}; replacing it", shared.app,
                 );
-                (None, (RestartReason::Memory, over))
+                (None, (RestartReason::Memory, over), turn)
             }
         };
         let outcome = replace_proc(shared, id, proc, stop, cause).await;
+        // The old process is stopped (or kept): the app's next worker over may go.
+        drop(turn);
         let result = match outcome {
             Replaced::Done(new) => {
                 proc = new;
@@ -1358,7 +1383,8 @@ const RUNNER_GRACE: Duration = Duration::from_secs(1);
 
 enum Why {
     Asked(ReplaceRequest),
-    Memory(u64),
+    /// Its RSS, and the app's turn (`None`: past the overshoot, it did not wait).
+    Memory(u64, Option<OwnedSemaphorePermit>),
 }
 
 /// How a replacement went.

@@ -644,6 +644,89 @@ async fn max_memory_replaces_a_worker_gracefully() {
     );
 }
 
+/// Workers of one app leak alike, so they cross `max_memory` in the same second. Each
+/// is replaced as above, one at a time while it is under 1.5 × the limit (past that it
+/// goes at once: see `at_once_past_the_overshoot` below). Every worker here holds about
+/// 60 MiB against a 50 MiB limit and takes a second to start, so replacements follow
+/// one another for as long as the test looks: drover's live children never number more
+/// than the workers and one. Before, all were replaced at once (6 children).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_over_max_memory_together_are_replaced_one_at_a_time() {
+    let most = most_children_while_replaced("memory-turns", "40").await;
+    assert!(
+        most <= 4,
+        "{most} at once, over 3 workers and 1 replacement"
+    );
+}
+
+/// As above, but worker 1 holds about 140 MiB, past 1.5 × the 50 MiB limit: it does
+/// not wait for its turn, since a worker that waits goes on growing. Its replacement
+/// runs beside the turn of the others (5 children at once), and the others still take
+/// turns (never 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_once_past_the_overshoot() {
+    let most = most_children_while_replaced("memory-overshoot", "40,120,40").await;
+    assert_eq!(
+        most, 5,
+        "a worker past the overshoot waited, or the others did not"
+    );
+}
+
+/// `drover up` of 3 Python workers that hold `hold_mib` (per worker id) and start in a
+/// second, `max_memory = "50M"`; watches drover's live children until each worker was
+/// replaced for its memory twice (30 s at most: a worker whose successor is over at once
+/// must not keep the others waiting) and returns the most seen at once.
+async fn most_children_while_replaced(tag: &str, hold_mib: &str) -> usize {
+    let script = worker_script(&temp_dir(&format!("{tag}-script")));
+    let app = format!(
+        "workers = 3\nmax_memory = \"50M\"\nenv = {{ HOLD_MIB = \"{hold_mib}\", START_DELAY = \"1\" }}\n"
+    );
+    let (d, admin, _) = up_with(tag, &web_config(&script, "", &app, "")).await;
+    all_ready(admin, 3).await;
+    let replaced_twice = |s: &drover_admin::Status| {
+        (0..3).all(|id| {
+            common::restart_records(s)
+                .iter()
+                .filter(|r| r.reason == "memory" && r.worker == id)
+                .count()
+                >= 2
+        })
+    };
+    let mut most = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !replaced_twice(&status(admin).await) && std::time::Instant::now() < deadline {
+        for _ in 0..20 {
+            most = most.max(live_children(d.pid()));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let s = status(admin).await;
+    assert!(
+        replaced_twice(&s),
+        "not every worker was replaced twice: {:#?}\n{}",
+        common::restart_records(&s),
+        d.stderr_text()
+    );
+    most
+}
+
+/// How many processes have `pid` as their parent, zombies left out.
+fn live_children(pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the comm may hold spaces, so read after its ')'.
+            let mut rest = stat.rsplit_once(')').map_or("", |r| r.1).split_whitespace();
+            let state = rest.next();
+            let ppid = rest.next().and_then(|p| p.parse::<u32>().ok());
+            state != Some("Z") && ppid == Some(pid)
+        })
+        .count()
+}
+
 #[tokio::test]
 async fn workers_die_with_drover_even_on_sigkill() {
     let (d, admin) = run_python("sigkill", "2", &["-t", "1"]).await;
