@@ -34,6 +34,7 @@ pub mod memory;
 mod orphans;
 pub mod output;
 mod process;
+mod scout;
 pub mod spec;
 pub mod status;
 mod steer;

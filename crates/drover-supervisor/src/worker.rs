@@ -16,6 +16,7 @@ use crate::health;
 use crate::memory;
 use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
+use crate::scout;
 use crate::spec::{AppSpec, Mode, Workers};
 use crate::status::{WorkerState, WorkerStatus};
 use crate::steer::{SlotState, Steering, RESCUE_AFTER};
@@ -66,6 +67,8 @@ pub(crate) struct AppState {
     pub health_restarts: Arc<Semaphore>,
     /// Replacements for `max_memory` take turns (`memory::MemoryTurns`).
     memory_turns: memory::MemoryTurns,
+    /// When a worker last started early because none of the app served (`scout`).
+    last_scout: Mutex<Option<Instant>>,
     /// Starts a health probe's connection as an HTTP/2 stream, for specs whose workers
     /// speak only HTTP/2 (`AppSpec::h2c`); `None`: such specs are refused.
     pub http2_probe: Option<Arc<dyn WrapProbe>>,
@@ -163,6 +166,8 @@ pub(crate) struct WorkerSlot {
     pub restarts: u32,
     pub crash_streak: u32,
     pub spawned: Option<Instant>,
+    /// When its current process became ready (`scout`: has the app recovered?).
+    pub ready_at: Option<Instant>,
     pub last_exit: Option<String>,
     /// From the last restart record: its reason, exit code and signal.
     pub last_reason: Option<RestartReason>,
@@ -192,6 +197,7 @@ impl WorkerSlot {
             restarts: 0,
             crash_streak: 0,
             spawned: None,
+            ready_at: None,
             last_exit: None,
             last_reason: None,
             last_exit_code: None,
@@ -250,6 +256,7 @@ impl AppState {
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
             memory_turns: memory::MemoryTurns::new(),
+            last_scout: Mutex::new(None),
             http2_probe,
             first_listen: Arc::new(FirstListenCell::new()),
             shared_ports: drover_node::SharedPorts::new(),
@@ -396,6 +403,26 @@ impl AppState {
                 true
             }
         }
+    }
+
+    /// Whether slot `id`, in back-off since `crashed_at`, starts now (`scout`).
+    fn starts_early(
+        &self,
+        id: usize,
+        crashed_at: Instant,
+        min_uptime: Duration,
+    ) -> Option<scout::Early> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let others = slots
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != id)
+            .map(|(_, s)| scout::Other {
+                state: s.state,
+                ready_at: s.ready_at,
+            });
+        let mut last = self.last_scout.lock().unwrap_or_else(|e| e.into_inner());
+        scout::start_early(others, crashed_at, min_uptime, &mut last, Instant::now())
     }
 
     /// Shared mode: whether a slot other than `id` has a process that serves.
@@ -1036,6 +1063,14 @@ pub(crate) async fn run(
         }
         let backoff = tokio::time::sleep(delay);
         tokio::pin!(backoff);
+        // Past `NO_CAPACITY_RETRY`, it looks whether the app recovered, or has nothing
+        // that runs and wants it as its scout (see `scout`).
+        let crashed_at = Instant::now();
+        let mut look = tokio::time::interval_at(
+            (crashed_at + scout::NO_CAPACITY_RETRY).into(),
+            scout::LOOK_EVERY,
+        );
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Shared mode, crash-looping: what was queued on the slot's socket goes to the
         // workers that serve rather than wait out the back-off (see `Steering::rescue`).
         let rescue = async {
@@ -1050,6 +1085,12 @@ pub(crate) async fn run(
         loop {
             tokio::select! {
                 _ = &mut backoff => break,
+                _ = look.tick(), if delay > scout::NO_CAPACITY_RETRY => {
+                    if let Some(early) = shared.starts_early(id, crashed_at, policy.min_uptime) {
+                        log_early_start(&shared.app, id, early);
+                        break;
+                    }
+                }
                 _ = &mut rescue => {}
                 _ = stopped(&mut stop) => break,
                 // Nothing to replace while no process runs; the next one starts from
@@ -1088,12 +1129,25 @@ pub(crate) fn ready_patience(ready_timeout: Duration, slow_starts: u32) -> Durat
 
 fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
     let pid = life.pid.map_or_else(|| "-".to_string(), |p| p.to_string());
+    let sooner = if delay > scout::NO_CAPACITY_RETRY {
+        " (sooner while no worker of the app serves, or once it recovers)"
+    } else {
+        ""
+    };
     tracing::warn!(
         app = %app,
         worker = id,
-        "worker {app}/{id} (pid {pid}) {}; restarting in {delay:?}",
+        "worker {app}/{id} (pid {pid}) {}; restarting in {delay:?}{sooner}",
         life.end,
     );
+}
+
+fn log_early_start(app: &str, id: usize, early: scout::Early) {
+    let why = match early {
+        scout::Early::Recovered => "a worker of the app started since serves",
+        scout::Early::Scout => "no worker of the app serves or starts (one tries each second)",
+    };
+    tracing::info!(app = %app, worker = id, "worker {app}/{id} starts before its back-off ends: {why}");
 }
 
 /// One process, from spawn to its end (replacements included: a slot's process may be
@@ -1508,6 +1562,9 @@ impl WorkerSlot {
         self.port = proc.port.as_ref().map(Port::get);
         self.spawned = Some(proc.spawned);
         self.started_at = Some(proc.started_at);
+        if state.is_serving() {
+            self.ready_at = Some(Instant::now());
+        }
         self.state = state;
     }
 }
@@ -1648,6 +1705,7 @@ fn watch_health<'a>(
 fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
     let mut slot = shared.slot(id);
     slot.state = WorkerState::Ready;
+    slot.ready_at = Some(Instant::now());
     // Its predecessor's health restart is over: the app's next may go.
     slot.health_permit = None;
     let Some(addr) = proc.addr() else {

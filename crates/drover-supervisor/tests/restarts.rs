@@ -75,6 +75,68 @@ async fn crash_loop_backs_off_and_others_keep_serving() {
     ok.stop().await;
 }
 
+/// Workers that lose their database crash together and back off together. Here the
+/// back-off is 20 s, so before, the app found its database back only when that ended.
+/// While nothing of the app serves or starts, one worker at a time tries each second
+/// (the app's scout); once it has served `min_uptime`, the others start too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_with_no_worker_serving_retries_before_its_back_off_ends() {
+    let pool = pool("scout");
+    let mut spec = python_app("scout", 3);
+    let db = temp_dir().join("db");
+    std::fs::write(&db, "up").unwrap();
+    spec.env
+        .insert("NEEDS_FILE".into(), db.to_string_lossy().into_owned());
+    spec.restart = drover_supervisor::Backoff {
+        initial: Duration::from_secs(20),
+        max: Duration::from_secs(20),
+        factor: 1.0,
+        min_uptime: Duration::from_millis(500),
+        crash_loop_after: 3,
+    };
+    let sup = Supervisor::start(spec, pool.clone()).unwrap();
+    assert!(
+        sup.wait_ready(Duration::from_secs(15)).await,
+        "{:?}",
+        sup.status()
+    );
+
+    // The database goes: every worker exits. The scouts try one at a time.
+    std::fs::remove_file(&db).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || pool.endpoints().is_empty()).await,
+        "{:?}",
+        sup.status()
+    );
+    let restarts = |sup: &Supervisor| sup.status().iter().map(|w| w.restarts).sum::<u32>();
+    let before = restarts(&sup);
+    let mut most_running = 0;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            most_running =
+                most_running.max(sup.status().iter().filter(|w| w.pid.is_some()).count());
+            restarts(&sup) >= before + 2
+        })
+        .await,
+        "no scout tried within 10 s of a 20 s back-off: {:?}",
+        sup.status()
+    );
+    assert!(most_running <= 1, "{most_running} scouts at once");
+
+    // It comes back: the next scout serves, then the others follow it.
+    std::fs::write(&db, "up").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let s = sup.status();
+            s.iter().all(|w| w.state == WorkerState::Ready) && pool.endpoints().len() == 3
+        })
+        .await,
+        "the app did not recover within 10 s of its database: {:?}",
+        sup.status()
+    );
+    sup.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_a_hung_health_check_is_restarted() {
     let pool = pool("hung");
