@@ -3,21 +3,21 @@
 //! (`ConnectionRecord`).
 //!
 //! The request path never waits for the log. A serving thread formats the line into a
-//! thread-local buffer and appends it to the balancer's bounded in-memory buffer under a
-//! mutex held for one copy; when that buffer is full the line is dropped and counted
-//! (`drover_access_log_dropped_total`). A writer thread of the log's own swaps the
-//! buffer out and writes it, at least every `FLUSH_EVERY`, on `flush_all` (shutdown)
-//! and before it reopens the file on `reopen_all` (SIGUSR1, after logrotate renamed it).
+//! thread-local buffer and pushes it to the balancer's spool (`drover_spool`: a bounded
+//! in-memory buffer under a mutex held for one copy); when that is full the line is
+//! dropped and counted (`drover_access_log_dropped_total`). The spool's writer thread
+//! writes what waits at least every `FLUSH_EVERY`, on `flush_all` (shutdown) and before
+//! it reopens the file on `reopen_all` (SIGUSR1, after logrotate renamed it).
 
 use drover_metrics::BalancerStats;
+use drover_spool::{Options as SpoolOptions, Spool, WeakSpool};
 use std::cell::RefCell;
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// Most bytes of lines waiting for the writer, per balancer. At 100,000 requests/s of
 /// 250-byte lines the writer takes 2.5 MB per `FLUSH_EVERY`: a disk that stalls for a
@@ -29,9 +29,6 @@ const WAKE_AT: usize = 256 << 10;
 
 /// How often the writer writes what waits, at least.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
-
-/// How long `flush_all` waits for each log's writer.
-const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// `access_log.format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -701,39 +698,19 @@ impl Drop for RequestFields {
 // The log: a bounded buffer, and its writer thread
 // ---------------------------------------------------------------------------------------
 
-/// A balancer's access log. Dropping it lets its writer write what waits and end.
+/// A balancer's access log: its lines go through a spool of their own, whose writer
+/// thread writes them (`drover_spool`). Dropping it lets the writer write what waits
+/// and end.
 pub struct AccessLog {
     settings: Settings,
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    pending: Mutex<Pending>,
-    /// Wakes the writer (lines past `WAKE_AT`, a reopen, a flush, the end).
-    wake: Condvar,
-    /// Tells `flush` callers that a flush they asked for is done.
-    flushed: Condvar,
-    cap: usize,
+    spool: Spool,
     stats: Arc<BalancerStats>,
 }
 
-#[derive(Default)]
-struct Pending {
-    lines: Vec<u8>,
-    reopen: bool,
-    /// Flushes asked for, and done: a flush is done when `done >= its ticket`.
-    flush_asked: u64,
-    flush_done: u64,
-    /// The `AccessLog` was dropped: write what waits, then end.
-    closed: bool,
-}
-
 /// Every log in the process, for SIGUSR1 (`reopen_all`) and shutdown (`flush_all`).
-static LOGS: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+static LOGS: Mutex<Vec<WeakSpool>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere while holding the lock leaves nothing half-done here worth
-    // refusing to log over: every update under it is a single append or flag.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -754,26 +731,26 @@ impl AccessLog {
     pub fn with_sink(
         settings: Settings,
         sink: Box<dyn Write + Send>,
-        reopen: Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>,
+        reopen: drover_spool::Reopen,
         cap: usize,
         stats: Arc<BalancerStats>,
     ) -> io::Result<AccessLog> {
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending::default()),
-            wake: Condvar::new(),
-            flushed: Condvar::new(),
+        let options = SpoolOptions {
+            thread: "drover-access-log".into(),
             cap,
-            stats,
-        });
-        let writer = Arc::clone(&shared);
-        let dest = PathBuf::from(&settings.path);
-        std::thread::Builder::new()
-            .name("drover-access-log".into())
-            .spawn(move || writer.write_until_closed(sink, reopen, &dest))?;
+            wake_at: WAKE_AT,
+            flush_every: FLUSH_EVERY,
+            name: Some(format!("the access log {}", settings.path)),
+        };
+        let spool = Spool::start(options, sink, Some(reopen))?;
         let mut logs = lock(&LOGS);
-        logs.retain(|l| l.strong_count() > 0);
-        logs.push(Arc::downgrade(&shared));
-        Ok(AccessLog { settings, shared })
+        logs.retain(WeakSpool::is_live);
+        logs.push(spool.downgrade());
+        Ok(AccessLog {
+            settings,
+            spool,
+            stats,
+        })
     }
 
     pub fn settings(&self) -> &Settings {
@@ -807,37 +784,20 @@ impl AccessLog {
 
     /// Appends one formatted line (with its newline).
     pub fn push(&self, line: &[u8]) {
-        let mut p = lock(&self.shared.pending);
-        if p.lines.len() + line.len() > self.shared.cap {
-            drop(p);
-            self.shared.stats.record_access_log_dropped();
-            return;
-        }
-        let before = p.lines.len();
-        p.lines.extend_from_slice(line);
-        let wake = before < WAKE_AT && p.lines.len() >= WAKE_AT;
-        drop(p);
-        if wake {
-            self.shared.wake.notify_one();
+        if !self.spool.push(line) {
+            self.stats.record_access_log_dropped();
         }
     }
 
     /// Asks the writer to open its path anew (after what waits is written to the old
     /// file), as logrotate's `postrotate` expects of SIGUSR1.
     pub fn reopen(&self) {
-        self.shared.reopen();
+        self.spool.reopen();
     }
 
-    /// Waits (up to `FLUSH_WAIT`) until every line handed over so far is written.
+    /// Waits (up to 5 s) until every line handed over so far is written.
     pub fn flush(&self) {
-        self.shared.flush();
-    }
-}
-
-impl Drop for AccessLog {
-    fn drop(&mut self) {
-        lock(&self.shared.pending).closed = true;
-        self.shared.wake.notify_one();
+        self.spool.flush();
     }
 }
 
@@ -848,113 +808,23 @@ pub fn reopen_all() {
     }
 }
 
-/// Writes out every access log's waiting lines, waiting for each (shutdown).
+/// Writes out every access log's waiting lines, waiting for each (shutdown); a log a
+/// reload replaced is written out too.
 pub fn flush_all() {
     for log in live_logs() {
         log.flush();
     }
 }
 
-fn live_logs() -> Vec<Arc<Shared>> {
-    lock(&LOGS).iter().filter_map(Weak::upgrade).collect()
-}
-
-impl Shared {
-    fn reopen(&self) {
-        lock(&self.pending).reopen = true;
-        self.wake.notify_one();
-    }
-
-    fn flush(&self) {
-        let mut p = lock(&self.pending);
-        p.flush_asked += 1;
-        let ticket = p.flush_asked;
-        self.wake.notify_one();
-        let deadline = Instant::now() + FLUSH_WAIT;
-        while p.flush_done < ticket {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            p = self
-                .flushed
-                .wait_timeout(p, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// The writer thread: every `FLUSH_EVERY`, or sooner when woken, takes what waits
-    /// and writes it; reopens when asked; ends once closed and written out.
-    fn write_until_closed(
-        self: Arc<Self>,
-        sink: Box<dyn Write + Send>,
-        mut reopen: Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>,
-        dest: &std::path::Path,
-    ) {
-        let mut out = BufWriter::with_capacity(64 << 10, sink);
-        // Swapped with the shared buffer, so neither side allocates in steady state.
-        let mut batch = Vec::new();
-        loop {
-            let (reopen_now, flush_ticket, closed) = {
-                let mut p = lock(&self.pending);
-                if p.lines.len() < WAKE_AT
-                    && !p.reopen
-                    && !p.closed
-                    && p.flush_asked == p.flush_done
-                {
-                    p = self
-                        .wake
-                        .wait_timeout(p, FLUSH_EVERY)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-                std::mem::swap(&mut p.lines, &mut batch);
-                (std::mem::take(&mut p.reopen), p.flush_asked, p.closed)
-            };
-            if !batch.is_empty() {
-                if let Err(e) = out.write_all(&batch) {
-                    tracing::warn!(path = %dest.display(), "cannot write the access log: {e}");
-                }
-                batch.clear();
-            }
-            if let Err(e) = out.flush() {
-                tracing::warn!(path = %dest.display(), "cannot write the access log: {e}");
-            }
-            if reopen_now {
-                match reopen() {
-                    Ok(sink) => out = BufWriter::with_capacity(64 << 10, sink),
-                    // Keep writing where it did: lines in a renamed file are not lost.
-                    Err(e) => {
-                        tracing::warn!(path = %dest.display(), "cannot reopen the access log, still writing to the old file: {e}")
-                    }
-                }
-            }
-            {
-                let mut p = lock(&self.pending);
-                p.flush_done = p.flush_done.max(flush_ticket);
-            }
-            self.flushed.notify_all();
-            if closed {
-                // Lines appended after the swap above are the last few of requests
-                // that finished meanwhile: write them too.
-                let rest = std::mem::take(&mut lock(&self.pending).lines);
-                let _ = out.write_all(&rest);
-                let _ = out.flush();
-                // Every flush, asked now or later, finds nothing left to wait for: a
-                // log a reload replaced is written out before drover exits too.
-                lock(&self.pending).flush_done = u64::MAX;
-                self.flushed.notify_all();
-                return;
-            }
-        }
-    }
+fn live_logs() -> Vec<WeakSpool> {
+    lock(&LOGS).clone()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::mpsc;
+    use std::time::Instant;
 
     fn record<'a>() -> Record<'a> {
         Record {

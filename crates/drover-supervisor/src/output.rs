@@ -38,17 +38,17 @@ pub type LineSink = Arc<dyn Fn(&[LogLine<'_>]) + Send + Sync>;
 /// (and may be a report), and a prefix already tells streams apart well enough.
 pub fn stderr_sink() -> LineSink {
     Arc::new(|lines: &[LogLine<'_>]| {
-        // A batch is formatted first and written whole, in one system call: stderr is
-        // unbuffered, and `writeln!` on it wrote each formatted piece on its own (seven
-        // writes a line, measured with strace). Whole lines in one write also never
-        // interleave with another worker's. A full stderr pipe blocks this thread
-        // briefly; losing output would be worse.
+        // A batch is formatted first and handed over whole: `writeln!` on stderr wrote
+        // each formatted piece on its own (seven writes a line, measured with strace),
+        // and whole lines never interleave with another worker's. Through drover's
+        // stderr spool, never waiting: a stderr nobody reads blocked this thread
+        // (a runtime thread) before, then every task of drover behind it.
         let size: usize = lines.iter().map(|l| l.app.len() + l.text.len() + 16).sum();
         let mut whole = Vec::with_capacity(size);
         for line in lines {
             let _ = writeln!(whole, "{line}");
         }
-        let _ = std::io::stderr().lock().write_all(&whole);
+        drover_spool::stderr_bytes(&whole);
     })
 }
 

@@ -217,10 +217,10 @@ impl RunningBalancer {
             .map(|addr| format!(" and {addr}"))
             .collect();
         match proxy.local_addr() {
-            Some(addr) => eprintln!(
+            Some(addr) => drover_spool::eprintln!(
                 "drover: balancer {name:?} listening on {addr}{also} ({over}, strategy {strategy}{tcp})"
             ),
-            None => eprintln!(
+            None => drover_spool::eprintln!(
                 "drover: balancer {name:?} serving what routes send it ({over}, strategy {strategy}{tcp})"
             ),
         }
@@ -417,7 +417,7 @@ async fn follow_dns(
     for (target, e) in source.first_errors() {
         // Not fatal: the name is looked up again, and other backends serve meanwhile.
         tracing::warn!(balancer = %plan.proxy.name, %target, "dns: {e}; retrying");
-        eprintln!(
+        drover_spool::eprintln!(
             "drover: warning: balancer {:?}: {target} does not resolve yet: {e}",
             plan.proxy.name
         );

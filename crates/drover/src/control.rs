@@ -170,7 +170,7 @@ impl Controller {
         // What the file says that drover does not apply, as at start: a key added
         // since is named too.
         for note in &notes {
-            eprintln!("drover: note: {note}");
+            drover_spool::eprintln!("drover: note: {note}");
         }
         let running = self.apps();
         for app in &running {

@@ -109,12 +109,12 @@ pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed,
         })?;
         plan = BalancerPlan::from_config(&config).map_err(|e| format!("balancer {name:?}: {e}"))?;
         if config.tls.is_some() {
-            eprintln!(
+            drover_spool::eprintln!(
                 "drover: the app's server speaks {}, not HTTP/1.1: drover ends the clients' TLS (--tls-cert, tls) and relays what each session carries to a worker (TCP mode)",
                 seen.speaks
             );
         } else {
-            eprintln!(
+            drover_spool::eprintln!(
                 "drover: the app's server speaks {}, not HTTP/1.1: drover hands each connection to a worker unread, as Node's cluster module does (TCP mode)",
                 seen.speaks
             );
@@ -149,7 +149,7 @@ pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed,
         match started {
             Ok(b) => {
                 if asked {
-                    eprintln!(
+                    drover_spool::eprintln!(
                         "drover: the app listens on port {}: clients connect there, as under Node's cluster module and PM2{}",
                         addr.port(),
                         elsewhere("to choose another address")
@@ -268,7 +268,7 @@ pub(crate) async fn says_if_its_own_port_is_unserved(
     }
     let at: Vec<String> = served.iter().map(ToString::to_string).collect();
     let port = asked.port();
-    eprintln!(
+    drover_spool::eprintln!(
         "drover: app {:?} listens on port {port} (its own choice, not its PORT), and its clients connect at {}: nothing serves port {port}, so a call the app makes to itself there (http://localhost:{port}/...) is refused, where PM2 serves it. To serve it: drover run without --listen (clients then connect at port {port}), or in drover.toml a balancer with listen = \"{asked}\", backends = [] and routes = [{{ path_prefix = \"/\", balancer = {front:?} }}]",
         app.name(),
         at.join(", "),

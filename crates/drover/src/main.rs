@@ -19,22 +19,31 @@ fn main() -> ExitCode {
     init_logging();
     raise_descriptor_limit();
     let result = match cli.command {
-        Command::Proxy(args) => proxy(*args),
-        Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
-        Command::Run(args) => control_runtime().and_then(|rt| rt.block_on(up::run_app(&args))),
-        Command::Ctl(args) => control_runtime().and_then(|rt| rt.block_on(ctl::ctl(args))),
+        Command::Proxy(args) => proxy(*args).map(|()| None),
+        Command::Up(args) => control_runtime()
+            .and_then(|rt| rt.block_on(up::up(&args.config)))
+            .map(|()| None),
+        Command::Run(args) => control_runtime()
+            .and_then(|rt| rt.block_on(up::run_app(&args)))
+            .map(|()| None),
+        Command::Ctl(args) => control_runtime()
+            .and_then(|rt| rt.block_on(ctl::ctl(args)))
+            .map(|()| None),
         // Exit 1, not 2, on a config that fails the check: the check itself worked.
-        Command::Check(args) => return check::main(&args.config),
+        Command::Check(args) => Ok(Some(check::main(&args.config))),
         // Its own exit codes (3: an SLO was breached) and error messages.
-        Command::Bench(args) => return drover_bench::cli::main_with(&args),
+        Command::Bench(args) => Ok(Some(drover_bench::cli::main_with(&args))),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match result {
+        Ok(code) => code.unwrap_or(ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("error: {e}");
+            drover_spool::eprintln!("error: {e}");
             ExitCode::from(2)
         }
-    }
+    };
+    // What waits for stderr's reader is written before drover ends (5 s at most).
+    drover_spool::flush_stderr();
+    code
 }
 
 fn init_logging() {
@@ -42,7 +51,8 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Through the stderr spool: a stderr nobody reads costs lines, not drover.
+        .with_writer(|| drover_spool::Stderr)
         .init();
 }
 

@@ -48,12 +48,12 @@ pub async fn serve_until_signal(
             }
             _ = hup.recv() => {
                 let control = Arc::clone(&control);
-                eprintln!("drover: SIGHUP received, reloading");
+                drover_spool::eprintln!("drover: SIGHUP received, reloading");
                 // In its own task, so SIGTERM is still heard during a long reload.
                 tokio::spawn(async move {
                     match control.reload(None).await {
-                        Ok(msg) => eprintln!("drover: {msg}"),
-                        Err(e) => eprintln!("drover: reload failed: {e}"),
+                        Ok(msg) => drover_spool::eprintln!("drover: {msg}"),
+                        Err(e) => drover_spool::eprintln!("drover: reload failed: {e}"),
                     }
                 });
             }
@@ -64,9 +64,11 @@ pub async fn serve_until_signal(
     info!("{which}: draining");
     match &failed {
         Some(_) => {
-            eprintln!("drover: a balancer could not start or serve its app (below); draining")
+            drover_spool::eprintln!(
+                "drover: a balancer could not start or serve its app (below); draining"
+            )
         }
-        None => eprintln!("drover: {which} received, draining"),
+        None => drover_spool::eprintln!("drover: {which} received, draining"),
     }
     let balancers = control.balancers();
     for b in &balancers {
@@ -88,8 +90,8 @@ pub async fn serve_until_signal(
     // Ctrl-C twice does not want to wait out the drain timeout for one.
     tokio::select! {
         () = drain => {}
-        _ = term.recv() => eprintln!("drover: SIGTERM again: closing the remaining connections now"),
-        _ = int.recv() => eprintln!("drover: SIGINT again: closing the remaining connections now"),
+        _ = term.recv() => drover_spool::eprintln!("drover: SIGTERM again: closing the remaining connections now"),
+        _ = int.recv() => drover_spool::eprintln!("drover: SIGINT again: closing the remaining connections now"),
     }
     // Every answered request's line is in its log's buffer now: write them all
     // before drover exits (a writer thread would be stopped mid-batch at exit).
@@ -98,7 +100,7 @@ pub async fn serve_until_signal(
     for app in &control.apps() {
         app.shutdown().await;
     }
-    eprintln!("drover: stopped");
+    drover_spool::eprintln!("drover: stopped");
     match failed {
         Some(e) => Err(e),
         None => Ok(()),

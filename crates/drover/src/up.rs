@@ -45,7 +45,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
 pub async fn run_app(args: &RunArgs) -> Result<(), String> {
     let run = flags::run_config(args).map_err(|e| e.to_string())?;
     for note in &run.notes {
-        eprintln!("drover: note: {note}");
+        drover_spool::eprintln!("drover: note: {note}");
     }
     // Asked for: it must start. Not asked for: the default port, if it is free.
     let admin_mode = if run.admin_asked {
@@ -129,7 +129,7 @@ pub(crate) async fn run_config(
         Some(admin) => match tokio::net::TcpListener::bind(admin.listen).await {
             Ok(l) => Some(l),
             Err(e) if admin_mode == Admin::IfFree => {
-                eprintln!(
+                drover_spool::eprintln!(
                     "drover: warning: no admin API (`drover ctl` will not reach this drover): cannot listen on {}: {e}; pass --admin ADDR",
                     admin.listen
                 );
@@ -230,7 +230,7 @@ pub(crate) async fn run_config(
                     return Err(format!("admin API: {e}"));
                 }
             };
-            eprintln!("drover: admin API listening on {}", server.local_addr());
+            drover_spool::eprintln!("drover: admin API listening on {}", server.local_addr());
             Some(server)
         }
         None => None,
@@ -307,7 +307,7 @@ pub(crate) fn start_app(
             let sup =
                 Supervisor::start_shared(spec, socket, stderr_sink()).map_err(|e| e.to_string())?;
             // Scripts and tests read this line to learn the port when listening on :0.
-            eprintln!(
+            drover_spool::eprintln!(
                 "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
             );
             Ok(sup)
@@ -318,7 +318,7 @@ pub(crate) fn start_app(
             let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
             let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
                 .map_err(|e| e.to_string())?;
-            eprintln!("drover: app {name:?} starting {workers} workers");
+            drover_spool::eprintln!("drover: app {name:?} starting {workers} workers");
             say_shared_ports(name, sup.shared_ports_bound());
             Ok(sup)
         }
@@ -337,14 +337,14 @@ fn say_shared_ports(app: String, mut bound: tokio::sync::watch::Receiver<Vec<Pla
                     Place::Port { address, port } => {
                         let at = address
                             .map_or_else(|| "every address".to_string(), |ip| ip.to_string());
-                        eprintln!(
+                        drover_spool::eprintln!(
                             "drover: app {app:?} also listens on port {port} ({at}): its workers \
                              share it as under Node's cluster module, each new connection to the \
                              worker with the fewest not yet taken up; drover balances by load the \
                              port it listened on first"
                         );
                     }
-                    Place::Path(path) => eprintln!(
+                    Place::Path(path) => drover_spool::eprintln!(
                         "drover: app {app:?} listens on the Unix socket {}: drover binds it once \
                          and its workers share it as under Node's cluster module, each new \
                          connection to the worker with the fewest not yet taken up",
@@ -397,9 +397,11 @@ fn passed_by_key(cfg: &Config) -> Result<BTreeMap<String, std::net::TcpListener>
     let mut by_key = BTreeMap::new();
     for (owner, p) in owners.into_iter().zip(passed) {
         // Scripts and tests read this line to learn which socket serves what.
-        eprintln!(
+        drover_spool::eprintln!(
             "drover: {} serves the socket systemd passed as {:?} ({})",
-            owner.owner, p.socket.name, p.socket.addr
+            owner.owner,
+            p.socket.name,
+            p.socket.addr
         );
         by_key.insert(owner.key, p.listener);
     }

@@ -132,7 +132,7 @@ async fn reload_each_change(control: Weak<Controller>, files: AppFiles) {
         let changed = match watcher.changed().await {
             Ok(changed) => changed,
             Err(e) => {
-                eprintln!("drover: app {app:?}: watching its files failed ({e}); no more reloads on changes");
+                drover_spool::eprintln!("drover: app {app:?}: watching its files failed ({e}); no more reloads on changes");
                 return;
             }
         };
@@ -142,13 +142,15 @@ async fn reload_each_change(control: Weak<Controller>, files: AppFiles) {
         if !control.apps().iter().any(|a| a.name() == app) {
             return;
         }
-        eprintln!(
+        drover_spool::eprintln!(
             "drover: app {app:?}: {} changed; reloading",
             shown(&changed, &cwd)
         );
         match control.reload(Some(app.clone())).await {
-            Ok(_) => eprintln!("drover: app {app:?} reloaded after the change"),
-            Err(e) => eprintln!("drover: app {app:?}: the reload after the change failed: {e}"),
+            Ok(_) => drover_spool::eprintln!("drover: app {app:?} reloaded after the change"),
+            Err(e) => drover_spool::eprintln!(
+                "drover: app {app:?}: the reload after the change failed: {e}"
+            ),
         }
     }
 }
