@@ -15,6 +15,11 @@ pub fn render(format: Format, balancers: &[BalancerSnapshot], status: &Status) -
     e.sample_u64(&[("version", env!("CARGO_PKG_VERSION"))], 1);
     render::balancers(&mut e, balancers);
     workers(&mut e, status);
+    e.counter(
+        "drover_stderr_dropped_lines",
+        "Lines for drover's stderr (its log, its workers' output) dropped because nothing read it and its 8 MiB buffer was full.",
+    );
+    e.sample_u64(&[], drover_spool::stderr_dropped_lines());
     e.finish()
 }
 

@@ -15,7 +15,9 @@
 
 mod stderr;
 
-pub use stderr::{flush_stderr, stderr_bytes, stderr_line, Stderr, STDERR_CAP};
+pub use stderr::{
+    flush_stderr, stderr_bytes, stderr_dropped_lines, stderr_line, Stderr, STDERR_CAP,
+};
 
 use std::io::{self, BufWriter, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};

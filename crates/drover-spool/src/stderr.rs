@@ -18,6 +18,9 @@ static SPOOL: OnceLock<Option<Spool>> = OnceLock::new();
 /// Lines dropped and not yet reported.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
+/// Lines dropped since drover started (`stderr_dropped_lines`).
+static DROPPED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
 fn spool() -> Option<&'static Spool> {
     SPOOL
         .get_or_init(|| {
@@ -52,9 +55,15 @@ pub fn stderr_bytes(bytes: &[u8]) {
         }
     }
     if !spool.push(bytes) {
-        let lines = bytes.iter().filter(|&&b| b == b'\n').count().max(1);
-        DROPPED.fetch_add(lines as u64, Ordering::Relaxed);
+        let lines = bytes.iter().filter(|&&b| b == b'\n').count().max(1) as u64;
+        DROPPED.fetch_add(lines, Ordering::Relaxed);
+        DROPPED_TOTAL.fetch_add(lines, Ordering::Relaxed);
     }
+}
+
+/// Lines for stderr dropped since drover started, its buffer being full (`/metrics`).
+pub fn stderr_dropped_lines() -> u64 {
+    DROPPED_TOTAL.load(Ordering::Relaxed)
 }
 
 /// `stderr_bytes` of one formatted line (`drover_spool::eprintln!`).

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{bin, status, temp_dir};
+use common::{bin, metrics_text, status, temp_dir};
 use drover_testkit::HttpClient;
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -44,7 +44,7 @@ async fn addresses(stderr: &mut BufReader<ChildStderr>) -> (SocketAddr, SocketAd
 /// the pipe's 64 KiB and drover's 8 MiB of spool), under `drover run -w 2` whose
 /// stderr nothing reads. Every request is answered, a killed worker is replaced, the
 /// admin API answers; once the pipe is read again, drover says how many lines it
-/// dropped.
+/// dropped, and `/metrics` counts them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stderr_nobody_reads_costs_lines_not_service() {
     let dir = temp_dir("stalled-stderr");
@@ -134,6 +134,13 @@ async fn a_stderr_nobody_reads_costs_lines_not_service() {
         }
     }
     assert!(noticed, "no notice of dropped lines in {} bytes", out.len());
+    let metrics = metrics_text(admin).await;
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("drover_stderr_dropped_lines_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no drover_stderr_dropped_lines_total in {metrics}"));
+    assert!(dropped > 0, "{metrics}");
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
