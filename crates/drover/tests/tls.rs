@@ -1523,3 +1523,100 @@ async fn drover_bench_loads_https_full_or_resumed_and_names_a_certificate_it_can
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--insecure is for https://"), "{err}");
 }
+
+/// h2load's summary line for `what`: `requests: N total, N started, N done, N
+/// succeeded, N failed, N errored, N timeout`, as (done, succeeded, failed, errored).
+fn h2load_counts(out: &str) -> (u64, u64, u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("requests: "))
+        .unwrap_or_else(|| panic!("no requests line from h2load:\n{out}"));
+    let count = |word: &str| -> u64 {
+        line.split(", ")
+            .find_map(|part| part.trim_start_matches("requests: ").strip_suffix(word))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {word:?} in {line:?}"))
+    };
+    (
+        count(" done"),
+        count(" succeeded"),
+        count(" failed"),
+        count(" errored"),
+    )
+}
+
+/// h2load (nghttp2's load generator, the HTTP/2 row of bench/h2.sh) against drover: 100
+/// streams at once over 10 connections, over TLS (ALPN `h2`) and in cleartext with
+/// prior knowledge (`--h2c`). Every request is answered, with 2xx, and the streams of
+/// each connection are spread over the three backends, counted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2loads_streams_over_tls_and_h2c_are_all_answered_and_spread_over_the_backends() {
+    const REQUESTS: u64 = 3000;
+    if Command::new("h2load").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "h2load is missing (scripts/test installs nghttp2-client)"
+        );
+        eprintln!("skipped: h2load is missing (nghttp2-client)");
+        return;
+    }
+    let backends = [
+        Backend::start().await,
+        Backend::start().await,
+        Backend::start().await,
+    ];
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("\"{}\"", b.addr()))
+        .collect();
+    let pki = Pki::new("tls-h2load");
+    let leaf = pki.leaf("site", "localhost", &["localhost"], far_future());
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[[balancer]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbackends = [{}]\n{}",
+        list.join(", "),
+        tls_table(&[&leaf])
+    );
+    let (tls, web, _admin, _) = start(&pki.dir, &toml).await;
+    let mut backends_list = Vec::new();
+    for b in &backends {
+        backends_list.extend(["-b".to_string(), b.addr().to_string()]);
+    }
+    let mut args = vec!["proxy", "-l", "127.0.0.1:0", "--h2c"];
+    args.extend(backends_list.iter().map(String::as_str));
+    let h2c = DroverProcess::spawn(bin(), &args).await;
+
+    for (what, url) in [
+        ("TLS", format!("https://localhost:{}/", web.port())),
+        ("h2c", format!("http://{}/", h2c.addr())),
+    ] {
+        let before: Vec<u64> = backends.iter().map(Backend::hits).collect();
+        let out = tokio::process::Command::new("h2load")
+            .args(["-n", &REQUESTS.to_string(), "-c", "10", "-m", "10", &url])
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains("Application protocol: h2"), "{what}: {text}");
+        assert_eq!(
+            h2load_counts(&text),
+            (REQUESTS, REQUESTS, 0, 0),
+            "{what}: every request answered\n{text}\n{}{}",
+            tls.stderr_text(),
+            h2c.stderr_text()
+        );
+        assert!(
+            text.contains(&format!("status codes: {REQUESTS} 2xx")),
+            "{what}: {text}"
+        );
+        let served: Vec<u64> = backends
+            .iter()
+            .zip(&before)
+            .map(|(b, was)| b.hits() - was)
+            .collect();
+        assert_eq!(served.iter().sum::<u64>(), REQUESTS, "{what}: {served:?}");
+        assert!(
+            served.iter().all(|&n| n > 0),
+            "{what}: each backend took some of the streams: {served:?}"
+        );
+    }
+}

@@ -19,7 +19,39 @@ pub struct Chromium {
 }
 
 impl Chromium {
+    /// Chromium with a profile and a home of its own in `profile`, trusting no
+    /// certificate authority a test makes.
     pub async fn start(profile: &Path) -> Chromium {
+        Chromium::launch(profile).await
+    }
+
+    /// Chromium that trusts the CA in `ca_pem` as a user's browser trusts a company CA:
+    /// in the NSS database of its home (`~/.pki/nssdb`, where Chromium on Linux reads the
+    /// user's own trust anchors), made here with NSS's `certutil`. Nothing else is
+    /// relaxed: the server's certificate must chain to that CA and name the host.
+    pub async fn start_trusting(profile: &Path, ca_pem: &Path) -> Chromium {
+        let db = profile.join("home/.pki/nssdb");
+        std::fs::create_dir_all(&db).unwrap();
+        let db = format!("sql:{}", db.display());
+        certutil(&["-N", "-d", &db, "--empty-password"]);
+        let ca = ca_pem.to_str().unwrap();
+        certutil(&[
+            "-A",
+            "-d",
+            &db,
+            "-t",
+            "C,,",
+            "-n",
+            "drover test CA",
+            "-i",
+            ca,
+        ]);
+        Chromium::launch(profile).await
+    }
+
+    async fn launch(profile: &Path) -> Chromium {
+        let home = profile.join("home");
+        std::fs::create_dir_all(&home).unwrap();
         let mut cmd = tokio::process::Command::new("/usr/bin/chromium");
         cmd.args([
             "--headless=new",
@@ -39,6 +71,7 @@ impl Chromium {
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("about:blank")
+        .env("HOME", &home)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -180,6 +213,36 @@ impl Cdp {
             .filter_map(|e| e["params"]["request"]["url"].as_str().map(str::to_string))
             .collect()
     }
+}
+
+fn certutil(args: &[&str]) {
+    let out = std::process::Command::new("certutil")
+        .args(args)
+        .output()
+        .expect("run certutil (libnss3-tools; scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "certutil {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether NSS's `certutil` is missing (the browser tests over HTTPS need it to trust
+/// the test's CA); under CI it must be here (scripts/test installs libnss3-tools).
+pub fn certutil_missing() -> bool {
+    if std::process::Command::new("certutil")
+        .arg("-H")
+        .output()
+        .is_ok()
+    {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "certutil is missing; scripts/test installs libnss3-tools"
+    );
+    eprintln!("skipping the browser test over HTTPS: certutil is missing (libnss3-tools)");
+    true
 }
 
 pub fn chromium_missing() -> bool {
