@@ -43,7 +43,7 @@ fn main() {
                         let ctx = PickContext {
                             now,
                             hash_key: Some(keys[i % keys.len()].as_bytes()),
-                            sticky: Some(&sticky),
+                            pinned: Some(&sticky),
                             ..Default::default()
                         };
                         drop(black_box(b.pick(black_box(&set), &ctx)));

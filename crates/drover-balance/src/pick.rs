@@ -25,8 +25,9 @@ pub struct PickContext<'a> {
     pub route: u64,
     /// Key for `hash`: the header, cookie, client IP or path the balancer hashes on.
     pub hash_key: Option<&'a [u8]>,
-    /// Endpoint id from a sticky cookie.
-    pub sticky: Option<&'a str>,
+    /// The id of the endpoint the request is pinned to (see `strategy::pinned`): from
+    /// the sticky cookie, or the endpoint that holds its engine.io session.
+    pub pinned: Option<&'a str>,
     /// Endpoints already tried for this request (retries go elsewhere when they can).
     pub exclude: &'a [Arc<Endpoint>],
     /// The endpoint that served the last request of this client connection: taken

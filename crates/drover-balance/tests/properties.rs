@@ -1,7 +1,7 @@
 //! Property tests over seeded random cases: every strategy, many shapes of pool.
 
 use drover_balance::hashing::key_hash;
-use drover_balance::strategy::{Maglev, P2c, SmoothWeighted, Sticky, WeightedRandom};
+use drover_balance::strategy::{Maglev, P2c, SmoothWeighted, WeightedRandom};
 use drover_balance::{Balancer, Endpoint, EndpointSet, NoPick, Pick, PickContext, Strategy};
 use std::sync::Arc;
 
@@ -276,13 +276,13 @@ fn every_strategy_picks_only_eligible_endpoints_and_explains_why_not() {
             .filter(|(_, &s)| s == 3)
             .map(|(e, _)| Arc::clone(e))
             .collect();
-        let sticky = set.endpoints().first().map(|e| e.id().to_string());
+        let pin = set.endpoints().first().map(|e| e.id().to_string());
         let key = format!("key-{case}");
         let ctx = PickContext {
             now,
             exclude: &exclude,
             hash_key: (case % 2 == 0).then_some(key.as_bytes()),
-            sticky: sticky.as_deref(),
+            pinned: pin.as_deref(),
             ..Default::default()
         };
         let expected_err = if states.contains(&4) {
@@ -292,12 +292,10 @@ fn every_strategy_picks_only_eligible_endpoints_and_explains_why_not() {
         };
         for s in Strategy::ALL {
             let b = s.build();
-            // A pinned request waits for its endpoint when that one is only full.
-            let may_wait_for_pin = match s {
-                Strategy::Sticky => states.first() == Some(&4),
-                Strategy::Hash => ctx.hash_key.is_some() && states.contains(&4),
-                _ => false,
-            };
+            // A pinned request waits for its endpoint when that one is only full, under
+            // any strategy (the pin is the first endpoint); so does a hashed one.
+            let may_wait_for_pin = states.first() == Some(&4)
+                || (s == Strategy::Hash && ctx.hash_key.is_some() && states.contains(&4));
             for _ in 0..20 {
                 match b.pick(&set, &ctx) {
                     Ok(p) => assert_eq!(states[index_of(&set, &p)], 0, "{s} case {case}"),
@@ -370,11 +368,11 @@ fn sticky_follows_its_endpoint_and_falls_back_when_it_is_down() {
     fastrand::seed(19);
     for n in [2, 5, 60] {
         let set = pool(&vec![1; n]);
-        let st = Sticky::new();
+        let st = Strategy::Sticky.build();
         let target = &set.endpoints()[n - 1];
         let id = target.id().to_string();
         let ctx = PickContext {
-            sticky: Some(&id),
+            pinned: Some(&id),
             ..at(10)
         };
         assert!(Arc::ptr_eq(st.pick(&set, &ctx).unwrap().endpoint(), target));

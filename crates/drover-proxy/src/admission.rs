@@ -171,7 +171,7 @@ struct Waiter {
     /// Later requests that joined ahead of this one.
     passed: u32,
     hash_key: Option<Vec<u8>>,
-    sticky: Option<String>,
+    pinned: Option<String>,
     exclude: Vec<Arc<Endpoint>>,
     reply: oneshot::Sender<Result<Slot, ProxyError>>,
 }
@@ -179,7 +179,7 @@ struct Waiter {
 impl Waiter {
     /// Whether the request may only go to one endpoint while that one is up.
     fn is_pinned(&self) -> bool {
-        self.hash_key.is_some() || self.sticky.is_some()
+        self.hash_key.is_some() || self.pinned.is_some()
     }
 }
 
@@ -290,7 +290,7 @@ impl Admission {
                     retry,
                     passed: 0,
                     hash_key: ctx.hash_key.map(<[u8]>::to_vec),
-                    sticky: ctx.sticky.map(str::to_owned),
+                    pinned: ctx.pinned.map(str::to_owned),
                     exclude: ctx.exclude.to_vec(),
                     reply,
                 },
@@ -433,7 +433,7 @@ impl Admission {
                 guess: waiter.guess,
                 route: waiter.route,
                 hash_key: waiter.hash_key.as_deref(),
-                sticky: waiter.sticky.as_deref(),
+                pinned: waiter.pinned.as_deref(),
                 exclude: &waiter.exclude,
                 previous: None,
                 // Placed by whichever thread freed the room, whose idle connections are
@@ -628,7 +628,7 @@ mod tests {
             retry: false,
             passed,
             hash_key: None,
-            sticky: None,
+            pinned: None,
             exclude: Vec::new(),
             reply: oneshot::channel().0,
         }
@@ -747,7 +747,7 @@ mod tests {
             guess: 0,
             route: 0,
             hash_key: None,
-            sticky: None,
+            pinned: None,
             exclude: &[],
             previous: None,
             pooled: None,

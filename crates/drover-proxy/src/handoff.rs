@@ -90,6 +90,7 @@ pub(crate) fn at_accept(cell: &ThreadCell, stream: TcpStream) -> Option<TcpStrea
         || shared.opts.h2c
         || shared.tls.load().is_some()
         || !shared.pool.handoffs().any()
+        || shared.sessions.seen()
     {
         return Some(stream);
     }
@@ -112,9 +113,12 @@ pub(crate) enum HandOver {
 /// the next one read, should be offered to a worker, and to which.
 pub(crate) fn between_requests(shared: &BalancerState) -> Option<HandOver> {
     // Cheapest first: this runs after every proxied request of a keep-alive connection.
-    // A worker would see the PROXY protocol sender as its client.
+    // A worker would see the PROXY protocol sender as its client. socket.io sessions
+    // are kept on their workers by drover, which must see their requests (`engine_io`).
     let may = |shared: &BalancerState| {
-        shared.opts.proxy_protocol.is_none() && shared.pool.handoffs().any()
+        shared.opts.proxy_protocol.is_none()
+            && shared.pool.handoffs().any()
+            && !shared.sessions.seen()
     };
     match shared.opts.handoff {
         Handoff::Never => None,

@@ -36,6 +36,7 @@ pub mod backend_tls;
 mod body;
 mod conn;
 pub mod descriptors;
+mod engine_io;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -201,6 +201,7 @@ impl Proxy {
             stats,
             tls,
             routes: Arc::new(ArcSwapOption::empty()),
+            sessions: Arc::default(),
         };
         let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         let cells: Arc<[Arc<ThreadCell>]> = (0..threads)
@@ -288,6 +289,7 @@ impl Proxy {
             stats: Arc::clone(&current.stats),
             tls,
             routes: Arc::clone(&current.routes),
+            sessions: Arc::clone(&current.sessions),
         };
         let shared = BalancerState::new(opts, pool, balancer, lasting, access_log);
         for cell in self.cells.iter() {

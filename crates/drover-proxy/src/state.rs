@@ -3,6 +3,7 @@
 
 use crate::access_log::AccessLog;
 use crate::admission::Admission;
+use crate::engine_io::Sessions;
 use crate::http1::keys::KeySpec;
 use crate::http2::backend::H2Backends;
 use crate::options::ProxyOptions;
@@ -44,6 +45,9 @@ pub(crate) struct BalancerState {
     /// for every generation of settings: the routes name other balancers, so they are
     /// set after every balancer of a reload is in place (`Proxy::set_routes`).
     pub routes: Arc<ArcSwapOption<Routes>>,
+    /// Which endpoint holds each socket.io session (one for every generation of
+    /// settings: a reload keeps the sessions where they are).
+    pub sessions: Arc<Sessions>,
     /// Set once a reload has replaced these settings: an HTTP/2 connection then sends
     /// GOAWAY, so its client moves to a new connection under the new ones (an HTTP/1.1
     /// connection moves at its next request).
@@ -57,6 +61,7 @@ pub(crate) struct Lasting {
     pub stats: Arc<BalancerStats>,
     pub tls: Arc<ArcSwapOption<Certificates>>,
     pub routes: Arc<ArcSwapOption<Routes>>,
+    pub sessions: Arc<Sessions>,
 }
 
 impl BalancerState {
@@ -73,6 +78,7 @@ impl BalancerState {
             stats,
             tls,
             routes,
+            sessions,
         } = lasting;
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
@@ -96,6 +102,7 @@ impl BalancerState {
             access_log,
             tls,
             routes,
+            sessions,
             retired: watch::Sender::new(false),
         })
     }

@@ -356,7 +356,7 @@ async fn place(
             guess: 0,
             route: 0,
             hash_key: hash_key.as_deref().map(str::as_bytes),
-            sticky: None,
+            pinned: None,
             exclude: &tried,
             previous: None,
             pooled: None,

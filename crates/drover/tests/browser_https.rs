@@ -5,7 +5,7 @@
 //! drover places on a worker of its own choosing, and a rolling reload under the page's
 //! fetches fails none; a browser without the CA refuses the site. socket.io's defaults
 //! in the browser (long-polling over HTTP/2, then a WebSocket over TLS) keep a session
-//! on one worker with `--strategy sticky`.
+//! on one worker, under drover's default strategy.
 
 mod common;
 
@@ -25,14 +25,13 @@ fn fixture(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// `drover run -w WORKERS --tls-cert … -- node APP` on a free port, with `extra` flags,
-/// serving `localhost` by a certificate of `pki`'s CA; once every worker serves.
-async fn run_https(pki: &Pki, workers: &str, extra: &[&str], app: &Path) -> DroverProcess {
+/// `drover run -w WORKERS --tls-cert … -- node APP` on a free port, serving `localhost`
+/// by a certificate of `pki`'s CA; once every worker serves.
+async fn run_https(pki: &Pki, workers: &str, app: &Path) -> DroverProcess {
     let (cert, key) = pki.leaf("localhost", "localhost", &["localhost"], far_future());
     let mut cmd = Command::new(bin());
     cmd.args(["run", "-w", workers, "-l", "127.0.0.1:0"])
         .args(["--admin", "127.0.0.1:0"])
-        .args(extra)
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
@@ -86,7 +85,7 @@ async fn a_browser_trusting_the_tests_ca_gets_the_page_and_its_fetches_over_http
         return;
     }
     let pki = Pki::new("browser-https");
-    let d = run_https(&pki, "2", &[], &fixture("browser/page.js")).await;
+    let d = run_https(&pki, "2", &fixture("browser/page.js")).await;
     let admin = admin_addr(&d).await;
     let origin = format!("https://localhost:{}", d.addr().port());
 
@@ -178,11 +177,12 @@ async fn a_browser_trusting_the_tests_ca_gets_the_page_and_its_fetches_over_http
     );
 }
 
-/// socket.io as its guide writes it, in a browser over HTTPS: the session's first
-/// requests are long-polls and POSTs, streams of one HTTP/2 connection, and then it
-/// upgrades to a WebSocket (over HTTP/1.1 and TLS: drover's HTTP/2 offers no extended
-/// CONNECT, so Chromium opens a connection for it). Every message's ack comes from the
-/// one worker that holds the session.
+/// socket.io as its guide writes it, in a browser over HTTPS, under `drover run`'s
+/// defaults: the session's first requests are long-polls and POSTs, streams of one
+/// HTTP/2 connection that drover places one by one, and then it upgrades to a WebSocket
+/// (over HTTP/1.1 and TLS: drover's HTTP/2 offers no extended CONNECT, so Chromium opens
+/// a connection for it). Every message's ack comes from the one worker that holds the
+/// session: drover keeps the session's requests there by the id its handshake named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_io_in_a_browser_over_https_polls_over_http2_then_upgrades_on_one_worker() {
     if chromium_missing() || certutil_missing() {
@@ -195,7 +195,7 @@ async fn socket_io_in_a_browser_over_https_polls_over_http2_then_upgrades_on_one
         app.parent().unwrap().display()
     );
     let pki = Pki::new("browser-socketio");
-    let d = run_https(&pki, "3", &["--strategy", "sticky"], &app).await;
+    let d = run_https(&pki, "3", &app).await;
     let chromium =
         Chromium::start_trusting(&temp_dir("browser-socketio-chromium"), &pki.ca_pem).await;
     let mut cdp = Cdp::page(&chromium).await;

@@ -10,9 +10,9 @@ pub mod least_conn;
 pub mod maglev;
 pub mod p2c;
 pub mod peak_ewma;
+pub mod pinned;
 pub mod random;
 pub mod round_robin;
-pub mod sticky;
 pub mod weighted;
 
 #[cfg(test)]
@@ -22,9 +22,9 @@ pub use least_conn::LeastConn;
 pub use maglev::Maglev;
 pub use p2c::P2c;
 pub use peak_ewma::PeakEwma;
+pub use pinned::Pinned;
 pub use random::WeightedRandom;
 pub use round_robin::RoundRobin;
-pub use sticky::Sticky;
 pub use weighted::SmoothWeighted;
 
 use crate::Balancer;
@@ -73,19 +73,21 @@ impl Strategy {
         }
     }
 
-    /// A fresh balancer with its own state (counters, tables). Build one per pool: the
-    /// strategies cache per-set state and expect to see one pool's snapshots.
+    /// A fresh balancer with its own state (counters, tables), wrapped so that a pinned
+    /// request goes to its endpoint (see `pinned`). Build one per pool: the strategies
+    /// cache per-set state and expect to see one pool's snapshots.
     pub fn build(self) -> Arc<dyn Balancer> {
-        match self {
-            Strategy::RoundRobin => Arc::new(RoundRobin::new()),
-            Strategy::Weighted => Arc::new(SmoothWeighted::new()),
-            Strategy::LeastConn => Arc::new(LeastConn::new()),
-            Strategy::Random => Arc::new(WeightedRandom::new()),
-            Strategy::P2c => Arc::new(P2c::new()),
-            Strategy::PeakEwma => Arc::new(PeakEwma::new()),
-            Strategy::Hash => Arc::new(Maglev::new()),
-            Strategy::Sticky => Arc::new(Sticky::new()),
-        }
+        let inner: Box<dyn Balancer> = match self {
+            Strategy::RoundRobin => Box::new(RoundRobin::new()),
+            Strategy::Weighted => Box::new(SmoothWeighted::new()),
+            Strategy::LeastConn => Box::new(LeastConn::new()),
+            Strategy::Random => Box::new(WeightedRandom::new()),
+            // `sticky` is p2c, and the cookie the proxy sets to pin each client.
+            Strategy::P2c | Strategy::Sticky => Box::new(P2c::new()),
+            Strategy::PeakEwma => Box::new(PeakEwma::new()),
+            Strategy::Hash => Box::new(Maglev::new()),
+        };
+        Arc::new(Pinned::new(inner))
     }
 }
 

@@ -45,7 +45,7 @@ impl P2c {
     }
 }
 
-/// The p2c choice, shared by `hash` and `sticky` as their fallback.
+/// The p2c choice, shared by `hash` as its fallback.
 pub(crate) fn choose<'s>(set: &'s EndpointSet, ctx: &PickContext<'_>) -> Option<&'s Arc<Endpoint>> {
     let eps = set.endpoints();
     let n = eps.len();

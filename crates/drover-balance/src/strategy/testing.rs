@@ -69,7 +69,7 @@ pub fn check_eligibility(b: &dyn Balancer) {
     let exclude = [Arc::clone(&e[2])];
     let ctx = PickContext {
         now: 10,
-        sticky: Some(&id),
+        pinned: Some(&id),
         exclude: &exclude,
         ..Default::default()
     };

@@ -3,6 +3,7 @@
 //! passive health (ejection), the endpoint's failure counts.
 
 use crate::admission::Slot;
+use crate::engine_io::{self, EngineIo};
 use crate::error::ProxyError;
 use crate::http1::request::RequestHead;
 use crate::http1::response::ResponseHead;
@@ -63,6 +64,14 @@ impl Conn {
         }
         if let Some(ejected) = shared.pool.on_response(endpoint, resp.status, now) {
             warn!(endpoint = %endpoint.addr(), status = resp.status, "ejected for {ejected:?} after repeated errors");
+        }
+        // A socket.io handshake's answer names the session, in the bytes that came with
+        // its head (Node writes a small answer with its head): its requests follow it.
+        if head.engine_io == Some(EngineIo::Handshake) && resp.status == 200 {
+            let body = self.ubuf.get(resp.head_len..).unwrap_or_default();
+            if let Some(sid) = engine_io::sid_in_handshake(body) {
+                shared.sessions.pin(sid, endpoint.id(), now);
+            }
         }
         self.ubuf.drain(..resp.head_len);
         latency

@@ -240,6 +240,21 @@ impl Conn {
             pace.pause();
         }
         let shared = Arc::clone(&self.thread.shared);
+        // A socket.io session's requests go where its handshake went; a sticky cookie
+        // says where the client was.
+        let session = match &head.engine_io {
+            Some(eio) => {
+                if shared.sessions.saw_one() {
+                    // Its requests must all pass here from now on: the workers give
+                    // back the connections they were handed, between two requests.
+                    shared.pool.handoffs().reclaim();
+                }
+                eio.sid()
+                    .and_then(|sid| shared.sessions.endpoint_of(sid, arrived))
+            }
+            None => None,
+        };
+        let pinned = session.as_deref().or(head.sticky.as_deref());
         let cost = shared.costs.estimate(head.cost_key).unwrap_or(0);
         let guess = shared.costs.typical().unwrap_or(0);
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
@@ -263,7 +278,7 @@ impl Conn {
                 guess,
                 route: head.cost_key,
                 hash_key: head.hash_key.as_deref(),
-                sticky: head.sticky.as_deref(),
+                pinned,
                 exclude: &tried,
                 previous: self.served_by.as_ref(),
                 pooled: (!self.opts().backend_protocol.is_http2()

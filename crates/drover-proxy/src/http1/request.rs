@@ -6,6 +6,7 @@ use super::forward::{self, ClientInfo, Forwarding};
 use super::headers::{self, is, ConnectionOptions};
 use super::keys::{self, KeySpec};
 use super::{find_bare_lf, BodyKind, HeadSlots};
+use crate::engine_io::EngineIo;
 use crate::options::Limits;
 use crate::routes::{HttpPick, HttpRoutes};
 
@@ -38,6 +39,9 @@ pub struct RequestHead {
     pub cost_key: u64,
     pub hash_key: Option<Vec<u8>>,
     pub sticky: Option<String>,
+    /// A socket.io (engine.io) request: its session's handshake, or one of the session
+    /// (see `engine_io`).
+    pub(crate) engine_io: Option<EngineIo>,
     /// It came as an HTTP/2 stream (`http2`), written as HTTP/1.1 for this parser.
     pub http2: bool,
     /// A gRPC call (`content-type: application/grpc...`): never sent to a backend in
@@ -293,6 +297,7 @@ pub fn parse(
         cost_key: keys::cost_key(method, target),
         hash_key,
         sticky,
+        engine_io: EngineIo::of_target(target),
         http2: false,
         grpc,
         event_stream,
