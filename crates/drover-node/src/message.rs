@@ -89,6 +89,10 @@ pub struct ServerQuery {
     /// portfinder open and close at once to see that a port is free (react-router-serve,
     /// remix-serve). The app's real server listens next, and says what it speaks.
     pub probe: bool,
+    /// drover's preload says the app keeps sessions in its process that every request
+    /// of a session must reach (`droverSessions`: it loaded engine.io, socket.io's
+    /// transport): drover places each request, and hands it no connection.
+    pub keeps_sessions: bool,
 }
 
 /// What a worker's server speaks to its clients, as drover's preload tells it from the
@@ -280,6 +284,7 @@ fn server_query(fields: &Map<String, Value>) -> Option<ServerQuery> {
             _ => Speaks::Http,
         },
         probe: fields.get("droverProbe") == Some(&Value::Bool(true)),
+        keeps_sessions: fields.get("droverSessions") == Some(&Value::Bool(true)),
     })
 }
 
@@ -401,6 +406,19 @@ mod tests {
             };
             assert_eq!(q.probe, probe, "{word}");
             assert_eq!(q.key, "null:3000:4:undefined:0", "{word}");
+        }
+    }
+
+    #[test]
+    fn sessions_are_the_preloads_word_true_alone() {
+        for (word, sessions) in [("true", true), ("false", false), ("1", false)] {
+            let line = format!(
+                r#"{{"cmd":"NODE_CLUSTER","act":"queryServer","index":0,"data":null,"address":null,"port":3000,"addressType":4,"droverServer":"http","droverSessions":{word},"seq":1}}"#
+            );
+            let FromWorker::QueryServer(q) = parse(line.as_bytes()) else {
+                panic!("{:?}", parse(line.as_bytes()))
+            };
+            assert_eq!(q.keeps_sessions, sessions, "{word}");
         }
     }
 

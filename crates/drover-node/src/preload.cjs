@@ -250,8 +250,21 @@ function saysWhatItServes() {
       }
     }
     const asked = speaks ? Object.assign({}, options, { droverServer: speaks }) : options;
+    if (speaks === 'http' && keepsSessions()) asked.droverSessions = true;
     return getServer.call(this, server, asked, cb);
   }
+}
+
+// 4b. socket.io keeps each session in the process that answered its handshake, and a
+//    session's long-polls and POSTs come on several connections: a connection handed to
+//    a worker carries them past drover, which keeps each session's requests on its
+//    worker (drover-proxy's engine_io). An app that loaded engine.io (socket.io's
+//    transport) by the time it listens (socket.io attaches to the server before
+//    listen(), or in the same turn) says so, and drover hands it no connection. Asked
+//    after the code that called listen() has run (see `cluster._getServer` above).
+const engineIoModule = /[\\/]node_modules[\\/]engine\.io[\\/]/;
+function keepsSessions() {
+  return Object.keys(require.cache).some((path) => engineIoModule.test(path));
 }
 
 // 7. A listen() is drover's question in a worker. `exclusive: true` makes a cluster

@@ -56,6 +56,9 @@ pub enum SessionEvent {
         speaks: crate::Speaks,
         /// It listens on a Unix socket (`asked` is then -1), which its workers share.
         unix: bool,
+        /// It keeps sessions every request of which must reach it (socket.io's, see
+        /// `ServerQuery::keeps_sessions`): no client connection is handed to it.
+        keeps_sessions: bool,
     },
     /// The app listens at `place` (a port after its first, or a Unix socket): the app's
     /// workers share it, as under Node's cluster module (see `SharedPorts`); `bound`:
@@ -791,6 +794,7 @@ impl Session {
                 port: self.port,
                 speaks: query.speaks,
                 unix: false,
+                keeps_sessions: query.keeps_sessions,
             });
             let body = message::answer(&query, 0);
             let line = message::with_handle(self.next(body));
@@ -828,6 +832,7 @@ impl Session {
             port: self.port,
             speaks: query.speaks,
             unix,
+            keeps_sessions: query.keeps_sessions,
         });
         Ok(())
     }
@@ -1180,6 +1185,7 @@ mod tests {
             data: Value::Null,
             speaks: crate::Speaks::Http,
             probe: false,
+            keeps_sessions: false,
         };
         let at = |address| unix_path(&query(address));
         assert_eq!(at("/run/app.sock"), Some("/run/app.sock".into()));

@@ -857,6 +857,7 @@ fn node_session(
                 port,
                 speaks,
                 unix,
+                keeps_sessions,
             } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
                 first_listen.note(FirstListen::of_listen(asked, address, port, speaks, unix));
@@ -864,9 +865,18 @@ fn node_session(
                 // worker is in its pool (ready). Not for an app whose first server is a
                 // Unix socket: its worker could not give a TCP client back on a reload
                 // (drover's preload gives back the first port's), so a balancer in
-                // front of it (`-l`) places each request.
-                if !unix {
+                // front of it (`-l`) places each request. Nor for one that keeps
+                // socket.io sessions: each of a session's requests must pass the
+                // balancer, which sends it to the worker that holds the session.
+                if !unix && !keeps_sessions {
                     pool.handoffs().register(addr, Arc::clone(&takes));
+                }
+                if keeps_sessions && id == 0 {
+                    tracing::info!(
+                        app = %app,
+                        "the app serves socket.io: drover places each of its requests, and \
+                         keeps each session's on the worker that holds it"
+                    );
                 }
                 if asked != i64::from(port) && !unix {
                     tracing::info!(

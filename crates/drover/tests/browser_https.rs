@@ -25,19 +25,17 @@ fn fixture(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// `drover run -w WORKERS --tls-cert … -- node APP` on a free port, serving `localhost`
-/// by a certificate of `pki`'s CA; once every worker serves.
-async fn run_https(pki: &Pki, workers: &str, app: &Path) -> DroverProcess {
-    let (cert, key) = pki.leaf("localhost", "localhost", &["localhost"], far_future());
+/// `drover run -w WORKERS -- node APP` on a free port, once every worker serves; with
+/// `pki`, over HTTPS (`--tls-cert`), serving `localhost` by a certificate of its CA.
+async fn run_app(pki: Option<&Pki>, workers: &str, app: &Path) -> DroverProcess {
     let mut cmd = Command::new(bin());
     cmd.args(["run", "-w", workers, "-l", "127.0.0.1:0"])
-        .args(["--admin", "127.0.0.1:0"])
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .args(["--", "node"])
-        .arg(app);
+        .args(["--admin", "127.0.0.1:0"]);
+    if let Some(pki) = pki {
+        let (cert, key) = pki.leaf("localhost", "localhost", &["localhost"], far_future());
+        cmd.arg("--tls-cert").arg(&cert).arg("--tls-key").arg(&key);
+    }
+    cmd.args(["--", "node"]).arg(app);
     common::examples::clean_env(&mut cmd);
     let d = drover_testkit::spawn_ready_line(cmd, "\"default\" listening on ").await;
     let admin = admin_addr(&d).await;
@@ -85,7 +83,7 @@ async fn a_browser_trusting_the_tests_ca_gets_the_page_and_its_fetches_over_http
         return;
     }
     let pki = Pki::new("browser-https");
-    let d = run_https(&pki, "2", &fixture("browser/page.js")).await;
+    let d = run_app(Some(&pki), "2", &fixture("browser/page.js")).await;
     let admin = admin_addr(&d).await;
     let origin = format!("https://localhost:{}", d.addr().port());
 
@@ -177,29 +175,13 @@ async fn a_browser_trusting_the_tests_ca_gets_the_page_and_its_fetches_over_http
     );
 }
 
-/// socket.io as its guide writes it, in a browser over HTTPS, under `drover run`'s
-/// defaults: the session's first requests are long-polls and POSTs, streams of one
-/// HTTP/2 connection that drover places one by one, and then it upgrades to a WebSocket
-/// (over HTTP/1.1 and TLS: drover's HTTP/2 offers no extended CONNECT, so Chromium opens
-/// a connection for it). Every message's ack comes from the one worker that holds the
-/// session: drover keeps the session's requests there by the id its handshake named.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn socket_io_in_a_browser_over_https_polls_over_http2_then_upgrades_on_one_worker() {
-    if chromium_missing() || certutil_missing() {
-        return;
-    }
-    let app = fixture("workloads/socketio/browser.js");
-    assert!(
-        fixture("workloads/socketio/node_modules/socket.io/package.json").exists(),
-        "the socket.io fixture is not installed: run `npm ci --prefix {}` (scripts/test does)",
-        app.parent().unwrap().display()
-    );
-    let pki = Pki::new("browser-socketio");
-    let d = run_https(&pki, "3", &app).await;
-    let chromium =
-        Chromium::start_trusting(&temp_dir("browser-socketio-chromium"), &pki.ca_pem).await;
-    let mut cdp = Cdp::page(&chromium).await;
-    let url = format!("https://localhost:{}/", d.addr().port());
+/// socket.io's own page (fixtures/workloads/socketio/browser.js) under `drover run -w 3`
+/// with its defaults, at `url` in `chromium`: the session starts over long-polling and
+/// upgrades to a WebSocket, and every message's ack comes from the one worker that holds
+/// the session (drover keeps the session's requests there by the id its handshake
+/// named). The page, for more checks.
+async fn socket_io_session(chromium: &Chromium, url: &str, d: &DroverProcess) -> Cdp {
+    let mut cdp = Cdp::page(chromium).await;
     let nav = cdp.call("Page.navigate", json!({ "url": url })).await;
     assert!(nav.get("errorText").is_none(), "{nav}: {}", d.stderr_text());
     assert!(
@@ -222,15 +204,70 @@ async fn socket_io_in_a_browser_over_https_polls_over_http2_then_upgrades_on_one
         Some(&json!("websocket")),
         "the session upgraded to a WebSocket: {result}"
     );
+    cdp
+}
+
+/// The protocols of the page's long-polls.
+async fn polls(cdp: &mut Cdp) -> Vec<String> {
     let polls = json_of(
-        &mut cdp,
+        cdp,
         "JSON.stringify(performance.getEntriesByType('resource') \
          .filter(e => e.name.includes('transport=polling')).map(e => e.nextHopProtocol))",
     )
     .await;
-    let polls = polls.as_array().unwrap();
+    serde_json::from_value(polls).unwrap()
+}
+
+fn socket_io_fixture() -> PathBuf {
+    let app = fixture("workloads/socketio/browser.js");
+    assert!(
+        fixture("workloads/socketio/node_modules/socket.io/package.json").exists(),
+        "the socket.io fixture is not installed: run `npm ci --prefix {}` (scripts/test does)",
+        app.parent().unwrap().display()
+    );
+    app
+}
+
+/// Over HTTPS, the session's long-polls and POSTs are streams of one HTTP/2 connection
+/// that drover places one by one; its WebSocket goes over HTTP/1.1 and TLS (drover's
+/// HTTP/2 offers no extended CONNECT, so Chromium opens a connection for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_io_in_a_browser_over_https_polls_over_http2_then_upgrades_on_one_worker() {
+    if chromium_missing() || certutil_missing() {
+        return;
+    }
+    let pki = Pki::new("browser-socketio");
+    let d = run_app(Some(&pki), "3", &socket_io_fixture()).await;
+    let chromium =
+        Chromium::start_trusting(&temp_dir("browser-socketio-chromium"), &pki.ca_pem).await;
+    let url = format!("https://localhost:{}/", d.addr().port());
+    let mut cdp = socket_io_session(&chromium, &url, &d).await;
+    let polls = polls(&mut cdp).await;
     assert!(
         !polls.is_empty() && polls.iter().all(|p| p == "h2"),
         "the long-polls went over HTTP/2: {polls:?}"
+    );
+}
+
+/// Over plain HTTP, `drover run`'s default mode hands a keep-alive connection to a
+/// worker once it has carried two requests: the page's connection, which then carried
+/// the session's handshake past drover to that worker, while its POSTs went to others
+/// (the first session of a fresh drover broke, and socket.io's client started another).
+/// drover's preload says the app serves socket.io when it listens, and drover hands
+/// such an app no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_io_in_a_browser_over_http_gets_no_connection_handed_to_a_worker() {
+    if chromium_missing() {
+        return;
+    }
+    let d = run_app(None, "3", &socket_io_fixture()).await;
+    let chromium = Chromium::start(&temp_dir("browser-socketio-http")).await;
+    let url = format!("http://localhost:{}/", d.addr().port());
+    let mut cdp = socket_io_session(&chromium, &url, &d).await;
+    assert!(!polls(&mut cdp).await.is_empty());
+    let admin = admin_addr(&d).await;
+    assert_eq!(
+        common::default_metric(admin, "drover_handoffs_total").await,
+        0
     );
 }
