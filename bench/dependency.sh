@@ -20,16 +20,8 @@ LOG_TAG=dependency
 # shellcheck source=bench/lib.sh
 source "$BENCH_DIR/lib.sh"
 system_scratch dependency
-export PM2_HOME="$TMP/pm2" DEP_FILE="$TMP/db" STARTS_FILE="$TMP/starts"
-PM2=""
-find_pm2 || die "no pm2, and it could not be installed with npm"
-log "pm2 $PM2_VERSION"
-SYSTEMS=(drover)
-if [[ -n "${DROVER_B_BIN:-}" ]]; then
-  cp "$DROVER_B_BIN" "$TMP/drover-b"
-  SYSTEMS+=(drover-b)
-fi
-SYSTEMS+=(pm2 cluster)
+export DEP_FILE="$TMP/db" STARTS_FILE="$TMP/starts"
+drover_pm2_and_cluster
 APP="$BENCH_DIR/dep-app.js"
 
 answers() { curl -s -m 1 "http://127.0.0.1:$1/" 2>/dev/null | grep -q '^ok'; }

@@ -123,6 +123,21 @@ measured_capacity() { # raw.jsonl min_workers
 # PM2 for bench/cluster.sh and bench/deploy.sh: a pm2 on PATH, else one npm-installed into
 # bench/.cache (kept between runs). Sets PM2 and PM2_VERSION; false when there is none.
 PM2_VERSION=""
+# SYSTEMS=(drover [drover-b] pm2 cluster) for a script that runs an app under drover,
+# PM2 and Node's cluster module: finds PM2 (its daemon under $TMP/pm2), and copies
+# DROVER_B_BIN to $TMP/drover-b when it is set.
+drover_pm2_and_cluster() {
+  export PM2_HOME="$TMP/pm2"
+  PM2=""
+  find_pm2 || die "no pm2, and it could not be installed with npm"
+  log "pm2 $PM2_VERSION"
+  SYSTEMS=(drover)
+  if [[ -n "${DROVER_B_BIN:-}" ]]; then
+    cp "$DROVER_B_BIN" "$TMP/drover-b"
+    SYSTEMS+=(drover-b)
+  fi
+  SYSTEMS+=(pm2 cluster)
+}
 find_pm2() {
   local cache="$BENCH_DIR/.cache"
   if command -v pm2 >/dev/null; then

@@ -27,16 +27,7 @@ system_scratch socketio
 FIXTURE="$BENCH_DIR/../crates/drover/tests/fixtures/workloads/socketio"
 [[ -f "$FIXTURE/node_modules/socket.io/package.json" ]] ||
   npm ci --prefix "$FIXTURE" --no-audit --no-fund >&2 || die "npm ci of $FIXTURE failed"
-export PM2_HOME="$TMP/pm2"
-PM2=""
-find_pm2 || die "no pm2, and it could not be installed with npm"
-log "pm2 $PM2_VERSION"
-SYSTEMS=(drover)
-if [[ -n "${DROVER_B_BIN:-}" ]]; then
-  cp "$DROVER_B_BIN" "$TMP/drover-b"
-  SYSTEMS+=(drover-b)
-fi
-SYSTEMS+=(pm2 cluster)
+drover_pm2_and_cluster
 APP="$FIXTURE/server.js"
 
 answers() { curl -s -m 1 "http://127.0.0.1:$1/health" 2>/dev/null | grep -q '^ok'; }
