@@ -230,29 +230,16 @@ fn certutil(args: &[&str]) {
 /// Whether NSS's `certutil` is missing (the browser tests over HTTPS need it to trust
 /// the test's CA); under CI it must be here (scripts/test installs libnss3-tools).
 pub fn certutil_missing() -> bool {
-    if std::process::Command::new("certutil")
+    let here = std::process::Command::new("certutil")
         .arg("-H")
         .output()
-        .is_ok()
-    {
-        return false;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "certutil is missing; scripts/test installs libnss3-tools"
-    );
-    eprintln!("skipping the browser test over HTTPS: certutil is missing (libnss3-tools)");
-    true
+        .is_ok();
+    super::tool_missing(here, "certutil (libnss3-tools; scripts/test installs it)")
 }
 
 pub fn chromium_missing() -> bool {
-    if Path::new("/usr/bin/chromium").exists() {
-        return false;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "/usr/bin/chromium is missing; scripts/test installs it"
-    );
-    eprintln!("skipping the browser test: /usr/bin/chromium is missing (scripts/test installs it)");
-    true
+    super::tool_missing(
+        Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium (scripts/test installs it)",
+    )
 }

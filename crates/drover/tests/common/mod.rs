@@ -511,6 +511,17 @@ fn missing_node(why: &str) {
     eprintln!("skipping a Node.js: {why}");
 }
 
+/// Whether a test must skip for want of a tool (`present` false): under CI (env `CI`
+/// set) that fails, naming `what` is missing; elsewhere it says so and skips.
+pub fn tool_missing(present: bool, what: &str) -> bool {
+    if present {
+        return false;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{what} is missing");
+    eprintln!("skipped: {what} is missing");
+    true
+}
+
 /// The text of /metrics at `admin`.
 pub async fn metrics_text(admin: SocketAddr) -> String {
     HttpClient::connect(admin)
