@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# socket.io sessions over long-polling (socket.io's first transport, and its fallback
-# where WebSockets are blocked) against 3 workers of a socket.io app run as written
-# (crates/drover/tests/fixtures/workloads/socketio/server.js), under `drover run -w 3`
-# with its defaults, PM2 (`pm2 start -i 3`) and Node's cluster module
-# (bench/node-cluster.js). A session is a GET held open and POSTs beside it, each
-# naming the session; one that reaches another worker gets `400 Session ID unknown`.
-# The fixture's client runs SESSIONS sessions at once, MESSAGES acked messages each
-# (pausing 1.6 s after every fifth, so polls cross a ping); a session completes when
-# every message was acked by one worker with no error. Per run: sessions completed,
-# sessions broken, and the first error seen.
+# socket.io apps as written, 3 workers each, under `drover run -w 3` with its defaults,
+# PM2 (`pm2 start -i 3`) and Node's cluster module (bench/node-cluster.js). Two
+# scenarios, from the test fixtures in crates/drover/tests/fixtures/workloads/socketio/:
 #
-#   bash bench/socketio.sh                       # 12 sessions x 20 messages, 2 rounds (~1 min)
+# - sessions: server.js, with SESSIONS clients at once over long-polling (socket.io's
+#   first transport, and its fallback where WebSockets are blocked), MESSAGES acked
+#   messages each (pausing 1.6 s after every fifth, so polls cross a ping). A session is
+#   a GET held open and POSTs beside it, each naming the session; one that reaches
+#   another worker gets `400 Session ID unknown`. A session completes when every
+#   message was acked by one worker with no error.
+# - broadcast: adapter-server.js, which uses @socket.io/cluster-adapter and has no
+#   primary code (Node cluster's guide adds `setupPrimary()` to the app's primary), and
+#   6 clients over WebSockets; one shouts, and `io.emit` should reach all 6, whichever
+#   worker holds them.
+#
+# Per run: sessions (or clients) that completed, those that broke, and the first error.
+#
+#   bash bench/socketio.sh                       # 12 sessions x 20 messages, 2 rounds (~2 min)
 #   SESSIONS=30 ROUNDS=3 bash bench/socketio.sh
 #   DROVER_B_BIN=/path/to/other/drover bash bench/socketio.sh
 #
@@ -28,40 +34,57 @@ FIXTURE="$BENCH_DIR/../crates/drover/tests/fixtures/workloads/socketio"
 [[ -f "$FIXTURE/node_modules/socket.io/package.json" ]] ||
   npm ci --prefix "$FIXTURE" --no-audit --no-fund >&2 || die "npm ci of $FIXTURE failed"
 drover_pm2_and_cluster
-APP="$FIXTURE/server.js"
-
 answers() { curl -s -m 1 "http://127.0.0.1:$1/health" 2>/dev/null | grep -q '^ok'; }
 
-run_one() { # system round -> one JSON line
-  local sys=$1 port i
+run_one() { # "system scenario" round -> one JSON line
+  local sys=${1% *} scenario=${1#* } port i app
   port="$(quick_port)"
+  app="$FIXTURE/server.js"
+  [[ "$scenario" == broadcast ]] && app="$FIXTURE/adapter-server.js"
   case "$sys" in
-    drover) start_system "$TMP/$sys.log" "$DROVER" run -w 3 -l "127.0.0.1:$port" --admin off -- node "$APP" ;;
-    drover-b) start_system "$TMP/$sys.log" "$TMP/drover-b" run -w 3 -l "127.0.0.1:$port" --admin off -- node "$APP" ;;
-    pm2) PORT="$port" "$PM2" start "$APP" -i 3 --name sio >"$TMP/pm2.log" 2>&1 ;;
-    cluster) start_system "$TMP/$sys.log" env WORKERS=3 PORT="$port" node "$BENCH_DIR/node-cluster.js" "$APP" ;;
+    drover) start_system "$TMP/$sys.log" "$DROVER" run -w 3 -l "127.0.0.1:$port" --admin off -- node "$app" ;;
+    drover-b) start_system "$TMP/$sys.log" "$TMP/drover-b" run -w 3 -l "127.0.0.1:$port" --admin off -- node "$app" ;;
+    pm2) PORT="$port" "$PM2" start "$app" -i 3 --name sio >"$TMP/pm2.log" 2>&1 ;;
+    cluster) start_system "$TMP/$sys.log" env WORKERS=3 PORT="$port" node "$BENCH_DIR/node-cluster.js" "$app" ;;
   esac
   for ((i = 0; i < 300; i++)); do answers "$port" && break; sleep 0.1; done
   answers "$port" || die "$sys did not start"
   sleep 1 # every worker listening, not only the first
-  timeout 120 node "$FIXTURE/client.js" "http://127.0.0.1:$port" "$SESSIONS" "$MESSAGES" >"$TMP/sessions.jsonl" ||
-    die "the socket.io client did not finish against $sys"
+  if [[ "$scenario" == sessions ]]; then
+    timeout 120 node "$FIXTURE/client.js" "http://127.0.0.1:$port" "$SESSIONS" "$MESSAGES" >"$TMP/out.jsonl" ||
+      die "the socket.io client did not finish against $sys"
+  else
+    timeout 60 node "$FIXTURE/broadcast-client.js" "http://127.0.0.1:$port" 6 >"$TMP/out.jsonl" ||
+      die "the broadcast client did not finish against $sys"
+  fi
   if [[ "$sys" == pm2 ]]; then "$PM2" kill >/dev/null 2>&1 || true; else stop_system; fi
-  node - "$TMP/sessions.jsonl" "$sys" "$2" "$MESSAGES" <<'JS'
-const [file, system, round, messages] = process.argv.slice(2);
+  node - "$TMP/out.jsonl" "$sys" "$scenario" "$2" "$MESSAGES" <<'JS'
+const [file, system, scenario, round, messages] = process.argv.slice(2);
 const rows = require('fs').readFileSync(file, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
-const ok = rows.filter((s) => s.errors.length === 0 && s.acks === Number(messages) && s.workers.length === 1);
-const first = rows.flatMap((s) => s.errors)[0] ?? '';
-console.log(JSON.stringify({ system, round: Number(round), sessions: rows.length, completed: ok.length, broken: rows.length - ok.length, acks: rows.reduce((n, s) => n + s.acks, 0), first_error: String(first).slice(0, 80) }));
+let out;
+if (scenario === 'sessions') {
+  const ok = rows.filter((s) => s.errors.length === 0 && s.acks === Number(messages) && s.workers.length === 1);
+  const first = rows.flatMap((s) => s.errors)[0] ?? '';
+  out = { total: rows.length, completed: ok.length, first_error: String(first).slice(0, 80) };
+} else {
+  const { workers, heard } = rows[0];
+  const on = new Set(workers).size;
+  out = { total: heard.length, completed: heard.filter(Boolean).length, first_error: `clients on ${on} workers` };
+}
+console.log(JSON.stringify({ system, scenario, round: Number(round), ...out, broken: out.total - out.completed }));
 JS
 }
-alternate_rounds "$TMP/results.jsonl" "${SYSTEMS[@]}"
+RUNS=()
+for scenario in sessions broadcast; do
+  for sys in "${SYSTEMS[@]}"; do RUNS+=("$sys $scenario"); done
+done
+alternate_rounds "$TMP/results.jsonl" "${RUNS[@]}"
 
 node - "$TMP/results.jsonl" <<'JS'
 const rows = require('fs').readFileSync(process.argv[2], 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-console.log('\n| system | round | sessions | completed | broken | messages acked | first error |');
-console.log('|---|---:|---:|---:|---:|---:|---|');
+console.log('\n| system | scenario | round | sessions or clients | completed (broadcast: heard it) | broken | first error (broadcast: where the clients were) |');
+console.log('|---|---|---:|---:|---:|---:|---|');
 for (const x of rows) {
-  console.log(`| ${x.system} | ${x.round} | ${x.sessions} | ${x.completed} | ${x.broken} | ${x.acks} | ${x.first_error} |`);
+  console.log(`| ${x.system} | ${x.scenario} | ${x.round} | ${x.total} | ${x.completed} | ${x.broken} | ${x.first_error} |`);
 }
 JS

@@ -37,6 +37,7 @@ mod inspector;
 mod launch;
 mod message;
 mod node_command;
+mod relay;
 mod session;
 mod shared_ports;
 
@@ -49,5 +50,6 @@ pub use launch::{
 };
 pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
 pub use node_command::watch_mode_option;
+pub use relay::Relay;
 pub use session::{Ended, Inbox, Session, SessionEvent};
 pub use shared_ports::{Place, SharedPorts};

@@ -3,6 +3,7 @@
 
 use crate::channel::{Channel, ChannelError, Line};
 use crate::message::{self, AddressType, FromWorker, ServerQuery};
+use crate::relay::Relay;
 use crate::shared_ports::{self, Joined, Place, SharedPorts, Taker};
 use serde_json::Value;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 /// Connections accepted for a worker and not yet handed over. Past this many, drover
 /// stops accepting for it and the rest wait in the kernel's backlog: a worker that
@@ -315,6 +316,9 @@ pub struct Session {
     /// The servers on ports after the first, and the app's shared ports they join.
     also: Vec<AlsoServed>,
     shared_ports: SharedPorts,
+    /// socket.io's cluster adapter messages to and from the app's other workers.
+    relay: Relay,
+    relay_in: broadcast::Receiver<(u64, Arc<Value>)>,
     /// This session among the takers of `shared_ports`.
     id: u64,
     to_me: mpsc::UnboundedSender<(Place, Socket)>,
@@ -365,6 +369,7 @@ impl Session {
         channel: std::os::unix::net::UnixStream,
         port: u16,
         shared_ports: SharedPorts,
+        relay: Relay,
     ) -> io::Result<Session> {
         channel.set_nonblocking(true)?;
         let (tx, from_drover) = mpsc::unbounded_channel();
@@ -376,6 +381,8 @@ impl Session {
             served: None,
             also: Vec::new(),
             shared_ports,
+            relay_in: relay.subscribe(),
+            relay,
             id: shared_ports::next_session(),
             to_me,
             shared_in,
@@ -540,6 +547,16 @@ impl Session {
                 Some((place, socket)) = self.shared_in.recv() => {
                     self.push(Waiting { socket, given: false, shared: Some(place) })
                 }
+                relayed = self.relay_in.recv() => match relayed {
+                    Ok((from, message)) if from != self.id => self.channel.send(&message).await?,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(missed)) => tracing::warn!(
+                        "a Node worker read its IPC channel too slowly and missed {missed} of \
+                         socket.io's cluster adapter messages from the app's other workers"
+                    ),
+                    // The session holds a sender itself.
+                    Err(broadcast::error::RecvError::Closed) => {}
+                },
                 _ = tokio::time::sleep_until(shared_settles.unwrap_or_else(Instant::now).into()),
                     if shared_settles.is_some() && self.disconnect == Ask::Due => {}
                 accepted = accept(self.served.as_ref()), if accepting => {
@@ -662,7 +679,11 @@ impl Session {
             FromWorker::Online | FromWorker::Listening { .. } | FromWorker::OtherInternal => {}
             // PM2's `wait_ready`: the app says it can take clients (`process.send('ready')`).
             FromWorker::App(Value::String(s)) if s == "ready" => report(SessionEvent::AppReady),
-            FromWorker::App(value) => tracing::debug!(%value, "message from a Node worker"),
+            FromWorker::App(value) => {
+                if !self.relay.publish(self.id, &value) {
+                    tracing::debug!(%value, "message from a Node worker");
+                }
+            }
             FromWorker::Unreadable => {
                 if !std::mem::replace(&mut self.said_unreadable, true) {
                     tracing::warn!(
@@ -1227,7 +1248,7 @@ mod tests {
 
     fn start() -> Started {
         let (ours, worker) = StdUnix::pair().unwrap();
-        let session = Session::new(ours, 1, SharedPorts::new()).unwrap();
+        let session = Session::new(ours, 1, SharedPorts::new(), Relay::default()).unwrap();
         let inbox = session.inbox();
         let (events_tx, events) = mpsc::unbounded_channel();
         let task = tokio::spawn(session.run(move |e| {

@@ -77,6 +77,9 @@ pub(crate) struct AppState {
     /// The ports a Node app's workers listen on after their first, which they share
     /// as under Node's cluster module (`drover_node::SharedPorts`).
     pub shared_ports: drover_node::SharedPorts,
+    /// socket.io's cluster adapter messages between the app's workers
+    /// (`drover_node::Relay`).
+    pub relay: drover_node::Relay,
     /// Brings the workers' CPU reads back to their fast pace when the app gets work
     /// after idling (see `cpu_watch`).
     cpu_wake: Arc<CpuWake>,
@@ -260,6 +263,7 @@ impl AppState {
             http2_probe,
             first_listen: Arc::new(FirstListenCell::new()),
             shared_ports: drover_node::SharedPorts::new(),
+            relay: drover_node::Relay::default(),
             cpu_wake: Arc::default(),
         }
     }
@@ -837,7 +841,12 @@ fn node_session(
     channel: std::os::unix::net::UnixStream,
     port: &Port,
 ) -> std::io::Result<NodeSession> {
-    let session = drover_node::Session::new(channel, port.get(), shared.shared_ports.clone())?;
+    let session = drover_node::Session::new(
+        channel,
+        port.get(),
+        shared.shared_ports.clone(),
+        shared.relay.clone(),
+    )?;
     let inbox = session.inbox();
     let app = Arc::clone(&shared.app);
     let pool = Arc::clone(&shared.pool);

@@ -477,11 +477,20 @@ async fn a_keep_alive_clients_run_does_not_keep_new_connections_from_its_worker(
 /// The socket.io fixture (`npm ci` installs it), or a panic saying how to install it.
 fn socketio_dir() -> PathBuf {
     let dir = PathBuf::from(fixture("socketio"));
+    let installed = [
+        "socket.io",
+        "socket.io-client",
+        "@socket.io/cluster-adapter",
+    ]
+    .iter()
+    .all(|p| {
+        dir.join("node_modules")
+            .join(p)
+            .join("package.json")
+            .exists()
+    });
     assert!(
-        dir.join("node_modules/socket.io/package.json").exists()
-            && dir
-                .join("node_modules/socket.io-client/package.json")
-                .exists(),
+        installed,
         "the socket.io fixture is not installed: run `npm ci --prefix {}` (scripts/test does)",
         dir.display()
     );
@@ -572,6 +581,51 @@ async fn socket_io_polling_sessions_survive_the_default_strategy_and_sticky() {
         let how = format!("drover run -w 3 {}", extra.join(" "));
         assert_socketio_sessions_survive(d.addr(), &how, || d.stderr_text()).await;
     }
+}
+
+/// socket.io's cluster adapter (`io.adapter(createAdapter())`, no primary code): drover
+/// relays its messages between the app's workers, as Node's primary does with
+/// `setupPrimary()`, so a broadcast reaches the clients of every worker. Before, only
+/// those on the shouting worker heard it (2 of 6 here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_io_broadcasts_reach_the_clients_of_every_worker_through_the_cluster_adapter() {
+    let dir = socketio_dir();
+    let server = dir.join("adapter-server.js").display().to_string();
+    let (d, admin) = run("3", &[], &["node", &server]).await;
+    all_ready(&d, admin, 3).await;
+    let run = tokio::process::Command::new("node")
+        .arg(dir.join("broadcast-client.js"))
+        .arg(format!("http://{}", d.addr()))
+        .arg("6")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(40), run)
+        .await
+        .expect("the broadcast client did not finish within 40 s")
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {stdout}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            d.stderr_text()
+        )
+    });
+    let workers: BTreeSet<&str> = line["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        workers.len() >= 2 && workers.iter().all(|w| !w.starts_with("error")),
+        "the clients should be on several workers: {line}"
+    );
+    assert!(
+        line["heard"].as_array().unwrap().iter().all(|h| h == true),
+        "every client should hear the broadcast, on whichever worker: {line}\n{}",
+        d.stderr_text()
+    );
 }
 
 /// The same sessions through `drover proxy` over three socket.io processes, with
