@@ -497,22 +497,26 @@ fn socketio_dir() -> PathBuf {
     dir
 }
 
+/// `node CLIENT http://ADDR ARGS...` of the socket.io fixture's clients, within 50 s.
+async fn socketio_client(client: &str, addr: SocketAddr, args: &[String]) -> std::process::Output {
+    let run = tokio::process::Command::new("node")
+        .arg(socketio_dir().join(client))
+        .arg(format!("http://{addr}"))
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(50), run)
+        .await
+        .unwrap_or_else(|_| panic!("the socket.io fixture's {client} did not finish within 50 s"))
+        .expect("run node")
+}
+
 /// Runs `sessions` socket.io-client sessions at once against `addr` (long-polling only,
 /// 20 messages each, see fixtures/workloads/socketio/client.js) and returns one failure
 /// text per session that did not complete on a single worker.
 async fn socketio_sessions(addr: SocketAddr, sessions: usize) -> Vec<String> {
-    let client = socketio_dir().join("client.js");
-    let run = tokio::process::Command::new("node")
-        .arg(&client)
-        .arg(format!("http://{addr}"))
-        .arg(sessions.to_string())
-        .arg("20")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(50), run)
-        .await
-        .expect("the socket.io client did not finish within 50 s")
-        .expect("run node");
+    let args = [sessions.to_string(), "20".into()];
+    let out = socketio_client("client.js", addr, &args).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -593,16 +597,7 @@ async fn socket_io_broadcasts_reach_the_clients_of_every_worker_through_the_clus
     let server = dir.join("adapter-server.js").display().to_string();
     let (d, admin) = run("3", &[], &["node", &server]).await;
     all_ready(&d, admin, 3).await;
-    let run = tokio::process::Command::new("node")
-        .arg(dir.join("broadcast-client.js"))
-        .arg(format!("http://{}", d.addr()))
-        .arg("6")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(40), run)
-        .await
-        .expect("the broadcast client did not finish within 40 s")
-        .expect("run node");
+    let out = socketio_client("broadcast-client.js", d.addr(), &["6".into()]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
