@@ -623,6 +623,83 @@ async fn socket_io_broadcasts_reach_the_clients_of_every_worker_through_the_clus
     );
 }
 
+/// A socket.io app drover's preload cannot see into (bundled, or as here, its packages
+/// loaded through `NODE_PATH` rather than from `node_modules/engine.io/`) gets client
+/// connections handed to its workers under `auto`, like any app, until the balancer sees
+/// its first socket.io request: from then on it hands none, as a session's requests
+/// must all pass drover to reach the worker that holds the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_the_balancer_sees_socket_io_it_hands_no_more_connections_to_workers() {
+    let dir = socketio_dir();
+    let tmp = common::temp_dir("socketio-vendored");
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(dir.join("node_modules"))
+        .arg(tmp.join("vendor"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::create_dir_all(tmp.join("app")).unwrap();
+    let server = tmp.join("app/server.js");
+    std::fs::copy(dir.join("server.js"), &server).unwrap();
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "3",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .args(["--", "node"])
+    .arg(&server)
+    .env("NODE_PATH", tmp.join("vendor"))
+    .env_remove("PORT");
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    all_ready(&d, admin, 3).await;
+    let handoffs = || common::default_metric(admin, "drover_handoffs_total");
+
+    // Light traffic on a keep-alive connection: handed to a worker after its second
+    // request.
+    let mut first = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(first.get("/health").await.status, 200);
+    }
+    let mut handed = 0;
+    for _ in 0..100 {
+        handed = handoffs().await;
+        if handed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        handed > 0,
+        "no connection was handed over before socket.io was seen, so this shows nothing"
+    );
+
+    // A socket.io handshake, then another keep-alive connection as the first was.
+    let mut handshake = HttpClient::connect(d.addr()).await.unwrap();
+    let answer = handshake
+        .get("/socket.io/?EIO=4&transport=polling&t=x")
+        .await;
+    assert!(answer.text().contains("\"sid\""), "{}", answer.text());
+    let mut next = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..4 {
+        assert_eq!(next.get("/health").await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        handoffs().await,
+        handed,
+        "a connection was handed to a worker after the balancer saw socket.io"
+    );
+    // The first connection, given back, is served through drover.
+    assert_eq!(first.get("/health").await.status, 200);
+}
+
 /// The same sessions through `drover proxy` over three socket.io processes, with
 /// round-robin (a pin holds under any strategy) and with `sticky`, whose pick must
 /// hold while the worker is busy.
