@@ -46,6 +46,8 @@
 //    below).
 // 13. In shared mode, the app's first listen() serves the socket drover passed it (see
 //    below).
+// 14. An app written for @socket.io/sticky (socket.io's guide to Node's cluster module)
+//    has its workers listen too (see below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -177,6 +179,7 @@ if (!runner && require('cluster').isWorker && typeof process.send === 'function'
   givesConnectionsBack();
   keepsSharedSockets();
   saysWhenItAsksIfPrimary();
+  listensForItsOwnPrimary();
   // For the processes it starts (12.).
   process.env.DROVER_WORKER_APP_PID = String(process.pid);
 } else if (process.env.DROVER_WORKER_APP_PID) {
@@ -267,6 +270,9 @@ function keepsSessions() {
   return Object.keys(require.cache).some((path) => engineIoModule.test(path));
 }
 
+// The servers the app called listen() on.
+const listenCalled = new WeakSet();
+
 // 7. A listen() is drover's question in a worker. `exclusive: true` makes a cluster
 //    worker bind the port itself, past its primary (Node's own cluster module then has
 //    every worker but the first fail with EADDRINUSE, and so does PM2): under drover
@@ -278,6 +284,7 @@ function listensThroughDrover() {
   // `Number(process.env.PORT)` and `parseInt` of none are NaN; Node would throw.
   const none = (port) => port === undefined || port === null || Number.isNaN(port);
   net.Server.prototype.listen = function (...args) {
+    listenCalled.add(this);
     const first = args[0];
     const options = first !== null && typeof first === 'object' && !first._handle;
     if (options && first.exclusive) {
@@ -690,6 +697,56 @@ function saysWhenItAsksIfPrimary() {
       },
     });
   }
+}
+
+// 14. socket.io's guide to Node's cluster module uses @socket.io/sticky: the app's primary
+//    listens, reads the start of each connection and passes it to the worker that holds
+//    its session (`setupMaster`), and each worker's server listens on no port: its
+//    `setupWorker(io)` takes the connections its primary sends. As drover's worker the
+//    app runs its worker code alone, no worker ever listened, and drover restarted them
+//    for never being ready (PM2 does the same). So setupWorker has the server listen too,
+//    where the app would with no port of its own (`listen(process.env.PORT)`: drover's
+//    address, or the user's PORT), unless the app calls listen() itself in that turn.
+//    drover then does what the primary did, per request: it keeps each session on the
+//    worker that holds it (drover-proxy's engine_io) and relays the cluster adapter's
+//    messages (drover-node's relay). setupWorker's `Connection: close` on every answer,
+//    which made each request come on a new connection for the primary to route, is
+//    taken off: drover routes every request, and would only open a connection to the
+//    worker for each. Known by the package's path, as engine.io is (4b.); CommonJS and
+//    ES module imports of it both compile it here.
+const stickyModule = /[\\/]node_modules[\\/]@socket\.io[\\/]sticky[\\/]/;
+function listensForItsOwnPrimary() {
+  const Module = require('module');
+  const compileJs = Module._extensions['.js'];
+  Module._extensions['.js'] = function (module, filename) {
+    const result = compileJs.apply(this, arguments);
+    const exported = module.exports;
+    if (
+      stickyModule.test(filename) &&
+      exported !== null &&
+      typeof exported === 'object' &&
+      typeof exported.setupWorker === 'function'
+    ) {
+      exported.setupWorker = listensToo(exported.setupWorker);
+    }
+    return result;
+  };
+}
+
+function listensToo(setupWorker) {
+  return function setupWorkerThatListens(io) {
+    const server = io && io.httpServer;
+    const before = server ? server.listeners('request') : [];
+    const result = setupWorker.apply(this, arguments);
+    if (!server || typeof server.listen !== 'function') return result;
+    for (const listener of server.listeners('request')) {
+      if (!before.includes(listener)) server.removeListener('request', listener);
+    }
+    setImmediate(() => {
+      if (!listenCalled.has(server)) server.listen(process.env.PORT);
+    });
+    return result;
+  };
 }
 
 // 13. (See above.)

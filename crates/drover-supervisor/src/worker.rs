@@ -545,11 +545,11 @@ impl Proc {
                      asked Node's cluster module whether it is the primary \
                      (cluster.isPrimary or isMaster), and as drover's worker it is not. An \
                      app whose own primary listens and passes connections to its workers \
-                     (sticky sessions: @socket.io/sticky's setupMaster) runs as one \
-                     process with --mode background (mode = \"background\"; PM2's fork \
-                     mode), which starts its primary as `node app.js` does; or leave out \
-                     its primary, and drover's workers serve the app (--strategy sticky \
-                     keeps each socket.io session on one worker)"
+                     by code of its own (@socket.io/sticky's are served as they are) runs \
+                     as one process with --mode background (mode = \"background\"; PM2's \
+                     fork mode), which starts its primary as `node app.js` does; or leave \
+                     out its primary, and drover's workers serve the app (drover keeps \
+                     each socket.io session on its worker)"
                 ),
                 0 => format!(
                     "it never listened on its PORT ({port}); a Node app may listen on any \

@@ -481,6 +481,7 @@ fn socketio_dir() -> PathBuf {
         "socket.io",
         "socket.io-client",
         "@socket.io/cluster-adapter",
+        "@socket.io/sticky",
     ]
     .iter()
     .all(|p| {
@@ -597,6 +598,12 @@ async fn socket_io_broadcasts_reach_the_clients_of_every_worker_through_the_clus
     let server = dir.join("adapter-server.js").display().to_string();
     let (d, admin) = run("3", &[], &["node", &server]).await;
     all_ready(&d, admin, 3).await;
+    assert_broadcast_reaches_every_client(&d).await;
+}
+
+/// 6 clients of the fixture's broadcast-client.js over WebSockets: they must be held by
+/// several workers, and every one must hear the first one's shout.
+async fn assert_broadcast_reaches_every_client(d: &DroverProcess) {
     let out = socketio_client("broadcast-client.js", d.addr(), &["6".into()]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
@@ -619,6 +626,43 @@ async fn socket_io_broadcasts_reach_the_clients_of_every_worker_through_the_clus
     assert!(
         line["heard"].as_array().unwrap().iter().all(|h| h == true),
         "every client should hear the broadcast, on whichever worker: {line}\n{}",
+        d.stderr_text()
+    );
+}
+
+/// socket.io's guide to Node's cluster module, as it writes the app
+/// (fixtures/workloads/socketio/guide-server.js): its primary listens and hands each
+/// connection to a worker (@socket.io/sticky's `setupMaster`), and each worker's server
+/// listens on no port (`setupWorker`). As drover's worker the app runs its worker code
+/// alone, so no worker ever listened, and drover restarted all three for never being
+/// ready, as PM2 does. Now drover's preload has setupWorker's server listen, and drover
+/// does the primary's part: long-polling sessions complete on one worker each, a
+/// broadcast reaches the clients of every worker, and no worker was restarted. (Under
+/// its own primary, `node guide-server.js`, all 6 sessions of one run went to one worker.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_io_app_written_for_its_own_sticky_primary_serves_as_written() {
+    let dir = socketio_dir();
+    let server = dir.join("guide-server.js").display().to_string();
+    let (d, admin) = run("3", &[], &["node", &server]).await;
+    let first = all_ready(&d, admin, 3).await;
+    // setupWorker's `Connection: close` on every answer is taken off: drover routes
+    // each request, and would open a connection to the worker for each one.
+    let port = first[0].port.expect("a worker's port");
+    let handshake = "/socket.io/?EIO=4&transport=polling";
+    let r = common::examples::try_get(SocketAddr::from(([127, 0, 0, 1], port)), handshake)
+        .await
+        .unwrap_or_else(|e| panic!("GET {handshake} at worker 0: {e}\n{}", d.stderr_text()));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ne!(r.header("connection"), Some("close"), "{r:?}");
+    let how = "drover run -w 3 -- node guide-server.js";
+    assert_socketio_sessions_survive(d.addr(), how, || d.stderr_text()).await;
+    assert_broadcast_reaches_every_client(&d).await;
+    let workers = all_ready(&d, admin, 3).await;
+    let pids = |ws: &[WorkerRow]| ws.iter().map(|w| w.pid).collect::<BTreeSet<_>>();
+    assert_eq!(
+        pids(&first),
+        pids(&workers),
+        "no worker should have been replaced: {workers:#?}\n{}",
         d.stderr_text()
     );
 }
