@@ -19,11 +19,14 @@
 #   clients, then the broadcast's. "cluster" here is the app's own primary (`node
 #   guide-server.js`, 3 workers), as the guide runs it; under PM2 and drover before it,
 #   no worker ever listens.
+# - sticky-session: sticky-session-server.js, the same with sticky-session, as older
+#   socket.io tutorials scale out (its primary places connections by client address,
+#   and forks a worker per CPU); the sessions' clients only.
 #
 # Per run: sessions (or clients) that completed, those that broke, and the first error.
 #
 #   bash bench/socketio.sh                       # 12 sessions x 20 messages, 2 rounds (~3 min)
-#   SCENARIOS=guide bash bench/socketio.sh
+#   SCENARIOS="guide sticky-session" bash bench/socketio.sh
 #   SESSIONS=30 ROUNDS=3 bash bench/socketio.sh
 #   DROVER_B_BIN=/path/to/other/drover bash bench/socketio.sh
 #
@@ -42,7 +45,7 @@ FIXTURE="$BENCH_DIR/../crates/drover/tests/fixtures/workloads/socketio"
   npm ci --prefix "$FIXTURE" --no-audit --no-fund >&2 || die "npm ci of $FIXTURE failed"
 drover_pm2_and_cluster
 answers() { # port scenario
-  if [[ "$2" == guide ]]; then # the guide's app answers nothing but socket.io
+  if [[ "$2" == guide || "$2" == sticky-session ]]; then # the handshake, as in any socket.io app
     curl -s -m 1 "http://127.0.0.1:$1/socket.io/?EIO=4&transport=polling" 2>/dev/null | grep -q '"sid"'
   else
     curl -s -m 1 "http://127.0.0.1:$1/health" 2>/dev/null | grep -q '^ok'
@@ -55,11 +58,12 @@ run_one() { # "system scenario" round -> one JSON line
   app="$FIXTURE/server.js"
   [[ "$scenario" == broadcast ]] && app="$FIXTURE/adapter-server.js"
   [[ "$scenario" == guide ]] && app="$FIXTURE/guide-server.js"
+  [[ "$scenario" == sticky-session ]] && app="$FIXTURE/sticky-session-server.js"
   case "$sys" in
     drover) start_system "$TMP/$sys.log" "$DROVER" run -w 3 -l "127.0.0.1:$port" --admin off -- node "$app" ;;
     drover-b) start_system "$TMP/$sys.log" "$TMP/drover-b" run -w 3 -l "127.0.0.1:$port" --admin off -- node "$app" ;;
     pm2) PORT="$port" "$PM2" start "$app" -i 3 --name sio >"$TMP/pm2.log" 2>&1 ;;
-    cluster) if [[ "$scenario" == guide ]]; then
+    cluster) if [[ "$scenario" == guide || "$scenario" == sticky-session ]]; then
       start_system "$TMP/$sys.log" env WORKERS=3 node "$app" "$port"
     else
       start_system "$TMP/$sys.log" env WORKERS=3 PORT="$port" node "$BENCH_DIR/node-cluster.js" "$app"
@@ -68,17 +72,19 @@ run_one() { # "system scenario" round -> one JSON line
   for ((i = 0; i < 150; i++)); do answers "$port" "$scenario" && break; sleep 0.1; done
   if ! answers "$port" "$scenario"; then
     # No worker listens (the guide's app under PM2): nothing served in 15 s.
-    [[ "$scenario" == guide ]] || die "$sys did not start"
+    [[ "$scenario" == guide || "$scenario" == sticky-session ]] || die "$sys did not start"
     if [[ "$sys" == pm2 ]]; then "$PM2" kill >/dev/null 2>&1 || true; else stop_system; fi
     echo "{\"system\":\"$sys\",\"scenario\":\"$scenario\",\"round\":$2,\"total\":$SESSIONS,\"completed\":0,\"broken\":$SESSIONS,\"first_error\":\"nothing answered in 15 s: no worker listens\"}"
     return
   fi
   sleep 1 # every worker listening, not only the first
-  if [[ "$scenario" == guide ]]; then
+  if [[ "$scenario" == guide || "$scenario" == sticky-session ]]; then
     timeout 120 node "$FIXTURE/client.js" "http://127.0.0.1:$port" "$SESSIONS" "$MESSAGES" >"$TMP/out.jsonl" ||
       die "the socket.io client did not finish against $sys"
-    timeout 60 node "$FIXTURE/broadcast-client.js" "http://127.0.0.1:$port" 6 >>"$TMP/out.jsonl" ||
-      die "the broadcast client did not finish against $sys"
+    if [[ "$scenario" == guide ]]; then
+      timeout 60 node "$FIXTURE/broadcast-client.js" "http://127.0.0.1:$port" 6 >>"$TMP/out.jsonl" ||
+        die "the broadcast client did not finish against $sys"
+    fi
   elif [[ "$scenario" == sessions ]]; then
     timeout 120 node "$FIXTURE/client.js" "http://127.0.0.1:$port" "$SESSIONS" "$MESSAGES" >"$TMP/out.jsonl" ||
       die "the socket.io client did not finish against $sys"
@@ -104,15 +110,17 @@ if (scenario === 'sessions') out = sessions(rows);
 else if (scenario === 'broadcast') out = broadcast(rows[0]);
 else {
   const s = sessions(rows.filter((r) => 'session' in r));
-  const b = broadcast(rows.find((r) => 'heard' in r));
+  const shout = rows.find((r) => 'heard' in r);
+  const b = shout ? broadcast(shout) : null;
   const on = new Set(rows.filter((r) => 'session' in r).flatMap((r) => r.workers)).size;
-  out = { total: s.total, completed: s.completed, heard: `${b.completed}/${b.total}`, first_error: `${s.first_error} (sessions on ${on} workers; broadcast: ${b.first_error})` };
+  const where = `sessions on ${on} workers${b ? `; broadcast: ${b.first_error}` : ''}`;
+  out = { total: s.total, completed: s.completed, heard: b ? `${b.completed}/${b.total}` : '', first_error: `${s.first_error} (${where})` };
 }
 console.log(JSON.stringify({ system, scenario, round: Number(round), ...out, broken: out.total - out.completed }));
 JS
 }
 RUNS=()
-for scenario in ${SCENARIOS:-sessions broadcast guide}; do
+for scenario in ${SCENARIOS:-sessions broadcast guide sticky-session}; do
   for sys in "${SYSTEMS[@]}"; do RUNS+=("$sys $scenario"); done
 done
 alternate_rounds "$TMP/results.jsonl" "${RUNS[@]}"

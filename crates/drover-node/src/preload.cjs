@@ -47,7 +47,7 @@
 // 13. In shared mode, the app's first listen() serves the socket drover passed it (see
 //    below).
 // 14. An app written for @socket.io/sticky (socket.io's guide to Node's cluster module)
-//    has its workers listen too (see below).
+//    or sticky-session has its workers listen too (see below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -712,28 +712,45 @@ function saysWhenItAsksIfPrimary() {
 //    messages (drover-node's relay). setupWorker's `Connection: close` on every answer,
 //    which made each request come on a new connection for the primary to route, is
 //    taken off: drover routes every request, and would only open a connection to the
-//    worker for each. Known by the package's path, as engine.io is (4b.); CommonJS and
-//    ES module imports of it both compile it here.
+//    worker for each. The older sticky-session (`if (!sticky.listen(server, 3000)) {
+//    primary } else { worker }`) is the same in a worker: it returns true and does not
+//    listen; here its worker listens on the port it names, as its primary would have.
+//    Known by the packages' paths, as engine.io is (4b.); CommonJS and ES module
+//    imports of them both compile them here.
 const stickyModule = /[\\/]node_modules[\\/]@socket\.io[\\/]sticky[\\/]/;
+const stickySessionModule = /[\\/]node_modules[\\/]sticky-session[\\/]/;
+const listensUnderDrover = Symbol('drover: listens under drover');
 function listensForItsOwnPrimary() {
   const Module = require('module');
   const compileJs = Module._extensions['.js'];
   Module._extensions['.js'] = function (module, filename) {
     const result = compileJs.apply(this, arguments);
     const exported = module.exports;
-    if (
-      stickyModule.test(filename) &&
-      exported !== null &&
-      typeof exported === 'object' &&
-      typeof exported.setupWorker === 'function'
-    ) {
-      exported.setupWorker = listensToo(exported.setupWorker);
-    }
+    if (exported === null || typeof exported !== 'object') return result;
+    if (stickyModule.test(filename)) wrapOnce(exported, 'setupWorker', setupWorkerListens);
+    if (stickySessionModule.test(filename)) wrapOnce(exported, 'listen', workerListens);
     return result;
   };
 }
 
-function listensToo(setupWorker) {
+// Replaces `exported[name]` with `wrap` of it, unless it is a wrapper already (a module
+// that exports another's function, as sticky-session's index does its api's).
+function wrapOnce(exported, name, wrap) {
+  const original = exported[name];
+  if (typeof original !== 'function' || original[listensUnderDrover]) return;
+  const wrapped = wrap(original);
+  wrapped[listensUnderDrover] = true;
+  exported[name] = wrapped;
+}
+
+// The server listens at the next turn, unless the app called its listen() by then.
+function listenUnlessAsked(server, port) {
+  setImmediate(() => {
+    if (!listenCalled.has(server)) server.listen(port);
+  });
+}
+
+function setupWorkerListens(setupWorker) {
   return function setupWorkerThatListens(io) {
     const server = io && io.httpServer;
     const before = server ? server.listeners('request') : [];
@@ -742,10 +759,18 @@ function listensToo(setupWorker) {
     for (const listener of server.listeners('request')) {
       if (!before.includes(listener)) server.removeListener('request', listener);
     }
-    setImmediate(() => {
-      if (!listenCalled.has(server)) server.listen(process.env.PORT);
-    });
+    listenUnlessAsked(server, process.env.PORT);
     return result;
+  };
+}
+
+function workerListens(listen) {
+  return function listenAsAWorker(server, port) {
+    const worker = listen.apply(this, arguments);
+    if (worker === true && server && typeof server.listen === 'function') {
+      listenUnlessAsked(server, port);
+    }
+    return worker;
   };
 }
 

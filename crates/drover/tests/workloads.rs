@@ -482,6 +482,7 @@ fn socketio_dir() -> PathBuf {
         "socket.io-client",
         "@socket.io/cluster-adapter",
         "@socket.io/sticky",
+        "sticky-session",
     ]
     .iter()
     .all(|p| {
@@ -641,10 +642,7 @@ async fn assert_broadcast_reaches_every_client(d: &DroverProcess) {
 /// its own primary, `node guide-server.js`, all 6 sessions of one run went to one worker.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_io_app_written_for_its_own_sticky_primary_serves_as_written() {
-    let dir = socketio_dir();
-    let server = dir.join("guide-server.js").display().to_string();
-    let (d, admin) = run("3", &[], &["node", &server]).await;
-    let first = all_ready(&d, admin, 3).await;
+    let (d, admin, first) = sticky_app("guide-server.js").await;
     // setupWorker's `Connection: close` on every answer is taken off: drover routes
     // each request, and would open a connection to the worker for each one.
     let port = first[0].port.expect("a worker's port");
@@ -657,10 +655,34 @@ async fn a_socket_io_app_written_for_its_own_sticky_primary_serves_as_written() 
     let how = "drover run -w 3 -- node guide-server.js";
     assert_socketio_sessions_survive(d.addr(), how, || d.stderr_text()).await;
     assert_broadcast_reaches_every_client(&d).await;
-    let workers = all_ready(&d, admin, 3).await;
+    assert_no_worker_replaced(&d, admin, &first).await;
+}
+
+/// The older way (fixtures/workloads/socketio/sticky-session-server.js, as
+/// sticky-session's README writes it): `sticky.listen(server, port)` is true in a worker,
+/// which listens on no port, since its primary would pass it connections. Under drover
+/// the worker listens where `sticky.listen` says, and its sessions complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_io_app_written_for_sticky_session_serves_as_written() {
+    let (d, admin, first) = sticky_app("sticky-session-server.js").await;
+    let how = "drover run -w 3 -- node sticky-session-server.js";
+    assert_socketio_sessions_survive(d.addr(), how, || d.stderr_text()).await;
+    assert_no_worker_replaced(&d, admin, &first).await;
+}
+
+/// `drover run -w 3` of the socket.io fixture `app`, once its 3 workers are ready.
+async fn sticky_app(app: &str) -> (DroverProcess, SocketAddr, Vec<WorkerRow>) {
+    let server = socketio_dir().join(app).display().to_string();
+    let (d, admin) = run("3", &[], &["node", &server]).await;
+    let first = all_ready(&d, admin, 3).await;
+    (d, admin, first)
+}
+
+async fn assert_no_worker_replaced(d: &DroverProcess, admin: SocketAddr, first: &[WorkerRow]) {
+    let workers = all_ready(d, admin, 3).await;
     let pids = |ws: &[WorkerRow]| ws.iter().map(|w| w.pid).collect::<BTreeSet<_>>();
     assert_eq!(
-        pids(&first),
+        pids(first),
         pids(&workers),
         "no worker should have been replaced: {workers:#?}\n{}",
         d.stderr_text()
