@@ -115,7 +115,9 @@ pub(crate) fn is_node_itself(program: &str) -> bool {
 /// The environment that makes a Node program a cluster worker on `channel_fd`: Node's
 /// own start-up reads (and removes) these, so a program that is not Node ignores them.
 /// With `preload`, `node_options` (the worker's `NODE_OPTIONS`, if any) gets it added:
-/// it lets the worker give its client connections back when drover retires it.
+/// it lets the worker give its client connections back when drover retires it. And
+/// `DROVER_NODE_CHANNEL` tells the preload that the channel is drover's, not that of a
+/// primary of the app's own (which a process the app forks has), and goes with it.
 pub fn channel_env(
     worker_id: usize,
     channel_fd: i32,
@@ -126,6 +128,7 @@ pub fn channel_env(
         ("NODE_UNIQUE_ID".into(), worker_id.to_string()),
         ("NODE_CHANNEL_FD".into(), channel_fd.to_string()),
         ("NODE_CHANNEL_SERIALIZATION_MODE".into(), "json".into()),
+        ("DROVER_NODE_CHANNEL".into(), "1".into()),
     ];
     if let Some(preload) = preload {
         env.push(("NODE_OPTIONS".into(), with_preload(preload, node_options)));

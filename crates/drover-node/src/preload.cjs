@@ -75,8 +75,16 @@ const runner =
   // package's lib/wrap.js, and is the worker.
   /[\\/]node_modules[\\/]ts-node-dev[\\/]lib[\\/]bin\.js$/.test(script) ||
   new RegExp(`[\\\\/]\\.?bin[\\\\/](${wrappers})$`).test(script);
+// Whether this process's cluster channel is drover's: drover names it
+// (DROVER_NODE_CHANNEL beside Node's NODE_CHANNEL_FD, or DROVER_NODE_CHANNEL_FD below a
+// runner). A worker that an app's own primary forked has a channel too, to that primary
+// (the app runs its primary under `--mode background` or `shared`). Gone before the
+// app's code runs, so what the app forks does not inherit it.
+let droversChannel = process.env.DROVER_NODE_CHANNEL === '1';
+delete process.env.DROVER_NODE_CHANNEL;
 const fd = Number(process.env.DROVER_NODE_CHANNEL_FD);
 if (script && !runner && Number.isInteger(fd) && fd >= 0) {
+  droversChannel = true;
   // A runner's `node --watch app.js` (`npm run dev`): Node's watch process restarts the
   // app in a new process on a change, which would join drover's channel as a second app
   // of the worker, on the port the first still held. (drover refuses `node --watch` it
@@ -179,7 +187,7 @@ if (!runner && require('cluster').isWorker && typeof process.send === 'function'
   givesConnectionsBack();
   keepsSharedSockets();
   saysWhenItAsksIfPrimary();
-  listensForItsOwnPrimary();
+  if (droversChannel) listensForItsOwnPrimary();
   // For the processes it starts (12.).
   process.env.DROVER_WORKER_APP_PID = String(process.pid);
 } else if (process.env.DROVER_WORKER_APP_PID) {

@@ -670,6 +670,46 @@ async fn a_socket_io_app_written_for_sticky_session_serves_as_written() {
     assert_no_worker_replaced(&d, admin, &first).await;
 }
 
+/// The same app run as `node app.js` runs it, in `--mode shared` (or `background`):
+/// drover's worker is no cluster worker, so the app's own primary serves and forks its
+/// workers, whose channel is that primary's, not drover's. drover's preload leaves their
+/// setupWorker alone, and they take what their primary passes them: before, each also
+/// listened on a random port through the app's primary, and drover said its worker
+/// "listens on [::]:PORT itself".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_io_app_run_with_its_own_primary_keeps_its_workers_as_they_are() {
+    let server = socketio_dir().join("guide-server.js").display().to_string();
+    let args = [
+        "run",
+        "--mode",
+        "shared",
+        "-w",
+        "1",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "off",
+        "--",
+        "node",
+        &server,
+    ];
+    let d = DroverProcess::spawn(bin(), &args).await;
+    let started = || d.stderr_text().matches("Worker ").count() >= 2;
+    assert!(
+        wait_until(Duration::from_secs(20), started).await,
+        "the app's primary should fork 2 workers:\n{}",
+        d.stderr_text()
+    );
+    let failed = socketio_sessions(d.addr(), 4).await;
+    assert!(failed.is_empty(), "{failed:?}\n{}", d.stderr_text());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !d.stderr_text().contains("itself"),
+        "the app's own workers should listen nowhere:\n{}",
+        d.stderr_text()
+    );
+}
+
 /// `drover run -w 3` of the socket.io fixture `app`, once its 3 workers are ready.
 async fn sticky_app(app: &str) -> (DroverProcess, SocketAddr, Vec<WorkerRow>) {
     let server = socketio_dir().join(app).display().to_string();
