@@ -311,7 +311,7 @@ const ENDPOINT_HISTOGRAMS: [HistogramFamily; 4] = [
     },
 ];
 
-const ENDPOINT_GAUGES: [GaugeFamily; 8] = [
+const ENDPOINT_GAUGES: [GaugeFamily; 9] = [
     GaugeFamily {
         name: "drover_endpoint_in_flight",
         help: "Requests the endpoint holds now (a streaming body or tunnel included).",
@@ -359,6 +359,12 @@ const ENDPOINT_GAUGES: [GaugeFamily; 8] = [
         help: "1 when the balancer may pick the endpoint: healthy and not ejected.",
         unit: None,
         of: |ep| f64::from(u8::from(ep.available)),
+    },
+    GaugeFamily {
+        name: "drover_endpoint_sessions",
+        help: "socket.io sessions the balancer keeps on the endpoint: pinned by their handshake, each request of one goes there.",
+        unit: None,
+        of: |ep| ep.sessions as f64,
     },
 ];
 

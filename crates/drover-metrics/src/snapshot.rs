@@ -42,4 +42,8 @@ pub struct EndpointSnapshot {
     pub healthy: bool,
     /// Healthy and not ejected: the balancer may pick it.
     pub available: bool,
+    /// socket.io sessions the balancer keeps on the endpoint (pinned by their handshake's
+    /// answer, and used within the pin's idle time).
+    #[serde(default)]
+    pub sessions: u64,
 }

@@ -158,6 +158,17 @@ impl Sessions {
         Some(h.endpoint.clone())
     }
 
+    /// How many sessions each endpoint (by id) holds, of those used within `IDLE`.
+    pub(crate) fn held_by_endpoint(&self, now: Nanos) -> HashMap<Box<str>, u64> {
+        let mut by_endpoint = HashMap::new();
+        for h in self.lock().values() {
+            if now.saturating_sub(h.used) < IDLE {
+                *by_endpoint.entry(h.endpoint.clone()).or_insert(0) += 1;
+            }
+        }
+        by_endpoint
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -214,6 +225,23 @@ mod tests {
         assert_eq!(s.endpoint_of("a", 3 * IDLE), None);
         assert_eq!(s.endpoint_of("a", 3 * IDLE), None);
         assert_eq!(s.endpoint_of("b", 0), None);
+    }
+
+    #[test]
+    fn sessions_are_counted_by_endpoint_until_they_idle_out() {
+        let s = Sessions::default();
+        s.pin("a", "ep1", 0);
+        s.pin("b", "ep1", 10);
+        s.pin("c", "ep2", IDLE);
+        let counts = |now| {
+            let mut v: Vec<_> = s.held_by_endpoint(now).into_iter().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(counts(IDLE - 1), [("ep1".into(), 2), ("ep2".into(), 1)]);
+        // "a" idled out; "b" just did not.
+        assert_eq!(counts(IDLE), [("ep1".into(), 1), ("ep2".into(), 1)]);
+        assert_eq!(counts(3 * IDLE), []);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use drover_balance::{clock, Balancer};
 use drover_metrics::{BalancerStats, CertificateExpiry};
 use drover_registry::{is_local_shortage, Pool, WarnLimit};
 use socket2::{Domain, Socket, Type};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
@@ -339,6 +340,11 @@ impl Proxy {
     /// Open client connections now.
     pub fn connections(&self) -> usize {
         self.active.load(Relaxed)
+    }
+
+    /// socket.io sessions kept on each endpoint now, by the endpoint's id.
+    pub fn sessions_by_endpoint(&self) -> HashMap<Box<str>, u64> {
+        self.current.load().sessions.held_by_endpoint(clock::now())
     }
 
     /// Where it listens; `None`: nowhere (`unbound`).

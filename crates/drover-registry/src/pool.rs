@@ -548,8 +548,9 @@ impl Pool {
     }
 
     /// Every endpoint's counts and gauges, for `/metrics` and the dashboard: the same
-    /// state the admin API's status shows, with the endpoint's counts.
-    pub fn metrics(&self) -> Vec<EndpointSnapshot> {
+    /// state the admin API's status shows, with the endpoint's counts. `sessions` gives
+    /// the socket.io sessions kept on an endpoint, by its id.
+    pub fn metrics(&self, sessions: impl Fn(&str) -> u64) -> Vec<EndpointSnapshot> {
         let now = clock::now();
         self.set
             .load()
@@ -569,6 +570,7 @@ impl Pool {
                     weight: u64::from(status.weight),
                     healthy: status.healthy,
                     available: status.available,
+                    sessions: sessions(e.id()),
                 }
             })
             .collect()

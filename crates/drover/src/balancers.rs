@@ -466,12 +466,15 @@ pub fn static_pool(plan: &BalancerPlan) -> Arc<Pool> {
 impl RunningBalancer {
     /// Its counts, queue and endpoints now, for `/metrics` and the dashboard.
     pub fn metrics(&self) -> BalancerSnapshot {
+        let sessions = self.proxy.sessions_by_endpoint();
         BalancerSnapshot {
             name: self.name.clone(),
             counts: self.proxy.stats().snapshot(),
             queue_depth: self.proxy.queue_depth() as u64,
             connections: self.proxy.connections() as u64,
-            endpoints: self.pool.metrics(),
+            endpoints: self
+                .pool
+                .metrics(|id| sessions.get(id).copied().unwrap_or(0)),
         }
     }
 

@@ -654,6 +654,17 @@ async fn a_socket_io_app_written_for_its_own_sticky_primary_serves_as_written() 
     assert_ne!(r.header("connection"), Some("close"), "{r:?}");
     let how = "drover run -w 3 -- node guide-server.js";
     assert_socketio_sessions_survive(d.addr(), how, || d.stderr_text()).await;
+    // The 12 sessions, each kept on its worker, on more than one (the broadcast's 6
+    // clients come over WebSockets, with no session to pin).
+    let metrics = common::metrics_text(admin).await;
+    let kept: Vec<u64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("drover_endpoint_sessions{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(kept.len(), 3, "{metrics}");
+    assert_eq!(kept.iter().sum::<u64>(), 12, "{kept:?}");
+    assert!(kept.iter().filter(|&&n| n > 0).count() >= 2, "{kept:?}");
     assert_broadcast_reaches_every_client(&d).await;
     assert_no_worker_replaced(&d, admin, &first).await;
 }
