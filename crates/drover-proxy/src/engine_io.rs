@@ -158,15 +158,25 @@ impl Sessions {
         Some(h.endpoint.clone())
     }
 
-    /// How many sessions each endpoint (by id) holds, of those used within `IDLE`.
+    /// How many sessions each endpoint (by id) holds, of those used within `IDLE`. A
+    /// scrape's count: the table stays locked for one pass with no allocation per
+    /// session (a socket.io request waits on the same lock), and is not touched at all
+    /// by a balancer that never saw socket.io.
     pub(crate) fn held_by_endpoint(&self, now: Nanos) -> HashMap<Box<str>, u64> {
-        let mut by_endpoint = HashMap::new();
-        for h in self.lock().values() {
+        if !self.seen() {
+            return HashMap::new();
+        }
+        let held = self.lock();
+        let mut by_endpoint: HashMap<&str, u64> = HashMap::new();
+        for h in held.values() {
             if now.saturating_sub(h.used) < IDLE {
-                *by_endpoint.entry(h.endpoint.clone()).or_insert(0) += 1;
+                *by_endpoint.entry(&h.endpoint).or_insert(0) += 1;
             }
         }
         by_endpoint
+            .into_iter()
+            .map(|(e, n)| (e.into(), n))
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Held>> {
@@ -233,6 +243,11 @@ mod tests {
         s.pin("a", "ep1", 0);
         s.pin("b", "ep1", 10);
         s.pin("c", "ep2", IDLE);
+        assert!(
+            s.held_by_endpoint(0).is_empty(),
+            "no socket.io request seen yet"
+        );
+        assert!(s.saw_one());
         let counts = |now| {
             let mut v: Vec<_> = s.held_by_endpoint(now).into_iter().collect();
             v.sort();
