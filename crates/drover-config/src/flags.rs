@@ -55,7 +55,8 @@ pub struct RunArgs {
     #[arg(long, visible_alias = "max-memory-restart", value_name = "SIZE", value_parser = byte_size)]
     pub max_memory: Option<u64>,
 
-    /// On reload, how long an old worker may take to finish its requests.
+    /// How long an old worker may take to finish its requests on a reload, and drover's
+    /// clients on a stop (SIGTERM, SIGINT).
     #[arg(long, default_value = shown(app().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 
@@ -1509,6 +1510,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if let Some(slow_start) = args.slow_start {
                 balancer.slow_start = slow_start;
             }
+            // One wait for both: a worker's requests on a reload, and the clients'
+            // connections when drover stops (it was 30 s at a stop, whatever the flag said).
+            balancer.drain_timeout = args.drain_timeout;
             balancer.timeouts = args.timeouts.config(None);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.forwarded_headers = args.proxy_protocol.forwarded_headers_from.clone();

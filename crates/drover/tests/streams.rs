@@ -240,6 +240,28 @@ async fn a_second_signal_ends_a_drain_that_an_event_stream_holds_open() {
     }
 }
 
+/// `drover run --drain-timeout` bounds a stop's wait for its clients too, as it bounds
+/// a reload's for each worker: with 1 s, a stop that an event stream holds open ends
+/// within it. Before, the flag reached only the workers, and every SIGTERM of
+/// `drover run` waited 30 s for such a stream (past `docker stop`'s 10 s).
+#[tokio::test]
+async fn drover_runs_drain_timeout_bounds_the_wait_of_a_stop() {
+    let d = run_sse("streams-run-drain", &["--drain-timeout", "1s"]).await;
+    let _client = subscribed(d.addr()).await;
+    d.signal("TERM").unwrap();
+    let status = d.wait_exit(Duration::from_secs(15)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        d.stderr_text()
+    );
+    assert!(
+        d.stderr_text().contains("drain timeout reached"),
+        "{}",
+        d.stderr_text()
+    );
+}
+
 /// `drover run` takes `drover proxy`'s timeouts for its balancer: with
 /// `--request-timeout 1s` a plain answer after 2.5 s is a 504, and an event stream with
 /// 1.5 s between events arrives whole.
