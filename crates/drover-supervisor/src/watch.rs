@@ -25,7 +25,8 @@ pub struct WatchSpec {
     pub paths: Vec<PathBuf>,
     /// Names and relative paths left alone (`node_modules`, `logs`, `public/img`): a
     /// path with one of these as a component, or below one of these. Empty: PM2's
-    /// default, `node_modules` and every name that starts with a dot.
+    /// default, `node_modules` and every name that starts with a dot, and the files an
+    /// app writes as it serves (`DATA_FILES`).
     pub ignore: Vec<String>,
     /// How long the files must stay quiet after a change before the reload (PM2's
     /// `watch_delay`): saving a project writes many files.
@@ -34,6 +35,20 @@ pub struct WatchSpec {
 
 /// PM2's `watch_delay` default.
 pub const DEFAULT_WATCH_DELAY: Duration = Duration::from_millis(1000);
+
+/// Endings of the files an app writes as it serves, left alone by default: a log it
+/// appends to on every request (`fs.appendFileSync('requests.log', ...)`), SQLite's
+/// database and the journal it makes and removes at each write. Each such write
+/// postponed the reload by `delay`, so under load a saved file was never applied (and
+/// under PM2, whose default watches them, the app restarted at every request: 297 of
+/// 461 failed). No code of any language ends so.
+const DATA_FILES: [&str; 7] = [
+    ".log", ".db", ".sqlite", ".sqlite3", "-journal", "-wal", "-shm",
+];
+
+/// How many delays' worth changes may keep postponing a reload before drover says
+/// which files keep changing (see `FileWatcher::changed`): 10 s at PM2's default.
+const POSTPONED_NOTE_AFTER: u32 = 10;
 
 impl WatchSpec {
     /// Watches `paths` with PM2's default ignores and delay.
@@ -52,9 +67,13 @@ impl WatchSpec {
             .filter_map(|c| c.as_os_str().to_str())
             .collect();
         if self.ignore.is_empty() {
-            return names
-                .iter()
-                .any(|n| *n == "node_modules" || (n.starts_with('.') && *n != "." && *n != ".."));
+            let data = names
+                .last()
+                .is_some_and(|name| DATA_FILES.iter().any(|end| name.ends_with(end)));
+            return data
+                || names.iter().any(|n| {
+                    *n == "node_modules" || (n.starts_with('.') && *n != "." && *n != "..")
+                });
         }
         self.ignore.iter().any(|entry| {
             let entry = entry.trim_start_matches("./").trim_end_matches('/');
@@ -145,22 +164,49 @@ impl FileWatcher {
     }
 
     /// Waits for a change to a file that is not ignored, then until the files have
-    /// been quiet for the spec's delay; the changed paths, first few first.
-    pub async fn changed(&mut self) -> io::Result<Vec<PathBuf>> {
+    /// been quiet for the spec's delay; the changed paths, first few first. Files that
+    /// keep changing (what the app itself writes, unless ignored) postpone it for as
+    /// long as they do: after `POSTPONED_NOTE_AFTER` delays, `postponed` hears once
+    /// which changed last, so the user learns why a saved file is not applied.
+    pub async fn changed(
+        &mut self,
+        mut postponed: impl FnMut(&[PathBuf]),
+    ) -> io::Result<Vec<PathBuf>> {
         let mut changed = Vec::new();
         while changed.is_empty() {
-            self.read_into(&mut changed).await?;
+            self.read_into(&mut changed, &mut Vec::new()).await?;
         }
+        let first = tokio::time::Instant::now();
+        let delay = self.spec.delay;
+        let mut quiet_from = first;
+        let mut noted = false;
         loop {
-            match tokio::time::timeout(self.spec.delay, self.read_into(&mut changed)).await {
+            let mut recent = Vec::new();
+            let read = self.read_into(&mut changed, &mut recent);
+            match tokio::time::timeout_at(quiet_from + delay, read).await {
                 Ok(read) => read?,
                 Err(_) => return Ok(changed),
+            }
+            // Only a change that counts puts the reload off: ignored files written
+            // all the time (a log) did too, before, and it never came.
+            if recent.is_empty() {
+                continue;
+            }
+            quiet_from = tokio::time::Instant::now();
+            if !noted && first.elapsed() >= delay * POSTPONED_NOTE_AFTER {
+                noted = true;
+                postponed(&recent);
             }
         }
     }
 
-    /// Reads one batch of events, adding the paths that count to `changed`.
-    async fn read_into(&mut self, changed: &mut Vec<PathBuf>) -> io::Result<()> {
+    /// Reads one batch of events, adding the paths that count to `changed` (the first
+    /// 16) and to `recent`.
+    async fn read_into(
+        &mut self,
+        changed: &mut Vec<PathBuf>,
+        recent: &mut Vec<PathBuf>,
+    ) -> io::Result<()> {
         let events = loop {
             match self.inotify.read_events() {
                 Ok(events) => break events,
@@ -188,6 +234,9 @@ impl FileWatcher {
                 // simply not.
                 let _ = self.add_tree(&path, &root);
             }
+            if recent.len() < 16 && !recent.contains(&path) {
+                recent.push(path.clone());
+            }
             if changed.len() < 16 && !changed.contains(&path) {
                 changed.push(path);
             }
@@ -208,6 +257,12 @@ mod tests {
         assert!(default.ignores(Path::new("src/.app.js.swp")));
         assert!(!default.ignores(Path::new("src/app.js")));
         assert!(!default.ignores(Path::new("./app.js")));
+        // What an app writes as it serves.
+        assert!(default.ignores(Path::new("requests.log")));
+        assert!(default.ignores(Path::new("data/app.db-journal")));
+        assert!(default.ignores(Path::new("app.sqlite3")));
+        assert!(!default.ignores(Path::new("src/login.js")));
+        assert!(!default.ignores(Path::new("logs.js")));
 
         let mut named = default.clone();
         named.ignore = vec!["logs".into(), "./public/img/".into()];
@@ -217,6 +272,7 @@ mod tests {
         assert!(!named.ignores(Path::new("public/app.js")));
         // Named ignores replace the default, as in PM2.
         assert!(!named.ignores(Path::new("node_modules/x/index.js")));
+        assert!(!named.ignores(Path::new("requests.log")));
     }
 
     #[tokio::test]
@@ -231,14 +287,14 @@ mod tests {
 
         std::fs::write(dir.join("node_modules/dep/index.js"), "x").unwrap();
         std::fs::write(dir.join("src/app.js"), "x").unwrap();
-        let changed = watcher.changed().await.unwrap();
+        let changed = watcher.changed(|_| {}).await.unwrap();
         assert_eq!(changed, vec![dir.join("src/app.js")]);
 
         // A directory made after the start is watched too.
         std::fs::create_dir_all(dir.join("src/routes")).unwrap();
-        let _ = watcher.changed().await.unwrap();
+        let _ = watcher.changed(|_| {}).await.unwrap();
         std::fs::write(dir.join("src/routes/a.js"), "x").unwrap();
-        let changed = tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+        let changed = tokio::time::timeout(Duration::from_secs(5), watcher.changed(|_| {}))
             .await
             .expect("the new directory's file is seen")
             .unwrap();
@@ -246,6 +302,30 @@ mod tests {
             changed.contains(&dir.join("src/routes/a.js")),
             "{changed:?}"
         );
+
+        // Changes that keep coming postpone the reload, and are named once (after 10
+        // delays of 300 ms; each write comes 50 ms after the last, for 4 s).
+        let mut spec = WatchSpec::new(vec![".".into()]);
+        spec.delay = Duration::from_millis(300);
+        let mut watcher = FileWatcher::new(spec, &dir).unwrap();
+        let busy = dir.join("src/busy.txt");
+        let writer = tokio::spawn(async move {
+            for i in 0..80 {
+                std::fs::write(&busy, format!("{i}")).unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let mut named: Vec<Vec<PathBuf>> = Vec::new();
+        let changed = tokio::time::timeout(
+            Duration::from_secs(10),
+            watcher.changed(|recent| named.push(recent.to_vec())),
+        )
+        .await
+        .expect("quiet once the writes stop")
+        .unwrap();
+        writer.await.unwrap();
+        assert_eq!(changed, vec![dir.join("src/busy.txt")]);
+        assert_eq!(named, vec![vec![dir.join("src/busy.txt")]]);
 
         let missing = FileWatcher::new(WatchSpec::new(vec!["nope".into()]), &dir)
             .err()

@@ -126,10 +126,20 @@ async fn reload_each_change(control: Weak<Controller>, files: AppFiles) {
         app,
         mut watcher,
         cwd,
-        ..
+        spec,
     } = files;
+    let delay = spec.delay;
     loop {
-        let changed = match watcher.changed().await {
+        let postponed = |recent: &[PathBuf]| {
+            drover_spool::eprintln!(
+                "drover: app {app:?}: files keep changing ({}): the reload waits until they \
+                 are quiet for {:?}; if the app writes them itself, name them in \
+                 ignore_watch (pm2's --ignore-watch)",
+                shown(recent, &cwd),
+                delay,
+            );
+        };
+        let changed = match watcher.changed(postponed).await {
             Ok(changed) => changed,
             Err(e) => {
                 drover_spool::eprintln!("drover: app {app:?}: watching its files failed ({e}); no more reloads on changes");
