@@ -778,6 +778,118 @@ impl Proc {
     }
 }
 
+/// What tells a starting Node worker that has not listened from a hung one (see
+/// `ready_unless_hung`).
+struct Starting {
+    inbox: drover_node::Inbox,
+    /// The app's server is served at the worker's port.
+    listened: Arc<std::sync::atomic::AtomicBool>,
+    /// The port its first `listen(0)` got: it has started, on a port drover leaves
+    /// alone (see `Proc::never_listened`).
+    own_port: Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl Proc {
+    /// `None` for a worker with no cluster channel (not Node, shared or background
+    /// mode): drover cannot ask its event loop.
+    fn starting(&self) -> Option<Starting> {
+        let session = self.node_session.as_ref()?;
+        Some(Starting {
+            inbox: session.inbox.clone(),
+            listened: Arc::clone(&session.listened),
+            own_port: Arc::clone(&session.own_port),
+        })
+    }
+}
+
+impl Starting {
+    /// Whether the app has not listened yet, and its event loop answers drover's ping
+    /// within `EVENT_LOOP_ANSWER` (only with drover's preload, which answers it). Not
+    /// one that asked whether it is the cluster's primary: its worker branch may wait
+    /// for connections from a primary of its own, which never come, and its record
+    /// says so at the first timeout (`Proc::never_listened`).
+    async fn waits_for_something(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.listened.load(Relaxed)
+            || self.own_port.load(Relaxed) != 0
+            || self.inbox.asked_primary()
+        {
+            return false;
+        }
+        let asked = Instant::now();
+        self.inbox.ping();
+        while asked.elapsed() < EVENT_LOOP_ANSWER {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if self.inbox.event_loop_answered_since(asked) {
+                // It may have listened meanwhile: then readiness decides at once.
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// How long a starting worker's event loop has to answer drover's ping. A loop that
+/// turns answers within milliseconds; one busy with a synchronous step of its start
+/// (a require of a large bundle) may take a while.
+const EVENT_LOOP_ANSWER: Duration = Duration::from_secs(2);
+
+/// `ready_for_clients` for a worker's start (or restart), within `patience`. A Node
+/// worker that has not listened when that runs out, but whose event loop answers
+/// drover's ping, is starting, not hung: it waits on a migration, a database slow to
+/// answer, a cache to warm. Stopped, it would be started again, its migration run a
+/// second time from the start, and it would serve later than if left alone (an app
+/// that listened after 40 s served after 71 s, where PM2 served it after 41 s). So it
+/// gets another `ready_timeout` while its loop answers, up to `MAX_READY_DOUBLINGS`'
+/// worth in all, as slow starts in a row get. One that spins in a loop, is stopped
+/// (SIGSTOP), has no preload, or is not starting (see `Starting::waits_for_something`)
+/// is stopped at `patience`, as before.
+async fn ready_unless_hung(
+    wait: &ReadyWait,
+    probing: &Probing,
+    patience: Duration,
+    starting: Option<&Starting>,
+) -> Result<(), health::NotReady> {
+    let most = ready_patience(wait.spec.ready_timeout, MAX_READY_DOUBLINGS).max(patience);
+    let mut within = patience;
+    let mut waited_on = false;
+    loop {
+        let mut not_ready = match ready_for_clients(wait, probing, within).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if waited_on {
+            // The time it had in all, not the last extension's.
+            not_ready.within = Duration::from_secs(wait.spawned.elapsed().as_secs());
+        }
+        let Some(starting) = starting.filter(|_| wait.spawned.elapsed() < most) else {
+            return Err(not_ready);
+        };
+        if !starting.waits_for_something().await {
+            return Err(not_ready);
+        }
+        let waited = wait.spawned.elapsed();
+        within = wait.spec.ready_timeout.min(most.saturating_sub(waited));
+        if within.is_zero() {
+            return Err(not_ready);
+        }
+        if !waited_on {
+            tracing::warn!(
+                app = %wait.app,
+                worker = wait.id,
+                "worker {}/{} has not listened after {:?}, but its event loop answers: it \
+                 is starting, not hung (a migration, a database slow to answer), so drover \
+                 waits for it, up to {most:?} in all while its event loop answers (drover \
+                 run --ready-timeout or ready_timeout in drover.toml sets it)",
+                wait.app,
+                wait.id,
+                Duration::from_secs(waited.as_secs()),
+            );
+        }
+        waited_on = true;
+    }
+}
+
 /// How long a worker that listens but has not sent 'ready' (`wait_ready`) is held back
 /// while no other worker of its app serves: PM2's own wait for the message
 /// (`GRACEFUL_LISTEN_TIMEOUT`). Holding the app's only capacity for all of
@@ -1201,11 +1313,13 @@ async fn run_once(
     // Phase 1: wait for readiness, unless the process dies or shutdown comes first.
     let probing = shared.probing(&proc.spec);
     let wait = proc.ready_wait(shared, id);
+    let starting = proc.starting();
     let ready = tokio::select! {
-        r = ready_for_clients(
+        r = ready_unless_hung(
             &wait,
             &probing,
             ready_patience(proc.spec.ready_timeout, slow_starts),
+            starting.as_ref(),
         ) => r,
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.

@@ -26,6 +26,11 @@ fn slow_starter(delays: &str) -> [String; 2] {
 /// listens (its workers are still starting then).
 async fn run(delays: &str, extra: &[&str]) -> DroverProcess {
     let [script, delay] = slow_starter(delays);
+    run_command(extra, &["node", &script, &delay]).await
+}
+
+/// `drover run -w 2 EXTRA -- COMMAND`, as `run`.
+async fn run_command(extra: &[&str], command: &[&str]) -> DroverProcess {
     let mut args = vec![
         "run",
         "-w",
@@ -36,7 +41,8 @@ async fn run(delays: &str, extra: &[&str]) -> DroverProcess {
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "node", &script, &delay]);
+    args.push("--");
+    args.extend_from_slice(command);
     DroverProcess::spawn(bin(), &args).await
 }
 
@@ -271,10 +277,15 @@ async fn requests_for_workers_that_never_start_get_a_503_after_the_queue_timeout
 /// a wait for its database): killed at the timeout and started again with the same
 /// time, it never served, where PM2 and Node's cluster module run it. Each start in a
 /// row that ran out of time doubles the next one's, so the second start (2 s for a
-/// 1.5 s boot) serves.
+/// 1.5 s boot) serves. (A program drover cannot ask whether it is starting: a Node
+/// app's event loop says so, below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves() {
-    let d = run("1500", &["--ready-timeout", "1s"]).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cold_start/server.py")
+        .display()
+        .to_string();
+    let d = run_command(&["--ready-timeout", "1s"], &["python3", &script, "1500"]).await;
     let admin = admin_addr(&d).await;
     let answers = burst(d.addr(), 10).await;
     let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
@@ -296,6 +307,70 @@ async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves
     );
     assert!(
         d.stderr_text().contains("its next start gets 2s"),
+        "{}",
+        d.stderr_text()
+    );
+}
+
+/// A Node app that waits before it listens (its migrations, a database slow to answer,
+/// here a 2.5 s timer) past the ready timeout: its event loop answers drover's ping, so
+/// it is starting, not hung, and drover waits for it. Before, it was stopped at the
+/// timeout and started again, its migration run a second time from the start, and it
+/// served later than if left alone (an app that listened after 40 s served after 71 s;
+/// under PM2, after 41 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_app_that_waits_before_it_listens_is_waited_for_not_restarted() {
+    let d = run("2500", &["--ready-timeout", "1s"]).await;
+    let admin = admin_addr(&d).await;
+    let answers = burst(d.addr(), 10).await;
+    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 10 failed: {failed:?}\n{}",
+        failed.len(),
+        d.stderr_text()
+    );
+    let s = status(admin).await;
+    let app = &s.apps[0];
+    assert!(app.restarts.is_empty(), "{:?}", app.restarts);
+    assert!(
+        app.workers.iter().all(|w| w.restarts == 0),
+        "{:?}",
+        app.workers
+    );
+    assert!(
+        d.stderr_text()
+            .contains("but its event loop answers: it is starting, not hung"),
+        "{}",
+        d.stderr_text()
+    );
+}
+
+/// One whose start keeps its event loop busy past the ready timeout and drover's wait
+/// for an answer (a loop that never ends, here 8 s of one) cannot say it is starting:
+/// it is stopped, as before, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_app_whose_start_spins_past_the_ready_timeout_is_stopped() {
+    let [script, delay] = slow_starter("8000");
+    let d = run_command(
+        &["--ready-timeout", "1s"],
+        &["node", &script, &delay, "spin"],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let stopped = wait_until_async(Duration::from_secs(15), || async {
+        let s = status(admin).await;
+        s.apps[0].restarts.iter().any(|r| {
+            r.reason == "start-failed"
+                && r.detail
+                    .as_deref()
+                    .is_some_and(|t| t.contains("not ready within 1s"))
+        })
+    })
+    .await;
+    assert!(stopped, "{}", d.stderr_text());
+    assert!(
+        !d.stderr_text().contains("it is starting, not hung"),
         "{}",
         d.stderr_text()
     );
