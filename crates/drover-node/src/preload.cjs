@@ -48,6 +48,9 @@
 //    below).
 // 14. An app written for @socket.io/sticky (socket.io's guide to Node's cluster module)
 //    or sticky-session has its workers listen too (see below).
+// 15. A Node process of the worker that ends its work without listening exits, as it
+//    would alone: a step before the app (`node migrate.js && node server.js`) lets
+//    the app start (see below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -149,6 +152,8 @@ function keepWrappersMessages(wrapperSend) {
 // does to look again at who hears SIGTERM.
 let sharedServer = null;
 let lookAtSignals = () => {};
+// What a listen() does to make the channel hold the process (15.).
+let holdsTheChannel = () => {};
 
 // The servers on the first port the app listens on (the one drover balances; two at
 // `localhost`'s two loopbacks), filled in by saysWhatItServes.
@@ -187,7 +192,10 @@ if (!runner && require('cluster').isWorker && typeof process.send === 'function'
   givesConnectionsBack();
   keepsSharedSockets();
   saysWhenItAsksIfPrimary();
-  if (droversChannel) listensForItsOwnPrimary();
+  if (droversChannel) {
+    listensForItsOwnPrimary();
+    channelHoldsOnlyTheApp();
+  }
   // For the processes it starts (12.).
   process.env.DROVER_WORKER_APP_PID = String(process.pid);
 } else if (process.env.DROVER_WORKER_APP_PID) {
@@ -281,6 +289,34 @@ function keepsSessions() {
 // The servers the app called listen() on.
 const listenCalled = new WeakSet();
 
+// 15. A cluster worker's channel keeps its process alive (cluster's own 'disconnect'
+//    listener refs it), so a Node process of drover's worker that finishes its work
+//    without listening never exits. Alone it would. In an `npm start` of
+//    `node migrate.js && node server.js`, or with a `prestart` script, the first Node
+//    process takes drover's channel (1.), runs its migration and then waited forever: the
+//    app's process never started, and drover stopped the worker after its ready timeout,
+//    blaming the port, and ran the migration again. (Node's cluster module and PM2 do the
+//    same to such a step; only `node migrate.js` alone exits.) So the channel holds the
+//    process only once it is the app's: it listens, or hears its primary
+//    (`process.on('message')`); until then it ends when its work does, and the next Node
+//    process of the worker takes the channel up. drover's SIGTERM lets it go again (10.).
+function channelHoldsOnlyTheApp() {
+  const channel = process.channel;
+  if (!channel || typeof channel.unref !== 'function') return;
+  channel.unref();
+  const hold = () => {
+    holdsTheChannel = () => {};
+    process.removeListener('newListener', heard);
+    channel.ref();
+  };
+  // Only the app's own: cluster's worker object has one already, as every worker does.
+  const heard = (event) => {
+    if (event === 'message') hold();
+  };
+  holdsTheChannel = hold;
+  process.on('newListener', heard);
+}
+
 // 7. A listen() is drover's question in a worker. `exclusive: true` makes a cluster
 //    worker bind the port itself, past its primary (Node's own cluster module then has
 //    every worker but the first fail with EADDRINUSE, and so does PM2): under drover
@@ -293,6 +329,7 @@ function listensThroughDrover() {
   const none = (port) => port === undefined || port === null || Number.isNaN(port);
   net.Server.prototype.listen = function (...args) {
     listenCalled.add(this);
+    holdsTheChannel();
     const first = args[0];
     const options = first !== null && typeof first === 'object' && !first._handle;
     if (options && first.exclusive) {

@@ -1414,6 +1414,90 @@ async fn an_app_below_a_node_wrapper_drover_does_not_know_says_why_its_port_is_t
     drover_stops_cleanly("unknown wrapper", &d).await;
 }
 
+/// An `npm start` that runs steps before the app, as apps' scripts do: a `prestart`
+/// script, and `node migrate.js && node server.js`. Each step is a Node process of the
+/// worker that ends its work without listening; as a cluster worker (the first Node
+/// process below a runner takes drover's channel) its channel kept it alive, so the
+/// app's process never started, and drover stopped the worker after its ready timeout,
+/// blaming the port, and ran the migration again, forever. Now each step exits as it
+/// would alone, the app takes the channel up, each worker's migration runs once, and
+/// no worker is restarted: on every Node, and through a shell as well.
+#[tokio::test]
+async fn an_npm_start_that_runs_steps_before_the_app_serves_as_written() {
+    let dir = temp_dir("steps-before");
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{ "name": "steps-before", "private": true, "scripts": {
+  "prestart": "node check-env.js",
+  "start": "node migrate.js && node server.js" } }
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("check-env.js"), "console.log('env ok');\n").unwrap();
+    // A migration that waits on its database (a timer here) and notes each run.
+    std::fs::write(
+        dir.join("migrate.js"),
+        "setTimeout(() => require('fs').appendFileSync('migrations.log', `${process.pid}\\n`), 300);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("server.js"),
+        "require('http').createServer((q, s) => s.end(`server ${process.pid}`)).listen(3000);\n",
+    )
+    .unwrap();
+    let runs = |dir: &Path| {
+        std::fs::read_to_string(dir.join("migrations.log"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let npm = vec!["npm".to_string(), "start".to_string()];
+    let (d, admin) = run(2, &npm, &dir).await;
+    both_apps_serve("npm start with steps before the app", &d).await;
+    assert_eq!(runs(&dir), 2, "{}", d.stderr_text());
+    let s = status(admin).await;
+    assert!(s.apps[0].restarts.is_empty(), "{:?}", s.apps[0].restarts);
+    drover_stops_cleanly("npm start with steps before the app", &d).await;
+
+    for (name, node) in node_binaries() {
+        let _ = std::fs::remove_file(dir.join("migrations.log"));
+        let node = node.display().to_string();
+        let shell = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            format!("{node} check-env.js && {node} migrate.js && {node} server.js"),
+        ];
+        let who = format!("{name}: sh -c with steps before the app");
+        let (d, admin) = run(2, &shell, &dir).await;
+        both_apps_serve(&who, &d).await;
+        assert_eq!(runs(&dir), 2, "{who}\n{}", d.stderr_text());
+        let s = status(admin).await;
+        assert!(
+            s.apps[0].restarts.is_empty(),
+            "{who}: {:?}",
+            s.apps[0].restarts
+        );
+        drover_stops_cleanly(&who, &d).await;
+    }
+}
+
+/// Round-robin GETs reach two app processes below the workers' runners (whose pids
+/// `ctl status` shows are not the apps').
+async fn both_apps_serve(who: &str, d: &ChildProcess) {
+    let mut apps = BTreeSet::new();
+    for _ in 0..6 {
+        let r = get(d.addr(), "/").await;
+        assert!(
+            r.text().starts_with("server "),
+            "{who}: {}\n{}",
+            r.text(),
+            d.stderr_text()
+        );
+        apps.insert(r.text());
+    }
+    assert_eq!(apps.len(), 2, "{who}: {apps:?}\n{}", d.stderr_text());
+}
+
 /// A runner that outlives its app (a watch mode waiting for a change, nodemon, a shell
 /// script that goes on): the app's Node process exits, the process drover started does
 /// not. drover knows the app's pid from its preload, sees it end, and restarts the
@@ -3067,12 +3151,14 @@ async fn pm2s_program_and_command_line_forms_run_as_under_pm2() {
 
 /// `drover run --watch`, as `pm2 start app.js --watch`: a saved file reloads the app,
 /// rolling, with no failed request under load (PM2 restarts it); a change below
-/// node_modules does not (PM2's default ignore).
+/// node_modules does not (PM2's default ignore). The app logs each request to a file
+/// beside its code, which changes all the time under load: before, each write put
+/// the reload off by the watch delay, and the saved file was never applied.
 #[tokio::test]
 async fn watch_reloads_the_app_on_a_change_with_no_failed_request() {
     let dir = temp_dir("watch");
     let app = |v: &str| {
-        format!("require('http').createServer((req, res) => res.end('{v} ' + process.pid)).listen(process.env.PORT);\n")
+        format!("require('http').createServer((req, res) => {{ require('fs').appendFileSync('requests.log', req.url + '\\n'); res.end('{v} ' + process.pid); }}).listen(process.env.PORT);\n")
     };
     std::fs::write(dir.join("app.js"), app("v1")).unwrap();
     std::fs::create_dir_all(dir.join("node_modules/dep")).unwrap();
