@@ -881,6 +881,7 @@ struct RawApp {
     watch: Option<WatchPaths>,
     ignore_watch: Option<Vec<String>>,
     watch_delay: Option<PosDur>,
+    app_port: Option<Spanned<Bounded<1, 65535>>>,
 }
 
 #[derive(Deserialize)]
@@ -1690,6 +1691,13 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             "{port} needs a port per worker, and with mode = \"background\" the workers serve none",
         ));
     }
+    if let (Mode::Shared | Mode::Background, Some(p)) = (mode, &raw.app_port) {
+        return Err(ctx.at(
+            p.span(),
+            key("app_port"),
+            "app_port names the port of a Node app's servers that drover balances; with mode = \"shared\" or \"background\" drover runs no balancer for the app",
+        ));
+    }
     if mode == Mode::Shared && drover_supervisor::command_uses_port(&command) {
         return Err(ctx.at(
             command_span,
@@ -1774,6 +1782,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             increment_var: raw.increment_var,
             mode,
             watch,
+            app_port: raw.app_port.map(|p| p.into_inner().as_u16()),
             ..defaults
         },
         listen,
@@ -4790,6 +4799,30 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
     #[test]
     fn shared_mode_apps_are_checked() {
         let app = |extra: &str| format!("[[app]]\nname = \"web\"\ncommand = [\"node\"]\n{extra}");
+        assert_eq!(
+            ok(&app("app_port = 3000\n")).apps[0].spec.app_port,
+            Some(3000)
+        );
+        check(
+            &err(&app("app_port = 0\n")),
+            4,
+            "app[0].app_port",
+            "1..=65535",
+        );
+        check(
+            &err(&app("app_port = 70000\n")),
+            4,
+            "app[0].app_port",
+            "1..=65535",
+        );
+        check(
+            &err(&app(
+                "mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\napp_port = 3000\n",
+            )),
+            6,
+            "app[0].app_port",
+            "drover runs no balancer for the app",
+        );
         let c = ok(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\nmax_memory = \"512M\"\ndrain_timeout = \"5s\"\n"));
         assert_eq!(c.apps[0].spec.mode, Mode::Shared);
         assert_eq!(c.apps[0].listen, Some(addr("127.0.0.1:8000")));
@@ -4883,6 +4916,12 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
             5,
             "app[0].health",
             "the workers serve none",
+        );
+        check(
+            &err(&app("mode = \"background\"\napp_port = 3000\n")),
+            5,
+            "app[0].app_port",
+            "drover runs no balancer for the app",
         );
         check(
             &err(&app("mode = \"background\"\nlisten = \"127.0.0.1:8000\"\n")),

@@ -77,6 +77,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub wait_ready: bool,
 
+    /// For a Node app that listens on several ports (an API on 3000, and a metrics
+    /// server on 9100 that starts first): the one drover balances, at --listen or at its
+    /// own number; the workers share the others, as under Node's cluster module
+    /// [default: the first it listens on]
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub app_port: Option<u16>,
+
     /// Reload the app (rolling, one worker at a time) when a file below its working
     /// directory changes, as PM2's --watch restarts it; node_modules and dot names are
     /// left alone.
@@ -1304,6 +1311,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         ),
         (args.health_path.is_some(), "--health-path"),
         (args.health_grpc.is_some(), "--health-grpc"),
+        (args.app_port.is_some(), "--app-port"),
         (args.slow_start.is_some(), "--slow-start"),
         (!args.tls.tls_cert.is_empty(), "--tls-cert"),
         (!args.tls.tls_key.is_empty(), "--tls-key"),
@@ -1391,6 +1399,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.drain_timeout = args.drain_timeout;
     app.spec.ready_timeout = args.ready_timeout;
     app.spec.wait_ready = args.wait_ready;
+    app.spec.app_port = args.app_port;
     if args.watch {
         app.spec.watch = Some(drover_supervisor::watch::WatchSpec::new(vec![".".into()]));
     }
@@ -1421,6 +1430,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             }
             if args.strategy.is_some() {
                 return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
+            }
+            if args.app_port.is_some() {
+                return Err("--app-port does not apply to --mode shared: each worker's first listen() serves the socket drover passes it".into());
             }
             if args.slow_start.is_some() {
                 return Err("--slow-start does not apply to --mode shared: drover places connections by the workers' load, not by weights".into());

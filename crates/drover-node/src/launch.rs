@@ -156,6 +156,13 @@ pub fn head_limit_env(limit: Option<usize>) -> Option<(String, String)> {
     limit.map(|n| ("DROVER_HEAD_LIMIT".into(), n.to_string()))
 }
 
+/// The port whose server drover balances, for its preload (`AppSpec::app_port`): the
+/// servers on it, not the app's first, are the ones whose clients it counts and gives
+/// back.
+pub fn app_port_env(port: Option<u16>) -> Option<(String, String)> {
+    port.map(|p| ("DROVER_BALANCED_PORT".into(), p.to_string()))
+}
+
 /// The environment for a script runner's app (npm's, tsx's): drover's names for the channel, and
 /// `node_options` (the worker's `NODE_OPTIONS`, if any) with the preload added.
 pub fn runner_env(

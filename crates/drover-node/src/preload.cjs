@@ -177,6 +177,10 @@ if (!runner && require('cluster').isWorker) {
   const usersPort = process.env.DROVER_APP_PORT;
   delete process.env.DROVER_WORKER_PORT;
   delete process.env.DROVER_APP_PORT;
+  // `drover run --app-port`: the port whose servers drover balances, where the app's
+  // first may be another's (a metrics server started before the API).
+  balancedPort = Number(process.env.DROVER_BALANCED_PORT) || 0;
+  delete process.env.DROVER_BALANCED_PORT;
   if (usersPort !== undefined && workerPort > 0) {
     if (Number(process.env.PORT) === workerPort) {
       if (usersPort) process.env.PORT = usersPort;

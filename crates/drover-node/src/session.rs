@@ -311,6 +311,8 @@ pub struct Session {
     /// The worker's loopback port (its `PORT`): where drover accepts the connections of
     /// the app's server, whatever port the app asked for.
     port: u16,
+    /// The port whose server is the app's (`balancing`); `None`: its first.
+    app_port: Option<u16>,
     seq: u64,
     served: Option<Served>,
     /// The servers on ports after the first, and the app's shared ports they join.
@@ -377,6 +379,7 @@ impl Session {
         Ok(Session {
             channel: Channel::new(UnixStream::from_std(channel)?),
             port,
+            app_port: None,
             seq: 0,
             served: None,
             also: Vec::new(),
@@ -413,6 +416,15 @@ impl Session {
             reclaim_due: false,
             reclaimed: false,
         })
+    }
+
+    /// The app's server is the one on `app_port` (`drover run --app-port`), not its
+    /// first: an app may start a metrics server before its API, which listens once its
+    /// database answers. A server on another port before it is shared by the workers,
+    /// as any port after the first is.
+    pub fn balancing(mut self, app_port: Option<u16>) -> Session {
+        self.app_port = app_port;
+        self
     }
 
     /// Where drover gives this worker client connections directly.
@@ -759,6 +771,10 @@ impl Session {
             // port) takes it for one. The server that follows is the app's.
             return self.send(message::listening_without_socket(&query)).await;
         }
+        let not_the_apps = self.served.is_none()
+            && self
+                .app_port
+                .is_some_and(|port| i64::from(port) != query.port);
         if let Some(served) = &self.served {
             if query.port == served.asked && loopback_twins(served.address, asked_ip(&query)) {
                 // `localhost` names both loopbacks where /etc/hosts says so (Debian's
@@ -771,6 +787,8 @@ impl Session {
                 );
                 return self.send(message::listening_without_socket(&query)).await;
             }
+        }
+        if self.served.is_some() || not_the_apps {
             let Ok(port) = u16::try_from(query.port) else {
                 let reason = format!("listen() on port {}: not a port", query.port);
                 return self.refuse(&query, UV_EINVAL, reason, report).await;
@@ -869,7 +887,8 @@ impl Session {
         report: &mut impl FnMut(SessionEvent),
     ) -> Result<(), ChannelError> {
         let place = Place::Path(path);
-        if self.served.is_some() {
+        // With `app_port` named, the app's server is on that port.
+        if self.served.is_some() || self.app_port.is_some() {
             return self.also_serve(query, place, report).await;
         }
         // The path first: where drover cannot bind it, the worker serves nowhere, and no

@@ -347,7 +347,8 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
             };
             cmd.envs(env)
                 .envs(drover_node::unix_sockets_env(&unix_sockets))
-                .envs(drover_node::head_limit_env(spec.head_limit));
+                .envs(drover_node::head_limit_env(spec.head_limit))
+                .envs(drover_node::app_port_env(spec.app_port));
             fds.push(FdMapping {
                 parent_fd: theirs.into(),
                 child_fd: channel_fd,

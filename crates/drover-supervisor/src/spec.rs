@@ -304,6 +304,12 @@ pub struct AppSpec {
     /// start`: what it starts may not be Node), whose Node child the preload gives the
     /// user's back. Default `false`: `PORT` is drover's.
     pub users_port: bool,
+    /// For a Node app that listens on several ports (an API, and a metrics server that
+    /// may start first): the one whose server drover balances, at the balancer's
+    /// address; the workers share the others, as under Node's cluster module. `None`:
+    /// the first it listens on. Set by `drover run --app-port` and `app_port` in an
+    /// `[[app]]`.
+    pub app_port: Option<u16>,
 }
 
 /// How clients reach the workers.
@@ -413,6 +419,7 @@ impl AppSpec {
             head_limit: None,
             watch: None,
             users_port: false,
+            app_port: None,
         }
     }
 

@@ -726,7 +726,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
     };
     let mut worker = process::spawn(&spec, id, listen)?;
     let node_session = match (worker.node_channel.take(), &port) {
-        (Some(channel), Some(port)) => Some(node_session(shared, id, channel, port)?),
+        (Some(channel), Some(port)) => Some(node_session(shared, id, channel, port, &spec)?),
         _ => None,
     };
     let stderr_tail = Arc::new(StderrTail::default());
@@ -952,13 +952,15 @@ fn node_session(
     id: usize,
     channel: std::os::unix::net::UnixStream,
     port: &Port,
+    spec: &AppSpec,
 ) -> std::io::Result<NodeSession> {
     let session = drover_node::Session::new(
         channel,
         port.get(),
         shared.shared_ports.clone(),
         shared.relay.clone(),
-    )?;
+    )?
+    .balancing(spec.app_port);
     let inbox = session.inbox();
     let app = Arc::clone(&shared.app);
     let pool = Arc::clone(&shared.pool);

@@ -300,7 +300,7 @@ pub(crate) fn start_app(
     spec: drover_supervisor::AppSpec,
     serving: Serving,
 ) -> Result<Supervisor, String> {
-    let (name, workers) = (spec.name.clone(), spec.workers.resolve());
+    let (name, workers, app_port) = (spec.name.clone(), spec.workers.resolve(), spec.app_port);
     match serving {
         Serving::Shared(socket) => {
             let addr = socket.local_addr();
@@ -319,7 +319,7 @@ pub(crate) fn start_app(
             let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
                 .map_err(|e| e.to_string())?;
             drover_spool::eprintln!("drover: app {name:?} starting {workers} workers");
-            say_shared_ports(name, sup.shared_ports_bound());
+            say_shared_ports(name, app_port, sup.shared_ports_bound());
             Ok(sup)
         }
     }
@@ -327,7 +327,15 @@ pub(crate) fn start_app(
 
 /// Tells the user of each port the app's workers listen on after their first, as it
 /// is bound: drover shares it among them (`drover_node::SharedPorts`).
-fn say_shared_ports(app: String, mut bound: tokio::sync::watch::Receiver<Vec<Place>>) {
+fn say_shared_ports(
+    app: String,
+    app_port: Option<u16>,
+    mut bound: tokio::sync::watch::Receiver<Vec<Place>>,
+) {
+    let balanced = match app_port {
+        Some(port) => format!("port {port} (app_port)"),
+        None => "the port it listened on first (app_port names another: --app-port)".into(),
+    };
     tokio::spawn(async move {
         let mut said = 0;
         while bound.changed().await.is_ok() {
@@ -340,8 +348,8 @@ fn say_shared_ports(app: String, mut bound: tokio::sync::watch::Receiver<Vec<Pla
                         drover_spool::eprintln!(
                             "drover: app {app:?} also listens on port {port} ({at}): its workers \
                              share it as under Node's cluster module, each new connection to the \
-                             worker with the fewest not yet taken up; drover balances by load the \
-                             port it listened on first"
+                             worker with the fewest not yet taken up; drover balances by load \
+                             {balanced}"
                         );
                     }
                     Place::Path(path) => drover_spool::eprintln!(

@@ -156,6 +156,30 @@ async fn bad_flags_are_named() {
         "--health-path needs a port per worker",
     )
     .await;
+    // The port of a Node app's servers that drover balances: a port, with a balancer.
+    fails(&run(&["--app-port", "0"]), "--app-port").await;
+    fails(&run(&["--app-port", "65536"]), "--app-port").await;
+    fails(&run(&["--app-port", "http"]), "--app-port").await;
+    fails(
+        &run(&["--mode", "shared", "--app-port", "3000"]),
+        "--app-port does not apply to --mode shared",
+    )
+    .await;
+    fails(
+        &[
+            "run",
+            "--admin",
+            "off",
+            "--mode",
+            "background",
+            "--app-port",
+            "3000",
+            "--",
+            "true",
+        ],
+        "--app-port does not apply to --mode background",
+    )
+    .await;
     // The timeouts of drover proxy, for drover run's balancer too, and only there.
     fails(
         &run(&["--mode", "shared", "--request-timeout", "5m"]),

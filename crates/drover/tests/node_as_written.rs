@@ -398,6 +398,69 @@ async fn a_second_port_is_shared_by_the_workers_as_under_node_cluster() {
     }
 }
 
+/// An app whose metrics server listens before its API (which waits for its database):
+/// drover balanced the first port it heard, so with `--listen` every client reached the
+/// metrics server (60 of 60), and the API was only shared. `--app-port` names the API's:
+/// drover balances it at `--listen`, by load, and the workers share the metrics port.
+/// Without it, drover's message names the flag.
+#[tokio::test]
+async fn app_port_names_the_server_drover_balances_when_another_listens_first() {
+    let (api, metrics) = (drover_testkit::free_port(), drover_testkit::free_port());
+    let start = |extra: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.args(
+            "run -w 2 --listen 127.0.0.1:0 --admin 127.0.0.1:0 --threads 1 --strategy round-robin"
+                .split(' '),
+        )
+        .args(extra)
+        .args(["--", "node", &fixture("metrics-first.js")])
+        .current_dir(temp_dir("metrics-first"));
+        clean_env(&mut cmd);
+        cmd.env("API_PORT", api.to_string())
+            .env("METRICS_PORT", metrics.to_string());
+        spawn_ready_line(cmd, "\"default\" listening on ")
+    };
+
+    let d = start(&[]).await;
+    says(
+        "without --app-port",
+        &d,
+        &[&format!("also listens on port {api}"), "--app-port"],
+    )
+    .await;
+    drover_stops_cleanly("without --app-port", &d).await;
+
+    let api_port = api.to_string();
+    let d = start(&["--app-port", &api_port]).await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let mut apis = BTreeSet::new();
+    for _ in 0..6 {
+        let r = get(d.addr(), "/").await;
+        assert!(
+            r.text().starts_with("api (pid "),
+            "{}\n{}",
+            r.text(),
+            d.stderr_text()
+        );
+        apis.insert(r.text());
+    }
+    assert_eq!(apis.len(), 2, "{apis:?}");
+    says(
+        "with --app-port",
+        &d,
+        &[&format!(
+            "also listens on port {metrics} (every address): its workers share it"
+        )],
+    )
+    .await;
+    let r = get(SocketAddr::from(([127, 0, 0, 1], metrics)), "/").await;
+    assert!(r.text().starts_with("metrics (pid "), "{}", r.text());
+    let s = status(admin).await;
+    assert!(s.apps[0].restarts.is_empty(), "{:?}", s.apps[0].restarts);
+    drover_stops_cleanly("with --app-port", &d).await;
+}
+
 /// A second port drover cannot bind (another program has it) is the app's `listen()`
 /// error, with the reason in drover's log, and the first port still serves.
 #[tokio::test]
