@@ -138,6 +138,15 @@ async fn bad_flags_are_named() {
             .copied()
             .collect()
     };
+    // `--mode background` takes no `-l`.
+    let background = |extra: &[&'static str]| -> Vec<&'static str> {
+        ["run", "--admin", "off", "--mode", "background"]
+            .iter()
+            .chain(extra)
+            .chain(&["--", "true"])
+            .copied()
+            .collect()
+    };
     fails(&run(&["--mode", "cluster"]), "unknown mode \"cluster\"").await;
     fails(&run(&["--max-memory", "12X"]), "unknown unit \"x\"").await;
     fails(&run(&["--max-memory", "0"]), "greater than 0").await;
@@ -166,17 +175,7 @@ async fn bad_flags_are_named() {
     )
     .await;
     fails(
-        &[
-            "run",
-            "--admin",
-            "off",
-            "--mode",
-            "background",
-            "--app-port",
-            "3000",
-            "--",
-            "true",
-        ],
+        &background(&["--app-port", "3000"]),
         "--app-port does not apply to --mode background",
     )
     .await;
@@ -187,17 +186,7 @@ async fn bad_flags_are_named() {
     )
     .await;
     fails(
-        &[
-            "run",
-            "--admin",
-            "off",
-            "--mode",
-            "background",
-            "--client-timeout",
-            "1m",
-            "--",
-            "true",
-        ],
+        &background(&["--client-timeout", "1m"]),
         "--client-timeout does not apply to --mode background",
     )
     .await;

@@ -46,6 +46,18 @@ async fn run_command(extra: &[&str], command: &[&str]) -> DroverProcess {
     DroverProcess::spawn(bin(), &args).await
 }
 
+/// Fails, with drover's output, unless every one of `answers` is a 200.
+fn all_answered(d: &DroverProcess, answers: Vec<(u16, Option<String>)>) {
+    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}\n{}",
+        failed.len(),
+        answers.len(),
+        d.stderr_text()
+    );
+}
+
 /// `n` GETs of `/` at once, each on its own connection; each answer's status and
 /// `drover-error` (status 0: no answer).
 async fn burst(addr: SocketAddr, n: usize) -> Vec<(u16, Option<String>)> {
@@ -287,14 +299,7 @@ async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves
         .to_string();
     let d = run_command(&["--ready-timeout", "1s"], &["python3", &script, "1500"]).await;
     let admin = admin_addr(&d).await;
-    let answers = burst(d.addr(), 10).await;
-    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
-    assert!(
-        failed.is_empty(),
-        "{} of 10 failed: {failed:?}\n{}",
-        failed.len(),
-        d.stderr_text()
-    );
+    all_answered(&d, burst(d.addr(), 10).await);
     // Each worker's first start ran out of its second; the record says why.
     let s = status(admin).await;
     let records = &s.apps[0].restarts;
@@ -322,14 +327,7 @@ async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves
 async fn a_node_app_that_waits_before_it_listens_is_waited_for_not_restarted() {
     let d = run("2500", &["--ready-timeout", "1s"]).await;
     let admin = admin_addr(&d).await;
-    let answers = burst(d.addr(), 10).await;
-    let failed: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
-    assert!(
-        failed.is_empty(),
-        "{} of 10 failed: {failed:?}\n{}",
-        failed.len(),
-        d.stderr_text()
-    );
+    all_answered(&d, burst(d.addr(), 10).await);
     let s = status(admin).await;
     let app = &s.apps[0];
     assert!(app.restarts.is_empty(), "{:?}", app.restarts);
