@@ -1326,7 +1326,13 @@ async fn run_once(
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.
             proc.worker.stop(proc.spec.stop_timeout).await;
-            let detail = Some("ended before it was ready".to_string());
+            // A Node script that ends without listening (its channel no longer keeps
+            // it alive, preload item 15) is told why it is no server, as a worker
+            // that never listens in time is.
+            let detail = Some(match proc.never_listened() {
+                Some(why) => format!("ended before it was ready: {why}"),
+                None => "ended before it was ready".to_string(),
+            });
             shared.record_exit(id, &mut proc, &status, detail).await;
             return life(exited(status), Duration::ZERO);
         }

@@ -1187,6 +1187,23 @@ async fn an_app_with_a_primary_of_its_own_is_told_to_run_in_background_mode_and_
     assert!(!d.stderr_text().contains(told), "{}", d.stderr_text());
 }
 
+/// A Node script that ends without listening (a one-off job run as a server) exits as
+/// it would alone, and its restart record says why it is no worker: it never listened,
+/// and an app that serves no port runs in background mode.
+#[tokio::test]
+async fn a_node_script_that_ends_without_listening_is_told_what_to_do() {
+    let dir = temp_dir("ends-without-listening");
+    let app = dir.join("once.js");
+    std::fs::write(&app, "console.log('done');\n").unwrap();
+    let (d, _) = up_until_a_record_says(&dir, &format!(r#""node", {:?}"#, app), |t| {
+        t.contains("ended before it was ready")
+            && t.contains("never listened on its PORT")
+            && t.contains("background")
+    })
+    .await;
+    drover_stops_cleanly("ends without listening", &d).await;
+}
+
 #[tokio::test]
 async fn a_node_app_whose_only_server_listens_on_port_0_is_told_what_to_do() {
     // Under Node's cluster module every worker would share one "random" port; drover
