@@ -30,7 +30,10 @@ LOG_TAG=starts
 source "$BENCH_DIR/lib.sh"
 system_scratch starts
 drover_pm2_and_cluster
-SYSTEMS=("${SYSTEMS[@]/cluster/}")
+# Node's cluster module has no npm start and no ready timeout: drover and PM2 only.
+SYSTEMS=(drover)
+[[ -n "${DROVER_B_BIN:-}" ]] && SYSTEMS+=(drover-b)
+SYSTEMS+=(pm2)
 
 # The apps, written as their authors write them; each start's work appends a line to
 # runs.log.
@@ -92,7 +95,7 @@ run_one() { # "system scenario" round -> one JSON line
 }
 
 PAIRS=()
-for s in $SCENARIOS; do for sys in "${SYSTEMS[@]}"; do [[ -n "$sys" ]] && PAIRS+=("$sys $s"); done; done
+for s in $SCENARIOS; do for sys in "${SYSTEMS[@]}"; do PAIRS+=("$sys $s"); done; done
 alternate_rounds "$TMP/rows.jsonl" "${PAIRS[@]}"
 log "3 workers each; slow: ${SLOW_MS} ms before listen(); steps: a prestart script and a 300 ms migration"
 node -e 'const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => JSON.parse(l));
