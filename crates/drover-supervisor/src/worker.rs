@@ -1326,10 +1326,12 @@ async fn run_once(
         status = proc.worker.child.wait() => {
             // What it started may still run and hold the port the next one needs.
             proc.worker.stop(proc.spec.stop_timeout).await;
-            // A Node script that ends without listening (its channel no longer keeps
-            // it alive, preload item 15) is told why it is no server, as a worker
-            // that never listens in time is.
-            let detail = Some(match proc.never_listened() {
+            // A Node script that ends its work without listening (its channel no
+            // longer keeps it alive, preload item 15) is told why it is no server, as
+            // a worker that never listens in time is. A crash says why itself, in the
+            // stderr its record keeps.
+            let clean = status.as_ref().is_ok_and(|s| s.success());
+            let detail = Some(match proc.never_listened().filter(|_| clean) {
                 Some(why) => format!("ended before it was ready: {why}"),
                 None => "ended before it was ready".to_string(),
             });
