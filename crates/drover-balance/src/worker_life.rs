@@ -6,9 +6,10 @@
 //! ends a worker (an uncaught exception, a crash) would end every
 //! worker it was retried on: one such request took down all three workers of an app
 //! within 30 ms, where Node's cluster module loses the one it was on. So a request a
-//! worker dropped goes again only when something outside the worker ended it (`kill -9`,
-//! the kernel's OOM killer, drover's memory limit), and fails as under Node cluster when
-//! the worker ended by its own doing.
+//! worker dropped goes again only when no error of the worker's ended it: something
+//! outside (`kill -9`, the kernel's OOM killer, drover's memory limit), or the worker's
+//! own plan (an exit with status 0), and fails as under Node cluster when the worker
+//! failed by its own doing.
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
@@ -17,14 +18,18 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 pub enum WorkerLife {
     /// It runs (as far as its supervisor has seen).
     Running,
-    /// It ended by its own doing: it exited (with any status) or raised a fatal signal
-    /// of its own (SIGSEGV, SIGABRT from a failed allocation, ...). A request it dropped
-    /// may be what ended it.
+    /// It ended by an error of its own: it exited with a status other than 0, or raised
+    /// a fatal signal of its own (SIGSEGV, SIGABRT from a failed allocation, ...). A
+    /// request it dropped may be what ended it.
     Crashed,
-    /// Something outside it ended it: a signal (`kill -9`, the OOM killer), or drover
-    /// (it hung, failed its checks, outgrew its memory, or outlasted a drain). What it
-    /// dropped goes again, once: a second endpoint that drops a request is its last.
-    Killed,
+    /// It ended by no error of its own: a signal from outside (`kill -9`, the OOM
+    /// killer), drover (it hung, failed its checks, outgrew its memory, or outlasted a
+    /// drain), or an exit with status 0, as planned: an app that recycles itself
+    /// (`process.exit(0)` after N requests or at a memory mark) ends with the requests
+    /// of others in it, and under Node cluster each of them failed. What it dropped goes
+    /// again, once: a second endpoint that drops a request is its last, so a request
+    /// that itself exits with 0 (a `/quit` route) ends one more worker, not all of them.
+    Ended,
 }
 
 /// `WorkerLife` in one atomic; 0 while no supervisor has said anything.
@@ -36,7 +41,7 @@ impl LifeCell {
         let v = match life {
             WorkerLife::Running => 1,
             WorkerLife::Crashed => 2,
-            WorkerLife::Killed => 3,
+            WorkerLife::Ended => 3,
         };
         self.0.store(v, Relaxed);
     }
@@ -45,7 +50,7 @@ impl LifeCell {
         match self.0.load(Relaxed) {
             1 => Some(WorkerLife::Running),
             2 => Some(WorkerLife::Crashed),
-            3 => Some(WorkerLife::Killed),
+            3 => Some(WorkerLife::Ended),
             _ => None,
         }
     }
@@ -59,7 +64,7 @@ mod tests {
     fn unsupervised_until_told() {
         let cell = LifeCell::default();
         assert_eq!(cell.get(), None);
-        for life in [WorkerLife::Running, WorkerLife::Crashed, WorkerLife::Killed] {
+        for life in [WorkerLife::Running, WorkerLife::Crashed, WorkerLife::Ended] {
             cell.set(life);
             assert_eq!(cell.get(), Some(life));
         }

@@ -29,8 +29,8 @@ pub enum Cause {
     ConnectFailed,
     LocalResources,
     BackendClosed,
-    /// A worker drover runs ended by its own doing (an exit, a crash) with the request
-    /// in it; the request is not tried again, as it may be what ended the worker.
+    /// A worker drover runs ended by an error of its own (a failing exit, a crash) with
+    /// the request in it; the request is not tried again, as it may be what ended it.
     BackendCrashed,
     BadResponse,
     BackendTimeout,

@@ -18,7 +18,7 @@ pub enum ProxyError {
     LocalResources,
     /// The backend closed or reset the connection before a complete response head.
     BackendClosed,
-    /// A worker drover runs ended by its own doing with the request in it (see
+    /// A worker drover runs ended by an error of its own with the request in it (see
     /// `drover_balance::worker_life`): not sent again, as it may be what ended it.
     BackendCrashed,
     /// The backend's response could not be passed on safely.
@@ -105,7 +105,8 @@ impl fmt::Display for ProxyError {
                 f.write_str("the backend closed the connection before responding")
             }
             ProxyError::BackendCrashed => f.write_str(
-                "the worker ended (it exited or crashed) while serving the request; \
+                "the worker failed (it exited with an error or crashed) while serving the \
+                 request; \
                  it is not sent to another, as it may be what ended the worker",
             ),
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),

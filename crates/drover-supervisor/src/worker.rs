@@ -1409,7 +1409,7 @@ async fn serve(
                 // wait behind an endless loop did nothing. The loop's own request may go
                 // too, once (a second worker that drops a request is its last), so a GET
                 // that loops forever hangs two workers at most, one after the other.
-                tell_life(shared, &proc, WorkerLife::Killed);
+                tell_life(shared, &proc, WorkerLife::Ended);
                 shared.leave_pool(id);
                 {
                     let mut slot = shared.slot(id);
@@ -1471,7 +1471,7 @@ async fn serve(
                         return after_exit(shared, id, &mut proc, status, ready_at).await;
                     }
                     // Like an exit: what it held may go again, as the app never read it.
-                    tell_life(shared, &proc, WorkerLife::Killed);
+                    tell_life(shared, &proc, WorkerLife::Ended);
                     shared.leave_pool(id);
                     proc.sample();
                     let status = proc.worker.stop(proc.spec.stop_timeout).await;
@@ -1560,7 +1560,7 @@ async fn after_exit(
     status: std::io::Result<ExitStatus>,
     ready_at: Instant,
 ) -> Life {
-    // What it dropped may go again only if it did not end by its own doing.
+    // What it dropped may go again only if no error of its own ended it.
     tell_life(shared, proc, life_after(&status));
     // Out of the pool before anything else, so no new request goes to a corpse.
     shared.leave_pool(id);
@@ -1682,7 +1682,7 @@ async fn replace_proc(
     old.sample();
     if let (Some(ep), None) = (&old_endpoint, &old_status) {
         // Whatever it still holds after the drain, drover ends: not the requests' doing.
-        ep.set_worker_life(WorkerLife::Killed);
+        ep.set_worker_life(WorkerLife::Ended);
     }
     let stopped_status = old.worker.stop(old.spec.stop_timeout).await;
     match old_status {
@@ -1729,10 +1729,10 @@ fn tell_life(shared: &AppState, proc: &Proc, life: WorkerLife) {
     }
 }
 
-/// Whether a process that exited with `status` ended by its own doing. A signal it
-/// raises itself (a crash, an abort) or an exit of its own is; a signal sent from
-/// outside is not, nor a shell's report of one (128 + SIGHUP, SIGINT, SIGKILL, SIGTERM:
-/// `sh -c`, npm).
+/// Whether a process that exited with `status` ended by an error of its own. A signal
+/// it raises itself (a crash, an abort) or an exit with a failing status is; a signal
+/// sent from outside is not, nor a shell's report of one (128 + SIGHUP, SIGINT, SIGKILL,
+/// SIGTERM: `sh -c`, npm), nor an exit with status 0 (it ended as planned: a recycle).
 fn life_after(status: &std::io::Result<ExitStatus>) -> WorkerLife {
     use std::os::unix::process::ExitStatusExt;
     const OWN_SIGNALS: [i32; 7] = [
@@ -1748,12 +1748,13 @@ fn life_after(status: &std::io::Result<ExitStatus>) -> WorkerLife {
     match status {
         Ok(s) => match (s.signal(), s.code()) {
             (Some(sig), _) if OWN_SIGNALS.contains(&sig) => WorkerLife::Crashed,
-            (Some(_), _) => WorkerLife::Killed,
-            (None, Some(code)) if code > 128 && SENT.contains(&(code - 128)) => WorkerLife::Killed,
+            (Some(_), _) => WorkerLife::Ended,
+            (None, Some(code)) if code > 128 && SENT.contains(&(code - 128)) => WorkerLife::Ended,
+            (None, Some(0)) => WorkerLife::Ended,
             _ => WorkerLife::Crashed,
         },
         // Reaped elsewhere: nothing says it was its doing.
-        Err(_) => WorkerLife::Killed,
+        Err(_) => WorkerLife::Ended,
     }
 }
 
@@ -1898,7 +1899,7 @@ async fn shutdown_proc(shared: &AppState, id: usize, proc: &mut Proc) -> Option<
     }
     if let Some(ep) = endpoint {
         drain(shared, id, proc, &|| ep.in_flight()).await;
-        ep.set_worker_life(WorkerLife::Killed);
+        ep.set_worker_life(WorkerLife::Ended);
     }
     proc.worker.stop(proc.spec.stop_timeout).await
 }
@@ -2006,14 +2007,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_exit_or_a_crash_is_the_workers_doing_and_a_signal_sent_is_not() {
+    fn a_failing_exit_or_a_crash_is_the_workers_doing_and_a_signal_sent_or_exit_0_is_not() {
         use std::os::unix::process::ExitStatusExt;
         // Wait statuses: a code in the high byte, a signal in the low bits.
         let exited = |code: i32| Ok(ExitStatus::from_raw(code << 8));
         let signalled = |sig: i32| Ok(ExitStatus::from_raw(sig));
         for status in [
             exited(1),
-            exited(0),
             exited(7),
             exited(134),
             signalled(libc::SIGSEGV),
@@ -2022,16 +2022,17 @@ mod tests {
             assert_eq!(life_after(&status), WorkerLife::Crashed, "{status:?}");
         }
         for status in [
+            exited(0),
             signalled(libc::SIGKILL),
             signalled(libc::SIGTERM),
             exited(137),
             exited(143),
         ] {
-            assert_eq!(life_after(&status), WorkerLife::Killed, "{status:?}");
+            assert_eq!(life_after(&status), WorkerLife::Ended, "{status:?}");
         }
         assert_eq!(
             life_after(&Err(std::io::Error::other("reaped"))),
-            WorkerLife::Killed
+            WorkerLife::Ended
         );
     }
 

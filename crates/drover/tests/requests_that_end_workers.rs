@@ -1,7 +1,8 @@
 //! A request that ends the worker it runs on (an uncaught exception) ends that worker
 //! alone, as under Node's cluster module: drover does not retry it on the others. One
 //! that hangs its worker hangs a second at most. A request on a worker killed from
-//! outside (`kill -9`) still goes to another. Real `drover up` and real Node workers; restarts and answers are counted,
+//! outside (`kill -9`), or on one that ends itself with status 0 (a recycle), still goes
+//! to another. Real `drover up` and real Node workers; restarts and answers are counted,
 //! nothing is timed.
 
 mod common;
@@ -81,12 +82,13 @@ async fn a_get_that_hangs_its_worker_hangs_a_second_one_at_most() {
     assert_eq!(restarts_after(&d, admin, 2).await, 2, "{}", d.stderr_text());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gets_on_a_worker_killed_from_outside_go_to_another() {
-    let (d, admin) = up_three_workers("kill").await;
-    let addr = d.addr();
-    // One slow GET on each worker: the balancer places them apart.
-    let gets: Vec<_> = (0..3)
+/// One slow GET on each of the three workers (the balancer places them apart), spawned:
+/// each gives its status and the pid that answered.
+async fn one_slow_get_on_each_worker(
+    addr: SocketAddr,
+    admin: SocketAddr,
+) -> Vec<tokio::task::JoinHandle<(u16, Option<String>)>> {
+    let gets = (0..3)
         .map(|_| {
             tokio::spawn(async move {
                 let mut c = HttpClient::connect(addr).await.unwrap();
@@ -102,6 +104,14 @@ async fn gets_on_a_worker_killed_from_outside_go_to_another() {
     })
     .await;
     assert!(held, "{:?}", status(admin).await);
+    gets
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_on_a_worker_killed_from_outside_go_to_another() {
+    let (d, admin) = up_three_workers("kill").await;
+    let addr = d.addr();
+    let gets = one_slow_get_on_each_worker(addr, admin).await;
     let victim = status(admin).await.apps[0].workers[1].pid.unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-9", &victim.to_string()])
@@ -114,4 +124,41 @@ async fn gets_on_a_worker_killed_from_outside_go_to_another() {
         assert_ne!(pid, Some(victim.to_string()));
     }
     assert_eq!(restarts_after(&d, admin, 1).await, 1, "{}", d.stderr_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_on_a_worker_that_recycles_itself_go_to_another() {
+    let (d, admin) = up_three_workers("recycle").await;
+    let addr = d.addr();
+    let gets = one_slow_get_on_each_worker(addr, admin).await;
+    // Answered, then `process.exit(0)`, with another GET in it: under Node cluster and
+    // PM2 that GET fails; it was in flight, not the exit's cause (before: 502
+    // `backend-crashed`).
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let r = c.get("/recycle").await;
+    assert_eq!(r.status, 200, "{}", d.stderr_text());
+    let recycled = r.header("x-pid").unwrap().to_owned();
+    for get in gets {
+        let (code, pid) = get.await.unwrap();
+        assert_eq!(code, 200, "{}", d.stderr_text());
+        assert_ne!(pid, Some(recycled.clone()));
+    }
+    assert_eq!(restarts_after(&d, admin, 1).await, 1, "{}", d.stderr_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_exits_its_worker_with_status_0_ends_a_second_one_at_most() {
+    let (d, admin) = up_three_workers("quit").await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.get("/quit").await;
+    // An exit with status 0 is the app's plan, so what it dropped goes again, once: a
+    // `/quit` route ends two workers, not all three.
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-closed")),
+        "{}\n{}",
+        r.text(),
+        d.stderr_text()
+    );
+    assert_eq!(restarts_after(&d, admin, 2).await, 2, "{}", d.stderr_text());
 }

@@ -92,8 +92,8 @@ impl Conn {
     /// under a request (`kill -9`, the OOM killer), but a request that itself ends a
     /// worker would end each one it was retried on: one GET with an uncaught exception
     /// took down all three workers of an app in 30 ms, where Node's cluster module
-    /// loses one. So it fails when the supervised worker ended by its own doing (see
-    /// `drover_balance::worker_life`), and a second endpoint that drops it is its last:
+    /// loses one. So it fails when the supervised worker ended by an error of its own
+    /// (see `drover_balance::worker_life`), and a second endpoint that drops it is its last:
     /// what two backends dropped in turn is more likely the request's doing than two
     /// kills. A kept-alive connection closing as the request crossed it is not counted
     /// (`Conn::attempt` sends it again on a new one).
@@ -135,13 +135,13 @@ impl Conn {
     }
 }
 
-/// Whether the supervised worker behind `endpoint` ended by its own doing, waiting up to
+/// Whether the supervised worker behind `endpoint` ended by an error of its own, waiting up to
 /// `WORKER_END_WAIT` for its supervisor's word; false for an endpoint nobody supervises.
 async fn worker_ended_by_itself(endpoint: &Endpoint) -> bool {
     let deadline = Instant::now() + WORKER_END_WAIT;
     loop {
         match endpoint.worker_life() {
-            None | Some(WorkerLife::Killed) => return false,
+            None | Some(WorkerLife::Ended) => return false,
             Some(WorkerLife::Crashed) => return true,
             Some(WorkerLife::Running) if Instant::now() >= deadline => return false,
             Some(WorkerLife::Running) => tokio::time::sleep(WORKER_END_POLL).await,
