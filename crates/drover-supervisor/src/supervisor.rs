@@ -437,6 +437,7 @@ impl Supervisor {
                 } else {
                     Undone::PartlyRestarted { upto: id }
                 };
+                self.shared.retired().await;
                 return Err(SupervisorError::ReloadFailed {
                     app: self.shared.app.to_string(),
                     worker: id,
@@ -445,6 +446,9 @@ impl Supervisor {
                 });
             }
         }
+        // Each old process drains in the background while the next is replaced; the
+        // reload is done when they have all stopped.
+        self.shared.retired().await;
         Ok(())
     }
 
@@ -484,6 +488,8 @@ impl Supervisor {
                 tracing::error!(app = %self.shared.app, "worker task failed: {e}");
             }
         }
+        // Old processes of a reload still draining stop before drover does.
+        self.shared.retired().await;
     }
 
     /// `shutdown`, consuming the handle.
