@@ -5,6 +5,7 @@
 //
 //   GET /work?ms=N   N ms of CPU time (at most 1000), then 200 JSON {pid}
 //   GET /            the same with ms=1
+//   GET /events      an event stream: one event a second, until the client leaves
 //
 // STARTUP_MS (default 300): CPU time spent before listen().
 'use strict';
@@ -28,6 +29,13 @@ burn(STARTUP_MS);
 http
   .createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
+    if (url.pathname === '/events') {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      res.write(`data: ${process.pid} 0\n\n`);
+      let n = 0;
+      const timer = setInterval(() => res.write(`data: ${process.pid} ${++n}\n\n`), 1000);
+      return req.on('close', () => clearInterval(timer));
+    }
     const ms = Math.min(Number(url.searchParams.get('ms') || 1), 1000);
     burn(ms);
     const body = JSON.stringify({ pid: process.pid }) + '\n';
