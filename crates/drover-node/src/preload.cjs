@@ -51,6 +51,11 @@
 // 15. A Node process of the worker that ends its work without listening exits, as it
 //    would alone: a step before the app (`node migrate.js && node server.js`) lets
 //    the app start (see below).
+// 16. A worker that handles the stop signal gets it before it ends, when drover
+//    retires it through its channel (see below).
+// 17. What this file tells drover over the channel once the channel is gone is dropped,
+//    not thrown: Node raises ERR_IPC_CHANNEL_CLOSED from a timer, and a retiring HTTPS
+//    worker (whose connections close after drover let it go) exited with status 1.
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -188,6 +193,15 @@ if (!runner && require('cluster').isWorker) {
     }
     portForNoPort = workerPort;
   }
+}
+
+// 17. (above) What this file says to drover, while the channel is there.
+function toDrover(message, handle, done) {
+  if (!process.connected) {
+    if (done) done();
+    return;
+  }
+  process.send(message, handle, done);
 }
 
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
@@ -462,7 +476,25 @@ function sigtermGoesToSigint() {
   const clusterWorker = require('cluster').isWorker;
   // 13. In shared mode, with nothing of the app's own to hear the signal (below).
   const drain = () => drainsSharedServer(drain);
+  // 16. drover retires a worker (a reload, a scale-down) through its channel, as Node's
+  //    primary does (`worker.disconnect()`): the worker closes its servers, its
+  //    connections end, the channel closes, and drover's SIGTERM follows. An app with a
+  //    handler of its own for the signal (Express's guide's `server.close()`, NestJS's
+  //    shutdown hooks, OpenTelemetry's flush) expects it before it ends, as PM2 sends
+  //    it; but with nothing else in its event loop it ended as the channel closed, and
+  //    its handler never ran (a reload under keep-alive load skipped every one). So it
+  //    waits for the signal, which drover sends at once, for up to SIGNAL_WAIT_MS.
+  const SIGNAL_WAIT_MS = 5000;
+  let waitForSignal = null;
+  if (clusterWorker) {
+    process.once('disconnect', () => {
+      if (process.listeners('SIGTERM').includes(leave)) {
+        waitForSignal = setTimeout(() => {}, SIGNAL_WAIT_MS);
+      }
+    });
+  }
   const leave = () => {
+    if (waitForSignal) clearTimeout(waitForSignal);
     if (clusterWorker && process.channel) process.channel.unref();
     for (const server of balancedHttpServers) {
       if (typeof server.closeIdleConnections === 'function') server.closeIdleConnections();
@@ -522,7 +554,7 @@ function givesConnectionsBack() {
     if (clients !== told || arrived) {
       told = clients;
       arrived = false;
-      process.send({ cmd: 'NODE_DROVER', act: 'clients', n: clients });
+      toDrover({ cmd: 'NODE_DROVER', act: 'clients', n: clients });
     }
   };
   const changed = (by) => {
@@ -562,7 +594,7 @@ function givesConnectionsBack() {
     // drover asks whether the event loop turns (a worker that waits on I/O answers at
     // once; one stuck in a busy loop, or stopped, cannot).
     if (message && message.cmd === 'NODE_DROVER' && message.act === 'ping') {
-      process.send({ cmd: 'NODE_DROVER', act: 'pong' });
+      toDrover({ cmd: 'NODE_DROVER', act: 'pong' });
       return;
     }
     if (message && message.cmd === 'NODE_DROVER' && message.act === 'return' && !returning) {
@@ -576,7 +608,7 @@ function givesConnectionsBack() {
   });
   // With its pid: below a runner (npm, tsx, a shell) the app is not the process drover
   // started, and drover reads the app's CPU and memory, and sees it exit, by this pid.
-  process.send({ cmd: 'NODE_DROVER', act: 'ready', pid: process.pid });
+  toDrover({ cmd: 'NODE_DROVER', act: 'ready', pid: process.pid });
 
   // Node's list of a server's HTTP connections (what closeIdleConnections() uses).
   const connectionsOf = (server) => {
@@ -612,7 +644,7 @@ function givesConnectionsBack() {
     if (left === 0 || (!returning && ++reclaimRounds >= RECLAIM_ROUNDS)) {
       giving = false;
       // Sent after every handle above: Node queues messages behind an unacked handle.
-      if (returning) process.send({ cmd: 'NODE_DROVER', act: 'returned' });
+      if (returning) toDrover({ cmd: 'NODE_DROVER', act: 'returned' });
     } else {
       setTimeout(giveAllBack, 5);
     }
@@ -636,7 +668,7 @@ function givesConnectionsBack() {
     givenBack.add(socket);
     changed(-1);
     socket.destroy();
-    process.send({ cmd: 'NODE_DROVER', act: 'return' }, handle, () => handle.close());
+    toDrover({ cmd: 'NODE_DROVER', act: 'return' }, handle, () => handle.close());
   }
 }
 
@@ -736,7 +768,7 @@ function saysWhenItAsksIfPrimary() {
           const reader = String(new Error().stack).split('\n')[2] || '';
           if (!/[( ]node:/.test(reader)) {
             said = true;
-            process.send({ cmd: 'NODE_DROVER', act: 'asked-primary' });
+            toDrover({ cmd: 'NODE_DROVER', act: 'asked-primary' });
           }
         }
         return value;

@@ -41,6 +41,17 @@ async fn run_app(
     workers: usize,
     extra: &[&str],
 ) -> (ChildProcess, SocketAddr) {
+    run_app_with_env(mode, node, workers, extra, &[]).await
+}
+
+/// `run_app`, with `env` in the workers' environment.
+async fn run_app_with_env(
+    mode: &[&str],
+    node: &str,
+    workers: usize,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (ChildProcess, SocketAddr) {
     let mut cmd = Command::new(bin());
     cmd.args(["run", "-w", &workers.to_string()])
         .args(mode)
@@ -48,6 +59,7 @@ async fn run_app(
         .args([node, &conns_app()])
         .args(extra);
     clean_env(&mut cmd);
+    cmd.envs(env.iter().copied());
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     let admin = admin_addr(&d).await;
     wait_all_serving(&d, admin).await;
@@ -644,9 +656,14 @@ async fn by_default_reload_and_scale_fail_no_keep_alive_request() {
 
 /// The workers serve the clients' keep-alive connections directly; each retiring one
 /// (reload, scale-down) gives them back to drover between two requests, so no client
-/// sees its connection close, let alone a request fail.
+/// sees its connection close, let alone a request fail. And each gets the SIGTERM its
+/// shutdown handler waits for: let go through its channel with nothing left in its
+/// event loop, each ended before it, and no handler ran (NestJS's shutdown hooks,
+/// OpenTelemetry's flush), where PM2 signals every one.
 async fn reload_and_scale_keep_alive(node: &str) {
-    let (d, admin) = run_app(&[], node, 2, &[]).await;
+    let stop_log = common::temp_dir("handoff-stop-log").join("stops.log");
+    let env = [("STOP_LOG", stop_log.to_str().unwrap())];
+    let (d, admin) = run_app_with_env(&[], node, 2, &[], &env).await;
     let load = KeepAliveLoad::handed_over(&d, admin).await;
     reload_then_scale_to_3_and_1(&d, admin).await;
 
@@ -672,6 +689,20 @@ async fn reload_and_scale_keep_alive(node: &str) {
         &failed[..failed.len().min(5)],
         d.stderr_text()
     );
+    // Every worker the reload and the scale-downs retired ran its handler.
+    let retired: Vec<u32> = common::restart_records(&common::status(admin).await)
+        .iter()
+        .filter_map(|r| r.pid)
+        .collect();
+    assert!(retired.len() >= 3, "{retired:?}");
+    let signalled = std::fs::read_to_string(&stop_log).unwrap_or_default();
+    for pid in retired {
+        assert!(
+            signalled.contains(&format!("{pid} SIGTERM")),
+            "{node}: worker {pid} ended without its SIGTERM handler running: {signalled:?}\n{}",
+            d.stderr_text()
+        );
+    }
     drover_stops_cleanly("default mode", &d).await;
 }
 

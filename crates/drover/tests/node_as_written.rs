@@ -3942,3 +3942,88 @@ async fn an_app_as_written_in_shared_mode_is_reloaded_and_scaled_under_keep_aliv
         );
     }
 }
+
+/// An HTTPS app that ends TLS itself (its connections are handed over, and drover cannot
+/// take them back) retires cleanly at a reload under keep-alive load. Its last
+/// connections close after its channel has gone, and the preload's word on each close
+/// found no channel: Node threw ERR_IPC_CHANNEL_CLOSED from a timer, and every old
+/// worker ended with status 1 (`reload`, code 1, in `ctl restarts`, the stack in
+/// drover's output), where PM2's end cleanly.
+#[tokio::test]
+async fn an_https_app_retires_cleanly_at_a_reload_under_keep_alive_load() {
+    if !common::pki::tools() {
+        return;
+    }
+    let pki = common::pki::Pki::new("tls-app-reload");
+    let (cert, key) = pki.leaf(
+        "server",
+        "localhost",
+        &["localhost"],
+        common::pki::far_future(),
+    );
+    let dir = pki.dir.clone();
+    std::fs::copy(&cert, dir.join("cert.pem")).unwrap();
+    std::fs::copy(&key, dir.join("key.pem")).unwrap();
+    let port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("https-server.js"),
+        format!("const fs = require('fs');\nconst https = require('https');\nconst options = {{ key: fs.readFileSync('key.pem'), cert: fs.readFileSync('cert.pem') }};\nhttps.createServer(options, (req, res) => res.end('secure ' + process.pid)).listen({port});\n"),
+    )
+    .unwrap();
+    // Four keep-alive clients for 5 s; prints how many answers came.
+    std::fs::write(
+        dir.join("load.js"),
+        format!("const https = require('https');\nconst agent = new https.Agent({{ keepAlive: true, maxSockets: 4, ca: require('fs').readFileSync('{}') }});\nlet ok = 0; const end = Date.now() + 5000;\nconst loop = () => {{ if (Date.now() > end) return; https.get({{ host: 'localhost', port: {port}, agent }}, (res) => {{ res.resume(); res.on('end', () => {{ ok++; loop(); }}); }}).on('error', loop); }};\nfor (let i = 0; i < 4; i++) loop();\nsetTimeout(() => {{ console.log(ok); process.exit(0); }}, 5500);\n", pki.ca_pem.display()),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+        "--",
+        "node",
+        "https-server.js",
+    ])
+    .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let load = tokio::process::Command::new("node")
+        .arg("load.js")
+        .current_dir(&dir)
+        .output();
+    let reload = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        common::ctl(admin, &["reload"]).await
+    };
+    let (load, (code, out, err)) = tokio::join!(load, reload);
+    assert_eq!(code, 0, "{out}{err}");
+    let answered: usize = String::from_utf8_lossy(&load.unwrap().stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    assert!(
+        answered > 50,
+        "too little load: {answered}\n{}",
+        d.stderr_text()
+    );
+    let records = common::restart_records(&common::status(admin).await);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for r in &records {
+        assert!(
+            r.exit_code.is_none_or(|c| c == 0),
+            "a retiring worker failed: {r:?}\n{}",
+            d.stderr_text()
+        );
+    }
+    assert!(
+        !d.stderr_text().contains("ERR_IPC_CHANNEL_CLOSED"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("https", &d).await;
+}
