@@ -49,8 +49,13 @@ fn main() -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colours only for a terminal: in a file, a pipe or journald they are escape codes
+    // in every line (`^[[33m WARN`); NO_COLOR turns them off on a terminal too.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         // Through the stderr spool: a stderr nobody reads costs lines, not drover.
         .with_writer(|| drover_spool::Stderr)
         .init();

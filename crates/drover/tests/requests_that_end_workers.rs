@@ -144,6 +144,10 @@ async fn gets_on_a_worker_that_recycles_itself_go_to_another() {
         assert_ne!(pid, Some(recycled.clone()));
     }
     assert_eq!(restarts_after(&d, admin, 1).await, 1, "{}", d.stderr_text());
+    // Its warning reads as text in a file or a pipe: no colour codes (`^[[33m WARN`).
+    let log = d.stderr_text();
+    assert!(log.contains(" WARN "), "{log}");
+    assert!(!log.contains('\x1b'), "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
