@@ -106,8 +106,7 @@ impl fmt::Display for ProxyError {
             }
             ProxyError::BackendCrashed => f.write_str(
                 "the worker failed (it exited with an error or crashed) while serving the \
-                 request; \
-                 it is not sent to another, as it may be what ended the worker",
+                 request; it is not sent to another, as it may be what ended the worker",
             ),
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
             ProxyError::Timeout => f.write_str("the backend did not respond in time"),

@@ -22,6 +22,14 @@ pub struct FirstListen {
 }
 
 impl FirstListen {
+    /// Where it listened, in words: "port 3000", or "its PORT".
+    pub(crate) fn port_in_words(&self) -> String {
+        match self.asked {
+            Some(at) => format!("port {}", at.port()),
+            None => "its PORT".to_string(),
+        }
+    }
+
     /// What a Node worker's `listen()` of port `asked` at `address` means, for a worker
     /// whose `PORT` is `own_port`.
     pub(crate) fn of_listen(
@@ -73,6 +81,13 @@ impl FirstListenCell {
             *first = Some(seen);
             true
         });
+    }
+
+    /// The first listen, when `seen` names another port than it did: new code (a
+    /// reload) that moved the app's port, where drover's balancer stays.
+    pub(crate) fn moved(&self, seen: &FirstListen) -> Option<FirstListen> {
+        let first = (*self.0.borrow())?;
+        (first.asked.map(|a| a.port()) != seen.asked.map(|a| a.port())).then_some(first)
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<Option<FirstListen>> {

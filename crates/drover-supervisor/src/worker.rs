@@ -1013,7 +1013,22 @@ fn node_session(
                 keeps_sessions,
             } => {
                 listened_here.store(true, std::sync::atomic::Ordering::Relaxed);
-                first_listen.note(FirstListen::of_listen(asked, address, port, speaks, unix));
+                let seen = FirstListen::of_listen(asked, address, port, speaks, unix);
+                if let Some(first) = first_listen.moved(&seen) {
+                    // Under PM2 the new code's port serves; drover's clients connect
+                    // where the first workers listened, and that address stays.
+                    tracing::warn!(
+                        app = %app,
+                        worker = id,
+                        "worker {app}/{id} listens on {} where the app's first workers \
+                         listened on {}: drover serves it where clients connect, at the \
+                         address it took from the first workers; restart drover to serve \
+                         the new port, or give -l ADDR",
+                        seen.port_in_words(),
+                        first.port_in_words(),
+                    );
+                }
+                first_listen.note(seen);
                 // Taken up only by a balancer in handoff mode, and only once this
                 // worker is in its pool (ready). Not for an app whose first server is a
                 // Unix socket: its worker could not give a TCP client back on a reload

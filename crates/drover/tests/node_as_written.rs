@@ -4027,3 +4027,54 @@ async fn an_https_app_retires_cleanly_at_a_reload_under_keep_alive_load() {
     );
     drover_stops_cleanly("https", &d).await;
 }
+
+/// New code that moves the app's port (`listen(3001)` where it was `listen(3000)`) is
+/// served where clients already connect: drover took that address from the first
+/// workers, and a reload does not move its balancer. Under PM2 the new port serves, so
+/// drover says so, naming both ports and the ways out. Before, nothing was said.
+#[tokio::test]
+async fn a_reload_whose_code_moved_the_port_says_where_it_is_served() {
+    let dir = common::temp_dir("moved-port");
+    let (first, moved) = (drover_testkit::free_port(), drover_testkit::free_port());
+    let app = dir.join("app.js");
+    let write = |port: u16| {
+        std::fs::write(
+            &app,
+            format!(
+                "require('http').createServer((req, res) => res.end('v{port}')).listen({port});\n"
+            ),
+        )
+        .unwrap()
+    };
+    write(first);
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+        "--",
+        "node",
+        "app.js",
+    ])
+    .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    assert_eq!(d.addr().port(), first, "{}", d.stderr_text());
+    let admin = admin_addr(&d).await;
+    let before = serving(&d, admin).await;
+    write(moved);
+    reloaded("moved port", &d, admin, &before).await;
+    says(
+        "moved port",
+        &d,
+        &[&format!(
+            "listens on port {moved} where the app's first workers listened on port {first}"
+        )],
+    )
+    .await;
+    let served = get(d.addr(), "/").await;
+    assert_eq!(served.text(), format!("v{moved}"), "{}", d.stderr_text());
+    drover_stops_cleanly("moved port", &d).await;
+}
