@@ -275,3 +275,27 @@ pub(crate) async fn says_if_its_own_port_is_unserved(
     );
     Ok(())
 }
+
+/// Says, once the first worker of `app` (which no balancer is in front of) listened,
+/// that nothing serves its clients. Its workers' `listen()` is answered by drover, as
+/// under `drover run`, but under `drover up` only a `[[balancer]]` binds an address:
+/// the app said "listening on 3000", its status said ready, and a client was refused
+/// at 3000 with nothing said.
+pub(crate) async fn says_no_balancer_serves_it(app: Arc<Supervisor>) -> Result<(), String> {
+    let mut first = app.first_listen();
+    let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
+        return Ok(());
+    };
+    let listened = match seen.and_then(|s| s.asked) {
+        Some(asked) => format!("listens on port {}", asked.port()),
+        None => "listens on its PORT".to_string(),
+    };
+    let listen = seen
+        .and_then(|s| s.asked)
+        .map_or_else(|| "127.0.0.1:8000".to_string(), |asked| asked.to_string());
+    drover_spool::eprintln!(
+        "drover: warning: app {name:?} {listened}, and no [[balancer]] is in front of it: nothing serves its clients (each worker's listen() is answered by drover, which binds no address for it). Add [[balancer]] with listen = \"{listen}\" and backends = [\"app:{name}\"], or give the app mode = \"background\" if it serves no port",
+        name = app.name(),
+    );
+    Ok(())
+}

@@ -3,7 +3,8 @@
 use crate::balancers::{self, RunningBalancer, Sockets, StartError};
 use crate::control::Controller;
 use crate::follow::{
-    says_if_its_own_port_is_unserved, speaks_http, where_the_app_listens, FollowApp, Followed,
+    says_if_its_own_port_is_unserved, says_no_balancer_serves_it, speaks_http,
+    where_the_app_listens, FollowApp, Followed,
 };
 use crate::serve;
 use crate::systemd;
@@ -15,7 +16,7 @@ use drover_config::preflight::{self, Prepared};
 use drover_config::{self as config, Config, Origins};
 use drover_proxy::H2Probe;
 use drover_registry::{Pool, PoolOptions, WrapProbe};
-use drover_supervisor::{stderr_sink, Place, SharedListener, Supervisor};
+use drover_supervisor::{stderr_sink, Mode, Place, SharedListener, Supervisor};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -279,6 +280,9 @@ pub(crate) async fn run_config(
                 served.clone(),
                 front.name.clone(),
             );
+            late_starts.push(Box::pin(note) as serve::LateStart);
+        } else if !matches!(app.spec().mode, Mode::Background | Mode::Shared) {
+            let note = says_no_balancer_serves_it(Arc::clone(app));
             late_starts.push(Box::pin(note) as serve::LateStart);
         }
     }

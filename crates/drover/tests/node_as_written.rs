@@ -4078,3 +4078,36 @@ async fn a_reload_whose_code_moved_the_port_says_where_it_is_served() {
     assert_eq!(served.text(), format!("v{moved}"), "{}", d.stderr_text());
     drover_stops_cleanly("moved port", &d).await;
 }
+
+/// `drover up` of a file with an `[[app]]` and no `[[balancer]]`: its workers' `listen()`
+/// is answered by drover, which binds nothing for them there, so nothing serves the
+/// port the app names. drover says so, and what to add. Before: the app said
+/// "listening", its status said ready, its clients were refused, and nothing was said.
+#[tokio::test]
+async fn an_app_with_no_balancer_in_front_is_named_as_unserved() {
+    let dir = common::temp_dir("no-balancer");
+    let port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("app.js"),
+        format!("require('http').createServer((req, res) => res.end('ok')).listen({port});\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("drover.toml"),
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nworkers = 1\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "-c", "drover.toml"]).current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "admin API listening on").await;
+    says(
+        "no balancer",
+        &d,
+        &[&format!(
+            "app \"web\" listens on port {port}, and no [[balancer]] is in front of it"
+        )],
+    )
+    .await;
+    drover_stops_cleanly("no balancer", &d).await;
+}
