@@ -109,7 +109,11 @@ impl fmt::Display for ProxyError {
                  request; it is not sent to another, as it may be what ended the worker",
             ),
             ProxyError::BadResponse(why) => write!(f, "invalid response from the backend: {why}"),
-            ProxyError::Timeout => f.write_str("the backend did not respond in time"),
+            ProxyError::Timeout => f.write_str(
+                "the backend did not respond within the request timeout (--request-timeout, \
+                 or timeouts = { request = \"...\" } in drover.toml; \"off\" waits as long as \
+                 the client stays, as drover run does)",
+            ),
             ProxyError::BackendHung => f.write_str(
                 "the backend stopped answering (its health checks get no answer) \
                  while the request waited on it",

@@ -128,6 +128,9 @@ async fn an_event_stream_outlasts_the_request_timeout_and_nothing_else_does() {
         );
     }
     assert_eq!(parse_status(slow.as_bytes()), Some(504), "{slow}");
+    // The answer names the setting: a file's balancer keeps 30 s where `drover run`
+    // waits, and a report that worked under `drover run` got a bare 504 under `drover up`.
+    assert!(slow.contains("--request-timeout"), "{slow}");
     assert_eq!(parse_status(chunks.as_bytes()), Some(200), "{chunks}");
     assert!(
         chunks.contains("first") && !chunks.contains("last"),
