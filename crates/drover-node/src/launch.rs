@@ -119,13 +119,14 @@ pub(crate) fn is_node_itself(program: &str) -> bool {
 /// `DROVER_NODE_CHANNEL` tells the preload that the channel is drover's, not that of a
 /// primary of the app's own (which a process the app forks has), and goes with it.
 pub fn channel_env(
-    worker_id: usize,
+    cluster_id: usize,
     channel_fd: i32,
     preload: Option<&Path>,
     node_options: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut env = vec![
-        ("NODE_UNIQUE_ID".into(), worker_id.to_string()),
+        // What Node's cluster module makes `cluster.worker.id`.
+        ("NODE_UNIQUE_ID".into(), cluster_id.to_string()),
         ("NODE_CHANNEL_FD".into(), channel_fd.to_string()),
         ("NODE_CHANNEL_SERIALIZATION_MODE".into(), "json".into()),
         ("DROVER_NODE_CHANNEL".into(), "1".into()),
@@ -166,13 +167,13 @@ pub fn app_port_env(port: Option<u16>) -> Option<(String, String)> {
 /// The environment for a script runner's app (npm's, tsx's): drover's names for the channel, and
 /// `node_options` (the worker's `NODE_OPTIONS`, if any) with the preload added.
 pub fn runner_env(
-    worker_id: usize,
+    cluster_id: usize,
     channel_fd: i32,
     preload: &Path,
     node_options: Option<&str>,
 ) -> Vec<(String, String)> {
     vec![
-        ("DROVER_NODE_UNIQUE_ID".into(), worker_id.to_string()),
+        ("DROVER_NODE_UNIQUE_ID".into(), cluster_id.to_string()),
         ("DROVER_NODE_CHANNEL_FD".into(), channel_fd.to_string()),
         ("NODE_OPTIONS".into(), with_preload(preload, node_options)),
     ]

@@ -267,6 +267,12 @@ fn node_options(spec: &AppSpec) -> Option<String> {
 /// the last one's (`drover_node::with_inspector_port`).
 static INSPECTORS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Node workers started so far, in every app: each is a cluster worker whose
+/// `cluster.worker.id` is the next number, from 1, as Node's primary numbers each fork
+/// (the slot's 0 was falsy in `cluster.worker.id || ...`, and a restart kept its id).
+/// The worker's slot is `DROVER_WORKER_ID` (PM2's `NODE_APP_INSTANCE`).
+static CLUSTER_WORKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// PM2's name for a worker's number (`DROVER_WORKER_ID`).
 const PM2_INSTANCE_VAR: &str = "NODE_APP_INSTANCE";
 
@@ -312,10 +318,15 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                     .cloned()
                     .or_else(|| std::env::var("PORT").ok())
             });
+            let cluster_id = CLUSTER_WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             let (env, channel_fd) = if spec.runs_app_below() {
                 let preload = node_preload()?;
-                let mut env =
-                    drover_node::runner_env(id, RUNNER_CHANNEL_FD, &preload, existing.as_deref());
+                let mut env = drover_node::runner_env(
+                    cluster_id,
+                    RUNNER_CHANNEL_FD,
+                    &preload,
+                    existing.as_deref(),
+                );
                 // What the runner starts may not be Node, and needs drover's PORT; the
                 // preload gives the app's Node process the user's back.
                 env.extend(drover_node::port_env(port, users_port.as_ref()));
@@ -328,7 +339,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
                     .map_err(|e| tracing::warn!("{e}; Node workers start without it"))
                     .ok();
                 let mut env = drover_node::channel_env(
-                    id,
+                    cluster_id,
                     NODE_CHANNEL_FD,
                     preload.as_deref(),
                     existing.as_deref(),

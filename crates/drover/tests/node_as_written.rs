@@ -4111,3 +4111,51 @@ async fn an_app_with_no_balancer_in_front_is_named_as_unserved() {
     .await;
     drover_stops_cleanly("no balancer", &d).await;
 }
+
+/// `cluster.worker.id` numbers each worker from 1, and a new one (a restart, a reload)
+/// gets a number of its own, as Node's primary numbers each fork: an app that logs it,
+/// or keys on it (`cluster.worker.id || ...`), sees what it would under Node cluster.
+/// Before, it was the worker's slot: 0 (falsy) for the first, and the same again after
+/// every restart. `NODE_APP_INSTANCE` stays the slot, as PM2 sets it.
+#[tokio::test]
+async fn cluster_worker_ids_count_from_1_and_each_fork_gets_its_own() {
+    let dir = common::temp_dir("cluster-ids");
+    let port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("app.js"),
+        format!("const cluster = require('cluster');\nconsole.log(`cluster id ${{cluster.worker.id}} instance ${{process.env.NODE_APP_INSTANCE}}`);\nrequire('http').createServer((req, res) => res.end('ok')).listen({port});\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+        "--",
+        "node",
+        "app.js",
+    ])
+    .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    let before = serving(&d, admin).await;
+    reloaded("cluster ids", &d, admin, &before).await;
+    says(
+        "cluster ids",
+        &d,
+        &["cluster id 3 instance", "cluster id 4 instance"],
+    )
+    .await;
+    let said = d.stderr_text();
+    for first in ["cluster id 1 instance", "cluster id 2 instance"] {
+        assert!(said.contains(first), "{said}");
+    }
+    assert!(!said.contains("cluster id 0"), "{said}");
+    for instance in ["instance 0", "instance 1"] {
+        assert_eq!(said.matches(instance).count(), 2, "{said}");
+    }
+    drover_stops_cleanly("cluster ids", &d).await;
+}
