@@ -70,6 +70,28 @@ async fn run_within(
     (d, admin)
 }
 
+/// `drover run -w WORKERS -- node SCRIPT` in `cwd`, with no `--listen` (clients connect
+/// where the app's `listen()` says), once every worker serves.
+async fn run_as_written(workers: usize, script: &str, cwd: &Path) -> (ChildProcess, SocketAddr) {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        &workers.to_string(),
+        "--admin",
+        "127.0.0.1:0",
+        "--",
+        "node",
+        script,
+    ])
+    .current_dir(cwd);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    (d, admin)
+}
+
 /// Asks `/` on new connections until every serving worker's pid was in an answer.
 async fn every_worker_answers(who: &str, d: &ChildProcess, admin: SocketAddr) {
     let pids: BTreeSet<String> = common::serving_pids(&status(admin).await)
@@ -3976,22 +3998,7 @@ async fn an_https_app_retires_cleanly_at_a_reload_under_keep_alive_load() {
         format!("const https = require('https');\nconst agent = new https.Agent({{ keepAlive: true, maxSockets: 4, ca: require('fs').readFileSync('{}') }});\nlet ok = 0; const end = Date.now() + 5000;\nconst loop = () => {{ if (Date.now() > end) return; https.get({{ host: 'localhost', port: {port}, agent }}, (res) => {{ res.resume(); res.on('end', () => {{ ok++; loop(); }}); }}).on('error', loop); }};\nfor (let i = 0; i < 4; i++) loop();\nsetTimeout(() => {{ console.log(ok); process.exit(0); }}, 5500);\n", pki.ca_pem.display()),
     )
     .unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "run",
-        "-w",
-        "2",
-        "--admin",
-        "127.0.0.1:0",
-        "--",
-        "node",
-        "https-server.js",
-    ])
-    .current_dir(&dir);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-    let admin = admin_addr(&d).await;
-    wait_all_serving(&d, admin).await;
+    let (d, admin) = run_as_written(2, "https-server.js", &dir).await;
     let load = tokio::process::Command::new("node")
         .arg("load.js")
         .current_dir(&dir)
@@ -4047,22 +4054,8 @@ async fn a_reload_whose_code_moved_the_port_says_where_it_is_served() {
         .unwrap()
     };
     write(first);
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "run",
-        "-w",
-        "2",
-        "--admin",
-        "127.0.0.1:0",
-        "--",
-        "node",
-        "app.js",
-    ])
-    .current_dir(&dir);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let (d, admin) = run_as_written(2, "app.js", &dir).await;
     assert_eq!(d.addr().port(), first, "{}", d.stderr_text());
-    let admin = admin_addr(&d).await;
     let before = serving(&d, admin).await;
     write(moved);
     reloaded("moved port", &d, admin, &before).await;
@@ -4126,21 +4119,7 @@ async fn cluster_worker_ids_count_from_1_and_each_fork_gets_its_own() {
         format!("const cluster = require('cluster');\nconsole.log(`cluster id ${{cluster.worker.id}} instance ${{process.env.NODE_APP_INSTANCE}}`);\nrequire('http').createServer((req, res) => res.end('ok')).listen({port});\n"),
     )
     .unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "run",
-        "-w",
-        "2",
-        "--admin",
-        "127.0.0.1:0",
-        "--",
-        "node",
-        "app.js",
-    ])
-    .current_dir(&dir);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
-    let admin = admin_addr(&d).await;
+    let (d, admin) = run_as_written(2, "app.js", &dir).await;
     let before = serving(&d, admin).await;
     reloaded("cluster ids", &d, admin, &before).await;
     says(

@@ -73,11 +73,15 @@ async fn exchange(addr: SocketAddr, path: &str, extra: &str) -> String {
 
 /// A client subscribed to a quiet stream at `addr` (its head, flushed at once, read).
 async fn subscribed(addr: SocketAddr) -> tokio::net::TcpStream {
+    subscribed_to(addr, "/events?gap=600000&flush=1").await
+}
+
+/// A client subscribed to the event stream at `path` (its head read).
+async fn subscribed_to(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
     let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"GET /events?gap=600000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
-        .await
-        .unwrap();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
     let mut head = [0u8; 512];
     let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
         .await
@@ -420,7 +424,7 @@ async fn a_reload_replaces_the_next_worker_while_an_old_one_holds_a_stream() {
     let old = common::serving_pids(&common::status(admin).await);
     let mut streams = Vec::new();
     for _ in 0..2 {
-        streams.push(streaming(d.addr()).await);
+        streams.push(subscribed_to(d.addr(), "/events?gap=200&count=100000&flush=1").await);
     }
     // One on each worker: the second goes to the one with nothing in flight.
     let apart = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
@@ -459,25 +463,4 @@ async fn a_reload_replaces_the_next_worker_while_an_old_one_holds_a_stream() {
         .expect("the reload did not end once the streams had")
         .unwrap();
     assert_eq!(code, 0, "{out}{err}");
-}
-
-/// A client subscribed to a stream with an event every 200 ms (its head read).
-async fn streaming(addr: SocketAddr) -> tokio::net::TcpStream {
-    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"GET /events?gap=200&count=100000&flush=1 HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = [0u8; 512];
-    let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
-        .await
-        .expect("no head")
-        .unwrap();
-    assert_eq!(
-        parse_status(&head[..n]),
-        Some(200),
-        "{}",
-        String::from_utf8_lossy(&head[..n])
-    );
-    client
 }
