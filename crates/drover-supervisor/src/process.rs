@@ -267,10 +267,11 @@ fn node_options(spec: &AppSpec) -> Option<String> {
 /// the last one's (`drover_node::with_inspector_port`).
 static INSPECTORS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// Node workers started so far, in every app: each is a cluster worker whose
-/// `cluster.worker.id` is the next number, from 1, as Node's primary numbers each fork
-/// (the slot's 0 was falsy in `cluster.worker.id || ...`, and a restart kept its id).
-/// The worker's slot is `DROVER_WORKER_ID` (PM2's `NODE_APP_INSTANCE`).
+/// Workers started with a cluster channel so far, in every app (any program gets one;
+/// Node takes it up): a Node worker's `cluster.worker.id` is its number, from 1, as
+/// Node's primary numbers each fork (the slot's 0 was falsy in `cluster.worker.id ||
+/// ...`, and a restart kept its id). The worker's slot is `DROVER_WORKER_ID` (PM2's
+/// `NODE_APP_INSTANCE`).
 static CLUSTER_WORKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// PM2's name for a worker's number (`DROVER_WORKER_ID`).
