@@ -237,6 +237,12 @@ pub(crate) async fn run_config(
         None => None,
     };
     let mut late_starts = Vec::new();
+    // Apps whose balancer binds the port their workers' listen() names, once they do
+    // (`drover run` without --listen).
+    let followed: Vec<String> = follows_app
+        .iter()
+        .filter_map(|(_, plan, _, _)| plan.app.clone())
+        .collect();
     for (config, plan, pool, listen) in follows_app {
         let Some(app) = apps.iter().find(|a| plan.app.as_deref() == Some(a.name())) else {
             continue;
@@ -281,7 +287,9 @@ pub(crate) async fn run_config(
                 front.name.clone(),
             );
             late_starts.push(Box::pin(note) as serve::LateStart);
-        } else if !matches!(app.spec().mode, Mode::Background | Mode::Shared) {
+        } else if !followed.iter().any(|name| name == app.name())
+            && !matches!(app.spec().mode, Mode::Background | Mode::Shared)
+        {
             let note = says_no_balancer_serves_it(Arc::clone(app));
             late_starts.push(Box::pin(note) as serve::LateStart);
         }

@@ -89,6 +89,13 @@ async fn run_as_written(workers: usize, script: &str, cwd: &Path) -> (ChildProce
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     let admin = admin_addr(&d).await;
     wait_all_serving(&d, admin).await;
+    // Its balancer binds the app's port: nothing is unserved (`drover up`'s warning for
+    // an app with no [[balancer]] once said so here too).
+    assert!(
+        !d.stderr_text().contains("no [[balancer]] is in front"),
+        "{}",
+        d.stderr_text()
+    );
     (d, admin)
 }
 
@@ -1691,6 +1698,13 @@ async fn run_without_listen(
     let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
     let admin = admin_addr(&d).await;
     wait_all_serving(&d, admin).await;
+    // Its balancer binds the app's port: nothing is unserved (`drover up`'s warning for
+    // an app with no [[balancer]] once said so here too).
+    assert!(
+        !d.stderr_text().contains("no [[balancer]] is in front"),
+        "{}",
+        d.stderr_text()
+    );
     (d, admin)
 }
 
