@@ -250,11 +250,13 @@ pub(crate) async fn speaks_http(
 /// balancer of drover's listens (`served`: their ports), nothing serves that port. An
 /// app that calls itself there (server-side rendering that fetches
 /// `http://localhost:3000/api`) then gets "connection refused", where under PM2 and
-/// Node's cluster module the primary serves the port the app named.
+/// Node's cluster module the primary serves the port the app named. `from_file`: the
+/// balancers are a drover.toml's, where `drover run` without --listen is no way out.
 pub(crate) async fn says_if_its_own_port_is_unserved(
     app: Arc<Supervisor>,
     served: Vec<SocketAddr>,
     front: String,
+    from_file: bool,
 ) -> Result<(), String> {
     let mut first = app.first_listen();
     let Ok(seen) = first.wait_for(Option::is_some).await.map(|seen| *seen) else {
@@ -268,8 +270,13 @@ pub(crate) async fn says_if_its_own_port_is_unserved(
     }
     let at: Vec<String> = served.iter().map(ToString::to_string).collect();
     let port = asked.port();
+    let without_listen = if from_file {
+        String::new()
+    } else {
+        format!("drover run without --listen (clients then connect at port {port}), or ")
+    };
     drover_spool::eprintln!(
-        "drover: app {:?} listens on port {port} (its own choice, not its PORT), and its clients connect at {}: nothing serves port {port}, so a call the app makes to itself there (http://localhost:{port}/...) is refused, where PM2 serves it. To serve it: drover run without --listen (clients then connect at port {port}), or in drover.toml a balancer with listen = \"{asked}\", backends = [] and routes = [{{ path_prefix = \"/\", balancer = {front:?} }}]",
+        "drover: app {:?} listens on port {port} (its own choice, not its PORT), and its clients connect at {}: nothing serves port {port}, so a call the app makes to itself there (http://localhost:{port}/...) is refused, where PM2 serves it. To serve it: {without_listen}in drover.toml a balancer with listen = \"{asked}\", backends = [] and routes = [{{ path_prefix = \"/\", balancer = {front:?} }}]",
         app.name(),
         at.join(", "),
     );

@@ -212,6 +212,8 @@ pub(crate) async fn run_config(
     }
     let token = cfg.admin.as_ref().and_then(|a| a.token.clone());
     let discovery_cfg = cfg.clone();
+    // A drover.toml's balancers: no --listen to leave out.
+    let from_file = matches!(source, Reread::File(_));
     let path = match &source {
         Reread::File(path) => Some(path.to_path_buf()),
         Reread::Nothing | Reread::Ecosystem(_) => None,
@@ -285,6 +287,7 @@ pub(crate) async fn run_config(
                 Arc::clone(app),
                 served.clone(),
                 front.name.clone(),
+                from_file,
             );
             late_starts.push(Box::pin(note) as serve::LateStart);
         } else if !followed.iter().any(|name| name == app.name())

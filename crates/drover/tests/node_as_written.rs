@@ -4117,6 +4117,26 @@ async fn an_app_with_no_balancer_in_front_is_named_as_unserved() {
     )
     .await;
     drover_stops_cleanly("no balancer", &d).await;
+    // A balancer at another port: the note names the drover.toml way to serve the
+    // app's own port, and not `drover run`'s --listen, which this file has none of.
+    std::fs::write(
+        dir.join("elsewhere.toml"),
+        "[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nworkers = 1\n[[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "-c", "elsewhere.toml"]).current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"front\" listening on").await;
+    says(
+        "balancer elsewhere",
+        &d,
+        &[&format!(
+            "nothing serves port {port}, so a call the app makes to itself there (http://localhost:{port}/...) is refused, where PM2 serves it. To serve it: in drover.toml a balancer with listen = \"[::]:{port}\""
+        )],
+    )
+    .await;
+    drover_stops_cleanly("balancer elsewhere", &d).await;
 }
 
 /// `cluster.worker.id` numbers each worker from 1, and a new one (a restart, a reload)
