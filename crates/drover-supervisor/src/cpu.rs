@@ -73,6 +73,45 @@ pub fn has_left_group(pid: u32, group: u32) -> bool {
     has_ended(pid) || process_group(pid).is_some_and(|now| now != group)
 }
 
+/// How long ago the youngest running child of process `pid` started; `None` when it has
+/// none (zombies and stopped children do not count: neither will finish anything) or
+/// `/proc` cannot tell. A worker whose main thread blocks on a program it ran
+/// synchronously (Node's `execSync`, Python's `subprocess.run`) answers nothing, while
+/// that program works. Linux lists a process's children only per thread, and only with
+/// `CONFIG_PROC_CHILDREN`, so this reads every process's parent: a few hundred small
+/// files, read only while a worker's probes fail.
+pub fn youngest_child_age(pid: u32) -> Option<std::time::Duration> {
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let now_ticks = uptime.split_whitespace().next()?.parse::<f64>().ok()? * USER_HZ;
+    let mut youngest: Option<u64> = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(child) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        if let Some((parent, state, started)) = parse_stat_parent_and_start(&stat) {
+            if parent == pid && !matches!(state, 'Z' | 'X' | 'T' | 't') {
+                youngest = Some(youngest.map_or(started, |y| y.max(started)));
+            }
+        }
+    }
+    let age_ticks = (now_ticks - youngest? as f64).max(0.0);
+    Some(std::time::Duration::from_secs_f64(age_ticks / USER_HZ))
+}
+
+/// The parent pid, state and start time (clock ticks after boot) of `stat`: fields 4, 3
+/// and 22.
+fn parse_stat_parent_and_start(s: &str) -> Option<(u32, char, u64)> {
+    let mut fields = s[s.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    let started = fields.nth(17)?.parse().ok()?;
+    Some((parent, state, started))
+}
+
 fn parse_stat_group(s: &str) -> Option<u32> {
     // state, ppid, pgrp
     s[s.rfind(')')? + 1..]
@@ -213,6 +252,30 @@ mod tests {
         assert_eq!(parse_stat_group(in_group), Some(4242));
         assert_eq!(parse_stat_group("4243 (x) S 1"), None);
         assert_eq!(parse_stat_group("garbage"), None);
+        let child = "4300 (sleep) S 4242 4242 4242 0 -1 4194304 90 0 0 0 0 0 0 0 20 0 1 0 123456 5816320 239";
+        assert_eq!(
+            parse_stat_parent_and_start(child),
+            Some((4242, 'S', 123_456))
+        );
+        assert_eq!(
+            parse_stat_parent_and_start("4300 (sleep) S 4242 4242"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_child_just_started_is_young_and_none_is_none() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let age = youngest_child_age(me).expect("a running child");
+        assert!(age < std::time::Duration::from_secs(20), "{age:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // A process with no children (the child's pid, now gone, has none).
+        assert_eq!(youngest_child_age(child.id()), None);
     }
 
     #[test]

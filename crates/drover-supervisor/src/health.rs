@@ -149,6 +149,21 @@ fn works_on_a_batch(main_thread_share: Option<f64>, pending: u32) -> bool {
     pending > 0 && main_thread_share.is_some_and(|s| s >= WORKING)
 }
 
+/// Whether a worker whose probes get no answer waits on a program it started while it
+/// was quiet (`quiet_for`: since it last answered, plus an interval): Node's
+/// `execSync('convert ...')` or Python's `subprocess.run` blocks the main thread, idle
+/// in a wait, until the program ends. It is busy: the program works, and a restart
+/// would fail the request that waits on it (a 10 s `execSync` was killed as deadlocked
+/// after 4 s). A deadlocked worker starts nothing; one that waits forever on a program
+/// of its own is the app's to time out, as it is under PM2 and Node's cluster module.
+fn waits_on_a_child(pid: Option<u32>, main_thread_share: Option<f64>, quiet_for: Duration) -> bool {
+    let Some(pid) = pid else {
+        return false;
+    };
+    main_thread_share.is_some_and(|s| s < WORKING)
+        && cpu::youngest_child_age(pid).is_some_and(|age| age <= quiet_for)
+}
+
 /// A main thread busy at least this share of the time since the last probe is working
 /// through something, not stuck. Not the balancer's `SATURATED` (0.9): the share runs
 /// from the last probe, which a burst often follows after an idle spell: beside other
@@ -179,6 +194,9 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     // The main thread's busy time at the last probe (for `works_on_a_batch`).
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
+    // When a probe last passed, or the worker last showed work of its own (not only a
+    // program it waits on).
+    let mut last_progress = Instant::now();
     // The worker's probes share a kept connection, as its clients' requests do.
     let mut prober = Prober::default();
     loop {
@@ -197,13 +215,15 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         let waits = matches!(&result, Err(e) if e.is_no_answer())
             && w.event_loop
                 .is_some_and(|l| l.event_loop_answered_since(asked_at));
+        let share = last_probe.main_thread_share(w.pid);
         let batch = w.answers_in_batches
-            && works_on_a_batch(
-                last_probe.main_thread_share(w.pid),
-                w.pool.find(w.addr).map_or(0, |ep| ep.pending()),
-            );
+            && works_on_a_batch(share, w.pool.find(w.addr).map_or(0, |ep| ep.pending()));
+        let on_child = matches!(&result, Err(e) if e.is_no_answer())
+            && !waits
+            && waits_on_a_child(w.pid, share, last_progress.elapsed() + w.check.interval);
         last_probe = Quiet::now(w.pid);
-        let advanced = progress.advanced(completed()) || waits || batch;
+        let worked = progress.advanced(completed()) || waits || batch;
+        let advanced = worked || on_child;
         if let Err(e @ ProbeError::LocalShortage(_)) = &result {
             // drover could not make the probe (out of descriptors, say: overload): that
             // says nothing about the worker, and counting it would restart workers for
@@ -212,9 +232,18 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
             continue;
         }
         let outcome = liveness::judge(&result, advanced);
+        let answered = result.is_ok();
         let e = match (outcome, result) {
             (Outcome::Failed, Err(e)) => e,
             (outcome, _) => {
+                // Not while it only waits on its program: that one's age is measured
+                // from here.
+                if worked || answered {
+                    last_progress = Instant::now();
+                }
+                if on_child && !worked {
+                    tracing::debug!(endpoint = %w.addr, "worker waits on a program it started");
+                }
                 if failures > 0 || outcome == Outcome::Busy {
                     tracing::debug!(endpoint = %w.addr, ?outcome, "worker health check");
                 }

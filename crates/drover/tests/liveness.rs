@@ -138,6 +138,63 @@ async fn a_stopped_worker_is_killed_and_replaced_while_the_other_serves() {
     common::assert_load_never_failed(&stop, load, 20, "while a worker was stopped").await;
 }
 
+/// A worker that runs a program synchronously (`execFileSync`, as an app runs a
+/// command-line tool to render a PDF) answers no probe for 4 s while its main thread
+/// waits, idle, as a deadlocked one would. But it waits on a program it started: busy,
+/// not hung. Its request is answered and nothing is restarted. Before, it was killed as
+/// "deadlocked" after 2 probes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_waits_on_a_program_it_ran_is_not_restarted() {
+    let (d, admin) = up_two_workers("program", &no_sick_file("program")).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = common::steady_load(d.addr(), 2, "/", Arc::clone(&stop));
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_secs(60));
+    let r = c.get("/program?ms=4000").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "ran"),
+        "{}",
+        d.stderr_text()
+    );
+    common::assert_load_never_failed(&stop, load, 8, "while a worker ran a program").await;
+    let s = status(admin).await;
+    assert!(
+        restart_records(&s).is_empty(),
+        "a worker waiting on its program is busy: {:?}\n{}",
+        restart_records(&s),
+        d.stderr_text()
+    );
+}
+
+/// A worker that waits forever on a lock, idle and with no program of its own running,
+/// is deadlocked: it is killed and replaced, and said to be so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlocked_worker_is_killed_and_replaced() {
+    let (d, admin) = up_two_workers("deadlock", &no_sick_file("deadlock")).await;
+    let stuck = tokio::spawn({
+        let addr = d.addr();
+        async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            c.set_timeout(Duration::from_secs(60));
+            c.request("POST", "/deadlock", &[], Some(b""))
+                .await
+                .map_or(0, |r| r.status)
+        }
+    });
+    let records = wait_restarts(&d, admin, 1).await;
+    let hung = &records[0];
+    let detail = hung.detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.starts_with("hung: no answer to 2 health checks in a row")
+            && detail.contains("deadlocked"),
+        "{detail}"
+    );
+    assert_eq!(hung.signal_name.as_deref(), Some("SIGKILL"), "{hung:?}");
+    wait_replaced(&d, admin, hung.pid.unwrap()).await;
+    assert_ne!(stuck.await.unwrap(), 200);
+}
+
 /// Every route of both workers, `/health` too, waits 3 s on a slow database: probes get
 /// no answer and nothing completes for seconds, as in a deadlock. But each worker's event
 /// loop answers drover's ping over its IPC channel, so it waits and is not hung: no
