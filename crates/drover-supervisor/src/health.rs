@@ -329,8 +329,12 @@ impl Quiet {
             return "the process is stopped (SIGSTOP, or a debugger)".to_string();
         }
         match self.main_thread_share(pid) {
+            // A request that computes for longer than the checks allow looks the same:
+            // the user learns how to allow it.
             Some(share) if share >= WORKING => format!(
-                "its main thread was busy {:.0}% of the time (an endless loop?)",
+                "its main thread was busy {:.0}% of the time (an endless loop? a request \
+                 that computes this long needs a larger health fall or interval: --fall, \
+                 --health-interval)",
                 share.min(1.0) * 100.0
             ),
             Some(share) => format!(

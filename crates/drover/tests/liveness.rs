@@ -90,7 +90,7 @@ async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serv
     let detail = hung.detail.as_deref().unwrap_or_default();
     assert!(
         detail.starts_with("hung: no answer to 2 health checks in a row")
-            && detail.contains("an endless loop?"),
+            && detail.contains("an endless loop? a request that computes this long needs a larger health fall or interval: --fall, --health-interval"),
         "{detail}"
     );
     // Killed at once, not asked to stop: a spinning process cannot act on a SIGTERM.
