@@ -398,8 +398,11 @@ function appTables(list) {
     const has = (f) => a.workers.some((w) => w[f] !== undefined && w[f] !== null);
     const cpu = has('cpu_seconds');
     const reason = has('last_restart_reason');
+    // Connections handed to the workers (auto, handoff): their requests are not in-flight.
+    const clients = has('clients');
     head(box.table, ['worker', 'pid', 'port', 'state', 'uptime', 'restarts', 'RSS']
-      .concat(cpu ? ['CPU'] : [], ['in-flight', 'last exit'], reason ? ['last restart'] : []));
+      .concat(cpu ? ['CPU'] : [], ['in-flight'], clients ? ['clients'] : [], ['last exit'],
+        reason ? ['last restart'] : []));
     rows(box.table.tBodies[0], a.workers, (w) => w.id, (tr, w) => {
       tr.dataset.app = a.name;
       tr.dataset.worker = w.id;
@@ -408,7 +411,9 @@ function appTables(list) {
       const list = [w.id, { t: w.pid, k: 'pid' }, w.port, { t: w.state, c: 'st-' + w.state, k: 'state' },
         human.secs(w.uptime_secs), { t: w.restarts, k: 'restarts' }, human.bytes(w.rss_bytes)];
       if (cpu) list.push(cpuText(a.name, w, now));
-      list.push(w.in_flight, w.last_exit);
+      list.push(w.in_flight);
+      if (clients) list.push(w.clients);
+      list.push(w.last_exit);
       if (reason) list.push(w.last_restart_reason);
       cells(tr, list);
     });

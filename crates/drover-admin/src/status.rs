@@ -51,6 +51,10 @@ pub struct WorkerRow {
     pub crash_streak: u32,
     pub rss_bytes: Option<u64>,
     pub in_flight: Option<u32>,
+    /// Client connections handed to the worker, which it serves directly (`drover
+    /// run`'s `auto` and `handoff` modes); their requests are not in `in_flight`.
+    #[serde(default)]
+    pub clients: Option<usize>,
     pub last_exit: Option<String>,
     /// The reason of the last restart record: exit, signal, health, memory, reload,
     /// scale, start-failed, lost.
@@ -309,11 +313,14 @@ impl Status {
                 app.workers.len(),
                 app.command.join(" ")
             );
+            // Only where workers serve handed connections (`auto`, `handoff`): what they
+            // serve there is not in IN-FLIGHT, which reads 0 under full load.
+            let handed = app.workers.iter().any(|w| w.clients.is_some());
             let rows: Vec<Vec<String>> = app
                 .workers
                 .iter()
                 .map(|w| {
-                    vec![
+                    let mut row = vec![
                         w.id.to_string(),
                         opt(w.pid),
                         opt(w.port),
@@ -323,26 +330,30 @@ impl Status {
                         w.last_restart_reason.clone().unwrap_or_else(|| "-".into()),
                         w.rss_bytes.map_or("-".into(), human_bytes),
                         opt(w.in_flight),
-                        w.last_exit.clone().unwrap_or_else(|| "-".into()),
-                    ]
+                    ];
+                    if handed {
+                        row.push(opt(w.clients));
+                    }
+                    row.push(w.last_exit.clone().unwrap_or_else(|| "-".into()));
+                    row
                 })
                 .collect();
-            table(
-                &mut out,
-                &[
-                    "ID",
-                    "PID",
-                    "PORT",
-                    "STATE",
-                    "UPTIME",
-                    "RESTARTS",
-                    "LAST RESTART",
-                    "RSS",
-                    "IN-FLIGHT",
-                    "LAST EXIT",
-                ],
-                &rows,
-            );
+            let mut headers = vec![
+                "ID",
+                "PID",
+                "PORT",
+                "STATE",
+                "UPTIME",
+                "RESTARTS",
+                "LAST RESTART",
+                "RSS",
+                "IN-FLIGHT",
+            ];
+            if handed {
+                headers.push("CLIENTS");
+            }
+            headers.push("LAST EXIT");
+            table(&mut out, &headers, &rows);
             if !app.shared_ports.is_empty() {
                 let ports: Vec<String> = app
                     .shared_ports

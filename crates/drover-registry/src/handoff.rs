@@ -183,6 +183,16 @@ impl Handoffs {
         o
     }
 
+    /// Client connections the worker at `addr` serves directly now; `None` when it takes
+    /// none, or cannot say.
+    pub fn clients_of(&self, addr: SocketAddr) -> Option<usize> {
+        self.takers
+            .load()
+            .iter()
+            .find(|t| t.addr == addr)
+            .and_then(|t| t.takes.clients())
+    }
+
     /// Asks every worker that serves client connections to give them back.
     pub fn reclaim(&self) {
         for t in self.takers.load().iter() {

@@ -93,4 +93,7 @@ pub struct WorkerStatus {
     pub rss_bytes: Option<u64>,
     /// Requests the balancer has in flight to this worker (proxy mode, while in the pool).
     pub in_flight: Option<u32>,
+    /// Client connections handed to this worker that it serves directly (`auto` and
+    /// `handoff` modes): their requests are not in `in_flight`.
+    pub clients: Option<usize>,
 }

@@ -245,6 +245,7 @@ impl Supervisor {
                 status.in_flight = in_pool
                     .and_then(|a| self.shared.pool.find(a))
                     .map(|ep| ep.in_flight());
+                status.clients = in_pool.and_then(|a| self.shared.pool.handoffs().clients_of(a));
                 status
             })
             .collect()

@@ -236,6 +236,7 @@ impl WorkerSlot {
             cpu_seconds: None,
             rss_bytes: None,
             in_flight: None,
+            clients: None,
         }
     }
 }

@@ -911,6 +911,7 @@ fn worker_row(w: WorkerStatus) -> WorkerRow {
         crash_streak: w.crash_streak,
         rss_bytes: w.rss_bytes,
         in_flight: w.in_flight,
+        clients: w.clients,
         last_exit: w.last_exit,
         last_restart_reason: w.last_reason.map(|r| r.to_string()),
         last_exit_code: w.last_exit_code,

@@ -293,6 +293,16 @@ async fn the_browser_shows_a_killed_worker_restarted_and_asks_no_other_host() {
         "the page never showed 2 ready workers and 2 endpoints: {}",
         cdp.eval("document.body.innerText").await
     );
+    // The default mode may hand client connections to the workers: the table counts them.
+    assert!(
+        cdp.until(
+            Duration::from_secs(15),
+            "[...document.querySelectorAll('th')].some(th => th.textContent === 'clients')"
+        )
+        .await,
+        "no clients column: {}",
+        cdp.eval("document.body.innerText").await
+    );
     // The charts are drawn, with requests in them.
     assert!(
         cdp.until(

@@ -133,6 +133,44 @@ async fn straight_and_even(node: &str, extra: &[&str]) {
     drover_stops_cleanly("handoff", &d).await;
 }
 
+/// `drover ctl status` counts the client connections each worker serves directly:
+/// their requests never pass drover, so IN-FLIGHT reads 0 however busy the worker is,
+/// and CLIENTS says where the load is. Back to 0 once the clients leave.
+#[tokio::test]
+async fn status_counts_the_client_connections_each_worker_serves() {
+    let (d, admin) = handoff(2).await;
+    let clients_now = || async {
+        let s = status(admin).await;
+        s.apps[0]
+            .workers
+            .iter()
+            .map(|w| w.clients)
+            .collect::<Vec<_>>()
+    };
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut c = HttpClient::connect(d.addr()).await.unwrap();
+        assert_eq!(c.get("/").await.status, 200);
+        held.push(c);
+    }
+    let counted = wait_until_async(Duration::from_secs(10), || async {
+        let clients = clients_now().await;
+        clients.iter().all(Option::is_some) && clients.iter().flatten().sum::<usize>() == 4
+    })
+    .await;
+    assert!(counted, "{:?}\n{}", clients_now().await, d.stderr_text());
+    let (code, table, err) = ctl(admin, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("IN-FLIGHT  CLIENTS  LAST EXIT"), "{table}");
+    drop(held);
+    let left = wait_until_async(Duration::from_secs(10), || async {
+        clients_now().await.iter().flatten().sum::<usize>() == 0
+    })
+    .await;
+    assert!(left, "{:?}", clients_now().await);
+    drover_stops_cleanly("clients", &d).await;
+}
+
 #[tokio::test]
 async fn a_busy_worker_gets_fewer_new_connections_than_an_idle_one() {
     let (d, _) = handoff(2).await;
