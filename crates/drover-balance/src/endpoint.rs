@@ -146,6 +146,11 @@ pub const PROBATION_CAP: u32 = 1;
 /// traffic it needs to warm up.
 const MIN_RAMP: f64 = 0.1;
 
+/// `Endpoint::failure_share`'s whole, and how many outcomes its average spans: each
+/// moves it an eighth of the way to 1 (a failure) or 0.
+const SHARE_ONE: u32 = 1 << 16;
+const SHARE_STEPS: u32 = 8;
+
 /// One backend.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -220,6 +225,10 @@ pub struct Endpoint {
     ramp_len: AtomicU64,
     /// Passive health: failures in a row, and ejections in a row (the back-off exponent).
     fail_streak: AtomicU32,
+    /// Passive health: the share of its recent outcomes that failed, in 1/65536 (an
+    /// average over about its last 8), to compare with the other endpoints': a failure
+    /// they all share (one route's bug, a database they all use) is not this one's.
+    failure_share: AtomicU32,
     ejections: AtomicU32,
     /// Whether its process runs, for an endpoint a supervisor runs (see `worker_life`).
     life: LifeCell,
@@ -271,6 +280,7 @@ impl Endpoint {
             ramp_start: AtomicU64::new(0),
             ramp_len: AtomicU64::new(0),
             fail_streak: AtomicU32::new(0),
+            failure_share: AtomicU32::new(0),
             ejections: AtomicU32::new(0),
             life: LifeCell::default(),
             stats: EndpointStats::default(),
@@ -819,9 +829,21 @@ impl Endpoint {
         self.is_healthy() && now >= self.ejected_until.load(Relaxed)
     }
 
-    /// A request succeeded: the failure streak ends. Reads first so the common case
-    /// (no streak) does not write a shared cache line on every request.
+    /// A request succeeded: the failure streak ends, and the failure share decays.
+    /// Reads first so the common case (no streak, no recent failure) does not write a
+    /// shared cache line on every request.
     pub fn note_success(&self) {
+        self.end_streak();
+        let share = self.failure_share.load(Relaxed);
+        if share != 0 {
+            // Racing updates lose a step now and then: fine for an average.
+            self.failure_share
+                .store(share - share.div_ceil(SHARE_STEPS), Relaxed);
+        }
+    }
+
+    /// The failure streak ends (an ejection spent it), the failure share stays.
+    pub fn end_streak(&self) {
         if self.fail_streak.load(Relaxed) != 0 {
             self.fail_streak.store(0, Relaxed);
         }
@@ -829,7 +851,15 @@ impl Endpoint {
 
     /// A request failed; returns the streak including this failure.
     pub fn note_failure(&self) -> u32 {
+        let share = self.failure_share.load(Relaxed);
+        self.failure_share
+            .store(share + (SHARE_ONE - share) / SHARE_STEPS, Relaxed);
         self.fail_streak.fetch_add(1, Relaxed) + 1
+    }
+
+    /// The share of its recent outcomes that failed, 0.0 to 1.0 (see `failure_share`).
+    pub fn failure_share(&self) -> f64 {
+        f64::from(self.failure_share.load(Relaxed)) / f64::from(SHARE_ONE)
     }
 
     pub fn fail_streak(&self) -> u32 {

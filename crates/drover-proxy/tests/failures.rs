@@ -161,6 +161,40 @@ async fn consecutive_5xx_eject_an_endpoint() {
     assert_eq!(bad_hits.load(std::sync::atomic::Ordering::Relaxed), 5);
 }
 
+/// One route answers 500 on every backend (an app's bug), and its clients retry it: the
+/// failures are the route's, not a backend's, so none is ejected and the other routes
+/// stay spread. Before, streaks of five came on each backend in turn: two of three were
+/// ejected, and the last took 86 of 90 requests of every other route (nginx and HAProxy
+/// spread them evenly).
+#[tokio::test]
+async fn one_route_failing_on_every_backend_ejects_none() {
+    let b = backends(3).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
+    let storm: Vec<_> = (0..10)
+        .map(|_| {
+            let addr = d.addr();
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                for _ in 0..30 {
+                    assert_eq!(c.get("/status/500").await.status, 500);
+                }
+            })
+        })
+        .collect();
+    for task in storm {
+        task.await.unwrap();
+    }
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    for _ in 0..90 {
+        assert_eq!(c.get("/fast").await.status, 200);
+    }
+    let spread: Vec<u64> = b.iter().map(|b| b.hits_for("/fast")).collect();
+    assert!(
+        spread.iter().all(|&n| n >= 15),
+        "the other route's requests per backend: {spread:?}"
+    );
+}
+
 #[tokio::test]
 async fn busy_endpoints_queue_requests_in_drover() {
     let b = backends(1).await;

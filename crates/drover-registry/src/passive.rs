@@ -8,7 +8,8 @@
 //! - a connect that times out counts like a failed request: a busy backend whose listen
 //!   backlog overflowed drops SYNs, so the timeout says it is busy, not that it is gone
 //!   (on loopback, where only a full backlog times out, it never ejects);
-//! - `consecutive_5xx` failed responses in a row (default 5) eject it too;
+//! - `consecutive_5xx` failed responses in a row (default 5) eject it too, unless the
+//!   other endpoints in rotation fail at least half as often (`fails_like_the_others`);
 //! - the ejection lasts `base_ejection * 2^(ejections - 1)`, capped at `max_ejection`;
 //! - when it ends the endpoint takes traffic again, slow-starting over `slow_start`;
 //! - the back-off exponent is forgiven once the endpoint has served well for as long as
@@ -196,13 +197,22 @@ impl PassivePolicy {
             );
             return None;
         }
+        if cause != Cause::Connect && fails_like_the_others(set, ep, now) {
+            tracing::debug!(
+                endpoint = %ep.addr(),
+                streak,
+                share = ep.failure_share(),
+                "not ejecting for {cause}: the other endpoints fail as often (a shared cause)"
+            );
+            return None;
+        }
         let n = ep.ejections().saturating_add(1);
         let len = self.ejection_len(n);
         let until = now.saturating_add(clock::nanos(len));
         ep.set_ejections(n);
         ep.eject_until(until);
         // The streak that led here is spent; on return it must fail anew to go again.
-        ep.note_success();
+        ep.end_streak();
         if !self.slow_start.is_zero() {
             // Ramp from the moment it returns, so no timer is needed to start it.
             ep.start_ramp(until, clock::nanos(self.slow_start));
@@ -233,6 +243,22 @@ impl std::fmt::Display for Cause {
             Cause::Request => f.write_str("failed request(s)"),
         }
     }
+}
+
+/// Whether the endpoints in rotation besides `ep` fail at least half as often as it
+/// does: then its failures are not its own. One route that answers 500 on every backend
+/// (an app's bug, a table missing), retried by its clients, put five in a row on each
+/// backend in turn: two of three were ejected, and the last took 86 of 90 requests of
+/// every other route, where nginx and HAProxy (which eject on no status by default)
+/// spread them evenly. A backend whose database is gone fails where the others answer:
+/// it is still ejected.
+fn fails_like_the_others(set: &EndpointSet, ep: &Arc<Endpoint>, now: Nanos) -> bool {
+    let (sum, n) = set
+        .endpoints()
+        .iter()
+        .filter(|e| !Arc::ptr_eq(e, ep) && e.is_available(now))
+        .fold((0.0, 0u32), |(sum, n), e| (sum + e.failure_share(), n + 1));
+    n > 0 && sum / f64::from(n) * 2.0 >= ep.failure_share()
 }
 
 /// Whether any endpoint but `ep` could take traffic at `now`.
@@ -334,6 +360,48 @@ mod tests {
             Some(Duration::from_secs(1))
         );
         assert!(!ep.is_available(S));
+    }
+
+    #[test]
+    fn failures_every_endpoint_shares_eject_none_and_one_endpoints_own_still_do() {
+        // One route answers 500 everywhere, its requests spread over the endpoints and
+        // interleaved with successes of other routes: streaks of five and more on each,
+        // but the others fail as often.
+        let s = set(3);
+        let p = policy();
+        let eps = s.endpoints();
+        for round in 0..40 {
+            for _ in 0..5 + round % 3 {
+                for ep in eps.iter() {
+                    assert_eq!(p.on_response(&s, ep, 500, round * S), None);
+                }
+            }
+            for ep in eps.iter() {
+                assert_eq!(p.on_response(&s, ep, 200, round * S), None);
+            }
+        }
+        assert!(eps.iter().all(|e| e.ejections() == 0));
+        // Then one endpoint fails everything while the others answer: its own.
+        let t = 100 * S;
+        for _ in 0..20 {
+            assert_eq!(p.on_response(&s, &eps[1], 200, t), None);
+            assert_eq!(p.on_response(&s, &eps[2], 200, t), None);
+        }
+        let ejected = (0..5).find_map(|_| p.on_response(&s, &eps[0], 500, t));
+        assert_eq!(ejected, Some(Duration::from_secs(1)));
+        // And one that fails far more often than the others, which fail now and then.
+        let s = set(3);
+        let eps = s.endpoints();
+        for _ in 0..20 {
+            for ep in &eps[1..] {
+                assert_eq!(p.on_response(&s, ep, 500, S), None);
+                for _ in 0..4 {
+                    assert_eq!(p.on_response(&s, ep, 200, S), None);
+                }
+            }
+        }
+        let ejected = (0..5).find_map(|_| p.on_response(&s, &eps[0], 503, S));
+        assert!(ejected.is_some(), "share {}", eps[0].failure_share());
     }
 
     #[test]
