@@ -591,6 +591,37 @@ async fn a_grpc_call_is_never_downgraded_to_http1() {
     assert_eq!(r.header("drover-error"), Some("grpc-over-http1"));
 }
 
+/// `--backend-protocol h2c` without `--h2c`: the listener reads HTTP/1.1 only, so a
+/// gRPC client's HTTP/2 fails. drover says why, in the log and in the refusal, naming
+/// the flag. Before, every call failed with "Protocol error" and nothing was logged.
+#[tokio::test]
+async fn a_grpc_client_on_a_listener_without_h2c_is_told_to_pass_it() {
+    let server = fixture("grpc", "server.js");
+    let client = fixture("grpc", "client.js");
+    let (_g, addr) = node_server(&server, &["G1"]).await;
+    let d = proxy(&[addr], &["--backend-protocol", "h2c"]).await;
+    let answers = node_client(&client, &[&d.addr().to_string(), "Name", "1"]).await;
+    assert_eq!(answers[0]["code"], 14, "UNAVAILABLE: {answers}");
+    let said = drover_testkit::wait_until(Duration::from_secs(10), || {
+        d.stderr_text().contains("the client spoke HTTP/2 with prior knowledge (h2c: gRPC clients do on plain TCP), and this listener reads HTTP/1.1 only: pass --h2c")
+    })
+    .await;
+    assert!(said, "{}", d.stderr_text());
+    let reply = drover_testkit::raw_exchange_timeout(
+        d.addr(),
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(drover_testkit::parse_status(&reply), Some(400));
+    assert!(
+        String::from_utf8_lossy(&reply).contains("pass --h2c"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+}
+
 #[tokio::test]
 async fn grpc_calls_to_drover_run_workers_spread_per_call() {
     // A gRPC app as written: it binds 0.0.0.0:50051 whatever PORT says, and each of the

@@ -50,6 +50,10 @@ use tokio::sync::watch;
 use tokio::time::{timeout_at, Instant};
 use tracing::debug;
 
+/// Warnings about HTTP/2 clients on a listener that reads HTTP/1.1 only.
+static HTTP2_REFUSALS: drover_registry::WarnLimit =
+    drover_registry::WarnLimit::new(Duration::from_secs(10));
+
 /// After answering a request whose body was not read in full, how long drover keeps
 /// reading (and discarding) what the client still sends before it closes. Closing with
 /// unread bytes makes the kernel reset the connection, and a reset can destroy the
@@ -372,6 +376,12 @@ impl Conn {
     /// trusted). The connection closes after it.
     async fn refuse(&mut self, bad: BadRequest) {
         debug!(client = %self.info.ip, status = bad.status, reason = bad.reason, "refused request");
+        // Not the client's mistake but the balancer's settings: said where it is read.
+        if bad.reason == request::HTTP2_ON_HTTP1_LISTENER {
+            if let Some(held_back) = HTTP2_REFUSALS.check_now() {
+                tracing::warn!(balancer = %self.opts().name, held_back, "{}", bad.reason);
+            }
+        }
         self.thread.shared.stats.record_refusal(bad.status);
         self.send_error(bad.status, "bad-request", bad.reason, true)
             .await;

@@ -17,6 +17,14 @@ pub struct BadRequest {
     pub reason: &'static str,
 }
 
+/// The refusal of HTTP/2's connection preface on a listener that reads HTTP/1.1 only: a
+/// gRPC client (which speaks HTTP/2 with prior knowledge on plain TCP) behind
+/// `--backend-protocol h2c` with no `--h2c` failed every call with "Protocol error",
+/// and drover said nothing. The balancer logs it too (see `Conn::refuse`).
+pub(crate) const HTTP2_ON_HTTP1_LISTENER: &str = "the client spoke HTTP/2 with prior knowledge \
+     (h2c: gRPC clients do on plain TCP), and this listener reads HTTP/1.1 only: pass --h2c \
+     (h2c = true in a [[balancer]])";
+
 const fn bad(status: u16, reason: &'static str) -> BadRequest {
     BadRequest { status, reason }
 }
@@ -109,6 +117,9 @@ pub fn parse(
             return Ok(Parsed::Partial);
         }
         Err(httparse::Error::TooManyHeaders) => return Err(bad(431, "too many header fields")),
+        Err(httparse::Error::Version) if buf.starts_with(b"PRI * HTTP/2.0") => {
+            return Err(bad(400, HTTP2_ON_HTTP1_LISTENER))
+        }
         Err(httparse::Error::Version) => return Err(bad(400, "malformed request line")),
         Err(httparse::Error::Token) => return Err(bad(400, "invalid method or target")),
         Err(httparse::Error::HeaderName) => {
