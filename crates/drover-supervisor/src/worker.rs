@@ -1667,6 +1667,26 @@ struct Retiree {
     cause: (RestartReason, String),
 }
 
+/// How long a replacement whose readiness only a connect said must stay up before it
+/// takes the old one's place (see `connect_says_ready`).
+const REPLACEMENT_SETTLE: Duration = Duration::from_secs(1);
+
+/// Whether an accepted connect says a worker of `spec` is ready: no health check but a
+/// TCP one (a Node app with drover's preload says more: its `listen()` comes once the
+/// app has loaded). A server that opens
+/// its port before it loads the app (gunicorn's master, then its worker imports the
+/// code) is "ready" at once, and new code that fails to load ends it half a second
+/// later: a reload of a broken deploy said "reloaded", retired every old worker, and
+/// the app was down (502s) until the next deploy. Such a replacement stays up
+/// `REPLACEMENT_SETTLE` first, as the reload of a uvicorn app (which loads before it
+/// binds) or one with a health path already refused it.
+fn connect_says_ready(spec: &AppSpec) -> bool {
+    spec.health
+        .as_ref()
+        .is_none_or(|c| c.kind == drover_registry::CheckKind::Tcp)
+        && matches!(spec.mode, Mode::Auto | Mode::Proxy | Mode::Handoff)
+}
+
 /// Starts a process of the current spec next to `old` and swaps them in the pool once
 /// the new one is ready; `old` is then to be retired. `cause` is why `old` is replaced,
 /// for its restart record; a replacement that fails gets a record of its own.
@@ -1687,10 +1707,18 @@ async fn replace_proc(
     tracing::info!(app = %shared.app, worker = id, old = ?old.pid, new = ?new.pid, "replacing worker");
     let probing = shared.probing(&new.spec);
     let wait = new.ready_wait(shared, id);
+    let settles = connect_says_ready(&new.spec);
+    let preload = new.node_session.as_ref().map(|s| s.inbox.clone());
     let ready = async move {
         ready_for_clients(&wait, &probing, wait.spec.ready_timeout)
             .await
-            .map_err(ReplaceError::NotReady)
+            .map_err(ReplaceError::NotReady)?;
+        // A Node app's preload said it runs (its `listen()` comes once the app loaded).
+        if settles && !preload.is_some_and(|p| p.can_give_back()) {
+            // Its exit meanwhile is seen below, while the old one still serves.
+            tokio::time::sleep(REPLACEMENT_SETTLE).await;
+        }
+        Ok(())
     };
     tokio::pin!(ready);
     let mut old_status = None;

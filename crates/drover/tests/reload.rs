@@ -166,6 +166,70 @@ async fn rolling_reload_under_load_fails_no_request() {
     stops_cleanly(d).await;
 }
 
+/// A server that opens its port before it loads the app, as gunicorn's master does
+/// before its worker imports the code, and exits half a second later when the code is
+/// broken (the file `broken` exists).
+const BINDS_THEN_LOADS: &str = r#"import http.server, os, socket, sys, time
+port = int(os.environ["PORT"])
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+time.sleep(0.5)
+if os.path.exists("broken"):
+    print("SyntaxError: invalid syntax", file=sys.stderr)
+    sys.exit(1)
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = str(os.getpid()).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler, bind_and_activate=False)
+server.socket.close()
+server.socket = listener
+server.serve_forever()
+"#;
+
+/// A reload of broken code, under a server that opens its port before it loads the
+/// app (gunicorn): the replacement accepts connects at once and exits half a second
+/// later. drover keeps the old workers, says why, and no request fails. Before, the
+/// reload said "reloaded", every old worker was retired, and the app answered 502
+/// until the next deploy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_code_that_fails_after_its_port_opened_keeps_the_old_workers() {
+    let dir = temp_dir("binds-then-loads");
+    std::fs::write(dir.join("app.py"), BINDS_THEN_LOADS).unwrap();
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args("run -w 2 -l 127.0.0.1:0 --admin 127.0.0.1:0 -- python3 app.py".split(' '))
+        .current_dir(&dir);
+    let d = drover_testkit::spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    let before = all_ready(admin, 2).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let load = counted_load(d.addr(), 2, "/", Arc::clone(&stop), Arc::clone(&served));
+    assert_served_more(&d, &served, 5, "before the reload").await;
+    std::fs::write(dir.join("broken"), "").unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "the reload said: {out}\n{}", d.stderr_text());
+    assert!(
+        err.contains("exited with exit status: 1 before it was ready")
+            && err.contains("no worker was restarted"),
+        "{err}"
+    );
+    assert_load_never_failed(&stop, load, 10, "while broken code was reloaded").await;
+    assert_eq!(
+        all_ready(admin, 2).await,
+        before,
+        "the old workers serve on"
+    );
+}
+
 #[tokio::test]
 async fn ctl_status_prints_workers_and_endpoints() {
     let (d, admin) = run_python("status", "2", &["-t", "1"]).await;
