@@ -195,6 +195,30 @@ async fn one_route_failing_on_every_backend_ejects_none() {
     );
 }
 
+/// A client that gives up on a slow answer (closes its connection) has its backend
+/// connection closed within a second or so, as nginx closes its upstream's: the app
+/// sees the client go and stops working for nobody. Before, only answers that wait as
+/// long as their client stays (event streams, gRPC) were watched, and a slow report's
+/// backend worked on to the end of the request timeout.
+#[tokio::test]
+async fn a_client_that_leaves_a_slow_answer_frees_its_backend_connection() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), Strategy::default(), |_| {});
+    let mut client = tokio::net::TcpStream::connect(d.addr()).await.unwrap();
+    client
+        .write_all(b"GET /hang HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(5), || b[0].in_flight() == 1).await);
+    drop(client);
+    let freed = wait_until(Duration::from_secs(5), || b[0].open_connections() == 0).await;
+    assert!(
+        freed,
+        "the backend still holds {} connection(s)",
+        b[0].open_connections()
+    );
+}
+
 #[tokio::test]
 async fn busy_endpoints_queue_requests_in_drover() {
     let b = backends(1).await;

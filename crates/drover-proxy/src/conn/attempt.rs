@@ -602,9 +602,15 @@ impl Conn {
         let waits = timeouts.waits_while_client_stays(long_lived);
         // Watching the client costs a syscall (a peek) per request, and most answers
         // come well within a second: so an answer is waited on for that long first.
+        // Then every request watches: a client that gave up on a slow report closes
+        // its backend connection at once, as nginx closes its upstream's, and the app
+        // sees it go (`req.on('close')`) instead of working on for nobody.
         let mut watch_client = false;
         // How long the backend has been quiet in the current wait, cut into looks.
         let mut quiet_for = Duration::ZERO;
+        // The part of the current quiet spell waited before watching began: it counts
+        // toward the timeout of an answer that does not wait while its client stays.
+        let mut unwatched = Duration::ZERO;
         loop {
             if !self.ubuf.is_empty() {
                 // Shutdown may have begun while the backend worked: then this response
@@ -624,10 +630,12 @@ impl Conn {
                     Err(bad) => return Err(ReadHead::Bad(bad.0)),
                 }
             }
-            let quiet = if waits && !watch_client {
+            let quiet = if !watch_client {
                 timeout.min(WATCH_CLIENT_AFTER)
-            } else {
+            } else if waits {
                 timeout
+            } else {
+                timeout.saturating_sub(unwatched)
             };
             let mut look = quiet.saturating_sub(quiet_for);
             if may_go_again {
@@ -656,7 +664,10 @@ impl Conn {
                         got_bytes: !self.ubuf.is_empty(),
                     })
                 }
-                Ok(_) => quiet_for = Duration::ZERO,
+                Ok(_) => {
+                    quiet_for = Duration::ZERO;
+                    unwatched = Duration::ZERO;
+                }
                 Err(BodyError::Timeout) => {
                     if may_go_again && self.ubuf.is_empty() && pick.endpoint().is_hung() {
                         return Err(ReadHead::Hung);
@@ -666,11 +677,11 @@ impl Conn {
                         continue;
                     }
                     quiet_for = Duration::ZERO;
-                    if !waits {
-                        return Err(ReadHead::Timeout);
-                    }
                     if !watch_client && quiet < timeout {
                         watch_client = true;
+                        unwatched = quiet;
+                    } else if !waits {
+                        return Err(ReadHead::Timeout);
                     } else if self.client.has_left() {
                         return Err(ReadHead::ClientLeft);
                     } else {
@@ -713,8 +724,8 @@ impl Conn {
     }
 }
 
-/// How long an answer that may wait as long as its client stays is waited on before
-/// drover starts watching for the client to leave.
+/// How long an answer is waited on before drover starts watching for its client to
+/// leave.
 const WATCH_CLIENT_AFTER: Duration = Duration::from_secs(1);
 
 /// How often a request that may go again, waiting for an answer, looks whether its
