@@ -408,19 +408,44 @@ impl<'de> Deserialize<'de> for ByteSize {
 impl<'de> Deserialize<'de> for Addr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_socket_addr(&s).map(Addr).map_err(de::Error::custom)
+        listen_addr(&s).map(Addr).map_err(de::Error::custom)
     }
+}
+
+/// An address to listen on, as users of nginx and HAProxy write it: `IP:PORT`; `PORT`
+/// or `:PORT` for every IPv4 address (nginx's `listen 8000`, HAProxy's `bind :8000`);
+/// or `localhost:PORT` (127.0.0.1). Before, each of the last three was refused with
+/// Rust's bare "invalid socket address syntax".
+pub fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let port = |p: &str| {
+        (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| p.parse::<u16>().ok())
+            .flatten()
+    };
+    if let Some(p) = port(s).or_else(|| s.strip_prefix(':').and_then(port)) {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], p)));
+    }
+    if let Some(p) = s.strip_prefix("localhost:").and_then(port) {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], p)));
+    }
+    parse_socket_addr(s)
+        .map_err(|e| format!("{e}, \"PORT\" or \":PORT\" (every address), or \"localhost:PORT\""))
 }
 
 fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| {
-        // "localhost:80" is the likeliest mistake: say why it is refused.
-        let hint = if s.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
-            " (host names are not resolved here; use an IP address such as 127.0.0.1)"
-        } else {
-            ""
+        let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+        let hint = match s.rsplit_once(':') {
+            Some((_, p)) if digits(p) && p.parse::<u16>().is_err() => {
+                format!(" (port {p} is past 65535)")
+            }
+            // A host name is the likeliest mistake: say why it is refused.
+            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {
+                " (host names are not resolved here; use an IP address such as 127.0.0.1)".to_string()
+            }
+            _ => String::new(),
         };
-        format!("invalid address {s:?}: expected IP:PORT such as \"127.0.0.1:8000\" or \"[::1]:8000\"{hint}")
+        format!("invalid address {s:?}{hint}: expected IP:PORT such as \"127.0.0.1:8000\" or \"[::1]:8000\"")
     })
 }
 
@@ -710,6 +735,23 @@ fn backend_from_flag_text(s: &str, etcd: bool) -> Result<BackendRef, String> {
 fn parse_target(s: &str) -> Result<Target, String> {
     if let Ok(addr) = s.parse::<SocketAddr>() {
         return Ok(Target::Addr(addr));
+    }
+    if let Some(addr) = s
+        .strip_prefix("localhost:")
+        .and_then(|p| p.parse::<u16>().ok())
+    {
+        return Ok(Target::Addr(SocketAddr::from(([127, 0, 0, 1], addr))));
+    }
+    // nginx's `proxy_pass http://...` habit.
+    if let Some((scheme, rest)) = s.split_once("://") {
+        let tls = if scheme == "https" {
+            " and give the balancer backend_tls (--backend-tls) to speak TLS to it"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "invalid backend {s:?}: a backend is an address, not a URL: write {rest:?}{tls}"
+        ));
     }
     if let Some(name) = s.strip_prefix("app:") {
         return if is_valid_name(name) {
@@ -3677,13 +3719,47 @@ sticky = { cookie = "sid" }
 
     #[test]
     fn bad_listen_address() {
-        let e = err("[[balancer]]\nlisten = \"8000\"\nbackends = [\"127.0.0.1:1\"]\n");
-        check(&e, 2, "balancer[0].listen", "invalid address \"8000\"");
+        let e = err("[[balancer]]\nlisten = \"8000x\"\nbackends = [\"127.0.0.1:1\"]\n");
+        check(&e, 2, "balancer[0].listen", "invalid address \"8000x\"");
         assert_eq!(e.column, Some(10));
-        let e = err("[[balancer]]\nlisten = \"localhost:8000\"\nbackends = [\"127.0.0.1:1\"]\n");
+        let e = err("[[balancer]]\nlisten = \"example.com:8000\"\nbackends = [\"127.0.0.1:1\"]\n");
         check(&e, 2, "balancer[0].listen", "host names are not resolved");
+        let e = err("[[balancer]]\nlisten = \"127.0.0.1:80000\"\nbackends = [\"127.0.0.1:1\"]\n");
+        check(&e, 2, "balancer[0].listen", "port 80000 is past 65535");
         let e = err("[[balancer]]\nlisten = 8000\nbackends = [\"127.0.0.1:1\"]\n");
         check(&e, 2, "balancer[0].listen", "expected a string");
+    }
+
+    #[test]
+    fn listen_addresses_as_nginx_and_haproxy_users_write_them() {
+        for (text, addr) in [
+            ("8000", "0.0.0.0:8000"),
+            (":8000", "0.0.0.0:8000"),
+            ("localhost:8000", "127.0.0.1:8000"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("[::1]:8000", "[::1]:8000"),
+        ] {
+            assert_eq!(listen_addr(text), Ok(addr.parse().unwrap()), "{text}");
+        }
+        for bad in [
+            "",
+            ":",
+            "80000",
+            ":80000",
+            "localhost",
+            "localhost:x",
+            "host:80",
+        ] {
+            assert!(listen_addr(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_target("localhost:9001"),
+            Ok(Target::Addr("127.0.0.1:9001".parse().unwrap()))
+        );
+        let e = parse_target("http://127.0.0.1:9001").unwrap_err();
+        assert!(e.contains("not a URL: write \"127.0.0.1:9001\""), "{e}");
+        let e = parse_target("https://10.0.0.1:443").unwrap_err();
+        assert!(e.contains("backend_tls"), "{e}");
     }
 
     #[test]
@@ -4553,7 +4629,8 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
 
     #[test]
     fn malformed_backends() {
-        let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"localhost:9001\"]\n");
+        let e =
+            err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = [\"api.internal:9001\"]\n");
         check(&e, 3, "balancer[0].backends[0]", "dns:HOST:PORT");
         let e = err("[[balancer]]\nlisten = \"127.0.0.1:8000\"\nbackends = []\n");
         check(&e, 3, "balancer[0].backends", "must not be empty");

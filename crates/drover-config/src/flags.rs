@@ -31,7 +31,7 @@ pub struct RunArgs {
     /// Address to accept clients on [default: for a Node app whose listen() names a
     /// port (app.listen(3000)), that port, bound as Node's cluster module binds it;
     /// otherwise 127.0.0.1:8000].
-    #[arg(short, long, value_name = "ADDR")]
+    #[arg(short, long, value_name = "ADDR", value_parser = crate::file::listen_addr)]
     pub listen: Option<SocketAddr>,
 
     /// How requests are spread over the workers [default: p2c].
@@ -671,9 +671,9 @@ impl std::str::FromStr for AdminListen {
         if s == "off" {
             return Ok(AdminListen(None));
         }
-        s.parse()
+        crate::file::listen_addr(s)
             .map(|a| AdminListen(Some(a)))
-            .map_err(|_| format!("expected an address like 127.0.0.1:9900 or \"off\", got {s:?}"))
+            .map_err(|e| format!("{e}, or \"off\""))
     }
 }
 
@@ -697,7 +697,7 @@ pub struct ProxyArgs {
     pub config: Option<PathBuf>,
 
     /// Address to accept clients on.
-    #[arg(short, long, value_name = "ADDR", required_unless_present = "config")]
+    #[arg(short, long, value_name = "ADDR", required_unless_present = "config", value_parser = crate::file::listen_addr)]
     pub listen: Option<SocketAddr>,
 
     /// A backend (repeat for each): IP:PORT, dns:HOST:PORT (A/AAAA records, followed

@@ -47,6 +47,29 @@ async fn bad_flags_are_named() {
         "--backend",
     )
     .await;
+    // What the address is missing, said: a port past 65535, a URL for a backend.
+    fails(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:80000",
+            "--backend",
+            "127.0.0.1:1",
+        ],
+        "port 80000 is past 65535",
+    )
+    .await;
+    fails(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            "http://127.0.0.1:1",
+        ],
+        "a backend is an address, not a URL: write \"127.0.0.1:1\"",
+    )
+    .await;
     fails(
         &with(&["--strategy", "fastest"]),
         "unknown strategy \"fastest\"",
@@ -238,6 +261,31 @@ fn proxy_on<'a>(addr: &'a str, threads: &'a str) -> [&'a str; 7] {
         "--threads",
         threads,
     ]
+}
+
+/// Addresses as nginx and HAProxy users write them: `-l :PORT` (every address, HAProxy's
+/// `bind :8000`), `-l PORT` (nginx's `listen 8000`) and `localhost:PORT`, for the listener
+/// and a backend. Each was refused with a bare "invalid socket address syntax".
+#[tokio::test]
+async fn listen_and_backend_addresses_take_the_forms_nginx_and_haproxy_users_write() {
+    let backend = drover_testkit::Backend::start().await;
+    let backend_at = format!("localhost:{}", backend.addr().port());
+    for listen in [":PORT", "PORT", "localhost:PORT"] {
+        let port = drover_testkit::free_port();
+        let listen = listen.replace("PORT", &port.to_string());
+        let d = drover_testkit::DroverProcess::spawn(
+            bin(),
+            &["proxy", "-l", &listen, "-b", &backend_at, "--threads", "1"],
+        )
+        .await;
+        let at = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let r = drover_testkit::HttpClient::connect(at)
+            .await
+            .unwrap()
+            .get("/")
+            .await;
+        assert_eq!(r.status, 200, "-l {listen}: {}", d.stderr_text());
+    }
 }
 
 #[tokio::test]
