@@ -142,8 +142,10 @@ pub enum CtlCommand {
     /// retired ones finish their requests first. Under `drover up`, the next reload
     /// restores drover.toml's count.
     Scale {
-        /// How many workers the app should run.
-        workers: usize,
+        /// How many workers the app should run; or the app, then how many (`drover ctl
+        /// scale api 4`, PM2's order).
+        #[arg(value_name = "[APP] WORKERS", num_args = 1..=2, required = true)]
+        target: Vec<String>,
         /// The app; may be left out when only one runs.
         #[arg(long, value_name = "NAME")]
         app: Option<String>,

@@ -64,7 +64,8 @@ pub async fn ctl(args: CtlArgs) -> Result<(), String> {
                 ok(request(args.admin, token, Method::POST, &path, None, RELOAD_LIMIT).await?)?;
             println!("{}", result(reply));
         }
-        CtlCommand::Scale { workers, app } => {
+        CtlCommand::Scale { target, app } => {
+            let (app, workers) = scale_target(&target, app)?;
             let mut path = format!("/v1/scale?workers={workers}");
             if let Some(name) = &app {
                 path.push_str(&format!("&app={}", encode(name)));
@@ -246,4 +247,47 @@ fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// `drover ctl scale`'s words: `WORKERS`, or `APP WORKERS` as `pm2 scale` takes them.
+fn scale_target(words: &[String], app: Option<String>) -> Result<(Option<String>, usize), String> {
+    let (named, count) = match words {
+        [count] => (None, count),
+        [name, count] => (Some(name.clone()), count),
+        _ => return Err("drover ctl scale takes WORKERS, or APP WORKERS".to_string()),
+    };
+    let workers = count
+        .parse::<usize>()
+        .map_err(|_| format!("drover ctl scale: {count:?} is not a number of workers"))?;
+    match (named, app) {
+        (Some(a), Some(b)) if a != b => Err(format!(
+            "drover ctl scale: two apps named, {a:?} and --app {b:?}"
+        )),
+        (named, app) => Ok((named.or(app), workers)),
+    }
+}
+
+#[cfg(test)]
+mod scale_tests {
+    use super::scale_target;
+
+    #[test]
+    fn scale_takes_a_count_or_an_app_then_a_count() {
+        let w = |words: &[&str]| words.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(scale_target(&w(&["3"]), None), Ok((None, 3)));
+        assert_eq!(
+            scale_target(&w(&["3"]), Some("api".into())),
+            Ok((Some("api".into()), 3))
+        );
+        assert_eq!(
+            scale_target(&w(&["api", "4"]), None),
+            Ok((Some("api".into()), 4))
+        );
+        assert!(scale_target(&w(&["api"]), None)
+            .unwrap_err()
+            .contains("\"api\" is not a number of workers"));
+        assert!(scale_target(&w(&["api", "4"]), Some("web".into()))
+            .unwrap_err()
+            .contains("two apps named"));
+    }
 }

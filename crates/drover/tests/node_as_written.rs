@@ -1292,7 +1292,8 @@ async fn a_hard_coded_port_app_is_killed_reloaded_and_scaled_under_load_without_
     assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
     wait_all_serving(&d, admin).await;
 
-    let (code, out, err) = ctl(admin, &["scale", "3"]).await;
+    // In `pm2 scale`'s order: the app, then the count.
+    let (code, out, err) = ctl(admin, &["scale", "app", "3"]).await;
     assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
     let three = wait_until_async(Duration::from_secs(20), || async {
         let pids = common::serving_pids(&status(admin).await);
