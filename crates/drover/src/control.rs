@@ -166,7 +166,10 @@ impl Controller {
         let _one = self.reloading.lock().await;
         let failed = |e: String| ControlError::Failed(format!("{e}; nothing was reloaded"));
         let file = source.file.display();
-        let (next, notes) = source.read().map_err(failed)?;
+        // The file's mistake, not drover's: a 400, as for `read_next`.
+        let (next, notes) = source
+            .read()
+            .map_err(|e| ControlError::Invalid(format!("{e}; nothing was reloaded")))?;
         // What the file says that drover does not apply, as at start: a key added
         // since is named too.
         for note in &notes {
@@ -777,11 +780,13 @@ async fn start_new_apps(
 
 /// The file at `path` again, checked as `drover check` checks it (but for the
 /// addresses: those the reload keeps are this drover's own), and against what runs.
+/// A file that does not parse, fails the checks or asks for a restart is the file's
+/// mistake, answered with a 400 (it was a 500, a server error, for a user's typo).
 fn read_next(path: &Path, running: &Config) -> Result<Config, ControlError> {
     let (next, origins) = config::load_with_origins(path)
-        .map_err(|e| ControlError::Failed(format!("{e}; nothing was reloaded")))?;
+        .map_err(|e| ControlError::Invalid(format!("{e}; nothing was reloaded")))?;
     if let Err(errors) = preflight::prepare(&next, &origins) {
-        return Err(ControlError::Failed(format!(
+        return Err(ControlError::Invalid(format!(
             "{}; nothing was reloaded",
             errors.join("; ")
         )));
@@ -791,7 +796,7 @@ fn read_next(path: &Path, running: &Config) -> Result<Config, ControlError> {
 }
 
 fn restart_needed(path: &Path, why: &str) -> ControlError {
-    ControlError::Failed(format!(
+    ControlError::Invalid(format!(
         "{}: {why}: restart drover to apply that; nothing was reloaded",
         path.display()
     ))

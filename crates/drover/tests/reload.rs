@@ -407,6 +407,8 @@ async fn reload_under_up_applies_app_changes_and_refuses_the_rest() {
     std::fs::write(&file, needs_restart).unwrap();
     let (code, _, err) = ctl(admin, &["reload"]).await;
     assert_eq!(code, 2);
+    // The file's mistake: a 400, not a server error.
+    assert!(err.contains("admin API answered 400"), "{err}");
     assert!(err.contains("the [admin] table changed"), "{err}");
     assert!(err.contains("nothing was reloaded"), "{err}");
     std::fs::write(&file, "[[app]]\nname = \"web\"\nworkerz = 2\n").unwrap();
@@ -885,7 +887,7 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     for (args, says) in [
         (&["scale", "0"][..], "workers must be in 1..=1024, not 0"),
         (&["scale", "5000"], "workers must be in 1..=1024, not 5000"),
-        (&["scale", "two"], "invalid value 'two'"),
+        (&["scale", "two"], "\"two\" is not a number of workers"),
         (&["scale", "-1"], "unexpected argument '-1'"),
         (
             &["scale", "2", "--app", "ghost"],
