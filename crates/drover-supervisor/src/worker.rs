@@ -1234,10 +1234,11 @@ pub(crate) async fn run(
             tracing::warn!(
                 app = %shared.app,
                 worker = id,
-                "worker {}/{id} is crash-looping: {crashes} exits in a row within {:?} \
-                 of becoming ready; next start in {delay:?}",
+                "worker {}/{id} is crash-looping: {crashes} exits in a row before it was \
+                 ready or within {:?} of it; next start in {delay:?}{}",
                 shared.app,
                 policy.min_uptime,
+                port_taken_hint(&shared.restart_history(), id),
             );
         }
         let backoff = tokio::time::sleep(delay);
@@ -1319,6 +1320,31 @@ fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
         "worker {app}/{id} (pid {pid}) {}; restarting in {delay:?}{sooner}",
         life.end,
     );
+}
+
+/// What to say of a crash loop whose last exit said its address was taken: a program
+/// that binds a port of its own (`app.run(port=5000)`, `ListenAndServe(":8080")`) runs
+/// once, and every other worker fails to bind it. The app's own message ("Address
+/// already in use") does not say that its PORT went unread, and drover's said only
+/// "crash-looping" (and, 30 s later, that it never listened on its PORT).
+fn port_taken_hint(history: &[RestartRecord], id: usize) -> &'static str {
+    let said = history
+        .iter()
+        .rev()
+        .find(|r| r.worker == id)
+        .is_some_and(|r| {
+            r.stderr_tail.iter().any(|line| {
+                let line = line.to_ascii_lowercase();
+                line.contains("address already in use") || line.contains("eaddrinuse")
+            })
+        });
+    if said {
+        " (its output says its address is in use: if the app binds a port of its own, \
+         every worker but one fails so; have it listen on $PORT, or on {port} in its \
+         arguments: drover run -- python3 app.py --port {port})"
+    } else {
+        ""
+    }
 }
 
 fn log_early_start(app: &str, id: usize, early: scout::Early) {
@@ -2151,6 +2177,34 @@ mod tests {
             life_after(&Err(std::io::Error::other("reaped"))),
             WorkerLife::Ended
         );
+    }
+
+    #[test]
+    fn a_crash_loop_whose_output_says_address_in_use_is_told_of_its_port() {
+        let record = |worker: usize, line: &str| RestartRecord {
+            at: std::time::SystemTime::now(),
+            app: "app".into(),
+            worker,
+            pid: None,
+            reason: RestartReason::Exit,
+            detail: None,
+            exit_code: Some(1),
+            signal: None,
+            uptime: None,
+            rss_bytes: None,
+            cpu_seconds: None,
+            stderr_tail: vec![line.to_string()],
+        };
+        let python = record(1, "OSError: [Errno 98] Address already in use");
+        let other = record(0, "SyntaxError: invalid syntax");
+        assert!(port_taken_hint(&[python.clone(), other.clone()], 1).contains("$PORT"));
+        assert_eq!(port_taken_hint(&[python.clone(), other], 0), "");
+        assert_eq!(port_taken_hint(&[python], 2), "");
+        let node = record(
+            0,
+            "Error: listen EADDRINUSE: address already in use :::3000",
+        );
+        assert!(port_taken_hint(&[node], 0).contains("{port}"));
     }
 
     #[test]

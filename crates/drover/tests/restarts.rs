@@ -131,3 +131,37 @@ async fn ctl_restarts_prints_why_workers_restarted_with_their_stderr() {
         assert!(web.cpu_seconds.is_some() && web.started_at_unix_secs.is_some());
     }
 }
+
+/// A Python app that binds a port of its own (`app.run(port=5000)`) under `drover run
+/// -w 2`: one worker binds it, the other fails with "Address already in use" and loops.
+/// drover's crash-loop warning says what that output means and how to fix it. Before,
+/// it said only "crash-looping ... within 1s of becoming ready" (it never was), and the
+/// reason came 30 s later.
+#[tokio::test]
+async fn a_crash_loop_on_a_taken_port_says_to_listen_on_port() {
+    let dir = temp_dir("own-port");
+    let port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("app.py"),
+        format!(
+            "import http.server\n\
+             http.server.HTTPServer(('127.0.0.1', {port}), http.server.SimpleHTTPRequestHandler).serve_forever()\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args("run -w 2 -l 127.0.0.1:0 --admin 127.0.0.1:0 -- python3 app.py".split(' '))
+        .current_dir(&dir);
+    let d = drover_testkit::spawn_ready_line(cmd, "admin API listening on").await;
+    let said = drover_testkit::wait_until(Duration::from_secs(30), || {
+        d.stderr_text()
+            .contains("its output says its address is in use")
+    })
+    .await;
+    let log = d.stderr_text();
+    assert!(said, "{log}");
+    assert!(
+        log.contains("exits in a row before it was ready or within"),
+        "{log}"
+    );
+}
