@@ -254,6 +254,28 @@ impl RestartHistory {
 }
 
 #[cfg(test)]
+impl RestartRecord {
+    /// A record of worker `worker` of app "a" that exited with status 1, having written
+    /// `stderr` last.
+    pub(crate) fn exited_1(worker: usize, stderr: &[&str]) -> RestartRecord {
+        RestartRecord {
+            at: SystemTime::UNIX_EPOCH,
+            app: "a".into(),
+            worker,
+            pid: None,
+            reason: RestartReason::Exit,
+            detail: None,
+            exit_code: Some(1),
+            signal: None,
+            uptime: None,
+            rss_bytes: None,
+            cpu_seconds: None,
+            stderr_tail: stderr.iter().map(|l| l.to_string()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -348,20 +370,7 @@ mod tests {
     fn history_keeps_the_last_records() {
         let history = RestartHistory::default();
         for worker in 0..(HISTORY_PER_APP + 10) {
-            history.push(RestartRecord {
-                at: SystemTime::UNIX_EPOCH,
-                app: "a".into(),
-                worker,
-                pid: None,
-                reason: RestartReason::Exit,
-                detail: None,
-                exit_code: Some(1),
-                signal: None,
-                uptime: None,
-                rss_bytes: None,
-                cpu_seconds: None,
-                stderr_tail: vec![],
-            });
+            history.push(RestartRecord::exited_1(worker, &[]));
         }
         let records = history.records();
         assert_eq!(records.len(), HISTORY_PER_APP);

@@ -2181,20 +2181,7 @@ mod tests {
 
     #[test]
     fn a_crash_loop_whose_output_says_address_in_use_is_told_of_its_port() {
-        let record = |worker: usize, line: &str| RestartRecord {
-            at: std::time::SystemTime::now(),
-            app: "app".into(),
-            worker,
-            pid: None,
-            reason: RestartReason::Exit,
-            detail: None,
-            exit_code: Some(1),
-            signal: None,
-            uptime: None,
-            rss_bytes: None,
-            cpu_seconds: None,
-            stderr_tail: vec![line.to_string()],
-        };
+        let record = |worker: usize, line: &str| RestartRecord::exited_1(worker, &[line]);
         let python = record(1, "OSError: [Errno 98] Address already in use");
         let other = record(0, "SyntaxError: invalid syntax");
         assert!(port_taken_hint(&[python.clone(), other.clone()], 1).contains("$PORT"));
