@@ -156,6 +156,9 @@ fn works_on_a_batch(main_thread_share: Option<f64>, pending: u32) -> bool {
 /// would fail the request that waits on it (a 10 s `execSync` was killed as deadlocked
 /// after 4 s). A deadlocked worker starts nothing; one that waits forever on a program
 /// of its own is the app's to time out, as it is under PM2 and Node's cluster module.
+/// Only a program started since the worker was ready counts (`quiet_for` never reaches
+/// back past that): a wrapper's app (`sh -c "python3 app.py"`) is its child from the
+/// start, and one that deadlocked right after its first answer read as waiting on it.
 fn waits_on_a_child(pid: Option<u32>, main_thread_share: Option<f64>, quiet_for: Duration) -> bool {
     let Some(pid) = pid else {
         return false;
@@ -195,8 +198,9 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
     // When a probe last passed, or the worker last showed work of its own (not only a
-    // program it waits on).
+    // program it waits on); and when the watch began, once the worker was ready.
     let mut last_progress = Instant::now();
+    let watching_since = last_progress;
     // The worker's probes share a kept connection, as its clients' requests do.
     let mut prober = Prober::default();
     loop {
@@ -220,7 +224,11 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
             && works_on_a_batch(share, w.pool.find(w.addr).map_or(0, |ep| ep.pending()));
         let on_child = matches!(&result, Err(e) if e.is_no_answer())
             && !waits
-            && waits_on_a_child(w.pid, share, last_progress.elapsed() + w.check.interval);
+            && waits_on_a_child(
+                w.pid,
+                share,
+                (last_progress.elapsed() + w.check.interval).min(watching_since.elapsed()),
+            );
         last_probe = Quiet::now(w.pid);
         let worked = progress.advanced(completed()) || waits || batch;
         let advanced = worked || on_child;

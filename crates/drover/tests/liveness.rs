@@ -195,6 +195,51 @@ async fn a_deadlocked_worker_is_killed_and_replaced() {
     assert_ne!(stuck.await.unwrap(), 200);
 }
 
+/// A Python app under a shell (`sh -c "python3 app.py"`: the app is the worker's child
+/// from its start) that deadlocks right after its first answers: the child that runs is
+/// the app itself, not a program the worker waits on, so it is found hung and killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlocked_app_below_a_shell_is_killed() {
+    let dir = temp_dir("liveness-shell");
+    std::fs::write(
+        dir.join("app.py"),
+        "import http.server, os, threading\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-length', '2')\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(b'ok')\n\
+         \x20   def log_message(self, *a):\n\
+         \x20       pass\n\
+         server = http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H)\n\
+         for _ in range(2):\n\
+         \x20   server.handle_request()\n\
+         lock = threading.Lock()\n\
+         lock.acquire()\n\
+         lock.acquire()\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"sh\", \"-c\", \"cd {} && python3 app.py\"]\nworkers = 1\n\
+         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        dir.display()
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let records = wait_restarts(&d, admin, 1).await;
+    let hung = &records[0];
+    let detail = hung.detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.starts_with("hung: no answer to 2 health checks"),
+        "{detail}"
+    );
+}
+
 /// Every route of both workers, `/health` too, waits 3 s on a slow database: probes get
 /// no answer and nothing completes for seconds, as in a deadlock. But each worker's event
 /// loop answers drover's ping over its IPC channel, so it waits and is not hung: no
