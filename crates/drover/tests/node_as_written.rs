@@ -4100,15 +4100,19 @@ async fn an_app_with_no_balancer_in_front_is_named_as_unserved() {
         format!("require('http').createServer((req, res) => res.end('ok')).listen({port});\n"),
     )
     .unwrap();
-    std::fs::write(
-        dir.join("drover.toml"),
+    let up = |file: &'static str, toml: &'static str, ready: &'static str| {
+        std::fs::write(dir.join(file), toml).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.args(["up", "-c", file]).current_dir(&dir);
+        clean_env(&mut cmd);
+        spawn_ready_line(cmd, ready)
+    };
+    let d = up(
+        "drover.toml",
         "[admin]\nlisten = \"127.0.0.1:0\"\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nworkers = 1\n",
+        "admin API listening on",
     )
-    .unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["up", "-c", "drover.toml"]).current_dir(&dir);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "admin API listening on").await;
+    .await;
     says(
         "no balancer",
         &d,
@@ -4120,15 +4124,12 @@ async fn an_app_with_no_balancer_in_front_is_named_as_unserved() {
     drover_stops_cleanly("no balancer", &d).await;
     // A balancer at another port: the note names the drover.toml way to serve the
     // app's own port, and not `drover run`'s --listen, which this file has none of.
-    std::fs::write(
-        dir.join("elsewhere.toml"),
+    let d = up(
+        "elsewhere.toml",
         "[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nworkers = 1\n[[balancer]]\nname = \"front\"\nlisten = \"127.0.0.1:0\"\nbackends = [\"app:web\"]\n",
+        "\"front\" listening on",
     )
-    .unwrap();
-    let mut cmd = Command::new(bin());
-    cmd.args(["up", "-c", "elsewhere.toml"]).current_dir(&dir);
-    clean_env(&mut cmd);
-    let d = spawn_ready_line(cmd, "\"front\" listening on").await;
+    .await;
     says(
         "balancer elsewhere",
         &d,
