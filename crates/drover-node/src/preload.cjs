@@ -174,8 +174,9 @@ let balancedPort = 0;
 //    without --listen), the app reads the user's PORT, not this one, as under PM2:
 //    `listen(process.env.PORT || 3000)` names 3000. A script runner passes drover's
 //    PORT on (what it starts may not be Node): the user's (none, usually) is put back
-//    here. A first listen() that names no port at all (`listen(process.env.PORT)`, no
-//    PORT) gets the worker's own, and is served at drover's address.
+//    here. A first listen() that names no port at all (`listen(process.env.PORT)` with no
+//    PORT, `listen(cb)`, `listen()`) gets the worker's own, and is served at drover's
+//    address.
 const workerPort = Number(process.env.DROVER_WORKER_PORT) || Number(process.env.PORT) || 0;
 let portForNoPort = 0;
 if (!runner && require('cluster').isWorker) {
@@ -353,8 +354,12 @@ function listensThroughDrover() {
     if (options && first.exclusive) {
       args[0] = Object.assign({}, first, { exclusive: false });
     }
-    if (portForNoPort && balancedPort === 0 && args.length > 0) {
-      if (none(first)) {
+    if (portForNoPort && balancedPort === 0) {
+      if (args.length === 0 || typeof first === 'function') {
+        // `listen()` and `listen(cb)` name no port either: Node takes a random one.
+        args.unshift(portForNoPort);
+        portForNoPort = 0;
+      } else if (none(first)) {
         args[0] = portForNoPort;
         portForNoPort = 0;
       } else if (

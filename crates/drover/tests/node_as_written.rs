@@ -1808,8 +1808,9 @@ async fn an_app_that_reads_port_sees_the_users_and_is_served_where_it_listens() 
     );
     drover_stops_cleanly("--env-file", &d).await;
 
-    // No fallback: the worker's own port, and drover's default address.
-    for form in ["number", "object"] {
+    // No fallback, or no port named at all (`listen(cb)`, `listen()`): the worker's own
+    // port, and drover's default address.
+    for form in ["number", "object", "callback", "bare"] {
         let who = format!("listen() of no port ({form})");
         let command = ["node", &fixture("port-only.js"), form].map(String::from);
         let (d, admin) = run_without_listen(&command, &dir, None).await;
