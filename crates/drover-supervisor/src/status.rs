@@ -68,7 +68,8 @@ pub struct WorkerStatus {
     /// The current process's `PORT`, while there is one (a restart picks a fresh port).
     pub port: Option<u16>,
     pub state: WorkerState,
-    /// How many times this slot started a new process after the first.
+    /// How many times this slot started a new process after the first, or replaced one
+    /// over max_memory (reloads and scale-downs are not counted).
     pub restarts: u32,
     /// Crashes in a row (exits before `min_uptime`); 0 once a process served long enough.
     pub crash_streak: u32,

@@ -1601,6 +1601,9 @@ async fn serve(
                 if reloading {
                     shared.retire_in_background(id, retiree);
                 } else {
+                    // A memory replacement is a restart of the slot (a reload is not),
+                    // as PM2 counts one.
+                    shared.slot(id).restarts += 1;
                     retire(shared, id, retiree).await;
                 }
                 // The old process is stopped (or retiring): the app's next worker over
