@@ -1235,9 +1235,10 @@ pub(crate) async fn run(
                 app = %shared.app,
                 worker = id,
                 "worker {}/{id} is crash-looping: {crashes} exits in a row before it was \
-                 ready or within {:?} of it; next start in {delay:?}{}",
+                 ready or within {:?} of it; next start in {delay:?}{}{}",
                 shared.app,
                 policy.min_uptime,
+                sooner(delay),
                 port_taken_hint(&shared.restart_history(), id),
             );
         }
@@ -1307,13 +1308,20 @@ pub(crate) fn ready_patience(ready_timeout: Duration, slow_starts: u32) -> Durat
     ready_timeout.saturating_mul(1 << slow_starts.min(MAX_READY_DOUBLINGS))
 }
 
-fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
-    let pid = life.pid.map_or_else(|| "-".to_string(), |p| p.to_string());
-    let sooner = if delay > scout::NO_CAPACITY_RETRY {
-        " (sooner while no worker of the app serves, or once it recovers)"
+/// When a start `delay` away may come sooner (see `scout`). Said wherever the delay is:
+/// a crash-loop warning that said only "next start in 30s" of an app with one worker
+/// was never true, as its starts came every second.
+fn sooner(delay: Duration) -> &'static str {
+    if delay > scout::NO_CAPACITY_RETRY {
+        " (sooner while no worker of the app serves: then one starts each second; or once it recovers)"
     } else {
         ""
-    };
+    }
+}
+
+fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
+    let pid = life.pid.map_or_else(|| "-".to_string(), |p| p.to_string());
+    let sooner = sooner(delay);
     tracing::warn!(
         app = %app,
         worker = id,

@@ -580,7 +580,15 @@ async fn a_crash_looping_app_is_reported_while_the_other_keeps_serving() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(looping, "{}", d.stderr_text());
-    assert!(d.stderr_text().contains("crash-looping"), "not logged");
+    // Its next start is said as it comes: no worker of "bad" serves, so one starts each
+    // second, whatever the back-off says (before: "next start in 30s", never true).
+    let says_sooner = drover_testkit::wait_until(Duration::from_secs(15), || {
+        d.stderr_text().lines().any(|l| {
+            l.contains("is crash-looping") && l.contains("sooner while no worker of the app serves")
+        })
+    })
+    .await;
+    assert!(says_sooner, "{}", d.stderr_text());
     assert!(d.stderr_text().contains("[bad/0] boom"));
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     assert_eq!(c.request("GET", "/", &[], None).await.unwrap().status, 200);
