@@ -455,10 +455,9 @@ fn snake_case(key: &str) -> String {
 
 /// Keys drover applies its own way, or that concern only PM2's machinery: accepted
 /// with no note (PM2's monitoring, its process list, versions).
-const NO_EFFECT: [&str; 26] = [
+const NO_EFFECT: [&str; 23] = [
     "namespace",
     "vizion",
-    "exp_backoff_restart_delay",
     "source_map_support",
     "disable_source_map_support",
     "force",
@@ -473,8 +472,6 @@ const NO_EFFECT: [&str; 26] = [
     "deep_monitoring",
     "io",
     "filter_env",
-    "time",
-    "log_date_format",
     "log_type",
     "merge_logs",
     "disable_logs",
@@ -793,6 +790,9 @@ impl App {
                 spec.increment_var = Some(var);
             }
         }
+        if let Some(var) = self.string("instance_var")? {
+            spec.instance_var = (var != "NODE_APP_INSTANCE").then_some(var);
+        }
         if spec.wait_ready && !cluster {
             spec.wait_ready = false;
             self.note("wait_ready: a fork-mode app runs in drover's background mode, which opens no cluster channel to send 'ready' on; it is up once it has run 1 s; not applied".into());
@@ -907,12 +907,13 @@ impl App {
 
     /// Notes for the keys drover does not apply, once each.
     fn note_the_rest(&mut self, script: &str) {
-        const USED: [&str; 19] = [
+        const USED: [&str; 20] = [
             "watch",
             "ignore_watch",
             "watch_delay",
             "wait_ready",
             "increment_var",
+            "instance_var",
             "name",
             "script",
             "args",
@@ -944,19 +945,19 @@ impl App {
             let why = match (key.as_str(), &v) {
                 ("autorestart" | "autostart" | "treekill", Value::Bool(true)) => continue,
                 ("shutdown_with_message" | "append_env_to_name", Value::Bool(false)) => continue,
-                ("instance_var", Value::String(s)) if s == "NODE_APP_INSTANCE" => continue,
                 ("autorestart", _) => "drover restarts every worker that exits (with back-off); a program meant to run once is not a worker",
                 ("watch_options", _) => {
                     "drover watches with inotify and takes watch, ignore_watch and watch_delay; chokidar's options do not apply"
                 }
                 ("cron_restart", _) => "drover has no scheduled restarts: run `drover ctl reload` from cron",
-                ("max_restarts" | "restart_delay", _) => {
+                ("time", Value::Bool(false)) => continue,
+                ("time" | "log_date_format", _) => {
+                    "drover's lines of worker output carry no timestamp (journald and docker logs stamp each line)"
+                }
+                ("max_restarts" | "restart_delay" | "exp_backoff_restart_delay", _) => {
                     "drover restarts a crashed worker with back-off (0.1 s doubling to 30 s) and reports a crash loop, for as long as it runs"
                 }
                 ("stop_exit_codes", _) => "drover restarts a worker whatever its exit code",
-                ("instance_var", _) => {
-                    "each worker gets its number in NODE_APP_INSTANCE and DROVER_WORKER_ID"
-                }
                 ("uid" | "gid", _) => "drover runs its workers as its own user",
                 ("shutdown_with_message", _) => {
                     "drover stops a worker with SIGTERM (passed to the app's SIGINT listeners)"
@@ -970,7 +971,7 @@ impl App {
         }
         if !logs.is_empty() {
             self.note(format!(
-                "{}: drover prints every worker's output, each line prefixed [NAME/ID], on its own stdout and stderr (redirect them, or run under systemd's journal); not applied to {script}",
+                "{}: drover prints every worker's output, each line prefixed [NAME/ID], on its own stderr (redirect it, or run under systemd's journal); not applied to {script}",
                 logs.join(", ")
             ));
         }
@@ -1332,8 +1333,10 @@ mod tests {
             "min_uptime": 2000, "cwd": "api", "node_args": "--max-old-space-size=200",
             "out_file": "/var/log/api.out", "error": "/var/log/api.err",
             "watch": true, "max_restarts": 10, "merge_logs": true, "colour": 1,
-            "wait_ready": true,
-        }, {"name": "consumer", "script": "mailer.js", "wait_ready": true}]});
+            "wait_ready": true, "instance_var": "INSTANCE_ID",
+            "exp_backoff_restart_delay": 100, "time": true, "log_date_format": "YYYY",
+        }, {"name": "consumer", "script": "mailer.js", "wait_ready": true,
+            "instance_var": "NODE_APP_INSTANCE", "time": false}]});
         let options = Options {
             env: Some("production".into()),
             ..Options::default()
@@ -1350,6 +1353,8 @@ mod tests {
         assert_eq!(spec.cwd, Some(base().join("api")));
         assert!(spec.wait_ready);
         assert!(!apps[1].app.spec.wait_ready);
+        assert_eq!(spec.instance_var.as_deref(), Some("INSTANCE_ID"));
+        assert_eq!(apps[1].app.spec.instance_var, None);
         assert_eq!(
             spec.command,
             [
@@ -1365,10 +1370,17 @@ mod tests {
             "colour: not a key of PM2's that drover knows",
             "error, out_file: drover prints every worker's output",
             "apps[1] (consumer): wait_ready: a fork-mode app runs in drover's background mode",
+            "exp_backoff_restart_delay: drover restarts a crashed worker with back-off",
+            "time: drover's lines of worker output carry no timestamp",
+            "log_date_format: drover's lines of worker output carry no timestamp",
         ] {
             assert!(text.contains(needle), "{needle:?} in\n{text}");
         }
-        assert!(!text.contains("merge_logs"), "{text}");
+        // What applies (merge_logs: every worker's output is one stream already) or asks
+        // for what drover does anyway is not noted.
+        for quiet in ["merge_logs", "instance_var", "(consumer): time"] {
+            assert!(!text.contains(quiet), "{quiet:?} in\n{text}");
+        }
     }
 
     #[test]
@@ -1436,7 +1448,12 @@ mod tests {
             app.spec.watch,
             Some(drover_supervisor::watch::WatchSpec::new(vec![".".into()]))
         );
-        assert!(notes.is_empty(), "{notes:?}");
+        // `--time` is noted, with why: before, it went by with nothing said.
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("--time: drover's lines of worker output carry no timestamp"),
+            "{notes:?}"
+        );
 
         let mut app = AppConfig::new("api", vec!["app.py".into()]);
         apply_pm2_flags(

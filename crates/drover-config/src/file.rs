@@ -918,6 +918,7 @@ struct RawApp {
     max_memory: Option<Spanned<ByteSize>>,
     wait_ready: Option<bool>,
     increment_var: Option<String>,
+    instance_var: Option<String>,
     mode: Option<Spanned<String>>,
     listen: Option<Spanned<Addr>>,
     watch: Option<WatchPaths>,
@@ -1822,6 +1823,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             max_memory,
             wait_ready: raw.wait_ready.unwrap_or(defaults.wait_ready),
             increment_var: raw.increment_var,
+            instance_var: raw.instance_var,
             mode,
             watch,
             app_port: raw.app_port.map(|p| p.into_inner().as_u16()),
@@ -4871,6 +4873,18 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
     fn quoted_keys_are_quoted_in_paths() {
         let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nenv = { \"MY.VAR\" = 1 }\n");
         assert_eq!(e.key, "app[0].env.\"MY.VAR\"", "{e}");
+    }
+
+    #[test]
+    fn instance_var_is_read() {
+        let app = |extra: &str| format!("[[app]]\nname = \"web\"\ncommand = [\"node\"]\n{extra}");
+        assert_eq!(
+            ok(&app("instance_var = \"INSTANCE_ID\"\n")).apps[0]
+                .spec
+                .instance_var
+                .as_deref(),
+            Some("INSTANCE_ID")
+        );
     }
 
     #[test]

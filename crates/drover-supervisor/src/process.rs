@@ -447,6 +447,12 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     if !spec.env.contains_key(PM2_INSTANCE_VAR) {
         cmd.env(PM2_INSTANCE_VAR, id.to_string());
     }
+    // PM2's `instance_var`: the same number under the name the app reads.
+    if let Some(var) = spec.instance_var.as_deref() {
+        if !spec.env.contains_key(var) {
+            cmd.env(var, id.to_string());
+        }
+    }
     // PM2's `increment_var` (`validate` keeps it off drover's own PORT).
     if let Some((var, value)) = spec.incremented(id) {
         cmd.env(var, value);

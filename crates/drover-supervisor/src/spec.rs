@@ -150,6 +150,8 @@ pub enum SpecError {
     IncrementVar { var: String, mode: Mode },
     /// `increment_var`'s starting value is not a whole number.
     IncrementVarValue { var: String, value: String },
+    /// `instance_var` names no variable, or one drover sets itself.
+    InstanceVar { var: String },
     /// `node --watch` (`option`) in a mode that serves clients: Node runs the app in a
     /// child process of its own, which would bind the app's port itself, past drover.
     NodeWatchMode { option: String },
@@ -198,6 +200,10 @@ impl fmt::Display for SpecError {
             SpecError::IncrementVarValue { var, value } => write!(
                 f,
                 "increment_var {var:?}: its value {value:?} is not a whole number to count up from"
+            ),
+            SpecError::InstanceVar { var } => write!(
+                f,
+                "instance_var {var:?}: the name of an environment variable for the worker's number (such as INSTANCE_ID), not PORT or one of drover's"
             ),
             SpecError::NodeWatchMode { option } => write!(
                 f,
@@ -277,6 +283,10 @@ pub struct AppSpec {
     /// fork-mode instances of one app bind `PORT`, `PORT+1`… Not `PORT` where drover
     /// gives each worker its own. Default `None`.
     pub increment_var: Option<String>,
+    /// PM2's `instance_var`: one more environment variable that carries the worker's
+    /// number, as NODE_APP_INSTANCE does (apps written for it read, say,
+    /// `INSTANCE_ID`). Default `None`.
+    pub instance_var: Option<String>,
     /// How clients reach the workers; default `Mode::Auto`.
     pub mode: Mode,
     /// The wait before restarting a worker that crashed.
@@ -413,6 +423,7 @@ impl AppSpec {
             max_memory: None,
             wait_ready: false,
             increment_var: None,
+            instance_var: None,
             mode: Mode::Auto,
             restart: Backoff::default(),
             h2c: false,
@@ -480,6 +491,12 @@ impl AppSpec {
                 });
             }
             self.increment_base()?;
+        }
+        if let Some(var) = &self.instance_var {
+            let drovers = var == "PORT" || var.starts_with("DROVER_");
+            if drovers || var.is_empty() || var.contains(['=', '\0']) {
+                return Err(SpecError::InstanceVar { var: var.clone() });
+            }
         }
         let no_channel = matches!(self.mode, Mode::Shared | Mode::Background);
         if self.wait_ready && (no_channel || !self.runs_in_node()) {
@@ -821,6 +838,23 @@ mod tests {
             assert!(
                 matches!(e, SpecError::WaitReadyNeedsNode { .. }),
                 "{command:?} {mode}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn instance_var_names_a_variable_of_the_apps_own() {
+        let spec = |var: &str| AppSpec {
+            instance_var: Some(var.to_string()),
+            ..AppSpec::new("api", vec!["node".into(), "api.js".into()])
+        };
+        assert_eq!(spec("INSTANCE_ID").validate(), Ok(()));
+        for bad in ["", "PORT", "DROVER_WORKER_ID", "A=B"] {
+            let e = spec(bad).validate().unwrap_err();
+            assert!(
+                matches!(e, SpecError::InstanceVar { .. })
+                    && e.to_string().contains("instance_var"),
+                "{bad:?}: {e}"
             );
         }
     }

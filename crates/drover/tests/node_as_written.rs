@@ -2877,7 +2877,7 @@ async fn a_pm2_ecosystem_file_runs_its_apps_as_pm2_runs_them() {
     let ticks = dir.join("ticks");
     std::fs::write(
         dir.join("api.js"),
-        "require('http').createServer((req, res) => res.end(JSON.stringify({ pid: process.pid, instance: process.env.NODE_APP_INSTANCE, env: process.env.NODE_ENV }))).listen(process.env.PORT);\n",
+        "require('http').createServer((req, res) => res.end(JSON.stringify({ pid: process.pid, instance: process.env.NODE_APP_INSTANCE, id: process.env.INSTANCE_ID, env: process.env.NODE_ENV }))).listen(process.env.PORT);\n",
     )
     .unwrap();
     let file = |instances: usize, production: &str, consumer: bool, more: &str| {
@@ -2890,6 +2890,7 @@ module.exports = {{
       script: './api.js',
       instances: {instances},
       exec_mode: 'cluster',
+      instance_var: 'INSTANCE_ID',
       out_file: './logs/api.log',
       env: {{ PORT: {port}, NODE_ENV: 'development' }},
       env_production: {{ NODE_ENV: '{production}' }},
@@ -2939,6 +2940,8 @@ module.exports = {{
         assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr_text());
         let body: serde_json::Value = serde_json::from_str(r.text().trim()).unwrap();
         assert_eq!(body["env"], "production", "{}", d.stderr_text());
+        // PM2's instance_var names the same number again.
+        assert_eq!(body["id"], body["instance"], "{}", d.stderr_text());
         seen.insert(body["instance"].as_str().unwrap_or("unset").to_string());
     }
     let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
