@@ -353,7 +353,7 @@ impl Members {
         }
         if let Some((other, _)) = table
             .iter()
-            .find(|(k, m)| *k != id && m.reg.addr == reg.addr && m.state == MemberState::Active)
+            .find(|(k, m)| m.reg.addr == reg.addr && m.state == MemberState::Active && *k != id)
         {
             return Err(MemberError::AddressTaken {
                 addr: reg.addr,
