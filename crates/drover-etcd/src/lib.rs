@@ -658,7 +658,7 @@ impl EtcdState {
             None => {
                 let options = options
                     .with_connect_timeout(self.options.op_timeout)
-                    .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE)
+                    .with_keep_alive(KEEP_ALIVE_EVERY, KEEP_ALIVE_TIMEOUT)
                     .with_keep_alive_while_idle(true);
                 self.call(Client::connect(self.endpoints.clone(), Some(options)))
                     .await?
@@ -686,8 +686,8 @@ impl EtcdState {
         let first = self.endpoints.first().cloned().unwrap_or_default();
         let endpoint = tonic::transport::Endpoint::from_shared(first)
             .map_err(|e| MemberError::Unavailable(format!("etcd endpoint: {e}")))?
-            .http2_keep_alive_interval(KEEP_ALIVE)
-            .keep_alive_timeout(KEEP_ALIVE)
+            .http2_keep_alive_interval(KEEP_ALIVE_EVERY)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         let connector = tls::Connector::new(endpoints, client, self.options.op_timeout);
         Ok(etcd_client::Channel::Tonic(
@@ -957,9 +957,15 @@ const GRPC_NOT_FOUND: i32 = 5;
 const GRPC_UNAVAILABLE: i32 = 14;
 const GRPC_UNAUTHENTICATED: i32 = 16;
 
-/// HTTP/2 pings on the channel to etcd, and how long one may go unanswered: a
-/// connection whose peer vanished (its machine, not its process) is found this soon.
-const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// HTTP/2 pings on the channel to etcd, so that a connection whose peer vanished (its
+/// machine, not its process) is found within `KEEP_ALIVE_EVERY + KEEP_ALIVE_TIMEOUT`.
+/// No oftener than etcd takes them: it refuses pings less than
+/// `--grpc-keepalive-min-time` (5 s by default) apart, and after a few it closes the
+/// connection (ENHANCE_YOUR_CALM). With pings every 2 s, an idle balancer's watch was
+/// cut every 8 s, and each cut logged "etcd unreachable" for a healthy etcd.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(6);
+/// How long a ping may go unanswered (see `KEEP_ALIVE_EVERY`).
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn describe(e: &etcd_client::Error) -> String {
     let (mut text, mut source) = match e {

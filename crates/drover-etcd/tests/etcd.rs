@@ -544,6 +544,32 @@ async fn refusals_change_nothing() {
     .await;
 }
 
+/// A balancer with nothing to write stays connected to a healthy etcd. Before, its
+/// HTTP/2 pings came every 2 s, oftener than etcd takes them (5 s by default): etcd
+/// closed the connection about every 8 s, and each time drover logged "etcd
+/// unreachable" and listed the prefix again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_watch_stays_connected_to_a_healthy_etcd() {
+    bounded(40, async {
+        let etcd = Etcd::start().await;
+        let pool_a = pool(&[]);
+        let a = start(&etcd, &pool_a);
+        assert!(connected(&a).await);
+        let since = a.status().since;
+        let idle = std::time::Instant::now();
+        while idle.elapsed() < Duration::from_secs(20) {
+            let status = a.status();
+            assert!(
+                status.connected && status.since == since,
+                "cut while idle after {:?}: {status:?}",
+                idle.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starting_while_etcd_is_unreachable_neither_fails_nor_blocks() {
     bounded(30, async {
