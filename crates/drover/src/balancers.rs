@@ -172,6 +172,14 @@ impl RunningBalancer {
         apply_pool_plan(&pool, &plan);
         let previous = replaces.map(|b| b.state().store.clone());
         let store = Store::for_plan(&plan, discovery.etcd, &pool, previous.as_ref());
+        // An etcd prefix is listed before the listener opens, as names are looked up:
+        // a balancer restarted under load answered its first clients 503 (no member
+        // yet). An etcd that does not answer within a request's time holds it no longer.
+        if let Store::Etcd { members, .. } = &store {
+            members
+                .wait_for_revision(1, EtcdOptions::default().op_timeout)
+                .await;
+        }
         // Names are looked up before the listener opens, so it serves with them.
         let dns = follow_dns(&plan, discovery.resolver, &pool)
             .await
