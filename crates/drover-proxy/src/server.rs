@@ -626,6 +626,12 @@ fn serve_thread(
             // backlog (as under Node's cluster module) rather than in drover, where
             // they would hold descriptors until accepts and backend connects fail.
             let pause = Backpressure::now(&cell, client_budget);
+            // Out of descriptors with clients in the backlog: connections open now
+            // close after their responses, so the descriptors go round.
+            ClientConnection::set_crowded(
+                index,
+                matches!(pause, Some(Backpressure::Descriptors)) && someone_waits(&listeners),
+            );
             if pause.is_some() != paused {
                 paused = pause.is_some();
                 match pause {
@@ -681,6 +687,18 @@ fn serve_thread(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+}
+
+/// Whether a connection waits in the backlog of one of `listeners` (they are not
+/// accepting: see `Backpressure`).
+fn someone_waits(listeners: &[tokio::net::TcpListener]) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds: Vec<PollFd> = listeners
+        .iter()
+        .map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN))
+        .collect();
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// The next connection from any of `listeners`, asking each in turn from `turn` on, so

@@ -15,7 +15,7 @@ use drover_balance::cost::CostTable;
 use drover_balance::{Balancer, CostSpread};
 use drover_metrics::BalancerStats;
 use drover_registry::Pool;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -154,7 +154,31 @@ impl ClientConnection {
     pub fn open() -> usize {
         CLIENT_CONNECTIONS.load(Relaxed)
     }
+
+    /// Whether clients wait in a listen backlog for a descriptor that open client
+    /// connections hold: then a keep-alive connection closes after its response (with
+    /// `Connection: close`) and its client joins the line again. Before, the first
+    /// connections kept every descriptor: under `ulimit -n 1024`, 450 of 2,000 clients
+    /// were served over and over and 1,550 got nothing for as long as the load lasted.
+    pub fn crowded() -> bool {
+        CROWDED_THREADS.load(Relaxed) != 0
+    }
+
+    /// Serving thread `index` has clients waiting in its backlog for a descriptor, or
+    /// no longer (see `crowded`).
+    pub(crate) fn set_crowded(index: usize, crowded: bool) {
+        let bit = 1u64 << (index % 64);
+        if crowded {
+            CROWDED_THREADS.fetch_or(bit, Relaxed);
+        } else if CROWDED_THREADS.load(Relaxed) & bit != 0 {
+            CROWDED_THREADS.fetch_and(!bit, Relaxed);
+        }
+    }
 }
+
+/// The serving threads (a bit each) whose listeners have clients waiting for a
+/// descriptor (see `ClientConnection::crowded`).
+static CROWDED_THREADS: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for ClientConnection {
     fn drop(&mut self) {

@@ -12,6 +12,7 @@ use crate::http1::request::RequestHead;
 use crate::http1::response::{self, Exchange, ResponseHead};
 use crate::http2::backend::H2Conn;
 use crate::options::BackendProtocol;
+use crate::state::ClientConnection;
 use crate::upstream::{self, Upstream};
 use drover_balance::{clock, Endpoint, Pick};
 use drover_metrics::Cause;
@@ -613,10 +614,13 @@ impl Conn {
         let mut unwatched = Duration::ZERO;
         loop {
             if !self.ubuf.is_empty() {
-                // Shutdown may have begun while the backend worked: then this response
+                // Shutdown may have begun while the backend worked, or clients may
+                // wait for a descriptor this connection holds: then this response
                 // tells the client to close.
                 let ex = Exchange {
-                    client_keep_alive: ex.client_keep_alive && !*self.shutdown.borrow(),
+                    client_keep_alive: ex.client_keep_alive
+                        && !*self.shutdown.borrow()
+                        && !ClientConnection::crowded(),
                     ..*ex
                 };
                 match response::parse(
