@@ -19,19 +19,8 @@ const PREFIX: &str = "/drover/auth";
 /// An etcd with auth on, `drover`/`s3cret` allowed to read and write `PREFIX`, and
 /// tokens that lapse after 2 s unused; and its client URL.
 async fn auth_etcd(dir: &Path) -> (ChildProcess, String) {
-    let (client_port, peer_port) = (drover_testkit::free_port(), drover_testkit::free_port());
-    let client = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut cmd = std::process::Command::new("etcd");
-    cmd.args(["--name", "auth"])
-        .arg("--data-dir")
-        .arg(dir.join("etcd-data"))
-        .args(["--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer])
-        .args(["--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("auth={peer}")])
-        .args(["--auth-token-ttl", "2"]);
+    let (mut cmd, client) = common::etcd_command("auth", dir, "http");
+    cmd.args(["--auth-token-ttl", "2"]);
     // etcd 3.4: "serving insecure client requests on 127.0.0.1:PORT".
     let etcd = drover_testkit::spawn_ready_line(cmd, "serving insecure client requests on").await;
     let mut root = etcd_client::Client::connect([client.as_str()], None)

@@ -11,18 +11,7 @@ use std::process::Command;
 #[tokio::test]
 async fn a_balancer_started_on_an_etcd_prefix_serves_its_members_from_its_first_request() {
     let dir = temp_dir("etcd-start");
-    let (client_port, peer_port) = (drover_testkit::free_port(), drover_testkit::free_port());
-    let client = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut cmd = Command::new("etcd");
-    cmd.args(["--name", "start"])
-        .arg("--data-dir")
-        .arg(dir.join("etcd-data"))
-        .args(["--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer])
-        .args(["--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("start={peer}")]);
+    let (cmd, client) = common::etcd_command("start", &dir, "http");
     // etcd 3.4: "serving insecure client requests on 127.0.0.1:PORT".
     let _etcd = drover_testkit::spawn_ready_line(cmd, "serving insecure client requests on").await;
     let backends = drover_testkit::backends(1).await;

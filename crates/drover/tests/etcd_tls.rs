@@ -21,19 +21,8 @@ const PREFIX: &str = "etcd:/drover/tls";
 /// An etcd serving clients over TLS only, requiring a client certificate its CA signed.
 async fn tls_etcd(pki: &Pki, dir: &Path) -> (ChildProcess, String) {
     let (cert, key) = pki.leaf("etcd", "etcd", &["127.0.0.1"], far_future());
-    let (client_port, peer_port) = (drover_testkit::free_port(), drover_testkit::free_port());
-    let client = format!("https://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut cmd = std::process::Command::new("etcd");
-    cmd.args(["--name", "tls"])
-        .arg("--data-dir")
-        .arg(dir.join("etcd-data"))
-        .args(["--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer])
-        .args(["--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("tls={peer}")])
-        .arg("--cert-file")
+    let (mut cmd, client) = common::etcd_command("tls", dir, "https");
+    cmd.arg("--cert-file")
         .arg(&cert)
         .arg("--key-file")
         .arg(&key)

@@ -650,3 +650,22 @@ pub async fn serves_within_10s(d: &DroverProcess, admin: SocketAddr, body: &str)
         d.stderr_text()
     );
 }
+
+/// An etcd named `name` (its data in `dir`) on free loopback ports, its clients served
+/// over `scheme` ("http" or "https", whose files the caller adds): the command to start
+/// it, and its client URL.
+pub fn etcd_command(name: &str, dir: &Path, scheme: &str) -> (std::process::Command, String) {
+    let (client_port, peer_port) = (drover_testkit::free_port(), drover_testkit::free_port());
+    let client = format!("{scheme}://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let mut cmd = std::process::Command::new("etcd");
+    cmd.args(["--name", name])
+        .arg("--data-dir")
+        .arg(dir.join("etcd-data"))
+        .args(["--listen-client-urls", &client])
+        .args(["--advertise-client-urls", &client])
+        .args(["--listen-peer-urls", &peer])
+        .args(["--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("{name}={peer}")]);
+    (cmd, client)
+}
