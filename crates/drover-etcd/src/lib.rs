@@ -7,6 +7,13 @@
 //! without one has no lease and stays until it is drained. Never an array index per
 //! server nor one document holding all members.
 //!
+//! Beside it, `{prefix}/addresses/{addr}` holds the id that registered an address, on
+//! the same lease. Only registrations read and write it: a registration's transaction
+//! compares both keys' revisions, so two balancers (or two clients of one) registering
+//! one address under two ids at once cannot both win. The members' keys stay what the
+//! watchers read and what says who holds an address; a stale address key (its member
+//! gone) is simply written over.
+//!
 //! [`EtcdMembers`] implements [`MemberStore`] (what the admin API calls) and feeds its
 //! pool as [`Source::Etcd`]: a background task lists the prefix, applies the whole set,
 //! then watches from the list's revision + 1 and applies each event. After a dropped
@@ -27,7 +34,7 @@ use drover_registry::{
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, KeyValue,
-    PutOptions, Txn, TxnOp, WatchOptions,
+    PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -315,21 +322,38 @@ impl EtcdMembers {
         let key = sh.key_of(id);
         let value = MemberValue::from_registration(&reg);
         let json = serde_json::to_vec(&value).expect("a MemberValue serializes");
+        let address_key = sh.address_key(reg.addr);
         let mut client = sh.client().await?;
+        // A transaction of ours lost to a write of the same key in between.
+        let mut lost_race = false;
         for _attempt in 0..3 {
-            // A fresh read: the conflict checks go by etcd, not by this view.
-            let resp = sh
-                .call(client.get(
+            // A fresh read of the members and of the address's key, at one revision: the
+            // conflict checks go by etcd, not by this view.
+            let read = Txn::new().and_then([
+                TxnOp::get(
                     sh.members_prefix.clone(),
                     Some(GetOptions::new().with_prefix()),
-                ))
-                .await?;
+                ),
+                TxnOp::get(address_key.clone(), None),
+            ]);
+            let read = sh.call(client.txn(read)).await?;
+            let (members, address) = match read.op_responses().as_slice() {
+                [TxnOpResponse::Get(members), TxnOpResponse::Get(address)] => {
+                    (members.clone(), address.clone())
+                }
+                _ => {
+                    return Err(MemberError::Unavailable(
+                        "etcd answered a read of two keys with something else".into(),
+                    ))
+                }
+            };
+            let address_seen = address.kvs().first().map_or(0, |kv| kv.mod_revision());
             // The key's revision even when its value is not a member, so the write below
             // replaces exactly what was read.
             let mut seen = 0;
             let mut existing: Option<Entry> = None;
             let mut holder: Option<String> = None;
-            for kv in resp.kvs() {
+            for kv in members.kvs() {
                 if kv.key() == key.as_bytes() {
                     seen = kv.mod_revision();
                 }
@@ -341,6 +365,22 @@ impl EtcdMembers {
                 } else if entry.value.addr == reg.addr && holder.is_none() {
                     holder = Some(other);
                 }
+            }
+            if let Some(old) = existing
+                .as_ref()
+                .filter(|old| lost_race && old.value == value)
+            {
+                // The write we lost to registered this very member (a client that sent
+                // its registration twice at once): it stands, with its lease.
+                // The key's own revision: the read's may be a later change of an
+                // address's key alone, which the watcher of the members never sees.
+                sh.wait_applied(seen, sh.options.settle).await;
+                let member =
+                    sh.view_of(id, &value, MemberState::Active, sh.ttl_left(id, old.lease));
+                return Ok(Registered {
+                    created: false,
+                    member,
+                });
             }
             // In the order `Members::register_at` checks them.
             if let Some(old) = &existing {
@@ -373,13 +413,19 @@ impl EtcdMembers {
                 Some(ttl) => sh.call(client.lease_grant(ttl as i64, None)).await?.id(),
                 None => 0,
             };
-            let put = match lease {
+            let put = || match lease {
                 0 => None,
                 lease => Some(PutOptions::new().with_lease(lease)),
             };
             let txn = Txn::new()
-                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, seen)])
-                .and_then([TxnOp::put(key.clone(), json.clone(), put)]);
+                .when([
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, seen),
+                    Compare::mod_revision(address_key.clone(), CompareOp::Equal, address_seen),
+                ])
+                .and_then([
+                    TxnOp::put(key.clone(), json.clone(), put()),
+                    TxnOp::put(address_key.clone(), id, put()),
+                ]);
             let resp = match sh.call(client.txn(txn)).await {
                 Ok(resp) => resp,
                 Err(e) => {
@@ -388,8 +434,10 @@ impl EtcdMembers {
                 }
             };
             if !resp.succeeded() {
-                // Someone changed the key between the read and the write: read again.
+                // Someone changed the member's key or the address's between the read and
+                // the write: read again.
                 sh.revoke(&mut client, lease).await;
+                lost_race = true;
                 continue;
             }
             let revision = resp.header().map_or(0, |h| h.revision());
@@ -426,9 +474,10 @@ impl EtcdMembers {
                 member,
             });
         }
-        Err(MemberError::Unavailable(format!(
-            "member {id:?} kept changing in etcd while registering it; try again"
-        )))
+        Err(MemberError::Contended {
+            id: id.to_string(),
+            addr: reg.addr,
+        })
     }
 
     async fn heartbeat_inner(
@@ -512,7 +561,10 @@ impl EtcdMembers {
             not_found()
         })?;
         if entry.lease != 0 {
+            // The address's key goes with the lease.
             sh.revoke(&mut client, entry.lease).await;
+        } else {
+            sh.release_address(&mut client, entry.value.addr, id).await;
         }
         sh.wait_applied(revision, sh.options.settle).await;
         let ep = held
@@ -617,6 +669,27 @@ impl EtcdState {
 
     fn key_of(&self, id: &str) -> String {
         format!("{}{id}", self.members_prefix)
+    }
+
+    /// The key that serializes registrations of `addr` (see the module's layout).
+    fn address_key(&self, addr: SocketAddr) -> String {
+        let prefix = self
+            .members_prefix
+            .strip_suffix("members/")
+            .unwrap_or(&self.members_prefix);
+        format!("{prefix}addresses/{addr}")
+    }
+
+    /// Deletes `addr`'s key if member `id` holds it. A failure leaves a stale key,
+    /// which the next registration of the address writes over.
+    async fn release_address(&self, client: &mut Client, addr: SocketAddr, id: &str) {
+        let key = self.address_key(addr);
+        let txn = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Equal, id)])
+            .and_then([TxnOp::delete(key, None)]);
+        if let Err(e) = self.call(client.txn(txn)).await {
+            tracing::debug!(%addr, error = %e, "could not delete an address's key in etcd; the next registration writes over it");
+        }
     }
 
     /// The id and member of a key under the prefix.

@@ -544,6 +544,79 @@ async fn refusals_change_nothing() {
     .await;
 }
 
+/// Registrations racing through two balancers: one address under several ids at once
+/// goes to exactly one of them, and the others are told who holds it; one id sent
+/// several times at once is registered once. Before, each registration read etcd, saw
+/// the address free, and wrote its own key: 3 of 6 ids ended on one address, and
+/// repeats of one registration were refused as "membership store unavailable".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_registrations_give_an_address_to_one_id() {
+    bounded(60, async {
+        let etcd = Etcd::start().await;
+        let (pool_a, pool_b) = (pool(&[]), pool(&[]));
+        let a = start(&etcd, &pool_a);
+        let b = start(&etcd, &pool_b);
+        assert!(connected(&a).await && connected(&b).await);
+        let mut c = etcd.client().await;
+        for round in 0..5u16 {
+            let port = 7600 + round;
+            let ttl = (round % 2 == 0).then_some(30);
+            let ids = (0..8).map(|i| (format!("r{round}-{i}"), port)).collect();
+            let results = register_at_once([&a, &b], ids, ttl).await;
+            let won: Vec<_> = results.iter().filter(|r| r.is_ok()).collect();
+            assert_eq!(won.len(), 1, "round {round}: {results:?}");
+            for r in &results {
+                if let Err(e) = r {
+                    assert!(
+                        matches!(e, MemberError::AddressTaken { addr, .. } if *addr == self::addr(port)),
+                        "round {round}: {e}"
+                    );
+                }
+            }
+            let holders = keys(&mut c).await.len();
+            assert_eq!(holders, usize::from(round) + 1, "round {round}: one key per address");
+
+            // The same registration, sent 6 times at once through both balancers.
+            let id = format!("same-{round}");
+            let port = 7700 + round;
+            let ids = (0..6).map(|_| (id.clone(), port)).collect();
+            let results = register_at_once([&a, &b], ids, ttl).await;
+            assert!(results.iter().all(|r| r.is_ok()), "round {round}: {results:?}");
+            assert_eq!(
+                results.iter().filter(|r| r.as_ref().unwrap().created).count(),
+                1,
+                "round {round}: created once"
+            );
+            a.drain(id).await.unwrap();
+        }
+        let want: Vec<_> = (0..5).map(|r| addr(7600 + r)).collect();
+        assert!(eventually(SOON, || addrs(&pool_a) == want && addrs(&pool_b) == want).await);
+    })
+    .await;
+}
+
+/// Registers each `(id, port)` at once, alternating between the balancers, and
+/// returns the answers in order.
+async fn register_at_once(
+    stores: [&Arc<EtcdMembers>; 2],
+    ids: Vec<(String, u16)>,
+    ttl: Option<u64>,
+) -> Vec<Result<drover_registry::Registered, MemberError>> {
+    let tasks: Vec<_> = ids
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, port))| {
+            let store = Arc::clone(stores[i % 2]);
+            tokio::spawn(async move { store.register(id, reg(port, ttl)).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for task in tasks {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
 /// A balancer with nothing to write stays connected to a healthy etcd. Before, its
 /// HTTP/2 pings came every 2 s, oftener than etcd takes them (5 s by default): etcd
 /// closed the connection about every 8 s, and each time drover logged "etcd

@@ -161,6 +161,12 @@ pub enum MemberError {
     Draining {
         id: String,
     },
+    /// The member's key or its address's changed under each try of a registration
+    /// (other clients writing them at the same moment); nothing was changed.
+    Contended {
+        id: String,
+        addr: SocketAddr,
+    },
     /// The store is out of reach (etcd down); nothing was changed.
     Unavailable(String),
 }
@@ -184,7 +190,8 @@ impl MemberError {
             | MemberError::InvalidLoad(_) => MemberErrorKind::Invalid,
             MemberError::IdTaken { .. }
             | MemberError::AddressTaken { .. }
-            | MemberError::Draining { .. } => MemberErrorKind::Conflict,
+            | MemberError::Draining { .. }
+            | MemberError::Contended { .. } => MemberErrorKind::Conflict,
             MemberError::NotFound { .. } => MemberErrorKind::NotFound,
             MemberError::Unavailable(_) => MemberErrorKind::Unavailable,
         }
@@ -221,6 +228,10 @@ impl fmt::Display for MemberError {
             MemberError::Draining { id } => write!(
                 f,
                 "member {id:?} is draining; register it again to bring it back"
+            ),
+            MemberError::Contended { id, addr } => write!(
+                f,
+                "member {id:?} or address {addr} was changed by another client at each try; try again"
             ),
             MemberError::Unavailable(why) => write!(f, "membership store unavailable: {why}"),
         }
