@@ -30,18 +30,34 @@ pub fn write_error(
     );
 }
 
+/// The status's reason phrase as RFC 9110 names it (`Content Too Large` for 413, which
+/// the `http` crate still calls by RFC 7231's name; `Not Implemented` for 501).
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
-        400 => "Bad Request",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
         413 => "Content Too Large",
-        414 => "URI Too Long",
-        417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Error",
+        _ => http::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("Error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason_phrase;
+
+    #[test]
+    fn every_status_drover_answers_with_has_its_reason() {
+        for (status, reason) in [
+            (400, "Bad Request"),
+            (404, "Not Found"),
+            (413, "Content Too Large"),
+            (431, "Request Header Fields Too Large"),
+            (501, "Not Implemented"),
+            (503, "Service Unavailable"),
+            (599, "Error"),
+        ] {
+            assert_eq!(reason_phrase(status), reason);
+        }
     }
 }

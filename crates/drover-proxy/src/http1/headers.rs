@@ -59,6 +59,13 @@ impl ConnectionOptions {
     }
 }
 
+/// Whether an `Upgrade` value offers HTTP/2 in the clear alone (`h2c`), the upgrade
+/// RFC 9113 §3.1 deprecated.
+pub fn only_h2c(value: &[u8]) -> bool {
+    let mut offered = tokens(value).peekable();
+    offered.peek().is_some() && offered.all(|t| t.eq_ignore_ascii_case(b"h2c"))
+}
+
 /// Whether a field must be dropped because a `Connection` field names it (RFC 9110
 /// §7.6.1), for requests and responses alike. `Connection: upgrade` lists Upgrade too,
 /// but whether Upgrade goes through is the caller's decision: it used to be dropped

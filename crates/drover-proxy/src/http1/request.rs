@@ -186,7 +186,11 @@ pub fn parse(
         } else if is(name, "connection") {
             conn.add(h.value);
         } else if is(name, "upgrade") {
-            upgrade_header = true;
+            // `Upgrade: h2c` (curl's `--http2` on http://) is ignored, as RFC 9113 §3.1
+            // lets a server and as nginx does: the request is answered over HTTP/1.1,
+            // and the backend never sees an upgrade it did not ask for (a WebSocket
+            // server answers it 400).
+            upgrade_header |= !headers::only_h2c(h.value);
         } else if is(name, "expect") {
             if !h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
                 return Err(bad(417, "unsupported Expect value"));
@@ -600,11 +604,28 @@ mod tests {
 
     #[test]
     fn upgrade_survives_other_connection_options() {
-        // Found by the request_httparse fuzz target; curl's h2c upgrade looks like this.
-        let (h, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: x\r\n\r\n").unwrap();
+        // Found by the request_httparse fuzz target.
+        let (h, out) = run(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, X-A\r\nUpgrade: websocket\r\nX-A: x\r\n\r\n").unwrap();
         assert!(h.upgrade);
-        assert!(out.contains("Upgrade: h2c\r\n"), "{out}");
+        assert!(out.contains("Upgrade: websocket\r\n"), "{out}");
+        assert!(!out.contains("X-A"), "{out}");
+    }
+
+    #[test]
+    fn an_h2c_upgrade_is_a_plain_request() {
+        // curl's `--http2` on http://, with a body too.
+        let (h, out) = run(b"POST / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: x\r\nContent-Length: 2\r\n\r\n").unwrap();
+        assert!(!h.upgrade);
+        assert!(
+            !out.contains("Upgrade") && !out.contains("upgrade"),
+            "{out}"
+        );
         assert!(!out.contains("HTTP2-Settings"), "{out}");
+        let (h, _) = run(
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n",
+        )
+        .unwrap();
+        assert!(h.upgrade, "another protocol offered beside h2c");
     }
 
     #[test]

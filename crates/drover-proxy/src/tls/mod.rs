@@ -148,6 +148,9 @@ pub enum ErrorKind {
     BadCertificate(String),
     /// A key the provider cannot use.
     BadKey(String),
+    /// The key is encrypted with a pass phrase (PKCS#8 `ENCRYPTED PRIVATE KEY`, or a
+    /// legacy PEM with `Proc-Type: 4,ENCRYPTED`), which drover has no way to ask for.
+    Encrypted,
     /// The key is not the certificate's (`cert` names the certificate's file).
     KeyMismatch { cert: PathBuf },
     /// The certificate's notAfter has passed.
@@ -171,6 +174,12 @@ impl fmt::Display for Error {
                 write!(f, "{path}: the certificate does not parse: {e}")
             }
             ErrorKind::BadKey(e) => write!(f, "{path}: the private key cannot be used: {e}"),
+            ErrorKind::Encrypted => write!(
+                f,
+                "{path}: the private key is encrypted with a pass phrase, which drover cannot \
+                 ask for; write it unencrypted (`openssl pkey -in {path} -out KEY.pem`) and \
+                 keep that file readable by drover alone"
+            ),
             ErrorKind::KeyMismatch { cert } => write!(
                 f,
                 "{path} is not the private key of the certificate in {}",
@@ -266,6 +275,7 @@ impl Certificates {
         let resolver = sni::BySni::new(
             keys,
             info.iter().map(|i| i.names.as_slice()).collect::<Vec<_>>(),
+            provider.cipher_suites.clone(),
         );
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -360,6 +370,14 @@ pub(crate) fn has_pem_section(bytes: &[u8]) -> bool {
     memchr::memmem::find(bytes, b"-----BEGIN ").is_some()
 }
 
+/// Whether a PEM file holds a pass-phrase-encrypted private key (PKCS#8's own section,
+/// or OpenSSL's legacy headers on an `RSA`/`EC PRIVATE KEY` section), which a parser of
+/// plain keys reports as no key at all.
+fn is_encrypted_key(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, b"-----BEGIN ENCRYPTED PRIVATE KEY-----").is_some()
+        || memchr::memmem::find(bytes, b"Proc-Type: 4,ENCRYPTED").is_some()
+}
+
 pub(crate) fn load_one(
     index: usize,
     files: &CertFiles,
@@ -400,6 +418,9 @@ pub(crate) fn load_one(
     } else {
         read(index, Part::Key, &files.key)?
     };
+    if is_encrypted_key(&key_bytes) {
+        return Err(err(Part::Key, &files.key, ErrorKind::Encrypted));
+    }
     let key = match PrivateKeyDer::from_pem_slice(&key_bytes) {
         Ok(key) => key,
         Err(rustls_pki_types::pem::Error::NoItemsFound) => {
@@ -540,6 +561,18 @@ mod tests {
         )
         .unwrap();
         let missing = d.join("missing.pem");
+        let encrypted_pkcs8 = d.join("enc8.key");
+        std::fs::write(
+            &encrypted_pkcs8,
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkq\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let encrypted_legacy = d.join("enc1.key");
+        std::fs::write(
+            &encrypted_legacy,
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-256-CBC,00\n\nMIIBvTBXBgkq\n-----END RSA PRIVATE KEY-----\n",
+        )
+        .unwrap();
         let with = |cert: &Path, key: &Path| {
             load(vec![
                 good.clone(),
@@ -599,6 +632,14 @@ mod tests {
             &other.key,
             "is not the private key of the certificate in",
         );
+        for encrypted in [&encrypted_pkcs8, &encrypted_legacy] {
+            check(
+                with(&good.cert, encrypted),
+                Part::Key,
+                encrypted,
+                "is encrypted with a pass phrase",
+            );
+        }
         check(
             with(&old.cert, &old.key),
             Part::Cert,
