@@ -78,7 +78,13 @@ pub struct BenchArgs {
 
     /// Open loop: send this many requests per second on a fixed schedule; latency counts
     /// from each request's scheduled time (--rps as in loadtest)
-    #[arg(short, long, visible_alias = "rps", value_name = "REQ_PER_S")]
+    #[arg(
+        short,
+        long,
+        visible_alias = "rps",
+        value_name = "REQ_PER_S",
+        allow_negative_numbers = true
+    )]
     pub rate: Option<f64>,
 
     /// Open loop: which idle keep-alive connection a request goes out on. `random` acts

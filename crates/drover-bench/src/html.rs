@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::human::{fmt_bytes, fmt_us, fmt_us_f};
+use crate::human::{fmt_bytes, fmt_rate, fmt_us, fmt_us_f};
 use crate::stats::Report;
 
 const STYLE: &str = r#"
@@ -64,7 +64,7 @@ line('pct', 'Latency percentiles per second', 'ms', ['p50', 'p90', 'p99', 'max']
 }
 {
   const codes = Array.from(new Set(R.intervals.flatMap(i => Object.keys(i.status)))).sort();
-  const kinds = ['connect', 'timeout', 'io'].filter(k => R.intervals.some(i => i.errors[k] > 0));
+  const kinds = ['connect', 'timeout', 'io', 'unsent'].filter(k => R.intervals.some(i => i.errors[k] > 0));
   const labels = codes.map(c => 'status ' + c).concat(kinds.map(k => k + ' errors'));
   const data = codes.map(c => R.intervals.map(i => (i.status[c] || 0) / i.duration_s))
     .concat(kinds.map(k => R.intervals.map(i => i.errors[k] / i.duration_s)));
@@ -144,7 +144,8 @@ pub fn render(report: &Report) -> String {
     let mut body = String::new();
     let mode = match report.rate {
         Some(r) => format!(
-            "open loop at {r:.0} req/s (latency from each request's scheduled send time), up to {} connections",
+            "open loop at {} req/s (latency from each request's scheduled send time), up to {} connections",
+            fmt_rate(r),
             report.connections
         ),
         None => format!("closed loop, {} connections", report.connections),
@@ -285,7 +286,7 @@ pub fn render(report: &Report) -> String {
     }
     let _ = write!(
         body,
-        "<p class=\"note\">{} requests in {:.2}s, {} read; errors: connect {}, status {}, timeout {}, io {}. Charts drawn with uPlot {}.</p>",
+        "<p class=\"note\">{} requests in {:.2}s, {} read; errors: connect {}, status {}, timeout {}, io {}, never sent {}. Charts drawn with uPlot {}.</p>",
         report.requests,
         report.elapsed_s,
         fmt_bytes(report.bytes as f64),
@@ -293,6 +294,7 @@ pub fn render(report: &Report) -> String {
         report.errors.status,
         report.errors.timeout,
         report.errors.io,
+        report.errors.unsent,
         uplot_version()
     );
 

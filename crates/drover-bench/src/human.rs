@@ -20,6 +20,16 @@ pub fn fmt_us_f(v: f64) -> String {
     }
 }
 
+/// A request rate: whole numbers from 10 req/s up, the fraction below (`--rate 0.5`).
+pub fn fmt_rate(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
 /// Bytes with a binary unit, as wrk prints them.
 pub fn fmt_bytes(v: f64) -> String {
     const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::task::LocalSet;
 
 use hdrhistogram::Histogram;
@@ -245,6 +245,19 @@ fn validate(cfg: &Config) -> Result<(), RunError> {
         if !(rate.is_finite() && rate > 0.0) {
             return Err(RunError::Config("--rate must be a positive number".into()));
         }
+    }
+    if cfg.duration.is_zero() {
+        return Err(RunError::Config(
+            "--duration must be more than 0 (e.g. 10s)".into(),
+        ));
+    }
+    if cfg.max_requests == Some(0) {
+        return Err(RunError::Config("--requests must be at least 1".into()));
+    }
+    if cfg.timeout.is_zero() {
+        return Err(RunError::Config(
+            "--timeout must be more than 0 (e.g. 10s)".into(),
+        ));
     }
     if cfg.mix.is_empty() {
         return Err(RunError::Config("no request path".into()));
@@ -540,10 +553,6 @@ struct Pool {
     idle: RefCell<Vec<(Conn, Instant)>>,
     reuse: Reuse,
     rng: RefCell<fastrand::Rng>,
-    /// One permit per connection that may be in use.
-    slots: Semaphore,
-    in_flight: Cell<usize>,
-    drained: Notify,
 }
 
 impl Pool {
@@ -552,9 +561,6 @@ impl Pool {
             idle: RefCell::new(Vec::with_capacity(max_conns)),
             reuse,
             rng: RefCell::new(fastrand::Rng::with_seed(seed)),
-            slots: Semaphore::new(max_conns),
-            in_flight: Cell::new(0),
-            drained: Notify::new(),
         }
     }
 
@@ -637,14 +643,68 @@ async fn open_loop(l: Rc<Local>, k: usize, rate: f64, reuse: Reuse) {
     if ticker.is_err() {
         return;
     }
+    // One sender per connection the thread may use, taking due requests in order. A
+    // request that finds them all busy waits in `waiting`, not in a task and timer of
+    // its own: past capacity (a stalled server, or a rate drover bench cannot reach)
+    // those pile up by the hundred thousand, and ending them one timer at a time made a
+    // 2 s run last 20 s.
+    let waiting = Rc::new(Waiting::default());
+    let senders: Vec<_> = (0..max_conns)
+        .map(|_| {
+            tokio::task::spawn_local(open_sender(
+                Rc::clone(&l),
+                Rc::clone(&pool),
+                Rc::clone(&waiting),
+            ))
+        })
+        .collect();
     let mut rng = fastrand::Rng::with_seed(l.cfg.seed.wrapping_add(k as u64));
     while let Some(due) = rx.recv().await {
         let pi = l.cfg.mix.pick(&mut rng);
-        pool.in_flight.set(pool.in_flight.get() + 1);
-        tokio::task::spawn_local(open_request(Rc::clone(&l), Rc::clone(&pool), due, pi));
+        if waiting.idle.get() == 0 {
+            l.stats.borrow_mut().conn_waits += 1;
+        }
+        waiting.due.borrow_mut().push_back((due, pi));
+        waiting.wake.notify_one();
     }
-    while pool.in_flight.get() > 0 {
-        pool.drained.notified().await;
+    waiting.closed.set(true);
+    waiting.wake.notify_waiters();
+    for sender in senders {
+        let _ = sender.await;
+    }
+}
+
+/// Due requests no sender has taken yet, oldest first.
+#[derive(Default)]
+struct Waiting {
+    due: RefCell<std::collections::VecDeque<(Instant, usize)>>,
+    /// Senders waiting for a request.
+    idle: Cell<usize>,
+    wake: Notify,
+    /// The schedule has ended: a sender that finds `due` empty stops.
+    closed: Cell<bool>,
+}
+
+async fn open_sender(l: Rc<Local>, pool: Rc<Pool>, waiting: Rc<Waiting>) {
+    loop {
+        let next = waiting.due.borrow_mut().pop_front();
+        match next {
+            Some((due, pi)) => {
+                let now = Instant::now();
+                if now >= due + l.cfg.timeout {
+                    // Its whole timeout passed before a connection was free.
+                    l.fail(now, ErrorKind::Unsent);
+                    continue;
+                }
+                open_request(&l, &pool, due, pi).await;
+            }
+            None if waiting.closed.get() => return,
+            None => {
+                waiting.idle.set(waiting.idle.get() + 1);
+                waiting.wake.notified().await;
+                waiting.idle.set(waiting.idle.get() - 1);
+            }
+        }
     }
 }
 
@@ -654,16 +714,9 @@ enum Failure {
     Timeout,
 }
 
-async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
+async fn open_request(l: &Local, pool: &Pool, due: Instant, pi: usize) {
     let deadline = due + l.cfg.timeout;
     let work = async {
-        let _permit = match pool.slots.try_acquire() {
-            Ok(p) => p,
-            Err(_) => {
-                l.stats.borrow_mut().conn_waits += 1;
-                pool.slots.acquire().await.expect("semaphore never closes")
-            }
-        };
         let idle = pool.take_idle(Instant::now());
         let mut conn = match idle {
             Some(c) => c,
@@ -684,7 +737,6 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
             pool.put_idle(conn, Instant::now());
         }
         Ok::<_, Failure>((resp, sent))
-        // `_permit` drops here, after the connection is back in the pool.
     };
     let r = match tokio::time::timeout_at(deadline.into(), work).await {
         Ok(r) => r,
@@ -698,11 +750,6 @@ async fn open_request(l: Rc<Local>, pool: Rc<Pool>, due: Instant, pi: usize) {
         Err(Failure::Connect) => l.fail(now, ErrorKind::Connect),
         Err(Failure::Io) => l.fail(now, ErrorKind::Io),
         Err(Failure::Timeout) => l.fail(now, ErrorKind::Timeout),
-    }
-    let left = pool.in_flight.get() - 1;
-    pool.in_flight.set(left);
-    if left == 0 {
-        pool.drained.notify_one();
     }
 }
 

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::admin::AdminReport;
-use crate::human::{fmt_bytes, fmt_us, fmt_us_f};
+use crate::human::{fmt_bytes, fmt_rate, fmt_us, fmt_us_f};
 use crate::slo::{LatencyStat, Slo, SloMetric, SloVerdict};
 
 /// Highest latency a histogram keeps exactly: 10 minutes, in microseconds. Larger values
@@ -31,6 +31,8 @@ pub(crate) enum ErrorKind {
     Connect,
     Timeout,
     Io,
+    /// Open loop: never sent within `--timeout` of its scheduled time.
+    Unsent,
 }
 
 /// What one thread counted in one interval (second) of the run, by completion time.
@@ -283,16 +285,21 @@ pub struct Errors {
     pub timeout: u64,
     /// Connection reset or closed mid-response, or a response that did not parse.
     pub io: u64,
+    /// Open loop: never sent within `--timeout` of its scheduled time, because every
+    /// connection (`-c`) stayed busy, or drover bench itself fell behind `--rate`. Not
+    /// the server's timeouts: the server never saw these.
+    #[serde(default)]
+    pub unsent: u64,
 }
 
 impl Errors {
     pub fn total(&self) -> u64 {
-        self.connect + self.status + self.timeout + self.io
+        self.status + self.without_response()
     }
 
     /// Requests that got no response at all (every kind but `status`).
     pub fn without_response(&self) -> u64 {
-        self.connect + self.timeout + self.io
+        self.connect + self.timeout + self.io + self.unsent
     }
 
     pub(crate) fn count(&mut self, kind: ErrorKind) {
@@ -300,6 +307,7 @@ impl Errors {
             ErrorKind::Connect => self.connect += 1,
             ErrorKind::Timeout => self.timeout += 1,
             ErrorKind::Io => self.io += 1,
+            ErrorKind::Unsent => self.unsent += 1,
         }
     }
 
@@ -308,6 +316,7 @@ impl Errors {
         self.status += o.status;
         self.timeout += o.timeout;
         self.io += o.io;
+        self.unsent += o.unsent;
     }
 }
 
@@ -576,7 +585,8 @@ impl Report {
         let mut s = String::new();
         let mode = match self.rate {
             Some(r) => format!(
-                "open loop at {r:.0} req/s, up to {} connections (reuse {})",
+                "open loop at {} req/s, up to {} connections (reuse {})",
+                fmt_rate(r),
                 self.connections,
                 self.reuse.as_deref().unwrap_or("random")
             ),
@@ -663,11 +673,25 @@ impl Report {
         if e.without_response() > 0 {
             let _ = writeln!(
                 s,
-                "  Errors: {} (connect {}, timeout {}, io {})",
+                "  Errors: {} (connect {}, timeout {}, io {}{})",
                 e.without_response(),
                 e.connect,
                 e.timeout,
-                e.io
+                e.io,
+                if e.unsent > 0 {
+                    format!(", never sent {}", e.unsent)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if e.unsent > 0 {
+            let _ = writeln!(
+                s,
+                "  note       {} requests were never sent within --timeout of their scheduled \
+                 time: every connection stayed busy (raise -c), or drover bench could not keep \
+                 up with --rate (raise -t); the server never saw them",
+                e.unsent
             );
         }
         if let Some(c) = &self.header_counts {

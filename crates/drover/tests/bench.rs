@@ -224,6 +224,60 @@ async fn open_loop_latency_counts_from_the_scheduled_time() {
     assert_eq!(first["target_rps"], 200.0);
 }
 
+/// Open loop at a rate drover bench cannot reach (200,000 req/s from one thread of a
+/// debug build): the run still ends within `-d` and `--timeout`, every scheduled request
+/// is accounted for, and those whose timeout passed before a connection was free are
+/// counted as never sent, apart from the server's timeouts. Before, each waited in a
+/// task and timer of its own: `--rate 200000 -d 2s --timeout 1s` lasted 18 s, called
+/// every unsent request a timeout, and reported a tenth of the rate served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_past_the_clients_reach_ends_on_time_and_counts_what_it_never_sent() {
+    let b = Backend::named("b0").start().await;
+    let out = bench(&[
+        "--rate",
+        "200000",
+        "-d",
+        "1s",
+        "--timeout",
+        "500ms",
+        "-c",
+        "16",
+        "--json",
+        &url(&b, "/"),
+    ])
+    .await;
+    let r = json(&out);
+    let (requests, errors) = (r["requests"].as_u64().unwrap(), &r["errors"]);
+    let failed = r["errors_total"].as_u64().unwrap();
+    assert_eq!(
+        requests + failed,
+        200_000,
+        "every scheduled request: {errors}"
+    );
+    assert!(errors["unsent"].as_u64().unwrap() > 0, "{errors}");
+    assert_eq!(errors["connect"], 0, "{errors}");
+    let elapsed = r["elapsed_s"].as_f64().unwrap();
+    // A bound on the run's length, as `-d` and `--timeout` promise; not a speed.
+    assert!(elapsed < 1.0 + 0.5 + 2.0, "the run lasted {elapsed} s");
+    let shown = text(
+        &bench(&[
+            "--rate",
+            "200000",
+            "-d",
+            "1s",
+            "--timeout",
+            "500ms",
+            &url(&b, "/"),
+        ])
+        .await
+        .stdout,
+    );
+    assert!(
+        shown.contains("never sent") && shown.contains("the server never saw them"),
+        "{shown}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_tells_noise_from_a_slower_backend() {
     let fast = Backend::named("fast").start().await;
@@ -298,6 +352,15 @@ async fn bad_flags_slos_and_files_are_named() {
     refused(&["--slo", "errors=1%", &target], 2, "no comparison").await;
     refused(&["--rate", "0", &target], 2, "--rate").await;
     refused(&["--rps", "fast", &target], 2, "--rate").await;
+    refused(&["--rate", "-5", &target], 2, "must be a positive number").await;
+    refused(&["-n", "0", &target], 2, "--requests must be at least 1").await;
+    refused(&["-d", "0s", &target], 2, "--duration must be more than 0").await;
+    refused(
+        &["--timeout", "0s", &target],
+        2,
+        "--timeout must be more than 0",
+    )
+    .await;
     refused(&["-d", "soon", &target], 2, "invalid duration \"soon\"").await;
     refused(
         &["-d", "10", &target],
