@@ -139,6 +139,30 @@ async fn a_get_two_backends_dropped_is_not_sent_to_a_third() {
     }
 }
 
+/// A retry is counted when it is sent: with one backend, a GET it drops has nowhere
+/// else to go, so it fails with no retry counted. Before, `drover_retries_total`
+/// counted one per such request (a run with the other endpoint ejected counted 590
+/// retries where the backends saw 504).
+#[tokio::test]
+async fn a_retry_with_no_other_endpoint_is_not_counted() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
+    for _ in 0..3 {
+        let mut c = HttpClient::connect(d.addr()).await.unwrap();
+        assert_eq!(c.get("/close").await.status, 502);
+    }
+    assert_eq!(b[0].hits_for("/close"), 3);
+    assert_eq!(d.counts().retries.iter().sum::<u64>(), 0);
+
+    // With two, each is retried once on the other, and counted once.
+    let b = backends(2).await;
+    let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    assert_eq!(c.get("/close").await.status, 502);
+    assert_eq!(b[0].hits_for("/close") + b[1].hits_for("/close"), 2);
+    assert_eq!(d.counts().retries.iter().sum::<u64>(), 1);
+}
+
 #[tokio::test]
 async fn consecutive_5xx_eject_an_endpoint() {
     let (bad, bad_hits) = constant_backend(500).await;

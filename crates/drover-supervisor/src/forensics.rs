@@ -183,6 +183,19 @@ impl RestartRecord {
         self.signal.and_then(signal_name)
     }
 
+    /// How it ended, as the status line shows a crash (`exit status: 0`, `signal: 9
+    /// (SIGKILL)`, the standard library's words); `None` when neither is known.
+    pub fn exit_text(&self) -> Option<String> {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => Some(format!("exit status: {code}")),
+            (None, Some(signal)) => Some(match signal_name(signal) {
+                Some(name) => format!("signal: {signal} ({name})"),
+                None => format!("signal: {signal}"),
+            }),
+            (None, None) => None,
+        }
+    }
+
     /// Sets `exit_code` and `signal` from how the process ended.
     pub(crate) fn with_status(mut self, status: Option<ExitStatus>) -> RestartRecord {
         if let Some(status) = status {

@@ -320,6 +320,11 @@ impl AppState {
             slot.last_reason = Some(record.reason);
             slot.last_exit_code = record.exit_code;
             slot.last_signal = record.signal;
+            // Every end, as the two fields above: a reload's or a scale's too, so the
+            // line never shows an older crash beside a newer exit code.
+            if let Some(exit) = record.exit_text() {
+                slot.last_exit = Some(exit);
+            }
         }
         tracing::debug!(app = %self.app, worker = record.worker, pid = ?record.pid,
             reason = %record.reason, "restart recorded");

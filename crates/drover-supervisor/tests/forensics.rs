@@ -99,6 +99,19 @@ async fn a_kill_from_outside_is_a_signal_with_its_name_rss_and_uptime() {
     assert_eq!(w.restarts_by_reason.get(RestartReason::Signal), 1, "{w:?}");
     assert_eq!(w.restarts_by_reason.total(), 1, "{w:?}");
     assert_eq!((w.last_exit_code, w.last_signal), (None, Some(9)));
+    assert_eq!(w.last_exit.as_deref(), Some("signal: 9 (SIGKILL)"));
+
+    // A reload ends it again: the last exit is the reload's, in every field. Before,
+    // the line still said SIGKILL beside the reload's exit code.
+    let pid = w.pid.unwrap();
+    sup.reload(None).await.expect("reload");
+    let record = record_where(&sup, |r| r.pid == Some(pid)).await;
+    assert_eq!(record.reason, RestartReason::Reload, "{record:#?}");
+    let w = &sup.status()[0];
+    let shown = record.exit_text();
+    assert!(shown.is_some(), "{record:#?}");
+    assert_eq!(w.last_exit, shown, "{w:?}");
+    assert_ne!(w.last_exit.as_deref(), Some("signal: 9 (SIGKILL)"));
     sup.shutdown().await;
 }
 

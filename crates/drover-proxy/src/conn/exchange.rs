@@ -260,6 +260,10 @@ impl Conn {
         let mut tried: Vec<Arc<Endpoint>> = Vec::new();
         let mut attempts = 0;
         let mut last_failure = None;
+        // Why the try before failed: counted as a retry once the next one has an
+        // endpoint, so a retry that finds none (every other one tried or ejected) is
+        // not counted as sent.
+        let mut retrying = None;
         // When drover first ran short of descriptors for this request (see below).
         let mut short_since = None;
         self.dropped = false;
@@ -304,6 +308,10 @@ impl Conn {
                 // Every endpoint was tried: report the last real failure, not "none healthy".
                 Err(e) => break last_failure.unwrap_or(e),
             };
+            if let Some(cause) = retrying.take() {
+                shared.stats.record_retry(cause);
+                self.outcome.retries = attempts;
+            }
             let endpoint = Arc::clone(slot.pick().endpoint());
             let waited = slot.pick().started().saturating_sub(asked);
             shared.stats.record_queue_wait(waited);
@@ -372,8 +380,7 @@ impl Conn {
                         self.outcome.endpoint = Some(endpoint);
                         break e;
                     }
-                    self.outcome.retries = attempts;
-                    shared.stats.record_retry(e.metric_cause());
+                    retrying = Some(e.metric_cause());
                     last_failure = Some(e);
                     tried.push(endpoint);
                 }
