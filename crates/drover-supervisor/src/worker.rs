@@ -568,12 +568,22 @@ impl Proc {
     /// printed works, but drover routes no client there.
     fn never_listened(&self) -> Option<String> {
         let port = self.port.as_ref()?.get();
-        let session = self.node_session.as_ref()?;
-        let listened = session.listened.load(std::sync::atomic::Ordering::Relaxed)
+        let listened = self
+            .node_session
+            .as_ref()
+            .is_some_and(|s| s.listened.load(std::sync::atomic::Ordering::Relaxed))
             || std::net::TcpStream::connect(self.port.as_ref()?.addr()).is_ok();
         if listened {
             return None;
         }
+        // drover's preload runs in a Node app (it says so before the app's code runs).
+        let Some(session) = self
+            .node_session
+            .as_ref()
+            .filter(|s| s.inbox.can_give_back())
+        else {
+            return Some(self.never_listened_not_node(port));
+        };
         Some(
             match session.own_port.load(std::sync::atomic::Ordering::Relaxed) {
                 0 if session.inbox.asked_primary() => format!(
@@ -600,6 +610,37 @@ impl Proc {
                      listen on a port number (any: drover routes it) or on $PORT"
                 ),
             },
+        )
+    }
+
+    /// `never_listened` for a program that is not Node: where it listens instead, when
+    /// it does (`app.run(port=5000)`, `ListenAndServe(":8080")`: one worker binds the
+    /// port and serves there, past drover, and every other one fails to bind it), and
+    /// how to give it its port. Before, the log said only that it was not ready in time,
+    /// and that the next start gets longer, as if it were slow.
+    fn never_listened_not_node(&self, port: u16) -> String {
+        let held = self
+            .pid
+            .map(crate::listening::group_socket_inodes)
+            .unwrap_or_default();
+        let own: Vec<String> = crate::listening::listening_sockets()
+            .into_iter()
+            .filter(|s| held.contains(&s.inode))
+            .map(|s| s.addr.to_string())
+            .collect();
+        let instead = if own.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", it listens on {} instead, a port of its own, which every worker's copy \
+                 binds (all but one fail) and where drover routes no client",
+                own.join(", ")
+            )
+        };
+        format!(
+            "it never listened on its PORT ({port}){instead}; have it listen on $PORT, or \
+             put {{port}} in its arguments (drover run -- python3 app.py --port {{port}}); \
+             a program that serves no port (a queue consumer) runs with --mode background"
         )
     }
 
@@ -1431,13 +1472,14 @@ async fn run_once(
     };
     if let Err(reason) = ready {
         proc.sample();
-        let status = proc.worker.stop(proc.spec.stop_timeout).await;
         // The log says why too: a worker that never listened is the usual first
-        // experience of an app drover cannot serve as it is.
+        // experience of an app drover cannot serve as it is. Looked at while it still
+        // runs: where it listens instead goes with it.
         let detail = match proc.never_listened() {
             Some(why) => format!("{reason}: {why}"),
             None => reason.to_string(),
         };
+        let status = proc.worker.stop(proc.spec.stop_timeout).await;
         shared
             .record_end(
                 id,

@@ -285,3 +285,48 @@ async fn without_listen_run_serves_at_the_port_in_its_environment() {
         "{err}"
     );
 }
+
+/// A program that is not Node and binds a port of its own (`app.run(port=5000)`,
+/// `ListenAndServe(":8080")`) is never ready at its PORT: drover says where it listens
+/// instead and how to give it its port. Before, the log said only that it was not ready
+/// in time and that its next start gets longer, as if it were slow.
+#[tokio::test]
+async fn a_program_on_a_port_of_its_own_is_told_where_it_listens() {
+    let site = site("port-own");
+    let own = drover_testkit::free_port();
+    let own_arg = own.to_string();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "1",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--ready-timeout",
+            "1s",
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            &own_arg,
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            &site,
+        ],
+    )
+    .await;
+    let line = d
+        .wait_for_line("never listened on its PORT", Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no line:\n{}", d.stderr_text()));
+    assert!(
+        line.contains(&format!("it listens on 127.0.0.1:{own} instead"))
+            && line.contains("put {port} in its arguments"),
+        "{line}"
+    );
+    stops_cleanly(d).await;
+}
