@@ -131,6 +131,16 @@ impl Histogram {
         }
     }
 
+    /// `n` observations of `ns` at once (durations a worker measured and reported).
+    pub fn record_n(&self, ns: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let cells = self.stripes.local();
+        cells.counts[bucket_of(ns)].fetch_add(n, Relaxed);
+        cells.sum_ns.fetch_add(ns.saturating_mul(n), Relaxed);
+    }
+
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut snap = HistogramSnapshot::default();
         for cells in self.stripes.all() {

@@ -17,5 +17,5 @@ pub use histogram::{Histogram, HistogramSnapshot};
 pub use snapshot::{BalancerSnapshot, EndpointSnapshot};
 pub use stats::{
     BackendTlsFailure, BalancerCounts, BalancerStats, Cause, CertificateExpiry, Ejection,
-    EndpointCounts, EndpointStats, ProxyRefusal, SniUnrouted, TlsFailure,
+    EndpointCounts, EndpointStats, ProxyRefusal, ServedByWorker, SniUnrouted, TlsFailure,
 };

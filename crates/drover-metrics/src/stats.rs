@@ -10,6 +10,16 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// series per class, not per code, keeps the count of series bounded).
 pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
+/// Requests a worker answered by itself on connections drover handed it, as the worker
+/// reported them (`drover run`'s handoff: drover sees none of them pass).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServedByWorker {
+    /// Responses by status class, as `CLASSES`.
+    pub by_class: [u64; 5],
+    /// Durations, from the request head to the response's end: (nanoseconds, count).
+    pub durations: Vec<(u64, u64)>,
+}
+
 /// The class index of a status code; codes outside 100–599 count as 5xx.
 #[inline]
 pub fn class_of(status: u16) -> usize {
@@ -367,6 +377,20 @@ impl BalancerStats {
         self.request_duration.record(duration_ns);
     }
 
+    /// Requests a worker answered on client connections drover handed it (`drover
+    /// run`'s handoff), as it reported them: responses by status class, and durations
+    /// as (nanoseconds, count).
+    pub fn record_served_by_worker(&self, served: &ServedByWorker) {
+        let c = self.counters.local();
+        c.requests.fetch_add(served.by_class.iter().sum(), Relaxed);
+        for (total, &n) in c.responses.iter().zip(&served.by_class) {
+            total.fetch_add(n, Relaxed);
+        }
+        for &(ns, n) in &served.durations {
+            self.request_duration.record_n(ns, n);
+        }
+    }
+
     /// A request drover answered itself with an error (`status` is its 502/503/504).
     pub fn record_error(&self, cause: Cause, status: u16, duration_ns: u64) {
         let c = self.counters.local();
@@ -568,6 +592,19 @@ impl EndpointStats {
     #[inline]
     pub fn record_request_duration(&self, ns: u64) {
         self.request_duration.record(ns);
+    }
+
+    /// Requests it answered on client connections handed to it (see
+    /// `BalancerStats::record_served_by_worker`): they count as its responses, so a
+    /// worker busy with them shows progress to the liveness checks too.
+    pub fn record_served_by_worker(&self, served: &ServedByWorker) {
+        let c = self.counters.local();
+        for (total, &n) in c.responses.iter().zip(&served.by_class) {
+            total.fetch_add(n, Relaxed);
+        }
+        for &(ns, n) in &served.durations {
+            self.request_duration.record_n(ns, n);
+        }
     }
 
     /// Response heads it has sent so far, of every status: the cheapest sign that it

@@ -48,7 +48,7 @@ pub use launch::{
     is_script_runner, port_env, preload_env, preload_path, runner_env, shared_socket_env,
     starts_node, unix_sockets_env, write_preload,
 };
-pub use message::{parse, AddressType, FromWorker, ServerQuery, Speaks};
+pub use message::{parse, AddressType, FromWorker, Served, ServerQuery, Speaks};
 pub use node_command::watch_mode_option;
 pub use relay::Relay;
 pub use session::{Ended, Inbox, Session, SessionEvent};

@@ -43,6 +43,9 @@ pub enum FromWorker {
     /// drover's preload counted the client connections the worker serves that drover
     /// handed it (it says so whenever the number changes).
     Clients(usize),
+    /// drover's preload counted the requests the worker answered on client connections
+    /// drover handed it, since it last said.
+    Served(Box<Served>),
     /// drover's preload saw the app ask Node's cluster module whether it is the primary
     /// (`cluster.isPrimary`, `isMaster`): as drover's worker it is not.
     AskedPrimary,
@@ -52,6 +55,59 @@ pub enum FromWorker {
     App(Value),
     /// Not JSON.
     Unreadable,
+}
+
+/// Requests a worker answered on client connections drover handed it, as drover's
+/// preload counts them (drover sees none of them pass): by status class (1xx to 5xx),
+/// and their durations in buckets of powers of two microseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    pub by_class: [u64; 5],
+    /// Bucket `i` counts durations in [2^i, 2^(i+1)) µs (bucket 0 also those below 1 µs,
+    /// the last also those above).
+    pub by_log2_micros: [u64; SERVED_BUCKETS],
+}
+
+/// Duration buckets the preload counts in: up to 2^32 µs (71 minutes).
+pub const SERVED_BUCKETS: usize = 32;
+
+/// More requests in one report than a process answers between two (it reports every
+/// quarter second): a count above it is not the preload's, and the report is skipped.
+const MAX_SERVED: u64 = 1 << 32;
+
+impl Served {
+    /// From `{"codes": [1xx, 2xx, 3xx, 4xx, 5xx], "us": [bucket counts]}`; `None` unless
+    /// each count is a whole number in bounds and the durations count the responses.
+    fn read(fields: &Map<String, Value>) -> Option<Served> {
+        let counts = |name: &str, most: usize| -> Option<Vec<u64>> {
+            let list = fields.get(name)?.as_array()?;
+            if list.len() > most {
+                return None;
+            }
+            list.iter()
+                .map(|n| n.as_u64().filter(|&n| n <= MAX_SERVED))
+                .collect()
+        };
+        let codes = counts("codes", 5)?;
+        let micros = counts("us", SERVED_BUCKETS)?;
+        let mut served = Served {
+            by_class: [0; 5],
+            by_log2_micros: [0; SERVED_BUCKETS],
+        };
+        served.by_class[..codes.len()].copy_from_slice(&codes);
+        served.by_log2_micros[..micros.len()].copy_from_slice(&micros);
+        (codes.len() == 5 && codes.iter().sum::<u64>() == micros.iter().sum::<u64>())
+            .then_some(served)
+    }
+
+    /// The durations as (nanoseconds, count), each bucket at its middle (1.5 × 2^i µs).
+    pub fn durations_ns(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.by_log2_micros
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (1500u64 << i, n))
+    }
 }
 
 /// The kind of socket a worker asks for.
@@ -157,6 +213,10 @@ pub fn parse(line: &[u8]) -> FromWorker {
             Some("clients") => match fields.get("n").and_then(Value::as_u64) {
                 Some(n) if n <= MAX_CLIENTS => FromWorker::Clients(n as usize),
                 _ => FromWorker::OtherInternal,
+            },
+            Some("served") => match Served::read(fields) {
+                Some(served) => FromWorker::Served(Box::new(served)),
+                None => FromWorker::OtherInternal,
             },
             _ => FromWorker::OtherInternal,
         },
@@ -516,6 +576,30 @@ mod tests {
         ] {
             assert_eq!(parse(bad.as_bytes()), FromWorker::OtherInternal, "{bad}");
         }
+        let FromWorker::Served(served) =
+            parse(br#"{"cmd":"NODE_DROVER","act":"served","codes":[0,3,0,1,0],"us":[0,0,0,0,0,0,0,0,0,0,4]}"#)
+        else {
+            panic!("not read as served");
+        };
+        assert_eq!(served.by_class, [0, 3, 0, 1, 0]);
+        assert_eq!(served.durations_ns().collect::<Vec<_>>(), [(1_536_000, 4)]);
+        // Counts out of bounds, of the wrong kind or length, or durations that do not
+        // count the responses: skipped whole.
+        for bad in [
+            r#"{"cmd":"NODE_DROVER","act":"served","codes":[0,1,0,0,0]}"#,
+            r#"{"cmd":"NODE_DROVER","act":"served","codes":[0,1,0,0],"us":[1]}"#,
+            r#"{"cmd":"NODE_DROVER","act":"served","codes":[0,1,0,0,0],"us":[2]}"#,
+            r#"{"cmd":"NODE_DROVER","act":"served","codes":[0,-1,0,0,0],"us":[1]}"#,
+            r#"{"cmd":"NODE_DROVER","act":"served","codes":[0,1.5,0,0,0],"us":[1]}"#,
+            r#"{"cmd":"NODE_DROVER","act":"served","codes":[0,99999999999,0,0,0],"us":[99999999999]}"#,
+        ] {
+            assert_eq!(parse(bad.as_bytes()), FromWorker::OtherInternal, "{bad}");
+        }
+        let too_many = format!(
+            r#"{{"cmd":"NODE_DROVER","act":"served","codes":[0,1,0,0,0],"us":[{}1]}}"#,
+            "0,".repeat(SERVED_BUCKETS)
+        );
+        assert_eq!(parse(too_many.as_bytes()), FromWorker::OtherInternal);
         assert_eq!(
             parse(br#"{"cmd":"NODE_HANDLE","type":"net.Native","msg":{"cmd":"NODE_DROVER","act":"return"}}"#),
             FromWorker::Handle { returned: true }

@@ -570,14 +570,53 @@ function givesConnectionsBack() {
       setImmediate(tell);
     }
   };
+  // Requests answered on the connections drover handed over: drover sees none of them
+  // pass, so this counts them (by status class, and their durations in buckets of
+  // powers of two microseconds) and says so at most every SERVED_EVERY_MS, for drover's
+  // metrics and dashboard. About 0.3 µs a request: one listener and one clock read each
+  // way.
+  const SERVED_EVERY_MS = 250;
+  const handedSocket = Symbol('drover.handed');
+  const startedAt = Symbol('drover.started');
+  let servedCodes = [0, 0, 0, 0, 0];
+  let servedMicros = new Array(32).fill(0);
+  let servedTimer = null;
+  const sayServed = () => {
+    servedTimer = null;
+    // New arrays after each: Node queues a message object (not its text) while a
+    // handle is on its way.
+    toDrover({ cmd: 'NODE_DROVER', act: 'served', codes: servedCodes, us: servedMicros });
+    servedCodes = [0, 0, 0, 0, 0];
+    servedMicros = new Array(32).fill(0);
+  };
+  function answered() {
+    const status = this.statusCode;
+    servedCodes[status >= 100 && status <= 599 ? ((status / 100) | 0) - 1 : 4]++;
+    const micros = (performance.now() - this[startedAt]) * 1000;
+    servedMicros[micros < 2 ? 0 : Math.min(31, Math.floor(Math.log2(micros)))]++;
+    if (!servedTimer) {
+      servedTimer = setTimeout(sayServed, SERVED_EVERY_MS);
+      servedTimer.unref();
+    }
+  }
+  function countsHanded(req, res) {
+    if (req.socket && req.socket[handedSocket]) {
+      res[startedAt] = performance.now();
+      res.on('finish', answered);
+    }
+  }
   const noteServer = (message) => {
     const socket = message && message.socket;
     const server = socket && socket.server;
     if (!server || !balanced.has(server)) return;
     // HTTP only: drover cannot carry on a TLS session (https.Server is not an
     // http.Server), and a raw TCP protocol has no point between requests.
-    if (server instanceof http.Server) servers.add(server);
+    if (server instanceof http.Server && !servers.has(server)) {
+      servers.add(server);
+      server.prependListener('request', countsHanded);
+    }
     if (socket && socket.localPort !== ownPort) {
+      socket[handedSocket] = true;
       changed(1);
       socket.once('close', () => {
         if (!givenBack.has(socket)) changed(-1);

@@ -77,6 +77,8 @@ pub enum SessionEvent {
     /// The worker now serves client connections drover handed it (`true`), or none any
     /// more (`false`); said when that changes, as drover's preload counts them.
     ServesClients(bool),
+    /// The worker answered these requests on client connections drover handed it.
+    Served(Box<crate::Served>),
     /// The app sent `process.send('ready')`, as an app run by PM2 with `wait_ready`
     /// does once it can take clients (its database connected, its caches warm).
     AppReady,
@@ -650,6 +652,7 @@ impl Session {
                     report(SessionEvent::ServesClients(n > 0));
                 }
             }
+            FromWorker::Served(served) => report(SessionEvent::Served(served)),
             FromWorker::Pong => {
                 let now = self.inbox.epoch.elapsed().as_millis() as u64;
                 self.inbox.pong_ms.store(now.max(1), Relaxed);

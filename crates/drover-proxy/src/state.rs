@@ -80,6 +80,8 @@ impl BalancerState {
             routes,
             sessions,
         } = lasting;
+        // The requests its workers answer on connections it hands them count here.
+        pool.handoffs().count_into(Arc::clone(&stats));
         Arc::new(BalancerState {
             admission: Arc::new(Admission::new(
                 balancer,

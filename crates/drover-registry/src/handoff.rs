@@ -92,6 +92,9 @@ pub struct Handoffs {
     /// Connections workers gave back, oldest first.
     returned: Mutex<VecDeque<TcpStream>>,
     returned_ready: Notify,
+    /// The counts of the balancer that hands the connections over, where the requests
+    /// the workers answer on them are added (drover sees none of them pass).
+    counted_in: arc_swap::ArcSwapOption<drover_metrics::BalancerStats>,
 }
 
 impl std::fmt::Debug for Handoffs {
@@ -102,6 +105,19 @@ impl std::fmt::Debug for Handoffs {
 }
 
 impl Handoffs {
+    /// Requests workers answer on connections handed to them are counted in `stats`,
+    /// the balancer's that hands them over.
+    pub fn count_into(&self, stats: Arc<drover_metrics::BalancerStats>) {
+        self.counted_in.store(Some(stats));
+    }
+
+    /// Requests a worker reported it answered on connections handed to it.
+    pub fn served(&self, served: &drover_metrics::ServedByWorker) {
+        if let Some(stats) = self.counted_in.load().as_ref() {
+            stats.record_served_by_worker(served);
+        }
+    }
+
     /// `addr` takes connections through `takes` (replacing what it had).
     pub fn register(&self, addr: SocketAddr, takes: Arc<dyn TakesConnections>) {
         let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());

@@ -1128,6 +1128,16 @@ fn node_session(
                     }
                 }
             }
+            drover_node::SessionEvent::Served(served) => {
+                let served = drover_metrics::ServedByWorker {
+                    by_class: served.by_class,
+                    durations: served.durations_ns().collect(),
+                };
+                pool.handoffs().served(&served);
+                if let Some(ep) = pool.find(addr) {
+                    ep.stats().record_served_by_worker(&served);
+                }
+            }
             drover_node::SessionEvent::AppReady => {
                 said_ready.send_replace(true);
             }
