@@ -573,8 +573,9 @@ function givesConnectionsBack() {
   // Requests answered on the connections drover handed over: drover sees none of them
   // pass, so this counts them (by status class, and their durations in buckets of
   // powers of two microseconds) and says so at most every SERVED_EVERY_MS, for drover's
-  // metrics and dashboard. About 0.3 µs a request: one listener and one clock read each
-  // way.
+  // metrics and dashboard. One listener and two clock reads a request: a hello server's
+  // CPU per request with and without them stayed within this machine's noise (13-20
+  // µs, 3 rounds of 150,000 requests each).
   const SERVED_EVERY_MS = 250;
   const handedSocket = Symbol('drover.handed');
   const startedAt = Symbol('drover.started');
