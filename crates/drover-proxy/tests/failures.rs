@@ -163,6 +163,30 @@ async fn a_retry_with_no_other_endpoint_is_not_counted() {
     assert_eq!(d.counts().retries.iter().sum::<u64>(), 1);
 }
 
+/// A client that leaves while the backend works on its request is counted, as nginx
+/// counts and logs it: 499, a 4xx. Before, such requests were counted nowhere (only a
+/// gap between the queue's waits and the requests' durations showed them).
+#[tokio::test]
+async fn a_request_whose_client_left_before_the_answer_counts_as_499() {
+    let b = backends(1).await;
+    let d = proxy(&addrs(&b), Strategy::RoundRobin, |_| {});
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_millis(300));
+    assert!(c.request("GET", "/hang", &[], None).await.is_err());
+    drop(c);
+    let mut counted = d.counts();
+    for _ in 0..100 {
+        if counted.requests > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        counted = d.counts();
+    }
+    assert_eq!(counted.requests, 1, "{counted:?}");
+    assert_eq!(counted.responses, [0, 0, 0, 1, 0], "{counted:?}");
+    assert_eq!(counted.errors.iter().sum::<u64>(), 0, "{counted:?}");
+}
+
 #[tokio::test]
 async fn consecutive_5xx_eject_an_endpoint() {
     let (bad, bad_hits) = constant_backend(500).await;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, warn};
 
-use super::exchange::Answered;
+use super::exchange::{Answered, CLIENT_CLOSED_REQUEST};
 use super::Conn;
 
 /// How one attempt on one endpoint ended.
@@ -486,6 +486,10 @@ impl Conn {
                 }
                 Err(ReadHead::ClientLeft) => {
                     debug!(client = %self.info.ip, "client left before the answer it waited for began");
+                    // Counted and logged as nginx's 499: the backend had the request,
+                    // and an operator looking for it finds it.
+                    self.outcome.status = CLIENT_CLOSED_REQUEST;
+                    self.outcome.error = Some("client-closed-request");
                     return Err(Attempt::Abort);
                 }
                 Err(ReadHead::Bad(why)) => {

@@ -39,6 +39,10 @@ static FAILURE_WARNINGS: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 /// Warnings about gRPC calls refused for want of HTTP/2 to the backends.
 static GRPC_DOWNGRADES: WarnLimit = WarnLimit::new(Duration::from_secs(1));
 
+/// The status a request is counted and logged with when its client left before any
+/// answer came, after it was sent on: nginx's 499, which its users look for.
+pub(super) const CLIENT_CLOSED_REQUEST: u16 = 499;
+
 /// A backend's response head: its status and when it came.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Answered {
@@ -67,6 +71,13 @@ impl Conn {
                 .shared
                 .stats
                 .record_response(status, end.saturating_sub(arrived));
+        } else if self.outcome.status == CLIENT_CLOSED_REQUEST {
+            // Sent on, and the client left before any answer: nothing else counts it
+            // (the backend may well have worked on it).
+            self.thread
+                .shared
+                .stats
+                .record_response(CLIENT_CLOSED_REQUEST, clock::now().saturating_sub(arrived));
         }
         let outcome = std::mem::take(&mut self.outcome);
         if let Some(fields) = fields {
@@ -75,8 +86,9 @@ impl Conn {
         keep
     }
 
-    /// Writes the request's access log line, if it was answered at all (a client that
-    /// left before any answer gets none).
+    /// Writes the request's access log line, if it was answered at all or went on to a
+    /// backend (a client that left then is logged with 499; one that left while its
+    /// request waited in the queue gets none).
     fn log_exchange(
         &self,
         head: &RequestHead,
