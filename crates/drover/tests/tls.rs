@@ -1306,24 +1306,27 @@ async fn a_slow_reader_gets_all_of_a_large_response_on_a_kept_connection() {
     drop(d);
 }
 
+/// Runs `openssl` with `args` in `dir`; its stderr on failure.
+fn openssl_in(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rsa_and_ecdsa_keys_load_as_pkcs1_pkcs8_and_sec1() {
     if !tools() {
         return;
     }
     let dir = temp_dir("tls-key-formats");
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| openssl_in(&dir, args);
     // RSA: PKCS#8 as made, PKCS#1 ("BEGIN RSA PRIVATE KEY") converted; ECDSA: SEC1 ("BEGIN
     // EC PRIVATE KEY", after an EC PARAMETERS section), as `openssl ecparam` writes it.
     let named = |cn: &str| [format!("/CN={cn}"), format!("subjectAltName=DNS:{cn}")];
@@ -1386,18 +1389,7 @@ async fn an_rsa_and_an_ecdsa_certificate_for_one_name_each_serve_the_clients_tha
         return;
     }
     let dir = temp_dir("tls-rsa-and-ecdsa");
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| openssl_in(&dir, args);
     let make = |file: &str, cn: &str, rsa: bool| {
         let key = format!("{file}.key");
         if rsa {
