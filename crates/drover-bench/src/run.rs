@@ -285,13 +285,14 @@ fn report(cfg: &Config, s: Stats, elapsed: Duration) -> Report {
         .mix
         .entries()
         .iter()
-        .zip(&s.per_path)
-        .map(|(e, h)| {
+        .zip(s.per_path.iter().zip(&s.per_path_failed))
+        .map(|(e, (h, failed))| {
             (
                 e.path.clone(),
                 PathReport {
                     weight: e.weight,
                     requests: h.len(),
+                    without_response: *failed,
                     latency_us: Percentiles::of(h),
                 },
             )
@@ -414,9 +415,9 @@ impl Local {
     }
 
     /// A request failed at `now` without a response.
-    fn fail(&self, now: Instant, kind: ErrorKind) {
+    fn fail(&self, now: Instant, pi: usize, kind: ErrorKind) {
         self.done_at(now);
-        self.stats.borrow_mut().error(kind, self.interval(now));
+        self.stats.borrow_mut().error(pi, kind, self.interval(now));
         if let Some(p) = &self.progress {
             p.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -503,12 +504,12 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
                     conn = Some(c);
                 }
                 Ok(Err(_)) => {
-                    l.fail(Instant::now(), ErrorKind::Connect);
+                    l.fail(Instant::now(), pi, ErrorKind::Connect);
                     tokio::time::sleep(CONNECT_BACKOFF).await;
                     continue;
                 }
                 Err(_) => {
-                    l.fail(Instant::now(), ErrorKind::Timeout);
+                    l.fail(Instant::now(), pi, ErrorKind::Timeout);
                     continue;
                 }
             }
@@ -529,11 +530,11 @@ async fn closed_conn(l: Rc<Local>, id: u64) {
                 }
             }
             Ok(Err(_)) => {
-                l.fail(now, ErrorKind::Io);
+                l.fail(now, pi, ErrorKind::Io);
                 conn = None;
             }
             Err(_) => {
-                l.fail(now, ErrorKind::Timeout);
+                l.fail(now, pi, ErrorKind::Timeout);
                 conn = None;
             }
         }
@@ -693,7 +694,7 @@ async fn open_sender(l: Rc<Local>, pool: Rc<Pool>, waiting: Rc<Waiting>) {
                 let now = Instant::now();
                 if now >= due + l.cfg.timeout {
                     // Its whole timeout passed before a connection was free.
-                    l.fail(now, ErrorKind::Unsent);
+                    l.fail(now, pi, ErrorKind::Unsent);
                     continue;
                 }
                 open_request(&l, &pool, due, pi).await;
@@ -747,9 +748,9 @@ async fn open_request(l: &Local, pool: &Pool, due: Instant, pi: usize) {
     // waiting for a connection, or behind a stalled server, is latency the client sees.
     match r {
         Ok((resp, sent)) => l.record(now, pi, &resp, due, sent),
-        Err(Failure::Connect) => l.fail(now, ErrorKind::Connect),
-        Err(Failure::Io) => l.fail(now, ErrorKind::Io),
-        Err(Failure::Timeout) => l.fail(now, ErrorKind::Timeout),
+        Err(Failure::Connect) => l.fail(now, pi, ErrorKind::Connect),
+        Err(Failure::Io) => l.fail(now, pi, ErrorKind::Io),
+        Err(Failure::Timeout) => l.fail(now, pi, ErrorKind::Timeout),
     }
 }
 

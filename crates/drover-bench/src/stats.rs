@@ -76,6 +76,8 @@ pub(crate) struct Stats {
     pub latency: Histogram<u64>,
     pub service: Histogram<u64>,
     pub per_path: Vec<Histogram<u64>>,
+    /// Per path: requests that got no response (every kind of `Errors` but `status`).
+    pub per_path_failed: Vec<u64>,
     pub requests: u64,
     pub ok: u64,
     /// Response bytes read (heads and bodies).
@@ -113,6 +115,7 @@ impl Stats {
             latency: new_histogram(),
             service: new_histogram(),
             per_path: (0..paths).map(|_| new_histogram()).collect(),
+            per_path_failed: vec![0; paths],
             requests: 0,
             ok: 0,
             bytes: 0,
@@ -171,8 +174,11 @@ impl Stats {
     }
 
     /// A request failed without a response.
-    pub fn error(&mut self, kind: ErrorKind, interval: usize) {
+    pub fn error(&mut self, path: usize, kind: ErrorKind, interval: usize) {
         self.errors.count(kind);
+        if let Some(n) = self.per_path_failed.get_mut(path) {
+            *n += 1;
+        }
         self.interval_mut(interval).errors.count(kind);
     }
 
@@ -182,6 +188,9 @@ impl Stats {
         let _ = self.service.add(&o.service);
         for (a, b) in self.per_path.iter_mut().zip(&o.per_path) {
             let _ = a.add(b);
+        }
+        for (a, b) in self.per_path_failed.iter_mut().zip(&o.per_path_failed) {
+            *a += b;
         }
         self.requests += o.requests;
         self.ok += o.ok;
@@ -473,7 +482,10 @@ fn quantile(h: &Histogram<u64>, q: f64) -> u64 {
 #[derive(Debug, Clone, Serialize)]
 pub struct PathReport {
     pub weight: u32,
+    /// Responses, of any status.
     pub requests: u64,
+    /// Requests that got none: connect errors, timeouts, resets, never sent.
+    pub without_response: u64,
     pub latency_us: Percentiles,
 }
 
@@ -641,9 +653,14 @@ impl Report {
         if self.paths.len() > 1 {
             for (p, r) in &self.paths {
                 let l = &r.latency_us;
+                let failed = if r.without_response > 0 {
+                    format!(" ({} with no response)", r.without_response)
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     s,
-                    "  {p:<10} {} requests  p50 {}  p99 {}  max {}",
+                    "  {p:<10} {} requests{failed}  p50 {}  p99 {}  max {}",
                     r.requests,
                     fmt_us(l.p50),
                     fmt_us(l.p99),
@@ -825,7 +842,7 @@ mod tests {
                 interval,
             });
         }
-        st.error(ErrorKind::Timeout, 1);
+        st.error(0, ErrorKind::Timeout, 1);
         assert_eq!(st.errors.timeout, 1);
         // 2.2 s: the third second is a 0.2 s sliver and joins the second.
         let ivs = interval_reports(st.intervals, 2.2, |from, to| {

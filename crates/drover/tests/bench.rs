@@ -278,6 +278,34 @@ async fn open_loop_past_the_clients_reach_ends_on_time_and_counts_what_it_never_
     );
 }
 
+/// `--mix` reports each path's requests that got no response too. Before, a path whose
+/// every request failed read "0 requests", as if it had not been asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mix_counts_each_paths_requests_without_a_response() {
+    let b = Backend::named("b0").start().await;
+    let target = url(&b, "/");
+    let args = [
+        "-n",
+        "40",
+        "-c",
+        "2",
+        "--mix",
+        "1:/,1:/close",
+        "--timeout",
+        "2s",
+    ];
+    let out = bench(&[&args[..], &["--json", &target]].concat()).await;
+    let r = json(&out);
+    let (ok, closed) = (&r["paths"]["/"], &r["paths"]["/close"]);
+    assert_eq!(closed["requests"], 0, "{r}");
+    let failed = closed["without_response"].as_u64().unwrap();
+    assert!(failed > 0, "{r}");
+    assert_eq!(ok["without_response"], 0, "{r}");
+    assert_eq!(ok["requests"].as_u64().unwrap() + failed, 40, "{r}");
+    let shown = text(&bench(&[&args[..], &[&target[..]]].concat()).await.stdout);
+    assert!(shown.contains("with no response)"), "{shown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_tells_noise_from_a_slower_backend() {
     let fast = Backend::named("fast").start().await;
