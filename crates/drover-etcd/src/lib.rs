@@ -337,9 +337,11 @@ impl EtcdMembers {
                 TxnOp::get(address_key.clone(), None),
             ]);
             let read = sh.call(client.txn(read)).await?;
-            let (members, address) = match read.op_responses().as_slice() {
-                [TxnOpResponse::Get(members), TxnOpResponse::Get(address)] => {
-                    (members.clone(), address.clone())
+            // Taken as they are: `op_responses` already copies the listing once.
+            let mut responses = read.op_responses().into_iter();
+            let (members, address) = match (responses.next(), responses.next()) {
+                (Some(TxnOpResponse::Get(members)), Some(TxnOpResponse::Get(address))) => {
+                    (members, address)
                 }
                 _ => {
                     return Err(MemberError::Unavailable(
