@@ -150,7 +150,8 @@ fn works_on_a_batch(main_thread_share: Option<f64>, pending: u32) -> bool {
 }
 
 /// Whether a worker whose probes get no answer waits on a program it started while it
-/// was quiet (`quiet_for`: since it last answered, plus an interval): Node's
+/// was quiet (`quiet_for`: since the interval it last answered or completed a request
+/// in began, plus an interval for `/proc`'s 10 ms clock and the ticker's lag): Node's
 /// `execSync('convert ...')` or Python's `subprocess.run` blocks the main thread, idle
 /// in a wait, until the program ends. It is busy: the program works, and a restart
 /// would fail the request that waits on it (a 10 s `execSync` was killed as deadlocked
@@ -197,10 +198,18 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     // The main thread's busy time at the last probe (for `works_on_a_batch`).
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
-    // When a probe last passed, or the worker last showed work of its own (not only a
-    // program it waits on); and when the watch began, once the worker was ready.
+    // The start of the last interval in which a probe passed or the worker showed work
+    // of its own (not only a program it waits on); and when the watch began, once the
+    // worker was ready.
     let mut last_progress = Instant::now();
     let watching_since = last_progress;
+    // When the worker's completed requests were last counted: those counted at a look
+    // completed after the look before, which is where a program it ran after them may
+    // have begun. Not the look itself: a worker that served until it ran a 3 s program
+    // showed work at the probe after, and the program, started up to two probes before
+    // that, read as older than the quiet spell (so not the worker's) and the worker was
+    // killed as deadlocked.
+    let mut last_look = last_progress;
     // The worker's probes share a kept connection, as its clients' requests do.
     let mut prober = Prober::default();
     loop {
@@ -230,6 +239,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 (last_progress.elapsed() + w.check.interval).min(watching_since.elapsed()),
             );
         last_probe = Quiet::now(w.pid);
+        let interval_began = std::mem::replace(&mut last_look, Instant::now());
         let worked = progress.advanced(completed()) || waits || batch;
         let advanced = worked || on_child;
         if let Err(e @ ProbeError::LocalShortage(_)) = &result {
@@ -245,9 +255,9 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
             (Outcome::Failed, Err(e)) => e,
             (outcome, _) => {
                 // Not while it only waits on its program: that one's age is measured
-                // from here.
+                // from the last interval with work of its own.
                 if worked || answered {
-                    last_progress = Instant::now();
+                    last_progress = interval_began;
                 }
                 if on_child && !worked {
                     tracing::debug!(endpoint = %w.addr, "worker waits on a program it started");

@@ -167,6 +167,41 @@ async fn a_worker_that_waits_on_a_program_it_ran_is_not_restarted() {
     );
 }
 
+/// The same, for a worker that served requests right up to the moment it ran the
+/// program. Those requests completed in the probe interval the program began in, and
+/// drover took the end of that interval's failed probe for the worker's last sign of
+/// life: the program, older than that by up to two probes, read as started before the
+/// quiet spell, so not the worker's work, and the worker was killed as deadlocked. CI
+/// (stop 91) saw it on two workers in turn: the request, retried on each, killed each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_served_until_it_ran_a_program_is_not_restarted() {
+    let sick = no_sick_file("served-program");
+    let env = format!("env = {{ SICK_FILE = \"{}\" }}\n", sick.display());
+    let (d, admin, _) = up_serving("liveness-served-program", &liveness_config(1, &env)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    // One worker: every request of the load, before the program and while it runs
+    // (those wait for it), is the worker's.
+    let load = common::steady_load(d.addr(), 1, "/", Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_secs(60));
+    let r = c.get("/program?ms=3000").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "ran"),
+        "{}",
+        d.stderr_text()
+    );
+    common::assert_load_never_failed(&stop, load, 20, "while the worker ran a program").await;
+    let s = status(admin).await;
+    assert!(
+        restart_records(&s).is_empty(),
+        "a worker waiting on its program is busy: {:?}\n{}",
+        restart_records(&s),
+        d.stderr_text()
+    );
+}
+
 /// A worker that waits forever on a lock, idle and with no program of its own running,
 /// is deadlocked: it is killed and replaced, and said to be so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
