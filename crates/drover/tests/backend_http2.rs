@@ -13,7 +13,7 @@ mod common;
 
 use common::pki::{far_future, Pki};
 use common::{admin_addr, bin, proxy, status};
-use drover_testkit::{raw_exchange, HttpClient};
+use drover_testkit::{raw_exchange, wait_until, HttpClient};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -570,8 +570,12 @@ async fn a_grpc_call_is_never_downgraded_to_http1() {
     let a = &answers[0];
     assert_eq!(a["code"], 14, "UNAVAILABLE: {a}");
     assert!(a["details"].as_str().unwrap().contains("502"), "{a}");
-    let log = d.stderr_text();
-    assert!(log.contains("backend_protocol = \"h2c\""), "{log}");
+    // The warning may reach drover's stderr after the answer reached the client.
+    let warned = wait_until(Duration::from_secs(5), || {
+        d.stderr_text().contains("backend_protocol = \"h2c\"")
+    })
+    .await;
+    assert!(warned, "{}", d.stderr_text());
     // Nothing reached the backend.
     let calls = node_client(&client, &[&addr.to_string(), "Calls", "1"]).await;
     assert_eq!(calls[0]["reply"], "0", "{calls}");
