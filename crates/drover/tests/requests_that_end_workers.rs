@@ -68,24 +68,40 @@ async fn a_get_that_hangs_its_worker_hangs_a_second_one_at_most() {
     // the loop did nothing. The loop's own GET hangs the next worker too, and a request
     // that a second worker dropped is not sent to a third (before: three tries, three
     // workers hung).
-    a_get_that_ends_two_workers("hang", "/spin").await;
+    let (d, admin) = up_three_workers("hang").await;
+    a_get_that_ends_two_workers(&d, admin, "/spin").await;
 }
 
-/// GET `path` of three workers fails with 502 `backend-closed` once it has ended two of
-/// them, and the third is left alone.
-async fn a_get_that_ends_two_workers(tag: &str, path: &str) {
-    let (d, admin) = up_three_workers(tag).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_hangs_its_worker_on_a_kept_connection_hangs_a_second_one_at_most() {
+    // Every worker has answered a request, so the balancer keeps a connection to each
+    // and the loop's GET goes out on one, as on any app with traffic. Before, a worker
+    // killed with it read as a kept connection closing as the request crossed it (no
+    // drop counted), the new connection to the dead worker was refused, and the GET
+    // went on to the next: three tries, three workers hung (CI saw it, with a GET that
+    // drover took for a hang).
+    let (d, admin) = up_three_workers("hang-kept").await;
+    for get in one_slow_get_on_each_worker(d.addr(), admin).await {
+        assert_eq!(get.await.unwrap().0, 200, "{}", d.stderr_text());
+    }
+    a_get_that_ends_two_workers(&d, admin, "/spin").await;
+}
+
+/// GET `path` of three workers fails once it has ended two of them (502
+/// `backend-closed`, or `504 backend-hung` when it left the second, found hung, before
+/// drover killed that one), and the third is left alone.
+async fn a_get_that_ends_two_workers(d: &DroverProcess, admin: SocketAddr, path: &str) {
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     c.set_timeout(Duration::from_secs(60));
     let r = c.get(path).await;
-    assert_eq!(
-        (r.status, r.header("drover-error")),
-        (502, Some("backend-closed")),
-        "{}\n{}",
+    let answer = (r.status, r.header("drover-error"));
+    assert!(
+        [(502, Some("backend-closed")), (504, Some("backend-hung"))].contains(&answer),
+        "{answer:?} {}\n{}",
         r.text(),
         d.stderr_text()
     );
-    assert_eq!(restarts_after(&d, admin, 2).await, 2, "{}", d.stderr_text());
+    assert_eq!(restarts_after(d, admin, 2).await, 2, "{}", d.stderr_text());
 }
 
 /// One slow GET on each of the three workers (the balancer places them apart), spawned:
@@ -160,5 +176,16 @@ async fn gets_on_a_worker_that_recycles_itself_go_to_another() {
 async fn a_get_that_exits_its_worker_with_status_0_ends_a_second_one_at_most() {
     // An exit with status 0 is the app's plan, so what it dropped goes again, once: a
     // `/quit` route ends two workers, not all three.
-    a_get_that_ends_two_workers("quit", "/quit").await;
+    let (d, admin) = up_three_workers("quit").await;
+    a_get_that_ends_two_workers(&d, admin, "/quit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_exits_its_worker_on_a_kept_connection_ends_a_second_one_at_most() {
+    // As above, on kept connections (before: all three workers ended).
+    let (d, admin) = up_three_workers("quit-kept").await;
+    for get in one_slow_get_on_each_worker(d.addr(), admin).await {
+        assert_eq!(get.await.unwrap().0, 200, "{}", d.stderr_text());
+    }
+    a_get_that_ends_two_workers(&d, admin, "/quit").await;
 }

@@ -106,10 +106,19 @@ impl Conn {
             debug!(endpoint = %endpoint.addr(), "the worker ended with the request in it");
             return Err(ProxyError::BackendCrashed);
         }
-        if !reused && std::mem::replace(&mut self.dropped, true) {
-            return Err(ProxyError::BackendClosed);
+        if reused {
+            return Ok(());
         }
-        Ok(())
+        self.count_drop()
+    }
+
+    /// Counts a drop of the request under way (see `after_drop`): `Err` when an
+    /// endpoint dropped it before, so this endpoint is its last.
+    pub(super) fn count_drop(&mut self) -> Result<(), ProxyError> {
+        match std::mem::replace(&mut self.dropped, true) {
+            true => Err(ProxyError::BackendClosed),
+            false => Ok(()),
+        }
     }
 
     /// Records a backend-side failure. A stale keep-alive connection closing is not the

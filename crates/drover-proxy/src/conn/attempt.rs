@@ -67,6 +67,17 @@ impl Conn {
         let (up, resp, request_sent) = loop {
             let (mut up, reused) = match self.upstream(slot, fresh).await {
                 Ok(up) => up,
+                // The endpoint refused a new connection right after its kept-alive one
+                // closed on the request: it went away with the request in it, which
+                // is a drop (`after_drop`), not a connection crossing its idle close.
+                // Uncounted, a GET that hung each worker it was on (killed as hung)
+                // went to a third on a busy app, whose connections are mostly kept.
+                Err(Attempt::Retry(ProxyError::ConnectFailed)) if fresh => {
+                    return match self.count_drop() {
+                        Ok(()) => Attempt::Retry(ProxyError::ConnectFailed),
+                        Err(e) => Attempt::Fail(e),
+                    };
+                }
                 Err(attempt) => return attempt,
             };
             let sent = self
@@ -481,8 +492,13 @@ impl Conn {
                     return Err(Attempt::Fail(ProxyError::Timeout));
                 }
                 Err(ReadHead::Hung) => {
+                    // A worker found hung is killed (`drover run`): the request that
+                    // leaves it may be what hung it, as one a worker dropped may be
+                    // what ended it, so it counts as a drop. A backend drover does not
+                    // run is left alone, and the request may hang no other.
+                    let last = endpoint.worker_life().is_some() && self.count_drop().is_err();
                     let e = ProxyError::BackendHung;
-                    return Err(self.backend_failed(endpoint, reused, e, true));
+                    return Err(self.backend_failed(endpoint, reused, e, !last));
                 }
                 Err(ReadHead::ClientLeft) => {
                     debug!(client = %self.info.ip, "client left before the answer it waited for began");
