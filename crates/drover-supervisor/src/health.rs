@@ -210,11 +210,14 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     // that, read as older than the quiet spell (so not the worker's) and the worker was
     // killed as deadlocked.
     let mut last_look = last_progress;
+    // When the probe before this one asked (and pinged the worker's event loop).
+    let mut last_asked = last_progress;
     // The worker's probes share a kept connection, as its clients' requests do.
     let mut prober = Prober::default();
     loop {
         ticker.tick().await;
         let asked_at = Instant::now();
+        let previous_ask = std::mem::replace(&mut last_asked, asked_at);
         if let Some(event_loop) = w.event_loop {
             event_loop.ping();
         }
@@ -224,10 +227,13 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         // A Node worker whose event loop answered drover's ping while the probe got no
         // answer is waiting (its `/health` waits on the same slow database as its
         // requests), not hung: a restart would fail the requests it holds and make the
-        // database no faster. A busy loop or a stopped process cannot answer.
+        // database no faster. A busy loop or a stopped process cannot answer. Any
+        // answer since the probe before counts: a worker computing requests longer
+        // than a probe waits turns its loop only between them, after the probe that
+        // asked gave up (on connections handed to it, drover sees no other sign).
         let waits = matches!(&result, Err(e) if e.is_no_answer())
             && w.event_loop
-                .is_some_and(|l| l.event_loop_answered_since(asked_at));
+                .is_some_and(|l| l.event_loop_answered_since(previous_ask));
         let share = last_probe.main_thread_share(w.pid);
         let batch = w.answers_in_batches
             && works_on_a_batch(share, w.pool.find(w.addr).map_or(0, |ep| ep.pending()));
