@@ -119,6 +119,9 @@ pub struct RunArgs {
     pub health_grpc: Option<String>,
 
     #[command(flatten)]
+    pub health_timing: HealthTimingArgs,
+
+    #[command(flatten)]
     pub keys: KeyArgs,
 
     #[command(flatten)]
@@ -863,21 +866,8 @@ pub struct ProxyArgs {
     )]
     pub health_grpc: Option<String>,
 
-    /// How often each backend is probed.
-    #[arg(long, default_value = shown(health().interval), value_parser = drover_units::duration)]
-    pub health_interval: Duration,
-
-    /// How long a probe may take before it counts as failed.
-    #[arg(long, default_value = shown(health().timeout), value_parser = drover_units::duration)]
-    pub health_timeout: Duration,
-
-    /// Passing checks before a down backend is used again.
-    #[arg(long, default_value_t = health().rise, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub rise: u32,
-
-    /// Failing checks before a backend is taken out.
-    #[arg(long, default_value_t = health().fall, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub fall: u32,
+    #[command(flatten)]
+    pub health_timing: HealthTimingArgs,
 
     /// A joining or returning backend's share ramps up over this long (0s: off).
     #[arg(long, default_value = shown(balancer().slow_start), value_parser = drover_units::duration)]
@@ -907,6 +897,56 @@ fn balancer() -> model::BalancerConfig {
 /// An app with every setting at its default.
 fn app() -> model::AppSpec {
     model::AppSpec::new("", Vec::new())
+}
+
+/// How often and how patiently backends (or workers) are checked, for `drover proxy`
+/// and `drover run` alike: a worker killed as hung is told to raise `--fall` or
+/// `--health-interval`, so both commands take them.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct HealthTimingArgs {
+    /// How often each backend (or worker) is probed.
+    #[arg(long, default_value = shown(health().interval), value_parser = drover_units::duration)]
+    pub health_interval: Duration,
+
+    /// How long a probe may take before it counts as failed.
+    #[arg(long, default_value = shown(health().timeout), value_parser = drover_units::duration)]
+    pub health_timeout: Duration,
+
+    /// Passing checks before a down backend is used again.
+    #[arg(long, default_value_t = health().rise, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rise: u32,
+
+    /// Failing checks in a row (with no request completing meanwhile) before a backend
+    /// is taken out, or a worker restarted.
+    #[arg(long, default_value_t = health().fall, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub fall: u32,
+}
+
+impl HealthTimingArgs {
+    /// A check with these timings (of the default kind, which the caller replaces).
+    fn check(&self) -> model::HealthCheck {
+        model::HealthCheck {
+            interval: self.health_interval,
+            timeout: self.health_timeout,
+            rise: self.rise,
+            fall: self.fall,
+            ..health()
+        }
+    }
+
+    /// The first of these flags given with a value other than its default: it needs a
+    /// health check to time.
+    fn first_changed(&self) -> Option<&'static str> {
+        let d = health();
+        [
+            (self.health_interval != d.interval, "--health-interval"),
+            (self.health_timeout != d.timeout, "--health-timeout"),
+            (self.rise != d.rise, "--rise"),
+            (self.fall != d.fall, "--fall"),
+        ]
+        .into_iter()
+        .find_map(|(changed, flag)| changed.then_some(flag))
+    }
 }
 
 /// A health check with every setting at its default.
@@ -1047,6 +1087,11 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
                 .into(),
         );
     }
+    if let Some(flag) = a.health_timing.first_changed() {
+        if a.health_path.is_none() && !a.health_tcp && a.health_grpc.is_none() {
+            return Err(format!("{flag} times the backends' active health checks, and none is asked for: add --health-path PATH (or --health-tcp, --health-grpc)"));
+        }
+    }
     if !crate::is_valid_name(&a.name) {
         return Err(format!("--name {:?}: {}", a.name, crate::NAME_RULE));
     }
@@ -1125,10 +1170,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
             kind: model::CheckKind::Grpc {
                 service: service.as_str().into(),
             },
-            interval: a.health_interval,
-            timeout: a.health_timeout,
-            rise: a.rise,
-            fall: a.fall,
+            ..a.health_timing.check()
         });
     }
     if a.health_tcp || a.health_path.is_some() {
@@ -1149,10 +1191,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
                     None => model::CheckKind::Tcp,
                 },
             },
-            interval: a.health_interval,
-            timeout: a.health_timeout,
-            rise: a.rise,
-            fall: a.fall,
+            ..a.health_timing.check()
         });
     }
     if a.tcp && b.max_conns == crate::ConnLimit::Auto {
@@ -1384,6 +1423,11 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     if !crate::is_valid_name(&args.name) {
         return Err(format!("--name {:?}: {}", args.name, crate::NAME_RULE));
     }
+    if let Some(flag) = args.health_timing.first_changed() {
+        if args.health_path.is_none() && args.health_grpc.is_none() {
+            return Err(format!("{flag} times the workers' health checks, and none is asked for: add --health-path PATH (or --health-grpc)"));
+        }
+    }
     let command =
         crate::pm2_order::command_string(&args.command).unwrap_or_else(|| args.command.clone());
     let background = args.mode == model::Mode::Background;
@@ -1482,7 +1526,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                         path: path.clone(),
                         expect: model::StatusRange::default(),
                     },
-                    ..health()
+                    ..args.health_timing.check()
                 });
             }
             if let Some(service) = &args.health_grpc {
@@ -1493,7 +1537,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                     kind: model::CheckKind::Grpc {
                         service: service.as_str().into(),
                     },
-                    ..health()
+                    ..args.health_timing.check()
                 });
             }
             // Workers that take only HTTP/2 are probed in it too.
@@ -2074,6 +2118,72 @@ mod tests {
             .args;
         let check = run_config(&r).unwrap().config.apps[0].spec.health.clone();
         assert_eq!(check, Some(drover_registry::HealthCheck::http("/health")));
+    }
+
+    #[test]
+    fn run_and_proxy_take_the_checks_timings_and_refuse_them_without_a_check() {
+        // The hung worker's restart record tells the user to raise --fall or
+        // --health-interval: `drover run` takes them (it refused them as unknown).
+        let argv = [
+            "run",
+            "--health-path",
+            "/health",
+            "--health-interval",
+            "3s",
+            "--health-timeout",
+            "2s",
+            "--fall",
+            "5",
+            "--rise",
+            "2",
+            "--",
+            "x",
+        ];
+        let r = Run::try_parse_from(argv).unwrap().args;
+        let check = run_config(&r).unwrap().config.apps[0].spec.health.clone();
+        assert_eq!(
+            check,
+            Some(drover_registry::HealthCheck {
+                interval: Duration::from_secs(3),
+                timeout: Duration::from_secs(2),
+                fall: 5,
+                rise: 2,
+                ..drover_registry::HealthCheck::http("/health")
+            })
+        );
+        // Timings of no check are a mistake, named, not ignored.
+        let r = Run::try_parse_from(["run", "--fall", "5", "--", "x"])
+            .unwrap()
+            .args;
+        let Err(e) = run_config(&r) else {
+            panic!("--fall without a check was taken")
+        };
+        let e = e.to_string();
+        assert!(
+            e.starts_with("--fall times the workers' health checks") && e.contains("--health-path"),
+            "{e}"
+        );
+        let p = Proxy::try_parse_from([
+            "proxy",
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            "127.0.0.1:1",
+            "--health-interval",
+            "1s",
+        ])
+        .unwrap()
+        .args;
+        let e = proxy_config(&p).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--health-interval times the backends'"),
+            "{e}"
+        );
+        // The defaults, given as such, change nothing.
+        let r = Run::try_parse_from(["run", "--fall", "3", "--", "x"])
+            .unwrap()
+            .args;
+        assert!(run_config(&r).unwrap().config.apps[0].spec.health.is_none());
     }
 
     #[test]

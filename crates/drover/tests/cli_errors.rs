@@ -174,6 +174,12 @@ async fn bad_flags_are_named() {
     fails(&run(&["--max-memory", "12X"]), "unknown unit \"x\"").await;
     fails(&run(&["--max-memory", "0"]), "greater than 0").await;
     fails(
+        &run(&["--fall", "5"]),
+        "--fall times the workers' health checks, and none is asked for: add --health-path",
+    )
+    .await;
+    fails(&run(&["--health-path", "/health", "--fall", "0"]), "--fall").await;
+    fails(
         &["run", "--admin", "everywhere", "--", "true"],
         "or \"off\"",
     )

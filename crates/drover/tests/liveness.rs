@@ -108,6 +108,47 @@ async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serv
     assert!(after.contains(other), "the other worker kept its process");
 }
 
+/// `drover run` takes the checks' timings as flags, as a hung worker's restart record
+/// tells the user to raise them (`--fall`, `--health-interval`); it refused them as
+/// unknown. `--fall 2` finds a spinning worker after two checks (the default is three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_run_takes_the_checks_timings_as_flags() {
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/liveness/server.js");
+    let args = [
+        "run",
+        "-w",
+        "2",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+        "--health-path",
+        "/health",
+        "--health-interval",
+        "300ms",
+        "--health-timeout",
+        "300ms",
+        "--fall",
+        "2",
+        "--",
+        "node",
+        server.to_str().unwrap(),
+    ];
+    let d = DroverProcess::spawn(bin(), &args).await;
+    let admin = admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let spin = spin_one_worker(d.addr()).await;
+    let records = wait_restarts(&d, admin, 1).await;
+    let detail = records[0].detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.starts_with("hung: no answer to 2 health checks in a row"),
+        "{detail}"
+    );
+    assert_ne!(spin.await.unwrap(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_worker_is_killed_and_replaced_while_the_other_serves() {
     let (d, admin) = up_two_workers("stop", &no_sick_file("stop")).await;
