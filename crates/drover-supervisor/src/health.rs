@@ -77,10 +77,23 @@ pub(crate) async fn wait_ready(
 ) -> Result<(), NotReady> {
     let mut last = None;
     let attempts = async {
+        let mut said = false;
         loop {
             match ready_once(addr, check, probing).await {
                 Ok(()) => return,
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    // An answer, but the wrong one (a health path the app does not
+                    // have answers 404): said at once, not only when `within` runs
+                    // out (30 s of no traffic, and nothing in the log, before).
+                    if !said && matches!(e, ProbeError::Status(_) | ProbeError::Grpc(_)) {
+                        tracing::warn!(endpoint = %addr,
+                            "worker listens, but its health check failed ({e}): it gets no \
+                             traffic until the check passes (it is stopped and started \
+                             again if none does within {within:?})");
+                        said = true;
+                    }
+                    last = Some(e);
+                }
             }
             tokio::time::sleep(READY_POLL).await;
         }

@@ -11,7 +11,7 @@ use common::{
     wait_all_serving,
 };
 use drover_admin::RestartRow;
-use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
+use drover_testkit::{wait_until, wait_until_async, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -106,6 +106,27 @@ async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serv
     assert_eq!(restart_records(&s).len(), 1, "{:?}", restart_records(&s));
     let other = before.iter().find(|p| **p != hung.pid).unwrap();
     assert!(after.contains(other), "the other worker kept its process");
+}
+
+/// A worker whose health check answers, but badly (a path the app does not have
+/// answers 404; here, `/health` says 503), is said to be so at once. Before, nothing
+/// was logged until the ready timeout ran out: 30 s in which every client got a 503
+/// and the log said nothing of why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_fails_at_start_is_named_at_once() {
+    let dir = temp_dir("liveness-sick-at-start");
+    let sick = dir.join("sick");
+    std::fs::write(&sick, "").unwrap();
+    let env = format!("env = {{ SICK_FILE = \"{}\" }}\n", sick.display());
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, liveness_config(1, &env)).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let said = wait_until(Duration::from_secs(10), || {
+        d.stderr_text()
+            .contains("worker listens, but its health check failed (status 503)")
+    })
+    .await;
+    assert!(said, "{}", d.stderr_text());
 }
 
 /// `drover run` takes the checks' timings as flags, as a hung worker's restart record
