@@ -19,12 +19,28 @@ use std::time::Instant;
 /// exact; `stat`'s utime and stime (clock ticks, 100 per second on Linux; no run-queue
 /// time) are the fallback.
 pub fn main_thread_busy_ns(pid: u32) -> Option<u64> {
+    main_thread_ns(pid, true)
+}
+
+/// How long the main thread of `pid` has run on a core, in ns: `main_thread_busy_ns`
+/// without the time it waited for one. On a machine that other processes' load
+/// starves, a worker is busy all the time (it has work, and waits for a core) but
+/// computes little: what a request has computed is the time it ran.
+pub fn main_thread_run_ns(pid: u32) -> Option<u64> {
+    main_thread_ns(pid, false)
+}
+
+fn main_thread_ns(pid: u32, with_waits: bool) -> Option<u64> {
     let task = format!("/proc/{pid}/task/{pid}");
-    if let Some(ns) = std::fs::read_to_string(format!("{task}/schedstat"))
+    if let Some((running, waiting)) = std::fs::read_to_string(format!("{task}/schedstat"))
         .ok()
-        .and_then(|s| parse_schedstat(&s))
+        .and_then(|s| parse_schedstat_parts(&s))
     {
-        return Some(ns);
+        return Some(if with_waits {
+            running + waiting
+        } else {
+            running
+        });
     }
     let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
     parse_stat_ticks(&stat).map(|ticks| ticks * 10_000_000)
@@ -131,10 +147,15 @@ fn parse_stat_state(s: &str) -> Option<char> {
 }
 
 fn parse_schedstat(s: &str) -> Option<u64> {
+    parse_schedstat_parts(s).map(|(running, waiting)| running + waiting)
+}
+
+/// `schedstat`'s time on a core and time waiting on a run queue, in ns.
+fn parse_schedstat_parts(s: &str) -> Option<(u64, u64)> {
     let mut fields = s.split_whitespace().map(str::parse::<u64>);
     let running = fields.next()?.ok()?;
     let waiting = fields.next()?.ok()?;
-    Some(running + waiting)
+    Some((running, waiting))
 }
 
 /// utime + stime, fields 14 and 15 of `stat`, counted after the `)` that ends the

@@ -211,6 +211,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     // The main thread's busy time at the last probe (for `works_on_a_batch`).
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
+    let mut starved_logged = false;
     // The start of the last interval in which a probe passed or the worker showed work
     // of its own (not only a program it waits on); and when the watch began, once the
     // worker was ready.
@@ -286,6 +287,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 }
                 failures = 0;
                 waiting_logged = false;
+                starved_logged = false;
                 (w.show)(if outcome == Outcome::Busy {
                     WorkerState::Busy
                 } else {
@@ -300,6 +302,30 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         failures += 1;
         tracing::debug!(endpoint = %w.addr, failures, "worker health check failed: {e}");
         if failures < w.check.fall.max(1) {
+            continue;
+        }
+        // The checks allow a request `fall - 1` intervals of computing (the spell from
+        // the first failed check to the last). A worker kept busy that long but off a
+        // core most of it, by other processes' load (a noisy neighbour, a build), has
+        // computed less: its 2 s requests took 13 s and it was killed as spinning, with
+        // them, where Node's cluster module and PM2 served them. It stays, and is judged
+        // again at each check, on the time it ran. An endless loop still reaches the
+        // allowance, later by as much as it is starved.
+        let allowed = w.check.interval * (w.check.fall.max(1) - 1);
+        if let Some(ran) = quiet_since
+            .starved(w.pid, allowed)
+            .filter(|_| e.is_no_answer())
+        {
+            if !starved_logged {
+                tracing::warn!(endpoint = %w.addr, failures,
+                    "worker failing its health checks while other processes keep it off a \
+                     core: it ran {:.1}s of the {:.1}s since, under the {:.1}s its checks \
+                     allow a request; not restarted while it has computed less",
+                    ran.as_secs_f64(), quiet_since.at.elapsed().as_secs_f64(),
+                    allowed.as_secs_f64());
+                starved_logged = true;
+            }
+            (w.show)(WorkerState::Busy);
             continue;
         }
         match Arc::clone(w.restarts).try_acquire_owned() {
@@ -340,6 +366,8 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
 struct Quiet {
     at: Instant,
     busy_ns: Option<u64>,
+    /// The main thread's time on a core (busy without waiting for one).
+    run_ns: Option<u64>,
 }
 
 impl Quiet {
@@ -347,7 +375,22 @@ impl Quiet {
         Quiet {
             at: Instant::now(),
             busy_ns: pid.and_then(cpu::main_thread_busy_ns),
+            run_ns: pid.and_then(cpu::main_thread_run_ns),
         }
+    }
+
+    /// How long the main thread ran on a core since, when it was busy (running or
+    /// waiting for a core) most of the time but ran less than half of it, kept off a
+    /// core by other processes, and ran less than `allowed`: starved, with less
+    /// computed than the checks allow (see `until_unhealthy`).
+    fn starved(&self, pid: Option<u32>, allowed: Duration) -> Option<Duration> {
+        if !self.main_thread_share(pid).is_some_and(|s| s >= WORKING) {
+            return None;
+        }
+        let now = pid.and_then(cpu::main_thread_run_ns)?;
+        let ran = Duration::from_nanos(now.checked_sub(self.run_ns?)?);
+        let wall = self.at.elapsed();
+        (ran.as_secs_f64() < WORKING * wall.as_secs_f64() && ran < allowed).then_some(ran)
     }
 
     /// The share of the time since that the main thread was busy; `None` when its CPU
