@@ -10,7 +10,7 @@ use drover_registry::{HealthCheck, PassivePolicy, PoolOptions};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Everything needed to start one balancer.
 #[derive(Debug, Clone)]
@@ -157,14 +157,12 @@ impl BalancerPlan {
             })?;
         }
         let tls = match &b.tls {
-            Some(settings) => Some(Arc::new(
-                Certificates::load(settings, SystemTime::now()).map_err(|source| {
-                    PlanError::Tls {
-                        balancer: b.name.clone(),
-                        source,
-                    }
-                })?,
-            )),
+            Some(settings) => Some(Arc::new(Certificates::load(settings).map_err(
+                |source| PlanError::Tls {
+                    balancer: b.name.clone(),
+                    source,
+                },
+            )?)),
             None => None,
         };
         let backend_tls = match &b.backend_tls {

@@ -161,7 +161,7 @@ impl Connector {
                 let now = SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-                let (key, _) = tls::load_one(0, files, &provider, now).map_err(|e| Error {
+                let (key, info) = tls::load_one(0, files, &provider).map_err(|e| Error {
                     part: match e.part {
                         tls::Part::Cert => Part::Cert,
                         tls::Part::Key => Part::Key,
@@ -169,6 +169,15 @@ impl Connector {
                     path: e.path,
                     kind: e.kind,
                 })?;
+                if info.not_after < now {
+                    return Err(Error {
+                        part: Part::Cert,
+                        path: files.cert.clone(),
+                        kind: ErrorKind::Expired {
+                            not_after: info.not_after_text(),
+                        },
+                    });
+                }
                 builder.with_client_cert_resolver(Arc::new(ClientCert(Arc::new(key))))
             }
             None => builder.with_no_client_auth(),

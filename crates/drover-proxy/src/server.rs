@@ -428,19 +428,28 @@ async fn watch_certificates(cell: Arc<ThreadCell>, mut shutdown: watch::Receiver
 }
 
 /// Puts `certs` in force for new handshakes, shows them in the metrics, and warns of
-/// each that expires within `tls::EXPIRY_WARNING`.
+/// each that expires within `tls::EXPIRY_WARNING`. A reload's certificates that would
+/// put an expired one where a valid one serves are not put in force
+/// (`Certificates::check_renewal_of`): the listener's certificates stay as they are, and
+/// the rest of the reload applies.
 fn install_tls(
     balancer: &str,
     slot: &ArcSwapOption<Certificates>,
     stats: &BalancerStats,
     certs: Option<Arc<Certificates>>,
 ) {
+    if let (Some(new), Some(served)) = (&certs, &*slot.load()) {
+        if let Err(e) = new.check_renewal_of(served, std::time::SystemTime::now()) {
+            error!(balancer, "TLS certificates not changed by the reload, the ones read before serve on: {e}, where the one served has not");
+            return;
+        }
+    }
     show_tls(balancer, stats, certs.as_deref());
     slot.store(certs);
 }
 
 /// Shows `certs` in the metrics, and warns of each that expires within
-/// `tls::EXPIRY_WARNING`.
+/// `tls::EXPIRY_WARNING` (an error for one that has expired: clients refuse it).
 fn show_tls(balancer: &str, stats: &BalancerStats, certs: Option<&Certificates>) {
     let info = certs.map_or(&[][..], |c| c.info());
     stats.set_tls_certificates(
@@ -452,7 +461,21 @@ fn show_tls(balancer: &str, stats: &BalancerStats, certs: Option<&Certificates>)
             .collect(),
     );
     if let Some(certs) = certs {
-        for c in certs.expiring(std::time::SystemTime::now()) {
+        let now = std::time::SystemTime::now();
+        for c in certs.expired(now) {
+            error!(
+                balancer,
+                cert = %c.path,
+                names = %c.names.join(","),
+                "the TLS certificate expired on {}: clients refuse it (served still, so the \
+                 listener's other names serve on); renew it (drover reads renewed files by itself)",
+                c.not_after_text()
+            );
+        }
+        for c in certs
+            .expiring(now)
+            .filter(|c| !certs.expired(now).any(|e| e.path == c.path))
+        {
             warn!(
                 balancer,
                 cert = %c.path,

@@ -253,9 +253,7 @@ fn tls(pki: &Pki) -> Arc<drover_proxy::tls::Certificates> {
         }],
         alpn: Vec::new(),
     };
-    Arc::new(
-        drover_proxy::tls::Certificates::load(&settings, std::time::SystemTime::now()).unwrap(),
-    )
+    Arc::new(drover_proxy::tls::Certificates::load(&settings).unwrap())
 }
 
 #[tokio::test]

@@ -99,8 +99,13 @@ fn expiring(prepared: &preflight::Prepared) -> Vec<String> {
             continue;
         };
         for c in certs.expiring(now) {
+            let when = if certs.expired(now).any(|e| e.path == c.path) {
+                "expired on"
+            } else {
+                "expires on"
+            };
             soon.push(format!(
-                "balancer {:?}: tls: {} expires on {}: renew it (drover reads renewed files by itself)",
+                "balancer {:?}: tls: {} {when} {}: renew it (drover reads renewed files by itself)",
                 plan.proxy.name,
                 c.path,
                 c.not_after_text()

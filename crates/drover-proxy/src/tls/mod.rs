@@ -153,7 +153,8 @@ pub enum ErrorKind {
     Encrypted,
     /// The key is not the certificate's (`cert` names the certificate's file).
     KeyMismatch { cert: PathBuf },
-    /// The certificate's notAfter has passed.
+    /// The certificate's notAfter has passed: refused as a backend's client certificate,
+    /// or where it would replace one that has not (`Certificates::check_renewal_of`).
     Expired { not_after: String },
     /// No settings at all (an empty list).
     NoCertificates,
@@ -242,8 +243,9 @@ impl fmt::Debug for Certificates {
 
 impl Certificates {
     /// Reads and checks every file of `settings`: each is PEM, each key is its
-    /// certificate's, no certificate has expired by `now`. The first error stops it.
-    pub fn load(settings: &Settings, now: SystemTime) -> Result<Certificates, Error> {
+    /// certificate's. The first error stops it. An expired certificate is loaded, and
+    /// served (see `expired`).
+    pub fn load(settings: &Settings) -> Result<Certificates, Error> {
         let Some(first) = settings.certs.first() else {
             return Err(Error {
                 index: 0,
@@ -256,13 +258,10 @@ impl Certificates {
         // stamp, and is read again.
         let stamps = stamps(settings);
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let now = now
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
         let mut keys = Vec::with_capacity(settings.certs.len());
         let mut info = Vec::with_capacity(settings.certs.len());
         for (index, files) in settings.certs.iter().enumerate() {
-            let (key, cert_info) = load_one(index, files, &provider, now)?;
+            let (key, cert_info) = load_one(index, files, &provider)?;
             keys.push(Arc::new(key));
             info.push(cert_info);
         }
@@ -319,9 +318,44 @@ impl Certificates {
     pub fn expiring(&self, now: SystemTime) -> impl Iterator<Item = &CertInfo> {
         let limit = now
             .checked_add(EXPIRY_WARNING)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            .map_or(i64::MAX, unix_seconds);
         self.info.iter().filter(move |c| c.not_after <= limit)
+    }
+
+    /// The certificates whose notAfter has passed by `now`. They are served: a client
+    /// refuses one and says why, and the listener's other names, its other listeners and
+    /// the rest of the process serve on, as under nginx and HAProxy. Refused, one
+    /// expired certificate of a minor name (its renewal failed) blocked the renewal of
+    /// every other certificate of its listener, every reload, and, at the next restart,
+    /// every listener of the process (edge seat).
+    pub fn expired(&self, now: SystemTime) -> impl Iterator<Item = &CertInfo> {
+        let now = unix_seconds(now);
+        self.info.iter().filter(move |c| c.not_after < now)
+    }
+
+    /// Whether these may replace `served` (the same settings read again, or a reload's):
+    /// not when one of them has expired by `now` where the certificate `served` read
+    /// from the same file has not. Such a renewal (an old copy put back) would break a
+    /// name that works, so it changes nothing, as a file that does not parse.
+    pub fn check_renewal_of(&self, served: &Certificates, now: SystemTime) -> Result<(), Error> {
+        let now = unix_seconds(now);
+        for (index, new) in self.info.iter().enumerate() {
+            let replaces_valid = served
+                .info
+                .iter()
+                .any(|old| old.path == new.path && old.not_after >= now);
+            if new.not_after < now && replaces_valid {
+                return Err(Error {
+                    index,
+                    part: Part::Cert,
+                    path: self.settings.certs[index].cert.clone(),
+                    kind: ErrorKind::Expired {
+                        not_after: new.not_after_text(),
+                    },
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The handshake's configuration for what the listener serves inside.
@@ -332,6 +366,12 @@ impl Certificates {
             Inside::Bytes => &self.config_bytes,
         }
     }
+}
+
+/// Seconds since the Unix epoch (0 before it), as `CertInfo::not_after` counts.
+fn unix_seconds(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn stamps(settings: &Settings) -> Vec<Option<Stamp>> {
@@ -382,7 +422,6 @@ pub(crate) fn load_one(
     index: usize,
     files: &CertFiles,
     provider: &CryptoProvider,
-    now: i64,
 ) -> Result<(CertifiedKey, CertInfo), Error> {
     let err = |part, path: &Path, kind| Error {
         index,
@@ -404,15 +443,6 @@ pub(crate) fn load_one(
     }
     let info = cert_info(&chain[0], &files.cert)
         .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::BadCertificate(e)))?;
-    if info.not_after < now {
-        return Err(err(
-            Part::Cert,
-            &files.cert,
-            ErrorKind::Expired {
-                not_after: info.not_after_text(),
-            },
-        ));
-    }
     let key_bytes = if files.key == files.cert {
         cert_bytes
     } else {
@@ -505,13 +535,10 @@ mod tests {
     }
 
     fn load(certs: Vec<CertFiles>) -> Result<Certificates, Error> {
-        Certificates::load(
-            &Settings {
-                certs,
-                alpn: Vec::new(),
-            },
-            SystemTime::now(),
-        )
+        Certificates::load(&Settings {
+            certs,
+            alpn: Vec::new(),
+        })
     }
 
     #[test]
@@ -640,19 +667,17 @@ mod tests {
                 "is encrypted with a pass phrase",
             );
         }
-        check(
-            with(&old.cert, &old.key),
-            Part::Cert,
-            &old.cert,
-            "expired on Jan  1 00:00:00 2001",
-        );
-        let none = Certificates::load(
-            &Settings {
-                certs: Vec::new(),
-                alpn: Vec::new(),
-            },
-            SystemTime::now(),
-        );
+        // Expired is not a bad file: it is served (see `expired`).
+        let expired = load(vec![good.clone(), old.clone()]).unwrap();
+        let names: Vec<&str> = expired
+            .expired(SystemTime::now())
+            .map(|i| i.names[0].as_str())
+            .collect();
+        assert_eq!(names, ["old.test"]);
+        let none = Certificates::load(&Settings {
+            certs: Vec::new(),
+            alpn: Vec::new(),
+        });
         assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
     }
 
@@ -693,6 +718,48 @@ mod tests {
         assert!(watch.look(&read).is_none());
         let fixed = watch.look(&read).expect("read once settled").unwrap();
         assert_eq!(fixed.info()[0].names, ["c.test"]);
+    }
+
+    #[test]
+    fn an_expired_renewal_of_a_valid_certificate_changes_nothing_and_of_an_expired_one_is_read() {
+        let scratch = dir("renewal");
+        let d = scratch.path();
+        let a = cert(d, "a", &["a.test"], 2100);
+        let served = load(vec![a.clone()]).unwrap();
+        let mut watch = watch::Watch::default();
+        let old = cert(d, "old", &["a.test"], 2001);
+        replace(&old.cert, &a.cert);
+        replace(&old.key, &a.key);
+        assert!(watch.look(&served).is_none(), "read before it settled");
+        let e = watch.look(&served).expect("read once settled").unwrap_err();
+        assert_eq!((e.part, e.path.as_path()), (Part::Cert, a.cert.as_path()));
+        assert!(
+            e.to_string().contains("expired on Jan  1 00:00:00 2001"),
+            "{e}"
+        );
+        assert!(watch.look(&served).is_none(), "tried again unchanged");
+
+        // Served expired (it was loaded so at start): its renewal is read, expired or not.
+        let expired = load(vec![a.clone()]).unwrap();
+        assert_eq!(expired.expired(SystemTime::now()).count(), 1);
+        let older = cert(d, "older", &["a.test"], 2000);
+        replace(&older.cert, &a.cert);
+        replace(&older.key, &a.key);
+        let mut watch = watch::Watch::default();
+        assert!(watch.look(&expired).is_none());
+        assert!(watch.look(&expired).expect("read once settled").is_ok());
+        let new = cert(d, "new", &["a.test"], 2100);
+        replace(&new.cert, &a.cert);
+        replace(&new.key, &a.key);
+        assert!(watch.look(&expired).is_none());
+        let renewed = watch.look(&expired).expect("read once settled").unwrap();
+        assert_eq!(renewed.expired(SystemTime::now()).count(), 0);
+        assert!(renewed
+            .check_renewal_of(&expired, SystemTime::now())
+            .is_ok());
+        assert!(expired
+            .check_renewal_of(&renewed, SystemTime::now())
+            .is_err());
     }
 
     #[test]

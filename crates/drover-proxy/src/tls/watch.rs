@@ -62,7 +62,10 @@ impl Watch {
             return None;
         }
         self.settling = None;
-        let read = Certificates::load(&current.settings, SystemTime::now());
+        let read = Certificates::load(&current.settings).and_then(|read| {
+            read.check_renewal_of(current, SystemTime::now())
+                .map(|()| read)
+        });
         self.failed = read.is_err().then_some(now);
         Some(read)
     }
