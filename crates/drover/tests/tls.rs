@@ -1266,8 +1266,14 @@ async fn a_plain_balancer_redirects_every_request_to_https() {
         .unwrap()
         .local_addr()
         .unwrap();
+    // certbot's webroot beside the redirect, as nginx's `location
+    // /.well-known/acme-challenge/` beside `return 301`: proxied, the rest redirected.
+    let acme = format!(
+        "routes = [{{ path_prefix = \"/.well-known/acme-challenge/\", balancer = \"acme\" }}]\n\n[[balancer]]\nname = \"acme\"\nbackends = [\"{}\"]\n",
+        backend.addr()
+    );
     let toml = format!(
-        "{}\n[[balancer]]\nname = \"http\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = []\nredirect_to_https = {}\n",
+        "{}\n[[balancer]]\nname = \"http\"\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = []\nredirect_to_https = {}\n{acme}",
         config(backend.addr(), &tls_table(&[&a])).replacen(
             "listen = \"127.0.0.1:0\"\nthreads",
             &format!("listen = \"{https}\"\nthreads"),
@@ -1340,6 +1346,15 @@ async fn a_plain_balancer_redirects_every_request_to_https() {
         1,
         "only the followed request reached the backend"
     );
+    let answer = drover_testkit::raw_exchange(
+        http,
+        b"GET /.well-known/acme-challenge/t0ken HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert_eq!(backend.hits(), 2, "the challenge reached the backend");
     let redirected = metrics_text(admin)
         .await
         .lines()

@@ -186,6 +186,12 @@ impl Conn {
         answered: &mut Option<Answered>,
     ) -> bool {
         if head.routed == Routed::Nowhere {
+            // A redirecting listener's routes take what they match (certbot's
+            // `/.well-known/acme-challenge/`, as nginx's `location` beside its `return
+            // 301`), and it redirects the rest: that was a 404 for every other path.
+            if let Some(port) = self.opts().redirect_to_https {
+                return self.redirect_to_https(head, port).await;
+            }
             // No route takes it, and the listener's own balancer has no backends: 404,
             // as nginx answers a `location` nothing matches.
             let why = "no route matches this request's host and path";
