@@ -234,6 +234,29 @@ async fn sni_picks_each_certificate_a_wildcard_covers_its_names_and_the_first_is
         let out = s_client(web, sni, &[]);
         assert_eq!(subject_cn(&out), cn, "SNI {sni:?}:\n{out}");
     }
+    // An IP address as SNI is not a name (RFC 6066 §3), but wrk and Node send it: the
+    // default certificate, and no log line per handshake.
+    let script = format!(
+        "const tls = require('tls'); let left = 3; for (let i = 0; i < 3; i++) {{ \
+         const s = tls.connect({{ port: {}, host: '127.0.0.1', servername: '127.0.0.1', \
+         rejectUnauthorized: false }}, () => {{ \
+         console.log(s.getPeerCertificate().subject.CN); s.end(); \
+         if (--left === 0) process.exit(0); }}); }}",
+        web.port()
+    );
+    let out = Command::new("node").args(["-e", &script]).output().unwrap();
+    let cns = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        cns.lines().collect::<Vec<_>>(),
+        ["default.test"; 3],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !d.stderr_text().contains("Illegal SNI"),
+        "{}",
+        d.stderr_text()
+    );
     // curl checks the name against the certificate it gets: each one verifies.
     for host in ["a.test", "x.w.test", "default.test"] {
         let (code, body, err) = curl(&pki, host, web, &["/"], &[]);
