@@ -2431,9 +2431,10 @@ fn validate_balancer(
         ));
     }
 
-    // `trusted = [...]` under `table`: the senders, or an error naming the entry.
-    let trusted_senders = |trusted: Spanned<Vec<Spanned<String>>>, table: &str| {
-        if trusted.get_ref().is_empty() {
+    // `trusted = [...]` under `table`: the senders, or an error naming the entry. None
+    // at all only where that means something (`forwarded_headers`: pass no client's).
+    let trusted_senders = |trusted: Spanned<Vec<Spanned<String>>>, table: &str, none_ok: bool| {
+        if trusted.get_ref().is_empty() && !none_ok {
             return Err(ctx.at(
                 trusted.span(),
                 key(&format!("{table}.trusted")),
@@ -2449,12 +2450,17 @@ fn validate_balancer(
         Ok(TrustedSenders::new(ranges))
     };
     if let Some(pp) = raw.proxy_protocol {
-        b.proxy_protocol = Some(trusted_senders(pp.into_inner().trusted, "proxy_protocol")?);
+        b.proxy_protocol = Some(trusted_senders(
+            pp.into_inner().trusted,
+            "proxy_protocol",
+            false,
+        )?);
     }
     if let Some(f) = raw.forwarded_headers {
         b.forwarded_headers = Some(trusted_senders(
             f.into_inner().trusted,
             "forwarded_headers",
+            true,
         )?);
     }
 
@@ -4313,6 +4319,19 @@ sticky = { cookie = "sid" }
         assert!(!trusted.trusts("10.2.3.4".parse().unwrap()));
         let plan = crate::plan::BalancerPlan::from_config(&c.balancers[0]).unwrap();
         assert_eq!(plan.proxy.forwarded_headers_from, Some(trusted));
+        // None at all: nobody's (at the edge); the PROXY protocol must name someone.
+        let c = ok(&format!(
+            "{MINIMAL}forwarded_headers = {{ trusted = [] }}\n"
+        ));
+        let nobody = c.balancers[0].forwarded_headers.clone().unwrap();
+        assert!(!nobody.trusts("127.0.0.1".parse().unwrap()));
+        let e = err(&format!("{MINIMAL}proxy_protocol = {{ trusted = [] }}\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].proxy_protocol.trusted",
+            "no sender to trust",
+        );
     }
 
     #[test]

@@ -226,10 +226,20 @@ pub struct ProxyProtocolArg {
     pub send_proxy_protocol: Option<model::SendVersion>,
     /// Pass on X-Forwarded-Proto and X-Forwarded-Host as these senders write them
     /// (comma-separated addresses or CIDR ranges; 0.0.0.0/0,::/0 for everyone, as nginx
-    /// passes them), and write drover's own for everyone else [default: loopback and
+    /// passes them; none: nobody, drover writes its own for every client, as nginx's
+    /// `$scheme`), and write drover's own for everyone else [default: loopback and
     /// private addresses, where a proxy in front is]
-    #[arg(long, value_name = "ADDRS")]
+    #[arg(long, value_name = "ADDRS", value_parser = forwarded_senders)]
     pub forwarded_headers_from: Option<model::TrustedSenders>,
+}
+
+/// `--forwarded-headers-from`: addresses as `--proxy-protocol-from` takes them, or `none`
+/// (`forwarded_headers = { trusted = [] }`): at the edge, no client's fields are passed.
+fn forwarded_senders(s: &str) -> Result<model::TrustedSenders, String> {
+    if s.trim() == "none" {
+        return Ok(model::TrustedSenders::new(Vec::new()));
+    }
+    s.parse()
 }
 
 /// HTTPS on the listener, the same for `proxy` and `run` (`tls` in a drover.toml).
@@ -2007,6 +2017,17 @@ mod tests {
             Some("173.245.48.0/20,::/0".parse().unwrap())
         );
         assert_eq!(proxy(&[]).unwrap().forwarded_headers, None);
+        let edge = proxy(&["--forwarded-headers-from", "none"]).unwrap();
+        assert_eq!(
+            edge.forwarded_headers,
+            Some(model::TrustedSenders::new(Vec::new()))
+        );
+        let argv = ["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"];
+        let none = [&argv[..], &["--proxy-protocol-from", "none"]].concat();
+        assert!(
+            Proxy::try_parse_from(none).is_err(),
+            "the PROXY protocol needs a sender"
+        );
     }
 
     /// Each default has one definition, in the library where it has one: `drover proxy`

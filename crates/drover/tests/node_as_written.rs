@@ -891,6 +891,15 @@ async fn behind_a_proxy_that_ends_tls_the_app_hears_how_its_client_came_as_under
         "from another address: {answer}"
     );
     drover_stops_cleanly("forwarded-headers-from", &d).await;
+    // At the edge, none: drover writes its own for every client, as nginx's `$scheme`
+    // (an office LAN's client on a private address claimed another host before).
+    let d = run_sessions_app("proxy", &["--forwarded-headers-from", "none"]).await;
+    let answer = ask_from([127, 0, 0, 5], d.addr(), claim).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 301") && answer.contains("https://127.0.0.1/account"),
+        "from a loopback address, with none trusted: {answer}"
+    );
+    drover_stops_cleanly("forwarded-headers-from none", &d).await;
 }
 
 /// `GET /` over the Unix socket at `path`: the status and body, or why not.
