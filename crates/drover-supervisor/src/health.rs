@@ -17,6 +17,7 @@
 use crate::cpu;
 use crate::spec::{Mode, BACKGROUND_SETTLE};
 use crate::status::WorkerState;
+use crate::waiting;
 use drover_registry::liveness::{self, Outcome, Progress};
 use drover_registry::{
     probe, probe_with, CheckKind, HealthCheck, Pool, ProbeError, Prober, Probing,
@@ -181,6 +182,32 @@ fn waits_on_a_child(pid: Option<u32>, main_thread_share: Option<f64>, quiet_for:
         && cpu::youngest_child_age(pid).is_some_and(|age| age <= quiet_for)
 }
 
+/// Whether a worker whose probes get no answer, and whose event loop did not answer
+/// drover's ping either (every program but Node has none), waits on a dependency: a
+/// TCP connection it opened (see `waiting`). gunicorn's sync worker blocked on a
+/// stalled redis was killed as deadlocked after 4 s, with the POST it held and three
+/// queued behind it, where nginx in front of gunicorn failed none. Busy, as a Node
+/// worker whose event loop answers: a restart would fail what it holds and make the
+/// dependency no faster. One that waits forever is the app's to time out (gunicorn's
+/// own `--timeout` kills a sync worker silent for 30 s). Said once per quiet spell.
+fn waits_on_a_dependency(pid: Option<u32>, serving_port: u16, logged: &mut bool) -> bool {
+    let Some(pid) = pid else {
+        return false;
+    };
+    let group = cpu::process_group(pid).unwrap_or(pid);
+    let Some(dependency) = waiting::waits_on(group, serving_port) else {
+        return false;
+    };
+    if !*logged {
+        tracing::warn!(
+            "worker (pid {pid}) answers no health check while it waits on a connection to \
+             {dependency}: busy, not restarted while it waits"
+        );
+        *logged = true;
+    }
+    true
+}
+
 /// A main thread busy at least this share of the time since the last probe is working
 /// through something, not stuck. Not the balancer's `SATURATED` (0.9): the share runs
 /// from the last probe, which a burst often follows after an idle spell: beside other
@@ -212,6 +239,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
     let mut starved_logged = false;
+    let mut dependency_logged = false;
     // The start of the last interval in which a probe passed or the worker showed work
     // of its own (not only a program it waits on); and when the watch began, once the
     // worker was ready.
@@ -258,10 +286,15 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 share,
                 (last_progress.elapsed() + w.check.interval).min(watching_since.elapsed()),
             );
+        let on_dependency = matches!(&result, Err(e) if e.is_no_answer())
+            && !waits
+            && !on_child
+            && share.is_some_and(|s| s < WORKING)
+            && waits_on_a_dependency(w.pid, w.addr.port(), &mut dependency_logged);
         last_probe = Quiet::now(w.pid);
         let interval_began = std::mem::replace(&mut last_look, Instant::now());
         let worked = progress.advanced(completed()) || waits || batch;
-        let advanced = worked || on_child;
+        let advanced = worked || on_child || on_dependency;
         if let Err(e @ ProbeError::LocalShortage(_)) = &result {
             // drover could not make the probe (out of descriptors, say: overload): that
             // says nothing about the worker, and counting it would restart workers for
@@ -281,6 +314,9 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 }
                 if on_child && !worked {
                     tracing::debug!(endpoint = %w.addr, "worker waits on a program it started");
+                }
+                if !on_dependency {
+                    dependency_logged = false;
                 }
                 if failures > 0 || outcome == Outcome::Busy {
                     tracing::debug!(endpoint = %w.addr, ?outcome, "worker health check");

@@ -39,6 +39,7 @@ pub mod spec;
 pub mod status;
 mod steer;
 mod supervisor;
+mod waiting;
 pub mod watch;
 mod worker;
 

@@ -14,10 +14,23 @@ pub struct Listening {
     pub inode: u64,
 }
 
-/// Every listening TCP socket of this network namespace, from /proc/net/tcp and tcp6;
-/// empty where /proc is not there. The files list every connection too, so this is for
-/// rare looks, not a poll.
-pub fn listening_sockets() -> Vec<Listening> {
+/// One TCP socket of this network namespace, as /proc/net/tcp lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TcpSocket {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// The kernel's state number (`include/net/tcp_states.h`): see the constants below.
+    pub state: u8,
+    pub inode: u64,
+}
+
+pub(crate) const ESTABLISHED: u8 = 0x01;
+pub(crate) const SYN_SENT: u8 = 0x02;
+const LISTEN: u8 = 0x0A;
+
+/// Every TCP socket of this network namespace, from /proc/net/tcp and tcp6; empty where
+/// /proc is not there. For rare looks, not a poll: the files list every connection.
+pub(crate) fn tcp_sockets() -> Vec<TcpSocket> {
     let mut found = Vec::new();
     for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(file) else {
@@ -26,17 +39,39 @@ pub fn listening_sockets() -> Vec<Listening> {
         for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
             // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
-            let (Some(local), Some(&"0A"), Some(inode)) =
-                (fields.get(1), fields.get(3), fields.get(9))
+            let (Some(local), Some(remote), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(2), fields.get(3), fields.get(9))
             else {
                 continue;
             };
-            if let (Some(addr), Ok(inode)) = (proc_net_addr(local), inode.parse()) {
-                found.push(Listening { addr, inode });
+            if let (Some(local), Some(remote), Ok(state), Ok(inode)) = (
+                proc_net_addr(local),
+                proc_net_addr(remote),
+                u8::from_str_radix(state, 16),
+                inode.parse(),
+            ) {
+                found.push(TcpSocket {
+                    local,
+                    remote,
+                    state,
+                    inode,
+                });
             }
         }
     }
     found
+}
+
+/// Every listening TCP socket of this network namespace (see `tcp_sockets`).
+pub fn listening_sockets() -> Vec<Listening> {
+    tcp_sockets()
+        .into_iter()
+        .filter(|s| s.state == LISTEN)
+        .map(|s| Listening {
+            addr: s.local,
+            inode: s.inode,
+        })
+        .collect()
 }
 
 /// The inodes of the sockets process `pid` has descriptors on; empty when its
@@ -46,30 +81,45 @@ pub fn socket_inodes(pid: u32) -> BTreeSet<u64> {
         return BTreeSet::new();
     };
     fds.flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|link| {
-            let link = link.to_str()?;
-            link.strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()
-        })
+        .filter_map(|fd| socket_inode(&fd.path()))
         .collect()
+}
+
+/// The inode of the socket a descriptor's link in /proc/PID/fd names, if it is one.
+fn socket_inode(fd_link: &std::path::Path) -> Option<u64> {
+    let link = std::fs::read_link(fd_link).ok()?;
+    link.to_str()?
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// The inodes of the sockets held by any process of process group `group`: a worker
 /// and whatever it started (a runner's app, `npm start`'s node), which each worker's own
 /// group holds. Walks /proc: for rare looks.
 pub fn group_socket_inodes(group: u32) -> BTreeSet<u64> {
+    group_members(group)
+        .into_iter()
+        .flat_map(socket_inodes)
+        .collect()
+}
+
+/// The processes of process group `group`. Walks /proc: for rare looks.
+pub(crate) fn group_members(group: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return BTreeSet::new();
+        return Vec::new();
     };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| crate::cpu::process_group(pid) == Some(group))
-        .flat_map(socket_inodes)
         .collect()
+}
+
+/// The inode of the socket behind descriptor `fd` of process `pid`, if it is one.
+pub(crate) fn fd_socket_inode(pid: u32, fd: i32) -> Option<u64> {
+    socket_inode(std::path::Path::new(&format!("/proc/{pid}/fd/{fd}")))
 }
 
 /// An address as /proc/net/tcp writes it: the address's 32-bit words in hex, each as

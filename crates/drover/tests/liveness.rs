@@ -382,6 +382,126 @@ async fn a_deadlocked_app_below_a_shell_is_killed() {
     );
 }
 
+/// A Python worker (no event loop drover can ping) whose routes and `/health` wait on a
+/// dependency that stalls: blocked reading its connection, or polling it. Busy, not
+/// hung: it is not restarted, and the POST it holds is answered once the dependency is
+/// back. Killed as deadlocked after 4 s before, with the
+/// POST (gunicorn's sync worker on a stalled redis; nginx in front of gunicorn failed
+/// none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
+    use std::io::{BufRead, Write};
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("liveness-dependency");
+    // The dependency: answers each line once it is not stalled.
+    let dependency = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dep_port = dependency.local_addr().unwrap().port();
+    let stalled = Arc::new(AtomicBool::new(false));
+    let stall = Arc::clone(&stalled);
+    std::thread::spawn(move || {
+        for conn in dependency.incoming().flatten() {
+            let stall = Arc::clone(&stall);
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_ok() {
+                    while stall.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    let _ = (&conn).write_all(b"ok\n");
+                }
+            });
+        }
+    });
+    std::fs::write(
+        dir.join("app.py"),
+        "import http.server, os, socket\n\
+         DEP = int(os.environ['DEP'])\n\
+         def ask(poll):\n\
+         \x20   s = socket.create_connection(('127.0.0.1', DEP))\n\
+         \x20   if poll:\n\
+         \x20       s.settimeout(60)\n\
+         \x20   s.sendall(b'q\\n')\n\
+         \x20   got = b''\n\
+         \x20   while not got.endswith(b'\\n'):\n\
+         \x20       chunk = s.recv(64)\n\
+         \x20       if not chunk:\n\
+         \x20           break\n\
+         \x20       got += chunk\n\
+         \x20   s.close()\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def answer(self):\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-length', '2')\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(b'ok')\n\
+         \x20   def do_GET(self):\n\
+         \x20       ask(False)\n\
+         \x20       self.answer()\n\
+         \x20   def do_POST(self):\n\
+         \x20       self.rfile.read(int(self.headers.get('content-length', 0)))\n\
+         \x20       ask('poll' in self.path)\n\
+         \x20       self.answer()\n\
+         \x20   def log_message(self, *a):\n\
+         \x20       pass\n\
+         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{}\"]\nworkers = 1\n\
+         env = {{ DEP = \"{dep_port}\" }}\n\
+         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        dir.join("app.py").display()
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let addr = d.addr();
+    let ready = wait_until_async(Duration::from_secs(20), || async {
+        let Ok(mut c) = HttpClient::connect(addr).await else {
+            return false;
+        };
+        c.get("/health").await.status == 200
+    })
+    .await;
+    assert!(ready, "{}", d.stderr_text());
+    for (method, path) in [("POST", "/read"), ("POST", "/poll"), ("GET", "/read")] {
+        stalled.store(true, Ordering::Relaxed);
+        let asked = tokio::spawn(async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            c.request(
+                method,
+                path,
+                &[],
+                (method == "POST").then_some(&b"order"[..]),
+            )
+            .await
+            .map(|r| r.status)
+        });
+        // Eight checks at least, where two in a row without an answer are a hang.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        stalled.store(false, Ordering::Relaxed);
+        let answered = asked.await.unwrap();
+        assert!(
+            matches!(answered, Ok(200)),
+            "{method} {path}: {answered:?}\n{}",
+            d.stderr_text()
+        );
+    }
+    let s = status(admin).await;
+    assert!(
+        restart_records(&s).is_empty(),
+        "restarted while it waited: {:?}\n{}",
+        restart_records(&s),
+        d.stderr_text()
+    );
+    let said = format!("waits on a connection to 127.0.0.1:{dep_port}");
+    assert!(d.stderr_text().contains(&said), "{}", d.stderr_text());
+}
+
 /// Every route of both workers, `/health` too, waits 3 s on a slow database: probes get
 /// no answer and nothing completes for seconds, as in a deadlock. But each worker's event
 /// loop answers drover's ping over its IPC channel, so it waits and is not hung: no

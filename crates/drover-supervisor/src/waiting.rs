@@ -1,0 +1,251 @@
+//! What a worker that answers nothing waits on, read from `/proc` (Linux): for workers
+//! drover has no event loop to ping (every program but Node), the one sign that tells a
+//! worker waiting on a slow database from one that deadlocked.
+//!
+//! Each thread's `/proc/PID/task/TID/syscall` names the system call it is blocked in and
+//! its arguments. A thread blocked reading from, connecting to or polling a TCP
+//! connection that its worker opened (to a database, a cache, an API: not one of its
+//! own clients') waits on that dependency, which ends without drover. A deadlock waits
+//! on a lock (`futex`), which nothing outside ends; a stopped process and one that spins
+//! are not waiting. A sleep is not counted: a worker's helper (`sleep 1000 &` in its
+//! wrapper) sleeps for ever, and so does an app that parks a hung request in one.
+//!
+//! By hand rather than with a crate: two files per thread and one per descriptor; the
+//! procfs crate reads neither `syscall` nor another process's memory.
+
+use crate::listening::{self, ESTABLISHED, SYN_SENT};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+
+/// The dependency (the address of a connection it opened) a thread of process group
+/// `group` (a worker and what it started: gunicorn's master and its worker) is blocked
+/// on; `None` when no thread is, or a process of the group is stopped. `serving_port`:
+/// the port the worker serves on, whose connections are its clients', not dependencies.
+pub(crate) fn waits_on(group: u32, serving_port: u16) -> Option<SocketAddr> {
+    let members = listening::group_members(group);
+    if members.iter().any(|&pid| crate::cpu::is_stopped(pid)) {
+        return None;
+    }
+    let mut sockets = BTreeSet::new();
+    for &pid in &members {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(text) = std::fs::read_to_string(task.path().join("syscall")) else {
+                continue;
+            };
+            let Some(call) = Blocked::parse(&text) else {
+                continue;
+            };
+            match call.waits_on() {
+                On::Fds(fds) => sockets.extend(
+                    fds.into_iter()
+                        .filter_map(|fd| listening::fd_socket_inode(pid, fd)),
+                ),
+                On::PollList { at, count } => sockets.extend(
+                    poll_fds(pid, at, count)
+                        .into_iter()
+                        .filter_map(|fd| listening::fd_socket_inode(pid, fd)),
+                ),
+                On::Other => {}
+            }
+        }
+    }
+    if sockets.is_empty() {
+        return None;
+    }
+    listening::tcp_sockets()
+        .into_iter()
+        .find(|s| {
+            sockets.contains(&s.inode)
+                && matches!(s.state, ESTABLISHED | SYN_SENT)
+                && s.local.port() != serving_port
+        })
+        .map(|s| s.remote)
+}
+
+/// A system call a thread is blocked in, as `/proc/PID/task/TID/syscall` writes it: its
+/// number and first arguments ("running" and "-1 …", a thread in user space, parse to
+/// `None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Blocked {
+    number: u64,
+    args: [u64; 3],
+}
+
+/// What a blocked call waits on.
+#[derive(Debug, PartialEq, Eq)]
+enum On {
+    /// These descriptors.
+    Fds(Vec<i32>),
+    /// The descriptors of a `struct pollfd` list in the process's memory.
+    PollList {
+        at: u64,
+        count: u64,
+    },
+    Other,
+}
+
+impl Blocked {
+    fn parse(text: &str) -> Option<Blocked> {
+        let mut fields = text.split_whitespace();
+        let number = fields.next()?.parse().ok()?;
+        let mut args = [0u64; 3];
+        for a in &mut args {
+            *a = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+        }
+        Some(Blocked { number, args })
+    }
+
+    fn waits_on(&self) -> On {
+        let fd = || On::Fds(i32::try_from(self.args[0]).into_iter().collect());
+        match self.number {
+            n if calls::ON_FD.contains(&n) => fd(),
+            n if calls::POLL.contains(&n) => On::PollList {
+                at: self.args[0],
+                count: self.args[1],
+            },
+            _ => On::Other,
+        }
+    }
+}
+
+/// A poll list's descriptors: each `struct pollfd` is an `int` descriptor and two
+/// `short`s, 8 bytes. Read from `/proc/PID/mem`, which a process's parent (and its
+/// parent's, as drover is to a worker's children) may read; a long list is cut short.
+fn poll_fds(pid: u32, at: u64, count: u64) -> Vec<i32> {
+    let count = count.min(64) as usize;
+    let mut list = vec![0u8; count * 8];
+    let read = std::fs::File::open(format!("/proc/{pid}/mem"))
+        .and_then(|mem| mem.read_exact_at(&mut list, at));
+    if read.is_err() {
+        return Vec::new();
+    }
+    list.chunks_exact(8)
+        .filter_map(|entry| {
+            let fd = i32::from_ne_bytes(entry[..4].try_into().ok()?);
+            (fd >= 0).then_some(fd)
+        })
+        .collect()
+}
+
+/// System call numbers of the architectures drover builds for.
+mod calls {
+    /// read, readv, recvfrom, recvmsg, connect, recvmmsg: the first argument is the
+    /// descriptor.
+    #[cfg(target_arch = "x86_64")]
+    pub const ON_FD: [u64; 6] = [0, 19, 45, 47, 42, 299];
+    /// poll, ppoll: a `struct pollfd` list and its length.
+    #[cfg(target_arch = "x86_64")]
+    pub const POLL: [u64; 2] = [7, 271];
+
+    #[cfg(target_arch = "aarch64")]
+    pub const ON_FD: [u64; 6] = [63, 65, 207, 212, 203, 243];
+    #[cfg(target_arch = "aarch64")]
+    pub const POLL: [u64; 1] = [73];
+
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const ON_FD: [u64; 0] = [];
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const POLL: [u64; 0] = [];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    #[test]
+    fn parses_a_blocked_call_and_not_a_running_thread() {
+        let b = Blocked::parse("45 0x4 0x7f00 0x40 0x0 0x0 0x0 0x7ffe 0x7f34\n").unwrap();
+        assert_eq!((b.number, b.args), (45, [4, 0x7f00, 0x40]));
+        assert_eq!(Blocked::parse("running\n"), None);
+        assert_eq!(Blocked::parse("-1 0x7ffe 0x7f34\n"), None);
+    }
+
+    /// A child of this test that blocks as `script` says, and is killed when dropped.
+    struct Blocking(std::process::Child);
+
+    impl Drop for Blocking {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn python(script: &str) -> Option<Blocking> {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .process_group(0)
+            .spawn()
+            .ok()?;
+        Some(Blocking(child))
+    }
+
+    fn settle(pid: u32, want: impl Fn(Option<SocketAddr>) -> bool) -> Option<SocketAddr> {
+        let mut last = None;
+        for _ in 0..100 {
+            last = waits_on(pid, 1);
+            if want(last) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        last
+    }
+
+    #[test]
+    fn a_read_or_poll_on_a_connection_it_opened_waits_on_that_dependency_and_a_lock_or_sleep_on_nothing(
+    ) {
+        let dependency = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = dependency.local_addr().unwrap();
+        // Blocking recv (recvfrom), then a recv with a timeout (poll first).
+        for (how, script) in [
+            ("read", format!("import socket\ns = socket.create_connection(('127.0.0.1', {}))\ns.recv(1)\n", at.port())),
+            ("poll", format!("import socket\ns = socket.create_connection(('127.0.0.1', {}))\ns.settimeout(60)\ns.recv(1)\n", at.port())),
+        ] {
+            let Some(child) = python(&script) else {
+                return; // no python3 here
+            };
+            let (mut peer, from) = dependency.accept().unwrap();
+            let pid = child.0.id();
+            let seen = settle(pid, |w| w.is_some());
+            assert_eq!(seen, Some(at), "{how}");
+            // A connection on the port it serves is a client's, not a dependency.
+            assert_eq!(waits_on(pid, from.port()), None, "{how}");
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGSTOP,
+            )
+            .unwrap();
+            assert_eq!(settle(pid, |w| w.is_none()), None, "{how}: stopped");
+            drop(child);
+            let _ = peer.write_all(b"x");
+            let _ = peer.read(&mut [0u8; 1]);
+        }
+        let Some(sleeping) = python("import time\ntime.sleep(60)\n") else {
+            return;
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            waits_on(sleeping.0.id(), 1),
+            None,
+            "a sleep is not a dependency"
+        );
+        let Some(locked) =
+            python("import threading\nl = threading.Lock()\nl.acquire()\nl.acquire()\n")
+        else {
+            return;
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            waits_on(locked.0.id(), 1),
+            None,
+            "a deadlock waits on nothing"
+        );
+    }
+}
