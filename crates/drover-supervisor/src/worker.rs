@@ -1803,8 +1803,12 @@ async fn replace_proc(
     let wait = new.ready_wait(shared, id);
     let settles = connect_says_ready(&new.spec);
     let preload = new.node_session.as_ref().map(|s| s.inbox.clone());
+    // A replacement whose event loop answers while it starts is waited for as a cold
+    // start is: an app that listens after 8 s started with `--ready-timeout 5s`, and
+    // every reload of it was refused at 5 s.
+    let starting = new.starting();
     let ready = async move {
-        ready_for_clients(&wait, &probing, wait.spec.ready_timeout)
+        ready_unless_hung(&wait, &probing, wait.spec.ready_timeout, starting.as_ref())
             .await
             .map_err(ReplaceError::NotReady)?;
         // A Node app's preload said it runs (its `listen()` comes once the app loaded).

@@ -342,6 +342,17 @@ async fn a_node_app_that_waits_before_it_listens_is_waited_for_not_restarted() {
         "{}",
         d.stderr_text()
     );
+    // A reload's replacements are waited for the same way: each was refused at the
+    // ready timeout, so no reload of such an app could ever roll out (deploy seat).
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    all_answered(&d, burst(d.addr(), 10).await);
+    let s = status(admin).await;
+    assert!(
+        s.apps[0].restarts.iter().all(|r| r.reason == "reload"),
+        "{:?}",
+        s.apps[0].restarts
+    );
 }
 
 /// One whose start keeps its event loop busy past the ready timeout and drover's wait
