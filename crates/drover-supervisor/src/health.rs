@@ -254,8 +254,9 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut last_look = last_progress;
     // When the probe before this one asked (and pinged the worker's event loop).
     let mut last_asked = last_progress;
-    // The worker's probes share a kept connection, as its clients' requests do.
-    let mut prober = Prober::default();
+    // The worker's probes share a kept connection, as its clients' requests do, and
+    // one at most is in it at a time (see `Probes`).
+    let mut probes = Probes::new(&w);
     loop {
         ticker.tick().await;
         let asked_at = Instant::now();
@@ -263,9 +264,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         if let Some(event_loop) = w.event_loop {
             event_loop.ping();
         }
-        let result = prober
-            .probe(w.addr, w.probing, &w.check.kind, w.check.timeout)
-            .await;
+        let (result, answered_late) = probes.next(w.check.timeout).await;
         // A Node worker whose event loop answered drover's ping while the probe got no
         // answer is waiting (its `/health` waits on the same slow database as its
         // requests), not hung: a restart would fail the requests it holds and make the
@@ -293,7 +292,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
             && waits_on_a_dependency(w.pid, w.addr.port(), &mut dependency_logged);
         last_probe = Quiet::now(w.pid);
         let interval_began = std::mem::replace(&mut last_look, Instant::now());
-        let worked = progress.advanced(completed()) || waits || batch;
+        let worked = progress.advanced(completed()) || waits || batch || answered_late;
         let advanced = worked || on_child || on_dependency;
         if let Err(e @ ProbeError::LocalShortage(_)) = &result {
             // drover could not make the probe (out of descriptors, say: overload): that
@@ -392,6 +391,90 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                          other replacement to be ready before restarting it");
                     waiting_logged = true;
                 }
+            }
+        }
+    }
+}
+
+/// A worker's liveness probes, one in it at a time. A probe that gets no answer within
+/// the check's timeout counts as failed, but it is not given up: the next check waits
+/// for its answer (on the same kept connection) instead of sending another. A worker that
+/// serves one request at a time (gunicorn's sync worker, Python's `http.server`) runs
+/// every probe it was sent, answered or not: with a `/health` that took 4 s (its redis
+/// down, the client retrying), a probe every 2 s that gave up after 1 s queued two
+/// more each time, the worker spent all its time on probes, its clients' requests
+/// waited 10-14 s behind them (11-29 ms behind nginx, which probes nothing), and it was
+/// killed as hung. A late answer is a sign of life: busy, not hung (a bad status still
+/// fails the check).
+struct Probes {
+    addr: SocketAddr,
+    probing: Probing,
+    kind: CheckKind,
+    /// How long one probe is waited for in all: past the checks' whole allowance, the
+    /// worker is judged on the failures anyway.
+    patience: Duration,
+    /// The kept connection's prober, while no probe is out.
+    idle: Option<Prober>,
+    /// The probe sent and not yet answered, which holds the prober.
+    out: Option<OutProbe>,
+}
+
+/// A probe in flight: aborted with the watch (a worker killed, a watch dropped).
+struct OutProbe(tokio::task::JoinHandle<(Prober, Result<(), ProbeError>)>);
+
+impl Drop for OutProbe {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Probes {
+    fn new(w: &Watched<'_>) -> Probes {
+        Probes {
+            addr: w.addr,
+            probing: w.probing.clone(),
+            kind: w.check.kind.clone(),
+            patience: w.check.interval * w.check.fall.max(1) + w.check.timeout,
+            idle: Some(Prober::default()),
+            out: None,
+        }
+    }
+
+    /// This check's result, within `timeout`: the answer to the probe still out, or to a
+    /// new one. `true` with it when that answer is a late one, to a probe an earlier
+    /// check counted as failed (the result is then that check's timeout, or the late
+    /// answer's bad status).
+    async fn next(&mut self, timeout: Duration) -> (Result<(), ProbeError>, bool) {
+        let late = self.out.is_some();
+        let mut out = match self.out.take() {
+            Some(out) => out,
+            None => {
+                let mut prober = self.idle.take().unwrap_or_default();
+                let (addr, probing, kind) = (self.addr, self.probing.clone(), self.kind.clone());
+                let patience = self.patience;
+                OutProbe(tokio::spawn(async move {
+                    let result = prober.probe(addr, &probing, &kind, patience).await;
+                    (prober, result)
+                }))
+            }
+        };
+        match tokio::time::timeout(timeout, &mut out.0).await {
+            Ok(Ok((prober, result))) => {
+                self.idle = Some(prober);
+                match result {
+                    Ok(()) if late => (Err(ProbeError::Timeout(timeout)), true),
+                    // Waited out in all (`patience`): this check's timeout, as any.
+                    Err(e) if late && e.is_no_answer() => {
+                        (Err(ProbeError::Timeout(timeout)), false)
+                    }
+                    result => (result, late),
+                }
+            }
+            // The task ended without an answer (it cannot panic; aborted only on drop).
+            Ok(Err(_)) => (Err(ProbeError::Timeout(timeout)), false),
+            Err(_) => {
+                self.out = Some(out);
+                (Err(ProbeError::Timeout(timeout)), false)
             }
         }
     }

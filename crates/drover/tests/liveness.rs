@@ -502,6 +502,83 @@ async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
     assert!(d.stderr_text().contains(&said), "{}", d.stderr_text());
 }
 
+/// A worker that serves one request at a time, whose `/health` takes 1 s (a dependency
+/// down, its client retrying) where the check gives up after 300 ms: it still runs
+/// every probe it was sent. drover sends the next only once the last is answered, so
+/// the worker runs about one a second, not three, and its late answers show it lives:
+/// not restarted. Before, the probes queued in it, each timed out, and it was killed as
+/// hung (gunicorn's sync worker on a redis that was down: clients waited 10-14 s
+/// behind the probes, and a worker was killed per outage; Python seat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_a_slow_health_route_runs_one_probe_at_a_time_and_is_not_restarted() {
+    let dir = temp_dir("liveness-slow-health");
+    let calls = dir.join("health-calls");
+    let slow = dir.join("slow");
+    std::fs::write(
+        dir.join("app.py"),
+        format!(
+            "import http.server, os, time\n\
+             class H(http.server.BaseHTTPRequestHandler):\n\
+             \x20   def do_GET(self):\n\
+             \x20       if self.path == '/health' and os.path.exists({:?}):\n\
+             \x20           with open({:?}, 'a') as f:\n\
+             \x20               f.write('x')\n\
+             \x20           time.sleep(1)\n\
+             \x20       self.send_response(200)\n\
+             \x20       self.send_header('content-length', '2')\n\
+             \x20       self.end_headers()\n\
+             \x20       self.wfile.write(b'ok')\n\
+             \x20   def log_message(self, *a):\n\
+             \x20       pass\n\
+             http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
+            slow.display().to_string(),
+            calls.display().to_string()
+        ),
+    )
+    .unwrap();
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{}\"]\nworkers = 1\n\
+         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 5 }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        dir.join("app.py").display()
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let addr = d.addr();
+    let ready = wait_until_async(Duration::from_secs(20), || async {
+        let Ok(mut c) = HttpClient::connect(addr).await else {
+            return false;
+        };
+        c.get("/").await.status == 200
+    })
+    .await;
+    assert!(ready, "{}", d.stderr_text());
+    std::fs::write(&slow, "").unwrap();
+    // 6 s: twenty checks, five failed in a row a hang.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        assert_eq!(c.get("/").await.status, 200, "{}", d.stderr_text());
+    }
+    let probes = std::fs::read_to_string(&calls).unwrap_or_default().len();
+    let s = status(admin).await;
+    assert!(
+        restart_records(&s).is_empty(),
+        "restarted for a slow health route: {:?}\n{}",
+        restart_records(&s),
+        d.stderr_text()
+    );
+    // One at a time: about one a second (the route's time), not one per check.
+    assert!(
+        probes <= 9,
+        "{probes} probes ran in 6 s\n{}",
+        d.stderr_text()
+    );
+}
+
 /// Every route of both workers, `/health` too, waits 3 s on a slow database: probes get
 /// no answer and nothing completes for seconds, as in a deadlock. But each worker's event
 /// loop answers drover's ping over its IPC channel, so it waits and is not hung: no
