@@ -1013,6 +1013,33 @@ async fn tls_behind_a_proxy_protocol_sender_starts_after_the_header() {
     drop(d);
 }
 
+/// Moves `renewed`'s files over `served`'s, a renewal tool's way, and waits until a
+/// handshake for a.test at `web` gets the renewed certificate, which it returns.
+async fn renew(
+    d: &DroverProcess,
+    web: SocketAddr,
+    config: &Arc<rustls::ClientConfig>,
+    renewed: &(PathBuf, PathBuf),
+    served_files: &(PathBuf, PathBuf),
+) -> Vec<u8> {
+    let renewed_der = {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_file(&renewed.0).unwrap().to_vec()
+    };
+    std::fs::rename(&renewed.0, &served_files.0).unwrap();
+    std::fs::rename(&renewed.1, &served_files.1).unwrap();
+    let swapped = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
+        served(&tls_connect(web, "a.test", config).await.unwrap()) == renewed_der
+    })
+    .await;
+    assert!(
+        swapped,
+        "the renewed files were never served\n{}",
+        d.stderr_text()
+    );
+    renewed_der
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewed_files_are_served_without_a_reload_and_a_bad_renewal_changes_nothing() {
     let pki = Pki::new("tls-watch");
@@ -1024,25 +1051,10 @@ async fn renewed_files_are_served_without_a_reload_and_a_bad_renewal_changes_not
         let s = tls_connect(web, "a.test", &config).await.unwrap();
         served(&s)
     };
-    let first = serving().await;
 
     // A renewal tool's way: the new files moved over the old ones.
     let renewed = pki.leaf("renewed", "a.test", &["a.test"], (2099, 1, 1));
-    let renewed_der = {
-        use rustls::pki_types::pem::PemObject;
-        CertificateDer::from_pem_file(&renewed.0).unwrap().to_vec()
-    };
-    std::fs::rename(&renewed.0, &a.0).unwrap();
-    std::fs::rename(&renewed.1, &a.1).unwrap();
-    let swapped = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
-        serving().await != first
-    })
-    .await;
-    assert!(
-        swapped,
-        "the renewed files were never served\n{}",
-        d.stderr_text()
-    );
+    let renewed_der = renew(&d, web, &config, &renewed, &a).await;
     wait_metric(
         admin,
         "drover_tls_certificate_expiry_seconds",
@@ -1110,22 +1122,10 @@ async fn an_expired_certificate_is_served_with_an_error_and_blocks_no_other_cert
         let s = tls_connect(web, "a.test", &config).await.unwrap();
         served(&s)
     };
-    let first = serving().await;
 
     // a.test renewed beside the expired one: served.
     let renewed = pki.leaf("renewed", "a.test", &["a.test"], (2099, 1, 1));
-    std::fs::rename(&renewed.0, &a.0).unwrap();
-    std::fs::rename(&renewed.1, &a.1).unwrap();
-    let swapped = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
-        serving().await != first
-    })
-    .await;
-    assert!(
-        swapped,
-        "the renewed files were never served\n{}",
-        d.stderr_text()
-    );
-    let renewed = serving().await;
+    let renewed = renew(&d, web, &config, &renewed, &a).await;
 
     // An expired copy put back over a valid one changes nothing: by the watch, nor by a
     // reload, which applies the rest of the file.
