@@ -382,6 +382,33 @@ async fn a_deadlocked_app_below_a_shell_is_killed() {
     );
 }
 
+/// `drover up` of one Python worker, the `app.py` written in `dir`, with `extra` app
+/// keys and checks of `/health` every 300 ms that give up after 300 ms, `fall` failed in
+/// a row a hang; once its `/health` answers through drover: drover and its admin address.
+async fn up_one_python_worker(dir: &Path, extra: &str, fall: u32) -> (DroverProcess, SocketAddr) {
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{}\"]\nworkers = 1\n{extra}\
+         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = {fall} }}\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
+        dir.join("app.py").display()
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let addr = d.addr();
+    let ready = wait_until_async(Duration::from_secs(20), || async {
+        let Ok(mut c) = HttpClient::connect(addr).await else {
+            return false;
+        };
+        c.get("/health").await.status == 200
+    })
+    .await;
+    assert!(ready, "{}", d.stderr_text());
+    (d, admin)
+}
+
 /// A Python worker (no event loop drover can ping) whose routes and `/health` wait on a
 /// dependency that stalls: blocked reading its connection, or polling it. Busy, not
 /// hung: it is not restarted, and the POST it holds is answered once the dependency is
@@ -447,27 +474,9 @@ async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
          http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
     )
     .unwrap();
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{}\"]\nworkers = 1\n\
-         env = {{ DEP = \"{dep_port}\" }}\n\
-         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 2 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
-        dir.join("app.py").display()
-    );
-    let file = dir.join("drover.toml");
-    std::fs::write(&file, toml).unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d).await;
+    let env = format!("env = {{ DEP = \"{dep_port}\" }}\n");
+    let (d, admin) = up_one_python_worker(&dir, &env, 2).await;
     let addr = d.addr();
-    let ready = wait_until_async(Duration::from_secs(20), || async {
-        let Ok(mut c) = HttpClient::connect(addr).await else {
-            return false;
-        };
-        c.get("/health").await.status == 200
-    })
-    .await;
-    assert!(ready, "{}", d.stderr_text());
     for (method, path) in [("POST", "/read"), ("POST", "/poll"), ("GET", "/read")] {
         stalled.store(true, Ordering::Relaxed);
         let asked = tokio::spawn(async move {
@@ -536,26 +545,8 @@ async fn a_worker_with_a_slow_health_route_runs_one_probe_at_a_time_and_is_not_r
         ),
     )
     .unwrap();
-    let toml = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{}\"]\nworkers = 1\n\
-         health = {{ path = \"/health\", interval = \"300ms\", timeout = \"300ms\", fall = 5 }}\n\
-         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n",
-        dir.join("app.py").display()
-    );
-    let file = dir.join("drover.toml");
-    std::fs::write(&file, toml).unwrap();
-    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
-    let admin = admin_addr(&d).await;
+    let (d, admin) = up_one_python_worker(&dir, "", 5).await;
     let addr = d.addr();
-    let ready = wait_until_async(Duration::from_secs(20), || async {
-        let Ok(mut c) = HttpClient::connect(addr).await else {
-            return false;
-        };
-        c.get("/").await.status == 200
-    })
-    .await;
-    assert!(ready, "{}", d.stderr_text());
     std::fs::write(&slow, "").unwrap();
     // 6 s: twenty checks, five failed in a row a hang.
     for _ in 0..6 {
