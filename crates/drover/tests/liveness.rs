@@ -88,8 +88,11 @@ async fn a_worker_in_an_endless_loop_is_killed_and_replaced_while_the_other_serv
     let hung = &records[0];
     assert_eq!(hung.reason, "health", "{hung:?}");
     let detail = hung.detail.as_deref().unwrap_or_default();
+    // Two checks (`fall`), or more where the machine's other load kept the worker off a
+    // core: it is then judged on the time it ran (see the starved tests).
     assert!(
-        detail.starts_with("hung: no answer to 2 health checks in a row")
+        detail.starts_with("hung: no answer to ")
+            && detail.contains(" health checks in a row")
             && detail.contains("an endless loop? a request that computes this long needs a larger health fall or interval: --fall, --health-interval"),
         "{detail}"
     );
