@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    admin_addr, bin, liveness_config, restart_records, serving_pids, status, temp_dir, up_serving,
-    wait_all_serving,
+    admin_addr, assert_no_restarts, bin, liveness_config, restart_records, serving_pids, status,
+    temp_dir, up_serving, wait_all_serving,
 };
 use drover_admin::RestartRow;
 use drover_testkit::{wait_until, wait_until_async, DroverProcess, HttpClient};
@@ -228,13 +228,7 @@ async fn runs_a_program_with_no_restart(d: &DroverProcess, admin: SocketAddr, ms
         "{}",
         d.stderr_text()
     );
-    let s = status(admin).await;
-    assert!(
-        restart_records(&s).is_empty(),
-        "a worker waiting on its program is busy: {:?}\n{}",
-        restart_records(&s),
-        d.stderr_text()
-    );
+    assert_no_restarts(admin, "a worker waiting on its program is busy", d).await;
 }
 
 /// The same, for a worker that served requests right up to the moment it ran the
@@ -303,13 +297,12 @@ async fn a_worker_computing_on_handed_connections_is_not_restarted() {
             d.stderr_text()
         );
     }
-    let s = status(admin).await;
-    assert!(
-        restart_records(&s).is_empty(),
-        "a worker computing between turns of its event loop is busy: {:?}\n{}",
-        restart_records(&s),
-        d.stderr_text()
-    );
+    assert_no_restarts(
+        admin,
+        "a worker computing between turns of its event loop is busy",
+        &d,
+    )
+    .await;
 }
 
 /// A worker that waits forever on a lock, idle and with no program of its own running,
@@ -503,13 +496,7 @@ async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
             d.stderr_text()
         );
     }
-    let s = status(admin).await;
-    assert!(
-        restart_records(&s).is_empty(),
-        "restarted while it waited: {:?}\n{}",
-        restart_records(&s),
-        d.stderr_text()
-    );
+    assert_no_restarts(admin, "restarted while it waited", &d).await;
     let said = format!("waits on a connection to 127.0.0.1:{dep_port}");
     assert!(d.stderr_text().contains(&said), "{}", d.stderr_text());
 }
@@ -558,13 +545,7 @@ async fn a_worker_with_a_slow_health_route_runs_one_probe_at_a_time_and_is_not_r
         assert_eq!(c.get("/").await.status, 200, "{}", d.stderr_text());
     }
     let probes = std::fs::read_to_string(&calls).unwrap_or_default().len();
-    let s = status(admin).await;
-    assert!(
-        restart_records(&s).is_empty(),
-        "restarted for a slow health route: {:?}\n{}",
-        restart_records(&s),
-        d.stderr_text()
-    );
+    assert_no_restarts(admin, "restarted for a slow health route", &d).await;
     // One at a time: about one a second (the route's time), not one per check.
     assert!(
         probes <= 9,
@@ -598,13 +579,7 @@ async fn workers_waiting_on_a_slow_dependency_are_not_restarted() {
     std::fs::remove_file(&slow).unwrap();
     let served =
         common::assert_load_never_failed(&stop, load, 8, "while the database was slow").await;
-    let s = status(admin).await;
-    assert!(
-        restart_records(&s).is_empty(),
-        "no worker should be restarted for waiting: {:?}\n{}",
-        restart_records(&s),
-        d.stderr_text()
-    );
+    assert_no_restarts(admin, "no worker should be restarted for waiting", &d).await;
     assert!(
         busy_seen,
         "the workers should read busy while they wait ({served} served)"

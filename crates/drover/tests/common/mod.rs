@@ -405,6 +405,17 @@ pub fn restart_records(s: &drover_admin::Status) -> Vec<drover_admin::RestartRow
     s.apps.iter().flat_map(|a| a.restarts.clone()).collect()
 }
 
+/// Asserts that no worker of `admin`'s drover was restarted; `why` says what the test
+/// expected instead, and the failure shows the records and drover's log.
+pub async fn assert_no_restarts(admin: SocketAddr, why: &str, d: &DroverProcess) {
+    let records = restart_records(&status(admin).await);
+    assert!(
+        records.is_empty(),
+        "{why}: {records:?}\n{}",
+        d.stderr_text()
+    );
+}
+
 /// The pids of the first app's workers by worker id, `None` for one not serving (ready
 /// or busy).
 pub fn serving_pids(s: &drover_admin::Status) -> Vec<Option<u32>> {
