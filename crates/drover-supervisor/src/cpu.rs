@@ -46,6 +46,71 @@ fn main_thread_ns(pid: u32, with_waits: bool) -> Option<u64> {
     parse_stat_ticks(&stat).map(|ticks| ticks * 10_000_000)
 }
 
+/// Busy and running time (ns, as `main_thread_busy_ns` and `main_thread_run_ns`) of
+/// each thread of each process in process group `group`, by thread id (unique across
+/// the machine while the thread lives). A pre-fork server (gunicorn, Puma, Apache's
+/// prefork) works in children of the process drover started, whose main thread only
+/// waits; Go and Java serve on threads other than the main one. Walks `/proc`: for rare
+/// looks (while a worker's checks fail).
+pub fn group_thread_times(group: u32) -> std::collections::HashMap<u32, ThreadTimes> {
+    let mut times = std::collections::HashMap::new();
+    for pid in crate::listening::group_members(group) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some((run, wait)) = std::fs::read_to_string(task.path().join("schedstat"))
+                .ok()
+                .and_then(|s| parse_schedstat_parts(&s))
+            {
+                times.insert(
+                    tid,
+                    ThreadTimes {
+                        busy: run + wait,
+                        run,
+                    },
+                );
+            }
+        }
+    }
+    times
+}
+
+/// One thread's time so far, in ns: busy (running, or runnable and waiting for a core)
+/// and running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadTimes {
+    pub busy: u64,
+    pub run: u64,
+}
+
+/// The thread that was busy longest between two readings of `group_thread_times`: its
+/// busy and running time meanwhile. A thread that began since counts from zero.
+pub fn busiest_since(
+    then: &std::collections::HashMap<u32, ThreadTimes>,
+    now: &std::collections::HashMap<u32, ThreadTimes>,
+) -> Option<ThreadTimes> {
+    now.iter()
+        .map(|(tid, now)| {
+            let then = then
+                .get(tid)
+                .copied()
+                .unwrap_or(ThreadTimes { busy: 0, run: 0 });
+            ThreadTimes {
+                busy: now.busy.saturating_sub(then.busy),
+                run: now.run.saturating_sub(then.run),
+            }
+        })
+        .max_by_key(|spent| spent.busy)
+}
+
 /// Linux reports `stat`'s times in clock ticks of `USER_HZ`, which is 100 on every
 /// architecture drover builds for (it is part of the user-space ABI, unlike `HZ`).
 const USER_HZ: f64 = 100.0;
@@ -253,6 +318,37 @@ impl CpuMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_busiest_thread_counts_a_new_one_from_zero() {
+        let t = |busy, run| ThreadTimes { busy, run };
+        let then = std::collections::HashMap::from([(1, t(100, 90)), (2, t(50, 50))]);
+        let now =
+            std::collections::HashMap::from([(1, t(150, 120)), (2, t(400, 100)), (3, t(80, 80))]);
+        assert_eq!(busiest_since(&then, &now), Some(t(350, 50)));
+        let only_new = std::collections::HashMap::from([(3, t(80, 80))]);
+        assert_eq!(busiest_since(&then, &only_new), Some(t(80, 80)));
+        assert_eq!(
+            busiest_since(&then, &std::collections::HashMap::new()),
+            None
+        );
+    }
+
+    #[test]
+    fn reads_every_thread_of_its_own_group() {
+        let group = process_group(std::process::id()).unwrap();
+        let times = group_thread_times(group);
+        // `/proc/thread-self` links to `PID/task/TID`.
+        let me: u32 = std::fs::read_link("/proc/thread-self")
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(times.contains_key(&me), "{times:?}");
+    }
 
     #[test]
     fn parses_schedstat_and_stat() {

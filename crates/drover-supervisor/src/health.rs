@@ -14,7 +14,7 @@
 //! replacement of the first is ready, so a cause that hits every worker at once (a slow
 //! shared dependency, a burst the busy rule misjudges) never takes them all away.
 
-use crate::cpu;
+use crate::cpu::{self, ThreadTimes};
 use crate::spec::{Mode, BACKGROUND_SETTLE};
 use crate::status::WorkerState;
 use crate::waiting;
@@ -22,6 +22,7 @@ use drover_registry::liveness::{self, Outcome, Progress};
 use drover_registry::{
     probe, probe_with, CheckKind, HealthCheck, Pool, ProbeError, Prober, Probing,
 };
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -332,7 +333,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
             }
         };
         if failures == 0 {
-            quiet_since = Quiet::now(w.pid);
+            quiet_since = Quiet::spell(w.pid);
         }
         failures += 1;
         tracing::debug!(endpoint = %w.addr, failures, "worker health check failed: {e}");
@@ -371,7 +372,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                         "hung: no answer to {failures} health checks in a row and no request \
                          completed for {:.1}s; {} (last: {e})",
                         quiet_since.at.elapsed().as_secs_f64(),
-                        quiet_since.main_thread(w.pid),
+                        quiet_since.what_it_did(w.pid),
                     )
                 } else {
                     format!("failed {failures} health checks in a row (last: {e})")
@@ -487,6 +488,9 @@ struct Quiet {
     busy_ns: Option<u64>,
     /// The main thread's time on a core (busy without waiting for one).
     run_ns: Option<u64>,
+    /// Every thread of the worker's process group then, at the start of a spell only
+    /// (`Quiet::spell`): what spins or starves may be a thread other than the main one.
+    threads: Option<HashMap<u32, ThreadTimes>>,
 }
 
 impl Quiet {
@@ -495,21 +499,56 @@ impl Quiet {
             at: Instant::now(),
             busy_ns: pid.and_then(cpu::main_thread_busy_ns),
             run_ns: pid.and_then(cpu::main_thread_run_ns),
+            threads: None,
         }
     }
 
-    /// How long the main thread ran on a core since, when it was busy (running or
-    /// waiting for a core) most of the time but ran less than half of it, kept off a
-    /// core by other processes, and ran less than `allowed`: starved, with less
-    /// computed than the checks allow (see `until_unhealthy`).
+    /// The start of a quiet spell, with every thread of the worker's process group.
+    fn spell(pid: Option<u32>) -> Quiet {
+        Quiet {
+            threads: pid.map(|pid| cpu::group_thread_times(cpu::process_group(pid).unwrap_or(pid))),
+            ..Quiet::now(pid)
+        }
+    }
+
+    /// How long the busiest thread of the worker's process group ran on a core since,
+    /// when it was busy (running or waiting for a core) most of the time but ran less
+    /// than half of it, kept off a core by other processes, and ran less than
+    /// `allowed`: starved, with less computed than the checks allow (see
+    /// `until_unhealthy`).
     fn starved(&self, pid: Option<u32>, allowed: Duration) -> Option<Duration> {
-        if !self.main_thread_share(pid).is_some_and(|s| s >= WORKING) {
+        let (share, ran) = self.busiest(pid)?;
+        let wall = self.at.elapsed();
+        (share >= WORKING && ran.as_secs_f64() < WORKING * wall.as_secs_f64() && ran < allowed)
+            .then_some(ran)
+    }
+
+    /// The share of the time since that the busiest thread of the worker's process group
+    /// was busy, and how long it ran on a core: a pre-fork server's (gunicorn's) main
+    /// thread only waits on its children, which serve, so a spinning gunicorn worker
+    /// read as busy 0% (deadlocked), and one starved of a core was killed as hung where
+    /// a Node worker was spared. The main thread's without a reading of the group.
+    fn busiest(&self, pid: Option<u32>) -> Option<(f64, Duration)> {
+        let wall = self.at.elapsed().as_nanos() as f64;
+        if wall <= 0.0 {
             return None;
         }
-        let now = pid.and_then(cpu::main_thread_run_ns)?;
-        let ran = Duration::from_nanos(now.checked_sub(self.run_ns?)?);
-        let wall = self.at.elapsed();
-        (ran.as_secs_f64() < WORKING * wall.as_secs_f64() && ran < allowed).then_some(ran)
+        let group = self.threads.as_ref().zip(pid).and_then(|(then, pid)| {
+            let now = cpu::group_thread_times(cpu::process_group(pid).unwrap_or(pid));
+            cpu::busiest_since(then, &now)
+        });
+        let spent = match group {
+            Some(spent) => spent,
+            None => ThreadTimes {
+                busy: pid
+                    .and_then(cpu::main_thread_busy_ns)?
+                    .checked_sub(self.busy_ns?)?,
+                run: pid
+                    .and_then(cpu::main_thread_run_ns)?
+                    .checked_sub(self.run_ns?)?,
+            },
+        };
+        Some((spent.busy as f64 / wall, Duration::from_nanos(spent.run)))
     }
 
     /// The share of the time since that the main thread was busy; `None` when its CPU
@@ -522,22 +561,22 @@ impl Quiet {
         }
     }
 
-    /// What the main thread did since: stopped, spinning or idle.
-    fn main_thread(&self, pid: Option<u32>) -> String {
+    /// What the worker did since: stopped, spinning or idle.
+    fn what_it_did(&self, pid: Option<u32>) -> String {
         if pid.is_some_and(cpu::is_stopped) {
             return "the process is stopped (SIGSTOP, or a debugger)".to_string();
         }
-        match self.main_thread_share(pid) {
+        match self.busiest(pid) {
             // A request that computes for longer than the checks allow looks the same:
             // the user learns how to allow it.
-            Some(share) if share >= WORKING => format!(
-                "its main thread was busy {:.0}% of the time (an endless loop? a request \
-                 that computes this long needs a larger health fall or interval: --fall, \
-                 --health-interval)",
+            Some((share, _)) if share >= WORKING => format!(
+                "its busiest thread was busy {:.0}% of the time (an endless loop? a \
+                 request that computes this long needs a larger health fall or interval: \
+                 --fall, --health-interval)",
                 share.min(1.0) * 100.0
             ),
-            Some(share) => format!(
-                "its main thread was busy {:.0}% of the time (deadlocked, or waiting \
+            Some((share, _)) => format!(
+                "its busiest thread was busy {:.0}% of the time (deadlocked, or waiting \
                  for something that does not come?)",
                 share * 100.0
             ),
