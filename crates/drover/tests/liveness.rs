@@ -645,10 +645,11 @@ async fn two_workers_failing_their_checks_at_once_are_restarted_one_at_a_time() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_drover_cannot_make_restart_no_worker() {
     let dir = temp_dir("liveness-shortage");
-    // Checks every 100 ms, and one failure would be enough. The workers close an idle
-    // connection after 20 ms, so each check needs a new one (a kept one would need no
-    // descriptor, and the shortage would meet no probe).
-    let toml = liveness_config(2, "env = { KEEP_ALIVE_MS = \"20\" }\n").replace(
+    // Checks every 100 ms, and one failure would be enough. The workers close a
+    // connection after one answer, so each check needs a new one (a check's kept
+    // connection, made before the shortage, needs no descriptor, and the shortage would
+    // meet no check).
+    let toml = liveness_config(2, "env = { REQUESTS_PER_CONNECTION = \"1\" }\n").replace(
         "interval = \"300ms\", timeout = \"300ms\", fall = 2",
         "interval = \"100ms\", timeout = \"300ms\", fall = 1",
     );
