@@ -16,6 +16,7 @@
 
 use crate::cpu::{self, ThreadTimes};
 use crate::spec::{Mode, BACKGROUND_SETTLE};
+use crate::stalls::Stalls;
 use crate::status::WorkerState;
 use crate::waiting;
 use drover_registry::liveness::{self, Outcome, Progress};
@@ -141,6 +142,8 @@ pub(crate) struct Watched<'a> {
     pub pool: &'a Pool,
     /// One per app: taken by the worker about to be restarted for health.
     pub restarts: &'a Arc<Semaphore>,
+    /// One per app: the longest stalls its workers came back from (see `stalls`).
+    pub stalls: &'a Stalls,
     /// Told `Busy` while probes go unanswered but requests complete (or its event loop
     /// answers), `Ready` otherwise.
     pub show: &'a (dyn Fn(WorkerState) + Sync),
@@ -240,6 +243,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut last_probe = Quiet::now(w.pid);
     let mut waiting_logged = false;
     let mut starved_logged = false;
+    let mut computing_logged = false;
     let mut dependency_logged = false;
     // The start of the last interval in which a probe passed or the worker showed work
     // of its own (not only a program it waits on); and when the watch began, once the
@@ -310,6 +314,11 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 // Not while it only waits on its program: that one's age is measured
                 // from the last interval with work of its own.
                 if worked || answered {
+                    // Measured as the stall it is judged by below: from the start of
+                    // the last interval with a sign of life to now.
+                    if failures > 0 && quiet_since.spinning(w.pid) {
+                        w.stalls.came_back_from(last_progress.elapsed());
+                    }
                     last_progress = interval_began;
                 }
                 if on_child && !worked {
@@ -324,6 +333,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 failures = 0;
                 waiting_logged = false;
                 starved_logged = false;
+                computing_logged = false;
                 (w.show)(if outcome == Outcome::Busy {
                     WorkerState::Busy
                 } else {
@@ -360,6 +370,26 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                     ran.as_secs_f64(), quiet_since.at.elapsed().as_secs_f64(),
                     allowed.as_secs_f64());
                 starved_logged = true;
+            }
+            (w.show)(WorkerState::Busy);
+            continue;
+        }
+        // Computing no longer than the app's workers have computed before and come back
+        // from (see `stalls`): busy.
+        let stalled = last_progress.elapsed();
+        if let Some((longest, allowed)) = w
+            .stalls
+            .allowed()
+            .filter(|(_, allowed)| e.is_no_answer() && stalled < *allowed)
+            .filter(|_| quiet_since.spinning(w.pid))
+        {
+            if !computing_logged {
+                tracing::warn!(endpoint = %w.addr, failures,
+                    "worker failing its health checks while it computes, {:.1}s so far: the \
+                     app's workers came back from {:.1}s of it lately; not restarted before \
+                     {:.1}s",
+                    stalled.as_secs_f64(), longest.as_secs_f64(), allowed.as_secs_f64());
+                computing_logged = true;
             }
             (w.show)(WorkerState::Busy);
             continue;
@@ -549,6 +579,12 @@ impl Quiet {
             },
         };
         Some((spent.busy as f64 / wall, Duration::from_nanos(spent.run)))
+    }
+
+    /// Whether the busiest thread of the worker's process group was busy most of the
+    /// time since: it computes (or spins), it does not wait.
+    fn spinning(&self, pid: Option<u32>) -> bool {
+        self.busiest(pid).is_some_and(|(share, _)| share >= WORKING)
     }
 
     /// The share of the time since that the main thread was busy; `None` when its CPU

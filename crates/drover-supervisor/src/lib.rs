@@ -36,6 +36,7 @@ pub mod output;
 mod process;
 mod scout;
 pub mod spec;
+mod stalls;
 pub mod status;
 mod steer;
 mod supervisor;

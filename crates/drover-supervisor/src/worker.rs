@@ -65,6 +65,8 @@ pub(crate) struct AppState {
     /// ready, so health restarts of one app go one at a time (Kubernetes'
     /// `maxUnavailable: 1`). Workers that exit by themselves need none.
     pub health_restarts: Arc<Semaphore>,
+    /// The longest stalls the app's workers came back from (`stalls`).
+    stalls: crate::stalls::Stalls,
     /// Replacements for `max_memory` take turns (`memory::MemoryTurns`).
     memory_turns: memory::MemoryTurns,
     /// When a worker last started early because none of the app served (`scout`).
@@ -262,6 +264,7 @@ impl AppState {
             current: Mutex::new((Arc::new(spec), 0)),
             history: RestartHistory::default(),
             health_restarts: Arc::new(Semaphore::new(1)),
+            stalls: crate::stalls::Stalls::default(),
             memory_turns: memory::MemoryTurns::new(),
             last_scout: Mutex::new(None),
             http2_probe,
@@ -2053,6 +2056,7 @@ fn watch_health<'a>(
             probing: &probing,
             pool: &shared.pool,
             restarts: &shared.health_restarts,
+            stalls: &shared.stalls,
             show: &show,
             event_loop: event_loop.as_ref(),
             answers_in_batches,

@@ -135,6 +135,56 @@ async fn a_check_that_fails_at_start_is_named_at_once() {
 /// `drover run` takes the checks' timings as flags, as a hung worker's restart record
 /// tells the user to raise them (`--fall`, `--health-interval`); it refused them as
 /// unknown. `--fall 2` finds a spinning worker after two checks (the default is three).
+/// A worker that computes longer than its checks allow, and comes back: the app's
+/// requests take that long. One a little longer later is busy, not an endless loop
+/// (a socket.io handler that blocked its loop 5 s at a time was killed in one worker,
+/// then, sent again by its client, in the next; PM2 and Node's cluster module lost
+/// none). An endless loop is still found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_computing_as_long_as_it_came_back_from_before_is_not_restarted() {
+    // A check every 300 ms, four failures in a row to restart: 0.9 s of computing
+    // allowed.
+    let toml = liveness_config(1, "").replace(
+        "interval = \"300ms\", timeout = \"300ms\", fall = 2",
+        "interval = \"300ms\", timeout = \"300ms\", fall = 4",
+    );
+    assert!(toml.contains("fall = 4"), "{toml}");
+    let (d, admin, _) = up_serving("liveness-came-back", &toml).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_secs(60));
+    // 1.2 s: checks fail, too few to restart; it comes back.
+    let r = c.get("/work?ms=1200").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "worked"),
+        "{}",
+        d.stderr_text()
+    );
+    // 2 s: more than the checks allow, less than three times what it came back from.
+    let r = c.get("/work?ms=2000").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "worked"),
+        "{}",
+        d.stderr_text()
+    );
+    assert_no_restarts(admin, "a worker computing as long as before is busy", &d).await;
+    // Or, where the machine's other load kept it off a core, starved (see the starved
+    // tests), which spares it first.
+    let log = d.stderr_text();
+    assert!(
+        log.contains("the app's workers came back from")
+            || log.contains("other processes keep it off a core"),
+        "{log}"
+    );
+    // An endless loop is still killed, once it has spun three times that long.
+    let spin = spin_one_worker(d.addr()).await;
+    let records = wait_restarts(&d, admin, 1).await;
+    let detail = records[0].detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("an endless loop?"), "{detail}");
+    assert_ne!(spin.await.unwrap(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drover_run_takes_the_checks_timings_as_flags() {
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/liveness/server.js");
