@@ -550,6 +550,8 @@ impl BalancerStats {
 struct EndpointCounters {
     responses: [AtomicU64; 5],
     failures: [AtomicU64; Cause::COUNT],
+    /// Reads of what it sent on upgraded connections (WebSocket frames).
+    tunnel_reads: AtomicU64,
 }
 
 /// One endpoint's counts. Lives with the endpoint, so it survives membership changes
@@ -614,6 +616,27 @@ impl EndpointStats {
             .all()
             .map(|c| c.responses.iter().map(|n| n.load(Relaxed)).sum::<u64>())
             .sum()
+    }
+
+    /// It sent bytes on an upgraded connection (a WebSocket's frames), counted once per
+    /// read: its event loop turns. A socket.io worker's events are never requests
+    /// drover sees answered, so without this a worker whose handler blocked its loop
+    /// for seconds at a time, turning only between them, showed no sign of life.
+    #[inline]
+    pub fn record_tunnel_read(&self) {
+        self.counters.local().tunnel_reads.fetch_add(1, Relaxed);
+    }
+
+    /// Response heads it has sent, and reads of what it sent on upgraded connections:
+    /// the cheapest signs that it makes progress (health checks read them to tell busy
+    /// from hung).
+    pub fn signs_of_life(&self) -> u64 {
+        self.responses_total()
+            + self
+                .counters
+                .all()
+                .map(|c| c.tunnel_reads.load(Relaxed))
+                .sum::<u64>()
     }
 
     /// A request to it failed for `cause` (one of the backend's causes).

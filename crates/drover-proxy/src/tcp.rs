@@ -645,6 +645,88 @@ async fn pipe_io(
     }
 }
 
+/// Relays an upgraded HTTP connection (a WebSocket) both ways until both directions
+/// end or one fails; no timeout cuts it (an idle WebSocket stays, as under Node's
+/// cluster module). `from_backend` is told of each read of the backend's bytes, a sign
+/// that the backend lives (see `EndpointStats::record_tunnel_read`). Plain sockets on
+/// both sides hold no buffer while idle, where `copy_bidirectional` held 8 KiB each
+/// way for the connection's life. Returns the bytes sent to the client.
+pub(crate) async fn tunnel(
+    client: &mut ClientStream,
+    backend: &mut Upstream,
+    from_backend: impl Fn() + Sync,
+) -> u64 {
+    let (start, last) = (Instant::now(), AtomicU64::new(0));
+    let to_client = AtomicU64::new(0);
+    let sent = |n| {
+        to_client.fetch_add(n, Relaxed);
+        from_backend();
+    };
+    match (client, backend) {
+        (ClientStream::Plain(client), Upstream::Plain(backend)) => {
+            let up = pipe(client, backend, &last, start, |_| {});
+            let down = pipe(backend, client, &last, start, sent);
+            let _ = tokio::try_join!(up, down);
+        }
+        (client, backend) => {
+            let mut backend = Told {
+                inner: backend,
+                read: &from_backend,
+            };
+            if let Ok((_, n)) = tokio::io::copy_bidirectional(client, &mut backend).await {
+                to_client.fetch_add(n, Relaxed);
+            }
+        }
+    }
+    to_client.into_inner()
+}
+
+/// A stream whose reads of bytes are told to `read`.
+struct Told<'a, S> {
+    inner: &'a mut S,
+    read: &'a (dyn Fn() + Sync),
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Told<'_, S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut *this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            (this.read)();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Told<'_, S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut *self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut *self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// Copies `from` to `to` until `from` ends, then passes the end on (`to`'s write side
 /// is shut down). Reads only once the last read was written in full.
 async fn pipe(

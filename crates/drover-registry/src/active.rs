@@ -251,7 +251,7 @@ async fn run(pool: Arc<Pool>, check: HealthCheck, probing: Arc<Probing>, reports
                     .probe(ep.addr(), &probing, &check.kind, check.timeout)
                     .await;
                 // Read after the probe: what completed while it waited counts.
-                let looked = (ep.stats().responses_total(), ep.pending());
+                let looked = (ep.stats().signs_of_life(), ep.pending());
                 ((ep, result, looked), prober)
             });
         }

@@ -228,7 +228,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let completed = || {
         w.pool
             .find(w.addr)
-            .map_or(0, |ep| ep.stats().responses_total())
+            .map_or(0, |ep| ep.stats().signs_of_life())
     };
     let mut progress = Progress::new(completed());
     let mut ticker = tokio::time::interval(w.check.interval.max(Duration::from_millis(1)));

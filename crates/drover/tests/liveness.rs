@@ -185,6 +185,62 @@ async fn a_worker_computing_as_long_as_it_came_back_from_before_is_not_restarted
     assert_ne!(spin.await.unwrap(), 200);
 }
 
+/// An upgraded connection to a worker (`burn`, see the fixture), past drover's 101.
+async fn upgraded(addr: SocketAddr) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut s = tokio::io::BufReader::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+    s.get_mut()
+        .write_all(b"GET /burn HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: burn\r\n\r\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    s.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("HTTP/1.1 101"), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        s.read_line(&mut line).await.unwrap();
+    }
+    s
+}
+
+/// A worker whose handler on an upgraded connection (a WebSocket's) blocks its event
+/// loop for seconds, writing its progress as it goes, is busy: what it writes is a sign
+/// of life. drover saw none (the events on a WebSocket are no requests it sees
+/// answered), and a socket.io worker whose handler blocked its loop 5 s at a time was
+/// killed as spinning, then, its client sending again, the next worker too. An endless
+/// loop on such a connection is still found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_writing_on_an_upgraded_connection_while_its_loop_is_blocked_is_busy() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (d, admin, _) = up_serving("liveness-upgraded", &liveness_config(1, "")).await;
+    let mut tunnel = upgraded(d.addr()).await;
+    // 4.5 s with its loop blocked, where the checks allow 0.3 s; a line every 150 ms.
+    tunnel.get_mut().write_all(b"burn 150 30\n").await.unwrap();
+    let mut line = String::new();
+    for i in 0..30 {
+        line.clear();
+        let read = tokio::time::timeout(Duration::from_secs(20), tunnel.read_line(&mut line)).await;
+        assert_eq!(
+            read.ok()
+                .and_then(Result::ok)
+                .map(|_| line.trim().to_string()),
+            Some(format!("done {i}")),
+            "{}",
+            d.stderr_text()
+        );
+    }
+    assert_no_restarts(
+        admin,
+        "a worker writing on its upgraded connection is busy",
+        &d,
+    )
+    .await;
+    tunnel.get_mut().write_all(b"spin\n").await.unwrap();
+    let records = wait_restarts(&d, admin, 1).await;
+    let detail = records[0].detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("an endless loop?"), "{detail}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drover_run_takes_the_checks_timings_as_flags() {
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/liveness/server.js");

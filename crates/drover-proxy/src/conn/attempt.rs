@@ -118,7 +118,7 @@ impl Conn {
         self.outcome.upstream = Some(latency);
         if resp.switching {
             endpoint.stats().record_request_duration(latency);
-            return self.tunnel(up).await;
+            return self.tunnel(up, endpoint).await;
         }
         let long_lived = head.is_long_lived() || resp.event_stream;
         self.relay_response(up, &resp, slot, request_sent, long_lived)
@@ -723,7 +723,7 @@ impl Conn {
     }
 
     /// After a 101: relay bytes both ways until either side closes.
-    async fn tunnel(&mut self, mut up: Upstream) -> Attempt {
+    async fn tunnel(&mut self, mut up: Upstream, endpoint: &Endpoint) -> Attempt {
         self.out.extend_from_slice(&self.ubuf);
         self.ubuf.clear();
         let client_timeout = self.opts().timeouts.client;
@@ -741,9 +741,18 @@ impl Conn {
             }
             self.cbuf.clear();
         }
-        if let Ok((_, to_client)) = tokio::io::copy_bidirectional(&mut self.client, &mut up).await {
-            self.outcome.bytes += to_client;
+        // The connection's HTTP buffers are done with: a WebSocket may stay for days.
+        for buf in [
+            &mut self.cbuf,
+            &mut self.ubuf,
+            &mut self.out,
+            &mut self.reqbody,
+        ] {
+            *buf = Vec::new();
         }
+        let stats = endpoint.stats();
+        self.outcome.bytes +=
+            crate::tcp::tunnel(&mut self.client, &mut up, || stats.record_tunnel_read()).await;
         Attempt::Done(false)
     }
 }
