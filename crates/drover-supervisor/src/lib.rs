@@ -40,6 +40,7 @@ mod stalls;
 pub mod status;
 mod steer;
 mod supervisor;
+mod tcp_diag;
 mod waiting;
 pub mod watch;
 mod worker;

@@ -10,10 +10,17 @@
 //! are not waiting. A sleep is not counted: a worker's helper (`sleep 1000 &` in its
 //! wrapper) sleeps for ever, and so does an app that parks a hung request in one.
 //!
+//! A thread blocked in `epoll_wait` (Go's netpoller, Java's NIO, Python's asyncio) waits
+//! on every descriptor of its epoll set, which `/proc/PID/fdinfo` lists: idle
+//! connections too (a database pool's), so one of them counts only while it awaits an
+//! answer, having sent last (`tcp_diag`). A Go worker whose `/health` pinged a stalled
+//! dependency was killed as deadlocked, and then the other.
+//!
 //! By hand rather than with a crate: two files per thread and one per descriptor; the
 //! procfs crate reads neither `syscall` nor another process's memory.
 
 use crate::listening::{self, ESTABLISHED, SYN_SENT};
+use crate::tcp_diag;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
@@ -28,6 +35,8 @@ pub(crate) fn waits_on(group: u32, serving_port: u16) -> Option<SocketAddr> {
         return None;
     }
     let mut sockets = BTreeSet::new();
+    // On an epoll set: they count only while awaiting an answer.
+    let mut polled = BTreeSet::new();
     for &pid in &members {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
@@ -49,17 +58,28 @@ pub(crate) fn waits_on(group: u32, serving_port: u16) -> Option<SocketAddr> {
                         .into_iter()
                         .filter_map(|fd| listening::fd_socket_inode(pid, fd)),
                 ),
+                On::EpollSet(epoll) => polled.extend(
+                    epoll_fds(pid, epoll)
+                        .into_iter()
+                        .filter_map(|fd| listening::fd_socket_inode(pid, fd)),
+                ),
                 On::Other => {}
             }
         }
     }
-    if sockets.is_empty() {
+    if sockets.is_empty() && polled.is_empty() {
         return None;
     }
+    let awaiting = if polled.is_empty() {
+        BTreeSet::new()
+    } else {
+        tcp_diag::awaiting_answer()
+    };
     listening::tcp_sockets()
         .into_iter()
         .find(|s| {
-            sockets.contains(&s.inode)
+            (sockets.contains(&s.inode)
+                || (polled.contains(&s.inode) && awaiting.contains(&s.inode)))
                 && matches!(s.state, ESTABLISHED | SYN_SENT)
                 && s.local.port() != serving_port
         })
@@ -85,6 +105,8 @@ enum On {
         at: u64,
         count: u64,
     },
+    /// The descriptors registered with this epoll descriptor.
+    EpollSet(i32),
     Other,
 }
 
@@ -106,6 +128,10 @@ impl Blocked {
             n if calls::POLL.contains(&n) => On::PollList {
                 at: self.args[0],
                 count: self.args[1],
+            },
+            n if calls::EPOLL.contains(&n) => match i32::try_from(self.args[0]) {
+                Ok(epoll) => On::EpollSet(epoll),
+                Err(_) => On::Other,
             },
             _ => On::Other,
         }
@@ -131,6 +157,24 @@ fn poll_fds(pid: u32, at: u64, count: u64) -> Vec<i32> {
         .collect()
 }
 
+/// The descriptors registered with epoll descriptor `epoll` of process `pid`: the
+/// `tfd:` lines of its `/proc/PID/fdinfo` entry; a long set is cut short.
+fn epoll_fds(pid: u32, epoll: i32) -> Vec<i32> {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epoll}")) else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            line.strip_prefix("tfd:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .take(1024)
+        .collect()
+}
+
 /// System call numbers of the architectures drover builds for.
 mod calls {
     /// read, readv, recvfrom, recvmsg, connect, recvmmsg: the first argument is the
@@ -140,16 +184,23 @@ mod calls {
     /// poll, ppoll: a `struct pollfd` list and its length.
     #[cfg(target_arch = "x86_64")]
     pub const POLL: [u64; 2] = [7, 271];
+    /// epoll_wait, epoll_pwait, epoll_pwait2: the epoll descriptor first.
+    #[cfg(target_arch = "x86_64")]
+    pub const EPOLL: [u64; 3] = [232, 281, 441];
 
     #[cfg(target_arch = "aarch64")]
     pub const ON_FD: [u64; 6] = [63, 65, 207, 212, 203, 243];
     #[cfg(target_arch = "aarch64")]
     pub const POLL: [u64; 1] = [73];
+    #[cfg(target_arch = "aarch64")]
+    pub const EPOLL: [u64; 2] = [22, 441];
 
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub const ON_FD: [u64; 0] = [];
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub const POLL: [u64; 0] = [];
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const EPOLL: [u64; 0] = [];
 }
 
 #[cfg(test)]
@@ -227,6 +278,33 @@ mod tests {
             let _ = peer.write_all(b"x");
             let _ = peer.read(&mut [0u8; 1]);
         }
+        // On an epoll set (as Go's netpoller and asyncio wait): a connection that sent a
+        // request and awaits the answer is a dependency; one answered (idle, a pool's)
+        // is not.
+        let epoll = |ask: &str| {
+            format!(
+                "import selectors, socket\ns = socket.create_connection(('127.0.0.1', {}))\n{ask}\
+                 sel = selectors.EpollSelector()\nsel.register(s, selectors.EVENT_READ)\n\
+                 while True:\n    sel.select()\n    s.recv(100)\n",
+                at.port()
+            )
+        };
+        let Some(child) = python(&epoll("s.sendall(b'q')\n")) else {
+            return;
+        };
+        let (mut peer, _) = dependency.accept().unwrap();
+        let pid = child.0.id();
+        assert_eq!(settle(pid, |w| w.is_some()), Some(at), "epoll, awaiting");
+        peer.write_all(b"answer").unwrap();
+        assert_eq!(settle(pid, |w| w.is_none()), None, "epoll, answered");
+        drop(child);
+        let Some(child) = python(&epoll("")) else {
+            return;
+        };
+        let (_peer, _) = dependency.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(waits_on(child.0.id(), 1), None, "epoll, idle");
+        drop(child);
         let Some(sleeping) = python("import time\ntime.sleep(60)\n") else {
             return;
         };

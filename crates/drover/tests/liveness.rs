@@ -517,11 +517,12 @@ async fn up_one_python_worker(dir: &Path, extra: &str, fall: u32) -> (DroverProc
 }
 
 /// A Python worker (no event loop drover can ping) whose routes and `/health` wait on a
-/// dependency that stalls: blocked reading its connection, or polling it. Busy, not
-/// hung: it is not restarted, and the POST it holds is answered once the dependency is
-/// back. Killed as deadlocked after 4 s before, with the
+/// dependency that stalls: blocked reading its connection, or polling it, or waiting
+/// on an epoll set. Busy, not hung: it is not restarted, and the POST it holds is
+/// answered once the dependency is back. Killed as deadlocked after 4 s before, with the
 /// POST (gunicorn's sync worker on a stalled redis; nginx in front of gunicorn failed
-/// none).
+/// none), and on an epoll set later still (a Go worker, whose netpoller waits there:
+/// both workers were killed in turn).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
     use std::io::{BufRead, Write};
@@ -549,15 +550,21 @@ async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
     });
     std::fs::write(
         dir.join("app.py"),
-        "import http.server, os, socket\n\
+        "import http.server, os, selectors, socket\n\
          DEP = int(os.environ['DEP'])\n\
-         def ask(poll):\n\
+         def ask(path):\n\
          \x20   s = socket.create_connection(('127.0.0.1', DEP))\n\
-         \x20   if poll:\n\
+         \x20   if 'poll' in path:\n\
          \x20       s.settimeout(60)\n\
          \x20   s.sendall(b'q\\n')\n\
          \x20   got = b''\n\
          \x20   while not got.endswith(b'\\n'):\n\
+         \x20       if 'epoll' in path:\n\
+         \x20           sel = selectors.EpollSelector()\n\
+         \x20           sel.register(s, selectors.EVENT_READ)\n\
+         \x20           sel.register(IDLE, selectors.EVENT_READ)\n\
+         \x20           sel.select()\n\
+         \x20           sel.close()\n\
          \x20       chunk = s.recv(64)\n\
          \x20       if not chunk:\n\
          \x20           break\n\
@@ -570,21 +577,31 @@ async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
          \x20       self.end_headers()\n\
          \x20       self.wfile.write(b'ok')\n\
          \x20   def do_GET(self):\n\
-         \x20       ask(False)\n\
+         \x20       ask(self.path)\n\
          \x20       self.answer()\n\
          \x20   def do_POST(self):\n\
          \x20       self.rfile.read(int(self.headers.get('content-length', 0)))\n\
-         \x20       ask('poll' in self.path)\n\
+         \x20       ask(self.path)\n\
          \x20       self.answer()\n\
          \x20   def log_message(self, *a):\n\
          \x20       pass\n\
+         IDLE = socket.create_connection(('127.0.0.1', DEP))\n\
          http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
     )
     .unwrap();
     let env = format!("env = {{ DEP = \"{dep_port}\" }}\n");
     let (d, admin) = up_one_python_worker(&dir, &env, 2).await;
     let addr = d.addr();
-    for (method, path) in [("POST", "/read"), ("POST", "/poll"), ("GET", "/read")] {
+    // Blocked (as Go's netpoller and asyncio wait) in epoll_wait on a set that also
+    // holds an idle connection: the dependency's, which awaits its answer, counts; the
+    // idle one does not. First, while no check waits in the worker to block in recv
+    // (its `/health` asks the dependency too). Then in recv, and in poll.
+    for (method, path) in [
+        ("POST", "/epoll"),
+        ("POST", "/read"),
+        ("POST", "/poll"),
+        ("GET", "/read"),
+    ] {
         stalled.store(true, Ordering::Relaxed);
         let asked = tokio::spawn(async move {
             let mut c = HttpClient::connect(addr).await.unwrap();
