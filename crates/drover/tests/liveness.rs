@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    admin_addr, assert_no_restarts, bin, liveness_config, restart_records, serving_pids, status,
-    temp_dir, up_serving, wait_all_serving,
+    admin_addr, assert_no_restarts, bin, get_answered, liveness_config, restart_records,
+    serving_pids, status, temp_dir, up_serving, wait_all_serving,
 };
 use drover_admin::RestartRow;
 use drover_testkit::{wait_until, wait_until_async, DroverProcess, HttpClient};
@@ -153,21 +153,9 @@ async fn a_worker_computing_as_long_as_it_came_back_from_before_is_not_restarted
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     c.set_timeout(Duration::from_secs(60));
     // 1.2 s: checks fail, too few to restart; it comes back.
-    let r = c.get("/work?ms=1200").await;
-    assert_eq!(
-        (r.status, r.text().as_str()),
-        (200, "worked"),
-        "{}",
-        d.stderr_text()
-    );
+    get_answered(&mut c, "/work?ms=1200", "worked", &d).await;
     // 2 s: more than the checks allow, less than three times what it came back from.
-    let r = c.get("/work?ms=2000").await;
-    assert_eq!(
-        (r.status, r.text().as_str()),
-        (200, "worked"),
-        "{}",
-        d.stderr_text()
-    );
+    get_answered(&mut c, "/work?ms=2000", "worked", &d).await;
     assert_no_restarts(admin, "a worker computing as long as before is busy", &d).await;
     // Or, where the machine's other load kept it off a core, starved (see the starved
     // tests), which spares it first.

@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{assert_no_restarts, liveness_config, restart_records, status, temp_dir, up_serving};
+use common::{
+    assert_no_restarts, get_answered, liveness_config, restart_records, status, temp_dir,
+    up_serving,
+};
 use drover_testkit::{wait_until_async, DroverProcess, HttpClient};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -58,13 +61,7 @@ fn starve_on_cpu0(pids: &[u32]) -> Hogs {
 async fn starved_then_spinning(d: DroverProcess, admin: SocketAddr, hogs: Hogs) {
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     c.set_timeout(Duration::from_secs(60));
-    let r = c.get("/compute?ms=250").await;
-    assert_eq!(
-        (r.status, r.text().as_str()),
-        (200, "computed"),
-        "{}",
-        d.stderr_text()
-    );
+    get_answered(&mut c, "/compute?ms=250", "computed", &d).await;
     assert_no_restarts(admin, "a starved worker is busy", &d).await;
     assert!(
         d.stderr_text()

@@ -405,6 +405,18 @@ pub fn restart_records(s: &drover_admin::Status) -> Vec<drover_admin::RestartRow
     s.apps.iter().flat_map(|a| a.restarts.clone()).collect()
 }
 
+/// GETs `path` on `c` and asserts it was answered 200 with `body`; the failure shows
+/// drover's log.
+pub async fn get_answered(c: &mut HttpClient, path: &str, body: &str, d: &DroverProcess) {
+    let r = c.get(path).await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, body),
+        "GET {path}\n{}",
+        d.stderr_text()
+    );
+}
+
 /// Asserts that no worker of `admin`'s drover was restarted; `why` says what the test
 /// expected instead, and the failure shows the records and drover's log.
 pub async fn assert_no_restarts(admin: SocketAddr, why: &str, d: &DroverProcess) {
