@@ -7,6 +7,7 @@
 #
 #   bash bench/idle.sh                                            # 10,000 connections, 3 rounds
 #   BENCH_CONNS=2000 BENCH_ROUNDS=1 bash bench/idle.sh             # smoke run (~20 s)
+#   BENCH_WEBSOCKET=1 BENCH_CONNS=2000 bash bench/idle.sh         # idle WebSockets instead
 #   DROVER_BIN=/work/variants/v0 DROVER_ALT_BIN=/work/variants/v2 \
 #     BENCH_PEERS="drover drover-alt nginx haproxy" bash bench/idle.sh   # two binaries, A/B
 #
@@ -22,6 +23,9 @@
 #   DROVER_BIN         drover binary to measure (default: target/release/drover, built
 #                      unless BENCH_SKIP_BUILD=1; never built when DROVER_BIN is set)
 #   DROVER_ALT_BIN     a second drover binary, the drover-alt peer
+#   BENCH_WEBSOCKET=1  each connection upgrades to a WebSocket (`GET /ws`, answered 101 by
+#                      bench/matrix/backend.js, which then sends a small frame each second)
+#                      instead of one keep-alive GET: memory per open WebSocket
 #   BENCH_SKIP_BUILD=1 do not run cargo build
 #   BENCH_NO_INSTALL=1 never call apt-get
 #
@@ -41,6 +45,8 @@ BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$BENCH_DIR/.." && pwd)"
 N="${BENCH_CONNS:-10000}"
 ROUNDS="${BENCH_ROUNDS:-3}"
+CLIENT_MODE=()
+[[ "${BENCH_WEBSOCKET:-0}" == 1 ]] && CLIENT_MODE=(--websocket)
 SETTLE="${BENCH_SETTLE:-3}"
 CONC="${BENCH_CONCURRENCY:-64}"
 WARM="${BENCH_WARM:-50}"
@@ -140,7 +146,7 @@ BE_PORT="$(quick_port)"
 node "$BENCH_DIR/matrix/backend.js" "$BE_PORT" 2>"$TMP/backend.log" &
 BACKEND_PID=$!
 wait_port "$BE_PORT" "$BACKEND_PID" 10 || { cat "$TMP/backend.log" >&2; die "backend did not start"; }
-log "backend: node bench/matrix/backend.js on 127.0.0.1:$BE_PORT; $N connections, ulimit -n $(ulimit -n)"
+log "backend: node bench/matrix/backend.js on 127.0.0.1:$BE_PORT; $N ${CLIENT_MODE[*]:+WebSocket }connections, ulimit -n $(ulimit -n)"
 
 # ------------------------------------------------------------------ peers
 RUN_N=0
@@ -175,6 +181,13 @@ start_peer() { # name
     proxy_http_version 1.1;
     proxy_set_header Connection "";
     location / { proxy_pass http://backends; }
+    location /ws {
+      proxy_pass http://backends;
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection "upgrade";
+      proxy_read_timeout ${IDLE_S}s;
+      proxy_send_timeout ${IDLE_S}s;
+    }
   }
 }
 EOF
@@ -198,6 +211,7 @@ defaults
   timeout server ${IDLE_S}s
   timeout http-keep-alive ${IDLE_S}s
   timeout http-request ${IDLE_S}s
+  timeout tunnel ${IDLE_S}s
 frontend fe
   bind 127.0.0.1:$port backlog 4096
   default_backend be
@@ -274,7 +288,7 @@ measure() { # round peer
   rss0="$(peer_rss_kb)" fd0="$(peer_fds)"
   client_out="$TMP/client-$round-$name.out"
   node "$BENCH_DIR/idle/client.js" --port "$CUR_PORT" --conns "$N" --concurrency "$CONC" \
-    --timeout-ms "$CONNECT_TIMEOUT_MS" --hold-ms $(((IDLE_S - 60) * 1000)) \
+    --timeout-ms "$CONNECT_TIMEOUT_MS" --hold-ms $(((IDLE_S - 60) * 1000)) "${CLIENT_MODE[@]}" \
     >"$client_out" 2>"$client_out.err" &
   CLIENT_PID=$!
   local i

@@ -3,7 +3,7 @@
 //
 //   node bench/idle/client.js --port P --conns N [--concurrency 64] [--hold-ms 300000]
 //                             [--timeout-ms 120000] [--path /] [--close]
-//                             [--tls [--tls-version 1.3|1.2]]
+//                             [--tls [--tls-version 1.3|1.2]] [--websocket]
 //
 // Opens N connections to 127.0.0.1:P, at most --concurrency of them connecting or waiting
 // for their answer at a time, sends ONE keep-alive `GET PATH` on each and reads the whole
@@ -17,6 +17,9 @@
 // With --close it exits right after the "ready" line (a warm-up). With --tls every
 // connection is HTTPS (a full handshake each, no session resumption, the certificate not
 // verified: bench/tls.sh's idle TLS connections), TLS 1.3 unless --tls-version 1.2.
+// With --websocket each connection upgrades instead (`GET /ws`, a WebSocket handshake,
+// answered 101) and stays open as a WebSocket; bytes the backend sends on it later
+// (bench/matrix/backend.js ticks once a second) are counted as unexpected_bytes.
 'use strict';
 const net = require('net');
 const tls = require('tls');
@@ -37,6 +40,7 @@ const path = arg('path', '/');
 const closeAfter = process.argv.includes('--close');
 const useTls = process.argv.includes('--tls');
 const tlsVersion = `TLSv${arg('tls-version', '1.3')}`;
+const websocket = process.argv.includes('--websocket');
 for (const [k, v] of Object.entries({ port, conns, concurrency, holdMs, timeoutMs })) {
   if (!Number.isInteger(v) || v < 1) {
     process.stderr.write(`idle client: ${k} must be a positive integer\n`);
@@ -44,7 +48,11 @@ for (const [k, v] of Object.entries({ port, conns, concurrency, holdMs, timeoutM
   }
 }
 
-const request = Buffer.from(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUser-Agent: drover-idle-bench\r\n\r\n`);
+const request = Buffer.from(websocket
+  ? `GET /ws HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUser-Agent: drover-idle-bench\r\n` +
+    'Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n' +
+    'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n'
+  : `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUser-Agent: drover-idle-bench\r\n\r\n`);
 const sockets = [];
 let started = 0, ok = 0, failed = 0, closedByPeer = 0, unexpectedBytes = 0, inFlight = 0;
 let readyAt = 0, phaseDone = false;
@@ -59,6 +67,10 @@ function complete(buf) {
   const lines = head.split('\r\n');
   const m = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0]);
   if (!m) throw new Error(`bad status line: ${lines[0].slice(0, 80)}`);
+  if (websocket) {
+    if (m[1] !== '101') throw new Error(`status ${m[1]}`);
+    return true;
+  }
   if (m[1] !== '200') throw new Error(`status ${m[1]}`);
   let len = null, chunked = false;
   for (const l of lines.slice(1)) {
