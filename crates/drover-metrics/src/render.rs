@@ -139,7 +139,7 @@ fn balancer_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     }
     e.counter(
         "drover_tcp_unserved",
-        "TCP mode: client connections closed before an endpoint took them, by cause (no-healthy-endpoint, queue-full, queue-timeout, connect-failed, local-resources).",
+        "TCP mode: client connections closed before an endpoint took them, by cause (no-healthy-endpoint, workers-not-starting, queue-full, queue-timeout, connect-failed, local-resources).",
     );
     for b in bs {
         for (cause, &n) in Cause::ALL.iter().zip(&b.counts.tcp_unserved) {

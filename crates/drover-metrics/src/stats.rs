@@ -51,11 +51,15 @@ pub enum Cause {
     /// The TLS handshake with a backend failed (`backend_tls`): its certificate did not
     /// verify, it asked for a client certificate, or it does not speak TLS.
     BackendTls,
+    /// No endpoint is available, and every worker drover runs for the pool ended by
+    /// itself before it was ready (an app that fails at boot): the request is answered
+    /// at once instead of waiting the queue timeout for a worker that may never come.
+    WorkersNotStarting,
 }
 
 impl Cause {
     /// How many causes there are: the length of every array indexed by cause.
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 
     pub const ALL: [Cause; Cause::COUNT] = [
         Cause::NoHealthyEndpoint,
@@ -69,6 +73,7 @@ impl Cause {
         Cause::BackendTimeout,
         Cause::BackendHung,
         Cause::BackendTls,
+        Cause::WorkersNotStarting,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +89,7 @@ impl Cause {
             Cause::BackendTimeout => "backend-timeout",
             Cause::BackendHung => "backend-hung",
             Cause::BackendTls => "backend-tls",
+            Cause::WorkersNotStarting => "workers-not-starting",
         }
     }
 }

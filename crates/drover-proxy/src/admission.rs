@@ -57,6 +57,10 @@
 //! while workers start: drover started and at once sent traffic answers, late, instead
 //! of `503`. The pool wakes the queue when an endpoint joins or rises (`Pool::watch_up`);
 //! a request that waited the whole queue timeout for one gets `no-healthy-endpoint`.
+//! Once each of those workers has ended by itself before it was ready (an app that
+//! fails at boot: `Pool::set_members_failing`), no endpoint is on its way: requests get
+//! `workers-not-starting` at once, and those waiting are told then, as nginx answers
+//! 502 at once in front of an app that is down, rather than after 30 s each.
 //! Fixed backends that are all down still get a `503` at once.
 //!
 //! Each release hands slots to the waiters at the head, in order, for as long as there
@@ -253,7 +257,7 @@ impl Admission {
             match self.balancer.pick(&set, ctx) {
                 Ok(pick) => return Ok(self.slot(pick)),
                 Err(NoPick::NoneAvailable) if !self.expects_endpoints() => {
-                    return Err(ProxyError::NoEndpoint)
+                    return Err(self.none_to_wait_for())
                 }
                 Err(_) => {}
             }
@@ -380,7 +384,17 @@ impl Admission {
 
     /// Whether a request waits while no endpoint is available, for one to come.
     fn expects_endpoints(&self) -> bool {
-        self.pool.options().expects_members
+        self.pool.awaits_members()
+    }
+
+    /// Why a request that found no endpoint available is not waiting for one: the
+    /// pool's workers all failed their last start, or its backends are all down.
+    fn none_to_wait_for(&self) -> ProxyError {
+        if self.pool.members_failing() {
+            ProxyError::WorkersNotStarting
+        } else {
+            ProxyError::NoEndpoint
+        }
     }
 
     /// Why a request waited the whole queue timeout: every endpoint was busy, or there
@@ -391,7 +405,7 @@ impl Admission {
         if set.endpoints().iter().any(|e| e.is_available(now)) {
             ProxyError::QueueTimeout
         } else {
-            ProxyError::NoEndpoint
+            self.none_to_wait_for()
         }
     }
 
@@ -443,7 +457,7 @@ impl Admission {
             let result = match self.balancer.pick(&set, &ctx) {
                 Ok(pick) => Ok(self.slot(pick)),
                 Err(NoPick::NoneAvailable) if !self.expects_endpoints() => {
-                    Err(ProxyError::NoEndpoint)
+                    Err(self.none_to_wait_for())
                 }
                 Err(NoPick::NoneAvailable) if skipped < MAX_PINNED_SKIPS => {
                     skipped += 1;
@@ -862,6 +876,35 @@ mod tests {
         let second = runtime();
         assert!(queue_one(&second));
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn once_every_worker_failed_its_start_waiters_are_told_and_newcomers_at_once() {
+        let (pool, admission) = empty_pool(true, Duration::from_secs(600));
+        let waiter = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(admission.waiting(), 1);
+        assert!(pool.set_members_failing(true));
+        assert_eq!(waiter.await.unwrap(), Err(ProxyError::WorkersNotStarting));
+        let result = admission.acquire(&any_request()).await.map(|_| ());
+        assert_eq!(result, Err(ProxyError::WorkersNotStarting));
+        // A worker that starts after all: requests wait for workers again.
+        assert!(pool.set_members_failing(false));
+        let waiter = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(admission.waiting(), 1);
+        pool.insert(
+            drover_registry::Source::Supervisor,
+            ([127, 0, 0, 1], 9).into(),
+            1,
+        );
+        assert_eq!(waiter.await.unwrap(), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

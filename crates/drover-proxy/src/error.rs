@@ -30,6 +30,9 @@ pub enum ProxyError {
     BackendHung,
     /// The TLS handshake with the backend failed (`backend_tls`), and why.
     BackendTls(crate::backend_tls::Failure),
+    /// No endpoint is available, and each worker drover runs for the pool ended by
+    /// itself before it was ready, at its last start (`Pool::members_failing`).
+    WorkersNotStarting,
 }
 
 impl ProxyError {
@@ -38,7 +41,8 @@ impl ProxyError {
             ProxyError::NoEndpoint
             | ProxyError::QueueFull
             | ProxyError::QueueTimeout
-            | ProxyError::LocalResources => 503,
+            | ProxyError::LocalResources
+            | ProxyError::WorkersNotStarting => 503,
             ProxyError::ConnectFailed
             | ProxyError::BackendClosed
             | ProxyError::BackendCrashed
@@ -68,6 +72,7 @@ impl ProxyError {
             ProxyError::Timeout => Cause::BackendTimeout,
             ProxyError::BackendHung => Cause::BackendHung,
             ProxyError::BackendTls(_) => Cause::BackendTls,
+            ProxyError::WorkersNotStarting => Cause::WorkersNotStarting,
         }
     }
 
@@ -85,6 +90,7 @@ impl ProxyError {
             ProxyError::Timeout => "backend-timeout",
             ProxyError::BackendHung => "backend-hung",
             ProxyError::BackendTls(_) => "backend-tls",
+            ProxyError::WorkersNotStarting => "workers-not-starting",
         }
     }
 }
@@ -121,6 +127,10 @@ impl fmt::Display for ProxyError {
             ProxyError::BackendTls(why) => {
                 write!(f, "TLS to the backend failed: {why} ({})", why.as_str())
             }
+            ProxyError::WorkersNotStarting => f.write_str(
+                "the app's workers exit before they are ready (drover's output says why); \
+                 drover keeps starting them, and serves as soon as one is",
+            ),
         }
     }
 }
@@ -143,6 +153,7 @@ mod tests {
             ProxyError::Timeout,
             ProxyError::BackendHung,
             ProxyError::BackendTls(crate::backend_tls::Failure::UnknownIssuer),
+            ProxyError::WorkersNotStarting,
         ] {
             assert_eq!(e.metric_cause().as_str(), e.cause());
         }

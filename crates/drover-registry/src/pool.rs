@@ -11,7 +11,7 @@ use drover_balance::{clock, Endpoint, EndpointSet, Nanos};
 use drover_metrics::{Ejection, EndpointSnapshot};
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -219,6 +219,9 @@ pub struct Pool {
     handoffs: crate::Handoffs,
     /// How many members a supervisor runs here (`expect_members`); 0 for other pools.
     expected: AtomicUsize,
+    /// The supervisor's word that each of its members here ended, by itself, before it
+    /// was ready (`set_members_failing`).
+    members_failing: AtomicBool,
     /// When the pool first had a member (0 until then): how long the others may have
     /// been warming up when one joins (see `new_endpoint`).
     serving_since: AtomicU64,
@@ -238,6 +241,7 @@ impl Pool {
             up: watch::Sender::new(()),
             handoffs: crate::Handoffs::default(),
             expected: AtomicUsize::new(0),
+            members_failing: AtomicBool::new(false),
             serving_since: AtomicU64::new(if addrs.is_empty() { 0 } else { clock::now() }),
         };
         let endpoints = addrs
@@ -295,6 +299,32 @@ impl Pool {
     fn awaited(&self, sources: &BTreeMap<Source, Vec<(SocketAddr, u32)>>) -> usize {
         let supervised = sources.get(&Source::Supervisor).map_or(0, Vec::len);
         self.expected.load(Relaxed).saturating_sub(supervised)
+    }
+
+    /// The supervisor says whether every member it runs here ended by itself before it
+    /// was ready, each at its last start (an app that fails at boot: a syntax error, a
+    /// missing module, a port it cannot bind). Then no member is on its way, and a
+    /// request that finds none available gets its answer at once instead of waiting the
+    /// queue timeout for one (see `awaits_members`); requests queued now are woken to be
+    /// told. Returns whether this changed the pool's state.
+    pub fn set_members_failing(&self, failing: bool) -> bool {
+        let changed = self.members_failing.swap(failing, Relaxed) != failing;
+        if changed && failing {
+            self.endpoint_up();
+        }
+        changed
+    }
+
+    /// Whether every member the supervisor runs here last ended before it was ready.
+    pub fn members_failing(&self) -> bool {
+        self.members_failing.load(Relaxed)
+    }
+
+    /// Whether a request that finds no endpoint available waits for one: the pool's
+    /// members start and restart on their own (`PoolOptions::expects_members`), and
+    /// they have not all failed their last start.
+    pub fn awaits_members(&self) -> bool {
+        self.options.load().expects_members && !self.members_failing()
     }
 
     /// Wakes when an endpoint may have become available: one joined, or rose

@@ -194,6 +194,9 @@ pub(crate) struct WorkerSlot {
     /// The app's health-restart permit, from a health kill until this slot's next
     /// process is ready (see `Shared::health_restarts`).
     pub health_permit: Option<OwnedSemaphorePermit>,
+    /// Its last process ended by itself, or could not start, before it was ready; until
+    /// one of its processes is ready (see `AppState::note_failed_starts`).
+    pub start_failed: bool,
 }
 
 impl WorkerSlot {
@@ -216,6 +219,7 @@ impl WorkerSlot {
             placed: false,
             retiring: false,
             health_permit: None,
+            start_failed: false,
         }
     }
 
@@ -398,6 +402,7 @@ impl AppState {
     /// Removes the last slot, whose task has ended.
     pub(crate) fn remove_last_slot(&self) {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        self.note_failed_starts();
     }
 
     /// The spec new processes start from, with its generation.
@@ -475,6 +480,39 @@ impl AppState {
             .iter()
             .enumerate()
             .any(|(i, s)| i != id && s.placed && s.state.is_serving() && !s.retiring)
+    }
+
+    /// Tells the pool whether each of the app's workers failed its last start, so
+    /// requests stop waiting for workers while none is on its way (see
+    /// `Pool::set_members_failing`). A worker that is starting again after such an
+    /// exit still counts as failing until it is ready: an app that fails at boot does
+    /// so at each start, and its clients should not wait 30 s each to be told, where
+    /// nginx in front of it answers 502 at once.
+    pub(crate) fn note_failed_starts(&self) {
+        let failing = {
+            let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            let mut serving = slots.iter().filter(|s| !s.retiring).peekable();
+            serving.peek().is_some() && serving.all(|s| s.start_failed)
+        };
+        if !self.pool.set_members_failing(failing) {
+            return;
+        }
+        if failing {
+            tracing::warn!(
+                app = %self.app,
+                "every worker of app \"{}\" exited before it was ready; requests are answered \
+                 503 workers-not-starting at once, not queued, until one is (drover keeps \
+                 starting them)",
+                self.app,
+            );
+        } else {
+            tracing::info!(
+                app = %self.app,
+                "a worker of app \"{}\" is ready: requests wait for workers again while none \
+                 is free",
+                self.app,
+            );
+        }
     }
 
     /// Takes a slot's endpoint out of the pool, if it has one there.
@@ -1273,6 +1311,8 @@ pub(crate) async fn run(
         let looping = crashes >= policy.crash_loop_after;
         {
             let mut slot = shared.slot(id);
+            slot.start_failed =
+                life.served.is_zero() && matches!(life.end, End::Exited(_) | End::NotStarted(_));
             slot.pid = None;
             slot.port = None;
             slot.spawned = None;
@@ -1288,6 +1328,7 @@ pub(crate) async fn run(
                 WorkerState::BackingOff
             };
         }
+        shared.note_failed_starts();
         log_end(&shared.app, id, &life, delay);
         if looping {
             tracing::warn!(
@@ -2069,6 +2110,11 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
     let mut slot = shared.slot(id);
     slot.state = WorkerState::Ready;
     slot.ready_at = Some(Instant::now());
+    if std::mem::take(&mut slot.start_failed) {
+        drop(slot);
+        shared.note_failed_starts();
+        slot = shared.slot(id);
+    }
     // Its predecessor's health restart is over: the app's next may go.
     slot.health_permit = None;
     let Some(addr) = proc.addr() else {

@@ -285,6 +285,53 @@ async fn requests_for_workers_that_never_start_get_a_503_after_the_queue_timeout
     }
 }
 
+/// An app that fails at boot (here: a file it needs is missing; elsewhere a syntax
+/// error, a module not installed) while clients send. drover held each request the whole
+/// queue timeout (30 s by default) for a worker that never came, then answered `503
+/// no-healthy-endpoint`, where nginx in front of the app answers 502 at once. Once each
+/// worker has exited before it was ready, no worker is on its way: requests are answered
+/// `503 workers-not-starting` at once, those already waiting too. (The queue timeout is
+/// ten minutes here and each client waits one, so only that answer can come.) Once the
+/// file is there, a worker starts and requests are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_that_fails_at_boot_is_answered_at_once_and_serves_once_it_starts() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cold_start/server.py")
+        .display()
+        .to_string();
+    let needs = common::temp_dir("fails-at-boot").join("config.json");
+    let needs_arg = needs.display().to_string();
+    let d = run_command(
+        &["--queue-timeout", "600s"],
+        &["python3", &script, "0", &needs_arg],
+    )
+    .await;
+    // The first burst is sent as drover listens, before any worker has failed.
+    for round in 0..2 {
+        let answers = burst(d.addr(), 10).await;
+        for a in &answers {
+            assert_eq!(
+                (a.0, a.1.as_deref()),
+                (503, Some("workers-not-starting")),
+                "round {round}: {answers:?}\n{}",
+                d.stderr_text()
+            );
+        }
+    }
+    assert!(
+        d.stderr_text().contains("exited before it was ready"),
+        "{}",
+        d.stderr_text()
+    );
+    std::fs::write(&needs, "{}").unwrap();
+    let served = wait_until_async(Duration::from_secs(60), || async {
+        burst(d.addr(), 1).await[0].0 == 200
+    })
+    .await;
+    assert!(served, "{}", d.stderr_text());
+    all_answered(&d, burst(d.addr(), 10).await);
+}
+
 /// An app that takes longer to boot than the ready timeout (ts-node on a large project,
 /// a wait for its database): killed at the timeout and started again with the same
 /// time, it never served, where PM2 and Node's cluster module run it. Each start in a
