@@ -451,12 +451,14 @@ impl Controller {
         // Nothing below can fail: the balancers change.
         let mut now: Vec<Arc<RunningBalancer>> = Vec::with_capacity(steps.len());
         let mut changed = Vec::new();
+        let mut certificates = Vec::new();
         let mut retired = Vec::new();
         for (step, new) in steps.into_iter().zip(started) {
             match step {
                 Step::Keep(b, tls) => {
                     if tls.is_some() {
                         b.proxy.set_tls(tls);
+                        certificates.push(b.name.clone());
                     }
                     now.push(b)
                 }
@@ -501,6 +503,14 @@ impl Controller {
         } else {
             format!("balancers changed: {}", changed.join(", "))
         });
+        if !certificates.is_empty() {
+            // Read again on every reload, changed or not: a renewed certificate serves
+            // new connections from now on (the settings around it did not change).
+            said.push(format!(
+                "certificates read again: {}",
+                certificates.join(", ")
+            ));
+        }
         for app in &new_apps.apps {
             let workers = app.spec().workers.resolve();
             said.push(format!("started {} ({workers} workers)", app.name()));
@@ -1022,11 +1032,26 @@ impl Control for Controller {
         Status { apps, balancers }
     }
 
+    /// `drover ctl reload` (the admin API): the outcome goes to drover's own output too,
+    /// as SIGHUP's does, so whoever reads the log sees each reload and what it did.
     fn reload(
         &self,
         app: Option<String>,
     ) -> Pin<Box<dyn Future<Output = Result<String, ControlError>> + Send + '_>> {
-        Box::pin(self.reload(app))
+        Box::pin(async move {
+            match &app {
+                Some(app) => drover_spool::eprintln!(
+                    "drover: reload of app {app:?} asked through the admin API"
+                ),
+                None => drover_spool::eprintln!("drover: reload asked through the admin API"),
+            }
+            let outcome = self.reload(app).await;
+            match &outcome {
+                Ok(msg) => drover_spool::eprintln!("drover: {msg}"),
+                Err(e) => drover_spool::eprintln!("drover: reload failed: {e}"),
+            }
+            outcome
+        })
     }
 
     fn scale(

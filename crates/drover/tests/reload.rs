@@ -145,12 +145,23 @@ async fn rolling_reload_under_load_fails_no_request() {
         "{first:?} -> {second:?}"
     );
 
-    // ...and once by signal, as `kill -HUP` or systemd's ExecReload would.
-    d.signal("HUP").unwrap();
+    // drover's output says so too, as for a SIGHUP (before, only the caller was told).
     assert!(
-        d.wait_for_line("drover: reloaded app", Duration::from_secs(30))
+        d.wait_for_line("drover: reloaded app", Duration::from_secs(10))
             .await
             .is_some(),
+        "{}",
+        d.stderr_text()
+    );
+
+    // ...and once by signal, as `kill -HUP` or systemd's ExecReload would.
+    let before = d.lines_containing("drover: reloaded app").len();
+    d.signal("HUP").unwrap();
+    assert!(
+        drover_testkit::wait_until(Duration::from_secs(30), || {
+            d.lines_containing("drover: reloaded app").len() > before
+        })
+        .await,
         "{}",
         d.stderr_text()
     );

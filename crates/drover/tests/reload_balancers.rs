@@ -186,7 +186,7 @@ async fn a_reload_that_cannot_apply_changes_nothing_and_says_why() {
     for (toml, says) in &refused {
         reload_is_refused(admin, &path, toml, says).await;
         assert_eq!(answering(web, 4).await, names(&["a"]), "after {says:?}");
-        assert!(d.lines_containing("balancer \"new\"").is_empty());
+        assert!(d.lines_containing("balancer \"new\" listening").is_empty());
     }
     drop(taken);
 
@@ -273,7 +273,7 @@ async fn fixed_backends_beside_an_app_come_and_go_on_reload_and_a_bad_file_chang
     for (toml, says) in &refused {
         reload_is_refused(admin, &path, toml, says).await;
         serves_exactly(front, &serving).await;
-        assert!(d.lines_containing("balancer \"back\"").is_empty());
+        assert!(d.lines_containing("balancer \"back\" listening").is_empty());
     }
     common::assert_load_never_failed(&stop, load, 20, "during reloads beside an app").await;
     stops_cleanly(d).await;

@@ -636,6 +636,20 @@ async fn a_reload_swaps_the_certificate_under_load_with_no_request_failed_and_a_
     let second = std::fs::read(&a.0).unwrap();
     let (code, out, err) = ctl(admin, &["reload"]).await;
     assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    // It says so, to the one who asked and in drover's output: before, the reply said
+    // "no balancer changed" and the log said nothing (HTTPS edge seat).
+    assert!(out.contains("certificates read again: web"), "{out}");
+    let logged = d
+        .wait_for_line(
+            "drover: reload asked through the admin API",
+            Duration::from_secs(10),
+        )
+        .await
+        .is_some()
+        && d.wait_for_line("certificates read again: web", Duration::from_secs(10))
+            .await
+            .is_some();
+    assert!(logged, "{}", d.stderr_text());
     let fresh = tls_connect(web, "a.test", &config).await.unwrap();
     assert_eq!(
         served(&fresh),
