@@ -52,7 +52,7 @@ pub use forensics::{
     HISTORY_PER_APP, STDERR_LINE_MAX, STDERR_TAIL_LINES,
 };
 pub use health::NotReady;
-pub use orphans::reap_orphans_as_init;
+pub use orphans::adopt_orphans;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
 pub use spec::{
     check_workers, command_uses_port, command_with_port, with_interpreter, AppSpec, Backoff,

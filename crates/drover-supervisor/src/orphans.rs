@@ -1,11 +1,23 @@
-//! drover as a container's first process (`CMD ["drover", "run", ...]`: PID 1 in its
-//! PID namespace). The kernel gives PID 1 every process whose parent ends first: the
-//! app below `npm start` once npm has exited on a stop, whatever an app started and
-//! left behind. Each stays a zombie, holding its process id, until its new parent
-//! reaps it. drover reaped only the workers it started, so every reload, restart and
-//! scale-down left such zombies behind (2 per reload of `npm start` workers): a
-//! crash-looping app would fill the container's process table within hours. As PID 1,
-//! drover reaps them, as tini and `docker run --init` do.
+//! What workers leave behind when they end: drover as their parent of last resort.
+//!
+//! As a container's first process (`CMD ["drover", "run", ...]`: PID 1 in its PID
+//! namespace), the kernel gives drover every process whose parent ends first: the app
+//! below `npm start` once npm has exited on a stop, whatever an app started and left
+//! behind. Each stays a zombie, holding its process id, until its new parent reaps it.
+//! drover reaped only the workers it started, so every reload, restart and scale-down
+//! left such zombies behind (2 per reload of `npm start` workers): a crash-looping app
+//! would fill the container's process table within hours. As PID 1, drover reaps them,
+//! as tini and `docker run --init` do.
+//!
+//! Elsewhere drover running apps is their subreaper (`PR_SET_CHILD_SUBREAPER`, as
+//! systemd's user manager and tini -s are), for a program that daemonizes (`rackup -D`,
+//! a `--daemon` flag, a double fork with `setsid`): the process that serves leaves the
+//! worker's process group, which is what drover stops, and its parent exits. drover
+//! took that for a crash and started another, which did the same: 34 daemons of
+//! `rackup -D` ran, orphaned, after 30 s, and all of them after drover stopped, where
+//! systemd stops them with their cgroup (Ruby seat). Re-parented to drover, they are
+//! found by the worker id and app in their environment (`left_behind`) when the worker
+//! ends, and stopped, and the log says the program daemonized.
 //!
 //! drover's own workers are reaped by tokio, which waits for each by its pid; reaping
 //! one first would take its exit status away. So this reaps only the zombies that are
@@ -41,11 +53,21 @@ pub(crate) fn forget(pid: u32) {
     spawned().remove(&pid);
 }
 
-/// When drover is PID 1, starts reaping the zombies re-parented to it, on every
-/// SIGCHLD and every second, for as long as the runtime runs. Elsewhere their
-/// parent is the system's init, which reaps them: nothing to do.
-pub fn reap_orphans_as_init() {
-    if std::process::id() != 1 {
+/// Makes drover the parent of last resort of what its workers start, when it runs
+/// apps (`runs_apps`), and then, or when drover is PID 1, starts reaping the zombies
+/// re-parented to it, on every SIGCHLD and every second, for as long as the runtime
+/// runs. Otherwise their parent is the system's init, which reaps them.
+pub fn adopt_orphans(runs_apps: bool) {
+    let subreaper = runs_apps
+        && nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|e| {
+                tracing::warn!(
+                    "cannot become the subreaper of the workers' processes ({e}): a \
+                     program that daemonizes is not found when its worker ends"
+                )
+            })
+            .is_ok();
+    if std::process::id() != 1 && !subreaper {
         return;
     }
     tokio::spawn(async {
@@ -59,7 +81,7 @@ pub fn reap_orphans_as_init() {
             let zombies = zombie_children(std::process::id());
             let reaped = reap(aged(&mut seen, zombies, Instant::now()));
             if reaped > 0 {
-                tracing::debug!(reaped, "reaped processes re-parented to drover (PID 1)");
+                tracing::debug!(reaped, "reaped processes re-parented to drover");
             }
             match exits.as_mut() {
                 Some(exits) => {
@@ -69,6 +91,124 @@ pub fn reap_orphans_as_init() {
             }
         }
     });
+}
+
+/// A process a worker started that outlived it outside its process group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeftBehind {
+    pub pid: u32,
+    /// Its command line, arguments joined by spaces (cut at `SHOWN_COMMAND` bytes).
+    pub command: String,
+}
+
+/// How much of a left-behind process's command line the log shows.
+const SHOWN_COMMAND: usize = 120;
+
+/// The live processes re-parented to drover that worker `id` of `app` started (their
+/// environment names both, as drover gave it to the worker), other than drover's own
+/// workers. Empty when /proc cannot be read.
+pub(crate) fn left_behind(app: &str, id: usize) -> Vec<LeftBehind> {
+    let ours = std::process::id();
+    let (app_var, id_var) = (
+        format!("DROVER_APP={app}"),
+        format!("DROVER_WORKER_ID={id}"),
+    );
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let candidates: Vec<u32> = dir
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| live_child_of(pid, ours))
+        .collect();
+    let spawned = spawned();
+    candidates
+        .into_iter()
+        .filter(|pid| !spawned.contains(pid))
+        .filter(|pid| {
+            let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
+            let vars = || environ.split(|&b| b == 0);
+            vars().any(|v| v == app_var.as_bytes()) && vars().any(|v| v == id_var.as_bytes())
+        })
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let mut command = String::from_utf8_lossy(&cmdline)
+                .trim_end_matches('\0')
+                .replace('\0', " ");
+            if command.len() > SHOWN_COMMAND {
+                let cut = (0..=SHOWN_COMMAND)
+                    .rev()
+                    .find(|&i| command.is_char_boundary(i))
+                    .unwrap_or(0);
+                command.truncate(cut);
+                command.push_str("...");
+            }
+            LeftBehind { pid, command }
+        })
+        .collect()
+}
+
+/// Whether `pid` is alive (not a zombie) and `parent`'s child, from /proc.
+fn live_child_of(pid: u32, parent: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // After the command name (in parentheses, may hold spaces): state, ppid.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_ascii_whitespace();
+    let alive = fields.next().is_some_and(|state| state != "Z");
+    alive && fields.next().and_then(|p| p.parse::<u32>().ok()) == Some(parent)
+}
+
+/// Stops what worker `id` of `app` left behind (`left_behind`): SIGTERM, up to `grace`
+/// for each to exit, then SIGKILL, and reaps each (they are drover's children). Returns
+/// what it found.
+pub(crate) async fn stop_left_behind(app: &str, id: usize, grace: Duration) -> Vec<LeftBehind> {
+    use nix::sys::signal::{kill, Signal};
+    let left = left_behind(app, id);
+    if left.is_empty() {
+        return left;
+    }
+    let pids: Vec<Pid> = left.iter().map(|l| Pid::from_raw(l.pid as i32)).collect();
+    // Each is drover's unreaped child until reaped below: its pid is not reused meanwhile.
+    for &pid in &pids {
+        let _ = kill(pid, Signal::SIGTERM);
+    }
+    let mut running = reap_exited(pids);
+    let deadline = tokio::time::Instant::now() + grace;
+    while !running.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(REAP_POLL).await;
+        running = reap_exited(running);
+    }
+    for &pid in &running {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + KILLED_WAIT;
+    while !running.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(REAP_POLL).await;
+        running = reap_exited(running);
+    }
+    left
+}
+
+/// How often `stop_left_behind` looks whether what it signalled has exited.
+const REAP_POLL: Duration = Duration::from_millis(20);
+
+/// How long `stop_left_behind` waits for SIGKILLed processes to be reapable.
+const KILLED_WAIT: Duration = Duration::from_secs(2);
+
+/// Reaps each of `pids` that has exited; the ones still running. (One already reaped,
+/// by the reaper's scan, is gone too.)
+fn reap_exited(pids: Vec<Pid>) -> Vec<Pid> {
+    pids.into_iter()
+        .filter(
+            |&pid| matches!(waitpid(pid, Some(WaitPidFlag::WNOHANG)), Ok(s) if s.pid().is_none()),
+        )
+        .collect()
 }
 
 /// Of `zombies`, the ones `seen` (when each was first seen) has known for `LEFT_FOR`;

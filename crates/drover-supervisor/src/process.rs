@@ -498,6 +498,8 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         group,
         stopped: false,
         node_channel,
+        app: spec.name.clone(),
+        id,
         _lifeline: lifeline,
     })
 }
@@ -572,6 +574,9 @@ pub(crate) struct Worker {
     stopped: bool,
     /// drover's end of the Node cluster channel (proxy mode), until `worker.rs` takes it.
     pub(crate) node_channel: Option<std::os::unix::net::UnixStream>,
+    /// Its app and slot, as its environment names them (`orphans::left_behind`).
+    app: String,
+    id: usize,
     /// The only writer of the group's lifeline (`die_with_drover`). Dropped with the
     /// worker, after the group is stopped or SIGKILLed.
     _lifeline: std::os::fd::OwnedFd,
@@ -612,7 +617,9 @@ impl Worker {
         let exited = matches!(self.child.try_wait(), Ok(Some(_)));
         if exited && !group_alive(group) {
             self.stopped = true;
-            return self.child.wait().await.ok();
+            let status = self.child.wait().await.ok();
+            self.stop_left_behind(grace.unwrap_or(Duration::ZERO)).await;
+            return status;
         }
         let mut clean = false;
         if let Some(grace) = grace {
@@ -642,7 +649,29 @@ impl Worker {
                 "processes of a stopped worker's group are still running after SIGKILL"
             );
         }
+        self.stop_left_behind(grace.unwrap_or(Duration::ZERO)).await;
         status
+    }
+
+    /// Stops what the worker started outside its group, re-parented to drover (a
+    /// daemon: see `orphans`), and says so.
+    async fn stop_left_behind(&self, grace: Duration) {
+        let left = crate::orphans::stop_left_behind(&self.app, self.id, grace).await;
+        for l in left {
+            tracing::warn!(
+                app = %self.app,
+                worker = self.id,
+                "worker {}/{} left process {} ({}) running outside its process group, \
+                 which drover stops: the program daemonized (rackup -D, a --daemon or \
+                 --detach flag, a fork with setsid), so drover cannot supervise what \
+                 serves; stopped it. Run the program in the foreground, as under systemd \
+                 or PM2",
+                self.app,
+                self.id,
+                l.pid,
+                l.command,
+            );
+        }
     }
 }
 

@@ -95,8 +95,9 @@ pub(crate) async fn run_config(
 ) -> Result<(), String> {
     let Prepared { plans, specs } =
         preflight::prepare(&cfg, origins).map_err(|errors| errors.join("\nerror: "))?;
-    // A container's first process is everyone's parent of last resort.
-    drover_supervisor::reap_orphans_as_init();
+    // The parent of last resort of what the workers start (a daemon among them), and a
+    // container's first process everyone's.
+    drover_supervisor::adopt_orphans(!cfg.apps.is_empty());
 
     // Sockets systemd passed (socket activation) serve the listeners they name or are
     // bound for; drover binds the others itself.

@@ -113,6 +113,61 @@ async fn ctrl_c_stops_every_worker_and_what_it_started() {
     );
 }
 
+/// A program that daemonizes (`rackup -D`, a `--daemon` flag): a child in a session of
+/// its own goes on, and the process drover started exits. The daemon left the worker's
+/// process group, which is what drover stops, so each restart left one more running:
+/// 34 `rackup -D` daemons ran orphaned after 30 s, and all of them after drover stopped
+/// (Ruby seat), where systemd stops them with the service's cgroup. drover is now its
+/// workers' subreaper: each daemon comes back to it when its worker ends, and is
+/// stopped, and the log says why.
+#[tokio::test]
+async fn a_program_that_daemonizes_leaves_nothing_running_and_is_told_why() {
+    let file = temp_dir("proc-daemon").join("children");
+    let file_arg = file.display().to_string();
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "1",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--",
+            "sh",
+            "-c",
+            r#"setsid sleep 1000 & echo "$DROVER_WORKER_ID $!" >> "$0"; exit 0"#,
+            &file_arg,
+        ],
+    )
+    .await;
+    let kids = wait_children(&file, 3, &d).await;
+    // Each start's daemon was stopped before the next start.
+    let earlier: Vec<u32> = kids[..kids.len() - 1].iter().map(|k| k.1).collect();
+    assert!(
+        all_gone(&earlier).await,
+        "daemons of ended workers still run: {:?}\n{}",
+        earlier.iter().filter(|p| alive(**p)).collect::<Vec<_>>(),
+        d.stderr_text()
+    );
+    assert!(
+        d.wait_for_line("the program daemonized", GONE_WITHIN)
+            .await
+            .is_some(),
+        "{}",
+        d.stderr_text()
+    );
+    d.signal("INT").unwrap();
+    assert!(d.wait_exit(Duration::from_secs(20)).await.is_some());
+    let all: Vec<u32> = children(&file).iter().map(|k| k.1).collect();
+    assert!(
+        all_gone(&all).await,
+        "daemons still run after drover stopped: {:?}",
+        all.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn what_workers_started_dies_with_a_sigkilled_drover() {
     let (d, pids) = two_forking_workers("proc-kill9").await;
