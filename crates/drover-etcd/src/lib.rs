@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 mod auth;
+mod last_view;
 mod tls;
 pub use auth::{EtcdAuth, LoadPassword};
 pub use tls::{host_port, EtcdTls, LoadTls, TlsClient};
@@ -62,6 +63,11 @@ pub struct MemberValue {
     /// The TTL of the member's lease in whole seconds; `None`: no lease.
     #[serde(default)]
     pub ttl_secs: Option<u64>,
+    /// It is leaving on purpose (a drain through some balancer), which writes this just
+    /// before it deletes the key: a balancer then takes it out at once and does not
+    /// keep it should etcd list none (see `last_view`), as it would a lapsed lease.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 impl MemberValue {
@@ -81,6 +87,7 @@ impl MemberValue {
                     secs
                 }
             }),
+            draining: false,
         }
     }
 
@@ -179,6 +186,9 @@ pub struct EtcdStatus {
     pub members: usize,
     /// Full listings after the first: one per compaction that outran the watch.
     pub relists: u64,
+    /// Members served though etcd no longer lists them: it lists none, and these are
+    /// the ones it listed last (`last_view`); 0 while its list applies.
+    pub kept: usize,
 }
 
 /// A member as this balancer's view has it.
@@ -205,6 +215,8 @@ struct State {
     outage_warned: bool,
     /// The prefix has been listed once.
     listed: bool,
+    /// The members etcd listed lately, kept while it lists none.
+    last_view: last_view::LastView,
 }
 
 struct EtcdState {
@@ -285,9 +297,11 @@ impl EtcdMembers {
                     revision: 0,
                     members: 0,
                     relists: 0,
+                    kept: 0,
                 },
                 outage_warned: false,
                 listed: false,
+                last_view: last_view::LastView::default(),
             }),
             applied,
             answered: tokio::sync::Notify::new(),
@@ -547,6 +561,7 @@ impl EtcdMembers {
             .get(id)
             .and_then(|e| sh.pool.find(e.value.addr));
         let mut client = sh.client().await?;
+        sh.mark_draining(&mut client, id).await;
         let resp = sh
             .call(client.delete(sh.key_of(id), Some(DeleteOptions::new().with_prev_key())))
             .await?;
@@ -825,9 +840,53 @@ impl EtcdState {
             self.forget_client();
         }
         MemberError::Unavailable(match e {
-            Some(e) => describe(&e),
+            Some(e) => self.describe(&e),
             None => format!("etcd did not answer within {:?}", self.options.op_timeout),
         })
+    }
+
+    /// Writes member `id`'s value again with `draining` set, on its lease, so every
+    /// balancer sees it leave on purpose before the delete that follows. Best effort: a
+    /// member that is gone already, or an etcd that refuses, leaves the delete to say
+    /// it left (then a balancer may keep it while etcd lists none, as a lapsed one).
+    async fn mark_draining(&self, client: &mut Client, id: &str) {
+        let Some(mut value) = self.lock().view.get(id).map(|e| e.value.clone()) else {
+            return;
+        };
+        value.draining = true;
+        let Ok(bytes) = serde_json::to_vec(&value) else {
+            return;
+        };
+        // Only over the key as it is (ignore_lease fails on a key that is gone).
+        let put = client.put(
+            self.key_of(id),
+            bytes,
+            Some(PutOptions::new().with_ignore_lease()),
+        );
+        if let Err(e) = self.call(put).await {
+            tracing::debug!(member = id, error = %e, "could not mark a member draining before its delete");
+        }
+    }
+
+    /// `describe`, with the likely cause when etcd closed a TLS connection that showed
+    /// no client certificate: with TLS 1.3 an etcd that requires one
+    /// (`--client-cert-auth`) refuses it after the handshake, and its alert races the
+    /// close, so the error often says only "connection closed".
+    fn describe(&self, e: &etcd_client::Error) -> String {
+        let text = describe(e);
+        let Some(tls) = &self.options.tls else {
+            return text;
+        };
+        let showed_none = (tls.0)().is_ok_and(|c| !c.config.client_auth_cert_resolver.has_certs());
+        if showed_none && text.contains("connection closed") {
+            format!(
+                "{text} (etcd closed the TLS connection, to which drover showed no client \
+                 certificate: if etcd requires one, --client-cert-auth, give drover one \
+                 with --etcd-cert and --etcd-key, or cert and key in [etcd] tls)"
+            )
+        } else {
+            text
+        }
     }
 
     async fn revoke(&self, client: &mut Client, lease: i64) {
@@ -883,12 +942,30 @@ impl EtcdState {
     /// Gives the pool the view's members and records the revision: the later one after
     /// events, exactly the listing's after a listing (etcd's revision may have gone back).
     fn publish(&self, state: &mut State, revision: i64, listing: bool) {
-        let members: Vec<(SocketAddr, u32)> = state
+        let listed: Vec<(SocketAddr, u32)> = state
             .view
             .values()
             .map(|e| (e.value.addr, e.value.weight))
             .collect();
-        self.pool.set_source(Source::Etcd, &members);
+        let serve = state.last_view.serve(listed, std::time::Instant::now());
+        match serve.turned {
+            Some(0) => tracing::info!(
+                pool = %self.pool.name(),
+                "etcd lists members again: serving its list"
+            ),
+            Some(kept) => tracing::warn!(
+                pool = %self.pool.name(),
+                kept,
+                "etcd lists no member of pool {:?}: serving the {kept} it listed last until \
+                 it lists one again (a registry that empties at once is more likely broken \
+                 than every app gone: lapsed leases after an auth or network change, an \
+                 etcd restored empty); a dead one is ejected as it fails",
+                self.pool.name(),
+            ),
+            None => {}
+        }
+        self.pool.set_source(Source::Etcd, &serve.members);
+        state.status.kept = state.last_view.kept();
         state.status.revision = if listing {
             revision
         } else {
@@ -906,8 +983,10 @@ impl EtcdState {
     /// Replaces the view with a full listing; logs what differs.
     fn apply_list(&self, kvs: &[KeyValue], revision: i64) {
         let mut view = BTreeMap::new();
+        let mut leaving = Vec::new();
         for kv in kvs {
             match self.parse_kv(kv) {
+                Ok((_, entry)) if entry.value.draining => leaving.push(entry.value.addr),
                 Ok((id, entry)) => {
                     view.insert(id, entry);
                 }
@@ -919,6 +998,9 @@ impl EtcdState {
             }
         }
         let mut state = self.lock();
+        for addr in leaving {
+            state.last_view.forget(addr);
+        }
         let added: Vec<&String> = view
             .keys()
             .filter(|id| !state.view.contains_key(*id))
@@ -972,6 +1054,12 @@ impl EtcdState {
                     }
                 }
                 EventType::Put => match self.parse_kv(kv) {
+                    Ok((id, entry)) if entry.value.draining => {
+                        state.last_view.forget(entry.value.addr);
+                        if state.view.remove(&id).is_some() {
+                            tracing::info!(pool = %self.pool.name(), member = id, "member leaving etcd (drained)");
+                        }
+                    }
                     Ok((id, entry)) => {
                         state.draining.remove(&id);
                         state.view.insert(id, entry);
@@ -1188,7 +1276,7 @@ async fn session(sh: &EtcdState, need_list: &mut bool) -> Ended {
             Ok(None) => {
                 return Ended::Failed(MemberError::Unavailable("the watch stream ended".into()))
             }
-            Err(e) => return Ended::Failed(MemberError::Unavailable(describe(&e))),
+            Err(e) => return Ended::Failed(MemberError::Unavailable(sh.describe(&e))),
         };
         if resp.canceled() {
             if resp.compact_revision() > 0 {

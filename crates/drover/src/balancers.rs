@@ -497,6 +497,11 @@ impl RunningBalancer {
             let st = members.status();
             let since = st.since.elapsed().unwrap_or_default().as_secs_f64();
             let detail = match (&st.connected, &st.last_error) {
+                (true, _) if st.kept > 0 => format!(
+                    "watching at revision {}; it lists no member: serving the {} it \
+                     listed last until it lists one",
+                    st.revision, st.kept
+                ),
                 (true, _) => format!("watching at revision {}", st.revision),
                 (false, Some(e)) => format!(
                     "unreachable for {since:.0}s ({e}); serving the last view, reconnecting"
