@@ -212,6 +212,11 @@ fn waits_on_a_dependency(pid: Option<u32>, serving_port: u16, logged: &mut bool)
     true
 }
 
+/// How long a worker in one timed sleep (`waiting::sleeps_through`) is spared from its
+/// first failed check: longer than handlers sleep (a 10 s `sleep` standing for a slow
+/// call), and a bound on how long an idle thread's timed wait can hide a deadlock.
+const SLEEP_SPARES: Duration = Duration::from_secs(30);
+
 /// A main thread busy at least this share of the time since the last probe is working
 /// through something, not stuck. Not the balancer's `SATURATED` (0.9): the share runs
 /// from the last probe, which a burst often follows after an idle spell: beside other
@@ -244,6 +249,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
     let mut waiting_logged = false;
     let mut starved_logged = false;
     let mut computing_logged = false;
+    let mut sleeping_logged = false;
     let mut dependency_logged = false;
     // The start of the last interval in which a probe passed or the worker showed work
     // of its own (not only a program it waits on); and when the watch began, once the
@@ -334,6 +340,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 waiting_logged = false;
                 starved_logged = false;
                 computing_logged = false;
+                sleeping_logged = false;
                 (w.show)(if outcome == Outcome::Busy {
                     WorkerState::Busy
                 } else {
@@ -373,6 +380,27 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
             }
             (w.show)(WorkerState::Busy);
             continue;
+        }
+        // In one timed sleep the whole spell (a handler's `sleep 10`: Ruby's, Python's):
+        // it ends by itself, so busy, not hung. A single-threaded Puma with a 10 s sleep
+        // in a handler was killed as deadlocked at 6.9 s, and the GET sent on to the other
+        // worker killed that one too (Ruby seat); nginx in front of it answers at 10 s.
+        // Bounded (`SLEEP_SPARES`): an idle pool thread's timed wait (a JVM's, for a
+        // minute) reads the same, and must not hide a deadlock for long.
+        let slept = quiet_since.at.elapsed();
+        if e.is_no_answer() && slept < SLEEP_SPARES && !quiet_since.spinning(w.pid) {
+            if let Some(sleeper) = quiet_since.sleeps_through(w.pid, w.addr.port()) {
+                if !sleeping_logged {
+                    tracing::warn!(endpoint = %w.addr, failures,
+                        "worker answers no health check while a thread of process {sleeper} \
+                         sleeps ({:.1}s so far, one timed sleep: it ends by itself): busy, not \
+                         restarted while it sleeps, for up to {}s",
+                        slept.as_secs_f64(), SLEEP_SPARES.as_secs());
+                    sleeping_logged = true;
+                }
+                (w.show)(WorkerState::Busy);
+                continue;
+            }
         }
         // Computing no longer than the app's workers have computed before and come back
         // from (see `stalls`): busy.
@@ -579,6 +607,13 @@ impl Quiet {
             },
         };
         Some((spent.busy as f64 / wall, Duration::from_nanos(spent.run)))
+    }
+
+    /// The process of the worker's group, serving `serving_port`, with a thread in one
+    /// timed sleep since the spell began (see `waiting::sleeps_through`).
+    fn sleeps_through(&self, pid: Option<u32>, serving_port: u16) -> Option<u32> {
+        let (then, pid) = self.threads.as_ref().zip(pid)?;
+        waiting::sleeps_through(cpu::process_group(pid).unwrap_or(pid), serving_port, then)
     }
 
     /// Whether the busiest thread of the worker's process group was busy most of the

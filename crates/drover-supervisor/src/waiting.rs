@@ -7,8 +7,9 @@
 //! connection that its worker opened (to a database, a cache, an API: not one of its
 //! own clients') waits on that dependency, which ends without drover. A deadlock waits
 //! on a lock (`futex`), which nothing outside ends; a stopped process and one that spins
-//! are not waiting. A sleep is not counted: a worker's helper (`sleep 1000 &` in its
-//! wrapper) sleeps for ever, and so does an app that parks a hung request in one.
+//! are not waiting. A sleep is not a dependency: a worker's helper (`sleep 1000 &` in its
+//! wrapper) sleeps for ever. A thread of a process that serves, in one timed sleep for
+//! the whole quiet spell, is counted apart (`sleeps_through`): that sleep ends.
 //!
 //! A thread blocked in `epoll_wait` (Go's netpoller, Java's NIO, Python's asyncio) waits
 //! on every descriptor of its epoll set, which `/proc/PID/fdinfo` lists: idle
@@ -86,13 +87,65 @@ pub(crate) fn waits_on(group: u32, serving_port: u16) -> Option<SocketAddr> {
         .map(|s| s.remote)
 }
 
+/// A process of group `group` that holds a socket on the worker's `serving_port` (it
+/// serves: not a helper beside it) with a thread that has been in one timed sleep since
+/// `then` (a reading of `cpu::group_thread_times`): it ran not at all since, and is
+/// blocked in `nanosleep` or `clock_nanosleep` (Python's, PHP's and Perl's `sleep`),
+/// in `ppoll` or `poll` with a timeout, or in a `futex` wait with a timeout (Ruby's
+/// `sleep` on a thread other than the main one, as Puma's; Java's `Thread.sleep`). A
+/// handler that sleeps (`sleep 10` standing for a slow call, a back-off before a retry)
+/// ends by itself; a deadlock waits on a lock with no timeout, and a loop that sleeps
+/// and looks again runs between its sleeps. `None` when no such thread is found. Idle
+/// pool threads wait with a timeout too (a JVM's, for a minute), so a deadlocked worker
+/// may read as sleeping: the caller bounds how long a sleep spares a worker.
+pub(crate) fn sleeps_through(
+    group: u32,
+    serving_port: u16,
+    then: &std::collections::HashMap<u32, crate::cpu::ThreadTimes>,
+) -> Option<u32> {
+    let members = listening::group_members(group);
+    // A stopped process's threads stay in whatever call they were in.
+    if members.iter().any(|&pid| crate::cpu::is_stopped(pid)) {
+        return None;
+    }
+    let serving: BTreeSet<u64> = listening::tcp_sockets()
+        .into_iter()
+        .filter(|s| s.local.port() == serving_port)
+        .map(|s| s.inode)
+        .collect();
+    let now = crate::cpu::group_thread_times(group);
+    members.into_iter().find(|&pid| {
+        let serves = || !listening::socket_inodes(pid).is_disjoint(&serving);
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        let sleeps = tasks.flatten().any(|task| {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                return false;
+            };
+            let still =
+                matches!((then.get(&tid), now.get(&tid)), (Some(a), Some(b)) if a.run == b.run);
+            still
+                && std::fs::read_to_string(task.path().join("syscall"))
+                    .ok()
+                    .and_then(|text| Blocked::parse(&text))
+                    .is_some_and(|call| call.is_timed_sleep())
+        });
+        sleeps && serves()
+    })
+}
+
 /// A system call a thread is blocked in, as `/proc/PID/task/TID/syscall` writes it: its
 /// number and first arguments ("running" and "-1 …", a thread in user space, parse to
 /// `None`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Blocked {
     number: u64,
-    args: [u64; 3],
+    args: [u64; 4],
 }
 
 /// What a blocked call waits on.
@@ -114,11 +167,29 @@ impl Blocked {
     fn parse(text: &str) -> Option<Blocked> {
         let mut fields = text.split_whitespace();
         let number = fields.next()?.parse().ok()?;
-        let mut args = [0u64; 3];
+        let mut args = [0u64; 4];
         for a in &mut args {
             *a = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
         }
         Some(Blocked { number, args })
+    }
+
+    /// A sleep that ends by itself: `nanosleep`, `clock_nanosleep`, or `ppoll` and
+    /// `poll` given a timeout (a `ppoll` timespec pointer, a `poll` timeout in ms that
+    /// is neither 0 nor negative).
+    fn is_timed_sleep(&self) -> bool {
+        // FUTEX_WAIT and FUTEX_WAIT_BITSET, without the PRIVATE and CLOCK_REALTIME flags.
+        const FUTEX_CMD_MASK: u64 = 0x7f;
+        const FUTEX_WAITS: [u64; 2] = [0, 9];
+        match self.number {
+            n if calls::SLEEP.contains(&n) => true,
+            n if calls::PPOLL == Some(n) => self.args[2] != 0,
+            n if calls::PLAIN_POLL == Some(n) => (self.args[2] as i32) > 0,
+            n if calls::FUTEX == Some(n) => {
+                FUTEX_WAITS.contains(&(self.args[1] & FUTEX_CMD_MASK)) && self.args[3] != 0
+            }
+            _ => false,
+        }
     }
 
     fn waits_on(&self) -> On {
@@ -188,6 +259,27 @@ mod calls {
     #[cfg(target_arch = "x86_64")]
     pub const EPOLL: [u64; 3] = [232, 281, 441];
 
+    /// nanosleep, clock_nanosleep.
+    #[cfg(target_arch = "x86_64")]
+    pub const SLEEP: [u64; 2] = [35, 230];
+    /// ppoll (its third argument the timeout's address), and poll (the timeout in ms).
+    #[cfg(target_arch = "x86_64")]
+    pub const PPOLL: Option<u64> = Some(271);
+    #[cfg(target_arch = "x86_64")]
+    pub const PLAIN_POLL: Option<u64> = Some(7);
+    /// futex: a wait with a timeout (its fourth argument) is a timed sleep.
+    #[cfg(target_arch = "x86_64")]
+    pub const FUTEX: Option<u64> = Some(202);
+
+    #[cfg(target_arch = "aarch64")]
+    pub const SLEEP: [u64; 2] = [101, 115];
+    #[cfg(target_arch = "aarch64")]
+    pub const PPOLL: Option<u64> = Some(73);
+    #[cfg(target_arch = "aarch64")]
+    pub const PLAIN_POLL: Option<u64> = None;
+    #[cfg(target_arch = "aarch64")]
+    pub const FUTEX: Option<u64> = Some(98);
+
     #[cfg(target_arch = "aarch64")]
     pub const ON_FD: [u64; 6] = [63, 65, 207, 212, 203, 243];
     #[cfg(target_arch = "aarch64")]
@@ -201,6 +293,14 @@ mod calls {
     pub const POLL: [u64; 0] = [];
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     pub const EPOLL: [u64; 0] = [];
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const SLEEP: [u64; 0] = [];
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const PPOLL: Option<u64> = None;
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const PLAIN_POLL: Option<u64> = None;
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub const FUTEX: Option<u64> = None;
 }
 
 #[cfg(test)]
@@ -212,7 +312,7 @@ mod tests {
     #[test]
     fn parses_a_blocked_call_and_not_a_running_thread() {
         let b = Blocked::parse("45 0x4 0x7f00 0x40 0x0 0x0 0x0 0x7ffe 0x7f34\n").unwrap();
-        assert_eq!((b.number, b.args), (45, [4, 0x7f00, 0x40]));
+        assert_eq!((b.number, b.args), (45, [4, 0x7f00, 0x40, 0]));
         assert_eq!(Blocked::parse("running\n"), None);
         assert_eq!(Blocked::parse("-1 0x7ffe 0x7f34\n"), None);
     }

@@ -617,6 +617,61 @@ async fn a_python_worker_waiting_on_a_stalled_dependency_is_not_restarted() {
     assert!(d.stderr_text().contains(&said), "{}", d.stderr_text());
 }
 
+/// A worker that serves one request at a time (a single-threaded Puma, Python's
+/// `http.server`) whose handler sleeps, as one standing for a slow call does, longer
+/// than its checks allow: its thread is in one timed sleep the whole time, which ends by
+/// itself, so it is busy, not hung, and the request is answered. A single-threaded Puma
+/// with a 10 s sleep was killed as deadlocked at 6.9 s, and the GET sent on to the other
+/// worker killed that one too (Ruby seat); nginx in front of it answers at 10 s. A loop
+/// that sleeps and looks again, for ever, runs between its sleeps: still found hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_handler_sleeps_is_not_restarted_and_one_that_polls_for_ever_is() {
+    let dir = temp_dir("liveness-sleep");
+    std::fs::write(
+        dir.join("app.py"),
+        "import http.server, os, time\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       if self.path == '/sleep':\n\
+         \x20           time.sleep(2.5)\n\
+         \x20       while self.path == '/poll':\n\
+         \x20           time.sleep(0.05)\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-length', '2')\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(b'ok')\n\
+         \x20   def log_message(self, *a):\n\
+         \x20       pass\n\
+         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
+    )
+    .unwrap();
+    // Checks every 300 ms that give up after 300 ms, two failed in a row a hang: the
+    // sleep outlasts eight of them.
+    let (d, admin) = up_one_python_worker(&dir, "", 2).await;
+    let addr = d.addr();
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let slept = c.get("/sleep").await;
+    assert_eq!(slept.status, 200, "{}", d.stderr_text());
+    assert_no_restarts(admin, "restarted while its handler slept", &d).await;
+    assert!(
+        d.stderr_text()
+            .contains("one timed sleep: it ends by itself"),
+        "{}",
+        d.stderr_text()
+    );
+    let polls = tokio::spawn(async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.request("GET", "/poll", &[], None).await.map(|r| r.status)
+    });
+    let records = wait_restarts(&d, admin, 1).await;
+    let detail = records[0].detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.starts_with("hung: no answer to 2 health checks"),
+        "{detail}"
+    );
+    assert_ne!(polls.await.unwrap().ok(), Some(200));
+}
+
 /// A worker that serves one request at a time, whose `/health` takes 1 s (a dependency
 /// down, its client retrying) where the check gives up after 300 ms: it still runs
 /// every probe it was sent. drover sends the next only once the last is answered, so
