@@ -13,6 +13,9 @@ pub enum ProxyError {
     QueueTimeout,
     /// No endpoint accepted a connection.
     ConnectFailed,
+    /// The endpoint refused the connection, or its host is unreachable: answered at
+    /// once, and nothing of the request was sent. Told to clients as `ConnectFailed`.
+    ConnectRefused,
     /// drover itself ran out of descriptors, memory or local ports connecting to a
     /// backend; no backend is to blame (see `drover_registry::local`).
     LocalResources,
@@ -44,6 +47,7 @@ impl ProxyError {
             | ProxyError::LocalResources
             | ProxyError::WorkersNotStarting => 503,
             ProxyError::ConnectFailed
+            | ProxyError::ConnectRefused
             | ProxyError::BackendClosed
             | ProxyError::BackendCrashed
             | ProxyError::BadResponse(_)
@@ -64,7 +68,7 @@ impl ProxyError {
             ProxyError::NoEndpoint => Cause::NoHealthyEndpoint,
             ProxyError::QueueFull => Cause::QueueFull,
             ProxyError::QueueTimeout => Cause::QueueTimeout,
-            ProxyError::ConnectFailed => Cause::ConnectFailed,
+            ProxyError::ConnectFailed | ProxyError::ConnectRefused => Cause::ConnectFailed,
             ProxyError::LocalResources => Cause::LocalResources,
             ProxyError::BackendClosed => Cause::BackendClosed,
             ProxyError::BackendCrashed => Cause::BackendCrashed,
@@ -82,7 +86,7 @@ impl ProxyError {
             ProxyError::NoEndpoint => "no-healthy-endpoint",
             ProxyError::QueueFull => "queue-full",
             ProxyError::QueueTimeout => "queue-timeout",
-            ProxyError::ConnectFailed => "connect-failed",
+            ProxyError::ConnectFailed | ProxyError::ConnectRefused => "connect-failed",
             ProxyError::LocalResources => "local-resources",
             ProxyError::BackendClosed => "backend-closed",
             ProxyError::BackendCrashed => "backend-crashed",
@@ -103,7 +107,9 @@ impl fmt::Display for ProxyError {
             ProxyError::QueueTimeout => {
                 f.write_str("every endpoint stayed busy for the whole queue timeout")
             }
-            ProxyError::ConnectFailed => f.write_str("could not connect to any endpoint"),
+            ProxyError::ConnectFailed | ProxyError::ConnectRefused => {
+                f.write_str("could not connect to any endpoint")
+            }
             ProxyError::LocalResources => f.write_str(
                 "drover is out of file descriptors, memory or local ports; no backend is at fault",
             ),
@@ -146,6 +152,7 @@ mod tests {
             ProxyError::QueueFull,
             ProxyError::QueueTimeout,
             ProxyError::ConnectFailed,
+            ProxyError::ConnectRefused,
             ProxyError::LocalResources,
             ProxyError::BackendClosed,
             ProxyError::BackendCrashed,

@@ -347,6 +347,8 @@ async fn place(
     let mut queue = Duration::ZERO;
     // Connects tried: the retries are all but the first.
     let mut attempts: u32 = 0;
+    // Failures that spend a retry (`retries`): all but refused connects.
+    let mut spent: u32 = 0;
     // When drover first ran short of descriptors for this connection.
     let mut short_since = None;
     let failure = loop {
@@ -411,7 +413,12 @@ async fn place(
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Err(e) => {
-                if tried.len() as u32 >= shared.opts.retries {
+                // A refused connect spends no retry (as for an HTTP request; see
+                // `conn/exchange.rs`): each endpoint is tried once.
+                if e != ProxyError::ConnectRefused {
+                    spent += 1;
+                }
+                if spent > shared.opts.retries {
                     break e;
                 }
                 shared.stats.record_retry(e.metric_cause());

@@ -309,7 +309,12 @@ async fn connect_endpoint_by(
             if let Some(held_back) = CONNECT_FAILURES.check_now() {
                 tracing::warn!(endpoint = %addr, error = %e, ejected_for = ?ejected, held_back, "connect failed");
             }
-            Err(ProxyError::ConnectFailed)
+            Err(match e.kind() {
+                io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::HostUnreachable
+                | io::ErrorKind::NetworkUnreachable => ProxyError::ConnectRefused,
+                _ => ProxyError::ConnectFailed,
+            })
         }
     }
 }

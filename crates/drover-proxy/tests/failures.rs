@@ -50,6 +50,39 @@ fn closed_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], drover_testkit::free_port()))
 }
 
+/// Most members gone at once (500 of 506 killed in the multi-machine seat): a connect
+/// they refuse spends no retry, so a request goes on until it finds one that listens,
+/// each endpoint once, as nginx tries every upstream on `error`. With three tries each,
+/// 382 requests failed `502 connect-failed` while the dead were being ejected. Here 20
+/// of 21 endpoints refuse, and a fresh balancer answers every request.
+#[tokio::test]
+async fn refused_connects_spend_no_retry_and_a_request_finds_the_one_that_listens() {
+    let live = backends(1).await;
+    let mut members: Vec<SocketAddr> = (0..20).map(|_| closed_port()).collect();
+    members.push(live[0].addr());
+    let d = proxy(&members, Strategy::default(), |_| {});
+    for i in 0..10 {
+        let mut c = HttpClient::connect(d.addr()).await.unwrap();
+        let r = c.get("/").await;
+        assert_eq!(
+            (r.status, r.header("drover-error")),
+            (200, None),
+            "request {i}: {}",
+            r.text()
+        );
+    }
+    // With every endpoint refusing, the request still ends, at once: each is tried once.
+    let d = proxy(&[closed_port(), closed_port()], Strategy::default(), |o| {
+        o.retries = 0;
+    });
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let r = c.get("/").await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("connect-failed"))
+    );
+}
+
 #[tokio::test]
 async fn errors_name_their_cause() {
     // 502: nothing listens.

@@ -72,7 +72,9 @@ impl Conn {
                 // is a drop (`after_drop`), not a connection crossing its idle close.
                 // Uncounted, a GET that hung each worker it was on (killed as hung)
                 // went to a third on a busy app, whose connections are mostly kept.
-                Err(Attempt::Retry(ProxyError::ConnectFailed)) if fresh => {
+                Err(Attempt::Retry(ProxyError::ConnectFailed | ProxyError::ConnectRefused))
+                    if fresh =>
+                {
                     return match self.count_drop() {
                         Ok(()) => Attempt::Retry(ProxyError::ConnectFailed),
                         Err(e) => Attempt::Fail(e),

@@ -392,6 +392,16 @@ impl Conn {
                     drop(slot);
                     tokio::time::sleep(LOCAL_SHORTAGE_PAUSE).await;
                 }
+                Attempt::Retry(e @ ProxyError::ConnectRefused) => {
+                    // Refused at once (nothing listens: a member that died), with nothing
+                    // sent: the request goes on to another endpoint without spending a
+                    // retry, each endpoint once, as nginx tries every upstream on
+                    // `error`. After 500 of 506 members were killed, 382 requests failed
+                    // with 3 tries each (multi-machine seat).
+                    retrying = Some(e.metric_cause());
+                    last_failure = Some(e);
+                    tried.push(endpoint);
+                }
                 Attempt::Retry(e) => {
                     attempts += 1;
                     if attempts > shared.opts.retries {
