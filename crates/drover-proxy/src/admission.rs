@@ -716,12 +716,7 @@ mod tests {
         let (_, admission) = one_endpoint(options, Duration::from_secs(4));
         let held = admission.acquire(&any_request()).await.unwrap();
         assert!(!admission.backed_up(clock::now()));
-        let waiter = {
-            let admission = Arc::clone(&admission);
-            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
-        };
-        tokio::task::yield_now().await;
-        assert_eq!(admission.waiting(), 1);
+        let waiter = queued(&admission).await;
         let joined = admission.oldest_joined.load(Relaxed);
         assert!(!admission.backed_up(joined + clock::nanos(Duration::from_millis(999))));
         assert!(admission.backed_up(joined + clock::nanos(Duration::from_secs(1))));
@@ -776,6 +771,17 @@ mod tests {
         admission_over(&[], options, timeout)
     }
 
+    /// A request queued in `admission`, its answer to come.
+    async fn queued(admission: &Arc<Admission>) -> tokio::task::JoinHandle<Result<(), ProxyError>> {
+        let waiter = {
+            let admission = Arc::clone(admission);
+            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(admission.waiting(), 1);
+        waiter
+    }
+
     #[tokio::test]
     async fn with_no_endpoint_a_request_fails_at_once_unless_the_pool_expects_some() {
         let (_, admission) = empty_pool(false, Duration::from_secs(60));
@@ -783,12 +789,7 @@ mod tests {
         assert_eq!(result, Err(ProxyError::NoEndpoint));
 
         let (pool, admission) = empty_pool(true, Duration::from_secs(60));
-        let waiter = {
-            let admission = Arc::clone(&admission);
-            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
-        };
-        tokio::task::yield_now().await;
-        assert_eq!(admission.waiting(), 1);
+        let waiter = queued(&admission).await;
         // No slot is released: the endpoint joining is what dispatches the queue.
         pool.insert(
             drover_registry::Source::Supervisor,
@@ -881,24 +882,14 @@ mod tests {
     #[tokio::test]
     async fn once_every_worker_failed_its_start_waiters_are_told_and_newcomers_at_once() {
         let (pool, admission) = empty_pool(true, Duration::from_secs(600));
-        let waiter = {
-            let admission = Arc::clone(&admission);
-            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
-        };
-        tokio::task::yield_now().await;
-        assert_eq!(admission.waiting(), 1);
+        let waiter = queued(&admission).await;
         assert!(pool.set_members_failing(true));
         assert_eq!(waiter.await.unwrap(), Err(ProxyError::WorkersNotStarting));
         let result = admission.acquire(&any_request()).await.map(|_| ());
         assert_eq!(result, Err(ProxyError::WorkersNotStarting));
         // A worker that starts after all: requests wait for workers again.
         assert!(pool.set_members_failing(false));
-        let waiter = {
-            let admission = Arc::clone(&admission);
-            tokio::spawn(async move { admission.acquire(&any_request()).await.map(|_| ()) })
-        };
-        tokio::task::yield_now().await;
-        assert_eq!(admission.waiting(), 1);
+        let waiter = queued(&admission).await;
         pool.insert(
             drover_registry::Source::Supervisor,
             ([127, 0, 0, 1], 9).into(),

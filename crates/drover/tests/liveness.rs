@@ -440,21 +440,16 @@ async fn a_deadlocked_app_below_a_shell_is_killed() {
     let dir = temp_dir("liveness-shell");
     std::fs::write(
         dir.join("app.py"),
-        "import http.server, os, threading\n\
-         class H(http.server.BaseHTTPRequestHandler):\n\
-         \x20   def do_GET(self):\n\
-         \x20       self.send_response(200)\n\
-         \x20       self.send_header('content-length', '2')\n\
-         \x20       self.end_headers()\n\
-         \x20       self.wfile.write(b'ok')\n\
-         \x20   def log_message(self, *a):\n\
-         \x20       pass\n\
+        format!(
+            "import http.server, os, threading\n{}\
          server = http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H)\n\
          for _ in range(2):\n\
          \x20   server.handle_request()\n\
          lock = threading.Lock()\n\
          lock.acquire()\n\
          lock.acquire()\n",
+            ok_handler("")
+        ),
     )
     .unwrap();
     let toml = format!(
@@ -475,6 +470,22 @@ async fn a_deadlocked_app_below_a_shell_is_killed() {
         detail.starts_with("hung: no answer to 2 health checks"),
         "{detail}"
     );
+}
+
+/// A Python `http.server` handler class `H` whose GET runs `first` (statements, each
+/// line indented by 8 spaces) and then answers 200 `ok`; it logs nothing.
+fn ok_handler(first: &str) -> String {
+    format!(
+        "class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         {first}\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-length', '2')\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(b'ok')\n\
+         \x20   def log_message(self, *a):\n\
+         \x20       pass\n"
+    )
 }
 
 /// `drover up` of one Python worker, the `app.py` written in `dir`, with `extra` app
@@ -629,20 +640,16 @@ async fn a_worker_whose_handler_sleeps_is_not_restarted_and_one_that_polls_for_e
     let dir = temp_dir("liveness-sleep");
     std::fs::write(
         dir.join("app.py"),
-        "import http.server, os, time\n\
-         class H(http.server.BaseHTTPRequestHandler):\n\
-         \x20   def do_GET(self):\n\
-         \x20       if self.path == '/sleep':\n\
-         \x20           time.sleep(2.5)\n\
-         \x20       while self.path == '/poll':\n\
-         \x20           time.sleep(0.05)\n\
-         \x20       self.send_response(200)\n\
-         \x20       self.send_header('content-length', '2')\n\
-         \x20       self.end_headers()\n\
-         \x20       self.wfile.write(b'ok')\n\
-         \x20   def log_message(self, *a):\n\
-         \x20       pass\n\
-         http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
+        format!(
+            "import http.server, os, time\n{}\
+             http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
+            ok_handler(
+                "        if self.path == '/sleep':\n\
+                 \x20           time.sleep(2.5)\n\
+                 \x20       while self.path == '/poll':\n\
+                 \x20           time.sleep(0.05)\n"
+            )
+        ),
     )
     .unwrap();
     // Checks every 300 ms that give up after 300 ms, two failed in a row a hang: the
@@ -687,22 +694,16 @@ async fn a_worker_with_a_slow_health_route_runs_one_probe_at_a_time_and_is_not_r
     std::fs::write(
         dir.join("app.py"),
         format!(
-            "import http.server, os, time\n\
-             class H(http.server.BaseHTTPRequestHandler):\n\
-             \x20   def do_GET(self):\n\
-             \x20       if self.path == '/health' and os.path.exists({:?}):\n\
-             \x20           with open({:?}, 'a') as f:\n\
-             \x20               f.write('x')\n\
-             \x20           time.sleep(1)\n\
-             \x20       self.send_response(200)\n\
-             \x20       self.send_header('content-length', '2')\n\
-             \x20       self.end_headers()\n\
-             \x20       self.wfile.write(b'ok')\n\
-             \x20   def log_message(self, *a):\n\
-             \x20       pass\n\
+            "import http.server, os, time\n{}\
              http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n",
-            slow.display().to_string(),
-            calls.display().to_string()
+            ok_handler(&format!(
+                "        if self.path == '/health' and os.path.exists({:?}):\n\
+                 \x20           with open({:?}, 'a') as f:\n\
+                 \x20               f.write('x')\n\
+                 \x20           time.sleep(1)\n",
+                slow.display().to_string(),
+                calls.display().to_string()
+            ))
         ),
     )
     .unwrap();
