@@ -387,8 +387,13 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
         // worker killed that one too (Ruby seat); nginx in front of it answers at 10 s.
         // Bounded (`SLEEP_SPARES`): an idle pool thread's timed wait (a JVM's, for a
         // minute) reads the same, and must not hide a deadlock for long.
+        // Seen asleep for half an interval at least: with `fall = 1` the spell has just
+        // begun, and every thread is still where it was at its start.
         let slept = quiet_since.at.elapsed();
-        if e.is_no_answer() && slept < SLEEP_SPARES && !quiet_since.spinning(w.pid) {
+        if e.is_no_answer()
+            && (w.check.interval / 2..SLEEP_SPARES).contains(&slept)
+            && !quiet_since.spinning(w.pid)
+        {
             if let Some(sleeper) = quiet_since.sleeps_through(w.pid, w.addr.port()) {
                 if !sleeping_logged {
                     tracing::warn!(endpoint = %w.addr, failures,
