@@ -66,6 +66,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = drover_units::duration)]
     pub slow_start: Option<Duration>,
 
+    /// How long a worker has to exit after its SIGTERM before it gets SIGKILL (PM2's
+    /// --kill-timeout, whose bare number is milliseconds, as PM2 reads it).
+    #[arg(long, visible_alias = "kill-timeout", default_value = shown(app().stop_timeout), value_parser = pm2_millis)]
+    pub stop_timeout: Duration,
+
     /// How long a starting worker has to listen (and pass --health-path) before it is
     /// stopped and started again; each start in a row that ran out of it doubles the
     /// next one's, up to 16 times (a slow start is not a failed one).
@@ -664,6 +669,15 @@ fn head_bytes(s: &str) -> Result<usize, String> {
         .ok()
         .filter(|n| (lo..=hi).contains(n))
         .ok_or_else(|| format!("{n} bytes is out of range: expected {lo}..={hi} (1KiB to 1MiB)"))
+}
+
+/// A duration with its unit (`5s`), or a bare number of milliseconds, as PM2 reads its
+/// `--kill-timeout 3000`.
+fn pm2_millis(s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<u64>() {
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) => drover_units::duration(s).map_err(|e| e.to_string()),
+    }
 }
 
 pub(crate) fn byte_size(s: &str) -> Result<u64, String> {
@@ -1451,6 +1465,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
+    app.spec.stop_timeout = args.stop_timeout;
     app.spec.ready_timeout = args.ready_timeout;
     app.spec.wait_ready = args.wait_ready;
     app.spec.app_port = args.app_port;
@@ -1695,6 +1710,7 @@ fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
         (args.mode != drover_supervisor::Mode::default(), "--mode"),
         (args.max_memory.is_some(), "--max-memory"),
         (args.drain_timeout != app.drain_timeout, "--drain-timeout"),
+        (args.stop_timeout != app.stop_timeout, "--stop-timeout"),
         (args.ready_timeout != app.ready_timeout, "--ready-timeout"),
         (args.wait_ready, "--wait-ready"),
         (args.watch, "--watch"),
