@@ -262,6 +262,12 @@ pub fn write_preload(dir: &Path) -> io::Result<PathBuf> {
         ));
     }
     let path = preload_path(dir);
+    // Already there, as this drover would write it (the directory is this user's
+    // alone): a read-only filesystem holding it, a container's image built with it,
+    // serves as it is.
+    if fs::read(&path).is_ok_and(|there| there == PRELOAD.as_bytes()) {
+        return Ok(path);
+    }
     let partial = dir.join(format!(".node-cluster-worker.{}.cjs", std::process::id()));
     fs::write(&partial, PRELOAD)?;
     fs::rename(&partial, &path)?;

@@ -49,6 +49,9 @@ pub enum FromWorker {
     /// drover's preload saw the app ask Node's cluster module whether it is the primary
     /// (`cluster.isPrimary`, `isMaster`): as drover's worker it is not.
     AskedPrimary,
+    /// Whether the app ends itself on drover's SIGTERM: it has a listener of its own for
+    /// SIGTERM or for SIGINT (which drover's preload hands the SIGTERM to).
+    HandlesStop(bool),
     /// Another of Node's internal messages, not the cluster's.
     OtherInternal,
     /// A message of the app's own (`process.send(...)`).
@@ -210,6 +213,10 @@ pub fn parse(line: &[u8]) -> FromWorker {
             Some("returned") => FromWorker::AllReturned,
             Some("pong") => FromWorker::Pong,
             Some("asked-primary") => FromWorker::AskedPrimary,
+            Some("handles-stop") => match fields.get("on").and_then(Value::as_bool) {
+                Some(on) => FromWorker::HandlesStop(on),
+                None => FromWorker::OtherInternal,
+            },
             Some("clients") => match fields.get("n").and_then(Value::as_u64) {
                 Some(n) if n <= MAX_CLIENTS => FromWorker::Clients(n as usize),
                 _ => FromWorker::OtherInternal,
@@ -557,6 +564,14 @@ mod tests {
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"asked-primary"}"#),
             FromWorker::AskedPrimary
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"handles-stop","on":true}"#),
+            FromWorker::HandlesStop(true)
+        );
+        assert_eq!(
+            parse(br#"{"cmd":"NODE_DROVER","act":"handles-stop","on":"yes"}"#),
+            FromWorker::OtherInternal
         );
         assert_eq!(
             parse(br#"{"cmd":"NODE_DROVER","act":"x"}"#),

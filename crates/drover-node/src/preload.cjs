@@ -56,6 +56,9 @@
 // 17. What this file tells drover over the channel once the channel is gone is dropped,
 //    not thrown: Node raises ERR_IPC_CHANNEL_CLOSED from a timer, and a retiring HTTPS
 //    worker (whose connections close after drover let it go) exited with status 1.
+// 18. drover hears whether the app ends itself on the stop signal, so a retired worker
+//    whose clients hold WebSockets or streams gets it soon after its drain begins (see
+//    below).
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -508,6 +511,7 @@ function sigtermGoesToSigint() {
   // Listeners change one at a time, and 'newListener' comes before the change: look
   // once the turn's changes are made.
   let looking = false;
+  let toldHandled = false;
   const look = () => {
     looking = false;
     const listeners = process.listeners('SIGTERM');
@@ -525,6 +529,13 @@ function sigtermGoesToSigint() {
     const leaving = listeners.includes(leave);
     if (handled && !leaving) process.prependListener('SIGTERM', leave);
     if (!handled && leaving) process.removeListener('SIGTERM', leave);
+    // 18. drover retires a worker whose app ends itself on the signal with it soon
+    //    after the drain begins, not at its end: WebSockets and event streams would hold
+    //    it for all of drain_timeout, and the app could not close them itself.
+    if (clusterWorker && handled !== toldHandled) {
+      toldHandled = handled;
+      toDrover({ cmd: 'NODE_DROVER', act: 'handles-stop', on: handled });
+    }
   };
   const changed = (event) => {
     if ((event === 'SIGINT' || event === 'SIGTERM') && !looking) {

@@ -175,6 +175,8 @@ pub struct Inbox {
     clients: Arc<AtomicUsize>,
     /// The app asked whether it is the cluster's primary (`FromWorker::AskedPrimary`).
     asked_primary: Arc<AtomicBool>,
+    /// The app ends itself on drover's SIGTERM (`FromWorker::HandlesStop`).
+    handles_stop: Arc<AtomicBool>,
 }
 
 /// A worker with connections waiting that has taken up none for this long is stalled
@@ -275,6 +277,12 @@ impl Inbox {
         if self.preloaded.load(Relaxed) {
             let _ = self.tx.send(ToSession::Reclaim);
         }
+    }
+
+    /// Whether the app ends itself on drover's SIGTERM, as its preload said: it listens
+    /// for SIGTERM, or for SIGINT (PM2's signal, which the preload hands it).
+    pub fn handles_stop(&self) -> bool {
+        self.handles_stop.load(Relaxed)
     }
 
     /// The worker gave back every client connection it could.
@@ -410,6 +418,7 @@ impl Session {
                 app_pid: Arc::new(AtomicU32::new(0)),
                 clients: Arc::new(AtomicUsize::new(0)),
                 asked_primary: Arc::new(AtomicBool::new(false)),
+                handles_stop: Arc::new(AtomicBool::new(false)),
             },
             from_drover,
             disconnect: Ask::Unasked,
@@ -646,6 +655,7 @@ impl Session {
             }
             FromWorker::AllReturned => self.inbox.all_returned.store(true, Relaxed),
             FromWorker::AskedPrimary => self.inbox.asked_primary.store(true, Relaxed),
+            FromWorker::HandlesStop(on) => self.inbox.handles_stop.store(on, Relaxed),
             FromWorker::Clients(n) => {
                 let was = self.inbox.clients.swap(n, Relaxed);
                 if (was == 0) != (n == 0) {

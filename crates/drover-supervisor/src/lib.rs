@@ -27,6 +27,7 @@
 pub mod cpu;
 mod cpu_watch;
 mod first_listen;
+mod fixed_port;
 pub mod forensics;
 mod health;
 pub mod listening;

@@ -105,6 +105,13 @@ pub fn group_socket_inodes(group: u32) -> BTreeSet<u64> {
         .collect()
 }
 
+/// Whether any process of process group `group` listens on a TCP port. Walks /proc:
+/// for rare looks.
+pub(crate) fn group_listens(group: u32) -> bool {
+    let held = group_socket_inodes(group);
+    !held.is_empty() && listening_sockets().iter().any(|s| held.contains(&s.inode))
+}
+
 /// The processes of process group `group`. Walks /proc: for rare looks.
 pub(crate) fn group_members(group: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {

@@ -223,22 +223,43 @@ const LIFELINE_FD: i32 = 101;
 /// user, and again whenever it is gone (a temp cleaner): every new Node worker loads
 /// it, and a missing one would stop them all from starting.
 fn node_preload() -> io::Result<PathBuf> {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    // This drover's own version of it, over whatever an older drover left there.
-    static WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let dir = DIR.get_or_init(|| match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(runtime) => PathBuf::from(runtime).join("drover"),
-        None => std::env::temp_dir().join(format!("drover-{}", nix::unistd::Uid::effective())),
-    });
-    let path = drover_node::preload_path(dir);
-    if WRITTEN.load(std::sync::atomic::Ordering::Relaxed) && path.is_file() {
-        return Ok(path);
+    static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
+    // This drover's own version of it, over whatever an older drover left there; then
+    // as long as it is there.
+    if let Some(path) = WRITTEN.get().filter(|p| p.is_file()) {
+        return Ok(path.clone());
     }
-    let written = drover_node::write_preload(dir).map_err(|e| {
-        io::Error::other(format!("drover's Node preload in {}: {e}", dir.display()))
-    })?;
-    WRITTEN.store(true, std::sync::atomic::Ordering::Relaxed);
-    Ok(written)
+    let mut failed = Vec::new();
+    for dir in preload_dirs() {
+        match drover_node::write_preload(&dir) {
+            Ok(path) => {
+                let _ = WRITTEN.set(path.clone());
+                return Ok(path);
+            }
+            Err(e) => failed.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(io::Error::other(format!(
+        "drover's Node preload could not be written ({}), so a Node worker cannot give its \
+         connections back on a reload (those in flight fail) nor be served at the port its \
+         listen() names; give drover a writable TMPDIR or XDG_RUNTIME_DIR",
+        failed.join("; ")
+    )))
+}
+
+/// Where the preload may go, in order: the user's runtime directory, the temporary
+/// one, and `/dev/shm`, which a container whose root filesystem (and `/tmp`) is
+/// read-only (Kubernetes' `readOnlyRootFilesystem`) still has writable. Before, such a
+/// container's Node workers ran without the preload, and each reload failed requests.
+fn preload_dirs() -> Vec<PathBuf> {
+    let uid = nix::unistd::Uid::effective();
+    let mut dirs = Vec::new();
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR") {
+        dirs.push(PathBuf::from(runtime).join("drover"));
+    }
+    dirs.push(std::env::temp_dir().join(format!("drover-{uid}")));
+    dirs.push(PathBuf::from(format!("/dev/shm/drover-{uid}")));
+    dirs
 }
 
 /// Where a new worker listens.
@@ -497,6 +518,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         child,
         group,
         stopped: false,
+        termed_at: None,
         node_channel,
         app: spec.name.clone(),
         id,
@@ -572,6 +594,9 @@ pub(crate) struct Worker {
     group: Option<Pid>,
     /// `stop` has run: the group was seen empty, so `Drop` must not signal its id.
     stopped: bool,
+    /// When its group got SIGTERM before `stop` (`term_early`): `stop` sends no second
+    /// one, and its grace counts from then.
+    termed_at: Option<Instant>,
     /// drover's end of the Node cluster channel (proxy mode), until `worker.rs` takes it.
     pub(crate) node_channel: Option<std::os::unix::net::UnixStream>,
     /// Its app and slot, as its environment names them (`orphans::left_behind`).
@@ -603,6 +628,15 @@ impl Worker {
         self.end(Some(grace)).await
     }
 
+    /// SIGTERM to the group now, ahead of `stop`, which then waits for what is left of
+    /// its grace and sends no second one: an app's handler may not run twice well.
+    pub(crate) fn term_early(&mut self) {
+        if let (Some(group), None) = (self.group, self.termed_at) {
+            signal_group(group, Signal::SIGTERM);
+            self.termed_at = Some(Instant::now());
+        }
+    }
+
     /// `stop` without the SIGTERM: SIGKILL to the group at once. For a hung worker,
     /// which could act on a SIGTERM no more than it answers requests.
     pub(crate) async fn kill(&mut self) -> Option<ExitStatus> {
@@ -623,8 +657,13 @@ impl Worker {
         }
         let mut clean = false;
         if let Some(grace) = grace {
-            let deadline = Instant::now() + grace;
-            signal_group(group, Signal::SIGTERM);
+            let deadline = match self.termed_at {
+                Some(at) => at + grace,
+                None => {
+                    signal_group(group, Signal::SIGTERM);
+                    Instant::now() + grace
+                }
+            };
             let status = tokio::time::timeout_at(deadline, self.child.wait()).await;
             clean = status.is_ok() && wait_group_gone(group, deadline).await;
             if !clean {

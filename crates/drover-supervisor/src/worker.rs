@@ -11,6 +11,7 @@
 use crate::cpu;
 use crate::cpu_watch::{grid_interval, CpuWake, CpuWatch};
 use crate::first_listen::{FirstListen, FirstListenCell};
+use crate::fixed_port::FixedPortLook;
 use crate::forensics::{RestartCounts, RestartHistory, RestartReason, RestartRecord, StderrTail};
 use crate::health;
 use crate::memory;
@@ -26,7 +27,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -487,13 +488,26 @@ impl AppState {
     /// `Pool::set_members_failing`). A worker that is starting again after such an
     /// exit still counts as failing until it is ready: an app that fails at boot does
     /// so at each start, and its clients should not wait 30 s each to be told, where
-    /// nginx in front of it answers 502 at once.
+    /// nginx in front of it answers 502 at once. But one whose process listens is on
+    /// its way: a program that binds a fixed port of its own (see `fixed_port`) starts
+    /// again after its serving copy died, and the copies that fail to bind the port
+    /// meanwhile say nothing of it (its clients were told 502 while it came up).
     pub(crate) fn note_failed_starts(&self) {
-        let failing = {
+        let (all_failed, starting) = {
             let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             let mut serving = slots.iter().filter(|s| !s.retiring).peekable();
-            serving.peek().is_some() && serving.all(|s| s.start_failed)
+            let starting: Vec<u32> = slots
+                .iter()
+                .filter(|s| s.state == WorkerState::Starting)
+                .filter_map(|s| s.pid)
+                .collect();
+            (
+                serving.peek().is_some() && serving.all(|s| s.start_failed),
+                starting,
+            )
         };
+        // Each worker leads its own process group. Looked at only when all failed.
+        let failing = all_failed && !starting.into_iter().any(crate::listening::group_listens);
         if !self.pool.set_members_failing(failing) {
             return;
         }
@@ -595,12 +609,17 @@ struct Proc {
     /// The Node process below it that runs the app, when that is not the process drover
     /// started: `npm start`, `tsx app.ts`, `sh -c 'node app.js'` (see `find_app`).
     app_below: Option<u32>,
+    /// Where it serves instead of its `PORT`: a program that binds a fixed port of its
+    /// own, taken up while it started (see `fixed_port`).
+    fixed_port: Arc<OnceLock<SocketAddr>>,
 }
 
 impl Proc {
-    /// Where the balancer reaches it; `None` in shared mode.
+    /// Where the balancer reaches it: its `PORT`, or the fixed port it binds instead;
+    /// `None` in shared mode.
     fn addr(&self) -> Option<SocketAddr> {
-        self.port.as_ref().map(Port::addr)
+        let own = self.port.as_ref().map(Port::addr)?;
+        Some(self.fixed_port.get().copied().unwrap_or(own))
     }
 
     /// Why it never became ready, when neither the program listened on its PORT nor a
@@ -674,7 +693,8 @@ impl Proc {
         } else {
             format!(
                 ", it listens on {} instead, a port of its own, which every worker's copy \
-                 binds (all but one fail) and where drover routes no client",
+                 binds (all but one fail); drover sends clients to a port of the \
+                 program's own once it is the one port a worker listens on, for a second",
                 own.join(", ")
             )
         };
@@ -865,6 +885,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
         last_cpu_seconds: None,
         node_session,
         app_below: None,
+        fixed_port: Arc::new(OnceLock::new()),
     })
 }
 
@@ -880,11 +901,23 @@ struct ReadyWait {
     pool: Arc<Pool>,
     app: Arc<str>,
     id: usize,
+    /// Proxy mode: where else it may serve (a fixed port of its own).
+    fixed_port: Option<FixedPortLook>,
 }
 
 impl Proc {
     fn ready_wait(&self, shared: &AppState, id: usize) -> ReadyWait {
         ReadyWait {
+            fixed_port: self
+                .port
+                .as_ref()
+                .zip(self.pid)
+                .map(|(port, group)| FixedPortLook {
+                    group,
+                    own_port: port.get(),
+                    node: self.node_session.as_ref().map(|s| s.inbox.clone()),
+                    found: Arc::clone(&self.fixed_port),
+                }),
             addr: self.addr(),
             spec: Arc::clone(&self.spec),
             app_ready: self.node_session.as_ref().map(|s| s.app_ready.clone()),
@@ -1008,6 +1041,33 @@ async fn ready_unless_hung(
     }
 }
 
+/// Readiness at the worker's `PORT`, or, for a program that listens on a fixed port of
+/// its own instead, there (see `fixed_port`), within `within`.
+async fn ready_here_or_at_fixed_port(
+    wait: &ReadyWait,
+    probing: &Probing,
+    within: Duration,
+) -> Result<(), health::NotReady> {
+    let spec = &wait.spec;
+    let here = health::wait_ready_at(wait.addr, spec.health.as_ref(), probing, within, spec.mode);
+    let Some(look) = &wait.fixed_port else {
+        return here.await;
+    };
+    let began = Instant::now();
+    let at = tokio::select! {
+        biased;
+        r = here => return r,
+        at = look.adopted() => at,
+    };
+    let (app, id, port) = (&wait.app, wait.id, look.own_port);
+    tracing::warn!(
+        app = %app, worker = id,
+        "worker {app}/{id} listens on {at}, not on its PORT ({port}): the program names a port of its own (Sinatra's set :port, Puma's 9292, a port in its arguments), so drover sends its clients there. Every copy of the program binds that one port, so one worker serves and the others cannot start; to run more, have it listen on $PORT, or put {{port}} in its arguments (drover run -- ruby app.rb -p {{port}})",
+    );
+    let left = within.saturating_sub(began.elapsed());
+    health::wait_ready_at(Some(at), spec.health.as_ref(), probing, left, spec.mode).await
+}
+
 /// How long a worker that listens but has not sent 'ready' (`wait_ready`) is held back
 /// while no other worker of its app serves: PM2's own wait for the message
 /// (`GRACEFUL_LISTEN_TIMEOUT`). Holding the app's only capacity for all of
@@ -1028,7 +1088,7 @@ async fn ready_for_clients(
     within: Duration,
 ) -> Result<(), health::NotReady> {
     let spec = &wait.spec;
-    health::wait_ready_at(wait.addr, spec.health.as_ref(), probing, within, spec.mode).await?;
+    ready_here_or_at_fixed_port(wait, probing, within).await?;
     let (true, Some(mut said)) = (spec.wait_ready, wait.app_ready.clone()) else {
         return Ok(());
     };
@@ -1935,7 +1995,7 @@ async fn retire(shared: &AppState, id: usize, retiree: Box<Retiree>) {
     } = *retiree;
     if status.is_none() {
         if let Some(ep) = &endpoint {
-            drain(shared, id, &mut old, &|| ep.in_flight()).await;
+            drain(shared, id, &mut old, ep).await;
         }
     }
     // Also when it already exited: what it started may still run.
@@ -2124,7 +2184,11 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
         let _ = shared.steer();
         return;
     };
-    // A worker ready with no listen() heard (not Node) serves at its PORT.
+    // A worker ready with no listen() heard (not Node) serves at its PORT, or at the
+    // fixed port it binds instead, which its status shows.
+    if let Some(&at) = proc.fixed_port.get() {
+        slot.port = Some(at.port());
+    }
     shared.first_listen.note(FirstListen::own_port());
     shared.pool.insert(Source::Supervisor, addr, 1);
     if let Some(ep) = shared.pool.find(addr) {
@@ -2163,7 +2227,7 @@ async fn shutdown_proc(shared: &AppState, id: usize, proc: &mut Proc) -> Option<
         drain_queue(shared, id, proc, steer).await;
     }
     if let Some(ep) = endpoint {
-        drain(shared, id, proc, &|| ep.in_flight()).await;
+        drain(shared, id, proc, &ep).await;
         ep.set_worker_life(WorkerLife::Ended);
     }
     proc.worker.stop(proc.spec.stop_timeout).await
@@ -2197,12 +2261,7 @@ async fn drain_queue(shared: &AppState, id: usize, proc: &mut Proc, steer: &Stee
 
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
 /// exits, or `drain_timeout` passes.
-async fn drain(
-    shared: &AppState,
-    id: usize,
-    proc: &mut Proc,
-    in_flight: &(dyn Fn() -> u32 + Sync),
-) {
+async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_balance::Endpoint) {
     // Clients handed to the worker are its own. With drover's preload in it, it first
     // gives each connection back between two requests (drover serves them from then
     // on); then it closes its server, finishes what it still has, and leaves its
@@ -2216,20 +2275,67 @@ async fn drain(
             take_back_clients(Some(session), proc.spec.drain_timeout).await;
             session.inbox.disconnect();
         }
-        while in_flight() > 0 || direct.is_some_and(|s| !s.task.is_finished()) {
+        while endpoint.in_flight() > 0 || direct.is_some_and(|s| !s.task.is_finished()) {
             tokio::time::sleep(DRAIN_POLL).await;
         }
     };
-    tokio::select! {
-        r = tokio::time::timeout(proc.spec.drain_timeout, drained) => {
-            if r.is_err() {
-                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
-                    "worker still busy after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
+    tokio::pin!(drained);
+    let handles_stop = proc
+        .node_session
+        .as_ref()
+        .is_some_and(|s| s.inbox.handles_stop());
+    let began = tokio::time::Instant::now();
+    let deadline = began + proc.spec.drain_timeout;
+    let mut termed = None;
+    let mut streams_since = None;
+    loop {
+        let until = match termed {
+            Some(at) => deadline.min(at + proc.spec.stop_timeout),
+            None => deadline,
+        };
+        tokio::select! {
+            () = &mut drained => return,
+            _ = proc.worker.child.wait() => return,
+            () = tokio::time::sleep_until(until) => {
+                if termed.is_none() {
+                    tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
+                        "worker still busy after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
+                }
+                return;
             }
+            () = tokio::time::sleep(DRAIN_POLL), if handles_stop && termed.is_none() => {}
         }
-        _ = proc.worker.child.wait() => {}
+        // What drover sees of it: only responses under way (an event stream, a
+        // download) and tunnels (WebSockets), none waiting for its head.
+        // For a second: a response's body is under way for a moment after its head.
+        let only_streams = direct.is_none() && endpoint.pending() == 0;
+        let now = tokio::time::Instant::now();
+        streams_since = only_streams.then(|| streams_since.unwrap_or(now));
+        let streams_left = streams_since.is_some_and(|t| now - t >= STREAMS_SETTLE);
+        if streams_left || began.elapsed() >= STREAMS_AFTER {
+            proc.worker.term_early();
+            termed = Some(tokio::time::Instant::now());
+            tracing::info!(
+                app = %shared.app, worker = id, pid = ?proc.pid,
+                "worker {}/{id} still holds clients {:?} into its drain (WebSockets, event streams, long requests); its app handles SIGTERM, so it gets it now to end them itself, as under PM2, and has stop_timeout ({:?}) to exit",
+                shared.app,
+                Duration::from_millis(began.elapsed().as_millis() as u64),
+                proc.spec.stop_timeout,
+            );
+        }
     }
 }
+
+/// How long a retired worker whose app handles SIGTERM is drained before it gets the
+/// signal while drover cannot tell what it still holds (clients it serves directly):
+/// a request of the usual sort is over by then, while a WebSocket or an event stream
+/// would hold it for all of `drain_timeout` (a reload of an app with one WebSocket open
+/// took 30 s, PM2's 4.6 s), and its app, told only at the end, could not close them.
+const STREAMS_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a retired worker drover proxies to must hold only streams and tunnels
+/// before its app gets SIGTERM (see `STREAMS_AFTER`).
+const STREAMS_SETTLE: Duration = Duration::from_secs(1);
 
 /// A worker that serves clients directly (connections drover handed it) gives each one
 /// back between two requests, when drover's preload runs in it, so that stopping it
