@@ -2,6 +2,7 @@
 //! implements `Control` over its supervisors and pools.
 
 use crate::members::BalancerMembers;
+use crate::probes::NotReady;
 use crate::status::Status;
 use drover_metrics::BalancerSnapshot;
 use std::future::Future;
@@ -31,6 +32,12 @@ pub trait Control: Send + Sync + 'static {
 
     /// Every balancer's counts and endpoints now, for `/metrics` and the dashboard.
     fn metrics(&self) -> Vec<BalancerSnapshot>;
+
+    /// Whether drover serves (`GET /readyz`): by default, what `status` shows (see
+    /// `probes::readiness`); the binary adds its drain.
+    fn readiness(&self) -> Result<(), NotReady> {
+        crate::probes::readiness(&self.status())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

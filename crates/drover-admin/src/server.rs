@@ -129,6 +129,9 @@ async fn route(
     if let Some(resp) = dashboard::asset(&req) {
         return resp;
     }
+    if let Some(resp) = probe(&req, control) {
+        return resp.map(BodyExt::boxed);
+    }
     if let Some(resp) = unauthorized(&req, token) {
         return resp.map(BodyExt::boxed);
     }
@@ -146,6 +149,35 @@ async fn route(
         return dashboard::events(sampler);
     }
     handle(req, control, sampler).await.map(BodyExt::boxed)
+}
+
+/// `GET /readyz` and `GET /livez` (see `probes`), in plain text, as probes read them;
+/// `None` for any other path.
+fn probe(req: &Request<Incoming>, control: &dyn Control) -> Option<Response<Full<Bytes>>> {
+    let path = req.uri().path();
+    if path != "/readyz" && path != "/livez" {
+        return None;
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Some(not_allowed("GET"));
+    }
+    let (status, text) = match path {
+        "/livez" => (StatusCode::OK, "ok\n".to_string()),
+        _ => match control.readiness() {
+            Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+            Err(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(text)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    Some(resp)
 }
 
 /// With a token set, the request must carry `Authorization: Bearer TOKEN`: the 401 to

@@ -371,6 +371,11 @@ impl Proxy {
         let _ = self.shutdown.send(true);
     }
 
+    /// Whether `begin_shutdown` was called.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
     /// Waits until every connection has closed, or `timeout`; true when drained.
     pub async fn drained(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;

@@ -1087,6 +1087,15 @@ impl Control for Controller {
     fn metrics(&self) -> Vec<BalancerSnapshot> {
         self.balancers().iter().map(|b| b.metrics()).collect()
     }
+
+    /// Not ready from the moment a stop begins: an orchestrator takes drover out of
+    /// rotation while it drains.
+    fn readiness(&self) -> Result<(), drover_admin::probes::NotReady> {
+        if self.balancers().iter().any(|b| b.proxy.is_shutting_down()) {
+            return Err(drover_admin::probes::NotReady::Draining);
+        }
+        drover_admin::probes::readiness(&self.status())
+    }
 }
 
 /// A balancer's listen address as status and errors show it; `-` for one without (it
