@@ -16,7 +16,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::from_args();
-    init_logging();
+    if let Err(e) = init_logging() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     raise_descriptor_limit();
     let result = match cli.command {
         Command::Proxy(args) => proxy(*args).map(|()| None),
@@ -53,10 +56,9 @@ fn main() -> ExitCode {
 /// `DROVER_LOG` names rustls, only its errors are shown.
 const QUIET_RUSTLS: &str = "rustls=error";
 
-fn init_logging() {
+fn init_logging() -> Result<(), String> {
     let directives = match std::env::var("DROVER_LOG") {
-        Ok(set) if set.contains("rustls") => set,
-        Ok(set) if !set.trim().is_empty() => format!("{set},{QUIET_RUSTLS}"),
+        Ok(set) if !set.trim().is_empty() => log_directives(&set)?,
         _ => format!("warn,{QUIET_RUSTLS}"),
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
@@ -71,6 +73,39 @@ fn init_logging() {
         // Through the stderr spool: a stderr nobody reads costs lines, not drover.
         .with_writer(|| drover_spool::Stderr)
         .init();
+    Ok(())
+}
+
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// `DROVER_LOG` as tracing's filter, checked: each directive is a level, `TARGET=LEVEL`
+/// or a module path (`drover_proxy`). A typo is refused by name: tracing reads a bare
+/// `dbug` as a target, and with no level for the rest, hid every warning (crash loops
+/// among them). With no bare level, the rest stays at `warn`.
+fn log_directives(set: &str) -> Result<String, String> {
+    let mut has_level = false;
+    for directive in set.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = match directive.rsplit_once('=') {
+            Some((_, level)) => level,
+            None if LEVELS.contains(&directive.to_ascii_lowercase().as_str()) => {
+                has_level = true;
+                continue;
+            }
+            None if directive.contains('_') || directive.contains("::") => continue,
+            None => directive,
+        };
+        if !LEVELS.contains(&level.trim().to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "DROVER_LOG={set:?}: {directive:?} is not a level ({}) nor TARGET=LEVEL (drover_proxy=debug)",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    let base = if has_level { "" } else { "warn," };
+    Ok(match set.contains("rustls") {
+        true => format!("{base}{set}"),
+        false => format!("{base}{set},{QUIET_RUSTLS}"),
+    })
 }
 
 /// Every client connection and every backend connection is a descriptor: run under the
@@ -156,4 +191,28 @@ fn control_runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the event loop: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drover_log_keeps_the_rest_at_warn_unless_it_names_a_level() {
+        assert_eq!(log_directives("info").unwrap(), "info,rustls=error");
+        assert_eq!(
+            log_directives("drover_proxy=debug").unwrap(),
+            "warn,drover_proxy=debug,rustls=error"
+        );
+        assert_eq!(
+            log_directives("warn,rustls=debug").unwrap(),
+            "warn,rustls=debug"
+        );
+        assert_eq!(
+            log_directives("drover_proxy").unwrap(),
+            "warn,drover_proxy,rustls=error"
+        );
+        assert!(log_directives("dbug").is_err());
+        assert!(log_directives("info,drover=loud").is_err());
+    }
 }

@@ -74,6 +74,23 @@ pub async fn serve_until_signal(
     for b in &balancers {
         b.proxy.begin_shutdown();
     }
+    // Said once, a second into a drain that waits on clients: a stop that sat silent
+    // for its whole drain timeout looked hung (framework seat).
+    let waiting = async {
+        tokio::time::sleep(DRAIN_SAID_AFTER).await;
+        let open: usize = balancers.iter().map(|b| b.proxy.connections()).sum();
+        if open > 0 {
+            let most = balancers
+                .iter()
+                .map(|b| b.drain_timeout())
+                .max()
+                .unwrap_or_default();
+            drover_spool::eprintln!(
+                "drover: waiting up to {most:?} for {open} open client connection(s) (requests in flight, event streams, WebSockets); send the signal again (a second Ctrl-C) to close them now"
+            );
+        }
+        std::future::pending::<()>().await
+    };
     let drain = async {
         for b in &balancers {
             if !b.proxy.drained(b.drain_timeout()).await {
@@ -90,6 +107,7 @@ pub async fn serve_until_signal(
     // Ctrl-C twice does not want to wait out the drain timeout for one.
     tokio::select! {
         () = drain => {}
+        () = waiting => {}
         _ = term.recv() => drover_spool::eprintln!("drover: SIGTERM again: closing the remaining connections now"),
         _ = int.recv() => drover_spool::eprintln!("drover: SIGINT again: closing the remaining connections now"),
     }
@@ -106,6 +124,9 @@ pub async fn serve_until_signal(
         None => Ok(()),
     }
 }
+
+/// How long a stop's drain runs before drover says what it waits on.
+const DRAIN_SAID_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A start that waits on something the apps say (`follow::where_the_app_listens`).
 pub type LateStart = Pin<Box<dyn Future<Output = Result<(), String>>>>;

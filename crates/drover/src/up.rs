@@ -334,7 +334,8 @@ pub(crate) fn start_app(
             let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
             let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
                 .map_err(|e| e.to_string())?;
-            drover_spool::eprintln!("drover: app {name:?} starting {workers} workers");
+            let noun = if workers == 1 { "worker" } else { "workers" };
+            drover_spool::eprintln!("drover: app {name:?} starting {workers} {noun}");
             say_shared_ports(name, app_port, sup.shared_ports_bound());
             Ok(sup)
         }
