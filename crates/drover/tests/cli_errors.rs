@@ -319,3 +319,28 @@ async fn a_second_drover_on_the_same_address_fails_to_start() {
     )
     .await;
 }
+
+/// A `DROVER_LOG` that is not a filter (a typo of a level) is refused by name before
+/// anything starts. Before, tracing read `dbug` as a target name, and with no level
+/// left for the rest, every warning was hidden, crash loops among them (container
+/// seat). (`log_directives` in main.rs reads the good ones.)
+#[test]
+fn a_drover_log_that_is_not_a_filter_is_refused_by_name() {
+    for bad in ["dbug", "garbage", "drover_proxy=lots"] {
+        let out = std::process::Command::new(bin())
+            .env("DROVER_LOG", bad)
+            .args(["run", "--admin", "off", "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains(&format!("DROVER_LOG=\"{bad}\"")) && err.contains("is not a level"),
+            "{bad}: {err}"
+        );
+        assert!(
+            !err.contains("listening"),
+            "{bad}: something started: {err}"
+        );
+    }
+}

@@ -318,11 +318,11 @@ async fn an_app_that_fails_at_boot_is_answered_at_once_and_serves_once_it_starts
             );
         }
     }
-    assert!(
-        d.stderr_text().contains("exited before it was ready"),
-        "{}",
-        d.stderr_text()
-    );
+    // drover's log reaches its stderr through a writer thread, after the answers.
+    let said = d
+        .wait_for_line("exited before it was ready", Duration::from_secs(5))
+        .await;
+    assert!(said.is_some(), "{}", d.stderr_text());
     std::fs::write(&needs, "{}").unwrap();
     let served = wait_until_async(Duration::from_secs(60), || async {
         burst(d.addr(), 1).await[0].0 == 200
@@ -365,14 +365,16 @@ async fn an_app_slower_to_start_than_the_ready_timeout_gets_more_time_and_serves
 }
 
 /// A Node app that waits before it listens (its migrations, a database slow to answer,
-/// here a 2.5 s timer) past the ready timeout: its event loop answers drover's ping, so
+/// here a 5 s timer) past the ready timeout: its event loop answers drover's ping, so
 /// it is starting, not hung, and drover waits for it. Before, it was stopped at the
 /// timeout and started again, its migration run a second time from the start, and it
 /// served later than if left alone (an app that listened after 40 s served after 71 s;
 /// under PM2, after 41 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_app_that_waits_before_it_listens_is_waited_for_not_restarted() {
-    let d = run("2500", &["--ready-timeout", "1s"]).await;
+    // A ready timeout of 2 s: a loaded machine takes more than 1 s to start Node with
+    // drover's preload, and before the preload runs nothing can answer the ping.
+    let d = run("5000", &["--ready-timeout", "2s"]).await;
     let admin = admin_addr(&d).await;
     all_answered(&d, burst(d.addr(), 10).await);
     let s = status(admin).await;

@@ -527,3 +527,154 @@ async fn as_a_containers_first_process_drover_reaps_what_its_workers_leave() {
         d.stderr_text()
     );
 }
+
+/// `--stop-timeout`, also as PM2's `--kill-timeout` (a bare number in milliseconds, as
+/// PM2 reads it), bounds how long a worker that ignores SIGTERM holds drover's stop, so
+/// a container's stop fits `docker stop`'s 10 s. Before, only a drover.toml or PM2's
+/// form after a script could set it: `drover run -w 1 --kill-timeout 3000 -- CMD` was
+/// refused as an unexpected argument (container seat).
+#[tokio::test]
+async fn a_stop_timeout_flag_bounds_the_wait_for_a_worker_that_ignores_sigterm() {
+    let program = "import http.server, os, signal\n\
+                   signal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
+                   http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), \
+                   http.server.SimpleHTTPRequestHandler).serve_forever()\n";
+    for (flag, value) in [("--stop-timeout", "300ms"), ("--kill-timeout", "300")] {
+        let d = DroverProcess::spawn(
+            bin(),
+            &[
+                "run",
+                "-w",
+                "1",
+                "-l",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                flag,
+                value,
+                "--",
+                "python3",
+                "-c",
+                program,
+            ],
+        )
+        .await;
+        let admin = admin_addr(&d).await;
+        common::wait_all_serving(&d, admin).await;
+        d.signal("TERM").unwrap();
+        let line = d
+            .wait_for_line("did not exit within", Duration::from_secs(8))
+            .await
+            .unwrap_or_else(|| panic!("{flag} {value}: no SIGKILL line:\n{}", d.stderr_text()));
+        assert!(line.contains("within 300ms of SIGTERM"), "{flag}: {line}");
+        let status = d.wait_exit(Duration::from_secs(8)).await;
+        assert!(status.is_some_and(|s| s.success()), "{}", d.stderr_text());
+    }
+    let refused = std::process::Command::new(bin())
+        .args(["run", "--stop-timeout", "soon", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("'soon' for '--stop-timeout"),
+        "{err}"
+    );
+}
+
+/// `GET path` on the admin API with no token: the status and the body.
+async fn probe(admin: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+    let answer =
+        drover_testkit::raw_exchange_timeout(admin, request.as_bytes(), Duration::from_secs(5))
+            .await
+            .unwrap();
+    let status = drover_testkit::parse_status(&answer).unwrap_or(0);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
+/// `GET /readyz` answers what an orchestrator's probe needs, with no token (a probe
+/// carries none, and the answer holds no data): 503 while the app's workers start, 200
+/// once one serves, and 503 from the moment a stop begins, while drover drains the
+/// requests it holds; `/livez` is 200 throughout. Before, the only probe was
+/// `/v1/status`, which needs the token off loopback and answered 200 while every
+/// worker crash-looped and while drover drained (container seat).
+#[tokio::test]
+async fn readyz_says_whether_drover_serves_and_turns_at_a_stop() {
+    let program = "import http.server, os, time\n\
+                   class H(http.server.BaseHTTPRequestHandler):\n\
+                   \x20   def do_GET(self):\n\
+                   \x20       if self.path == '/slow':\n\
+                   \x20           time.sleep(4)\n\
+                   \x20       self.send_response(200)\n\
+                   \x20       self.send_header('content-length', '2')\n\
+                   \x20       self.end_headers()\n\
+                   \x20       self.wfile.write(b'ok')\n\
+                   \x20   def log_message(self, *args):\n\
+                   \x20       pass\n\
+                   time.sleep(3)\n\
+                   http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n";
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "1",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            "secret",
+            "--",
+            "python3",
+            "-c",
+            program,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    assert_eq!(
+        probe(admin, "GET", "/readyz").await,
+        (503, "not ready: an app has no serving worker\n".to_string()),
+        "{}",
+        d.stderr_text()
+    );
+    assert_eq!(
+        probe(admin, "GET", "/livez").await,
+        (200, "ok\n".to_string())
+    );
+    assert_eq!(probe(admin, "GET", "/v1/status").await.0, 401);
+    assert_eq!(probe(admin, "POST", "/readyz").await.0, 405);
+    let ready = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
+        probe(admin, "GET", "/readyz").await == (200, "ready\n".to_string())
+    })
+    .await;
+    assert!(ready, "{}", d.stderr_text());
+
+    // A request in flight keeps the drain going while the probe is asked.
+    let addr = d.addr();
+    let slow = tokio::spawn(async move {
+        let mut c = drover_testkit::HttpClient::connect(addr).await.unwrap();
+        c.get("/slow").await.status
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    d.signal("TERM").unwrap();
+    let draining = drover_testkit::wait_until_async(Duration::from_secs(3), || async {
+        probe(admin, "GET", "/readyz").await
+            == (
+                503,
+                "not ready: drover is stopping (draining)\n".to_string(),
+            )
+    })
+    .await;
+    assert!(draining, "{}", d.stderr_text());
+    assert_eq!(slow.await.unwrap(), 200);
+    let status = d.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", d.stderr_text());
+}

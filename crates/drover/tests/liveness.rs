@@ -672,8 +672,10 @@ async fn a_worker_whose_handler_sleeps_is_not_restarted_and_one_that_polls_for_e
     });
     let records = wait_restarts(&d, admin, 1).await;
     let detail = records[0].detail.as_deref().unwrap_or_default();
+    // Found hung; on a loaded machine a check may land in one of its sleeps and spare
+    // it for a while (5 checks, not 2, once in CI), as a sleep of half an interval does.
     assert!(
-        detail.starts_with("hung: no answer to 2 health checks"),
+        detail.starts_with("hung: no answer to ") && detail.contains("health checks in a row"),
         "{detail}"
     );
     assert_ne!(polls.await.unwrap().ok(), Some(200));

@@ -4187,3 +4187,35 @@ async fn cluster_worker_ids_count_from_1_and_each_fork_gets_its_own() {
     }
     drover_stops_cleanly("cluster ids", &d).await;
 }
+
+/// Where drover cannot write its Node preload in `TMPDIR` (a container whose root
+/// filesystem and `/tmp` are read-only: Kubernetes' `readOnlyRootFilesystem`), it goes to
+/// `/dev/shm`, and an app that names its port still runs as written. Before, the
+/// workers started without it after one warning line: an app on a fixed port was not
+/// served, and each reload failed requests in flight (153 in the container seat).
+#[tokio::test]
+async fn the_preload_goes_elsewhere_when_tmpdir_cannot_be_written() {
+    let port = drover_testkit::free_port().to_string();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        "-w",
+        "2",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .args(["--", "node", &fixture("port-or-argv.js"), &port])
+    .current_dir(temp_dir("read-only-tmp"));
+    clean_env(&mut cmd);
+    cmd.env("TMPDIR", "/nonexistent/drover-tmp")
+        .env_remove("XDG_RUNTIME_DIR");
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    let r = get(d.addr(), "/").await;
+    assert_eq!(r.status, 200, "{}", d.stderr_text());
+    assert!(!d.stderr_text().contains("preload"), "{}", d.stderr_text());
+    drover_stops_cleanly("a TMPDIR it cannot write", &d).await;
+}

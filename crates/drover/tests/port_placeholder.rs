@@ -286,39 +286,35 @@ async fn without_listen_run_serves_at_the_port_in_its_environment() {
     );
 }
 
+/// `drover run -w WORKERS EXTRA -- python3 -m http.server PORT` (a port of its own,
+/// not its PORT) serving `site`.
+async fn http_server_on(workers: &str, port: u16, site: &str, extra: &[&str]) -> DroverProcess {
+    let port = port.to_string();
+    let mut args = vec![
+        "run",
+        "-w",
+        workers,
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "python3", "-m", "http.server", &port]);
+    args.extend_from_slice(&["--bind", "127.0.0.1", "--directory", site]);
+    DroverProcess::spawn(bin(), &args).await
+}
+
 /// A program that is not Node and binds a port of its own (`app.run(port=5000)`,
-/// `ListenAndServe(":8080")`) is never ready at its PORT: drover says where it listens
-/// instead and how to give it its port. Before, the log said only that it was not ready
-/// in time and that its next start gets longer, as if it were slow.
+/// `ListenAndServe(":8080")`) is not ready at its PORT: where its ready timeout is
+/// shorter than drover's look at where it listens instead (1 s here), drover says where
+/// it listens and how to give it its port. Before, the log said only that it was not
+/// ready in time and that its next start gets longer, as if it were slow.
 #[tokio::test]
 async fn a_program_on_a_port_of_its_own_is_told_where_it_listens() {
     let site = site("port-own");
     let own = drover_testkit::free_port();
-    let own_arg = own.to_string();
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "1",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--ready-timeout",
-            "1s",
-            "--",
-            "python3",
-            "-m",
-            "http.server",
-            &own_arg,
-            "--bind",
-            "127.0.0.1",
-            "--directory",
-            &site,
-        ],
-    )
-    .await;
+    let d = http_server_on("1", own, &site, &["--ready-timeout", "1s"]).await;
     let line = d
         .wait_for_line("never listened on its PORT", Duration::from_secs(20))
         .await
@@ -327,6 +323,65 @@ async fn a_program_on_a_port_of_its_own_is_told_where_it_listens() {
         line.contains(&format!("it listens on 127.0.0.1:{own} instead"))
             && line.contains("put {port} in its arguments"),
         "{line}"
+    );
+    stops_cleanly(d).await;
+}
+
+/// A program that is not Node and binds a fixed port of its own, with nothing that takes
+/// `PORT` (Sinatra's `set :port`, Puma's 9292, here `http.server 4567`), as PM2 runs it:
+/// the copy that binds the port serves, and drover sends its clients there; the others
+/// cannot bind it, and the log says how to run more. When the serving copy is killed,
+/// the next one to bind the port serves. Before, drover stopped the one copy that served
+/// at every ready timeout, for not listening on its PORT, and its clients got 503s.
+#[tokio::test]
+async fn a_program_on_a_fixed_port_of_its_own_serves_through_drover() {
+    let site = site("port-fixed");
+    let fixed = drover_testkit::free_port();
+    let d = http_server_on("2", fixed, &site, &[]).await;
+    let served = |what: &'static str| {
+        let addr = d.addr();
+        async move {
+            match tokio::time::timeout(Duration::from_secs(20), get(addr, "/hello.txt")).await {
+                Ok(answer) => answer,
+                Err(_) => panic!("{what}: no answer within 20 s"),
+            }
+        }
+    };
+    let answer = served("at the start").await;
+    assert_eq!(
+        (answer.0, answer.1.as_str()),
+        (200, "hello\n"),
+        "{}",
+        d.stderr_text()
+    );
+    let line = d
+        .wait_for_line("not on its PORT", Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("no line:\n{}", d.stderr_text()));
+    assert!(
+        line.contains(&format!("listens on 127.0.0.1:{fixed}, not on its PORT"))
+            && line.contains("put {port} in its arguments"),
+        "{line}"
+    );
+    // The serving worker shows the port it serves at.
+    let admin = admin_addr(&d).await;
+    let serving = status(admin).await.apps[0]
+        .workers
+        .iter()
+        .find(|w| w.port == Some(fixed))
+        .and_then(|w| w.pid)
+        .unwrap_or_else(|| panic!("no worker at {fixed}:\n{}", d.stderr_text()));
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &serving.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let answer = served("after the serving copy was killed").await;
+    assert_eq!(
+        (answer.0, answer.1.as_str()),
+        (200, "hello\n"),
+        "{}",
+        d.stderr_text()
     );
     stops_cleanly(d).await;
 }
