@@ -68,13 +68,7 @@ impl FixedPortLook {
 /// Where process group `group` listens, when that is one port and not `own_port`
 /// (see `one_port`).
 fn elsewhere(group: u32, own_port: u16) -> Option<SocketAddr> {
-    let held = listening::group_socket_inodes(group);
-    let at = listening::listening_sockets()
-        .into_iter()
-        .filter(|s| held.contains(&s.inode))
-        .map(|s| s.addr)
-        .collect();
-    one_port(at, own_port)
+    one_port(listening::group_listening_addrs(group), own_port)
 }
 
 /// The one port of `at`, unless it is `own_port`: several ports, or its `PORT` among

@@ -105,11 +105,24 @@ pub fn group_socket_inodes(group: u32) -> BTreeSet<u64> {
         .collect()
 }
 
+/// Where the processes of process group `group` listen on TCP: a worker and whatever it
+/// started. Walks /proc: for rare looks.
+pub(crate) fn group_listening_addrs(group: u32) -> Vec<SocketAddr> {
+    let held = group_socket_inodes(group);
+    if held.is_empty() {
+        return Vec::new();
+    }
+    listening_sockets()
+        .into_iter()
+        .filter(|s| held.contains(&s.inode))
+        .map(|s| s.addr)
+        .collect()
+}
+
 /// Whether any process of process group `group` listens on a TCP port. Walks /proc:
 /// for rare looks.
 pub(crate) fn group_listens(group: u32) -> bool {
-    let held = group_socket_inodes(group);
-    !held.is_empty() && listening_sockets().iter().any(|s| held.contains(&s.inode))
+    !group_listening_addrs(group).is_empty()
 }
 
 /// The processes of process group `group`. Walks /proc: for rare looks.

@@ -679,14 +679,12 @@ impl Proc {
     /// how to give it its port. Before, the log said only that it was not ready in time,
     /// and that the next start gets longer, as if it were slow.
     fn never_listened_not_node(&self, port: u16) -> String {
-        let held = self
+        let own: Vec<String> = self
             .pid
-            .map(crate::listening::group_socket_inodes)
-            .unwrap_or_default();
-        let own: Vec<String> = crate::listening::listening_sockets()
-            .into_iter()
-            .filter(|s| held.contains(&s.inode))
-            .map(|s| s.addr.to_string())
+            .map(crate::listening::group_listening_addrs)
+            .unwrap_or_default()
+            .iter()
+            .map(SocketAddr::to_string)
             .collect();
         let instead = if own.is_empty() {
             String::new()
@@ -2110,11 +2108,10 @@ impl OwnPortLooks {
             return;
         }
         self.next *= 2;
-        let held = crate::listening::group_socket_inodes(pid);
-        let own: Vec<String> = crate::listening::listening_sockets()
-            .into_iter()
-            .filter(|s| held.contains(&s.inode) && s.addr.port() != socket.port())
-            .map(|s| s.addr.to_string())
+        let own: Vec<String> = crate::listening::group_listening_addrs(pid)
+            .iter()
+            .filter(|a| a.port() != socket.port())
+            .map(SocketAddr::to_string)
             .collect();
         if own.is_empty() {
             return;
