@@ -967,6 +967,7 @@ struct RawBalancer {
     forwarded_headers: Option<Spanned<RawTrusted>>,
     limits: Option<Spanned<RawLimits>>,
     drain_timeout: Option<Dur>,
+    shutdown_delay: Option<Dur>,
     threads: Option<Bounded<1, { THREADS_MAX as i64 }>>,
     access_log: Option<Spanned<RawAccessLog>>,
     tls: Option<Spanned<RawTls>>,
@@ -2696,6 +2697,9 @@ fn validate_balancer(
     if let Some(d) = raw.drain_timeout {
         b.drain_timeout = d.0;
     }
+    if let Some(d) = raw.shutdown_delay {
+        b.shutdown_delay = d.0;
+    }
     b.threads = raw.threads.map(Bounded::as_usize);
     if let Some(h) = &raw.http2 {
         b.http2 = *h.get_ref();
@@ -3489,6 +3493,7 @@ slow_start = "0s"
 hash = { key = "header:X-User" }
 limits = { max_header_bytes = 32768, max_uri_bytes = 4096, max_headers = 50 }
 drain_timeout = "0s"
+shutdown_delay = "5s"
 threads = 2
 
 [[balancer]]
@@ -3576,6 +3581,7 @@ sticky = { cookie = "sid" }
         assert_eq!(b.sticky, None);
         assert_eq!(b.limits.max_headers, 50);
         assert_eq!(b.drain_timeout, Duration::ZERO);
+        assert_eq!(b.shutdown_delay, Duration::from_secs(5));
         assert_eq!(b.threads, Some(2));
 
         let s = &c.balancers[1];
@@ -3671,6 +3677,13 @@ sticky = { cookie = "sid" }
 
         let e = err(&format!("{MINIMAL}drain_timeout = 30\n"));
         check(&e, 4, "balancer[0].drain_timeout", "\"30s\"");
+        let e = err(&format!("{MINIMAL}shutdown_delay = \"soon\"\n"));
+        check(
+            &e,
+            4,
+            "balancer[0].shutdown_delay",
+            "invalid duration \"soon\"",
+        );
 
         let e = err(&format!("{MINIMAL}timeouts = {{ connect = \"0s\" }}\n"));
         check(&e, 4, "balancer[0].timeouts.connect", "greater than 0");

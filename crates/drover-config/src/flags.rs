@@ -60,6 +60,12 @@ pub struct RunArgs {
     #[arg(long, default_value = shown(app().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
 
+    /// On SIGTERM or SIGINT, how long drover still accepts clients, while /readyz says
+    /// it is stopping, before it drains (HAProxy's `grace`): for a load balancer or
+    /// Kubernetes in front, which takes drover out of rotation only some seconds later.
+    #[arg(long, default_value = shown(balancer().shutdown_delay), value_parser = drover_units::duration)]
+    pub shutdown_delay: Duration,
+
     /// A worker that joins workers that have served (a replacement, a scale-up, a
     /// reload's new ones) ramps its share up over this long (0s: off); at a fresh start
     /// none does [default: 10s].
@@ -903,6 +909,12 @@ pub struct ProxyArgs {
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = shown(balancer().drain_timeout), value_parser = drover_units::duration)]
     pub drain_timeout: Duration,
+
+    /// On SIGTERM or SIGINT, how long drover still accepts clients, while /readyz says
+    /// it is stopping, before it drains (HAProxy's `grace`): for a load balancer or
+    /// Kubernetes in front, which takes drover out of rotation only some seconds later.
+    #[arg(long, default_value = shown(balancer().shutdown_delay), value_parser = drover_units::duration)]
+    pub shutdown_delay: Duration,
 }
 
 // Each flag's default is the model's (which reads the library's where it has one),
@@ -1225,6 +1237,7 @@ fn proxy_balancer_text(a: &ProxyArgs) -> Result<model::BalancerConfig, String> {
     }
     b.slow_start = a.slow_start;
     b.drain_timeout = a.drain_timeout;
+    b.shutdown_delay = a.shutdown_delay;
     b.threads = Some(a.threads);
     Ok(b)
 }
@@ -1594,6 +1607,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             // One wait for both: a worker's requests on a reload, and the clients'
             // connections when drover stops (it was 30 s at a stop, whatever the flag said).
             balancer.drain_timeout = args.drain_timeout;
+            balancer.shutdown_delay = args.shutdown_delay;
             balancer.timeouts = args.timeouts.config(None);
             balancer.proxy_protocol = args.proxy_protocol.proxy_protocol_from.clone();
             balancer.forwarded_headers = args.proxy_protocol.forwarded_headers_from.clone();

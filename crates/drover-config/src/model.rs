@@ -126,6 +126,12 @@ pub struct BalancerConfig {
     pub limits: LimitsConfig,
     /// How long to let in-flight requests finish on shutdown or reload; default 30s.
     pub drain_timeout: Duration,
+    /// On SIGTERM or SIGINT, how long the listener still accepts, while `/readyz` says
+    /// drover is stopping, before its drain begins (HAProxy's `grace`); default 0s. A
+    /// load balancer or Kubernetes in front takes drover out of rotation some seconds
+    /// after the stop begins, and sends new connections until then: a listener already
+    /// closed refuses them.
+    pub shutdown_delay: Duration,
     /// Worker threads for this listener, 1..=`THREADS_MAX`; `None` = drover decides.
     pub threads: Option<usize>,
     /// When client connections go to workers that serve them directly: set from the
@@ -421,6 +427,7 @@ impl BalancerConfig {
             sticky: None,
             limits: LimitsConfig::default(),
             drain_timeout: DRAIN_TIMEOUT,
+            shutdown_delay: Duration::ZERO,
             threads: None,
             handoff: drover_proxy::Handoff::Never,
             connection_affinity: false,

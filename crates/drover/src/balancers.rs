@@ -294,6 +294,11 @@ impl RunningBalancer {
         self.state().drain_timeout
     }
 
+    /// How long it still accepts once a stop begins (`BalancerConfig::shutdown_delay`).
+    pub fn shutdown_delay(&self) -> Duration {
+        self.state().config.shutdown_delay
+    }
+
     /// Checks that `plan` can be applied with `reconfigure`, changing nothing.
     pub fn can_reconfigure(&self, plan: &BalancerPlan) -> Result<(), ReconfigureError> {
         let (from, to) = (self.proxy.thread_count(), plan.proxy.threads.max(1));

@@ -50,6 +50,9 @@ pub struct Controller {
     balancers: RwLock<Vec<Arc<RunningBalancer>>>,
     /// The apps whose files are watched (PM2's `watch`); a reload of a file changes them.
     pub(crate) watches: crate::watching::Watches,
+    /// Set when a stop begins, before the listeners close (`--shutdown-delay`):
+    /// `/readyz` answers "draining" from then on.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// What a reload does with one balancer of the new file.
@@ -88,6 +91,7 @@ impl Controller {
             app_pools: RwLock::new(app_pools),
             balancers: RwLock::new(balancers),
             watches: Default::default(),
+            stopping: Default::default(),
         }
     }
 
@@ -114,6 +118,13 @@ impl Controller {
     fn app_pool(&self, name: &str) -> Option<Arc<Pool>> {
         let pools = self.app_pools.read().unwrap_or_else(|e| e.into_inner());
         pools.get(name).cloned()
+    }
+
+    /// Says a stop has begun: `/readyz` answers "draining" while the listeners still
+    /// accept (`--shutdown-delay`).
+    pub fn begin_stop(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The balancers running now.
@@ -1091,7 +1102,9 @@ impl Control for Controller {
     /// Not ready from the moment a stop begins: an orchestrator takes drover out of
     /// rotation while it drains.
     fn readiness(&self) -> Result<(), drover_admin::probes::NotReady> {
-        if self.balancers().iter().any(|b| b.proxy.is_shutting_down()) {
+        if self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+            || self.balancers().iter().any(|b| b.proxy.is_shutting_down())
+        {
             return Err(drover_admin::probes::NotReady::Draining);
         }
         drover_admin::probes::readiness(&self.status())

@@ -70,6 +70,24 @@ pub async fn serve_until_signal(
         }
         None => drover_spool::eprintln!("drover: {which} received, draining"),
     }
+    control.begin_stop();
+    let grace = control
+        .balancers()
+        .iter()
+        .map(|b| b.shutdown_delay())
+        .max()
+        .unwrap_or_default();
+    if !grace.is_zero() && failed.is_none() {
+        drover_spool::eprintln!(
+            "drover: still accepting for {grace:?} (--shutdown-delay) while /readyz says draining; send the signal again to drain now"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(grace) => {}
+            _ = term.recv() => drover_spool::eprintln!("drover: SIGTERM again: draining now"),
+            _ = int.recv() => drover_spool::eprintln!("drover: SIGINT again: draining now"),
+        }
+    }
+    // Read again: a reload during the delay may have changed them.
     let balancers = control.balancers();
     for b in &balancers {
         b.proxy.begin_shutdown();

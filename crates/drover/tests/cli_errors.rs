@@ -36,6 +36,7 @@ async fn bad_flags_are_named() {
     let with =
         |extra: &[&'static str]| -> Vec<&'static str> { b.iter().chain(extra).copied().collect() };
     fails(&["proxy", "--backend", "127.0.0.1:1"], "--listen").await;
+    fails(&with(&["--shutdown-delay", "soon"]), "--shutdown-delay").await;
     fails(&["proxy", "--listen", "127.0.0.1:0"], "--backend").await;
     fails(
         &["proxy", "--listen", "nowhere", "--backend", "127.0.0.1:1"],

@@ -678,3 +678,72 @@ async fn readyz_says_whether_drover_serves_and_turns_at_a_stop() {
     let status = d.wait_exit(Duration::from_secs(15)).await;
     assert!(status.is_some_and(|s| s.success()), "{}", d.stderr_text());
 }
+
+/// `--shutdown-delay` (HAProxy's `grace`): a stop says "draining" on `/readyz` at once
+/// and still serves new connections for the delay, for a load balancer in front that
+/// takes drover out of rotation only some seconds after the stop begins. Before, the
+/// listener closed at the signal and those clients were refused.
+#[tokio::test]
+async fn a_shutdown_delay_keeps_accepting_while_readyz_says_draining() {
+    let program = "import http.server, os\n\
+                   class H(http.server.BaseHTTPRequestHandler):\n\
+                   \x20   def do_GET(self):\n\
+                   \x20       self.send_response(200)\n\
+                   \x20       self.send_header('content-length', '2')\n\
+                   \x20       self.end_headers()\n\
+                   \x20       self.wfile.write(b'ok')\n\
+                   \x20   def log_message(self, *args):\n\
+                   \x20       pass\n\
+                   http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n";
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "1",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            "secret",
+            "--shutdown-delay",
+            "4s",
+            "--",
+            "python3",
+            "-c",
+            program,
+        ],
+    )
+    .await;
+    let admin = admin_addr(&d).await;
+    let ready = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
+        probe(admin, "GET", "/readyz").await == (200, "ready\n".to_string())
+    })
+    .await;
+    assert!(ready, "{}", d.stderr_text());
+    d.signal("TERM").unwrap();
+    let draining = drover_testkit::wait_until_async(Duration::from_secs(2), || async {
+        probe(admin, "GET", "/readyz").await
+            == (
+                503,
+                "not ready: drover is stopping (draining)\n".to_string(),
+            )
+    })
+    .await;
+    assert!(draining, "{}", d.stderr_text());
+    // A client that arrives now, on a new connection, is still served.
+    let mut c = drover_testkit::HttpClient::connect(d.addr())
+        .await
+        .unwrap_or_else(|e| panic!("refused during the delay: {e}\n{}", d.stderr_text()));
+    assert_eq!(c.get("/").await.status, 200, "{}", d.stderr_text());
+    drop(c);
+    let status = d.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", d.stderr_text());
+    assert!(
+        d.stderr_text()
+            .contains("still accepting for 4s (--shutdown-delay)"),
+        "{}",
+        d.stderr_text()
+    );
+}
