@@ -43,7 +43,7 @@ pub struct WorkerRow {
     pub id: usize,
     pub pid: Option<u32>,
     pub port: Option<u16>,
-    /// starting, ready, busy, unhealthy, hung, stopping, backing-off, crash-looping,
+    /// starting, ready, busy, unhealthy, hung, stopping, backing-off, crash-looping, errored,
     /// stopped.
     pub state: String,
     pub uptime_secs: Option<f64>,

@@ -851,6 +851,26 @@ impl App {
         if let Some(t) = self.millis("min_uptime")? {
             spec.restart.min_uptime = t;
         }
+        // PM2's default (16) is not taken: where the file says nothing, a worker is
+        // restarted for as long as drover runs.
+        match self.keys.get("max_restarts") {
+            None | Some((_, Value::Null)) => {}
+            Some((written, v)) => {
+                let n = match v {
+                    Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                    Value::String(s) => s.trim().parse::<u32>().ok(),
+                    _ => None,
+                };
+                match n {
+                    Some(n) => spec.restart.max_restarts = Some(n),
+                    None => {
+                        return Err(
+                            self.error(format!("{written} = {v}: a number of restarts, 0 or more"))
+                        )
+                    }
+                }
+            }
+        }
         match self.keys.get("wait_ready") {
             None | Some((_, Value::Null)) => {}
             Some((_, Value::Bool(on))) => spec.wait_ready = *on,
@@ -907,7 +927,7 @@ impl App {
 
     /// Notes for the keys drover does not apply, once each.
     fn note_the_rest(&mut self, script: &str) {
-        const USED: [&str; 20] = [
+        const USED: [&str; 21] = [
             "watch",
             "ignore_watch",
             "watch_delay",
@@ -928,6 +948,7 @@ impl App {
             "kill_timeout",
             "listen_timeout",
             "min_uptime",
+            "max_restarts",
         ];
         let keys: Vec<(String, String, Value)> = self.keys.keys.clone();
         let mut logs = Vec::new();
@@ -954,7 +975,7 @@ impl App {
                 ("time" | "log_date_format", _) => {
                     "drover's lines of worker output carry no timestamp (journald and docker logs stamp each line)"
                 }
-                ("max_restarts" | "restart_delay" | "exp_backoff_restart_delay", _) => {
+                ("restart_delay" | "exp_backoff_restart_delay", _) => {
                     "drover restarts a crashed worker with back-off (0.1 s doubling to 30 s) and reports a crash loop, for as long as it runs"
                 }
                 ("stop_exit_codes", _) => "drover restarts a worker whatever its exit code",
@@ -1350,6 +1371,7 @@ mod tests {
         assert_eq!(spec.stop_timeout, Duration::from_millis(1600));
         assert_eq!(spec.ready_timeout, Duration::from_secs(8));
         assert_eq!(spec.restart.min_uptime, Duration::from_secs(2));
+        assert_eq!(spec.restart.max_restarts, Some(10));
         assert_eq!(spec.cwd, Some(base().join("api")));
         assert!(spec.wait_ready);
         assert!(!apps[1].app.spec.wait_ready);
@@ -1366,7 +1388,6 @@ mod tests {
         let text = notes.join("\n");
         for needle in [
             "apps[0] (API Server): runs as \"api-server\"",
-            "max_restarts: drover restarts a crashed worker",
             "colour: not a key of PM2's that drover knows",
             "error, out_file: drover prints every worker's output",
             "apps[1] (consumer): wait_ready: a fork-mode app runs in drover's background mode",
@@ -1598,6 +1619,10 @@ mod tests {
             (
                 json!({"apps": [{"script": "a.js", "kill_timeout": -5}]}),
                 "kill_timeout = -5",
+            ),
+            (
+                json!({"apps": [{"script": "a.js", "max_restarts": -1}]}),
+                "max_restarts = -1: a number of restarts, 0 or more",
             ),
             (
                 json!({"apps": [{"script": "a.js", "args": {"a": 1}}]}),

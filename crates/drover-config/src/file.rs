@@ -915,6 +915,7 @@ struct RawApp {
     ready_timeout: Option<PosDur>,
     stop_timeout: Option<PosDur>,
     drain_timeout: Option<PosDur>,
+    max_restarts: Option<u32>,
     max_memory: Option<Spanned<ByteSize>>,
     wait_ready: Option<bool>,
     increment_var: Option<String>,
@@ -1828,6 +1829,10 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             mode,
             watch,
             app_port: raw.app_port.map(|p| p.into_inner().as_u16()),
+            restart: drover_supervisor::Backoff {
+                max_restarts: raw.max_restarts,
+                ..defaults.restart
+            },
             ..defaults
         },
         listen,
@@ -4946,7 +4951,15 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
             "app[0].app_port",
             "drover runs no balancer for the app",
         );
-        let c = ok(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\nmax_memory = \"512M\"\ndrain_timeout = \"5s\"\n"));
+        let c = ok(&app("mode = \"shared\"\nlisten = \"127.0.0.1:8000\"\nmax_memory = \"512M\"\ndrain_timeout = \"5s\"\nmax_restarts = 3\n"));
+        assert_eq!(c.apps[0].spec.restart.max_restarts, Some(3));
+        assert_eq!(ok(&app("")).apps[0].spec.restart.max_restarts, None);
+        check(
+            &err(&app("max_restarts = -1\n")),
+            4,
+            "app[0].max_restarts",
+            "-1",
+        );
         assert_eq!(c.apps[0].spec.mode, Mode::Shared);
         assert_eq!(c.apps[0].listen, Some(addr("127.0.0.1:8000")));
         assert_eq!(c.apps[0].spec.max_memory, Some(512 << 20));

@@ -77,6 +77,14 @@ pub struct RunArgs {
     #[arg(long, visible_alias = "kill-timeout", default_value = shown(app().stop_timeout), value_parser = pm2_millis)]
     pub stop_timeout: Duration,
 
+    /// After this many restarts in a row that crashed (each before the worker was ready,
+    /// or within 1 s of it: PM2's min_uptime), a worker is errored and not started again
+    /// until a reload or a scale; once every worker is, drover exits 1, as pm2-runtime
+    /// does, for a container's restart policy or systemd to act on. Default: restarted
+    /// for as long as drover runs.
+    #[arg(long, value_name = "N")]
+    pub max_restarts: Option<u32>,
+
     /// How long a starting worker has to listen (and pass --health-path) before it is
     /// stopped and started again; each start in a row that ran out of it doubles the
     /// next one's, up to 16 times (a slow start is not a failed one).
@@ -1479,6 +1487,9 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
     app.spec.stop_timeout = args.stop_timeout;
+    if args.max_restarts.is_some() {
+        app.spec.restart.max_restarts = args.max_restarts;
+    }
     app.spec.ready_timeout = args.ready_timeout;
     app.spec.wait_ready = args.wait_ready;
     app.spec.app_port = args.app_port;
@@ -1725,6 +1736,7 @@ fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
         (args.max_memory.is_some(), "--max-memory"),
         (args.drain_timeout != app.drain_timeout, "--drain-timeout"),
         (args.stop_timeout != app.stop_timeout, "--stop-timeout"),
+        (args.max_restarts.is_some(), "--max-restarts"),
         (args.ready_timeout != app.ready_timeout, "--ready-timeout"),
         (args.wait_ready, "--wait-ready"),
         (args.watch, "--watch"),

@@ -57,7 +57,10 @@ pub(crate) fn start_early(
     let none_runs = others.into_iter().all(|o| {
         matches!(
             o.state,
-            WorkerState::BackingOff | WorkerState::CrashLooping | WorkerState::Stopped
+            WorkerState::BackingOff
+                | WorkerState::CrashLooping
+                | WorkerState::Errored
+                | WorkerState::Stopped
         )
     });
     let paced = last_scout.is_none_or(|t| now.saturating_duration_since(t) >= NO_CAPACITY_RETRY);

@@ -731,6 +731,12 @@ pub struct Backoff {
     /// After this many crashes in a row the worker is reported as crash-looping (status
     /// and a warn log). It keeps being restarted at the back-off pace.
     pub crash_loop_after: u32,
+    /// After this many restarts in a row that crashed (PM2's `max_restarts`), the
+    /// worker is `errored` and not started again until a reload or a scale; when every
+    /// worker of every app is, drover exits 1 (as `pm2-runtime` does), for a container's
+    /// restart policy or systemd to act on. `None` (the default): restarted for as long
+    /// as drover runs, which never takes capacity away by itself.
+    pub max_restarts: Option<u32>,
 }
 
 impl Default for Backoff {
@@ -741,6 +747,7 @@ impl Default for Backoff {
             factor: 2.0,
             min_uptime: Duration::from_secs(1),
             crash_loop_after: 5,
+            max_restarts: None,
         }
     }
 }

@@ -25,6 +25,9 @@ pub enum WorkerState {
     BackingOff,
     /// Like `BackingOff`, after `crash_loop_after` crashes in a row.
     CrashLooping,
+    /// Crashed more than `max_restarts` times in a row: not started again until a
+    /// reload or a scale (PM2's `errored`).
+    Errored,
     /// Shut down for good.
     Stopped,
 }
@@ -46,6 +49,7 @@ impl WorkerState {
             WorkerState::Stopping => "stopping",
             WorkerState::BackingOff => "backing-off",
             WorkerState::CrashLooping => "crash-looping",
+            WorkerState::Errored => "errored",
             WorkerState::Stopped => "stopped",
         }
     }

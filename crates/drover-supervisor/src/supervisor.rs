@@ -251,6 +251,18 @@ impl Supervisor {
             .collect()
     }
 
+    /// Whether every worker of the app is errored (`Backoff::max_restarts`): it has one
+    /// at least, and none is started again until a reload or a scale.
+    pub fn is_errored(&self) -> bool {
+        let states: Vec<WorkerState> = self
+            .shared
+            .statuses()
+            .iter()
+            .map(|(s, _)| s.state)
+            .collect();
+        !states.is_empty() && states.iter().all(|&s| s == WorkerState::Errored)
+    }
+
     /// Why this app's worker processes ended: the last `HISTORY_PER_APP` restart
     /// records, oldest first. Kept across scaling; lost when drover exits.
     pub fn restarts(&self) -> Vec<RestartRecord> {
@@ -337,7 +349,7 @@ impl Supervisor {
             }
             let stuck = new
                 .iter()
-                .find(|(w, _)| w.state == WorkerState::CrashLooping);
+                .find(|(w, _)| matches!(w.state, WorkerState::CrashLooping | WorkerState::Errored));
             let late = tokio::time::Instant::now() >= deadline;
             if stuck.is_some() || late {
                 let (w, _) = stuck

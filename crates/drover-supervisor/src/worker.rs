@@ -1367,6 +1367,7 @@ pub(crate) async fn run(
         };
         let delay = policy.delay(crashes);
         let looping = crashes >= policy.crash_loop_after;
+        let gave_up = policy.max_restarts.filter(|&most| crashes > most);
         {
             let mut slot = shared.slot(id);
             slot.start_failed =
@@ -1380,13 +1381,36 @@ pub(crate) async fn run(
                 End::Exited(status) => status.to_string(),
                 other => other.to_string(),
             });
-            slot.state = if looping {
+            slot.state = if gave_up.is_some() {
+                WorkerState::Errored
+            } else if looping {
                 WorkerState::CrashLooping
             } else {
                 WorkerState::BackingOff
             };
         }
         shared.note_failed_starts();
+        if let Some(most) = gave_up {
+            log_end(&shared.app, id, &life, Duration::ZERO);
+            tracing::error!(
+                app = %shared.app,
+                worker = id,
+                "worker {}/{id} is errored: it crashed {crashes} times in a row (each \
+                 before it was ready or within {:?} of it), past --max-restarts {most}; \
+                 drover starts it no more (drover ctl reload, or a scale, starts it again)",
+                shared.app,
+                policy.min_uptime,
+            );
+            // Until drover stops, or a reload or a scale asks for it again.
+            tokio::select! {
+                _ = stopped(&mut stop) => {}
+                Some(reply) = replace.recv() => {
+                    crashes = 0;
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            continue;
+        }
         log_end(&shared.app, id, &life, delay);
         if looping {
             tracing::warn!(

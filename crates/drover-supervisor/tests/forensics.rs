@@ -131,6 +131,7 @@ async fn a_crash_loop_keeps_only_the_last_records() {
             factor: 2.0,
             min_uptime: Duration::from_millis(500),
             crash_loop_after: 3,
+            max_restarts: None,
         },
         ..sh_app("loop", &script)
     };

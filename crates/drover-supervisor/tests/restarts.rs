@@ -93,6 +93,7 @@ async fn an_app_with_no_worker_serving_retries_before_its_back_off_ends() {
         factor: 1.0,
         min_uptime: Duration::from_millis(500),
         crash_loop_after: 3,
+        max_restarts: None,
     };
     let sup = Supervisor::start(spec, pool.clone()).unwrap();
     assert!(

@@ -23,12 +23,8 @@ fn main() -> ExitCode {
     raise_descriptor_limit();
     let result = match cli.command {
         Command::Proxy(args) => proxy(*args).map(|()| None),
-        Command::Up(args) => control_runtime()
-            .and_then(|rt| rt.block_on(up::up(&args.config)))
-            .map(|()| None),
-        Command::Run(args) => control_runtime()
-            .and_then(|rt| rt.block_on(up::run_app(&args)))
-            .map(|()| None),
+        Command::Up(args) => control_runtime().and_then(|rt| rt.block_on(up::up(&args.config))),
+        Command::Run(args) => control_runtime().and_then(|rt| rt.block_on(up::run_app(&args))),
         Command::Ctl(args) => control_runtime()
             .and_then(|rt| rt.block_on(ctl::ctl(args)))
             .map(|()| None),
@@ -173,15 +169,18 @@ fn proxy(args: drover_config::flags::ProxyArgs) -> Result<(), String> {
             p.proxy.name
         ));
     }
-    control_runtime()?.block_on(up::run_config(
-        cfg,
-        &origins,
-        args.config
-            .as_deref()
-            .map_or(up::Reread::Nothing, up::Reread::File),
-        up::Admin::Required,
-        &[],
-    ))
+    control_runtime()?
+        .block_on(up::run_config(
+            cfg,
+            &origins,
+            args.config
+                .as_deref()
+                .map_or(up::Reread::Nothing, up::Reread::File),
+            up::Admin::Required,
+            &[],
+        ))
+        // No app behind `drover proxy`: it never stops by itself.
+        .map(|_| ())
 }
 
 /// The control plane (signals, health checks) runs on its own small event loop, apart

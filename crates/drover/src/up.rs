@@ -19,11 +19,13 @@ use drover_registry::{Pool, PoolOptions, WrapProbe};
 use drover_supervisor::{stderr_sink, Mode, Place, SharedListener, Supervisor};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 /// Loads `path`, checks all of it, then starts apps and balancers; runs until a signal.
-/// Nothing starts when any part of the config is wrong.
-pub async fn up(path: &Path) -> Result<(), String> {
+/// Nothing starts when any part of the config is wrong. `Some` exit code: drover
+/// stopped by itself (every app errored).
+pub async fn up(path: &Path) -> Result<Option<ExitCode>, String> {
     if config::ecosystem::is_ecosystem_file(&path.to_string_lossy()) {
         return Err(format!(
             "{}: a PM2 ecosystem file, not a drover.toml: run its apps with `drover run {}`",
@@ -43,7 +45,7 @@ pub async fn up(path: &Path) -> Result<(), String> {
 
 /// `drover run -w N -- CMD`: one app and a balancer in front of it (or, in shared
 /// mode, a socket per worker on the listen address), from flags.
-pub async fn run_app(args: &RunArgs) -> Result<(), String> {
+pub async fn run_app(args: &RunArgs) -> Result<Option<ExitCode>, String> {
     let run = flags::run_config(args).map_err(|e| e.to_string())?;
     for note in &run.notes {
         drover_spool::eprintln!("drover: note: {note}");
@@ -92,7 +94,7 @@ pub(crate) async fn run_config(
     source: Reread<'_>,
     admin_mode: Admin,
     follow: &[flags::FollowListen],
-) -> Result<(), String> {
+) -> Result<Option<ExitCode>, String> {
     let Prepared { plans, specs } =
         preflight::prepare(&cfg, origins).map_err(|errors| errors.join("\nerror: "))?;
     // The parent of last resort of what the workers start (a daemon among them), and a

@@ -165,3 +165,98 @@ async fn a_crash_loop_on_a_taken_port_says_to_listen_on_port() {
         "{log}"
     );
 }
+
+/// `max_restarts` (PM2's, `--max-restarts` under `drover run`): a worker that crashes at
+/// every start is `errored` after that many restarts in a row and not started again,
+/// while the other app serves on and drover keeps running. Before, the key was noted
+/// as not applied, and the worker was restarted for as long as drover ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_restarts_leaves_a_crashing_worker_errored_while_another_app_serves() {
+    let dir = temp_dir("max-restarts");
+    let script = drover_testkit::write_py_worker(&dir).display().to_string();
+    let toml = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [[app]]\nname = \"web\"\ncommand = [\"python3\", \"{script}\"]\n\
+         [[app]]\nname = \"bad\"\nmax_restarts = 2\n\
+         command = [\"sh\", \"-c\", \"echo 'fatal: db down' >&2; exit 3\"]\n\
+         [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n"
+    );
+    let file = dir.join("drover.toml");
+    std::fs::write(&file, toml).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", file.to_str().unwrap()]).await;
+    let admin = admin_addr(&d).await;
+    let errored = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
+        let s = status(admin).await;
+        let bad = s.apps.iter().find(|a| a.name == "bad").unwrap();
+        bad.workers[0].state == "errored"
+    })
+    .await;
+    assert!(errored, "{}", d.stderr_text());
+    let bad_restarts = |s: &drover_admin::Status| {
+        s.apps.iter().find(|a| a.name == "bad").unwrap().workers[0].restarts
+    };
+    assert_eq!(bad_restarts(&status(admin).await), 2, "{}", d.stderr_text());
+    assert!(
+        d.stderr_text().contains("worker bad/0 is errored")
+            && d.stderr_text().contains("past --max-restarts 2"),
+        "{}",
+        d.stderr_text()
+    );
+    // Not started again, and drover serves the other app on.
+    assert!(d.wait_exit(Duration::from_secs(2)).await.is_none());
+    let s = status(admin).await;
+    assert_eq!(bad_restarts(&s), 2);
+    let web = s.apps.iter().find(|a| a.name == "web").unwrap();
+    assert!(
+        web.workers.iter().any(|w| w.state == "ready"),
+        "{:?}",
+        web.workers
+    );
+    // A reload starts it again (to crash, and be errored again).
+    let (code, _, err) = ctl(admin, &["reload", "--app", "bad"]).await;
+    let _ = (code, err);
+    let again = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
+        bad_restarts(&status(admin).await) > 2
+    })
+    .await;
+    assert!(again, "{}", d.stderr_text());
+}
+
+/// Once every worker of every app is errored, drover stops and exits 1, as
+/// `pm2-runtime` does, so that a container's restart policy or systemd acts; a
+/// container whose app cannot start no longer sits "up" answering 503 forever.
+#[tokio::test]
+async fn drover_exits_1_once_every_worker_is_errored() {
+    let d = DroverProcess::spawn(
+        bin(),
+        &[
+            "run",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--max-restarts",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+    )
+    .await;
+    let status = d.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "{}",
+        d.stderr_text()
+    );
+    assert!(
+        d.stderr_text()
+            .contains("every app's workers are errored (--max-restarts)"),
+        "{}",
+        d.stderr_text()
+    );
+}

@@ -484,7 +484,49 @@ async fn a_reload_replaces_the_next_worker_while_an_old_one_holds_a_stream() {
 /// one WebSocket open took 30 s, PM2's 4.6 s), then the stream was cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_tells_an_app_that_handles_sigterm_while_a_stream_holds_its_drain() {
-    let app = common::temp_dir("streams-reload").join("sse.js");
+    let (d, admin, mut client) = run_app_that_ends_its_streams("streams-reload").await;
+    let reload = tokio::spawn(async move { common::ctl(admin, &["reload"]).await });
+    read_the_apps_last_event(&d, &mut client).await;
+    let (code, out, err) = tokio::time::timeout(Duration::from_secs(30), reload)
+        .await
+        .expect("the reload did not end")
+        .unwrap();
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+}
+
+/// The same at a stop (Ctrl-C): once only the stream is left, the workers are stopped,
+/// so the app ends it itself, and drover exits. Before, the balancer's drain waited
+/// out `drain_timeout` (here 120 s) for the stream, and then cut it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_tells_an_app_that_handles_sigterm_while_a_stream_holds_the_drain() {
+    let (d, _admin, mut client) = run_app_that_ends_its_streams("streams-stop").await;
+    d.signal("INT").unwrap();
+    read_the_apps_last_event(&d, &mut client).await;
+    let status = d.wait_exit(Duration::from_secs(30)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        d.stderr_text()
+    );
+    assert!(
+        d.stderr_text()
+            .contains("only streams (event streams, WebSockets) are left open"),
+        "{}",
+        d.stderr_text()
+    );
+}
+
+/// `drover run -w 1 --drain-timeout 120s` of a Node app that ends its event streams on
+/// SIGTERM (as Fastify's and socket.io's `close()` end their WebSockets), serving, with
+/// one client subscribed.
+async fn run_app_that_ends_its_streams(
+    dir: &str,
+) -> (
+    drover_testkit::DroverProcess,
+    std::net::SocketAddr,
+    tokio::net::TcpStream,
+) {
+    let app = common::temp_dir(dir).join("sse.js");
     std::fs::write(
         &app,
         r#"
@@ -521,8 +563,15 @@ server.listen(process.env.PORT || 0, '127.0.0.1');
     let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
     let admin = common::admin_addr(&d).await;
     common::wait_all_serving(&d, admin).await;
-    let mut client = subscribed_to(d.addr(), "/events").await;
-    let reload = tokio::spawn(async move { common::ctl(admin, &["reload"]).await });
+    let client = subscribed_to(d.addr(), "/events").await;
+    (d, admin, client)
+}
+
+/// Reads `client`'s stream until the app's last event ("bye from PID"), within 25 s.
+async fn read_the_apps_last_event(
+    d: &drover_testkit::DroverProcess,
+    client: &mut tokio::net::TcpStream,
+) {
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(25), async {
         let mut buf = [0u8; 1024];
@@ -540,11 +589,6 @@ server.listen(process.env.PORT || 0, '127.0.0.1');
         "the app's last event did not come within 25 s: {got:?}\n{}",
         d.stderr_text()
     );
-    let (code, out, err) = tokio::time::timeout(Duration::from_secs(30), reload)
-        .await
-        .expect("the reload did not end")
-        .unwrap();
-    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
 }
 
 /// Streams cut together (their backend killed under 20 open event streams) are logged

@@ -51,6 +51,7 @@ pub fn fast_backoff() -> Backoff {
         factor: 2.0,
         min_uptime: Duration::from_millis(500),
         crash_loop_after: 3,
+        max_restarts: None,
     }
 }
 
