@@ -43,7 +43,7 @@ fn main_thread_ns(pid: u32, with_waits: bool) -> Option<u64> {
         });
     }
     let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
-    parse_stat_ticks(&stat).map(|ticks| ticks * 10_000_000)
+    Stat::parse(&stat).map(|s| s.ticks * 10_000_000)
 }
 
 /// Busy and running time (ns, as `main_thread_busy_ns` and `main_thread_run_ns`) of
@@ -119,31 +119,26 @@ const USER_HZ: f64 = 100.0;
 /// from `/proc/PID/stat`; `None` when it is gone or `/proc` is not there. Children it
 /// waited for are not counted: they are processes of their own.
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat_ticks(&stat).map(|ticks| ticks as f64 / USER_HZ)
+    Stat::of(pid).map(|s| s.ticks as f64 / USER_HZ)
 }
 
 /// Whether process `pid` is stopped (`T`: SIGSTOP, SIGTSTP; `t`: a tracer holds it),
 /// from the state field of `/proc/PID/stat`. A stopped process answers nothing and
 /// acts on no signal but SIGKILL and SIGCONT.
 pub fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| parse_stat_state(&s))
-        .is_some_and(|state| matches!(state, 'T' | 't'))
+    Stat::of(pid).is_some_and(|s| matches!(s.state, 'T' | 't'))
 }
 
 /// The process group `pid` is in (`stat`'s fifth field); `None` when it is gone.
 pub fn process_group(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat_group(&stat)
+    Stat::of(pid).map(|s| s.group)
 }
 
 /// Whether process `pid` has ended: gone from `/proc`, or a zombie its parent has not
 /// reaped yet. `false` when `/proc` cannot tell (not mounted).
 pub fn has_ended(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => parse_stat_state(&stat).is_some_and(|state| matches!(state, 'Z' | 'X')),
+        Ok(stat) => Stat::parse(&stat).is_some_and(|s| s.has_ended()),
         Err(_) => std::path::Path::new("/proc/self/stat").exists(),
     }
 }
@@ -170,12 +165,9 @@ pub fn youngest_child_age(pid: u32) -> Option<std::time::Duration> {
         let Some(child) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        if let Some((parent, state, started)) = parse_stat_parent_and_start(&stat) {
-            if parent == pid && !matches!(state, 'Z' | 'X' | 'T' | 't') {
-                youngest = Some(youngest.map_or(started, |y| y.max(started)));
+        if let Some(s) = Stat::of(child) {
+            if s.parent == pid && !s.has_ended() && !matches!(s.state, 'T' | 't') {
+                youngest = Some(youngest.map_or(s.started, |y| y.max(s.started)));
             }
         }
     }
@@ -183,32 +175,54 @@ pub fn youngest_child_age(pid: u32) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs_f64(age_ticks / USER_HZ))
 }
 
-/// The parent pid, state and start time (clock ticks after boot) of `stat`: fields 4, 3
-/// and 22.
-fn parse_stat_parent_and_start(s: &str) -> Option<(u32, char, u64)> {
-    let mut fields = s[s.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let parent = fields.next()?.parse().ok()?;
-    let started = fields.nth(17)?.parse().ok()?;
-    Some((parent, state, started))
+/// The fields of `/proc/PID/stat` drover reads; one parser for every reader (liveness,
+/// CPU, process groups, orphans and zombies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stat {
+    /// Field 3: `R`, `S`, `D`, `T`/`t` (stopped), `Z` (zombie), `X` (dead)…
+    pub state: char,
+    /// Field 4: the parent's pid.
+    pub parent: u32,
+    /// Field 5: the process group.
+    pub group: u32,
+    /// Fields 14 and 15: user and system CPU time, in clock ticks.
+    pub ticks: u64,
+    /// Field 22: when it started, in clock ticks after boot.
+    pub started: u64,
 }
 
-fn parse_stat_group(s: &str) -> Option<u32> {
-    // state, ppid, pgrp
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
-}
+impl Stat {
+    /// Process `pid`'s, from `/proc`; `None` when it is gone or `/proc` is not there.
+    pub(crate) fn of(pid: u32) -> Option<Stat> {
+        Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
 
-/// The state letter of `stat`, the first field after the `)` that ends the command name.
-fn parse_stat_state(s: &str) -> Option<char> {
-    s[s.rfind(')')? + 1..]
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
+    /// Fields are counted after the `)` that ends the command name, which may itself
+    /// hold spaces and parentheses.
+    pub(crate) fn parse(s: &str) -> Option<Stat> {
+        let mut fields = s[s.rfind(')')? + 1..].split_whitespace();
+        let state = fields.next()?.chars().next()?;
+        let parent = fields.next()?.parse().ok()?;
+        let group = fields.next()?.parse().ok()?;
+        // Fields 6 to 13: session, tty, its group, flags, four fault counts.
+        let mut fields = fields.skip(8);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        // Fields 16 to 21: children's times, priority, nice, threads, itrealvalue.
+        let started = fields.nth(6)?.parse().ok()?;
+        Some(Stat {
+            state,
+            parent,
+            group,
+            ticks: utime + stime,
+            started,
+        })
+    }
+
+    /// A zombie (its parent has not reaped it) or dead.
+    pub(crate) fn has_ended(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
 }
 
 fn parse_schedstat(s: &str) -> Option<u64> {
@@ -221,16 +235,6 @@ fn parse_schedstat_parts(s: &str) -> Option<(u64, u64)> {
     let running = fields.next()?.ok()?;
     let waiting = fields.next()?.ok()?;
     Some((running, waiting))
-}
-
-/// utime + stime, fields 14 and 15 of `stat`, counted after the `)` that ends the
-/// command name (which may itself hold spaces and parentheses).
-fn parse_stat_ticks(s: &str) -> Option<u64> {
-    let rest = &s[s.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
 }
 
 /// Turns successive readings of one process into utilisation (1.0 = the main thread
@@ -287,7 +291,7 @@ impl BusySource {
         if self.schedstat {
             parse_schedstat(text)
         } else {
-            parse_stat_ticks(text).map(|ticks| ticks * 10_000_000)
+            Stat::parse(text).map(|s| s.ticks * 10_000_000)
         }
     }
 }
@@ -358,26 +362,26 @@ mod tests {
         );
         assert_eq!(parse_schedstat(""), None);
         assert_eq!(parse_schedstat("12 x 3"), None);
-        let stat =
-            "4242 (node (worker) 1) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 30 0 0 20 0 11";
-        assert_eq!(parse_stat_ticks(stat), Some(280));
-        assert_eq!(parse_stat_ticks("garbage"), None);
-        assert_eq!(parse_stat_state(stat), Some('S'));
-        assert_eq!(parse_stat_state("1 (a) b) T 1"), Some('T'));
-        assert_eq!(parse_stat_state("garbage"), None);
-        let in_group = "4243 (node app.js) S 4242 4242 4242 0 -1 4194560";
-        assert_eq!(parse_stat_group(in_group), Some(4242));
-        assert_eq!(parse_stat_group("4243 (x) S 1"), None);
-        assert_eq!(parse_stat_group("garbage"), None);
-        let child = "4300 (sleep) S 4242 4242 4242 0 -1 4194304 90 0 0 0 0 0 0 0 20 0 1 0 123456 5816320 239";
+        // A command name with spaces and parentheses of its own.
+        let stat = "4243 (node (worker) 1) S 4242 4242 4242 0 -1 4194560 1234 0 0 0 250 30 0 0 20 0 11 0 123456 5816320 239";
         assert_eq!(
-            parse_stat_parent_and_start(child),
-            Some((4242, 'S', 123_456))
+            Stat::parse(stat),
+            Some(Stat {
+                state: 'S',
+                parent: 4242,
+                group: 4242,
+                ticks: 280,
+                started: 123_456
+            })
         );
-        assert_eq!(
-            parse_stat_parent_and_start("4300 (sleep) S 4242 4242"),
-            None
-        );
+        let zombie = "4300 (a) b) Z 1 4300 4300 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 99 0 0";
+        assert!(Stat::parse(zombie).unwrap().has_ended());
+        assert_eq!(Stat::parse("4300 (sleep) S 4242 4242"), None);
+        assert_eq!(Stat::parse("garbage"), None);
+        // This process's own, as the kernel writes it.
+        let me = Stat::of(std::process::id()).unwrap();
+        assert_eq!(Some(me.group), process_group(std::process::id()));
+        assert!(!me.has_ended());
     }
 
     #[test]

@@ -152,16 +152,7 @@ pub(crate) fn left_behind(app: &str, id: usize) -> Vec<LeftBehind> {
 
 /// Whether `pid` is alive (not a zombie) and `parent`'s child, from /proc.
 fn live_child_of(pid: u32, parent: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // After the command name (in parentheses, may hold spaces): state, ppid.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return false;
-    };
-    let mut fields = rest.split_ascii_whitespace();
-    let alive = fields.next().is_some_and(|state| state != "Z");
-    alive && fields.next().and_then(|p| p.parse::<u32>().ok()) == Some(parent)
+    crate::cpu::Stat::of(pid).is_some_and(|s| s.state != 'Z' && s.parent == parent)
 }
 
 /// Stops what worker `id` of `app` left behind (`left_behind`): SIGTERM, up to `grace`
@@ -241,17 +232,8 @@ fn zombie_children(parent: u32) -> Vec<u32> {
     };
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // After the command name (in parentheses, may hold spaces): state, ppid.
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let mut fields = rest.split_ascii_whitespace();
-            let zombie = fields.next() == Some("Z");
-            zombie && fields.next().and_then(|p| p.parse::<u32>().ok()) == Some(parent)
+        .filter(|&pid| {
+            crate::cpu::Stat::of(pid).is_some_and(|s| s.state == 'Z' && s.parent == parent)
         })
         .collect()
 }

@@ -773,24 +773,14 @@ fn group_alive(group: Pid) -> bool {
 fn live_member_in_proc(pgid: i32) -> Option<bool> {
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
         // A process may exit between read_dir and the read: then it is not alive.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(stat) = crate::cpu::Stat::of(pid) else {
             continue;
         };
-        // After the command name (in parentheses, may hold spaces): state, ppid, pgrp.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_ascii_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        if pgrp == Some(pgid) && state != Some("Z") {
+        if i32::try_from(stat.group) == Ok(pgid) && stat.state != 'Z' {
             return Some(true);
         }
     }
