@@ -53,8 +53,13 @@ fn main_thread_ns(pid: u32, with_waits: bool) -> Option<u64> {
 /// waits; Go and Java serve on threads other than the main one. Walks `/proc`: for rare
 /// looks (while a worker's checks fail).
 pub fn group_thread_times(group: u32) -> std::collections::HashMap<u32, ThreadTimes> {
+    thread_times(&crate::listening::group_members(group))
+}
+
+/// `group_thread_times` of the processes `pids`, found already.
+pub(crate) fn thread_times(pids: &[u32]) -> std::collections::HashMap<u32, ThreadTimes> {
     let mut times = std::collections::HashMap::new();
-    for pid in crate::listening::group_members(group) {
+    for &pid in pids {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
         };

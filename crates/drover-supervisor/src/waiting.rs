@@ -113,7 +113,8 @@ pub(crate) fn sleeps_through(
         .filter(|s| s.local.port() == serving_port)
         .map(|s| s.inode)
         .collect();
-    let now = crate::cpu::group_thread_times(group);
+    // The members found above: walking /proc for the group again found the same.
+    let now = crate::cpu::thread_times(&members);
     members.into_iter().find(|&pid| {
         let serves = || !listening::socket_inodes(pid).is_disjoint(&serving);
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
