@@ -1360,13 +1360,26 @@ pub struct FollowListen {
     pub elsewhere: Option<String>,
 }
 
-/// How many workers `drover run` starts when `-w` does not say: one per core for an app
-/// that serves clients; one for a background app, as PM2 starts a plain process once (a
+/// How many workers `drover run` starts when `-w` does not say: for an app that serves
+/// clients, the `WEB_CONCURRENCY` of drover's environment (`platforms`), which Heroku,
+/// Render and Dokku set from the machine's memory and gunicorn and throng read, else
+/// one per core; one for a background app, as PM2 starts a plain process once (a
 /// scheduler run twice does its jobs twice).
-fn default_workers(mode: model::Mode) -> model::Workers {
-    match mode {
-        model::Mode::Background => model::Workers::Count(1),
-        _ => model::Workers::Auto,
+fn default_workers(mode: model::Mode, platforms: Option<&str>) -> Result<model::Workers, String> {
+    if mode == model::Mode::Background {
+        return Ok(model::Workers::Count(1));
+    }
+    match platforms.map(str::trim).filter(|n| !n.is_empty()) {
+        None => Ok(model::Workers::Auto),
+        Some(n) => match n.parse::<usize>() {
+            Ok(n) if (1..=drover_supervisor::MAX_WORKERS).contains(&n) => {
+                Ok(model::Workers::Count(n))
+            }
+            _ => Err(format!(
+                "WEB_CONCURRENCY={n:?} in drover's environment is not a number of workers (1-{}), and drover run starts that many when -w does not say: set a number, unset it, or pass -w N",
+                drover_supervisor::MAX_WORKERS
+            )),
+        },
     }
 }
 
@@ -1482,7 +1495,10 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
         false => run_listen(args.listen, std::env::var("PORT").ok().as_deref())?,
     };
     let mut app = model::AppConfig::new(&args.name, command);
-    app.spec.workers = args.workers.unwrap_or(default_workers(args.mode));
+    app.spec.workers = match args.workers {
+        Some(workers) => workers,
+        None => default_workers(args.mode, std::env::var("WEB_CONCURRENCY").ok().as_deref())?,
+    };
     app.spec.mode = args.mode;
     app.spec.max_memory = args.max_memory;
     app.spec.drain_timeout = args.drain_timeout;
@@ -1857,6 +1873,25 @@ mod tests {
         let mut argv = vec!["proxy", "-l", "127.0.0.1:0", "-b", "127.0.0.1:1"];
         argv.extend_from_slice(extra);
         proxy_balancer(&Proxy::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn web_concurrency_is_the_default_worker_count_of_an_app_that_serves() {
+        use model::{Mode, Workers};
+        assert_eq!(default_workers(Mode::Auto, None), Ok(Workers::Auto));
+        assert_eq!(default_workers(Mode::Auto, Some(" ")), Ok(Workers::Auto));
+        assert_eq!(
+            default_workers(Mode::Auto, Some("3")),
+            Ok(Workers::Count(3))
+        );
+        assert_eq!(
+            default_workers(Mode::Background, Some("3")),
+            Ok(Workers::Count(1))
+        );
+        for bad in ["0", "lots", "-2", "100000"] {
+            let e = default_workers(Mode::Auto, Some(bad)).unwrap_err();
+            assert!(e.contains("WEB_CONCURRENCY") && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -747,3 +747,43 @@ async fn a_shutdown_delay_keeps_accepting_while_readyz_says_draining() {
         d.stderr_text()
     );
 }
+
+/// `WEB_CONCURRENCY` (set by Heroku, Render and Dokku from the machine's memory, read by
+/// gunicorn and throng) is how many workers `drover run` starts when `-w` does not say;
+/// a value that is no count is refused by name, nothing started. Before, drover started
+/// one per core whatever the platform said.
+#[tokio::test]
+async fn web_concurrency_sets_the_worker_count_when_w_does_not() {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["run", "-l", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--"])
+        .args(["node", &pi_server()])
+        .env("WEB_CONCURRENCY", "3");
+    let d = drover_testkit::spawn_ready_line(cmd, "listening on ").await;
+    let admin = admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    assert_eq!(
+        status(admin).await.apps[0].workers.len(),
+        3,
+        "{}",
+        d.stderr_text()
+    );
+    stops_cleanly(d).await;
+
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::process::Command::new(bin())
+            .args(["run", "-l", "127.0.0.1:0", "--", "node", &pi_server()])
+            .env("WEB_CONCURRENCY", "lots")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("drover started with WEB_CONCURRENCY=lots")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("WEB_CONCURRENCY=\"lots\"") && stderr.contains("-w N"),
+        "{stderr}"
+    );
+}
