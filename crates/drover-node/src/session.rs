@@ -816,16 +816,20 @@ impl Session {
             // The app reads PORT: it gets a socket bound there, as its own bind would
             // give it, and accepts from the kernel with nothing of drover in between.
             // Connections can still be handed to it (`newconn` names this server too).
-            // drover reaches the worker at 127.0.0.1:PORT: an app that names the IPv6
-            // loopback (`localhost` resolves to ::1 first on Debian) is served at the
-            // IPv4 one, loopback all the same; bound as asked, drover would never reach it.
+            // drover reaches the worker at 127.0.0.1:PORT, and nothing else should: the
+            // port is the worker's, private, and clients come through drover's listen
+            // address. So an app that names any address (`listen(PORT)`, `0.0.0.0`,
+            // `::`) or the IPv6 loopback (`localhost` resolves to ::1 first on Debian)
+            // is served at the IPv4 loopback. Bound as asked, every worker's port was
+            // open to the network past drover (a Next.js app under `drover run -l`),
+            // and at ::1 drover would never reach it.
             let at = match asked_ip(&query) {
-                Some(IpAddr::V6(ip)) if ip.is_loopback() => ServerQuery {
+                Some(ip) if !ip.is_unspecified() && !ip.is_loopback() => query.clone(),
+                _ => ServerQuery {
                     address: Some(Ipv4Addr::LOCALHOST.to_string()),
                     address_type: AddressType::Tcp4,
                     ..query.clone()
                 },
-                _ => query.clone(),
             };
             let socket = match bind_for(&at) {
                 Ok(socket) => socket,

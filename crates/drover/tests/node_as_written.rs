@@ -4219,3 +4219,59 @@ async fn the_preload_goes_elsewhere_when_tmpdir_cannot_be_written() {
     assert!(!d.stderr_text().contains("preload"), "{}", d.stderr_text());
     drover_stops_cleanly("a TMPDIR it cannot write", &d).await;
 }
+
+/// A worker's own port is drover's way in, and no one else's: an app that listens on
+/// its `PORT` at any address (`listen(PORT)`, `0.0.0.0`, `::`) is bound at the IPv4
+/// loopback, so clients reach it only through drover's listen address. Before, each
+/// worker of a Next.js app under `drover run -l` listened on `0.0.0.0:PORT` and
+/// answered from the network past drover (its limits, logs and TLS).
+#[tokio::test]
+async fn a_workers_own_port_is_bound_at_loopback_whatever_address_the_app_names() {
+    let dir = temp_dir("loopback-only");
+    let app = dir.join("any-address.js");
+    std::fs::write(
+        &app,
+        "const host = process.argv[2];\n\
+         const server = require('http').createServer((req, res) => res.end(String(process.pid)));\n\
+         if (host) server.listen(Number(process.env.PORT), host); else server.listen(Number(process.env.PORT));\n",
+    )
+    .unwrap();
+    for host in ["", "0.0.0.0", "::"] {
+        let mut command = vec!["node".to_string(), app.display().to_string()];
+        if !host.is_empty() {
+            command.push(host.to_string());
+        }
+        let (d, admin) = run(2, &command, Path::new(".")).await;
+        get(d.addr(), "/").await;
+        let status = common::status(admin).await;
+        for worker in &status.apps[0].workers {
+            let port = worker.port.expect("a serving worker has a port");
+            let bound = listening_at(port);
+            assert_eq!(
+                bound,
+                vec![format!("0100007F:{port:04X}")],
+                "listen({host:?}): worker port {port} bound at {bound:?}"
+            );
+        }
+        drover_stops_cleanly(&format!("listen(PORT, {host:?})"), &d).await;
+    }
+}
+
+/// The local addresses (as /proc/net/tcp and tcp6 write them) of the listening sockets
+/// on `port`.
+fn listening_at(port: u16) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
+                continue;
+            };
+            if *state == "0A" && local.ends_with(&format!(":{port:04X}")) {
+                found.push(local.to_string());
+            }
+        }
+    }
+    found
+}
