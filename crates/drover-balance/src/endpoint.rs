@@ -232,6 +232,9 @@ pub struct Endpoint {
     ejections: AtomicU32,
     /// Whether its process runs, for an endpoint a supervisor runs (see `worker_life`).
     life: LifeCell,
+    /// Its worker left the pool to drain (a reload, a scale-down, a stop): a backend
+    /// connection freed from then on is closed, not kept for reuse.
+    retiring: AtomicBool,
     /// What requests to it counted (for /metrics and the dashboard).
     stats: EndpointStats,
     /// Who is told when work arrives after none (`watch_work`).
@@ -283,6 +286,7 @@ impl Endpoint {
             failure_share: AtomicU32::new(0),
             ejections: AtomicU32::new(0),
             life: LifeCell::default(),
+            retiring: AtomicBool::new(false),
             stats: EndpointStats::default(),
             work_watch: OnceLock::new(),
         }
@@ -411,6 +415,19 @@ impl Endpoint {
     /// How its process is doing; `None` when no supervisor runs it.
     pub fn worker_life(&self) -> Option<WorkerLife> {
         self.life.get()
+    }
+
+    /// Its supervisor's word that its worker drains (see `is_retiring`).
+    pub fn set_retiring(&self, retiring: bool) {
+        self.retiring.store(retiring, Relaxed);
+    }
+
+    /// Whether its worker drains: no request is sent to it any more, and a backend
+    /// connection that a response frees is closed rather than kept. Kept, an idle
+    /// connection held a worker whose server waits for its connections to end (Next.js
+    /// on SIGTERM) until the keep-alive timeout, 6 s after its last stream ended.
+    pub fn is_retiring(&self) -> bool {
+        self.retiring.load(Relaxed)
     }
 
     /// Whether it serves client connections of its own (see `note_handed_connection`).

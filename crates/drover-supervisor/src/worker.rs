@@ -2215,6 +2215,7 @@ fn join_pool(shared: &AppState, id: usize, proc: &Proc) {
     if let Some(ep) = shared.pool.find(addr) {
         ep.watch_work(Arc::clone(&shared.cpu_wake) as Arc<dyn drover_balance::WorkArrives>);
         ep.set_worker_life(WorkerLife::Running);
+        ep.set_retiring(false);
     }
     // We just saw it serve, so it is healthy even in a pool whose members start
     // unhealthy (those wait for active checks that may be minutes apart).
@@ -2283,6 +2284,7 @@ async fn drain_queue(shared: &AppState, id: usize, proc: &mut Proc, steer: &Stee
 /// Waits until the requests bound to `proc` (out of the pool now) are answered, it
 /// exits, or `drain_timeout` passes.
 async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_balance::Endpoint) {
+    endpoint.set_retiring(true);
     // Clients handed to the worker are its own. With drover's preload in it, it first
     // gives each connection back between two requests (drover serves them from then
     // on); then it closes its server, finishes what it still has, and leaves its

@@ -623,3 +623,60 @@ async fn streams_cut_together_are_logged_once_a_second() {
     let lines = d.lines_containing("failed mid-stream");
     assert!(lines.len() <= 2, "{lines:#?}");
 }
+
+/// A worker whose server waits for its connections to end once it closes (Node's
+/// `server.close()` on SIGTERM, as Next.js does) leaves as soon as the last response it
+/// streamed has ended: drover closes the backend connection that response frees rather
+/// than keep it for reuse. Before, the idle connection held the old worker of a reload
+/// until its keep-alive timeout (6 s for Next.js; here 120 s, past `--stop-timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retiring_worker_is_not_held_by_the_connection_its_last_stream_freed() {
+    let app = common::temp_dir("streams-retiring").join("slow.js");
+    std::fs::write(
+        &app,
+        r#"
+const server = require('http').createServer((req, res) => {
+  res.writeHead(200, { 'Content-Type': 'text/plain' });
+  res.write('first\n');
+  setTimeout(() => res.end('last\n'), 1500);
+});
+server.keepAliveTimeout = 120000;
+process.on('SIGTERM', () => server.close());
+server.listen(process.env.PORT || 0, '127.0.0.1');
+"#,
+    )
+    .unwrap();
+    let app = app.display().to_string();
+    let args = [
+        "run",
+        "-w",
+        "1",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--stop-timeout",
+        "90s",
+        "--",
+        "node",
+        &app,
+    ];
+    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let mut client = subscribed_to(d.addr(), "/slow").await;
+    let reload = tokio::spawn(async move { common::ctl(admin, &["reload"]).await });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&got).contains("last") {
+        match tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            other => panic!("the stream ended early ({other:?}): {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    let (code, out, err) = tokio::time::timeout(Duration::from_secs(30), reload)
+        .await
+        .unwrap_or_else(|_| panic!("the old worker was held past its stream:\n{}", d.stderr_text()))
+        .unwrap();
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+}

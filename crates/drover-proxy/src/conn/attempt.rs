@@ -585,7 +585,7 @@ impl Conn {
         match sent {
             Ok(_) => {
                 // An HTTP/2 stream is done; its connection stays with the thread's.
-                let reusable = !matches!(up, Upstream::H2(_));
+                let reusable = !matches!(up, Upstream::H2(_)) && !endpoint.is_retiring();
                 if reusable && resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
                     if self.upstream_is_private {
                         self.private_upstream = Some(Box::new((endpoint.addr(), up)));
