@@ -671,12 +671,20 @@ server.listen(process.env.PORT || 0, '127.0.0.1');
     while !String::from_utf8_lossy(&got).contains("last") {
         match tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
-            other => panic!("the stream ended early ({other:?}): {:?}", String::from_utf8_lossy(&got)),
+            other => panic!(
+                "the stream ended early ({other:?}): {:?}",
+                String::from_utf8_lossy(&got)
+            ),
         }
     }
     let (code, out, err) = tokio::time::timeout(Duration::from_secs(30), reload)
         .await
-        .unwrap_or_else(|_| panic!("the old worker was held past its stream:\n{}", d.stderr_text()))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the old worker was held past its stream:\n{}",
+                d.stderr_text()
+            )
+        })
         .unwrap();
     assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
 }
