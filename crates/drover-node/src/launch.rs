@@ -63,6 +63,18 @@ pub fn is_script_runner(program: &str) -> bool {
     SCRIPT_RUNNERS.contains(&program_name(program))
 }
 
+/// JavaScript runtimes that are not Node but read Node's cluster variables as their
+/// own: given `NODE_UNIQUE_ID` and a channel, Bun made every worker share a port the
+/// app names (`Bun.serve({ port: 3000 })`) past drover, and Deno panicked at start
+/// unless allowed to read the environment. They get no channel: `PORT`, as any other
+/// program.
+const OTHER_JS_RUNTIMES: &[&str] = &["bun", "bunx", "bun.exe", "deno"];
+
+/// Whether `program` (a path or a name) is one of `OTHER_JS_RUNTIMES`.
+pub fn is_other_js_runtime(program: &str) -> bool {
+    OTHER_JS_RUNTIMES.contains(&program_name(program))
+}
+
 /// Whether `program` (a path or a name) is named as a Node command that runs the app
 /// below it (`NODE_WRAPPERS`); it is one where its file's `#!` line runs Node.
 pub fn is_node_wrapper_name(program: &str) -> bool {

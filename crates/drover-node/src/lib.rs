@@ -45,8 +45,8 @@ pub use channel::ChannelError;
 pub use inspector::with_inspector_port;
 pub use launch::{
     app_port_env, channel_env, head_limit_env, is_node_program, is_node_wrapper_name,
-    is_script_runner, port_env, preload_env, preload_path, runner_env, shared_socket_env,
-    starts_node, unix_sockets_env, write_preload,
+    is_other_js_runtime, is_script_runner, port_env, preload_env, preload_path, runner_env,
+    shared_socket_env, starts_node, unix_sockets_env, write_preload,
 };
 pub use message::{parse, AddressType, FromWorker, Served, ServerQuery, Speaks};
 pub use node_command::watch_mode_option;

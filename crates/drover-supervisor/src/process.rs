@@ -320,6 +320,16 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
     // What the worker inherits at fixed numbers (a channel, a socket, its lifeline).
     let mut fds = Vec::new();
     let mut cmd = match listen {
+        Listen::Port(port, _) if drover_node::is_other_js_runtime(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args)
+                .env_remove("LISTEN_FDS")
+                .env_remove("LISTEN_PID")
+                .env_remove("LISTEN_FDNAMES")
+                .envs(&spec.env)
+                .env("PORT", port.to_string());
+            cmd
+        }
         Listen::Port(port, unix_sockets) => {
             let mut cmd = Command::new(program);
             cmd.args(args)
