@@ -59,6 +59,8 @@
 // 18. drover hears whether the app ends itself on the stop signal, so a retired worker
 //    whose clients hold WebSockets or streams gets it soon after its drain begins (see
 //    below).
+// 19. A server drover's retire closed (as Node's primary's disconnect does) is closed:
+//    the app's own close() of it on the SIGTERM that follows is not an error.
 //
 // Nothing else of the app is touched; until drover asks, this only names what each of
 // the app's servers speaks, notes its HTTP servers, counts client connections as they
@@ -210,6 +212,7 @@ function toDrover(message, handle, done) {
 
 if (!runner && require('cluster').isWorker && typeof process.send === 'function') {
   listensThroughDrover();
+  closesQuietlyOnceRetired();
   saysWhatItServes();
   givesConnectionsBack();
   keepsSharedSockets();
@@ -546,6 +549,29 @@ function sigtermGoesToSigint() {
   process.on('newListener', changed);
   process.on('removeListener', changed);
   lookAtSignals = () => changed('SIGTERM');
+}
+
+// 19. drover retires a worker through its channel (16.), and Node's cluster module
+//    then closes the worker's servers, as Node's primary does on `worker.disconnect()`.
+//    The app's own shutdown closes them again on the SIGTERM that follows (Next.js,
+//    Express's guide), and Node answered that close() with ERR_SERVER_NOT_RUNNING: each
+//    old worker of a Next.js app logged "Error: Server is not running." on 5 of 6
+//    reloads, and `drover ctl restarts` showed it as the worker's last words. A server
+//    closed so is done; its app's close() is told so, without an error.
+function closesQuietlyOnceRetired() {
+  const net = require('net');
+  const close = net.Server.prototype.close;
+  let retired = false;
+  process.once('disconnect', () => {
+    retired = true;
+  });
+  net.Server.prototype.close = function (cb) {
+    if (retired && !this.listening && listenCalled.has(this)) {
+      if (typeof cb === 'function') process.nextTick(cb);
+      return this;
+    }
+    return close.apply(this, arguments);
+  };
 }
 
 function givesConnectionsBack() {

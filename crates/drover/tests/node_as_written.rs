@@ -4275,3 +4275,42 @@ fn listening_at(port: u16) -> Vec<String> {
     }
     found
 }
+
+/// A worker drover retires while it serves clients handed to it has its servers closed
+/// through its channel, as Node's primary's `worker.disconnect()` closes them; the app's
+/// own `server.close()` on the SIGTERM that follows is then done, not an error. Before,
+/// Node answered it with ERR_SERVER_NOT_RUNNING, which a Next.js app logged on 5 of 6
+/// reloads under load ("Error: Server is not running.").
+#[tokio::test]
+async fn a_retired_workers_own_close_of_its_server_is_not_an_error() {
+    let mut cmd = Command::new(bin());
+    cmd.args("run -w 2 -l 127.0.0.1:0 --admin 127.0.0.1:0 --mode handoff --".split(' '))
+        .arg("node")
+        .arg(fixture("closes-on-sigterm.js"))
+        .arg("{port}");
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"default\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    let before = serving(&d, admin).await;
+    // Keep-alive clients, handed to the workers, open across the reload.
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let mut c = drover_testkit::HttpClient::connect(d.addr()).await.unwrap();
+        assert_eq!(c.get("/").await.status, 200, "{}", d.stderr_text());
+        clients.push(c);
+    }
+    reloaded("handoff", &d, admin, &before).await;
+    let settled = drover_testkit::wait_until(Duration::from_secs(20), || {
+        let text = d.stderr_text();
+        text.matches(": HTTP server closed").count() + text.matches("close failed").count() >= 2
+    })
+    .await;
+    let text = d.stderr_text();
+    assert!(
+        settled,
+        "the old workers did not close their servers:\n{text}"
+    );
+    assert!(!text.contains("close failed"), "{text}");
+    drop(clients);
+    drover_stops_cleanly("handoff", &d).await;
+}
