@@ -240,8 +240,10 @@ impl Supervisor {
             .statuses()
             .into_iter()
             .map(|(mut status, in_pool)| {
-                status.rss_bytes = status.pid.and_then(memory::rss_bytes);
-                status.cpu_seconds = status.pid.and_then(cpu::process_cpu_seconds);
+                // The app's process, below a runner: the runner's are an idle one's.
+                let app = status.app_pid.or(status.pid);
+                status.rss_bytes = app.and_then(memory::rss_bytes);
+                status.cpu_seconds = app.and_then(cpu::process_cpu_seconds);
                 status.in_flight = in_pool
                     .and_then(|a| self.shared.pool.find(a))
                     .map(|ep| ep.in_flight());

@@ -170,6 +170,8 @@ impl std::error::Error for ReplaceError {
 #[derive(Debug)]
 pub(crate) struct WorkerSlot {
     pub pid: Option<u32>,
+    /// The app's process below a runner, once found (`Proc::find_app`).
+    pub app_pid: Option<u32>,
     pub port: Option<u16>,
     pub state: WorkerState,
     pub restarts: u32,
@@ -204,6 +206,7 @@ impl WorkerSlot {
     pub(crate) fn new() -> WorkerSlot {
         WorkerSlot {
             pid: None,
+            app_pid: None,
             port: None,
             state: WorkerState::Starting,
             restarts: 0,
@@ -229,6 +232,7 @@ impl WorkerSlot {
             app: app.to_string(),
             id,
             pid: self.pid,
+            app_pid: self.app_pid,
             port: self.port,
             state: self.state,
             restarts: self.restarts,
@@ -1373,6 +1377,7 @@ pub(crate) async fn run(
             slot.start_failed =
                 life.served.is_zero() && matches!(life.end, End::Exited(_) | End::NotStarted(_));
             slot.pid = None;
+            slot.app_pid = None;
             slot.port = None;
             slot.spawned = None;
             slot.started_at = None;
@@ -1640,6 +1645,12 @@ async fn run_once(
     serve(shared, id, proc, stop, replace).await
 }
 
+/// `Proc::find_app`, and what it found for the slot's status.
+fn find_app(shared: &AppState, id: usize, proc: &mut Proc) {
+    proc.find_app();
+    shared.slot(id).app_pid = proc.app_below;
+}
+
 /// Phase 2: serve until the process dies, fails its health checks, or shutdown;
 /// replace it gracefully when asked or when it grows past `max_memory`.
 async fn serve(
@@ -1650,7 +1661,7 @@ async fn serve(
     replace: &mut mpsc::UnboundedReceiver<ReplaceRequest>,
 ) -> Life {
     let mut ready_at = Instant::now();
-    proc.find_app();
+    find_app(shared, id, &mut proc);
     // Kept across loop turns: recreating it on every event would reset its count of
     // failed checks.
     let mut unhealthy = Box::pin(watch_health(shared, id, &proc));
@@ -1721,7 +1732,7 @@ async fn serve(
             // Every worker is sampled, so its restart record has its last RSS and CPU
             // time; only one with `max_memory` is compared.
             _ = memory_poll.tick() => {
-                proc.find_app();
+                find_app(shared, id, &mut proc);
                 own_port_looks.look(shared, id, &proc, ready_at);
                 if let (Some(pid), true) = (proc.app_pid(), proc.addr().is_some()) {
                     cpu.read_slow(pid, own_endpoint(shared, &proc).as_deref());
@@ -1802,7 +1813,7 @@ async fn serve(
                 drop(turn);
                 proc = new;
                 ready_at = Instant::now();
-                proc.find_app();
+                find_app(shared, id, &mut proc);
                 unhealthy = Box::pin(watch_health(shared, id, &proc));
                 Ok(())
             }

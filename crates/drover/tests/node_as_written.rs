@@ -4314,3 +4314,39 @@ async fn a_retired_workers_own_close_of_its_server_is_not_an_error() {
     drop(clients);
     drover_stops_cleanly("handoff", &d).await;
 }
+
+/// Under `npm start`, a worker's RSS and CPU time in `drover ctl status` are its app's,
+/// the Node process below npm, as `--max-memory` compares them. Before, the status read
+/// npm's own (an idle 55 MB beside a Next.js server's 200 MB).
+#[tokio::test]
+async fn status_shows_the_apps_memory_under_npm_start_not_npms() {
+    let dir = temp_dir("npm-rss");
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{ "name": "npm-rss", "private": true, "scripts": { "start": "node app.js" } }"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("app.js"),
+        "const ballast = Buffer.alloc(200 * 1024 * 1024, 1);\n\
+         require('http').createServer((q, s) => s.end(String(ballast.length))).listen(process.env.PORT || 3000);\n",
+    )
+    .unwrap();
+    let npm = vec!["npm".to_string(), "start".to_string()];
+    let (d, admin) = run(1, &npm, &dir).await;
+    let big = 150 << 20;
+    let seen = wait_until_async(Duration::from_secs(10), || async {
+        common::status(admin).await.apps[0].workers[0]
+            .rss_bytes
+            .is_some_and(|rss| rss >= big)
+    })
+    .await;
+    let worker = &common::status(admin).await.apps[0].workers[0];
+    assert!(
+        seen,
+        "RSS {:?} is not the app's:\n{}",
+        worker.rss_bytes,
+        d.stderr_text()
+    );
+    drover_stops_cleanly("npm start", &d).await;
+}
