@@ -581,6 +581,39 @@ async fn a_stop_timeout_flag_bounds_the_wait_for_a_worker_that_ignores_sigterm()
     );
 }
 
+/// `drover run -w 1 FLAGS` (admin API behind a token) of a Python server on its `PORT`
+/// that answers `ok`, and `/slow` after 4 s, and listens `boot_secs` after it starts.
+async fn run_python_ok_server(boot_secs: u32, flags: &[&str]) -> DroverProcess {
+    let program = format!(
+        "import http.server, os, time\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       if self.path == '/slow':\n\
+         \x20           time.sleep(4)\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-length', '2')\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(b'ok')\n\
+         \x20   def log_message(self, *args):\n\
+         \x20       pass\n\
+         time.sleep({boot_secs})\n\
+         http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n"
+    );
+    let mut args = vec![
+        "run",
+        "-w",
+        "1",
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend(["--admin-token", "secret"]);
+    args.extend_from_slice(flags);
+    args.extend(["--", "python3", "-c", program.as_str()]);
+    DroverProcess::spawn(bin(), &args).await
+}
+
 /// `GET path` on the admin API with no token: the status and the body.
 async fn probe(admin: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
     let request = format!("{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
@@ -606,38 +639,8 @@ async fn probe(admin: std::net::SocketAddr, method: &str, path: &str) -> (u16, S
 /// worker crash-looped and while drover drained (container seat).
 #[tokio::test]
 async fn readyz_says_whether_drover_serves_and_turns_at_a_stop() {
-    let program = "import http.server, os, time\n\
-                   class H(http.server.BaseHTTPRequestHandler):\n\
-                   \x20   def do_GET(self):\n\
-                   \x20       if self.path == '/slow':\n\
-                   \x20           time.sleep(4)\n\
-                   \x20       self.send_response(200)\n\
-                   \x20       self.send_header('content-length', '2')\n\
-                   \x20       self.end_headers()\n\
-                   \x20       self.wfile.write(b'ok')\n\
-                   \x20   def log_message(self, *args):\n\
-                   \x20       pass\n\
-                   time.sleep(3)\n\
-                   http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n";
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "1",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--admin-token",
-            "secret",
-            "--",
-            "python3",
-            "-c",
-            program,
-        ],
-    )
-    .await;
+    // It listens 3 s after it starts: drover is not ready until then.
+    let d = run_python_ok_server(3, &[]).await;
     let admin = admin_addr(&d).await;
     assert_eq!(
         probe(admin, "GET", "/readyz").await,
@@ -685,37 +688,7 @@ async fn readyz_says_whether_drover_serves_and_turns_at_a_stop() {
 /// listener closed at the signal and those clients were refused.
 #[tokio::test]
 async fn a_shutdown_delay_keeps_accepting_while_readyz_says_draining() {
-    let program = "import http.server, os\n\
-                   class H(http.server.BaseHTTPRequestHandler):\n\
-                   \x20   def do_GET(self):\n\
-                   \x20       self.send_response(200)\n\
-                   \x20       self.send_header('content-length', '2')\n\
-                   \x20       self.end_headers()\n\
-                   \x20       self.wfile.write(b'ok')\n\
-                   \x20   def log_message(self, *args):\n\
-                   \x20       pass\n\
-                   http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])), H).serve_forever()\n";
-    let d = DroverProcess::spawn(
-        bin(),
-        &[
-            "run",
-            "-w",
-            "1",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--admin-token",
-            "secret",
-            "--shutdown-delay",
-            "4s",
-            "--",
-            "python3",
-            "-c",
-            program,
-        ],
-    )
-    .await;
+    let d = run_python_ok_server(0, &["--shutdown-delay", "4s"]).await;
     let admin = admin_addr(&d).await;
     let ready = drover_testkit::wait_until_async(Duration::from_secs(20), || async {
         probe(admin, "GET", "/readyz").await == (200, "ready\n".to_string())

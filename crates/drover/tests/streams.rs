@@ -526,10 +526,7 @@ async fn run_app_that_ends_its_streams(
     std::net::SocketAddr,
     tokio::net::TcpStream,
 ) {
-    let app = common::temp_dir(dir).join("sse.js");
-    std::fs::write(
-        &app,
-        r#"
+    let source = r#"
 const streams = new Set();
 const server = require('http').createServer((req, res) => {
   res.writeHead(200, { 'Content-Type': 'text/event-stream' });
@@ -542,11 +539,23 @@ process.on('SIGTERM', () => {
   server.close();
 });
 server.listen(process.env.PORT || 0, '127.0.0.1');
-"#,
-    )
-    .unwrap();
+"#;
+    let (d, admin) = run_node_app(dir, source, &["--drain-timeout", "120s"]).await;
+    let client = subscribed_to(d.addr(), "/events").await;
+    (d, admin, client)
+}
+
+/// `drover run -w 1 FLAGS -- node APP` of the Node app `source` (written to a file in a
+/// directory of its own, `dir`), once it serves; with its admin address.
+async fn run_node_app(
+    dir: &str,
+    source: &str,
+    flags: &[&str],
+) -> (drover_testkit::DroverProcess, std::net::SocketAddr) {
+    let app = common::temp_dir(dir).join("app.js");
+    std::fs::write(&app, source).unwrap();
     let app = app.display().to_string();
-    let args = [
+    let mut args = vec![
         "run",
         "-w",
         "1",
@@ -554,17 +563,13 @@ server.listen(process.env.PORT || 0, '127.0.0.1');
         "127.0.0.1:0",
         "--admin",
         "127.0.0.1:0",
-        "--drain-timeout",
-        "120s",
-        "--",
-        "node",
-        &app,
     ];
+    args.extend_from_slice(flags);
+    args.extend(["--", "node", app.as_str()]);
     let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
     let admin = common::admin_addr(&d).await;
     common::wait_all_serving(&d, admin).await;
-    let client = subscribed_to(d.addr(), "/events").await;
-    (d, admin, client)
+    (d, admin)
 }
 
 /// Reads `client`'s stream until the app's last event ("bye from PID"), within 25 s.
@@ -631,10 +636,7 @@ async fn streams_cut_together_are_logged_once_a_second() {
 /// until its keep-alive timeout (6 s for Next.js; here 120 s, past `--stop-timeout`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retiring_worker_is_not_held_by_the_connection_its_last_stream_freed() {
-    let app = common::temp_dir("streams-retiring").join("slow.js");
-    std::fs::write(
-        &app,
-        r#"
+    let source = r#"
 const server = require('http').createServer((req, res) => {
   res.writeHead(200, { 'Content-Type': 'text/plain' });
   res.write('first\n');
@@ -643,27 +645,8 @@ const server = require('http').createServer((req, res) => {
 server.keepAliveTimeout = 120000;
 process.on('SIGTERM', () => server.close());
 server.listen(process.env.PORT || 0, '127.0.0.1');
-"#,
-    )
-    .unwrap();
-    let app = app.display().to_string();
-    let args = [
-        "run",
-        "-w",
-        "1",
-        "-l",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--stop-timeout",
-        "90s",
-        "--",
-        "node",
-        &app,
-    ];
-    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
-    let admin = common::admin_addr(&d).await;
-    common::wait_all_serving(&d, admin).await;
+"#;
+    let (d, admin) = run_node_app("streams-retiring", source, &["--stop-timeout", "90s"]).await;
     let mut client = subscribed_to(d.addr(), "/slow").await;
     let reload = tokio::spawn(async move { common::ctl(admin, &["reload"]).await });
     let mut got = Vec::new();
