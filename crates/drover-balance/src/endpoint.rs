@@ -7,7 +7,7 @@
 //! successive `EndpointSet` snapshots, so its load state survives membership changes.
 
 use crate::clock::Nanos;
-use crate::worker_life::{LifeCell, WorkerLife};
+use crate::worker_life::{LifeCell, OldestHeld, WorkerLife};
 use drover_metrics::EndpointStats;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -232,6 +232,8 @@ pub struct Endpoint {
     ejections: AtomicU32,
     /// Whether its process runs, for an endpoint a supervisor runs (see `worker_life`).
     life: LifeCell,
+    /// When it was killed as hung, the oldest request it held (see `worker_life`).
+    oldest_held: OldestHeld,
     /// Its worker left the pool to drain (a reload, a scale-down, a stop): a backend
     /// connection freed from then on is closed, not kept for reuse.
     retiring: AtomicBool,
@@ -286,6 +288,7 @@ impl Endpoint {
             failure_share: AtomicU32::new(0),
             ejections: AtomicU32::new(0),
             life: LifeCell::default(),
+            oldest_held: OldestHeld::default(),
             retiring: AtomicBool::new(false),
             stats: EndpointStats::default(),
             work_watch: OnceLock::new(),
@@ -409,7 +412,22 @@ impl Endpoint {
 
     /// Its supervisor's word on its process (see `worker_life`).
     pub fn set_worker_life(&self, life: WorkerLife) {
+        if life == WorkerLife::Running {
+            self.oldest_held.clear();
+        }
         self.life.set(life);
+    }
+
+    /// A request it held as drover killed its worker as hung (`WorkerLife::Hung`)
+    /// says when it was sent here (its pick's `started`).
+    pub fn held_when_hung(&self, sent: Nanos) {
+        self.oldest_held.offer(sent);
+    }
+
+    /// Whether the request sent here at `sent` is the oldest of those that said they
+    /// were held when its worker was killed as hung: the one it most likely hung on.
+    pub fn hung_on(&self, sent: Nanos) -> bool {
+        self.oldest_held.is(sent)
     }
 
     /// How its process is doing; `None` when no supervisor runs it.

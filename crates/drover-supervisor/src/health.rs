@@ -126,6 +126,9 @@ pub(crate) struct Unhealthy {
     /// It gave no answer and completed nothing: it cannot finish its requests or act on
     /// a SIGTERM either, so it is killed at once rather than after `stop_timeout`.
     pub hung: bool,
+    /// Hung because its process is stopped (SIGSTOP, a debugger): none of the requests
+    /// it holds did that.
+    pub stopped: bool,
     /// Held until this slot's next process is ready, so the app's other workers are not
     /// restarted for health meanwhile (see `Supervisor`'s one-at-a-time rule).
     pub permit: OwnedSemaphorePermit,
@@ -443,6 +446,7 @@ pub(crate) async fn until_unhealthy(w: Watched<'_>) -> Unhealthy {
                 return Unhealthy {
                     reason,
                     hung,
+                    stopped: hung && w.pid.is_some_and(cpu::is_stopped),
                     permit,
                 };
             }

@@ -1678,12 +1678,13 @@ async fn serve(
             status = proc.worker.child.wait() => {
                 return after_exit(shared, id, &mut proc, status, ready_at).await;
             }
-            health::Unhealthy { reason, hung, permit } = &mut unhealthy => {
+            health::Unhealthy { reason, hung, stopped, permit } = &mut unhealthy => {
                 // drover ends it, so the GETs it holds go to another worker: those that
-                // wait behind an endless loop did nothing. The loop's own request may go
-                // too, once (a second worker that drops a request is its last), so a GET
-                // that loops forever hangs two workers at most, one after the other.
-                tell_life(shared, &proc, WorkerLife::Ended);
+                // wait behind an endless loop did nothing. The loop's own request, the
+                // one it held longest, fails (`WorkerLife::Hung`): sent on, a GET that
+                // loops for ever hung the next worker too.
+                let life = if hung && !stopped { WorkerLife::Hung } else { WorkerLife::Ended };
+                tell_life(shared, &proc, life);
                 shared.leave_pool(id);
                 {
                     let mut slot = shared.slot(id);

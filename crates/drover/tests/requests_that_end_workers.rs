@@ -1,6 +1,7 @@
 //! A request that ends the worker it runs on (an uncaught exception) ends that worker
 //! alone, as under Node's cluster module: drover does not retry it on the others. One
-//! that hangs its worker hangs a second at most. A request on a worker killed from
+//! that hangs its worker hangs that worker alone, and the requests that waited behind
+//! it go to another. A request on a worker killed from
 //! outside (`kill -9`), or on one that ends itself with status 0 (a recycle), still goes
 //! to another. Real `drover up` and real Node workers; restarts and answers are counted,
 //! nothing is timed.
@@ -63,17 +64,17 @@ async fn a_get_that_crashes_its_worker_ends_that_worker_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_get_that_hangs_its_worker_hangs_a_second_one_at_most() {
-    // Found hung and killed, the worker's GETs go to another: those that waited behind
-    // the loop did nothing. The loop's own GET hangs the next worker too, and a request
-    // that a second worker dropped is not sent to a third (before: three tries, three
-    // workers hung).
+async fn a_get_that_hangs_its_worker_hangs_that_worker_alone() {
+    // Found hung and killed, the worker fails the request it held longest: the loop's
+    // own. Before, it went to the next worker, which hung too: two workers killed,
+    // one after the other, for one GET (three, before a request a second worker
+    // dropped was its last).
     let (d, admin) = up_three_workers("hang").await;
-    a_get_that_ends_two_workers(&d, admin, "/spin").await;
+    a_get_that_hangs_one_worker(&d, admin, "/spin").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_get_that_hangs_its_worker_on_a_kept_connection_hangs_a_second_one_at_most() {
+async fn a_get_that_hangs_its_worker_on_a_kept_connection_hangs_that_worker_alone() {
     // Every worker has answered a request, so the balancer keeps a connection to each
     // and the loop's GET goes out on one, as on any app with traffic. Before, a worker
     // killed with it read as a kept connection closing as the request crossed it (no
@@ -84,20 +85,85 @@ async fn a_get_that_hangs_its_worker_on_a_kept_connection_hangs_a_second_one_at_
     for get in one_slow_get_on_each_worker(d.addr(), admin).await {
         assert_eq!(get.await.unwrap().0, 200, "{}", d.stderr_text());
     }
-    a_get_that_ends_two_workers(&d, admin, "/spin").await;
+    a_get_that_hangs_one_worker(&d, admin, "/spin").await;
 }
 
-/// GET `path` of three workers fails once it has ended two of them (502
-/// `backend-closed`, or `504 backend-hung` when it left the second, found hung, before
-/// drover killed that one), and the third is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_that_waited_behind_an_endless_loop_go_to_another_worker() {
+    // Round-robin places a GET on the looping worker, behind the loop's own: it did
+    // nothing there, is sent to another worker once drover kills this one, and is
+    // served; the loop's GET, the one the worker held longest, fails.
+    let toml = liveness_config(3, "")
+        .replace("threads = 1\n", "threads = 1\nstrategy = \"round-robin\"\n");
+    assert!(toml.contains("round-robin"), "{toml}");
+    let (d, admin, _) = up_serving("ends-workers-behind-loop", &toml).await;
+    let addr = d.addr();
+    let spin = tokio::spawn(async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.set_timeout(Duration::from_secs(60));
+        let r = c.get("/spin").await;
+        (r.status, r.header("drover-error").map(str::to_owned))
+    });
+    let held = wait_until_async(Duration::from_secs(10), || async {
+        let s = status(admin).await;
+        s.balancers[0].endpoints.iter().any(|e| e.in_flight == 1)
+    })
+    .await;
+    assert!(held, "{:?}", status(admin).await);
+    // Three more: one for each worker, the looping one's included.
+    let gets: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                c.set_timeout(Duration::from_secs(60));
+                c.get("/wait?ms=50").await.status
+            })
+        })
+        .collect();
+    let behind = wait_until_async(Duration::from_secs(10), || async {
+        let s = status(admin).await;
+        s.balancers[0].endpoints.iter().any(|e| e.in_flight == 2)
+    })
+    .await;
+    assert!(behind, "{:?}\n{}", status(admin).await, d.stderr_text());
+    for get in gets {
+        assert_eq!(get.await.unwrap(), 200, "{}", d.stderr_text());
+    }
+    assert_eq!(
+        spin.await.unwrap(),
+        (504, Some("backend-hung".to_owned())),
+        "{}",
+        d.stderr_text()
+    );
+    assert_eq!(restarts_after(&d, admin, 1).await, 1, "{}", d.stderr_text());
+}
+
+/// GET `path` of three workers fails (`504 backend-hung`) once the worker it hung is
+/// killed, and the other two are left alone.
+async fn a_get_that_hangs_one_worker(d: &DroverProcess, admin: SocketAddr, path: &str) {
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(Duration::from_secs(60));
+    let r = c.get(path).await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (504, Some("backend-hung")),
+        "{}\n{}",
+        r.text(),
+        d.stderr_text()
+    );
+    assert_eq!(restarts_after(d, admin, 1).await, 1, "{}", d.stderr_text());
+}
+
+/// GET `path` of three workers fails (502 `backend-closed`) once it has ended two of
+/// them, and the third is left alone.
 async fn a_get_that_ends_two_workers(d: &DroverProcess, admin: SocketAddr, path: &str) {
     let mut c = HttpClient::connect(d.addr()).await.unwrap();
     c.set_timeout(Duration::from_secs(60));
     let r = c.get(path).await;
-    let answer = (r.status, r.header("drover-error"));
-    assert!(
-        [(502, Some("backend-closed")), (504, Some("backend-hung"))].contains(&answer),
-        "{answer:?} {}\n{}",
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (502, Some("backend-closed")),
+        "{}\n{}",
         r.text(),
         d.stderr_text()
     );

@@ -20,6 +20,10 @@ use tracing::{debug, warn};
 /// worker that still runs after this closed the connection itself.
 const WORKER_END_WAIT: Duration = Duration::from_millis(250);
 const WORKER_END_POLL: Duration = Duration::from_millis(1);
+/// How long a request a hung worker dropped waits for the others it held to say when
+/// they were sent (`after_drop`): the kill closes every connection to it at once, and
+/// a request that hears late only fails where it could have gone again.
+const HELD_SETTLE: Duration = Duration::from_millis(200);
 
 use super::attempt::Attempt;
 use super::exchange::Answered;
@@ -97,14 +101,27 @@ impl Conn {
     /// what two backends dropped in turn is more likely the request's doing than two
     /// kills. A kept-alive connection closing as the request crossed it is not counted
     /// (`Conn::attempt` sends it again on a new one).
+    ///
+    /// A worker drover killed as hung dropped all it held: the request it held longest
+    /// (sent first, at `sent`) most likely hung it, and fails; the others waited behind
+    /// it and go again. Each waits `HELD_SETTLE` for the others to say when they were
+    /// sent (`Endpoint::held_when_hung`): the kill closes their connections at once.
     pub(super) async fn after_drop(
         &mut self,
         endpoint: &Endpoint,
+        sent: Nanos,
         reused: bool,
     ) -> Result<(), ProxyError> {
         if worker_ended_by_itself(endpoint).await {
             debug!(endpoint = %endpoint.addr(), "the worker ended with the request in it");
             return Err(ProxyError::BackendCrashed);
+        }
+        if endpoint.worker_life() == Some(WorkerLife::Hung) {
+            tokio::time::sleep(HELD_SETTLE).await;
+            if endpoint.hung_on(sent) {
+                debug!(endpoint = %endpoint.addr(), "the worker hung on the request");
+                return Err(ProxyError::BackendHung);
+            }
         }
         if reused {
             return Ok(());
@@ -150,7 +167,7 @@ async fn worker_ended_by_itself(endpoint: &Endpoint) -> bool {
     let deadline = Instant::now() + WORKER_END_WAIT;
     loop {
         match endpoint.worker_life() {
-            None | Some(WorkerLife::Ended) => return false,
+            None | Some(WorkerLife::Ended | WorkerLife::Hung) => return false,
             Some(WorkerLife::Crashed) => return true,
             Some(WorkerLife::Running) if Instant::now() >= deadline => return false,
             Some(WorkerLife::Running) => tokio::time::sleep(WORKER_END_POLL).await,

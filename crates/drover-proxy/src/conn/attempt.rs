@@ -14,7 +14,7 @@ use crate::http2::backend::H2Conn;
 use crate::options::BackendProtocol;
 use crate::state::ClientConnection;
 use crate::upstream::{self, Upstream};
-use drover_balance::{clock, Endpoint, Pick};
+use drover_balance::{clock, Endpoint, Pick, WorkerLife};
 use drover_metrics::Cause;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -474,11 +474,21 @@ impl Conn {
                             upstream::tls_failed(endpoint, &shared.pool, &shared.stats, why);
                         return Err(Attempt::Retry(failed));
                     }
+                    let sent = slot.pick().started();
+                    // Every request a worker killed as hung held says when it was
+                    // sent, whether it may go again or not (a POST that loops is the
+                    // oldest as much as a GET); the one it hung on (`after_drop`)
+                    // fails. A stream's answer (an event stream) waits for news, and
+                    // so does not hang its worker: it is no suspect.
+                    let held = !long_lived && !up.never_processed();
+                    if held && endpoint.worker_life() == Some(WorkerLife::Hung) {
+                        endpoint.held_when_hung(sent);
+                    }
                     let retry = !got_bytes && head.idempotent && head.body.is_none();
                     // A stream the backend refused unprocessed (its GOAWAY) was not
                     // dropped: it goes again (`attempt`) whatever the backend's state.
                     if retry && !up.never_processed() {
-                        if let Err(e) = self.after_drop(endpoint, reused).await {
+                        if let Err(e) = self.after_drop(endpoint, sent, reused).await {
                             return Err(self.backend_failed(endpoint, reused, e, false));
                         }
                     }
