@@ -290,6 +290,12 @@ impl Inbox {
         self.all_returned.load(Relaxed)
     }
 
+    /// Whether drover's preload runs in the worker, so that its event loop answers a
+    /// `ping`.
+    pub fn answers_pings(&self) -> bool {
+        self.preloaded.load(Relaxed)
+    }
+
     /// Asks drover's preload in the worker to answer from its event loop; whether it
     /// did, `event_loop_answered_since` says. Nothing happens without the preload.
     pub fn ping(&self) {

@@ -127,6 +127,23 @@ pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     Stat::of(pid).map(|s| s.ticks as f64 / USER_HZ)
 }
 
+/// How many read and write system calls the main thread of `pid` has made (`syscr` +
+/// `syscw` of `/proc/PID/task/PID/io`): one that computes in an endless loop makes
+/// none, one that answers requests or logs does. `None` when it is gone or unreadable.
+pub fn main_thread_io_calls(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/io")).ok()?;
+    parse_io_calls(&io)
+}
+
+fn parse_io_calls(io: &str) -> Option<u64> {
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some(field("syscr:")? + field("syscw:")?)
+}
+
 /// Whether process `pid` is stopped (`T`: SIGSTOP, SIGTSTP; `t`: a tracer holds it),
 /// from the state field of `/proc/PID/stat`. A stopped process answers nothing and
 /// acts on no signal but SIGKILL and SIGCONT.
@@ -327,6 +344,16 @@ impl CpuMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_calls_are_reads_and_writes() {
+        let io = "rchar: 281771\nwchar: 13393\nsyscr: 73828\nsyscw: 539\nread_bytes: 0\n";
+        assert_eq!(parse_io_calls(io), Some(74367));
+        assert_eq!(parse_io_calls("rchar: 1\nsyscr: 2\n"), None);
+        assert_eq!(parse_io_calls("syscr: x\nsyscw: 1\n"), None);
+        let own = main_thread_io_calls(std::process::id()).expect("this test's own thread");
+        assert!(own > 0);
+    }
 
     #[test]
     fn the_busiest_thread_counts_a_new_one_from_zero() {

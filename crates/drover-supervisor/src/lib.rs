@@ -31,6 +31,7 @@ mod fixed_port;
 pub mod forensics;
 mod health;
 pub mod listening;
+mod loop_watch;
 pub mod memory;
 mod orphans;
 pub mod output;

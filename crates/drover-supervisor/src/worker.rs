@@ -14,6 +14,7 @@ use crate::first_listen::{FirstListen, FirstListenCell};
 use crate::fixed_port::FixedPortLook;
 use crate::forensics::{RestartCounts, RestartHistory, RestartReason, RestartRecord, StderrTail};
 use crate::health;
+use crate::loop_watch;
 use crate::memory;
 use crate::output::{self, LineSink, Stream};
 use crate::process::{self, Listen, Port};
@@ -2178,9 +2179,22 @@ fn watch_health<'a>(
     let event_loop = proc.node_session.as_ref().map(|s| s.inbox.clone());
     let probing = shared.probing(&proc.spec);
     let answers_in_batches = proc.spec.h2c;
+    let own_pid = proc.pid;
     async move {
         let (Some(addr), Some(check)) = (addr, check) else {
-            return std::future::pending().await;
+            // No check to fail: a Node worker's silent event loop still tells an
+            // endless loop (see `loop_watch`).
+            return match (addr, own_pid, event_loop.as_ref()) {
+                (Some(_), Some(pid), Some(event_loop)) => {
+                    loop_watch::until_loop_hangs(loop_watch::LoopWatched {
+                        pid,
+                        event_loop,
+                        restarts: &shared.health_restarts,
+                    })
+                    .await
+                }
+                _ => std::future::pending().await,
+            };
         };
         let show = |state| shared.show_serving(id, state);
         health::until_unhealthy(health::Watched {
