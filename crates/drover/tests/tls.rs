@@ -1665,6 +1665,32 @@ async fn h2c_by_flag_and_http2_off_by_file() {
     let (_d, web, _, _) = start(&pki.dir, &toml).await;
     let out = s_client(web, Some("a.test"), &["-alpn", "h2,http/1.1"]);
     assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+    let out = s_client(web, Some("a.test"), &["-alpn", "http/1.0"]);
+    assert!(out.contains("ALPN protocol: http/1.0"), "{out}");
+}
+
+/// An HTTP/1.0 client that names `http/1.0` in its handshake (`curl -0`, health probes
+/// written so) is served, with HTTP/2 on as off: drover offered only `h2` and
+/// `http/1.1`, so the handshake ended with alert 120 (no application protocol), where
+/// nginx answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_client_that_names_it_in_alpn_is_served() {
+    let pki = Pki::new("tls-http10-alpn");
+    let a = pki.leaf("a", "a.test", &["a.test"], far_future());
+    let backend = Backend::start().await;
+    for extra in ["", "http2 = false\n"] {
+        let toml = config(backend.addr(), &format!("{}{extra}", tls_table(&[&a])));
+        let (d, web, _, _) = start(&pki.dir, &toml).await;
+        let out = s_client(web, Some("a.test"), &["-alpn", "http/1.0"]);
+        assert!(out.contains("ALPN protocol: http/1.0"), "{extra}: {out}");
+        let (code, body, err) = curl(&pki, "a.test", web, &["/"], &["-0"]);
+        assert_eq!(code, 0, "{extra}: {err}\n{}", d.stderr_text());
+        assert!(
+            err.contains("ALPN: server accepted http/1.0") || err.contains("HTTP/1.0"),
+            "{err}"
+        );
+        assert!(!body.is_empty(), "{err}");
+    }
 }
 
 /// `drover bench` against drover's HTTPS: the test CA by `--cacert` (with a new

@@ -281,13 +281,16 @@ impl Certificates {
             .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // `http/1.0` too, as nginx offers it: `curl -0` names it, and a server that
+        // knows none of what a client offers ends the handshake (alert 120), so such a
+        // client got no answer at all.
+        config.alpn_protocols = vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()];
         config.ticketer = ticketer().map_err(|e| fail(ErrorKind::Rustls(e)))?;
         config.send_tls13_tickets = TLS13_TICKETS;
         // Made once per load, so a handshake only picks one: the server's preference
         // (h2 first) wins, as in nginx and HAProxy.
         let mut config_h2 = config.clone();
-        config_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
         let mut config_bytes = config.clone();
         config_bytes.alpn_protocols = settings
             .alpn
