@@ -2,7 +2,7 @@
 //! implements `Control` over its supervisors and pools.
 
 use crate::members::BalancerMembers;
-use crate::probes::NotReady;
+use crate::probes::{NotLive, NotReady};
 use crate::status::Status;
 use drover_metrics::BalancerSnapshot;
 use std::future::Future;
@@ -37,6 +37,11 @@ pub trait Control: Send + Sync + 'static {
     /// `probes::readiness`); the binary adds its drain.
     fn readiness(&self) -> Result<(), NotReady> {
         crate::probes::readiness(&self.status())
+    }
+
+    /// Whether drover still does its job (`GET /livez`; see `probes::liveness`).
+    fn liveness(&self) -> Result<(), NotLive> {
+        crate::probes::liveness(&self.status())
     }
 }
 

@@ -5,7 +5,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /` | the live dashboard (HTML; its script, style and uPlot under `/ui/`); no token needed, it holds no data |
-//! | `GET /readyz`, `GET /livez` | for an orchestrator's probes, no token: 200 `ready`, or 503 `not ready: WHY` (draining, an app with no serving worker, a balancer with no healthy endpoint); `/livez` 200 while the admin API answers |
+//! | `GET /readyz`, `GET /livez` | for an orchestrator's probes, no token: 200 `ready`, or 503 `not ready: WHY` (draining, an app with no serving worker, a balancer with no healthy endpoint); `/livez` 200, or 503 `not live: WHY` once every worker of an app is errored |
 //! | `GET /v1/events` | server-sent events: the last 10 minutes per balancer, then a sample a second (see `dashboard`) |
 //! | `GET /v1/status` | apps, workers (with restart counters) and their restart records, balancers with their endpoints (`Status`) |
 //! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks): balancers, endpoints, workers |

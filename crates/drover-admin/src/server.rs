@@ -162,7 +162,13 @@ fn probe(req: &Request<Incoming>, control: &dyn Control) -> Option<Response<Full
         return Some(not_allowed("GET"));
     }
     let (status, text) = match path {
-        "/livez" => (StatusCode::OK, "ok\n".to_string()),
+        "/livez" => match control.liveness() {
+            Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+            Err(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not live: {why}\n"),
+            ),
+        },
         _ => match control.readiness() {
             Ok(()) => (StatusCode::OK, "ready\n".to_string()),
             Err(why) => (

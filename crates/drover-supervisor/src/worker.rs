@@ -1397,12 +1397,13 @@ pub(crate) async fn run(
         }
         shared.note_failed_starts();
         if let Some(most) = gave_up {
-            log_end(&shared.app, id, &life, Duration::ZERO);
+            log_end(&shared.app, id, &life, None);
             tracing::error!(
                 app = %shared.app,
                 worker = id,
                 "worker {}/{id} is errored: it crashed {crashes} times in a row (each \
-                 before it was ready or within {:?} of it), past --max-restarts {most}; \
+                 before it was ready or within {:?} of it), past max_restarts = {most} \
+                 (--max-restarts); \
                  drover starts it no more (drover ctl reload, or a scale, starts it again)",
                 shared.app,
                 policy.min_uptime,
@@ -1417,7 +1418,7 @@ pub(crate) async fn run(
             }
             continue;
         }
-        log_end(&shared.app, id, &life, delay);
+        log_end(&shared.app, id, &life, Some(delay));
         if looping {
             tracing::warn!(
                 app = %shared.app,
@@ -1507,13 +1508,17 @@ fn sooner(delay: Duration) -> &'static str {
     }
 }
 
-fn log_end(app: &str, id: usize, life: &Life, delay: Duration) {
+/// Says how a worker ended, and when it starts again: `None`, never (it is errored).
+fn log_end(app: &str, id: usize, life: &Life, delay: Option<Duration>) {
     let pid = life.pid.map_or_else(|| "-".to_string(), |p| p.to_string());
-    let sooner = sooner(delay);
+    let next = match delay {
+        Some(delay) => format!("restarting in {delay:?}{}", sooner(delay)),
+        None => "not restarted".to_string(),
+    };
     tracing::warn!(
         app = %app,
         worker = id,
-        "worker {app}/{id} (pid {pid}) {}; restarting in {delay:?}{sooner}",
+        "worker {app}/{id} (pid {pid}) {}; {next}",
         life.end,
     );
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{admin_addr, alive, bin, ctl, pi_server, status, stops_cleanly, temp_dir};
+use common::{admin_addr, alive, bin, ctl, pi_server, probe, status, stops_cleanly, temp_dir};
 use drover_testkit::{wait_until, DroverProcess};
 use std::path::Path;
 use std::process::Output;
@@ -612,23 +612,6 @@ async fn run_python_ok_server(boot_secs: u32, flags: &[&str]) -> DroverProcess {
     args.extend_from_slice(flags);
     args.extend(["--", "python3", "-c", program.as_str()]);
     DroverProcess::spawn(bin(), &args).await
-}
-
-/// `GET path` on the admin API with no token: the status and the body.
-async fn probe(admin: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
-    let answer =
-        drover_testkit::raw_exchange_timeout(admin, request.as_bytes(), Duration::from_secs(5))
-            .await
-            .unwrap();
-    let status = drover_testkit::parse_status(&answer).unwrap_or(0);
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let body = text
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
-    (status, body)
 }
 
 /// `GET /readyz` answers what an orchestrator's probe needs, with no token (a probe

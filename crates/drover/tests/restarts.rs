@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{admin_addr, bin, ctl, status, temp_dir};
+use common::{admin_addr, bin, ctl, probe, status, temp_dir};
 use drover_admin::RestartRow;
 use drover_testkit::DroverProcess;
 use std::time::Duration;
@@ -198,7 +198,10 @@ async fn max_restarts_leaves_a_crashing_worker_errored_while_another_app_serves(
     assert_eq!(bad_restarts(&status(admin).await), 2, "{}", d.stderr_text());
     assert!(
         d.stderr_text().contains("worker bad/0 is errored")
-            && d.stderr_text().contains("past --max-restarts 2"),
+            && d.stderr_text()
+                .contains("past max_restarts = 2 (--max-restarts)")
+            && d.stderr_text().contains("; not restarted")
+            && !d.stderr_text().contains("restarting in 0ns"),
         "{}",
         d.stderr_text()
     );
@@ -212,6 +215,18 @@ async fn max_restarts_leaves_a_crashing_worker_errored_while_another_app_serves(
         "{:?}",
         web.workers
     );
+    // drover gave up on an app: not live, so an orchestrator restarts it (before,
+    // `/livez` said "ok" while `/readyz` said "not ready" for good).
+    assert_eq!(
+        probe(admin, "GET", "/livez").await,
+        (
+            503,
+            "not live: every worker of an app is errored (past max_restarts): drover starts \
+             them no more\n"
+                .to_string()
+        )
+    );
+    assert_eq!(probe(admin, "GET", "/readyz").await.0, 503);
     // A reload starts it again (to crash, and be errored again).
     let (code, _, err) = ctl(admin, &["reload", "--app", "bad"]).await;
     let _ = (code, err);

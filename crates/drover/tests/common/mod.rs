@@ -692,3 +692,24 @@ pub fn etcd_command(name: &str, dir: &Path, scheme: &str) -> (std::process::Comm
         .args(["--initial-cluster", &format!("{name}={peer}")]);
     (cmd, client)
 }
+
+/// `METHOD path` on the admin API with no token (an orchestrator's probe): the status
+/// and the body.
+pub async fn probe(admin: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+    let answer = drover_testkit::raw_exchange_timeout(
+        admin,
+        request.as_bytes(),
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let status = drover_testkit::parse_status(&answer).unwrap_or(0);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
