@@ -29,6 +29,19 @@ impl fmt::Display for LogLine<'_> {
     }
 }
 
+/// A worker's pid in a log field: the number, or `-` before it has one (the log read
+/// `pid=Some(27446)`).
+pub struct ShownPid(pub Option<u32>);
+
+impl fmt::Display for ShownPid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(pid) => write!(f, "{pid}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
 /// Where worker output goes, a batch of lines at a time (what one read of the pipe
 /// brought, in order). The default writes to drover's stderr; a test can collect lines
 /// instead.

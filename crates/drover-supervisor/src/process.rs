@@ -678,8 +678,14 @@ impl Worker {
             clean = status.is_ok() && wait_group_gone(group, deadline).await;
             if !clean {
                 tracing::warn!(
+                    app = %self.app,
+                    worker = self.id,
                     pid = group.as_raw(),
-                    "worker or a process it started did not exit within {grace:?} of SIGTERM; sending SIGKILL to its process group"
+                    "worker {}/{} (pid {}) or a process it started did not exit within \
+                     {grace:?} of SIGTERM; sending SIGKILL to its process group",
+                    self.app,
+                    self.id,
+                    group.as_raw(),
                 );
             }
         }
@@ -694,8 +700,13 @@ impl Worker {
             self.stopped = true;
         } else {
             tracing::warn!(
+                app = %self.app,
+                worker = self.id,
                 pid = group.as_raw(),
-                "processes of a stopped worker's group are still running after SIGKILL"
+                "processes of worker {}/{}'s group (pid {}) are still running after SIGKILL",
+                self.app,
+                self.id,
+                group.as_raw(),
             );
         }
         self.stop_left_behind(grace.unwrap_or(Duration::ZERO)).await;

@@ -339,7 +339,7 @@ impl AppState {
                 slot.last_exit = Some(exit);
             }
         }
-        tracing::debug!(app = %self.app, worker = record.worker, pid = ?record.pid,
+        tracing::debug!(app = %self.app, worker = record.worker, pid = %output::ShownPid(record.pid),
             reason = %record.reason, "restart recorded");
         self.history.push(record);
     }
@@ -1697,7 +1697,7 @@ async fn serve(
                     slot.state = if hung { WorkerState::Hung } else { WorkerState::Unhealthy };
                     slot.health_permit = Some(permit);
                 }
-                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid, "worker {}/{id} unhealthy: {reason}", shared.app);
+                tracing::warn!(app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid), "worker {}/{id} unhealthy: {reason}", shared.app);
                 proc.sample();
                 // A hung process finishes nothing and cannot act on a SIGTERM: waiting
                 // `stop_timeout` for it only delays its replacement. One that fails its
@@ -1792,7 +1792,7 @@ async fn serve(
                     proc.spec.max_memory.unwrap_or(0) >> 20,
                 );
                 tracing::warn!(
-                    app = %shared.app, worker = id, pid = ?proc.pid,
+                    app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid),
                     "worker {}/{id} {over}; replacing it", shared.app,
                 );
                 (None, (RestartReason::Memory, over), turn)
@@ -2055,7 +2055,7 @@ async fn retire(shared: &AppState, id: usize, retiree: Box<Retiree>) {
                 .await;
         }
     }
-    tracing::info!(app = %shared.app, worker = id, pid = ?old.pid, "old worker stopped");
+    tracing::info!(app = %shared.app, worker = id, pid = %output::ShownPid(old.pid), "old worker stopped");
 }
 
 impl WorkerSlot {
@@ -2304,7 +2304,7 @@ async fn drain_queue(shared: &AppState, id: usize, proc: &mut Proc, steer: &Stee
     tokio::select! {
         r = tokio::time::timeout(proc.spec.drain_timeout, drained) => {
             if r.is_err() {
-                tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
+                tracing::warn!(app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid),
                     "connections still queued for a retired worker after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
             }
         }
@@ -2352,7 +2352,7 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
             _ = proc.worker.child.wait() => return,
             () = tokio::time::sleep_until(until) => {
                 if termed.is_none() {
-                    tracing::warn!(app = %shared.app, worker = id, pid = ?proc.pid,
+                    tracing::warn!(app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid),
                         "worker still busy after drain_timeout {:?}; stopping it", proc.spec.drain_timeout);
                 }
                 return;
@@ -2370,7 +2370,7 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
             proc.worker.term_early();
             termed = Some(tokio::time::Instant::now());
             tracing::info!(
-                app = %shared.app, worker = id, pid = ?proc.pid,
+                app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid),
                 "worker {}/{id} still holds clients {:?} into its drain (WebSockets, event streams, long requests); its app handles SIGTERM, so it gets it now to end them itself, as under PM2, and has stop_timeout ({:?}) to exit",
                 shared.app,
                 Duration::from_millis(began.elapsed().as_millis() as u64),

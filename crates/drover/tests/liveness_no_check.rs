@@ -94,6 +94,12 @@ async fn an_endless_loop_is_hung() {
         "{hung:?}"
     );
     assert_eq!(hung.signal_name.as_deref(), Some("SIGKILL"), "{hung:?}");
+    // Its warning gives the pid as a number (it read `pid=Some(4242)`).
+    let log = d.stderr_text();
+    assert!(
+        log.contains(&format!("pid={}", hung.pid.unwrap())) && !log.contains("Some("),
+        "{log}"
+    );
     // The other worker kept its process, and both serve.
     wait_all_serving(&d, admin).await;
     let after = serving_pids(&status(admin).await);
