@@ -15,11 +15,69 @@ pub const STDERR_CAP: usize = 8 << 20;
 
 static SPOOL: OnceLock<Option<Spool>> = OnceLock::new();
 
-/// Lines dropped and not yet reported.
-static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Lines dropped, and when they were last said.
+static DROPS: DropNotices = DropNotices::new();
 
 /// Lines dropped since drover started (`stderr_dropped_lines`).
 static DROPPED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// How often at most a line says how many lines were dropped. While a slow reader
+/// drains a full buffer, a short line gets through between long ones that do not: a
+/// notice before each such line made 240-274 notices in a row after a flood (ops
+/// seat), where one a second with the count says the same.
+const NOTICE_EVERY: Duration = Duration::from_secs(1);
+
+/// Dropped lines not yet said, and when a notice last went out.
+struct DropNotices {
+    dropped: AtomicU64,
+    /// `clock_ms()` of the last notice, plus one (0: none yet).
+    said_at_ms: AtomicU64,
+}
+
+impl DropNotices {
+    const fn new() -> Self {
+        DropNotices {
+            dropped: AtomicU64::new(0),
+            said_at_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn count(&self, lines: u64) {
+        self.dropped.fetch_add(lines, Ordering::Relaxed);
+    }
+
+    /// The notice to write before the next line at `now_ms`, if one is due: lines
+    /// were dropped, and none was said within `NOTICE_EVERY`. `said` takes it back
+    /// from the count once it is written.
+    fn due(&self, now_ms: u64) -> Option<(u64, String)> {
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        let said = self.said_at_ms.load(Ordering::Relaxed);
+        let every = NOTICE_EVERY.as_millis() as u64;
+        if dropped == 0 || (said != 0 && now_ms + 1 < said + every) {
+            return None;
+        }
+        Some((
+            dropped,
+            format!(
+                "drover: {dropped} lines of output dropped: nothing read drover's stderr for a while\n"
+            ),
+        ))
+    }
+
+    fn said(&self, dropped: u64, now_ms: u64) {
+        self.dropped.fetch_sub(dropped, Ordering::Relaxed);
+        self.said_at_ms.store(now_ms + 1, Ordering::Relaxed);
+    }
+}
+
+/// Milliseconds since the first call: the notices' clock.
+fn clock_ms() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
 
 fn spool() -> Option<&'static Spool> {
     SPOOL
@@ -45,18 +103,15 @@ pub fn stderr_bytes(bytes: &[u8]) {
         let _ = io::stderr().write_all(bytes);
         return;
     };
-    let dropped = DROPPED.load(Ordering::Relaxed);
-    if dropped > 0 {
-        let notice = format!(
-            "drover: {dropped} lines of output dropped: nothing read drover's stderr for a while\n"
-        );
+    let now = clock_ms();
+    if let Some((dropped, notice)) = DROPS.due(now) {
         if spool.push(notice.as_bytes()) {
-            DROPPED.fetch_sub(dropped, Ordering::Relaxed);
+            DROPS.said(dropped, now);
         }
     }
     if !spool.push(bytes) {
         let lines = bytes.iter().filter(|&&b| b == b'\n').count().max(1) as u64;
-        DROPPED.fetch_add(lines, Ordering::Relaxed);
+        DROPS.count(lines);
         DROPPED_TOTAL.fetch_add(lines, Ordering::Relaxed);
     }
 }
@@ -102,5 +157,33 @@ impl Write for Stderr {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_lines_are_said_once_a_second_with_their_count() {
+        let drops = DropNotices::new();
+        assert!(drops.due(0).is_none(), "nothing dropped");
+        drops.count(5);
+        let (n, notice) = drops.due(10).unwrap();
+        assert_eq!(n, 5);
+        assert!(
+            notice.starts_with("drover: 5 lines of output dropped"),
+            "{notice}"
+        );
+        drops.said(n, 10);
+        // More drops within the second are held back, then said together.
+        drops.count(3);
+        assert!(drops.due(500).is_none());
+        drops.count(4);
+        assert!(drops.due(1009).is_none());
+        let (n, notice) = drops.due(1010).unwrap();
+        assert_eq!(n, 7, "{notice}");
+        drops.said(n, 1010);
+        assert!(drops.due(5000).is_none(), "all said");
     }
 }
