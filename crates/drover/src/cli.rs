@@ -92,19 +92,21 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CtlArgs {
     /// The admin API of the drover to talk to ([admin] listen, or drover run --admin):
-    /// HOST:PORT, or http://HOST:PORT as the Node SDK takes DROVER_ADMIN.
-    #[arg(
-        long,
-        env = "DROVER_ADMIN",
-        value_name = "ADDR",
-        default_value = "127.0.0.1:9900",
-        value_parser = admin_addr
-    )]
-    pub admin: SocketAddr,
+    /// HOST:PORT, or http://HOST:PORT as the Node SDK takes DROVER_ADMIN [default: the
+    /// [admin] listen of --config, or of ./drover.toml when there is one; else
+    /// 127.0.0.1:9900]
+    #[arg(long, env = "DROVER_ADMIN", value_name = "ADDR", value_parser = admin_addr)]
+    pub admin: Option<SocketAddr>,
 
-    /// Bearer token, when the admin API requires one.
+    /// Bearer token, when the admin API requires one [default: the file's [admin] token,
+    /// when its address is the one used]
     #[arg(long, env = "DROVER_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+
+    /// The drover.toml whose [admin] listen (and token) to use, as drover up -c FILE
+    /// reads it.
+    #[arg(short, long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: CtlCommand,

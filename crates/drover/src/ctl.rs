@@ -31,8 +31,82 @@ async fn fetch_status(admin: SocketAddr, token: Option<&str>) -> Result<Reply, S
     ok(reply)
 }
 
+/// The file `drover up` reads when it is given none.
+const DEFAULT_CONFIG: &str = "drover.toml";
+/// `drover run`'s admin API, and `drover ctl`'s when nothing names another.
+const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
+
+/// Where `drover ctl` finds the admin API, the token it sends, and where that address
+/// came from (for the error when nothing answers there). `--admin` (or `DROVER_ADMIN`)
+/// first; then the `[admin]` of `--config`, or of `./drover.toml` as `drover up`
+/// reads it with no `-c`. Before, only `--admin` counted: a `drover up` whose file
+/// said `listen = "127.0.0.1:24900"` was out of `drover ctl`'s reach until the user
+/// found the flag (ops seat).
+fn target(args: &CtlArgs) -> Result<(SocketAddr, Option<String>, String), String> {
+    if let Some(admin) = args.admin {
+        return Ok((admin, args.token.clone(), "--admin or DROVER_ADMIN".into()));
+    }
+    let (path, named) = match &args.config {
+        Some(path) => (path.clone(), true),
+        None => (std::path::PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    if named || path.exists() {
+        match drover_config::load(&path) {
+            Ok(cfg) => {
+                let Some(admin) = cfg.admin else {
+                    return Err(format!(
+                        "{}: no [admin] table, so that drover serves no admin API; add one \
+                         (listen = \"127.0.0.1:9900\") and reload, or name an address with \
+                         --admin",
+                        path.display()
+                    ));
+                };
+                let token = args.token.clone().or(admin.token);
+                let from = format!("[admin] listen of {}", path.display());
+                return Ok((admin.listen, token, from));
+            }
+            Err(e) if named => return Err(e.to_string()),
+            // Not the file the user named: the default address, and the error says
+            // why the file was not used if nothing answers there.
+            Err(e) => {
+                let from = format!("the default; {} could not be read: {e}", path.display());
+                return Ok((default_admin(), args.token.clone(), from));
+            }
+        }
+    }
+    Ok((default_admin(), args.token.clone(), "the default".into()))
+}
+
+fn default_admin() -> SocketAddr {
+    DEFAULT_ADMIN.parse().expect("a socket address")
+}
+
 pub async fn ctl(args: CtlArgs) -> Result<(), String> {
-    let token = args.token.as_deref();
+    let (admin, token, from) = target(&args)?;
+    let token = token.as_deref();
+    let args = Resolved {
+        admin,
+        command: args.command,
+    };
+    ctl_at(args, token).await.map_err(|e| {
+        if e.starts_with("cannot reach drover's admin API") {
+            format!(
+                "{e} (the address is {from}; --admin HOST:PORT, DROVER_ADMIN or -c FILE \
+                 names another)"
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// `CtlArgs` with the admin API's address found.
+struct Resolved {
+    admin: SocketAddr,
+    command: CtlCommand,
+}
+
+async fn ctl_at(args: Resolved, token: Option<&str>) -> Result<(), String> {
     match args.command {
         CtlCommand::Status { json } => {
             let reply = fetch_status(args.admin, token).await?;
@@ -214,7 +288,7 @@ async fn only_balancer(admin: SocketAddr, token: Option<&str>) -> Result<String,
 
 fn parse<T: serde::de::DeserializeOwned>(reply: &Reply) -> Result<T, String> {
     serde_json::from_str(&reply.body)
-        .map_err(|e| format!("unexpected answer from the admin API: {e}"))
+        .map_err(|e| format!("unexpected answer from the admin API: {e} ({NOT_ADMIN_HINT})"))
 }
 
 /// The `result` line of a successful action, or the whole body if it has none.
@@ -225,9 +299,19 @@ fn result(reply: Reply) -> String {
         .unwrap_or(reply.body)
 }
 
+/// What an answer that is not drover's JSON says of the address it came from.
+const NOT_ADMIN_HINT: &str = "is the address drover's [admin] listen, not a balancer's listen?";
+
 fn ok(reply: Reply) -> Result<Reply, String> {
     if (200..300).contains(&reply.status) {
         Ok(reply)
+    } else if serde_json::from_str::<serde_json::Value>(&reply.body).is_err() {
+        // drover's admin API answers every error in JSON: this is someone else's.
+        let first = reply.body.lines().next().unwrap_or_default();
+        Err(format!(
+            "{} answered, not as drover's admin API does ({first:.80}): {NOT_ADMIN_HINT}",
+            reply.status
+        ))
     } else {
         Err(format!(
             "admin API answered {}: {}",

@@ -376,3 +376,97 @@ async fn a_health_check_beside_an_app_takes_a_dead_fixed_backend_out_and_never_p
     }
     stops_cleanly(d).await;
 }
+
+/// `drover ctl` in `drover up`'s directory reaches the admin API its drover.toml names,
+/// with its token, as `drover up` reads the file with no `-c`; `-c FILE` names another
+/// file. Before, only `--admin` counted, and a file's `[admin] listen` off the default
+/// got "Connection refused" with no hint (ops seat). Where nothing answers, or the
+/// address is a balancer's, the error says where the address came from and what names
+/// another.
+#[tokio::test]
+async fn ctl_reads_the_admin_address_and_token_of_the_drover_toml() {
+    let dir = temp_dir("ctl-reach");
+    let toml = |admin: &str| {
+        format!(
+            "[admin]\nlisten = \"{admin}\"\ntoken = \"s3cret\"\n\
+             [[app]]\nname = \"web\"\ncommand = [\"python3\", \"-m\", \"http.server\", \"{{port}}\", \"--bind\", \"127.0.0.1\"]\n\
+             [[balancer]]\nlisten = \"127.0.0.1:0\"\nthreads = 1\nbackends = [\"app:web\"]\n"
+        )
+    };
+    let up_file = temp_dir("ctl-reach-up").join("drover.toml");
+    std::fs::write(&up_file, toml("127.0.0.1:0")).unwrap();
+    let d = DroverProcess::spawn(bin(), &["up", "-c", up_file.to_str().unwrap()]).await;
+    let admin = common::admin_addr(&d).await;
+    // The file as the running drover serves it, where the user runs `drover ctl`.
+    let ctl = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .current_dir(&dir)
+            .env_remove("DROVER_ADMIN")
+            .env_remove("DROVER_ADMIN_TOKEN")
+            .arg("ctl")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    std::fs::write(dir.join("drover.toml"), toml(&admin.to_string())).unwrap();
+    let (code, out, err) = ctl(&["status"]);
+    assert_eq!(code, Some(0), "{err}\n{}", d.stderr_text());
+    assert!(out.contains("app web"), "{out}");
+    // The token is the file's: without it, refused.
+    let (code, _, err) = ctl(&["--admin", &admin.to_string(), "status"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("401"), "{err}");
+    let other = dir.join("other.toml");
+    std::fs::write(&other, toml(&admin.to_string())).unwrap();
+    std::fs::remove_file(dir.join("drover.toml")).unwrap();
+    let (code, out, err) = ctl(&["-c", other.to_str().unwrap(), "status"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("app web"), "{out}");
+
+    // Nothing answers at the file's address: said, with where it came from.
+    std::fs::write(&other, toml("127.0.0.1:9")).unwrap();
+    let (code, _, err) = ctl(&["status", "-c", other.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("cannot reach drover's admin API at 127.0.0.1:9")
+            && err.contains(&format!(
+                "the address is [admin] listen of {}",
+                other.display()
+            ))
+            && err.contains("--admin HOST:PORT, DROVER_ADMIN or -c FILE names another"),
+        "{err}"
+    );
+    // A file with no [admin], or none at all, is named.
+    std::fs::write(
+        &other,
+        "[[balancer]]\nlisten = \"127.0.0.1:0\"\nbackends = [\"127.0.0.1:1\"]\n",
+    )
+    .unwrap();
+    let (code, _, err) = ctl(&["-c", other.to_str().unwrap(), "status"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no [admin] table"), "{err}");
+    let (code, _, err) = ctl(&["-c", "missing.toml", "status"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("missing.toml") && err.contains("cannot read"),
+        "{err}"
+    );
+    // A balancer's address is not the admin API (its worker answers the path with a
+    // page, once it serves).
+    let serving = wait_until(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(d.addr()).is_ok()
+            && ctl(&["--admin", &admin.to_string(), "--token", "s3cret", "status"])
+                .1
+                .contains("ready")
+    })
+    .await;
+    assert!(serving, "{}", d.stderr_text());
+    let (code, _, err) = ctl(&["--admin", &d.addr().to_string(), "status"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a balancer's listen?"), "{err}");
+}
