@@ -332,6 +332,18 @@ impl SocketHolder {
     }
 }
 
+/// `, by NAME (pid N)` after a bind error `e` that says `addr` is in use, naming the
+/// process that holds it, as `drover check` does; empty for any other error, or when
+/// the holder cannot be seen. `drover up` said only "Address already in use", and a
+/// process its last run left behind (a daemon a worker started, alive after `kill
+/// -9` of drover) had to be found by hand (ops seat).
+pub fn held_by(addr: SocketAddr, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::AddrInUse {
+        return String::new();
+    }
+    listening_holder(addr).map_or_else(String::new, |h| format!(", by {} (pid {})", h.name, h.pid))
+}
+
 /// The process whose listening TCP socket takes `addr`'s connections (the same address
 /// and port, or a wildcard address on the port), as /proc tells: the socket's inode
 /// from /proc/net/tcp and tcp6, then the process with a descriptor on it. `None` when

@@ -352,8 +352,9 @@ impl Controller {
             };
             let socket = SharedListener::bind(listen).map_err(|e| {
                 failed(format!(
-                    "app[{i}].listen: app {:?}: cannot listen on {listen}: {e}",
-                    app.spec.name
+                    "app[{i}].listen: app {:?}: cannot listen on {listen}: {e}{}",
+                    app.spec.name,
+                    preflight::held_by(listen, &e)
                 ))
             })?;
             shared_sockets.insert(app.spec.name.clone(), socket);
@@ -402,9 +403,13 @@ impl Controller {
                     }
                     let what = match e {
                         StartError::Bind(e) => format!(
-                            "balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}",
+                            "balancer[{index}].listen: balancer {:?}: cannot listen on {}: {e}{}",
                             config.name,
-                            shown_listen(config.listen)
+                            shown_listen(config.listen),
+                            config
+                                .listen
+                                .map(|a| preflight::held_by(a, &e))
+                                .unwrap_or_default()
                         ),
                         e @ StartError::Dns(_) => {
                             format!(

@@ -173,7 +173,8 @@ pub(crate) async fn where_the_app_listens(follow: FollowApp) -> Result<Followed,
                     listen.default_from.clone()
                 };
                 return Err(format!(
-                    "balancer {name:?}: cannot listen on {addr} ({whose}): {e}"
+                    "balancer {name:?}: cannot listen on {addr} ({whose}): {e}{}",
+                    drover_config::preflight::held_by(addr, &e)
                 ));
             }
             Err(e @ StartError::Dns(_)) => return Err(format!("balancer {name:?}: {e}")),

@@ -113,7 +113,11 @@ pub(crate) async fn run_config(
             let socket = SharedListener::bind(listen).map_err(|e| {
                 origins.error(
                     &format!("app[{i}].listen"),
-                    format!("app {:?}: cannot listen on {listen}: {e}", app.spec.name),
+                    format!(
+                        "app {:?}: cannot listen on {listen}: {e}{}",
+                        app.spec.name,
+                        drover_config::preflight::held_by(listen, &e)
+                    ),
                 )
             })?;
             shared_sockets.insert(app.spec.name.clone(), socket);
@@ -142,7 +146,11 @@ pub(crate) async fn run_config(
             Err(e) => {
                 return Err(origins.error(
                     "admin.listen",
-                    format!("admin API: cannot listen on {}: {e}", admin.listen),
+                    format!(
+                        "admin API: cannot listen on {}: {e}{}",
+                        admin.listen,
+                        drover_config::preflight::held_by(admin.listen, &e)
+                    ),
                 ))
             }
         },
@@ -188,8 +196,11 @@ pub(crate) async fn run_config(
                     StartError::Bind(e) => origins.error(
                         &format!("balancer[{i}].listen"),
                         format!(
-                            "balancer {name:?}: cannot listen on {}: {e}",
-                            listen.map_or("-".to_string(), |a| a.to_string())
+                            "balancer {name:?}: cannot listen on {}: {e}{}",
+                            listen.map_or("-".to_string(), |a| a.to_string()),
+                            listen
+                                .map(|a| drover_config::preflight::held_by(a, &e))
+                                .unwrap_or_default()
                         ),
                     ),
                     e @ StartError::Dns(_) => format!("balancer {name:?}: {e}"),

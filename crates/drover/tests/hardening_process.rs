@@ -400,6 +400,13 @@ async fn a_taken_balancer_address_names_the_file_line_and_key_and_starts_nothing
         err.contains(&at) && err.contains("balancer[0].listen") && err.contains(&addr.to_string()),
         "expected {at} balancer[0].listen in: {err}"
     );
+    // And what holds it (this test), as `drover check` says: it said only "Address
+    // already in use".
+    let pid = format!(" (pid {})", std::process::id());
+    assert!(
+        err.contains("Address already in use (os error 98), by ") && err.contains(&pid),
+        "{err}"
+    );
     assert!(!marker.exists(), "a worker started: {err}");
 }
 
@@ -426,6 +433,10 @@ async fn a_taken_admin_address_names_the_file_line_and_key() {
         err.contains(&at) && err.contains("admin.listen"),
         "expected {at} admin.listen in: {err}"
     );
+    assert!(
+        err.contains(", by ") && err.contains(&format!(" (pid {})", std::process::id())),
+        "{err}"
+    );
     assert!(!marker.exists(), "a worker started: {err}");
 }
 
@@ -448,6 +459,10 @@ async fn run_names_the_listen_flag_when_its_address_is_taken_and_starts_nothing(
     assert!(
         err.contains("--listen") && err.contains(&addr),
         "expected --listen {addr} in: {err}"
+    );
+    assert!(
+        err.contains(&format!(" (pid {})", std::process::id())),
+        "{err}"
     );
     assert!(!marker.exists(), "a worker started: {err}");
 }
