@@ -329,7 +329,7 @@ fn ca_file(path: &Path) -> Result<RootCertStore, Error> {
     let bytes = std::fs::read(path).map_err(|e| err(ErrorKind::Read(e.to_string())))?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(ErrorKind::NotPem(e.to_string())))?;
+        .map_err(|e| err(ErrorKind::NotPem(tls::pem_error(&e))))?;
     if certs.is_empty() {
         return Err(err(if tls::has_pem_section(&bytes) {
             ErrorKind::Missing("CERTIFICATE")

@@ -413,6 +413,24 @@ pub(crate) fn has_pem_section(bytes: &[u8]) -> bool {
     memchr::memmem::find(bytes, b"-----BEGIN ").is_some()
 }
 
+/// Why a PEM file could not be read, in words: the parser's own message gives the
+/// marker it wanted as a list of byte values (`missing section end marker: [67, 69,
+/// 82, ...]` for a file cut short).
+pub(crate) fn pem_error(e: &rustls_pki_types::pem::Error) -> String {
+    use rustls_pki_types::pem::Error;
+    match e {
+        Error::MissingSectionEnd { end_marker } => format!(
+            "no -----END {}----- line: the file is cut short, or two sections run together",
+            String::from_utf8_lossy(end_marker)
+        ),
+        Error::IllegalSectionStart { line } => format!(
+            "a BEGIN line that is not one: {:?}",
+            String::from_utf8_lossy(line)
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// Whether a PEM file holds a pass-phrase-encrypted private key (PKCS#8's own section,
 /// or OpenSSL's legacy headers on an `RSA`/`EC PRIVATE KEY` section), which a parser of
 /// plain keys reports as no key at all.
@@ -435,7 +453,7 @@ pub(crate) fn load_one(
     let cert_bytes = read(index, Part::Cert, &files.cert)?;
     let chain = CertificateDer::pem_slice_iter(&cert_bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::NotPem(e.to_string())))?;
+        .map_err(|e| err(Part::Cert, &files.cert, ErrorKind::NotPem(pem_error(&e))))?;
     if chain.is_empty() {
         let kind = if has_pem_section(&cert_bytes) {
             ErrorKind::Missing("CERTIFICATE")
@@ -464,7 +482,7 @@ pub(crate) fn load_one(
             };
             return Err(err(Part::Key, &files.key, kind));
         }
-        Err(e) => return Err(err(Part::Key, &files.key, ErrorKind::NotPem(e.to_string()))),
+        Err(e) => return Err(err(Part::Key, &files.key, ErrorKind::NotPem(pem_error(&e)))),
     };
     let certified = CertifiedKey::from_der(chain, key, provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => err(
@@ -590,6 +608,10 @@ mod tests {
             "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n",
         )
         .unwrap();
+        // Cut short: a copy interrupted, a paste that lost its last lines.
+        let cut = d.join("cut.pem");
+        let whole = std::fs::read_to_string(&good.cert).unwrap();
+        std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
         let missing = d.join("missing.pem");
         let encrypted_pkcs8 = d.join("enc8.key");
         std::fs::write(
@@ -644,6 +666,12 @@ mod tests {
             "is not PEM",
         );
         check(with(&broken, &good.key), Part::Cert, &broken, "is not PEM");
+        check(
+            with(&cut, &good.key),
+            Part::Cert,
+            &cut,
+            "is not PEM: no -----END CERTIFICATE----- line: the file is cut short",
+        );
         check(
             with(&good.key, &good.key),
             Part::Cert,
