@@ -846,6 +846,28 @@ async fn stalled_handshakes_are_cut_by_the_header_timeout_and_plain_http_gets_a_
         .unwrap();
     assert!(!out.status.success());
     wait_metric(admin, failures, ",reason=\"client-alert\"", 1.0).await;
+    // An alert record alone is TLS, not plain text (it was counted `not-tls`); a
+    // handshake record that holds no ClientHello is a protocol error.
+    for (sent, reason, count) in [
+        (
+            &[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x28][..],
+            "client-alert",
+            2.0,
+        ),
+        (
+            &[
+                0x16, 0x03, 0x01, 0x00, 0x05, 0x68, 0x69, 0x68, 0x69, 0x68, 0x69,
+            ][..],
+            "protocol",
+            1.0,
+        ),
+    ] {
+        let mut s = TcpStream::connect(web).await.unwrap();
+        s.write_all(sent).await.unwrap();
+        let mut buf = [0u8; 64];
+        let _ = tokio::time::timeout(Duration::from_secs(15), s.read(&mut buf)).await;
+        wait_metric(admin, failures, &format!(",reason=\"{reason}\""), count).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,8 +10,16 @@ use tokio_rustls::server::TlsStream;
 
 pub use drover_metrics::TlsFailure as Failure;
 
-/// The first byte of a TLS record that carries a handshake message (a ClientHello).
-const HANDSHAKE_RECORD: u8 = 0x16;
+/// The first bytes of TLS records: change_cipher_spec, alert, handshake (a
+/// ClientHello) and application data. A connection that starts with another byte
+/// speaks something else (plain HTTP); one that starts with an alert speaks TLS, and
+/// was counted `not-tls` (edge seat).
+const TLS_RECORDS: std::ops::RangeInclusive<u8> = 0x14..=0x17;
+
+/// How long a handshake that failed on what the client sent first may take to send
+/// rustls's alert for why: a client that sent garbage in a TLS record held its
+/// connection until the header read timeout (10 s) while the alert waited.
+const ALERT_LINGER: Duration = Duration::from_secs(1);
 
 /// How long the answer to plain HTTP on a TLS port waits for the client to take it and
 /// close, so closing with its request unread does not reset the answer away.
@@ -42,7 +50,7 @@ pub async fn handshake(
             Ok(_) => return Err(Failure::Closed),
         }
     }
-    if buf[0] != HANDSHAKE_RECORD {
+    if !TLS_RECORDS.contains(&buf[0]) {
         if inside != Inside::Bytes {
             answer_plain(&mut stream, deadline).await;
         }
@@ -67,7 +75,7 @@ pub async fn handshake(
         // The handshake failed on what was read already; running it on sends the
         // client rustls's alert for why (no shared ALPN protocol, no shared cipher),
         // as OpenSSL's peers do, rather than a bare close.
-        let _ = timeout_at(deadline, accept).await;
+        let _ = timeout_at(deadline.min(Instant::now() + ALERT_LINGER), accept).await;
         return Err(reason(&e));
     }
     match timeout_at(deadline, accept).await {
