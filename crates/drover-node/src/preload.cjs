@@ -237,10 +237,19 @@ if (!runner) {
 //    The app's first listen() on a TCP port, whatever port it names, serves that socket,
 //    as it serves drover's port in the other modes, and the app runs as written. A
 //    listen() on that descriptor itself (an app that reads LISTEN_FDS) is left as it is.
+//    Below a runner, the socket is not fd 3 and this process is not LISTEN_PID (the
+//    runner's): an app that reads systemd's variables itself (SvelteKit's adapter-node
+//    throws "received LISTEN_PID 9711 but current process id is 9734") is told none,
+//    and its listen() serves the socket here like any other app's.
 if (!runner && process.env.DROVER_SHARED_FD) {
   const sharedFd = Number(process.env.DROVER_SHARED_FD);
   // The app's own processes (a child it forks) are not the worker.
   delete process.env.DROVER_SHARED_FD;
+  if (sharedFd !== 3 && process.env.LISTEN_PID !== String(process.pid)) {
+    delete process.env.LISTEN_FDS;
+    delete process.env.LISTEN_PID;
+    delete process.env.LISTEN_FDNAMES;
+  }
   if (Number.isInteger(sharedFd) && sharedFd >= 0) servesSharedSocket(sharedFd);
 }
 

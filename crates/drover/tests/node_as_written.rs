@@ -3847,6 +3847,38 @@ async fn apps_as_written_serve_drovers_sockets_in_shared_mode_on_every_node() {
     assert_eq!(answered.len(), 2, "{answered:?}\n{}", d.stderr_text());
     drover_stops_cleanly("shared mode, npm start", &d).await;
 
+    // Below npm, an app that reads systemd's socket variables itself, as SvelteKit's
+    // adapter-node does: it refuses a LISTEN_PID not its own, and every worker threw
+    // (it was npm's), crash-looping. It is told none, and serves the socket.
+    let aware = temp_dir("shared-systemd-aware");
+    std::fs::write(
+        aware.join("package.json"),
+        r#"{ "name": "aware", "private": true, "scripts": { "start": "node app.js" } }"#,
+    )
+    .unwrap();
+    std::fs::write(
+        aware.join("app.js"),
+        "const pid = Number(process.env.LISTEN_PID || 0);\n\
+         if (pid !== 0 && pid !== process.pid) throw new Error(`received LISTEN_PID ${pid} but current process id is ${process.pid}`);\n\
+         const server = require('http').createServer((q, s) => s.end(`aware ${process.pid}`));\n\
+         if (process.env.LISTEN_FDS === '1') server.listen({ fd: 3 }); else server.listen(3000);\n",
+    )
+    .unwrap();
+    let (d, _) = run_shared(2, &npm, &aware).await;
+    let r = get(d.addr(), "/").await;
+    assert!(
+        r.text().starts_with("aware "),
+        "{}\n{}",
+        r.text(),
+        d.stderr_text()
+    );
+    assert!(
+        !d.stderr_text().contains("LISTEN_PID"),
+        "{}",
+        d.stderr_text()
+    );
+    drover_stops_cleanly("shared mode, npm start, systemd-aware", &d).await;
+
     // A second port that nothing handles a failure of: every worker's copy binds it.
     let second = drover_testkit::free_port();
     let app = format!(
