@@ -926,6 +926,7 @@ struct RawApp {
     ignore_watch: Option<Vec<String>>,
     watch_delay: Option<PosDur>,
     app_port: Option<Spanned<Bounded<1, 65535>>>,
+    worker_ports: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1743,6 +1744,21 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             "app_port names the port of a Node app's servers that drover balances; with mode = \"shared\" or \"background\" drover runs no balancer for the app",
         ));
     }
+    let worker_ports = match &raw.worker_ports {
+        Some(w) if matches!(mode, Mode::Shared | Mode::Background) => {
+            return Err(ctx.at(
+                w.span(),
+                key("worker_ports"),
+                format!("worker_ports: with mode = \"{mode}\" no worker has a port of its own"),
+            ))
+        }
+        Some(w) => Some(
+            w.get_ref()
+                .parse::<drover_supervisor::PortRange>()
+                .map_err(|e| ctx.at(w.span(), key("worker_ports"), e))?,
+        ),
+        None => None,
+    };
     if mode == Mode::Shared && drover_supervisor::command_uses_port(&command) {
         return Err(ctx.at(
             command_span,
@@ -1829,6 +1845,7 @@ fn validate_app(raw: RawApp, i: usize, ctx: &Ctx<'_>) -> Result<AppConfig, Confi
             mode,
             watch,
             app_port: raw.app_port.map(|p| p.into_inner().as_u16()),
+            worker_ports,
             restart: drover_supervisor::Backoff {
                 max_restarts: raw.max_restarts,
                 ..defaults.restart
@@ -4959,6 +4976,31 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
             4,
             "app[0].max_restarts",
             "-1",
+        );
+        let ports = ok(&app("worker_ports = \"24100-24199\"\n")).apps[0]
+            .spec
+            .worker_ports;
+        assert_eq!(ports.map(|p| (p.low, p.high)), Some((24100, 24199)));
+        for (bad, says) in [
+            ("\"24199-24100\"", "LOW is above HIGH"),
+            ("\"24100\"", "expected LOW-HIGH"),
+            ("\"0-10\"", "expected LOW-HIGH"),
+            ("\"a-b\"", "expected LOW-HIGH"),
+        ] {
+            check(
+                &err(&app(&format!("worker_ports = {bad}\n"))),
+                4,
+                "app[0].worker_ports",
+                says,
+            );
+        }
+        check(
+            &err(&app(
+                "mode = \"background\"\nworker_ports = \"24100-24199\"\n",
+            )),
+            5,
+            "app[0].worker_ports",
+            "no worker has a port of its own",
         );
         assert_eq!(c.apps[0].spec.mode, Mode::Shared);
         assert_eq!(c.apps[0].listen, Some(addr("127.0.0.1:8000")));

@@ -103,6 +103,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub app_port: Option<u16>,
 
+    /// The loopback ports workers get their own from, LOW-HIGH (e.g. 24100-24199), for
+    /// a host or firewall that allows only some; each worker's is one of these, or it
+    /// does not start. It needs one per worker and one more for a reload
+    /// [default: 20000-32000, less the kernel's ephemeral range]
+    #[arg(long, value_name = "LOW-HIGH")]
+    pub worker_ports: Option<drover_supervisor::PortRange>,
+
     /// Reload the app (rolling, one worker at a time) when a file below its working
     /// directory changes, as PM2's --watch restarts it; node_modules and dot names are
     /// left alone.
@@ -1409,6 +1416,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
         (args.health_path.is_some(), "--health-path"),
         (args.health_grpc.is_some(), "--health-grpc"),
         (args.app_port.is_some(), "--app-port"),
+        (args.worker_ports.is_some(), "--worker-ports"),
         (args.slow_start.is_some(), "--slow-start"),
         (!args.tls.tls_cert.is_empty(), "--tls-cert"),
         (!args.tls.tls_key.is_empty(), "--tls-key"),
@@ -1509,6 +1517,7 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
     app.spec.ready_timeout = args.ready_timeout;
     app.spec.wait_ready = args.wait_ready;
     app.spec.app_port = args.app_port;
+    app.spec.worker_ports = args.worker_ports;
     if args.watch {
         app.spec.watch = Some(drover_supervisor::watch::WatchSpec::new(vec![".".into()]));
     }

@@ -58,7 +58,7 @@ pub use orphans::adopt_orphans;
 pub use output::{stderr_sink, LineSink, LogLine, Stream};
 pub use spec::{
     check_workers, command_uses_port, command_with_port, with_interpreter, AppSpec, Backoff,
-    BackoffError, Mode, ParseModeError, ProgramError, SpecError, Workers, MAX_WORKERS,
+    BackoffError, Mode, ParseModeError, PortRange, ProgramError, SpecError, Workers, MAX_WORKERS,
     PORT_PLACEHOLDER,
 };
 pub use status::{WorkerState, WorkerStatus};

@@ -18,7 +18,7 @@
 //! Being in its own group, a worker does not get the terminal's Ctrl-C: SIGINT reaches
 //! drover alone, which drains the balancers and then stops the workers' groups.
 
-use crate::spec::{command_with_port, AppSpec};
+use crate::spec::{command_with_port, AppSpec, PortRange};
 use command_fds::{CommandFdExt, FdMapping};
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -57,41 +57,65 @@ pub(crate) struct Port {
 }
 
 impl Port {
-    pub(crate) fn pick() -> io::Result<Port> {
+    /// A port for a worker: from `asked` (the user's `worker_ports`) when given, and
+    /// none when every one of them is taken; else from `WORKER_PORTS`.
+    pub(crate) fn pick(asked: Option<PortRange>) -> io::Result<Port> {
+        if let Some(range) = asked {
+            // Every port of it, from a random one on: a user's range is small, and
+            // may be nearly full (one worker's port each, and a reload's).
+            let start = fastrand::u16(range.low..=range.high);
+            let ports = (start..=range.high).chain(range.low..start);
+            for port in ports {
+                if let Some(port) = Port::try_hold(port)? {
+                    return Ok(port);
+                }
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "no free port in worker_ports {range}: each is drover's (a worker's, \
+                     or a reload's replacement's) or another program's"
+                ),
+            ));
+        }
         match worker_ports() {
             Some(range) => Port::pick_in(range),
             None => Port::pick_ephemeral(),
         }
     }
 
-    /// A random free port of `range` (outside the kernel's ephemeral range). It is
-    /// first bound without `SO_REUSEADDR`, which fails on any socket bound there
-    /// (another drover's hold, a listener, a connection in `TIME_WAIT`), and marked
-    /// reusable after, so the worker's own bind succeeds.
+    /// A random free port of `range` (outside the kernel's ephemeral range).
     fn pick_in(range: RangeInclusive<u16>) -> io::Result<Port> {
         for _ in 0..64 {
-            let port = fastrand::u16(range.clone());
-            if reserved().contains(&port) {
-                continue;
-            }
-            let hold = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
-            match hold.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into()) {
-                Ok(()) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EADDRINUSE | libc::EACCES)) => {
-                    continue
-                }
-                Err(e) => return Err(e),
-            }
-            hold.set_reuse_address(true)?;
-            if reserved().insert(port) {
-                return Ok(Port {
-                    port,
-                    hold: Some(hold),
-                });
+            if let Some(port) = Port::try_hold(fastrand::u16(range.clone()))? {
+                return Ok(port);
             }
         }
         // A range crowded with other listeners: the kernel's pick still works.
         Port::pick_ephemeral()
+    }
+
+    /// `port`, held, when no socket is bound there: it is first bound without
+    /// `SO_REUSEADDR`, which fails on any socket bound there (another drover's hold, a
+    /// listener, a connection in `TIME_WAIT`), and marked reusable after, so the
+    /// worker's own bind succeeds. `None` when it is taken (or one of ours).
+    fn try_hold(port: u16) -> io::Result<Option<Port>> {
+        if reserved().contains(&port) {
+            return Ok(None);
+        }
+        let hold = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+        match hold.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into()) {
+            Ok(()) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EADDRINUSE | libc::EACCES)) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        }
+        hold.set_reuse_address(true)?;
+        Ok(reserved().insert(port).then_some(Port {
+            port,
+            hold: Some(hold),
+        }))
     }
 
     /// A port the kernel picks (`bind(0)`), from its ephemeral range.
@@ -814,7 +838,7 @@ mod tests {
 
     #[test]
     fn picked_ports_are_distinct_until_released() {
-        let ports: Vec<Port> = (0..50).map(|_| Port::pick().unwrap()).collect();
+        let ports: Vec<Port> = (0..50).map(|_| Port::pick(None).unwrap()).collect();
         let distinct: BTreeSet<u16> = ports.iter().map(Port::get).collect();
         assert_eq!(distinct.len(), ports.len());
         let first = ports[0].get();
@@ -826,7 +850,7 @@ mod tests {
     fn workers_ports_come_from_outside_the_ephemeral_range() {
         let range = worker_ports().expect("this machine's ephemeral range leaves room");
         let ephemeral = ephemeral_ports().unwrap();
-        let ports: Vec<Port> = (0..20).map(|_| Port::pick().unwrap()).collect();
+        let ports: Vec<Port> = (0..20).map(|_| Port::pick(None).unwrap()).collect();
         for port in &ports {
             assert!(
                 range.contains(&port.get()),
@@ -850,7 +874,7 @@ mod tests {
             .map(|l| l.local_addr().unwrap().port())
             .collect();
         for _ in 0..200 {
-            let port = Port::pick().unwrap();
+            let port = Port::pick(None).unwrap();
             assert!(!taken.contains(&port.get()), "picked {} in use", port.get());
         }
     }
@@ -885,7 +909,7 @@ mod tests {
     }
 
     fn held_port_round() -> Result<(), String> {
-        let mut port = Port::pick().unwrap();
+        let mut port = Port::pick(None).unwrap();
         let addr = port.addr();
         // A plain bind (as a program that sets no SO_REUSEADDR) is refused while held.
         // (Rust's TcpListener::bind sets SO_REUSEADDR, so a raw socket.)

@@ -155,6 +155,11 @@ pub enum SpecError {
     /// `node --watch` (`option`) in a mode that serves clients: Node runs the app in a
     /// child process of its own, which would bind the app's port itself, past drover.
     NodeWatchMode { option: String },
+    /// `worker_ports` in shared or background mode, where no worker has a port of its
+    /// own.
+    WorkerPortsMode { mode: Mode },
+    /// `worker_ports` holds fewer ports than the workers need, one more for a reload.
+    WorkerPortsTooFew { ports: PortRange, workers: usize },
 }
 
 impl fmt::Display for SpecError {
@@ -204,6 +209,17 @@ impl fmt::Display for SpecError {
             SpecError::InstanceVar { var } => write!(
                 f,
                 "instance_var {var:?}: the name of an environment variable for the worker's number (such as INSTANCE_ID), not PORT or one of drover's"
+            ),
+            SpecError::WorkerPortsMode { mode } => write!(
+                f,
+                "worker_ports: in {mode} mode no worker has a port of its own"
+            ),
+            SpecError::WorkerPortsTooFew { ports, workers } => write!(
+                f,
+                "worker_ports {ports} holds {} port(s), and {workers} worker(s) need {} \
+                 (one each, and one more for the replacement a reload starts beside them)",
+                ports.len(),
+                workers + 1
             ),
             SpecError::NodeWatchMode { option } => write!(
                 f,
@@ -320,6 +336,55 @@ pub struct AppSpec {
     /// the first it listens on. Set by `drover run --app-port` and `app_port` in an
     /// `[[app]]`.
     pub app_port: Option<u16>,
+    /// The loopback ports workers get their own from (`drover run --worker-ports`,
+    /// `worker_ports`), for a host or firewall that allows only some: each worker's
+    /// is one of these, or it does not start. `None`: 20000-32000 less the kernel's
+    /// ephemeral range.
+    pub worker_ports: Option<PortRange>,
+}
+
+/// A range of ports, `LOW-HIGH` as written (`worker_ports`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub low: u16,
+    pub high: u16,
+}
+
+impl PortRange {
+    /// How many ports it holds.
+    pub fn len(&self) -> usize {
+        usize::from(self.high - self.low) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn contains(&self, port: u16) -> bool {
+        (self.low..=self.high).contains(&port)
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.low, self.high)
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PortRange, String> {
+        let bad =
+            || format!("{s:?}: expected LOW-HIGH, two ports from 1 to 65535 (e.g. 24100-24199)");
+        let (low, high) = s.trim().split_once('-').ok_or_else(bad)?;
+        let port = |p: &str| p.trim().parse::<u16>().ok().filter(|&p| p > 0);
+        let (low, high) = (port(low).ok_or_else(bad)?, port(high).ok_or_else(bad)?);
+        if low > high {
+            return Err(format!("{s:?}: LOW is above HIGH"));
+        }
+        Ok(PortRange { low, high })
+    }
 }
 
 /// How clients reach the workers.
@@ -431,6 +496,7 @@ impl AppSpec {
             watch: None,
             users_port: false,
             app_port: None,
+            worker_ports: None,
         }
     }
 
@@ -496,6 +562,15 @@ impl AppSpec {
             let drovers = var == "PORT" || var.starts_with("DROVER_");
             if drovers || var.is_empty() || var.contains(['=', '\0']) {
                 return Err(SpecError::InstanceVar { var: var.clone() });
+            }
+        }
+        if let Some(ports) = self.worker_ports {
+            if matches!(self.mode, Mode::Shared | Mode::Background) {
+                return Err(SpecError::WorkerPortsMode { mode: self.mode });
+            }
+            let workers = self.workers.resolve();
+            if ports.len() <= workers {
+                return Err(SpecError::WorkerPortsTooFew { ports, workers });
             }
         }
         let no_channel = matches!(self.mode, Mode::Shared | Mode::Background);

@@ -855,7 +855,7 @@ fn spawn(shared: &AppState, id: usize) -> std::io::Result<Proc> {
         Some(socket) => (None, Listen::Socket(socket)),
         None if spec.mode == Mode::Background => (None, Listen::Nothing),
         None => {
-            let mut port = Port::pick()?;
+            let mut port = Port::pick(spec.worker_ports)?;
             // Node's listen() asks drover, which binds the port (seconds later under a
             // runner) with SO_REUSEADDR; any other program binds it itself.
             if !spec.runs_in_node() {

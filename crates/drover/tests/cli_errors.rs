@@ -37,6 +37,28 @@ async fn bad_flags_are_named() {
         |extra: &[&'static str]| -> Vec<&'static str> { b.iter().chain(extra).copied().collect() };
     fails(&["proxy", "--backend", "127.0.0.1:1"], "--listen").await;
     fails(&with(&["--shutdown-delay", "soon"]), "--shutdown-delay").await;
+    for (range, says) in [
+        ("9000-8000", "LOW is above HIGH"),
+        ("9000", "expected LOW-HIGH"),
+    ] {
+        let run = ["run", "--worker-ports", range, "--", "sleep", "60"];
+        fails(&run, "--worker-ports").await;
+        fails(&run, says).await;
+    }
+    fails(
+        &[
+            "run",
+            "--mode",
+            "background",
+            "--worker-ports",
+            "9000-9010",
+            "--",
+            "sleep",
+            "60",
+        ],
+        "--worker-ports",
+    )
+    .await;
     fails(&["proxy", "--listen", "127.0.0.1:0"], "--backend").await;
     fails(
         &["proxy", "--listen", "nowhere", "--backend", "127.0.0.1:1"],

@@ -385,3 +385,84 @@ async fn a_program_on_a_fixed_port_of_its_own_serves_through_drover() {
     );
     stops_cleanly(d).await;
 }
+
+/// `--worker-ports LOW-HIGH` keeps every worker's own port in a range a host or a
+/// firewall allows, across a reload too; before, they came from anywhere in
+/// 20000-32000 (ops and SSR seats). A range too small for the workers and a reload is
+/// refused before anything starts, naming it.
+#[tokio::test]
+async fn worker_ports_keep_each_workers_port_in_the_range_through_a_reload() {
+    let site = site("port-range");
+    let low = drover_testkit::free_port();
+    let range = format!("{low}-{}", low + 5);
+    let args = |range: &str| {
+        [
+            "run",
+            "-w",
+            "2",
+            "-l",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--worker-ports",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([range.to_string()])
+        .chain(
+            [
+                "--",
+                "python3",
+                "-m",
+                "http.server",
+                "{port}",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        )
+        .chain([site.clone()])
+        .collect::<Vec<_>>()
+    };
+    let run = args(&range);
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
+    let d = DroverProcess::spawn(bin(), &run).await;
+    let admin = admin_addr(&d).await;
+    let in_range = |ws: &[(usize, u32, u16)]| {
+        ws.iter()
+            .all(|&(_, _, port)| (low..=low + 5).contains(&port))
+    };
+    let before = workers(&d, admin).await;
+    assert!(in_range(&before), "{before:?} outside {range}");
+    assert_eq!(get(d.addr(), "/hello.txt").await, (200, "hello\n".into()));
+    let (code, _, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    let after = workers(&d, admin).await;
+    assert!(in_range(&after), "{after:?} outside {range}");
+    assert!(
+        after.iter().all(|w| !before.iter().any(|b| b.1 == w.1)),
+        "reloaded: {before:?} {after:?}"
+    );
+    assert_eq!(get(d.addr(), "/hello.txt").await, (200, "hello\n".into()));
+    stops_cleanly(d).await;
+
+    // Two ports for two workers: a reload would find none for the replacement.
+    let small = format!("{low}-{}", low + 1);
+    let run = args(&small);
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
+    let out = tokio::process::Command::new(bin())
+        .args(&run)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "worker_ports {small} holds 2 port(s), and 2 worker(s) need 3"
+        )),
+        "{err}"
+    );
+}
