@@ -1004,6 +1004,7 @@ struct RawTls {
     certs: Option<Spanned<Vec<Spanned<RawCert>>>>,
     /// A TCP listener's ALPN protocols.
     alpn: Option<Spanned<Vec<Spanned<String>>>>,
+    min_version: Option<Spanned<String>>,
 }
 
 /// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`; `{}` verifies
@@ -2925,7 +2926,18 @@ fn validate_tls(
             key: PathBuf::from(private.get_ref()),
         });
     }
-    Ok(TlsConfig { certs, alpn })
+    let min_version = match &tls.min_version {
+        Some(v) => v
+            .get_ref()
+            .parse()
+            .map_err(|e| ctx.at(v.span(), key("tls.min_version"), e))?,
+        None => Default::default(),
+    };
+    Ok(TlsConfig {
+        certs,
+        alpn,
+        min_version,
+    })
 }
 
 /// `backend_tls`: no empty path, a key only with its cert, a server name that is one,

@@ -290,6 +290,11 @@ pub struct TlsArgs {
         requires = "tls_cert"
     )]
     pub tls_alpn: Vec<String>,
+
+    /// The oldest TLS version a client may use: 1.2 or 1.3 (nginx's `ssl_protocols
+    /// TLSv1.3`, HAProxy's `ssl-min-ver`) [default: 1.2]
+    #[arg(long, value_name = "VERSION", requires = "tls_cert")]
+    pub tls_min_version: Option<drover_proxy::tls::MinVersion>,
 }
 
 impl TlsArgs {
@@ -322,6 +327,7 @@ impl TlsArgs {
         }
         Ok(Some(model::TlsConfig {
             alpn: self.tls_alpn.clone(),
+            min_version: self.tls_min_version.unwrap_or_default(),
             certs: self
                 .tls_cert
                 .iter()

@@ -252,6 +252,7 @@ fn tls(pki: &Pki) -> Arc<drover_proxy::tls::Certificates> {
             key: pki.key.clone(),
         }],
         alpn: Vec::new(),
+        min_version: Default::default(),
     };
     Arc::new(drover_proxy::tls::Certificates::load(&settings).unwrap())
 }

@@ -84,6 +84,63 @@ pub struct Settings {
     /// without one (an HTTP/2 or gRPC client in front of a backend that speaks it in
     /// the clear). Empty: none offered. An HTTP listener's come from `http2`.
     pub alpn: Vec<String>,
+    /// The oldest TLS version a client may use (nginx's `ssl_protocols`, HAProxy's
+    /// `ssl-min-ver`).
+    pub min_version: MinVersion,
+}
+
+/// The oldest TLS version a listener takes. 1.0 and 1.1 never: rustls has neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MinVersion {
+    /// TLS 1.2 and 1.3.
+    #[default]
+    Tls12,
+    /// TLS 1.3 alone: a client that offers only 1.2 gets a protocol_version alert.
+    Tls13,
+}
+
+static FROM_TLS12: [&rustls::SupportedProtocolVersion; 2] =
+    [&rustls::version::TLS13, &rustls::version::TLS12];
+static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+
+impl MinVersion {
+    fn versions(self) -> &'static [&'static rustls::SupportedProtocolVersion] {
+        match self {
+            MinVersion::Tls12 => &FROM_TLS12,
+            MinVersion::Tls13 => &TLS13_ONLY,
+        }
+    }
+}
+
+impl fmt::Display for MinVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MinVersion::Tls12 => "1.2",
+            MinVersion::Tls13 => "1.3",
+        })
+    }
+}
+
+impl std::str::FromStr for MinVersion {
+    type Err = String;
+
+    /// `1.2` or `1.3`, also as nginx and HAProxy write them (`TLSv1.3`).
+    fn from_str(s: &str) -> Result<MinVersion, String> {
+        let bare = s
+            .strip_prefix("TLSv")
+            .or_else(|| s.strip_prefix("tlsv"))
+            .unwrap_or(s);
+        match bare {
+            "1.2" => Ok(MinVersion::Tls12),
+            "1.3" => Ok(MinVersion::Tls13),
+            "1.0" | "1.1" | "1" => Err(format!(
+                "{s:?}: TLS 1.0 and 1.1 are not offered at all (rustls has neither); 1.2 or 1.3"
+            )),
+            _ => Err(format!(
+                "{s:?}: expected 1.2 or 1.3 (the oldest TLS version taken)"
+            )),
+        }
+    }
 }
 
 /// Why `name` cannot be offered by ALPN, or `None`: a protocol ID is 1 to 255 bytes
@@ -277,7 +334,7 @@ impl Certificates {
             provider.cipher_suites.clone(),
         );
         let mut config = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .with_protocol_versions(settings.min_version.versions())
             .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(resolver));
@@ -559,6 +616,7 @@ mod tests {
         Certificates::load(&Settings {
             certs,
             alpn: Vec::new(),
+            min_version: MinVersion::default(),
         })
     }
 
@@ -708,6 +766,7 @@ mod tests {
         let none = Certificates::load(&Settings {
             certs: Vec::new(),
             alpn: Vec::new(),
+            min_version: MinVersion::default(),
         });
         assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
     }
