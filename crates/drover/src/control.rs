@@ -733,13 +733,27 @@ struct NewApps {
 }
 
 impl NewApps {
-    /// Undoes the start: nothing of it outlives a reload that failed.
+    /// Undoes the start: nothing of it outlives a reload that failed. Says which apps
+    /// ran meanwhile: a reload refused with "nothing was reloaded" had run a new app's
+    /// workers for a moment, and a queue consumer among them may have taken a job
+    /// (ops seat).
     async fn stop(self) {
         for b in &self.balancers {
             b.proxy.begin_shutdown();
         }
         for app in &self.apps {
             app.shutdown().await;
+        }
+        if !self.apps.is_empty() {
+            let names: Vec<String> = self
+                .apps
+                .iter()
+                .map(|a| format!("{:?}", a.name()))
+                .collect();
+            tracing::warn!(
+                "reload failed: app(s) new to the file, {}, started and stopped again",
+                names.join(", ")
+            );
         }
     }
 }

@@ -513,6 +513,29 @@ async fn reload_under_up_starts_an_app_new_to_the_file_and_stops_one_taken_out()
     }
     drop(taken);
 
+    // A new app that starts, beside an app whose replacement fails at start: the
+    // reload is rolled back, and the log names the new app that ran meanwhile (it
+    // said only "nothing was reloaded").
+    let broken_api = api.replace(
+        &format!("[\"python3\", \"{script}\"]"),
+        "[\"python3\", \"-c\", \"raise SystemExit(3)\"]",
+    );
+    assert_ne!(broken_api, api);
+    let newbie =
+        "\n[[app]]\nname = \"newbie\"\nmode = \"background\"\ncommand = [\"sleep\", \"60\"]\n";
+    std::fs::write(&file, format!("{web}{broken_api}{newbie}")).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_ne!(code, 0, "{out}{err}");
+    assert_eq!(names(&status(admin).await), ["web", "api"], "{err}");
+    assert!(
+        d.stderr_text().contains(
+            "reload failed: app(s) new to the file, \"newbie\", started and stopped again"
+        ),
+        "{err}\n{}",
+        d.stderr_text()
+    );
+    std::fs::write(&file, format!("{web}{api}")).unwrap();
+
     // Taken out of the file: its balancer drains and its workers stop.
     std::fs::write(&file, &web).unwrap();
     let (code, out, err) = ctl(admin, &["reload"]).await;
