@@ -13,13 +13,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-/// `drover run` of the liveness fixture with `flags` and no health check, once every
-/// worker serves: drover and its admin address.
-async fn run_fixture(flags: &[&str]) -> (DroverProcess, SocketAddr) {
+/// `drover run -w WORKERS` of the liveness fixture with `flags` and no health check,
+/// once every worker serves: drover and its admin address.
+async fn run_fixture(workers: usize, flags: &[&str]) -> (DroverProcess, SocketAddr) {
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/liveness/server.js");
-    let mut args = vec!["run", "-l", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
-    args.extend(flags);
-    args.extend(["--", "node", server.to_str().unwrap()]);
+    let args = common::run_args(workers, flags, &["node", server.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let d = DroverProcess::spawn(bin(), &args).await;
     let admin = admin_addr(&d).await;
     wait_all_serving(&d, admin).await;
@@ -39,17 +38,8 @@ async fn a_node_worker_in_an_endless_loop_is_replaced_without_a_health_check() {
 /// s. It writes each answer as it is done, so it is busy, not hung (before that was
 /// read, it was killed at 31 s of computing, with the 2 requests it still held).
 async fn a_batch_computed_in_one_turn_of_the_loop_is_busy() {
-    let (d, admin) = run_fixture(&["-w", "1", "--mode", "handoff"]).await;
-    let addr = d.addr();
-    let gets: Vec<_> = (0..40)
-        .map(|_| {
-            tokio::spawn(async move {
-                let mut c = HttpClient::connect(addr).await.unwrap();
-                c.set_timeout(Duration::from_secs(180));
-                c.get("/compute?ms=1000").await.status
-            })
-        })
-        .collect();
+    let (d, admin) = run_fixture(1, &["--mode", "handoff"]).await;
+    let gets = common::gets_at_once(d.addr(), 40, "/compute?ms=1000", Duration::from_secs(180));
     for get in gets {
         assert_eq!(get.await.unwrap(), 200, "{}", d.stderr_text());
     }
@@ -58,7 +48,7 @@ async fn a_batch_computed_in_one_turn_of_the_loop_is_busy() {
 }
 
 async fn an_endless_loop_is_hung() {
-    let (d, admin) = run_fixture(&["-w", "2"]).await;
+    let (d, admin) = run_fixture(2, &[]).await;
     let before = serving_pids(&status(admin).await);
 
     // Busy: a request that blocks its worker's loop for 3 s, and comes back.
@@ -68,16 +58,7 @@ async fn an_endless_loop_is_hung() {
     assert_eq!(r.status, 200, "{}", d.stderr_text());
 
     // Hung: a loop that never ends. Its GET, the one the worker held longest, fails.
-    let mut c = HttpClient::connect(d.addr()).await.unwrap();
-    c.set_timeout(Duration::from_secs(120));
-    let r = c.get("/spin").await;
-    assert_eq!(
-        (r.status, r.header("drover-error")),
-        (504, Some("backend-hung")),
-        "{}\n{}",
-        r.text(),
-        d.stderr_text()
-    );
+    common::get_fails(&d, "/spin", Duration::from_secs(120), (504, "backend-hung")).await;
     let came = wait_until_async(Duration::from_secs(30), || async {
         !restart_records(&status(admin).await).is_empty()
     })

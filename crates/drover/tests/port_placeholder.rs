@@ -396,35 +396,20 @@ async fn worker_ports_keep_each_workers_port_in_the_range_through_a_reload() {
     let low = drover_testkit::free_port();
     let range = format!("{low}-{}", low + 5);
     let args = |range: &str| {
-        [
-            "run",
-            "-w",
-            "2",
-            "-l",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--worker-ports",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([range.to_string()])
-        .chain(
-            [
-                "--",
-                "python3",
-                "-m",
-                "http.server",
-                "{port}",
-                "--bind",
-                "127.0.0.1",
-                "--directory",
-            ]
+        let command = [
+            "python3",
+            "-m",
+            "http.server",
+            "{port}",
+            "--bind",
+            "127.0.0.1",
+        ];
+        let command: Vec<&str> = command
             .iter()
-            .map(|s| s.to_string()),
-        )
-        .chain([site.clone()])
-        .collect::<Vec<_>>()
+            .copied()
+            .chain(["--directory", &site])
+            .collect();
+        common::run_args(2, &["--worker-ports", range], &command)
     };
     let run = args(&range);
     let run: Vec<&str> = run.iter().map(String::as_str).collect();

@@ -111,15 +111,7 @@ async fn gets_that_waited_behind_an_endless_loop_go_to_another_worker() {
     .await;
     assert!(held, "{:?}", status(admin).await);
     // Three more: one for each worker, the looping one's included.
-    let gets: Vec<_> = (0..3)
-        .map(|_| {
-            tokio::spawn(async move {
-                let mut c = HttpClient::connect(addr).await.unwrap();
-                c.set_timeout(Duration::from_secs(60));
-                c.get("/wait?ms=50").await.status
-            })
-        })
-        .collect();
+    let gets = common::gets_at_once(addr, 3, "/wait?ms=50", Duration::from_secs(60));
     let behind = wait_until_async(Duration::from_secs(10), || async {
         let s = status(admin).await;
         s.balancers[0].endpoints.iter().any(|e| e.in_flight == 2)
@@ -141,32 +133,14 @@ async fn gets_that_waited_behind_an_endless_loop_go_to_another_worker() {
 /// GET `path` of three workers fails (`504 backend-hung`) once the worker it hung is
 /// killed, and the other two are left alone.
 async fn a_get_that_hangs_one_worker(d: &DroverProcess, admin: SocketAddr, path: &str) {
-    let mut c = HttpClient::connect(d.addr()).await.unwrap();
-    c.set_timeout(Duration::from_secs(60));
-    let r = c.get(path).await;
-    assert_eq!(
-        (r.status, r.header("drover-error")),
-        (504, Some("backend-hung")),
-        "{}\n{}",
-        r.text(),
-        d.stderr_text()
-    );
+    common::get_fails(d, path, Duration::from_secs(60), (504, "backend-hung")).await;
     assert_eq!(restarts_after(d, admin, 1).await, 1, "{}", d.stderr_text());
 }
 
 /// GET `path` of three workers fails (502 `backend-closed`) once it has ended two of
 /// them, and the third is left alone.
 async fn a_get_that_ends_two_workers(d: &DroverProcess, admin: SocketAddr, path: &str) {
-    let mut c = HttpClient::connect(d.addr()).await.unwrap();
-    c.set_timeout(Duration::from_secs(60));
-    let r = c.get(path).await;
-    assert_eq!(
-        (r.status, r.header("drover-error")),
-        (502, Some("backend-closed")),
-        "{}\n{}",
-        r.text(),
-        d.stderr_text()
-    );
+    common::get_fails(d, path, Duration::from_secs(60), (502, "backend-closed")).await;
     assert_eq!(restarts_after(d, admin, 2).await, 2, "{}", d.stderr_text());
 }
 

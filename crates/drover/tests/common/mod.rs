@@ -713,3 +713,63 @@ pub async fn probe(admin: std::net::SocketAddr, method: &str, path: &str) -> (u1
         .to_string();
     (status, body)
 }
+
+/// `n` GETs of `path` at once, each on a connection of its own that waits up to `wait`
+/// for its answer: their statuses, spawned.
+pub fn gets_at_once(
+    addr: SocketAddr,
+    n: usize,
+    path: &'static str,
+    wait: std::time::Duration,
+) -> Vec<tokio::task::JoinHandle<u16>> {
+    (0..n)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = HttpClient::connect(addr).await.unwrap();
+                c.set_timeout(wait);
+                c.get(path).await.status
+            })
+        })
+        .collect()
+}
+
+/// The arguments of `drover run -w WORKERS`, on a free listen and admin address, with
+/// `flags`, of `command`.
+pub fn run_args(workers: usize, flags: &[&str], command: &[&str]) -> Vec<String> {
+    let workers = workers.to_string();
+    [
+        "run",
+        "-w",
+        &workers,
+        "-l",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .chain(flags)
+    .chain(&["--"])
+    .chain(command)
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// GET `path` through `d`, waiting up to `wait`: it must fail with `status` and a
+/// `drover-error` of `cause`.
+pub async fn get_fails(
+    d: &DroverProcess,
+    path: &str,
+    wait: std::time::Duration,
+    failure: (u16, &str),
+) {
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    c.set_timeout(wait);
+    let r = c.get(path).await;
+    assert_eq!(
+        (r.status, r.header("drover-error")),
+        (failure.0, Some(failure.1)),
+        "GET {path}: {}\n{}",
+        r.text(),
+        d.stderr_text()
+    );
+}
