@@ -237,6 +237,10 @@ pub struct Endpoint {
     /// Its worker left the pool to drain (a reload, a scale-down, a stop): a backend
     /// connection freed from then on is closed, not kept for reuse.
     retiring: AtomicBool,
+    /// Its supervisor's word that the event streams and tunnels relayed to its draining
+    /// worker are to end (`cut_streams`), and who waits for it (`streams_cut`).
+    streams_cut: AtomicBool,
+    streams_cut_told: tokio::sync::Notify,
     /// What requests to it counted (for /metrics and the dashboard).
     stats: EndpointStats,
     /// Who is told when work arrives after none (`watch_work`).
@@ -290,6 +294,8 @@ impl Endpoint {
             life: LifeCell::default(),
             oldest_held: OldestHeld::default(),
             retiring: AtomicBool::new(false),
+            streams_cut: AtomicBool::new(false),
+            streams_cut_told: tokio::sync::Notify::new(),
             stats: EndpointStats::default(),
             work_watch: OnceLock::new(),
         }
@@ -438,6 +444,33 @@ impl Endpoint {
     /// Its supervisor's word that its worker drains (see `is_retiring`).
     pub fn set_retiring(&self, retiring: bool) {
         self.retiring.store(retiring, Relaxed);
+        if !retiring {
+            // A new worker at this address: its streams are its own.
+            self.streams_cut.store(false, Relaxed);
+        }
+    }
+
+    /// Its supervisor's word that its draining worker, told to stop, waits for the
+    /// event streams and tunnels drover relays to it to end: a server that closes on
+    /// SIGTERM and waits for its connections (Node's `server.close()`, Nuxt's and
+    /// SvelteKit's) then exits by itself, where it held on until killed.
+    pub fn cut_streams(&self) {
+        self.streams_cut.store(true, Relaxed);
+        self.streams_cut_told.notify_waiters();
+    }
+
+    /// Resolves once `cut_streams` was said (at once if it was already).
+    pub async fn streams_cut(&self) {
+        loop {
+            let told = self.streams_cut_told.notified();
+            let mut told = std::pin::pin!(told);
+            // Waiting before the flag is read: a word said in between is not missed.
+            told.as_mut().enable();
+            if self.streams_cut.load(Relaxed) {
+                return;
+            }
+            told.await;
+        }
     }
 
     /// Whether its worker drains: no request is sent to it any more, and a backend

@@ -495,7 +495,7 @@ impl Supervisor {
         // Out of the pool first, all at once, so the balancer stops sending new requests
         // while workers finish the ones they hold.
         for id in 0..slots.tasks.len() {
-            self.shared.leave_pool(id);
+            self.shared.leave_pool_for_shutdown(id);
         }
         for slot in slots.tasks.drain(..) {
             // A slot task only ends early by panicking; its child was SIGKILLed on drop.

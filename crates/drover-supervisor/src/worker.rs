@@ -190,6 +190,9 @@ pub(crate) struct WorkerSlot {
     pub started_at: Option<SystemTime>,
     /// The address this slot put in the pool, so shutdown can take it out at once.
     pub in_pool: Option<SocketAddr>,
+    /// The endpoint it served at, once shutdown took it out of the pool: the streams
+    /// drover still relays to it are ended for it after its SIGTERM (`shutdown_proc`).
+    pub left_for_shutdown: Option<Arc<drover_balance::Endpoint>>,
     /// Shared mode: its process serves, so the program may place connections on its
     /// socket (the counterpart of `in_pool`).
     pub placed: bool,
@@ -221,6 +224,7 @@ impl WorkerSlot {
             restart_counts: RestartCounts::default(),
             started_at: None,
             in_pool: None,
+            left_for_shutdown: None,
             placed: false,
             retiring: false,
             health_permit: None,
@@ -535,6 +539,15 @@ impl AppState {
     }
 
     /// Takes a slot's endpoint out of the pool, if it has one there.
+    /// `leave_pool` at shutdown: the endpoint is kept for the worker's stop
+    /// (`left_for_shutdown`).
+    pub(crate) fn leave_pool_for_shutdown(&self, id: usize) {
+        let addr = self.slot(id).in_pool;
+        let endpoint = addr.and_then(|a| self.pool.find(a));
+        self.leave_pool(id);
+        self.slot(id).left_for_shutdown = endpoint;
+    }
+
     pub(crate) fn leave_pool(&self, id: usize) {
         let (addr, placed) = {
             let mut slot = self.slot(id);
@@ -2283,7 +2296,21 @@ async fn shutdown_proc(shared: &AppState, id: usize, proc: &mut Proc) -> Option<
         drain(shared, id, proc, &ep).await;
         ep.set_worker_life(WorkerLife::Ended);
     }
-    proc.worker.stop(proc.spec.stop_timeout).await
+    let left = shared.slot(id).left_for_shutdown.take();
+    let stop_timeout = proc.spec.stop_timeout;
+    let stop = proc.worker.stop(stop_timeout);
+    let Some(ep) = left else {
+        return stop.await;
+    };
+    // Shutdown drained drover's clients until only streams were left (or its drain
+    // timeout passed): those it still relays to this worker end, as in `drain`.
+    tokio::pin!(stop);
+    tokio::select! {
+        status = &mut stop => return status,
+        () = tokio::time::sleep(streams_cut_after(stop_timeout)) => {}
+    }
+    ep.cut_streams();
+    stop.await
 }
 
 /// Shared mode: waits until slot `id`'s accept queue stays empty (its process accepts
@@ -2342,6 +2369,8 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
     let deadline = began + proc.spec.drain_timeout;
     let mut termed = None;
     let mut streams_since = None;
+    let mut cut = false;
+    let cut_after = streams_cut_after(proc.spec.stop_timeout);
     loop {
         let until = match termed {
             Some(at) => deadline.min(at + proc.spec.stop_timeout),
@@ -2349,6 +2378,15 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
         };
         tokio::select! {
             () = &mut drained => return,
+            // Told to stop, it still holds streams: it waits for its connections to
+            // end (Node's `server.close()`; Nuxt, SvelteKit) rather than ending them.
+            () = tokio::time::sleep_until(termed.unwrap_or(began) + cut_after), if termed.is_some() && !cut => {
+                cut = true;
+                tracing::info!(app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid),
+                    "worker {}/{id} still holds streams {cut_after:?} after SIGTERM; ending them, so that a server waiting for its connections to close can exit", shared.app);
+                endpoint.cut_streams();
+                continue;
+            }
             _ = proc.worker.child.wait() => return,
             () = tokio::time::sleep_until(until) => {
                 if termed.is_none() {
@@ -2357,7 +2395,7 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
                 }
                 return;
             }
-            () = tokio::time::sleep(DRAIN_POLL), if handles_stop && termed.is_none() => {}
+            () = tokio::time::sleep(DRAIN_POLL), if termed.is_none() && !cut => {}
         }
         // What drover sees of it: only responses under way (an event stream, a
         // download) and tunnels (WebSockets), none waiting for its head.
@@ -2366,6 +2404,20 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
         let now = tokio::time::Instant::now();
         streams_since = only_streams.then(|| streams_since.unwrap_or(now));
         let streams_left = streams_since.is_some_and(|t| now - t >= STREAMS_SETTLE);
+        if !handles_stop {
+            if streams_left {
+                // Nothing of the app's hears SIGTERM, so nothing would end them: a
+                // WebSocket app as the `ws` README writes one held each reload for
+                // all of `drain_timeout` (30 s; PM2's 0.9 s), its clients on the old
+                // code. They end now, and come back to the new workers; its drain is
+                // then over, and SIGTERM follows.
+                cut = true;
+                tracing::info!(app = %shared.app, worker = id, pid = %output::ShownPid(proc.pid),
+                    "worker {}/{id} holds only streams (WebSockets, event streams) into its drain, and its app does not handle SIGTERM; ending them, so that their clients come back to the new workers", shared.app);
+                endpoint.cut_streams();
+            }
+            continue;
+        }
         if streams_left || began.elapsed() >= STREAMS_AFTER {
             proc.worker.term_early();
             termed = Some(tokio::time::Instant::now());
@@ -2386,6 +2438,21 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
 /// would hold it for all of `drain_timeout` (a reload of an app with one WebSocket open
 /// took 30 s, PM2's 4.6 s), and its app, told only at the end, could not close them.
 const STREAMS_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a worker told to stop while it holds streams (event streams, WebSockets)
+/// relayed by drover keeps them before drover ends them (`Endpoint::cut_streams`). An
+/// app that ends them itself on SIGTERM (socket.io's and Fastify's close()) has done so
+/// by then; one whose server waits for its connections to close (Node's
+/// `server.close()`, Nitro's and adapter-node's shutdown) exits once they are ended,
+/// where before it held on until `stop_timeout` and SIGKILL: a stop of Nuxt with one
+/// event stream open took 14 s, PM2's 2 s.
+const STREAMS_CUT_AFTER: Duration = Duration::from_secs(2);
+
+/// How long after its SIGTERM the streams still relayed to a worker are ended for it:
+/// `STREAMS_CUT_AFTER`, or half its `stop_timeout` when that is shorter.
+fn streams_cut_after(stop_timeout: Duration) -> Duration {
+    STREAMS_CUT_AFTER.min(stop_timeout / 2)
+}
 
 /// How long a retired worker drover proxies to must hold only streams and tunnels
 /// before its app gets SIGTERM (see `STREAMS_AFTER`).

@@ -78,9 +78,13 @@ async fn subscribed(addr: SocketAddr) -> tokio::net::TcpStream {
 
 /// A client subscribed to the event stream at `path` (its head read).
 async fn subscribed_to(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
+    opened(addr, path, "Accept: text/event-stream\r\n").await
+}
+
+/// A client whose GET of `path` (with `extra` header lines) has its answer's head.
+async fn opened(addr: SocketAddr, path: &str, extra: &str) -> tokio::net::TcpStream {
     let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: app.test\r\nAccept: text/event-stream\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: app.test\r\n{extra}\r\n");
     client.write_all(request.as_bytes()).await.unwrap();
     let mut head = [0u8; 512];
     let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut head))
@@ -421,21 +425,22 @@ async fn a_browsers_event_source_gets_every_event_through_drovers_workers() {
     );
 }
 
-/// A rolling reload does not wait out each worker's streams before it goes on: an old
-/// process finishes what it holds in the background while the next worker is replaced.
-/// With 2 workers each holding an event stream and a drain timeout of 60 s, both have
-/// new processes while both old streams still flow; the reload is done once they end.
-/// Before, each old process held the reload for its whole drain timeout (a reload of 4
-/// workers with streams took 40 s, PM2's 0.8 s), and the second worker was replaced
-/// only after the first stream had been cut.
+/// A rolling reload does not wait out each worker's answers under way before it goes
+/// on: an old process finishes what it holds in the background while the next worker
+/// is replaced. With 2 workers each sending a slow download (not a stream drover ends,
+/// see `a_reload_ends_the_streams_of_an_app_that_does_not_handle_sigterm`) and a drain
+/// timeout of 60 s, both have new processes while both downloads are under way; each
+/// arrives whole, and the reload is done once they have. Before, each old process held
+/// the reload for its whole drain (a reload of 4 workers with streams took 40 s, PM2's
+/// 0.8 s), and the second worker was replaced only after the first answer was over.
 #[tokio::test]
-async fn a_reload_replaces_the_next_worker_while_an_old_one_holds_a_stream() {
-    let d = run_sse("streams-reload", "2", &["--drain-timeout", "60s"]).await;
+async fn a_reload_replaces_the_next_worker_while_an_old_one_finishes_a_download() {
+    let d = run_sse("streams-reload-download", "2", &["--drain-timeout", "60s"]).await;
     let admin = common::admin_addr(&d).await;
     let old = common::serving_pids(&common::status(admin).await);
-    let mut streams = Vec::new();
+    let mut downloads = Vec::new();
     for _ in 0..2 {
-        streams.push(subscribed_to(d.addr(), "/events?gap=200&count=100000&flush=1").await);
+        downloads.push(opened(d.addr(), "/chunks?gap=8000", "Connection: close\r\n").await);
     }
     // One on each worker: the second goes to the one with nothing in flight.
     let apart = drover_testkit::wait_until_async(Duration::from_secs(10), || async {
@@ -456,22 +461,26 @@ async fn a_reload_replaces_the_next_worker_while_an_old_one_holds_a_stream() {
         common::status(admin).await,
         d.stderr_text()
     );
-    for stream in &mut streams {
-        let mut event = [0u8; 256];
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut event))
-            .await
-            .expect("an old worker's stream went quiet")
-            .unwrap();
-        assert!(n > 0, "an old worker's stream was cut\n{}", d.stderr_text());
-    }
     assert!(
         !reload.is_finished(),
         "the reload did not wait for the old processes"
     );
-    drop(streams);
+    for download in &mut downloads {
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), download.read_to_end(&mut rest))
+            .await
+            .expect("an old worker's download did not end")
+            .unwrap();
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(
+            rest.contains("last"),
+            "cut short: {rest}\n{}",
+            d.stderr_text()
+        );
+    }
     let (code, out, err) = tokio::time::timeout(Duration::from_secs(30), reload)
         .await
-        .expect("the reload did not end once the streams had")
+        .expect("the reload did not end once the downloads had")
         .unwrap();
     assert_eq!(code, 0, "{out}{err}");
 }
@@ -670,4 +679,150 @@ server.listen(process.env.PORT || 0, '127.0.0.1');
         })
         .unwrap();
     assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+}
+
+/// A Node app whose server, on SIGTERM, closes and waits for its connections to end
+/// before it exits, as Nuxt's (Nitro) and SvelteKit's adapter-node do (Node exits by
+/// itself once they have, its channel to drover let go): `/events` is an
+/// event stream that never ends by itself, and an upgrade is a tunnel that echoes.
+const WAITING_APP: &str = r#"
+const server = require('http').createServer((req, res) => {
+  if (req.url !== '/events') return res.end('ok');
+  res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+  res.flushHeaders();
+});
+server.on('upgrade', (req, socket) => {
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+  socket.on('data', (d) => socket.write(d));
+});
+process.on('SIGTERM', () => server.close(() => process.exit(0)));
+server.listen(process.env.PORT, '127.0.0.1');
+"#;
+
+/// A tunnel through `addr` to the app's upgrade handler, its echo checked.
+async fn tunnelled(addr: SocketAddr) -> tokio::net::TcpStream {
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request =
+        "GET /ws HTTP/1.1\r\nHost: app.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while !String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf))
+            .await
+            .expect("no 101")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before its 101: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(
+        parse_status(&got),
+        Some(101),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    client.write_all(b"ping").await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf))
+        .await
+        .expect("no echo")
+        .unwrap();
+    assert_eq!(&buf[..n], b"ping");
+    client
+}
+
+/// Whether `client`'s connection ends (EOF or an error) within `limit`, what it gets
+/// meanwhile read and dropped.
+async fn ends_within(client: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 512];
+    tokio::time::timeout(limit, async {
+        while matches!(client.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await
+    .is_ok()
+}
+
+/// A reload and a stop of an app whose server waits on SIGTERM for its connections to
+/// end, with an event stream (and, at the stop, a WebSocket too) open through drover:
+/// drover ends the streams it relays to the worker 2 s after its SIGTERM, the app's
+/// `server.close()` returns, and the worker exits by itself. Before, drover held them
+/// open until `stop_timeout` and SIGKILL: a stop of Nuxt or SvelteKit with one stream
+/// open took 14 s (PM2's 2 s), and its shutdown code never ran.
+#[tokio::test]
+async fn streams_to_a_worker_told_to_stop_end_so_that_its_server_can_close() {
+    let app = common::temp_dir("streams-cut").join("waiting.js");
+    std::fs::write(&app, WAITING_APP).unwrap();
+    let args = common::run_args(1, &[], &["node", &app.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+
+    let mut stream = subscribed_to(d.addr(), "/events").await;
+    d.signal("HUP").unwrap();
+    assert!(
+        ends_within(&mut stream, Duration::from_secs(30)).await,
+        "the stream to the reloaded worker stayed open\n{}",
+        d.stderr_text()
+    );
+    // A reload returns once its old workers have stopped.
+    d.wait_for_line("reloaded app", Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("no reload:\n{}", d.stderr_text()));
+    assert!(!d.stderr_text().contains("SIGKILL"), "{}", d.stderr_text());
+    common::wait_all_serving(&d, admin).await;
+
+    let mut stream = subscribed_to(d.addr(), "/events").await;
+    let mut tunnel = tunnelled(d.addr()).await;
+    d.signal("TERM").unwrap();
+    let status = d.wait_exit(Duration::from_secs(30)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        d.stderr_text()
+    );
+    assert!(ends_within(&mut stream, Duration::from_secs(1)).await);
+    assert!(ends_within(&mut tunnel, Duration::from_secs(1)).await);
+    assert!(!d.stderr_text().contains("SIGKILL"), "{}", d.stderr_text());
+}
+
+/// A reload of an app that does not handle SIGTERM (a WebSocket server as the `ws`
+/// README writes one) with an event stream and a WebSocket open on its worker: once
+/// only they are left, drover ends them, and the old worker's drain is over. Before, it
+/// waited out `drain_timeout` (30 s; PM2's reload: 0.9 s) with the clients on the old
+/// code all along.
+#[tokio::test]
+async fn a_reload_ends_the_streams_of_an_app_that_does_not_handle_sigterm() {
+    let handler = "process.on('SIGTERM', () => server.close(() => process.exit(0)));";
+    assert!(WAITING_APP.contains(handler));
+    let app = common::temp_dir("streams-cut-nosig").join("nosig.js");
+    std::fs::write(&app, WAITING_APP.replace(handler, "")).unwrap();
+    let args = common::run_args(1, &[], &["node", &app.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    let mut stream = subscribed_to(d.addr(), "/events").await;
+    let mut tunnel = tunnelled(d.addr()).await;
+    d.signal("HUP").unwrap();
+    for (what, client) in [("stream", &mut stream), ("WebSocket", &mut tunnel)] {
+        assert!(
+            ends_within(client, Duration::from_secs(20)).await,
+            "the {what} to the reloaded worker stayed open\n{}",
+            d.stderr_text()
+        );
+    }
+    d.wait_for_line("reloaded app", Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no reload:\n{}", d.stderr_text()));
+    assert!(
+        !d.stderr_text().contains("drain_timeout"),
+        "{}",
+        d.stderr_text()
+    );
+    // Its clients come back to the new worker.
+    let _again = subscribed_to(d.addr(), "/events").await;
 }

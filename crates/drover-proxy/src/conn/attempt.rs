@@ -557,6 +557,15 @@ impl Conn {
         let mut framer = Framer::new(resp.body, resp.dechunk);
         let mut written = 0;
         let sent = loop {
+            // A long-lived answer from a worker told to stop ends when its supervisor
+            // says (`Endpoint::cut_streams`); the client's EventSource comes back.
+            let cut = async {
+                if long_lived {
+                    endpoint.streams_cut().await;
+                } else {
+                    std::future::pending().await
+                }
+            };
             let ends = Ends {
                 src: &mut up,
                 pending: &mut self.ubuf,
@@ -566,15 +575,8 @@ impl Conn {
                 write_timeout: timeouts.client,
                 pace: None,
             };
-            let sent = body::relay(
-                &mut framer,
-                ends,
-                RESPONSE_BUFFER,
-                false,
-                std::future::pending(),
-                &mut written,
-            )
-            .await;
+            let sent =
+                body::relay(&mut framer, ends, RESPONSE_BUFFER, false, cut, &mut written).await;
             match sent {
                 // A quiet gap in a long-lived answer is the app's (an event stream with
                 // no news): it goes on for as long as the client waits for it.
@@ -593,7 +595,11 @@ impl Conn {
             .stats()
             .record_request_duration(clock::now().saturating_sub(slot.pick().started()));
         match sent {
-            Ok(_) => {
+            Ok(Relayed::Interrupted) => {
+                debug!(endpoint = %endpoint.addr(), "a stream from a stopping worker ended");
+                Attempt::Abort
+            }
+            Ok(Relayed::Complete) => {
                 // An HTTP/2 stream is done; its connection stays with the thread's.
                 let reusable = !matches!(up, Upstream::H2(_)) && !endpoint.is_retiring();
                 if reusable && resp.backend_keep_alive && request_sent && self.ubuf.is_empty() {
@@ -765,8 +771,12 @@ impl Conn {
             *buf = Vec::new();
         }
         let stats = endpoint.stats();
-        self.outcome.bytes +=
-            crate::tcp::tunnel(&mut self.client, &mut up, || stats.record_tunnel_read()).await;
+        let relayed = crate::tcp::tunnel(&mut self.client, &mut up, || stats.record_tunnel_read());
+        self.outcome.bytes += tokio::select! {
+            sent = relayed => sent,
+            // Its worker was told to stop, and waits for its connections to end.
+            () = endpoint.streams_cut() => 0,
+        };
         Attempt::Done(false)
     }
 }
