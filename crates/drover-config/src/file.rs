@@ -1005,6 +1005,7 @@ struct RawTls {
     /// A TCP listener's ALPN protocols.
     alpn: Option<Spanned<Vec<Spanned<String>>>>,
     min_version: Option<Spanned<String>>,
+    client_ca: Option<Spanned<String>>,
 }
 
 /// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`; `{}` verifies
@@ -1294,6 +1295,9 @@ impl RawConfig {
                 for (j, (cert, key)) in tls.get_ref().entries().into_iter().enumerate() {
                     origin(cert.span(), format!("balancer[{i}].tls.certs[{j}].cert"));
                     origin(key.span(), format!("balancer[{i}].tls.certs[{j}].key"));
+                }
+                if let Some(ca) = &tls.get_ref().client_ca {
+                    origin(ca.span(), format!("balancer[{i}].tls.client_ca"));
                 }
             }
             if let Some(bt) = &raw.get_ref().backend_tls {
@@ -2933,10 +2937,21 @@ fn validate_tls(
             .map_err(|e| ctx.at(v.span(), key("tls.min_version"), e))?,
         None => Default::default(),
     };
+    let client_ca =
+        match &tls.client_ca {
+            Some(ca) if ca.get_ref().is_empty() => return Err(ctx.at(
+                ca.span(),
+                key("tls.client_ca"),
+                "empty path: name a PEM file of the CA certificates that sign client certificates",
+            )),
+            Some(ca) => Some(PathBuf::from(ca.get_ref())),
+            None => None,
+        };
     Ok(TlsConfig {
         certs,
         alpn,
         min_version,
+        client_ca,
     })
 }
 

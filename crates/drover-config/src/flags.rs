@@ -295,6 +295,13 @@ pub struct TlsArgs {
     /// TLSv1.3`, HAProxy's `ssl-min-ver`) [default: 1.2]
     #[arg(long, value_name = "VERSION", requires = "tls_cert")]
     pub tls_min_version: Option<drover_proxy::tls::MinVersion>,
+
+    /// Ask every client for a certificate signed by one of the CA certificates in
+    /// this PEM file, and refuse the handshake of one that has none (nginx's
+    /// `ssl_client_certificate` with `ssl_verify_client on`, HAProxy's `ca-file` with
+    /// `verify required`).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl TlsArgs {
@@ -328,6 +335,7 @@ impl TlsArgs {
         Ok(Some(model::TlsConfig {
             alpn: self.tls_alpn.clone(),
             min_version: self.tls_min_version.unwrap_or_default(),
+            client_ca: self.tls_client_ca.clone(),
             certs: self
                 .tls_cert
                 .iter()

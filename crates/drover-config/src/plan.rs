@@ -66,6 +66,9 @@ impl PlanError {
     /// (`balancer[0].tls.certs[1].key`); `index` is the balancer's.
     pub fn key(&self, index: usize) -> Option<String> {
         match self {
+            PlanError::Tls { source, .. } if source.part == drover_proxy::tls::Part::ClientCa => {
+                Some(format!("balancer[{index}].tls.client_ca"))
+            }
             PlanError::Tls { source, .. } => Some(format!(
                 "balancer[{index}].tls.certs[{}].{}",
                 source.index,

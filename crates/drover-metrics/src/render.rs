@@ -234,7 +234,7 @@ fn tls_families(e: &mut Exposition, bs: &[BalancerSnapshot]) {
     }
     e.counter(
         "drover_tls_handshake_failures",
-        "TLS handshakes that failed, by reason: timeout, not-tls (plain HTTP to the TLS port), client-alert (the client refused), closed (mid-handshake), protocol.",
+        "TLS handshakes that failed, by reason: timeout, not-tls (plain HTTP to the TLS port), client-alert (the client refused), closed (mid-handshake), protocol, client-cert (no client certificate, or one client_ca did not sign).",
     );
     for b in bs.iter().filter(tls) {
         for (why, &n) in TlsFailure::ALL.iter().zip(&b.counts.tls_failures) {

@@ -159,10 +159,10 @@ pub struct BalancerStats {
     /// TLS handshakes completed (once per connection: plain atomics).
     tls_handshakes: AtomicU64,
     /// TLS handshakes failed, by `TlsFailure`.
-    tls_failures: [AtomicU64; 5],
+    tls_failures: [AtomicU64; TlsFailure::ALL.len()],
     /// TLS handshakes with backends failed, by `BackendTlsFailure` (plain atomics: a
     /// failure is rare).
-    backend_tls_failures: [AtomicU64; 11],
+    backend_tls_failures: [AtomicU64; BackendTlsFailure::ALL.len()],
     /// HTTP/2 client connections, and the streams (requests) they carried: HTTP/1.1's
     /// requests are the rest (plain atomics: HTTP/2's path only touches them).
     http2_connections: AtomicU64,
@@ -208,15 +208,19 @@ pub enum TlsFailure {
     /// drover ended it: the client's messages were invalid, or nothing they offer is
     /// served (versions, ciphers, ALPN).
     Protocol,
+    /// The listener asks for a client certificate (`client_ca`) and the client sent
+    /// none, or one its CAs did not sign (or expired).
+    ClientCert,
 }
 
 impl TlsFailure {
-    pub const ALL: [TlsFailure; 5] = [
+    pub const ALL: [TlsFailure; 6] = [
         TlsFailure::Timeout,
         TlsFailure::NotTls,
         TlsFailure::ClientAlert,
         TlsFailure::Closed,
         TlsFailure::Protocol,
+        TlsFailure::ClientCert,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -226,6 +230,7 @@ impl TlsFailure {
             TlsFailure::ClientAlert => "client-alert",
             TlsFailure::Closed => "closed",
             TlsFailure::Protocol => "protocol",
+            TlsFailure::ClientCert => "client-cert",
         }
     }
 }
@@ -727,10 +732,10 @@ pub struct BalancerCounts {
     pub tls_handshakes: u64,
     /// TLS handshakes failed, by `TlsFailure`.
     #[serde(default)]
-    pub tls_failures: [u64; 5],
+    pub tls_failures: [u64; TlsFailure::ALL.len()],
     /// TLS handshakes with backends failed, by `BackendTlsFailure::ALL`.
     #[serde(default)]
-    pub backend_tls_failures: [u64; 11],
+    pub backend_tls_failures: [u64; BackendTlsFailure::ALL.len()],
     /// The certificates served now (empty on a plain listener).
     #[serde(default)]
     pub tls_certificates: Vec<CertificateExpiry>,

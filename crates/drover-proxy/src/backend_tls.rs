@@ -26,7 +26,6 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use rustls_pki_types::pem::PemObject;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -163,7 +162,7 @@ impl Connector {
                     .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
                 let (key, info) = tls::load_one(0, files, &provider).map_err(|e| Error {
                     part: match e.part {
-                        tls::Part::Cert => Part::Cert,
+                        tls::Part::Cert | tls::Part::ClientCa => Part::Cert,
                         tls::Part::Key => Part::Key,
                     },
                     path: e.path,
@@ -321,29 +320,11 @@ pub fn server_name(name: &str) -> Result<ServerName<'static>, String> {
 
 /// The CA certificates of a PEM file.
 fn ca_file(path: &Path) -> Result<RootCertStore, Error> {
-    let err = |kind| Error {
+    tls::ca_roots(path).map_err(|kind| Error {
         part: Part::Ca,
         path: path.to_owned(),
         kind,
-    };
-    let bytes = std::fs::read(path).map_err(|e| err(ErrorKind::Read(e.to_string())))?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(ErrorKind::NotPem(tls::pem_error(&e))))?;
-    if certs.is_empty() {
-        return Err(err(if tls::has_pem_section(&bytes) {
-            ErrorKind::Missing("CERTIFICATE")
-        } else {
-            ErrorKind::NotPem("no -----BEGIN line".into())
-        }));
-    }
-    let mut roots = RootCertStore::empty();
-    for cert in certs {
-        roots
-            .add(cert)
-            .map_err(|e| err(ErrorKind::BadCertificate(e.to_string())))?;
-    }
-    Ok(roots)
+    })
 }
 
 /// The system's trust store. Certificates in it that do not parse are skipped, as

@@ -253,6 +253,7 @@ fn tls(pki: &Pki) -> Arc<drover_proxy::tls::Certificates> {
         }],
         alpn: Vec::new(),
         min_version: Default::default(),
+        client_ca: None,
     };
     Arc::new(drover_proxy::tls::Certificates::load(&settings).unwrap())
 }

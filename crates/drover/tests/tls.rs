@@ -1960,3 +1960,110 @@ async fn h2loads_streams_over_tls_and_h2c_are_all_answered_and_spread_over_the_b
         );
     }
 }
+
+/// `client_ca` in `tls` (`--tls-client-ca`; nginx's `ssl_verify_client on` with
+/// `ssl_client_certificate`, HAProxy's `verify required ca-file`): curl with a
+/// certificate the CA signed is served; with none, or with one another CA signed, its
+/// handshake is refused and counted `client-cert`. The CA file is read again when it
+/// changes (a rotated CA): the other CA's client is served then, and the first's
+/// refused. A `client_ca` that is not PEM stops the start naming the key and the file,
+/// and the flag serves as the key does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_serves_the_clients_it_signed_and_refuses_the_rest() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-client-ca");
+    let site = pki.leaf("site", "a.test", &["a.test"], far_future());
+    let alice = pki.leaf("alice", "alice", &[], far_future());
+    let other = Pki::new("tls-client-ca-other");
+    let mallory = other.leaf("mallory", "mallory", &[], far_future());
+    let client_ca = pki.dir.join("clients-ca.pem");
+    std::fs::copy(&pki.ca_pem, &client_ca).unwrap();
+    let backend = Backend::start().await;
+    let table = tls_table(&[&site]).replacen(
+        "tls = {",
+        &format!("tls = {{ client_ca = {},", toml_path(&client_ca)),
+        1,
+    );
+    let (d, web, admin, _) = start(&pki.dir, &config(backend.addr(), &table)).await;
+    let with = |(cert, key): &(PathBuf, PathBuf)| {
+        let (code, _, err) = curl(
+            &pki,
+            "a.test",
+            web,
+            &["/"],
+            &[
+                "--cert",
+                cert.to_str().unwrap(),
+                "--key",
+                key.to_str().unwrap(),
+            ],
+        );
+        (code, err)
+    };
+    let (code, err) = with(&alice);
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    let (code, err) = with(&mallory);
+    assert_ne!(code, 0, "another CA's client was served: {err}");
+    let (code, _, err) = curl(&pki, "a.test", web, &["/"], &[]);
+    assert_ne!(code, 0, "a client with no certificate was served: {err}");
+    let failures = "drover_tls_handshake_failures_total";
+    wait_metric(admin, failures, ",reason=\"client-cert\"", 2.0).await;
+
+    // The other CA in its place: read again, as a certificate is.
+    std::fs::copy(&other.ca_pem, &client_ca).unwrap();
+    let (code, out, err) = ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(with(&mallory).0, 0, "{}", d.stderr_text());
+    assert_ne!(with(&alice).0, 0);
+    drop(d);
+
+    // A CA file that is not PEM, named with its key.
+    std::fs::write(&client_ca, "not a certificate\n").unwrap();
+    let path = pki.dir.join("bad-client-ca.toml");
+    std::fs::write(&path, config(backend.addr(), &table)).unwrap();
+    let out = Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("tls.client_ca") && err.contains("clients-ca.pem is not PEM"),
+        "{err}"
+    );
+
+    // The flag.
+    std::fs::copy(&pki.ca_pem, &client_ca).unwrap();
+    let flags = [
+        "proxy",
+        "-l",
+        "127.0.0.1:0",
+        "-b",
+        &backend.addr().to_string(),
+        "--tls-cert",
+        site.0.to_str().unwrap(),
+        "--tls-key",
+        site.1.to_str().unwrap(),
+        "--tls-client-ca",
+        client_ca.to_str().unwrap(),
+    ];
+    let d = DroverProcess::spawn(bin(), &flags).await;
+    let web = d.addr();
+    let (code, _, err) = curl(&pki, "a.test", web, &["/"], &[]);
+    assert_ne!(code, 0, "{err}");
+    let (code, _, err) = curl(
+        &pki,
+        "a.test",
+        web,
+        &["/"],
+        &[
+            "--cert",
+            alice.0.to_str().unwrap(),
+            "--key",
+            alice.1.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+}

@@ -89,6 +89,9 @@ pub async fn handshake(
 fn reason(e: &rustls::Error) -> Failure {
     match e {
         rustls::Error::AlertReceived(_) => Failure::ClientAlert,
+        rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {
+            Failure::ClientCert
+        }
         _ => Failure::Protocol,
     }
 }

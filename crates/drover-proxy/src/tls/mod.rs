@@ -87,6 +87,11 @@ pub struct Settings {
     /// The oldest TLS version a client may use (nginx's `ssl_protocols`, HAProxy's
     /// `ssl-min-ver`).
     pub min_version: MinVersion,
+    /// The CA certificates (PEM) a client's certificate must be signed by: with one, a
+    /// client that presents none, or one no CA here signed, is refused in the handshake
+    /// (nginx's `ssl_client_certificate` with `ssl_verify_client on`, HAProxy's
+    /// `ca-file` with `verify required`).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The oldest TLS version a listener takes. 1.0 and 1.1 never: rustls has neither.
@@ -171,6 +176,8 @@ pub struct CertFiles {
 pub enum Part {
     Cert,
     Key,
+    /// `Settings::client_ca` (its `index` is 0).
+    ClientCa,
 }
 
 impl Part {
@@ -178,6 +185,7 @@ impl Part {
         match self {
             Part::Cert => "cert",
             Part::Key => "key",
+            Part::ClientCa => "client_ca",
         }
     }
 }
@@ -333,11 +341,14 @@ impl Certificates {
             info.iter().map(|i| i.names.as_slice()).collect::<Vec<_>>(),
             provider.cipher_suites.clone(),
         );
-        let mut config = ServerConfig::builder_with_provider(provider)
+        let versions = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_protocol_versions(settings.min_version.versions())
-            .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
+            .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?;
+        let mut config = match &settings.client_ca {
+            None => versions.with_no_client_auth(),
+            Some(path) => versions.with_client_cert_verifier(client_verifier(path, provider)?),
+        }
+        .with_cert_resolver(Arc::new(resolver));
         // `http/1.0` too, as nginx offers it: `curl -0` names it, and a server that
         // knows none of what a client offers ends the handshake (alert 120), so such a
         // client got no answer at all.
@@ -439,7 +450,47 @@ fn stamps(settings: &Settings) -> Vec<Option<Stamp>> {
         .certs
         .iter()
         .flat_map(|f| [Stamp::of(&f.cert), Stamp::of(&f.key)])
+        .chain(settings.client_ca.iter().map(|ca| Stamp::of(ca)))
         .collect()
+}
+
+/// What checks a client's certificate against the CAs of `path`.
+fn client_verifier(
+    path: &Path,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, Error> {
+    let err = |kind| Error {
+        index: 0,
+        part: Part::ClientCa,
+        path: path.to_owned(),
+        kind,
+    };
+    let roots = ca_roots(path).map_err(err)?;
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| err(ErrorKind::Rustls(e.to_string())))
+}
+
+/// The CA certificates of a PEM file, every one of which must parse.
+pub(crate) fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, ErrorKind> {
+    let bytes = std::fs::read(path).map_err(|e| ErrorKind::Read(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ErrorKind::NotPem(pem_error(&e)))?;
+    if certs.is_empty() {
+        return Err(if has_pem_section(&bytes) {
+            ErrorKind::Missing("CERTIFICATE")
+        } else {
+            ErrorKind::NotPem("no -----BEGIN line".into())
+        });
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots
+            .add(cert)
+            .map_err(|e| ErrorKind::BadCertificate(e.to_string()))?;
+    }
+    Ok(roots)
 }
 
 /// The process's one ticketer: every listener's, and every reload's, so a session
@@ -617,6 +668,7 @@ mod tests {
             certs,
             alpn: Vec::new(),
             min_version: MinVersion::default(),
+            client_ca: None,
         })
     }
 
@@ -767,6 +819,7 @@ mod tests {
             certs: Vec::new(),
             alpn: Vec::new(),
             min_version: MinVersion::default(),
+            client_ca: None,
         });
         assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
     }
