@@ -919,3 +919,115 @@ async fn settings_that_cannot_go_with_http2_backends_are_refused() {
         "{e}"
     );
 }
+
+/// A client that stops reading its server streams (24 of them on one connection, each
+/// sending 2 MB) holds back its own streams only: another client's calls to the same
+/// backend, on the one HTTP/2 connection each serving thread keeps to it, are answered
+/// meanwhile, and the slow client reads everything once it reads again. Before, the
+/// backend connection's window (4 MiB) filled with what 16 such streams held unread,
+/// and every other call to that backend waited, here past its 3 s deadline (gRPC seat
+/// #1; nginx, with a connection per call, answers them).
+#[tokio::test]
+async fn a_slow_reader_of_server_streams_holds_up_no_other_clients_call() {
+    let (_backend, backend) = node_server(&fixture("grpc", "server.js"), &["A"]).await;
+    let d = h2c_proxy(&[backend], &[]).await;
+    let mut reader = Command::new("node")
+        .arg(fixture("grpc", "slow-reader.js"))
+        .args([&d.addr().to_string(), "24", "6000"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(reader.stdout.take().unwrap()).lines();
+    let holding = tokio::time::timeout(Duration::from_secs(10), lines.next_line()).await;
+    assert!(
+        matches!(&holding, Ok(Ok(Some(l))) if l == "holding"),
+        "{holding:?}"
+    );
+    // Its streams fill every window they can meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let out = Command::new("node")
+        .arg(fixture("grpc", "client.js"))
+        .args([&d.addr().to_string(), "Name", "5"])
+        .env("DEADLINE_MS", "3000")
+        .output()
+        .await
+        .expect("node");
+    let answers: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert!(
+        failed_calls(&answers).is_empty(),
+        "{answers}\n{}",
+        d.stderr_text()
+    );
+    let read = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+    // 24 streams of 20 messages of 100,000 bytes, each with gRPC's 5-byte prefix.
+    let all = 24 * 20 * (100_000 + 5);
+    assert!(
+        matches!(&read, Ok(Ok(Some(l))) if *l == format!("read {all}")),
+        "{read:?}\n{}",
+        d.stderr_text()
+    );
+}
+
+/// A backend that allows 5 streams at once per connection (its
+/// SETTINGS_MAX_CONCURRENT_STREAMS), with 5 watches (server-streaming calls) open on
+/// it through drover: another client's calls are answered within their deadline, on a
+/// second connection drover opens to the backend, and the watches all end whole.
+/// Before, the calls waited on the one connection for a watch to end, here past their
+/// 2 s deadline (gRPC seat #2; nginx, with a connection per call, answers them).
+#[tokio::test]
+async fn calls_past_a_backends_stream_cap_go_on_another_connection_to_it() {
+    let mut server = Command::new("node");
+    server
+        .arg(fixture("grpc", "server.js"))
+        .args(["A", "500"])
+        .env("MAX_STREAMS", "5");
+    let (_backend, backend) = common::node_listening(server).await;
+    let d = h2c_proxy(&[backend], &[]).await;
+    let addr = d.addr().to_string();
+    let client = fixture("grpc", "client.js");
+    // One call first: the backend's SETTINGS, and its cap, are known from then on.
+    let first = node_client(&client, &[&addr, "Name", "1"]).await;
+    assert!(failed_calls(&first).is_empty(), "{first}");
+    let watches: Vec<_> = (0..5)
+        .map(|_| {
+            Command::new("node")
+                .arg(&client)
+                .args([&addr, "Tick", "8"])
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("node")
+        })
+        .collect();
+    let watches = tokio::spawn(async move {
+        let mut all = Vec::new();
+        for watch in watches {
+            all.push(watch.wait_with_output().await.expect("node"));
+        }
+        all
+    });
+    // The watches open meanwhile (8 ticks 500 ms apart: 4 s each).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let out = Command::new("node")
+        .arg(&client)
+        .args([&addr, "Name", "3"])
+        .env("DEADLINE_MS", "2000")
+        .output()
+        .await
+        .expect("node");
+    let answers: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert!(
+        failed_calls(&answers).is_empty(),
+        "{answers}\n{}",
+        d.stderr_text()
+    );
+    for watch in watches.await.unwrap() {
+        let got: serde_json::Value = serde_json::from_slice(&watch.stdout).unwrap();
+        assert_eq!(got[0]["code"], 0, "{got}");
+        assert_eq!(got[0]["got"].as_array().map(Vec::len), Some(8), "{got}");
+    }
+}

@@ -23,16 +23,23 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// A stream's and the connection's receive windows: responses stream back at the pace
-/// drover's relay reads them, several at once.
+/// A stream's receive window: a response streams back at the pace drover's relay reads
+/// it, and no more than this waits unread for a client that reads slowly.
 const STREAM_WINDOW: u32 = 256 * 1024;
-const CONNECTION_WINDOW: u32 = 4 * 1024 * 1024;
+
+/// The connection's receive window: the largest HTTP/2 allows (2^31 - 1), so that only
+/// each stream's own window holds its backend back. The streams of every client of a
+/// serving thread share its one connection to a backend; with 4 MiB, 16 streams a slow
+/// client left unread filled it, and every other call to that backend waited until
+/// the slow client read again (gRPC seat #1). What waits unread stays bounded by the
+/// streams open, each to `STREAM_WINDOW`.
+const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// Longest request head taken: drover wrote it within its own limits.
 const MAX_HEAD: usize = 1024 * 1024;
@@ -104,6 +111,8 @@ impl std::str::FromStr for BackendProtocol {
 pub struct H2Conn {
     send: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
+    /// Streams drover opened on it whose exchange is not over (see `has_room`).
+    streams: Arc<AtomicUsize>,
 }
 
 impl H2Conn {
@@ -126,16 +135,31 @@ impl H2Conn {
             }
             ended.store(true, Relaxed);
         });
-        Ok(H2Conn { send, closed })
+        Ok(H2Conn {
+            send,
+            closed,
+            streams: Arc::default(),
+        })
     }
 
     fn is_open(&self) -> bool {
         !self.closed.load(Relaxed)
     }
 
+    /// Whether a new stream opens on it at once: fewer are open than the backend's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS allows (unlimited until its SETTINGS come).
+    /// Past it, h2 holds a new stream until one ends: a backend that allows 5 (gRPC
+    /// servers often cap them) had every call past 5 watches wait for one to end, and
+    /// time out (gRPC seat #2).
+    fn has_room(&self) -> bool {
+        self.streams.load(Relaxed) < self.send.current_max_send_streams()
+    }
+
     /// A new stream's exchange on this connection; `https` names the scheme sent.
     pub fn exchange(&self, https: bool, endpoint: SocketAddr) -> H2Exchange {
+        self.streams.fetch_add(1, Relaxed);
         H2Exchange {
+            _open: OpenStream(Arc::clone(&self.streams)),
             conn: self.send.clone(),
             https,
             endpoint,
@@ -148,16 +172,26 @@ impl H2Conn {
     }
 }
 
+/// One stream counted in its connection's `H2Conn::streams` until its exchange ends.
+struct OpenStream(Arc<AtomicUsize>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 struct Kept {
     conn: H2Conn,
     last_used: Instant,
 }
 
-/// One serving thread's HTTP/2 connections to its endpoints. The lock is never
-/// contended: one thread uses it (tokio tasks must be `Send`).
+/// One serving thread's HTTP/2 connections to its endpoints: one each, and more where
+/// the backend's cap on concurrent streams is reached. The lock is never contended:
+/// one thread uses it (tokio tasks must be `Send`).
 #[derive(Default)]
 pub struct H2Backends {
-    conns: Mutex<HashMap<SocketAddr, Kept>>,
+    conns: Mutex<HashMap<SocketAddr, Vec<Kept>>>,
     /// One connect at a time per endpoint: a burst of requests at a cold start waits
     /// for the first one's connection instead of opening one each.
     connecting: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
@@ -171,45 +205,40 @@ impl H2Backends {
         Arc::clone(gates.entry(addr).or_default())
     }
 
-    /// The open connection to `addr`, if there is one.
+    /// An open connection to `addr` with room for a new stream, if there is one.
     pub fn get(&self, addr: SocketAddr) -> Option<H2Conn> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        match conns.get_mut(&addr) {
-            Some(kept) if kept.conn.is_open() => {
-                kept.last_used = Instant::now();
-                Some(kept.conn.clone())
-            }
-            Some(_) => {
-                conns.remove(&addr);
-                None
-            }
-            None => None,
+        let kept = conns.get_mut(&addr)?;
+        kept.retain(|k| k.conn.is_open());
+        let found = kept.iter_mut().find(|k| k.conn.has_room()).map(|k| {
+            k.last_used = Instant::now();
+            k.conn.clone()
+        });
+        if kept.is_empty() {
+            conns.remove(&addr);
         }
+        found
     }
 
-    /// Keeps `conn` as the connection to `addr`, unless another opened at the same
-    /// time is kept already (this one then ends with its stream).
+    /// Keeps `conn` among the connections to `addr`, for the streams that follow.
     pub fn keep(&self, addr: SocketAddr, conn: &H2Conn) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let replace = conns.get(&addr).is_none_or(|k| !k.conn.is_open());
-        if replace {
-            conns.insert(
-                addr,
-                Kept {
-                    conn: conn.clone(),
-                    last_used: Instant::now(),
-                },
-            );
-        }
+        conns.entry(addr).or_default().push(Kept {
+            conn: conn.clone(),
+            last_used: Instant::now(),
+        });
     }
 
     /// Lets go of connections unused for `idle` (their endpoints may be gone); streams
     /// still on them finish first.
     pub fn sweep(&self, idle: Duration) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        conns.retain(|_, k| k.conn.is_open() && k.last_used.elapsed() < idle);
+        for kept in conns.values_mut() {
+            kept.retain(|k| k.conn.is_open() && k.last_used.elapsed() < idle);
+        }
+        conns.retain(|_, kept| !kept.is_empty());
         let mut gates = self.connecting.lock().unwrap_or_else(|e| e.into_inner());
-        // A gate nobody waits at goes with its connection.
+        // A gate nobody waits at goes with its connections.
         gates.retain(|addr, gate| conns.contains_key(addr) || Arc::strong_count(gate) > 1);
     }
 }
@@ -371,6 +400,8 @@ enum Receiving {
 
 /// One request as one HTTP/2 stream; see the module's doc.
 pub struct H2Exchange {
+    /// Counts it among its connection's streams while it lasts (dropped with it).
+    _open: OpenStream,
     conn: SendRequest<Bytes>,
     https: bool,
     endpoint: SocketAddr,
