@@ -198,6 +198,8 @@ pub struct Options {
     pub only: Vec<String>,
     /// Overrides every app's `instances` (PM2's `-i`).
     pub instances: Option<Workers>,
+    /// Where every cluster-mode app's workers take their own ports (`--worker-ports`).
+    pub worker_ports: Option<drover_supervisor::PortRange>,
 }
 
 /// An ecosystem file and how `drover run` read it: what a reload reads again, as
@@ -767,6 +769,9 @@ impl App {
         // Its balancer follows the app's listen(): the app reads this file's PORT (or
         // the user's), not drover's, as under PM2.
         spec.users_port = cluster;
+        if cluster {
+            spec.worker_ports = options.worker_ports;
+        }
         // Its balancer's limits are the defaults (`ecosystem_balancers`).
         spec.head_limit = cluster.then(|| model::LimitsConfig::default().max_header_bytes);
         if let Some((written, v)) = self.keys.get("max_memory_restart") {

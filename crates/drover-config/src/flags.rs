@@ -1407,6 +1407,11 @@ fn default_workers(mode: model::Mode, platforms: Option<&str>) -> Result<model::
 /// The first of `args`' flags that only a balancer uses, if any was given: a background
 /// app has none.
 fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
+    balancer_flag_but(args, None)
+}
+
+/// `balancer_flag`, leaving out `except`.
+fn balancer_flag_but(args: &RunArgs, except: Option<&str>) -> Option<&'static str> {
     let l = &args.limits;
     let given = [
         (args.listen.is_some(), "--listen"),
@@ -1444,7 +1449,7 @@ fn balancer_flag(args: &RunArgs) -> Option<&'static str> {
     ];
     given
         .into_iter()
-        .find(|(set, _)| *set)
+        .find(|&(set, flag)| set && Some(flag) != except)
         .map(|(_, flag)| flag)
         .or_else(|| args.timeouts.first_given())
 }
@@ -1766,7 +1771,9 @@ fn run_admin(args: &RunArgs) -> Result<(Option<model::AdminConfig>, bool), Strin
 }
 
 /// The first of `args`' flags that an ecosystem file's apps take from the file, if any
-/// was given. `-i` is not one: it sets every app's instances, as under PM2.
+/// was given. `-i` is not one: it sets every app's instances, as under PM2; nor
+/// `--worker-ports`, which PM2 has no key for: every cluster-mode app's workers take
+/// their ports in its range.
 fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
     let app = app();
     let given = [
@@ -1784,7 +1791,7 @@ fn ecosystem_flag(args: &RunArgs) -> Option<&'static str> {
             "--send-proxy-protocol",
         ),
     ];
-    balancer_flag(args).or_else(|| {
+    balancer_flag_but(args, Some("--worker-ports")).or_else(|| {
         given
             .into_iter()
             .find(|(set, _)| *set)
@@ -1815,6 +1822,7 @@ fn ecosystem_run_config(args: &RunArgs, file: &str) -> Result<RunConfig, String>
             env: args.env_name.clone(),
             only: args.only.clone(),
             instances: args.workers,
+            worker_ports: args.worker_ports,
         },
         threads: args.threads,
     };

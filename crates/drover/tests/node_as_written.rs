@@ -4382,3 +4382,53 @@ async fn status_shows_the_apps_memory_under_npm_start_not_npms() {
     );
     drover_stops_cleanly("npm start", &d).await;
 }
+
+/// `drover run ecosystem.config.js --worker-ports LOW-HIGH`: every cluster-mode app's
+/// workers take their own ports in the range, through a reload too. Before, the flag
+/// was refused with an ecosystem file, and PM2's file has no key for it: a firewalled
+/// host could not run one (Node seat #3).
+#[tokio::test]
+async fn an_ecosystem_files_workers_take_their_ports_in_the_worker_ports_range() {
+    let dir = temp_dir("ecosystem-worker-ports");
+    let port = drover_testkit::free_port();
+    std::fs::write(
+        dir.join("api.js"),
+        "require('http').createServer((req, res) => res.end('ok')).listen(process.env.PORT);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ecosystem.config.js"),
+        format!("module.exports = {{ apps: [{{ name: 'api', script: './api.js', instances: 2, exec_mode: 'cluster', env: {{ PORT: {port} }} }}] }};\n"),
+    )
+    .unwrap();
+    let low = drover_testkit::free_port();
+    let range = format!("{low}-{}", low + 5);
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "ecosystem.config.js", "--worker-ports", &range])
+        .args(["--admin", "127.0.0.1:0"])
+        .current_dir(&dir);
+    clean_env(&mut cmd);
+    let d = spawn_ready_line(cmd, "\"api\" listening on ").await;
+    let admin = admin_addr(&d).await;
+    for round in ["start", "reload"] {
+        if round == "reload" {
+            let (code, out, err) = ctl(admin, &["reload"]).await;
+            assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+        }
+        wait_all_serving(&d, admin).await;
+        let ports: Vec<Option<u16>> = status(admin).await.apps[0]
+            .workers
+            .iter()
+            .map(|w| w.port)
+            .collect();
+        assert!(
+            ports
+                .iter()
+                .all(|p| p.is_some_and(|p| (low..=low + 5).contains(&p))),
+            "{round}: {ports:?} outside {range}\n{}",
+            d.stderr_text()
+        );
+        let r = get(SocketAddr::from(([127, 0, 0, 1], port)), "/").await;
+        assert_eq!(r.status, 200, "{round}: {}", d.stderr_text());
+    }
+}
