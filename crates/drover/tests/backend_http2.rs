@@ -568,8 +568,16 @@ async fn a_grpc_call_is_never_downgraded_to_http1() {
     let d = proxy(&[addr], &["--h2c"]).await;
     let answers = node_client(&client, &[&d.addr().to_string(), "Name", "1"]).await;
     let a = &answers[0];
+    // drover's reason reaches the client as gRPC's status (it read "Received HTTP
+    // status code 502" before: gRPC seat #3).
     assert_eq!(a["code"], 14, "UNAVAILABLE: {a}");
-    assert!(a["details"].as_str().unwrap().contains("502"), "{a}");
+    assert!(
+        a["details"]
+            .as_str()
+            .unwrap()
+            .contains("set backend_protocol = \"h2c\""),
+        "{a}"
+    );
     // The warning may reach drover's stderr after the answer reached the client.
     let warned = wait_until(Duration::from_secs(5), || {
         d.stderr_text().contains("backend_protocol = \"h2c\"")
@@ -591,8 +599,27 @@ async fn a_grpc_call_is_never_downgraded_to_http1() {
         )
         .await
         .unwrap();
-    assert_eq!(r.status, 502);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("grpc-status"), Some("14"));
     assert_eq!(r.header("drover-error"), Some("grpc-over-http1"));
+}
+
+/// drover's own failures reach a gRPC client as gRPC statuses with drover's reason: a
+/// backend that refuses connections is UNAVAILABLE, "... connect ...". Before, the
+/// client read only "Received HTTP status code 502" (gRPC seat #3).
+#[tokio::test]
+async fn drovers_own_failures_reach_a_grpc_client_as_grpc_statuses() {
+    let closed = SocketAddr::from(([127, 0, 0, 1], drover_testkit::free_port()));
+    let d = h2c_proxy(&[closed], &[]).await;
+    let client = fixture("grpc", "client.js");
+    let answers = node_client(&client, &[&d.addr().to_string(), "Name", "1"]).await;
+    let a = &answers[0];
+    assert_eq!(a["code"], 14, "UNAVAILABLE: {a}");
+    let details = a["details"].as_str().unwrap();
+    assert!(
+        details.contains("connect") && !details.contains("HTTP status code"),
+        "{a}"
+    );
 }
 
 /// `--backend-protocol h2c` without `--h2c`: the listener reads HTTP/1.1 only, so a

@@ -152,11 +152,32 @@ impl Conn {
     ) -> bool {
         let close = !head.keep_alive || head.body.is_some();
         self.thread.shared.stats.record_refusal(status);
-        self.send_error(status, cause, detail, close).await;
+        self.write_own_error(head, status, cause, detail, close, None);
+        self.outcome.status = status;
+        self.outcome.error = Some(cause);
+        self.send_out(close).await;
         if head.body.is_some() {
             self.linger().await;
         }
         !close
+    }
+
+    /// drover's own error answer to `head` into `out`: in gRPC's form for a gRPC call
+    /// (`error_page::write_grpc_error`), whose client reads no HTTP status.
+    fn write_own_error(
+        &mut self,
+        head: &RequestHead,
+        status: u16,
+        cause: &str,
+        detail: &str,
+        close: bool,
+        retry_after: Option<u32>,
+    ) {
+        if head.grpc {
+            error_page::write_grpc_error(&mut self.out, status, cause, detail, close);
+        } else {
+            error_page::write_error(&mut self.out, status, cause, detail, close, retry_after);
+        }
     }
 
     /// `exchange`, with the first response head's status and time left in `answered`
@@ -428,8 +449,8 @@ impl Conn {
         let close = !framer.is_done() || !head.keep_alive;
         self.outcome.status = failure.status();
         self.outcome.error = Some(failure.cause());
-        error_page::write_error(
-            &mut self.out,
+        self.write_own_error(
+            head,
             failure.status(),
             failure.cause(),
             &failure.to_string(),
