@@ -556,6 +556,7 @@ pub(crate) fn spawn(spec: &AppSpec, id: usize, listen: Listen<'_>) -> io::Result
         node_channel,
         app: spec.name.clone(),
         id,
+        late_hint: None,
         _lifeline: lifeline,
     })
 }
@@ -636,6 +637,8 @@ pub(crate) struct Worker {
     /// Its app and slot, as its environment names them (`orphans::left_behind`).
     app: String,
     id: usize,
+    /// What the SIGKILL warning adds on why it may have stayed (`set_late_hint`).
+    late_hint: Option<&'static str>,
     /// The only writer of the group's lifeline (`die_with_drover`). Dropped with the
     /// worker, after the group is stopped or SIGKILLed.
     _lifeline: std::os::fd::OwnedFd,
@@ -651,6 +654,12 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 impl Worker {
     pub(crate) fn pid(&self) -> Option<u32> {
         self.group.map(|p| p.as_raw() as u32)
+    }
+
+    /// What the warning that it did not exit within its grace adds: why it may have
+    /// stayed, and what to do.
+    pub(crate) fn set_late_hint(&mut self, hint: &'static str) {
+        self.late_hint = Some(hint);
     }
 
     /// Stops the worker and everything in its group: SIGTERM to the group, up to
@@ -706,10 +715,11 @@ impl Worker {
                     worker = self.id,
                     pid = group.as_raw(),
                     "worker {}/{} (pid {}) or a process it started did not exit within \
-                     {grace:?} of SIGTERM; sending SIGKILL to its process group",
+                     {grace:?} of SIGTERM; sending SIGKILL to its process group{}",
                     self.app,
                     self.id,
                     group.as_raw(),
+                    self.late_hint.map(|h| format!(" ({h})")).unwrap_or_default(),
                 );
             }
         }

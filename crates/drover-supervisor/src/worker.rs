@@ -2296,6 +2296,13 @@ async fn shutdown_proc(shared: &AppState, id: usize, proc: &mut Proc) -> Option<
         drain(shared, id, proc, &ep).await;
         ep.set_worker_life(WorkerLife::Ended);
     }
+    let handles_stop = proc
+        .node_session
+        .as_ref()
+        .is_some_and(|s| s.inbox.handles_stop());
+    if handles_stop {
+        proc.worker.set_late_hint(LATE_NODE_APP);
+    }
     let left = shared.slot(id).left_for_shutdown.take();
     let stop_timeout = proc.spec.stop_timeout;
     let stop = proc.worker.stop(stop_timeout);
@@ -2438,6 +2445,13 @@ async fn drain(shared: &AppState, id: usize, proc: &mut Proc, endpoint: &drover_
 /// would hold it for all of `drain_timeout` (a reload of an app with one WebSocket open
 /// took 30 s, PM2's 4.6 s), and its app, told only at the end, could not close them.
 const STREAMS_AFTER: Duration = Duration::from_secs(5);
+
+/// Why a Node worker whose app handles SIGTERM may outlive its `stop_timeout`, and
+/// what to do: Express's guide closes the server on SIGTERM and lets Node exit once
+/// nothing is left, but a timer or a database pool keeps it up, and every stop and
+/// reload then waited the 10 s to SIGKILL (PM2's 0.5 s: its SIGINT ends such an app;
+/// Node seat #2).
+const LATE_NODE_APP: &str = "its app handles SIGTERM, and something still kept its event loop alive after that (a timer, a database pool, a socket): exit when the shutdown is done (process.exit() in the handler), or lower --stop-timeout (stop_timeout; PM2's --kill-timeout)";
 
 /// How long a worker told to stop while it holds streams (event streams, WebSockets)
 /// relayed by drover keeps them before drover ends them (`Endpoint::cut_streams`). An

@@ -143,6 +143,13 @@ impl Controller {
     /// rolled back (and new apps stopped) before any balancer changes.
     /// Under systemd, RELOADING=1 before and READY=1 after, applied or not.
     pub async fn reload(&self, only: Option<String>) -> Result<String, ControlError> {
+        // Said, not silent: a second deploy's `ctl reload` waited half a minute behind
+        // the first with nothing in the log (Node seat #4).
+        if self.reloading.try_lock().is_err() {
+            drover_spool::eprintln!(
+                "drover: a reload is under way; this one follows once it is done"
+            );
+        }
         systemd::reloading();
         let outcome = match (&self.source, &only) {
             (Source::File(path, running), None) => {

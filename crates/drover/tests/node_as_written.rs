@@ -4432,3 +4432,38 @@ async fn an_ecosystem_files_workers_take_their_ports_in_the_worker_ports_range()
         assert_eq!(r.status, 200, "{round}: {}", d.stderr_text());
     }
 }
+
+/// An app written as Express's guide shows (`server.close()` on SIGTERM, no exit) that
+/// also holds a timer does not exit, and gets SIGKILL at `stop_timeout`: the warning
+/// says why it may have stayed and what to do, where it named only the signal (Node
+/// seat #2: every stop and reload of such an app took 10 s, PM2's 0.5 s).
+#[tokio::test]
+async fn a_node_app_that_stays_after_its_sigterm_handler_is_told_why_and_what_to_do() {
+    let dir = temp_dir("late-exit");
+    let app = dir.join("guide.js");
+    std::fs::write(
+        &app,
+        "const server = require('http').createServer((req, res) => res.end('ok')).listen(process.env.PORT);\nsetInterval(() => {}, 1000);\nprocess.on('SIGTERM', () => server.close());\n",
+    )
+    .unwrap();
+    let args = common::run_args(
+        1,
+        &["--stop-timeout", "1s"],
+        &["node", &app.display().to_string()],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = drover_testkit::DroverProcess::spawn(bin(), &args).await;
+    let admin = admin_addr(&d).await;
+    wait_all_serving(&d, admin).await;
+    d.signal("TERM").unwrap();
+    let status = d.wait_exit(Duration::from_secs(20)).await;
+    assert!(status.is_some(), "{}", d.stderr_text());
+    let err = d.stderr_text();
+    assert!(
+        err.contains("sending SIGKILL")
+            && err.contains("its app handles SIGTERM")
+            && err.contains("process.exit() in the handler")
+            && err.contains("--stop-timeout"),
+        "{err}"
+    );
+}

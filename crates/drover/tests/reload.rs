@@ -943,3 +943,36 @@ async fn scale_up_and_down_under_load_fails_no_request() {
     assert_eq!(all_ready(admin, 1).await, first);
     stops_cleanly(d).await;
 }
+
+/// Two reloads asked at once (two deploys): the second says it follows the first, and
+/// both succeed. Before, the second waited with nothing in the log (Node seat #4).
+#[tokio::test]
+async fn a_reload_asked_during_another_says_it_follows() {
+    let dir = common::temp_dir("reload-twice");
+    let app = dir.join("slow.js");
+    // Each new worker listens 2 s after it starts: a reload takes that long.
+    std::fs::write(
+        &app,
+        "setTimeout(() => require('http').createServer((q, s) => s.end('ok')).listen(process.env.PORT), 2000);\n",
+    )
+    .unwrap();
+    let args = common::run_args(1, &[], &["node", &app.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving_within(&d, admin, Duration::from_secs(20)).await;
+    let first = tokio::spawn(async move { common::ctl(admin, &["reload"]).await });
+    d.wait_for_line("reload asked", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("no reload:\n{}", d.stderr_text()));
+    let (code, out, err) = common::ctl(admin, &["reload"]).await;
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    let (code, out, err) = first.await.unwrap();
+    assert_eq!(code, 0, "{out}{err}\n{}", d.stderr_text());
+    assert!(
+        d.stderr_text()
+            .contains("a reload is under way; this one follows once it is done"),
+        "{}",
+        d.stderr_text()
+    );
+}
