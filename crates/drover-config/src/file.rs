@@ -1006,6 +1006,7 @@ struct RawTls {
     alpn: Option<Spanned<Vec<Spanned<String>>>>,
     min_version: Option<Spanned<String>>,
     client_ca: Option<Spanned<String>>,
+    verify_client: Option<Spanned<String>>,
 }
 
 /// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`; `{}` verifies
@@ -2947,11 +2948,25 @@ fn validate_tls(
             Some(ca) => Some(PathBuf::from(ca.get_ref())),
             None => None,
         };
+    let verify_client =
+        match &tls.verify_client {
+            Some(_) if client_ca.is_none() => return Err(ctx.at(
+                span,
+                key("tls.verify_client"),
+                "verify_client without client_ca: name the CA file that signs client certificates",
+            )),
+            Some(v) => v
+                .get_ref()
+                .parse()
+                .map_err(|e| ctx.at(v.span(), key("tls.verify_client"), e))?,
+            None => Default::default(),
+        };
     Ok(TlsConfig {
         certs,
         alpn,
         min_version,
         client_ca,
+        verify_client,
     })
 }
 

@@ -302,6 +302,11 @@ pub struct TlsArgs {
     /// `verify required`).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+
+    /// With --tls-client-ca: `optional` serves a client without a certificate too (its
+    /// backend hears none), as nginx's `ssl_verify_client optional` [default: required]
+    #[arg(long, value_name = "required|optional", requires = "tls_client_ca")]
+    pub tls_verify_client: Option<drover_proxy::tls::VerifyClient>,
 }
 
 impl TlsArgs {
@@ -336,6 +341,7 @@ impl TlsArgs {
             alpn: self.tls_alpn.clone(),
             min_version: self.tls_min_version.unwrap_or_default(),
             client_ca: self.tls_client_ca.clone(),
+            verify_client: self.tls_verify_client.unwrap_or_default(),
             certs: self
                 .tls_cert
                 .iter()

@@ -254,6 +254,7 @@ fn tls(pki: &Pki) -> Arc<drover_proxy::tls::Certificates> {
         alpn: Vec::new(),
         min_version: Default::default(),
         client_ca: None,
+        verify_client: Default::default(),
     };
     Arc::new(drover_proxy::tls::Certificates::load(&settings).unwrap())
 }

@@ -2067,3 +2067,71 @@ async fn a_client_ca_serves_the_clients_it_signed_and_refuses_the_rest() {
     );
     assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
 }
+
+/// The backend hears who a client is: `X-Forwarded-Client-Cert: Subject="CN=alice"`
+/// (Envoy's XFCC format) for the certificate the client presented, and a client's own
+/// such header never (it could name anyone). `verify_client = "optional"` serves a
+/// client without a certificate too, with no XFCC; one whose certificate another CA
+/// signed is still refused. `verify_client` without `client_ca` is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_hears_the_clients_certificate_and_no_forged_one() {
+    if !tools() {
+        return;
+    }
+    let pki = Pki::new("tls-xfcc");
+    let site = pki.leaf("site", "a.test", &["a.test"], far_future());
+    let alice = pki.leaf("alice", "alice", &[], far_future());
+    let other = Pki::new("tls-xfcc-other");
+    let mallory = other.leaf("mallory", "mallory", &[], far_future());
+    let backend = Backend::start().await;
+    let table = tls_table(&[&site]).replacen(
+        "tls = {",
+        &format!(
+            "tls = {{ client_ca = {}, verify_client = \"optional\",",
+            toml_path(&pki.ca_pem)
+        ),
+        1,
+    );
+    let (d, web, _, _) = start(&pki.dir, &config(backend.addr(), &table)).await;
+    let forged = "X-Forwarded-Client-Cert: Subject=\"CN=mallory\"";
+    let headers = |cert: Option<&(PathBuf, PathBuf)>| {
+        let mut extra = vec!["-H", forged];
+        if let Some((c, k)) = cert {
+            extra.extend(["--cert", c.to_str().unwrap(), "--key", k.to_str().unwrap()]);
+        }
+        curl(&pki, "a.test", web, &["/headers"], &extra)
+    };
+    let (code, body, err) = headers(Some(&alice));
+    assert_eq!(code, 0, "{err}\n{}", d.stderr_text());
+    let head = body.to_lowercase();
+    assert!(
+        head.contains("x-forwarded-client-cert: subject=\"cn=alice\"\r\n"),
+        "{body}"
+    );
+    assert!(!head.contains("mallory"), "{body}");
+    // No certificate: served, and nothing names a client.
+    let (code, body, err) = headers(None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !body.to_lowercase().contains("x-forwarded-client-cert"),
+        "{body}"
+    );
+    // Another CA's certificate is refused, optional or not.
+    assert_ne!(headers(Some(&mallory)).0, 0);
+    drop(d);
+
+    let bad = tls_table(&[&site]).replacen("tls = {", "tls = { verify_client = \"optional\",", 1);
+    let path = pki.dir.join("bad-verify.toml");
+    std::fs::write(&path, config(backend.addr(), &bad)).unwrap();
+    let out = Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("tls.verify_client")
+            && err.contains("without client_ca"),
+        "{err}"
+    );
+}

@@ -104,8 +104,10 @@ pub(crate) async fn serve(
         }
     }
     let inside = tls::Inside::http(thread.shared.opts.http2);
+    let mut asks_client_cert = false;
     let mut client = match thread.shared.tls.load_full() {
         Some(certs) if accepted => {
+            asks_client_cert = certs.asks_client_certs();
             let stats = &thread.shared.stats;
             // Boxed: a handshake's state (rustls's, ~1 KiB) would otherwise size every
             // connection's future, plain ones included.
@@ -130,6 +132,15 @@ pub(crate) async fn serve(
     let mut info = ClientInfo::new(client_addr, server, proto);
     if let Some(trusted) = &thread.shared.opts.forwarded_headers_from {
         info.keeps_forwarded = trusted.trusts(info.addr.ip());
+    }
+    if let (ClientStream::Tls(tls), true) = (&client, asks_client_cert) {
+        info.asks_client_cert = true;
+        info.client_cert = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|cert| tls::forwarded_client_cert(cert).into());
     }
     let speaks_h2 = if let ClientStream::Tls(tls) = &client {
         tls.get_ref().1.alpn_protocol() == Some(b"h2")

@@ -26,6 +26,11 @@ pub struct ClientInfo {
     /// proxies take it. From a public address drover writes its own. A balancer's
     /// `forwarded_headers` list replaces this rule (`ProxyOptions::forwarded_headers_from`).
     pub keeps_forwarded: bool,
+    /// Its listener asks clients for certificates (`client_ca`): a client's own
+    /// `X-Forwarded-Client-Cert` is dropped, and `client_cert` (the certificate it
+    /// presented, if any) sent in its place.
+    pub asks_client_cert: bool,
+    pub client_cert: Option<std::sync::Arc<str>>,
 }
 
 impl ClientInfo {
@@ -52,6 +57,8 @@ impl ClientInfo {
             proto,
             server,
             keeps_forwarded: is_local_or_private(peer.ip()),
+            asks_client_cert: false,
+            client_cert: None,
         }
     }
 
@@ -156,6 +163,7 @@ pub(crate) fn write_backend_head(
             || is(name, "forwarded")
             || (is(name, "x-forwarded-prefix") && prefix.is_some())
             || (is(name, "upgrade") && !upgrade)
+            || (client.asks_client_cert && is(name, "x-forwarded-client-cert"))
             || headers::named_by_connection(name, &conn, req.headers);
         if !drop {
             put_header(out, name.as_bytes(), h.value);
@@ -170,6 +178,9 @@ pub(crate) fn write_backend_head(
     }
     if let Some(prefix) = prefix {
         put_header(out, b"X-Forwarded-Prefix", prefix.as_bytes());
+    }
+    if let Some(cert) = &client.client_cert {
+        put_header(out, b"X-Forwarded-Client-Cert", cert.as_bytes());
     }
     if !has_request_id {
         out.extend_from_slice(b"x-request-id: ");

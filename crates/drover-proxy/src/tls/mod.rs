@@ -92,6 +92,75 @@ pub struct Settings {
     /// (nginx's `ssl_client_certificate` with `ssl_verify_client on`, HAProxy's
     /// `ca-file` with `verify required`).
     pub client_ca: Option<PathBuf>,
+    /// Whether a client without a certificate is served too (`optional`), with only
+    /// the certificates `client_ca` signed taken.
+    pub verify_client: VerifyClient,
+}
+
+/// How a listener with a `client_ca` treats a client that presents no certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum VerifyClient {
+    /// Refused in the handshake (nginx's `ssl_verify_client on`).
+    #[default]
+    Required,
+    /// Served, and its backend hears no client certificate (nginx's `optional`); one
+    /// that presents a certificate `client_ca` did not sign is still refused.
+    Optional,
+}
+
+impl std::str::FromStr for VerifyClient {
+    type Err = String;
+
+    /// `required` (or nginx's `on`) or `optional`.
+    fn from_str(s: &str) -> Result<VerifyClient, String> {
+        match s {
+            "required" | "on" => Ok(VerifyClient::Required),
+            "optional" => Ok(VerifyClient::Optional),
+            _ => Err(format!(
+                "{s:?}: expected \"required\" (a client without a certificate is refused) or \"optional\""
+            )),
+        }
+    }
+}
+
+/// A client certificate as `X-Forwarded-Client-Cert` (XFCC, Envoy's format) names it to
+/// a backend: its subject, and its SAN DNS names and URIs (a SPIFFE ID). What a field
+/// cannot hold (a quote, a backslash, a control or non-ASCII character) is escaped or
+/// replaced: a certificate names no header of its own.
+pub fn forwarded_client_cert(der: &CertificateDer<'_>) -> String {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return String::new();
+    };
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| match c {
+                '"' | '\\' => format!("\\{c}"),
+                c if c.is_ascii_graphic() || c == ' ' => c.to_string(),
+                _ => "?".into(),
+            })
+            .collect()
+    };
+    let mut field = format!("Subject=\"{}\"", clean(&cert.subject().to_string()));
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                x509_parser::extensions::GeneralName::URI(uri) => {
+                    field.push_str(&format!(
+                        ";URI={}",
+                        clean(uri).replace([';', ',', '='], "?")
+                    ));
+                }
+                x509_parser::extensions::GeneralName::DNSName(dns) => {
+                    field.push_str(&format!(
+                        ";DNS={}",
+                        clean(dns).replace([';', ',', '='], "?")
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    field
 }
 
 /// The oldest TLS version a listener takes. 1.0 and 1.1 never: rustls has neither.
@@ -346,7 +415,11 @@ impl Certificates {
             .map_err(|e| fail(ErrorKind::Rustls(e.to_string())))?;
         let mut config = match &settings.client_ca {
             None => versions.with_no_client_auth(),
-            Some(path) => versions.with_client_cert_verifier(client_verifier(path, provider)?),
+            Some(path) => versions.with_client_cert_verifier(client_verifier(
+                path,
+                settings.verify_client,
+                provider,
+            )?),
         }
         .with_cert_resolver(Arc::new(resolver));
         // `http/1.0` too, as nginx offers it: `curl -0` names it, and a server that
@@ -429,6 +502,12 @@ impl Certificates {
         Ok(())
     }
 
+    /// Whether its handshakes ask clients for certificates (`client_ca`): their
+    /// backends then hear who each client is, and nobody else's word for it.
+    pub fn asks_client_certs(&self) -> bool {
+        self.settings.client_ca.is_some()
+    }
+
     /// The handshake's configuration for what the listener serves inside.
     pub(crate) fn server_config(&self, inside: Inside) -> &Arc<ServerConfig> {
         match inside {
@@ -457,6 +536,7 @@ fn stamps(settings: &Settings) -> Vec<Option<Stamp>> {
 /// What checks a client's certificate against the CAs of `path`.
 fn client_verifier(
     path: &Path,
+    verify: VerifyClient,
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, Error> {
     let err = |kind| Error {
@@ -466,9 +546,13 @@ fn client_verifier(
         kind,
     };
     let roots = ca_roots(path).map_err(err)?;
-    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| err(ErrorKind::Rustls(e.to_string())))
+    let builder =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    match verify {
+        VerifyClient::Required => builder.build(),
+        VerifyClient::Optional => builder.allow_unauthenticated().build(),
+    }
+    .map_err(|e| err(ErrorKind::Rustls(e.to_string())))
 }
 
 /// The CA certificates of a PEM file, every one of which must parse.
@@ -669,6 +753,7 @@ mod tests {
             alpn: Vec::new(),
             min_version: MinVersion::default(),
             client_ca: None,
+            verify_client: VerifyClient::default(),
         })
     }
 
@@ -820,6 +905,7 @@ mod tests {
             alpn: Vec::new(),
             min_version: MinVersion::default(),
             client_ca: None,
+            verify_client: VerifyClient::default(),
         });
         assert_eq!(none.unwrap_err().kind, ErrorKind::NoCertificates);
     }
