@@ -36,9 +36,18 @@ async fn node_server(script: &Path, args: &[&str]) -> (Child, SocketAddr) {
 
 /// Runs a fixture client and parses the JSON it prints.
 async fn node_client(script: &Path, args: &[&str]) -> serde_json::Value {
+    node_client_within(script, args, "20000").await
+}
+
+/// `node_client`, each call with a deadline of `deadline_ms`.
+async fn node_client_within(script: &Path, args: &[&str], deadline_ms: &str) -> serde_json::Value {
     let out = tokio::time::timeout(
         Duration::from_secs(60),
-        Command::new("node").arg(script).args(args).output(),
+        Command::new("node")
+            .arg(script)
+            .args(args)
+            .env("DEADLINE_MS", deadline_ms)
+            .output(),
     )
     .await
     .expect("the client did not finish in time")
@@ -974,15 +983,8 @@ async fn a_slow_reader_of_server_streams_holds_up_no_other_clients_call() {
     );
     // Its streams fill every window they can meanwhile.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let out = Command::new("node")
-        .arg(fixture("grpc", "client.js"))
-        .args([&d.addr().to_string(), "Name", "5"])
-        .env("DEADLINE_MS", "3000")
-        .output()
-        .await
-        .expect("node");
-    let answers: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let client = fixture("grpc", "client.js");
+    let answers = node_client_within(&client, &[&d.addr().to_string(), "Name", "5"], "3000").await;
     assert!(
         failed_calls(&answers).is_empty(),
         "{answers}\n{}",
@@ -1038,15 +1040,7 @@ async fn calls_past_a_backends_stream_cap_go_on_another_connection_to_it() {
     });
     // The watches open meanwhile (8 ticks 500 ms apart: 4 s each).
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let out = Command::new("node")
-        .arg(&client)
-        .args([&addr, "Name", "3"])
-        .env("DEADLINE_MS", "2000")
-        .output()
-        .await
-        .expect("node");
-    let answers: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let answers = node_client_within(&client, &[&addr, "Name", "3"], "2000").await;
     assert!(
         failed_calls(&answers).is_empty(),
         "{answers}\n{}",

@@ -699,6 +699,19 @@ process.on('SIGTERM', () => server.close(() => process.exit(0)));
 server.listen(process.env.PORT, '127.0.0.1');
 "#;
 
+/// `drover run -w 1 -- node APP` of the Node program `js`, its worker serving, and its
+/// admin address.
+async fn run_one_worker(label: &str, js: &str) -> (drover_testkit::DroverProcess, SocketAddr) {
+    let app = common::temp_dir(label).join("app.js");
+    std::fs::write(&app, js).unwrap();
+    let args = common::run_args(1, &[], &["node", &app.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
+    let admin = common::admin_addr(&d).await;
+    common::wait_all_serving(&d, admin).await;
+    (d, admin)
+}
+
 /// A tunnel through `addr` to the app's upgrade handler, its echo checked.
 async fn tunnelled(addr: SocketAddr) -> tokio::net::TcpStream {
     let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -753,13 +766,7 @@ async fn ends_within(client: &mut tokio::net::TcpStream, limit: Duration) -> boo
 /// open took 14 s (PM2's 2 s), and its shutdown code never ran.
 #[tokio::test]
 async fn streams_to_a_worker_told_to_stop_end_so_that_its_server_can_close() {
-    let app = common::temp_dir("streams-cut").join("waiting.js");
-    std::fs::write(&app, WAITING_APP).unwrap();
-    let args = common::run_args(1, &[], &["node", &app.display().to_string()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
-    let admin = common::admin_addr(&d).await;
-    common::wait_all_serving(&d, admin).await;
+    let (d, admin) = run_one_worker("streams-cut", WAITING_APP).await;
 
     let mut stream = subscribed_to(d.addr(), "/events").await;
     d.signal("HUP").unwrap();
@@ -798,13 +805,7 @@ async fn streams_to_a_worker_told_to_stop_end_so_that_its_server_can_close() {
 async fn a_reload_ends_the_streams_of_an_app_that_does_not_handle_sigterm() {
     let handler = "process.on('SIGTERM', () => server.close(() => process.exit(0)));";
     assert!(WAITING_APP.contains(handler));
-    let app = common::temp_dir("streams-cut-nosig").join("nosig.js");
-    std::fs::write(&app, WAITING_APP.replace(handler, "")).unwrap();
-    let args = common::run_args(1, &[], &["node", &app.display().to_string()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let d = drover_testkit::DroverProcess::spawn(common::bin(), &args).await;
-    let admin = common::admin_addr(&d).await;
-    common::wait_all_serving(&d, admin).await;
+    let (d, _admin) = run_one_worker("streams-cut-nosig", &WAITING_APP.replace(handler, "")).await;
     let mut stream = subscribed_to(d.addr(), "/events").await;
     let mut tunnel = tunnelled(d.addr()).await;
     d.signal("HUP").unwrap();

@@ -115,6 +115,18 @@ fn curl(
     )
 }
 
+/// What `drover check -c` says of `toml`, written to `name` in `dir`; it must refuse it.
+fn check_refuses(dir: &Path, name: &str, toml: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, toml).unwrap();
+    let out = Command::new(bin())
+        .args(["check", "-c", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{name} was taken");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A metric's value for the balancer `web`, with `labels` after `balancer="web"`.
 async fn metric(admin: SocketAddr, name: &str, labels: &str) -> Option<f64> {
     let text = metrics_text(admin).await;
@@ -1718,13 +1730,7 @@ async fn a_minimum_tls_version_refuses_older_clients() {
     drop(d);
     // Bad values, named.
     let bad = tls_table(&[&a]).replacen("tls = {", "tls = { min_version = \"1.1\",", 1);
-    let path = pki.dir.join("bad-min.toml");
-    std::fs::write(&path, config(backend.addr(), &bad)).unwrap();
-    let out = Command::new(bin())
-        .args(["check", "-c", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_refuses(&pki.dir, "bad-min.toml", &config(backend.addr(), &bad));
     assert!(
         err.contains("tls.min_version") && err.contains("TLS 1.0 and 1.1 are not offered"),
         "{err}"
@@ -2021,14 +2027,11 @@ async fn a_client_ca_serves_the_clients_it_signed_and_refuses_the_rest() {
 
     // A CA file that is not PEM, named with its key.
     std::fs::write(&client_ca, "not a certificate\n").unwrap();
-    let path = pki.dir.join("bad-client-ca.toml");
-    std::fs::write(&path, config(backend.addr(), &table)).unwrap();
-    let out = Command::new(bin())
-        .args(["check", "-c", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = check_refuses(
+        &pki.dir,
+        "bad-client-ca.toml",
+        &config(backend.addr(), &table),
+    );
     assert!(
         err.contains("tls.client_ca") && err.contains("clients-ca.pem is not PEM"),
         "{err}"
@@ -2121,17 +2124,9 @@ async fn the_backend_hears_the_clients_certificate_and_no_forged_one() {
     drop(d);
 
     let bad = tls_table(&[&site]).replacen("tls = {", "tls = { verify_client = \"optional\",", 1);
-    let path = pki.dir.join("bad-verify.toml");
-    std::fs::write(&path, config(backend.addr(), &bad)).unwrap();
-    let out = Command::new(bin())
-        .args(["check", "-c", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = check_refuses(&pki.dir, "bad-verify.toml", &config(backend.addr(), &bad));
     assert!(
-        !out.status.success()
-            && err.contains("tls.verify_client")
-            && err.contains("without client_ca"),
+        err.contains("tls.verify_client") && err.contains("without client_ca"),
         "{err}"
     );
 }
