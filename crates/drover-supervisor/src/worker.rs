@@ -538,7 +538,6 @@ impl AppState {
         }
     }
 
-    /// Takes a slot's endpoint out of the pool, if it has one there.
     /// `leave_pool` at shutdown: the endpoint is kept for the worker's stop
     /// (`left_for_shutdown`).
     pub(crate) fn leave_pool_for_shutdown(&self, id: usize) {
@@ -548,6 +547,7 @@ impl AppState {
         self.slot(id).left_for_shutdown = endpoint;
     }
 
+    /// Takes a slot's endpoint out of the pool, if it has one there.
     pub(crate) fn leave_pool(&self, id: usize) {
         let (addr, placed) = {
             let mut slot = self.slot(id);
