@@ -404,10 +404,8 @@ async fn a_sigkilled_drover_leaves_its_address_to_the_next_one() {
     // The app dies with drover: its SIGKILL comes from the kernel as drover's end of
     // the lifeline closes, a moment after drover's own death on a loaded machine (the
     // next drover, started at once, found the address still held: CI, 2026-12-07).
-    let died = drover_testkit::wait_until(Duration::from_secs(10), || {
-        !common::alive(first.pid)
-    })
-    .await;
+    let died =
+        drover_testkit::wait_until(Duration::from_secs(10), || !common::alive(first.pid)).await;
     assert!(died, "the killed drover's app {} lives on", first.pid);
     // The next drover, at the same address (spawn panics, with its output, if it
     // cannot listen there).
