@@ -1131,6 +1131,7 @@ struct RawLimits {
     max_header_bytes: Option<Bounded<{ HEAD_BYTES_RANGE.0 as i64 }, { HEAD_BYTES_RANGE.1 as i64 }>>,
     max_uri_bytes: Option<Bounded<256, 1_048_576>>,
     max_headers: Option<Bounded<1, 10_000>>,
+    max_body_bytes: Option<ByteSize>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1408,9 +1409,7 @@ impl RawConfig {
             b.connection_affinity = !modes.is_empty();
             if b.routes.is_empty() && b.listen.is_some() {
                 b.handoff = match b.mode {
-                    Protocol::Http => {
-                        crate::model::handoff_for(&modes, b.strategy, b.backend_protocol)
-                    }
+                    Protocol::Http => b.handoff_for(&modes),
                     Protocol::Tcp
                         if b.strategy != Strategy::Hash
                             && modes
@@ -2408,7 +2407,12 @@ fn validate_balancer(
             return Err(http_only(h.span(), "http2_max_streams"));
         }
         if let Some(l) = &raw.limits {
-            return Err(http_only(l.span(), "limits"));
+            let what = if l.get_ref().max_body_bytes.is_some() {
+                "limits.max_body_bytes"
+            } else {
+                "limits"
+            };
+            return Err(http_only(l.span(), what));
         }
         if let Some(f) = &raw.forwarded_headers {
             return Err(http_only(f.span(), "forwarded_headers"));
@@ -2720,6 +2724,9 @@ fn validate_balancer(
         }
         if let Some(v) = l.max_headers {
             b.limits.max_headers = v.as_usize();
+        }
+        if let Some(ByteSize(n)) = l.max_body_bytes {
+            b.limits.max_body_bytes = (n > 0).then_some(n);
         }
     }
     if let Some(d) = raw.drain_timeout {
@@ -4060,6 +4067,11 @@ sticky = { cookie = "sid" }
                 "request head to bound",
             ),
             (
+                "limits = { max_body_bytes = \"1M\" }",
+                "balancer[0].limits.max_body_bytes",
+                "no request body to bound",
+            ),
+            (
                 "timeouts = { header_read = \"1s\" }",
                 "balancer[0].timeouts.header_read",
                 "no request head",
@@ -4103,6 +4115,23 @@ sticky = { cookie = "sid" }
             "balancer[0].timeouts.half_close",
             "applies to mode = \"tcp\" only",
         );
+    }
+
+    #[test]
+    fn max_body_bytes_is_a_size_and_0_is_no_limit() {
+        let body = |v: &str| {
+            ok(&format!("{MINIMAL}limits = {{ max_body_bytes = {v} }}\n")).balancers[0]
+                .limits
+                .max_body_bytes
+        };
+        assert_eq!(body("\"10M\""), Some(10 << 20));
+        assert_eq!(body("65536"), Some(65536));
+        assert_eq!(body("0"), None);
+        assert_eq!(ok(MINIMAL).balancers[0].limits.max_body_bytes, None);
+        for bad in ["\"lots\"", "-1", "\"10Q\"", "true"] {
+            let e = err(&format!("{MINIMAL}limits = {{ max_body_bytes = {bad} }}\n"));
+            check(&e, 4, "balancer[0].limits.max_body_bytes", "");
+        }
     }
 
     #[test]

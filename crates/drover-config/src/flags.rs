@@ -700,6 +700,18 @@ pub struct LimitArgs {
     /// server] (`limits.max_header_bytes` and `max_uri_bytes`).
     #[arg(long, value_name = "BYTES", value_parser = head_bytes)]
     pub max_header_bytes: Option<usize>,
+
+    /// The largest request body a client may send, e.g. 10M: over it a 413, before the
+    /// body is read when its length is given [default: no limit; 0: none]. drover then
+    /// sees every request: `auto` hands no connection to the workers
+    /// (`limits.max_body_bytes`).
+    #[arg(long, value_name = "BYTES", value_parser = body_bytes)]
+    pub max_body_bytes: Option<u64>,
+}
+
+/// `--max-body-bytes`: a size, as drover.toml's `limits.max_body_bytes`.
+fn body_bytes(s: &str) -> Result<u64, String> {
+    drover_units::byte_size(s).map_err(|e| e.to_string())
 }
 
 /// `--max-header-bytes`: a size within drover.toml's bounds for `limits.max_header_bytes`.
@@ -1073,6 +1085,9 @@ impl model::BalancerConfig {
             self.limits.max_header_bytes = n;
             self.limits.max_uri_bytes = n;
         }
+        if let Some(n) = a.max_body_bytes {
+            self.limits.max_body_bytes = (n > 0).then_some(n);
+        }
     }
 }
 
@@ -1340,6 +1355,7 @@ fn refuse_http_only_flags(a: &ProxyArgs) -> Result<(), String> {
             "forwarded_headers",
             a.proxy_protocol.forwarded_headers_from.is_some(),
         ),
+        ("limits.max_body_bytes", a.limits.max_body_bytes.is_some()),
         ("limits", a.limits.max_header_bytes.is_some()),
     ];
     if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
@@ -1429,6 +1445,7 @@ fn balancer_flag_but(args: &RunArgs, except: Option<&str>) -> Option<&'static st
         ),
         (l.queue_timeout.is_some(), "--queue-timeout"),
         (l.max_header_bytes.is_some(), "--max-header-bytes"),
+        (l.max_body_bytes.is_some(), "--max-body-bytes"),
         (args.keys.hash_key.is_some(), "--hash-key"),
         (
             args.proxy_protocol.proxy_protocol_from.is_some(),
@@ -1567,9 +1584,10 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
                 || l.queue_max != model::QueueConfig::default().max
                 || l.queue_timeout.is_some()
                 || l.max_header_bytes.is_some()
+                || l.max_body_bytes.is_some()
                 || args.keys.hash_key.is_some()
             {
-                return Err("--max-conns, --queue-max, --queue-timeout, --max-header-bytes and --hash-key do not apply to --mode shared: drover does not see the requests".into());
+                return Err("--max-conns, --queue-max, --queue-timeout, --max-header-bytes, --max-body-bytes and --hash-key do not apply to --mode shared: drover does not see the requests".into());
             }
             if args.strategy.is_some() {
                 return Err("--strategy does not apply to --mode shared: drover places connections by the workers' load".into());
@@ -1658,10 +1676,12 @@ fn run_config_text(args: &RunArgs) -> Result<RunConfig, String> {
             if args.backend_protocol.is_some() && args.mode == model::Mode::Handoff {
                 return Err("--backend-protocol does not apply to --mode handoff: the workers take each client connection as it is, in the client's protocol".into());
             }
-            balancer.handoff =
-                model::handoff_for(&[args.mode], balancer.strategy, balancer.backend_protocol);
+            if args.limits.max_body_bytes.is_some() && args.mode == model::Mode::Handoff {
+                return Err("--max-body-bytes does not apply to --mode handoff: the workers read the requests of the connections handed to them, unseen by drover (use --mode auto or proxy)".into());
+            }
             balancer.connection_affinity = true;
             balancer.apply_limits(&args.limits);
+            balancer.handoff = balancer.handoff_for(&[args.mode]);
             if let Some(slow_start) = args.slow_start {
                 balancer.slow_start = slow_start;
             }
@@ -1874,11 +1894,7 @@ pub fn ecosystem_balancers(
         // PM2 bounds no answer's time: nor does drover in its place.
         balancer.timeouts.request = None;
         balancer.connection_affinity = true;
-        balancer.handoff = model::handoff_for(
-            &[eco.app.spec.mode],
-            balancer.strategy,
-            balancer.backend_protocol,
-        );
+        balancer.handoff = balancer.handoff_for(&[eco.app.spec.mode]);
         follow.push(FollowListen {
             balancer: balancers.len(),
             default_from: clients.default_from.clone(),

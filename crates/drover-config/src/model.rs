@@ -260,6 +260,11 @@ pub const HTTP_ONLY: &[HttpOnly] = &[
         why: "there is no request body",
     },
     HttpOnly {
+        key: "limits.max_body_bytes",
+        flag: Some("--max-body-bytes"),
+        why: "TCP mode reads no HTTP request, so no request body to bound",
+    },
+    HttpOnly {
         key: "limits",
         flag: Some("--max-header-bytes"),
         why: "TCP mode reads no HTTP request head to bound",
@@ -487,6 +492,10 @@ impl BalancerConfig {
             ("redirect_to_https", self.redirect_to_https.is_some()),
             ("h2c", self.h2c),
             ("forwarded_headers", self.forwarded_headers.is_some()),
+            (
+                "limits.max_body_bytes",
+                self.limits.max_body_bytes.is_some(),
+            ),
             ("limits", self.limits != LimitsConfig::default()),
         ];
         if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
@@ -654,6 +663,9 @@ pub struct LimitsConfig {
     pub max_uri_bytes: usize,
     /// Number of header fields, 1..=10000; default 2000.
     pub max_headers: usize,
+    /// The largest request body, in bytes; `None` (default, or 0 as nginx's
+    /// `client_max_body_size 0`): no bound.
+    pub max_body_bytes: Option<u64>,
 }
 
 impl Default for LimitsConfig {
@@ -664,6 +676,7 @@ impl Default for LimitsConfig {
             max_header_bytes: l.max_header_bytes,
             max_uri_bytes: l.max_uri_bytes,
             max_headers: l.max_headers,
+            max_body_bytes: l.max_body_bytes,
         }
     }
 }
@@ -679,26 +692,29 @@ pub const SLOW_START: Duration = Duration::from_secs(10);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_STICKY_COOKIE: &str = "drover_sticky";
 
-/// When a balancer hands client connections to the workers of the apps behind it, by
-/// their modes: "handoff" always, "auto" while requests cost alike, else never. Never
-/// with `hash` or `sticky` either: those place each request by its key (a cookie, a
-/// header), and a connection handed to a worker would carry requests whose key names
-/// another. Nor when it speaks HTTP/2 to them (gRPC): a client's connection, handed
-/// as it is, would pin every call on it to one worker, which per-stream placement is
-/// there to avoid.
-pub fn handoff_for(
-    modes: &[Mode],
-    strategy: Strategy,
-    backend_protocol: drover_proxy::BackendProtocol,
-) -> drover_proxy::Handoff {
-    if matches!(strategy, Strategy::Hash | Strategy::Sticky) || backend_protocol.is_http2() {
-        drover_proxy::Handoff::Never
-    } else if modes.contains(&Mode::Handoff) {
-        drover_proxy::Handoff::Always
-    } else if modes.contains(&Mode::Auto) {
-        drover_proxy::Handoff::WhenEven
-    } else {
-        drover_proxy::Handoff::Never
+impl BalancerConfig {
+    /// Whether this balancer hands client connections to the workers of the apps
+    /// behind it, by their modes: "handoff" always, "auto" while requests cost alike,
+    /// else never. Never with `hash` or `sticky` either: those place each request by its
+    /// key (a cookie, a header), and a connection handed to a worker would carry
+    /// requests whose key names another. Nor when it speaks HTTP/2 to them (gRPC): a
+    /// client's connection, handed as it is, would pin every call on it to one worker,
+    /// which per-stream placement is there to avoid. Nor with `limits.max_body_bytes`:
+    /// a limit must hold for every request, and a handed connection's requests go to
+    /// its worker unseen.
+    pub fn handoff_for(&self, modes: &[Mode]) -> drover_proxy::Handoff {
+        if matches!(self.strategy, Strategy::Hash | Strategy::Sticky)
+            || self.backend_protocol.is_http2()
+            || self.limits.max_body_bytes.is_some()
+        {
+            drover_proxy::Handoff::Never
+        } else if modes.contains(&Mode::Handoff) {
+            drover_proxy::Handoff::Always
+        } else if modes.contains(&Mode::Auto) {
+            drover_proxy::Handoff::WhenEven
+        } else {
+            drover_proxy::Handoff::Never
+        }
     }
 }
 
@@ -707,31 +723,37 @@ mod handoff_tests {
     use super::*;
     use drover_proxy::Handoff;
 
+    fn balancer(strategy: Strategy, protocol: drover_proxy::BackendProtocol) -> BalancerConfig {
+        let mut b = BalancerConfig::new("b", "127.0.0.1:80".parse().unwrap(), Vec::new());
+        b.strategy = strategy;
+        b.backend_protocol = protocol;
+        b
+    }
+
     #[test]
-    fn modes_key_strategies_and_http2_decide_the_handoff() {
+    fn modes_key_strategies_http2_and_a_body_limit_decide_the_handoff() {
         use drover_proxy::BackendProtocol::{H2c, Http1};
+        let p2c = balancer(Strategy::P2c, Http1);
+        assert_eq!(p2c.handoff_for(&[Mode::Auto]), Handoff::WhenEven);
         assert_eq!(
-            handoff_for(&[Mode::Auto], Strategy::P2c, Http1),
-            Handoff::WhenEven
-        );
-        assert_eq!(
-            handoff_for(&[Mode::Proxy, Mode::Handoff], Strategy::LeastConn, Http1),
+            balancer(Strategy::LeastConn, Http1).handoff_for(&[Mode::Proxy, Mode::Handoff]),
             Handoff::Always
         );
-        assert_eq!(
-            handoff_for(&[Mode::Proxy], Strategy::P2c, Http1),
-            Handoff::Never
-        );
-        assert_eq!(handoff_for(&[], Strategy::P2c, Http1), Handoff::Never);
+        assert_eq!(p2c.handoff_for(&[Mode::Proxy]), Handoff::Never);
+        assert_eq!(p2c.handoff_for(&[]), Handoff::Never);
         for keyed in [Strategy::Hash, Strategy::Sticky] {
-            assert_eq!(handoff_for(&[Mode::Auto], keyed, Http1), Handoff::Never);
-            assert_eq!(handoff_for(&[Mode::Handoff], keyed, Http1), Handoff::Never);
+            let b = balancer(keyed, Http1);
+            assert_eq!(b.handoff_for(&[Mode::Auto]), Handoff::Never);
+            assert_eq!(b.handoff_for(&[Mode::Handoff]), Handoff::Never);
         }
         // gRPC workers: every call placed on its own.
         assert_eq!(
-            handoff_for(&[Mode::Auto], Strategy::P2c, H2c),
+            balancer(Strategy::P2c, H2c).handoff_for(&[Mode::Auto]),
             Handoff::Never
         );
+        let mut limited = p2c.clone();
+        limited.limits.max_body_bytes = Some(1 << 20);
+        assert_eq!(limited.handoff_for(&[Mode::Auto]), Handoff::Never);
     }
 }
 

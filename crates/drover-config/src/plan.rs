@@ -221,6 +221,7 @@ impl BalancerPlan {
                     max_header_bytes: b.limits.max_header_bytes,
                     max_uri_bytes: b.limits.max_uri_bytes,
                     max_headers: b.limits.max_headers,
+                    max_body_bytes: b.limits.max_body_bytes,
                 },
                 queue: QueueOptions {
                     max: b.queue.max.as_usize(),

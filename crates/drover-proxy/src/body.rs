@@ -39,6 +39,8 @@ pub enum BodyError {
     Stalled,
     /// The sender's chunked framing was invalid.
     Framing(ChunkedError),
+    /// The body passed its size limit (`Framer::limited`).
+    TooLarge,
 }
 
 /// How fast a client must send a request body: all of it by `grace + received / rate`,
@@ -89,6 +91,9 @@ impl BodyPace {
 #[derive(Debug)]
 pub struct Framer {
     state: Frame,
+    /// Body bytes (of a chunked body, its data) that may still pass; `u64::MAX`: no
+    /// limit. Counted as they pass, for a body whose length nobody said beforehand.
+    allowance: u64,
 }
 
 #[derive(Debug)]
@@ -114,7 +119,16 @@ impl Framer {
             },
             BodyKind::UntilClose => Frame::UntilClose,
         };
-        Framer { state }
+        Framer {
+            state,
+            allowance: u64::MAX,
+        }
+    }
+
+    /// At most `max` body bytes may pass; past them, `BodyError::TooLarge`.
+    pub fn limited(mut self, max: Option<u64>) -> Self {
+        self.allowance = max.unwrap_or(u64::MAX);
+        self
     }
 
     /// Whether the whole body has passed.
@@ -123,9 +137,9 @@ impl Framer {
     }
 
     /// Moves the body bytes at the front of `input` to `out`; bytes after the body stay.
-    fn take(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), ChunkedError> {
-        match &mut self.state {
-            Frame::Done => {}
+    fn take(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), BodyError> {
+        let passed = match &mut self.state {
+            Frame::Done => 0,
             Frame::Length(left) => {
                 let take = (*left).min(input.len() as u64) as usize;
                 out.extend_from_slice(&input[..take]);
@@ -134,22 +148,39 @@ impl Framer {
                 if *left == 0 {
                     self.state = Frame::Done;
                 }
+                take
             }
             Frame::Chunked { scanner, dechunk } => {
+                let mut data = 0;
                 let used = if *dechunk {
-                    scanner.scan(input, |data| out.extend_from_slice(data))?
+                    scanner.scan(input, |d| {
+                        data += d.len();
+                        out.extend_from_slice(d);
+                    })
                 } else {
-                    let used = scanner.scan(input, |_| {})?;
-                    out.extend_from_slice(&input[..used]);
+                    let used = scanner.scan(input, |d| data += d.len());
+                    if let Ok(used) = used {
+                        out.extend_from_slice(&input[..used]);
+                    }
                     used
-                };
+                }
+                .map_err(BodyError::Framing)?;
                 input.drain(..used);
                 if scanner.is_done() {
                     self.state = Frame::Done;
                 }
+                data
             }
-            Frame::UntilClose => out.append(input),
-        }
+            Frame::UntilClose => {
+                let n = input.len();
+                out.append(input);
+                n
+            }
+        };
+        self.allowance = self
+            .allowance
+            .checked_sub(passed as u64)
+            .ok_or(BodyError::TooLarge)?;
         Ok(())
     }
 
@@ -240,7 +271,7 @@ pub async fn prefetch<R: AsyncRead + Unpin>(
     pace: &mut BodyPace,
 ) -> Result<bool, BodyError> {
     loop {
-        framer.take(pending, out).map_err(BodyError::Framing)?;
+        framer.take(pending, out)?;
         if framer.is_done() || out.len() >= cap {
             return Ok(framer.is_done());
         }
@@ -311,7 +342,7 @@ where
     // flush is ready at once.
     let mut unflushed = false;
     loop {
-        framer.take(pending, out).map_err(BodyError::Framing)?;
+        framer.take(pending, out)?;
         let complete = framer.is_done();
         if complete && (!finish || (out.is_empty() && !unflushed)) {
             return Ok(Relayed::Complete);
@@ -428,6 +459,44 @@ mod tests {
         let r = relay(&mut framer, ends, 1 << 20, true, pending(), &mut written).await;
         assert_eq!(written, dst.len() as u64);
         (r, dst, pending_bytes)
+    }
+
+    async fn limited(kind: BodyKind, max: u64, body: &[u8]) -> Result<Relayed, BodyError> {
+        let mut src = body;
+        let (mut pending_bytes, mut dst, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        let mut framer = Framer::new(kind, false).limited(Some(max));
+        let ends = Ends {
+            src: &mut src,
+            pending: &mut pending_bytes,
+            dst: &mut dst,
+            out: &mut out,
+            read_timeout: T,
+            write_timeout: T,
+            pace: None,
+        };
+        relay(&mut framer, ends, 1 << 20, true, pending(), &mut 0).await
+    }
+
+    #[tokio::test]
+    async fn a_body_up_to_its_limit_passes_and_one_byte_more_does_not() {
+        // A chunked body's data is counted, not its framing.
+        let chunked = b"5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n";
+        assert_eq!(
+            limited(BodyKind::Chunked, 8, chunked).await.unwrap(),
+            Relayed::Complete
+        );
+        assert!(matches!(
+            limited(BodyKind::Chunked, 7, chunked).await,
+            Err(BodyError::TooLarge)
+        ));
+        assert_eq!(
+            limited(BodyKind::Length(8), 8, b"12345678").await.unwrap(),
+            Relayed::Complete
+        );
+        assert!(matches!(
+            limited(BodyKind::UntilClose, 7, b"12345678").await,
+            Err(BodyError::TooLarge)
+        ));
     }
 
     #[tokio::test]

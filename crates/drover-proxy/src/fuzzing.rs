@@ -19,6 +19,7 @@ const LIMITS: Limits = Limits {
     max_header_bytes: 2048,
     max_uri_bytes: 512,
     max_headers: 24,
+    max_body_bytes: None,
 };
 
 /// Slots for re-parsing a head drover wrote: its input's fields plus the few it adds.

@@ -269,6 +269,10 @@ pub struct Limits {
     pub max_header_bytes: usize,
     pub max_uri_bytes: usize,
     pub max_headers: usize,
+    /// The largest request body a client may send, `None`: no bound (HAProxy's and
+    /// Node's default; nginx's `client_max_body_size` is 1 MiB, which refuses the uploads
+    /// an app served under Node or PM2). Over it, a 413.
+    pub max_body_bytes: Option<u64>,
 }
 
 impl Default for Limits {
@@ -280,6 +284,7 @@ impl Default for Limits {
             max_header_bytes: 16 * 1024,
             max_uri_bytes: 16 * 1024,
             max_headers: crate::http1::FIELDS_NODE_KEEPS,
+            max_body_bytes: None,
         }
     }
 }

@@ -117,6 +117,11 @@ async fn bad_flags_are_named() {
     for bad in ["0", "-5", "fast", "1.5"] {
         fails(&with(&["--body-min-rate", bad]), "--body-min-rate").await;
     }
+    fails(
+        &with(&["--tcp", "--max-body-bytes", "1M"]),
+        "--max-body-bytes does not apply to --tcp",
+    )
+    .await;
     fails(&with(&["--strategy", "hash"]), "--hash-key").await;
     fails(
         &with(&["--hash-key", "path"]),
@@ -270,6 +275,22 @@ async fn bad_flags_are_named() {
     for bad in ["1000", "2MiB", "0", "lots", "16x"] {
         fails(&run(&["--max-header-bytes", bad]), "--max-header-bytes").await;
     }
+    for bad in ["lots", "10Q", "", "1.5.5M"] {
+        fails(&run(&["--max-body-bytes", bad]), "--max-body-bytes").await;
+    }
+    // A body limit needs drover to see every request.
+    for mode in ["shared", "handoff"] {
+        fails(
+            &run(&["--mode", mode, "--max-body-bytes", "1M"]),
+            "--max-body-bytes",
+        )
+        .await;
+    }
+    fails(
+        &run(&["--tcp", "--max-body-bytes", "1M"]),
+        "--max-body-bytes: TCP mode reads no HTTP request",
+    )
+    .await;
     fails(&run(&["--request-timeout", "soon"]), "--request-timeout").await;
     // A request timeout is a duration above zero or "off", and only it may be off.
     for bad in ["0s", "none", "-1s"] {

@@ -917,3 +917,35 @@ async fn by_default_a_sticky_balancer_keeps_every_request_on_its_cookies_worker(
     assert_eq!(handoffs_total(admin).await, 0);
     drover_stops_cleanly("default mode", &d).await;
 }
+
+/// `--max-body-bytes` must hold for every request, and the requests of a connection
+/// handed to a worker never pass drover: with it, the default mode hands none over,
+/// however alike the requests, and a body over the limit on a long-used connection
+/// still gets drover's 413 (the app answers 200 to any POST without reading it).
+#[tokio::test]
+async fn by_default_a_body_limit_keeps_every_request_on_drovers_path() {
+    let (d, admin) = run_app(&["--max-body-bytes", "1KiB"], "node", 2, &[]).await;
+    let mut c = HttpClient::connect(d.addr()).await.unwrap();
+    let port = c.local_addr().unwrap().port();
+    // Past the 1,000 alike requests and 0.5 s after which `auto` hands connections over.
+    let start = std::time::Instant::now();
+    let mut sent = 0;
+    while sent < 1500 || start.elapsed() < Duration::from_millis(800) {
+        let r = c.get("/").await;
+        let body: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+        assert!(
+            !went_straight(&body, port),
+            "request {sent} went straight: {body}"
+        );
+        sent += 1;
+    }
+    let within = vec![b'x'; 1024];
+    let r = c.request("POST", "/", &[], Some(&within)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let over = vec![b'x'; 1025];
+    let r = c.request("POST", "/", &[], Some(&over)).await.unwrap();
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.header("drover-error"), Some("body-too-large"));
+    assert_eq!(handoffs_total(admin).await, 0);
+    drover_stops_cleanly("default mode", &d).await;
+}

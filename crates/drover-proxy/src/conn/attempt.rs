@@ -702,6 +702,7 @@ impl Conn {
                     | BodyError::Write
                     | BodyError::Stalled
                     | BodyError::TooSlow
+                    | BodyError::TooLarge
                     | BodyError::Framing(_),
                 ) => {
                     return Err(ReadHead::Closed {

@@ -239,6 +239,17 @@ impl Conn {
             let why = "a gRPC call needs HTTP/2 to the backends, and this balancer speaks HTTP/1.1 to them: set backend_protocol = \"h2c\" (or \"h2\")";
             return self.answer_unsent(head, 502, "grpc-over-http1", why).await;
         }
+        let max_body = self.opts().limits.max_body_bytes;
+        if let (Some(max), Some(BodyKind::Length(len))) = (max_body, head.body) {
+            // Said in its head: answered before any of it is read (and before a `100
+            // Continue`, so a client that waits for one sends none of it).
+            if len > max {
+                let why = super::too_large(max);
+                return self
+                    .answer_unsent(head, 413, super::BODY_TOO_LARGE, &why)
+                    .await;
+            }
+        }
         let client_timeout = self.opts().timeouts.client;
         if head.expect_continue && head.body.is_some() {
             // Answer 100 ourselves: the body is streamed to whichever endpoint is picked,
@@ -253,7 +264,7 @@ impl Conn {
         }
         // Read the body (up to the buffer) before binding: a client that sends it slowly
         // then holds no backend connection and no endpoint's capacity while it does.
-        let mut framer = Framer::new(head.body.unwrap_or(BodyKind::None), false);
+        let mut framer = Framer::new(head.body.unwrap_or(BodyKind::None), false).limited(max_body);
         self.reqbody.clear();
         // Only a request with a body keeps a pace: the others read no clock for it.
         let mut pace = None;

@@ -65,6 +65,14 @@ const LINGER: Duration = Duration::from_secs(5);
 /// one cut short, and OpenSSL reports an unexpected EOF.
 const CLOSE_NOTIFY_WAIT: Duration = Duration::from_secs(1);
 
+/// The cause of drover's 413 to a request body over `limits.max_body_bytes`.
+const BODY_TOO_LARGE: &str = "body-too-large";
+
+/// Why that 413: the limit, and the setting that sets it.
+fn too_large(max: u64) -> String {
+    format!("request body larger than {max} bytes (limits.max_body_bytes)")
+}
+
 struct ActiveGuard(Arc<AtomicUsize>);
 
 impl Drop for ActiveGuard {
@@ -539,6 +547,13 @@ impl Conn {
                     true,
                 )
                 .await;
+            }
+            BodyError::TooLarge => {
+                debug!(client = %self.info.ip, "request body larger than limits.max_body_bytes");
+                self.thread.shared.stats.record_refusal(413);
+                let max = self.opts().limits.max_body_bytes.unwrap_or(u64::MAX);
+                let why = too_large(max);
+                self.send_error(413, BODY_TOO_LARGE, &why, true).await;
             }
             BodyError::Read | BodyError::Write | BodyError::Stalled => {}
         }

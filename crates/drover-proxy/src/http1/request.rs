@@ -669,6 +669,7 @@ mod tests {
             max_header_bytes: 200,
             max_uri_bytes: 50,
             max_headers: 4,
+            max_body_bytes: None,
         };
         let mut out = Vec::new();
         let go = |raw: &[u8], out: &mut Vec<u8>| {
