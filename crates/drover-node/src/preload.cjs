@@ -131,6 +131,14 @@ if (script && !runner && Number.isInteger(fd) && fd >= 0) {
   delete process.env.NODE_UNIQUE_ID;
   if (wrapperSend) keepWrappersMessages(wrapperSend);
 }
+// `node -e CODE` (or `-p`): Node makes a process with NODE_UNIQUE_ID a cluster worker
+// only when it runs a script (its pre-execution looks at process.argv[1]), so the
+// app's listen() asked drover through a worker nobody had set up, and waited for good
+// (no `listening`, no error). It is set up here as Node sets up a script's.
+if (droversChannel && !script && process.env.NODE_UNIQUE_ID) {
+  require('cluster')._setupWorker();
+  delete process.env.NODE_UNIQUE_ID;
+}
 
 // ts-node-dev's process below it (lib/wrap.js) asks its parent, over the parent's
 // channel, to compile each TypeScript file it requires, and waits for the file: sent to

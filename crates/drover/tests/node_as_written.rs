@@ -1172,6 +1172,26 @@ async fn a_command_whose_first_line_runs_node_is_served_where_its_app_listens() 
     }
 }
 
+/// `node -e CODE`: Node makes a cluster worker of a process with a channel only when it
+/// runs a script, so the app's `listen()`, on a port in its code or on `PORT`, waited for
+/// an answer from drover that its unset-up worker could not read: no worker was ever
+/// ready. Now they serve, on every Node of `node_binaries`.
+#[tokio::test]
+async fn an_app_given_as_node_e_code_is_served() {
+    let dir = common::temp_dir("node-e");
+    for (name, node) in common::node_binaries() {
+        for port in ["3000", "process.env.PORT"] {
+            let code = format!(
+                "require('http').createServer((q, s) => s.end('pid ' + process.pid)).listen({port})"
+            );
+            let command = [node.display().to_string(), "-e".into(), code];
+            let (d, admin) = run(2, &command, &dir).await;
+            every_worker_answers(&format!("{name} -e listen({port})"), &d, admin).await;
+            drover_stops_cleanly("node -e", &d).await;
+        }
+    }
+}
+
 /// socket.io's guide runs Node's cluster module itself with @socket.io/sticky: the
 /// app's primary listens and passes connections to its workers, which listen on no
 /// port. As drover's worker the app is no primary, its worker code never listens, and
