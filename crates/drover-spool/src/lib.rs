@@ -9,12 +9,15 @@
 //! logrotate renamed it) and writes out the rest when the spool is dropped.
 //!
 //! Two users: each access log (`drover_proxy::access_log`) and drover's own stderr
-//! (`stderr`), which carries its log, its workers' output and its messages. Before the
-//! stderr spool, a stderr pipe nobody read froze drover: a serving thread that logged
-//! blocked in `write(2)`, then the supervisor, the admin API and every request.
+//! (`stderr`), which carries its log, its workers' output and its messages, as text or
+//! as JSON lines (`json_lines`). Before the stderr spool, a stderr pipe nobody read froze
+//! drover: a serving thread that logged blocked in `write(2)`, then the supervisor, the
+//! admin API and every request.
 
+mod json_lines;
 mod stderr;
 
+pub use json_lines::{json_lines, message_line, push_json_line, use_json_lines, Field};
 pub use stderr::{
     flush_stderr, stderr_bytes, stderr_dropped_lines, stderr_line, Stderr, STDERR_CAP,
 };

@@ -105,7 +105,12 @@ pub fn stderr_bytes(bytes: &[u8]) {
     };
     let now = clock_ms();
     if let Some((dropped, notice)) = DROPS.due(now) {
-        if spool.push(notice.as_bytes()) {
+        let notice = if crate::json_lines() {
+            crate::message_line(notice.trim_end())
+        } else {
+            notice.into_bytes()
+        };
+        if spool.push(&notice) {
             DROPS.said(dropped, now);
         }
     }
@@ -124,6 +129,10 @@ pub fn stderr_dropped_lines() -> u64 {
 /// `stderr_bytes` of one formatted line (`drover_spool::eprintln!`).
 pub fn stderr_line(args: fmt::Arguments<'_>) {
     let mut line = args.to_string();
+    if crate::json_lines() {
+        stderr_bytes(&crate::message_line(&line));
+        return;
+    }
     line.push('\n');
     stderr_bytes(line.as_bytes());
 }

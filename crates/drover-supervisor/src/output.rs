@@ -1,5 +1,5 @@
 //! Worker stdout/stderr, forwarded line by line with a `[app/ID] ` prefix so users can
-//! tell which worker said what.
+//! tell which worker said what (or, with `--log-format json`, as JSON objects).
 
 use crate::forensics::StderrTail;
 use std::fmt;
@@ -26,6 +26,25 @@ pub struct LogLine<'a> {
 impl fmt::Display for LogLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[{}/{}] {}", self.app, self.worker, self.text)
+    }
+}
+
+impl LogLine<'_> {
+    /// The line as a JSON object (`--log-format json`): `app`, `worker`, `stream`
+    /// (`stdout` or `stderr`: the text form's one prefix does not tell them apart) and
+    /// the text as `message`.
+    fn push_json(&self, out: &mut Vec<u8>) {
+        use drover_spool::Field;
+        let stream = match self.stream {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        };
+        let fields = [
+            ("app", Field::Str(self.app)),
+            ("worker", Field::Num(self.worker as u64)),
+            ("stream", Field::Str(stream)),
+        ];
+        drover_spool::push_json_line(out, None, &fields, self.text);
     }
 }
 
@@ -56,10 +75,19 @@ pub fn stderr_sink() -> LineSink {
         // and whole lines never interleave with another worker's. Through drover's
         // stderr spool, never waiting: a stderr nobody reads blocked this thread
         // (a runtime thread) before, then every task of drover behind it.
-        let size: usize = lines.iter().map(|l| l.app.len() + l.text.len() + 16).sum();
+        let json = drover_spool::json_lines();
+        let per_line = if json { 100 } else { 16 };
+        let size: usize = lines
+            .iter()
+            .map(|l| l.app.len() + l.text.len() + per_line)
+            .sum();
         let mut whole = Vec::with_capacity(size);
         for line in lines {
-            let _ = writeln!(whole, "{line}");
+            if json {
+                line.push_json(&mut whole);
+            } else {
+                let _ = writeln!(whole, "{line}");
+            }
         }
         drover_spool::stderr_bytes(&whole);
     })

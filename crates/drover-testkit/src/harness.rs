@@ -52,7 +52,8 @@ fn drain(pipe: impl Read + Send + 'static, buf: Arc<Mutex<String>>) {
 }
 
 /// The first whitespace-delimited token after `marker` on any line of
-/// `text` that parses as a socket address (quotes and commas trimmed).
+/// `text` that parses as a socket address (quotes, commas and a JSON line's closing
+/// brace trimmed).
 pub fn addr_after(text: &str, marker: &str) -> Option<SocketAddr> {
     addrs_after(text, marker).into_iter().next()
 }
@@ -64,7 +65,7 @@ pub fn addrs_after(text: &str, marker: &str) -> Vec<SocketAddr> {
             let rest = &line[line.find(marker)? + marker.len()..];
             let token = rest.split_whitespace().next()?;
             token
-                .trim_matches(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '.' | '(' | ')'))
+                .trim_matches(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '.' | '(' | ')' | '}'))
                 .parse()
                 .ok()
         })

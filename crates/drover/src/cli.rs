@@ -16,6 +16,27 @@ use std::time::Duration;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+
+    /// How drover writes its stderr (its log, its messages and its workers' output):
+    /// "text", or "json", one object a line with a timestamp, for log shippers.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "DROVER_LOG_FORMAT",
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people: drover's prefixed `drover:`, a worker's `[app/ID]`.
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `message`, and a worker line's
+    /// `app`, `worker` and `stream`.
+    Json,
 }
 
 impl Cli {

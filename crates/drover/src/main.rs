@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::from_args();
-    if let Err(e) = init_logging() {
+    if let Err(e) = init_logging(cli.log_format) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
 /// `DROVER_LOG` names rustls, only its errors are shown.
 const QUIET_RUSTLS: &str = "rustls=error";
 
-fn init_logging() -> Result<(), String> {
+fn init_logging(format: cli::LogFormat) -> Result<(), String> {
     let directives = match std::env::var("DROVER_LOG") {
         Ok(set) if !set.trim().is_empty() => log_directives(&set)?,
         _ => format!("warn,{QUIET_RUSTLS}"),
@@ -63,12 +63,18 @@ fn init_logging() -> Result<(), String> {
     // in every line (`^[[33m WARN`); NO_COLOR turns them off on a terminal too.
     let colours = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(colours)
         // Through the stderr spool: a stderr nobody reads costs lines, not drover.
-        .with_writer(|| drover_spool::Stderr)
-        .init();
+        .with_writer(|| drover_spool::Stderr);
+    match format {
+        cli::LogFormat::Text => log.with_ansi(colours).init(),
+        cli::LogFormat::Json => {
+            // Before any line: worker lines and messages take the same form.
+            drover_spool::use_json_lines();
+            log.json().flatten_event(true).init();
+        }
+    }
     Ok(())
 }
 

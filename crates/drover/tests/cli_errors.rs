@@ -388,3 +388,30 @@ fn a_drover_log_that_is_not_a_filter_is_refused_by_name() {
         );
     }
 }
+
+/// A log format drover does not write is refused by name, from the flag and from the
+/// environment, before anything starts.
+#[test]
+fn a_log_format_drover_does_not_write_is_refused_by_name() {
+    let refuse = |cmd: &mut std::process::Command, what: &str| {
+        let out = cmd
+            .args(["run", "--admin", "off", "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--log-format") && err.contains(what) && err.contains("json"),
+            "{err}"
+        );
+        assert!(!err.contains("listening"), "something started: {err}");
+    };
+    refuse(
+        std::process::Command::new(bin()).args(["--log-format", "yaml"]),
+        "yaml",
+    );
+    refuse(
+        std::process::Command::new(bin()).env("DROVER_LOG_FORMAT", "JSONL"),
+        "JSONL",
+    );
+}
