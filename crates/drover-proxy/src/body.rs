@@ -441,11 +441,20 @@ mod tests {
         first: &[u8],
         rest: &[u8],
     ) -> (Result<Relayed, BodyError>, Vec<u8>, Vec<u8>) {
+        run_framed(Framer::new(kind, dechunk), first, rest).await
+    }
+
+    /// `framer`'s body relayed from `first` and then `rest` to a destination after a
+    /// head: how it ended, what the destination got, and what was left after the body.
+    async fn run_framed(
+        mut framer: Framer,
+        first: &[u8],
+        rest: &[u8],
+    ) -> (Result<Relayed, BodyError>, Vec<u8>, Vec<u8>) {
         let mut src = rest;
         let mut pending_bytes = first.to_vec();
         let mut dst = Vec::new();
         let mut out = b"HEAD|".to_vec();
-        let mut framer = Framer::new(kind, dechunk);
         let mut written = 0;
         let ends = Ends {
             src: &mut src,
@@ -462,19 +471,8 @@ mod tests {
     }
 
     async fn limited(kind: BodyKind, max: u64, body: &[u8]) -> Result<Relayed, BodyError> {
-        let mut src = body;
-        let (mut pending_bytes, mut dst, mut out) = (Vec::new(), Vec::new(), Vec::new());
-        let mut framer = Framer::new(kind, false).limited(Some(max));
-        let ends = Ends {
-            src: &mut src,
-            pending: &mut pending_bytes,
-            dst: &mut dst,
-            out: &mut out,
-            read_timeout: T,
-            write_timeout: T,
-            pace: None,
-        };
-        relay(&mut framer, ends, 1 << 20, true, pending(), &mut 0).await
+        let framer = Framer::new(kind, false).limited(Some(max));
+        run_framed(framer, b"", body).await.0
     }
 
     #[tokio::test]
