@@ -457,7 +457,7 @@ fn snake_case(key: &str) -> String {
 
 /// Keys drover applies its own way, or that concern only PM2's machinery: accepted
 /// with no note (PM2's monitoring, its process list, versions).
-const NO_EFFECT: [&str; 23] = [
+const NO_EFFECT: [&str; 22] = [
     "namespace",
     "vizion",
     "source_map_support",
@@ -474,7 +474,6 @@ const NO_EFFECT: [&str; 23] = [
     "deep_monitoring",
     "io",
     "filter_env",
-    "log_type",
     "merge_logs",
     "disable_logs",
     "kill_retry_time",
@@ -978,7 +977,10 @@ impl App {
                 ("cron_restart", _) => "drover has no scheduled restarts: run `drover ctl reload` from cron",
                 ("time", Value::Bool(false)) => continue,
                 ("time" | "log_date_format", _) => {
-                    "drover's lines of worker output carry no timestamp (journald and docker logs stamp each line)"
+                    "drover's lines of worker output carry no timestamp as text (journald and docker logs stamp each line); with --log-format json (DROVER_LOG_FORMAT=json) each has one"
+                }
+                ("log_type", _) => {
+                    "drover writes its own and every worker's lines as JSON with --log-format json (DROVER_LOG_FORMAT=json), for all its apps"
                 }
                 ("restart_delay" | "exp_backoff_restart_delay", _) => {
                     "drover restarts a crashed worker with back-off (0.1 s doubling to 30 s) and reports a crash loop, for as long as it runs"
@@ -1361,6 +1363,7 @@ mod tests {
             "watch": true, "max_restarts": 10, "merge_logs": true, "colour": 1,
             "wait_ready": true, "instance_var": "INSTANCE_ID",
             "exp_backoff_restart_delay": 100, "time": true, "log_date_format": "YYYY",
+            "log_type": "json",
         }, {"name": "consumer", "script": "mailer.js", "wait_ready": true,
             "instance_var": "NODE_APP_INSTANCE", "time": false}]});
         let options = Options {
@@ -1399,6 +1402,8 @@ mod tests {
             "exp_backoff_restart_delay: drover restarts a crashed worker with back-off",
             "time: drover's lines of worker output carry no timestamp",
             "log_date_format: drover's lines of worker output carry no timestamp",
+            "with --log-format json (DROVER_LOG_FORMAT=json) each has one",
+            "log_type: drover writes its own and every worker's lines as JSON with --log-format json",
         ] {
             assert!(text.contains(needle), "{needle:?} in\n{text}");
         }
