@@ -226,6 +226,9 @@ pub struct Record<'a> {
     pub status: u16,
     /// Response bytes written to the client (head and body).
     pub bytes: u64,
+    /// Of those, the body's: what the combined format logs, as nginx's
+    /// `$body_bytes_sent` and Apache's `%b` (GoAccess's bandwidth reads it).
+    pub body_bytes: u64,
     pub duration: Duration,
     /// From being bound to an endpoint to its response head; `None` without one.
     pub upstream: Option<Duration>,
@@ -270,10 +273,10 @@ pub fn write_combined(out: &mut Vec<u8>, r: &Record<'_>) {
     out.extend_from_slice(b"\" ");
     push_padded(out, r.status as u64, 3);
     out.push(b' ');
-    if r.bytes == 0 {
+    if r.body_bytes == 0 {
         out.push(b'-');
     } else {
-        push_padded(out, r.bytes, 1);
+        push_padded(out, r.body_bytes, 1);
     }
     for value in [r.referer, r.user_agent] {
         out.extend_from_slice(b" \"");
@@ -834,6 +837,7 @@ mod tests {
             protocol: Some("HTTP/1.1"),
             status: 200,
             bytes: 1234,
+            body_bytes: 1000,
             duration: Duration::from_micros(2_345),
             upstream: Some(Duration::from_micros(1_500)),
             queue: Duration::from_micros(7),
@@ -876,7 +880,7 @@ mod tests {
         write_combined(&mut out, &record());
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "10.1.2.3 - - [26/Nov/2026:15:11:41 +0000] \"GET /a?b=1 HTTP/1.1\" 200 1234 \"-\" \"curl/8.5.0\"\n"
+            "10.1.2.3 - - [26/Nov/2026:15:11:41 +0000] \"GET /a?b=1 HTTP/1.1\" 200 1000 \"-\" \"curl/8.5.0\"\n"
         );
         let mut out = Vec::new();
         let r = Record {
@@ -884,6 +888,7 @@ mod tests {
             target: None,
             status: 400,
             bytes: 0,
+            body_bytes: 0,
             user_agent: Some(b"a \"q\" \\ \xff\n"),
             referer: Some(b"http://x/"),
             ..record()

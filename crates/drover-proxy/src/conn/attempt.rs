@@ -555,6 +555,8 @@ impl Conn {
         let timeouts = self.opts().timeouts;
         let endpoint = slot.pick().endpoint();
         let mut framer = Framer::new(resp.body, resp.dechunk);
+        // `out` holds the response head the relay writes first.
+        self.outcome.head_bytes += self.out.len() as u64;
         let mut written = 0;
         let sent = loop {
             // A long-lived answer from a worker told to stop ends when its supervisor
@@ -755,6 +757,7 @@ impl Conn {
             return Attempt::Abort;
         }
         self.outcome.bytes += self.out.len() as u64;
+        self.outcome.head_bytes += self.out.len() as u64;
         self.out.clear();
         if !self.cbuf.is_empty() {
             if up.write_all(&self.cbuf).await.is_err() {

@@ -329,6 +329,7 @@ impl Outcome {
                 backend_status.unwrap_or(0)
             },
             bytes: self.bytes,
+            body_bytes: self.bytes.saturating_sub(self.head_bytes),
             duration: ms(duration),
             upstream: self.upstream.map(ms),
             queue: ms(self.queue),
@@ -349,6 +350,8 @@ struct Outcome {
     error: Option<&'static str>,
     /// Response bytes the client took.
     bytes: u64,
+    /// Of those, the response heads' (the rest is body, for the combined log).
+    head_bytes: u64,
     retries: u32,
     queue: Nanos,
     /// Bound to the endpoint until its response head.
@@ -574,6 +577,9 @@ impl Conn {
             .is_ok()
         {
             self.outcome.bytes += self.out.len() as u64;
+            // drover's own answer: its head ends at the first empty line.
+            let head = self.out.windows(4).position(|w| w == b"\r\n\r\n");
+            self.outcome.head_bytes += head.map_or(0, |at| at as u64 + 4);
         }
         self.out.clear();
         if close {
