@@ -423,7 +423,12 @@ impl fmt::Display for BenchError {
             }
             BenchError::Tls { target, error } => {
                 write!(f, "TLS handshake with {target} failed: {error}")?;
-                if error.contains("certificate") {
+                if error.contains("CaUsedAsEndEntity") {
+                    // webpki's name for it; curl and OpenSSL take such a certificate.
+                    f.write_str(
+                        " (the server's certificate is a CA certificate, basicConstraints CA:TRUE, as `openssl req -x509` makes one by default: make it with -addext basicConstraints=critical,CA:FALSE, or sign it with a CA of its own and pass that as --cacert; --insecure skips the check)",
+                    )?;
+                } else if error.contains("certificate") {
                     f.write_str(
                         " (--cacert FILE names the CA that signed it; --insecure skips the check)",
                     )?;

@@ -303,7 +303,7 @@ impl std::fmt::Display for BackendTlsFailure {
             BackendTlsFailure::UnknownIssuer => "the backend's certificate is not signed by a trusted CA (self-signed, or another CA's)",
             BackendTlsFailure::Expired => "the backend's certificate has expired or is not valid yet",
             BackendTlsFailure::WrongName => "the backend's certificate is for another name",
-            BackendTlsFailure::BadCertificate => "the backend's certificate is not valid",
+            BackendTlsFailure::BadCertificate => "the backend's certificate is not valid (a self-signed one must say basicConstraints CA:FALSE, which `openssl req -x509` leaves out: a CA certificate is not a server's)",
             BackendTlsFailure::ClientCertRequired => "the backend requires a client certificate and none is configured",
             BackendTlsFailure::ClientCertRefused => "the backend refused drover's client certificate",
             BackendTlsFailure::NotTls => "the backend does not speak TLS",

@@ -523,9 +523,10 @@ impl AppState {
         if failing {
             tracing::warn!(
                 app = %self.app,
-                "every worker of app \"{}\" exited before it was ready; requests are answered \
-                 503 workers-not-starting at once, not queued, until one is (drover keeps \
-                 starting them)",
+                "every worker of app \"{}\" exited before it was ready (`drover ctl restarts` \
+                 shows why); requests that reach drover for it are answered 503 \
+                 workers-not-starting at once, not queued, until one is (drover keeps starting \
+                 them; a port that follows the app's listen() opens once a worker has listened)",
                 self.app,
             );
         } else {

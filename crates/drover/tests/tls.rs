@@ -1874,6 +1874,90 @@ async fn drover_bench_loads_https_full_or_resumed_and_names_a_certificate_it_can
     assert!(err.contains("--insecure is for https://"), "{err}");
 }
 
+/// The self-signed certificate a user makes first, `openssl req -x509` as it comes:
+/// OpenSSL 3 marks it `CA:TRUE`, which webpki refuses as a server's and curl takes.
+/// `drover bench --cacert` with it says why and what to make instead (it said
+/// `Other(OtherError(CaUsedAsEndEntity))` and to pass the --cacert it had); one made with
+/// `CA:FALSE` is checked and loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drover_bench_says_why_a_self_signed_ca_certificate_is_refused() {
+    let dir = temp_dir("tls-self-signed");
+    let backend = Backend::start().await;
+    for (name, extra) in [
+        ("ca", &[][..]),
+        (
+            "leaf",
+            &["-addext", "basicConstraints=critical,CA:FALSE"][..],
+        ),
+    ] {
+        let (cert, key) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost",
+            ])
+            .args(extra)
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let d = DroverProcess::spawn(
+            bin(),
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--backend",
+                &backend.addr().to_string(),
+                "--tls-cert",
+                cert.to_str().unwrap(),
+                "--tls-key",
+                key.to_str().unwrap(),
+            ],
+        )
+        .await;
+        let out = Command::new(bin())
+            .args([
+                "bench",
+                "-n",
+                "5",
+                "-c",
+                "1",
+                "--cacert",
+                cert.to_str().unwrap(),
+            ])
+            .arg(format!("https://localhost:{}/", d.addr().port()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if name == "ca" {
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(
+                err.contains("is a CA certificate, basicConstraints CA:TRUE")
+                    && err.contains("-addext basicConstraints=critical,CA:FALSE"),
+                "{err}"
+            );
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{err}");
+        }
+    }
+}
+
 /// h2load's summary line for `what`: `requests: N total, N started, N done, N
 /// succeeded, N failed, N errored, N timeout`, as (done, succeeded, failed, errored).
 fn h2load_counts(out: &str) -> (u64, u64, u64, u64) {
