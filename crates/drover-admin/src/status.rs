@@ -307,10 +307,10 @@ impl Status {
         for app in &self.apps {
             let _ = writeln!(
                 out,
-                "app {} ({} mode, {} workers): {}",
+                "app {} ({} mode, {}): {}",
                 app.name,
                 app.mode,
-                app.workers.len(),
+                drover_units::count(app.workers.len(), "worker"),
                 app.command.join(" ")
             );
             // Only where workers serve handed connections (`auto`, `handoff`): what they

@@ -90,6 +90,15 @@ pub fn byte_size(s: &str) -> Result<u64, UnitError> {
     Ok(bytes as u64)
 }
 
+/// `n` things as a person writes them: "1 worker", "2 workers", "0 backends".
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +160,12 @@ mod tests {
             .to_string()
             .contains("unknown unit \"t\""));
         assert!(byte_size("1e30G").is_err());
+    }
+
+    #[test]
+    fn counts_say_one_thing_or_many() {
+        assert_eq!(count(1, "worker"), "1 worker");
+        assert_eq!(count(0, "backend"), "0 backends");
+        assert_eq!(count(8, "worker"), "8 workers");
     }
 }

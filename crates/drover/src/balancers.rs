@@ -215,8 +215,11 @@ impl RunningBalancer {
         .map_err(StartError::Bind)?;
         let over = match &plan.app {
             Some(app) if plan.backends.is_empty() => format!("app {app:?}"),
-            Some(app) => format!("app {app:?} and {} backends", plan.backends.len()),
-            None => format!("{} backends", plan.backends.len()),
+            Some(app) => format!(
+                "app {app:?} and {}",
+                drover_units::count(plan.backends.len(), "backend")
+            ),
+            None => drover_units::count(plan.backends.len(), "backend"),
         };
         // Scripts and tests read this line to learn the port when listening on :0.
         let also: String = proxy

@@ -250,9 +250,9 @@ impl Controller {
         let mut said = vec![summary(&targets)];
         for app in &started.apps {
             said.push(format!(
-                "started {} ({} workers), as PM2 starts an app new to the file",
+                "started {} ({}), as PM2 starts an app new to the file",
                 app.name(),
-                app.spec().workers.resolve()
+                drover_units::count(app.spec().workers.resolve(), "worker")
             ));
         }
         for name in &left {
@@ -535,8 +535,8 @@ impl Controller {
             ));
         }
         for app in &new_apps.apps {
-            let workers = app.spec().workers.resolve();
-            said.push(format!("started {} ({workers} workers)", app.name()));
+            let workers = drover_units::count(app.spec().workers.resolve(), "worker");
+            said.push(format!("started {} ({workers})", app.name()));
         }
         for app in &removed {
             self.stop_removed(app, &gone).await;
@@ -873,7 +873,10 @@ fn summary(apps: &[&Arc<Supervisor>]) -> String {
     }
     let names: Vec<String> = apps
         .iter()
-        .map(|a| format!("{} ({} workers)", a.name(), a.status().len()))
+        .map(|a| {
+            let workers = drover_units::count(a.status().len(), "worker");
+            format!("{} ({workers})", a.name())
+        })
         .collect();
     format!("reloaded {}", names.join(", "))
 }

@@ -337,7 +337,8 @@ pub(crate) fn start_app(
                 Supervisor::start_shared(spec, socket, stderr_sink()).map_err(|e| e.to_string())?;
             // Scripts and tests read this line to learn the port when listening on :0.
             drover_spool::eprintln!(
-                "drover: app {name:?} listening on {addr} (shared socket, {workers} workers)"
+                "drover: app {name:?} listening on {addr} (shared socket, {})",
+                drover_units::count(workers, "worker")
             );
             Ok(sup)
         }
@@ -347,8 +348,10 @@ pub(crate) fn start_app(
             let http2 = Arc::new(H2Probe { tls: None }) as Arc<dyn WrapProbe>;
             let sup = Supervisor::start_probing(spec, pool, stderr_sink(), Some(http2))
                 .map_err(|e| e.to_string())?;
-            let noun = if workers == 1 { "worker" } else { "workers" };
-            drover_spool::eprintln!("drover: app {name:?} starting {workers} {noun}");
+            drover_spool::eprintln!(
+                "drover: app {name:?} starting {}",
+                drover_units::count(workers, "worker")
+            );
             say_shared_ports(name, app_port, sup.shared_ports_bound());
             Ok(sup)
         }

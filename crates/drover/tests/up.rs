@@ -309,7 +309,7 @@ async fn an_apps_workers_and_a_fixed_backend_serve_as_one_pool() {
         .collect();
     assert_eq!(limits, [(fixed.addr().to_string(), 3)]);
     assert!(
-        d.stderr_text().contains("(app \"web\" and 1 backends"),
+        d.stderr_text().contains("(app \"web\" and 1 backend,"),
         "{}",
         d.stderr_text()
     );
