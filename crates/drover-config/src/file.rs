@@ -196,6 +196,8 @@ impl Ctx<'_> {
             format!("unknown key{rest}")
         } else if raw_msg.contains("expected a sequence") && (key == "balancer" || key == "app") {
             format!("{raw_msg} (write [[{key}]], with double brackets, for each {key})")
+        } else if let Some(hint) = value_form_hint(&key, &raw_msg) {
+            format!("{raw_msg} ({hint})")
         } else {
             raw_msg
         };
@@ -204,6 +206,33 @@ impl Ctx<'_> {
             None => self.nowhere(key, message),
         }
     }
+}
+
+/// What to write instead, for values people write in another form than drover reads:
+/// a command as one string (PM2's `script`), a port as a bare number.
+fn value_form_hint(key: &str, msg: &str) -> Option<String> {
+    let leaf = key.rsplit('.').next().unwrap_or(key);
+    if leaf == "command" {
+        let text = msg
+            .strip_prefix("invalid type: string \"")?
+            .split("\", expected a sequence")
+            .next()?;
+        let words: Vec<String> = text.split_whitespace().map(|w| format!("{w:?}")).collect();
+        return Some(format!(
+            "a list of words, as exec takes them: command = [{}]",
+            words.join(", ")
+        ));
+    }
+    if leaf == "listen" {
+        let port = msg
+            .strip_prefix("invalid type: integer `")?
+            .split('`')
+            .next()?;
+        return Some(format!(
+            "a string: listen = \"{port}\" (every address), or \"127.0.0.1:{port}\""
+        ));
+    }
+    None
 }
 
 /// 1-based line and character column of byte `offset` in `text`.
@@ -4847,6 +4876,14 @@ backends = ["app:web", { address = "127.0.0.1:9001", max_conns = 4 }, "dns:api.i
         check(&e, 3, "app[0].command", "command[0]");
         let e = err("[[app]]\nname = \"pi\"\ncommand = \"node app.js\"\n");
         check(&e, 3, "app[0].command", "expected a sequence");
+        check(&e, 3, "app[0].command", "command = [\"node\", \"app.js\"]");
+        let e = err("[[balancer]]\nlisten = 8000\nbackends = [\"127.0.0.1:9001\"]\n");
+        check(
+            &e,
+            2,
+            "balancer[0].listen",
+            "listen = \"8000\" (every address)",
+        );
         let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nworkers = 0\n");
         check(&e, 4, "app[0].workers", "1..=1024 or \"auto\"");
         let e = err("[[app]]\nname = \"pi\"\ncommand = [\"x\"]\nworkers = \"many\"\n");

@@ -312,6 +312,12 @@ fn ok(reply: Reply) -> Result<Reply, String> {
             "{} answered, not as drover's admin API does ({first:.80}): {NOT_ADMIN_HINT}",
             reply.status
         ))
+    } else if reply.status == 401 {
+        // The API's words are for any client; ctl's own way to send the token is a flag.
+        Err(format!(
+            "admin API answered 401: {}: pass --token TOKEN (or DROVER_ADMIN_TOKEN, or -c drover.toml with its [admin] token)",
+            reply.error_message()
+        ))
     } else {
         Err(format!(
             "admin API answered {}: {}",

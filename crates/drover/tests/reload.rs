@@ -338,7 +338,10 @@ async fn admin_api_refuses_bad_requests_and_wrong_tokens() {
     // drover ctl passes the token from the environment, and says what went wrong.
     let (code, _, err) = ctl(admin, &["status"]).await;
     assert_eq!(code, 2);
-    assert!(err.contains("401") && err.contains("token"), "{err}");
+    assert!(
+        err.contains("401") && err.contains("pass --token TOKEN (or DROVER_ADMIN_TOKEN"),
+        "{err}"
+    );
     let out = tokio::process::Command::new(bin())
         .args(["ctl", "--admin", &admin.to_string(), "status", "--json"])
         .env("DROVER_ADMIN_TOKEN", "s3cret")
