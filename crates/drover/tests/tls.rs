@@ -1277,25 +1277,11 @@ async fn a_certificate_expiring_within_14_days_is_warned_of_by_check_and_at_star
     let dir = temp_dir("tls-expiring");
     let (cert, key) = (dir.join("soon.pem"), dir.join("soon.key"));
     // Five days from now: the openssl CLI counts days from today, rcgen only dates.
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-        ])
-        .args(["-nodes", "-days", "5", "-subj", "/CN=soon.test", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    self_signed(
+        &cert,
+        &key,
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        &["-days", "5", "-subj", "/CN=soon.test"],
     );
     let backend = Backend::start().await;
     let toml = config(backend.addr(), &tls_table(&[&(cert.clone(), key)]));
@@ -1874,6 +1860,26 @@ async fn drover_bench_loads_https_full_or_resumed_and_names_a_certificate_it_can
     assert!(err.contains("--insecure is for https://"), "{err}");
 }
 
+/// `openssl req -x509 -nodes` with `key_args` (the key's kind) and `args` (the rest),
+/// writing `cert` and `key`.
+fn self_signed(cert: &Path, key: &Path, key_args: &[&str], args: &[&str]) {
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-nodes"])
+        .args(key_args)
+        .args(args)
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}
+
 /// The self-signed certificate a user makes first, `openssl req -x509` as it comes:
 /// OpenSSL 3 marks it `CA:TRUE`, which webpki refuses as a server's and curl takes.
 /// `drover bench --cacert` with it says why and what to make instead (it said
@@ -1894,27 +1900,17 @@ async fn drover_bench_says_why_a_self_signed_ca_certificate_is_refused() {
             dir.join(format!("{name}.pem")),
             dir.join(format!("{name}.key")),
         );
-        let made = Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-            ])
-            .args([
-                "-subj",
-                "/CN=localhost",
-                "-addext",
-                "subjectAltName=DNS:localhost",
-            ])
-            .args(extra)
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(
-            made.status.success(),
-            "{}",
-            String::from_utf8_lossy(&made.stderr)
+        let names = [
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ];
+        self_signed(
+            &cert,
+            &key,
+            &["-newkey", "rsa:2048", "-days", "30"],
+            &[&names[..], extra].concat(),
         );
         let d = DroverProcess::spawn(
             bin(),
